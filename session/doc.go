@@ -1,0 +1,23 @@
+// Package session owns coordd sessions: an etcd lease plus the metadata that
+// says whose it is (owner, hostname, labels, creation time).
+//
+// A session is the liveness unit of coordd. Every lock holder, lock waiter and
+// election candidate is a key bound to its session's lease, so ending the
+// session (Close, or expiry after its TTL without a keep-alive) releases all
+// of them in one etcd operation.
+//
+// Guarantees:
+//   - A session lives at least its TTL after the last keep-alive the server
+//     answered: etcd expires a lease only after its TTL has run out.
+//   - With lease checkpointing enabled (the daemon enables it), the remaining
+//     TTL survives an etcd leader change instead of being reset.
+//
+// Non-guarantees:
+//   - A session may outlive its TTL: a new etcd leader extends every lease by
+//     up to one election timeout, and expiry is checked periodically. Clients
+//     must stop acting on a session at their own local deadline, which the Go
+//     SDK computes conservatively.
+//   - Session ids are etcd lease ids. KeepAlive and Close act on any lease of
+//     the etcd cluster; when coordd shares an external etcd cluster, leases
+//     made by other programs are not protected from coordd callers.
+package session

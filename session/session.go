@@ -1,0 +1,238 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TTL bounds. MinTTL keeps keep-alive traffic sane and stays above etcd's own
+// minimum lease TTL (about 1.5 election timeouts at etcd's defaults); MaxTTL
+// bounds how long a crashed holder can block others.
+const (
+	MinTTL = 2 * time.Second
+	MaxTTL = time.Hour
+)
+
+// Sentinel errors. Callers test them with errors.Is.
+var (
+	// ErrNotFound is returned by Get, KeepAlive and Close when the session
+	// does not exist: never created, closed, or expired.
+	ErrNotFound = errors.New("session: not found")
+	// ErrInvalid is returned by every call given a malformed or out-of-bounds
+	// argument (TTL, id, owner, labels). Nothing is changed.
+	ErrInvalid = errors.New("session: invalid argument")
+	// ErrTooLarge is returned by Create when the owner, hostname or labels
+	// exceed their size limits. Nothing is changed.
+	ErrTooLarge = errors.New("session: value too large")
+)
+
+// ID identifies a session. It is the id of the session's etcd lease, written
+// as 16 lower-case hexadecimal digits.
+type ID int64
+
+// String returns the id as 16 lower-case hexadecimal digits.
+func (id ID) String() string { return fmt.Sprintf("%016x", uint64(id)) }
+
+// ParseID parses an id written as 1 to 16 hexadecimal digits. It returns an
+// error wrapping ErrInvalid for anything else, including zero.
+func ParseID(s string) (ID, error) {
+	if s == "" {
+		return 0, fmt.Errorf("%w: session id is required", ErrInvalid)
+	}
+	if len(s) > 16 {
+		return 0, fmt.Errorf("%w: session id %.20q is not 1 to 16 hexadecimal digits", ErrInvalid, s)
+	}
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil || v == 0 || v > 1<<63-1 {
+		return 0, fmt.Errorf("%w: session id %q is not a valid session id (1 to 16 hexadecimal digits)", ErrInvalid, s)
+	}
+	return ID(v), nil
+}
+
+// Spec describes a session to create.
+type Spec struct {
+	TTL      time.Duration     // Required; MinTTL..MaxTTL, rounded up to a whole second.
+	Owner    string            // Optional; at most MaxOwnerBytes of UTF-8.
+	Hostname string            // Optional; at most MaxHostnameBytes of UTF-8.
+	Labels   map[string]string // Optional; see ValidateSpec for limits.
+}
+
+// Info describes a live session.
+type Info struct {
+	ID       ID
+	TTL      time.Duration // granted TTL
+	Owner    string
+	Hostname string
+	Labels   map[string]string
+	Created  time.Time
+	// Remaining is the TTL left before expiry, truncated to whole seconds
+	// as etcd reports it (0 means under a second). Only Get fills it.
+	Remaining time.Duration
+}
+
+// record is the JSON stored under a session's key.
+type record struct {
+	TTLSeconds int64             `json:"ttl_seconds"`
+	Owner      string            `json:"owner,omitempty"`
+	Hostname   string            `json:"hostname,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Created    time.Time         `json:"created"`
+}
+
+// Manager creates, renews, lists and closes sessions. It is safe for
+// concurrent use.
+type Manager struct {
+	cli    *clientv3.Client
+	prefix string // "<root>session/"
+	now    func() time.Time
+}
+
+// NewManager returns a Manager that keeps session metadata under
+// root+"session/". root is coordd's key root, for example "/coordd/".
+func NewManager(cli *clientv3.Client, root string) *Manager {
+	return &Manager{cli: cli, prefix: root + "session/", now: time.Now}
+}
+
+func (m *Manager) key(id ID) string { return m.prefix + id.String() }
+
+// Create grants a lease of spec.TTL (rounded up to a whole second) and stores
+// the session's metadata bound to it. It costs two etcd commits.
+func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
+	ttl, err := ValidateSpec(spec)
+	if err != nil {
+		return Info{}, err
+	}
+	secs := int64(ttl / time.Second)
+	lease, err := m.cli.Grant(ctx, secs)
+	if err != nil {
+		return Info{}, fmt.Errorf("session: grant lease: %w", err)
+	}
+	info := Info{
+		ID:       ID(lease.ID),
+		TTL:      time.Duration(lease.TTL) * time.Second,
+		Owner:    spec.Owner,
+		Hostname: spec.Hostname,
+		Labels:   spec.Labels,
+		Created:  m.now().UTC().Truncate(time.Millisecond),
+	}
+	val, err := json.Marshal(record{TTLSeconds: lease.TTL, Owner: info.Owner, Hostname: info.Hostname, Labels: info.Labels, Created: info.Created})
+	if err != nil {
+		return Info{}, fmt.Errorf("session: encode metadata: %w", err)
+	}
+	if _, err := m.cli.Put(ctx, m.key(info.ID), string(val), clientv3.WithLease(lease.ID)); err != nil {
+		// Do not leave a lease without metadata behind; it would expire on
+		// its own, but nobody could see or close it by id in the meantime.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = m.cli.Revoke(cctx, lease.ID)
+		return Info{}, fmt.Errorf("session: store metadata: %w", err)
+	}
+	return info, nil
+}
+
+// KeepAlive renews the session once and returns its granted TTL, counted
+// from now. It returns ErrNotFound when the session has ended.
+func (m *Manager) KeepAlive(ctx context.Context, id ID) (time.Duration, error) {
+	resp, err := m.cli.KeepAliveOnce(ctx, clientv3.LeaseID(id))
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return 0, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return 0, fmt.Errorf("session: keep-alive %s: %w", id, err)
+	}
+	return time.Duration(resp.TTL) * time.Second, nil
+}
+
+// Get returns a live session with its remaining TTL. It returns ErrNotFound
+// when the session has ended. The read is linearizable.
+func (m *Manager) Get(ctx context.Context, id ID) (Info, error) {
+	resp, err := m.cli.Get(ctx, m.key(id))
+	if err != nil {
+		return Info{}, fmt.Errorf("session: get %s: %w", id, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Info{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	info, err := decode(id, resp.Kvs[0].Value)
+	if err != nil {
+		return Info{}, err
+	}
+	ttl, err := m.cli.TimeToLive(ctx, clientv3.LeaseID(id))
+	if err != nil {
+		return Info{}, fmt.Errorf("session: time to live of %s: %w", id, err)
+	}
+	// etcd reports -1 for a lease that is gone, and truncates the remaining
+	// time to whole seconds, so 0 means "alive, under a second left".
+	if ttl.TTL < 0 {
+		return Info{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	info.Remaining = time.Duration(ttl.TTL) * time.Second
+	return info, nil
+}
+
+// List returns up to limit live sessions with ids greater than after, in id
+// order, and whether more follow. Remaining is not filled. The read is
+// linearizable.
+func (m *Manager) List(ctx context.Context, after ID, limit int) ([]Info, bool, error) {
+	if limit <= 0 {
+		return nil, false, fmt.Errorf("%w: list limit %d is not positive", ErrInvalid, limit)
+	}
+	from := m.prefix
+	if after > 0 {
+		from = m.key(after) + "\x00"
+	}
+	resp, err := m.cli.Get(ctx, from,
+		clientv3.WithRange(clientv3.GetPrefixRangeEnd(m.prefix)),
+		clientv3.WithLimit(int64(limit)))
+	if err != nil {
+		return nil, false, fmt.Errorf("session: list: %w", err)
+	}
+	out := make([]Info, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		id, err := ParseID(string(kv.Key[len(m.prefix):]))
+		if err != nil {
+			return nil, false, fmt.Errorf("session: list: unexpected key %q", kv.Key)
+		}
+		info, err := decode(id, kv.Value)
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, info)
+	}
+	return out, resp.More, nil
+}
+
+// Close revokes the session's lease: its metadata and every key attached to
+// it (lock holders, waiters, candidacies) are deleted in the same etcd
+// operation. It returns ErrNotFound when the session had already ended.
+func (m *Manager) Close(ctx context.Context, id ID) error {
+	if _, err := m.cli.Revoke(ctx, clientv3.LeaseID(id)); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return fmt.Errorf("session: close %s: %w", id, err)
+	}
+	return nil
+}
+
+func decode(id ID, val []byte) (Info, error) {
+	var r record
+	if err := json.Unmarshal(val, &r); err != nil {
+		return Info{}, fmt.Errorf("session: decode metadata of %s: %w", id, err)
+	}
+	return Info{
+		ID:       id,
+		TTL:      time.Duration(r.TTLSeconds) * time.Second,
+		Owner:    r.Owner,
+		Hostname: r.Hostname,
+		Labels:   r.Labels,
+		Created:  r.Created,
+	}, nil
+}
