@@ -1,0 +1,104 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"github.com/coordd/coordd/session"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ErrStopping is returned to callers whose call or stream is ended because
+// the daemon is shutting down. Clients retry on another member.
+var ErrStopping = errors.New("coordd: daemon is stopping; retry on another member")
+
+// Domain is the ErrorInfo domain of every coordd error.
+const Domain = "coordd"
+
+// errorTable is the only place where domain errors become gRPC codes. The
+// first row whose error matches (errors.Is) wins.
+var errorTable = []struct {
+	err    error
+	code   codes.Code
+	reason coorddv1.ErrorReason
+}{
+	{session.ErrInvalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
+	{session.ErrTooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
+	{session.ErrNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
+	{ErrStopping, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
+}
+
+// ReasonString returns the ErrorInfo reason for r: its name without the
+// ERROR_REASON_ prefix.
+func ReasonString(r coorddv1.ErrorReason) string {
+	const prefix = "ERROR_REASON_"
+	return r.String()[len(prefix):]
+}
+
+// NewStatus returns a status with an ErrorInfo detail carrying reason.
+func NewStatus(code codes.Code, reason coorddv1.ErrorReason, msg string) *status.Status {
+	st := status.New(code, msg)
+	if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonString(reason), Domain: Domain}); err == nil {
+		return withInfo
+	}
+	return st
+}
+
+// ToStatus maps err to the status the caller sees. internal reports that the
+// error was unexpected: the caller sees a generic message and the daemon
+// must log err.
+//
+// Order: context errors pass through untouched (the caller's own deadline or
+// cancel); then the domain table; then etcd's availability errors; a status
+// that already carries a coordd ErrorInfo is kept; anything else is Internal.
+func ToStatus(err error) (st *status.Status, internal bool) {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return status.New(codes.Canceled, err.Error()), false
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.New(codes.DeadlineExceeded, err.Error()), false
+	}
+	for _, row := range errorTable {
+		if errors.Is(err, row.err) {
+			return NewStatus(row.code, row.reason, err.Error()), false
+		}
+	}
+	if s, ok := status.FromError(err); ok {
+		switch s.Code() {
+		case codes.Unavailable, codes.DeadlineExceeded:
+			// etcd: no leader, no quorum, request timed out, member stopping.
+			return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "etcd unavailable: "+s.Message()), false
+		case codes.Canceled:
+			return s, false
+		}
+		for _, d := range s.Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain {
+				return s, false
+			}
+		}
+	}
+	// etcd client errors that are not status errors but carry a code.
+	var coded interface{ Code() codes.Code }
+	if errors.As(err, &coded) && coded.Code() == codes.Unavailable {
+		return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "etcd unavailable: "+err.Error()), false
+	}
+	return errInternal(), true
+}
+
+// HTTPStatus is the HTTP status the REST gateway sends for st. It follows
+// grpc-gateway's mapping, except that a compacted watch revision is 410 Gone.
+func HTTPStatus(st *status.Status, fallback func(codes.Code) int) int {
+	if st.Code() == codes.OutOfRange {
+		for _, d := range st.Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain &&
+				info.Reason == ReasonString(coorddv1.ErrorReason_ERROR_REASON_COMPACTED) {
+				return http.StatusGone
+			}
+		}
+	}
+	return fallback(st.Code())
+}

@@ -1,0 +1,188 @@
+package api
+
+import (
+	"context"
+	"io"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"github.com/coordd/coordd/session"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// List page sizes.
+const (
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
+
+// SessionServer adapts session.Manager to coordd.v1.SessionService.
+type SessionServer struct {
+	coorddv1.UnsafeSessionServiceServer // compile errors when the service grows
+
+	m        *session.Manager
+	stopping <-chan struct{}
+}
+
+// NewSessionServer returns the SessionService adapter. Streams end with
+// ErrStopping once stopping is closed.
+func NewSessionServer(m *session.Manager, stopping <-chan struct{}) *SessionServer {
+	return &SessionServer{m: m, stopping: stopping}
+}
+
+// CreateSession implements SessionService.
+func (s *SessionServer) CreateSession(ctx context.Context, req *coorddv1.CreateSessionRequest) (*coorddv1.CreateSessionResponse, error) {
+	if req.GetTtl() == nil {
+		return nil, invalid("ttl is required (for example \"10s\")")
+	}
+	if err := req.GetTtl().CheckValid(); err != nil {
+		return nil, invalid("ttl: " + err.Error())
+	}
+	info, err := s.m.Create(ctx, session.Spec{
+		TTL:      req.GetTtl().AsDuration(),
+		Owner:    req.GetOwner(),
+		Hostname: req.GetHostname(),
+		Labels:   req.GetLabels(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.CreateSessionResponse{Session: sessionProto(info, false)}, nil
+}
+
+// GetSession implements SessionService.
+func (s *SessionServer) GetSession(ctx context.Context, req *coorddv1.GetSessionRequest) (*coorddv1.GetSessionResponse, error) {
+	id, err := session.ParseID(req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.GetSessionResponse{Session: sessionProto(info, true)}, nil
+}
+
+// ListSessions implements SessionService.
+func (s *SessionServer) ListSessions(ctx context.Context, req *coorddv1.ListSessionsRequest) (*coorddv1.ListSessionsResponse, error) {
+	size := int(req.GetPageSize())
+	switch {
+	case size == 0:
+		size = defaultPageSize
+	case size < 0 || size > maxPageSize:
+		return nil, invalid("page_size must be between 1 and 1000")
+	}
+	var after session.ID
+	if tok := req.GetPageToken(); tok != "" {
+		id, err := session.ParseID(tok)
+		if err != nil {
+			return nil, invalid("page_token is not a token from a previous ListSessions response")
+		}
+		after = id
+	}
+	infos, more, err := s.m.List(ctx, after, size)
+	if err != nil {
+		return nil, err
+	}
+	resp := &coorddv1.ListSessionsResponse{Sessions: make([]*coorddv1.Session, 0, len(infos))}
+	for _, info := range infos {
+		resp.Sessions = append(resp.Sessions, sessionProto(info, false))
+	}
+	if more && len(infos) > 0 {
+		resp.NextPageToken = infos[len(infos)-1].ID.String()
+	}
+	return resp, nil
+}
+
+// KeepAlive implements SessionService.
+func (s *SessionServer) KeepAlive(ctx context.Context, req *coorddv1.KeepAliveRequest) (*coorddv1.KeepAliveResponse, error) {
+	id, err := session.ParseID(req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := s.m.KeepAlive(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.KeepAliveResponse{SessionId: id.String(), Ttl: durationpb.New(ttl)}, nil
+}
+
+// KeepAliveStream implements SessionService. Requests are answered one at a
+// time, in order.
+func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAliveStreamServer) error {
+	ctx := stream.Context()
+	reqs := make(chan *coorddv1.KeepAliveStreamRequest)
+	recvErr := make(chan error, 1)
+	// The receiver exits when Recv fails, which gRPC guarantees once this
+	// handler returns (the stream's context is then cancelled).
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-s.stopping:
+			return ErrStopping
+		case err := <-recvErr:
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		case req := <-reqs:
+			id, err := session.ParseID(req.GetSessionId())
+			if err != nil {
+				return err
+			}
+			ttl, err := s.m.KeepAlive(ctx, id)
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(&coorddv1.KeepAliveStreamResponse{SessionId: id.String(), Ttl: durationpb.New(ttl)}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// CloseSession implements SessionService.
+func (s *SessionServer) CloseSession(ctx context.Context, req *coorddv1.CloseSessionRequest) (*coorddv1.CloseSessionResponse, error) {
+	id, err := session.ParseID(req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.m.Close(ctx, id); err != nil {
+		return nil, err
+	}
+	return &coorddv1.CloseSessionResponse{}, nil
+}
+
+func sessionProto(info session.Info, withRemaining bool) *coorddv1.Session {
+	out := &coorddv1.Session{
+		Id:         info.ID.String(),
+		Ttl:        durationpb.New(info.TTL),
+		Owner:      info.Owner,
+		Hostname:   info.Hostname,
+		Labels:     info.Labels,
+		CreateTime: timestamppb.New(info.Created),
+	}
+	if withRemaining {
+		out.RemainingTtl = durationpb.New(info.Remaining)
+	}
+	return out
+}
+
+// invalid reports a malformed request detected by an adapter.
+func invalid(msg string) error {
+	return NewStatus(codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, msg).Err()
+}

@@ -1,0 +1,206 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"go.uber.org/zap"
+)
+
+// Config is everything the daemon needs. cmd/coordd fills it from flags and
+// COORDD_* environment variables; tests fill it directly.
+type Config struct {
+	// DataDir holds the embedded etcd's data (in DataDir/etcd). Unused with
+	// EtcdEndpoints.
+	DataDir string
+
+	// Embedded etcd member and cluster. For a single node only Name matters;
+	// the rest defaults from it.
+	Name                string   // member name, unique in the cluster
+	InitialCluster      string   // "n1=http://10.0.0.1:7423,n2=..."; default "<Name>=<first advertise peer URL>"
+	InitialClusterState string   // "new" or "existing"
+	InitialClusterToken string   // keeps two clusters on one network apart
+	ListenPeerURLs      []string // where this member listens for its peers
+	AdvertisePeerURLs   []string // how peers reach it; default ListenPeerURLs
+	// EtcdClientURL is the embedded etcd's own client listener. It must be
+	// loopback or a unix socket: it serves etcd's unfenced lock and election
+	// APIs, which bypass coordd's checks.
+	EtcdClientURL  string
+	HeartbeatMs    uint // raft heartbeat interval
+	ElectionMs     uint // raft election timeout
+	UnsafeNoFsync  bool // tests only: never set in production
+	EtcdLogWarning bool // log etcd at warn level instead of the daemon's level
+
+	// EtcdEndpoints, when set, makes coordd a stateless API layer over an
+	// existing etcd cluster instead of embedding a member.
+	EtcdEndpoints []string
+	EtcdTLS       *tls.Config // for EtcdEndpoints; nil for plain connections
+
+	// Listeners.
+	GRPCAddr string
+	HTTPAddr string
+	// TLS, when set, serves both listeners over TLS with this certificate.
+	TLS *tls.Config
+
+	// KeyRoot is the etcd key prefix of everything coordd stores, so several
+	// deployments can share one etcd cluster. It starts and ends with "/".
+	KeyRoot string
+	// MaxRequestBytes caps one gRPC message and one HTTP request body.
+	MaxRequestBytes int
+	// ShutdownTimeout bounds the graceful part of a stop.
+	ShutdownTimeout time.Duration
+
+	Logger *zap.Logger
+}
+
+// Defaults for Config fields left zero.
+const (
+	DefaultGRPCAddr        = "127.0.0.1:7420"
+	DefaultHTTPAddr        = "127.0.0.1:7421"
+	DefaultEtcdClientURL   = "http://127.0.0.1:7422"
+	DefaultPeerURL         = "http://127.0.0.1:7423"
+	DefaultDataDir         = "coordd-data"
+	DefaultName            = "default"
+	DefaultKeyRoot         = "/coordd/"
+	DefaultMaxRequestBytes = 1 << 20
+	DefaultShutdownTimeout = 10 * time.Second
+	DefaultClusterToken    = "coordd"
+)
+
+// withDefaults returns cfg with zero fields filled in.
+func (cfg Config) withDefaults() Config {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&cfg.DataDir, DefaultDataDir)
+	def(&cfg.Name, DefaultName)
+	def(&cfg.InitialClusterState, "new")
+	def(&cfg.InitialClusterToken, DefaultClusterToken)
+	def(&cfg.EtcdClientURL, DefaultEtcdClientURL)
+	def(&cfg.GRPCAddr, DefaultGRPCAddr)
+	def(&cfg.HTTPAddr, DefaultHTTPAddr)
+	def(&cfg.KeyRoot, DefaultKeyRoot)
+	if len(cfg.ListenPeerURLs) == 0 {
+		cfg.ListenPeerURLs = []string{DefaultPeerURL}
+	}
+	if len(cfg.AdvertisePeerURLs) == 0 {
+		cfg.AdvertisePeerURLs = cfg.ListenPeerURLs
+	}
+	def(&cfg.InitialCluster, cfg.Name+"="+cfg.AdvertisePeerURLs[0])
+	if cfg.HeartbeatMs == 0 {
+		cfg.HeartbeatMs = 100
+	}
+	if cfg.ElectionMs == 0 {
+		cfg.ElectionMs = 1000
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return cfg
+}
+
+// validate reports every problem at once, in the words of the flags.
+func (cfg Config) validate() error {
+	var errs *multierror.Error
+	add := func(format string, args ...any) { errs = multierror.Append(errs, fmt.Errorf(format, args...)) }
+
+	if !strings.HasPrefix(cfg.KeyRoot, "/") || !strings.HasSuffix(cfg.KeyRoot, "/") {
+		add("--key-root %q must start and end with /", cfg.KeyRoot)
+	}
+	if cfg.MaxRequestBytes < 4096 || cfg.MaxRequestBytes > 8<<20 {
+		add("--max-request-bytes %d must be between 4096 and 8388608", cfg.MaxRequestBytes)
+	}
+	for _, a := range []struct{ flag, addr string }{{"--grpc-addr", cfg.GRPCAddr}, {"--http-addr", cfg.HTTPAddr}} {
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			add("%s %q is not host:port: %v", a.flag, a.addr, err)
+		}
+	}
+	if len(cfg.EtcdEndpoints) > 0 {
+		return errs.ErrorOrNil()
+	}
+	if cfg.InitialClusterState != "new" && cfg.InitialClusterState != "existing" {
+		add("--initial-cluster-state %q must be new or existing", cfg.InitialClusterState)
+	}
+	if err := checkLoopbackURL(cfg.EtcdClientURL); err != nil {
+		add("--etcd-client-url: %v", err)
+	}
+	for _, u := range append(append([]string{}, cfg.ListenPeerURLs...), cfg.AdvertisePeerURLs...) {
+		if _, err := parseHTTPURL(u); err != nil {
+			add("peer URL %q: %v", u, err)
+		}
+	}
+	if cfg.ElectionMs < 5*cfg.HeartbeatMs {
+		add("--etcd-election-timeout (%dms) must be at least 5 heartbeat intervals (%dms)", cfg.ElectionMs, cfg.HeartbeatMs)
+	}
+	found := false
+	for _, m := range strings.Split(cfg.InitialCluster, ",") {
+		name, u, ok := strings.Cut(m, "=")
+		if !ok {
+			add("--initial-cluster entry %q is not name=url", m)
+			continue
+		}
+		if _, err := parseHTTPURL(u); err != nil {
+			add("--initial-cluster entry %q: %v", m, err)
+		}
+		found = found || name == cfg.Name
+	}
+	if !found {
+		add("--initial-cluster %q has no member named %q (--name)", cfg.InitialCluster, cfg.Name)
+	}
+	return errs.ErrorOrNil()
+}
+
+func parseHTTPURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, errors.New("scheme must be http or https")
+	}
+	if _, _, err := net.SplitHostPort(u.Host); err != nil {
+		return nil, fmt.Errorf("needs host:port: %v", err)
+	}
+	return u, nil
+}
+
+// checkLoopbackURL accepts http(s) URLs on a loopback IP or localhost, and
+// unix sockets.
+func checkLoopbackURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	switch u.Scheme {
+	case "unix", "unixs":
+		return nil
+	case "http", "https":
+	default:
+		return fmt.Errorf("%q: scheme must be http, https, unix or unixs", s)
+	}
+	host, _, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return fmt.Errorf("%q needs host:port", s)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address: the embedded etcd's client port must not be reachable from other hosts", s)
+	}
+	return nil
+}

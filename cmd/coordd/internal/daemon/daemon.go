@@ -1,0 +1,317 @@
+// Package daemon runs coordd: it starts (or connects to) etcd, serves the
+// gRPC API and the HTTP listener (REST gateway, health, metrics, OpenAPI),
+// and stops all of it gracefully.
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coordd/coordd/cmd/coordd/internal/api"
+	"github.com/coordd/coordd/cmd/coordd/internal/gateway"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"github.com/coordd/coordd/session"
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/hashicorp/go-multierror"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Daemon is a running coordd. Stop it with Stop.
+type Daemon struct {
+	cfg  Config
+	lg   *zap.Logger
+	etcd *embed.Etcd // nil with external etcd
+	cli  *clientv3.Client
+
+	grpcLis  net.Listener
+	httpLis  net.Listener
+	grpcSrv  *grpc.Server
+	httpSrv  *http.Server
+	gwConn   *grpc.ClientConn
+	health   *health.Server
+	stopping chan struct{}
+	serveErr chan error
+	wg       sync.WaitGroup // serving goroutines
+	stopOnce sync.Once
+	// quietEtcd drops the errors etcd logs about its own listeners closing.
+	quietEtcd atomic.Bool
+	stopErr  error
+}
+
+// serverMetrics are registered once per process on the registry etcd uses,
+// so several daemons in one test process share them.
+var (
+	metricsOnce   sync.Once
+	serverMetrics *grpcprom.ServerMetrics
+)
+
+func grpcMetrics() *grpcprom.ServerMetrics {
+	metricsOnce.Do(func() {
+		// Namespaced: etcd registers grpc_server_* for its own listener.
+		serverMetrics = grpcprom.NewServerMetrics(
+			grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("coordd")),
+			grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace("coordd")))
+		prometheus.MustRegister(serverMetrics)
+	})
+	return serverMetrics
+}
+
+// Start starts etcd (or connects to it) and the listeners, and returns once
+// the daemon serves requests. ctx bounds start-up only.
+func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	d := &Daemon{cfg: cfg, lg: cfg.Logger, stopping: make(chan struct{}), serveErr: make(chan error, 2)}
+	defer func() {
+		if err != nil {
+			d.closeBackend()
+		}
+	}()
+
+	if len(cfg.EtcdEndpoints) > 0 {
+		d.cli, err = connectExternal(ctx, cfg)
+	} else {
+		d.etcd, d.cli, err = startEmbedded(ctx, cfg, &d.quietEtcd)
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	if d.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("gRPC listener: %w", err)
+	}
+	if d.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		d.grpcLis.Close()
+		return nil, fmt.Errorf("HTTP listener: %w", err)
+	}
+
+	metrics := grpcMetrics()
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg)),
+		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg)),
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+		grpc.MaxConcurrentStreams(10000),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.ConnectionTimeout(10 * time.Second),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	d.grpcSrv = grpc.NewServer(opts...)
+	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(session.NewManager(d.cli, cfg.KeyRoot), d.stopping))
+	d.health = health.NewServer()
+	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
+	metrics.InitializeMetrics(d.grpcSrv)
+
+	// The gateway dials our own gRPC listener so interceptors apply to REST.
+	d.gwConn, err = grpc.NewClient(d.grpcLis.Addr().String(), grpc.WithTransportCredentials(d.selfCredentials()))
+	if err != nil {
+		d.grpcLis.Close()
+		d.httpLis.Close()
+		return nil, fmt.Errorf("gateway connection: %w", err)
+	}
+	handler, err := gateway.New(context.WithoutCancel(ctx), gateway.Options{
+		Conn:            d.gwConn,
+		MaxRequestBytes: int64(cfg.MaxRequestBytes),
+		Ready:           d.Ready,
+		Gatherer:        prometheus.DefaultGatherer,
+	})
+	if err != nil {
+		d.gwConn.Close()
+		d.grpcLis.Close()
+		d.httpLis.Close()
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	d.httpSrv = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		TLSConfig:         cfg.TLS,
+		ErrorLog:          zap.NewStdLog(d.lg.Named("http")),
+	}
+
+	d.wg.Add(2)
+	go func() {
+		defer d.wg.Done()
+		if err := d.grpcSrv.Serve(d.grpcLis); err != nil {
+			d.serveErr <- fmt.Errorf("gRPC server: %w", err)
+		}
+	}()
+	go func() {
+		defer d.wg.Done()
+		var err error
+		if cfg.TLS != nil {
+			err = d.httpSrv.ServeTLS(d.httpLis, "", "")
+		} else {
+			err = d.httpSrv.Serve(d.httpLis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.serveErr <- fmt.Errorf("HTTP server: %w", err)
+		}
+	}()
+	d.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	d.lg.Info("coordd serving",
+		zap.String("grpc-addr", d.GRPCAddr()), zap.String("http-addr", d.HTTPAddr()),
+		zap.Bool("embedded-etcd", d.etcd != nil), zap.String("key-root", cfg.KeyRoot))
+	return d, nil
+}
+
+// selfCredentials are the gateway's credentials for dialing the daemon's own
+// gRPC listener: plaintext, or TLS that accepts exactly the daemon's own
+// certificate (the connection never leaves the host).
+func (d *Daemon) selfCredentials() credentials.TransportCredentials {
+	if d.cfg.TLS == nil {
+		return insecure.NewCredentials()
+	}
+	own := map[string]bool{}
+	for _, c := range d.cfg.TLS.Certificates {
+		if len(c.Certificate) > 0 {
+			own[string(c.Certificate[0])] = true
+		}
+	}
+	return credentials.NewTLS(&tls.Config{
+		InsecureSkipVerify: true, // replaced by the pin below
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) > 0 && own[string(raw[0])] {
+				return nil
+			}
+			return errors.New("gateway: gRPC listener presented a certificate that is not the daemon's own")
+		},
+		Certificates: d.cfg.TLS.Certificates,
+	})
+}
+
+// GRPCAddr is the address the gRPC listener is bound to.
+func (d *Daemon) GRPCAddr() string { return d.grpcLis.Addr().String() }
+
+// HTTPAddr is the address the HTTP listener is bound to.
+func (d *Daemon) HTTPAddr() string { return d.httpLis.Addr().String() }
+
+// Etcd is the embedded etcd member, or nil with external etcd.
+func (d *Daemon) Etcd() *embed.Etcd { return d.etcd }
+
+// Ready reports whether etcd has a leader and answers a linearizable read,
+// within one second.
+func (d *Daemon) Ready(ctx context.Context) error {
+	select {
+	case <-d.stopping:
+		return api.ErrStopping
+	default:
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := d.cli.Get(ctx, d.cfg.KeyRoot, clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	return nil
+}
+
+// Wait blocks until ctx is done or a listener or etcd fails, and returns the
+// failure (nil when ctx ended).
+func (d *Daemon) Wait(ctx context.Context) error {
+	var etcdErr <-chan error
+	if d.etcd != nil {
+		etcdErr = d.etcd.Err()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-d.serveErr:
+		return err
+	case err := <-etcdErr:
+		return fmt.Errorf("embedded etcd: %w", err)
+	}
+}
+
+// Stop stops the daemon: it stops accepting, ends keep-alive streams with
+// Unavailable, waits up to ShutdownTimeout for calls in flight, then closes
+// etcd. ctx cancelled early makes the stop forceful. Stop is idempotent.
+func (d *Daemon) Stop(ctx context.Context) error {
+	d.stopOnce.Do(func() { d.stopErr = d.stop(ctx) })
+	return d.stopErr
+}
+
+func (d *Daemon) stop(ctx context.Context) error {
+	d.lg.Info("coordd stopping")
+	d.quietEtcd.Store(true)
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
+	defer cancel()
+	close(d.stopping)
+	d.health.Shutdown()
+
+	var errs *multierror.Error
+	if err := d.httpSrv.Shutdown(ctx); err != nil {
+		d.httpSrv.Close()
+	}
+	graceful := make(chan struct{})
+	go func() {
+		defer close(graceful)
+		d.grpcSrv.GracefulStop()
+	}()
+	select {
+	case <-graceful:
+	case <-ctx.Done():
+		d.lg.Warn("graceful stop timed out; closing remaining calls")
+		d.grpcSrv.Stop()
+		<-graceful
+	}
+	if err := d.gwConn.Close(); err != nil {
+		errs = multierror.Append(errs, err)
+	}
+	d.wg.Wait()
+	if err := d.closeBackend(); err != nil {
+		errs = multierror.Append(errs, err)
+	}
+	d.lg.Info("coordd stopped")
+	return errs.ErrorOrNil()
+}
+
+func (d *Daemon) closeBackend() error {
+	var err error
+	if d.cli != nil {
+		// The in-process client reports its own cancellation on Close.
+		if cerr := d.cli.Close(); cerr != nil && !errors.Is(cerr, context.Canceled) {
+			err = cerr
+		}
+	}
+	if d.etcd != nil {
+		d.etcd.Close()
+	}
+	return err
+}
+
+// Run starts the daemon, serves until ctx is done or something fails, then
+// stops it.
+func Run(ctx context.Context, cfg Config) error {
+	d, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	werr := d.Wait(ctx)
+	serr := d.Stop(context.WithoutCancel(ctx))
+	if werr != nil {
+		return werr
+	}
+	return serr
+}

@@ -1,0 +1,150 @@
+// Package gateway serves coordd's HTTP listener: the REST gateway (which
+// dials the daemon's own gRPC listener, so every interceptor applies to REST
+// too), /healthz, /readyz, /metrics and /openapi.json.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/coordd/coordd/cmd/coordd/internal/api"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Options configure the HTTP handler.
+type Options struct {
+	// Conn is a client connection to the daemon's own gRPC listener.
+	Conn *grpc.ClientConn
+	// MaxRequestBytes caps a request body; larger bodies get 413.
+	MaxRequestBytes int64
+	// Ready reports whether the daemon can serve requests (etcd has a
+	// leader and answers). It backs /readyz.
+	Ready func(ctx context.Context) error
+	// Gatherer backs /metrics; it should be the registry etcd uses.
+	Gatherer prometheus.Gatherer
+}
+
+// New returns the daemon's HTTP handler.
+func New(ctx context.Context, opts Options) (http.Handler, error) {
+	marshaler := &runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+	}
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
+		runtime.WithErrorHandler(writeError),
+		runtime.WithRoutingErrorHandler(routingError),
+	)
+	if err := coorddv1.RegisterSessionServiceHandler(ctx, gw, opts.Conn); err != nil {
+		return nil, err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", limitBody(opts.MaxRequestBytes, gw))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := opts.Ready(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(coorddv1.OpenAPI)
+	})
+	return mux, nil
+}
+
+type bodyKey struct{}
+
+// countingBody records whether the body limit was hit, so the error handler
+// can answer 413 instead of a generic 400.
+type countingBody struct {
+	io.ReadCloser
+	max      int64
+	exceeded atomic.Bool
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		b.exceeded.Store(true)
+	}
+	return n, err
+}
+
+func limitBody(max int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge(max))
+			return
+		}
+		body := &countingBody{ReadCloser: http.MaxBytesReader(w, r.Body, max), max: max}
+		r.Body = body
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyKey{}, body)))
+	})
+}
+
+func tooLarge(max int64) *status.Status {
+	return api.NewStatus(codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE,
+		"request body is larger than the limit of "+strconv.FormatInt(max, 10)+" bytes")
+}
+
+// writeError is the gateway's error handler: the body is the google.rpc.Status
+// as JSON (code, message, details with ErrorInfo), the HTTP status follows
+// grpc-gateway's mapping except for the cases api.HTTPStatus names.
+func writeError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+	if b, ok := ctx.Value(bodyKey{}).(*countingBody); ok && b.exceeded.Load() {
+		writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge(b.max))
+		return
+	}
+	st := status.Convert(err)
+	if st.Code() == codes.InvalidArgument && len(st.Details()) == 0 {
+		// The gateway itself rejected the request (malformed JSON, unknown
+		// field, bad path parameter): give it the coordd reason too.
+		st = api.NewStatus(codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, st.Message())
+	}
+	writeStatus(w, api.HTTPStatus(st, runtime.HTTPStatusFromCode), st)
+}
+
+func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	msg := http.StatusText(httpStatus)
+	code := codes.NotFound
+	if httpStatus == http.StatusMethodNotAllowed {
+		code = codes.Unimplemented
+		msg = "method " + r.Method + " is not allowed on " + r.URL.Path
+	} else if httpStatus == http.StatusNotFound {
+		msg = "no such endpoint: " + r.URL.Path
+	}
+	writeStatus(w, httpStatus, status.New(code, msg))
+}
+
+var statusMarshaler = protojson.MarshalOptions{}
+
+func writeStatus(w http.ResponseWriter, httpStatus int, st *status.Status) {
+	body, err := statusMarshaler.Marshal(st.Proto())
+	if err != nil {
+		body = []byte(`{"code":13,"message":"failed to encode error"}`)
+		httpStatus = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(httpStatus)
+	w.Write(body)
+}

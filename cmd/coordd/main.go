@@ -1,0 +1,197 @@
+// Command coordd is the coordd daemon: locks with fencing tokens, leader
+// elections and a config center over an embedded (or external) etcd.
+//
+// Every flag can also be set through an environment variable: --grpc-addr
+// is COORDD_GRPC_ADDR, and so on. A flag given on the command line wins.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	var (
+		cfg                        daemon.Config
+		logFormat, logLevel        string
+		tlsCert, tlsKey            string
+		etcdCA, etcdCert, etcdKey  string
+		heartbeat, electionTimeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "coordd",
+		Short: "coordd serves fenced locks, leader elections and a config center over etcd",
+		Long: `coordd serves fenced locks, leader elections and a config center over gRPC and REST.
+
+By default it embeds a single-node etcd that keeps its data in --data-dir.
+Give --name, --initial-cluster and peer URLs to run three or five members,
+or --etcd-endpoints to use an existing etcd cluster instead.
+
+Every flag can be set through an environment variable: --grpc-addr is
+COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return applyEnv(cmd.Flags())
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lg, err := newLogger(logFormat, logLevel)
+			if err != nil {
+				return err
+			}
+			defer lg.Sync()
+			cfg.Logger = lg
+			cfg.HeartbeatMs = uint(heartbeat / time.Millisecond)
+			cfg.ElectionMs = uint(electionTimeout / time.Millisecond)
+			if cfg.TLS, err = serverTLS(tlsCert, tlsKey); err != nil {
+				return err
+			}
+			if cfg.EtcdTLS, err = clientTLS(etcdCA, etcdCert, etcdKey); err != nil {
+				return err
+			}
+
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			go forceExitOnSecondSignal(ctx, lg)
+			if err := daemon.Run(ctx, cfg); err != nil {
+				lg.Error("coordd failed", zap.Error(err))
+				return err
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory of the embedded etcd's data (kept across restarts)")
+	f.StringVar(&cfg.GRPCAddr, "grpc-addr", daemon.DefaultGRPCAddr, "gRPC listen address")
+	f.StringVar(&cfg.HTTPAddr, "http-addr", daemon.DefaultHTTPAddr, "HTTP listen address: REST API, /healthz, /readyz, /metrics, /openapi.json")
+	f.StringVar(&tlsCert, "tls-cert-file", "", "serve gRPC and HTTP over TLS with this certificate (PEM)")
+	f.StringVar(&tlsKey, "tls-key-file", "", "private key of --tls-cert-file (PEM)")
+
+	f.StringVar(&cfg.Name, "name", daemon.DefaultName, "this etcd member's name, unique in the cluster")
+	f.StringVar(&cfg.InitialCluster, "initial-cluster", "", `all members as name=peer-url,... (default "<name>=<first advertise peer URL>")`)
+	f.StringVar(&cfg.InitialClusterState, "initial-cluster-state", "new", `"new" to form a cluster, "existing" to join one`)
+	f.StringVar(&cfg.InitialClusterToken, "initial-cluster-token", daemon.DefaultClusterToken, "token that keeps clusters on one network apart")
+	f.StringSliceVar(&cfg.ListenPeerURLs, "listen-peer-urls", []string{daemon.DefaultPeerURL}, "URLs this member listens on for its peers")
+	f.StringSliceVar(&cfg.AdvertisePeerURLs, "initial-advertise-peer-urls", nil, "URLs peers use to reach this member (default --listen-peer-urls)")
+	f.StringVar(&cfg.EtcdClientURL, "etcd-client-url", daemon.DefaultEtcdClientURL, "the embedded etcd's own client listener; loopback or unix socket only")
+	f.DurationVar(&heartbeat, "etcd-heartbeat-interval", 100*time.Millisecond, "raft heartbeat interval")
+	f.DurationVar(&electionTimeout, "etcd-election-timeout", time.Second, "raft election timeout")
+	f.BoolVar(&cfg.EtcdLogWarning, "etcd-quiet", true, "log the embedded etcd at warning level and above only")
+
+	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "use this existing etcd cluster instead of embedding a member")
+	f.StringVar(&etcdCA, "etcd-cacert", "", "CA bundle to verify --etcd-endpoints (PEM)")
+	f.StringVar(&etcdCert, "etcd-cert", "", "client certificate for --etcd-endpoints (PEM)")
+	f.StringVar(&etcdKey, "etcd-key", "", "private key of --etcd-cert (PEM)")
+
+	f.StringVar(&cfg.KeyRoot, "key-root", daemon.DefaultKeyRoot, "etcd key prefix of everything coordd stores")
+	f.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", daemon.DefaultMaxRequestBytes, "largest gRPC message or HTTP request body accepted")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", daemon.DefaultShutdownTimeout, "how long a graceful stop waits for calls in flight")
+	f.StringVar(&logFormat, "log-format", "console", `log format: "console" (human-readable) or "json"`)
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	return cmd
+}
+
+// applyEnv sets every flag not given on the command line from its
+// COORDD_* environment variable.
+func applyEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		env := "COORDD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v, ok := os.LookupEnv(env)
+		if !ok || f.Changed || err != nil {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = fmt.Errorf("%s=%q: %w", env, v, serr)
+		}
+	})
+	return err
+}
+
+func newLogger(format, level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	var cfg zap.Config
+	switch format {
+	case "console":
+		cfg = zap.NewDevelopmentConfig()
+		cfg.Development = false
+		cfg.DisableStacktrace = true
+		cfg.EncoderConfig.EncodeTime = zapcore.TimeEncoderOfLayout("2006-01-02T15:04:05.000Z0700")
+	case "json":
+		cfg = zap.NewProductionConfig()
+	default:
+		return nil, fmt.Errorf("--log-format %q: want console or json", format)
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	return cfg.Build()
+}
+
+func forceExitOnSecondSignal(ctx context.Context, lg *zap.Logger) {
+	<-ctx.Done()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	<-sig
+	lg.Warn("second signal: exiting without a graceful stop")
+	os.Exit(2)
+}
+
+func serverTLS(certFile, keyFile string) (*tls.Config, error) {
+	if certFile == "" && keyFile == "" {
+		return nil, nil
+	}
+	if certFile == "" || keyFile == "" {
+		return nil, fmt.Errorf("--tls-cert-file and --tls-key-file go together")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("TLS certificate: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	if caFile == "" && certFile == "" && keyFile == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cacert: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--etcd-cacert %s holds no PEM certificate", caFile)
+		}
+	}
+	if certFile != "" || keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
