@@ -52,7 +52,7 @@ type Daemon struct {
 	stopOnce sync.Once
 	// quietEtcd drops the errors etcd logs about its own listeners closing.
 	quietEtcd atomic.Bool
-	stopErr  error
+	stopErr   error
 }
 
 // serverMetrics are registered once per process on the registry etcd uses,

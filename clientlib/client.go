@@ -1,0 +1,167 @@
+package clientlib
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+)
+
+// DefaultDialTimeout is how long New waits for a first connection when
+// Config.DialTimeout is zero.
+const DefaultDialTimeout = 5 * time.Second
+
+// Config configures a Client.
+type Config struct {
+	// Endpoints are coordd gRPC addresses (host:port). Required. The client
+	// connects to one and fails over to the others when it becomes
+	// unreachable.
+	Endpoints []string
+	// TLS, when set, connects over TLS. Nil means plaintext.
+	TLS *tls.Config
+	// DialTimeout bounds how long New waits for a first connection.
+	// Optional, defaults to DefaultDialTimeout.
+	DialTimeout time.Duration
+	// Logger receives the SDK's warnings (keep-alive retries, lost
+	// sessions). Optional, defaults to discarding them.
+	Logger *slog.Logger
+}
+
+// Client is a connection to a coordd cluster. It is safe for concurrent
+// use. Close it when done.
+type Client struct {
+	conn     *grpc.ClientConn
+	sessions coorddv1.SessionServiceClient
+	lg       *slog.Logger
+}
+
+var schemeSeq atomic.Int64
+
+// New connects to coordd and waits, up to cfg.DialTimeout or until ctx ends,
+// for a first endpoint to answer.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("%w: Config.Endpoints is empty", ErrInvalidArgument)
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	// A manual resolver hands every endpoint to pick_first, which connects
+	// to one and moves to the next when it fails.
+	r := manual.NewBuilderWithScheme(fmt.Sprintf("coordd-%d", schemeSeq.Add(1)))
+	eps := make([]resolver.Endpoint, 0, len(cfg.Endpoints))
+	for _, a := range cfg.Endpoints {
+		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
+	}
+	r.InitialState(resolver.State{Endpoints: eps})
+
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
+	}
+	conn, err := grpc.NewClient(r.Scheme()+":///coordd",
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{"shuffleAddressList":true}}]}`),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("coordd: %w", err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	conn.Connect()
+	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
+		if !conn.WaitForStateChange(dctx, st) {
+			conn.Close()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("%w: no endpoint of %v answered within %s", ErrUnavailable, cfg.Endpoints, cfg.DialTimeout)
+		}
+	}
+	return &Client{conn: conn, sessions: coorddv1.NewSessionServiceClient(conn), lg: cfg.Logger}, nil
+}
+
+// Close closes the connection. Sessions of this client stop being kept
+// alive; close them first to release what they hold at once.
+func (c *Client) Close() error {
+	err := c.conn.Close()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// SessionInfo describes a session as the server sees it.
+type SessionInfo struct {
+	ID        string
+	TTL       time.Duration
+	Owner     string
+	Hostname  string
+	Labels    map[string]string
+	Created   time.Time
+	Remaining time.Duration // filled by GetSession only
+}
+
+func sessionInfo(s *coorddv1.Session) SessionInfo {
+	return SessionInfo{
+		ID:        s.GetId(),
+		TTL:       s.GetTtl().AsDuration(),
+		Owner:     s.GetOwner(),
+		Hostname:  s.GetHostname(),
+		Labels:    s.GetLabels(),
+		Created:   s.GetCreateTime().AsTime(),
+		Remaining: s.GetRemainingTtl().AsDuration(),
+	}
+}
+
+// GetSession returns a live session by id, or ErrSessionNotFound.
+func (c *Client) GetSession(ctx context.Context, id string) (SessionInfo, error) {
+	resp, err := c.sessions.GetSession(ctx, &coorddv1.GetSessionRequest{SessionId: id})
+	if err != nil {
+		return SessionInfo{}, convert(ctx, err)
+	}
+	return sessionInfo(resp.GetSession()), nil
+}
+
+// ListSessions returns every live session, in id order.
+func (c *Client) ListSessions(ctx context.Context) ([]SessionInfo, error) {
+	var out []SessionInfo
+	token := ""
+	for {
+		resp, err := c.sessions.ListSessions(ctx, &coorddv1.ListSessionsRequest{PageSize: 1000, PageToken: token})
+		if err != nil {
+			return nil, convert(ctx, err)
+		}
+		for _, s := range resp.GetSessions() {
+			out = append(out, sessionInfo(s))
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			return out, nil
+		}
+	}
+}
+
+// CloseSession closes a session by id (for example one left by a crashed
+// process) and releases everything attached to it.
+func (c *Client) CloseSession(ctx context.Context, id string) error {
+	_, err := c.sessions.CloseSession(ctx, &coorddv1.CloseSessionRequest{SessionId: id})
+	return convert(ctx, err)
+}

@@ -1,0 +1,256 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// DefaultSessionTTL is the TTL of a session created without WithTTL: a
+// crashed holder blocks others for at most this long.
+const DefaultSessionTTL = 10 * time.Second
+
+// SessionOption configures NewSession.
+type SessionOption func(*sessionOptions)
+
+type sessionOptions struct {
+	ttl      time.Duration
+	owner    string
+	hostname string
+	labels   map[string]string
+}
+
+// WithTTL sets the session's TTL (2s to 1h, rounded up to a whole second).
+// A shorter TTL frees a crashed holder's locks sooner; a longer one rides
+// out longer pauses. Defaults to DefaultSessionTTL.
+func WithTTL(ttl time.Duration) SessionOption { return func(o *sessionOptions) { o.ttl = ttl } }
+
+// WithOwner names the session's owner, shown wherever the session is
+// described. Defaults to the program's name.
+func WithOwner(owner string) SessionOption { return func(o *sessionOptions) { o.owner = owner } }
+
+// WithLabels attaches free-form labels to the session.
+func WithLabels(labels map[string]string) SessionOption {
+	return func(o *sessionOptions) { o.labels = labels }
+}
+
+// Session is a coordd session kept alive in the background. Everything done
+// on its behalf must stop when Done is closed. It is safe for concurrent
+// use.
+type Session struct {
+	c      *Client
+	id     string
+	ttl    time.Duration
+	margin time.Duration
+	lg     *slog.Logger
+
+	mu       sync.Mutex
+	deadline time.Time   // local deadline; guarded by mu
+	err      error       // why the session ended; nil while alive
+	watchdog *time.Timer // fires at the local deadline
+
+	done     chan struct{} // closed when the session ends
+	stop     context.CancelFunc
+	loopDone chan struct{} // closed when the keep-alive loop has exited
+}
+
+// NewSession creates a session and starts keeping it alive. The keep-alive
+// loop runs until Close, until the server reports the session gone, or
+// until the local deadline passes without an acknowledged keep-alive.
+func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	o := sessionOptions{ttl: DefaultSessionTTL, owner: filepath.Base(os.Args[0])}
+	o.hostname, _ = os.Hostname()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	sent := time.Now()
+	resp, err := c.sessions.CreateSession(ctx, &coorddv1.CreateSessionRequest{
+		Ttl:      durationpb.New(o.ttl),
+		Owner:    o.owner,
+		Hostname: o.hostname,
+		Labels:   o.labels,
+	})
+	if err != nil {
+		return nil, convert(ctx, err)
+	}
+	ttl := resp.GetSession().GetTtl().AsDuration()
+	s := &Session{
+		c:        c,
+		id:       resp.GetSession().GetId(),
+		ttl:      ttl,
+		margin:   max(time.Second, ttl/10),
+		done:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+	}
+	s.lg = c.lg.With("session", s.id)
+	s.deadline = sent.Add(ttl - s.margin)
+	s.watchdog = time.AfterFunc(time.Until(s.deadline), s.checkDeadline)
+	loopCtx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	go s.keepAlive(loopCtx)
+	return s, nil
+}
+
+// ID is the session's id (16 hexadecimal digits).
+func (s *Session) ID() string { return s.id }
+
+// TTL is the granted TTL.
+func (s *Session) TTL() time.Duration { return s.ttl }
+
+// Deadline is the local deadline: the send time of the last acknowledged
+// keep-alive plus TTL minus the safety margin. The server cannot expire the
+// session before it.
+func (s *Session) Deadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline
+}
+
+// Done is closed when the session ends: closed, reported gone by the
+// server, or past its local deadline.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is nil while the session is alive, and afterwards says why it ended:
+// ErrSessionClosed, ErrSessionNotFound or ErrSessionExpired.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close stops the keep-alives and closes the session on the server,
+// releasing everything attached to it. Closing a session that has already
+// ended still asks the server to drop it, and succeeds if it is gone.
+func (s *Session) Close(ctx context.Context) error {
+	s.end(ErrSessionClosed)
+	<-s.loopDone
+	err := s.c.CloseSession(ctx, s.id)
+	if errors.Is(err, ErrSessionNotFound) {
+		return nil
+	}
+	return err
+}
+
+// end records why the session ended (first reason wins), closes Done and
+// stops the loop.
+func (s *Session) end(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return
+	}
+	s.err = err
+	s.watchdog.Stop()
+	close(s.done)
+	s.stop()
+	if !errors.Is(err, ErrSessionClosed) {
+		s.lg.Warn("coordd session lost", "err", err)
+	}
+}
+
+// checkDeadline runs when the watchdog fires. A keep-alive acknowledged in
+// the meantime moves the deadline and re-arms the watchdog instead.
+func (s *Session) checkDeadline() {
+	s.mu.Lock()
+	left := time.Until(s.deadline)
+	if left > 0 && s.err == nil {
+		s.watchdog.Reset(left)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.end(ErrSessionExpired)
+}
+
+// extend moves the local deadline after an acknowledged keep-alive that was
+// sent at sent and granted ttl.
+func (s *Session) extend(sent time.Time, ttl time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := sent.Add(ttl - s.margin); d.After(s.deadline) {
+		s.deadline = d
+	}
+}
+
+func (s *Session) untilDeadline() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Until(s.deadline)
+}
+
+// interval is the pause between keep-alives: TTL/3 with ±10% jitter, so
+// many sessions created together do not renew in lockstep.
+func (s *Session) interval() time.Duration {
+	base := s.ttl / 3
+	return base - base/10 + rand.N(base/5+1)
+}
+
+// keepAlive is the session's background loop. It exits when ctx is
+// cancelled, which end does.
+func (s *Session) keepAlive(ctx context.Context) {
+	defer close(s.loopDone)
+	retry := 50 * time.Millisecond
+	for {
+		err := s.stream(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, ErrSessionNotFound) {
+			s.end(fmt.Errorf("%w (the server no longer has it)", ErrSessionNotFound))
+			return
+		}
+		s.lg.Warn("coordd keep-alive failed; retrying", "err", err, "deadline-in", s.untilDeadline().Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(retry, max(s.untilDeadline(), 0))):
+		}
+		retry = min(2*retry, time.Second)
+	}
+}
+
+// stream keeps the session alive over one KeepAliveStream until the stream
+// fails or ctx ends. Each request waits at most until the next one is due
+// or the local deadline, whichever comes first.
+func (s *Session) stream(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := s.c.sessions.KeepAliveStream(sctx)
+	if err != nil {
+		return convert(sctx, err)
+	}
+	next := time.Duration(0) // renew at once on a new stream
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(next):
+		}
+		next = s.interval()
+		sent := time.Now()
+		// A response that does not come before the next renewal is due (or
+		// the deadline) abandons this stream for a new one.
+		timeout := time.AfterFunc(min(next, max(s.untilDeadline(), 0)), cancel)
+		err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id})
+		var resp *coorddv1.KeepAliveStreamResponse
+		if err == nil || errors.Is(err, io.EOF) {
+			// On a broken stream Send says only io.EOF; Recv has the status.
+			resp, err = st.Recv()
+		}
+		timeout.Stop()
+		if err != nil {
+			return convert(sctx, err)
+		}
+		s.extend(sent, resp.GetTtl().AsDuration())
+	}
+}

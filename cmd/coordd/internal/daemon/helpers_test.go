@@ -1,0 +1,81 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/etcdtest"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testConfig is a single-member daemon on free loopback ports with fast
+// raft ticks and fsync off.
+func testConfig(t *testing.T) daemon.Config {
+	t.Helper()
+	return daemon.Config{
+		DataDir:         t.TempDir(),
+		Name:            "n1",
+		EtcdClientURL:   fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)),
+		ListenPeerURLs:  []string{fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t))},
+		GRPCAddr:        "127.0.0.1:0",
+		HTTPAddr:        "127.0.0.1:0",
+		HeartbeatMs:     10,
+		ElectionMs:      100,
+		UnsafeNoFsync:   true,
+		ShutdownTimeout: 5 * time.Second,
+		Logger:          zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
+	}
+}
+
+// start starts a daemon and stops it when the test ends.
+func start(t *testing.T, cfg daemon.Config) *daemon.Daemon {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts etcd and the daemon")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	d, err := daemon.Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("daemon.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := d.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return d
+}
+
+func newClient(t *testing.T, endpoints ...string) *clientlib.Client {
+	t.Helper()
+	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: endpoints})
+	if err != nil {
+		t.Fatalf("clientlib.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// waitFor polls cond every 10ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var httpClient = &http.Client{Timeout: 10 * time.Second}

@@ -1,0 +1,123 @@
+// Package tcpproxy is a loopback TCP proxy for tests that need a network
+// fault between a client and a server: it can black-hole traffic (bytes are
+// read and dropped, connections stay open, as in a partition) and report
+// how many connections it carries. It is for tests only.
+package tcpproxy
+
+import (
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// Proxy forwards connections from its own loopback address to a target.
+type Proxy struct {
+	ln     net.Listener
+	target string
+	frozen atomic.Bool
+	active atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// Start listens on a free loopback port and forwards to target until the
+// test ends.
+func Start(tb testing.TB, target string) *Proxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("tcpproxy: %v", err)
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the proxy's address; clients dial it instead of the target.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Freeze black-holes traffic in both directions: bytes are read and dropped.
+func (p *Proxy) Freeze() { p.frozen.Store(true) }
+
+// Thaw forwards traffic again.
+func (p *Proxy) Thaw() { p.frozen.Store(false) }
+
+// Active is the number of client connections currently forwarded.
+func (p *Proxy) Active() int { return int(p.active.Load()) }
+
+// Close stops accepting, closes every connection and waits for the
+// forwarding goroutines to exit.
+func (p *Proxy) Close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		p.track(client)
+		p.track(server)
+		p.active.Add(1)
+		var once sync.Once
+		closeBoth := func() {
+			once.Do(func() {
+				client.Close()
+				server.Close()
+				p.mu.Lock()
+				delete(p.conns, client)
+				delete(p.conns, server)
+				p.mu.Unlock()
+				p.active.Add(-1)
+			})
+		}
+		p.wg.Add(2)
+		go func() { defer p.wg.Done(); p.pump(server, client); closeBoth() }()
+		go func() { defer p.wg.Done(); p.pump(client, server); closeBoth() }()
+	}
+}
+
+// pump copies src to dst, dropping bytes while frozen.
+func (p *Proxy) pump(dst io.Writer, src io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.frozen.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
