@@ -51,20 +51,20 @@ var (
 )
 
 var reasons = map[string]error{
-	"INVALID_ARGUMENT":   ErrInvalidArgument,
-	"VALUE_TOO_LARGE":    ErrValueTooLarge,
-	"REQUEST_TOO_LARGE":  ErrRequestTooLarge,
-	"SESSION_NOT_FOUND":  ErrSessionNotFound,
-	"KEY_NOT_FOUND":      ErrKeyNotFound,
-	"NO_LEADER":          ErrNoLeader,
-	"LOCK_HELD":          ErrLockHeld,
-	"STALE_TOKEN":        ErrStaleToken,
-	"NOT_HOLDER":         ErrNotHolder,
-	"NOT_LEADER":         ErrNotLeader,
-	"REVISION_MISMATCH":  ErrRevisionMismatch,
-	"COMPACTED":          ErrCompacted,
-	"UNAVAILABLE":        ErrUnavailable,
-	"INTERNAL":           ErrInternal,
+	"INVALID_ARGUMENT":  ErrInvalidArgument,
+	"VALUE_TOO_LARGE":   ErrValueTooLarge,
+	"REQUEST_TOO_LARGE": ErrRequestTooLarge,
+	"SESSION_NOT_FOUND": ErrSessionNotFound,
+	"KEY_NOT_FOUND":     ErrKeyNotFound,
+	"NO_LEADER":         ErrNoLeader,
+	"LOCK_HELD":         ErrLockHeld,
+	"STALE_TOKEN":       ErrStaleToken,
+	"NOT_HOLDER":        ErrNotHolder,
+	"NOT_LEADER":        ErrNotLeader,
+	"REVISION_MISMATCH": ErrRevisionMismatch,
+	"COMPACTED":         ErrCompacted,
+	"UNAVAILABLE":       ErrUnavailable,
+	"INTERNAL":          ErrInternal,
 }
 
 // Error is an error returned by the coordd server. It matches the sentinel

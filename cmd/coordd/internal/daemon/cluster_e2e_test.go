@@ -1,0 +1,180 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/tcpproxy"
+)
+
+// Session expiry: with keep-alives black-holed, Done closes no later than
+// the local deadline, and the server drops the session only after its TTL.
+func TestSessionExpiry(t *testing.T) {
+	d := start(t, testConfig(t))
+	proxy := tcpproxy.Start(t, d.GRPCAddr())
+	c := newClient(t, proxy.Addr())
+	direct := newClient(t, d.GRPCAddr())
+
+	s, err := c.NewSession(t.Context(), clientlib.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for one acknowledged keep-alive, then cut the network.
+	first := s.Deadline()
+	waitFor(t, 5*time.Second, "a first keep-alive", func() bool { return s.Deadline().After(first) })
+	proxy.Freeze()
+	frozenAt := time.Now()
+
+	var lastAckSent time.Time
+	select {
+	case <-s.Done():
+		deadline := s.Deadline()
+		if late := time.Since(deadline); late > 100*time.Millisecond {
+			t.Fatalf("Done closed %s after the local deadline", late)
+		}
+		lastAckSent = deadline.Add(-s.TTL() + time.Second) // margin is max(1s, TTL/10) = 1s
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed 10s after the network was cut")
+	}
+	if !errors.Is(s.Err(), clientlib.ErrSessionExpired) {
+		t.Fatalf("Err = %v, want ErrSessionExpired", s.Err())
+	}
+	// The server must still have the session at the local deadline: that is
+	// the whole point of the margin.
+	if _, err := direct.GetSession(t.Context(), s.ID()); err != nil {
+		t.Fatalf("server dropped the session before the SDK's local deadline: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the server to drop the session", func() bool {
+		_, err := direct.GetSession(t.Context(), s.ID())
+		return errors.Is(err, clientlib.ErrSessionNotFound)
+	})
+	if alive := time.Since(lastAckSent); alive < s.TTL() {
+		t.Fatalf("server dropped the session %s after the last keep-alive was sent, before its %s TTL", alive, s.TTL())
+	}
+	t.Logf("network cut at +0; Done at local deadline; server dropped the session %s after the cut", time.Since(frozenAt).Round(time.Millisecond))
+	proxy.Thaw()
+}
+
+// startCluster starts n members (sequentially, which is much faster than
+// concurrently) that form one cluster.
+func startCluster(t *testing.T, n int) []*daemon.Daemon {
+	t.Helper()
+	cfgs := make([]daemon.Config, n)
+	var members []string
+	for i := range cfgs {
+		cfgs[i] = testConfig(t)
+		cfgs[i].Name = fmt.Sprintf("m%d", i)
+		members = append(members, cfgs[i].Name+"="+cfgs[i].ListenPeerURLs[0])
+	}
+	ds := make([]*daemon.Daemon, n)
+	starts := make(chan error, n)
+	for i := range cfgs {
+		cfgs[i].InitialCluster = strings.Join(members, ",")
+		// A member's Start returns only once the cluster has a leader, so
+		// start them concurrently and collect the results.
+		go func() {
+			d, err := daemon.Start(t.Context(), cfgs[i])
+			ds[i] = d
+			starts <- err
+		}()
+	}
+	for range cfgs {
+		if err := <-starts; err != nil {
+			t.Fatalf("cluster start: %v", err)
+		}
+	}
+	for _, d := range ds {
+		t.Cleanup(func() { d.Stop(context.Background()) })
+	}
+	return ds
+}
+
+// Three members: a session kept alive through one member survives that
+// member stopping, because the SDK fails over before its local deadline.
+func TestThreeMemberFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member cluster")
+	}
+	ds := startCluster(t, 3)
+	proxies := make([]*tcpproxy.Proxy, len(ds))
+	var endpoints []string
+	for i, d := range ds {
+		proxies[i] = tcpproxy.Start(t, d.GRPCAddr())
+		endpoints = append(endpoints, proxies[i].Addr())
+	}
+	c := newClient(t, endpoints...)
+	s, err := c.NewSession(t.Context(), clientlib.WithTTL(4*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := -1
+	for i, p := range proxies {
+		if p.Active() > 0 {
+			victim = i
+		}
+	}
+	if victim < 0 {
+		t.Fatal("the client has no connection through any proxy")
+	}
+	if err := ds[victim].Stop(context.Background()); err != nil {
+		t.Fatalf("stopping member %d: %v", victim, err)
+	}
+	stoppedAt := time.Now()
+	// A keep-alive acknowledged after the stop proves the failover.
+	waitFor(t, 10*time.Second, "a keep-alive through another member", func() bool {
+		select {
+		case <-s.Done():
+			t.Fatalf("session lost after member %d stopped: %v", victim, s.Err())
+		default:
+		}
+		return s.Deadline().After(stoppedAt.Add(s.TTL() - time.Second))
+	})
+	t.Logf("failed over from member %d; deadline now %s ahead", victim, time.Until(s.Deadline()).Round(time.Millisecond))
+	if _, err := c.GetSession(t.Context(), s.ID()); err != nil {
+		t.Fatalf("GetSession after failover: %v", err)
+	}
+	if err := s.Close(t.Context()); err != nil {
+		t.Fatalf("Close after failover: %v", err)
+	}
+}
+
+// External etcd: coordd as a stateless API layer over a separately started
+// etcd, with two daemons sharing it.
+func TestExternalEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	m := etcdtest.Start(t)
+	var ds []*daemon.Daemon
+	for range 2 {
+		cfg := testConfig(t)
+		cfg.EtcdEndpoints = []string{m.ClientURL}
+		ds = append(ds, start(t, cfg))
+	}
+	if ds[0].Etcd() != nil {
+		t.Fatal("daemon embedded etcd despite EtcdEndpoints")
+	}
+	a, b := newClient(t, ds[0].GRPCAddr()), newClient(t, ds[1].GRPCAddr())
+	s, err := a.NewSession(t.Context(), clientlib.WithTTL(5*time.Second), clientlib.WithOwner("ext"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.GetSession(t.Context(), s.ID())
+	if err != nil || info.Owner != "ext" {
+		t.Fatalf("session created through one daemon, read through the other: %+v, %v", info, err)
+	}
+	resp, err := m.Client(t).Get(t.Context(), "/coordd/session/"+s.ID())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("session metadata not in the external etcd: %v, %v", resp, err)
+	}
+	if err := s.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
