@@ -9,12 +9,15 @@
 // Guarantees:
 //   - A session lives at least its TTL after the last keep-alive the server
 //     answered: etcd expires a lease only after its TTL has run out.
-//   - With lease checkpointing enabled (the daemon enables it), the remaining
-//     TTL survives an etcd leader change instead of being reset.
+//   - With lease checkpointing enabled (the daemon enables it), a session
+//     with more than etcd's checkpoint interval (5 minutes) left keeps its
+//     remaining TTL across an etcd leader change.
 //
 // Non-guarantees:
 //   - A session may outlive its TTL: a new etcd leader extends every lease by
-//     up to one election timeout, and expiry is checked periodically. Clients
+//     up to one election timeout, a session with less than 5 minutes left
+//     may get its full TTL back on a leader change, and expiry is checked
+//     periodically. Clients
 //     must stop acting on a session at their own local deadline, which the Go
 //     SDK computes conservatively.
 //   - Session ids are etcd lease ids. KeepAlive and Close act on any lease of

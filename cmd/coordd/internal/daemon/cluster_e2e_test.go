@@ -39,6 +39,11 @@ func TestSessionExpiry(t *testing.T) {
 		if late := time.Since(deadline); late > 100*time.Millisecond {
 			t.Fatalf("Done closed %s after the local deadline", late)
 		}
+		// The last acknowledged keep-alive was sent before the cut, so the
+		// deadline must fall at least the margin (1s) before cut + TTL.
+		if latest := frozenAt.Add(s.TTL() - time.Second); deadline.After(latest) {
+			t.Fatalf("local deadline %s after cut+TTL-margin: the safety margin is missing", deadline.Sub(latest))
+		}
 		lastAckSent = deadline.Add(-s.TTL() + time.Second) // margin is max(1s, TTL/10) = 1s
 	case <-time.After(10 * time.Second):
 		t.Fatal("Done not closed 10s after the network was cut")

@@ -51,7 +51,7 @@ func startEmbedded(ctx context.Context, cfg Config, quiet *atomic.Bool) (*embed.
 	}
 
 	lg := cfg.Logger.Named("etcd")
-	if cfg.EtcdLogWarning {
+	if cfg.EtcdLogWarning && lg.Core().Enabled(zapcore.InfoLevel) {
 		lg = lg.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
 	}
 	lg = lg.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return &closingFilter{Core: c, quiet: quiet} }))
