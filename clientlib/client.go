@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,9 @@ type Client struct {
 	conn     *grpc.ClientConn
 	sessions coorddv1.SessionServiceClient
 	lg       *slog.Logger
+
+	mu   sync.Mutex
+	live map[*Session]struct{} // sessions whose keep-alive loop runs
 }
 
 var schemeSeq atomic.Int64
@@ -96,12 +100,23 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("%w: no endpoint of %v answered within %s", ErrUnavailable, cfg.Endpoints, cfg.DialTimeout)
 		}
 	}
-	return &Client{conn: conn, sessions: coorddv1.NewSessionServiceClient(conn), lg: cfg.Logger}, nil
+	return &Client{conn: conn, sessions: coorddv1.NewSessionServiceClient(conn), lg: cfg.Logger, live: map[*Session]struct{}{}}, nil
 }
 
 // Close closes the connection. Sessions of this client stop being kept
-// alive; close them first to release what they hold at once.
+// alive and end with ErrSessionClosed, but stay on the server until their
+// TTL runs out: close them first to release what they hold at once.
 func (c *Client) Close() error {
+	c.mu.Lock()
+	live := make([]*Session, 0, len(c.live))
+	for s := range c.live {
+		live = append(live, s)
+	}
+	c.mu.Unlock()
+	for _, s := range live {
+		s.end(ErrSessionClosed)
+		<-s.loopDone
+	}
 	err := c.conn.Close()
 	if errors.Is(err, context.Canceled) {
 		return nil

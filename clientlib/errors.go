@@ -46,7 +46,7 @@ var (
 	// keep-alive was acknowledged. The server may still hold the session
 	// for the rest of its TTL.
 	ErrSessionExpired = errors.New("coordd: session expired: no keep-alive acknowledged before the local deadline")
-	// ErrSessionClosed: the session was closed with Close.
+	// ErrSessionClosed: the session was closed with Close, or its Client was closed.
 	ErrSessionClosed = errors.New("coordd: session closed")
 )
 

@@ -97,6 +97,9 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	s.watchdog = time.AfterFunc(time.Until(s.deadline), s.checkDeadline)
 	loopCtx, stop := context.WithCancel(context.Background())
 	s.stop = stop
+	c.mu.Lock()
+	c.live[s] = struct{}{}
+	c.mu.Unlock()
 	go s.keepAlive(loopCtx)
 	return s, nil
 }
@@ -121,7 +124,8 @@ func (s *Session) Deadline() time.Time {
 func (s *Session) Done() <-chan struct{} { return s.done }
 
 // Err is nil while the session is alive, and afterwards says why it ended:
-// ErrSessionClosed, ErrSessionNotFound or ErrSessionExpired.
+// ErrSessionClosed (Close, or its Client's Close), ErrSessionNotFound or
+// ErrSessionExpired.
 func (s *Session) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -153,6 +157,9 @@ func (s *Session) end(err error) {
 	s.watchdog.Stop()
 	close(s.done)
 	s.stop()
+	s.c.mu.Lock()
+	delete(s.c.live, s)
+	s.c.mu.Unlock()
 	if !errors.Is(err, ErrSessionClosed) {
 		s.lg.Warn("coordd session lost", "err", err)
 	}

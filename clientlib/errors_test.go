@@ -1,0 +1,66 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func statusErr(t *testing.T, code codes.Code, reason string) error {
+	t.Helper()
+	st := status.New(code, "msg")
+	if reason != "" {
+		var err error
+		if st, err = st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: "coordd"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st.Err()
+}
+
+func TestConvert(t *testing.T) {
+	tests := []struct {
+		code   codes.Code
+		reason string
+		want   error
+	}{
+		{codes.NotFound, "SESSION_NOT_FOUND", ErrSessionNotFound},
+		{codes.InvalidArgument, "INVALID_ARGUMENT", ErrInvalidArgument},
+		{codes.InvalidArgument, "VALUE_TOO_LARGE", ErrValueTooLarge},
+		{codes.InvalidArgument, "REQUEST_TOO_LARGE", ErrRequestTooLarge},
+		{codes.Aborted, "LOCK_HELD", ErrLockHeld},
+		{codes.Aborted, "STALE_TOKEN", ErrStaleToken},
+		{codes.FailedPrecondition, "NOT_HOLDER", ErrNotHolder},
+		{codes.OutOfRange, "COMPACTED", ErrCompacted},
+		{codes.Unavailable, "UNAVAILABLE", ErrUnavailable},
+		{codes.Unavailable, "", ErrUnavailable},           // a transport failure has no reason
+		{codes.ResourceExhausted, "", ErrRequestTooLarge}, // gRPC's own message size limit
+		{codes.Internal, "INTERNAL", ErrInternal},
+	}
+	for _, tt := range tests {
+		t.Run(tt.code.String()+"/"+tt.reason, func(t *testing.T) {
+			err := convert(context.Background(), statusErr(t, tt.code, tt.reason))
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("convert = %v, want errors.Is %v", err, tt.want)
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Code != tt.code {
+				t.Fatalf("convert = %#v, want *Error with code %s", err, tt.code)
+			}
+			if errors.Is(err, ErrInternal) != (tt.want == ErrInternal) {
+				t.Fatalf("%v matches the wrong sentinel", err)
+			}
+		})
+	}
+
+	// The caller's own deadline comes back as the context error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := convert(ctx, status.Error(codes.Canceled, "context canceled")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call = %v, want context.Canceled", err)
+	}
+}

@@ -1,0 +1,58 @@
+package clientlib_test
+
+import (
+	"context"
+	"errors"
+	"log"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+)
+
+// A session with a 10 s TTL. Everything done on its behalf stops when Done
+// closes; Close releases what hangs off it at once.
+func ExampleClient_NewSession() {
+	ctx := context.Background()
+	c, err := clientlib.New(ctx, clientlib.Config{
+		Endpoints: []string{"127.0.0.1:7420", "127.0.0.1:7430", "127.0.0.1:7440"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	s, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second), clientlib.WithOwner("billing-worker"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close(context.Background())
+
+	select {
+	case <-s.Done():
+		if errors.Is(s.Err(), clientlib.ErrSessionExpired) {
+			log.Print("no keep-alive acknowledged before the local deadline; stop acting as a holder")
+		}
+	case <-time.After(time.Minute):
+		log.Printf("session %s alive until at least %s", s.ID(), s.Deadline().Format(time.RFC3339Nano))
+	}
+}
+
+// Server errors match sentinels chosen by the error's reason.
+func ExampleClient_GetSession() {
+	ctx := context.Background()
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{"127.0.0.1:7420"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	info, err := c.GetSession(ctx, "694d7a1b2c3d4e5f")
+	switch {
+	case errors.Is(err, clientlib.ErrSessionNotFound):
+		log.Print("session gone: closed or expired")
+	case err != nil:
+		log.Fatal(err)
+	default:
+		log.Printf("owner %s, %s left", info.Owner, info.Remaining)
+	}
+}

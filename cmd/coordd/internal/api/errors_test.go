@@ -1,0 +1,83 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/coordd/coordd/session"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestToStatus(t *testing.T) {
+	tests := []struct {
+		name         string
+		err          error
+		code         codes.Code
+		reason       string
+		internal     bool
+		httpStatus   int
+		keepsMessage bool
+	}{
+		{"invalid", fmt.Errorf("%w: ttl", session.ErrInvalid), codes.InvalidArgument, "INVALID_ARGUMENT", false, 400, true},
+		{"too large", fmt.Errorf("%w: owner", session.ErrTooLarge), codes.InvalidArgument, "VALUE_TOO_LARGE", false, 400, true},
+		{"not found", fmt.Errorf("%w: 12", session.ErrNotFound), codes.NotFound, "SESSION_NOT_FOUND", false, 404, true},
+		{"stopping", ErrStopping, codes.Unavailable, "UNAVAILABLE", false, 503, true},
+		{"caller deadline", fmt.Errorf("get: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "", false, 504, true},
+		{"caller cancel", context.Canceled, codes.Canceled, "", false, 499, true},
+		{"etcd no leader", fmt.Errorf("session: get: %w", rpctypes.ErrNoLeader), codes.Unavailable, "UNAVAILABLE", false, 503, false},
+		{"etcd timeout", rpctypes.ErrGRPCTimeout, codes.Unavailable, "UNAVAILABLE", false, 503, false},
+		{"unexpected", errors.New("boom: disk on fire"), codes.Internal, "INTERNAL", true, 500, false},
+		{"compacted", NewStatus(codes.OutOfRange, 12, "compacted").Err(), codes.OutOfRange, "COMPACTED", false, 410, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, internal := ToStatus(tt.err)
+			if st.Code() != tt.code || internal != tt.internal {
+				t.Fatalf("ToStatus(%v) = %s internal=%v, want %s internal=%v", tt.err, st.Code(), internal, tt.code, tt.internal)
+			}
+			if got := reasonOf(st); got != tt.reason {
+				t.Errorf("reason = %q, want %q", got, tt.reason)
+			}
+			if got := HTTPStatus(st, runtime.HTTPStatusFromCode); got != tt.httpStatus {
+				t.Errorf("HTTP status = %d, want %d", got, tt.httpStatus)
+			}
+			if internal && st.Message() == tt.err.Error() {
+				t.Errorf("internal error leaked its details to the caller: %q", st.Message())
+			}
+			if tt.keepsMessage && st.Message() != tt.err.Error() && tt.code != codes.OutOfRange {
+				t.Errorf("message = %q, want %q", st.Message(), tt.err.Error())
+			}
+		})
+	}
+}
+
+func TestUnaryErrorsRecoversPanics(t *testing.T) {
+	intercept := UnaryErrors(zap.NewNop())
+	_, err := intercept(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x/Y"},
+		func(context.Context, any) (any, error) { panic("bad input reached a nil map") })
+	if status.Code(err) != codes.Internal || reasonOf(status.Convert(err)) != "INTERNAL" {
+		t.Fatalf("panicking handler returned %v, want Internal/INTERNAL", err)
+	}
+	_, err = intercept(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/x/Y"},
+		func(context.Context, any) (any, error) { return nil, session.ErrNotFound })
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("domain error mapped to %v, want NotFound", err)
+	}
+}
+
+func reasonOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain {
+			return info.Reason
+		}
+	}
+	return ""
+}
