@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,13 +45,22 @@ type Config struct {
 // Client is a connection to a coordd cluster. It is safe for concurrent
 // use. Close it when done.
 type Client struct {
-	conn     *grpc.ClientConn
-	sessions coorddv1.SessionServiceClient
-	lg       *slog.Logger
+	conn      *grpc.ClientConn
+	resolver  *manual.Resolver
+	endpoints []string
+	sessions  coorddv1.SessionServiceClient
+	lg        *slog.Logger
 
-	mu   sync.Mutex
-	live map[*Session]struct{} // sessions whose keep-alive loop runs
+	mu      sync.Mutex
+	live    map[*Session]struct{} // sessions whose keep-alive loop runs
+	avoided map[string]time.Time  // endpoint -> until when it is left out
+	readmit *time.Timer           // puts avoided endpoints back
+	closed  bool
 }
+
+// avoidFor is how long an endpoint that failed a keep-alive is left out of
+// the addresses the connection may use.
+const avoidFor = 10 * time.Second
 
 var schemeSeq atomic.Int64
 
@@ -73,6 +84,15 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
 	}
 	r.InitialState(resolver.State{Endpoints: eps})
+	// Dial through endpointConn so a call's peer address names the endpoint
+	// as configured, even when it is a host name.
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return endpointConn{Conn: conn, ep: endpointAddr(addr)}, nil
+	}
 
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
@@ -80,6 +100,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	conn, err := grpc.NewClient(r.Scheme()+":///coordd",
 		grpc.WithResolvers(r),
+		grpc.WithContextDialer(dial),
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{"shuffleAddressList":true}}]}`),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
@@ -100,7 +121,15 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("%w: no endpoint of %v answered within %s", ErrUnavailable, cfg.Endpoints, cfg.DialTimeout)
 		}
 	}
-	return &Client{conn: conn, sessions: coorddv1.NewSessionServiceClient(conn), lg: cfg.Logger, live: map[*Session]struct{}{}}, nil
+	return &Client{
+		conn:      conn,
+		resolver:  r,
+		endpoints: slices.Clone(cfg.Endpoints),
+		sessions:  coorddv1.NewSessionServiceClient(conn),
+		lg:        cfg.Logger,
+		live:      map[*Session]struct{}{},
+		avoided:   map[string]time.Time{},
+	}, nil
 }
 
 // Close closes the connection. Sessions of this client stop being kept
@@ -111,6 +140,10 @@ func (c *Client) Close() error {
 	live := make([]*Session, 0, len(c.live))
 	for s := range c.live {
 		live = append(live, s)
+	}
+	c.closed = true
+	if c.readmit != nil {
+		c.readmit.Stop()
 	}
 	c.mu.Unlock()
 	for _, s := range live {
@@ -123,6 +156,71 @@ func (c *Client) Close() error {
 	}
 	return err
 }
+
+// avoid leaves the endpoint out of the connection's addresses for avoidFor,
+// so pick_first moves to another endpoint. It is how the SDK gets away from a
+// member that stopped answering without closing its connections (a
+// partition), which gRPC's own keepalive would notice only after 15s. With
+// every endpoint avoided, all of them are used again.
+func (c *Client) avoid(endpoint string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || len(c.endpoints) < 2 || !slices.Contains(c.endpoints, endpoint) {
+		return
+	}
+	c.lg.Warn("coordd endpoint not answering; using the others for a while", "endpoint", endpoint, "for", avoidFor)
+	c.avoided[endpoint] = time.Now().Add(avoidFor)
+	c.updateAddressesLocked()
+	if c.readmit == nil {
+		c.readmit = time.AfterFunc(avoidFor, c.readmitExpired)
+	} else {
+		c.readmit.Reset(avoidFor)
+	}
+}
+
+func (c *Client) readmitExpired() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.updateAddressesLocked()
+	}
+}
+
+// updateAddressesLocked hands the resolver every endpoint not avoided now.
+func (c *Client) updateAddressesLocked() {
+	now := time.Now()
+	var eps []resolver.Endpoint
+	for _, a := range c.endpoints {
+		if until, ok := c.avoided[a]; ok {
+			if now.Before(until) {
+				continue
+			}
+			delete(c.avoided, a)
+		}
+		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
+	}
+	if len(eps) == 0 {
+		clear(c.avoided)
+		for _, a := range c.endpoints {
+			eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
+		}
+	}
+	c.resolver.UpdateState(resolver.State{Endpoints: eps})
+}
+
+// endpointAddr is a net.Addr that prints as the endpoint it was dialed by.
+type endpointAddr string
+
+func (a endpointAddr) Network() string { return "tcp" }
+func (a endpointAddr) String() string  { return string(a) }
+
+// endpointConn reports its endpoint as its remote address.
+type endpointConn struct {
+	net.Conn
+	ep endpointAddr
+}
+
+func (c endpointConn) RemoteAddr() net.Addr { return c.ep }
 
 // SessionInfo describes a session as the server sees it.
 type SessionInfo struct {

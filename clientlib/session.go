@@ -13,6 +13,8 @@ import (
 	"time"
 
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -229,10 +231,16 @@ func (s *Session) keepAlive(ctx context.Context) {
 // stream keeps the session alive over one KeepAliveStream until the stream
 // fails or ctx ends. Each request waits at most until the next one is due
 // or the local deadline, whichever comes first.
-func (s *Session) stream(ctx context.Context) error {
+func (s *Session) stream(ctx context.Context) (err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := s.c.sessions.KeepAliveStream(sctx)
+	var p peer.Peer // filled when the stream ends
+	defer func() {
+		if ctx.Err() == nil && p.Addr != nil && !errors.Is(err, ErrSessionNotFound) {
+			s.c.avoid(p.Addr.String())
+		}
+	}()
+	st, err := s.c.sessions.KeepAliveStream(sctx, grpc.Peer(&p))
 	if err != nil {
 		return convert(sctx, err)
 	}
@@ -248,7 +256,7 @@ func (s *Session) stream(ctx context.Context) error {
 		// A response that does not come before the next renewal is due (or
 		// the deadline) abandons this stream for a new one.
 		timeout := time.AfterFunc(min(next, max(s.untilDeadline(), 0)), cancel)
-		err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id})
+		err = st.Send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id})
 		var resp *coorddv1.KeepAliveStreamResponse
 		if err == nil || errors.Is(err, io.EOF) {
 			// On a broken stream Send says only io.EOF; Recv has the status.

@@ -150,6 +150,54 @@ func TestThreeMemberFailover(t *testing.T) {
 	}
 }
 
+// Three members, one partitioned: the member the SDK talks through stops
+// answering without closing its connections. The SDK must give up on it
+// and renew through another member before the local deadline.
+func TestThreeMemberPartitionFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member cluster")
+	}
+	ds := startCluster(t, 3)
+	proxies := make([]*tcpproxy.Proxy, len(ds))
+	var endpoints []string
+	for i, d := range ds {
+		proxies[i] = tcpproxy.Start(t, d.GRPCAddr())
+		endpoints = append(endpoints, proxies[i].Addr())
+	}
+	c := newClient(t, endpoints...)
+	s, err := c.NewSession(t.Context(), clientlib.WithTTL(6*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := -1
+	for i, p := range proxies {
+		if p.Active() > 0 {
+			victim = i
+		}
+	}
+	if victim < 0 {
+		t.Fatal("the client has no connection through any proxy")
+	}
+	proxies[victim].Freeze()
+	frozenAt := time.Now()
+	waitFor(t, 15*time.Second, "a keep-alive through another member", func() bool {
+		select {
+		case <-s.Done():
+			t.Fatalf("session lost while member %d was partitioned: %v", victim, s.Err())
+		default:
+		}
+		return s.Deadline().After(frozenAt.Add(s.TTL() - time.Second))
+	})
+	t.Logf("failed over from partitioned member %d in under %s", victim, time.Since(frozenAt).Round(time.Millisecond))
+	if _, err := c.GetSession(t.Context(), s.ID()); err != nil {
+		t.Fatalf("GetSession after failover: %v", err)
+	}
+	proxies[victim].Thaw()
+	if err := s.Close(t.Context()); err != nil {
+		t.Fatalf("Close after failover: %v", err)
+	}
+}
+
 // External etcd: coordd as a stateless API layer over a separately started
 // etcd, with two daemons sharing it.
 func TestExternalEtcd(t *testing.T) {
