@@ -40,5 +40,8 @@ lint:
 bench:
 	go run ./bench
 
+# Fuzz the request validation, 30s per target (FUZZTIME=5m for longer).
+FUZZTIME ?= 30s
 fuzz:
-	go test -run=^$$ -fuzz=FuzzValidateCreate -fuzztime=30s ./session
+	go test -run=^$$ -fuzz=FuzzValidateCreate -fuzztime=$(FUZZTIME) ./session
+	go test -run=^$$ -fuzz=FuzzParseID -fuzztime=$(FUZZTIME) ./session

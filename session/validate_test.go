@@ -121,3 +121,26 @@ func FuzzValidateCreate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseID checks that any accepted id is positive and prints back to
+// a form that parses to the same id.
+func FuzzParseID(f *testing.F) {
+	for _, s := range []string{"694d7a1b2c3d4e5f", "1", "", "0", "-1", "ffffffffffffffff", "7fffffffffffffff", "0x10", " 1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := session.ParseID(s)
+		if err != nil {
+			if !errors.Is(err, session.ErrInvalid) {
+				t.Fatalf("ParseID(%q) error %v does not wrap ErrInvalid", s, err)
+			}
+			return
+		}
+		if id <= 0 {
+			t.Fatalf("ParseID(%q) accepted %d", s, id)
+		}
+		if back, err := session.ParseID(id.String()); err != nil || back != id || len(id.String()) != 16 {
+			t.Fatalf("ParseID(%q) = %s does not round-trip: %v, %v", s, id, back, err)
+		}
+	})
+}
