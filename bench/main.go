@@ -98,10 +98,10 @@ func run() error {
 			}
 		}
 	}
-	fmt.Printf("%-34s %10s %10s %8s\n", "process (median of starts)", "coordd", "etcd", "x")
-	fmt.Printf("%-34s %8.0fms %8.0fms %8.2f   (coordd min %.0f max %.0f; etcd min %.0f max %.0f; n=%d)\n", "cold start to ready",
+	fmt.Printf("%-48s %10s %10s %8s\n", "process (median of starts)", "coordd", "etcd", "x")
+	fmt.Printf("%-48s %8.0fms %8.0fms %8.2f   (coordd min %.0f max %.0f; etcd min %.0f max %.0f; n=%d)\n", "cold start to ready",
 		median(startC), median(startE), median(startC)/median(startE), slices.Min(startC), slices.Max(startC), slices.Min(startE), slices.Max(startE), len(startC))
-	fmt.Printf("%-34s %7.1fMiB %7.1fMiB %8.2f\n\n", "idle RSS 2s after ready", median(rssC), median(rssE), median(rssC)/median(rssE))
+	fmt.Printf("%-48s %7.1fMiB %7.1fMiB %8.2f\n\n", "idle RSS 2s after ready", median(rssC), median(rssE), median(rssC)/median(rssE))
 
 	d, err := startDaemon(bin, filepath.Join(tmp, "ops"))
 	if err != nil {
@@ -125,7 +125,7 @@ func run() error {
 	}
 	defer conn.Close()
 
-	fmt.Printf("%-34s %10s %10s %10s %10s %8s %8s\n", "workload", "coordd p50", "coordd p99", "etcd p50", "etcd p99", "p50 x", "p99 x")
+	fmt.Printf("%-48s %10s %10s %10s %10s %8s %8s\n", "workload", "coordd p50", "coordd p99", "etcd p50", "etcd p99", "p50 x", "p99 x")
 	createClose := compare(
 		func() error {
 			s, err := sdk.NewSession(ctx, clientlib.WithTTL(10*time.Second))
@@ -243,7 +243,7 @@ func measure(fn func() error) []float64 {
 
 func printRow(name string, r result) {
 	c50, c99, e50, e99 := median(r.coorddP50), median(r.coorddP99), median(r.etcdP50), median(r.etcdP99)
-	fmt.Printf("%-34s %8.0fus %8.0fus %8.0fus %8.0fus %8.2f %8.2f\n", name, c50, c99, e50, e99, c50/e50, c99/e99)
+	fmt.Printf("%-48s %8.0fus %8.0fus %8.0fus %8.0fus %8.2f %8.2f\n", name, c50, c99, e50, e99, c50/e50, c99/e99)
 }
 
 func percentile(xs []float64, p float64) float64 {

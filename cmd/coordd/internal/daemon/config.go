@@ -66,7 +66,7 @@ const (
 	DefaultEtcdClientURL   = "http://127.0.0.1:7422"
 	DefaultPeerURL         = "http://127.0.0.1:7423"
 	DefaultDataDir         = "coordd-data"
-	DefaultName            = "default"
+	DefaultName            = "coordd"
 	DefaultKeyRoot         = "/coordd/"
 	DefaultMaxRequestBytes = 1 << 20
 	DefaultShutdownTimeout = 10 * time.Second
