@@ -69,8 +69,9 @@ func TestSessionExpiry(t *testing.T) {
 	proxy.Thaw()
 }
 
-// startCluster starts n members (sequentially, which is much faster than
-// concurrently) that form one cluster.
+// startCluster starts n members that form one cluster. They start
+// concurrently because a member's Start returns only once the cluster has a
+// leader, which needs a quorum.
 func startCluster(t *testing.T, n int) []*daemon.Daemon {
 	t.Helper()
 	cfgs := make([]daemon.Config, n)
@@ -84,8 +85,6 @@ func startCluster(t *testing.T, n int) []*daemon.Daemon {
 	starts := make(chan error, n)
 	for i := range cfgs {
 		cfgs[i].InitialCluster = strings.Join(members, ",")
-		// A member's Start returns only once the cluster has a leader, so
-		// start them concurrently and collect the results.
 		go func() {
 			d, err := daemon.Start(t.Context(), cfgs[i])
 			ds[i] = d
@@ -104,99 +103,68 @@ func startCluster(t *testing.T, n int) []*daemon.Daemon {
 }
 
 // Three members: a session kept alive through one member survives that
-// member stopping, because the SDK fails over before its local deadline.
+// member failing, because the SDK renews through another member before its
+// local deadline. The member either stops (its connections close) or is
+// partitioned (it stops answering, connections stay open).
 func TestThreeMemberFailover(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a three-member cluster")
+		t.Skip("starts three-member clusters")
 	}
-	ds := startCluster(t, 3)
-	proxies := make([]*tcpproxy.Proxy, len(ds))
-	var endpoints []string
-	for i, d := range ds {
-		proxies[i] = tcpproxy.Start(t, d.GRPCAddr())
-		endpoints = append(endpoints, proxies[i].Addr())
+	faults := []struct {
+		name  string
+		fault func(t *testing.T, d *daemon.Daemon, p *tcpproxy.Proxy)
+	}{
+		{"member stops", func(t *testing.T, d *daemon.Daemon, _ *tcpproxy.Proxy) {
+			if err := d.Stop(context.Background()); err != nil {
+				t.Fatalf("stopping the member: %v", err)
+			}
+		}},
+		{"member partitioned", func(_ *testing.T, _ *daemon.Daemon, p *tcpproxy.Proxy) { p.Freeze() }},
 	}
-	c := newClient(t, endpoints...)
-	s, err := c.NewSession(t.Context(), clientlib.WithTTL(4*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim := -1
-	for i, p := range proxies {
-		if p.Active() > 0 {
-			victim = i
-		}
-	}
-	if victim < 0 {
-		t.Fatal("the client has no connection through any proxy")
-	}
-	if err := ds[victim].Stop(context.Background()); err != nil {
-		t.Fatalf("stopping member %d: %v", victim, err)
-	}
-	stoppedAt := time.Now()
-	// A keep-alive acknowledged after the stop proves the failover.
-	waitFor(t, 10*time.Second, "a keep-alive through another member", func() bool {
-		select {
-		case <-s.Done():
-			t.Fatalf("session lost after member %d stopped: %v", victim, s.Err())
-		default:
-		}
-		return s.Deadline().After(stoppedAt.Add(s.TTL() - time.Second))
-	})
-	t.Logf("failed over from member %d; deadline now %s ahead", victim, time.Until(s.Deadline()).Round(time.Millisecond))
-	if _, err := c.GetSession(t.Context(), s.ID()); err != nil {
-		t.Fatalf("GetSession after failover: %v", err)
-	}
-	if err := s.Close(t.Context()); err != nil {
-		t.Fatalf("Close after failover: %v", err)
-	}
-}
-
-// Three members, one partitioned: the member the SDK talks through stops
-// answering without closing its connections. The SDK must give up on it
-// and renew through another member before the local deadline.
-func TestThreeMemberPartitionFailover(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
-	ds := startCluster(t, 3)
-	proxies := make([]*tcpproxy.Proxy, len(ds))
-	var endpoints []string
-	for i, d := range ds {
-		proxies[i] = tcpproxy.Start(t, d.GRPCAddr())
-		endpoints = append(endpoints, proxies[i].Addr())
-	}
-	c := newClient(t, endpoints...)
-	s, err := c.NewSession(t.Context(), clientlib.WithTTL(6*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim := -1
-	for i, p := range proxies {
-		if p.Active() > 0 {
-			victim = i
-		}
-	}
-	if victim < 0 {
-		t.Fatal("the client has no connection through any proxy")
-	}
-	proxies[victim].Freeze()
-	frozenAt := time.Now()
-	waitFor(t, 15*time.Second, "a keep-alive through another member", func() bool {
-		select {
-		case <-s.Done():
-			t.Fatalf("session lost while member %d was partitioned: %v", victim, s.Err())
-		default:
-		}
-		return s.Deadline().After(frozenAt.Add(s.TTL() - time.Second))
-	})
-	t.Logf("failed over from partitioned member %d in under %s", victim, time.Since(frozenAt).Round(time.Millisecond))
-	if _, err := c.GetSession(t.Context(), s.ID()); err != nil {
-		t.Fatalf("GetSession after failover: %v", err)
-	}
-	proxies[victim].Thaw()
-	if err := s.Close(t.Context()); err != nil {
-		t.Fatalf("Close after failover: %v", err)
+	for _, tt := range faults {
+		t.Run(tt.name, func(t *testing.T) {
+			ds := startCluster(t, 3)
+			proxies := make([]*tcpproxy.Proxy, len(ds))
+			var endpoints []string
+			for i, d := range ds {
+				proxies[i] = tcpproxy.Start(t, d.GRPCAddr())
+				endpoints = append(endpoints, proxies[i].Addr())
+			}
+			c := newClient(t, endpoints...)
+			s, err := c.NewSession(t.Context(), clientlib.WithTTL(6*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			victim := -1
+			for i, p := range proxies {
+				if p.Active() > 0 {
+					victim = i
+				}
+			}
+			if victim < 0 {
+				t.Fatal("the client has no connection through any proxy")
+			}
+			tt.fault(t, ds[victim], proxies[victim])
+			faultAt := time.Now()
+			// A keep-alive sent after the fault and acknowledged proves the
+			// failover (margin is 1s for a 6s TTL).
+			waitFor(t, 15*time.Second, "a keep-alive through another member", func() bool {
+				select {
+				case <-s.Done():
+					t.Fatalf("session lost after member %d failed: %v", victim, s.Err())
+				default:
+				}
+				return s.Deadline().After(faultAt.Add(s.TTL() - time.Second))
+			})
+			t.Logf("failed over from member %d within %s", victim, time.Since(faultAt).Round(time.Millisecond))
+			if _, err := c.GetSession(t.Context(), s.ID()); err != nil {
+				t.Fatalf("GetSession after failover: %v", err)
+			}
+			proxies[victim].Thaw()
+			if err := s.Close(t.Context()); err != nil {
+				t.Fatalf("Close after failover: %v", err)
+			}
+		})
 	}
 }
 
