@@ -126,7 +126,7 @@ func run() error {
 	defer conn.Close()
 
 	fmt.Printf("%-48s %10s %10s %10s %10s %8s %8s\n", "workload", "coordd p50", "coordd p99", "etcd p50", "etcd p99", "p50 x", "p99 x")
-	createClose := compare(
+	createClose, err := compare(
 		func() error {
 			s, err := sdk.NewSession(ctx, clientlib.WithTTL(10*time.Second))
 			if err != nil {
@@ -142,6 +142,9 @@ func run() error {
 			_, err = raw.Revoke(ctx, l.ID)
 			return err
 		})
+	if err != nil {
+		return err
+	}
 	printRow("session create+close (SDK | lease grant+revoke)", createClose)
 
 	// Keep-alive round trips on one stream each, as the SDK and clientv3 do.
@@ -162,7 +165,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	keepAlive := compare(
+	keepAlive, err := compare(
 		func() error {
 			if err := kst.Send(&coorddv1.KeepAliveStreamRequest{SessionId: s.ID()}); err != nil {
 				return err
@@ -177,10 +180,13 @@ func run() error {
 			_, err := lst.Recv()
 			return err
 		})
+	if err != nil {
+		return err
+	}
 	printRow("keep-alive round trip (stream | lease stream)", keepAlive)
 
 	unary := coorddv1.NewSessionServiceClient(conn)
-	keepAliveUnary := compare(
+	keepAliveUnary, err := compare(
 		func() error {
 			_, err := unary.KeepAlive(ctx, &coorddv1.KeepAliveRequest{SessionId: s.ID()})
 			return err
@@ -189,6 +195,9 @@ func run() error {
 			_, err := raw.KeepAliveOnce(ctx, lease.ID)
 			return err
 		})
+	if err != nil {
+		return err
+	}
 	printRow("keep-alive unary (KeepAlive | KeepAliveOnce)", keepAliveUnary)
 	fmt.Println("\nx = coordd / etcd (lower is better; target <= 1.3). Each figure is the median over rounds.")
 	return nil
@@ -198,7 +207,7 @@ type result struct{ coorddP50, coorddP99, etcdP50, etcdP99 []float64 }
 
 // compare runs both peers for rounds, alternating which goes first, and
 // returns per-round p50/p99 in microseconds.
-func compare(coordd, etcd func() error) result {
+func compare(coordd, etcd func() error) (result, error) {
 	var r result
 	for round := range *rounds {
 		order := []int{0, 1}
@@ -210,7 +219,10 @@ func compare(coordd, etcd func() error) result {
 			if peer == 1 {
 				fn = etcd
 			}
-			lat := measure(fn)
+			lat, err := measure(fn)
+			if err != nil {
+				return r, err
+			}
 			p50, p99 := percentile(lat, 50), percentile(lat, 99)
 			if peer == 0 {
 				r.coorddP50, r.coorddP99 = append(r.coorddP50, p50), append(r.coorddP99, p99)
@@ -219,26 +231,24 @@ func compare(coordd, etcd func() error) result {
 			}
 		}
 	}
-	return r
+	return r, nil
 }
 
-func measure(fn func() error) []float64 {
+func measure(fn func() error) ([]float64, error) {
 	for range 20 { // warm up
 		if err := fn(); err != nil {
-			fmt.Fprintln(os.Stderr, "bench: warm-up:", err)
-			os.Exit(1)
+			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
 	lat := make([]float64, 0, *ops)
 	for range *ops {
 		t0 := time.Now()
 		if err := fn(); err != nil {
-			fmt.Fprintln(os.Stderr, "bench:", err)
-			os.Exit(1)
+			return nil, err
 		}
 		lat = append(lat, float64(time.Since(t0).Microseconds()))
 	}
-	return lat
+	return lat, nil
 }
 
 func printRow(name string, r result) {

@@ -96,12 +96,32 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	}
 	s.lg = c.lg.With("session", s.id)
 	s.deadline = sent.Add(ttl - s.margin)
-	s.watchdog = time.AfterFunc(time.Until(s.deadline), s.checkDeadline)
 	loopCtx, stop := context.WithCancel(context.Background())
 	s.stop = stop
+	if time.Until(s.deadline) <= 0 {
+		// The answer came too late: the server may expire the session
+		// before any keep-alive could reach it. Do not hand it out.
+		stop()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = c.CloseSession(cctx, s.id)
+		return nil, fmt.Errorf("%w: creating it took longer than its TTL minus the margin (%s)", ErrSessionExpired, ttl-s.margin)
+	}
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		stop()
+		return nil, fmt.Errorf("%w: the client is closed", ErrSessionClosed)
+	}
 	c.live[s] = struct{}{}
 	c.mu.Unlock()
+	// From here Client.Close may end the session at any time; the loop must
+	// run so that it can observe that and close loopDone.
+	s.mu.Lock()
+	if s.err == nil {
+		s.watchdog = time.AfterFunc(time.Until(s.deadline), s.checkDeadline)
+	}
+	s.mu.Unlock()
 	go s.keepAlive(loopCtx)
 	return s, nil
 }
@@ -156,7 +176,9 @@ func (s *Session) end(err error) {
 		return
 	}
 	s.err = err
-	s.watchdog.Stop()
+	if s.watchdog != nil {
+		s.watchdog.Stop()
+	}
 	close(s.done)
 	s.stop()
 	s.c.mu.Lock()
@@ -186,6 +208,9 @@ func (s *Session) checkDeadline() {
 func (s *Session) extend(sent time.Time, ttl time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.err != nil {
+		return // ended: Deadline stays where the session was given up
+	}
 	if d := sent.Add(ttl - s.margin); d.After(s.deadline) {
 		s.deadline = d
 	}

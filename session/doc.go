@@ -9,7 +9,8 @@
 // Guarantees:
 //   - A session lives at least its TTL after the last keep-alive the server
 //     answered: etcd expires a lease only after its TTL has run out.
-//   - With lease checkpointing enabled (the daemon enables it), a session
+//   - With lease checkpointing enabled (the daemon enables it for its
+//     embedded etcd; an external cluster has its own setting), a session
 //     with more than etcd's checkpoint interval (5 minutes) left keeps its
 //     remaining TTL across an etcd leader change.
 //

@@ -59,17 +59,19 @@ func (p *Proxy) Close() {
 	for c := range p.conns {
 		c.Close()
 	}
+	p.conns = nil // connections accepted from now on are refused by track
 	p.mu.Unlock()
 	p.wg.Wait()
 }
 
-func (p *Proxy) track(c net.Conn) bool {
+// track records a forwarded pair; it reports false once the proxy closed.
+func (p *Proxy) track(client, server net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conns == nil {
 		return false
 	}
-	p.conns[c] = struct{}{}
+	p.conns[client], p.conns[server] = struct{}{}, struct{}{}
 	return true
 }
 
@@ -85,8 +87,11 @@ func (p *Proxy) accept() {
 			client.Close()
 			continue
 		}
-		p.track(client)
-		p.track(server)
+		if !p.track(client, server) {
+			client.Close()
+			server.Close()
+			return
+		}
 		p.active.Add(1)
 		var once sync.Once
 		closeBoth := func() {
@@ -94,7 +99,7 @@ func (p *Proxy) accept() {
 				client.Close()
 				server.Close()
 				p.mu.Lock()
-				delete(p.conns, client)
+				delete(p.conns, client) // no-op once Close set conns to nil
 				delete(p.conns, server)
 				p.mu.Unlock()
 				p.active.Add(-1)

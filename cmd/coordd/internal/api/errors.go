@@ -53,8 +53,10 @@ func NewStatus(code codes.Code, reason coorddv1.ErrorReason, msg string) *status
 // must log err.
 //
 // Order: context errors pass through untouched (the caller's own deadline or
-// cancel); then the domain table; then etcd's availability errors; a status
-// that already carries a coordd ErrorInfo is kept; anything else is Internal.
+// cancel); then the domain table; a status that already carries a coordd
+// ErrorInfo is kept; etcd's availability and capacity errors become
+// Unavailable with a fixed message (the detail is only logged); anything
+// else is Internal.
 func ToStatus(err error) (st *status.Status, internal bool) {
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -68,25 +70,35 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 		}
 	}
 	if s, ok := status.FromError(err); ok {
+		for _, d := range s.Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain {
+				return s, false // already mapped by an adapter
+			}
+		}
 		switch s.Code() {
 		case codes.Unavailable, codes.DeadlineExceeded:
 			// etcd: no leader, no quorum, request timed out, member stopping.
-			return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "etcd unavailable: "+s.Message()), false
+			// The detail (which may name etcd's addresses) is only logged.
+			return errEtcdUnavailable(), false
+		case codes.ResourceExhausted:
+			// etcd: database space exceeded, or too many requests in flight.
+			return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE,
+				"etcd is out of space or overloaded; retry later"), false
 		case codes.Canceled:
 			return s, false
-		}
-		for _, d := range s.Details() {
-			if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain {
-				return s, false
-			}
 		}
 	}
 	// etcd client errors that are not status errors but carry a code.
 	var coded interface{ Code() codes.Code }
 	if errors.As(err, &coded) && coded.Code() == codes.Unavailable {
-		return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "etcd unavailable: "+err.Error()), false
+		return errEtcdUnavailable(), false
 	}
 	return errInternal(), true
+}
+
+func errEtcdUnavailable() *status.Status {
+	return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE,
+		"etcd is unavailable (no leader, no quorum, or a timeout); retry, possibly on another member")
 }
 
 // HTTPStatus is the HTTP status the REST gateway sends for st. It follows

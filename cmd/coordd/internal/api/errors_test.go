@@ -34,6 +34,9 @@ func TestToStatus(t *testing.T) {
 		{"caller cancel", context.Canceled, codes.Canceled, "", false, 499, true},
 		{"etcd no leader", fmt.Errorf("session: get: %w", rpctypes.ErrNoLeader), codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		{"etcd timeout", rpctypes.ErrGRPCTimeout, codes.Unavailable, "UNAVAILABLE", false, 503, false},
+		{"etcd no space", fmt.Errorf("session: grant lease: %w", rpctypes.ErrGRPCNoSpace), codes.Unavailable, "UNAVAILABLE", false, 503, false},
+		{"etcd overloaded", rpctypes.ErrGRPCRequestTooManyRequests, codes.Unavailable, "UNAVAILABLE", false, 503, false},
+		{"adapter status kept", NewStatus(codes.ResourceExhausted, 3, "message too large").Err(), codes.ResourceExhausted, "REQUEST_TOO_LARGE", false, 429, false},
 		{"unexpected", errors.New("boom: disk on fire"), codes.Internal, "INTERNAL", true, 500, false},
 		{"compacted", NewStatus(codes.OutOfRange, 12, "compacted").Err(), codes.OutOfRange, "COMPACTED", false, 410, true},
 	}

@@ -74,7 +74,8 @@ func grpcMetrics() *grpcprom.ServerMetrics {
 }
 
 // Start starts etcd (or connects to it) and the listeners, and returns once
-// the daemon serves requests. ctx bounds start-up only.
+// they serve. An embedded etcd is ready by then; an external one may not be
+// reachable yet, which Ready (and /readyz) reports. ctx bounds start-up only.
 func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

@@ -12,6 +12,11 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 func TestSessionsThroughSDK(t *testing.T) {
@@ -65,11 +70,40 @@ func TestSessionsThroughSDK(t *testing.T) {
 	if _, err := c.NewSession(ctx, clientlib.WithOwner(strings.Repeat("x", 300))); !errors.Is(err, clientlib.ErrValueTooLarge) {
 		t.Fatalf("huge owner: %v, want ErrValueTooLarge", err)
 	}
+	if _, err := c.NewSession(ctx, clientlib.WithOwner(strings.Repeat("x", 2<<20))); !errors.Is(err, clientlib.ErrRequestTooLarge) {
+		t.Fatalf("request over the limit: %v, want ErrRequestTooLarge", err)
+	}
 	if err := c.CloseSession(ctx, "zz"); !errors.Is(err, clientlib.ErrInvalidArgument) {
 		t.Fatalf("malformed id: %v, want ErrInvalidArgument", err)
 	}
 	if err := c.CloseSession(ctx, "0000000000000abc"); !errors.Is(err, clientlib.ErrSessionNotFound) {
 		t.Fatalf("unknown id: %v, want ErrSessionNotFound", err)
+	}
+}
+
+// A keep-alive stream message over the size limit ends the stream with
+// gRPC's own ResourceExhausted (the SDK maps it to ErrRequestTooLarge), and
+// the daemon lives on.
+func TestKeepAliveStreamTooLarge(t *testing.T) {
+	d := start(t, testConfig(t))
+	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionId: strings.Repeat("f", 2<<20)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Recv()
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("oversized stream message: %v, want ResourceExhausted", err)
+	}
+	if err := d.Ready(t.Context()); err != nil {
+		t.Fatalf("daemon not ready after an oversized message: %v", err)
 	}
 }
 
