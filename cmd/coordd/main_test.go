@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain doubles as the coordd binary when COORDD_TEST_RUN_MAIN is set, so
+// tests can run the real command (flags, environment, signals) as a process.
+func TestMain(m *testing.M) {
+	if os.Getenv("COORDD_TEST_RUN_MAIN") == "1" {
+		os.Args = append([]string{"coordd"}, strings.Fields(os.Getenv("COORDD_TEST_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// The real command: configured through COORDD_* variables (a flag on the
+// command line wins), ready on /readyz, and stopped gracefully by SIGTERM
+// with exit code 0.
+func TestCommandEnvAndSignal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the daemon as a process")
+	}
+	httpAddr := freeAddr(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		"COORDD_TEST_RUN_MAIN=1",
+		"COORDD_TEST_ARGS=--http-addr "+httpAddr+" --name envtest",
+		"COORDD_DATA_DIR="+t.TempDir(),
+		"COORDD_GRPC_ADDR="+freeAddr(t),
+		"COORDD_HTTP_ADDR=127.0.0.1:1", // overridden by the flag above
+		"COORDD_ETCD_CLIENT_URL=http://"+freeAddr(t),
+		"COORDD_LISTEN_PEER_URLS=http://"+freeAddr(t),
+		"COORDD_ETCD_ELECTION_TIMEOUT=100ms",
+		"COORDD_ETCD_HEARTBEAT_INTERVAL=10ms",
+		"COORDD_LOG_FORMAT=json",
+	)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("coordd exited before it was ready: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			t.Fatalf("coordd not ready on the --http-addr given as a flag:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("coordd exited with %v after SIGTERM:\n%s", err, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("coordd did not stop within 20s of SIGTERM:\n%s", logs.String())
+	}
+	for _, want := range []string{`"msg":"coordd serving"`, `"msg":"coordd stopped"`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("JSON logs lack %s:\n%s", want, logs.String())
+		}
+	}
+}
+
+// A malformed environment value is an error that names the variable.
+func TestApplyEnvRejectsBadValue(t *testing.T) {
+	cmd := newCommand()
+	t.Setenv("COORDD_SHUTDOWN_TIMEOUT", "soon")
+	err := applyEnv(cmd.Flags())
+	if err == nil || !strings.Contains(err.Error(), "COORDD_SHUTDOWN_TIMEOUT") {
+		t.Fatalf("applyEnv = %v, want an error naming COORDD_SHUTDOWN_TIMEOUT", err)
+	}
+}
