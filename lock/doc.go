@@ -1,0 +1,31 @@
+// Package lock implements coordd's locks and semaphores over etcd, with a
+// fencing token on every grant.
+//
+// Model: a lock is a FIFO queue of waiter keys under one prefix, each bound
+// to its session's lease. The first Limit keys by create revision hold the
+// lock (Limit 1 is a mutex, more is a semaphore); the rest wait. A waiter's
+// token is its key's create revision.
+//
+// Guarantees:
+//   - Lock state is linearizable: at any etcd revision at most Limit keys
+//     hold a lock, and grants happen in queue (create revision) order.
+//   - Tokens of one lock strictly increase from grant to grant and are
+//     unique across the cluster (they are etcd revisions).
+//   - A grant is reported only while the waiter's own key is alive; a waiter
+//     whose session ends while it waits fails at once with
+//     ErrSessionNotFound, not when its wait runs out.
+//   - Release removes exactly the grant its token names: a late or retried
+//     release never removes a newer holder.
+//   - A wait that ends (deadline, cancel, TryAcquire finding the lock held)
+//     removes its waiter key, so nothing is left behind in etcd.
+//   - Lock names are escaped: "a" and "a/b" are independent locks.
+//
+// Non-guarantees:
+//   - Holding a lock does not by itself give mutual exclusion: a holder's
+//     session can end while the holder still acts. Only actions fenced by
+//     the token (FencedPut, ValidateFence, or a resource that checks the
+//     token) are protected.
+//   - The semaphore limit is checked against the queue's head when a waiter
+//     enqueues; two first acquirers racing with different limits may both
+//     enqueue.
+package lock

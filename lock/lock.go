@@ -1,0 +1,502 @@
+package lock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/coordd/coordd/fencing"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Sentinel errors. Callers test them with errors.Is.
+var (
+	// ErrInvalid: a malformed or out-of-bounds argument; nothing changed.
+	ErrInvalid = errors.New("lock: invalid argument")
+	// ErrTooLarge: metadata or a fenced value over its size limit; nothing changed.
+	ErrTooLarge = errors.New("lock: value too large")
+	// ErrHeld: TryAcquire found the lock held (all permits taken).
+	ErrHeld = errors.New("lock: held by another session")
+	// ErrNotHolder: Release was given a token that holds nothing now.
+	ErrNotHolder = errors.New("lock: not the holder")
+	// ErrStaleToken: a fenced call's token no longer holds the lock.
+	ErrStaleToken = errors.New("lock: stale fencing token")
+	// ErrLimitMismatch: Acquire asked for another limit than the lock has.
+	ErrLimitMismatch = errors.New("lock: limit differs from the lock's")
+	// ErrSessionNotFound: the session does not exist, or ended while its
+	// acquire waited.
+	ErrSessionNotFound = errors.New("lock: session not found")
+)
+
+// Limits.
+const (
+	MaxNameBytes      = 256
+	MaxRequestIDBytes = 64
+	MaxMetadataBytes  = 1024
+	MaxLimit          = 1024
+	MaxKeyBytes       = 512
+	MaxValueBytes     = 512 << 10
+)
+
+// Manager runs lock operations. It is safe for concurrent use.
+type Manager struct {
+	cli   *clientv3.Client
+	locks string // "<root>lock/"
+	kv    string // "<root>kv/"
+	now   func() time.Time
+}
+
+// NewManager returns a Manager that keeps locks under root+"lock/" and
+// fenced keys under root+"kv/".
+func NewManager(cli *clientv3.Client, root string) *Manager {
+	return &Manager{cli: cli, locks: root + "lock/", kv: root + "kv/", now: time.Now}
+}
+
+// Request asks for a lock.
+type Request struct {
+	Name    string
+	Session clientv3.LeaseID // the waiter's session; required
+	// Limit is the number of holders the lock allows: 1 (the default when
+	// zero) for a mutex, more for a semaphore. Every caller of one lock must
+	// give the same limit.
+	Limit int
+	// RequestID makes Acquire idempotent: a retry with the same session
+	// and request id returns the same grant. Empty means a fresh id.
+	RequestID string
+	// Metadata is shown by Describe (for example who holds the lock and
+	// why); at most MaxMetadataBytes.
+	Metadata string
+}
+
+// Grant is a held lock.
+type Grant struct {
+	Name      string
+	Token     fencing.Token // the waiter key's create revision
+	Key       string        // the waiter key in etcd
+	Revision  int64         // the etcd revision at which the grant was observed
+	Session   clientv3.LeaseID
+	RequestID string
+}
+
+// waiter is the JSON stored in a waiter key.
+type waiter struct {
+	Limit     int       `json:"limit"`
+	RequestID string    `json:"request_id"`
+	Metadata  string    `json:"metadata,omitempty"`
+	Enqueued  time.Time `json:"enqueued"`
+}
+
+func (m *Manager) queue(name string) string { return m.locks + escape(name) + "/q/" }
+
+// Acquire queues for the lock and blocks until it is granted, the waiter's
+// session ends (ErrSessionNotFound), or ctx ends (ctx's error). Either way
+// an unsuccessful Acquire leaves no waiter key behind.
+func (m *Manager) Acquire(ctx context.Context, req Request) (Grant, error) {
+	return m.acquire(ctx, req, true)
+}
+
+// TryAcquire takes the lock if it can be taken now, and returns ErrHeld
+// otherwise, leaving nothing behind.
+func (m *Manager) TryAcquire(ctx context.Context, req Request) (Grant, error) {
+	return m.acquire(ctx, req, false)
+}
+
+func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, error) {
+	if err := validateRequest(&req); err != nil {
+		return Grant{}, err
+	}
+	q := m.queue(req.Name)
+	key := fmt.Sprintf("%s%016x/%s", q, uint64(req.Session), req.RequestID)
+	val, err := json.Marshal(waiter{Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC()})
+	if err != nil {
+		return Grant{}, err
+	}
+	heads := clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(req.Limit)))
+	// One transaction enqueues (unless this request is already queued) and
+	// reads the holders, so an uncontended acquire is one etcd commit.
+	resp, err := m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(req.Session)), heads).
+		Else(clientv3.OpGet(key), heads).
+		Commit()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return Grant{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
+		}
+		return Grant{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
+	}
+	created := resp.Succeeded
+	myRev := resp.Header.Revision
+	if !created {
+		myRev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+	}
+	g := Grant{Name: req.Name, Token: fencing.Token(myRev), Key: key, Revision: resp.Header.Revision, Session: req.Session, RequestID: req.RequestID}
+	holders := resp.Responses[1].GetResponseRange().Kvs
+
+	if lim, ok := limitOf(holders); ok && lim != req.Limit {
+		if created {
+			m.dequeue(ctx, key, myRev)
+		}
+		return Grant{}, fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit)
+	}
+	for _, kv := range holders {
+		if string(kv.Key) == key {
+			return g, nil
+		}
+	}
+	if !wait {
+		if created {
+			m.dequeue(ctx, key, myRev)
+		}
+		return Grant{}, fmt.Errorf("%w: %q", ErrHeld, req.Name)
+	}
+	rev, err := m.waitTurn(ctx, q, key, myRev, req.Limit)
+	if err != nil {
+		m.dequeue(ctx, key, myRev)
+		return Grant{}, err
+	}
+	g.Revision = rev
+	return g, nil
+}
+
+// waitTurn waits until fewer than limit keys older than myRev remain in
+// queue q, and returns the revision at which that became true. It fails
+// with ErrSessionNotFound when the waiter's own key goes away.
+//
+// It counts the keys ahead at one revision, then watches deletions from
+// the next revision on, so each release reaches it as one watch event with
+// no further reads, and the watch starts at the current revision (etcd
+// serves watches from past revisions only every 100 ms).
+func (m *Manager) waitTurn(ctx context.Context, q, key string, myRev int64, limit int) (int64, error) {
+	for {
+		// etcd filters by create revision after counting, so count the
+		// returned keys, not the response's Count.
+		resp, err := m.cli.Txn(ctx).Then(
+			clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(myRev-1), clientv3.WithKeysOnly()),
+			clientv3.OpGet(key, clientv3.WithCountOnly()),
+		).Commit()
+		if err != nil {
+			return 0, fmt.Errorf("lock: wait: %w", err)
+		}
+		ahead := int64(len(resp.Responses[0].GetResponseRange().Kvs))
+		if resp.Responses[1].GetResponseRange().Count == 0 {
+			return 0, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
+		}
+		if ahead < int64(limit) {
+			return resp.Header.Revision, nil
+		}
+		rev, err := m.watchTurn(ctx, q, key, myRev, ahead, limit, resp.Header.Revision+1)
+		if errors.Is(err, errRewatch) {
+			continue
+		}
+		return rev, err
+	}
+}
+
+var errRewatch = errors.New("lock: watch ended; count again")
+
+func (m *Manager) watchTurn(ctx context.Context, q, key string, myRev, ahead int64, limit int, from int64) (int64, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := m.cli.Watch(wctx, q, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV(), clientv3.WithFilterPut())
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			return 0, errRewatch // compacted, leader lost, ...: count again
+		}
+		for _, ev := range wr.Events {
+			if ev.Type != mvccpb.DELETE || ev.PrevKv == nil {
+				continue
+			}
+			if string(ev.PrevKv.Key) == key {
+				return 0, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
+			}
+			if ev.PrevKv.CreateRevision < myRev {
+				if ahead--; ahead < int64(limit) {
+					return ev.Kv.ModRevision, nil
+				}
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	return 0, errRewatch
+}
+
+// dequeue removes this request's waiter key (if it is still the same
+// incarnation), also when ctx has ended.
+func (m *Manager) dequeue(ctx context.Context, key string, rev int64) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, _ = m.cli.Txn(cctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+}
+
+// Release gives up the grant that token names. It returns ErrNotHolder if
+// that grant no longer exists (released, or its session ended): a late or
+// retried release never removes a newer holder.
+func (m *Manager) Release(ctx context.Context, name string, token fencing.Token) error {
+	if err := validateName(name); err != nil {
+		return err
+	}
+	if token <= 0 {
+		return fmt.Errorf("%w: token must be positive", ErrInvalid)
+	}
+	h, err := m.holder(ctx, name, token)
+	if err != nil {
+		return err
+	}
+	if h.key == "" {
+		return fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
+	}
+	resp, err := m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", int64(token))).
+		Then(clientv3.OpDelete(h.key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("lock: release %q: %w", name, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
+	}
+	return nil
+}
+
+// holderState is what one linearizable read says about a token.
+type holderState struct {
+	key     string // the waiter key whose create revision is the token; "" if none
+	granted bool   // the key is among the first limit keys
+}
+
+// holder finds the waiter key that token names and whether it holds the
+// lock, in one snapshot. A key that holds the lock keeps holding it until
+// it is deleted (keys ahead of it can only go away), which is what lets
+// fenced writes check only the key's create revision in their transaction.
+func (m *Manager) holder(ctx context.Context, name string, token fencing.Token) (holderState, error) {
+	q := m.queue(name)
+	resp, err := m.cli.Txn(ctx).Then(
+		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithMinCreateRev(int64(token)), clientv3.WithMaxCreateRev(int64(token))),
+		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(token)), clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		return holderState{}, fmt.Errorf("lock: read %q: %w", name, err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return holderState{}, nil
+	}
+	var w waiter
+	if err := json.Unmarshal(kvs[0].Value, &w); err != nil {
+		return holderState{}, fmt.Errorf("lock: decode %q: %w", kvs[0].Key, err)
+	}
+	// Granted if the key is among the first Limit keys in queue order: the
+	// keys created up to and including it number at most Limit. (Count the
+	// keys; etcd's Count ignores the create revision filter.)
+	upTo := len(resp.Responses[1].GetResponseRange().Kvs)
+	return holderState{key: string(kvs[0].Key), granted: upTo <= max(w.Limit, 1)}, nil
+}
+
+// ValidateFence reports whether token currently holds the lock: nil if it
+// does, ErrStaleToken if not. The check is linearizable.
+func (m *Manager) ValidateFence(ctx context.Context, name string, token fencing.Token) error {
+	if err := validateName(name); err != nil {
+		return err
+	}
+	if token <= 0 {
+		return fmt.Errorf("%w: token must be positive", ErrInvalid)
+	}
+	h, err := m.holder(ctx, name, token)
+	if err != nil {
+		return err
+	}
+	if !h.granted {
+		return fmt.Errorf("%w: token %d does not hold lock %q", ErrStaleToken, token, name)
+	}
+	return nil
+}
+
+// FencedPut writes value at key in coordd's KV only if token still holds
+// the lock, in the same etcd transaction as the check. It returns the
+// write's revision, or ErrStaleToken and writes nothing.
+func (m *Manager) FencedPut(ctx context.Context, name string, token fencing.Token, key, value string) (int64, error) {
+	if err := validateKey(key); err != nil {
+		return 0, err
+	}
+	if len(value) > MaxValueBytes {
+		return 0, fmt.Errorf("%w: value is %d bytes, at most %d are allowed", ErrTooLarge, len(value), MaxValueBytes)
+	}
+	return m.fenced(ctx, name, token, clientv3.OpPut(m.kv+key, value))
+}
+
+// FencedDelete deletes key from coordd's KV only if token still holds the
+// lock, in the same etcd transaction as the check.
+func (m *Manager) FencedDelete(ctx context.Context, name string, token fencing.Token, key string) (int64, error) {
+	if err := validateKey(key); err != nil {
+		return 0, err
+	}
+	return m.fenced(ctx, name, token, clientv3.OpDelete(m.kv+key))
+}
+
+func (m *Manager) fenced(ctx context.Context, name string, token fencing.Token, op clientv3.Op) (int64, error) {
+	if err := validateName(name); err != nil {
+		return 0, err
+	}
+	if token <= 0 {
+		return 0, fmt.Errorf("%w: token must be positive", ErrInvalid)
+	}
+	h, err := m.holder(ctx, name, token)
+	if err != nil {
+		return 0, err
+	}
+	if !h.granted {
+		return 0, fmt.Errorf("%w: token %d does not hold lock %q", ErrStaleToken, token, name)
+	}
+	resp, err := m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", int64(token))).
+		Then(op).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("lock: fenced write under %q: %w", name, err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("%w: token %d lost lock %q", ErrStaleToken, token, name)
+	}
+	return resp.Header.Revision, nil
+}
+
+// Get reads a key of coordd's KV (for checking fenced writes).
+func (m *Manager) Get(ctx context.Context, key string) (value string, modRev int64, found bool, err error) {
+	if err := validateKey(key); err != nil {
+		return "", 0, false, err
+	}
+	resp, err := m.cli.Get(ctx, m.kv+key)
+	if err != nil {
+		return "", 0, false, err
+	}
+	if len(resp.Kvs) == 0 {
+		return "", 0, false, nil
+	}
+	return string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision, true, nil
+}
+
+// Entry is one holder or waiter in a Description.
+type Entry struct {
+	Session   clientv3.LeaseID
+	RequestID string
+	Metadata  string
+	Token     fencing.Token // create revision of the waiter key
+	Enqueued  time.Time
+}
+
+// Description is a lock's state at one revision.
+type Description struct {
+	Name     string
+	Limit    int // 0 when nobody holds or waits
+	Holders  []Entry
+	Waiters  []Entry // in grant order
+	Revision int64
+}
+
+// Describe returns the lock's holders and waiters. The read is
+// linearizable.
+func (m *Manager) Describe(ctx context.Context, name string) (Description, error) {
+	if err := validateName(name); err != nil {
+		return Description{}, err
+	}
+	q := m.queue(name)
+	resp, err := m.cli.Get(ctx, q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return Description{}, fmt.Errorf("lock: describe %q: %w", name, err)
+	}
+	d := Description{Name: name, Revision: resp.Header.Revision}
+	if lim, ok := limitOf(resp.Kvs); ok {
+		d.Limit = lim
+	}
+	for i, kv := range resp.Kvs {
+		var w waiter
+		if err := json.Unmarshal(kv.Value, &w); err != nil {
+			return Description{}, fmt.Errorf("lock: decode %q: %w", kv.Key, err)
+		}
+		e := Entry{Session: clientv3.LeaseID(kv.Lease), RequestID: w.RequestID, Metadata: w.Metadata, Token: fencing.Token(kv.CreateRevision), Enqueued: w.Enqueued}
+		if i < d.Limit {
+			d.Holders = append(d.Holders, e)
+		} else {
+			d.Waiters = append(d.Waiters, e)
+		}
+	}
+	return d, nil
+}
+
+// List returns the names of locks that have holders or waiters and start
+// with prefix, at most limit of them, starting after the name after (""
+// for the first page). The order is stable, so pages do not overlap.
+func (m *Manager) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	if prefix != "" {
+		if err := validateName(prefix); err != nil {
+			return nil, err
+		}
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: list limit %d is not positive", ErrInvalid, limit)
+	}
+	from := m.locks + escape(prefix)
+	if after != "" {
+		// Skip every key of lock `after`: its subtree ends before after+"/\xff".
+		from = m.locks + escape(after) + "/\xff"
+	}
+	end := clientv3.GetPrefixRangeEnd(m.locks + escape(prefix))
+	var names []string
+	for len(names) < limit {
+		resp, err := m.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)*4))
+		if err != nil {
+			return nil, fmt.Errorf("lock: list: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			rest := strings.TrimPrefix(string(kv.Key), m.locks)
+			esc, _, ok := strings.Cut(rest, "/")
+			if !ok {
+				continue
+			}
+			if n := unescape(esc); len(names) == 0 || names[len(names)-1] != n {
+				names = append(names, n)
+				if len(names) == limit {
+					break
+				}
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	return names, nil
+}
+
+func limitOf(kvs []*mvccpb.KeyValue) (int, bool) {
+	if len(kvs) == 0 {
+		return 0, false
+	}
+	var w waiter
+	if json.Unmarshal(kvs[0].Value, &w) != nil || w.Limit <= 0 {
+		return 1, true
+	}
+	return w.Limit, true
+}
+
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,496 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/lock"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type env struct {
+	m   *lock.Manager
+	cli *clientv3.Client
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cli := etcdtest.Start(t).Client(t)
+	return env{m: lock.NewManager(cli, "/coordd/"), cli: cli}
+}
+
+// session grants a lease of ttl seconds that nobody keeps alive.
+func (e env) session(t *testing.T, ttl int64) clientv3.LeaseID {
+	t.Helper()
+	l, err := e.cli.Grant(t.Context(), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.ID
+}
+
+// keys counts the keys under the lock tree.
+func (e env) keys(t *testing.T) int64 {
+	t.Helper()
+	resp, err := e.cli.Get(t.Context(), "/coordd/lock/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+func TestAcquireDescribeRelease(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	s := e.session(t, 60)
+	g, err := e.m.Acquire(ctx, lock.Request{Name: "jobs/nightly", Session: s, Metadata: "worker-1"})
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if g.Token <= 0 || g.Name != "jobs/nightly" || g.Session != s {
+		t.Fatalf("grant = %+v", g)
+	}
+	d, err := e.m.Describe(ctx, "jobs/nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Limit != 1 || len(d.Holders) != 1 || len(d.Waiters) != 0 || d.Holders[0].Token != g.Token || d.Holders[0].Metadata != "worker-1" || d.Holders[0].Session != s {
+		t.Fatalf("Describe = %+v", d)
+	}
+	if err := e.m.ValidateFence(ctx, "jobs/nightly", g.Token); err != nil {
+		t.Fatalf("ValidateFence of the holder: %v", err)
+	}
+	if err := e.m.Release(ctx, "jobs/nightly", g.Token); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if n := e.keys(t); n != 0 {
+		t.Fatalf("%d keys left after release", n)
+	}
+	if err := e.m.ValidateFence(ctx, "jobs/nightly", g.Token); !errors.Is(err, lock.ErrStaleToken) {
+		t.Fatalf("ValidateFence after release = %v, want ErrStaleToken", err)
+	}
+}
+
+// Many clients, each with its own session, contend for one lock and write
+// to a resource protected by fencing.Guard. No two hold at once, tokens
+// rise with every grant, and the guard never has to reject a write.
+func TestMutualExclusionUnderContention(t *testing.T) {
+	e := newEnv(t)
+	const clients, rounds = 8, 15
+	var (
+		guard    fencing.Guard
+		inside   atomic.Int32
+		overlaps atomic.Int32
+		mu       sync.Mutex
+		tokens   []fencing.Token
+		wg       sync.WaitGroup
+	)
+	for c := range clients {
+		s := e.session(t, 60)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				g, err := e.m.Acquire(t.Context(), lock.Request{Name: "counter", Session: s, RequestID: fmt.Sprintf("c%d-r%d", c, r)})
+				if err != nil {
+					t.Errorf("client %d: Acquire: %v", c, err)
+					return
+				}
+				if inside.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+				if err := guard.Do("counter", g.Token, func() error {
+					mu.Lock()
+					tokens = append(tokens, g.Token)
+					mu.Unlock()
+					return nil
+				}); err != nil {
+					t.Errorf("client %d: guard rejected a holder's write: %v", c, err)
+				}
+				inside.Add(-1)
+				if err := e.m.Release(t.Context(), "counter", g.Token); err != nil {
+					t.Errorf("client %d: Release: %v", c, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := overlaps.Load(); n != 0 {
+		t.Fatalf("%d overlapping holders", n)
+	}
+	if len(tokens) != clients*rounds {
+		t.Fatalf("%d grants, want %d", len(tokens), clients*rounds)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("grant %d has token %d after %d", i, tokens[i], tokens[i-1])
+		}
+	}
+}
+
+func TestWaitersAreGrantedInOrder(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	holder, err := e.m.Acquire(ctx, lock.Request{Name: "fifo", Session: e.session(t, 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		s := e.session(t, 60)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			g, err := e.m.Acquire(ctx, lock.Request{Name: "fifo", Session: s})
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			order <- i
+			if err := e.m.Release(ctx, "fifo", g.Token); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		}()
+		// Enqueue strictly one after another.
+		waitFor(t, "waiter to queue", func() bool {
+			d, err := e.m.Describe(ctx, "fifo")
+			return err == nil && len(d.Waiters) == i+1
+		})
+	}
+	if err := e.m.Release(ctx, "fifo", holder.Token); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(order)
+	want := 0
+	for got := range order {
+		if got != want {
+			t.Fatalf("waiter %d granted in place %d", got, want)
+		}
+		want++
+	}
+}
+
+// etcd pitfall: a waiter whose lease died while queued was told it held
+// the lock. Here it fails at once, long before its wait runs out.
+func TestWaiterWhoseSessionDiesFailsAtOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	if _, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)}); err != nil {
+		t.Fatal(err)
+	}
+	s := e.session(t, 60)
+	done := make(chan error, 1)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	go func() {
+		_, err := e.m.Acquire(wctx, lock.Request{Name: "l", Session: s})
+		done <- err
+	}()
+	waitFor(t, "the waiter to queue", func() bool {
+		d, err := e.m.Describe(ctx, "l")
+		return err == nil && len(d.Waiters) == 1
+	})
+	revoked := time.Now()
+	if _, err := e.cli.Revoke(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, lock.ErrSessionNotFound) {
+			t.Fatalf("Acquire = %v, want ErrSessionNotFound", err)
+		}
+		t.Logf("waiter failed %s after its session ended", time.Since(revoked).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter still waiting 10s after its session ended")
+	}
+}
+
+// A timed-out or refused acquire leaves no waiter key behind (etcd
+// pitfall: orphaned waiter keys that others queue behind).
+func TestFailedAcquiresLeaveNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	if _, err := e.m.Acquire(ctx, lock.Request{Name: "busy", Session: e.session(t, 60)}); err != nil {
+		t.Fatal(err)
+	}
+	s := e.session(t, 60)
+	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "busy", Session: s}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("TryAcquire on a held lock = %v, want ErrHeld", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := e.m.Acquire(wctx, lock.Request{Name: "busy", Session: s}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire past its deadline = %v, want DeadlineExceeded", err)
+	}
+	if n := e.keys(t); n != 1 {
+		t.Fatalf("%d keys under the lock tree, want only the holder's", n)
+	}
+	if _, err := e.m.Acquire(ctx, lock.Request{Name: "busy", Session: 0x7fff}); !errors.Is(err, lock.ErrSessionNotFound) {
+		t.Fatalf("Acquire with an unknown session = %v, want ErrSessionNotFound", err)
+	}
+}
+
+// etcd pitfall: a retried unlock deleted a newer holder. Release is fenced
+// by the token.
+func TestLateReleaseNeverRemovesNewerHolder(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	s := e.session(t, 60)
+	first, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Release(ctx, "l", first.Token); err != nil {
+		t.Fatal(err)
+	}
+	// The same session takes the lock again, then the first release is retried.
+	second, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Token <= first.Token {
+		t.Fatalf("second grant token %d not above first %d", second.Token, first.Token)
+	}
+	if err := e.m.Release(ctx, "l", first.Token); !errors.Is(err, lock.ErrNotHolder) {
+		t.Fatalf("late release = %v, want ErrNotHolder", err)
+	}
+	if err := e.m.ValidateFence(ctx, "l", second.Token); err != nil {
+		t.Fatalf("newer holder lost the lock to a late release: %v", err)
+	}
+}
+
+// etcd pitfall: lock "a" was blocked by any key under "a/". Here "a" and
+// "a/b" are independent locks.
+func TestNamesDoNotCollide(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	for _, name := range []string{"a", "a/b", "a/b/c", "ab"} {
+		if _, err := e.m.TryAcquire(ctx, lock.Request{Name: name, Session: e.session(t, 60)}); err != nil {
+			t.Fatalf("TryAcquire(%q) with the others held: %v", name, err)
+		}
+	}
+	names, err := e.m.List(ctx, "a/", "", 10)
+	if err != nil || len(names) != 2 {
+		t.Fatalf("List(a/) = %v, %v; want a/b and a/b/c", names, err)
+	}
+	all, err := e.m.List(ctx, "", "", 2)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("List page 1 = %v, %v", all, err)
+	}
+	rest, err := e.m.List(ctx, "", all[1], 10)
+	if err != nil || len(rest) != 2 {
+		t.Fatalf("List page 2 after %q = %v, %v", all[1], rest, err)
+	}
+}
+
+func TestIdempotentAcquire(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	s := e.session(t, 60)
+	req := lock.Request{Name: "l", Session: s, RequestID: "req-1"}
+	a, err := e.m.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.m.Acquire(ctx, req)
+	if err != nil || b.Token != a.Token {
+		t.Fatalf("retried Acquire = %+v, %v; want token %d", b, err, a.Token)
+	}
+	if n := e.keys(t); n != 1 {
+		t.Fatalf("%d waiter keys after a retried acquire, want 1", n)
+	}
+	// Another request of the same session is a different acquisition.
+	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "l", Session: s, RequestID: "req-2"}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("second acquisition by the same session = %v, want ErrHeld", err)
+	}
+}
+
+func TestSemaphore(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	var grants []lock.Grant
+	for range 3 {
+		g, err := e.m.TryAcquire(ctx, lock.Request{Name: "pool", Session: e.session(t, 60), Limit: 3})
+		if err != nil {
+			t.Fatalf("TryAcquire within the limit: %v", err)
+		}
+		grants = append(grants, g)
+	}
+	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "pool", Session: e.session(t, 60), Limit: 3}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("fourth holder = %v, want ErrHeld", err)
+	}
+	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "pool", Session: e.session(t, 60), Limit: 5}); !errors.Is(err, lock.ErrLimitMismatch) {
+		t.Fatalf("other limit = %v, want ErrLimitMismatch", err)
+	}
+	d, err := e.m.Describe(ctx, "pool")
+	if err != nil || d.Limit != 3 || len(d.Holders) != 3 || len(d.Waiters) != 0 {
+		t.Fatalf("Describe = %+v, %v", d, err)
+	}
+	// A waiter gets the permit the middle holder frees.
+	done := make(chan lock.Grant, 1)
+	s := e.session(t, 60)
+	go func() {
+		g, err := e.m.Acquire(ctx, lock.Request{Name: "pool", Session: s, Limit: 3})
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		done <- g
+	}()
+	waitFor(t, "the waiter to queue", func() bool {
+		d, err := e.m.Describe(ctx, "pool")
+		return err == nil && len(d.Waiters) == 1
+	})
+	if err := e.m.Release(ctx, "pool", grants[1].Token); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-done; g.Token <= grants[2].Token {
+		t.Fatalf("waiter token %d not above earlier grants", g.Token)
+	}
+}
+
+func TestFencedWrites(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	holder, err := e.m.Acquire(ctx, lock.Request{Name: "db", Session: e.session(t, 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.FencedPut(ctx, "db", holder.Token, "config/primary", "node-1"); err != nil {
+		t.Fatalf("FencedPut by the holder: %v", err)
+	}
+	// A waiter's token does not hold the lock even though its key exists.
+	ws := e.session(t, 60)
+	waiting := make(chan lock.Grant, 1)
+	go func() {
+		g, err := e.m.Acquire(ctx, lock.Request{Name: "db", Session: ws})
+		if err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		waiting <- g
+	}()
+	var waiterToken fencing.Token
+	waitFor(t, "the waiter to queue", func() bool {
+		d, err := e.m.Describe(ctx, "db")
+		if err == nil && len(d.Waiters) == 1 {
+			waiterToken = d.Waiters[0].Token
+			return true
+		}
+		return false
+	})
+	if _, err := e.m.FencedPut(ctx, "db", waiterToken, "config/primary", "node-2"); !errors.Is(err, lock.ErrStaleToken) {
+		t.Fatalf("FencedPut by a waiter = %v, want ErrStaleToken", err)
+	}
+	if err := e.m.Release(ctx, "db", holder.Token); err != nil {
+		t.Fatal(err)
+	}
+	next := <-waiting
+	if _, err := e.m.FencedPut(ctx, "db", holder.Token, "config/primary", "stale"); !errors.Is(err, lock.ErrStaleToken) {
+		t.Fatalf("FencedPut with a released token = %v, want ErrStaleToken", err)
+	}
+	if _, err := e.m.FencedDelete(ctx, "db", holder.Token, "config/primary"); !errors.Is(err, lock.ErrStaleToken) {
+		t.Fatalf("FencedDelete with a released token = %v, want ErrStaleToken", err)
+	}
+	v, _, ok, err := e.m.Get(ctx, "config/primary")
+	if err != nil || !ok || v != "node-1" {
+		t.Fatalf("value after rejected writes = %q, %v, %v; want node-1", v, ok, err)
+	}
+	if _, err := e.m.FencedDelete(ctx, "db", next.Token, "config/primary"); err != nil {
+		t.Fatalf("FencedDelete by the new holder: %v", err)
+	}
+}
+
+// Expiry: the holder stops keeping its session alive. The waiter gets the
+// lock only once the holder's TTL has run out, and the old holder's late
+// writes are rejected by the guard and by fenced puts.
+func TestExpiryHandsOver(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	oldSession := e.session(t, 2)
+	old, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: oldSession})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Now()
+	var guard fencing.Guard
+	if err := guard.Check("res", old.Token); err != nil {
+		t.Fatal(err)
+	}
+	next, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(granted); waited < 2*time.Second {
+		t.Fatalf("waiter got the lock %s after the old grant, before the old session's 2s TTL", waited)
+	}
+	if err := guard.Check("res", next.Token); err != nil {
+		t.Fatalf("new holder's write rejected: %v", err)
+	}
+	if err := guard.Check("res", old.Token); !errors.Is(err, fencing.ErrStale) {
+		t.Fatalf("old holder's late write through the guard = %v, want ErrStale", err)
+	}
+	if _, err := e.m.FencedPut(ctx, "l", old.Token, "k", "late"); !errors.Is(err, lock.ErrStaleToken) {
+		t.Fatalf("old holder's late fenced put = %v, want ErrStaleToken", err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	s := e.session(t, 60)
+	bad := []lock.Request{
+		{Name: "", Session: s},
+		{Name: "has space", Session: s},
+		{Name: "pct%2F", Session: s},
+		{Name: string(make([]byte, lock.MaxNameBytes+1)), Session: s},
+		{Name: "ok", Session: 0},
+		{Name: "ok", Session: s, Limit: -1},
+		{Name: "ok", Session: s, Limit: lock.MaxLimit + 1},
+		{Name: "ok", Session: s, RequestID: "a/b"},
+		{Name: "ok", Session: s, Metadata: "\xff"},
+	}
+	for _, req := range bad {
+		if _, err := e.m.Acquire(ctx, req); !errors.Is(err, lock.ErrInvalid) {
+			t.Errorf("Acquire(%+v) = %v, want ErrInvalid", req, err)
+		}
+	}
+	if _, err := e.m.Acquire(ctx, lock.Request{Name: "ok", Session: s, Metadata: string(make([]byte, lock.MaxMetadataBytes+1))}); !errors.Is(err, lock.ErrTooLarge) {
+		t.Errorf("oversized metadata = %v, want ErrTooLarge", err)
+	}
+	if err := e.m.Release(ctx, "ok", 0); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("Release token 0 = %v, want ErrInvalid", err)
+	}
+	if _, err := e.m.FencedPut(ctx, "ok", 5, "", "v"); !errors.Is(err, lock.ErrInvalid) {
+		t.Errorf("FencedPut empty key = %v, want ErrInvalid", err)
+	}
+	if n := e.keys(t); n != 0 {
+		t.Fatalf("%d keys after rejected requests", n)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
