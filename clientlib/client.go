@@ -49,6 +49,7 @@ type Client struct {
 	resolver  *manual.Resolver
 	endpoints []string
 	sessions  coorddv1.SessionServiceClient
+	locks     coorddv1.LockServiceClient
 	lg        *slog.Logger
 
 	mu      sync.Mutex
@@ -126,6 +127,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		resolver:  r,
 		endpoints: slices.Clone(cfg.Endpoints),
 		sessions:  coorddv1.NewSessionServiceClient(conn),
+		locks:     coorddv1.NewLockServiceClient(conn),
 		lg:        cfg.Logger,
 		live:      map[*Session]struct{}{},
 		avoided:   map[string]time.Time{},

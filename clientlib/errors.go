@@ -34,6 +34,8 @@ var (
 	ErrNotLeader = errors.New("coordd: not the leader")
 	// ErrRevisionMismatch: a compare-and-set found another revision.
 	ErrRevisionMismatch = errors.New("coordd: revision mismatch")
+	// ErrLimitMismatch: the lock allows another number of holders than asked.
+	ErrLimitMismatch = errors.New("coordd: lock limit mismatch")
 	// ErrCompacted: the requested revision was compacted away.
 	ErrCompacted = errors.New("coordd: revision compacted")
 	// ErrUnavailable: no coordd endpoint or no etcd quorum could serve the
@@ -63,6 +65,7 @@ var reasons = map[string]error{
 	"NOT_LEADER":        ErrNotLeader,
 	"REVISION_MISMATCH": ErrRevisionMismatch,
 	"COMPACTED":         ErrCompacted,
+	"LIMIT_MISMATCH":    ErrLimitMismatch,
 	"UNAVAILABLE":       ErrUnavailable,
 	"INTERNAL":          ErrInternal,
 }

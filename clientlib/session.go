@@ -61,7 +61,9 @@ type Session struct {
 	err      error       // why the session ended; nil while alive
 	watchdog *time.Timer // fires at the local deadline
 
-	done     chan struct{} // closed when the session ends
+	done     chan struct{}   // closed when the session ends
+	ctx      context.Context // cancelled, with the reason, when the session ends
+	cancel   context.CancelCauseFunc
 	stop     context.CancelFunc
 	loopDone chan struct{} // closed when the keep-alive loop has exited
 }
@@ -95,6 +97,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		loopDone: make(chan struct{}),
 	}
 	s.lg = c.lg.With("session", s.id)
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.deadline = sent.Add(ttl - s.margin)
 	loopCtx, stop := context.WithCancel(context.Background())
 	s.stop = stop
@@ -102,6 +105,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		// The answer came too late: the server may expire the session
 		// before any keep-alive could reach it. Do not hand it out.
 		stop()
+		s.cancel(ErrSessionExpired)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = c.CloseSession(cctx, s.id)
@@ -111,6 +115,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if c.closed {
 		c.mu.Unlock()
 		stop()
+		s.cancel(ErrSessionClosed)
 		return nil, fmt.Errorf("%w: the client is closed", ErrSessionClosed)
 	}
 	c.live[s] = struct{}{}
@@ -144,6 +149,10 @@ func (s *Session) Deadline() time.Time {
 // Done is closed when the session ends: closed, reported gone by the
 // server, or past its local deadline.
 func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Context returns a context that is cancelled when the session ends, no
+// later than its local deadline; context.Cause tells why.
+func (s *Session) Context() context.Context { return s.ctx }
 
 // Err is nil while the session is alive, and afterwards says why it ended:
 // ErrSessionClosed (Close, or its Client's Close), ErrSessionNotFound or
@@ -180,6 +189,7 @@ func (s *Session) end(err error) {
 		s.watchdog.Stop()
 	}
 	close(s.done)
+	s.cancel(err)
 	s.stop()
 	s.c.mu.Lock()
 	delete(s.c.live, s)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -29,6 +30,13 @@ var errorTable = []struct {
 	{session.ErrInvalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
 	{session.ErrTooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
 	{session.ErrNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
+	{lock.ErrInvalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
+	{lock.ErrTooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
+	{lock.ErrSessionNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
+	{lock.ErrHeld, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_LOCK_HELD},
+	{lock.ErrStaleToken, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_STALE_TOKEN},
+	{lock.ErrNotHolder, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_HOLDER},
+	{lock.ErrLimitMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH},
 	{ErrStopping, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
 }
 

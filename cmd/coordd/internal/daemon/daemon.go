@@ -17,6 +17,7 @@ import (
 
 	"github.com/coordd/coordd/cmd/coordd/internal/api"
 	"github.com/coordd/coordd/cmd/coordd/internal/gateway"
+	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -120,6 +121,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.grpcSrv = grpc.NewServer(opts...)
 	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(session.NewManager(d.cli, cfg.KeyRoot), d.stopping))
+	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(lock.NewManager(d.cli, cfg.KeyRoot)))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	metrics.InitializeMetrics(d.grpcSrv)

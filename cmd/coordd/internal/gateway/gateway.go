@@ -46,8 +46,13 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		runtime.WithErrorHandler(writeError),
 		runtime.WithRoutingErrorHandler(routingError),
 	)
-	if err := coorddv1.RegisterSessionServiceHandler(ctx, gw, opts.Conn); err != nil {
-		return nil, err
+	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
+		coorddv1.RegisterSessionServiceHandler,
+		coorddv1.RegisterLockServiceHandler,
+	} {
+		if err := register(ctx, gw, opts.Conn); err != nil {
+			return nil, err
+		}
 	}
 
 	mux := http.NewServeMux()

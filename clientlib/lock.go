@@ -1,0 +1,255 @@
+package clientlib
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/coordd/coordd/fencing"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+)
+
+// LockOption configures Lock and TryLock.
+type LockOption func(*lockOptions)
+
+type lockOptions struct {
+	limit     int
+	requestID string
+	metadata  string
+}
+
+// WithLimit makes the lock a semaphore that n sessions may hold at once.
+// Every user of one lock must give the same n. Defaults to 1 (a mutex).
+func WithLimit(n int) LockOption { return func(o *lockOptions) { o.limit = n } }
+
+// WithRequestID sets the acquisition's idempotency key. The SDK picks a
+// random one by default and reuses it when it retries; set it to resume an
+// acquisition across process restarts of the same session.
+func WithRequestID(id string) LockOption { return func(o *lockOptions) { o.requestID = id } }
+
+// WithMetadata attaches a note to the acquisition (who and why), shown by
+// DescribeLock. At most 1024 bytes.
+func WithMetadata(m string) LockOption { return func(o *lockOptions) { o.metadata = m } }
+
+// Lock is a held lock. Act on the protected resource only while Context is
+// not done, and pass Token with every access so the resource can reject a
+// holder that lost the lock.
+type Lock struct {
+	s      *Session
+	name   string
+	token  fencing.Token
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+	stop   func() bool // stops the session watch
+
+	mu       sync.Mutex
+	released bool
+}
+
+// ErrLockReleased is the cause of a lock's Context after Release.
+var ErrLockReleased = errors.New("coordd: lock released")
+
+// Lock acquires the named lock for the session, waiting as long as ctx
+// allows. It fails with ctx's error when ctx ends first, with
+// ErrSessionNotFound or the session's error when the session ends, and
+// with ErrLimitMismatch when the lock has another limit. Unavailable
+// servers are retried with the same request id, so a retry never takes the
+// lock twice.
+func (s *Session) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return s.lock(ctx, name, true, opts)
+}
+
+// TryLock acquires the named lock only if it is free now; otherwise it
+// returns ErrLockHeld.
+func (s *Session) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return s.lock(ctx, name, false, opts)
+}
+
+func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockOption) (*Lock, error) {
+	o := lockOptions{limit: 1, requestID: randomID()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	// The call ends when the session does: a grant to a dead session is
+	// worthless.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+
+	var grant *coorddv1.LockGrant
+	for retry := 50 * time.Millisecond; ; retry = min(2*retry, time.Second) {
+		var err error
+		if wait {
+			var resp *coorddv1.AcquireResponse
+			resp, err = s.c.locks.Acquire(cctx, &coorddv1.AcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata})
+			grant = resp.GetGrant()
+		} else {
+			var resp *coorddv1.TryAcquireResponse
+			resp, err = s.c.locks.TryAcquire(cctx, &coorddv1.TryAcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata})
+			grant = resp.GetGrant()
+		}
+		if err == nil {
+			break
+		}
+		if serr := s.Err(); serr != nil {
+			return nil, serr
+		}
+		err = convert(ctx, err)
+		if !errors.Is(err, ErrUnavailable) {
+			return nil, err
+		}
+		select {
+		case <-cctx.Done():
+			if serr := s.Err(); serr != nil {
+				return nil, serr
+			}
+			return nil, ctx.Err()
+		case <-time.After(retry):
+		}
+	}
+
+	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), lost: make(chan struct{})}
+	l.ctx, l.cancel = context.WithCancelCause(s.ctx)
+	l.stop = context.AfterFunc(s.ctx, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if !l.released {
+			close(l.lost)
+		}
+	})
+	if s.Err() != nil {
+		// The session ended while the grant was on its way.
+		l.Release(context.WithoutCancel(ctx))
+		return nil, s.Err()
+	}
+	return l, nil
+}
+
+// Name is the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// Token is the grant's fencing token: pass it with every access to the
+// protected resource.
+func (l *Lock) Token() fencing.Token { return l.token }
+
+// Context is cancelled when the lock is released or lost, no later than
+// the session's local deadline; context.Cause tells why.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Lost is closed when the lock is lost without Release: its session ended.
+func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+// Release gives the lock up. It returns ErrNotHolder if the server no
+// longer had this grant (the session ended in between). Calling it again
+// returns nil.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.released {
+		l.mu.Unlock()
+		return nil
+	}
+	l.released = true
+	l.mu.Unlock()
+	l.stop()
+	l.cancel(ErrLockReleased)
+	_, err := l.s.c.locks.Release(ctx, &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token)})
+	return convert(ctx, err)
+}
+
+// WithLock runs fn while holding the named lock and releases it after, also
+// when fn fails or panics. fn's context ends when the lock is lost; fn must
+// stop then and pass token to every access of the protected resource.
+func WithLock(ctx context.Context, s *Session, name string, fn func(ctx context.Context, token fencing.Token) error, opts ...LockOption) (err error) {
+	l, err := s.Lock(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := l.Release(rctx); rerr != nil && err == nil {
+			err = fmt.Errorf("coordd: release %q: %w", name, rerr)
+		}
+	}()
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(l.Context(), cancel)
+	defer stop()
+	return fn(fctx, l.Token())
+}
+
+func randomID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// LockEntry is a holder or waiter of a lock.
+type LockEntry struct {
+	SessionID string
+	RequestID string
+	Metadata  string
+	Token     fencing.Token
+	Enqueued  time.Time
+}
+
+// LockState is a lock's holders and waiters at one revision.
+type LockState struct {
+	Name     string
+	Limit    int
+	Holders  []LockEntry
+	Waiters  []LockEntry // in grant order
+	Revision int64
+}
+
+// DescribeLock returns the named lock's holders and waiters.
+func (c *Client) DescribeLock(ctx context.Context, name string) (LockState, error) {
+	resp, err := c.locks.DescribeLock(ctx, &coorddv1.DescribeLockRequest{Name: name})
+	if err != nil {
+		return LockState{}, convert(ctx, err)
+	}
+	st := LockState{Name: resp.GetName(), Limit: int(resp.GetLimit()), Revision: resp.GetRevision()}
+	entry := func(e *coorddv1.LockEntry) LockEntry {
+		return LockEntry{SessionID: e.GetSessionId(), RequestID: e.GetRequestId(), Metadata: e.GetMetadata(), Token: fencing.Token(e.GetToken()), Enqueued: e.GetEnqueueTime().AsTime()}
+	}
+	for _, e := range resp.GetHolders() {
+		st.Holders = append(st.Holders, entry(e))
+	}
+	for _, e := range resp.GetWaiters() {
+		st.Waiters = append(st.Waiters, entry(e))
+	}
+	return st, nil
+}
+
+// ValidateFence returns nil if token holds the named lock now, and
+// ErrStaleToken if not.
+func (c *Client) ValidateFence(ctx context.Context, name string, token fencing.Token) error {
+	_, err := c.locks.ValidateFence(ctx, &coorddv1.ValidateFenceRequest{Name: name, Token: int64(token)})
+	return convert(ctx, err)
+}
+
+// FencedPut writes key in coordd's KV only if token holds the lock, in one
+// etcd transaction with the check; otherwise ErrStaleToken and nothing is
+// written. It returns the write's revision.
+func (c *Client) FencedPut(ctx context.Context, lockName string, token fencing.Token, key string, value []byte) (int64, error) {
+	resp, err := c.locks.FencedPut(ctx, &coorddv1.FencedPutRequest{Lock: lockName, Token: int64(token), Key: key, Value: value})
+	if err != nil {
+		return 0, convert(ctx, err)
+	}
+	return resp.GetRevision(), nil
+}
+
+// FencedDelete deletes key from coordd's KV only if token holds the lock.
+func (c *Client) FencedDelete(ctx context.Context, lockName string, token fencing.Token, key string) (int64, error) {
+	resp, err := c.locks.FencedDelete(ctx, &coorddv1.FencedDeleteRequest{Lock: lockName, Token: int64(token), Key: key})
+	if err != nil {
+		return 0, convert(ctx, err)
+	}
+	return resp.GetRevision(), nil
+}

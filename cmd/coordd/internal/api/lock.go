@@ -1,0 +1,156 @@
+package api
+
+import (
+	"context"
+
+	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/lock"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"github.com/coordd/coordd/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// LockServer adapts lock.Manager to coordd.v1.LockService.
+type LockServer struct {
+	coorddv1.UnsafeLockServiceServer // compile errors when the service grows
+
+	m *lock.Manager
+}
+
+// NewLockServer returns the LockService adapter.
+func NewLockServer(m *lock.Manager) *LockServer { return &LockServer{m: m} }
+
+// lockRequest builds a lock.Request from the fields Acquire and TryAcquire share.
+func lockRequest(name, sessionID string, limit int32, requestID, metadata string) (lock.Request, error) {
+	id, err := session.ParseID(sessionID)
+	if err != nil {
+		return lock.Request{}, err
+	}
+	return lock.Request{Name: name, Session: clientv3.LeaseID(id), Limit: int(limit), RequestID: requestID, Metadata: metadata}, nil
+}
+
+// Acquire implements LockService.
+func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) (*coorddv1.AcquireResponse, error) {
+	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata())
+	if err != nil {
+		return nil, err
+	}
+	if w := req.GetWait(); w != nil {
+		if err := w.CheckValid(); err != nil || w.AsDuration() <= 0 {
+			return nil, invalid("wait must be a positive duration (for example \"30s\")")
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.AsDuration())
+		defer cancel()
+	}
+	g, err := s.m.Acquire(ctx, lr)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.AcquireResponse{Grant: grantProto(g)}, nil
+}
+
+// TryAcquire implements LockService.
+func (s *LockServer) TryAcquire(ctx context.Context, req *coorddv1.TryAcquireRequest) (*coorddv1.TryAcquireResponse, error) {
+	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata())
+	if err != nil {
+		return nil, err
+	}
+	g, err := s.m.TryAcquire(ctx, lr)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.TryAcquireResponse{Grant: grantProto(g)}, nil
+}
+
+// Release implements LockService.
+func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) (*coorddv1.ReleaseResponse, error) {
+	if err := s.m.Release(ctx, req.GetName(), fencing.Token(req.GetToken())); err != nil {
+		return nil, err
+	}
+	return &coorddv1.ReleaseResponse{}, nil
+}
+
+// DescribeLock implements LockService.
+func (s *LockServer) DescribeLock(ctx context.Context, req *coorddv1.DescribeLockRequest) (*coorddv1.DescribeLockResponse, error) {
+	d, err := s.m.Describe(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	resp := &coorddv1.DescribeLockResponse{Name: d.Name, Limit: int32(d.Limit), Revision: d.Revision}
+	for _, e := range d.Holders {
+		resp.Holders = append(resp.Holders, entryProto(e))
+	}
+	for _, e := range d.Waiters {
+		resp.Waiters = append(resp.Waiters, entryProto(e))
+	}
+	return resp, nil
+}
+
+// ListLocks implements LockService.
+func (s *LockServer) ListLocks(ctx context.Context, req *coorddv1.ListLocksRequest) (*coorddv1.ListLocksResponse, error) {
+	size := int(req.GetPageSize())
+	switch {
+	case size == 0:
+		size = defaultPageSize
+	case size < 0 || size > maxPageSize:
+		return nil, invalid("page_size must be between 1 and 1000")
+	}
+	names, err := s.m.List(ctx, req.GetPrefix(), req.GetPageToken(), size+1)
+	if err != nil {
+		return nil, err
+	}
+	resp := &coorddv1.ListLocksResponse{Names: names}
+	if len(names) > size {
+		resp.Names = names[:size]
+		resp.NextPageToken = names[size-1]
+	}
+	return resp, nil
+}
+
+// ValidateFence implements LockService.
+func (s *LockServer) ValidateFence(ctx context.Context, req *coorddv1.ValidateFenceRequest) (*coorddv1.ValidateFenceResponse, error) {
+	if err := s.m.ValidateFence(ctx, req.GetName(), fencing.Token(req.GetToken())); err != nil {
+		return nil, err
+	}
+	return &coorddv1.ValidateFenceResponse{}, nil
+}
+
+// FencedPut implements LockService.
+func (s *LockServer) FencedPut(ctx context.Context, req *coorddv1.FencedPutRequest) (*coorddv1.FencedPutResponse, error) {
+	rev, err := s.m.FencedPut(ctx, req.GetLock(), fencing.Token(req.GetToken()), req.GetKey(), string(req.GetValue()))
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.FencedPutResponse{Revision: rev}, nil
+}
+
+// FencedDelete implements LockService.
+func (s *LockServer) FencedDelete(ctx context.Context, req *coorddv1.FencedDeleteRequest) (*coorddv1.FencedDeleteResponse, error) {
+	rev, err := s.m.FencedDelete(ctx, req.GetLock(), fencing.Token(req.GetToken()), req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.FencedDeleteResponse{Revision: rev}, nil
+}
+
+func grantProto(g lock.Grant) *coorddv1.LockGrant {
+	return &coorddv1.LockGrant{
+		Name:      g.Name,
+		Token:     int64(g.Token),
+		SessionId: session.ID(g.Session).String(),
+		RequestId: g.RequestID,
+		Revision:  g.Revision,
+	}
+}
+
+func entryProto(e lock.Entry) *coorddv1.LockEntry {
+	return &coorddv1.LockEntry{
+		SessionId:   session.ID(e.Session).String(),
+		RequestId:   e.RequestID,
+		Metadata:    e.Metadata,
+		Token:       int64(e.Token),
+		EnqueueTime: timestamppb.New(e.Enqueued),
+	}
+}

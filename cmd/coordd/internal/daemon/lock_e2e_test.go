@@ -1,0 +1,261 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/tcpproxy"
+)
+
+func TestLocksThroughSDK(t *testing.T) {
+	d := start(t, testConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	a, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	l, err := a.Lock(ctx, "orders/compaction", clientlib.WithMetadata("nightly run"))
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if l.Token() <= 0 || l.Context().Err() != nil {
+		t.Fatalf("lock token %d, context %v", l.Token(), l.Context().Err())
+	}
+	if _, err := b.TryLock(ctx, "orders/compaction"); !errors.Is(err, clientlib.ErrLockHeld) {
+		t.Fatalf("TryLock of a held lock = %v, want ErrLockHeld", err)
+	}
+	st, err := c.DescribeLock(ctx, "orders/compaction")
+	if err != nil || len(st.Holders) != 1 || st.Holders[0].SessionID != a.ID() || st.Holders[0].Metadata != "nightly run" || st.Holders[0].Token != l.Token() {
+		t.Fatalf("DescribeLock = %+v, %v", st, err)
+	}
+	if err := c.ValidateFence(ctx, "orders/compaction", l.Token()); err != nil {
+		t.Fatalf("ValidateFence: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if !errors.Is(context.Cause(l.Context()), clientlib.ErrLockReleased) {
+		t.Fatalf("lock context cause after Release = %v", context.Cause(l.Context()))
+	}
+	select {
+	case <-l.Lost():
+		t.Fatal("Lost closed after a clean Release")
+	default:
+	}
+	if err := c.ValidateFence(ctx, "orders/compaction", l.Token()); !errors.Is(err, clientlib.ErrStaleToken) {
+		t.Fatalf("ValidateFence after release = %v, want ErrStaleToken", err)
+	}
+
+	var seen fencing.Token
+	err = clientlib.WithLock(ctx, b, "orders/compaction", func(ctx context.Context, token fencing.Token) error {
+		seen = token
+		_, err := c.FencedPut(ctx, "orders/compaction", token, "orders/last-compaction", []byte("done"))
+		return err
+	})
+	if err != nil || seen <= l.Token() {
+		t.Fatalf("WithLock = %v, token %d (previous %d)", err, seen, l.Token())
+	}
+	if _, err := c.FencedPut(ctx, "orders/compaction", seen, "orders/last-compaction", []byte("late")); !errors.Is(err, clientlib.ErrStaleToken) {
+		t.Fatalf("FencedPut after WithLock returned = %v, want ErrStaleToken", err)
+	}
+	if _, err := a.Lock(ctx, "pool", clientlib.WithLimit(2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryLock(ctx, "pool", clientlib.WithLimit(3)); !errors.Is(err, clientlib.ErrLimitMismatch) {
+		t.Fatalf("TryLock with another limit = %v, want ErrLimitMismatch", err)
+	}
+}
+
+// Mutual exclusion under contention through the SDK: clients on separate
+// connections and sessions take one lock in turn and write to a resource
+// protected by fencing.Guard. No write is accepted out of token order and
+// no two holders overlap.
+func TestLockMutualExclusionThroughSDK(t *testing.T) {
+	d := start(t, testConfig(t))
+	const clients, rounds = 6, 10
+	var (
+		guard            fencing.Guard
+		inside, overlaps atomic.Int32
+		accepted         atomic.Int32
+		wg               sync.WaitGroup
+	)
+	for i := range clients {
+		c := newClient(t, d.GRPCAddr())
+		s, err := c.NewSession(t.Context(), clientlib.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				err := clientlib.WithLock(t.Context(), s, "shared", func(ctx context.Context, token fencing.Token) error {
+					if inside.Add(1) > 1 {
+						overlaps.Add(1)
+					}
+					defer inside.Add(-1)
+					return guard.Do("shared", token, func() error { accepted.Add(1); return nil })
+				})
+				if err != nil {
+					t.Errorf("client %d: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if overlaps.Load() != 0 || accepted.Load() != clients*rounds {
+		t.Fatalf("overlaps %d, accepted writes %d of %d", overlaps.Load(), accepted.Load(), clients*rounds)
+	}
+}
+
+// Expiry: the holder's keep-alives stop (no release). Its lock context is
+// cancelled before anyone else can get the lock; the waiter gets it only
+// after the old session's TTL; the old holder's late writes are rejected by
+// the guard and by fenced puts.
+func TestLockExpiryFencesTheOldHolder(t *testing.T) {
+	d := start(t, testConfig(t))
+	proxy := tcpproxy.Start(t, d.GRPCAddr())
+	holderClient := newClient(t, proxy.Addr())
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+
+	hs, err := holderClient.NewSession(ctx, clientlib.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := hs.Lock(ctx, "db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var guard fencing.Guard
+	if err := guard.Check("db", old.Token()); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Freeze()
+	frozenAt := time.Now()
+
+	var holderLostAt time.Time
+	lostSeen := make(chan struct{})
+	go func() {
+		<-old.Context().Done()
+		holderLostAt = time.Now()
+		close(lostSeen)
+	}()
+	next, err := ws.Lock(ctx, "db")
+	if err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	grantedAt := time.Now()
+	<-lostSeen
+	if !holderLostAt.Before(grantedAt) {
+		t.Fatalf("old holder's context ended %s after the new grant", holderLostAt.Sub(grantedAt))
+	}
+	select {
+	case <-old.Lost():
+	default:
+		t.Fatal("Lost not closed for a lock whose session expired")
+	}
+	if waited := grantedAt.Sub(frozenAt); waited < 2*time.Second {
+		t.Fatalf("waiter got the lock %s after the holder went silent, before its TTL could run out", waited)
+	}
+	t.Logf("holder context ended %s before the next grant; grant %s after the cut", grantedAt.Sub(holderLostAt).Round(time.Millisecond), grantedAt.Sub(frozenAt).Round(time.Millisecond))
+
+	if err := guard.Check("db", next.Token()); err != nil {
+		t.Fatalf("new holder rejected: %v", err)
+	}
+	if err := guard.Check("db", old.Token()); !errors.Is(err, fencing.ErrStale) {
+		t.Fatalf("old holder's late write through the guard = %v, want ErrStale", err)
+	}
+	if _, err := c.FencedPut(ctx, "db", old.Token(), "db/owner", []byte("old")); !errors.Is(err, clientlib.ErrStaleToken) {
+		t.Fatalf("old holder's late fenced put = %v, want ErrStaleToken", err)
+	}
+	proxy.Thaw()
+}
+
+func TestLocksOverHTTP(t *testing.T) {
+	d := start(t, testConfig(t))
+	base := "http://" + d.HTTPAddr()
+	newSession := func() string {
+		r := call(t, "POST", base+"/v1/sessions", `{"ttl":"30s"}`)
+		return r.body["session"].(map[string]any)["id"].(string)
+	}
+	s1, s2 := newSession(), newSession()
+
+	r := call(t, "POST", base+"/v1/locks:acquire", fmt.Sprintf(`{"name":"reports/daily","sessionId":%q,"metadata":"curl"}`, s1))
+	if r.status != 200 {
+		t.Fatalf("acquire = %d %v", r.status, r.body)
+	}
+	token, ok := r.body["grant"].(map[string]any)["token"].(string)
+	if !ok || token == "" {
+		t.Fatalf("token is not a JSON string: %v", r.body)
+	}
+	if r := call(t, "GET", base+"/v1/locks/reports/daily", ""); r.status != 200 || len(r.body["holders"].([]any)) != 1 {
+		t.Fatalf("describe = %d %v", r.status, r.body)
+	}
+	if r := call(t, "GET", base+"/v1/locks?prefix=reports/", ""); r.status != 200 || len(r.body["names"].([]any)) != 1 {
+		t.Fatalf("list = %d %v", r.status, r.body)
+	}
+	if r := call(t, "POST", base+"/v1/kv:fencedPut", fmt.Sprintf(`{"lock":"reports/daily","token":%q,"key":"reports/owner","value":"czE="}`, token)); r.status != 200 {
+		t.Fatalf("fenced put = %d %v", r.status, r.body)
+	}
+
+	bad := []struct {
+		name, method, path, body string
+		status                   int
+		reason                   string
+	}{
+		{"try on held", "POST", "/v1/locks:tryAcquire", fmt.Sprintf(`{"name":"reports/daily","sessionId":%q}`, s2), 409, "LOCK_HELD"},
+		{"wait runs out", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"reports/daily","sessionId":%q,"wait":"0.2s"}`, s2), 504, ""},
+		{"bad name", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"a b","sessionId":%q}`, s2), 400, "INVALID_ARGUMENT"},
+		{"empty name", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"sessionId":%q}`, s2), 400, "INVALID_ARGUMENT"},
+		{"unknown session", "POST", "/v1/locks:acquire", `{"name":"x","sessionId":"00000000000000ff"}`, 404, "SESSION_NOT_FOUND"},
+		{"malformed session", "POST", "/v1/locks:acquire", `{"name":"x","sessionId":"zz"}`, 400, "INVALID_ARGUMENT"},
+		{"negative wait", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"x","sessionId":%q,"wait":"-1s"}`, s2), 400, "INVALID_ARGUMENT"},
+		{"huge limit", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"x","sessionId":%q,"limit":5000}`, s2), 400, "INVALID_ARGUMENT"},
+		{"limit mismatch", "POST", "/v1/locks:tryAcquire", fmt.Sprintf(`{"name":"reports/daily","sessionId":%q,"limit":2}`, s2), 400, "LIMIT_MISMATCH"},
+		{"oversized metadata", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"x","sessionId":%q,"metadata":%q}`, s2, strings.Repeat("m", 2000)), 400, "VALUE_TOO_LARGE"},
+		{"release stale", "POST", "/v1/locks:release", `{"name":"reports/daily","token":"1"}`, 400, "NOT_HOLDER"},
+		{"release token zero", "POST", "/v1/locks:release", `{"name":"reports/daily","token":"0"}`, 400, "INVALID_ARGUMENT"},
+		{"token not a number", "POST", "/v1/locks:release", `{"name":"reports/daily","token":"abc"}`, 400, "INVALID_ARGUMENT"},
+		{"stale fence", "POST", "/v1/locks:validateFence", `{"name":"reports/daily","token":"1"}`, 409, "STALE_TOKEN"},
+		{"stale fenced put", "POST", "/v1/kv:fencedPut", `{"lock":"reports/daily","token":"1","key":"reports/owner","value":"eA=="}`, 409, "STALE_TOKEN"},
+		{"fenced put no key", "POST", "/v1/kv:fencedPut", fmt.Sprintf(`{"lock":"reports/daily","token":%q}`, token), 400, "INVALID_ARGUMENT"},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			r := call(t, tt.method, base+tt.path, tt.body)
+			if r.status != tt.status || reason(r) != tt.reason {
+				t.Fatalf("%s %s = %d %q (%v), want %d %q", tt.method, tt.path, r.status, reason(r), r.body["message"], tt.status, tt.reason)
+			}
+		})
+	}
+	r = call(t, "GET", base+"/v1/locks/reports/daily", "")
+	if holders := r.body["holders"].([]any); len(holders) != 1 || holders[0].(map[string]any)["token"] != token || r.body["waiters"] != nil {
+		t.Fatalf("bad requests changed the lock: %v", r.body)
+	}
+	if r := call(t, "POST", base+"/v1/locks:release", fmt.Sprintf(`{"name":"reports/daily","token":%q}`, token)); r.status != 200 {
+		t.Fatalf("release = %d %v", r.status, r.body)
+	}
+	if r := call(t, "POST", base+"/v1/locks:release", fmt.Sprintf(`{"name":"reports/daily","token":%q}`, token)); r.status != 400 || reason(r) != "NOT_HOLDER" {
+		t.Fatalf("second release = %d %v", r.status, r.body)
+	}
+}
