@@ -39,6 +39,8 @@ var (
 	rounds = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
 	ops    = flag.Int("ops", 300, "operations per peer per round")
 	starts = flag.Int("starts", 5, "cold starts to measure")
+	only   = flag.String("only", "all", "which part to run: all, sessions or locks")
+	lockD  = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer")
 	// rawMember makes this binary a bare embedded etcd member (the peer of
 	// the cold-start and memory figures): -raw-member dir,clientURL,peerURL.
 	rawMember = flag.String("raw-member", "", "internal: run a bare embedded etcd member")
@@ -70,6 +72,26 @@ func run() error {
 	}
 	fmt.Printf("coordd bench  %s  cpus=%d  rounds=%d ops=%d\n\n", time.Now().Format(time.RFC3339), runtime.NumCPU(), *rounds, *ops)
 
+	if *only == "all" || *only == "sessions" {
+		if err := benchSessions(bin, tmp); err != nil {
+			return err
+		}
+	}
+	if *only == "all" || *only == "locks" {
+		d, err := startDaemon(bin, filepath.Join(tmp, "locks"))
+		if err != nil {
+			return err
+		}
+		defer d.stop()
+		if err := benchLocks(d.grpcAddr, d.etcdURL, *lockD); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchSessions measures cold start, idle memory and session operations.
+func benchSessions(bin, tmp string) error {
 	// Cold start and idle memory, coordd and a bare etcd member alternating.
 	self, err := os.Executable()
 	if err != nil {

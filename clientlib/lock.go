@@ -39,13 +39,14 @@ func WithMetadata(m string) LockOption { return func(o *lockOptions) { o.metadat
 // not done, and pass Token with every access so the resource can reject a
 // holder that lost the lock.
 type Lock struct {
-	s      *Session
-	name   string
-	token  fencing.Token
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	lost   chan struct{}
-	stop   func() bool // stops the session watch
+	s         *Session
+	name      string
+	token     fencing.Token
+	requestID string
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	lost      chan struct{}
+	stop      func() bool // stops the session watch
 
 	mu       sync.Mutex
 	released bool
@@ -114,7 +115,7 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 		}
 	}
 
-	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), lost: make(chan struct{})}
+	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId(), lost: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancelCause(s.ctx)
 	l.stop = context.AfterFunc(s.ctx, func() {
 		l.mu.Lock()
@@ -158,7 +159,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	l.stop()
 	l.cancel(ErrLockReleased)
-	_, err := l.s.c.locks.Release(ctx, &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token)})
+	_, err := l.s.c.locks.Release(ctx, &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID})
 	return convert(ctx, err)
 }
 

@@ -95,6 +95,16 @@ type waiter struct {
 
 func (m *Manager) queue(name string) string { return m.locks + escape(name) + "/q/" }
 
+func (m *Manager) waiterKey(name string, session clientv3.LeaseID, requestID string) string {
+	return fmt.Sprintf("%s%016x/%s", m.queue(name), uint64(session), requestID)
+}
+
+// Hint names a grant's session and request id (see Release).
+type Hint struct {
+	Session   clientv3.LeaseID
+	RequestID string
+}
+
 // Acquire queues for the lock and blocks until it is granted, the waiter's
 // session ends (ErrSessionNotFound), or ctx ends (ctx's error). Either way
 // an unsuccessful Acquire leaves no waiter key behind.
@@ -113,7 +123,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		return Grant{}, err
 	}
 	q := m.queue(req.Name)
-	key := fmt.Sprintf("%s%016x/%s", q, uint64(req.Session), req.RequestID)
+	key := m.waiterKey(req.Name, req.Session, req.RequestID)
 	val, err := json.Marshal(waiter{Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC()})
 	if err != nil {
 		return Grant{}, err
@@ -170,29 +180,15 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 // queue q, and returns the revision at which that became true. It fails
 // with ErrSessionNotFound when the waiter's own key goes away.
 //
-// It counts the keys ahead at one revision, then watches deletions from
-// the next revision on, so each release reaches it as one watch event with
-// no further reads, and the watch starts at the current revision (etcd
-// serves watches from past revisions only every 100 ms).
+// It opens a watch at the current revision W first, then counts the keys
+// ahead at exactly W, so every later deletion arrives as one watch event
+// and no further reads are needed. Opening the watch at the current
+// revision matters: etcd serves watches that start at a past revision from
+// a loop that runs every 100 ms, which is what makes etcd's own mutex hand
+// off in about 100 ms.
 func (m *Manager) waitTurn(ctx context.Context, q, key string, myRev int64, limit int) (int64, error) {
 	for {
-		// etcd filters by create revision after counting, so count the
-		// returned keys, not the response's Count.
-		resp, err := m.cli.Txn(ctx).Then(
-			clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(myRev-1), clientv3.WithKeysOnly()),
-			clientv3.OpGet(key, clientv3.WithCountOnly()),
-		).Commit()
-		if err != nil {
-			return 0, fmt.Errorf("lock: wait: %w", err)
-		}
-		ahead := int64(len(resp.Responses[0].GetResponseRange().Kvs))
-		if resp.Responses[1].GetResponseRange().Count == 0 {
-			return 0, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
-		}
-		if ahead < int64(limit) {
-			return resp.Header.Revision, nil
-		}
-		rev, err := m.watchTurn(ctx, q, key, myRev, ahead, limit, resp.Header.Revision+1)
+		rev, err := m.watchTurn(ctx, q, key, myRev, limit)
 		if errors.Is(err, errRewatch) {
 			continue
 		}
@@ -202,10 +198,39 @@ func (m *Manager) waitTurn(ctx context.Context, q, key string, myRev int64, limi
 
 var errRewatch = errors.New("lock: watch ended; count again")
 
-func (m *Manager) watchTurn(ctx context.Context, q, key string, myRev, ahead int64, limit int, from int64) (int64, error) {
+func (m *Manager) watchTurn(ctx context.Context, q, key string, myRev int64, limit int) (int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := m.cli.Watch(wctx, q, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV(), clientv3.WithFilterPut())
+	wch := m.cli.Watch(wctx, q, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	created, ok := <-wch
+	if !ok || created.Err() != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		return 0, errRewatch
+	}
+	w := created.Header.Revision // the watch delivers events after w
+	// The keys up to and including ours at w. (Count the returned keys:
+	// etcd's Count ignores the create revision filter.)
+	resp, err := m.cli.Get(ctx, q, clientv3.WithPrefix(), clientv3.WithRev(w), clientv3.WithMaxCreateRev(myRev), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, fmt.Errorf("lock: wait: %w", err)
+	}
+	var ahead int64
+	mine := false
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == key && kv.CreateRevision == myRev {
+			mine = true
+		} else {
+			ahead++
+		}
+	}
+	if !mine {
+		return 0, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
+	}
+	if ahead < int64(limit) {
+		return w, nil
+	}
 	for wr := range wch {
 		if err := wr.Err(); err != nil {
 			if ctx.Err() != nil {
@@ -247,23 +272,36 @@ func (m *Manager) dequeue(ctx context.Context, key string, rev int64) {
 // Release gives up the grant that token names. It returns ErrNotHolder if
 // that grant no longer exists (released, or its session ended): a late or
 // retried release never removes a newer holder.
-func (m *Manager) Release(ctx context.Context, name string, token fencing.Token) error {
+//
+// hint, when not zero, names the grant's session and request id; it saves
+// the read that finds the grant's key. A wrong hint only makes the release
+// fail with ErrNotHolder.
+func (m *Manager) Release(ctx context.Context, name string, token fencing.Token, hint Hint) error {
 	if err := validateName(name); err != nil {
 		return err
 	}
 	if token <= 0 {
 		return fmt.Errorf("%w: token must be positive", ErrInvalid)
 	}
-	h, err := m.holder(ctx, name, token)
-	if err != nil {
-		return err
+	key := ""
+	if hint.Session > 0 && hint.RequestID != "" {
+		if err := validateRequestID(hint.RequestID); err != nil {
+			return err
+		}
+		key = m.waiterKey(name, hint.Session, hint.RequestID)
+	} else {
+		h, err := m.holder(ctx, name, token)
+		if err != nil {
+			return err
+		}
+		key = h.key
 	}
-	if h.key == "" {
+	if key == "" {
 		return fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
 	}
 	resp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", int64(token))).
-		Then(clientv3.OpDelete(h.key)).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))).
+		Then(clientv3.OpDelete(key)).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", name, err)

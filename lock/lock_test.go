@@ -73,7 +73,7 @@ func TestAcquireDescribeRelease(t *testing.T) {
 	if err := e.m.ValidateFence(ctx, "jobs/nightly", g.Token); err != nil {
 		t.Fatalf("ValidateFence of the holder: %v", err)
 	}
-	if err := e.m.Release(ctx, "jobs/nightly", g.Token); err != nil {
+	if err := e.m.Release(ctx, "jobs/nightly", g.Token, lock.Hint{}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	if n := e.keys(t); n != 0 {
@@ -121,7 +121,12 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 					t.Errorf("client %d: guard rejected a holder's write: %v", c, err)
 				}
 				inside.Add(-1)
-				if err := e.m.Release(t.Context(), "counter", g.Token); err != nil {
+				// Half the releases name the grant by hint, half by token alone.
+				hint := lock.Hint{}
+				if r%2 == 0 {
+					hint = lock.Hint{Session: s, RequestID: g.RequestID}
+				}
+				if err := e.m.Release(t.Context(), "counter", g.Token, hint); err != nil {
 					t.Errorf("client %d: Release: %v", c, err)
 					return
 				}
@@ -163,7 +168,7 @@ func TestWaitersAreGrantedInOrder(t *testing.T) {
 				return
 			}
 			order <- i
-			if err := e.m.Release(ctx, "fifo", g.Token); err != nil {
+			if err := e.m.Release(ctx, "fifo", g.Token, lock.Hint{}); err != nil {
 				t.Errorf("waiter %d release: %v", i, err)
 			}
 		}()
@@ -173,7 +178,7 @@ func TestWaitersAreGrantedInOrder(t *testing.T) {
 			return err == nil && len(d.Waiters) == i+1
 		})
 	}
-	if err := e.m.Release(ctx, "fifo", holder.Token); err != nil {
+	if err := e.m.Release(ctx, "fifo", holder.Token, lock.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -257,7 +262,7 @@ func TestLateReleaseNeverRemovesNewerHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Release(ctx, "l", first.Token); err != nil {
+	if err := e.m.Release(ctx, "l", first.Token, lock.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	// The same session takes the lock again, then the first release is retried.
@@ -268,8 +273,15 @@ func TestLateReleaseNeverRemovesNewerHolder(t *testing.T) {
 	if second.Token <= first.Token {
 		t.Fatalf("second grant token %d not above first %d", second.Token, first.Token)
 	}
-	if err := e.m.Release(ctx, "l", first.Token); !errors.Is(err, lock.ErrNotHolder) {
+	if err := e.m.Release(ctx, "l", first.Token, lock.Hint{}); !errors.Is(err, lock.ErrNotHolder) {
 		t.Fatalf("late release = %v, want ErrNotHolder", err)
+	}
+	if err := e.m.Release(ctx, "l", first.Token, lock.Hint{Session: s, RequestID: first.RequestID}); !errors.Is(err, lock.ErrNotHolder) {
+		t.Fatalf("late release by hint = %v, want ErrNotHolder", err)
+	}
+	// A hint naming the newer grant with the old token removes nothing either.
+	if err := e.m.Release(ctx, "l", first.Token, lock.Hint{Session: s, RequestID: second.RequestID}); !errors.Is(err, lock.ErrNotHolder) {
+		t.Fatalf("release with a mismatched hint = %v, want ErrNotHolder", err)
 	}
 	if err := e.m.ValidateFence(ctx, "l", second.Token); err != nil {
 		t.Fatalf("newer holder lost the lock to a late release: %v", err)
@@ -357,7 +369,7 @@ func TestSemaphore(t *testing.T) {
 		d, err := e.m.Describe(ctx, "pool")
 		return err == nil && len(d.Waiters) == 1
 	})
-	if err := e.m.Release(ctx, "pool", grants[1].Token); err != nil {
+	if err := e.m.Release(ctx, "pool", grants[1].Token, lock.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	if g := <-done; g.Token <= grants[2].Token {
@@ -397,7 +409,7 @@ func TestFencedWrites(t *testing.T) {
 	if _, err := e.m.FencedPut(ctx, "db", waiterToken, "config/primary", "node-2"); !errors.Is(err, lock.ErrStaleToken) {
 		t.Fatalf("FencedPut by a waiter = %v, want ErrStaleToken", err)
 	}
-	if err := e.m.Release(ctx, "db", holder.Token); err != nil {
+	if err := e.m.Release(ctx, "db", holder.Token, lock.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	next := <-waiting
@@ -473,7 +485,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := e.m.Acquire(ctx, lock.Request{Name: "ok", Session: s, Metadata: string(make([]byte, lock.MaxMetadataBytes+1))}); !errors.Is(err, lock.ErrTooLarge) {
 		t.Errorf("oversized metadata = %v, want ErrTooLarge", err)
 	}
-	if err := e.m.Release(ctx, "ok", 0); !errors.Is(err, lock.ErrInvalid) {
+	if err := e.m.Release(ctx, "ok", 0, lock.Hint{}); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("Release token 0 = %v, want ErrInvalid", err)
 	}
 	if _, err := e.m.FencedPut(ctx, "ok", 5, "", "v"); !errors.Is(err, lock.ErrInvalid) {

@@ -44,19 +44,26 @@ func validateRequest(req *Request) error {
 	if req.RequestID == "" {
 		req.RequestID = newRequestID()
 	}
-	if len(req.RequestID) > MaxRequestIDBytes {
-		return fmt.Errorf("%w: request id is %d bytes, at most %d are allowed", ErrInvalid, len(req.RequestID), MaxRequestIDBytes)
-	}
-	for i := 0; i < len(req.RequestID); i++ {
-		if c := req.RequestID[i]; !nameByte(c) || c == '/' {
-			return fmt.Errorf("%w: request id %q may contain only letters, digits and . _ : @ -", ErrInvalid, req.RequestID)
-		}
+	if err := validateRequestID(req.RequestID); err != nil {
+		return err
 	}
 	if len(req.Metadata) > MaxMetadataBytes {
 		return fmt.Errorf("%w: metadata is %d bytes, at most %d are allowed", ErrTooLarge, len(req.Metadata), MaxMetadataBytes)
 	}
 	if !utf8.ValidString(req.Metadata) {
 		return fmt.Errorf("%w: metadata is not valid UTF-8", ErrInvalid)
+	}
+	return nil
+}
+
+func validateRequestID(id string) error {
+	if len(id) > MaxRequestIDBytes {
+		return fmt.Errorf("%w: request id is %d bytes, at most %d are allowed", ErrInvalid, len(id), MaxRequestIDBytes)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !nameByte(c) || c == '/' {
+			return fmt.Errorf("%w: request id %q may contain only letters, digits and . _ : @ -", ErrInvalid, id)
+		}
 	}
 	return nil
 }

@@ -385,7 +385,12 @@ type ReleaseRequest struct {
 	// name is the lock's name. Required.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// token is the grant's fencing token. Required.
-	Token         int64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Token int64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// session_id and request_id, when both set, name the grant directly and
+	// save the server a read. A wrong pair only fails with NOT_HOLDER.
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// request_id: see session_id.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -432,6 +437,20 @@ func (x *ReleaseRequest) GetToken() int64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *ReleaseRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReleaseRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // ReleaseResponse is empty: the grant is gone.
@@ -1155,10 +1174,14 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1a\n" +
 	"\bmetadata\x18\x05 \x01(\tR\bmetadata\"@\n" +
 	"\x12TryAcquireResponse\x12*\n" +
-	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\":\n" +
+	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"x\n" +
 	"\x0eReleaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x03R\x05token\"\x11\n" +
+	"\x05token\x18\x02 \x01(\x03R\x05token\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"\x11\n" +
 	"\x0fReleaseResponse\"\xba\x01\n" +
 	"\tLockEntry\x12\x1d\n" +
 	"\n" +

@@ -66,7 +66,15 @@ func (s *LockServer) TryAcquire(ctx context.Context, req *coorddv1.TryAcquireReq
 
 // Release implements LockService.
 func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) (*coorddv1.ReleaseResponse, error) {
-	if err := s.m.Release(ctx, req.GetName(), fencing.Token(req.GetToken())); err != nil {
+	var hint lock.Hint
+	if req.GetSessionId() != "" {
+		id, err := session.ParseID(req.GetSessionId())
+		if err != nil {
+			return nil, err
+		}
+		hint = lock.Hint{Session: clientv3.LeaseID(id), RequestID: req.GetRequestId()}
+	}
+	if err := s.m.Release(ctx, req.GetName(), fencing.Token(req.GetToken()), hint); err != nil {
 		return nil, err
 	}
 	return &coorddv1.ReleaseResponse{}, nil

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
+	"go.uber.org/zap"
+)
+
+// locker is one benchmark client's view of one lock implementation.
+type locker interface {
+	acquire(ctx context.Context) (release func(context.Context) error, err error)
+	close()
+}
+
+// lockPeer makes clients of one implementation.
+type lockPeer struct {
+	name      string
+	newClient func(ctx context.Context, lockName string) (locker, error)
+}
+
+func lockPeers(grpcAddr, etcdURL string) []lockPeer {
+	newEtcd := func() (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	}
+	return []lockPeer{
+		{"coordd SDK", func(ctx context.Context, name string) (locker, error) {
+			c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{grpcAddr}})
+			if err != nil {
+				return nil, err
+			}
+			s, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second))
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			return &coorddLocker{c: c, s: s, name: name}, nil
+		}},
+		{"etcd concurrency.Mutex", func(ctx context.Context, name string) (locker, error) {
+			cli, err := newEtcd()
+			if err != nil {
+				return nil, err
+			}
+			s, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
+			if err != nil {
+				cli.Close()
+				return nil, err
+			}
+			return &mutexLocker{cli: cli, s: s, m: concurrency.NewMutex(s, "/bench/mutex/"+name)}, nil
+		}},
+		{"etcd v3lock gRPC", func(ctx context.Context, name string) (locker, error) {
+			cli, err := newEtcd()
+			if err != nil {
+				return nil, err
+			}
+			l, err := cli.Grant(ctx, 30)
+			if err != nil {
+				cli.Close()
+				return nil, err
+			}
+			kctx, cancel := context.WithCancel(context.Background())
+			if _, err := cli.KeepAlive(kctx, l.ID); err != nil {
+				cancel()
+				cli.Close()
+				return nil, err
+			}
+			return &v3lockLocker{cli: cli, lc: v3lockpb.NewLockClient(cli.ActiveConnection()), lease: int64(l.ID), name: "/bench/v3lock/" + name, stop: cancel}, nil
+		}},
+	}
+}
+
+type coorddLocker struct {
+	c    *clientlib.Client
+	s    *clientlib.Session
+	name string
+}
+
+func (l *coorddLocker) acquire(ctx context.Context) (func(context.Context) error, error) {
+	lk, err := l.s.Lock(ctx, l.name)
+	if err != nil {
+		return nil, err
+	}
+	return lk.Release, nil
+}
+
+func (l *coorddLocker) close() {
+	l.s.Close(context.Background())
+	l.c.Close()
+}
+
+type mutexLocker struct {
+	cli *clientv3.Client
+	s   *concurrency.Session
+	m   *concurrency.Mutex
+}
+
+func (l *mutexLocker) acquire(ctx context.Context) (func(context.Context) error, error) {
+	if err := l.m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return l.m.Unlock, nil
+}
+
+func (l *mutexLocker) close() {
+	l.s.Close()
+	l.cli.Close()
+}
+
+type v3lockLocker struct {
+	cli   *clientv3.Client
+	lc    v3lockpb.LockClient
+	lease int64
+	name  string
+	stop  context.CancelFunc
+}
+
+func (l *v3lockLocker) acquire(ctx context.Context) (func(context.Context) error, error) {
+	resp, err := l.lc.Lock(ctx, &v3lockpb.LockRequest{Name: []byte(l.name), Lease: l.lease})
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		_, err := l.lc.Unlock(ctx, &v3lockpb.UnlockRequest{Key: resp.Key})
+		return err
+	}, nil
+}
+
+func (l *v3lockLocker) close() {
+	l.stop()
+	l.cli.Revoke(context.Background(), clientv3.LeaseID(l.lease))
+	l.cli.Close()
+}
+
+// lockRun is what one workload measured for one peer.
+type lockRun struct {
+	cycleUs   []float64 // acquire+release, uncontended
+	handoffUs []float64 // release start -> acquire return in another client
+	acqPerSec float64
+	jain      float64
+	overlaps  int64
+}
+
+// runLocks has clients*locksPerClient... : `clients` clients spread over
+// `locks` lock names (clients/locks per lock) loop acquire -> release for
+// d, with zero hold and think time.
+func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string) (lockRun, error) {
+	ctx := context.Background()
+	ls := make([]locker, clients)
+	for i := range ls {
+		l, err := p.newClient(ctx, fmt.Sprintf("%s-%d", tag, i%locks))
+		if err != nil {
+			return lockRun{}, err
+		}
+		defer l.close()
+		ls[i] = l
+	}
+	type slot struct {
+		mu       sync.Mutex
+		relAt    time.Time
+		relBy    int
+		inside   atomic.Int32
+		handoffs []float64
+	}
+	slots := make([]*slot, locks)
+	for i := range slots {
+		slots[i] = &slot{relBy: -1}
+	}
+	var (
+		overlaps atomic.Int64
+		counts   = make([]int64, clients)
+		cycles   []float64
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		firstErr error
+	)
+	end := time.Now().Add(d)
+	for i, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sl := slots[i%locks]
+			for time.Now().Before(end) {
+				t0 := time.Now()
+				release, err := l.acquire(ctx)
+				if err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				got := time.Now()
+				if sl.inside.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+				sl.mu.Lock()
+				if sl.relBy >= 0 && sl.relBy != i {
+					sl.handoffs = append(sl.handoffs, float64(got.Sub(sl.relAt).Microseconds()))
+				}
+				sl.mu.Unlock()
+				counts[i]++
+				sl.inside.Add(-1)
+				sl.mu.Lock()
+				sl.relAt, sl.relBy = time.Now(), i
+				sl.mu.Unlock()
+				if err := release(ctx); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				if clients == 1 {
+					mu.Lock()
+					cycles = append(cycles, float64(time.Since(t0).Microseconds()))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return lockRun{}, firstErr
+	}
+	r := lockRun{cycleUs: cycles, overlaps: overlaps.Load()}
+	var total, sumSq float64
+	for _, c := range counts {
+		total += float64(c)
+		sumSq += float64(c) * float64(c)
+	}
+	r.acqPerSec = total / d.Seconds()
+	if sumSq > 0 {
+		r.jain = total * total / (float64(len(counts)) * sumSq)
+	}
+	for _, s := range slots {
+		r.handoffUs = append(r.handoffUs, s.handoffs...)
+	}
+	return r, nil
+}
+
+// benchLocks runs the lock workloads for every peer on the same etcd and
+// prints them with the ratios the targets use.
+func benchLocks(grpcAddr, etcdURL string, d time.Duration) error {
+	raw, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	ctx := context.Background()
+	putLat := make([]float64, 0, 500)
+	for range 500 {
+		t0 := time.Now()
+		if _, err := raw.Put(ctx, "/bench/raw-put", "x"); err != nil {
+			return err
+		}
+		putLat = append(putLat, float64(time.Since(t0).Microseconds()))
+	}
+	put50 := percentile(putLat, 50)
+	fmt.Printf("\nlocks (each workload %s per peer, zero hold and think time; raw etcd put p50 %.0fus)\n", d, put50)
+	fmt.Printf("%-24s %-26s %10s %10s %10s %8s %6s %8s\n", "peer", "workload", "p50", "p99", "acq/s", "jain", "n", "overlap")
+
+	peers := lockPeers(grpcAddr, etcdURL)
+	type key struct{ peer, workload string }
+	results := map[key]lockRun{}
+	workloads := []struct {
+		name           string
+		clients, locks int
+	}{
+		{"1 client (cycle)", 1, 1},
+		{"2 clients, 1 lock", 2, 1},
+		{"8 clients, 1 lock", 8, 1},
+		{"64 clients, 64 locks", 64, 64},
+	}
+	for wi, w := range workloads {
+		for _, p := range peers {
+			r, err := runLocks(p, w.clients, w.locks, d, fmt.Sprintf("w%d", wi))
+			if err != nil {
+				return fmt.Errorf("%s, %s: %w", p.name, w.name, err)
+			}
+			results[key{p.name, w.name}] = r
+			lat := r.handoffUs
+			if w.clients == 1 {
+				lat = r.cycleUs
+			}
+			p50, p99 := math.NaN(), math.NaN()
+			if len(lat) > 0 {
+				p50, p99 = percentile(lat, 50), percentile(lat, 99)
+			}
+			fmt.Printf("%-24s %-26s %8.0fus %8.0fus %10.0f %8.3f %6d %8d\n", p.name, w.name, p50, p99, r.acqPerSec, r.jain, len(lat), r.overlaps)
+		}
+	}
+
+	c := func(p, w string) lockRun { return results[key{p, w}] }
+	ratio := func(a, b float64) float64 { return a / b }
+	co := "coordd SDK"
+	fmt.Printf("\ntargets:\n")
+	fmt.Printf("  uncontended cycle p50 / two raw puts:              %.2f (target <= 1.3)\n", ratio(percentile(c(co, "1 client (cycle)").cycleUs, 50), 2*put50))
+	for _, w := range []string{"2 clients, 1 lock", "8 clients, 1 lock"} {
+		h := c(co, w).handoffUs
+		m := c("etcd concurrency.Mutex", w).handoffUs
+		if len(h) == 0 || len(m) == 0 {
+			continue
+		}
+		fmt.Printf("  %s: hand-off p50 / raw put:            %.2f (target <= 2)\n", w, ratio(percentile(h, 50), put50))
+		fmt.Printf("  %s: Mutex hand-off p99 / coordd p99:   %.1f (target >= 20)\n", w, ratio(percentile(m, 99), percentile(h, 99)))
+	}
+	fmt.Printf("  64 clients, 64 locks: coordd / Mutex cycles per second: %.2f\n",
+		ratio(c(co, "64 clients, 64 locks").acqPerSec, c("etcd concurrency.Mutex", "64 clients, 64 locks").acqPerSec))
+	return nil
+}
