@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/fencing"
 )
 
 // A session with a 10 s TTL. Everything done on its behalf stops when Done
@@ -54,5 +55,60 @@ func ExampleClient_GetSession() {
 		log.Fatal(err)
 	default:
 		log.Printf("owner %s, %s left", info.Owner, info.Remaining)
+	}
+}
+
+// A fenced lock: work only while the lock's context lives, and hand the
+// token to the protected resource with every write.
+func ExampleSession_Lock() {
+	ctx := context.Background()
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{"127.0.0.1:7420"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close(context.Background())
+
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second) // how long to wait for the lock
+	defer cancel()
+	l, err := s.Lock(wctx, "billing/invoice-run", clientlib.WithMetadata("host-7 nightly"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Release(context.Background())
+
+	// A write in coordd's KV that only lands while the token holds the lock.
+	if _, err := c.FencedPut(l.Context(), "billing/invoice-run", l.Token(), "billing/last-run", []byte("2026-11-29")); errors.Is(err, clientlib.ErrStaleToken) {
+		log.Print("lost the lock before the write; nothing was written")
+	}
+}
+
+// WithLock for the common case: the lock is released when fn returns.
+func ExampleWithLock() {
+	ctx := context.Background()
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{"127.0.0.1:7420"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close(context.Background())
+
+	var guard fencing.Guard // normally inside the service that owns the resource
+	err = clientlib.WithLock(ctx, s, "inventory/rebalance", func(ctx context.Context, token fencing.Token) error {
+		return guard.Do("inventory", token, func() error {
+			// ... write to the resource; stop when ctx is done ...
+			return ctx.Err()
+		})
+	})
+	if err != nil {
+		log.Print(err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/coordd/coordd/fencing"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // LockOption configures Lock and TryLock.
@@ -146,9 +148,14 @@ func (l *Lock) Context() context.Context { return l.ctx }
 // Lost is closed when the lock is lost without Release: its session ended.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
-// Release gives the lock up. It returns ErrNotHolder if the server no
-// longer had this grant (the session ended in between). Calling it again
-// returns nil.
+// releaseAttempt bounds one Release call, so a call stuck on a member that
+// lost its etcd leader is retried (elsewhere) instead of eating all of ctx.
+const releaseAttempt = 2 * time.Second
+
+// Release gives the lock up, retrying while coordd or etcd is unavailable
+// until ctx ends. It returns ErrNotHolder if the server no longer had this
+// grant (its session ended first). Calling it again returns nil. If it
+// fails, the lock stays held until the session ends or Release succeeds.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if l.released {
@@ -159,8 +166,25 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	l.stop()
 	l.cancel(ErrLockReleased)
-	_, err := l.s.c.locks.Release(ctx, &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID})
-	return convert(ctx, err)
+	req := &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID}
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, releaseAttempt)
+		_, err := l.s.c.locks.Release(actx, req)
+		cancel()
+		err = convert(ctx, err)
+		switch {
+		case err == nil:
+			return nil
+		case attempt > 0 && errors.Is(err, ErrNotHolder):
+			return nil // an earlier attempt released it; its answer was lost
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, ErrUnavailable), status.Code(err) == codes.DeadlineExceeded:
+			continue // retry: releasing by token is idempotent
+		default:
+			return err
+		}
+	}
 }
 
 // WithLock runs fn while holding the named lock and releases it after, also
@@ -172,9 +196,11 @@ func WithLock(ctx context.Context, s *Session, name string, fn func(ctx context.
 		return err
 	}
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		// Keep trying for as long as the session lives: once it ends, the
+		// lock is released anyway.
+		rctx, cancel := context.WithCancel(s.Context())
 		defer cancel()
-		if rerr := l.Release(rctx); rerr != nil && err == nil {
+		if rerr := l.Release(rctx); rerr != nil && err == nil && s.Err() == nil {
 			err = fmt.Errorf("coordd: release %q: %w", name, rerr)
 		}
 	}()

@@ -167,6 +167,15 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		}
 		return Grant{}, fmt.Errorf("%w: %q", ErrHeld, req.Name)
 	}
+	// A mutex already held by this same session under another request
+	// would make this waiter wait for itself forever.
+	if own := q + fmt.Sprintf("%016x/", uint64(req.Session)); req.Limit == 1 && len(holders) > 0 && strings.HasPrefix(string(holders[0].Key), own) {
+		if created {
+			m.dequeue(ctx, key, myRev)
+		}
+		return Grant{}, fmt.Errorf("%w: this session already holds %q (request %s); waiting would deadlock, release it first",
+			ErrHeld, req.Name, strings.TrimPrefix(string(holders[0].Key), own))
+	}
 	rev, err := m.waitTurn(ctx, q, key, myRev, req.Limit)
 	if err != nil {
 		m.dequeue(ctx, key, myRev)

@@ -332,6 +332,15 @@ func TestIdempotentAcquire(t *testing.T) {
 	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "l", Session: s, RequestID: "req-2"}); !errors.Is(err, lock.ErrHeld) {
 		t.Fatalf("second acquisition by the same session = %v, want ErrHeld", err)
 	}
+	// Waiting for it would wait for itself: refused at once, nothing queued.
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := e.m.Acquire(wctx, lock.Request{Name: "l", Session: s, RequestID: "req-3"}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("waiting acquisition behind the same session's grant = %v, want ErrHeld at once", err)
+	}
+	if n := e.keys(t); n != 1 {
+		t.Fatalf("%d waiter keys after refused acquisitions, want 1", n)
+	}
 }
 
 func TestSemaphore(t *testing.T) {
