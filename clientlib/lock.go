@@ -220,6 +220,8 @@ func randomID() string {
 // LockEntry is a holder or waiter of a lock.
 type LockEntry struct {
 	SessionID string
+	Owner     string // the session's owner, if the session still exists
+	Hostname  string
 	RequestID string
 	Metadata  string
 	Token     fencing.Token
@@ -243,7 +245,7 @@ func (c *Client) DescribeLock(ctx context.Context, name string) (LockState, erro
 	}
 	st := LockState{Name: resp.GetName(), Limit: int(resp.GetLimit()), Revision: resp.GetRevision()}
 	entry := func(e *coorddv1.LockEntry) LockEntry {
-		return LockEntry{SessionID: e.GetSessionId(), RequestID: e.GetRequestId(), Metadata: e.GetMetadata(), Token: fencing.Token(e.GetToken()), Enqueued: e.GetEnqueueTime().AsTime()}
+		return LockEntry{SessionID: e.GetSessionId(), Owner: e.GetOwner(), Hostname: e.GetHostname(), RequestID: e.GetRequestId(), Metadata: e.GetMetadata(), Token: fencing.Token(e.GetToken()), Enqueued: e.GetEnqueueTime().AsTime()}
 	}
 	for _, e := range resp.GetHolders() {
 		st.Holders = append(st.Holders, entry(e))

@@ -503,7 +503,11 @@ type LockEntry struct {
 	// hold once granted).
 	Token int64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
 	// enqueue_time is when the acquisition was queued.
-	EnqueueTime   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=enqueue_time,json=enqueueTime,proto3" json:"enqueue_time,omitempty"`
+	EnqueueTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=enqueue_time,json=enqueueTime,proto3" json:"enqueue_time,omitempty"`
+	// owner is the owner of the entry's session, as given at its creation.
+	Owner string `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
+	// hostname is the host of the entry's session, as given at its creation.
+	Hostname      string `protobuf:"bytes,7,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -571,6 +575,20 @@ func (x *LockEntry) GetEnqueueTime() *timestamppb.Timestamp {
 		return x.EnqueueTime
 	}
 	return nil
+}
+
+func (x *LockEntry) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *LockEntry) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
 }
 
 // DescribeLockRequest names a lock.
@@ -1182,7 +1200,7 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\"\x11\n" +
-	"\x0fReleaseResponse\"\xba\x01\n" +
+	"\x0fReleaseResponse\"\xec\x01\n" +
 	"\tLockEntry\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -1190,7 +1208,9 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"request_id\x18\x02 \x01(\tR\trequestId\x12\x1a\n" +
 	"\bmetadata\x18\x03 \x01(\tR\bmetadata\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x03R\x05token\x12=\n" +
-	"\fenqueue_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\venqueueTime\")\n" +
+	"\fenqueue_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\venqueueTime\x12\x14\n" +
+	"\x05owner\x18\x06 \x01(\tR\x05owner\x12\x1a\n" +
+	"\bhostname\x18\a \x01(\tR\bhostname\")\n" +
 	"\x13DescribeLockRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xbc\x01\n" +
 	"\x14DescribeLockResponse\x12\x12\n" +

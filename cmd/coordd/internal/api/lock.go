@@ -15,11 +15,14 @@ import (
 type LockServer struct {
 	coorddv1.UnsafeLockServiceServer // compile errors when the service grows
 
-	m *lock.Manager
+	m        *lock.Manager
+	sessions *session.Manager // to name holders' owners in DescribeLock
 }
 
 // NewLockServer returns the LockService adapter.
-func NewLockServer(m *lock.Manager) *LockServer { return &LockServer{m: m} }
+func NewLockServer(m *lock.Manager, sessions *session.Manager) *LockServer {
+	return &LockServer{m: m, sessions: sessions}
+}
 
 // lockRequest builds a lock.Request from the fields Acquire and TryAcquire share.
 func lockRequest(name, sessionID string, limit int32, requestID, metadata string) (lock.Request, error) {
@@ -88,10 +91,10 @@ func (s *LockServer) DescribeLock(ctx context.Context, req *coorddv1.DescribeLoc
 	}
 	resp := &coorddv1.DescribeLockResponse{Name: d.Name, Limit: int32(d.Limit), Revision: d.Revision}
 	for _, e := range d.Holders {
-		resp.Holders = append(resp.Holders, entryProto(e))
+		resp.Holders = append(resp.Holders, s.entryProto(ctx, e))
 	}
 	for _, e := range d.Waiters {
-		resp.Waiters = append(resp.Waiters, entryProto(e))
+		resp.Waiters = append(resp.Waiters, s.entryProto(ctx, e))
 	}
 	return resp, nil
 }
@@ -153,12 +156,18 @@ func grantProto(g lock.Grant) *coorddv1.LockGrant {
 	}
 }
 
-func entryProto(e lock.Entry) *coorddv1.LockEntry {
-	return &coorddv1.LockEntry{
+// entryProto describes a holder or waiter, with its session's owner and
+// host when the session is still there (it may end at any moment).
+func (s *LockServer) entryProto(ctx context.Context, e lock.Entry) *coorddv1.LockEntry {
+	out := &coorddv1.LockEntry{
 		SessionId:   session.ID(e.Session).String(),
 		RequestId:   e.RequestID,
 		Metadata:    e.Metadata,
 		Token:       int64(e.Token),
 		EnqueueTime: timestamppb.New(e.Enqueued),
 	}
+	if info, err := s.sessions.Get(ctx, session.ID(e.Session)); err == nil {
+		out.Owner, out.Hostname = info.Owner, info.Hostname
+	}
+	return out
 }

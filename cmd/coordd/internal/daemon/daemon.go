@@ -120,8 +120,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	d.grpcSrv = grpc.NewServer(opts...)
-	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(session.NewManager(d.cli, cfg.KeyRoot), d.stopping))
-	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(lock.NewManager(d.cli, cfg.KeyRoot)))
+	sessions := session.NewManager(d.cli, cfg.KeyRoot)
+	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, d.stopping))
+	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(lock.NewManager(d.cli, cfg.KeyRoot), sessions))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	metrics.InitializeMetrics(d.grpcSrv)

@@ -19,7 +19,7 @@ func TestLocksThroughSDK(t *testing.T) {
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
-	a, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
+	a, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second), clientlib.WithOwner("compactor"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestLocksThroughSDK(t *testing.T) {
 		t.Fatalf("TryLock of a held lock = %v, want ErrLockHeld", err)
 	}
 	st, err := c.DescribeLock(ctx, "orders/compaction")
-	if err != nil || len(st.Holders) != 1 || st.Holders[0].SessionID != a.ID() || st.Holders[0].Metadata != "nightly run" || st.Holders[0].Token != l.Token() {
+	if err != nil || len(st.Holders) != 1 || st.Holders[0].SessionID != a.ID() || st.Holders[0].Owner != "compactor" || st.Holders[0].Metadata != "nightly run" || st.Holders[0].Token != l.Token() {
 		t.Fatalf("DescribeLock = %+v, %v", st, err)
 	}
 	if err := c.ValidateFence(ctx, "orders/compaction", l.Token()); err != nil {
