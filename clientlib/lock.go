@@ -13,6 +13,7 @@ import (
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // LockOption configures Lock and TryLock.
@@ -22,6 +23,7 @@ type lockOptions struct {
 	limit     int
 	requestID string
 	metadata  string
+	lockDelay time.Duration
 }
 
 // WithLimit makes the lock a semaphore that n sessions may hold at once.
@@ -32,6 +34,11 @@ func WithLimit(n int) LockOption { return func(o *lockOptions) { o.limit = n } }
 // random one by default and reuses it when it retries; set it to resume an
 // acquisition across process restarts of the same session.
 func WithRequestID(id string) LockOption { return func(o *lockOptions) { o.requestID = id } }
+
+// WithLockDelay keeps the lock from the next waiter for d after this
+// holder's session expires (not after Release), so a holder that lost its
+// session has time to stop before anyone else acts. At most one minute.
+func WithLockDelay(d time.Duration) LockOption { return func(o *lockOptions) { o.lockDelay = d } }
 
 // WithMetadata attaches a note to the acquisition (who and why), shown by
 // DescribeLock. At most 1024 bytes.
@@ -85,16 +92,20 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 
+	var delay *durationpb.Duration
+	if o.lockDelay != 0 {
+		delay = durationpb.New(o.lockDelay)
+	}
 	var grant *coorddv1.LockGrant
 	for retry := 50 * time.Millisecond; ; retry = min(2*retry, time.Second) {
 		var err error
 		if wait {
 			var resp *coorddv1.AcquireResponse
-			resp, err = s.c.locks.Acquire(cctx, &coorddv1.AcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata})
+			resp, err = s.c.locks.Acquire(cctx, &coorddv1.AcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
 			grant = resp.GetGrant()
 		} else {
 			var resp *coorddv1.TryAcquireResponse
-			resp, err = s.c.locks.TryAcquire(cctx, &coorddv1.TryAcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata})
+			resp, err = s.c.locks.TryAcquire(cctx, &coorddv1.TryAcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
 			grant = resp.GetGrant()
 		}
 		if err == nil {
@@ -230,11 +241,14 @@ type LockEntry struct {
 
 // LockState is a lock's holders and waiters at one revision.
 type LockState struct {
-	Name     string
-	Limit    int
-	Holders  []LockEntry
-	Waiters  []LockEntry // in grant order
-	Revision int64
+	Name    string
+	Limit   int
+	Holders []LockEntry
+	Waiters []LockEntry // in grant order
+	// DelayedUntil, when not zero, ends a lock-delay: a holder's session
+	// expired and the first waiter is granted then.
+	DelayedUntil time.Time
+	Revision     int64
 }
 
 // DescribeLock returns the named lock's holders and waiters.
@@ -244,6 +258,9 @@ func (c *Client) DescribeLock(ctx context.Context, name string) (LockState, erro
 		return LockState{}, convert(ctx, err)
 	}
 	st := LockState{Name: resp.GetName(), Limit: int(resp.GetLimit()), Revision: resp.GetRevision()}
+	if resp.GetDelayedUntil() != nil {
+		st.DelayedUntil = resp.GetDelayedUntil().AsTime()
+	}
 	entry := func(e *coorddv1.LockEntry) LockEntry {
 		return LockEntry{SessionID: e.GetSessionId(), Owner: e.GetOwner(), Hostname: e.GetHostname(), RequestID: e.GetRequestId(), Metadata: e.GetMetadata(), Token: fencing.Token(e.GetToken()), Enqueued: e.GetEnqueueTime().AsTime()}
 	}

@@ -28,4 +28,7 @@
 //   - The semaphore limit is checked against the queue's head when a waiter
 //     enqueues; two first acquirers racing with different limits may both
 //     enqueue.
+//   - Lock-delay applies to waiters queued when a holder's session ends
+//     without a release. Someone acquiring a free lock after such an end,
+//     with nobody queued at the time, is not delayed.
 package lock

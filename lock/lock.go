@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,6 +44,7 @@ const (
 	MaxLimit          = 1024
 	MaxKeyBytes       = 512
 	MaxValueBytes     = 512 << 10
+	MaxLockDelay      = time.Minute
 )
 
 // Manager runs lock operations. It is safe for concurrent use.
@@ -73,6 +75,11 @@ type Request struct {
 	// Metadata is shown by Describe (for example who holds the lock and
 	// why); at most MaxMetadataBytes.
 	Metadata string
+	// LockDelay, when positive, keeps the lock from the next waiter for
+	// this long after this holder's session expires (not after a clean
+	// Release), so a holder that lost its session has time to notice and
+	// stop before anyone else acts. At most MaxLockDelay.
+	LockDelay time.Duration
 }
 
 // Grant is a held lock.
@@ -88,6 +95,7 @@ type Grant struct {
 // waiter is the JSON stored in a waiter key.
 type waiter struct {
 	Limit     int       `json:"limit"`
+	LockDelay string    `json:"lock_delay,omitempty"` // a time.Duration
 	RequestID string    `json:"request_id"`
 	Metadata  string    `json:"metadata,omitempty"`
 	Enqueued  time.Time `json:"enqueued"`
@@ -124,17 +132,22 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	}
 	q := m.queue(req.Name)
 	key := m.waiterKey(req.Name, req.Session, req.RequestID)
-	val, err := json.Marshal(waiter{Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC()})
+	w := waiter{Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC()}
+	if req.LockDelay > 0 {
+		w.LockDelay = req.LockDelay.String()
+	}
+	val, err := json.Marshal(w)
 	if err != nil {
 		return Grant{}, err
 	}
 	heads := clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(req.Limit)))
 	// One transaction enqueues (unless this request is already queued) and
 	// reads the holders, so an uncontended acquire is one etcd commit.
+	delayKey := m.delayKey(req.Name)
 	resp, err := m.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(req.Session)), heads).
-		Else(clientv3.OpGet(key), heads).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(req.Session)), heads, clientv3.OpGet(delayKey)).
+		Else(clientv3.OpGet(key), heads, clientv3.OpGet(delayKey)).
 		Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
@@ -158,6 +171,13 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	}
 	for _, kv := range holders {
 		if string(kv.Key) == key {
+			// A retried acquire may find this grant inside its lock-delay.
+			if d, ok := decodeDelay(resp.Responses[2].GetResponseRange().Kvs); ok && d.Token == myRev {
+				if err := m.sitOutDelay(ctx, key, myRev, d.Until); err != nil {
+					m.dequeue(ctx, key, myRev)
+					return Grant{}, err
+				}
+			}
 			return g, nil
 		}
 	}
@@ -176,7 +196,10 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		return Grant{}, fmt.Errorf("%w: this session already holds %q (request %s); waiting would deadlock, release it first",
 			ErrHeld, req.Name, strings.TrimPrefix(string(holders[0].Key), own))
 	}
-	rev, err := m.waitTurn(ctx, q, key, myRev, req.Limit)
+	rev, prev, err := m.waitTurn(ctx, q, key, myRev, req.Limit)
+	if err == nil && prev != nil {
+		err = m.applyLockDelay(ctx, req, key, myRev, rev, prev)
+	}
 	if err != nil {
 		m.dequeue(ctx, key, myRev)
 		return Grant{}, err
@@ -185,9 +208,92 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	return g, nil
 }
 
+// lockDelay is the delay state of a lock: the waiter whose token is Token
+// may not act before Until. It is stored bound to that waiter's lease.
+type lockDelay struct {
+	Token int64     `json:"token"`
+	Until time.Time `json:"until"`
+}
+
+func (m *Manager) delayKey(name string) string    { return m.locks + escape(name) + "/delay" }
+func (m *Manager) releasedKey(name string) string { return m.locks + escape(name) + "/released" }
+
+func decodeDelay(kvs []*mvccpb.KeyValue) (lockDelay, bool) {
+	if len(kvs) == 0 {
+		return lockDelay{}, false
+	}
+	var d lockDelay
+	if json.Unmarshal(kvs[0].Value, &d) != nil {
+		return lockDelay{}, false
+	}
+	return d, true
+}
+
+// applyLockDelay runs after a waiter's turn came at revision rev because
+// prev (the last key ahead of it) went away. If prev asked for a lock-delay
+// and went away without a clean Release (its session expired or was
+// closed), the waiter records the delay, visible to Describe and to fenced
+// checks, and sits it out before it is granted.
+func (m *Manager) applyLockDelay(ctx context.Context, req Request, key string, myRev, rev int64, prev *mvccpb.KeyValue) error {
+	var w waiter
+	if json.Unmarshal(prev.Value, &w) != nil || w.LockDelay == "" {
+		return nil
+	}
+	delay, err := time.ParseDuration(w.LockDelay)
+	if err != nil || delay <= 0 {
+		return nil
+	}
+	rel, err := m.cli.Get(ctx, m.releasedKey(req.Name), clientv3.WithRev(rev))
+	if err != nil {
+		return fmt.Errorf("lock: read release marker: %w", err)
+	}
+	if len(rel.Kvs) == 1 && rel.Kvs[0].ModRevision == rev && string(rel.Kvs[0].Value) == strconv.FormatInt(prev.CreateRevision, 10) {
+		return nil // released cleanly in the same transaction that freed our turn
+	}
+	until := m.now().Add(delay).UTC()
+	val, err := json.Marshal(lockDelay{Token: myRev, Until: until})
+	if err != nil {
+		return err
+	}
+	resp, err := m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
+		Then(clientv3.OpPut(m.delayKey(req.Name), string(val), clientv3.WithLease(req.Session))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("lock: record lock-delay: %w", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
+	}
+	return m.sitOutDelay(ctx, key, myRev, until)
+}
+
+// sitOutDelay waits until until, then checks that the waiter's key (and so
+// its session) is still there.
+func (m *Manager) sitOutDelay(ctx context.Context, key string, myRev int64, until time.Time) error {
+	if wait := until.Sub(m.now()); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	resp, err := m.cli.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("lock: after lock-delay: %w", err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != myRev {
+		return fmt.Errorf("%w: the waiter's session ended during the lock-delay", ErrSessionNotFound)
+	}
+	return nil
+}
+
 // waitTurn waits until fewer than limit keys older than myRev remain in
-// queue q, and returns the revision at which that became true. It fails
-// with ErrSessionNotFound when the waiter's own key goes away.
+// queue q, and returns the revision at which that became true and the key
+// whose deletion made it so (nil if it was already true). It fails with
+// ErrSessionNotFound when the waiter's own key goes away.
 //
 // It opens a watch at the current revision W first, then counts the keys
 // ahead at exactly W, so every later deletion arrives as one watch event
@@ -195,35 +301,35 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 // revision matters: etcd serves watches that start at a past revision from
 // a loop that runs every 100 ms, which is what makes etcd's own mutex hand
 // off in about 100 ms.
-func (m *Manager) waitTurn(ctx context.Context, q, key string, myRev int64, limit int) (int64, error) {
+func (m *Manager) waitTurn(ctx context.Context, q, key string, myRev int64, limit int) (int64, *mvccpb.KeyValue, error) {
 	for {
-		rev, err := m.watchTurn(ctx, q, key, myRev, limit)
+		rev, prev, err := m.watchTurn(ctx, q, key, myRev, limit)
 		if errors.Is(err, errRewatch) {
 			continue
 		}
-		return rev, err
+		return rev, prev, err
 	}
 }
 
 var errRewatch = errors.New("lock: watch ended; count again")
 
-func (m *Manager) watchTurn(ctx context.Context, q, key string, myRev int64, limit int) (int64, error) {
+func (m *Manager) watchTurn(ctx context.Context, q, key string, myRev int64, limit int) (int64, *mvccpb.KeyValue, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := m.cli.Watch(wctx, q, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	created, ok := <-wch
 	if !ok || created.Err() != nil {
 		if ctx.Err() != nil {
-			return 0, ctx.Err()
+			return 0, nil, ctx.Err()
 		}
-		return 0, errRewatch
+		return 0, nil, errRewatch
 	}
 	w := created.Header.Revision // the watch delivers events after w
 	// The keys up to and including ours at w. (Count the returned keys:
 	// etcd's Count ignores the create revision filter.)
 	resp, err := m.cli.Get(ctx, q, clientv3.WithPrefix(), clientv3.WithRev(w), clientv3.WithMaxCreateRev(myRev), clientv3.WithKeysOnly())
 	if err != nil {
-		return 0, fmt.Errorf("lock: wait: %w", err)
+		return 0, nil, fmt.Errorf("lock: wait: %w", err)
 	}
 	var ahead int64
 	mine := false
@@ -235,36 +341,36 @@ func (m *Manager) watchTurn(ctx context.Context, q, key string, myRev int64, lim
 		}
 	}
 	if !mine {
-		return 0, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
+		return 0, nil, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
 	}
 	if ahead < int64(limit) {
-		return w, nil
+		return w, nil, nil
 	}
 	for wr := range wch {
 		if err := wr.Err(); err != nil {
 			if ctx.Err() != nil {
-				return 0, ctx.Err()
+				return 0, nil, ctx.Err()
 			}
-			return 0, errRewatch // compacted, leader lost, ...: count again
+			return 0, nil, errRewatch // compacted, leader lost, ...: count again
 		}
 		for _, ev := range wr.Events {
 			if ev.Type != mvccpb.DELETE || ev.PrevKv == nil {
 				continue
 			}
 			if string(ev.PrevKv.Key) == key {
-				return 0, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
+				return 0, nil, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
 			}
 			if ev.PrevKv.CreateRevision < myRev {
 				if ahead--; ahead < int64(limit) {
-					return ev.Kv.ModRevision, nil
+					return ev.Kv.ModRevision, ev.PrevKv, nil
 				}
 			}
 		}
 	}
 	if ctx.Err() != nil {
-		return 0, ctx.Err()
+		return 0, nil, ctx.Err()
 	}
-	return 0, errRewatch
+	return 0, nil, errRewatch
 }
 
 // dequeue removes this request's waiter key (if it is still the same
@@ -292,7 +398,7 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 	if token <= 0 {
 		return fmt.Errorf("%w: token must be positive", ErrInvalid)
 	}
-	key := ""
+	key, lease := "", hint.Session
 	if hint.Session > 0 && hint.RequestID != "" {
 		if err := validateRequestID(hint.RequestID); err != nil {
 			return err
@@ -303,15 +409,21 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 		if err != nil {
 			return err
 		}
-		key = h.key
+		key, lease = h.key, h.lease
 	}
 	if key == "" {
 		return fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
 	}
+	// The release marker, written in the same transaction as the delete,
+	// tells the next waiter this was a clean release (no lock-delay). It is
+	// bound to the releaser's session so it does not outlive it.
 	resp, err := m.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))).
-		Then(clientv3.OpDelete(key)).
+		Then(clientv3.OpDelete(key), clientv3.OpPut(m.releasedKey(name), strconv.FormatInt(int64(token), 10), clientv3.WithLease(lease))).
 		Commit()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("%w: token %d of lock %q: its session has ended", ErrNotHolder, token, name)
+	}
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", name, err)
 	}
@@ -323,8 +435,9 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 
 // holderState is what one linearizable read says about a token.
 type holderState struct {
-	key     string // the waiter key whose create revision is the token; "" if none
-	granted bool   // the key is among the first limit keys
+	key     string           // the waiter key whose create revision is the token; "" if none
+	lease   clientv3.LeaseID // that key's session
+	granted bool             // the key is among the first limit keys and not inside a lock-delay
 }
 
 // holder finds the waiter key that token names and whether it holds the
@@ -336,6 +449,7 @@ func (m *Manager) holder(ctx context.Context, name string, token fencing.Token) 
 	resp, err := m.cli.Txn(ctx).Then(
 		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithMinCreateRev(int64(token)), clientv3.WithMaxCreateRev(int64(token))),
 		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(token)), clientv3.WithKeysOnly()),
+		clientv3.OpGet(m.delayKey(name)),
 	).Commit()
 	if err != nil {
 		return holderState{}, fmt.Errorf("lock: read %q: %w", name, err)
@@ -352,7 +466,11 @@ func (m *Manager) holder(ctx context.Context, name string, token fencing.Token) 
 	// keys created up to and including it number at most Limit. (Count the
 	// keys; etcd's Count ignores the create revision filter.)
 	upTo := len(resp.Responses[1].GetResponseRange().Kvs)
-	return holderState{key: string(kvs[0].Key), granted: upTo <= max(w.Limit, 1)}, nil
+	h := holderState{key: string(kvs[0].Key), lease: clientv3.LeaseID(kvs[0].Lease), granted: upTo <= max(w.Limit, 1)}
+	if d, ok := decodeDelay(resp.Responses[2].GetResponseRange().Kvs); ok && d.Token == int64(token) && m.now().Before(d.Until) {
+		h.granted = false // still sitting out a lock-delay
+	}
+	return h, nil
 }
 
 // ValidateFence reports whether token currently holds the lock: nil if it
@@ -449,11 +567,14 @@ type Entry struct {
 
 // Description is a lock's state at one revision.
 type Description struct {
-	Name     string
-	Limit    int // 0 when nobody holds or waits
-	Holders  []Entry
-	Waiters  []Entry // in grant order
-	Revision int64
+	Name    string
+	Limit   int // 0 when nobody holds or waits
+	Holders []Entry
+	Waiters []Entry // in grant order
+	// DelayedUntil, when not zero, is the end of a lock-delay: the first
+	// waiter is granted then (a holder's session expired).
+	DelayedUntil time.Time
+	Revision     int64
 }
 
 // Describe returns the lock's holders and waiters. The read is
@@ -463,21 +584,29 @@ func (m *Manager) Describe(ctx context.Context, name string) (Description, error
 		return Description{}, err
 	}
 	q := m.queue(name)
-	resp, err := m.cli.Get(ctx, q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	tresp, err := m.cli.Txn(ctx).Then(
+		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
+		clientv3.OpGet(m.delayKey(name)),
+	).Commit()
 	if err != nil {
 		return Description{}, fmt.Errorf("lock: describe %q: %w", name, err)
 	}
-	d := Description{Name: name, Revision: resp.Header.Revision}
-	if lim, ok := limitOf(resp.Kvs); ok {
+	kvs := tresp.Responses[0].GetResponseRange().Kvs
+	d := Description{Name: name, Revision: tresp.Header.Revision}
+	if lim, ok := limitOf(kvs); ok {
 		d.Limit = lim
 	}
-	for i, kv := range resp.Kvs {
+	delayed := int64(0)
+	if dl, ok := decodeDelay(tresp.Responses[1].GetResponseRange().Kvs); ok && m.now().Before(dl.Until) {
+		d.DelayedUntil, delayed = dl.Until, dl.Token
+	}
+	for i, kv := range kvs {
 		var w waiter
 		if err := json.Unmarshal(kv.Value, &w); err != nil {
 			return Description{}, fmt.Errorf("lock: decode %q: %w", kv.Key, err)
 		}
 		e := Entry{Session: clientv3.LeaseID(kv.Lease), RequestID: w.RequestID, Metadata: w.Metadata, Token: fencing.Token(kv.CreateRevision), Enqueued: w.Enqueued}
-		if i < d.Limit {
+		if i < d.Limit && kv.CreateRevision != delayed {
 			d.Holders = append(d.Holders, e)
 		} else {
 			d.Waiters = append(d.Waiters, e)
@@ -512,9 +641,9 @@ func (m *Manager) List(ctx context.Context, prefix, after string, limit int) ([]
 		}
 		for _, kv := range resp.Kvs {
 			rest := strings.TrimPrefix(string(kv.Key), m.locks)
-			esc, _, ok := strings.Cut(rest, "/")
-			if !ok {
-				continue
+			esc, sub, ok := strings.Cut(rest, "/")
+			if !ok || !strings.HasPrefix(sub, "q/") {
+				continue // release and delay markers do not make a lock busy
 			}
 			if n := unescape(esc); len(names) == 0 || names[len(names)-1] != n {
 				names = append(names, n)

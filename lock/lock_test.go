@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,14 +43,21 @@ func (e env) session(t *testing.T, ttl int64) clientv3.LeaseID {
 	return l.ID
 }
 
-// keys counts the keys under the lock tree.
+// keys counts the waiter keys (holders and waiters) under the lock tree.
+// Release markers, bound to the releaser's session, are not counted.
 func (e env) keys(t *testing.T) int64 {
 	t.Helper()
-	resp, err := e.cli.Get(t.Context(), "/coordd/lock/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := e.cli.Get(t.Context(), "/coordd/lock/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.Count
+	var n int64
+	for _, kv := range resp.Kvs {
+		if strings.Contains(string(kv.Key), "/q/") {
+			n++
+		}
+	}
+	return n
 }
 
 func TestAcquireDescribeRelease(t *testing.T) {
@@ -513,5 +521,107 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Lock-delay: after a holder's session expires (not after a clean
+// release), the next waiter is granted only once the delay has passed, and
+// Describe shows the lock as delayed meanwhile.
+func TestLockDelayAfterExpiry(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	const delay = time.Second
+	old, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 2), LockDelay: delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := e.session(t, 60)
+	type result struct {
+		g   lock.Grant
+		err error
+		at  time.Time
+	}
+	done := make(chan result, 1)
+	go func() {
+		g, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: ws, LockDelay: delay})
+		done <- result{g, err, time.Now()}
+	}()
+	waitFor(t, "the waiter to queue", func() bool {
+		d, err := e.m.Describe(ctx, "l")
+		return err == nil && len(d.Waiters) == 1
+	})
+	// Wait for the old session to expire and the delay to begin.
+	var delayed lock.Description
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := e.m.Describe(ctx, "l")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.DelayedUntil.IsZero() {
+			delayed = d
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("waiter granted (%v) without a visible lock-delay", r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no lock-delay seen 10s after the holder's 2s session")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	expiredBy := time.Now()
+	if len(delayed.Holders) != 0 || len(delayed.Waiters) != 1 {
+		t.Fatalf("during the delay Describe = %+v, want the waiter listed as waiting", delayed)
+	}
+	if err := e.m.ValidateFence(ctx, "l", delayed.Waiters[0].Token); !errors.Is(err, lock.ErrStaleToken) {
+		t.Fatalf("ValidateFence of the delayed waiter = %v, want ErrStaleToken", err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("waiter: %v", r.err)
+	}
+	if r.at.Before(delayed.DelayedUntil) {
+		t.Fatalf("waiter granted %s before the delay ended", delayed.DelayedUntil.Sub(r.at))
+	}
+	if r.g.Token <= old.Token {
+		t.Fatalf("token %d not above the expired holder's %d", r.g.Token, old.Token)
+	}
+	if err := e.m.ValidateFence(ctx, "l", r.g.Token); err != nil {
+		t.Fatalf("ValidateFence after the delay: %v", err)
+	}
+	t.Logf("granted %s after the delay became visible", r.at.Sub(expiredBy).Round(time.Millisecond))
+}
+
+// A clean release hands over at once, whatever the lock-delay.
+func TestLockDelaySkippedOnRelease(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	old, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60), LockDelay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	ws := e.session(t, 60)
+	go func() {
+		_, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: ws, LockDelay: time.Minute})
+		done <- err
+	}()
+	waitFor(t, "the waiter to queue", func() bool {
+		d, err := e.m.Describe(ctx, "l")
+		return err == nil && len(d.Waiters) == 1
+	})
+	if err := e.m.Release(ctx, "l", old.Token, lock.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a clean release did not hand over within 10s (lock-delay applied?)")
 	}
 }

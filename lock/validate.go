@@ -47,6 +47,9 @@ func validateRequest(req *Request) error {
 	if err := validateRequestID(req.RequestID); err != nil {
 		return err
 	}
+	if req.LockDelay < 0 || req.LockDelay > MaxLockDelay {
+		return fmt.Errorf("%w: lock delay %s is outside 0..%s", ErrInvalid, req.LockDelay, MaxLockDelay)
+	}
 	if len(req.Metadata) > MaxMetadataBytes {
 		return fmt.Errorf("%w: metadata is %d bytes, at most %d are allowed", ErrTooLarge, len(req.Metadata), MaxMetadataBytes)
 	}

@@ -128,7 +128,11 @@ type AcquireRequest struct {
 	Metadata string `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	// wait bounds the wait; when unset the call waits as long as its own
 	// deadline allows.
-	Wait          *durationpb.Duration `protobuf:"bytes,6,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,6,opt,name=wait,proto3" json:"wait,omitempty"`
+	// lock_delay, when set, keeps the lock from the next waiter for this long
+	// after this holder's session expires (not after a clean release): time
+	// for a holder that lost its session to notice and stop. At most 1m.
+	LockDelay     *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +209,13 @@ func (x *AcquireRequest) GetWait() *durationpb.Duration {
 	return nil
 }
 
+func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
 // AcquireResponse carries the grant.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -263,7 +274,9 @@ type TryAcquireRequest struct {
 	// request_id: as in AcquireRequest.
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// metadata: as in AcquireRequest.
-	Metadata      string `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Metadata string `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// lock_delay: as in AcquireRequest.
+	LockDelay     *durationpb.Duration `protobuf:"bytes,6,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -331,6 +344,13 @@ func (x *TryAcquireRequest) GetMetadata() string {
 		return x.Metadata
 	}
 	return ""
+}
+
+func (x *TryAcquireRequest) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
 }
 
 // TryAcquireResponse carries the grant.
@@ -649,7 +669,10 @@ type DescribeLockResponse struct {
 	// waiters wait, in the order they will be granted.
 	Waiters []*LockEntry `protobuf:"bytes,4,rep,name=waiters,proto3" json:"waiters,omitempty"`
 	// revision is the etcd revision of this view.
-	Revision      int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// delayed_until, when set, is the end of a lock-delay: a holder's session
+	// expired and the first waiter is granted at this time.
+	DelayedUntil  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=delayed_until,json=delayedUntil,proto3" json:"delayed_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -717,6 +740,13 @@ func (x *DescribeLockResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *DescribeLockResponse) GetDelayedUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DelayedUntil
+	}
+	return nil
 }
 
 // ListLocksRequest asks for lock names.
@@ -1171,7 +1201,7 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"\xc3\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\"\xfd\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -1180,9 +1210,11 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1a\n" +
 	"\bmetadata\x18\x05 \x01(\tR\bmetadata\x12-\n" +
-	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"=\n" +
+	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x128\n" +
+	"\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"=\n" +
 	"\x0fAcquireResponse\x12*\n" +
-	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\x97\x01\n" +
+	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\xd1\x01\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -1190,7 +1222,9 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1a\n" +
-	"\bmetadata\x18\x05 \x01(\tR\bmetadata\"@\n" +
+	"\bmetadata\x18\x05 \x01(\tR\bmetadata\x128\n" +
+	"\n" +
+	"lock_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"@\n" +
 	"\x12TryAcquireResponse\x12*\n" +
 	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"x\n" +
 	"\x0eReleaseRequest\x12\x12\n" +
@@ -1212,13 +1246,14 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x05owner\x18\x06 \x01(\tR\x05owner\x12\x1a\n" +
 	"\bhostname\x18\a \x01(\tR\bhostname\")\n" +
 	"\x13DescribeLockRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xbc\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xfd\x01\n" +
 	"\x14DescribeLockResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12.\n" +
 	"\aholders\x18\x03 \x03(\v2\x14.coordd.v1.LockEntryR\aholders\x12.\n" +
 	"\awaiters\x18\x04 \x03(\v2\x14.coordd.v1.LockEntryR\awaiters\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"f\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\x12?\n" +
+	"\rdelayed_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fdelayedUntil\"f\n" +
 	"\x10ListLocksRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1292,32 +1327,35 @@ var file_coordd_v1_lock_proto_goTypes = []any{
 }
 var file_coordd_v1_lock_proto_depIdxs = []int32{
 	18, // 0: coordd.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	0,  // 1: coordd.v1.AcquireResponse.grant:type_name -> coordd.v1.LockGrant
-	0,  // 2: coordd.v1.TryAcquireResponse.grant:type_name -> coordd.v1.LockGrant
-	19, // 3: coordd.v1.LockEntry.enqueue_time:type_name -> google.protobuf.Timestamp
-	7,  // 4: coordd.v1.DescribeLockResponse.holders:type_name -> coordd.v1.LockEntry
-	7,  // 5: coordd.v1.DescribeLockResponse.waiters:type_name -> coordd.v1.LockEntry
-	1,  // 6: coordd.v1.LockService.Acquire:input_type -> coordd.v1.AcquireRequest
-	3,  // 7: coordd.v1.LockService.TryAcquire:input_type -> coordd.v1.TryAcquireRequest
-	5,  // 8: coordd.v1.LockService.Release:input_type -> coordd.v1.ReleaseRequest
-	8,  // 9: coordd.v1.LockService.DescribeLock:input_type -> coordd.v1.DescribeLockRequest
-	10, // 10: coordd.v1.LockService.ListLocks:input_type -> coordd.v1.ListLocksRequest
-	12, // 11: coordd.v1.LockService.ValidateFence:input_type -> coordd.v1.ValidateFenceRequest
-	14, // 12: coordd.v1.LockService.FencedPut:input_type -> coordd.v1.FencedPutRequest
-	16, // 13: coordd.v1.LockService.FencedDelete:input_type -> coordd.v1.FencedDeleteRequest
-	2,  // 14: coordd.v1.LockService.Acquire:output_type -> coordd.v1.AcquireResponse
-	4,  // 15: coordd.v1.LockService.TryAcquire:output_type -> coordd.v1.TryAcquireResponse
-	6,  // 16: coordd.v1.LockService.Release:output_type -> coordd.v1.ReleaseResponse
-	9,  // 17: coordd.v1.LockService.DescribeLock:output_type -> coordd.v1.DescribeLockResponse
-	11, // 18: coordd.v1.LockService.ListLocks:output_type -> coordd.v1.ListLocksResponse
-	13, // 19: coordd.v1.LockService.ValidateFence:output_type -> coordd.v1.ValidateFenceResponse
-	15, // 20: coordd.v1.LockService.FencedPut:output_type -> coordd.v1.FencedPutResponse
-	17, // 21: coordd.v1.LockService.FencedDelete:output_type -> coordd.v1.FencedDeleteResponse
-	14, // [14:22] is the sub-list for method output_type
-	6,  // [6:14] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	18, // 1: coordd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	0,  // 2: coordd.v1.AcquireResponse.grant:type_name -> coordd.v1.LockGrant
+	18, // 3: coordd.v1.TryAcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	0,  // 4: coordd.v1.TryAcquireResponse.grant:type_name -> coordd.v1.LockGrant
+	19, // 5: coordd.v1.LockEntry.enqueue_time:type_name -> google.protobuf.Timestamp
+	7,  // 6: coordd.v1.DescribeLockResponse.holders:type_name -> coordd.v1.LockEntry
+	7,  // 7: coordd.v1.DescribeLockResponse.waiters:type_name -> coordd.v1.LockEntry
+	19, // 8: coordd.v1.DescribeLockResponse.delayed_until:type_name -> google.protobuf.Timestamp
+	1,  // 9: coordd.v1.LockService.Acquire:input_type -> coordd.v1.AcquireRequest
+	3,  // 10: coordd.v1.LockService.TryAcquire:input_type -> coordd.v1.TryAcquireRequest
+	5,  // 11: coordd.v1.LockService.Release:input_type -> coordd.v1.ReleaseRequest
+	8,  // 12: coordd.v1.LockService.DescribeLock:input_type -> coordd.v1.DescribeLockRequest
+	10, // 13: coordd.v1.LockService.ListLocks:input_type -> coordd.v1.ListLocksRequest
+	12, // 14: coordd.v1.LockService.ValidateFence:input_type -> coordd.v1.ValidateFenceRequest
+	14, // 15: coordd.v1.LockService.FencedPut:input_type -> coordd.v1.FencedPutRequest
+	16, // 16: coordd.v1.LockService.FencedDelete:input_type -> coordd.v1.FencedDeleteRequest
+	2,  // 17: coordd.v1.LockService.Acquire:output_type -> coordd.v1.AcquireResponse
+	4,  // 18: coordd.v1.LockService.TryAcquire:output_type -> coordd.v1.TryAcquireResponse
+	6,  // 19: coordd.v1.LockService.Release:output_type -> coordd.v1.ReleaseResponse
+	9,  // 20: coordd.v1.LockService.DescribeLock:output_type -> coordd.v1.DescribeLockResponse
+	11, // 21: coordd.v1.LockService.ListLocks:output_type -> coordd.v1.ListLocksResponse
+	13, // 22: coordd.v1.LockService.ValidateFence:output_type -> coordd.v1.ValidateFenceResponse
+	15, // 23: coordd.v1.LockService.FencedPut:output_type -> coordd.v1.FencedPutResponse
+	17, // 24: coordd.v1.LockService.FencedDelete:output_type -> coordd.v1.FencedDeleteResponse
+	17, // [17:25] is the sub-list for method output_type
+	9,  // [9:17] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_lock_proto_init() }

@@ -8,6 +8,7 @@ import (
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -25,17 +26,24 @@ func NewLockServer(m *lock.Manager, sessions *session.Manager) *LockServer {
 }
 
 // lockRequest builds a lock.Request from the fields Acquire and TryAcquire share.
-func lockRequest(name, sessionID string, limit int32, requestID, metadata string) (lock.Request, error) {
+func lockRequest(name, sessionID string, limit int32, requestID, metadata string, lockDelay *durationpb.Duration) (lock.Request, error) {
 	id, err := session.ParseID(sessionID)
 	if err != nil {
 		return lock.Request{}, err
 	}
-	return lock.Request{Name: name, Session: clientv3.LeaseID(id), Limit: int(limit), RequestID: requestID, Metadata: metadata}, nil
+	req := lock.Request{Name: name, Session: clientv3.LeaseID(id), Limit: int(limit), RequestID: requestID, Metadata: metadata}
+	if lockDelay != nil {
+		if err := lockDelay.CheckValid(); err != nil {
+			return lock.Request{}, invalid("lock_delay: " + err.Error())
+		}
+		req.LockDelay = lockDelay.AsDuration()
+	}
+	return req, nil
 }
 
 // Acquire implements LockService.
 func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) (*coorddv1.AcquireResponse, error) {
-	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata())
+	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata(), req.GetLockDelay())
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +64,7 @@ func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) 
 
 // TryAcquire implements LockService.
 func (s *LockServer) TryAcquire(ctx context.Context, req *coorddv1.TryAcquireRequest) (*coorddv1.TryAcquireResponse, error) {
-	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata())
+	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata(), req.GetLockDelay())
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +98,9 @@ func (s *LockServer) DescribeLock(ctx context.Context, req *coorddv1.DescribeLoc
 		return nil, err
 	}
 	resp := &coorddv1.DescribeLockResponse{Name: d.Name, Limit: int32(d.Limit), Revision: d.Revision}
+	if !d.DelayedUntil.IsZero() {
+		resp.DelayedUntil = timestamppb.New(d.DelayedUntil)
+	}
 	for _, e := range d.Holders {
 		resp.Holders = append(resp.Holders, s.entryProto(ctx, e))
 	}

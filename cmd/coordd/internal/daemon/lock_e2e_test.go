@@ -230,6 +230,7 @@ func TestLocksOverHTTP(t *testing.T) {
 		{"unknown session", "POST", "/v1/locks:acquire", `{"name":"x","sessionId":"00000000000000ff"}`, 404, "SESSION_NOT_FOUND"},
 		{"malformed session", "POST", "/v1/locks:acquire", `{"name":"x","sessionId":"zz"}`, 400, "INVALID_ARGUMENT"},
 		{"negative wait", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"x","sessionId":%q,"wait":"-1s"}`, s2), 400, "INVALID_ARGUMENT"},
+		{"huge lock delay", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"x","sessionId":%q,"lockDelay":"1h"}`, s2), 400, "INVALID_ARGUMENT"},
 		{"huge limit", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"x","sessionId":%q,"limit":5000}`, s2), 400, "INVALID_ARGUMENT"},
 		{"limit mismatch", "POST", "/v1/locks:tryAcquire", fmt.Sprintf(`{"name":"reports/daily","sessionId":%q,"limit":2}`, s2), 400, "LIMIT_MISMATCH"},
 		{"oversized metadata", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"x","sessionId":%q,"metadata":%q}`, s2, strings.Repeat("m", 2000)), 400, "VALUE_TOO_LARGE"},
