@@ -237,6 +237,7 @@ type LockEntry struct {
 	Metadata  string
 	Token     fencing.Token
 	Enqueued  time.Time
+	Granted   time.Time // zero for waiters
 }
 
 // LockState is a lock's holders and waiters at one revision.
@@ -262,7 +263,11 @@ func (c *Client) DescribeLock(ctx context.Context, name string) (LockState, erro
 		st.DelayedUntil = resp.GetDelayedUntil().AsTime()
 	}
 	entry := func(e *coorddv1.LockEntry) LockEntry {
-		return LockEntry{SessionID: e.GetSessionId(), Owner: e.GetOwner(), Hostname: e.GetHostname(), RequestID: e.GetRequestId(), Metadata: e.GetMetadata(), Token: fencing.Token(e.GetToken()), Enqueued: e.GetEnqueueTime().AsTime()}
+		le := LockEntry{SessionID: e.GetSessionId(), Owner: e.GetOwner(), Hostname: e.GetHostname(), RequestID: e.GetRequestId(), Metadata: e.GetMetadata(), Token: fencing.Token(e.GetToken()), Enqueued: e.GetEnqueueTime().AsTime()}
+		if e.GetGrantTime() != nil {
+			le.Granted = e.GetGrantTime().AsTime()
+		}
+		return le
 	}
 	for _, e := range resp.GetHolders() {
 		st.Holders = append(st.Holders, entry(e))

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coordd/coordd/fencing"
@@ -53,6 +54,8 @@ type Manager struct {
 	locks string // "<root>lock/"
 	kv    string // "<root>kv/"
 	now   func() time.Time
+
+	marks sync.WaitGroup // markGranted goroutines; Close waits for them
 }
 
 // NewManager returns a Manager that keeps locks under root+"lock/" and
@@ -60,6 +63,10 @@ type Manager struct {
 func NewManager(cli *clientv3.Client, root string) *Manager {
 	return &Manager{cli: cli, locks: root + "lock/", kv: root + "kv/", now: time.Now}
 }
+
+// Close waits for the background writes that record when waiters were
+// granted (at most a few seconds each). Call it before closing the client.
+func (m *Manager) Close() { m.marks.Wait() }
 
 // Request asks for a lock.
 type Request struct {
@@ -99,6 +106,7 @@ type waiter struct {
 	RequestID string    `json:"request_id"`
 	Metadata  string    `json:"metadata,omitempty"`
 	Enqueued  time.Time `json:"enqueued"`
+	Granted   time.Time `json:"granted,omitzero"` // set after a grant that had to wait
 }
 
 func (m *Manager) queue(name string) string { return m.locks + escape(name) + "/q/" }
@@ -158,7 +166,10 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	created := resp.Succeeded
 	myRev := resp.Header.Revision
 	if !created {
-		myRev = resp.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+		// A retry: the queued entry, with its enqueue time, is the truth.
+		kv := resp.Responses[0].GetResponseRange().Kvs[0]
+		myRev = kv.CreateRevision
+		_ = json.Unmarshal(kv.Value, &w)
 	}
 	g := Grant{Name: req.Name, Token: fencing.Token(myRev), Key: key, Revision: resp.Header.Revision, Session: req.Session, RequestID: req.RequestID}
 	holders := resp.Responses[1].GetResponseRange().Kvs
@@ -205,7 +216,30 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		return Grant{}, err
 	}
 	g.Revision = rev
+	w.Granted = m.now().UTC()
+	m.markGranted(key, myRev, w)
 	return g, nil
+}
+
+// markGranted records in the background when a waiter was granted, for
+// Describe. It is off the hand-off path on purpose: it costs a commit, and
+// the holder must not wait for it. A lost mark only makes Describe report
+// the enqueue time.
+func (m *Manager) markGranted(key string, rev int64, w waiter) {
+	val, err := json.Marshal(w)
+	if err != nil {
+		return
+	}
+	m.marks.Add(1)
+	go func() {
+		defer m.marks.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = m.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithIgnoreLease())).
+			Commit()
+	}()
 }
 
 // lockDelay is the delay state of a lock: the waiter whose token is Token
@@ -563,6 +597,9 @@ type Entry struct {
 	Metadata  string
 	Token     fencing.Token // create revision of the waiter key
 	Enqueued  time.Time
+	// Since is when a holder was granted: its enqueue time if it was
+	// granted at once, else when its wait ended. Zero for waiters.
+	Since time.Time
 }
 
 // Description is a lock's state at one revision.
@@ -607,6 +644,10 @@ func (m *Manager) Describe(ctx context.Context, name string) (Description, error
 		}
 		e := Entry{Session: clientv3.LeaseID(kv.Lease), RequestID: w.RequestID, Metadata: w.Metadata, Token: fencing.Token(kv.CreateRevision), Enqueued: w.Enqueued}
 		if i < d.Limit && kv.CreateRevision != delayed {
+			e.Since = w.Enqueued
+			if !w.Granted.IsZero() {
+				e.Since = w.Granted
+			}
 			d.Holders = append(d.Holders, e)
 		} else {
 			d.Waiters = append(d.Waiters, e)

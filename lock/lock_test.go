@@ -30,7 +30,9 @@ func newEnv(t *testing.T) env {
 		t.Skip("starts etcd")
 	}
 	cli := etcdtest.Start(t).Client(t)
-	return env{m: lock.NewManager(cli, "/coordd/"), cli: cli}
+	m := lock.NewManager(cli, "/coordd/")
+	t.Cleanup(m.Close)
+	return env{m: m, cli: cli}
 }
 
 // session grants a lease of ttl seconds that nobody keeps alive.
@@ -624,4 +626,40 @@ func TestLockDelaySkippedOnRelease(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a clean release did not hand over within 10s (lock-delay applied?)")
 	}
+}
+
+// Describe says since when each holder holds the lock: its enqueue time if
+// it was granted at once, else when its wait ended.
+func TestDescribeSince(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	first, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.m.Describe(ctx, "l")
+	if err != nil || d.Holders[0].Since.IsZero() || !d.Holders[0].Since.Equal(d.Holders[0].Enqueued) {
+		t.Fatalf("immediate grant: %+v, %v; want since = enqueue time", d, err)
+	}
+	ws := e.session(t, 60)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: ws})
+		done <- err
+	}()
+	waitFor(t, "the waiter to queue", func() bool {
+		d, err := e.m.Describe(ctx, "l")
+		return err == nil && len(d.Waiters) == 1 && d.Waiters[0].Since.IsZero()
+	})
+	released := time.Now()
+	if err := e.m.Release(ctx, "l", first.Token, lock.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the grant time to be recorded", func() bool {
+		d, err := e.m.Describe(ctx, "l")
+		return err == nil && len(d.Holders) == 1 && !d.Holders[0].Since.Before(released.Add(-10*time.Millisecond)) && d.Holders[0].Since.After(d.Holders[0].Enqueued)
+	})
 }

@@ -527,7 +527,9 @@ type LockEntry struct {
 	// owner is the owner of the entry's session, as given at its creation.
 	Owner string `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
 	// hostname is the host of the entry's session, as given at its creation.
-	Hostname      string `protobuf:"bytes,7,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Hostname string `protobuf:"bytes,7,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// grant_time is when a holder was granted (unset for waiters).
+	GrantTime     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=grant_time,json=grantTime,proto3" json:"grant_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -609,6 +611,13 @@ func (x *LockEntry) GetHostname() string {
 		return x.Hostname
 	}
 	return ""
+}
+
+func (x *LockEntry) GetGrantTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.GrantTime
+	}
+	return nil
 }
 
 // DescribeLockRequest names a lock.
@@ -1234,7 +1243,7 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\"\x11\n" +
-	"\x0fReleaseResponse\"\xec\x01\n" +
+	"\x0fReleaseResponse\"\xa7\x02\n" +
 	"\tLockEntry\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -1244,7 +1253,9 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x05token\x18\x04 \x01(\x03R\x05token\x12=\n" +
 	"\fenqueue_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\venqueueTime\x12\x14\n" +
 	"\x05owner\x18\x06 \x01(\tR\x05owner\x12\x1a\n" +
-	"\bhostname\x18\a \x01(\tR\bhostname\")\n" +
+	"\bhostname\x18\a \x01(\tR\bhostname\x129\n" +
+	"\n" +
+	"grant_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tgrantTime\")\n" +
 	"\x13DescribeLockRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xfd\x01\n" +
 	"\x14DescribeLockResponse\x12\x12\n" +
@@ -1332,30 +1343,31 @@ var file_coordd_v1_lock_proto_depIdxs = []int32{
 	18, // 3: coordd.v1.TryAcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 4: coordd.v1.TryAcquireResponse.grant:type_name -> coordd.v1.LockGrant
 	19, // 5: coordd.v1.LockEntry.enqueue_time:type_name -> google.protobuf.Timestamp
-	7,  // 6: coordd.v1.DescribeLockResponse.holders:type_name -> coordd.v1.LockEntry
-	7,  // 7: coordd.v1.DescribeLockResponse.waiters:type_name -> coordd.v1.LockEntry
-	19, // 8: coordd.v1.DescribeLockResponse.delayed_until:type_name -> google.protobuf.Timestamp
-	1,  // 9: coordd.v1.LockService.Acquire:input_type -> coordd.v1.AcquireRequest
-	3,  // 10: coordd.v1.LockService.TryAcquire:input_type -> coordd.v1.TryAcquireRequest
-	5,  // 11: coordd.v1.LockService.Release:input_type -> coordd.v1.ReleaseRequest
-	8,  // 12: coordd.v1.LockService.DescribeLock:input_type -> coordd.v1.DescribeLockRequest
-	10, // 13: coordd.v1.LockService.ListLocks:input_type -> coordd.v1.ListLocksRequest
-	12, // 14: coordd.v1.LockService.ValidateFence:input_type -> coordd.v1.ValidateFenceRequest
-	14, // 15: coordd.v1.LockService.FencedPut:input_type -> coordd.v1.FencedPutRequest
-	16, // 16: coordd.v1.LockService.FencedDelete:input_type -> coordd.v1.FencedDeleteRequest
-	2,  // 17: coordd.v1.LockService.Acquire:output_type -> coordd.v1.AcquireResponse
-	4,  // 18: coordd.v1.LockService.TryAcquire:output_type -> coordd.v1.TryAcquireResponse
-	6,  // 19: coordd.v1.LockService.Release:output_type -> coordd.v1.ReleaseResponse
-	9,  // 20: coordd.v1.LockService.DescribeLock:output_type -> coordd.v1.DescribeLockResponse
-	11, // 21: coordd.v1.LockService.ListLocks:output_type -> coordd.v1.ListLocksResponse
-	13, // 22: coordd.v1.LockService.ValidateFence:output_type -> coordd.v1.ValidateFenceResponse
-	15, // 23: coordd.v1.LockService.FencedPut:output_type -> coordd.v1.FencedPutResponse
-	17, // 24: coordd.v1.LockService.FencedDelete:output_type -> coordd.v1.FencedDeleteResponse
-	17, // [17:25] is the sub-list for method output_type
-	9,  // [9:17] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	19, // 6: coordd.v1.LockEntry.grant_time:type_name -> google.protobuf.Timestamp
+	7,  // 7: coordd.v1.DescribeLockResponse.holders:type_name -> coordd.v1.LockEntry
+	7,  // 8: coordd.v1.DescribeLockResponse.waiters:type_name -> coordd.v1.LockEntry
+	19, // 9: coordd.v1.DescribeLockResponse.delayed_until:type_name -> google.protobuf.Timestamp
+	1,  // 10: coordd.v1.LockService.Acquire:input_type -> coordd.v1.AcquireRequest
+	3,  // 11: coordd.v1.LockService.TryAcquire:input_type -> coordd.v1.TryAcquireRequest
+	5,  // 12: coordd.v1.LockService.Release:input_type -> coordd.v1.ReleaseRequest
+	8,  // 13: coordd.v1.LockService.DescribeLock:input_type -> coordd.v1.DescribeLockRequest
+	10, // 14: coordd.v1.LockService.ListLocks:input_type -> coordd.v1.ListLocksRequest
+	12, // 15: coordd.v1.LockService.ValidateFence:input_type -> coordd.v1.ValidateFenceRequest
+	14, // 16: coordd.v1.LockService.FencedPut:input_type -> coordd.v1.FencedPutRequest
+	16, // 17: coordd.v1.LockService.FencedDelete:input_type -> coordd.v1.FencedDeleteRequest
+	2,  // 18: coordd.v1.LockService.Acquire:output_type -> coordd.v1.AcquireResponse
+	4,  // 19: coordd.v1.LockService.TryAcquire:output_type -> coordd.v1.TryAcquireResponse
+	6,  // 20: coordd.v1.LockService.Release:output_type -> coordd.v1.ReleaseResponse
+	9,  // 21: coordd.v1.LockService.DescribeLock:output_type -> coordd.v1.DescribeLockResponse
+	11, // 22: coordd.v1.LockService.ListLocks:output_type -> coordd.v1.ListLocksResponse
+	13, // 23: coordd.v1.LockService.ValidateFence:output_type -> coordd.v1.ValidateFenceResponse
+	15, // 24: coordd.v1.LockService.FencedPut:output_type -> coordd.v1.FencedPutResponse
+	17, // 25: coordd.v1.LockService.FencedDelete:output_type -> coordd.v1.FencedDeleteResponse
+	18, // [18:26] is the sub-list for method output_type
+	10, // [10:18] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_lock_proto_init() }

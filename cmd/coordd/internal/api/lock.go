@@ -177,6 +177,9 @@ func (s *LockServer) entryProto(ctx context.Context, e lock.Entry) *coorddv1.Loc
 		Token:       int64(e.Token),
 		EnqueueTime: timestamppb.New(e.Enqueued),
 	}
+	if !e.Since.IsZero() {
+		out.GrantTime = timestamppb.New(e.Since)
+	}
 	if info, err := s.sessions.Get(ctx, session.ID(e.Session)); err == nil {
 		out.Owner, out.Hostname = info.Owner, info.Hostname
 	}

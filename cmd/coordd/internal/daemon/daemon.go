@@ -36,10 +36,11 @@ import (
 
 // Daemon is a running coordd. Stop it with Stop.
 type Daemon struct {
-	cfg  Config
-	lg   *zap.Logger
-	etcd *embed.Etcd // nil with external etcd
-	cli  *clientv3.Client
+	cfg   Config
+	lg    *zap.Logger
+	etcd  *embed.Etcd // nil with external etcd
+	cli   *clientv3.Client
+	locks *lock.Manager
 
 	grpcLis  net.Listener
 	httpLis  net.Listener
@@ -121,8 +122,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.grpcSrv = grpc.NewServer(opts...)
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
+	d.locks = lock.NewManager(d.cli, cfg.KeyRoot)
 	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, d.stopping))
-	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(lock.NewManager(d.cli, cfg.KeyRoot), sessions))
+	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(d.locks, sessions))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	metrics.InitializeMetrics(d.grpcSrv)
@@ -284,6 +286,7 @@ func (d *Daemon) stop(ctx context.Context) error {
 		errs = multierror.Append(errs, err)
 	}
 	d.wg.Wait()
+	d.locks.Close()
 	if err := d.closeBackend(); err != nil {
 		errs = multierror.Append(errs, err)
 	}

@@ -39,7 +39,7 @@ func TestLocksThroughSDK(t *testing.T) {
 		t.Fatalf("TryLock of a held lock = %v, want ErrLockHeld", err)
 	}
 	st, err := c.DescribeLock(ctx, "orders/compaction")
-	if err != nil || len(st.Holders) != 1 || st.Holders[0].SessionID != a.ID() || st.Holders[0].Owner != "compactor" || st.Holders[0].Metadata != "nightly run" || st.Holders[0].Token != l.Token() {
+	if err != nil || len(st.Holders) != 1 || st.Holders[0].SessionID != a.ID() || st.Holders[0].Owner != "compactor" || st.Holders[0].Metadata != "nightly run" || st.Holders[0].Token != l.Token() || st.Holders[0].Granted.IsZero() {
 		t.Fatalf("DescribeLock = %+v, %v", st, err)
 	}
 	if err := c.ValidateFence(ctx, "orders/compaction", l.Token()); err != nil {
