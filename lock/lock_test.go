@@ -663,3 +663,58 @@ func TestDescribeSince(t *testing.T) {
 		return err == nil && len(d.Holders) == 1 && !d.Holders[0].Since.Before(released.Add(-10*time.Millisecond)) && d.Holders[0].Since.After(d.Holders[0].Enqueued)
 	})
 }
+
+// A fenced write racing with the release of its token never lands after
+// the release: the check and the write are one transaction.
+func TestFencedPutRacingRelease(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	s := e.session(t, 60)
+	for i := range 40 {
+		g, err := e.m.Acquire(ctx, lock.Request{Name: "race", Session: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			wg      sync.WaitGroup
+			maxRev  atomic.Int64
+			started = make(chan struct{})
+		)
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				once := true
+				for {
+					rev, err := e.m.FencedPut(ctx, "race", g.Token, "race/value", fmt.Sprint(i))
+					if once {
+						once = false
+						started <- struct{}{}
+					}
+					if err != nil {
+						if !errors.Is(err, lock.ErrStaleToken) {
+							t.Errorf("FencedPut: %v", err)
+						}
+						return
+					}
+					for cur := maxRev.Load(); rev > cur && !maxRev.CompareAndSwap(cur, rev); cur = maxRev.Load() {
+					}
+				}
+			}()
+		}
+		<-started
+		<-started
+		resp, err := e.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(g.Key), "=", int64(g.Token))).
+			Then(clientv3.OpDelete(g.Key)).
+			Commit()
+		if err != nil || !resp.Succeeded {
+			t.Fatalf("release: %v", err)
+		}
+		released := resp.Header.Revision
+		wg.Wait()
+		if maxRev.Load() > released {
+			t.Fatalf("round %d: a fenced write landed at revision %d, after the release at %d", i, maxRev.Load(), released)
+		}
+	}
+}
