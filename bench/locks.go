@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,9 +147,8 @@ type lockRun struct {
 	overlaps  int64
 }
 
-// runLocks has clients*locksPerClient... : `clients` clients spread over
-// `locks` lock names (clients/locks per lock) loop acquire -> release for
-// d, with zero hold and think time.
+// runLocks has `clients` clients, spread evenly over `locks` lock names,
+// loop acquire -> release for d with zero hold and think time.
 func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string) (lockRun, error) {
 	ctx := context.Background()
 	ls := make([]locker, clients)
@@ -288,11 +286,11 @@ func benchLocks(grpcAddr, etcdURL string, d time.Duration) error {
 			if w.clients == 1 {
 				lat = r.cycleUs
 			}
-			p50, p99 := math.NaN(), math.NaN()
+			p50, p99 := "-", "-" // one client per lock: no hand-offs
 			if len(lat) > 0 {
-				p50, p99 = percentile(lat, 50), percentile(lat, 99)
+				p50, p99 = fmt.Sprintf("%.0fus", percentile(lat, 50)), fmt.Sprintf("%.0fus", percentile(lat, 99))
 			}
-			fmt.Printf("%-24s %-26s %8.0fus %8.0fus %10.0f %8.3f %6d %8d\n", p.name, w.name, p50, p99, r.acqPerSec, r.jain, len(lat), r.overlaps)
+			fmt.Printf("%-24s %-26s %10s %10s %10.0f %8.3f %6d %8d\n", p.name, w.name, p50, p99, r.acqPerSec, r.jain, len(lat), r.overlaps)
 		}
 	}
 
