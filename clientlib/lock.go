@@ -138,8 +138,11 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 		}
 	})
 	if s.Err() != nil {
-		// The session ended while the grant was on its way.
-		l.Release(context.WithoutCancel(ctx))
+		// The session ended while the grant was on its way. Try to hand the
+		// lock back, briefly: the server may be the reason the session ended.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseAttempt)
+		defer cancel()
+		l.Release(rctx)
 		return nil, s.Err()
 	}
 	return l, nil
@@ -178,6 +181,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.stop()
 	l.cancel(ErrLockReleased)
 	req := &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID}
+	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, releaseAttempt)
 		_, err := l.s.c.locks.Release(actx, req)
@@ -191,7 +195,16 @@ func (l *Lock) Release(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, ErrUnavailable), status.Code(err) == codes.DeadlineExceeded:
-			continue // retry: releasing by token is idempotent
+			// Retry (releasing by token is idempotent), without spinning on
+			// a connection that fails fast.
+			timer := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return ctx.Err()
+			case <-timer.C:
+			}
+			backoff = min(2*backoff, time.Second)
 		default:
 			return err
 		}

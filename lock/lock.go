@@ -55,7 +55,9 @@ type Manager struct {
 	kv    string // "<root>kv/"
 	now   func() time.Time
 
-	marks sync.WaitGroup // markGranted goroutines; Close waits for them
+	mu     sync.Mutex
+	closed bool           // set by Close; no background work starts after it
+	bg     sync.WaitGroup // background writes (grant times, clean-ups)
 }
 
 // NewManager returns a Manager that keeps locks under root+"lock/" and
@@ -64,9 +66,30 @@ func NewManager(cli *clientv3.Client, root string) *Manager {
 	return &Manager{cli: cli, locks: root + "lock/", kv: root + "kv/", now: time.Now}
 }
 
-// Close waits for the background writes that record when waiters were
-// granted (at most a few seconds each). Call it before closing the client.
-func (m *Manager) Close() { m.marks.Wait() }
+// Close waits for background writes (grant times, clean-ups of failed
+// acquisitions; each gives up after at most 30s) and starts no new ones.
+// Call it once no calls are in flight, before closing the etcd client.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.bg.Wait()
+}
+
+// background runs fn in a goroutine that Close waits for, unless the
+// Manager is closed.
+func (m *Manager) background(fn func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	m.bg.Add(1)
+	go func() {
+		defer m.bg.Done()
+		fn()
+	}()
+}
 
 // Request asks for a lock.
 type Request struct {
@@ -101,6 +124,10 @@ type Grant struct {
 
 // waiter is the JSON stored in a waiter key.
 type waiter struct {
+	// Attempt changes with every Acquire call that enqueues or resumes
+	// this entry, so a failed call removes the entry only if no later
+	// call (an idempotent retry) has taken it over.
+	Attempt   string    `json:"attempt"`
 	Limit     int       `json:"limit"`
 	LockDelay string    `json:"lock_delay,omitempty"` // a time.Duration
 	RequestID string    `json:"request_id"`
@@ -119,303 +146,6 @@ func (m *Manager) waiterKey(name string, session clientv3.LeaseID, requestID str
 type Hint struct {
 	Session   clientv3.LeaseID
 	RequestID string
-}
-
-// Acquire queues for the lock and blocks until it is granted, the waiter's
-// session ends (ErrSessionNotFound), or ctx ends (ctx's error). Either way
-// an unsuccessful Acquire leaves no waiter key behind.
-func (m *Manager) Acquire(ctx context.Context, req Request) (Grant, error) {
-	return m.acquire(ctx, req, true)
-}
-
-// TryAcquire takes the lock if it can be taken now, and returns ErrHeld
-// otherwise, leaving nothing behind.
-func (m *Manager) TryAcquire(ctx context.Context, req Request) (Grant, error) {
-	return m.acquire(ctx, req, false)
-}
-
-func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, error) {
-	if err := validateRequest(&req); err != nil {
-		return Grant{}, err
-	}
-	q := m.queue(req.Name)
-	key := m.waiterKey(req.Name, req.Session, req.RequestID)
-	w := waiter{Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC()}
-	if req.LockDelay > 0 {
-		w.LockDelay = req.LockDelay.String()
-	}
-	val, err := json.Marshal(w)
-	if err != nil {
-		return Grant{}, err
-	}
-	heads := clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(req.Limit)))
-	// One transaction enqueues (unless this request is already queued) and
-	// reads the holders, so an uncontended acquire is one etcd commit.
-	delayKey := m.delayKey(req.Name)
-	resp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(req.Session)), heads, clientv3.OpGet(delayKey)).
-		Else(clientv3.OpGet(key), heads, clientv3.OpGet(delayKey)).
-		Commit()
-	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return Grant{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
-		}
-		return Grant{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
-	}
-	created := resp.Succeeded
-	myRev := resp.Header.Revision
-	if !created {
-		// A retry: the queued entry, with its enqueue time, is the truth.
-		kv := resp.Responses[0].GetResponseRange().Kvs[0]
-		myRev = kv.CreateRevision
-		_ = json.Unmarshal(kv.Value, &w)
-	}
-	g := Grant{Name: req.Name, Token: fencing.Token(myRev), Key: key, Revision: resp.Header.Revision, Session: req.Session, RequestID: req.RequestID}
-	holders := resp.Responses[1].GetResponseRange().Kvs
-
-	if lim, ok := limitOf(holders); ok && lim != req.Limit {
-		if created {
-			m.dequeue(ctx, key, myRev)
-		}
-		return Grant{}, fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit)
-	}
-	for _, kv := range holders {
-		if string(kv.Key) == key {
-			// A retried acquire may find this grant inside its lock-delay.
-			if d, ok := decodeDelay(resp.Responses[2].GetResponseRange().Kvs); ok && d.Token == myRev {
-				if err := m.sitOutDelay(ctx, key, myRev, d.Until); err != nil {
-					m.dequeue(ctx, key, myRev)
-					return Grant{}, err
-				}
-			}
-			return g, nil
-		}
-	}
-	if !wait {
-		if created {
-			m.dequeue(ctx, key, myRev)
-		}
-		return Grant{}, fmt.Errorf("%w: %q", ErrHeld, req.Name)
-	}
-	// A mutex already held by this same session under another request
-	// would make this waiter wait for itself forever.
-	if own := q + fmt.Sprintf("%016x/", uint64(req.Session)); req.Limit == 1 && len(holders) > 0 && strings.HasPrefix(string(holders[0].Key), own) {
-		if created {
-			m.dequeue(ctx, key, myRev)
-		}
-		return Grant{}, fmt.Errorf("%w: this session already holds %q (request %s); waiting would deadlock, release it first",
-			ErrHeld, req.Name, strings.TrimPrefix(string(holders[0].Key), own))
-	}
-	rev, prev, err := m.waitTurn(ctx, q, key, myRev, req.Limit)
-	if err == nil && prev != nil {
-		err = m.applyLockDelay(ctx, req, key, myRev, rev, prev)
-	}
-	if err != nil {
-		m.dequeue(ctx, key, myRev)
-		return Grant{}, err
-	}
-	g.Revision = rev
-	w.Granted = m.now().UTC()
-	m.markGranted(key, myRev, w)
-	return g, nil
-}
-
-// markGranted records in the background when a waiter was granted, for
-// Describe. It is off the hand-off path on purpose: it costs a commit, and
-// the holder must not wait for it. A lost mark only makes Describe report
-// the enqueue time.
-func (m *Manager) markGranted(key string, rev int64, w waiter) {
-	val, err := json.Marshal(w)
-	if err != nil {
-		return
-	}
-	m.marks.Add(1)
-	go func() {
-		defer m.marks.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, _ = m.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithIgnoreLease())).
-			Commit()
-	}()
-}
-
-// lockDelay is the delay state of a lock: the waiter whose token is Token
-// may not act before Until. It is stored bound to that waiter's lease.
-type lockDelay struct {
-	Token int64     `json:"token"`
-	Until time.Time `json:"until"`
-}
-
-func (m *Manager) delayKey(name string) string    { return m.locks + escape(name) + "/delay" }
-func (m *Manager) releasedKey(name string) string { return m.locks + escape(name) + "/released" }
-
-func decodeDelay(kvs []*mvccpb.KeyValue) (lockDelay, bool) {
-	if len(kvs) == 0 {
-		return lockDelay{}, false
-	}
-	var d lockDelay
-	if json.Unmarshal(kvs[0].Value, &d) != nil {
-		return lockDelay{}, false
-	}
-	return d, true
-}
-
-// applyLockDelay runs after a waiter's turn came at revision rev because
-// prev (the last key ahead of it) went away. If prev asked for a lock-delay
-// and went away without a clean Release (its session expired or was
-// closed), the waiter records the delay, visible to Describe and to fenced
-// checks, and sits it out before it is granted.
-func (m *Manager) applyLockDelay(ctx context.Context, req Request, key string, myRev, rev int64, prev *mvccpb.KeyValue) error {
-	var w waiter
-	if json.Unmarshal(prev.Value, &w) != nil || w.LockDelay == "" {
-		return nil
-	}
-	delay, err := time.ParseDuration(w.LockDelay)
-	if err != nil || delay <= 0 {
-		return nil
-	}
-	rel, err := m.cli.Get(ctx, m.releasedKey(req.Name), clientv3.WithRev(rev))
-	if err != nil {
-		return fmt.Errorf("lock: read release marker: %w", err)
-	}
-	if len(rel.Kvs) == 1 && rel.Kvs[0].ModRevision == rev && string(rel.Kvs[0].Value) == strconv.FormatInt(prev.CreateRevision, 10) {
-		return nil // released cleanly in the same transaction that freed our turn
-	}
-	until := m.now().Add(delay).UTC()
-	val, err := json.Marshal(lockDelay{Token: myRev, Until: until})
-	if err != nil {
-		return err
-	}
-	resp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
-		Then(clientv3.OpPut(m.delayKey(req.Name), string(val), clientv3.WithLease(req.Session))).
-		Commit()
-	if err != nil {
-		return fmt.Errorf("lock: record lock-delay: %w", err)
-	}
-	if !resp.Succeeded {
-		return fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
-	}
-	return m.sitOutDelay(ctx, key, myRev, until)
-}
-
-// sitOutDelay waits until until, then checks that the waiter's key (and so
-// its session) is still there.
-func (m *Manager) sitOutDelay(ctx context.Context, key string, myRev int64, until time.Time) error {
-	if wait := until.Sub(m.now()); wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	resp, err := m.cli.Get(ctx, key)
-	if err != nil {
-		return fmt.Errorf("lock: after lock-delay: %w", err)
-	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != myRev {
-		return fmt.Errorf("%w: the waiter's session ended during the lock-delay", ErrSessionNotFound)
-	}
-	return nil
-}
-
-// waitTurn waits until fewer than limit keys older than myRev remain in
-// queue q, and returns the revision at which that became true and the key
-// whose deletion made it so (nil if it was already true). It fails with
-// ErrSessionNotFound when the waiter's own key goes away.
-//
-// It opens a watch at the current revision W first, then counts the keys
-// ahead at exactly W, so every later deletion arrives as one watch event
-// and no further reads are needed. Opening the watch at the current
-// revision matters: etcd serves watches that start at a past revision from
-// a loop that runs every 100 ms, which is what makes etcd's own mutex hand
-// off in about 100 ms.
-func (m *Manager) waitTurn(ctx context.Context, q, key string, myRev int64, limit int) (int64, *mvccpb.KeyValue, error) {
-	for {
-		rev, prev, err := m.watchTurn(ctx, q, key, myRev, limit)
-		if errors.Is(err, errRewatch) {
-			continue
-		}
-		return rev, prev, err
-	}
-}
-
-var errRewatch = errors.New("lock: watch ended; count again")
-
-func (m *Manager) watchTurn(ctx context.Context, q, key string, myRev int64, limit int) (int64, *mvccpb.KeyValue, error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := m.cli.Watch(wctx, q, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	created, ok := <-wch
-	if !ok || created.Err() != nil {
-		if ctx.Err() != nil {
-			return 0, nil, ctx.Err()
-		}
-		return 0, nil, errRewatch
-	}
-	w := created.Header.Revision // the watch delivers events after w
-	// The keys up to and including ours at w. (Count the returned keys:
-	// etcd's Count ignores the create revision filter.)
-	resp, err := m.cli.Get(ctx, q, clientv3.WithPrefix(), clientv3.WithRev(w), clientv3.WithMaxCreateRev(myRev), clientv3.WithKeysOnly())
-	if err != nil {
-		return 0, nil, fmt.Errorf("lock: wait: %w", err)
-	}
-	var ahead int64
-	mine := false
-	for _, kv := range resp.Kvs {
-		if string(kv.Key) == key && kv.CreateRevision == myRev {
-			mine = true
-		} else {
-			ahead++
-		}
-	}
-	if !mine {
-		return 0, nil, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
-	}
-	if ahead < int64(limit) {
-		return w, nil, nil
-	}
-	for wr := range wch {
-		if err := wr.Err(); err != nil {
-			if ctx.Err() != nil {
-				return 0, nil, ctx.Err()
-			}
-			return 0, nil, errRewatch // compacted, leader lost, ...: count again
-		}
-		for _, ev := range wr.Events {
-			if ev.Type != mvccpb.DELETE || ev.PrevKv == nil {
-				continue
-			}
-			if string(ev.PrevKv.Key) == key {
-				return 0, nil, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
-			}
-			if ev.PrevKv.CreateRevision < myRev {
-				if ahead--; ahead < int64(limit) {
-					return ev.Kv.ModRevision, ev.PrevKv, nil
-				}
-			}
-		}
-	}
-	if ctx.Err() != nil {
-		return 0, nil, ctx.Err()
-	}
-	return 0, nil, errRewatch
-}
-
-// dequeue removes this request's waiter key (if it is still the same
-// incarnation), also when ctx has ended.
-func (m *Manager) dequeue(ctx context.Context, key string, rev int64) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_, _ = m.cli.Txn(cctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpDelete(key)).
-		Commit()
 }
 
 // Release gives up the grant that token names. It returns ErrNotHolder if

@@ -718,3 +718,95 @@ func TestFencedPutRacingRelease(t *testing.T) {
 		}
 	}
 }
+
+// A lock-delay outlives the waiter that started sitting it out: if that
+// waiter gives up, the next acquirer still waits for the delay's end, and a
+// try-lock is refused meanwhile.
+func TestLockDelayOutlivesAWaiterThatGivesUp(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	if _, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 2), LockDelay: 3 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	ws := e.session(t, 60)
+	go func() {
+		_, err := e.m.Acquire(wctx, lock.Request{Name: "l", Session: ws, LockDelay: 3 * time.Second})
+		gaveUp <- err
+	}()
+	var until time.Time
+	waitFor(t, "the lock-delay to start", func() bool {
+		d, err := e.m.Describe(ctx, "l")
+		until = d.DelayedUntil
+		return err == nil && !until.IsZero()
+	})
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter = %v", err)
+	}
+	next := e.session(t, 60)
+	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "l", Session: next}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("TryAcquire during the delay = %v, want ErrHeld", err)
+	}
+	if _, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: next}); err != nil {
+		t.Fatal(err)
+	}
+	if now := time.Now(); now.Before(until) {
+		t.Fatalf("granted %s before the lock-delay ended", until.Sub(now))
+	}
+}
+
+// An idempotent retry takes over the waiter entry: the earlier call giving
+// up afterwards does not remove it, and the retry is granted.
+func TestRetryTakesOverTheEntry(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	holder, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := e.session(t, 60)
+	req := lock.Request{Name: "l", Session: s, RequestID: "job-42"}
+	firstCtx, cancelFirst := context.WithCancel(ctx)
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.m.Acquire(firstCtx, req)
+		first <- err
+	}()
+	waitFor(t, "the first call to queue", func() bool {
+		d, err := e.m.Describe(ctx, "l")
+		return err == nil && len(d.Waiters) == 1
+	})
+	retry := make(chan lock.Grant, 1)
+	go func() {
+		g, err := e.m.Acquire(ctx, req)
+		if err != nil {
+			t.Errorf("retry: %v", err)
+		}
+		retry <- g
+	}()
+	// Wait until the retry has stamped the entry, then let the first call fail.
+	waitFor(t, "the retry to take the entry over", func() bool {
+		resp, err := e.cli.Get(ctx, "/coordd/lock/l/q/", clientv3.WithPrefix())
+		return err == nil && len(resp.Kvs) == 2 && resp.Kvs[1].Version > 1
+	})
+	cancelFirst()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("first call = %v", err)
+	}
+	if n := e.keys(t); n != 2 {
+		t.Fatalf("%d waiter keys after the first call gave up, want the holder's and the retry's", n)
+	}
+	if err := e.m.Release(ctx, "l", holder.Token, lock.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-retry:
+		if g.Token <= holder.Token {
+			t.Fatalf("retry token %d", g.Token)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the retry was not granted")
+	}
+}

@@ -116,6 +116,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.ConnectionTimeout(10 * time.Second),
+		// A forced stop still waits for handlers to return (their contexts
+		// are cancelled), so nothing touches etcd after it is closed.
+		grpc.WaitForHandlers(true),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
