@@ -112,12 +112,9 @@ func (s *LockServer) DescribeLock(ctx context.Context, req *coorddv1.DescribeLoc
 
 // ListLocks implements LockService.
 func (s *LockServer) ListLocks(ctx context.Context, req *coorddv1.ListLocksRequest) (*coorddv1.ListLocksResponse, error) {
-	size := int(req.GetPageSize())
-	switch {
-	case size == 0:
-		size = defaultPageSize
-	case size < 0 || size > maxPageSize:
-		return nil, invalid("page_size must be between 1 and 1000")
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	names, err := s.m.List(ctx, req.GetPrefix(), req.GetPageToken(), size+1)
 	if err != nil {

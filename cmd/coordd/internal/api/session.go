@@ -17,6 +17,18 @@ const (
 	maxPageSize     = 1000
 )
 
+// pageSize turns a request's page_size into a limit: the default for zero,
+// InvalidArgument outside 1..maxPageSize.
+func pageSize(n int32) (int, error) {
+	switch {
+	case n == 0:
+		return defaultPageSize, nil
+	case n < 0 || n > maxPageSize:
+		return 0, invalid("page_size must be between 1 and 1000")
+	}
+	return int(n), nil
+}
+
 // SessionServer adapts session.Manager to coordd.v1.SessionService.
 type SessionServer struct {
 	coorddv1.UnsafeSessionServiceServer // compile errors when the service grows
@@ -66,12 +78,9 @@ func (s *SessionServer) GetSession(ctx context.Context, req *coorddv1.GetSession
 
 // ListSessions implements SessionService.
 func (s *SessionServer) ListSessions(ctx context.Context, req *coorddv1.ListSessionsRequest) (*coorddv1.ListSessionsResponse, error) {
-	size := int(req.GetPageSize())
-	switch {
-	case size == 0:
-		size = defaultPageSize
-	case size < 0 || size > maxPageSize:
-		return nil, invalid("page_size must be between 1 and 1000")
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
 	}
 	var after session.ID
 	if tok := req.GetPageToken(); tok != "" {
