@@ -17,7 +17,13 @@
 //   - Release removes exactly the grant its token names: a late or retried
 //     release never removes a newer holder.
 //   - A wait that ends (deadline, cancel, TryAcquire finding the lock held)
-//     removes its waiter key, so nothing is left behind in etcd.
+//     removes its waiter key, so nothing is left behind in etcd (if etcd
+//     does not answer, the removal is retried for 30s; the session's end
+//     removes the key at the latest). An idempotent retry of the same
+//     request takes the entry over, so the call it replaces cannot remove it.
+//   - A lock may ask for a lock-delay: after a holder's session ends without
+//     a Release, waiters queued then, and whoever acquires while the delay
+//     runs, are granted only once it has passed.
 //   - Lock names are escaped: "a" and "a/b" are independent locks.
 //
 // Non-guarantees:
@@ -28,7 +34,8 @@
 //   - The semaphore limit is checked against the queue's head when a waiter
 //     enqueues; two first acquirers racing with different limits may both
 //     enqueue.
-//   - Lock-delay applies to waiters queued when a holder's session ends
-//     without a release. Someone acquiring a free lock after such an end,
-//     with nobody queued at the time, is not delayed.
+//   - A lock-delay is noticed by a waiter. If nobody waited when the
+//     holder's session ended, a later acquirer is not delayed. A waiter that
+//     lost track of the exact revision at which a holder went away (a
+//     broken watch) may delay although the holder had released it.
 package lock

@@ -24,7 +24,8 @@ var (
 	ErrInvalid = errors.New("lock: invalid argument")
 	// ErrTooLarge: metadata or a fenced value over its size limit; nothing changed.
 	ErrTooLarge = errors.New("lock: value too large")
-	// ErrHeld: TryAcquire found the lock held (all permits taken).
+	// ErrHeld: TryAcquire found the lock held (all permits taken) or in a
+	// lock-delay; or Acquire would wait behind its own session's grant.
 	ErrHeld = errors.New("lock: held by another session")
 	// ErrNotHolder: Release was given a token that holds nothing now.
 	ErrNotHolder = errors.New("lock: not the holder")
