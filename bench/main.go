@@ -36,11 +36,12 @@ import (
 )
 
 var (
-	rounds = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
-	ops    = flag.Int("ops", 300, "operations per peer per round")
-	starts = flag.Int("starts", 5, "cold starts to measure")
-	only   = flag.String("only", "all", "which part to run: all, sessions or locks")
-	lockD  = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer")
+	rounds     = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
+	ops        = flag.Int("ops", 300, "operations per peer per round")
+	starts     = flag.Int("starts", 5, "cold starts to measure")
+	only       = flag.String("only", "all", "which part to run: all, sessions or locks")
+	lockD      = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer and round")
+	lockRounds = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
 	// rawMember makes this binary a bare embedded etcd member (the peer of
 	// the cold-start and memory figures): -raw-member dir,clientURL,peerURL.
 	rawMember = flag.String("raw-member", "", "internal: run a bare embedded etcd member")
