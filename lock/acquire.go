@@ -43,7 +43,10 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	if err := validateRequest(&req); err != nil {
 		return Grant{}, err
 	}
-	e, holders, delay, err := m.enqueue(ctx, req)
+	e, holders, delay, err := m.enqueue(ctx, req, !wait && req.Limit == 1)
+	if errors.Is(err, errNotEnqueued) {
+		return Grant{}, fmt.Errorf("%w: %q", ErrHeld, req.Name)
+	}
 	if err != nil {
 		return Grant{}, err
 	}
@@ -98,11 +101,18 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	return g, nil
 }
 
+// errNotEnqueued: a mutex try-lock found the queue busy and wrote nothing.
+var errNotEnqueued = errors.New("lock: not enqueued")
+
 // enqueue puts this call's waiter entry into the queue (or takes over the
 // entry of an earlier call with the same request id) and returns it with
 // the lock's first Limit entries and its lock-delay state. An uncontended
 // acquire is this one transaction.
-func (m *Manager) enqueue(ctx context.Context, req Request) (entry, []*mvccpb.KeyValue, lockDelay, error) {
+//
+// onlyIfEmpty (a mutex try-lock) enqueues only into an empty queue, so a
+// refused try-lock writes nothing that others would have to wait behind;
+// it returns errNotEnqueued then.
+func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (entry, []*mvccpb.KeyValue, lockDelay, error) {
 	q := m.queue(req.Name)
 	e := entry{key: m.waiterKey(req.Name, req.Session, req.RequestID)}
 	e.w = waiter{Attempt: newRequestID(), Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC()}
@@ -116,8 +126,13 @@ func (m *Manager) enqueue(ctx context.Context, req Request) (entry, []*mvccpb.Ke
 	e.value = string(val)
 	heads := clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(req.Limit)))
 	delayGet := clientv3.OpGet(m.delayKey(req.Name))
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)}
+	if onlyIfEmpty {
+		// True only if no key at all is under the queue prefix.
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix())
+	}
 	resp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)).
+		If(cmps...).
 		Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(req.Session)), heads, delayGet).
 		Else(clientv3.OpGet(e.key), heads, delayGet).
 		Commit()
@@ -136,9 +151,13 @@ func (m *Manager) enqueue(ctx context.Context, req Request) (entry, []*mvccpb.Ke
 		e.rev = resp.Header.Revision
 		return e, holders, delay, nil
 	}
+	mine := resp.Responses[0].GetResponseRange().Kvs
+	if len(mine) == 0 {
+		return entry{}, nil, lockDelay{}, errNotEnqueued // only with onlyIfEmpty
+	}
 	// An idempotent retry: take the entry over, keeping its enqueue time,
 	// so that a failing earlier call can no longer remove it.
-	kv := resp.Responses[0].GetResponseRange().Kvs[0]
+	kv := mine[0]
 	e.rev = kv.CreateRevision
 	var prev waiter
 	if json.Unmarshal(kv.Value, &prev) == nil {

@@ -246,8 +246,17 @@ func TestFailedAcquiresLeaveNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := e.session(t, 60)
+	before, err := e.cli.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "busy", Session: s}); !errors.Is(err, lock.ErrHeld) {
 		t.Fatalf("TryAcquire on a held lock = %v, want ErrHeld", err)
+	}
+	// A refused mutex try-lock writes nothing, not even a transient entry
+	// that a concurrent waiter would queue behind.
+	if after, err := e.cli.Get(ctx, "x"); err != nil || after.Header.Revision != before.Header.Revision {
+		t.Fatalf("a refused try-lock moved the revision from %d to %d (%v)", before.Header.Revision, after.Header.Revision, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
