@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/queue"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -84,13 +85,13 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 			ErrHeld, req.Name, strings.TrimPrefix(string(holders[0].Key), own)))
 	}
 
-	t := &turn{req: req, e: e, holders: map[string]*mvccpb.KeyValue{}}
-	for _, kv := range holders {
-		t.holders[string(kv.Key)] = kv
+	t := queue.NewTurn(m.queue(req.Name), e.key, e.rev, req.Limit, holders)
+	rev, err := queue.Wait(ctx, m.cli, t)
+	if errors.Is(err, queue.ErrEntryGone) {
+		err = fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
 	}
-	rev, err := m.waitTurn(ctx, t)
 	if err == nil {
-		err = m.applyLockDelay(ctx, t)
+		err = m.applyLockDelay(ctx, req, e, t.Gone)
 	}
 	if err != nil {
 		return fail(err)
@@ -180,150 +181,6 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 	return e, holders, delay, nil
 }
 
-// turn is what a waiter knows about the entries ahead of it.
-type turn struct {
-	req Request
-	e   entry
-	// holders are the entries ahead that held the lock when last seen;
-	// gone collects those that went away, for lock-delay.
-	holders map[string]*mvccpb.KeyValue
-	gone    []goneHolder
-}
-
-// goneHolder is a holder that went away at rev (0 if not seen exactly).
-type goneHolder struct {
-	kv  *mvccpb.KeyValue
-	rev int64
-}
-
-// waitTurn waits until fewer than Limit entries are ahead of t's entry, and
-// returns the revision at which that became true. It fails with
-// ErrSessionNotFound when the waiter's own entry goes away.
-func (m *Manager) waitTurn(ctx context.Context, t *turn) (int64, error) {
-	backoff := 50 * time.Millisecond
-	for {
-		rev, counted, err := m.watchTurn(ctx, t)
-		if !errors.Is(err, errRewatch) {
-			return rev, err
-		}
-		if counted {
-			backoff = 50 * time.Millisecond
-		}
-		// No leader, compaction, a broken stream: count again, without
-		// spinning while etcd has no quorum.
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return 0, ctx.Err()
-		case <-timer.C:
-		}
-		backoff = min(2*backoff, time.Second)
-	}
-}
-
-var errRewatch = errors.New("lock: watch ended; count again")
-
-// watchTurn opens a watch at the current revision W, then reads the entries
-// ahead at exactly W; each later deletion of one of them arrives as a watch
-// event, so a release reaches the waiter with no further reads. Opening the
-// watch at the current revision matters: etcd serves watches that start at
-// a past revision from a loop that runs every 100 ms, which is what makes
-// etcd's own mutex hand off in about 100 ms.
-//
-// The entries ahead are tracked by key, so an event delivered twice (etcd
-// may deliver W's own events, or replay after a reconnect) changes nothing.
-// counted reports that the read at W succeeded.
-func (m *Manager) watchTurn(ctx context.Context, t *turn) (rev int64, counted bool, err error) {
-	q := m.queue(t.req.Name)
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := m.cli.Watch(wctx, q, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	created, ok := <-wch
-	if !ok || created.Err() != nil {
-		if ctx.Err() != nil {
-			return 0, false, ctx.Err()
-		}
-		return 0, false, errRewatch
-	}
-	w := created.Header.Revision
-	resp, err := m.cli.Get(ctx, q, clientv3.WithPrefix(), clientv3.WithRev(w), clientv3.WithMaxCreateRev(t.e.rev),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	if err != nil {
-		return 0, false, fmt.Errorf("lock: wait: %w", err)
-	}
-	ahead := map[string]*mvccpb.KeyValue{}
-	var order []*mvccpb.KeyValue // ahead, in queue order
-	mine := false
-	for _, kv := range resp.Kvs {
-		if string(kv.Key) == t.e.key && kv.CreateRevision == t.e.rev {
-			mine = true
-			continue
-		}
-		ahead[string(kv.Key)] = kv
-		order = append(order, kv)
-	}
-	if !mine {
-		return 0, true, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
-	}
-	// Holders that went away while nobody watched.
-	for k, kv := range t.holders {
-		if _, ok := ahead[k]; !ok {
-			t.gone = append(t.gone, goneHolder{kv: kv})
-		}
-	}
-	limit := t.req.Limit
-	refreshHolders := func() {
-		clear(t.holders)
-		for _, kv := range order {
-			if len(t.holders) == limit {
-				break
-			}
-			if _, ok := ahead[string(kv.Key)]; ok {
-				t.holders[string(kv.Key)] = kv
-			}
-		}
-	}
-	refreshHolders()
-	if len(ahead) < limit {
-		return w, true, nil
-	}
-	for wr := range wch {
-		if err := wr.Err(); err != nil {
-			if ctx.Err() != nil {
-				return 0, true, ctx.Err()
-			}
-			return 0, true, errRewatch
-		}
-		var last int64
-		for _, ev := range wr.Events {
-			if ev.Type != mvccpb.DELETE {
-				continue
-			}
-			k := string(ev.Kv.Key)
-			if k == t.e.key {
-				return 0, true, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
-			}
-			if _, ok := ahead[k]; !ok {
-				continue // not ahead of us, or seen already
-			}
-			delete(ahead, k)
-			if kv, ok := t.holders[k]; ok {
-				t.gone = append(t.gone, goneHolder{kv: kv, rev: ev.Kv.ModRevision})
-			}
-			last = ev.Kv.ModRevision
-		}
-		if last != 0 && len(ahead) < limit {
-			return last, true, nil
-		}
-		refreshHolders()
-	}
-	if ctx.Err() != nil {
-		return 0, true, ctx.Err()
-	}
-	return 0, true, errRewatch
-}
-
 // lockDelay is the delay state of a lock: the waiter whose token is Token
 // may not act before Until. It is stored bound to that waiter's lease.
 type lockDelay struct {
@@ -351,18 +208,18 @@ func decodeDelay(kvs []*mvccpb.KeyValue) (lockDelay, bool) {
 // running from an earlier expiry (its waiter may have given up). The delay
 // is recorded, visible to Describe and to fenced checks, and sat out.
 // Locks without lock-delay pay no extra read.
-func (m *Manager) applyLockDelay(ctx context.Context, t *turn) error {
+func (m *Manager) applyLockDelay(ctx context.Context, req Request, e entry, gone []queue.Gone) error {
 	var delay time.Duration
-	for _, g := range t.gone {
+	for _, g := range gone {
 		var w waiter
-		if json.Unmarshal(g.kv.Value, &w) != nil || w.LockDelay == "" {
+		if json.Unmarshal(g.KV.Value, &w) != nil || w.LockDelay == "" {
 			continue
 		}
 		d, err := time.ParseDuration(w.LockDelay)
 		if err != nil || d <= delay {
 			continue
 		}
-		clean, err := m.releasedCleanly(ctx, t.req.Name, g)
+		clean, err := m.releasedCleanly(ctx, req.Name, g)
 		if err != nil {
 			return err
 		}
@@ -370,14 +227,14 @@ func (m *Manager) applyLockDelay(ctx context.Context, t *turn) error {
 			delay = d
 		}
 	}
-	if delay == 0 && t.req.LockDelay == 0 {
+	if delay == 0 && req.LockDelay == 0 {
 		return nil
 	}
 	until := time.Time{}
 	if delay > 0 {
 		until = m.now().Add(delay)
 	}
-	cur, err := m.cli.Get(ctx, m.delayKey(t.req.Name))
+	cur, err := m.cli.Get(ctx, m.delayKey(req.Name))
 	if err != nil {
 		return fmt.Errorf("lock: read lock-delay: %w", err)
 	}
@@ -387,7 +244,7 @@ func (m *Manager) applyLockDelay(ctx context.Context, t *turn) error {
 	if !until.After(m.now()) {
 		return nil
 	}
-	return m.sitOutDelay(ctx, t.req, t.e, until)
+	return m.sitOutDelay(ctx, req, e, until)
 }
 
 // releasedCleanly reports whether a holder that went away was released by
@@ -395,19 +252,19 @@ func (m *Manager) applyLockDelay(ctx context.Context, t *turn) error {
 // token. Without the exact revision of its deletion, only the current
 // marker can be checked; a later release may have replaced it, and then
 // the holder counts as expired (the delay errs on the safe side).
-func (m *Manager) releasedCleanly(ctx context.Context, name string, g goneHolder) (bool, error) {
+func (m *Manager) releasedCleanly(ctx context.Context, name string, g queue.Gone) (bool, error) {
 	opts := []clientv3.OpOption{}
-	if g.rev > 0 {
-		opts = append(opts, clientv3.WithRev(g.rev))
+	if g.Rev > 0 {
+		opts = append(opts, clientv3.WithRev(g.Rev))
 	}
 	rel, err := m.cli.Get(ctx, m.releasedKey(name), opts...)
 	if err != nil {
 		return false, fmt.Errorf("lock: read release marker: %w", err)
 	}
-	if len(rel.Kvs) != 1 || string(rel.Kvs[0].Value) != strconv.FormatInt(g.kv.CreateRevision, 10) {
+	if len(rel.Kvs) != 1 || string(rel.Kvs[0].Value) != strconv.FormatInt(g.KV.CreateRevision, 10) {
 		return false, nil
 	}
-	return g.rev == 0 || rel.Kvs[0].ModRevision == g.rev, nil
+	return g.Rev == 0 || rel.Kvs[0].ModRevision == g.Rev, nil
 }
 
 // sitOutDelay records that e waits out a lock-delay until until, waits, and
@@ -455,7 +312,7 @@ func (m *Manager) markGranted(e entry) {
 	if err != nil {
 		return
 	}
-	m.background(func() {
+	m.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, _ = m.cli.Txn(ctx).
@@ -465,34 +322,8 @@ func (m *Manager) markGranted(e entry) {
 	})
 }
 
-// dequeue removes e's entry if it is still exactly what this call wrote
-// (an idempotent retry that took it over keeps it), also when ctx has
-// ended. If etcd does not answer, it keeps trying in the background for up
-// to 30s; the entry's session ending removes it at the latest.
+// dequeue removes e's entry if it is still exactly what this call wrote;
+// see queue.Remove.
 func (m *Manager) dequeue(ctx context.Context, e entry) {
-	try := func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		_, err := m.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.Value(e.key), "=", e.value)).
-			Then(clientv3.OpDelete(e.key)).
-			Commit()
-		return err
-	}
-	if try(context.WithoutCancel(ctx)) == nil {
-		return
-	}
-	m.background(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for ctx.Err() == nil {
-			if try(ctx) == nil {
-				return
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	})
+	queue.Remove(ctx, m.cli, &m.bg, e.key, e.value)
 }

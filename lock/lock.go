@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/queue"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -56,9 +56,7 @@ type Manager struct {
 	kv    string // "<root>kv/"
 	now   func() time.Time
 
-	mu     sync.Mutex
-	closed bool           // set by Close; no background work starts after it
-	bg     sync.WaitGroup // background writes (grant times, clean-ups)
+	bg queue.Background // background writes (grant times, clean-ups)
 }
 
 // NewManager returns a Manager that keeps locks under root+"lock/" and
@@ -70,27 +68,7 @@ func NewManager(cli *clientv3.Client, root string) *Manager {
 // Close waits for background writes (grant times, clean-ups of failed
 // acquisitions; each gives up after at most 30s) and starts no new ones.
 // Call it once no calls are in flight, before closing the etcd client.
-func (m *Manager) Close() {
-	m.mu.Lock()
-	m.closed = true
-	m.mu.Unlock()
-	m.bg.Wait()
-}
-
-// background runs fn in a goroutine that Close waits for, unless the
-// Manager is closed.
-func (m *Manager) background(fn func()) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return
-	}
-	m.bg.Add(1)
-	go func() {
-		defer m.bg.Done()
-		fn()
-	}()
-}
+func (m *Manager) Close() { m.bg.Close() }
 
 // Request asks for a lock.
 type Request struct {

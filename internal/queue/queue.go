@@ -1,0 +1,252 @@
+// Package queue is the FIFO core that locks and elections share: a queue of
+// lease-bound entries under one etcd prefix, ordered by create revision,
+// whose first few entries are granted. It waits for an entry's turn with
+// one watch and no further reads, and removes entries whose caller gave
+// up.
+//
+// Guarantees: Wait reports a turn only once fewer than the limit of
+// entries created before this one remain, as of the returned revision, and
+// only while the entry itself is alive at that revision; events delivered
+// twice change nothing.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrEntryGone is returned by Wait when the waiting entry was deleted:
+// its session ended (or someone removed it).
+var ErrEntryGone = errors.New("queue: the entry was deleted while it waited")
+
+// Turn is one entry's wait for its turn.
+type Turn struct {
+	prefix string // the queue's key prefix
+	key    string // the entry's key
+	rev    int64  // the entry's create revision
+	limit  int    // how many entries at the head are granted
+	// holders are the entries ahead that were granted when last seen.
+	holders map[string]*mvccpb.KeyValue
+	// Gone lists the granted entries ahead of this one that went away
+	// while it waited, in the order seen (for lock-delay and the like).
+	Gone []Gone
+}
+
+// Gone is a granted entry that went away at Rev (0 if the exact revision
+// was not seen, e.g. it vanished while the watch was being reopened).
+type Gone struct {
+	KV  *mvccpb.KeyValue
+	Rev int64
+}
+
+// NewTurn starts tracking the wait of the entry key (create revision rev)
+// in the queue under prefix, whose first limit entries are granted. heads
+// are the queue's first entries as last read.
+func NewTurn(prefix, key string, rev int64, limit int, heads []*mvccpb.KeyValue) *Turn {
+	t := &Turn{prefix: prefix, key: key, rev: rev, limit: limit, holders: map[string]*mvccpb.KeyValue{}}
+	for _, kv := range heads {
+		if string(kv.Key) != key {
+			t.holders[string(kv.Key)] = kv
+		}
+	}
+	return t
+}
+
+// Wait blocks until fewer than limit entries are ahead of t's entry and
+// returns the revision at which that became true. It fails with
+// ErrEntryGone as soon as the entry itself goes away (its session ended),
+// and with ctx's error when ctx ends.
+func Wait(ctx context.Context, cli *clientv3.Client, t *Turn) (int64, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		rev, counted, err := watchTurn(ctx, cli, t)
+		if !errors.Is(err, errRewatch) {
+			return rev, err
+		}
+		if counted {
+			backoff = 50 * time.Millisecond
+		}
+		// No leader, compaction, a broken stream: count again, without
+		// spinning while etcd has no quorum.
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return 0, ctx.Err()
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+var errRewatch = errors.New("queue: watch ended; count again")
+
+// watchTurn opens a watch at the current revision W, then reads the entries
+// ahead at exactly W; each later deletion of one of them arrives as a watch
+// event, so a release reaches the waiter with no further reads. Opening the
+// watch at the current revision matters: etcd serves watches that start at
+// a past revision from a loop that runs every 100 ms, which is what makes
+// etcd's own mutex hand off in about 100 ms.
+//
+// The entries ahead are tracked by key, so an event delivered twice (etcd
+// may deliver W's own events, or replay after a reconnect) changes nothing.
+// counted reports that the read at W succeeded.
+func watchTurn(ctx context.Context, cli *clientv3.Client, t *Turn) (rev int64, counted bool, err error) {
+	q := t.prefix
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := cli.Watch(wctx, q, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	created, ok := <-wch
+	if !ok || created.Err() != nil {
+		if ctx.Err() != nil {
+			return 0, false, ctx.Err()
+		}
+		return 0, false, errRewatch
+	}
+	w := created.Header.Revision
+	resp, err := cli.Get(ctx, q, clientv3.WithPrefix(), clientv3.WithRev(w), clientv3.WithMaxCreateRev(t.rev),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return 0, false, fmt.Errorf("queue: wait: %w", err)
+	}
+	ahead := map[string]*mvccpb.KeyValue{}
+	var order []*mvccpb.KeyValue // ahead, in queue order
+	mine := false
+	for _, kv := range resp.Kvs {
+		if string(kv.Key) == t.key && kv.CreateRevision == t.rev {
+			mine = true
+			continue
+		}
+		ahead[string(kv.Key)] = kv
+		order = append(order, kv)
+	}
+	if !mine {
+		return 0, true, ErrEntryGone
+	}
+	// Holders that went away while nobody watched.
+	for k, kv := range t.holders {
+		if _, ok := ahead[k]; !ok {
+			t.Gone = append(t.Gone, Gone{KV: kv})
+		}
+	}
+	limit := t.limit
+	refreshHolders := func() {
+		clear(t.holders)
+		for _, kv := range order {
+			if len(t.holders) == limit {
+				break
+			}
+			if _, ok := ahead[string(kv.Key)]; ok {
+				t.holders[string(kv.Key)] = kv
+			}
+		}
+	}
+	refreshHolders()
+	if len(ahead) < limit {
+		return w, true, nil
+	}
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			if ctx.Err() != nil {
+				return 0, true, ctx.Err()
+			}
+			return 0, true, errRewatch
+		}
+		var last int64
+		for _, ev := range wr.Events {
+			if ev.Type != mvccpb.DELETE {
+				continue
+			}
+			k := string(ev.Kv.Key)
+			if k == t.key {
+				return 0, true, ErrEntryGone
+			}
+			if _, ok := ahead[k]; !ok {
+				continue // not ahead of us, or seen already
+			}
+			delete(ahead, k)
+			if kv, ok := t.holders[k]; ok {
+				t.Gone = append(t.Gone, Gone{KV: kv, Rev: ev.Kv.ModRevision})
+			}
+			last = ev.Kv.ModRevision
+		}
+		if last != 0 && len(ahead) < limit {
+			return last, true, nil
+		}
+		refreshHolders()
+	}
+	if ctx.Err() != nil {
+		return 0, true, ctx.Err()
+	}
+	return 0, true, errRewatch
+}
+
+// Remove deletes the entry key if its value is still value, also when ctx
+// has ended: a caller that gave up removes only what it wrote, never an
+// entry a later call (an idempotent retry) has taken over. If etcd does not
+// answer, bg keeps trying for up to 30s; the entry's session ending removes
+// it at the latest.
+func Remove(ctx context.Context, cli *clientv3.Client, bg *Background, key, value string) {
+	try := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.Value(key), "=", value)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+		return err
+	}
+	if try(context.WithoutCancel(ctx)) == nil {
+		return
+	}
+	bg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for ctx.Err() == nil {
+			if try(ctx) == nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	})
+}
+
+// Background runs short-lived background writes and lets its owner wait
+// for them. The zero value is ready to use.
+type Background struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// Go runs fn in a goroutine that Close waits for; after Close it does
+// nothing. fn must return within a bounded time.
+func (b *Background) Go(fn func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		fn()
+	}()
+}
+
+// Close stops new work from starting and waits for running work.
+func (b *Background) Close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.wg.Wait()
+}
