@@ -4,7 +4,10 @@
 // A Client connects to one or more coordd endpoints and fails over between
 // them. A Session is the liveness unit every lock and candidacy hangs off:
 // the SDK keeps it alive in the background and tells the program, through
-// Done and Err, when it can no longer be sure the session is alive.
+// Done and Err, when it can no longer be sure the session is alive. A Lock
+// (Session.Lock, TryLock, WithLock) is held by a session and carries a
+// fencing token; its Context ends when the lock is released or lost, no
+// later than the session's local deadline.
 //
 // Guarantees:
 //   - A session's local deadline (Deadline) is computed from the send time of
@@ -20,6 +23,10 @@
 // Non-guarantees:
 //   - A session that the SDK gave up on may still be alive on the server for
 //     up to the rest of its TTL; use fencing tokens where that matters.
-//   - Calls that change state (CreateSession) are not retried after they may
-//     have reached the server: a failure there is indeterminate.
+//   - CreateSession is not retried after it may have reached the server: a
+//     failure there is indeterminate. Lock acquisition and release are
+//     retried, because they are idempotent (request id, token).
+//   - A lock protects a resource only if the resource checks the token
+//     (see package fencing): a paused holder can act after its session
+//     ended, whatever the SDK does.
 package clientlib
