@@ -46,6 +46,9 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	}
 	e, holders, delay, err := m.enqueue(ctx, req, !wait && req.Limit == 1)
 	if errors.Is(err, errNotEnqueued) {
+		if lim, ok := limitOf(holders); ok && lim != req.Limit {
+			return Grant{}, fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit)
+		}
 		return Grant{}, fmt.Errorf("%w: %q", ErrHeld, req.Name)
 	}
 	if err != nil {
@@ -154,7 +157,7 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 	}
 	mine := resp.Responses[0].GetResponseRange().Kvs
 	if len(mine) == 0 {
-		return entry{}, nil, lockDelay{}, errNotEnqueued // only with onlyIfEmpty
+		return entry{}, holders, delay, errNotEnqueued // only with onlyIfEmpty
 	}
 	// An idempotent retry: take the entry over, keeping its enqueue time,
 	// so that a failing earlier call can no longer remove it.

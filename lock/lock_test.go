@@ -376,8 +376,10 @@ func TestSemaphore(t *testing.T) {
 	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "pool", Session: e.session(t, 60), Limit: 3}); !errors.Is(err, lock.ErrHeld) {
 		t.Fatalf("fourth holder = %v, want ErrHeld", err)
 	}
-	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "pool", Session: e.session(t, 60), Limit: 5}); !errors.Is(err, lock.ErrLimitMismatch) {
-		t.Fatalf("other limit = %v, want ErrLimitMismatch", err)
+	for _, other := range []int{1, 5} {
+		if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "pool", Session: e.session(t, 60), Limit: other}); !errors.Is(err, lock.ErrLimitMismatch) {
+			t.Fatalf("limit %d on a lock of 3 = %v, want ErrLimitMismatch", other, err)
+		}
 	}
 	d, err := e.m.Describe(ctx, "pool")
 	if err != nil || d.Limit != 3 || len(d.Holders) != 3 || len(d.Waiters) != 0 {
