@@ -64,15 +64,15 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		return fail(fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit))
 	}
 	if slices.ContainsFunc(holders, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == e.key }) {
-		// Granted at once. A lock-delay left by an expired holder (for
-		// this entry or one that gave up during it) still applies.
-		if until := delay.Until; until.After(m.now()) {
-			if !wait {
+		// Granted at once, unless a holder that asked for a lock-delay
+		// ended without a release (or a delay is still running).
+		if !wait {
+			if until := delay.until(m.now(), holders); until.After(m.now()) {
 				return fail(fmt.Errorf("%w: %q is in a lock-delay until %s", ErrHeld, req.Name, until.UTC().Format(time.RFC3339Nano)))
 			}
-			if err := m.sitOutDelay(ctx, req, e, until); err != nil {
-				return fail(err)
-			}
+		}
+		if err := m.settleDelay(ctx, req, e, delay, holders); err != nil {
+			return fail(err)
 		}
 		g.Revision = e.rev
 		return g, nil
@@ -93,8 +93,9 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	if errors.Is(err, queue.ErrEntryGone) {
 		err = fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
 	}
-	if err == nil {
-		err = m.applyLockDelay(ctx, req, e, t.Gone)
+	if err == nil && (req.LockDelay > 0 || slices.ContainsFunc(t.Gone, func(g queue.Gone) bool { return delayOf(g.KV.Value) > 0 })) {
+		// Only locks that use lock-delay pay this read on hand-off.
+		err = m.settleDelayAfterWait(ctx, req, e)
 	}
 	if err != nil {
 		return fail(err)
@@ -116,7 +117,7 @@ var errNotEnqueued = errors.New("lock: not enqueued")
 // onlyIfEmpty (a mutex try-lock) enqueues only into an empty queue, so a
 // refused try-lock writes nothing that others would have to wait behind;
 // it returns errNotEnqueued then.
-func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (entry, []*mvccpb.KeyValue, lockDelay, error) {
+func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (entry, []*mvccpb.KeyValue, delayState, error) {
 	q := m.queue(req.Name)
 	e := entry{key: m.waiterKey(req.Name, req.Session, req.RequestID)}
 	e.w = waiter{Attempt: newRequestID(), Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC()}
@@ -125,11 +126,12 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 	}
 	val, err := json.Marshal(e.w)
 	if err != nil {
-		return entry{}, nil, lockDelay{}, err
+		return entry{}, nil, delayState{}, err
 	}
 	e.value = string(val)
 	heads := clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(req.Limit)))
 	delayGet := clientv3.OpGet(m.delayKey(req.Name))
+	heldGet := clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix())
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)}
 	if onlyIfEmpty {
 		// True only if no key at all is under the queue prefix.
@@ -137,20 +139,21 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 	}
 	resp, err := m.cli.Txn(ctx).
 		If(cmps...).
-		Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(req.Session)), heads, delayGet).
-		Else(clientv3.OpGet(e.key), heads, delayGet).
+		Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(req.Session)), heads, delayGet, heldGet).
+		Else(clientv3.OpGet(e.key), heads, delayGet, heldGet).
 		Commit()
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return entry{}, nil, lockDelay{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
+			return entry{}, nil, delayState{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
 		}
 		// The put may have committed although the answer was lost: remove
 		// it if it is still exactly ours.
 		m.dequeue(ctx, e)
-		return entry{}, nil, lockDelay{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
+		return entry{}, nil, delayState{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
 	}
 	holders := resp.Responses[1].GetResponseRange().Kvs
-	delay, _ := decodeDelay(resp.Responses[2].GetResponseRange().Kvs)
+	delay := delayState{held: resp.Responses[3].GetResponseRange().Kvs}
+	delay.running, _ = decodeDelay(resp.Responses[2].GetResponseRange().Kvs)
 	if resp.Succeeded {
 		e.rev = resp.Header.Revision
 		return e, holders, delay, nil
@@ -168,7 +171,7 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 		e.w.Enqueued, e.w.Granted = prev.Enqueued, prev.Granted
 	}
 	if val, err = json.Marshal(e.w); err != nil {
-		return entry{}, nil, lockDelay{}, err
+		return entry{}, nil, delayState{}, err
 	}
 	e.value = string(val)
 	stamp, err := m.cli.Txn(ctx).
@@ -176,23 +179,43 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 		Then(clientv3.OpPut(e.key, e.value, clientv3.WithIgnoreLease())).
 		Commit()
 	if err != nil {
-		return entry{}, nil, lockDelay{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
+		return entry{}, nil, delayState{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
 	}
 	if !stamp.Succeeded {
-		return entry{}, nil, lockDelay{}, fmt.Errorf("%w: the acquisition %s ended while it was retried", ErrSessionNotFound, req.RequestID)
+		return entry{}, nil, delayState{}, fmt.Errorf("%w: the acquisition %s ended while it was retried", ErrSessionNotFound, req.RequestID)
 	}
 	return e, holders, delay, nil
 }
 
-// lockDelay is the delay state of a lock: the waiter whose token is Token
-// may not act before Until. It is stored bound to that waiter's lease.
+// Lock-delay. A holder that asked for a lock-delay leaves a record,
+// "held/<token>", that outlives its session (no lease); a clean Release
+// deletes it in the same transaction as the entry. So a record whose entry
+// is gone marks a holder that ended without a release. Whoever is granted
+// next finds it, starts the delay (from that moment: the exact end of the
+// session is not known, so the delay errs long), and records it in the
+// "delay" key, bound to its own session, where Describe, fenced checks and
+// later acquirers see it.
+
+// lockDelay is a running delay: the entry whose token is Token may not act
+// before Until.
 type lockDelay struct {
 	Token int64     `json:"token"`
 	Until time.Time `json:"until"`
 }
 
-func (m *Manager) delayKey(name string) string    { return m.locks + escape(name) + "/delay" }
-func (m *Manager) releasedKey(name string) string { return m.locks + escape(name) + "/released" }
+// heldRecord is the value of a held/<token> record.
+type heldRecord struct {
+	LockDelay string `json:"lock_delay"`
+}
+
+// delayState is what a grant needs to know about lock-delay.
+type delayState struct {
+	running lockDelay          // the delay key, if any
+	held    []*mvccpb.KeyValue // held/ records
+}
+
+func (m *Manager) delayKey(name string) string   { return m.locks + escape(name) + "/delay" }
+func (m *Manager) heldPrefix(name string) string { return m.locks + escape(name) + "/held/" }
 
 func decodeDelay(kvs []*mvccpb.KeyValue) (lockDelay, bool) {
 	if len(kvs) == 0 {
@@ -205,81 +228,103 @@ func decodeDelay(kvs []*mvccpb.KeyValue) (lockDelay, bool) {
 	return d, true
 }
 
-// applyLockDelay runs when a waiter's turn has come. A holder ahead of it
-// that asked for a lock-delay and went away without a clean Release (its
-// session expired or was closed) delays the grant; so does a delay still
-// running from an earlier expiry (its waiter may have given up). The delay
-// is recorded, visible to Describe and to fenced checks, and sat out.
-// Locks without lock-delay pay no extra read.
-func (m *Manager) applyLockDelay(ctx context.Context, req Request, e entry, gone []queue.Gone) error {
-	var delay time.Duration
-	for _, g := range gone {
-		var w waiter
-		if json.Unmarshal(g.KV.Value, &w) != nil || w.LockDelay == "" {
+// delayOf is the lock-delay a waiter entry's value asks for.
+func delayOf(value []byte) time.Duration {
+	var w waiter
+	if json.Unmarshal(value, &w) != nil || w.LockDelay == "" {
+		return 0
+	}
+	d, _ := time.ParseDuration(w.LockDelay)
+	return d
+}
+
+// orphans returns the held/ records whose holder is no longer among the
+// lock's live holders, and the longest delay they ask for.
+func (d delayState) orphans(holders []*mvccpb.KeyValue) ([]*mvccpb.KeyValue, time.Duration) {
+	var out []*mvccpb.KeyValue
+	var longest time.Duration
+	for _, rec := range d.held {
+		token := rec.Key[strings.LastIndexByte(string(rec.Key), '/')+1:]
+		live := slices.ContainsFunc(holders, func(kv *mvccpb.KeyValue) bool {
+			return strconv.FormatInt(kv.CreateRevision, 10) == string(token)
+		})
+		if live {
 			continue
 		}
-		d, err := time.ParseDuration(w.LockDelay)
-		if err != nil || d <= delay {
-			continue
-		}
-		clean, err := m.releasedCleanly(ctx, req.Name, g)
-		if err != nil {
-			return err
-		}
-		if !clean {
-			delay = d
+		out = append(out, rec)
+		var r heldRecord
+		if json.Unmarshal(rec.Value, &r) == nil {
+			if dur, err := time.ParseDuration(r.LockDelay); err == nil && dur > longest {
+				longest = dur
+			}
 		}
 	}
-	if delay == 0 && req.LockDelay == 0 {
-		return nil
+	return out, longest
+}
+
+// until is when a grant made now could act: now, or later if a delay runs
+// or an orphaned holder record starts one.
+func (d delayState) until(now time.Time, holders []*mvccpb.KeyValue) time.Time {
+	until := now
+	if d.running.Until.After(until) {
+		until = d.running.Until
 	}
-	until := time.Time{}
-	if delay > 0 {
-		until = m.now().Add(delay)
+	if _, longest := d.orphans(holders); now.Add(longest).After(until) {
+		until = now.Add(longest)
 	}
-	cur, err := m.cli.Get(ctx, m.delayKey(req.Name))
+	return until
+}
+
+// settleDelayAfterWait reads the lock-delay state once a waiter's turn has
+// come, then settles it.
+func (m *Manager) settleDelayAfterWait(ctx context.Context, req Request, e entry) error {
+	resp, err := m.cli.Txn(ctx).Then(
+		clientv3.OpGet(m.queue(req.Name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(req.Limit))),
+		clientv3.OpGet(m.delayKey(req.Name)),
+		clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix()),
+	).Commit()
 	if err != nil {
 		return fmt.Errorf("lock: read lock-delay: %w", err)
 	}
-	if d, ok := decodeDelay(cur.Kvs); ok && d.Until.After(until) {
-		until = d.Until // inherit a delay that is still running
-	}
-	if !until.After(m.now()) {
+	d := delayState{held: resp.Responses[2].GetResponseRange().Kvs}
+	d.running, _ = decodeDelay(resp.Responses[1].GetResponseRange().Kvs)
+	return m.settleDelay(ctx, req, e, d, resp.Responses[0].GetResponseRange().Kvs)
+}
+
+// settleDelay makes a grant respect lock-delay: it starts a delay for
+// orphaned holder records (deleting them), inherits a running one, records
+// this holder's own record if it asks for a delay, and sits the delay out.
+// holders are the lock's live holders, this entry among them. Locks that
+// never used lock-delay write nothing here.
+func (m *Manager) settleDelay(ctx context.Context, req Request, e entry, d delayState, holders []*mvccpb.KeyValue) error {
+	now := m.now()
+	orphans, _ := d.orphans(holders)
+	until := d.until(now, holders)
+	delayed := until.After(now)
+	if !delayed && req.LockDelay == 0 && len(orphans) == 0 {
 		return nil
 	}
-	return m.sitOutDelay(ctx, req, e, until)
-}
-
-// releasedCleanly reports whether a holder that went away was released by
-// Release: the release marker, written in the same transaction, names its
-// token. Without the exact revision of its deletion, only the current
-// marker can be checked; a later release may have replaced it, and then
-// the holder counts as expired (the delay errs on the safe side).
-func (m *Manager) releasedCleanly(ctx context.Context, name string, g queue.Gone) (bool, error) {
-	opts := []clientv3.OpOption{}
-	if g.Rev > 0 {
-		opts = append(opts, clientv3.WithRev(g.Rev))
+	var ops []clientv3.Op
+	if delayed {
+		val, err := json.Marshal(lockDelay{Token: e.rev, Until: until.UTC()})
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(m.delayKey(req.Name), string(val), clientv3.WithLease(req.Session)))
 	}
-	rel, err := m.cli.Get(ctx, m.releasedKey(name), opts...)
-	if err != nil {
-		return false, fmt.Errorf("lock: read release marker: %w", err)
+	for _, rec := range orphans {
+		ops = append(ops, clientv3.OpDelete(string(rec.Key)))
 	}
-	if len(rel.Kvs) != 1 || string(rel.Kvs[0].Value) != strconv.FormatInt(g.KV.CreateRevision, 10) {
-		return false, nil
-	}
-	return g.Rev == 0 || rel.Kvs[0].ModRevision == g.Rev, nil
-}
-
-// sitOutDelay records that e waits out a lock-delay until until, waits, and
-// checks that e (and so its session) is still there.
-func (m *Manager) sitOutDelay(ctx context.Context, req Request, e entry, until time.Time) error {
-	val, err := json.Marshal(lockDelay{Token: e.rev, Until: until.UTC()})
-	if err != nil {
-		return err
+	if req.LockDelay > 0 {
+		val, err := json.Marshal(heldRecord{LockDelay: req.LockDelay.String()})
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(m.heldPrefix(req.Name)+strconv.FormatInt(e.rev, 10), string(val)))
 	}
 	resp, err := m.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", e.rev)).
-		Then(clientv3.OpPut(m.delayKey(req.Name), string(val), clientv3.WithLease(req.Session))).
+		Then(ops...).
 		Commit()
 	if err != nil {
 		return fmt.Errorf("lock: record lock-delay: %w", err)
@@ -287,14 +332,15 @@ func (m *Manager) sitOutDelay(ctx context.Context, req Request, e entry, until t
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
 	}
-	if wait := until.Sub(m.now()); wait > 0 {
-		timer := time.NewTimer(wait)
-		defer timer.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-		}
+	if !delayed {
+		return nil
+	}
+	timer := time.NewTimer(until.Sub(m.now()))
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
 	}
 	cur, err := m.cli.Get(ctx, e.key)
 	if err != nil {

@@ -22,8 +22,10 @@
 //     removes the key at the latest). An idempotent retry of the same
 //     request takes the entry over, so the call it replaces cannot remove it.
 //   - A lock may ask for a lock-delay: after a holder's session ends without
-//     a Release, waiters queued then, and whoever acquires while the delay
-//     runs, are granted only once it has passed.
+//     a Release, the next grant (to a waiter, or to whoever acquires later)
+//     comes only once the delay has passed, counted from when that grant
+//     noticed the end (the exact expiry time is not recorded, so the delay
+//     errs long).
 //   - Lock names are escaped: "a" and "a/b" are independent locks.
 //
 // Non-guarantees:
@@ -34,8 +36,8 @@
 //   - The semaphore limit is checked against the queue's head when a waiter
 //     enqueues; two first acquirers racing with different limits may both
 //     enqueue.
-//   - A lock-delay is noticed by a waiter. If nobody waited when the
-//     holder's session ended, a later acquirer is not delayed. A waiter that
-//     lost track of the exact revision at which a holder went away (a
-//     broken watch) may delay although the holder had released it.
+//   - A holder that asks for a lock-delay leaves a small record that
+//     outlives its session until a clean Release or the next grant removes
+//     it; a lock abandoned by an expired holder and never acquired again
+//     keeps that record.
 package lock

@@ -14,7 +14,6 @@ import (
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/queue"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -141,7 +140,7 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 	if token <= 0 {
 		return fmt.Errorf("%w: token must be positive", ErrInvalid)
 	}
-	key, lease := "", hint.Session
+	key := ""
 	if hint.Session > 0 && hint.RequestID != "" {
 		if err := validateRequestID(hint.RequestID); err != nil {
 			return err
@@ -152,21 +151,17 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 		if err != nil {
 			return err
 		}
-		key, lease = h.key, h.lease
+		key = h.key
 	}
 	if key == "" {
 		return fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
 	}
-	// The release marker, written in the same transaction as the delete,
-	// tells the next waiter this was a clean release (no lock-delay). It is
-	// bound to the releaser's session so it does not outlive it.
+	// Deleting the holder's lock-delay record (if it has one) in the same
+	// transaction marks this as a clean release: no lock-delay follows.
 	resp, err := m.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))).
-		Then(clientv3.OpDelete(key), clientv3.OpPut(m.releasedKey(name), strconv.FormatInt(int64(token), 10), clientv3.WithLease(lease))).
+		Then(clientv3.OpDelete(key), clientv3.OpDelete(m.heldPrefix(name)+strconv.FormatInt(int64(token), 10))).
 		Commit()
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return fmt.Errorf("%w: token %d of lock %q: its session has ended", ErrNotHolder, token, name)
-	}
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", name, err)
 	}
@@ -178,9 +173,8 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 
 // holderState is what one linearizable read says about a token.
 type holderState struct {
-	key     string           // the waiter key whose create revision is the token; "" if none
-	lease   clientv3.LeaseID // that key's session
-	granted bool             // the key is among the first limit keys and not inside a lock-delay
+	key     string // the waiter key whose create revision is the token; "" if none
+	granted bool   // the key is among the first limit keys and not inside a lock-delay
 }
 
 // holder finds the waiter key that token names and whether it holds the
@@ -209,7 +203,7 @@ func (m *Manager) holder(ctx context.Context, name string, token fencing.Token) 
 	// keys created up to and including it number at most Limit. (Count the
 	// keys; etcd's Count ignores the create revision filter.)
 	upTo := len(resp.Responses[1].GetResponseRange().Kvs)
-	h := holderState{key: string(kvs[0].Key), lease: clientv3.LeaseID(kvs[0].Lease), granted: upTo <= max(w.Limit, 1)}
+	h := holderState{key: string(kvs[0].Key), granted: upTo <= max(w.Limit, 1)}
 	if d, ok := decodeDelay(resp.Responses[2].GetResponseRange().Kvs); ok && d.Token == int64(token) && m.now().Before(d.Until) {
 		h.granted = false // still sitting out a lock-delay
 	}

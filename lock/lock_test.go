@@ -821,3 +821,40 @@ func TestRetryTakesOverTheEntry(t *testing.T) {
 		t.Fatal("the retry was not granted")
 	}
 }
+
+// Lock-delay with nobody waiting: the holder's session expires unnoticed;
+// whoever acquires afterwards still waits the delay.
+func TestLockDelayWithNobodyWaiting(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	old := e.session(t, 2)
+	if _, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: old, LockDelay: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the holder's session to expire", func() bool {
+		d, err := e.m.Describe(ctx, "l")
+		return err == nil && len(d.Holders) == 0
+	})
+	next := e.session(t, 60)
+	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "l", Session: next}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("TryAcquire right after the expiry = %v, want ErrHeld (lock-delay)", err)
+	}
+	start := time.Now()
+	if _, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: next}); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < time.Second-50*time.Millisecond {
+		t.Fatalf("granted after %s, inside the 1s lock-delay", waited)
+	}
+	// The delay was consumed: a release and a new acquire are immediate.
+	d, err := e.m.Describe(ctx, "l")
+	if err != nil || len(d.Holders) != 1 {
+		t.Fatalf("Describe = %+v, %v", d, err)
+	}
+	if err := e.m.Release(ctx, "l", d.Holders[0].Token, lock.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "l", Session: next, RequestID: "again"}); err != nil {
+		t.Fatalf("TryAcquire after a clean release = %v", err)
+	}
+}
