@@ -45,3 +45,4 @@ FUZZTIME ?= 30s
 fuzz:
 	go test -run=^$$ -fuzz=FuzzValidateCreate -fuzztime=$(FUZZTIME) ./session
 	go test -run=^$$ -fuzz=FuzzParseID -fuzztime=$(FUZZTIME) ./session
+	go test -run=^$$ -fuzz=FuzzValidateRequest -fuzztime=$(FUZZTIME) ./lock
