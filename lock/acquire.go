@@ -361,8 +361,8 @@ func (m *Manager) markGranted(e entry) {
 	if err != nil {
 		return
 	}
-	m.bg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	m.bg.Go(func(stop context.Context) {
+		ctx, cancel := context.WithTimeout(stop, 5*time.Second)
 		defer cancel()
 		_, _ = m.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.Value(e.key), "=", e.value)).

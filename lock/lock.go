@@ -64,9 +64,10 @@ func NewManager(cli *clientv3.Client, root string) *Manager {
 	return &Manager{cli: cli, locks: root + "lock/", kv: root + "kv/", now: time.Now}
 }
 
-// Close waits for background writes (grant times, clean-ups of failed
-// acquisitions; each gives up after at most 30s) and starts no new ones.
-// Call it once no calls are in flight, before closing the etcd client.
+// Close cancels background writes (grant times, clean-ups of failed
+// acquisitions), waits for them to return and starts no new ones. An entry
+// whose clean-up is cancelled stays until its session ends. Call it once no
+// calls are in flight, before closing the etcd client.
 func (m *Manager) Close() { m.bg.Close() }
 
 // Request asks for a lock.

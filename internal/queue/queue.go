@@ -205,8 +205,8 @@ func Remove(ctx context.Context, cli *clientv3.Client, bg *Background, key, valu
 	if try(context.WithoutCancel(ctx)) == nil {
 		return
 	}
-	bg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	bg.Go(func(stop context.Context) {
+		ctx, cancel := context.WithTimeout(stop, 30*time.Second)
 		defer cancel()
 		for ctx.Err() == nil {
 			if try(ctx) == nil {
@@ -220,33 +220,43 @@ func Remove(ctx context.Context, cli *clientv3.Client, bg *Background, key, valu
 	})
 }
 
-// Background runs short-lived background writes and lets its owner wait
-// for them. The zero value is ready to use.
+// Background runs short-lived background writes and lets its owner stop
+// them. The zero value is ready to use.
 type Background struct {
 	mu     sync.Mutex
 	closed bool
+	stop   context.Context // cancelled by Close
+	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// Go runs fn in a goroutine that Close waits for; after Close it does
-// nothing. fn must return within a bounded time.
-func (b *Background) Go(fn func()) {
+// Go runs fn in a goroutine that Close cancels (through fn's context) and
+// waits for; after Close it does nothing. fn must return within a bounded
+// time, and promptly once its context is done.
+func (b *Background) Go(fn func(stop context.Context)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return
 	}
+	if b.stop == nil {
+		b.stop, b.cancel = context.WithCancel(context.Background())
+	}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		fn()
+		fn(b.stop)
 	}()
 }
 
-// Close stops new work from starting and waits for running work.
+// Close stops new work from starting, cancels running work and waits for
+// it to return.
 func (b *Background) Close() {
 	b.mu.Lock()
 	b.closed = true
+	if b.cancel != nil {
+		b.cancel()
+	}
 	b.mu.Unlock()
 	b.wg.Wait()
 }

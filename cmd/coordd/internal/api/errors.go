@@ -17,6 +17,11 @@ import (
 // the daemon is shutting down. Clients retry on another member.
 var ErrStopping = errors.New("coordd: daemon is stopping; retry on another member")
 
+// ErrNoLeader is returned to callers whose call is ended because this
+// member's etcd has had no leader for too long (it is cut off from its
+// peers). Clients retry on another member.
+var ErrNoLeader = errors.New("coordd: this member's etcd has no leader (no quorum); retry on another member")
+
 // Domain is the ErrorInfo domain of every coordd error.
 const Domain = "coordd"
 
@@ -38,6 +43,7 @@ var errorTable = []struct {
 	{lock.ErrNotHolder, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_HOLDER},
 	{lock.ErrLimitMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH},
 	{ErrStopping, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
+	{ErrNoLeader, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
 }
 
 // ReasonString returns the ErrorInfo reason for r: its name without the

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"runtime/debug"
 
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -60,3 +61,55 @@ func mapAndLog(lg *zap.Logger, method string, err error) error {
 func errInternal() *status.Status {
 	return NewStatus(codes.Internal, coorddv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error; the daemon logged the details")
 }
+
+// UnaryRequireLeader ends a call with ErrNoLeader when lost() is (or
+// becomes) done: the member lost its etcd leader, and waiting on it would
+// hang. Place it inside UnaryErrors so the error gets its status.
+func UnaryRequireLeader(lost func() context.Context) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, done, err := requireLeader(ctx, lost())
+		if err != nil {
+			return nil, err
+		}
+		resp, err := handler(ctx, req)
+		return resp, done(err)
+	}
+}
+
+// StreamRequireLeader is UnaryRequireLeader for streams.
+func StreamRequireLeader(lost func() context.Context) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, done, err := requireLeader(ss.Context(), lost())
+		if err != nil {
+			return err
+		}
+		return done(handler(srv, &ctxStream{ServerStream: ss, ctx: ctx}))
+	}
+}
+
+// requireLeader derives a context that ends when lost does, and returns a
+// func that turns the call's error into ErrNoLeader if that is why it ended
+// (and releases the context).
+func requireLeader(ctx, lost context.Context) (context.Context, func(error) error, error) {
+	if lost.Err() != nil {
+		return nil, nil, ErrNoLeader
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(lost, func() { cancel(ErrNoLeader) })
+	return ctx, func(err error) error {
+		stop()
+		if err != nil && errors.Is(context.Cause(ctx), ErrNoLeader) {
+			err = ErrNoLeader
+		}
+		cancel(nil)
+		return err
+	}, nil
+}
+
+// ctxStream replaces a server stream's context.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *ctxStream) Context() context.Context { return s.ctx }

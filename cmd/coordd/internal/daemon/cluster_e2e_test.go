@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,4 +288,71 @@ func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
 		t.Fatalf("%d overlapping holders, %d tokens out of order, in %d grants", overlaps.Load(), stale.Load(), grants.Load())
 	}
 	t.Logf("%d grants, %d before the leader stopped; no overlap, tokens in order", grants.Load(), before)
+}
+
+// A member cut off from its peers (here: the other two stopped) must not
+// leave lock waiters hanging on it: they fail with Unavailable within a few
+// election timeouts, so clients retry elsewhere. The embedded etcd's
+// in-process client skips etcd's own require-leader check, so the daemon
+// watches for leader loss itself.
+func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member cluster")
+	}
+	ds := startCluster(t, 3)
+	survivor := ds[2]
+	base := "http://" + survivor.HTTPAddr()
+	newSession := func() string {
+		r := call(t, "POST", base+"/v1/sessions", `{"ttl":"60s"}`)
+		if r.status != 200 {
+			t.Fatalf("create session = %d %v", r.status, r.body)
+		}
+		return r.body["session"].(map[string]any)["id"].(string)
+	}
+	holder, waiter := newSession(), newSession()
+	if r := call(t, "POST", base+"/v1/locks:acquire", fmt.Sprintf(`{"name":"q","sessionId":%q}`, holder)); r.status != 200 {
+		t.Fatalf("acquire = %d %v", r.status, r.body)
+	}
+	done := make(chan int, 1)
+	go func() {
+		// Not call(): it may not Fatal outside the test goroutine.
+		hc := &http.Client{Timeout: time.Minute}
+		resp, err := hc.Post(base+"/v1/locks:acquire", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"name":"q","sessionId":%q,"wait":"60s"}`, waiter)))
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	waitFor(t, 10*time.Second, "the waiter to queue", func() bool {
+		r := call(t, "GET", base+"/v1/locks/q", "")
+		w, _ := r.body["waiters"].([]any)
+		return len(w) == 1
+	})
+	for _, d := range ds[:2] {
+		if err := d.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost := time.Now()
+	select {
+	case status := <-done:
+		if status != http.StatusServiceUnavailable {
+			t.Fatalf("waiter on a member without quorum = %d, want 503", status)
+		}
+		t.Logf("waiter failed %s after the member lost quorum", time.Since(lost).Round(time.Millisecond))
+	case <-time.After(15 * time.Second):
+		t.Fatal("waiter still hanging 15s after its member lost quorum")
+	}
+	// Stopping a member without quorum must not hang on clean-ups that
+	// cannot reach etcd.
+	stopStart := time.Now()
+	if err := survivor.Stop(context.Background()); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if took := time.Since(stopStart); took > 10*time.Second {
+		t.Errorf("stopping the member without quorum took %s", took)
+	}
 }

@@ -36,11 +36,12 @@ import (
 
 // Daemon is a running coordd. Stop it with Stop.
 type Daemon struct {
-	cfg   Config
-	lg    *zap.Logger
-	etcd  *embed.Etcd // nil with external etcd
-	cli   *clientv3.Client
-	locks *lock.Manager
+	cfg    Config
+	lg     *zap.Logger
+	etcd   *embed.Etcd // nil with external etcd
+	cli    *clientv3.Client
+	locks  *lock.Manager
+	leader *leaderWatch
 
 	grpcLis  net.Listener
 	httpLis  net.Listener
@@ -107,10 +108,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
 
+	// Three election timeouts without a leader, as etcd's own
+	// require-leader check uses.
+	d.leader = newLeaderWatch(d.etcd, 3*time.Duration(cfg.ElectionMs)*time.Millisecond)
 	metrics := grpcMetrics()
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg)),
-		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg)),
+		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryRequireLeader(d.leader.Lost)),
+		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamRequireLeader(d.leader.Lost)),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		grpc.MaxConcurrentStreams(10000),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
@@ -160,7 +164,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		ErrorLog:          zap.NewStdLog(d.lg.Named("http")),
 	}
 
-	d.wg.Add(2)
+	d.wg.Add(3)
+	go func() {
+		defer d.wg.Done()
+		d.leader.run(d.stopping)
+	}()
 	go func() {
 		defer d.wg.Done()
 		if err := d.grpcSrv.Serve(d.grpcLis); err != nil {
