@@ -214,20 +214,27 @@ func (m *Manager) holder(ctx context.Context, name string, token fencing.Token) 
 // ValidateFence reports whether token currently holds the lock: nil if it
 // does, ErrStaleToken if not. The check is linearizable.
 func (m *Manager) ValidateFence(ctx context.Context, name string, token fencing.Token) error {
+	_, err := m.currentHolder(ctx, name, token)
+	return err
+}
+
+// currentHolder returns the waiter key of the grant that token names if
+// that grant holds the lock now, and ErrStaleToken otherwise.
+func (m *Manager) currentHolder(ctx context.Context, name string, token fencing.Token) (string, error) {
 	if err := validateName(name); err != nil {
-		return err
+		return "", err
 	}
 	if token <= 0 {
-		return fmt.Errorf("%w: token must be positive", ErrInvalid)
+		return "", fmt.Errorf("%w: token must be positive", ErrInvalid)
 	}
 	h, err := m.holder(ctx, name, token)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if !h.granted {
-		return fmt.Errorf("%w: token %d does not hold lock %q", ErrStaleToken, token, name)
+		return "", fmt.Errorf("%w: token %d does not hold lock %q", ErrStaleToken, token, name)
 	}
-	return nil
+	return h.key, nil
 }
 
 // FencedPut writes value at key in coordd's KV only if token still holds
@@ -253,21 +260,14 @@ func (m *Manager) FencedDelete(ctx context.Context, name string, token fencing.T
 }
 
 func (m *Manager) fenced(ctx context.Context, name string, token fencing.Token, op clientv3.Op) (int64, error) {
-	if err := validateName(name); err != nil {
-		return 0, err
-	}
-	if token <= 0 {
-		return 0, fmt.Errorf("%w: token must be positive", ErrInvalid)
-	}
-	h, err := m.holder(ctx, name, token)
+	key, err := m.currentHolder(ctx, name, token)
 	if err != nil {
 		return 0, err
 	}
-	if !h.granted {
-		return 0, fmt.Errorf("%w: token %d does not hold lock %q", ErrStaleToken, token, name)
-	}
+	// Holding is checked again in the write's own transaction: the grant may
+	// have ended since the read above.
 	resp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", int64(token))).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))).
 		Then(op).
 		Commit()
 	if err != nil {
@@ -277,21 +277,6 @@ func (m *Manager) fenced(ctx context.Context, name string, token fencing.Token, 
 		return 0, fmt.Errorf("%w: token %d lost lock %q", ErrStaleToken, token, name)
 	}
 	return resp.Header.Revision, nil
-}
-
-// Get reads a key of coordd's KV (for checking fenced writes).
-func (m *Manager) Get(ctx context.Context, key string) (value string, modRev int64, found bool, err error) {
-	if err := validateKey(key); err != nil {
-		return "", 0, false, err
-	}
-	resp, err := m.cli.Get(ctx, m.kv+key)
-	if err != nil {
-		return "", 0, false, err
-	}
-	if len(resp.Kvs) == 0 {
-		return "", 0, false, nil
-	}
-	return string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision, true, nil
 }
 
 // Entry is one holder or waiter in a Description.

@@ -449,9 +449,9 @@ func TestFencedWrites(t *testing.T) {
 	if _, err := e.m.FencedDelete(ctx, "db", holder.Token, "config/primary"); !errors.Is(err, lock.ErrStaleToken) {
 		t.Fatalf("FencedDelete with a released token = %v, want ErrStaleToken", err)
 	}
-	v, _, ok, err := e.m.Get(ctx, "config/primary")
-	if err != nil || !ok || v != "node-1" {
-		t.Fatalf("value after rejected writes = %q, %v, %v; want node-1", v, ok, err)
+	got, err := e.cli.Get(ctx, "/coordd/kv/config/primary")
+	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "node-1" {
+		t.Fatalf("value after rejected writes = %v, %v; want node-1", got, err)
 	}
 	if _, err := e.m.FencedDelete(ctx, "db", next.Token, "config/primary"); err != nil {
 		t.Fatalf("FencedDelete by the new holder: %v", err)
