@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -120,7 +121,7 @@ var errNotEnqueued = errors.New("lock: not enqueued")
 func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (entry, []*mvccpb.KeyValue, delayState, error) {
 	q := m.queue(req.Name)
 	e := entry{key: m.waiterKey(req.Name, req.Session, req.RequestID)}
-	e.w = waiter{Attempt: newRequestID(), Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC()}
+	e.w = waiter{Attempt: names.NewRequestID(), Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC()}
 	if req.LockDelay > 0 {
 		e.w.LockDelay = req.LockDelay.String()
 	}
@@ -129,7 +130,7 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 		return entry{}, nil, delayState{}, err
 	}
 	e.value = string(val)
-	heads := clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(req.Limit)))
+	heads := queue.HeadsOp(q, req.Limit)
 	delayGet := clientv3.OpGet(m.delayKey(req.Name))
 	heldGet := clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix())
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)}
@@ -174,14 +175,11 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 		return entry{}, nil, delayState{}, err
 	}
 	e.value = string(val)
-	stamp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(e.key), "=", e.rev)).
-		Then(clientv3.OpPut(e.key, e.value, clientv3.WithIgnoreLease())).
-		Commit()
+	ok, err := queue.TakeOver(ctx, m.cli, e.key, e.rev, e.value)
 	if err != nil {
 		return entry{}, nil, delayState{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
 	}
-	if !stamp.Succeeded {
+	if !ok {
 		return entry{}, nil, delayState{}, fmt.Errorf("%w: the acquisition %s ended while it was retried", ErrSessionNotFound, req.RequestID)
 	}
 	return e, holders, delay, nil
@@ -279,7 +277,7 @@ func (d delayState) until(now time.Time, holders []*mvccpb.KeyValue) time.Time {
 // come, then settles it.
 func (m *Manager) settleDelayAfterWait(ctx context.Context, req Request, e entry) error {
 	resp, err := m.cli.Txn(ctx).Then(
-		clientv3.OpGet(m.queue(req.Name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(req.Limit))),
+		queue.HeadsOp(m.queue(req.Name), req.Limit),
 		clientv3.OpGet(m.delayKey(req.Name)),
 		clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix()),
 	).Commit()
@@ -353,22 +351,12 @@ func (m *Manager) settleDelay(ctx context.Context, req Request, e entry, d delay
 }
 
 // markGranted records in the background when a waiter was granted, for
-// Describe. It is off the hand-off path on purpose: it costs a commit, and
-// the holder must not wait for it. A lost mark only makes Describe report
-// the enqueue time.
+// Describe. It is off the hand-off path on purpose (see queue.Restamp). A
+// lost mark only makes Describe report the enqueue time.
 func (m *Manager) markGranted(e entry) {
-	val, err := json.Marshal(e.w)
-	if err != nil {
-		return
+	if val, err := json.Marshal(e.w); err == nil {
+		queue.Restamp(&m.bg, m.cli, e.key, e.value, string(val))
 	}
-	m.bg.Go(func(stop context.Context) {
-		ctx, cancel := context.WithTimeout(stop, 5*time.Second)
-		defer cancel()
-		_, _ = m.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.Value(e.key), "=", e.value)).
-			Then(clientv3.OpPut(e.key, string(val), clientv3.WithIgnoreLease())).
-			Commit()
-	})
 }
 
 // dequeue removes e's entry if it is still exactly what this call wrote;

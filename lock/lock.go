@@ -2,8 +2,6 @@ package lock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,8 +38,8 @@ var (
 
 // Limits.
 const (
-	MaxNameBytes      = 256
-	MaxRequestIDBytes = 64
+	MaxNameBytes      = names.MaxName
+	MaxRequestIDBytes = names.MaxRequestID
 	MaxMetadataBytes  = 1024
 	MaxLimit          = 1024
 	MaxKeyBytes       = 512
@@ -183,98 +182,98 @@ type holderState struct {
 // it is deleted (keys ahead of it can only go away), which is what lets
 // fenced writes check only the key's create revision in their transaction.
 func (m *Manager) holder(ctx context.Context, name string, token fencing.Token) (holderState, error) {
-	q := m.queue(name)
-	resp, err := m.cli.Txn(ctx).Then(
-		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithMinCreateRev(int64(token)), clientv3.WithMaxCreateRev(int64(token))),
-		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(token)), clientv3.WithKeysOnly()),
-		clientv3.OpGet(m.delayKey(name)),
-	).Commit()
+	kv, place, extra, err := queue.Position(ctx, m.cli, m.queue(name), int64(token), clientv3.OpGet(m.delayKey(name)))
 	if err != nil {
 		return holderState{}, fmt.Errorf("lock: read %q: %w", name, err)
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
+	if kv == nil {
 		return holderState{}, nil
 	}
 	var w waiter
-	if err := json.Unmarshal(kvs[0].Value, &w); err != nil {
-		return holderState{}, fmt.Errorf("lock: decode %q: %w", kvs[0].Key, err)
+	if err := json.Unmarshal(kv.Value, &w); err != nil {
+		return holderState{}, fmt.Errorf("lock: decode %q: %w", kv.Key, err)
 	}
-	// Granted if the key is among the first Limit keys in queue order: the
-	// keys created up to and including it number at most Limit. (Count the
-	// keys; etcd's Count ignores the create revision filter.)
-	upTo := len(resp.Responses[1].GetResponseRange().Kvs)
-	h := holderState{key: string(kvs[0].Key), granted: upTo <= max(w.Limit, 1)}
-	if d, ok := decodeDelay(resp.Responses[2].GetResponseRange().Kvs); ok && d.Token == int64(token) && m.now().Before(d.Until) {
+	// Granted if the key is among the first Limit keys in queue order.
+	h := holderState{key: string(kv.Key), granted: place <= max(w.Limit, 1)}
+	if d, ok := decodeDelay(extra[0].GetResponseRange().Kvs); ok && d.Token == int64(token) && m.now().Before(d.Until) {
 		h.granted = false // still sitting out a lock-delay
 	}
 	return h, nil
 }
 
+// A Fence is what a fencing token can hold: a lock (Manager) or an
+// election's leadership (election.Manager). Holding checks, linearizably,
+// that token holds name now and returns an etcd comparison that stays true
+// exactly as long as it keeps holding it, for a write's own transaction.
+// A token that does not hold name fails with an error wrapping the
+// implementation's stale-token sentinel.
+type Fence interface {
+	Holding(ctx context.Context, name string, token fencing.Token) (clientv3.Cmp, error)
+}
+
 // ValidateFence reports whether token currently holds the lock: nil if it
 // does, ErrStaleToken if not. The check is linearizable.
 func (m *Manager) ValidateFence(ctx context.Context, name string, token fencing.Token) error {
-	_, err := m.currentHolder(ctx, name, token)
+	_, err := m.Holding(ctx, name, token)
 	return err
 }
 
-// currentHolder returns the waiter key of the grant that token names if
-// that grant holds the lock now, and ErrStaleToken otherwise.
-func (m *Manager) currentHolder(ctx context.Context, name string, token fencing.Token) (string, error) {
+// Holding implements Fence for locks. A grant that holds the lock keeps
+// holding it until its waiter key is deleted (keys ahead of it can only go
+// away), so the comparison is on the key's create revision alone.
+func (m *Manager) Holding(ctx context.Context, name string, token fencing.Token) (clientv3.Cmp, error) {
 	if err := validateName(name); err != nil {
-		return "", err
+		return clientv3.Cmp{}, err
 	}
 	if token <= 0 {
-		return "", fmt.Errorf("%w: token must be positive", ErrInvalid)
+		return clientv3.Cmp{}, fmt.Errorf("%w: token must be positive", ErrInvalid)
 	}
 	h, err := m.holder(ctx, name, token)
 	if err != nil {
-		return "", err
+		return clientv3.Cmp{}, err
 	}
 	if !h.granted {
-		return "", fmt.Errorf("%w: token %d does not hold lock %q", ErrStaleToken, token, name)
+		return clientv3.Cmp{}, fmt.Errorf("%w: token %d does not hold lock %q", ErrStaleToken, token, name)
 	}
-	return h.key, nil
+	return clientv3.Compare(clientv3.CreateRevision(h.key), "=", int64(token)), nil
 }
 
 // FencedPut writes value at key in coordd's KV only if token still holds
-// the lock, in the same etcd transaction as the check. It returns the
-// write's revision, or ErrStaleToken and writes nothing.
-func (m *Manager) FencedPut(ctx context.Context, name string, token fencing.Token, key, value string) (int64, error) {
+// name under f (a lock: pass the Manager itself; or an election), in the
+// same etcd transaction as the check. It returns the write's revision, or
+// f's stale-token error (ErrStaleToken for locks) and writes nothing.
+func (m *Manager) FencedPut(ctx context.Context, f Fence, name string, token fencing.Token, key, value string) (int64, error) {
 	if err := validateKey(key); err != nil {
 		return 0, err
 	}
 	if len(value) > MaxValueBytes {
 		return 0, fmt.Errorf("%w: value is %d bytes, at most %d are allowed", ErrTooLarge, len(value), MaxValueBytes)
 	}
-	return m.fenced(ctx, name, token, clientv3.OpPut(m.kv+key, value))
+	return m.fenced(ctx, f, name, token, clientv3.OpPut(m.kv+key, value))
 }
 
-// FencedDelete deletes key from coordd's KV only if token still holds the
-// lock, in the same etcd transaction as the check.
-func (m *Manager) FencedDelete(ctx context.Context, name string, token fencing.Token, key string) (int64, error) {
+// FencedDelete deletes key from coordd's KV only if token still holds name
+// under f, in the same etcd transaction as the check.
+func (m *Manager) FencedDelete(ctx context.Context, f Fence, name string, token fencing.Token, key string) (int64, error) {
 	if err := validateKey(key); err != nil {
 		return 0, err
 	}
-	return m.fenced(ctx, name, token, clientv3.OpDelete(m.kv+key))
+	return m.fenced(ctx, f, name, token, clientv3.OpDelete(m.kv+key))
 }
 
-func (m *Manager) fenced(ctx context.Context, name string, token fencing.Token, op clientv3.Op) (int64, error) {
-	key, err := m.currentHolder(ctx, name, token)
+func (m *Manager) fenced(ctx context.Context, f Fence, name string, token fencing.Token, op clientv3.Op) (int64, error) {
+	cmp, err := f.Holding(ctx, name, token)
 	if err != nil {
 		return 0, err
 	}
 	// Holding is checked again in the write's own transaction: the grant may
 	// have ended since the read above.
-	resp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))).
-		Then(op).
-		Commit()
+	resp, err := m.cli.Txn(ctx).If(cmp).Then(op).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("lock: fenced write under %q: %w", name, err)
 	}
 	if !resp.Succeeded {
-		return 0, fmt.Errorf("%w: token %d lost lock %q", ErrStaleToken, token, name)
+		return 0, fmt.Errorf("%w: token %d lost %q", ErrStaleToken, token, name)
 	}
 	return resp.Header.Revision, nil
 }
@@ -399,10 +398,4 @@ func limitOf(kvs []*mvccpb.KeyValue) (int, bool) {
 		return 1, true
 	}
 	return w.Limit, true
-}
-
-func newRequestID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -414,7 +414,7 @@ func TestFencedWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.FencedPut(ctx, "db", holder.Token, "config/primary", "node-1"); err != nil {
+	if _, err := e.m.FencedPut(ctx, e.m, "db", holder.Token, "config/primary", "node-1"); err != nil {
 		t.Fatalf("FencedPut by the holder: %v", err)
 	}
 	// A waiter's token does not hold the lock even though its key exists.
@@ -436,24 +436,24 @@ func TestFencedWrites(t *testing.T) {
 		}
 		return false
 	})
-	if _, err := e.m.FencedPut(ctx, "db", waiterToken, "config/primary", "node-2"); !errors.Is(err, lock.ErrStaleToken) {
+	if _, err := e.m.FencedPut(ctx, e.m, "db", waiterToken, "config/primary", "node-2"); !errors.Is(err, lock.ErrStaleToken) {
 		t.Fatalf("FencedPut by a waiter = %v, want ErrStaleToken", err)
 	}
 	if err := e.m.Release(ctx, "db", holder.Token, lock.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	next := <-waiting
-	if _, err := e.m.FencedPut(ctx, "db", holder.Token, "config/primary", "stale"); !errors.Is(err, lock.ErrStaleToken) {
+	if _, err := e.m.FencedPut(ctx, e.m, "db", holder.Token, "config/primary", "stale"); !errors.Is(err, lock.ErrStaleToken) {
 		t.Fatalf("FencedPut with a released token = %v, want ErrStaleToken", err)
 	}
-	if _, err := e.m.FencedDelete(ctx, "db", holder.Token, "config/primary"); !errors.Is(err, lock.ErrStaleToken) {
+	if _, err := e.m.FencedDelete(ctx, e.m, "db", holder.Token, "config/primary"); !errors.Is(err, lock.ErrStaleToken) {
 		t.Fatalf("FencedDelete with a released token = %v, want ErrStaleToken", err)
 	}
 	got, err := e.cli.Get(ctx, "/coordd/kv/config/primary")
 	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "node-1" {
 		t.Fatalf("value after rejected writes = %v, %v; want node-1", got, err)
 	}
-	if _, err := e.m.FencedDelete(ctx, "db", next.Token, "config/primary"); err != nil {
+	if _, err := e.m.FencedDelete(ctx, e.m, "db", next.Token, "config/primary"); err != nil {
 		t.Fatalf("FencedDelete by the new holder: %v", err)
 	}
 }
@@ -487,7 +487,7 @@ func TestExpiryHandsOver(t *testing.T) {
 	if err := guard.Check("res", old.Token); !errors.Is(err, fencing.ErrStale) {
 		t.Fatalf("old holder's late write through the guard = %v, want ErrStale", err)
 	}
-	if _, err := e.m.FencedPut(ctx, "l", old.Token, "k", "late"); !errors.Is(err, lock.ErrStaleToken) {
+	if _, err := e.m.FencedPut(ctx, e.m, "l", old.Token, "k", "late"); !errors.Is(err, lock.ErrStaleToken) {
 		t.Fatalf("old holder's late fenced put = %v, want ErrStaleToken", err)
 	}
 }
@@ -518,7 +518,7 @@ func TestBadInput(t *testing.T) {
 	if err := e.m.Release(ctx, "ok", 0, lock.Hint{}); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("Release token 0 = %v, want ErrInvalid", err)
 	}
-	if _, err := e.m.FencedPut(ctx, "ok", 5, "", "v"); !errors.Is(err, lock.ErrInvalid) {
+	if _, err := e.m.FencedPut(ctx, e.m, "ok", 5, "", "v"); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("FencedPut empty key = %v, want ErrInvalid", err)
 	}
 	if n := e.keys(t); n != 0 {
@@ -697,7 +697,7 @@ func TestFencedPutRacingRelease(t *testing.T) {
 				defer wg.Done()
 				once := true
 				for {
-					rev, err := e.m.FencedPut(ctx, "race", g.Token, "race/value", fmt.Sprint(i))
+					rev, err := e.m.FencedPut(ctx, e.m, "race", g.Token, "race/value", fmt.Sprint(i))
 					if once {
 						once = false
 						started <- struct{}{}

@@ -2,30 +2,16 @@ package lock
 
 import (
 	"fmt"
-	"strings"
 	"unicode/utf8"
+
+	"github.com/coordd/coordd/internal/names"
 )
 
-// validateName accepts 1 to MaxNameBytes of [A-Za-z0-9._:@/-]. "%" is not
-// allowed, which keeps escape unambiguous.
 func validateName(name string) error {
-	if name == "" {
-		return fmt.Errorf("%w: lock name is required", ErrInvalid)
-	}
-	if len(name) > MaxNameBytes {
-		return fmt.Errorf("%w: lock name is %d bytes, at most %d are allowed", ErrInvalid, len(name), MaxNameBytes)
-	}
-	for i := 0; i < len(name); i++ {
-		if !nameByte(name[i]) {
-			return fmt.Errorf("%w: lock name %q may contain only letters, digits and . _ : @ / -", ErrInvalid, name)
-		}
+	if err := names.Check("lock name", name); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
-}
-
-func nameByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '.' || c == '_' || c == ':' || c == '@' || c == '/' || c == '-'
 }
 
 func validateRequest(req *Request) error {
@@ -42,7 +28,7 @@ func validateRequest(req *Request) error {
 		return fmt.Errorf("%w: limit %d is outside 1..%d", ErrInvalid, req.Limit, MaxLimit)
 	}
 	if req.RequestID == "" {
-		req.RequestID = newRequestID()
+		req.RequestID = names.NewRequestID()
 	}
 	if err := validateRequestID(req.RequestID); err != nil {
 		return err
@@ -60,13 +46,8 @@ func validateRequest(req *Request) error {
 }
 
 func validateRequestID(id string) error {
-	if len(id) > MaxRequestIDBytes {
-		return fmt.Errorf("%w: request id is %d bytes, at most %d are allowed", ErrInvalid, len(id), MaxRequestIDBytes)
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; !nameByte(c) || c == '/' {
-			return fmt.Errorf("%w: request id %q may contain only letters, digits and . _ : @ -", ErrInvalid, id)
-		}
+	if err := names.CheckRequestID(id); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return nil
 }
@@ -90,8 +71,6 @@ func validateKey(key string) error {
 	return nil
 }
 
-// escape maps a lock name to one path segment: "/" becomes "%2F", so lock
-// "a" (subtree "a/") and lock "a/b" (subtree "a%2Fb/") never overlap.
-func escape(name string) string { return strings.ReplaceAll(name, "/", "%2F") }
+func escape(name string) string { return names.Escape(name) }
 
-func unescape(seg string) string { return strings.ReplaceAll(seg, "%2F", "/") }
+func unescape(seg string) string { return names.Unescape(seg) }

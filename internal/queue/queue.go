@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -259,4 +260,62 @@ func (b *Background) Close() {
 	}
 	b.mu.Unlock()
 	b.wg.Wait()
+}
+
+// HeadsOp reads the first n entries of the queue under prefix, in queue
+// order.
+func HeadsOp(prefix string, n int) clientv3.Op {
+	return clientv3.OpGet(prefix, clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(n)))
+}
+
+// TakeOver replaces the value of the entry key created at rev (an
+// idempotent retry taking the entry over from an earlier call), keeping
+// its lease. It reports false if that entry no longer exists.
+func TakeOver(ctx context.Context, cli *clientv3.Client, key string, rev int64, value string) (bool, error) {
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, value, clientv3.WithIgnoreLease())).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+// Restamp replaces key's value old with value in the background (for
+// bookkeeping such as when an entry was granted), off the caller's path:
+// it costs a commit that nobody should wait for. It does nothing if the
+// value changed meanwhile; a lost restamp is harmless by contract.
+func Restamp(bg *Background, cli *clientv3.Client, key, old, value string) {
+	bg.Go(func(stop context.Context) {
+		ctx, cancel := context.WithTimeout(stop, 5*time.Second)
+		defer cancel()
+		_, _ = cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.Value(key), "=", old)).
+			Then(clientv3.OpPut(key, value, clientv3.WithIgnoreLease())).
+			Commit()
+	})
+}
+
+// Position reads, in one snapshot, the entry created at rev and how many
+// entries are at or ahead of it in the queue under prefix (its 1-based
+// place; 0 and a nil entry if it does not exist), together with the
+// responses of extra read ops. An entry at place p keeps a place of at
+// most p until it is deleted: entries only join behind it.
+func Position(ctx context.Context, cli *clientv3.Client, prefix string, rev int64, extra ...clientv3.Op) (*mvccpb.KeyValue, int, []*etcdserverpb.ResponseOp, error) {
+	ops := append([]clientv3.Op{
+		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev)),
+		// Count the keys: etcd's Count ignores the create revision filter.
+		clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(rev), clientv3.WithKeysOnly()),
+	}, extra...)
+	resp, err := cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return nil, 0, resp.Responses[2:], nil
+	}
+	return kvs[0], len(resp.Responses[1].GetResponseRange().Kvs), resp.Responses[2:], nil
 }

@@ -138,7 +138,7 @@ func (s *LockServer) ValidateFence(ctx context.Context, req *coorddv1.ValidateFe
 
 // FencedPut implements LockService.
 func (s *LockServer) FencedPut(ctx context.Context, req *coorddv1.FencedPutRequest) (*coorddv1.FencedPutResponse, error) {
-	rev, err := s.m.FencedPut(ctx, req.GetLock(), fencing.Token(req.GetToken()), req.GetKey(), string(req.GetValue()))
+	rev, err := s.m.FencedPut(ctx, s.m, req.GetLock(), fencing.Token(req.GetToken()), req.GetKey(), string(req.GetValue()))
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func (s *LockServer) FencedPut(ctx context.Context, req *coorddv1.FencedPutReque
 
 // FencedDelete implements LockService.
 func (s *LockServer) FencedDelete(ctx context.Context, req *coorddv1.FencedDeleteRequest) (*coorddv1.FencedDeleteResponse, error) {
-	rev, err := s.m.FencedDelete(ctx, req.GetLock(), fencing.Token(req.GetToken()), req.GetKey())
+	rev, err := s.m.FencedDelete(ctx, s.m, req.GetLock(), fencing.Token(req.GetToken()), req.GetKey())
 	if err != nil {
 		return nil, err
 	}
