@@ -1,0 +1,417 @@
+package election
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/names"
+	"github.com/coordd/coordd/internal/queue"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Sentinel errors. Callers test them with errors.Is.
+var (
+	// ErrInvalid: a malformed or out-of-bounds argument; nothing changed.
+	ErrInvalid = errors.New("election: invalid argument")
+	// ErrTooLarge: a value over MaxValueBytes; nothing changed.
+	ErrTooLarge = errors.New("election: value too large")
+	// ErrSessionNotFound: the session does not exist, or ended while its
+	// campaign waited.
+	ErrSessionNotFound = errors.New("election: session not found")
+	// ErrNotLeader: Proclaim or Resign by a term that does not lead.
+	ErrNotLeader = errors.New("election: not the leader")
+	// ErrNoLeader: nobody leads the election.
+	ErrNoLeader = errors.New("election: no leader")
+	// ErrStaleTerm: a fenced check's term no longer leads.
+	ErrStaleTerm = errors.New("election: stale term")
+	// ErrAlreadyLeader: Campaign by a session that already leads the
+	// election under another request id; waiting would never end.
+	ErrAlreadyLeader = errors.New("election: this session already leads")
+)
+
+// MaxValueBytes bounds a candidate's value.
+const MaxValueBytes = 64 << 10
+
+// Manager runs elections. It is safe for concurrent use.
+type Manager struct {
+	cli  *clientv3.Client
+	root string // "<root>election/"
+	now  func() time.Time
+
+	bg queue.Background // background writes (election times, clean-ups)
+}
+
+// NewManager returns a Manager that keeps elections under root+"election/".
+func NewManager(cli *clientv3.Client, root string) *Manager {
+	return &Manager{cli: cli, root: root + "election/", now: time.Now}
+}
+
+// Close cancels background writes, waits for them and starts no new ones.
+// Call it once no calls are in flight, before closing the etcd client.
+func (m *Manager) Close() { m.bg.Close() }
+
+// Request is a campaign.
+type Request struct {
+	Name    string
+	Session clientv3.LeaseID // the candidate's session; required
+	// Value is what the candidate proclaims once elected (for example its
+	// address); at most MaxValueBytes of UTF-8.
+	Value string
+	// RequestID makes Campaign idempotent: a retry with the same session
+	// and request id continues the same candidacy (and keeps its first
+	// value). Empty means a fresh id.
+	RequestID string
+}
+
+// Leadership is a won election.
+type Leadership struct {
+	Name      string
+	Term      fencing.Token // the candidate key's create revision
+	Key       string        // the candidate key in etcd
+	Value     string
+	Session   clientv3.LeaseID
+	RequestID string
+	Revision  int64 // the etcd revision at which leadership was observed
+}
+
+// Leader is who leads an election.
+type Leader struct {
+	Term      fencing.Token
+	Value     string
+	Session   clientv3.LeaseID
+	RequestID string
+	// Since is when the leader was elected: its campaign's start if it was
+	// elected at once, else when its wait ended (recorded shortly after).
+	Since time.Time
+	// Proclaims counts the leader's proclamations.
+	Proclaims int64
+}
+
+// Candidate is a campaign waiting for its turn.
+type Candidate struct {
+	Term      fencing.Token // the term it will hold once elected
+	Value     string
+	Session   clientv3.LeaseID
+	RequestID string
+	Enqueued  time.Time
+}
+
+// candidate is the JSON stored in a candidate key.
+type candidate struct {
+	// Attempt changes with every Campaign call that joins or resumes this
+	// candidacy, so a failed call removes the entry only if no later call
+	// (an idempotent retry) has taken it over.
+	Attempt   string    `json:"attempt"`
+	RequestID string    `json:"request_id"`
+	Value     string    `json:"value"`
+	Proclaims int64     `json:"proclaims,omitempty"`
+	Enqueued  time.Time `json:"enqueued"`
+	Elected   time.Time `json:"elected,omitzero"` // set after an election that had to wait
+}
+
+func (m *Manager) prefix(name string) string      { return m.root + names.Escape(name) + "/" }
+func (m *Manager) queue(name string) string       { return m.prefix(name) + "q/" }
+func (m *Manager) resignedKey(name string) string { return m.prefix(name) + "resigned" }
+
+func (m *Manager) candidateKey(name string, session clientv3.LeaseID, requestID string) string {
+	return fmt.Sprintf("%s%016x/%s", m.queue(name), uint64(session), requestID)
+}
+
+func validateName(name string) error {
+	if err := names.Check("election name", name); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+func validateValue(v string) error {
+	if len(v) > MaxValueBytes {
+		return fmt.Errorf("%w: value is %d bytes, at most %d are allowed", ErrTooLarge, len(v), MaxValueBytes)
+	}
+	if !utf8.ValidString(v) {
+		return fmt.Errorf("%w: value is not valid UTF-8", ErrInvalid)
+	}
+	return nil
+}
+
+func validateTerm(name string, term fencing.Token) error {
+	if err := validateName(name); err != nil {
+		return err
+	}
+	if term <= 0 {
+		return fmt.Errorf("%w: term must be positive", ErrInvalid)
+	}
+	return nil
+}
+
+func validateRequest(req *Request) error {
+	if err := validateName(req.Name); err != nil {
+		return err
+	}
+	if req.Session <= 0 {
+		return fmt.Errorf("%w: session is required", ErrInvalid)
+	}
+	if req.RequestID == "" {
+		req.RequestID = names.NewRequestID()
+	}
+	if err := names.CheckRequestID(req.RequestID); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return validateValue(req.Value)
+}
+
+// Campaign joins the election and blocks until the candidate leads, its
+// session ends (ErrSessionNotFound) or ctx ends (ctx's error). An
+// unsuccessful Campaign removes its candidacy (retrying in the background
+// if etcd is unavailable; the session's end removes it at the latest). A
+// session that already leads under another request id is refused with
+// ErrAlreadyLeader instead of waiting for itself.
+func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error) {
+	if err := validateRequest(&req); err != nil {
+		return Leadership{}, err
+	}
+	q := m.queue(req.Name)
+	key := m.candidateKey(req.Name, req.Session, req.RequestID)
+	c := candidate{Attempt: names.NewRequestID(), RequestID: req.RequestID, Value: req.Value, Enqueued: m.now().UTC()}
+	val, err := json.Marshal(c)
+	if err != nil {
+		return Leadership{}, err
+	}
+	value := string(val)
+	resp, err := m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, value, clientv3.WithLease(req.Session)), queue.HeadsOp(q, 1)).
+		Else(clientv3.OpGet(key), queue.HeadsOp(q, 1)).
+		Commit()
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return Leadership{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
+		}
+		// The put may have committed although the answer was lost.
+		queue.Remove(ctx, m.cli, &m.bg, key, value)
+		return Leadership{}, fmt.Errorf("election: campaign %q: %w", req.Name, err)
+	}
+	head := resp.Responses[1].GetResponseRange().Kvs
+	l := Leadership{Name: req.Name, Key: key, Value: req.Value, Session: req.Session, RequestID: req.RequestID}
+	if resp.Succeeded {
+		l.Term = fencing.Token(resp.Header.Revision)
+	} else {
+		// An idempotent retry: take the candidacy over, keeping its value,
+		// proclamations and times.
+		kv := resp.Responses[0].GetResponseRange().Kvs[0]
+		l.Term = fencing.Token(kv.CreateRevision)
+		var prev candidate
+		if json.Unmarshal(kv.Value, &prev) == nil {
+			c.Value, c.Proclaims, c.Enqueued, c.Elected = prev.Value, prev.Proclaims, prev.Enqueued, prev.Elected
+			l.Value = prev.Value
+		}
+		if val, err = json.Marshal(c); err != nil {
+			return Leadership{}, err
+		}
+		value = string(val)
+		ok, err := queue.TakeOver(ctx, m.cli, key, int64(l.Term), value)
+		if err != nil {
+			return Leadership{}, fmt.Errorf("election: campaign %q: %w", req.Name, err)
+		}
+		if !ok {
+			return Leadership{}, fmt.Errorf("%w: the candidacy %s ended while it was retried", ErrSessionNotFound, req.RequestID)
+		}
+	}
+	fail := func(err error) (Leadership, error) {
+		queue.Remove(ctx, m.cli, &m.bg, key, value)
+		return Leadership{}, err
+	}
+	if len(head) > 0 && string(head[0].Key) == key {
+		l.Revision = resp.Header.Revision
+		return l, nil
+	}
+	own := fmt.Sprintf("%s%016x/", q, uint64(req.Session))
+	if len(head) > 0 && strings.HasPrefix(string(head[0].Key), own) {
+		return fail(fmt.Errorf("%w: %q (request %s); waiting would never end, resign first",
+			ErrAlreadyLeader, req.Name, strings.TrimPrefix(string(head[0].Key), own)))
+	}
+	rev, err := queue.Wait(ctx, m.cli, queue.NewTurn(q, key, int64(l.Term), 1, head))
+	if errors.Is(err, queue.ErrEntryGone) {
+		err = fmt.Errorf("%w: the candidate's session ended while it waited", ErrSessionNotFound)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	l.Revision = rev
+	c.Elected = m.now().UTC()
+	if val, err := json.Marshal(c); err == nil {
+		queue.Restamp(&m.bg, m.cli, key, value, string(val))
+	}
+	return l, nil
+}
+
+// leading reads the candidate whose term is term and reports whether it
+// leads now (nil if it does not exist).
+func (m *Manager) leading(ctx context.Context, name string, term fencing.Token) (*mvccpb.KeyValue, bool, error) {
+	kv, place, _, err := queue.Position(ctx, m.cli, m.queue(name), int64(term))
+	if err != nil {
+		return nil, false, fmt.Errorf("election: read %q: %w", name, err)
+	}
+	return kv, kv != nil && place == 1, nil
+}
+
+// Proclaim replaces the leader's value. It fails with ErrNotLeader unless
+// term leads the election. It returns the write's revision.
+func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token, value string) (int64, error) {
+	if err := validateTerm(name, term); err != nil {
+		return 0, err
+	}
+	if err := validateValue(value); err != nil {
+		return 0, err
+	}
+	for {
+		kv, leads, err := m.leading(ctx, name, term)
+		if err != nil {
+			return 0, err
+		}
+		if !leads {
+			return 0, fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
+		}
+		var c candidate
+		if err := json.Unmarshal(kv.Value, &c); err != nil {
+			return 0, fmt.Errorf("election: decode %q: %w", kv.Key, err)
+		}
+		c.Value = value
+		c.Proclaims++
+		val, err := json.Marshal(c)
+		if err != nil {
+			return 0, err
+		}
+		// Read-modify-write: a concurrent restamp or proclamation makes the
+		// compare fail, and the loop reads again.
+		resp, err := m.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+			Then(clientv3.OpPut(string(kv.Key), string(val), clientv3.WithIgnoreLease())).
+			Commit()
+		if err != nil {
+			return 0, fmt.Errorf("election: proclaim %q: %w", name, err)
+		}
+		if resp.Succeeded {
+			return resp.Header.Revision, nil
+		}
+	}
+}
+
+// Resign ends term's leadership; the next candidate leads at the same
+// revision. It fails with ErrNotLeader unless term leads the election (so
+// a retried Resign never removes a newer leader).
+func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token) error {
+	if err := validateTerm(name, term); err != nil {
+		return err
+	}
+	kv, leads, err := m.leading(ctx, name, term)
+	if err != nil {
+		return err
+	}
+	if !leads {
+		return fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
+	}
+	// The marker, written with the delete, tells observers this was a
+	// resignation; it goes away with the resigner's session.
+	resp, err := m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", int64(term))).
+		Then(clientv3.OpDelete(string(kv.Key)),
+			clientv3.OpPut(m.resignedKey(name), strconv.FormatInt(int64(term), 10), clientv3.WithLease(clientv3.LeaseID(kv.Lease)))).
+		Commit()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("%w: term %d of %q ended with its session", ErrNotLeader, term, name)
+	}
+	if err != nil {
+		return fmt.Errorf("election: resign %q: %w", name, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
+	}
+	return nil
+}
+
+// Leader returns who leads the election, and the revision of the read
+// (linearizable). It fails with ErrNoLeader when nobody does.
+func (m *Manager) Leader(ctx context.Context, name string) (Leader, int64, error) {
+	if err := validateName(name); err != nil {
+		return Leader{}, 0, err
+	}
+	resp, err := m.cli.Txn(ctx).Then(queue.HeadsOp(m.queue(name), 1)).Commit()
+	if err != nil {
+		return Leader{}, 0, fmt.Errorf("election: leader of %q: %w", name, err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return Leader{}, resp.Header.Revision, fmt.Errorf("%w: nobody leads %q", ErrNoLeader, name)
+	}
+	ld, err := leaderOf(kvs[0])
+	return ld, resp.Header.Revision, err
+}
+
+func leaderOf(kv *mvccpb.KeyValue) (Leader, error) {
+	var c candidate
+	if err := json.Unmarshal(kv.Value, &c); err != nil {
+		return Leader{}, fmt.Errorf("election: decode %q: %w", kv.Key, err)
+	}
+	ld := Leader{Term: fencing.Token(kv.CreateRevision), Value: c.Value, Session: clientv3.LeaseID(kv.Lease), RequestID: c.RequestID, Since: c.Enqueued, Proclaims: c.Proclaims}
+	if !c.Elected.IsZero() {
+		ld.Since = c.Elected
+	}
+	return ld, nil
+}
+
+// Candidates returns the campaigns waiting behind the leader, in the order
+// they will lead, and the revision of the read (linearizable).
+func (m *Manager) Candidates(ctx context.Context, name string) ([]Candidate, int64, error) {
+	if err := validateName(name); err != nil {
+		return nil, 0, err
+	}
+	resp, err := m.cli.Get(ctx, m.queue(name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, 0, fmt.Errorf("election: candidates of %q: %w", name, err)
+	}
+	var out []Candidate
+	for i, kv := range resp.Kvs {
+		if i == 0 {
+			continue // the leader
+		}
+		var c candidate
+		if err := json.Unmarshal(kv.Value, &c); err != nil {
+			return nil, 0, fmt.Errorf("election: decode %q: %w", kv.Key, err)
+		}
+		out = append(out, Candidate{Term: fencing.Token(kv.CreateRevision), Value: c.Value, Session: clientv3.LeaseID(kv.Lease), RequestID: c.RequestID, Enqueued: c.Enqueued})
+	}
+	return out, resp.Header.Revision, nil
+}
+
+// ValidateFence returns nil if term leads the election now, and
+// ErrStaleTerm if not. The check is linearizable.
+func (m *Manager) ValidateFence(ctx context.Context, name string, term fencing.Token) error {
+	_, err := m.Holding(ctx, name, term)
+	return err
+}
+
+// Holding implements lock.Fence for elections: it checks that term leads
+// now and returns a comparison that stays true while it keeps leading.
+func (m *Manager) Holding(ctx context.Context, name string, term fencing.Token) (clientv3.Cmp, error) {
+	if err := validateTerm(name, term); err != nil {
+		return clientv3.Cmp{}, err
+	}
+	kv, leads, err := m.leading(ctx, name, term)
+	if err != nil {
+		return clientv3.Cmp{}, err
+	}
+	if !leads {
+		return clientv3.Cmp{}, fmt.Errorf("%w: term %d does not lead %q", ErrStaleTerm, term, name)
+	}
+	return clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", int64(term)), nil
+}

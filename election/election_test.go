@@ -1,0 +1,515 @@
+package election_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type env struct {
+	m   *election.Manager
+	cli *clientv3.Client
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cli := etcdtest.Start(t).Client(t)
+	m := election.NewManager(cli, "/coordd/")
+	t.Cleanup(m.Close)
+	return env{m: m, cli: cli}
+}
+
+// session grants a lease of ttl seconds that nobody keeps alive.
+func (e env) session(t *testing.T, ttl int64) clientv3.LeaseID {
+	t.Helper()
+	l, err := e.cli.Grant(t.Context(), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.ID
+}
+
+type result struct {
+	l   election.Leadership
+	err error
+}
+
+// campaign starts a Campaign in the background.
+func (e env) campaign(ctx context.Context, req election.Request) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		l, err := e.m.Campaign(ctx, req)
+		ch <- result{l, err}
+	}()
+	return ch
+}
+
+// waitCandidates waits until n candidates wait behind the leader.
+func (e env) waitCandidates(t *testing.T, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, _, err := e.m.Candidates(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d candidates wait, want %d", len(c), n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCampaignProclaimResign(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	if _, _, err := e.m.Leader(ctx, "jobs"); !errors.Is(err, election.ErrNoLeader) {
+		t.Fatalf("Leader of an empty election = %v, want ErrNoLeader", err)
+	}
+	s1, s2, s3 := e.session(t, 30), e.session(t, 30), e.session(t, 30)
+	a, err := e.m.Campaign(ctx, election.Request{Name: "jobs", Session: s1, Value: "a:1"})
+	if err != nil || a.Term <= 0 {
+		t.Fatalf("Campaign = %+v, %v", a, err)
+	}
+	bc := e.campaign(ctx, election.Request{Name: "jobs", Session: s2, Value: "b:1"})
+	e.waitCandidates(t, "jobs", 1)
+	cc := e.campaign(ctx, election.Request{Name: "jobs", Session: s3, Value: "c:1"})
+	e.waitCandidates(t, "jobs", 2)
+	cands, _, err := e.m.Candidates(ctx, "jobs")
+	if err != nil || len(cands) != 2 || cands[0].Value != "b:1" || cands[1].Value != "c:1" || cands[0].Term >= cands[1].Term {
+		t.Fatalf("Candidates = %+v, %v", cands, err)
+	}
+
+	ld, _, err := e.m.Leader(ctx, "jobs")
+	if err != nil || ld.Term != a.Term || ld.Value != "a:1" || ld.Session != s1 || ld.Since.IsZero() {
+		t.Fatalf("Leader = %+v, %v", ld, err)
+	}
+	if _, err := e.m.Proclaim(ctx, "jobs", a.Term, "a:2"); err != nil {
+		t.Fatalf("Proclaim: %v", err)
+	}
+	if ld, _, _ := e.m.Leader(ctx, "jobs"); ld.Value != "a:2" || ld.Proclaims != 1 {
+		t.Fatalf("Leader after Proclaim = %+v", ld)
+	}
+	if _, err := e.m.Proclaim(ctx, "jobs", cands[0].Term, "b:2"); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Proclaim by a waiting candidate = %v, want ErrNotLeader", err)
+	}
+	if err := e.m.Resign(ctx, "jobs", cands[0].Term); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Resign by a waiting candidate = %v, want ErrNotLeader", err)
+	}
+	if err := e.m.ValidateFence(ctx, "jobs", a.Term); err != nil {
+		t.Fatalf("ValidateFence of the leader: %v", err)
+	}
+
+	if err := e.m.Resign(ctx, "jobs", a.Term); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	b := <-bc
+	if b.err != nil || b.l.Term <= a.Term || b.l.Value != "b:1" {
+		t.Fatalf("next Campaign = %+v, %v", b.l, b.err)
+	}
+	// The old term can do nothing any more.
+	if err := e.m.Resign(ctx, "jobs", a.Term); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("second Resign = %v, want ErrNotLeader", err)
+	}
+	if _, err := e.m.Proclaim(ctx, "jobs", a.Term, "late"); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Proclaim by a resigned term = %v, want ErrNotLeader", err)
+	}
+	if err := e.m.ValidateFence(ctx, "jobs", a.Term); !errors.Is(err, election.ErrStaleTerm) {
+		t.Fatalf("ValidateFence of a resigned term = %v, want ErrStaleTerm", err)
+	}
+	// Expiry hands over too.
+	if _, err := e.cli.Revoke(ctx, s2); err != nil {
+		t.Fatal(err)
+	}
+	c := <-cc
+	if c.err != nil || c.l.Term <= b.l.Term {
+		t.Fatalf("Campaign after expiry = %+v, %v", c.l, c.err)
+	}
+	if ld, _, _ := e.m.Leader(ctx, "jobs"); ld.Term != c.l.Term || ld.Since.Before(ld.Since) {
+		t.Fatalf("Leader = %+v, want term %d", ld, c.l.Term)
+	}
+}
+
+func TestWaitingCandidateWhoseSessionDiesFailsAtOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	if _, err := e.m.Campaign(ctx, election.Request{Name: "x", Session: e.session(t, 30)}); err != nil {
+		t.Fatal(err)
+	}
+	s := e.session(t, 30)
+	ch := e.campaign(ctx, election.Request{Name: "x", Session: s})
+	e.waitCandidates(t, "x", 1)
+	if _, err := e.cli.Revoke(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-ch:
+		if !errors.Is(r.err, election.ErrSessionNotFound) {
+			t.Fatalf("Campaign = %+v, %v; want ErrSessionNotFound", r.l, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Campaign still waits after its session ended")
+	}
+	if _, err := e.m.Campaign(ctx, election.Request{Name: "x", Session: s}); !errors.Is(err, election.ErrSessionNotFound) {
+		t.Fatalf("Campaign with an ended session = %v", err)
+	}
+}
+
+func TestCampaignIsIdempotentAndRefusesToWaitForItself(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	s := e.session(t, 30)
+	a, err := e.m.Campaign(ctx, election.Request{Name: "x", Session: s, RequestID: "r1", Value: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := e.m.Campaign(ctx, election.Request{Name: "x", Session: s, RequestID: "r1", Value: "second"})
+	if err != nil || again.Term != a.Term || again.Value != "first" {
+		t.Fatalf("retried Campaign = %+v, %v; want term %d with the first value", again, err, a.Term)
+	}
+	if _, err := e.m.Campaign(ctx, election.Request{Name: "x", Session: s, RequestID: "r2"}); !errors.Is(err, election.ErrAlreadyLeader) {
+		t.Fatalf("Campaign behind the same session's leadership = %v, want ErrAlreadyLeader", err)
+	}
+	if c, _, _ := e.m.Candidates(ctx, "x"); len(c) != 0 {
+		t.Fatalf("refused Campaign left candidates %+v", c)
+	}
+	// A waiting campaign whose context ends leaves nothing behind.
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := e.m.Campaign(wctx, election.Request{Name: "x", Session: e.session(t, 30)}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Campaign with a short wait = %v", err)
+	}
+	if c, _, _ := e.m.Candidates(ctx, "x"); len(c) != 0 {
+		t.Fatalf("timed-out Campaign left candidates %+v", c)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	s := e.session(t, 30)
+	big := string(make([]byte, election.MaxValueBytes+1))
+	for _, tc := range []struct {
+		what string
+		err  error
+		want error
+	}{
+		{"empty name", func() error { _, err := e.m.Campaign(ctx, election.Request{Session: s}); return err }(), election.ErrInvalid},
+		{"bad name", func() error { _, err := e.m.Campaign(ctx, election.Request{Name: "a b", Session: s}); return err }(), election.ErrInvalid},
+		{"no session", func() error { _, err := e.m.Campaign(ctx, election.Request{Name: "a"}); return err }(), election.ErrInvalid},
+		{"bad request id", func() error {
+			_, err := e.m.Campaign(ctx, election.Request{Name: "a", Session: s, RequestID: "a/b"})
+			return err
+		}(), election.ErrInvalid},
+		{"value too large", func() error {
+			_, err := e.m.Campaign(ctx, election.Request{Name: "a", Session: s, Value: big})
+			return err
+		}(), election.ErrTooLarge},
+		{"value not UTF-8", func() error {
+			_, err := e.m.Campaign(ctx, election.Request{Name: "a", Session: s, Value: "\xff"})
+			return err
+		}(), election.ErrInvalid},
+		{"unknown session", func() error {
+			_, err := e.m.Campaign(ctx, election.Request{Name: "a", Session: 12345})
+			return err
+		}(), election.ErrSessionNotFound},
+		{"zero term", func() error { _, err := e.m.Proclaim(ctx, "a", 0, "v"); return err }(), election.ErrInvalid},
+		{"negative from", e.m.Observe(ctx, "a", -1, nil), election.ErrInvalid},
+		{"future from", e.m.Observe(ctx, "a", 1<<40, nil), election.ErrInvalid},
+	} {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.what, tc.err, tc.want)
+		}
+	}
+	resp, err := e.cli.Get(ctx, "/coordd/election/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("bad input wrote %d keys (%v)", resp.Count, err)
+	}
+}
+
+// state is who leads and with which proclamation: what an observer must
+// follow exactly.
+type state struct {
+	term      fencing.Token // 0: vacant
+	proclaims int64
+	value     string
+}
+
+// truth reads the election's state at every revision in [from, to] and
+// returns the sequence of distinct states, each with the revision it began.
+func (e env) truth(t *testing.T, name string, from, to int64) ([]state, []int64) {
+	t.Helper()
+	var states []state
+	var revs []int64
+	for r := from; r <= to; r++ {
+		resp, err := e.cli.Get(t.Context(), "/coordd/election/"+name+"/q/", clientv3.WithPrefix(), clientv3.WithRev(r),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s state
+		if len(resp.Kvs) > 0 {
+			ev := observeOne(t, resp.Kvs[0].Value)
+			s = state{term: fencing.Token(resp.Kvs[0].CreateRevision), proclaims: ev.proclaims, value: ev.value}
+		}
+		if len(states) == 0 || states[len(states)-1] != s {
+			states = append(states, s)
+			revs = append(revs, r)
+		}
+	}
+	return states, revs
+}
+
+func observeOne(t *testing.T, v []byte) state {
+	t.Helper()
+	var c struct {
+		Value     string `json:"value"`
+		Proclaims int64  `json:"proclaims"`
+	}
+	if err := jsonUnmarshal(v, &c); err != nil {
+		t.Fatal(err)
+	}
+	return state{proclaims: c.Proclaims, value: c.Value}
+}
+
+// recorder folds an event stream into states and checks its shape.
+type recorder struct {
+	mu      sync.Mutex
+	states  []state
+	revs    []int64
+	last    int64
+	kinds   map[election.EventType]int
+	current int // events marked Current
+	ended   map[fencing.Token]election.EventType
+	bad     []string
+}
+
+func newRecorder() *recorder {
+	return &recorder{kinds: map[election.EventType]int{}, ended: map[fencing.Token]election.EventType{}}
+}
+
+func (r *recorder) send(evs []election.Event) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, ev := range evs {
+		if ev.Revision < r.last || (ev.Revision == r.last && evs[0].Revision != r.last) {
+			r.bad = append(r.bad, fmt.Sprintf("event %v at revision %d after revision %d", ev.Type, ev.Revision, r.last))
+		}
+		r.last = ev.Revision
+		r.kinds[ev.Type]++
+		if ev.Current {
+			r.current++
+		}
+		var s state
+		switch ev.Type {
+		case election.Elected, election.Proclaimed:
+			s = state{term: ev.Leader.Term, proclaims: ev.Leader.Proclaims, value: ev.Leader.Value}
+		case election.Resigned, election.Expired:
+			if cur := r.top(); cur.term != ev.Leader.Term && !ev.Current {
+				r.bad = append(r.bad, fmt.Sprintf("%v of term %d while term %d led", ev.Type, ev.Leader.Term, cur.term))
+			}
+			r.ended[ev.Leader.Term] = ev.Type
+			continue // the next event of the revision says what follows
+		case election.Vacant:
+		}
+		if len(r.states) == 0 || r.states[len(r.states)-1] != s || ev.Current {
+			r.states = append(r.states, s)
+			r.revs = append(r.revs, ev.Revision)
+		}
+	}
+	return nil
+}
+
+func (r *recorder) top() state {
+	if len(r.states) == 0 {
+		return state{}
+	}
+	return r.states[len(r.states)-1]
+}
+
+func (r *recorder) lastRev() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// TestObserveStorm runs campaigns, proclamations, resignations and expiries
+// while an observer follows, stops and resumes it, and compacts etcd while
+// it is away. The observer must see exactly the sequence of states etcd
+// went through, each change at its revision, with VACANT when nobody led,
+// and RESIGNED/EXPIRED as they happened; after the compaction it must
+// restart from the current state.
+func TestObserveStorm(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	const name = "storm"
+	start, err := e.cli.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRev := start.Header.Revision
+
+	rec := newRecorder()
+	observe := func(from int64) (stop func()) {
+		octx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- e.m.Observe(octx, name, from, rec.send) }()
+		return func() {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("Observe = %v", err)
+			}
+		}
+	}
+	stop := observe(0)
+
+	resigned := map[fencing.Token]bool{}
+	expired := map[fencing.Token]bool{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	storm := func(rounds int) {
+		for range rounds {
+			// A few candidates queue; the leader proclaims, then resigns or
+			// expires; sometimes the seat stays empty for a revision.
+			// Campaigns return in queue order, whichever goroutine ran first.
+			results := make(chan result, 3)
+			n := 1 + rng.IntN(3)
+			for i := range n {
+				s := e.session(t, 60)
+				go func() {
+					l, err := e.m.Campaign(ctx, election.Request{Name: name, Session: s, Value: fmt.Sprintf("v%d", i)})
+					results <- result{l, err}
+				}()
+			}
+			for range n {
+				r := <-results
+				if r.err != nil {
+					t.Fatalf("Campaign: %v", r.err)
+				}
+				for p := range rng.IntN(3) {
+					if _, err := e.m.Proclaim(ctx, name, r.l.Term, fmt.Sprintf("p%d", p)); err != nil {
+						t.Fatalf("Proclaim: %v", err)
+					}
+				}
+				if rng.IntN(2) == 0 {
+					resigned[r.l.Term] = true
+					if err := e.m.Resign(ctx, name, r.l.Term); err != nil {
+						t.Fatalf("Resign: %v", err)
+					}
+				} else {
+					expired[r.l.Term] = true
+					if _, err := e.cli.Revoke(ctx, r.l.Session); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+
+	storm(10)
+	waitUntil(t, func() bool { return rec.lastRev() >= e.rev(t)-1 })
+	stop()
+	// Away without compaction: the resume continues exactly.
+	resumeFrom := rec.lastRev() + 1
+	storm(5)
+	stop = observe(resumeFrom)
+	storm(5)
+	waitUntil(t, func() bool { return rec.lastRev() >= e.rev(t)-1 })
+	stop()
+	end := e.rev(t)
+
+	rec.mu.Lock()
+	if len(rec.bad) > 0 {
+		t.Fatalf("bad events: %v", rec.bad)
+	}
+	want, wantRevs := e.truth(t, name, startRev, end)
+	got, gotRevs := rec.states, rec.revs
+	// The first state is the stream's starting point (Current, at startRev).
+	if !slices.Equal(got, want) || !slices.Equal(gotRevs, wantRevs) {
+		t.Fatalf("observed states differ from etcd's history:\n got %v at %v\nwant %v at %v", got, gotRevs, want, wantRevs)
+	}
+	if rec.current != 1 {
+		t.Fatalf("%d events marked Current, want only the first", rec.current)
+	}
+	if rec.kinds[election.Vacant] == 0 || rec.kinds[election.Proclaimed] == 0 {
+		t.Fatalf("event counts %v: the storm should have had vacancies and proclamations", rec.kinds)
+	}
+	for term, kind := range rec.ended {
+		if (kind == election.Resigned) != resigned[term] || (kind == election.Expired) != expired[term] {
+			t.Errorf("term %d ended with %v; resigned %v, expired %v", term, kind, resigned[term], expired[term])
+		}
+	}
+	if len(rec.ended) != len(resigned)+len(expired) {
+		t.Errorf("%d terms ended in the stream, %d in the storm", len(rec.ended), len(resigned)+len(expired))
+	}
+	resumeFrom = rec.last + 1
+	rec.mu.Unlock()
+
+	// Away across a compaction: the resume starts from the current state.
+	storm(3)
+	holder, err := e.m.Campaign(ctx, election.Request{Name: name, Session: e.session(t, 60), Value: "now"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cli.Compact(ctx, e.rev(t)); err != nil {
+		t.Fatal(err)
+	}
+	rec2 := newRecorder()
+	octx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.m.Observe(octx, name, resumeFrom, rec2.send) }()
+	waitUntil(t, func() bool { return rec2.lastRev() > 0 })
+	if _, err := e.m.Proclaim(ctx, name, holder.Term, "after"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return rec2.lastRev() >= e.rev(t) })
+	cancel()
+	<-done
+	rec2.mu.Lock()
+	defer rec2.mu.Unlock()
+	want2 := []state{{term: holder.Term, value: "now"}, {term: holder.Term, value: "after", proclaims: 1}}
+	if !slices.Equal(rec2.states, want2) || rec2.current != 1 || len(rec2.bad) > 0 {
+		t.Fatalf("after compaction: states %v (current %d, bad %v), want %v", rec2.states, rec2.current, rec2.bad, want2)
+	}
+}
+
+func (e env) rev(t *testing.T) int64 {
+	t.Helper()
+	resp, err := e.cli.Get(t.Context(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met after 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,259 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// EventType is what happened to an election.
+type EventType int
+
+// Event types.
+const (
+	// Elected: Leader now leads (a new term).
+	Elected EventType = iota + 1
+	// Proclaimed: the leader proclaimed a new value (Leader.Value).
+	Proclaimed
+	// Resigned: Leader resigned.
+	Resigned
+	// Expired: Leader stopped leading without resigning: its session
+	// ended (expired or closed) or its campaign was abandoned.
+	Expired
+	// Vacant: nobody leads.
+	Vacant
+)
+
+func (t EventType) String() string {
+	switch t {
+	case Elected:
+		return "ELECTED"
+	case Proclaimed:
+		return "PROCLAIMED"
+	case Resigned:
+		return "RESIGNED"
+	case Expired:
+		return "EXPIRED"
+	case Vacant:
+		return "VACANT"
+	}
+	return "EventType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// Event is one change of an election.
+type Event struct {
+	Type     EventType
+	Revision int64
+	// Leader is the new leader (Elected, Proclaimed) or the one that left
+	// (Resigned, Expired); zero for Vacant.
+	Leader Leader
+	// Current marks an event that states the election's state at Revision
+	// (Elected or Vacant) rather than a change made at it: the first event
+	// of a stream that did not resume, or of one whose resume revision was
+	// compacted away. Events before it may have been missed.
+	Current bool
+}
+
+// Observe calls send with the events of each etcd revision that changes the
+// election, in revision order, until ctx ends (returning ctx's error) or
+// send fails (returning its error).
+//
+// With from == 0 the first call states the current state (Current). With
+// from > 0 the stream resumes: it starts with the changes made at from and
+// later, as if it had watched since from-1; pass the last delivered
+// revision + 1. If from-1 was compacted away, the stream starts with the
+// current state instead. A watch that breaks (no leader, a reconnect) is
+// reopened where it left off, so nothing is skipped between two calls of
+// send; one that hits compaction restarts from the current state.
+func (m *Manager) Observe(ctx context.Context, name string, from int64, send func([]Event) error) error {
+	if err := validateName(name); err != nil {
+		return err
+	}
+	if from < 0 {
+		return fmt.Errorf("%w: revision %d is negative", ErrInvalid, from)
+	}
+	o := &observer{queue: m.queue(name), resigned: m.resignedKey(name), entries: map[string]*mvccpb.KeyValue{}}
+	prefix := m.prefix(name)
+	rev := int64(0) // the revision o reflects
+	if from > 0 {
+		resp, err := m.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from-1))
+		switch {
+		case errors.Is(err, rpctypes.ErrCompacted):
+			// Start from the current state below.
+		case errors.Is(err, rpctypes.ErrFutureRev):
+			return fmt.Errorf("%w: revision %d is in the future", ErrInvalid, from)
+		case err != nil:
+			return fmt.Errorf("election: observe %q: %w", name, err)
+		default:
+			o.load(resp.Kvs)
+			rev = from - 1
+		}
+	}
+	resync := func() error {
+		resp, err := m.cli.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			return fmt.Errorf("election: observe %q: %w", name, err)
+		}
+		o.load(resp.Kvs)
+		rev = resp.Header.Revision
+		return send(o.current(rev))
+	}
+	if rev == 0 {
+		if err := resync(); err != nil {
+			return err
+		}
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		compacted, err := m.follow(ctx, o, prefix, &rev, send)
+		if err != nil {
+			return err
+		}
+		if compacted {
+			if err := resync(); err != nil {
+				return err
+			}
+			continue
+		}
+		// The watch broke (no leader, a reconnect): reopen it after rev.
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// follow watches the election after *rev and sends its events until the
+// watch ends. It reports compaction, and returns an error only for ctx's
+// end or send's failure.
+func (m *Manager) follow(ctx context.Context, o *observer, prefix string, rev *int64, send func([]Event) error) (compacted bool, err error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range m.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(*rev+1)) {
+		if wr.CompactRevision != 0 {
+			return true, nil
+		}
+		if wr.Err() != nil {
+			break
+		}
+		evs := wr.Events
+		for len(evs) > 0 {
+			// One revision's events together: a transaction's changes are
+			// one step of the election.
+			r := evs[0].Kv.ModRevision
+			n := 1
+			for n < len(evs) && evs[n].Kv.ModRevision == r {
+				n++
+			}
+			out := o.apply(r, evs[:n])
+			evs = evs[n:]
+			*rev = r
+			if len(out) > 0 {
+				if err := send(out); err != nil {
+					return false, err
+				}
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	return false, nil
+}
+
+// observer tracks an election's candidates to turn etcd events into
+// election events.
+type observer struct {
+	queue    string // the candidates' key prefix
+	resigned string // the resignation marker's key
+	entries  map[string]*mvccpb.KeyValue
+}
+
+func (o *observer) load(kvs []*mvccpb.KeyValue) {
+	clear(o.entries)
+	for _, kv := range kvs {
+		if strings.HasPrefix(string(kv.Key), o.queue) {
+			o.entries[string(kv.Key)] = kv
+		}
+	}
+}
+
+// head is the leading candidate: the lowest create revision.
+func (o *observer) head() *mvccpb.KeyValue {
+	var h *mvccpb.KeyValue
+	for _, kv := range o.entries {
+		if h == nil || kv.CreateRevision < h.CreateRevision {
+			h = kv
+		}
+	}
+	return h
+}
+
+func (o *observer) current(rev int64) []Event {
+	h := o.head()
+	if h == nil {
+		return []Event{{Type: Vacant, Revision: rev, Current: true}}
+	}
+	ld, _ := leaderOf(h)
+	return []Event{{Type: Elected, Revision: rev, Leader: ld, Current: true}}
+}
+
+// apply applies one revision's etcd events and returns the election events
+// they make.
+func (o *observer) apply(rev int64, evs []*clientv3.Event) []Event {
+	old := o.head()
+	resigned := int64(0)
+	headPut := false
+	for _, ev := range evs {
+		k := string(ev.Kv.Key)
+		switch {
+		case k == o.resigned && ev.Type == mvccpb.PUT:
+			resigned, _ = strconv.ParseInt(string(ev.Kv.Value), 10, 64)
+		case strings.HasPrefix(k, o.queue) && ev.Type == mvccpb.PUT:
+			o.entries[k] = ev.Kv
+			if old != nil && k == string(old.Key) && ev.Kv.CreateRevision == old.CreateRevision {
+				headPut = true
+			}
+		case strings.HasPrefix(k, o.queue):
+			delete(o.entries, k)
+		}
+	}
+	cur := o.head()
+	var out []Event
+	switch {
+	case old != nil && (cur == nil || cur.CreateRevision != old.CreateRevision):
+		typ := Expired
+		if resigned == old.CreateRevision {
+			typ = Resigned
+		}
+		ld, _ := leaderOf(old)
+		out = append(out, Event{Type: typ, Revision: rev, Leader: ld})
+		if cur == nil {
+			out = append(out, Event{Type: Vacant, Revision: rev})
+		} else {
+			ld, _ := leaderOf(cur)
+			out = append(out, Event{Type: Elected, Revision: rev, Leader: ld})
+		}
+	case old == nil && cur != nil:
+		ld, _ := leaderOf(cur)
+		out = append(out, Event{Type: Elected, Revision: rev, Leader: ld})
+	case old != nil && headPut:
+		before, _ := leaderOf(old)
+		after, _ := leaderOf(cur)
+		if after.Proclaims != before.Proclaims {
+			out = append(out, Event{Type: Proclaimed, Revision: rev, Leader: after})
+		}
+	}
+	return out
+}
