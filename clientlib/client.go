@@ -50,6 +50,7 @@ type Client struct {
 	endpoints []string
 	sessions  coorddv1.SessionServiceClient
 	locks     coorddv1.LockServiceClient
+	elections coorddv1.ElectionServiceClient
 	lg        *slog.Logger
 
 	mu      sync.Mutex
@@ -128,6 +129,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		endpoints: slices.Clone(cfg.Endpoints),
 		sessions:  coorddv1.NewSessionServiceClient(conn),
 		locks:     coorddv1.NewLockServiceClient(conn),
+		elections: coorddv1.NewElectionServiceClient(conn),
 		lg:        cfg.Logger,
 		live:      map[*Session]struct{}{},
 		avoided:   map[string]time.Time{},

@@ -36,6 +36,9 @@ var (
 	ErrRevisionMismatch = errors.New("coordd: revision mismatch")
 	// ErrLimitMismatch: the lock allows another number of holders than asked.
 	ErrLimitMismatch = errors.New("coordd: lock limit mismatch")
+	// ErrAlreadyLeader: Campaign by a session that already leads the
+	// election under another campaign id.
+	ErrAlreadyLeader = errors.New("coordd: this session already leads the election")
 	// ErrCompacted: the requested revision was compacted away.
 	ErrCompacted = errors.New("coordd: revision compacted")
 	// ErrUnavailable: no coordd endpoint or no etcd quorum could serve the
@@ -66,6 +69,7 @@ var reasons = map[string]error{
 	"REVISION_MISMATCH": ErrRevisionMismatch,
 	"COMPACTED":         ErrCompacted,
 	"LIMIT_MISMATCH":    ErrLimitMismatch,
+	"ALREADY_LEADER":    ErrAlreadyLeader,
 	"UNAVAILABLE":       ErrUnavailable,
 	"INTERNAL":          ErrInternal,
 }

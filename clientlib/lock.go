@@ -6,13 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/coordd/coordd/fencing"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -48,17 +45,11 @@ func WithMetadata(m string) LockOption { return func(o *lockOptions) { o.metadat
 // not done, and pass Token with every access so the resource can reject a
 // holder that lost the lock.
 type Lock struct {
+	*held
 	s         *Session
 	name      string
 	token     fencing.Token
 	requestID string
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
-	lost      chan struct{}
-	stop      func() bool // stops the session watch
-
-	mu       sync.Mutex
-	released bool
 }
 
 // ErrLockReleased is the cause of a lock's Context after Release.
@@ -97,46 +88,24 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 		delay = durationpb.New(o.lockDelay)
 	}
 	var grant *coorddv1.LockGrant
-	for retry := 50 * time.Millisecond; ; retry = min(2*retry, time.Second) {
-		var err error
+	_, err := retry(cctx, 0, func(ctx context.Context) error {
 		if wait {
-			var resp *coorddv1.AcquireResponse
-			resp, err = s.c.locks.Acquire(cctx, &coorddv1.AcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
+			resp, err := s.c.locks.Acquire(ctx, &coorddv1.AcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
 			grant = resp.GetGrant()
-		} else {
-			var resp *coorddv1.TryAcquireResponse
-			resp, err = s.c.locks.TryAcquire(cctx, &coorddv1.TryAcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
-			grant = resp.GetGrant()
+			return err
 		}
-		if err == nil {
-			break
-		}
+		resp, err := s.c.locks.TryAcquire(ctx, &coorddv1.TryAcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
+		grant = resp.GetGrant()
+		return err
+	})
+	if err != nil {
 		if serr := s.Err(); serr != nil {
 			return nil, serr
 		}
-		err = convert(ctx, err)
-		if !errors.Is(err, ErrUnavailable) {
-			return nil, err
-		}
-		select {
-		case <-cctx.Done():
-			if serr := s.Err(); serr != nil {
-				return nil, serr
-			}
-			return nil, ctx.Err()
-		case <-time.After(retry):
-		}
+		return nil, err
 	}
 
-	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId(), lost: make(chan struct{})}
-	l.ctx, l.cancel = context.WithCancelCause(s.ctx)
-	l.stop = context.AfterFunc(s.ctx, func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if !l.released {
-			close(l.lost)
-		}
-	})
+	l := &Lock{held: newHeld(s), s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId()}
 	if s.Err() != nil {
 		// The session ended while the grant was on its way. Try to hand the
 		// lock back, briefly: the server may be the reason the session ended.
@@ -162,8 +131,7 @@ func (l *Lock) Context() context.Context { return l.ctx }
 // Lost is closed when the lock is lost without Release: its session ended.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
-// releaseAttempt bounds one Release call, so a call stuck on a member that
-// lost its etcd leader is retried (elsewhere) instead of eating all of ctx.
+// releaseAttempt bounds one Release (or Resign) call; see retry.
 const releaseAttempt = 2 * time.Second
 
 // Release gives the lock up, retrying while coordd or etcd is unavailable
@@ -171,44 +139,18 @@ const releaseAttempt = 2 * time.Second
 // grant (its session ended first). Calling it again returns nil. If it
 // fails, the lock stays held until the session ends or Release succeeds.
 func (l *Lock) Release(ctx context.Context) error {
-	l.mu.Lock()
-	if l.released {
-		l.mu.Unlock()
+	if !l.giveUp(ErrLockReleased) {
 		return nil
 	}
-	l.released = true
-	l.mu.Unlock()
-	l.stop()
-	l.cancel(ErrLockReleased)
 	req := &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID}
-	backoff := 50 * time.Millisecond
-	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, releaseAttempt)
-		_, err := l.s.c.locks.Release(actx, req)
-		cancel()
-		err = convert(ctx, err)
-		switch {
-		case err == nil:
-			return nil
-		case attempt > 0 && errors.Is(err, ErrNotHolder):
-			return nil // an earlier attempt released it; its answer was lost
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, ErrUnavailable), status.Code(err) == codes.DeadlineExceeded:
-			// Retry (releasing by token is idempotent), without spinning on
-			// a connection that fails fast.
-			timer := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return ctx.Err()
-			case <-timer.C:
-			}
-			backoff = min(2*backoff, time.Second)
-		default:
-			return err
-		}
+	n, err := retry(ctx, releaseAttempt, func(ctx context.Context) error {
+		_, err := l.s.c.locks.Release(ctx, req)
+		return err
+	})
+	if n > 1 && errors.Is(err, ErrNotHolder) {
+		return nil // an earlier attempt released it; its answer was lost
 	}
+	return err
 }
 
 // WithLock runs fn while holding the named lock and releases it after, also

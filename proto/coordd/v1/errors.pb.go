@@ -60,6 +60,8 @@ const (
 	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 14
 	// Acquire asked for another holder limit than the lock has (FailedPrecondition, 400).
 	ErrorReason_ERROR_REASON_LIMIT_MISMATCH ErrorReason = 15
+	// Campaign by a session that already leads the election under another request id (FailedPrecondition, 400).
+	ErrorReason_ERROR_REASON_ALREADY_LEADER ErrorReason = 16
 )
 
 // Enum value maps for ErrorReason.
@@ -81,6 +83,7 @@ var (
 		13: "ERROR_REASON_UNAVAILABLE",
 		14: "ERROR_REASON_INTERNAL",
 		15: "ERROR_REASON_LIMIT_MISMATCH",
+		16: "ERROR_REASON_ALREADY_LEADER",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -99,6 +102,7 @@ var (
 		"ERROR_REASON_UNAVAILABLE":       13,
 		"ERROR_REASON_INTERNAL":          14,
 		"ERROR_REASON_LIMIT_MISMATCH":    15,
+		"ERROR_REASON_ALREADY_LEADER":    16,
 	}
 )
 
@@ -133,7 +137,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\x82\x04\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xa3\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -151,7 +155,8 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\x16ERROR_REASON_COMPACTED\x10\f\x12\x1c\n" +
 	"\x18ERROR_REASON_UNAVAILABLE\x10\r\x12\x19\n" +
 	"\x15ERROR_REASON_INTERNAL\x10\x0e\x12\x1f\n" +
-	"\x1bERROR_REASON_LIMIT_MISMATCH\x10\x0fB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x1bERROR_REASON_LIMIT_MISMATCH\x10\x0f\x12\x1f\n" +
+	"\x1bERROR_REASON_ALREADY_LEADER\x10\x10B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once

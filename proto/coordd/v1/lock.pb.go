@@ -877,13 +877,17 @@ func (x *ListLocksResponse) GetNextPageToken() string {
 	return ""
 }
 
-// ValidateFenceRequest names a lock and a token.
+// ValidateFenceRequest names a lock (or an election) and a token.
 type ValidateFenceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// name is the lock's name. Required.
+	// name is the lock's name. Required unless `election` is set.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// token is the fencing token to check. Required.
-	Token         int64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// token is the fencing token to check (a lock's token, or a leadership
+	// term). Required.
+	Token int64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// election, set instead of `name`, checks that `token` is the term that
+	// leads this election.
+	Election      string `protobuf:"bytes,3,opt,name=election,proto3" json:"election,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -932,6 +936,13 @@ func (x *ValidateFenceRequest) GetToken() int64 {
 	return 0
 }
 
+func (x *ValidateFenceRequest) GetElection() string {
+	if x != nil {
+		return x.Election
+	}
+	return ""
+}
+
 // ValidateFenceResponse is empty: the token holds the lock.
 type ValidateFenceResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -969,17 +980,20 @@ func (*ValidateFenceResponse) Descriptor() ([]byte, []int) {
 	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
-// FencedPutRequest writes a key under a lock's token.
+// FencedPutRequest writes a key under a lock's token (or a leadership term).
 type FencedPutRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// lock is the lock's name. Required.
+	// lock is the lock's name. Required unless `election` is set.
 	Lock string `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
-	// token must hold the lock. Required.
+	// token must hold the lock (or lead the election). Required.
 	Token int64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	// key in coordd's KV: 1-512 bytes of UTF-8. Required.
 	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
 	// value: at most 512 KiB.
-	Value         []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	// election, set instead of `lock`, fences the write by this election's
+	// leadership: `token` must be the leading term.
+	Election      string `protobuf:"bytes,5,opt,name=election,proto3" json:"election,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1042,6 +1056,13 @@ func (x *FencedPutRequest) GetValue() []byte {
 	return nil
 }
 
+func (x *FencedPutRequest) GetElection() string {
+	if x != nil {
+		return x.Election
+	}
+	return ""
+}
+
 // FencedPutResponse reports the write.
 type FencedPutResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1088,15 +1109,18 @@ func (x *FencedPutResponse) GetRevision() int64 {
 	return 0
 }
 
-// FencedDeleteRequest deletes a key under a lock's token.
+// FencedDeleteRequest deletes a key under a lock's token (or a leadership term).
 type FencedDeleteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// lock is the lock's name. Required.
+	// lock is the lock's name. Required unless `election` is set.
 	Lock string `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
-	// token must hold the lock. Required.
+	// token must hold the lock (or lead the election). Required.
 	Token int64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	// key in coordd's KV. Required.
-	Key           string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// election, set instead of `lock`, fences the delete by this election's
+	// leadership.
+	Election      string `protobuf:"bytes,4,opt,name=election,proto3" json:"election,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1148,6 +1172,13 @@ func (x *FencedDeleteRequest) GetToken() int64 {
 func (x *FencedDeleteRequest) GetKey() string {
 	if x != nil {
 		return x.Key
+	}
+	return ""
+}
+
+func (x *FencedDeleteRequest) GetElection() string {
+	if x != nil {
+		return x.Election
 	}
 	return ""
 }
@@ -1272,22 +1303,25 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"Q\n" +
 	"\x11ListLocksResponse\x12\x14\n" +
 	"\x05names\x18\x01 \x03(\tR\x05names\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"@\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\\\n" +
 	"\x14ValidateFenceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x03R\x05token\"\x17\n" +
-	"\x15ValidateFenceResponse\"d\n" +
+	"\x05token\x18\x02 \x01(\x03R\x05token\x12\x1a\n" +
+	"\belection\x18\x03 \x01(\tR\belection\"\x17\n" +
+	"\x15ValidateFenceResponse\"\x80\x01\n" +
 	"\x10FencedPutRequest\x12\x12\n" +
 	"\x04lock\x18\x01 \x01(\tR\x04lock\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x04 \x01(\fR\x05value\"/\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x1a\n" +
+	"\belection\x18\x05 \x01(\tR\belection\"/\n" +
 	"\x11FencedPutResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"Q\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"m\n" +
 	"\x13FencedDeleteRequest\x12\x12\n" +
 	"\x04lock\x18\x01 \x01(\tR\x04lock\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12\x10\n" +
-	"\x03key\x18\x03 \x01(\tR\x03key\"2\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1a\n" +
+	"\belection\x18\x04 \x01(\tR\belection\"2\n" +
 	"\x14FencedDeleteResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision2\xe2\x04\n" +
 	"\vLockService\x12@\n" +

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
@@ -42,6 +43,13 @@ var errorTable = []struct {
 	{lock.ErrStaleToken, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_STALE_TOKEN},
 	{lock.ErrNotHolder, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_HOLDER},
 	{lock.ErrLimitMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH},
+	{election.ErrInvalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
+	{election.ErrTooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
+	{election.ErrSessionNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
+	{election.ErrNoLeader, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_NO_LEADER},
+	{election.ErrNotLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_LEADER},
+	{election.ErrStaleTerm, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_STALE_TOKEN},
+	{election.ErrAlreadyLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_ALREADY_LEADER},
 	{ErrStopping, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
 	{ErrNoLeader, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
 }

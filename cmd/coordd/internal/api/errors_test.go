@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/session"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -29,6 +30,10 @@ func TestToStatus(t *testing.T) {
 		{"invalid", fmt.Errorf("%w: ttl", session.ErrInvalid), codes.InvalidArgument, "INVALID_ARGUMENT", false, 400, true},
 		{"too large", fmt.Errorf("%w: owner", session.ErrTooLarge), codes.InvalidArgument, "VALUE_TOO_LARGE", false, 400, true},
 		{"not found", fmt.Errorf("%w: 12", session.ErrNotFound), codes.NotFound, "SESSION_NOT_FOUND", false, 404, true},
+		{"no leader", fmt.Errorf("%w: nobody leads", election.ErrNoLeader), codes.NotFound, "NO_LEADER", false, 404, true},
+		{"not leader", fmt.Errorf("%w: term 5", election.ErrNotLeader), codes.FailedPrecondition, "NOT_LEADER", false, 400, true},
+		{"stale term", fmt.Errorf("%w: term 5", election.ErrStaleTerm), codes.Aborted, "STALE_TOKEN", false, 409, true},
+		{"already leader", fmt.Errorf("%w: x", election.ErrAlreadyLeader), codes.FailedPrecondition, "ALREADY_LEADER", false, 400, true},
 		{"stopping", ErrStopping, codes.Unavailable, "UNAVAILABLE", false, 503, true},
 		{"caller deadline", fmt.Errorf("get: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "", false, 504, true},
 		{"caller cancel", context.Canceled, codes.Canceled, "", false, 499, true},

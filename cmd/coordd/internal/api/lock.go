@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 
+	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -16,13 +17,27 @@ import (
 type LockServer struct {
 	coorddv1.UnsafeLockServiceServer // compile errors when the service grows
 
-	m        *lock.Manager
-	sessions *session.Manager // to name holders' owners in DescribeLock
+	m         *lock.Manager
+	elections *election.Manager // fences by leadership term
+	sessions  *session.Manager  // to name holders' owners in DescribeLock
 }
 
 // NewLockServer returns the LockService adapter.
-func NewLockServer(m *lock.Manager, sessions *session.Manager) *LockServer {
-	return &LockServer{m: m, sessions: sessions}
+func NewLockServer(m *lock.Manager, elections *election.Manager, sessions *session.Manager) *LockServer {
+	return &LockServer{m: m, elections: elections, sessions: sessions}
+}
+
+// fence picks what a fenced call's token must hold: the lock named lockName,
+// or, when election is set instead, that election's leadership.
+func (s *LockServer) fence(lockName, election string) (lock.Fence, string, error) {
+	switch {
+	case election == "":
+		return s.m, lockName, nil
+	case lockName != "":
+		return nil, "", invalid("set either a lock or an election, not both")
+	default:
+		return s.elections, election, nil
+	}
 }
 
 // lockRequest builds a lock.Request from the fields Acquire and TryAcquire share.
@@ -130,7 +145,11 @@ func (s *LockServer) ListLocks(ctx context.Context, req *coorddv1.ListLocksReque
 
 // ValidateFence implements LockService.
 func (s *LockServer) ValidateFence(ctx context.Context, req *coorddv1.ValidateFenceRequest) (*coorddv1.ValidateFenceResponse, error) {
-	if err := s.m.ValidateFence(ctx, req.GetName(), fencing.Token(req.GetToken())); err != nil {
+	f, name, err := s.fence(req.GetName(), req.GetElection())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Holding(ctx, name, fencing.Token(req.GetToken())); err != nil {
 		return nil, err
 	}
 	return &coorddv1.ValidateFenceResponse{}, nil
@@ -138,7 +157,11 @@ func (s *LockServer) ValidateFence(ctx context.Context, req *coorddv1.ValidateFe
 
 // FencedPut implements LockService.
 func (s *LockServer) FencedPut(ctx context.Context, req *coorddv1.FencedPutRequest) (*coorddv1.FencedPutResponse, error) {
-	rev, err := s.m.FencedPut(ctx, s.m, req.GetLock(), fencing.Token(req.GetToken()), req.GetKey(), string(req.GetValue()))
+	f, name, err := s.fence(req.GetLock(), req.GetElection())
+	if err != nil {
+		return nil, err
+	}
+	rev, err := s.m.FencedPut(ctx, f, name, fencing.Token(req.GetToken()), req.GetKey(), string(req.GetValue()))
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +170,11 @@ func (s *LockServer) FencedPut(ctx context.Context, req *coorddv1.FencedPutReque
 
 // FencedDelete implements LockService.
 func (s *LockServer) FencedDelete(ctx context.Context, req *coorddv1.FencedDeleteRequest) (*coorddv1.FencedDeleteResponse, error) {
-	rev, err := s.m.FencedDelete(ctx, s.m, req.GetLock(), fencing.Token(req.GetToken()), req.GetKey())
+	f, name, err := s.fence(req.GetLock(), req.GetElection())
+	if err != nil {
+		return nil, err
+	}
+	rev, err := s.m.FencedDelete(ctx, f, name, fencing.Token(req.GetToken()), req.GetKey())
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/coordd/coordd/cmd/coordd/internal/api"
 	"github.com/coordd/coordd/cmd/coordd/internal/gateway"
+	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
@@ -36,12 +37,13 @@ import (
 
 // Daemon is a running coordd. Stop it with Stop.
 type Daemon struct {
-	cfg    Config
-	lg     *zap.Logger
-	etcd   *embed.Etcd // nil with external etcd
-	cli    *clientv3.Client
-	locks  *lock.Manager
-	leader *leaderWatch
+	cfg       Config
+	lg        *zap.Logger
+	etcd      *embed.Etcd // nil with external etcd
+	cli       *clientv3.Client
+	locks     *lock.Manager
+	elections *election.Manager
+	leader    *leaderWatch
 
 	grpcLis  net.Listener
 	httpLis  net.Listener
@@ -130,8 +132,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.grpcSrv = grpc.NewServer(opts...)
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
 	d.locks = lock.NewManager(d.cli, cfg.KeyRoot)
+	d.elections = election.NewManager(d.cli, cfg.KeyRoot)
 	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, d.stopping))
-	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(d.locks, sessions))
+	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(d.locks, d.elections, sessions))
+	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.elections, sessions, d.stopping))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	metrics.InitializeMetrics(d.grpcSrv)
@@ -298,6 +302,7 @@ func (d *Daemon) stop(ctx context.Context) error {
 	}
 	d.wg.Wait()
 	d.locks.Close()
+	d.elections.Close()
 	if err := d.closeBackend(); err != nil {
 		errs = multierror.Append(errs, err)
 	}

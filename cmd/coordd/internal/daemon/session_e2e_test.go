@@ -161,8 +161,14 @@ func call(t *testing.T, method, url, body string) httpResult {
 	return r
 }
 
+// reason is the ErrorInfo reason of an error body: a status, or for a
+// stream that failed before its first message, {"error": status}.
 func reason(r httpResult) string {
-	details, _ := r.body["details"].([]any)
+	body := r.body
+	if inner, ok := body["error"].(map[string]any); ok {
+		body = inner
+	}
+	details, _ := body["details"].([]any)
 	for _, d := range details {
 		if m, ok := d.(map[string]any); ok && m["domain"] == "coordd" {
 			return m["reason"].(string)

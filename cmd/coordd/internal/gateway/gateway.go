@@ -49,6 +49,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		coorddv1.RegisterSessionServiceHandler,
 		coorddv1.RegisterLockServiceHandler,
+		coorddv1.RegisterElectionServiceHandler,
 	} {
 		if err := register(ctx, gw, opts.Conn); err != nil {
 			return nil, err

@@ -1,0 +1,97 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// held is what a held lock and a leadership share: a context that ends
+// with the session, on loss or when given up, and a channel closed on
+// loss.
+type held struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+	stop   func() bool // stops watching the session
+
+	mu    sync.Mutex
+	ended bool // given up or lost
+}
+
+func newHeld(s *Session) *held {
+	h := &held{lost: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancelCause(s.ctx)
+	h.stop = context.AfterFunc(s.ctx, func() { h.lose(nil) })
+	return h
+}
+
+// giveUp ends h because its holder gives it up, with cause as the
+// context's cause. It reports whether this call ended it.
+func (h *held) giveUp(cause error) bool {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return false
+	}
+	h.ended = true
+	h.mu.Unlock()
+	h.stop()
+	h.cancel(cause)
+	return true
+}
+
+// lose ends h because it was lost (cause; nil when the session ended,
+// whose cause the context already carries) and closes lost.
+func (h *held) lose(cause error) {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	h.ended = true
+	close(h.lost)
+	h.mu.Unlock()
+	h.stop()
+	h.cancel(cause)
+}
+
+// retry calls call until it succeeds, fails for a reason other than an
+// unavailable coordd or etcd, or ctx ends (returning ctx's error). With
+// attempt > 0 each call gets at most that long, so a call stuck on a member
+// that lost its etcd leader is retried (elsewhere) instead of eating all of
+// ctx. Only idempotent calls may be retried. It returns how many calls it
+// made.
+func retry(ctx context.Context, attempt time.Duration, call func(ctx context.Context) error) (int, error) {
+	backoff := 50 * time.Millisecond
+	for n := 1; ; n++ {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if attempt > 0 {
+			actx, cancel = context.WithTimeout(ctx, attempt)
+		}
+		err := convert(ctx, call(actx))
+		cancel()
+		switch {
+		case err == nil:
+			return n, nil
+		case ctx.Err() != nil:
+			return n, ctx.Err()
+		case errors.Is(err, ErrUnavailable), attempt > 0 && status.Code(err) == codes.DeadlineExceeded:
+		default:
+			return n, err
+		}
+		// Without spinning on a connection that fails fast.
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return n, ctx.Err()
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}

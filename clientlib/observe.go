@@ -1,0 +1,155 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+)
+
+// ElectionEventType is what happened to an election.
+type ElectionEventType int
+
+// Election event types.
+const (
+	// ElectionElected: Leader now leads (a new term).
+	ElectionElected ElectionEventType = iota + 1
+	// ElectionProclaimed: the leader proclaimed a new value.
+	ElectionProclaimed
+	// ElectionResigned: Leader resigned.
+	ElectionResigned
+	// ElectionExpired: Leader stopped leading without resigning (its
+	// session expired or was closed).
+	ElectionExpired
+	// ElectionVacant: nobody leads.
+	ElectionVacant
+)
+
+func (t ElectionEventType) String() string {
+	switch t {
+	case ElectionElected:
+		return "ELECTED"
+	case ElectionProclaimed:
+		return "PROCLAIMED"
+	case ElectionResigned:
+		return "RESIGNED"
+	case ElectionExpired:
+		return "EXPIRED"
+	case ElectionVacant:
+		return "VACANT"
+	}
+	return "UNKNOWN"
+}
+
+var electionEventTypes = map[coorddv1.ElectionEventType]ElectionEventType{
+	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_ELECTED:    ElectionElected,
+	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_PROCLAIMED: ElectionProclaimed,
+	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_RESIGNED:   ElectionResigned,
+	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_EXPIRED:    ElectionExpired,
+	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_VACANT:     ElectionVacant,
+}
+
+// ElectionEvent is one change of an election.
+type ElectionEvent struct {
+	Type     ElectionEventType
+	Revision int64
+	// Leader is the new leader (Elected, Proclaimed) or the one that left
+	// (Resigned, Expired); zero for Vacant.
+	Leader Leader
+	// Current marks an event that states the election's state rather than
+	// a change: the first event, or the first after a gap the server could
+	// not replay (its history was compacted). Events before it may have
+	// been missed.
+	Current bool
+}
+
+// ObserveOption configures Observe.
+type ObserveOption func(*observeOptions)
+
+type observeOptions struct {
+	from int64
+}
+
+// ObserveFrom resumes observing at revision rev (the last revision seen +
+// 1) instead of starting with the current state.
+func ObserveFrom(rev int64) ObserveOption { return func(o *observeOptions) { o.from = rev } }
+
+// Observer follows an election; see Client.Observe.
+type Observer struct {
+	events chan ElectionEvent
+	err    error // why Events was closed; set before closing
+}
+
+// Events delivers the election's events in order. It is closed when the
+// observation ends; Err then says why.
+func (o *Observer) Events() <-chan ElectionEvent { return o.events }
+
+// Err returns why Events was closed: ctx's error, or a permanent error
+// (ErrInvalidArgument). Call it after Events is closed.
+func (o *Observer) Err() error { return o.err }
+
+// Observe follows the named election until ctx ends. The first event
+// states who leads now (or that nobody does); then every change arrives
+// in order, each proclamation included. When the connection breaks, the
+// observer reconnects (to any endpoint) and resumes after the last
+// revision it delivered, so nothing is skipped; if the server's history no
+// longer reaches back that far, it restarts from the current state (an
+// event marked Current). Events wait for the reader: a slow reader slows
+// the stream, it does not lose events.
+func (c *Client) Observe(ctx context.Context, name string, opts ...ObserveOption) *Observer {
+	var o observeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	obs := &Observer{events: make(chan ElectionEvent)}
+	go func() {
+		defer close(obs.events)
+		obs.err = c.observe(ctx, name, o.from, obs.events)
+	}()
+	return obs
+}
+
+func (c *Client) observe(ctx context.Context, name string, from int64, out chan<- ElectionEvent) error {
+	backoff := 50 * time.Millisecond
+	for {
+		stream, err := c.elections.Observe(ctx, &coorddv1.ObserveRequest{Name: name, FromRevision: from})
+		for err == nil {
+			var msg *coorddv1.ObserveResponse
+			if msg, err = stream.Recv(); err != nil {
+				break
+			}
+			for _, ev := range msg.GetEvents() {
+				e := ElectionEvent{Type: electionEventTypes[ev.GetType()], Revision: ev.GetRevision(), Current: ev.GetCurrent()}
+				if ev.GetLeader() != nil {
+					e.Leader = leaderFrom(ev.GetLeader())
+				}
+				select {
+				case out <- e:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			from = msg.GetRevision() + 1
+			backoff = 50 * time.Millisecond
+		}
+		err = convert(ctx, err)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, ErrInvalidArgument) {
+			return err
+		}
+		// Anything else (a member stopping, no quorum, a broken connection)
+		// is retried: the resume point is kept.
+		timer := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}

@@ -1,0 +1,193 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/coordd/coordd/fencing"
+)
+
+// ElectionOption configures RunElection.
+type ElectionOption func(*electionOptions)
+
+type electionOptions struct {
+	session    []SessionOption
+	onElected  func(term fencing.Token)
+	onDemoted  func(term fencing.Token, cause error)
+	onExit     func(err error)
+	minBackoff time.Duration
+	maxBackoff time.Duration
+}
+
+// WithElectionSession configures the sessions RunElection creates (TTL,
+// owner, labels).
+func WithElectionSession(opts ...SessionOption) ElectionOption {
+	return func(o *electionOptions) { o.session = opts }
+}
+
+// OnElected is called, on RunElection's goroutine, when a term begins,
+// before the callback runs.
+func OnElected(f func(term fencing.Token)) ElectionOption {
+	return func(o *electionOptions) { o.onElected = f }
+}
+
+// OnDemoted is called, on RunElection's goroutine, when a term ends, after
+// the callback has returned and the leadership was resigned (or lost).
+// cause says why: the leadership's end (a session error such as
+// ErrSessionExpired, ErrNotLeader), ctx's error, the callback's error, or
+// ErrResigned when the callback returned nil. It is called only for terms
+// that began.
+func OnDemoted(f func(term fencing.Token, cause error)) ElectionOption {
+	return func(o *electionOptions) { o.onDemoted = f }
+}
+
+// OnExit is called once when RunElection returns, with its result.
+func OnExit(f func(err error)) ElectionOption {
+	return func(o *electionOptions) { o.onExit = f }
+}
+
+// WithElectionBackoff sets the wait before campaigning again after a
+// failure: it starts at min and doubles up to max, with jitter. Defaults
+// to 100ms and 10s.
+func WithElectionBackoff(min, max time.Duration) ElectionOption {
+	return func(o *electionOptions) { o.minBackoff, o.maxBackoff = min, max }
+}
+
+// resignTimeout bounds the resignation after a term, which runs on a fresh
+// context (the caller's may already be cancelled).
+const resignTimeout = 5 * time.Second
+
+// RunElection campaigns for the named election and runs fn while this
+// process leads, for as long as ctx lasts. It heals itself: a lost
+// leadership cancels fn's context and, once fn returns, campaigns again; a
+// session that ended is replaced; failures are retried with backoff.
+//
+// fn receives the term (pass it to every access of what the leader
+// controls) and a context that ends when leadership ends: at the latest at
+// the session's local deadline, before the server can elect anyone else.
+// fn must return promptly then. When fn returns, the leadership is
+// resigned, so the next candidate leads at once. If fn returns nil while
+// still leading, the work is done and RunElection returns nil; if it
+// returns an error, RunElection campaigns again after a backoff.
+//
+// RunElection never runs two fn calls at once. When ctx ends it cancels
+// fn, waits for it, resigns (on a fresh bounded context), closes its
+// session and returns ctx's error.
+func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ctx context.Context, term fencing.Token) error, opts ...ElectionOption) (err error) {
+	o := electionOptions{minBackoff: 100 * time.Millisecond, maxBackoff: 10 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var sess *Session
+	defer func() {
+		if sess != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
+			sess.Close(cctx)
+			cancel()
+		}
+		if o.onExit != nil {
+			o.onExit(err)
+		}
+	}()
+	backoff := o.minBackoff
+	pause := func() error {
+		// Full jitter in [backoff/2, backoff].
+		timer := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		defer timer.Stop()
+		backoff = min(2*backoff, o.maxBackoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return nil
+		}
+	}
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if sess == nil || sess.Err() != nil {
+			if sess != nil {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
+				sess.Close(cctx) // already ended; tells the server if it still has it
+				cancel()
+			}
+			if sess, err = c.NewSession(ctx, o.session...); err != nil {
+				sess = nil
+				c.lg.Warn("coordd: election session", "election", name, "error", err)
+				if err := pause(); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		lead, err := sess.Campaign(ctx, name, value)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			c.lg.Warn("coordd: campaign", "election", name, "error", err)
+			if err := pause(); err != nil {
+				return err
+			}
+			continue
+		}
+		term := lead.Term()
+		if o.onElected != nil {
+			o.onElected(term)
+		}
+		ferr := runLeader(ctx, lead, fn)
+		lost := context.Cause(lead.Context()) // nil while still leading
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
+		lead.Resign(rctx)
+		cancel()
+		cause := lost
+		switch {
+		case cause != nil:
+		case ctx.Err() != nil:
+			cause = ctx.Err()
+		case ferr != nil:
+			cause = ferr
+		default:
+			cause = ErrResigned
+		}
+		if o.onDemoted != nil {
+			o.onDemoted(term, cause)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case lost != nil:
+			backoff = o.minBackoff // campaign again at once
+		case ferr != nil:
+			c.lg.Warn("coordd: leader callback failed", "election", name, "term", term, "error", ferr)
+			if err := pause(); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// runLeader runs fn with a context that ends with ctx or the leadership,
+// turning a panic into an error.
+func runLeader(ctx context.Context, lead *Leadership, fn func(context.Context, fencing.Token) error) (err error) {
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(lead.Context(), func() { cancel(context.Cause(lead.Context())) })
+	defer stop()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("coordd: leader callback panicked: %v", p)
+		}
+	}()
+	err = fn(fctx, lead.Term())
+	if err != nil && errors.Is(err, context.Canceled) && fctx.Err() != nil {
+		return nil // fn stopped because it was told to
+	}
+	return err
+}

@@ -1,0 +1,164 @@
+package api
+
+import (
+	"context"
+
+	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/fencing"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"github.com/coordd/coordd/session"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// ElectionServer adapts election.Manager to coordd.v1.ElectionService.
+type ElectionServer struct {
+	coorddv1.UnsafeElectionServiceServer // compile errors when the service grows
+
+	m        *election.Manager
+	sessions *session.Manager // to name leaders' and candidates' owners
+	stopping <-chan struct{}
+}
+
+// NewElectionServer returns the ElectionService adapter. Observe streams
+// end with ErrStopping once stopping is closed.
+func NewElectionServer(m *election.Manager, sessions *session.Manager, stopping <-chan struct{}) *ElectionServer {
+	return &ElectionServer{m: m, sessions: sessions, stopping: stopping}
+}
+
+// Campaign implements ElectionService.
+func (s *ElectionServer) Campaign(ctx context.Context, req *coorddv1.CampaignRequest) (*coorddv1.CampaignResponse, error) {
+	id, err := session.ParseID(req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if w := req.GetWait(); w != nil {
+		if err := w.CheckValid(); err != nil || w.AsDuration() <= 0 {
+			return nil, invalid("wait must be a positive duration (for example \"30s\")")
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.AsDuration())
+		defer cancel()
+	}
+	l, err := s.m.Campaign(ctx, election.Request{Name: req.GetName(), Session: clientv3.LeaseID(id), Value: req.GetValue(), RequestID: req.GetRequestId()})
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.CampaignResponse{Leadership: &coorddv1.Leadership{
+		Name:      l.Name,
+		Term:      int64(l.Term),
+		Value:     l.Value,
+		SessionId: session.ID(l.Session).String(),
+		RequestId: l.RequestID,
+		Revision:  l.Revision,
+	}}, nil
+}
+
+// Proclaim implements ElectionService.
+func (s *ElectionServer) Proclaim(ctx context.Context, req *coorddv1.ProclaimRequest) (*coorddv1.ProclaimResponse, error) {
+	rev, err := s.m.Proclaim(ctx, req.GetName(), fencing.Token(req.GetTerm()), req.GetValue())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.ProclaimResponse{Revision: rev}, nil
+}
+
+// Resign implements ElectionService.
+func (s *ElectionServer) Resign(ctx context.Context, req *coorddv1.ResignRequest) (*coorddv1.ResignResponse, error) {
+	if err := s.m.Resign(ctx, req.GetName(), fencing.Token(req.GetTerm())); err != nil {
+		return nil, err
+	}
+	return &coorddv1.ResignResponse{}, nil
+}
+
+// Leader implements ElectionService.
+func (s *ElectionServer) Leader(ctx context.Context, req *coorddv1.LeaderRequest) (*coorddv1.LeaderResponse, error) {
+	ld, rev, err := s.m.Leader(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.LeaderResponse{Leader: s.leaderProto(ctx, ld, true), Revision: rev}, nil
+}
+
+// Candidates implements ElectionService.
+func (s *ElectionServer) Candidates(ctx context.Context, req *coorddv1.CandidatesRequest) (*coorddv1.CandidatesResponse, error) {
+	cands, rev, err := s.m.Candidates(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	resp := &coorddv1.CandidatesResponse{Revision: rev}
+	for _, c := range cands {
+		out := &coorddv1.ElectionCandidate{
+			Term:        int64(c.Term),
+			Value:       c.Value,
+			SessionId:   session.ID(c.Session).String(),
+			RequestId:   c.RequestID,
+			EnqueueTime: timestamppb.New(c.Enqueued),
+		}
+		out.Owner, out.Hostname = s.owner(ctx, c.Session)
+		resp.Candidates = append(resp.Candidates, out)
+	}
+	return resp, nil
+}
+
+// Observe implements ElectionService.
+func (s *ElectionServer) Observe(req *coorddv1.ObserveRequest, stream coorddv1.ElectionService_ObserveServer) error {
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-s.stopping:
+			cancel(ErrStopping)
+		case <-ctx.Done():
+		}
+	}()
+	err := s.m.Observe(ctx, req.GetName(), req.GetFromRevision(), func(evs []election.Event) error {
+		msg := &coorddv1.ObserveResponse{Revision: evs[0].Revision}
+		for _, ev := range evs {
+			out := &coorddv1.ElectionEvent{Type: eventTypes[ev.Type], Revision: ev.Revision, Current: ev.Current}
+			if ev.Type != election.Vacant {
+				out.Leader = s.leaderProto(ctx, ev.Leader, ev.Type == election.Elected)
+			}
+			msg.Events = append(msg.Events, out)
+		}
+		return stream.Send(msg)
+	})
+	if cause := context.Cause(ctx); cause == ErrStopping {
+		return ErrStopping
+	}
+	return err
+}
+
+var eventTypes = map[election.EventType]coorddv1.ElectionEventType{
+	election.Elected:    coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_ELECTED,
+	election.Proclaimed: coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_PROCLAIMED,
+	election.Resigned:   coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_RESIGNED,
+	election.Expired:    coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_EXPIRED,
+	election.Vacant:     coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_VACANT,
+}
+
+// leaderProto describes a leader, with its session's owner and host when
+// withOwner is set and the session still exists.
+func (s *ElectionServer) leaderProto(ctx context.Context, ld election.Leader, withOwner bool) *coorddv1.ElectionLeader {
+	out := &coorddv1.ElectionLeader{
+		Term:      int64(ld.Term),
+		Value:     ld.Value,
+		SessionId: session.ID(ld.Session).String(),
+		RequestId: ld.RequestID,
+		Proclaims: ld.Proclaims,
+	}
+	if !ld.Since.IsZero() {
+		out.Since = timestamppb.New(ld.Since)
+	}
+	if withOwner {
+		out.Owner, out.Hostname = s.owner(ctx, ld.Session)
+	}
+	return out
+}
+
+func (s *ElectionServer) owner(ctx context.Context, id clientv3.LeaseID) (owner, hostname string) {
+	if info, err := s.sessions.Get(ctx, session.ID(id)); err == nil {
+		return info.Owner, info.Hostname
+	}
+	return "", ""
+}

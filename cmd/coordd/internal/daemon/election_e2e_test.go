@@ -1,0 +1,386 @@
+package daemon_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/tcpproxy"
+)
+
+func TestElectionsThroughSDK(t *testing.T) {
+	d := start(t, testConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	a, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second), clientlib.WithOwner("worker-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second), clientlib.WithOwner("worker-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Leader(ctx, "batch"); !errors.Is(err, clientlib.ErrNoLeader) {
+		t.Fatalf("Leader of an empty election = %v, want ErrNoLeader", err)
+	}
+	obs := c.Observe(ctx, "batch")
+	next := func() clientlib.ElectionEvent {
+		t.Helper()
+		select {
+		case ev, ok := <-obs.Events():
+			if !ok {
+				t.Fatalf("observer ended: %v", obs.Err())
+			}
+			return ev
+		case <-time.After(10 * time.Second):
+			t.Fatal("no election event within 10s")
+		}
+		panic("unreachable")
+	}
+	if ev := next(); ev.Type != clientlib.ElectionVacant || !ev.Current {
+		t.Fatalf("first event = %+v, want a current VACANT", ev)
+	}
+
+	la, err := a.Campaign(ctx, "batch", "10.0.0.1:80")
+	if err != nil {
+		t.Fatalf("Campaign: %v", err)
+	}
+	if ev := next(); ev.Type != clientlib.ElectionElected || ev.Leader.Term != la.Term() || ev.Leader.Value != "10.0.0.1:80" || ev.Leader.Owner != "worker-a" {
+		t.Fatalf("event = %+v, want ELECTED of term %d", ev, la.Term())
+	}
+	if _, err := a.Campaign(ctx, "batch", "again"); !errors.Is(err, clientlib.ErrAlreadyLeader) {
+		t.Fatalf("second Campaign by the leading session = %v, want ErrAlreadyLeader", err)
+	}
+	lbc := make(chan *clientlib.Leadership, 1)
+	go func() {
+		lb, err := b.Campaign(ctx, "batch", "10.0.0.2:80")
+		if err != nil {
+			t.Errorf("Campaign b: %v", err)
+		}
+		lbc <- lb
+	}()
+	waitFor(t, 10*time.Second, "b to queue", func() bool {
+		cands, err := c.Candidates(ctx, "batch")
+		return err == nil && len(cands) == 1 && cands[0].Owner == "worker-b" && cands[0].Value == "10.0.0.2:80"
+	})
+	if err := la.Proclaim(ctx, "10.0.0.1:81"); err != nil {
+		t.Fatalf("Proclaim: %v", err)
+	}
+	if ev := next(); ev.Type != clientlib.ElectionProclaimed || ev.Leader.Value != "10.0.0.1:81" {
+		t.Fatalf("event = %+v, want PROCLAIMED", ev)
+	}
+	ld, err := c.Leader(ctx, "batch")
+	if err != nil || ld.Term != la.Term() || ld.Value != "10.0.0.1:81" || ld.Owner != "worker-a" || ld.SessionID != a.ID() || ld.Proclaims != 1 {
+		t.Fatalf("Leader = %+v, %v", ld, err)
+	}
+	if err := c.ValidateLeadership(ctx, "batch", la.Term()); err != nil {
+		t.Fatalf("ValidateLeadership: %v", err)
+	}
+	if _, err := c.FencedPutAsLeader(ctx, "batch", la.Term(), "batch/owner", []byte("a")); err != nil {
+		t.Fatalf("FencedPutAsLeader: %v", err)
+	}
+
+	if err := la.Resign(ctx); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	if !errors.Is(context.Cause(la.Context()), clientlib.ErrResigned) {
+		t.Fatalf("leadership context cause after Resign = %v", context.Cause(la.Context()))
+	}
+	lb := <-lbc
+	if lb == nil || lb.Term() <= la.Term() {
+		t.Fatalf("b's leadership %v after a's term %d", lb, la.Term())
+	}
+	if ev := next(); ev.Type != clientlib.ElectionResigned || ev.Leader.Term != la.Term() {
+		t.Fatalf("event = %+v, want RESIGNED of term %d", ev, la.Term())
+	}
+	if ev := next(); ev.Type != clientlib.ElectionElected || ev.Leader.Term != lb.Term() {
+		t.Fatalf("event = %+v, want ELECTED of term %d", ev, lb.Term())
+	}
+	if err := c.ValidateLeadership(ctx, "batch", la.Term()); !errors.Is(err, clientlib.ErrStaleToken) {
+		t.Fatalf("ValidateLeadership of a resigned term = %v, want ErrStaleToken", err)
+	}
+	if _, err := c.FencedPutAsLeader(ctx, "batch", la.Term(), "batch/owner", []byte("late")); !errors.Is(err, clientlib.ErrStaleToken) {
+		t.Fatalf("late FencedPutAsLeader = %v, want ErrStaleToken", err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lb.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost not closed after the session closed")
+	}
+	if ev := next(); ev.Type != clientlib.ElectionExpired || ev.Leader.Term != lb.Term() {
+		t.Fatalf("event = %+v, want EXPIRED of term %d", ev, lb.Term())
+	}
+	if ev := next(); ev.Type != clientlib.ElectionVacant {
+		t.Fatalf("event = %+v, want VACANT", ev)
+	}
+}
+
+func TestElectionsOverHTTP(t *testing.T) {
+	d := start(t, testConfig(t))
+	base := "http://" + d.HTTPAddr()
+	r := call(t, "POST", base+"/v1/sessions", `{"ttl":"30s","owner":"curl"}`)
+	sid := r.body["session"].(map[string]any)["id"].(string)
+
+	// Observe as newline-delimited JSON.
+	octx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(octx, "GET", base+"/v1/elections:observe?name=reports/nightly", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := bufio.NewScanner(resp.Body)
+	nextLine := func() map[string]any {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("observe stream ended: %v", lines.Err())
+		}
+		var m map[string]any
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("line %q: %v", lines.Text(), err)
+		}
+		return m["result"].(map[string]any)
+	}
+	first := nextLine()
+	if ev := first["events"].([]any)[0].(map[string]any); ev["type"] != "ELECTION_EVENT_TYPE_VACANT" || ev["current"] != true {
+		t.Fatalf("first observed line = %v", first)
+	}
+
+	r = call(t, "POST", base+"/v1/elections:campaign", fmt.Sprintf(`{"name":"reports/nightly","sessionId":%q,"value":"host-1"}`, sid))
+	if r.status != 200 {
+		t.Fatalf("campaign = %d %v", r.status, r.body)
+	}
+	term, ok := r.body["leadership"].(map[string]any)["term"].(string)
+	if !ok || term == "" {
+		t.Fatalf("term is not a JSON string: %v", r.body)
+	}
+	line := nextLine()
+	if ev := line["events"].([]any)[0].(map[string]any); ev["type"] != "ELECTION_EVENT_TYPE_ELECTED" || ev["leader"].(map[string]any)["term"] != term {
+		t.Fatalf("observed = %v", line)
+	}
+	r = call(t, "GET", base+"/v1/elections:leader?name=reports/nightly", "")
+	if r.status != 200 || r.body["leader"].(map[string]any)["value"] != "host-1" || r.body["leader"].(map[string]any)["owner"] != "curl" {
+		t.Fatalf("leader = %d %v", r.status, r.body)
+	}
+	r = call(t, "POST", base+"/v1/elections:proclaim", fmt.Sprintf(`{"name":"reports/nightly","term":%q,"value":"host-1b"}`, term))
+	if r.status != 200 {
+		t.Fatalf("proclaim = %d %v", r.status, r.body)
+	}
+	if ev := nextLine()["events"].([]any)[0].(map[string]any); ev["type"] != "ELECTION_EVENT_TYPE_PROCLAIMED" {
+		t.Fatalf("observed = %v", ev)
+	}
+	r = call(t, "POST", base+"/v1/locks:validateFence", fmt.Sprintf(`{"election":"reports/nightly","token":%q}`, term))
+	if r.status != 200 {
+		t.Fatalf("validateFence by term = %d %v", r.status, r.body)
+	}
+	r = call(t, "GET", base+"/v1/elections:candidates?name=reports/nightly", "")
+	if r.status != 200 {
+		t.Fatalf("candidates = %d %v", r.status, r.body)
+	}
+	r = call(t, "POST", base+"/v1/elections:resign", fmt.Sprintf(`{"name":"reports/nightly","term":%q}`, term))
+	if r.status != 200 {
+		t.Fatalf("resign = %d %v", r.status, r.body)
+	}
+	evs := nextLine()["events"].([]any)
+	if len(evs) != 2 || evs[0].(map[string]any)["type"] != "ELECTION_EVENT_TYPE_RESIGNED" || evs[1].(map[string]any)["type"] != "ELECTION_EVENT_TYPE_VACANT" {
+		t.Fatalf("observed after resign = %v", evs)
+	}
+
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		reason             string
+	}{
+		{"POST", "/v1/elections:campaign", `{"name":"a b","sessionId":"` + sid + `"}`, 400, "INVALID_ARGUMENT"},
+		{"POST", "/v1/elections:campaign", `{"name":"x","sessionId":"00000000000000ff"}`, 404, "SESSION_NOT_FOUND"},
+		{"POST", "/v1/elections:campaign", `{"name":"x","sessionId":"` + sid + `","value":"` + strings.Repeat("v", 64<<10+1) + `"}`, 400, "VALUE_TOO_LARGE"},
+		{"POST", "/v1/elections:campaign", `{"name":"x","sessionId":"` + sid + `","wait":"-1s"}`, 400, "INVALID_ARGUMENT"},
+		{"POST", "/v1/elections:resign", fmt.Sprintf(`{"name":"reports/nightly","term":%q}`, term), 400, "NOT_LEADER"},
+		{"POST", "/v1/elections:proclaim", fmt.Sprintf(`{"name":"reports/nightly","term":%q,"value":"x"}`, term), 400, "NOT_LEADER"},
+		{"GET", "/v1/elections:leader?name=reports/nightly", "", 404, "NO_LEADER"},
+		{"POST", "/v1/locks:validateFence", fmt.Sprintf(`{"election":"reports/nightly","token":%q}`, term), 409, "STALE_TOKEN"},
+		{"POST", "/v1/kv:fencedPut", fmt.Sprintf(`{"election":"reports/nightly","lock":"l","token":%q,"key":"k"}`, term), 400, "INVALID_ARGUMENT"},
+		{"GET", "/v1/elections:observe?name=", "", 400, "INVALID_ARGUMENT"},
+	} {
+		r := call(t, tc.method, base+tc.path, tc.body)
+		if r.status != tc.status || reason(r) != tc.reason {
+			t.Errorf("%s %s = %d %s, want %d %s (%v)", tc.method, tc.path, r.status, reason(r), tc.status, tc.reason, r.body)
+		}
+	}
+	// Nothing of the bad calls was left behind.
+	r = call(t, "GET", base+"/v1/elections:candidates?name=x", "")
+	if r.status != 200 || len(r.body) > 1 {
+		t.Fatalf("candidates of x after bad calls = %d %v", r.status, r.body)
+	}
+}
+
+// appendLog is a resource that only a leader may append to, guarded by
+// its term: what a careful service would do with the term.
+type appendLog struct {
+	guard fencing.Guard
+	mu    sync.Mutex
+	terms []fencing.Token // terms of accepted appends, in order
+	late  int             // appends the guard rejected
+}
+
+func (l *appendLog) append(term fencing.Token) error {
+	err := l.guard.Do("log", term, func() error {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.terms = append(l.terms, term)
+		return nil
+	})
+	if errors.Is(err, fencing.ErrStale) {
+		l.mu.Lock()
+		l.late++
+		l.mu.Unlock()
+	}
+	return err
+}
+
+// outOfOrder counts accepted appends whose term is below an earlier one.
+func (l *appendLog) outOfOrder() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for i := 1; i < len(l.terms); i++ {
+		if l.terms[i] < l.terms[i-1] {
+			n++
+		}
+	}
+	return n
+}
+
+// TestNeverTwoLeaders runs three candidates through RunElection, each
+// behind its own TCP proxy, and repeatedly cuts the leader off (its
+// keep-alives stop, as if its process were killed or paused). A "paused"
+// leader ignores its context and tries one more append after the next
+// leader has appended, as a process waking from a long pause would; the
+// term guard must reject it. And every leader's context must end before
+// the next leader is elected.
+func TestNeverTwoLeaders(t *testing.T) {
+	d := start(t, testConfig(t))
+	const candidates = 3
+	var (
+		log       appendLog
+		mu        sync.Mutex
+		leaderOf  = map[fencing.Token]int{}       // term -> candidate
+		elected   = map[fencing.Token]time.Time{} // when Campaign returned
+		cancelled = map[fencing.Token]time.Time{} // when the leader's context ended
+		pausing   = map[int]bool{}                // candidates told to act paused
+	)
+	proxies := make([]*tcpproxy.Proxy, candidates)
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for i := range candidates {
+		proxies[i] = tcpproxy.Start(t, d.GRPCAddr())
+		c := newClient(t, proxies[i].Addr())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.RunElection(ctx, "singleton", fmt.Sprint(i), func(lctx context.Context, term fencing.Token) error {
+				stopAt := context.AfterFunc(lctx, func() {
+					mu.Lock()
+					cancelled[term] = time.Now()
+					mu.Unlock()
+				})
+				defer stopAt()
+				for lctx.Err() == nil {
+					if err := log.append(term); err != nil {
+						return err
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+				mu.Lock()
+				paused := pausing[i]
+				mu.Unlock()
+				if paused && ctx.Err() == nil {
+					// Wake up late: once a newer term has appended, try again.
+					for log.guard.Highest("log") <= term && ctx.Err() == nil {
+						time.Sleep(2 * time.Millisecond)
+					}
+					_ = log.append(term)
+				}
+				return nil
+			}, clientlib.WithElectionSession(clientlib.WithTTL(2*time.Second)),
+				clientlib.OnElected(func(term fencing.Token) {
+					mu.Lock()
+					leaderOf[term], elected[term] = i, time.Now()
+					mu.Unlock()
+				}))
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("RunElection %d = %v", i, err)
+			}
+		}()
+	}
+	current := func() (fencing.Token, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		var top fencing.Token
+		for term := range leaderOf {
+			top = max(top, term)
+		}
+		return top, leaderOf[top]
+	}
+	const rounds = 4
+	for round := range rounds {
+		waitFor(t, 15*time.Second, "a leader", func() bool { term, _ := current(); return term > 0 && log.guard.Highest("log") == term })
+		term, who := current()
+		mu.Lock()
+		pausing[who] = round%2 == 1
+		mu.Unlock()
+		proxies[who].Freeze()
+		waitFor(t, 15*time.Second, "the next leader", func() bool { next, _ := current(); return next > term })
+		proxies[who].Thaw()
+	}
+	waitFor(t, 15*time.Second, "the last leader to append", func() bool { term, _ := current(); return log.guard.Highest("log") == term })
+	stop()
+	wg.Wait()
+
+	if n := log.outOfOrder(); n != 0 {
+		t.Fatalf("%d appends accepted out of term order", n)
+	}
+	if log.late < rounds/2 {
+		t.Fatalf("the guard rejected %d late appends; %d paused leaders each tried one", log.late, rounds/2)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var terms []fencing.Token
+	for term := range elected {
+		terms = append(terms, term)
+	}
+	sortTokens(terms)
+	if len(terms) < rounds+1 {
+		t.Fatalf("%d terms, want at least %d", len(terms), rounds+1)
+	}
+	for i := 1; i < len(terms); i++ {
+		prev, next := terms[i-1], terms[i]
+		end, ok := cancelled[prev]
+		if !ok || !end.Before(elected[next]) {
+			t.Errorf("term %d's context ended at %v, term %d was elected at %v: not before", prev, end, next, elected[next])
+			continue
+		}
+		t.Logf("term %d ended %s before term %d was elected", prev, elected[next].Sub(end).Round(time.Millisecond), next)
+	}
+}
+
+func sortTokens(ts []fencing.Token) {
+	for i := 1; i < len(ts); i++ {
+		for j := i; j > 0 && ts[j] < ts[j-1]; j-- {
+			ts[j], ts[j-1] = ts[j-1], ts[j]
+		}
+	}
+}
