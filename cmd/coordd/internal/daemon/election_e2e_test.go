@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/tcpproxy"
 )
 
@@ -383,4 +385,158 @@ func sortTokens(ts []fencing.Token) {
 			ts[j], ts[j-1] = ts[j-1], ts[j]
 		}
 	}
+}
+
+// leaderLoop runs RunElection for one candidate that appends to log while it
+// leads, and counts appends per term.
+type leaderLoop struct {
+	log     *appendLog
+	mu      sync.Mutex
+	appends map[fencing.Token]int
+	demoted int
+}
+
+func (l *leaderLoop) run(ctx context.Context, t *testing.T, c *clientlib.Client, name string, ttl time.Duration, wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := c.RunElection(ctx, name, "", func(lctx context.Context, term fencing.Token) error {
+			for lctx.Err() == nil {
+				if err := l.log.append(term); err != nil {
+					return err
+				}
+				l.mu.Lock()
+				l.appends[term]++
+				l.mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+			return nil
+		}, clientlib.WithElectionSession(clientlib.WithTTL(ttl)), clientlib.WithElectionBackoff(50*time.Millisecond, 500*time.Millisecond),
+			clientlib.OnDemoted(func(fencing.Token, error) { l.mu.Lock(); l.demoted++; l.mu.Unlock() }))
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("RunElection = %v", err)
+		}
+	}()
+}
+
+// leading returns the highest term that appended and its append count.
+func leading(loops ...*leaderLoop) (fencing.Token, int) {
+	var top fencing.Token
+	n := 0
+	for _, l := range loops {
+		l.mu.Lock()
+		for term, c := range l.appends {
+			if term > top {
+				top, n = term, c
+			}
+		}
+		l.mu.Unlock()
+	}
+	return top, n
+}
+
+// TestRunElectionSurvivesRestart restarts the daemon under two RunElection
+// loops: quickly (the sessions outlive the outage, so leadership may
+// continue), and for longer than the session TTL (the leader's context
+// ends during the outage; a new session is elected after). Either way a
+// leader works again afterwards, and no append is accepted out of order.
+func TestRunElectionSurvivesRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and the daemon")
+	}
+	cfg := testConfig(t)
+	cfg.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+	d, err := daemon.Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &appendLog{}
+	a := &leaderLoop{log: log, appends: map[fencing.Token]int{}}
+	b := &leaderLoop{log: log, appends: map[fencing.Token]int{}}
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	a.run(ctx, t, newClient(t, cfg.GRPCAddr), "restart", 3*time.Second, &wg)
+	b.run(ctx, t, newClient(t, cfg.GRPCAddr), "restart", 3*time.Second, &wg)
+	working := func(after fencing.Token, n int) func() bool {
+		return func() bool { term, c := leading(a, b); return term > after || (term == after && c > n+10) }
+	}
+	waitFor(t, 10*time.Second, "a leader to work", working(0, 0))
+
+	// A quick restart.
+	term, n := leading(a, b)
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = daemon.Start(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "a leader to work after a quick restart", working(term, n))
+	t.Logf("quick restart: term %d before, %d after", term, func() fencing.Token { t, _ := leading(a, b); return t }())
+
+	// An outage longer than the TTL: the leader must stop working during it.
+	term, _ = leading(a, b)
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the leader to stop during the outage", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return a.demoted+b.demoted > 0
+	})
+	_, n = leading(a, b)
+	if d, err = daemon.Start(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "a new leader to work after a long outage", working(term, n))
+	stop()
+	wg.Wait()
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := log.outOfOrder(); n != 0 {
+		t.Fatalf("%d appends accepted out of term order", n)
+	}
+}
+
+// TestRunElectionSurvivesEtcdLeaderLoss stops the member that is etcd's
+// leader under two RunElection loops connected to all three members: a
+// leader works again afterwards, and no append is accepted out of order.
+func TestRunElectionSurvivesEtcdLeaderLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member cluster")
+	}
+	ds := startCluster(t, 3)
+	var endpoints []string
+	leader := 0
+	for i, d := range ds {
+		endpoints = append(endpoints, d.GRPCAddr())
+		if d.Etcd().Server.Leader() == d.Etcd().Server.MemberID() {
+			leader = i
+		}
+	}
+	log := &appendLog{}
+	a := &leaderLoop{log: log, appends: map[fencing.Token]int{}}
+	b := &leaderLoop{log: log, appends: map[fencing.Token]int{}}
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	a.run(ctx, t, newClient(t, endpoints...), "ha", 5*time.Second, &wg)
+	b.run(ctx, t, newClient(t, endpoints...), "ha", 5*time.Second, &wg)
+	waitFor(t, 10*time.Second, "a leader to work", func() bool { term, n := leading(a, b); return term > 0 && n > 10 })
+	term, n := leading(a, b)
+	if err := ds[leader].Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "a leader to work after etcd's leader stopped", func() bool {
+		after, c := leading(a, b)
+		return after > term || c > n+20
+	})
+	after, _ := leading(a, b)
+	stop()
+	wg.Wait()
+	if n := log.outOfOrder(); n != 0 {
+		t.Fatalf("%d appends accepted out of term order", n)
+	}
+	t.Logf("term %d before etcd's leader stopped, %d after", term, after)
 }
