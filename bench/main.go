@@ -36,12 +36,19 @@ import (
 )
 
 var (
-	rounds     = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
-	ops        = flag.Int("ops", 300, "operations per peer per round")
-	starts     = flag.Int("starts", 5, "cold starts to measure")
-	only       = flag.String("only", "all", "which part to run: all, sessions or locks")
-	lockD      = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer and round")
-	lockRounds = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
+	rounds         = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
+	ops            = flag.Int("ops", 300, "operations per peer per round")
+	starts         = flag.Int("starts", 5, "cold starts to measure")
+	only           = flag.String("only", "all", "which part to run: all, sessions, locks or elections")
+	lockD          = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer and round")
+	lockRounds     = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
+	electionRounds = flag.Int("election-rounds", 3, "rounds of the election workloads; peers alternate order each round")
+	electionOps    = flag.Int("election-ops", 100, "hand-overs and proclamations per peer per round")
+	failovers      = flag.Int("failovers", 3, "crash fail-overs per peer")
+	failoverTTL    = flag.Int("failover-ttl", 2, "session TTL in seconds for the crash fail-overs")
+	// campaignChild makes this binary a process that leads an election until
+	// killed: -campaign-child kind,endpoint,name,ttl.
+	campaignChild = flag.String("campaign-child", "", "internal: lead an election until killed")
 	// rawMember makes this binary a bare embedded etcd member (the peer of
 	// the cold-start and memory figures): -raw-member dir,clientURL,peerURL.
 	rawMember = flag.String("raw-member", "", "internal: run a bare embedded etcd member")
@@ -51,6 +58,10 @@ func main() {
 	flag.Parse()
 	if *rawMember != "" {
 		runRawMember(*rawMember)
+		return
+	}
+	if *campaignChild != "" {
+		runCampaignChild(*campaignChild)
 		return
 	}
 	if err := run(); err != nil {
@@ -85,6 +96,16 @@ func run() error {
 		}
 		defer d.stop()
 		if err := benchLocks(d.grpcAddr, d.etcdURL, *lockD); err != nil {
+			return err
+		}
+	}
+	if *only == "all" || *only == "elections" {
+		d, err := startDaemon(bin, filepath.Join(tmp, "elections"))
+		if err != nil {
+			return err
+		}
+		defer d.stop()
+		if err := benchElections(d.grpcAddr, d.etcdURL); err != nil {
 			return err
 		}
 	}
