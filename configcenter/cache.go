@@ -1,0 +1,634 @@
+package configcenter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coordd/coordd/internal/names"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Cache is a member's watch cache of the whole config tree: one etcd watch
+// feeds an in-memory copy of every namespace and a bounded history of
+// recent releases, and every subscriber is served from it, so K
+// subscribers cost one etcd watch, not K.
+//
+// Guarantees: a subscriber receives, for its namespaces, a SNAPSHOT and
+// then exactly one CHANGE per release, in revision order, each complete;
+// whenever it cannot be given every release since its revision (a resume
+// point older than the history, its own queue overflowing, the cache
+// reloading after losing its watch), it gets a fresh SNAPSHOT instead, at
+// a revision not older than anything it was sent. Dispatch never waits
+// for a subscriber.
+//
+// Non-guarantees: the cache may lag etcd by the time it takes a watch
+// event to arrive; reads that must be current (Snapshot with a minimum
+// revision) wait for it to catch up, or fail with ErrBehind.
+type Cache struct {
+	store *Store
+	cli   *clientv3.Client
+	opts  CacheOptions
+
+	ready chan struct{} // closed once the first load is done
+	done  chan struct{} // closed when Run returns
+	nudge chan struct{} // asks the watch for its progress now
+
+	mu       sync.RWMutex
+	rev      int64 // every change at or below rev is applied
+	oldest   int64 // history holds every release after oldest
+	live     bool  // the watch is healthy; bookmarks are sent only then
+	spaces   map[string]*space
+	history  []Event // CHANGE events, oldest first
+	subs     map[string]map[*Subscription]struct{} // namespace -> subscribers
+	advanced chan struct{}                          // closed and replaced whenever rev grows
+}
+
+// CacheOptions tune a Cache. Zero values mean the defaults.
+type CacheOptions struct {
+	// History is how many recent releases (of all namespaces) the cache
+	// keeps to resume subscribers without a snapshot. Default 10,000.
+	History int
+	// QueueLimit bounds the events waiting for one subscriber; past it the
+	// subscriber is reset to a snapshot. Default 1,024.
+	QueueLimit int
+	// Bookmark is how often an idle subscriber is told the current
+	// revision. Default 5s.
+	Bookmark time.Duration
+	// Progress is how often the cache asks etcd for its watch's progress,
+	// so its revision advances while the config tree is quiet. Default 1s.
+	Progress time.Duration
+}
+
+type space struct {
+	release int64
+	changed int64 // revision of the last release
+	content map[string]string
+}
+
+// EventType is the kind of a watch Event.
+type EventType int
+
+// Event types.
+const (
+	// EventSnapshot: the complete state of every subscribed namespace at
+	// Revision; it replaces whatever the subscriber had.
+	EventSnapshot EventType = iota + 1
+	// EventChange: one release (Release), complete, at Revision.
+	EventChange
+	// EventBookmark: nothing changed in the subscribed namespaces up to
+	// Revision; resume from Revision+1.
+	EventBookmark
+)
+
+// Event is what a subscriber receives.
+type Event struct {
+	Type      EventType
+	Revision  int64
+	Release   *Release   // EventChange
+	Snapshots []Snapshot // EventSnapshot: one per subscribed namespace, in the order asked
+}
+
+// NewCache returns a cache over store. Run must be running for it to serve.
+func NewCache(store *Store, opts CacheOptions) *Cache {
+	if opts.History <= 0 {
+		opts.History = 10000
+	}
+	if opts.QueueLimit <= 0 {
+		opts.QueueLimit = 1024
+	}
+	if opts.Bookmark <= 0 {
+		opts.Bookmark = 5 * time.Second
+	}
+	if opts.Progress <= 0 {
+		opts.Progress = time.Second
+	}
+	return &Cache{
+		store: store, cli: store.cli, opts: opts,
+		ready: make(chan struct{}), done: make(chan struct{}), nudge: make(chan struct{}, 1),
+		spaces: map[string]*space{}, subs: map[string]map[*Subscription]struct{}{}, advanced: make(chan struct{}),
+	}
+}
+
+// ErrStopped is returned to subscribers and readers once Run has returned.
+var ErrStopped = errors.New("config: the watch cache stopped")
+
+// Run loads the config tree and follows it with one etcd watch until ctx
+// ends. It reloads from a fresh read when its watch is compacted away (and
+// resets every subscriber to a snapshot), and reopens a broken watch where
+// it left off.
+func (c *Cache) Run(ctx context.Context) {
+	defer close(c.done)
+	backoff := 50 * time.Millisecond
+	pause := func() bool {
+		t := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
+		defer t.Stop()
+		backoff = min(2*backoff, 2*time.Second)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	for !c.load(ctx) {
+		if !pause() {
+			return
+		}
+	}
+	close(c.ready)
+	for ctx.Err() == nil {
+		if c.follow(ctx) {
+			backoff = 50 * time.Millisecond
+			continue
+		}
+		if !pause() {
+			return
+		}
+	}
+}
+
+// load reads every namespace at one revision and replaces the cache's
+// state with it, resetting subscribers. It reports success.
+func (c *Cache) load(ctx context.Context) bool {
+	base := c.store.root + "ns/"
+	resp, err := c.cli.Get(ctx, base, clientv3.WithPrefix())
+	if err != nil {
+		return false
+	}
+	rev := resp.Header.Revision
+	// Further pages at the same revision.
+	kvs := resp.Kvs
+	for resp.More {
+		last := string(kvs[len(kvs)-1].Key) + "\x00"
+		if resp, err = c.cli.Get(ctx, last, clientv3.WithRange(clientv3.GetPrefixRangeEnd(base)), clientv3.WithRev(rev)); err != nil {
+			return false
+		}
+		kvs = append(kvs, resp.Kvs...)
+	}
+	spaces := map[string]*space{}
+	for _, kv := range kvs {
+		c.applyKV(spaces, mvccpb.PUT, kv)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rev < c.rev {
+		return false // never go back (a lagging member answered)
+	}
+	c.spaces, c.rev, c.oldest, c.history = spaces, rev, rev, nil
+	c.live = true
+	for _, set := range c.subs {
+		for sub := range set {
+			sub.resetToSnapshot()
+		}
+	}
+	c.broadcast()
+	return true
+}
+
+// applyKV applies one etcd key change under ns/ to spaces.
+func (c *Cache) applyKV(spaces map[string]*space, typ mvccpb.Event_EventType, kv *mvccpb.KeyValue) {
+	rest, ok := strings.CutPrefix(string(kv.Key), c.store.root+"ns/")
+	if !ok {
+		return
+	}
+	esc, sub, ok := strings.Cut(rest, "/")
+	if !ok {
+		return
+	}
+	ns := names.Unescape(esc)
+	sp := spaces[ns]
+	if sp == nil {
+		sp = &space{content: map[string]string{}}
+		spaces[ns] = sp
+	}
+	switch {
+	case strings.HasPrefix(sub, "k/"):
+		key := names.Unescape(sub[2:])
+		if typ == mvccpb.DELETE {
+			delete(sp.content, key)
+		} else {
+			sp.content[key] = string(kv.Value)
+		}
+	case sub == "meta" && typ == mvccpb.PUT:
+		var m meta
+		if jsonUnmarshal(kv.Value, &m) == nil {
+			sp.release, sp.changed = m.Release, kv.ModRevision
+		}
+	}
+}
+
+// follow watches the tree after c.rev until the watch ends. It reports
+// whether it made progress (so the caller retries at once).
+func (c *Cache) follow(ctx context.Context) bool {
+	c.mu.RLock()
+	from := c.rev + 1
+	c.mu.RUnlock()
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := c.cli.Watch(wctx, c.store.root, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	// Ask for progress regularly, so the revision (and bookmarks) advance
+	// while nothing changes.
+	go func() {
+		t := time.NewTicker(c.opts.Progress)
+		defer t.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-t.C:
+			case <-c.nudge:
+			}
+			// On the watch's own stream (wctx): etcd keys streams by context.
+			_ = c.cli.RequestProgress(wctx)
+		}
+	}()
+	progressed := false
+	for wr := range wch {
+		if wr.CompactRevision != 0 {
+			// The cache fell behind etcd's history: start over from a
+			// fresh read; subscribers get snapshots.
+			c.setLive(false)
+			return c.load(ctx)
+		}
+		if wr.Err() != nil {
+			break
+		}
+		progressed = true
+		if wr.IsProgressNotify() {
+			c.advance(wr.Header.Revision)
+			continue
+		}
+		evs := wr.Events
+		for len(evs) > 0 {
+			r := evs[0].Kv.ModRevision
+			n := 1
+			for n < len(evs) && evs[n].Kv.ModRevision == r {
+				n++
+			}
+			c.apply(r, evs[:n])
+			evs = evs[n:]
+		}
+	}
+	c.setLive(false)
+	return progressed && ctx.Err() == nil
+}
+
+func (c *Cache) setLive(v bool) {
+	c.mu.Lock()
+	c.live = v
+	c.mu.Unlock()
+}
+
+// advance records that every change up to rev has been seen.
+func (c *Cache) advance(rev int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.live = true
+	if rev > c.rev {
+		c.rev = rev
+		c.broadcast()
+	}
+}
+
+// broadcast wakes everyone waiting for the revision to grow. c.mu must be
+// held for writing.
+func (c *Cache) broadcast() {
+	close(c.advanced)
+	c.advanced = make(chan struct{})
+}
+
+// apply applies one revision's etcd events: the key changes, and the
+// release record that becomes a CHANGE event for the namespace's
+// subscribers.
+func (c *Cache) apply(rev int64, evs []*clientv3.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rev <= c.rev {
+		return // seen (a reopened watch may repeat a revision)
+	}
+	relBase := c.store.root + "rel/"
+	var changes []Event
+	for _, ev := range evs {
+		k := string(ev.Kv.Key)
+		if rest, ok := strings.CutPrefix(k, relBase); ok {
+			if ev.Type != mvccpb.PUT || ev.Kv.Version != 1 {
+				continue // history pruning, or a rewrite (never done)
+			}
+			esc, _, _ := strings.Cut(rest, "/")
+			r, err := c.store.decodeRelease(names.Unescape(esc), ev.Kv)
+			if err != nil {
+				continue
+			}
+			changes = append(changes, Event{Type: EventChange, Revision: rev, Release: &r})
+			continue
+		}
+		c.applyKV(c.spaces, ev.Type, ev.Kv)
+	}
+	c.rev, c.live = rev, true
+	for _, ev := range changes {
+		c.history = append(c.history, ev)
+		for sub := range c.subs[ev.Release.Namespace] {
+			sub.enqueue(ev)
+		}
+	}
+	if over := len(c.history) - c.opts.History; over > 0 {
+		c.oldest = c.history[over-1].Revision
+		c.history = append(c.history[:0:0], c.history[over:]...)
+	}
+	c.broadcast()
+}
+
+// Revision returns the revision the cache has reached.
+func (c *Cache) Revision() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.rev
+}
+
+// waitReady waits for the first load.
+func (c *Cache) waitReady(ctx context.Context) error {
+	select {
+	case <-c.ready:
+		return nil
+	case <-c.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waitRevision waits, for at most wait, until the cache has reached rev,
+// nudging etcd for progress. It fails with ErrBehind if it did not.
+func (c *Cache) waitRevision(ctx context.Context, rev int64, wait time.Duration) error {
+	if err := c.waitReady(ctx); err != nil {
+		return err
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	nudged := false
+	for {
+		c.mu.RLock()
+		at, advanced := c.rev, c.advanced
+		c.mu.RUnlock()
+		if at >= rev {
+			return nil
+		}
+		if !nudged {
+			select {
+			case c.nudge <- struct{}{}:
+			default:
+			}
+			nudged = true
+		}
+		select {
+		case <-advanced:
+		case <-timer.C:
+			return fmt.Errorf("%w: it is at revision %d, the request needs %d", ErrBehind, at, rev)
+		case <-c.done:
+			return ErrStopped
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// snapshotLocked copies a namespace's state. c.mu must be held.
+func (c *Cache) snapshotLocked(ns string) Snapshot {
+	s := Snapshot{Namespace: ns, Revision: c.rev, Content: map[string]string{}}
+	if sp := c.spaces[ns]; sp != nil {
+		s.Release, s.Changed, s.Content = sp.release, sp.changed, maps.Clone(sp.content)
+	}
+	return s
+}
+
+// Snapshot returns a namespace's content from the cache, at a revision of
+// at least minRev: it waits (up to one second) for the cache to get there,
+// and fails with ErrBehind if it does not.
+func (c *Cache) Snapshot(ctx context.Context, ns string, minRev int64) (Snapshot, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return Snapshot{}, err
+	}
+	if err := c.waitRevision(ctx, minRev, time.Second); err != nil {
+		return Snapshot{}, err
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.snapshotLocked(ns), nil
+}
+
+// Poll waits until the namespace has a release newer than revision after,
+// for at most wait (plus up to wait/16 of jitter, so a crowd of pollers
+// does not return in step), and returns its snapshot and whether it
+// changed. Without a change it returns the current snapshot and false.
+func (c *Cache) Poll(ctx context.Context, ns string, after int64, wait time.Duration) (Snapshot, bool, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return Snapshot{}, false, err
+	}
+	if after < 0 || wait < 0 {
+		return Snapshot{}, false, fmt.Errorf("%w: after %d, wait %s", ErrInvalid, after, wait)
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return Snapshot{}, false, err
+	}
+	timer := time.NewTimer(wait + rand.N(wait/16+1))
+	defer timer.Stop()
+	for {
+		c.mu.RLock()
+		s := c.snapshotLocked(ns)
+		advanced := c.advanced
+		c.mu.RUnlock()
+		if s.Changed > after {
+			return s, true, nil
+		}
+		select {
+		case <-advanced:
+		case <-timer.C:
+			return s, false, nil
+		case <-c.done:
+			return Snapshot{}, false, ErrStopped
+		case <-ctx.Done():
+			return Snapshot{}, false, ctx.Err()
+		}
+	}
+}
+
+// Subscription is one subscriber's view of the cache. It is not safe for
+// concurrent use: one goroutine calls Next.
+type Subscription struct {
+	c          *Cache
+	namespaces []string
+
+	mu       sync.Mutex
+	queue    []Event // CHANGE events not yet returned
+	snapshot bool    // the next event is a snapshot (first, or after a reset)
+	resets   int     // how often the queue overflowed
+	signal   chan struct{}
+}
+
+// MaxNamespacesPerWatch bounds one subscription's namespaces.
+const MaxNamespacesPerWatch = 64
+
+// Subscribe registers a subscriber for namespaces. With from == 0 it starts
+// with a snapshot. With from > 0 (the last revision it received + 1) it
+// resumes: the releases at from and after, from the cache's history, or a
+// snapshot if the history does not reach back that far. A from beyond the
+// cache's revision waits (up to three seconds) for the cache to catch up,
+// and fails with ErrBehind if it does not: a subscriber is never sent
+// something older than what it has. Close the subscription when done.
+func (c *Cache) Subscribe(ctx context.Context, namespaces []string, from int64) (*Subscription, error) {
+	if len(namespaces) == 0 || len(namespaces) > MaxNamespacesPerWatch {
+		return nil, fmt.Errorf("%w: watch 1 to %d namespaces, not %d", ErrInvalid, MaxNamespacesPerWatch, len(namespaces))
+	}
+	seen := map[string]bool{}
+	for _, ns := range namespaces {
+		if err := ValidateNamespace(ns); err != nil {
+			return nil, err
+		}
+		if seen[ns] {
+			return nil, fmt.Errorf("%w: namespace %q named twice", ErrInvalid, ns)
+		}
+		seen[ns] = true
+	}
+	if from < 0 {
+		return nil, fmt.Errorf("%w: revision %d is negative", ErrInvalid, from)
+	}
+	if err := c.waitRevision(ctx, from-1, 3*time.Second); err != nil {
+		return nil, err
+	}
+	s := &Subscription{c: c, namespaces: namespaces, signal: make(chan struct{}, 1)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if from == 0 || from-1 < c.oldest {
+		s.snapshot = true
+	} else {
+		for _, ev := range c.history {
+			if ev.Revision >= from && seen[ev.Release.Namespace] {
+				s.queue = append(s.queue, ev)
+			}
+		}
+		if len(s.queue) > c.opts.QueueLimit {
+			s.queue, s.snapshot = nil, true
+		}
+	}
+	for _, ns := range namespaces {
+		if c.subs[ns] == nil {
+			c.subs[ns] = map[*Subscription]struct{}{}
+		}
+		c.subs[ns][s] = struct{}{}
+	}
+	return s, nil
+}
+
+// Close unregisters the subscription.
+func (s *Subscription) Close() {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	for _, ns := range s.namespaces {
+		delete(s.c.subs[ns], s)
+		if len(s.c.subs[ns]) == 0 {
+			delete(s.c.subs, ns)
+		}
+	}
+}
+
+// Resets reports how often the subscriber fell too far behind and was
+// reset to a snapshot.
+func (s *Subscription) Resets() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resets
+}
+
+// enqueue adds an event for the subscriber without ever blocking: past the
+// queue limit the queue is dropped and the next event is a snapshot.
+func (s *Subscription) enqueue(ev Event) {
+	s.mu.Lock()
+	switch {
+	case s.snapshot:
+	case len(s.queue) >= s.c.opts.QueueLimit:
+		s.queue, s.snapshot = nil, true
+		s.resets++
+	default:
+		s.queue = append(s.queue, ev)
+	}
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Subscription) resetToSnapshot() {
+	s.mu.Lock()
+	s.queue, s.snapshot = nil, true
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+// Next returns the subscriber's next event: a snapshot when one is due,
+// else the oldest queued release, else, after the bookmark interval
+// without events, a bookmark (only while the cache's watch is healthy, so
+// a subscriber of a member cut off from etcd stops hearing anything and
+// can tell). It blocks until one is ready or ctx ends.
+func (s *Subscription) Next(ctx context.Context) (Event, error) {
+	timer := time.NewTimer(s.c.opts.Bookmark)
+	defer timer.Stop()
+	for {
+		if ev, ok := s.take(false); ok {
+			return ev, nil
+		}
+		select {
+		case <-s.signal:
+		case <-timer.C:
+			if ev, ok := s.take(true); ok {
+				return ev, nil
+			}
+			timer.Reset(s.c.opts.Bookmark)
+		case <-s.c.done:
+			return Event{}, ErrStopped
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}
+
+// take returns a due snapshot or queued event, or with bookmark a bookmark
+// if nothing is queued.
+func (s *Subscription) take(bookmark bool) (Event, bool) {
+	s.c.mu.RLock()
+	defer s.c.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.snapshot:
+		// Everything queued is at or below the cache's revision: the
+		// snapshot covers it.
+		s.snapshot, s.queue = false, nil
+		ev := Event{Type: EventSnapshot, Revision: s.c.rev}
+		for _, ns := range s.namespaces {
+			ev.Snapshots = append(ev.Snapshots, s.c.snapshotLocked(ns))
+		}
+		return ev, true
+	case len(s.queue) > 0:
+		ev := s.queue[0]
+		s.queue[0] = Event{}
+		s.queue = s.queue[1:]
+		if len(s.queue) == 0 {
+			s.queue = nil // let the backing array go
+		}
+		return ev, true
+	case bookmark && s.c.live:
+		return Event{Type: EventBookmark, Revision: s.c.rev}, true
+	}
+	return Event{}, false
+}

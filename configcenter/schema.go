@@ -1,0 +1,104 @@
+package configcenter
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// A namespace's JSON Schema validates the namespace as one JSON object:
+// each key is a property whose value is the key's value parsed as JSON. So
+// a schema can require keys ("required"), type them ("properties"), and
+// forbid unknown ones ("additionalProperties": false). With a schema, every
+// value must be JSON (a string value is written with its quotes).
+
+// schemaURL names the one resource a compiler sees.
+const schemaURL = "coordd:///namespace-schema.json"
+
+// noLoader refuses every "$ref" outside the schema: a schema may not make
+// the daemon read files or fetch URLs.
+type noLoader struct{}
+
+func (noLoader) Load(url string) (any, error) {
+	return nil, fmt.Errorf("schema references %q: only references inside the schema are allowed", url)
+}
+
+// compileSchema parses and compiles a schema document.
+func compileSchema(text string) (*jsonschema.Schema, error) {
+	if err := validateText("schema", text, MaxSchemaBytes); err != nil {
+		return nil, err
+	}
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("%w: schema is not JSON: %v", ErrInvalid, err)
+	}
+	c := jsonschema.NewCompiler()
+	c.UseLoader(noLoader{})
+	if err := c.AddResource(schemaURL, doc); err != nil {
+		return nil, fmt.Errorf("%w: schema: %v", ErrInvalid, err)
+	}
+	sch, err := c.Compile(schemaURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: schema does not compile: %v", ErrInvalid, err)
+	}
+	return sch, nil
+}
+
+// validateContent checks content against sch and returns every problem as
+// a ValidationError of kind ErrValidation.
+func validateContent(sch *jsonschema.Schema, content map[string]string) error {
+	var errs *multierror.Error
+	doc := make(map[string]any, len(content))
+	keys := make([]string, 0, len(content))
+	for k := range content {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v, err := jsonschema.UnmarshalJSON(strings.NewReader(content[k]))
+		if err != nil {
+			errs = multierror.Append(errs, &Problem{Key: k, Message: "value is not JSON (a namespace with a schema holds JSON values; quote strings)"})
+			continue
+		}
+		doc[k] = v
+	}
+	if err := sch.Validate(doc); err != nil {
+		var ve *jsonschema.ValidationError
+		if !errors.As(err, &ve) {
+			return fmt.Errorf("config: validate: %w", err)
+		}
+		for _, leaf := range leaves(ve) {
+			key := ""
+			if len(leaf.InstanceLocation) > 0 {
+				key = leaf.InstanceLocation[0]
+			}
+			msg := leaf.ErrorKind.LocalizedString(printer)
+			if len(leaf.InstanceLocation) > 1 {
+				msg = "at /" + strings.Join(leaf.InstanceLocation[1:], "/") + ": " + msg
+			}
+			errs = multierror.Append(errs, &Problem{Key: key, Message: msg})
+		}
+	}
+	return problemsOf(errs, ErrValidation)
+}
+
+var printer = message.NewPrinter(language.English)
+
+// leaves returns the innermost causes of a validation error: the specific
+// problems, not the "doesn't validate" summaries above them.
+func leaves(e *jsonschema.ValidationError) []*jsonschema.ValidationError {
+	if len(e.Causes) == 0 {
+		return []*jsonschema.ValidationError{e}
+	}
+	var out []*jsonschema.ValidationError
+	for _, c := range e.Causes {
+		out = append(out, leaves(c)...)
+	}
+	return out
+}

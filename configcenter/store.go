@@ -1,0 +1,639 @@
+package configcenter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coordd/coordd/internal/names"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Store reads and writes namespaces in etcd. It is safe for concurrent
+// use.
+//
+// Layout under root+"config/":
+//
+//	ns/<ns>/k/<key>     a key's value (ns and key escaped: "/" is "%2F")
+//	ns/<ns>/meta        the namespace's current release number; its mod
+//	                    revision is the namespace's revision
+//	ns/<ns>/schema      the namespace's JSON Schema, if any
+//	rel/<ns>/<number>   a release record: author, time, message and every
+//	                    change with its old and new value (the last
+//	                    Limits.HistoryReleases are kept)
+//
+// Every write is a release, committed in one etcd transaction with the key
+// changes, the meta key and the release record, guarded by the meta key's
+// mod revision: releases of a namespace are serialized and numbered 1, 2,
+// 3, … without gaps.
+type Store struct {
+	cli    *clientv3.Client
+	root   string // "<root>config/"
+	limits Limits
+	now    func() time.Time
+}
+
+// NewStore returns a Store that keeps namespaces under root+"config/".
+func NewStore(cli *clientv3.Client, root string, limits Limits) *Store {
+	return &Store{cli: cli, root: root + "config/", limits: limits.withDefaults(), now: time.Now}
+}
+
+// Root is the etcd prefix of everything the store writes.
+func (s *Store) Root() string { return s.root }
+
+// Limits returns the store's limits, defaults filled in.
+func (s *Store) Limits() Limits { return s.limits }
+
+func (s *Store) nsPrefix(ns string) string    { return s.root + "ns/" + names.Escape(ns) + "/" }
+func (s *Store) keyPrefix(ns string) string   { return s.nsPrefix(ns) + "k/" }
+func (s *Store) keyKey(ns, key string) string { return s.keyPrefix(ns) + names.Escape(key) }
+func (s *Store) metaKey(ns string) string     { return s.nsPrefix(ns) + "meta" }
+func (s *Store) schemaKey(ns string) string   { return s.nsPrefix(ns) + "schema" }
+func (s *Store) relPrefix(ns string) string   { return s.root + "rel/" + names.Escape(ns) + "/" }
+func (s *Store) relKey(ns string, n int64) string {
+	return s.relPrefix(ns) + fmt.Sprintf("%020d", n)
+}
+
+// Mutation is one change a release asks for.
+type Mutation struct {
+	Key    string
+	Value  string
+	Delete bool
+}
+
+// Change is one key's change in a release: Old is nil for a new key, New
+// is nil for a deleted one.
+type Change struct {
+	Key string  `json:"key"`
+	Old *string `json:"old,omitempty"`
+	New *string `json:"new,omitempty"`
+}
+
+// Release is one published change of a namespace.
+type Release struct {
+	Namespace string    `json:"-"`
+	Number    int64     `json:"number"`
+	Revision  int64     `json:"-"` // the etcd revision it was committed at
+	Author    string    `json:"author,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	Time      time.Time `json:"time"`
+	// RollbackOf is the release whose content this one restored, if any.
+	RollbackOf int64    `json:"rollback_of,omitempty"`
+	Changes    []Change `json:"changes"`
+}
+
+// meta is the value of a namespace's meta key.
+type meta struct {
+	Release int64 `json:"release"`
+}
+
+// Snapshot is a namespace's whole content at one revision.
+type Snapshot struct {
+	Namespace string
+	Release   int64             // the release in effect (0: never written)
+	Revision  int64             // the etcd revision the content is consistent at
+	Content   map[string]string // key -> value; never nil
+	// Changed is the revision of the namespace's last release (0 if none).
+	Changed int64
+}
+
+// nsState is a namespace read at one revision.
+type nsState struct {
+	Snapshot
+	metaRev   int64 // mod revision of the meta key (0: none)
+	schema    string
+	schemaRev int64
+}
+
+// readNamespace reads a namespace's keys, meta and schema at rev (0: now).
+func (s *Store) readNamespace(ctx context.Context, ns string, rev int64) (nsState, error) {
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := s.cli.Get(ctx, s.nsPrefix(ns), opts...)
+	if err != nil {
+		return nsState{}, s.readErr(err, rev)
+	}
+	st := nsState{Snapshot: Snapshot{Namespace: ns, Revision: resp.Header.Revision, Content: map[string]string{}}}
+	if rev > 0 {
+		st.Revision = rev
+	}
+	kp, mk, sk := s.keyPrefix(ns), s.metaKey(ns), s.schemaKey(ns)
+	for _, kv := range resp.Kvs {
+		switch k := string(kv.Key); {
+		case strings.HasPrefix(k, kp):
+			st.Content[names.Unescape(k[len(kp):])] = string(kv.Value)
+		case k == mk:
+			var m meta
+			if err := json.Unmarshal(kv.Value, &m); err != nil {
+				return nsState{}, fmt.Errorf("config: decode %q: %w", k, err)
+			}
+			st.Release, st.metaRev, st.Changed = m.Release, kv.ModRevision, kv.ModRevision
+		case k == sk:
+			st.schema, st.schemaRev = string(kv.Value), kv.ModRevision
+		}
+	}
+	return st, nil
+}
+
+func (s *Store) readErr(err error, rev int64) error {
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return fmt.Errorf("%w: revision %d", ErrCompacted, rev)
+	case errors.Is(err, rpctypes.ErrFutureRev):
+		return fmt.Errorf("%w: revision %d is in the future", ErrInvalid, rev)
+	}
+	return fmt.Errorf("config: read: %w", err)
+}
+
+// Snapshot returns a namespace's content at revision rev (0: now; reads
+// are linearizable). A namespace never written is empty, release 0. A
+// compacted revision fails with ErrCompacted.
+func (s *Store) Snapshot(ctx context.Context, ns string, rev int64) (Snapshot, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return Snapshot{}, err
+	}
+	if rev < 0 {
+		return Snapshot{}, fmt.Errorf("%w: revision %d is negative", ErrInvalid, rev)
+	}
+	st, err := s.readNamespace(ctx, ns, rev)
+	return st.Snapshot, err
+}
+
+// Entry is one key's value.
+type Entry struct {
+	Key         string
+	Value       string
+	ModRevision int64 // the revision that last changed it
+}
+
+// Get returns one key of a namespace at revision rev (0: now) and the
+// revision of the read. A missing key fails with ErrKeyNotFound.
+func (s *Store) Get(ctx context.Context, ns, key string, rev int64) (Entry, int64, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return Entry{}, 0, err
+	}
+	if err := validateKey(key); err != nil {
+		return Entry{}, 0, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if rev < 0 {
+		return Entry{}, 0, fmt.Errorf("%w: revision %d is negative", ErrInvalid, rev)
+	}
+	var opts []clientv3.OpOption
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := s.cli.Get(ctx, s.keyKey(ns, key), opts...)
+	if err != nil {
+		return Entry{}, 0, s.readErr(err, rev)
+	}
+	at := resp.Header.Revision
+	if rev > 0 {
+		at = rev
+	}
+	if len(resp.Kvs) == 0 {
+		return Entry{}, at, fmt.Errorf("%w: %q in %q", ErrKeyNotFound, key, ns)
+	}
+	return Entry{Key: key, Value: string(resp.Kvs[0].Value), ModRevision: resp.Kvs[0].ModRevision}, at, nil
+}
+
+// PublishRequest is a release to make.
+type PublishRequest struct {
+	Namespace string
+	Mutations []Mutation
+	// ExpectedRevision, when positive, makes the publish a compare-and-set:
+	// it fails with ErrRevisionMismatch if the namespace changed after this
+	// revision (pass the revision of the snapshot the change was based on).
+	ExpectedRevision int64
+	Author           string
+	Message          string
+	// DryRun computes the release and validates it without writing: the
+	// result carries the changes and the number the release would get.
+	DryRun bool
+}
+
+// Publish makes a release: every mutation in one etcd transaction, with
+// its record for history. Mutations that change nothing are dropped; if
+// none is left, nothing is written and the current release is returned
+// with no changes. Every problem (bad keys, sizes, schema violations) is
+// reported at once in a *ValidationError, and nothing is written.
+func (s *Store) Publish(ctx context.Context, req PublishRequest) (Release, error) {
+	if err := ValidateNamespace(req.Namespace); err != nil {
+		return Release{}, err
+	}
+	if err := s.checkMutations(req.Mutations); err != nil {
+		return Release{}, err
+	}
+	return s.commit(ctx, commitRequest{
+		ns: req.Namespace, expected: req.ExpectedRevision, author: req.Author, message: req.Message, dryRun: req.DryRun,
+		plan: func(context.Context, nsState) ([]Mutation, error) { return req.Mutations, nil },
+	})
+}
+
+// Put sets one key; see Publish.
+func (s *Store) Put(ctx context.Context, ns, key, value string, expected int64, author, message string) (Release, error) {
+	return s.Publish(ctx, PublishRequest{Namespace: ns, Mutations: []Mutation{{Key: key, Value: value}}, ExpectedRevision: expected, Author: author, Message: message})
+}
+
+// Delete removes one key; see Publish. A missing key fails with
+// ErrKeyNotFound.
+func (s *Store) Delete(ctx context.Context, ns, key string, expected int64, author, message string) (Release, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return Release{}, err
+	}
+	if err := s.checkMutations([]Mutation{{Key: key, Delete: true}}); err != nil {
+		return Release{}, err
+	}
+	return s.commit(ctx, commitRequest{
+		ns: ns, expected: expected, author: author, message: message,
+		plan: func(_ context.Context, cur nsState) ([]Mutation, error) {
+			if _, ok := cur.Content[key]; !ok {
+				return nil, fmt.Errorf("%w: %q in %q", ErrKeyNotFound, key, ns)
+			}
+			return []Mutation{{Key: key, Delete: true}}, nil
+		},
+	})
+}
+
+type commitRequest struct {
+	ns              string
+	expected        int64
+	author, message string
+	dryRun          bool
+	rollbackOf      int64
+	// plan returns the mutations to make, given the namespace's current
+	// state; it runs again if the namespace changes before the commit.
+	plan func(ctx context.Context, cur nsState) ([]Mutation, error)
+}
+
+// commit reads the namespace, plans the release, validates it and commits
+// it guarded by the namespace's revision, retrying the whole step if
+// another release got in first (unless the caller expected a revision).
+func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) {
+	if err := validateText("author", req.author, MaxAuthorBytes); err != nil {
+		return Release{}, err
+	}
+	if err := validateText("message", req.message, MaxMessageBytes); err != nil {
+		return Release{}, err
+	}
+	if req.expected < 0 {
+		return Release{}, fmt.Errorf("%w: expected revision %d is negative", ErrInvalid, req.expected)
+	}
+	for {
+		cur, err := s.readNamespace(ctx, req.ns, 0)
+		if err != nil {
+			return Release{}, err
+		}
+		if req.expected > 0 && cur.metaRev > req.expected {
+			return Release{}, fmt.Errorf("%w: %q changed at revision %d (release %d), after the expected revision %d",
+				ErrRevisionMismatch, req.ns, cur.metaRev, cur.Release, req.expected)
+		}
+		ms, err := req.plan(ctx, cur)
+		if err != nil {
+			return Release{}, err
+		}
+		rel := Release{Namespace: req.ns, Number: cur.Release + 1, Author: req.author, Message: req.message, Time: s.now().UTC(), RollbackOf: req.rollbackOf}
+		next := maps.Clone(cur.Content)
+		for _, m := range ms {
+			old, had := cur.Content[m.Key]
+			c := Change{Key: m.Key}
+			if had {
+				c.Old = &old
+			}
+			if m.Delete {
+				if !had {
+					continue
+				}
+				delete(next, m.Key)
+			} else {
+				if had && old == m.Value {
+					continue
+				}
+				v := m.Value
+				c.New = &v
+				next[m.Key] = v
+			}
+			rel.Changes = append(rel.Changes, c)
+		}
+		if len(rel.Changes) == 0 {
+			// Nothing to change: report the release in effect.
+			return Release{Namespace: req.ns, Number: cur.Release, Revision: cur.metaRev}, nil
+		}
+		if cur.schema != "" {
+			sch, err := compileSchema(cur.schema)
+			if err != nil {
+				return Release{}, fmt.Errorf("config: the stored schema of %q: %w", req.ns, err)
+			}
+			if err := validateContent(sch, next); err != nil {
+				return Release{}, err
+			}
+		}
+		ops, size, err := s.releaseOps(req.ns, rel)
+		if err != nil {
+			return Release{}, err
+		}
+		if size > s.limits.MaxReleaseBytes {
+			return Release{}, fmt.Errorf("%w: the release writes %d bytes (its new values, and its record with old and new values), at most %d are allowed; split it",
+				ErrTooLarge, size, s.limits.MaxReleaseBytes)
+		}
+		if req.dryRun {
+			return rel, nil
+		}
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(s.metaKey(req.ns)), "=", cur.metaRev),
+				clientv3.Compare(clientv3.ModRevision(s.schemaKey(req.ns)), "=", cur.schemaRev)).
+			Then(ops...).
+			Commit()
+		if err != nil {
+			return Release{}, fmt.Errorf("config: publish %q: %w", req.ns, err)
+		}
+		if resp.Succeeded {
+			rel.Revision = resp.Header.Revision
+			return rel, nil
+		}
+		// Another release (or a schema change) got in first: plan again on
+		// the new state, where an expected revision no longer matches.
+	}
+}
+
+// releaseOps are the writes of one release: the keys, the meta key, the
+// release record and the pruning of history beyond the retention. size is
+// the bytes of values they write.
+func (s *Store) releaseOps(ns string, rel Release) (ops []clientv3.Op, size int, err error) {
+	for _, c := range rel.Changes {
+		if c.New == nil {
+			ops = append(ops, clientv3.OpDelete(s.keyKey(ns, c.Key)))
+		} else {
+			ops = append(ops, clientv3.OpPut(s.keyKey(ns, c.Key), *c.New))
+			size += len(*c.New)
+		}
+	}
+	m, err := json.Marshal(meta{Release: rel.Number})
+	if err != nil {
+		return nil, 0, err
+	}
+	rec, err := json.Marshal(rel)
+	if err != nil {
+		return nil, 0, err
+	}
+	size += len(rec)
+	ops = append(ops, clientv3.OpPut(s.metaKey(ns), string(m)), clientv3.OpPut(s.relKey(ns, rel.Number), string(rec)))
+	if oldest := rel.Number - int64(s.limits.HistoryReleases); oldest >= 1 {
+		ops = append(ops, clientv3.OpDelete(s.relPrefix(ns), clientv3.WithRange(s.relKey(ns, oldest+1))))
+	}
+	return ops, size, nil
+}
+
+// decodeRelease decodes a release record.
+func (s *Store) decodeRelease(ns string, kv *mvccpb.KeyValue) (Release, error) {
+	var r Release
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return Release{}, fmt.Errorf("config: decode %q: %w", kv.Key, err)
+	}
+	r.Namespace, r.Revision = ns, kv.ModRevision
+	return r, nil
+}
+
+// Releases returns up to limit releases of a namespace, newest first,
+// starting below release before (0: from the newest). Only the last
+// Limits.HistoryReleases are kept.
+func (s *Store) Releases(ctx context.Context, ns string, before int64, limit int) ([]Release, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return nil, err
+	}
+	if limit <= 0 || before < 0 {
+		return nil, fmt.Errorf("%w: list limit %d, before %d", ErrInvalid, limit, before)
+	}
+	end := clientv3.GetPrefixRangeEnd(s.relPrefix(ns))
+	if before > 0 {
+		end = s.relKey(ns, before)
+	}
+	resp, err := s.cli.Get(ctx, s.relPrefix(ns), clientv3.WithRange(end),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(int64(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("config: releases of %q: %w", ns, err)
+	}
+	out := make([]Release, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r, err := s.decodeRelease(ns, kv)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// contentAt reconstructs a namespace's content as of release n from cur
+// (read at cur.Revision) by undoing the releases after n, newest first.
+// Release 0 is the empty namespace.
+func (s *Store) contentAt(ctx context.Context, ns string, n int64, cur nsState) (map[string]string, error) {
+	if n < 0 || n > cur.Release {
+		return nil, fmt.Errorf("%w: %q has releases 1..%d, not %d", ErrReleaseNotFound, ns, cur.Release, n)
+	}
+	if n == 0 {
+		return map[string]string{}, nil
+	}
+	content := maps.Clone(cur.Content)
+	if n == cur.Release {
+		return content, nil
+	}
+	resp, err := s.cli.Get(ctx, s.relKey(ns, n+1), clientv3.WithRange(s.relKey(ns, cur.Release+1)), clientv3.WithRev(cur.Revision),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend))
+	if err != nil {
+		return nil, s.readErr(err, cur.Revision)
+	}
+	if int64(len(resp.Kvs)) != cur.Release-n {
+		return nil, fmt.Errorf("%w: release %d of %q is older than the %d releases kept", ErrReleaseNotFound, n, ns, s.limits.HistoryReleases)
+	}
+	for _, kv := range resp.Kvs {
+		r, err := s.decodeRelease(ns, kv)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range r.Changes {
+			if c.Old == nil {
+				delete(content, c.Key)
+			} else {
+				content[c.Key] = *c.Old
+			}
+		}
+	}
+	return content, nil
+}
+
+// diff lists the key-level changes from a to b, sorted by key.
+func diff(a, b map[string]string) []Change {
+	var out []Change
+	for k, old := range a {
+		if nv, ok := b[k]; !ok {
+			out = append(out, Change{Key: k, Old: &old})
+		} else if nv != old {
+			out = append(out, Change{Key: k, Old: &old, New: &nv})
+		}
+	}
+	for k, nv := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, Change{Key: k, New: &nv})
+		}
+	}
+	slices.SortFunc(out, func(x, y Change) int { return strings.Compare(x.Key, y.Key) })
+	return out
+}
+
+// Diff returns the key-level changes from release from to release to (0:
+// the empty namespace), sorted by key; either may be the older one.
+func (s *Store) Diff(ctx context.Context, ns string, from, to int64) ([]Change, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return nil, err
+	}
+	cur, err := s.readNamespace(ctx, ns, 0)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.contentAt(ctx, ns, from, cur)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.contentAt(ctx, ns, to, cur)
+	if err != nil {
+		return nil, err
+	}
+	return diff(a, b), nil
+}
+
+// Rollback makes a new release whose content is that of release to (0: the
+// empty namespace): history is never rewritten. It is validated like any
+// release, against the current schema.
+func (s *Store) Rollback(ctx context.Context, ns string, to, expected int64, author, message string) (Release, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return Release{}, err
+	}
+	if message == "" {
+		message = "rollback to release " + strconv.FormatInt(to, 10)
+	}
+	return s.commit(ctx, commitRequest{
+		ns: ns, expected: expected, author: author, message: message, rollbackOf: to,
+		plan: func(ctx context.Context, cur nsState) ([]Mutation, error) {
+			old, err := s.contentAt(ctx, ns, to, cur)
+			if err != nil {
+				return nil, err
+			}
+			var ms []Mutation
+			for _, c := range diff(cur.Content, old) {
+				if c.New == nil {
+					ms = append(ms, Mutation{Key: c.Key, Delete: true})
+				} else {
+					ms = append(ms, Mutation{Key: c.Key, Value: *c.New})
+				}
+			}
+			if len(ms) > s.limits.MaxKeysPerRelease {
+				return nil, fmt.Errorf("%w: rolling back changes %d keys, at most %d may change in one release", ErrTooLarge, len(ms), s.limits.MaxKeysPerRelease)
+			}
+			return ms, nil
+		},
+	})
+}
+
+// Schema returns a namespace's JSON Schema ("" if none) and the revision
+// of the read.
+func (s *Store) Schema(ctx context.Context, ns string) (string, int64, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return "", 0, err
+	}
+	resp, err := s.cli.Get(ctx, s.schemaKey(ns))
+	if err != nil {
+		return "", 0, fmt.Errorf("config: schema of %q: %w", ns, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", resp.Header.Revision, nil
+	}
+	return string(resp.Kvs[0].Value), resp.Header.Revision, nil
+}
+
+// SetSchema sets (or, with "", removes) a namespace's JSON Schema. The
+// namespace's current content must match it; every mismatch is reported
+// at once and nothing changes. It returns the write's revision.
+func (s *Store) SetSchema(ctx context.Context, ns, schema string) (int64, error) {
+	if err := ValidateNamespace(ns); err != nil {
+		return 0, err
+	}
+	var op clientv3.Op
+	if schema == "" {
+		op = clientv3.OpDelete(s.schemaKey(ns))
+	} else {
+		if _, err := compileSchema(schema); err != nil {
+			return 0, err
+		}
+		op = clientv3.OpPut(s.schemaKey(ns), schema)
+	}
+	for {
+		cur, err := s.readNamespace(ctx, ns, 0)
+		if err != nil {
+			return 0, err
+		}
+		if schema != "" {
+			sch, _ := compileSchema(schema)
+			if err := validateContent(sch, cur.Content); err != nil {
+				return 0, err
+			}
+		}
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(s.metaKey(ns)), "=", cur.metaRev)).
+			Then(op).
+			Commit()
+		if err != nil {
+			return 0, fmt.Errorf("config: set schema of %q: %w", ns, err)
+		}
+		if resp.Succeeded {
+			return resp.Header.Revision, nil
+		}
+	}
+}
+
+// Namespaces returns up to limit namespace names that start with prefix,
+// in order, after the name after ("" for the first page).
+func (s *Store) Namespaces(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: list limit %d is not positive", ErrInvalid, limit)
+	}
+	base := s.root + "ns/"
+	from := base + names.Escape(prefix)
+	if after != "" {
+		from = s.metaKey(after) + "\x00"
+	}
+	end := clientv3.GetPrefixRangeEnd(base + names.Escape(prefix))
+	var out []string
+	for len(out) < limit {
+		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)*8))
+		if err != nil {
+			return nil, fmt.Errorf("config: namespaces: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			rest := strings.TrimPrefix(string(kv.Key), base)
+			esc, sub, ok := strings.Cut(rest, "/")
+			if ok && sub == "meta" {
+				out = append(out, names.Unescape(esc))
+				if len(out) == limit {
+					break
+				}
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	return out, nil
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

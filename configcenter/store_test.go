@@ -1,0 +1,263 @@
+package configcenter_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type env struct {
+	s   *configcenter.Store
+	cli *clientv3.Client
+}
+
+func newEnv(t *testing.T, limits configcenter.Limits) env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cli := etcdtest.Start(t).Client(t)
+	return env{s: configcenter.NewStore(cli, "/coordd/", limits), cli: cli}
+}
+
+func (e env) rev(t *testing.T) int64 {
+	t.Helper()
+	resp, err := e.cli.Get(t.Context(), "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+func ptr(s string) *string { return &s }
+
+func TestPublishAndRead(t *testing.T) {
+	e := newEnv(t, configcenter.Limits{})
+	ctx := t.Context()
+	snap, err := e.s.Snapshot(ctx, "payments/prod", 0)
+	if err != nil || snap.Release != 0 || len(snap.Content) != 0 {
+		t.Fatalf("empty namespace = %+v, %v", snap, err)
+	}
+	r1, err := e.s.Publish(ctx, configcenter.PublishRequest{Namespace: "payments/prod", Author: "ana", Message: "first",
+		Mutations: []configcenter.Mutation{{Key: "db.url", Value: "postgres://a"}, {Key: "timeout", Value: "5s"}}})
+	if err != nil || r1.Number != 1 || r1.Revision == 0 || len(r1.Changes) != 2 {
+		t.Fatalf("Publish = %+v, %v", r1, err)
+	}
+	r2, err := e.s.Put(ctx, "payments/prod", "timeout", "10s", 0, "bo", "")
+	if err != nil || r2.Number != 2 || len(r2.Changes) != 1 || *r2.Changes[0].Old != "5s" || *r2.Changes[0].New != "10s" {
+		t.Fatalf("Put = %+v, %v", r2, err)
+	}
+	// A put that changes nothing makes no release.
+	same, err := e.s.Put(ctx, "payments/prod", "timeout", "10s", 0, "bo", "")
+	if err != nil || same.Number != 2 || len(same.Changes) != 0 || same.Revision != r2.Revision {
+		t.Fatalf("no-op Put = %+v, %v", same, err)
+	}
+	got, _, err := e.s.Get(ctx, "payments/prod", "timeout", 0)
+	if err != nil || got.Value != "10s" || got.ModRevision != r2.Revision {
+		t.Fatalf("Get = %+v, %v", got, err)
+	}
+	old, _, err := e.s.Get(ctx, "payments/prod", "timeout", r1.Revision)
+	if err != nil || old.Value != "5s" {
+		t.Fatalf("Get at release 1's revision = %+v, %v", old, err)
+	}
+	snap, err = e.s.Snapshot(ctx, "payments/prod", 0)
+	if err != nil || snap.Release != 2 || snap.Changed != r2.Revision || snap.Content["db.url"] != "postgres://a" || snap.Content["timeout"] != "10s" {
+		t.Fatalf("Snapshot = %+v, %v", snap, err)
+	}
+	if _, err := e.s.Delete(ctx, "payments/prod", "nope", 0, "", ""); !errors.Is(err, configcenter.ErrKeyNotFound) {
+		t.Fatalf("Delete of a missing key = %v", err)
+	}
+	r3, err := e.s.Delete(ctx, "payments/prod", "db.url", 0, "", "")
+	if err != nil || r3.Number != 3 || r3.Changes[0].New != nil {
+		t.Fatalf("Delete = %+v, %v", r3, err)
+	}
+	if _, _, err := e.s.Get(ctx, "payments/prod", "db.url", 0); !errors.Is(err, configcenter.ErrKeyNotFound) {
+		t.Fatalf("Get after Delete = %v", err)
+	}
+	// "payments/prod" and "payments/prod/eu" do not mix.
+	if _, err := e.s.Put(ctx, "payments/prod/eu", "timeout", "1s", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if snap, _ := e.s.Snapshot(ctx, "payments/prod", 0); len(snap.Content) != 1 {
+		t.Fatalf("payments/prod after a put to payments/prod/eu: %v", snap.Content)
+	}
+	// Pages follow one stable order and do not overlap.
+	nss, err := e.s.Namespaces(ctx, "payments/", "", 10)
+	if err != nil || len(nss) != 2 {
+		t.Fatalf("Namespaces = %v, %v", nss, err)
+	}
+	first, err := e.s.Namespaces(ctx, "", "", 1)
+	if err != nil || len(first) != 1 || first[0] != nss[0] {
+		t.Fatalf("first page = %v, %v", first, err)
+	}
+	if page, err := e.s.Namespaces(ctx, "", first[0], 10); err != nil || len(page) != 1 || page[0] != nss[1] {
+		t.Fatalf("Namespaces after %s = %v, %v", first[0], page, err)
+	}
+}
+
+func TestCompareAndSet(t *testing.T) {
+	e := newEnv(t, configcenter.Limits{})
+	ctx := t.Context()
+	r1, err := e.s.Put(ctx, "app", "a", "1", 0, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := e.rev(t) // a snapshot read after release 1
+	if _, err := e.s.Put(ctx, "app", "a", "2", base, "", ""); err != nil {
+		t.Fatalf("CAS at a revision after the last release: %v", err)
+	}
+	before := e.rev(t)
+	if _, err := e.s.Put(ctx, "app", "a", "3", r1.Revision, "", ""); !errors.Is(err, configcenter.ErrRevisionMismatch) {
+		t.Fatalf("CAS at a stale revision = %v, want ErrRevisionMismatch", err)
+	}
+	if e.rev(t) != before {
+		t.Fatal("a failed CAS wrote something")
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	e := newEnv(t, configcenter.Limits{MaxValueBytes: 16, MaxKeysPerRelease: 3, MaxReleaseBytes: 200})
+	ctx := t.Context()
+	if _, err := e.s.Put(ctx, "app", "ok", "1", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := func() error { _, err := e.s.SetSchema(ctx, "typed", `{"type":"object","properties":{"port":{"type":"integer"}}}`); return err }(); err != nil {
+		t.Fatal(err)
+	}
+	before := e.rev(t)
+	pub := func(ns string, ms ...configcenter.Mutation) error {
+		_, err := e.s.Publish(ctx, configcenter.PublishRequest{Namespace: ns, Mutations: ms})
+		return err
+	}
+	cases := []struct {
+		what     string
+		err      error
+		want     error
+		problems int
+	}{
+		{"bad namespace", pub("a//b", configcenter.Mutation{Key: "k", Value: "v"}), configcenter.ErrInvalid, 0},
+		{"namespace with ..", pub("a/../b", configcenter.Mutation{Key: "k", Value: "v"}), configcenter.ErrInvalid, 0},
+		{"no changes", pub("app"), configcenter.ErrInvalid, 1},
+		{"every problem at once", pub("app",
+			configcenter.Mutation{Key: "bad key", Value: "v"},
+			configcenter.Mutation{Key: "big", Value: strings.Repeat("x", 17)},
+			configcenter.Mutation{Key: "utf", Value: "\xff"},
+			configcenter.Mutation{Key: "utf", Value: "x"}), configcenter.ErrTooLarge, 5},
+		{"release too large", pub("app",
+			configcenter.Mutation{Key: "a", Value: strings.Repeat("x", 16)},
+			configcenter.Mutation{Key: "b", Value: strings.Repeat("y", 16)},
+			configcenter.Mutation{Key: "c", Value: strings.Repeat("z", 16)}), nil, 0},
+		{"schema: not JSON and wrong type", pub("typed",
+			configcenter.Mutation{Key: "port", Value: `"80"`},
+			configcenter.Mutation{Key: "name", Value: `web`}), configcenter.ErrValidation, 2},
+		{"compacted read", func() error { _, err := e.s.Snapshot(ctx, "app", 1); return err }(), nil, 0},
+		{"future read", func() error { _, err := e.s.Snapshot(ctx, "app", 1<<40); return err }(), configcenter.ErrInvalid, 0},
+		{"bad schema", func() error { _, err := e.s.SetSchema(ctx, "app", `{"type": 12}`); return err }(), configcenter.ErrInvalid, 0},
+		{"schema the content breaks", func() error {
+			_, err := e.s.SetSchema(ctx, "app", `{"type":"object","required":["port"]}`)
+			return err
+		}(), configcenter.ErrValidation, 1},
+		{"schema with a remote ref", func() error {
+			_, err := e.s.SetSchema(ctx, "app", `{"$ref":"https://example.com/s.json"}`)
+			return err
+		}(), configcenter.ErrInvalid, 0},
+		{"rollback to a missing release", func() error { _, err := e.s.Rollback(ctx, "app", 7, 0, "", ""); return err }(), configcenter.ErrReleaseNotFound, 0},
+	}
+	// The release limit counts the record too: 48 bytes of values plus
+	// their record exceed 200.
+	cases[4].want = configcenter.ErrTooLarge
+	for _, tc := range cases {
+		if tc.what == "compacted read" {
+			continue
+		}
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.what, tc.err, tc.want)
+			continue
+		}
+		var ve *configcenter.ValidationError
+		if tc.problems > 0 && (!errors.As(tc.err, &ve) || len(ve.Problems()) != tc.problems) {
+			t.Errorf("%s: %v: want %d problems", tc.what, tc.err, tc.problems)
+		}
+	}
+	if e.rev(t) != before {
+		t.Fatal("bad input wrote something")
+	}
+	if _, err := e.cli.Compact(ctx, before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Snapshot(ctx, "app", 2); !errors.Is(err, configcenter.ErrCompacted) {
+		t.Fatalf("Snapshot at a compacted revision = %v", err)
+	}
+}
+
+func TestHistoryDiffRollback(t *testing.T) {
+	e := newEnv(t, configcenter.Limits{HistoryReleases: 3})
+	ctx := t.Context()
+	for _, ms := range [][]configcenter.Mutation{
+		{{Key: "a", Value: "1"}, {Key: "b", Value: "1"}},
+		{{Key: "a", Value: "2"}},
+		{{Key: "b", Delete: true}, {Key: "c", Value: "3"}},
+		{{Key: "a", Value: "4"}},
+	} {
+		if _, err := e.s.Publish(ctx, configcenter.PublishRequest{Namespace: "app", Mutations: ms, Author: "ana"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rels, err := e.s.Releases(ctx, "app", 0, 10)
+	if err != nil || len(rels) != 3 || rels[0].Number != 4 || rels[2].Number != 2 || rels[0].Author != "ana" {
+		t.Fatalf("Releases = %+v, %v (want 4, 3, 2: three kept)", rels, err)
+	}
+	if page, _ := e.s.Releases(ctx, "app", 4, 1); len(page) != 1 || page[0].Number != 3 {
+		t.Fatalf("Releases before 4 = %+v", page)
+	}
+	d, err := e.s.Diff(ctx, "app", 2, 4)
+	want := []configcenter.Change{{Key: "a", Old: ptr("2"), New: ptr("4")}, {Key: "b", Old: ptr("1")}, {Key: "c", New: ptr("3")}}
+	if err != nil || !sameChanges(d, want) {
+		t.Fatalf("Diff 2..4 = %v, %v", d, err)
+	}
+	if _, err := e.s.Diff(ctx, "app", 0, 4); err != nil {
+		t.Fatalf("Diff from the empty namespace: %v", err)
+	}
+	if _, err := e.s.Diff(ctx, "app", 1, 4); err != nil {
+		t.Fatalf("Diff from release 1, rebuilt from the records of 2..4: %v", err)
+	}
+	dry, err := e.s.Publish(ctx, configcenter.PublishRequest{Namespace: "app", DryRun: true, Mutations: []configcenter.Mutation{{Key: "a", Value: "5"}}})
+	if err != nil || dry.Number != 5 || dry.Revision != 0 || len(dry.Changes) != 1 {
+		t.Fatalf("dry run = %+v, %v", dry, err)
+	}
+	r, err := e.s.Rollback(ctx, "app", 2, 0, "bo", "")
+	if err != nil || r.Number != 5 || r.RollbackOf != 2 || !strings.Contains(r.Message, "rollback") {
+		t.Fatalf("Rollback = %+v, %v", r, err)
+	}
+	snap, _ := e.s.Snapshot(ctx, "app", 0)
+	if len(snap.Content) != 2 || snap.Content["a"] != "2" || snap.Content["b"] != "1" {
+		t.Fatalf("content after rollback to 2 = %v", snap.Content)
+	}
+	// Release 2's record is gone now (3, 4, 5 are kept): 1 cannot be rebuilt.
+	if _, err := e.s.Diff(ctx, "app", 1, 5); !errors.Is(err, configcenter.ErrReleaseNotFound) {
+		t.Fatalf("Diff from a release beyond the history = %v", err)
+	}
+}
+
+func sameChanges(a, b []configcenter.Change) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	eq := func(x, y *string) bool { return x == nil && y == nil || x != nil && y != nil && *x == *y }
+	for i := range a {
+		if a[i].Key != b[i].Key || !eq(a[i].Old, b[i].Old) || !eq(a[i].New, b[i].New) {
+			return false
+		}
+	}
+	return true
+}
+
+var _ = context.Background

@@ -1,0 +1,131 @@
+package configcenter
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/coordd/coordd/internal/names"
+	"github.com/hashicorp/go-multierror"
+)
+
+// Limits bound what one namespace and one release may hold. The zero value
+// of a field means its default.
+type Limits struct {
+	// MaxValueBytes bounds one value. Default 256 KiB.
+	MaxValueBytes int
+	// MaxReleaseBytes bounds one release: its new and old values together
+	// (a release record keeps both, for history and rollback). Default
+	// 1 MiB, under etcd's default 1.5 MiB request limit.
+	MaxReleaseBytes int
+	// MaxKeysPerRelease bounds the keys one release changes (etcd bounds the
+	// operations of one transaction; 128 by default). Default 100.
+	MaxKeysPerRelease int
+	// HistoryReleases is how many releases of a namespace are kept for
+	// history, diff and rollback. Default 100.
+	HistoryReleases int
+}
+
+// Defaults.
+const (
+	DefaultMaxValueBytes     = 256 << 10
+	DefaultMaxReleaseBytes   = 1 << 20
+	DefaultMaxKeysPerRelease = 100
+	DefaultHistoryReleases   = 100
+	MaxNamespaceBytes        = 256
+	MaxKeyBytes              = 256
+	MaxAuthorBytes           = 256
+	MaxMessageBytes          = 1024
+	MaxSchemaBytes           = 64 << 10
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxValueBytes <= 0 {
+		l.MaxValueBytes = DefaultMaxValueBytes
+	}
+	if l.MaxReleaseBytes <= 0 {
+		l.MaxReleaseBytes = DefaultMaxReleaseBytes
+	}
+	if l.MaxKeysPerRelease <= 0 {
+		l.MaxKeysPerRelease = DefaultMaxKeysPerRelease
+	}
+	if l.HistoryReleases <= 0 {
+		l.HistoryReleases = DefaultHistoryReleases
+	}
+	return l
+}
+
+// ValidateNamespace accepts a path of 1 to MaxNamespaceBytes: segments of
+// [A-Za-z0-9._-] joined by "/", such as "payments/prod".
+func ValidateNamespace(ns string) error {
+	switch {
+	case ns == "":
+		return fmt.Errorf("%w: namespace is required", ErrInvalid)
+	case len(ns) > MaxNamespaceBytes:
+		return fmt.Errorf("%w: namespace is %d bytes, at most %d are allowed", ErrInvalid, len(ns), MaxNamespaceBytes)
+	}
+	for _, seg := range strings.Split(ns, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("%w: namespace %q must be segments of letters, digits and . _ - joined by single slashes", ErrInvalid, ns)
+		}
+		for i := 0; i < len(seg); i++ {
+			if c := seg[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+				return fmt.Errorf("%w: namespace %q may contain only letters, digits, . _ - and /", ErrInvalid, ns)
+			}
+		}
+	}
+	return nil
+}
+
+// validateKey accepts 1 to MaxKeyBytes of [A-Za-z0-9._:@/-].
+func validateKey(key string) error {
+	if len(key) > MaxKeyBytes {
+		return fmt.Errorf("key is %d bytes, at most %d are allowed", len(key), MaxKeyBytes)
+	}
+	return names.Check("key", key)
+}
+
+// checkMutations validates a release's mutations and reports every problem
+// at once.
+func (s *Store) checkMutations(ms []Mutation) error {
+	var errs *multierror.Error
+	if len(ms) == 0 {
+		errs = multierror.Append(errs, &Problem{Message: "a release needs at least one change"})
+	}
+	if len(ms) > s.limits.MaxKeysPerRelease {
+		errs = multierror.Append(errs, &Problem{Message: fmt.Sprintf("%d keys change, at most %d may in one release", len(ms), s.limits.MaxKeysPerRelease)})
+	}
+	seen := map[string]bool{}
+	tooLarge := false
+	for _, m := range ms {
+		if err := validateKey(m.Key); err != nil {
+			errs = multierror.Append(errs, &Problem{Key: m.Key, Message: err.Error()})
+			continue
+		}
+		if seen[m.Key] {
+			errs = multierror.Append(errs, &Problem{Key: m.Key, Message: "changed twice in one release"})
+		}
+		seen[m.Key] = true
+		if m.Delete {
+			continue
+		}
+		if len(m.Value) > s.limits.MaxValueBytes {
+			tooLarge = true
+			errs = multierror.Append(errs, &Problem{Key: m.Key, Message: fmt.Sprintf("value is %d bytes, at most %d are allowed", len(m.Value), s.limits.MaxValueBytes)})
+		}
+		if !utf8.ValidString(m.Value) {
+			errs = multierror.Append(errs, &Problem{Key: m.Key, Message: "value is not valid UTF-8"})
+		}
+	}
+	return problems(errs, tooLarge)
+}
+
+func validateText(what, s string, limit int) error {
+	if len(s) > limit {
+		return fmt.Errorf("%w: %s is %d bytes, at most %d are allowed", ErrTooLarge, what, len(s), limit)
+	}
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
+	}
+	return nil
+}
