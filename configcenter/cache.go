@@ -45,9 +45,9 @@ type Cache struct {
 	oldest   int64 // history holds every release after oldest
 	live     bool  // the watch is healthy; bookmarks are sent only then
 	spaces   map[string]*space
-	history  []Event // CHANGE events, oldest first
+	history  []Event                               // CHANGE events, oldest first
 	subs     map[string]map[*Subscription]struct{} // namespace -> subscribers
-	advanced chan struct{}                          // closed and replaced whenever rev grows
+	advanced chan struct{}                         // closed and replaced whenever rev grows
 }
 
 // CacheOptions tune a Cache. Zero values mean the defaults.

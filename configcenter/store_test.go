@@ -129,7 +129,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if _, err := e.s.Put(ctx, "app", "ok", "1", 0, "", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := func() error { _, err := e.s.SetSchema(ctx, "typed", `{"type":"object","properties":{"port":{"type":"integer"}}}`); return err }(); err != nil {
+	if err := func() error {
+		_, err := e.s.SetSchema(ctx, "typed", `{"type":"object","properties":{"port":{"type":"integer"}}}`)
+		return err
+	}(); err != nil {
 		t.Fatal(err)
 	}
 	before := e.rev(t)
