@@ -1,0 +1,391 @@
+package configcenter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/configcenter"
+)
+
+// startCache runs a cache over e's store until the test ends.
+func (e env) startCache(t *testing.T, opts configcenter.CacheOptions) *configcenter.Cache {
+	t.Helper()
+	c := configcenter.NewCache(e.s, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+// truth records the content of every release the writer made.
+type truth struct {
+	mu       sync.Mutex
+	contents map[string]map[int64]map[string]string // ns -> release -> content
+	records  map[string]map[int64]configcenter.Release
+}
+
+func (tr *truth) record(ns string, r configcenter.Release, content map[string]string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.contents[ns] == nil {
+		tr.contents[ns] = map[int64]map[string]string{0: {}}
+		tr.records[ns] = map[int64]configcenter.Release{}
+	}
+	tr.contents[ns][r.Number] = content
+	tr.records[ns][r.Number] = r
+}
+
+// content returns a release's content, waiting a little for the writer to
+// record it (a subscriber may see a release before the writer has read it
+// back).
+func (tr *truth) content(ns string, n int64) (map[string]string, bool) {
+	if n == 0 {
+		return map[string]string{}, true
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		tr.mu.Lock()
+		c, ok := tr.contents[ns][n]
+		tr.mu.Unlock()
+		if ok {
+			return c, true
+		}
+	}
+	return nil, false
+}
+
+// model is what one subscriber believes, checked event by event.
+type model struct {
+	t        *testing.T
+	who      string
+	tr       *truth
+	rev      int64 // last revision received
+	releases map[string]int64
+	contents map[string]map[string]string
+	changes  int
+	snaps    int
+}
+
+func (m *model) fail(format string, args ...any) {
+	m.t.Errorf("%s: %s", m.who, fmt.Sprintf(format, args...))
+}
+
+func (m *model) apply(ev configcenter.Event) {
+	if ev.Revision < m.rev || (ev.Type == configcenter.EventChange && ev.Revision == m.rev) {
+		m.fail("event %v at revision %d after revision %d", ev.Type, ev.Revision, m.rev)
+	}
+	m.rev = ev.Revision
+	switch ev.Type {
+	case configcenter.EventSnapshot:
+		m.snaps++
+		for _, s := range ev.Snapshots {
+			if old, ok := m.releases[s.Namespace]; ok && s.Release < old {
+				m.fail("snapshot of %s at release %d after release %d", s.Namespace, s.Release, old)
+			}
+			if want, ok := m.tr.content(s.Namespace, s.Release); !ok || !maps.Equal(want, s.Content) {
+				m.fail("snapshot of %s release %d = %v, the store had %v", s.Namespace, s.Release, s.Content, want)
+			}
+			m.releases[s.Namespace], m.contents[s.Namespace] = s.Release, maps.Clone(s.Content)
+		}
+	case configcenter.EventChange:
+		m.changes++
+		r := ev.Release
+		if r.Number != m.releases[r.Namespace]+1 {
+			m.fail("release %d of %s after release %d: a gap", r.Number, r.Namespace, m.releases[r.Namespace])
+		}
+		c := m.contents[r.Namespace]
+		for _, ch := range r.Changes {
+			old, had := c[ch.Key]
+			if had != (ch.Old != nil) || had && old != *ch.Old {
+				m.fail("release %d of %s: key %s was %q (%v), the change says %v", r.Number, r.Namespace, ch.Key, old, had, ch.Old)
+			}
+			if ch.New == nil {
+				delete(c, ch.Key)
+			} else {
+				c[ch.Key] = *ch.New
+			}
+		}
+		m.releases[r.Namespace] = r.Number
+		if want, ok := m.tr.content(r.Namespace, r.Number); !ok || !maps.Equal(want, c) {
+			m.fail("after release %d of %s: %v, the store had %v", r.Number, r.Namespace, c, want)
+		}
+	case configcenter.EventBookmark:
+	}
+}
+
+// TestSubscribersSeeCompleteReleasesInOrder is the subscriber checker:
+// random multi-key publishes, deletes, rollbacks and forced compactions,
+// while subscribers connect, read a while, disconnect and resume (some
+// slowly enough to overflow their queue). Every subscriber must see, per
+// namespace, a gap-free sequence of complete releases equal to the store's,
+// or a snapshot that restarts it, and end equal to the store.
+func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
+	e := newEnv(t, configcenter.Limits{HistoryReleases: 1000})
+	cache := e.startCache(t, configcenter.CacheOptions{History: 40, QueueLimit: 64, Bookmark: 50 * time.Millisecond, Progress: 20 * time.Millisecond})
+	ctx := t.Context()
+	namespaces := []string{"app/a", "app/b", "shared"}
+	tr := &truth{contents: map[string]map[int64]map[string]string{}, records: map[string]map[int64]configcenter.Release{}}
+
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		rng := rand.New(rand.NewPCG(3, 4))
+		for i := range 300 {
+			ns := namespaces[rng.IntN(len(namespaces))]
+			var r configcenter.Release
+			var err error
+			switch op := rng.IntN(10); {
+			case op == 0 && i > 10:
+				cur, _ := e.s.Snapshot(ctx, ns, 0)
+				if cur.Release > 0 {
+					r, err = e.s.Rollback(ctx, ns, rng.Int64N(cur.Release), 0, "checker", "")
+				}
+			case op == 1:
+				if _, err := e.cli.Compact(ctx, e.rev(t)); err != nil {
+					t.Errorf("compact: %v", err)
+				}
+				continue
+			default:
+				var ms []configcenter.Mutation
+				for k := range 1 + rng.IntN(4) {
+					key := fmt.Sprintf("k%d", (k*7+rng.IntN(6))%6)
+					if rng.IntN(4) == 0 {
+						ms = append(ms, configcenter.Mutation{Key: key, Delete: true})
+					} else {
+						ms = append(ms, configcenter.Mutation{Key: key, Value: fmt.Sprintf("v%d-%d", i, k)})
+					}
+				}
+				ms = dedupe(ms)
+				r, err = e.s.Publish(ctx, configcenter.PublishRequest{Namespace: ns, Mutations: ms, Author: "checker"})
+			}
+			if err != nil {
+				t.Errorf("write %d: %v", i, err)
+				return
+			}
+			if len(r.Changes) == 0 {
+				continue // nothing changed, no release
+			}
+			snap, err := e.s.Snapshot(ctx, ns, r.Revision)
+			if err != nil {
+				t.Errorf("read release %d: %v", r.Number, err)
+				return
+			}
+			tr.record(ns, r, snap.Content)
+			if rng.IntN(8) == 0 {
+				time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+			}
+		}
+	}()
+
+	const subscribers = 5
+	var wg sync.WaitGroup
+	models := make([]*model, subscribers)
+	for i := range subscribers {
+		m := &model{t: t, who: fmt.Sprintf("subscriber %d", i), tr: tr, releases: map[string]int64{}, contents: map[string]map[string]string{}}
+		models[i] = m
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 9))
+			slow := i == 0 // overflows its queue
+			away := i == 1 // stays away longer than the history reaches
+			for {
+				from := int64(0)
+				if m.rev > 0 {
+					from = m.rev + 1
+				}
+				sub, err := cache.Subscribe(ctx, namespaces, from)
+				if err != nil {
+					t.Errorf("%s: Subscribe: %v", m.who, err)
+					return
+				}
+				finished := false
+				for n := 1 + rng.IntN(30); n > 0; n-- {
+					nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					ev, err := sub.Next(nctx)
+					cancel()
+					if errors.Is(err, context.DeadlineExceeded) {
+						break
+					}
+					if err != nil {
+						t.Errorf("%s: Next: %v", m.who, err)
+						sub.Close()
+						return
+					}
+					m.apply(ev)
+					if slow {
+						time.Sleep(50 * time.Millisecond)
+					}
+				}
+				sub.Close()
+				if away {
+					time.Sleep(500 * time.Millisecond)
+				}
+				select {
+				case <-writerDone:
+					finished = true
+				default:
+				}
+				if finished {
+					return
+				}
+			}
+		}()
+	}
+	<-writerDone
+	wg.Wait()
+
+	// A last resume from where each left off must bring it level with the
+	// store.
+	final := map[string]configcenter.Snapshot{}
+	for _, ns := range namespaces {
+		s, err := e.s.Snapshot(ctx, ns, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		final[ns] = s
+	}
+	storeRev := e.rev(t)
+	for _, m := range models {
+		sub, err := cache.Subscribe(ctx, namespaces, m.rev+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m.rev < storeRev-1 || !level(m, final) {
+			nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			ev, err := sub.Next(nctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("%s: did not catch up: %v (at %d, store at %d)", m.who, err, m.rev, storeRev)
+			}
+			m.apply(ev)
+		}
+		sub.Close()
+		t.Logf("%s: %d releases and %d snapshots seen", m.who, m.changes, m.snaps)
+	}
+	if models[0].snaps < 2 || models[1].snaps < 2 {
+		t.Errorf("the slow and the away subscriber were not reset to snapshots (%d, %d snapshots)", models[0].snaps, models[1].snaps)
+	}
+}
+
+func level(m *model, final map[string]configcenter.Snapshot) bool {
+	for ns, s := range final {
+		if m.releases[ns] != s.Release || !maps.Equal(m.contents[ns], s.Content) {
+			return false
+		}
+	}
+	return true
+}
+
+func dedupe(ms []configcenter.Mutation) []configcenter.Mutation {
+	seen := map[string]bool{}
+	var out []configcenter.Mutation
+	for _, m := range ms {
+		if !seen[m.Key] {
+			seen[m.Key] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestStalledSubscriberIsResetNotWaitedFor: a subscriber that stops reading
+// does not slow the others, its queue stays bounded, and when it reads
+// again it gets a snapshot of the current state.
+func TestStalledSubscriberIsResetNotWaitedFor(t *testing.T) {
+	e := newEnv(t, configcenter.Limits{})
+	cache := e.startCache(t, configcenter.CacheOptions{QueueLimit: 4})
+	ctx := t.Context()
+	stalled, err := cache.Subscribe(ctx, []string{"app"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	if ev, err := stalled.Next(ctx); err != nil || ev.Type != configcenter.EventSnapshot {
+		t.Fatalf("first event = %+v, %v", ev, err)
+	}
+	live, err := cache.Subscribe(ctx, []string{"app"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if ev, err := live.Next(ctx); err != nil || ev.Type != configcenter.EventSnapshot {
+		t.Fatalf("first event = %+v, %v", ev, err)
+	}
+	for i := range 20 {
+		r, err := e.s.Put(ctx, "app", "k", fmt.Sprint(i), 0, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := live.Next(ctx)
+		if err != nil || ev.Type != configcenter.EventChange || ev.Release.Number != r.Number {
+			t.Fatalf("live subscriber: %+v, %v; want release %d", ev, err, r.Number)
+		}
+	}
+	if stalled.Resets() == 0 {
+		t.Fatal("the stalled subscriber's queue was never reset")
+	}
+	ev, err := stalled.Next(ctx)
+	if err != nil || ev.Type != configcenter.EventSnapshot || ev.Snapshots[0].Release != 20 || ev.Snapshots[0].Content["k"] != "19" {
+		t.Fatalf("stalled subscriber's next event = %+v, %v; want a snapshot at release 20", ev, err)
+	}
+}
+
+// TestResumeAndPoll: a subscriber resumes from its revision without a
+// snapshot when the history reaches back; bookmarks advance idle ones;
+// Poll returns on a newer release or after its wait.
+func TestResumeAndPoll(t *testing.T) {
+	e := newEnv(t, configcenter.Limits{})
+	cache := e.startCache(t, configcenter.CacheOptions{Bookmark: 20 * time.Millisecond, Progress: 10 * time.Millisecond})
+	ctx := t.Context()
+	r1, err := e.s.Put(ctx, "app", "k", "1", 0, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := e.s.Put(ctx, "app", "k", "2", 0, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Put(ctx, "other", "k", "x", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := cache.Subscribe(ctx, []string{"app"}, r1.Revision+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ev, err := sub.Next(ctx)
+	if err != nil || ev.Type != configcenter.EventChange || ev.Release.Number != 2 {
+		t.Fatalf("resumed: %+v, %v; want release 2", ev, err)
+	}
+	ev, err = sub.Next(ctx)
+	if err != nil || ev.Type != configcenter.EventBookmark || ev.Revision <= r2.Revision {
+		t.Fatalf("idle: %+v, %v; want a bookmark past the other namespace's write", ev, err)
+	}
+	if _, err := cache.Subscribe(ctx, []string{"app"}, e.rev(t)+1000); !errors.Is(err, configcenter.ErrBehind) {
+		t.Fatalf("Subscribe from the future = %v, want ErrBehind", err)
+	}
+
+	s, changed, err := cache.Poll(ctx, "app", r2.Revision, 50*time.Millisecond)
+	if err != nil || changed || s.Release != 2 {
+		t.Fatalf("Poll without a change = %+v, %v, %v", s, changed, err)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		e.s.Put(context.Background(), "app", "k", "3", 0, "", "")
+	}()
+	s, changed, err = cache.Poll(ctx, "app", r2.Revision, 10*time.Second)
+	if err != nil || !changed || s.Release != 3 || s.Content["k"] != "3" {
+		t.Fatalf("Poll across a release = %+v, %v, %v", s, changed, err)
+	}
+	snap, err := cache.Snapshot(ctx, "app", e.rev(t))
+	if err != nil || snap.Release != 3 {
+		t.Fatalf("cache Snapshot at the current revision = %+v, %v", snap, err)
+	}
+}
