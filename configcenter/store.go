@@ -637,3 +637,12 @@ func (s *Store) Namespaces(ctx context.Context, prefix, after string, limit int)
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// CurrentRevision returns etcd's current revision, read linearizably.
+func (s *Store) CurrentRevision(ctx context.Context) (int64, error) {
+	resp, err := s.cli.Get(ctx, s.root, clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("config: read revision: %w", err)
+	}
+	return resp.Header.Revision, nil
+}

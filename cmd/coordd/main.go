@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/coordd/coordd/configcenter"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
@@ -104,6 +105,8 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 
 	f.StringVar(&cfg.KeyRoot, "key-root", daemon.DefaultKeyRoot, "etcd key prefix of everything coordd stores")
 	f.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", daemon.DefaultMaxRequestBytes, "largest gRPC message or HTTP request body accepted")
+	f.IntVar(&cfg.ConfigLimits.MaxValueBytes, "config-max-value-bytes", configcenter.DefaultMaxValueBytes, "largest config value accepted")
+	f.IntVar(&cfg.ConfigLimits.HistoryReleases, "config-history-releases", configcenter.DefaultHistoryReleases, "releases kept per config namespace for history, diff and rollback")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", daemon.DefaultShutdownTimeout, "how long a graceful stop waits for calls in flight")
 	f.StringVar(&logFormat, "log-format", "console", `log format: "console" (human-readable) or "json"`)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

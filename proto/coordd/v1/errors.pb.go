@@ -62,6 +62,10 @@ const (
 	ErrorReason_ERROR_REASON_LIMIT_MISMATCH ErrorReason = 15
 	// Campaign by a session that already leads the election under another request id (FailedPrecondition, 400).
 	ErrorReason_ERROR_REASON_ALREADY_LEADER ErrorReason = 16
+	// A write does not match the namespace's JSON Schema; the problems are listed as google.rpc.BadRequest field violations (InvalidArgument, 400).
+	ErrorReason_ERROR_REASON_VALIDATION_FAILED ErrorReason = 17
+	// The release does not exist or is older than the history kept (NotFound, 404).
+	ErrorReason_ERROR_REASON_RELEASE_NOT_FOUND ErrorReason = 18
 )
 
 // Enum value maps for ErrorReason.
@@ -84,6 +88,8 @@ var (
 		14: "ERROR_REASON_INTERNAL",
 		15: "ERROR_REASON_LIMIT_MISMATCH",
 		16: "ERROR_REASON_ALREADY_LEADER",
+		17: "ERROR_REASON_VALIDATION_FAILED",
+		18: "ERROR_REASON_RELEASE_NOT_FOUND",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -103,6 +109,8 @@ var (
 		"ERROR_REASON_INTERNAL":          14,
 		"ERROR_REASON_LIMIT_MISMATCH":    15,
 		"ERROR_REASON_ALREADY_LEADER":    16,
+		"ERROR_REASON_VALIDATION_FAILED": 17,
+		"ERROR_REASON_RELEASE_NOT_FOUND": 18,
 	}
 )
 
@@ -137,7 +145,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xa3\x04\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xeb\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -156,7 +164,9 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\x18ERROR_REASON_UNAVAILABLE\x10\r\x12\x19\n" +
 	"\x15ERROR_REASON_INTERNAL\x10\x0e\x12\x1f\n" +
 	"\x1bERROR_REASON_LIMIT_MISMATCH\x10\x0f\x12\x1f\n" +
-	"\x1bERROR_REASON_ALREADY_LEADER\x10\x10B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x1bERROR_REASON_ALREADY_LEADER\x10\x10\x12\"\n" +
+	"\x1eERROR_REASON_VALIDATION_FAILED\x10\x11\x12\"\n" +
+	"\x1eERROR_REASON_RELEASE_NOT_FOUND\x10\x12B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -50,6 +51,15 @@ var errorTable = []struct {
 	{election.ErrNotLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_LEADER},
 	{election.ErrStaleTerm, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_STALE_TOKEN},
 	{election.ErrAlreadyLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_ALREADY_LEADER},
+	{configcenter.ErrInvalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
+	{configcenter.ErrTooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
+	{configcenter.ErrValidation, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALIDATION_FAILED},
+	{configcenter.ErrRevisionMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_REVISION_MISMATCH},
+	{configcenter.ErrKeyNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_KEY_NOT_FOUND},
+	{configcenter.ErrReleaseNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_RELEASE_NOT_FOUND},
+	{configcenter.ErrCompacted, codes.OutOfRange, coorddv1.ErrorReason_ERROR_REASON_COMPACTED},
+	{configcenter.ErrBehind, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
+	{configcenter.ErrStopped, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
 	{ErrStopping, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
 	{ErrNoLeader, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
 }
@@ -88,7 +98,7 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 	}
 	for _, row := range errorTable {
 		if errors.Is(err, row.err) {
-			return NewStatus(row.code, row.reason, err.Error()), false
+			return withFieldViolations(NewStatus(row.code, row.reason, err.Error()), err), false
 		}
 	}
 	if s, ok := status.FromError(err); ok {
@@ -116,6 +126,24 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 		return errEtcdUnavailable(), false
 	}
 	return errInternal(), true
+}
+
+// withFieldViolations adds a google.rpc.BadRequest detail listing every
+// problem of an error that carries several (a config release that fails
+// validation), so clients can show them all at once.
+func withFieldViolations(st *status.Status, err error) *status.Status {
+	var fv interface{ FieldViolations() [][2]string }
+	if !errors.As(err, &fv) {
+		return st
+	}
+	br := &errdetails.BadRequest{}
+	for _, v := range fv.FieldViolations() {
+		br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v[0], Description: v[1]})
+	}
+	if withBR, err := st.WithDetails(br); err == nil {
+		return withBR
+	}
+	return st
 }
 
 func errEtcdUnavailable() *status.Status {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordd/coordd/configcenter"
 	"github.com/hashicorp/go-multierror"
 	"go.uber.org/zap"
 )
@@ -53,6 +54,10 @@ type Config struct {
 	KeyRoot string
 	// MaxRequestBytes caps one gRPC message and one HTTP request body.
 	MaxRequestBytes int
+	// ConfigLimits bound config-center values and releases; ConfigCache
+	// tunes the member's config watch cache. Zero fields mean defaults.
+	ConfigLimits configcenter.Limits
+	ConfigCache  configcenter.CacheOptions
 	// ShutdownTimeout bounds the graceful part of a stop.
 	ShutdownTimeout time.Duration
 
@@ -120,6 +125,12 @@ func (cfg Config) validate() error {
 
 	if !strings.HasPrefix(cfg.KeyRoot, "/") || !strings.HasSuffix(cfg.KeyRoot, "/") {
 		add("--key-root %q must start and end with /", cfg.KeyRoot)
+	}
+	if v := cfg.ConfigLimits.MaxValueBytes; v < 0 || v > cfg.MaxRequestBytes/2 {
+		add("--config-max-value-bytes %d must be between 1 and half of --max-request-bytes (%d)", v, cfg.MaxRequestBytes/2)
+	}
+	if h := cfg.ConfigLimits.HistoryReleases; h < 0 || h > 100000 {
+		add("--config-history-releases %d must be between 1 and 100000", h)
 	}
 	if cfg.MaxRequestBytes < 4096 || cfg.MaxRequestBytes > 8<<20 {
 		add("--max-request-bytes %d must be between 4096 and 8388608", cfg.MaxRequestBytes)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/coordd/coordd/cmd/coordd/internal/api"
 	"github.com/coordd/coordd/cmd/coordd/internal/gateway"
+	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -43,7 +44,10 @@ type Daemon struct {
 	cli       *clientv3.Client
 	locks     *lock.Manager
 	elections *election.Manager
-	leader    *leaderWatch
+	// The config watch cache runs from Start until Stop.
+	configCache *configcenter.Cache
+	stopCache   context.CancelFunc
+	leader      *leaderWatch
 
 	grpcLis  net.Listener
 	httpLis  net.Listener
@@ -136,6 +140,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, d.stopping))
 	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(d.locks, d.elections, sessions))
 	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.elections, sessions, d.stopping))
+	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
+	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
+	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(configStore, d.configCache, d.stopping))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	metrics.InitializeMetrics(d.grpcSrv)
@@ -168,10 +175,16 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		ErrorLog:          zap.NewStdLog(d.lg.Named("http")),
 	}
 
-	d.wg.Add(3)
+	cacheCtx, stopCache := context.WithCancel(context.Background())
+	d.stopCache = stopCache
+	d.wg.Add(4)
 	go func() {
 		defer d.wg.Done()
 		d.leader.run(d.stopping)
+	}()
+	go func() {
+		defer d.wg.Done()
+		d.configCache.Run(cacheCtx)
 	}()
 	go func() {
 		defer d.wg.Done()
@@ -300,6 +313,7 @@ func (d *Daemon) stop(ctx context.Context) error {
 	if err := d.gwConn.Close(); err != nil {
 		errs = multierror.Append(errs, err)
 	}
+	d.stopCache()
 	d.wg.Wait()
 	d.locks.Close()
 	d.elections.Close()

@@ -50,6 +50,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		coorddv1.RegisterSessionServiceHandler,
 		coorddv1.RegisterLockServiceHandler,
 		coorddv1.RegisterElectionServiceHandler,
+		coorddv1.RegisterConfigServiceHandler,
 	} {
 		if err := register(ctx, gw, opts.Conn); err != nil {
 			return nil, err

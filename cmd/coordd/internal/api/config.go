@@ -1,0 +1,275 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/coordd/coordd/configcenter"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// ConfigServer adapts configcenter's Store and Cache to
+// coordd.v1.ConfigService.
+type ConfigServer struct {
+	coorddv1.UnsafeConfigServiceServer // compile errors when the service grows
+
+	store    *configcenter.Store
+	cache    *configcenter.Cache
+	stopping <-chan struct{}
+}
+
+// NewConfigServer returns the ConfigService adapter. Watch streams end with
+// ErrStopping once stopping is closed.
+func NewConfigServer(store *configcenter.Store, cache *configcenter.Cache, stopping <-chan struct{}) *ConfigServer {
+	return &ConfigServer{store: store, cache: cache, stopping: stopping}
+}
+
+// Put implements ConfigService.
+func (s *ConfigServer) Put(ctx context.Context, req *coorddv1.PutRequest) (*coorddv1.PutResponse, error) {
+	r, err := s.store.Put(ctx, req.GetNamespace(), req.GetKey(), req.GetValue(), req.GetExpectedRevision(), req.GetAuthor(), req.GetMessage())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.PutResponse{Release: releaseProto(r)}, nil
+}
+
+// Delete implements ConfigService.
+func (s *ConfigServer) Delete(ctx context.Context, req *coorddv1.DeleteRequest) (*coorddv1.DeleteResponse, error) {
+	r, err := s.store.Delete(ctx, req.GetNamespace(), req.GetKey(), req.GetExpectedRevision(), req.GetAuthor(), req.GetMessage())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.DeleteResponse{Release: releaseProto(r)}, nil
+}
+
+// Publish implements ConfigService.
+func (s *ConfigServer) Publish(ctx context.Context, req *coorddv1.PublishRequest) (*coorddv1.PublishResponse, error) {
+	pr := configcenter.PublishRequest{
+		Namespace: req.GetNamespace(), ExpectedRevision: req.GetExpectedRevision(),
+		Author: req.GetAuthor(), Message: req.GetMessage(), DryRun: req.GetDryRun(),
+	}
+	for _, m := range req.GetMutations() {
+		pr.Mutations = append(pr.Mutations, configcenter.Mutation{Key: m.GetKey(), Value: m.GetValue(), Delete: m.GetDelete()})
+	}
+	r, err := s.store.Publish(ctx, pr)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.PublishResponse{Release: releaseProto(r)}, nil
+}
+
+// Get implements ConfigService.
+func (s *ConfigServer) Get(ctx context.Context, req *coorddv1.GetRequest) (*coorddv1.GetResponse, error) {
+	e, rev, err := s.store.Get(ctx, req.GetNamespace(), req.GetKey(), req.GetRevision())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.GetResponse{Key: e.Key, Value: e.Value, ModRevision: e.ModRevision, Revision: rev}, nil
+}
+
+// Snapshot implements ConfigService. A current read is served from the
+// watch cache once the cache has reached etcd's current revision (read
+// linearizably); a past revision, or a cache that lags, is read from etcd.
+func (s *ConfigServer) Snapshot(ctx context.Context, req *coorddv1.SnapshotRequest) (*coorddv1.SnapshotResponse, error) {
+	if req.GetRevision() == 0 {
+		if err := configcenter.ValidateNamespace(req.GetNamespace()); err != nil {
+			return nil, err
+		}
+		rev, err := s.store.CurrentRevision(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if snap, err := s.cache.Snapshot(ctx, req.GetNamespace(), rev); err == nil {
+			return &coorddv1.SnapshotResponse{Snapshot: snapshotProto(snap)}, nil
+		}
+	}
+	snap, err := s.store.Snapshot(ctx, req.GetNamespace(), req.GetRevision())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.SnapshotResponse{Snapshot: snapshotProto(snap)}, nil
+}
+
+// MaxPollWait bounds a long poll.
+const MaxPollWait = 5 * time.Minute
+
+// Poll implements ConfigService.
+func (s *ConfigServer) Poll(ctx context.Context, req *coorddv1.PollRequest) (*coorddv1.PollResponse, error) {
+	wait := 30 * time.Second
+	if w := req.GetWait(); w != nil {
+		if err := w.CheckValid(); err != nil || w.AsDuration() < 0 || w.AsDuration() > MaxPollWait {
+			return nil, invalid("wait must be a duration from 0s to 5m (for example \"30s\")")
+		}
+		wait = w.AsDuration()
+	}
+	snap, modified, err := s.cache.Poll(ctx, req.GetNamespace(), req.GetAfterRevision(), wait)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.PollResponse{Modified: modified, Snapshot: snapshotProto(snap)}, nil
+}
+
+// ListReleases implements ConfigService.
+func (s *ConfigServer) ListReleases(ctx context.Context, req *coorddv1.ListReleasesRequest) (*coorddv1.ListReleasesResponse, error) {
+	size := int(req.GetPageSize())
+	switch {
+	case size == 0:
+		size = 20
+	case size < 0 || size > 100:
+		return nil, invalid("page_size must be 1 to 100")
+	}
+	rels, err := s.store.Releases(ctx, req.GetNamespace(), req.GetBefore(), size)
+	if err != nil {
+		return nil, err
+	}
+	resp := &coorddv1.ListReleasesResponse{}
+	for _, r := range rels {
+		resp.Releases = append(resp.Releases, releaseProto(r))
+	}
+	if len(rels) == size && rels[len(rels)-1].Number > 1 {
+		resp.NextBefore = rels[len(rels)-1].Number
+	}
+	return resp, nil
+}
+
+// Diff implements ConfigService.
+func (s *ConfigServer) Diff(ctx context.Context, req *coorddv1.DiffRequest) (*coorddv1.DiffResponse, error) {
+	changes, err := s.store.Diff(ctx, req.GetNamespace(), req.GetFromRelease(), req.GetToRelease())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.DiffResponse{Changes: changesProto(changes)}, nil
+}
+
+// Rollback implements ConfigService.
+func (s *ConfigServer) Rollback(ctx context.Context, req *coorddv1.RollbackRequest) (*coorddv1.RollbackResponse, error) {
+	r, err := s.store.Rollback(ctx, req.GetNamespace(), req.GetToRelease(), req.GetExpectedRevision(), req.GetAuthor(), req.GetMessage())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.RollbackResponse{Release: releaseProto(r)}, nil
+}
+
+// GetSchema implements ConfigService.
+func (s *ConfigServer) GetSchema(ctx context.Context, req *coorddv1.GetSchemaRequest) (*coorddv1.GetSchemaResponse, error) {
+	schema, rev, err := s.store.Schema(ctx, req.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.GetSchemaResponse{Schema: schema, Revision: rev}, nil
+}
+
+// SetSchema implements ConfigService.
+func (s *ConfigServer) SetSchema(ctx context.Context, req *coorddv1.SetSchemaRequest) (*coorddv1.SetSchemaResponse, error) {
+	rev, err := s.store.SetSchema(ctx, req.GetNamespace(), req.GetSchema())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.SetSchemaResponse{Revision: rev}, nil
+}
+
+// ListNamespaces implements ConfigService.
+func (s *ConfigServer) ListNamespaces(ctx context.Context, req *coorddv1.ListNamespacesRequest) (*coorddv1.ListNamespacesResponse, error) {
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	nss, err := s.store.Namespaces(ctx, req.GetPrefix(), req.GetPageToken(), size+1)
+	if err != nil {
+		return nil, err
+	}
+	resp := &coorddv1.ListNamespacesResponse{Namespaces: nss}
+	if len(nss) > size {
+		resp.Namespaces = nss[:size]
+		resp.NextPageToken = nss[size-1]
+	}
+	return resp, nil
+}
+
+// Watch implements ConfigService.
+func (s *ConfigServer) Watch(req *coorddv1.WatchRequest, stream coorddv1.ConfigService_WatchServer) error {
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-s.stopping:
+			cancel(ErrStopping)
+		case <-ctx.Done():
+		}
+	}()
+	sub, err := s.cache.Subscribe(ctx, req.GetNamespaces(), req.GetFromRevision())
+	if err != nil {
+		return stoppingOr(ctx, err)
+	}
+	defer sub.Close()
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			return stoppingOr(ctx, err)
+		}
+		msg := &coorddv1.WatchResponse{Revision: ev.Revision}
+		switch ev.Type {
+		case configcenter.EventSnapshot:
+			msg.Type = coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT
+			for _, snap := range ev.Snapshots {
+				msg.Snapshots = append(msg.Snapshots, snapshotProto(snap))
+			}
+		case configcenter.EventChange:
+			msg.Type = coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE
+			msg.Release = releaseProto(*ev.Release)
+		case configcenter.EventBookmark:
+			msg.Type = coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK
+		}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+	}
+}
+
+// stoppingOr returns ErrStopping if that is why ctx ended, else err.
+func stoppingOr(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), ErrStopping) {
+		return ErrStopping
+	}
+	return err
+}
+
+func releaseProto(r configcenter.Release) *coorddv1.ConfigRelease {
+	out := &coorddv1.ConfigRelease{
+		Namespace:  r.Namespace,
+		Number:     r.Number,
+		Revision:   r.Revision,
+		Author:     r.Author,
+		Message:    r.Message,
+		RollbackOf: r.RollbackOf,
+		Changes:    changesProto(r.Changes),
+	}
+	if !r.Time.IsZero() {
+		out.Time = timestamppb.New(r.Time)
+	}
+	return out
+}
+
+func changesProto(cs []configcenter.Change) []*coorddv1.ConfigChange {
+	out := make([]*coorddv1.ConfigChange, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, &coorddv1.ConfigChange{Key: c.Key, OldValue: c.Old, NewValue: c.New})
+	}
+	return out
+}
+
+func snapshotProto(s configcenter.Snapshot) *coorddv1.NamespaceSnapshot {
+	out := &coorddv1.NamespaceSnapshot{Namespace: s.Namespace, Release: s.Release, Revision: s.Revision, ChangedRevision: s.Changed}
+	keys := make([]string, 0, len(s.Content))
+	for k := range s.Content {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		out.Entries = append(out.Entries, &coorddv1.ConfigEntry{Key: k, Value: s.Content[k]})
+	}
+	return out
+}
