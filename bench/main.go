@@ -39,12 +39,14 @@ var (
 	rounds         = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
 	ops            = flag.Int("ops", 300, "operations per peer per round")
 	starts         = flag.Int("starts", 5, "cold starts to measure")
-	only           = flag.String("only", "all", "which part to run: all, sessions, locks or elections")
+	only           = flag.String("only", "all", "which part to run: all, sessions, locks, elections or config")
 	lockD          = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer and round")
 	lockRounds     = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
 	electionRounds = flag.Int("election-rounds", 3, "rounds of the election workloads; peers alternate order each round")
 	electionOps    = flag.Int("election-ops", 100, "hand-overs and proclamations per peer per round")
 	failovers      = flag.Int("failovers", 3, "crash fail-overs per peer")
+	configK        = flag.String("config-subscribers", "100,1000", "subscriber counts of the config fan-out benchmark")
+	configPubs     = flag.Int("config-publishes", 50, "publishes per subscriber count and peer")
 	failoverTTL    = flag.Int("failover-ttl", 2, "session TTL in seconds for the crash fail-overs")
 	// campaignChild makes this binary a process that leads an election until
 	// killed: -campaign-child kind,endpoint,name,ttl.
@@ -96,6 +98,11 @@ func run() error {
 		}
 		defer d.stop()
 		if err := benchLocks(d.grpcAddr, d.etcdURL, *lockD); err != nil {
+			return err
+		}
+	}
+	if *only == "all" || *only == "config" {
+		if err := benchConfig(bin, tmp); err != nil {
 			return err
 		}
 	}
@@ -311,6 +318,7 @@ func median(xs []float64) float64 { return percentile(xs, 50) }
 type daemon struct {
 	cmd      *exec.Cmd
 	grpcAddr string
+	httpAddr string
 	etcdURL  string
 	startup  time.Duration
 }
@@ -331,13 +339,13 @@ func startDaemon(bin, dir string) (*daemon, error) {
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", freePort())
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", freePort())
 	cmd := exec.Command(bin, "--data-dir", dir, "--name", "bench", "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-		"--etcd-client-url", etcdURL, "--listen-peer-urls", peerURL, "--log-level", "error")
+		"--etcd-client-url", etcdURL, "--listen-peer-urls", peerURL, "--log-level", "error", "--enable-pprof")
 	cmd.Stderr = os.Stderr
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	d := &daemon{cmd: cmd, grpcAddr: grpcAddr, etcdURL: etcdURL}
+	d := &daemon{cmd: cmd, grpcAddr: grpcAddr, httpAddr: httpAddr, etcdURL: etcdURL}
 	if err := waitReady(d, "http://"+httpAddr+"/readyz", t0); err != nil {
 		return nil, err
 	}

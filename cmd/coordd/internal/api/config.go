@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/coordd/coordd/configcenter"
@@ -16,15 +17,43 @@ import (
 type ConfigServer struct {
 	coorddv1.UnsafeConfigServiceServer // compile errors when the service grows
 
-	store    *configcenter.Store
-	cache    *configcenter.Cache
-	stopping <-chan struct{}
+	store   *configcenter.Store
+	cache   *configcenter.Cache
+	stopped context.Context // done once the daemon stops
+
+	// recent holds the messages of the latest releases, so a release sent
+	// to K watchers is converted once, not K times.
+	mu     sync.Mutex
+	recent [16]struct {
+		rel *configcenter.Release
+		msg *Encoded
+	}
+	next int
 }
 
 // NewConfigServer returns the ConfigService adapter. Watch streams end with
-// ErrStopping once stopping is closed.
-func NewConfigServer(store *configcenter.Store, cache *configcenter.Cache, stopping <-chan struct{}) *ConfigServer {
-	return &ConfigServer{store: store, cache: cache, stopping: stopping}
+// ErrStopping once stopped is done.
+func NewConfigServer(store *configcenter.Store, cache *configcenter.Cache, stopped context.Context) *ConfigServer {
+	return &ConfigServer{store: store, cache: cache, stopped: stopped}
+}
+
+// changeMessage returns the (shared, read-only) message of a release,
+// marshaled once for all its watchers.
+func (s *ConfigServer) changeMessage(ev configcenter.Event) (*Encoded, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.recent {
+		if r.rel == ev.Release {
+			return r.msg, nil
+		}
+	}
+	msg, err := Encode(&coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE, Revision: ev.Revision, Release: releaseProto(*ev.Release)})
+	if err != nil {
+		return nil, err
+	}
+	s.recent[s.next].rel, s.recent[s.next].msg = ev.Release, msg
+	s.next = (s.next + 1) % len(s.recent)
+	return msg, nil
 }
 
 // Put implements ConfigService.
@@ -191,15 +220,11 @@ func (s *ConfigServer) ListNamespaces(ctx context.Context, req *coorddv1.ListNam
 
 // Watch implements ConfigService.
 func (s *ConfigServer) Watch(req *coorddv1.WatchRequest, stream coorddv1.ConfigService_WatchServer) error {
+	// No goroutine per watch: an idle watcher costs only its stream.
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	go func() {
-		select {
-		case <-s.stopping:
-			cancel(ErrStopping)
-		case <-ctx.Done():
-		}
-	}()
+	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })
+	defer stop()
 	sub, err := s.cache.Subscribe(ctx, req.GetNamespaces(), req.GetFromRevision())
 	if err != nil {
 		return stoppingOr(ctx, err)
@@ -210,20 +235,22 @@ func (s *ConfigServer) Watch(req *coorddv1.WatchRequest, stream coorddv1.ConfigS
 		if err != nil {
 			return stoppingOr(ctx, err)
 		}
-		msg := &coorddv1.WatchResponse{Revision: ev.Revision}
+		var msg any
 		switch ev.Type {
 		case configcenter.EventSnapshot:
-			msg.Type = coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT
+			snaps := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT, Revision: ev.Revision}
 			for _, snap := range ev.Snapshots {
-				msg.Snapshots = append(msg.Snapshots, snapshotProto(snap))
+				snaps.Snapshots = append(snaps.Snapshots, snapshotProto(snap))
 			}
+			msg = snaps
 		case configcenter.EventChange:
-			msg.Type = coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE
-			msg.Release = releaseProto(*ev.Release)
-		case configcenter.EventBookmark:
-			msg.Type = coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK
+			if msg, err = s.changeMessage(ev); err != nil {
+				return err
+			}
+		default:
+			msg = &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK, Revision: ev.Revision}
 		}
-		if err := stream.Send(msg); err != nil {
+		if err := stream.SendMsg(msg); err != nil {
 			return err
 		}
 	}

@@ -58,6 +58,9 @@ type Config struct {
 	// tunes the member's config watch cache. Zero fields mean defaults.
 	ConfigLimits configcenter.Limits
 	ConfigCache  configcenter.CacheOptions
+	// EnablePprof serves Go's profiles under /debug/pprof/ on the HTTP
+	// listener.
+	EnablePprof bool
 	// ShutdownTimeout bounds the graceful part of a stop.
 	ShutdownTimeout time.Duration
 

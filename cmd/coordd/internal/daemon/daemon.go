@@ -56,9 +56,13 @@ type Daemon struct {
 	gwConn   *grpc.ClientConn
 	health   *health.Server
 	stopping chan struct{}
-	serveErr chan error
-	wg       sync.WaitGroup // serving goroutines
-	stopOnce sync.Once
+	// stoppedCtx is done when stopping is closed, for handlers that wait
+	// on a context instead of the channel.
+	stoppedCtx  context.Context
+	markStopped context.CancelFunc
+	serveErr    chan error
+	wg          sync.WaitGroup // serving goroutines
+	stopOnce    sync.Once
 	// quietEtcd drops the errors etcd logs about its own listeners closing.
 	quietEtcd atomic.Bool
 	stopErr   error
@@ -91,6 +95,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	d := &Daemon{cfg: cfg, lg: cfg.Logger, stopping: make(chan struct{}), serveErr: make(chan error, 2)}
+	d.stoppedCtx, d.markStopped = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			d.closeBackend()
@@ -122,6 +127,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryRequireLeader(d.leader.Lost)),
 		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamRequireLeader(d.leader.Lost)),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+		grpc.ForceServerCodecV2(api.Codec()), // protobuf, and messages marshaled once for many streams
+		// Idle watch connections are the common case: release the write
+		// buffer after each flush and keep the read buffer small.
+		grpc.SharedWriteBuffer(true),
+		grpc.ReadBufferSize(8 << 10),
 		grpc.MaxConcurrentStreams(10000),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
@@ -142,7 +152,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.elections, sessions, d.stopping))
 	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
 	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
-	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(configStore, d.configCache, d.stopping))
+	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(configStore, d.configCache, d.stoppedCtx))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	metrics.InitializeMetrics(d.grpcSrv)
@@ -159,6 +169,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		MaxRequestBytes: int64(cfg.MaxRequestBytes),
 		Ready:           d.Ready,
 		Gatherer:        prometheus.DefaultGatherer,
+		Pprof:           cfg.EnablePprof,
 	})
 	if err != nil {
 		d.gwConn.Close()
@@ -292,6 +303,7 @@ func (d *Daemon) stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
 	defer cancel()
 	close(d.stopping)
+	d.markStopped()
 	d.health.Shutdown()
 
 	var errs *multierror.Error

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync/atomic"
 
@@ -33,6 +34,9 @@ type Options struct {
 	Ready func(ctx context.Context) error
 	// Gatherer backs /metrics; it should be the registry etcd uses.
 	Gatherer prometheus.Gatherer
+	// Pprof serves Go's profiles under /debug/pprof/ (off by default: they
+	// reveal internals and cost CPU while they run).
+	Pprof bool
 }
 
 // New returns the daemon's HTTP handler.
@@ -70,6 +74,13 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		io.WriteString(w, "ok\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
+	if opts.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(coorddv1.OpenAPI)

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// fanout is one peer of the config benchmark: K subscribers of one
+// namespace (coordd watch streams, or raw etcd watches of one prefix), and
+// a publish that each of them must see.
+type fanout interface {
+	// subscribe opens k subscribers whose deliveries go to seen (the
+	// published value).
+	subscribe(ctx context.Context, k int, seen func(value string)) error
+	publish(ctx context.Context, value string) error
+	close()
+}
+
+// Each subscriber has its own connection, as K app instances would.
+
+type coorddFanout struct {
+	conns []*grpc.ClientConn
+	ns    string
+}
+
+func newCoorddFanout(addr, ns string, conns int) (*coorddFanout, error) {
+	f := &coorddFanout{ns: ns}
+	for range conns {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, err
+		}
+		f.conns = append(f.conns, conn)
+	}
+	return f, nil
+}
+
+func (f *coorddFanout) subscribe(ctx context.Context, k int, seen func(string)) error {
+	ready := make(chan error, k)
+	for i := range k {
+		c := coorddv1.NewConfigServiceClient(f.conns[i%len(f.conns)])
+		go func() {
+			stream, err := c.Watch(ctx, &coorddv1.WatchRequest{Namespaces: []string{f.ns}})
+			if err == nil {
+				_, err = stream.Recv() // the snapshot
+			}
+			ready <- err
+			if err != nil {
+				return
+			}
+			for {
+				msg, err := stream.Recv()
+				if err != nil {
+					return
+				}
+				if msg.GetType() == coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE {
+					seen(msg.GetRelease().GetChanges()[0].GetNewValue())
+				}
+			}
+		}()
+	}
+	for range k {
+		if err := <-ready; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *coorddFanout) publish(ctx context.Context, value string) error {
+	_, err := coorddv1.NewConfigServiceClient(f.conns[0]).Put(ctx, &coorddv1.PutRequest{Namespace: f.ns, Key: "k", Value: value})
+	return err
+}
+
+func (f *coorddFanout) close() {
+	for _, c := range f.conns {
+		c.Close()
+	}
+}
+
+type etcdFanout struct {
+	clis   []*clientv3.Client
+	prefix string
+}
+
+func newEtcdFanout(url, prefix string, conns int) (*etcdFanout, error) {
+	f := &etcdFanout{prefix: prefix}
+	for range conns {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, err
+		}
+		f.clis = append(f.clis, cli)
+	}
+	return f, nil
+}
+
+func (f *etcdFanout) subscribe(ctx context.Context, k int, seen func(string)) error {
+	for i := range k {
+		wch := f.clis[i%len(f.clis)].Watch(ctx, f.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+		if wr := <-wch; wr.Err() != nil {
+			return wr.Err()
+		}
+		go func() {
+			for wr := range wch {
+				for _, ev := range wr.Events {
+					seen(string(ev.Kv.Value))
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+func (f *etcdFanout) publish(ctx context.Context, value string) error {
+	_, err := f.clis[0].Put(ctx, f.prefix+"k", value)
+	return err
+}
+
+func (f *etcdFanout) close() {
+	for _, c := range f.clis {
+		c.Close()
+	}
+}
+
+// metric reads one unlabelled value from the daemon's /metrics.
+func metric(httpAddr, name string) (float64, error) {
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
+			return strconv.ParseFloat(f[1], 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found", name)
+}
+
+// serverMemory is the daemon's Go heap and stacks in use, in bytes, after
+// a garbage collection (which the heap profile endpoint runs with gc=1).
+func serverMemory(d *daemon) (float64, error) {
+	resp, err := http.Get("http://" + d.httpAddr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	heap, err := metric(d.httpAddr, "go_memstats_heap_inuse_bytes")
+	if err != nil {
+		return 0, err
+	}
+	stack, err := metric(d.httpAddr, "go_memstats_stack_inuse_bytes")
+	return heap + stack, err
+}
+
+type fanoutResult struct {
+	latUs      []float64
+	memPerSub  float64 // bytes of server heap+stack per idle subscriber
+	watchesNew float64 // etcd watchers opened for the subscribers
+}
+
+// runFanout opens k subscribers on p, then publishes n values one after
+// another; each latency is from the publish call to one subscriber's
+// delivery.
+func runFanout(d *daemon, p fanout, k, n int) (fanoutResult, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var r fanoutResult
+	watchers0, err := metric(d.httpAddr, "etcd_debugging_mvcc_watcher_total")
+	if err != nil {
+		return r, err
+	}
+	mem0, err := serverMemory(d)
+	if err != nil {
+		return r, err
+	}
+	var mu sync.Mutex
+	var cur string
+	var t0 time.Time
+	var got int
+	done := make(chan struct{}, 1)
+	seen := func(v string) {
+		at := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if v != cur {
+			return
+		}
+		r.latUs = append(r.latUs, float64(at.Sub(t0).Microseconds()))
+		if got++; got == k {
+			done <- struct{}{}
+		}
+	}
+	if err := p.subscribe(ctx, k, seen); err != nil {
+		return r, err
+	}
+	time.Sleep(time.Second) // settle before measuring idle memory
+	mem1, err := serverMemory(d)
+	if err != nil {
+		return r, err
+	}
+	watchers1, err := metric(d.httpAddr, "etcd_debugging_mvcc_watcher_total")
+	if err != nil {
+		return r, err
+	}
+	r.memPerSub, r.watchesNew = (mem1-mem0)/float64(k), watchers1-watchers0
+	for i := range n {
+		mu.Lock()
+		cur, t0, got = fmt.Sprintf("v%d-%d", k, i), time.Now(), 0
+		v := cur
+		mu.Unlock()
+		if err := p.publish(ctx, v); err != nil {
+			return r, err
+		}
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			return r, fmt.Errorf("publish %d: %d of %d subscribers saw it within 30s", i, got, k)
+		}
+	}
+	return r, nil
+}
+
+// benchConfig measures publish-to-delivery latency for K subscribers of
+// one namespace through coordd's watch cache and through K raw etcd
+// watches on the same etcd, server memory per idle subscriber, and the
+// etcd watchers opened.
+func benchConfig(bin, tmp string) error {
+	var ks []int
+	for _, s := range strings.Split(*configK, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("-config-subscribers: %w", err)
+		}
+		ks = append(ks, k)
+	}
+	fmt.Printf("\nconfig fan-out (%d publishes per K and peer, one connection per subscriber)\n", *configPubs)
+	fmt.Printf("%-26s %6s %10s %10s %14s %14s\n", "peer", "K", "p50", "p99", "mem/conn+sub", "etcd watches")
+	type key struct {
+		peer string
+		k    int
+	}
+	res := map[key]fanoutResult{}
+	d, err := startDaemon(bin, filepath.Join(tmp, "config"))
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	for _, k := range ks {
+		for i, name := range []string{"coordd watch", "raw etcd watch"} {
+			var p fanout
+			var err error
+			if i == 0 {
+				p, err = newCoorddFanout(d.grpcAddr, fmt.Sprintf("bench/k%d", k), k)
+			} else {
+				p, err = newEtcdFanout(d.etcdURL, fmt.Sprintf("/bench-config/k%d/", k), k)
+			}
+			if err != nil {
+				return err
+			}
+			r, err := runFanout(d, p, k, *configPubs)
+			p.close()
+			if err != nil {
+				return fmt.Errorf("%s, K=%d: %w", name, k, err)
+			}
+			res[key{name, k}] = r
+			mem := fmt.Sprintf("%.1fKiB", r.memPerSub/1024)
+			fmt.Printf("%-26s %6d %8.2fms %8.2fms %14s %14.0f\n", name, k, percentile(r.latUs, 50)/1000, percentile(r.latUs, 99)/1000, mem, r.watchesNew)
+			time.Sleep(time.Second) // let the closed subscribers go away
+		}
+	}
+	// Idle memory per subscriber when subscribers share connections (as the
+	// subscriptions of a few app processes do): the per-stream cost alone.
+	fmt.Printf("\nidle server memory per subscriber, %d subscribers sharing 8 connections (heap+stacks after GC):\n", ks[len(ks)-1])
+	shared := map[string]float64{}
+	for i, name := range []string{"coordd watch", "raw etcd watch"} {
+		// A fresh daemon each: freed goroutine stacks stay in the
+		// runtime's pools and would hide the next run's.
+		d, err := startDaemon(bin, filepath.Join(tmp, fmt.Sprintf("config-mem-%d", i)))
+		if err != nil {
+			return err
+		}
+		k := ks[len(ks)-1]
+		var p fanout
+		if i == 0 {
+			p, err = newCoorddFanout(d.grpcAddr, "bench/shared", 8)
+		} else {
+			p, err = newEtcdFanout(d.etcdURL, "/bench-config/shared/", 8)
+		}
+		if err != nil {
+			return err
+		}
+		r, err := runFanout(d, p, k, 5)
+		p.close()
+		d.stop()
+		if err != nil {
+			return fmt.Errorf("%s, shared: %w", name, err)
+		}
+		shared[name] = r.memPerSub
+		fmt.Printf("  %-24s %.1f KiB\n", name, r.memPerSub/1024)
+	}
+	fmt.Printf("\ntargets:\n")
+	fmt.Printf("  idle memory per subscriber on shared connections: %.1f KiB (target < 4)\n", shared["coordd watch"]/1024)
+	for _, k := range ks {
+		c, e := res[key{"coordd watch", k}], res[key{"raw etcd watch", k}]
+		fmt.Printf("  K=%d: raw etcd p99 / coordd p99: %.2f (target >= 2 at K=1000); etcd watches coordd opened for them: %.0f (target 0: the cache's one serves all)\n",
+			k, percentile(e.latUs, 99)/percentile(c.latUs, 99), c.watchesNew)
+	}
+	return nil
+}
