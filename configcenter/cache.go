@@ -41,7 +41,8 @@ type Cache struct {
 	nudge chan struct{} // asks the watch for its progress now
 
 	mu       sync.RWMutex
-	rev      int64 // every change at or below rev is applied
+	cluster  uint64 // etcd's cluster id
+	rev      int64  // every change at or below rev is applied
 	oldest   int64 // history holds every release after oldest
 	live     bool  // the watch is healthy; bookmarks are sent only then
 	spaces   map[string]*space
@@ -93,6 +94,9 @@ type Event struct {
 	Revision  int64
 	Release   *Release   // EventChange
 	Snapshots []Snapshot // EventSnapshot: one per subscribed namespace, in the order asked
+	// Cluster is etcd's cluster id (EventSnapshot): revisions compare only
+	// within one cluster.
+	Cluster uint64
 }
 
 // NewCache returns a cache over store. Run must be running for it to serve.
@@ -176,12 +180,17 @@ func (c *Cache) load(ctx context.Context) bool {
 	for _, kv := range kvs {
 		c.applyKV(spaces, mvccpb.PUT, kv)
 	}
+	history, oldest, err := c.loadHistory(ctx, rev, spaces)
+	if err != nil {
+		return false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if rev < c.rev {
 		return false // never go back (a lagging member answered)
 	}
-	c.spaces, c.rev, c.oldest, c.history = spaces, rev, rev, nil
+	c.cluster = resp.Header.ClusterId
+	c.spaces, c.rev, c.oldest, c.history = spaces, rev, oldest, history
 	c.live = true
 	for _, set := range c.subs {
 		for sub := range set {
@@ -190,6 +199,53 @@ func (c *Cache) load(ctx context.Context) bool {
 	}
 	c.broadcast()
 	return true
+}
+
+// loadHistory rebuilds the history from the release records (kept in etcd
+// for history and rollback), so that after a restart subscribers resume
+// without a snapshot: the newest History records at rev, and the revision
+// after which that history is complete. It is complete after the oldest
+// record read (if more exist), and, for a namespace whose older releases
+// were pruned, after its oldest kept release.
+func (c *Cache) loadHistory(ctx context.Context, rev int64, spaces map[string]*space) ([]Event, int64, error) {
+	base := c.store.root + "rel/"
+	resp, err := c.cli.Get(ctx, base, clientv3.WithPrefix(), clientv3.WithRev(rev),
+		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(int64(c.opts.History)))
+	if err != nil {
+		return nil, 0, err
+	}
+	oldest := int64(0)
+	if resp.More && len(resp.Kvs) > 0 {
+		oldest = resp.Kvs[len(resp.Kvs)-1].ModRevision - 1
+	}
+	first := map[string]*Release{} // each namespace's oldest record read
+	history := make([]Event, 0, len(resp.Kvs))
+	for i := len(resp.Kvs) - 1; i >= 0; i-- {
+		kv := resp.Kvs[i]
+		esc, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), base), "/")
+		r, err := c.store.decodeRelease(names.Unescape(esc), kv)
+		if err != nil {
+			continue
+		}
+		if first[r.Namespace] == nil {
+			first[r.Namespace] = &r
+		}
+		history = append(history, Event{Type: EventChange, Revision: r.Revision, Release: &r})
+	}
+	keep := int64(c.store.limits.HistoryReleases)
+	for ns, r := range first {
+		sp := spaces[ns]
+		if r.Number > 1 && sp != nil && r.Number-1 < sp.release-keep+1 {
+			// Its predecessor was pruned: nothing before r is known.
+			oldest = max(oldest, r.Revision-1)
+		}
+	}
+	// Drop what the completeness bound excludes.
+	i := 0
+	for i < len(history) && history[i].Revision <= oldest {
+		i++
+	}
+	return history[i:], oldest, nil
 }
 
 // applyKV applies one etcd key change under ns/ to spaces.
@@ -614,7 +670,7 @@ func (s *Subscription) take(bookmark bool) (Event, bool) {
 		// Everything queued is at or below the cache's revision: the
 		// snapshot covers it.
 		s.snapshot, s.queue = false, nil
-		ev := Event{Type: EventSnapshot, Revision: s.c.rev}
+		ev := Event{Type: EventSnapshot, Revision: s.c.rev, Cluster: s.c.cluster}
 		for _, ns := range s.namespaces {
 			ev.Snapshots = append(ev.Snapshots, s.c.snapshotLocked(ns))
 		}

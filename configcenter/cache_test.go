@@ -389,3 +389,44 @@ func TestResumeAndPoll(t *testing.T) {
 		t.Fatalf("cache Snapshot at the current revision = %+v, %v", snap, err)
 	}
 }
+
+// A restarted cache rebuilds its history from the release records, so a
+// subscriber resumes without a snapshot; but not across a namespace's
+// pruned releases.
+func TestHistorySurvivesRestart(t *testing.T) {
+	e := newEnv(t, configcenter.Limits{HistoryReleases: 3})
+	ctx := t.Context()
+	var revs []int64
+	for i := range 6 {
+		r, err := e.s.Put(ctx, "app", "k", fmt.Sprint(i), 0, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, r.Revision)
+	}
+	if _, err := e.s.Put(ctx, "other", "k", "x", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	cache := e.startCache(t, configcenter.CacheOptions{})
+	// Releases 4..6 of app are kept: resuming after release 4 replays 5, 6.
+	sub, err := cache.Subscribe(ctx, []string{"app"}, revs[3]+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []int64{5, 6} {
+		ev, err := sub.Next(ctx)
+		if err != nil || ev.Type != configcenter.EventChange || ev.Release.Number != want {
+			t.Fatalf("resumed after a restart: %+v, %v; want release %d", ev, err, want)
+		}
+	}
+	sub.Close()
+	// Resuming after release 2 would need release 3, which was pruned.
+	sub, err = cache.Subscribe(ctx, []string{"app"}, revs[1]+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if ev, err := sub.Next(ctx); err != nil || ev.Type != configcenter.EventSnapshot || ev.Snapshots[0].Release != 6 || ev.Cluster == 0 {
+		t.Fatalf("resumed across pruned history: %+v, %v; want a snapshot at release 6", ev, err)
+	}
+}

@@ -1972,7 +1972,10 @@ type WatchResponse struct {
 	// snapshots (SNAPSHOT): one per watched namespace, in the order asked.
 	Snapshots []*NamespaceSnapshot `protobuf:"bytes,3,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
 	// release (CHANGE): the release.
-	Release       *ConfigRelease `protobuf:"bytes,4,opt,name=release,proto3" json:"release,omitempty"`
+	Release *ConfigRelease `protobuf:"bytes,4,opt,name=release,proto3" json:"release,omitempty"`
+	// cluster_id (SNAPSHOT) is etcd's cluster id, in hex: revisions compare
+	// only within one cluster.
+	ClusterId     string `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2031,6 +2034,446 @@ func (x *WatchResponse) GetSnapshots() []*NamespaceSnapshot {
 func (x *WatchResponse) GetRelease() *ConfigRelease {
 	if x != nil {
 		return x.Release
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+// NamespaceApplyReport is what an instance runs for one namespace.
+type NamespaceApplyReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// applied_release is the release the instance runs with.
+	AppliedRelease int64 `protobuf:"varint,2,opt,name=applied_release,json=appliedRelease,proto3" json:"applied_release,omitempty"`
+	// rejected_release is the last release the instance refused (it failed
+	// to decode or validate), if newer than applied_release.
+	RejectedRelease int64 `protobuf:"varint,3,opt,name=rejected_release,json=rejectedRelease,proto3" json:"rejected_release,omitempty"`
+	// reason says why it was refused.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NamespaceApplyReport) Reset() {
+	*x = NamespaceApplyReport{}
+	mi := &file_coordd_v1_config_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NamespaceApplyReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NamespaceApplyReport) ProtoMessage() {}
+
+func (x *NamespaceApplyReport) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NamespaceApplyReport.ProtoReflect.Descriptor instead.
+func (*NamespaceApplyReport) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *NamespaceApplyReport) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *NamespaceApplyReport) GetAppliedRelease() int64 {
+	if x != nil {
+		return x.AppliedRelease
+	}
+	return 0
+}
+
+func (x *NamespaceApplyReport) GetRejectedRelease() int64 {
+	if x != nil {
+		return x.RejectedRelease
+	}
+	return 0
+}
+
+func (x *NamespaceApplyReport) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ReportStatusRequest is an instance's report.
+type ReportStatusRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// instance identifies the reporting process: 1-128 bytes of
+	// [A-Za-z0-9._:@-]. Required.
+	Instance string `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
+	// labels describe it (at most 16), for example version or zone.
+	Labels map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// namespaces it subscribes to.
+	Namespaces    []*NamespaceApplyReport `protobuf:"bytes,3,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportStatusRequest) Reset() {
+	*x = ReportStatusRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportStatusRequest) ProtoMessage() {}
+
+func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
+func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ReportStatusRequest) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *ReportStatusRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ReportStatusRequest) GetNamespaces() []*NamespaceApplyReport {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+// ReportStatusResponse is empty: the report was recorded.
+type ReportStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportStatusResponse) Reset() {
+	*x = ReportStatusResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportStatusResponse) ProtoMessage() {}
+
+func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
+func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{33}
+}
+
+// GetApplyStatusRequest names a namespace.
+type GetApplyStatusRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetApplyStatusRequest) Reset() {
+	*x = GetApplyStatusRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetApplyStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetApplyStatusRequest) ProtoMessage() {}
+
+func (x *GetApplyStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetApplyStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetApplyStatusRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GetApplyStatusRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+// InstanceApplyStatus is one instance's latest report.
+type InstanceApplyStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// instance is the reporting process.
+	Instance string `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
+	// labels are its labels.
+	Labels map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// applied_release is the release it runs with.
+	AppliedRelease int64 `protobuf:"varint,3,opt,name=applied_release,json=appliedRelease,proto3" json:"applied_release,omitempty"`
+	// rejected_release is the last release it refused, if newer.
+	RejectedRelease int64 `protobuf:"varint,4,opt,name=rejected_release,json=rejectedRelease,proto3" json:"rejected_release,omitempty"`
+	// reason says why.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// report_time is when it last reported.
+	ReportTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstanceApplyStatus) Reset() {
+	*x = InstanceApplyStatus{}
+	mi := &file_coordd_v1_config_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstanceApplyStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceApplyStatus) ProtoMessage() {}
+
+func (x *InstanceApplyStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceApplyStatus.ProtoReflect.Descriptor instead.
+func (*InstanceApplyStatus) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *InstanceApplyStatus) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *InstanceApplyStatus) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *InstanceApplyStatus) GetAppliedRelease() int64 {
+	if x != nil {
+		return x.AppliedRelease
+	}
+	return 0
+}
+
+func (x *InstanceApplyStatus) GetRejectedRelease() int64 {
+	if x != nil {
+		return x.RejectedRelease
+	}
+	return 0
+}
+
+func (x *InstanceApplyStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *InstanceApplyStatus) GetReportTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportTime
+	}
+	return nil
+}
+
+// ReleaseCount is how many instances are on a release.
+type ReleaseCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// release is the release number.
+	Release int64 `protobuf:"varint,1,opt,name=release,proto3" json:"release,omitempty"`
+	// instances counts them.
+	Instances     int32 `protobuf:"varint,2,opt,name=instances,proto3" json:"instances,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseCount) Reset() {
+	*x = ReleaseCount{}
+	mi := &file_coordd_v1_config_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseCount) ProtoMessage() {}
+
+func (x *ReleaseCount) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseCount.ProtoReflect.Descriptor instead.
+func (*ReleaseCount) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ReleaseCount) GetRelease() int64 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
+func (x *ReleaseCount) GetInstances() int32 {
+	if x != nil {
+		return x.Instances
+	}
+	return 0
+}
+
+// GetApplyStatusResponse aggregates the live reports of a namespace
+// (instances that reported in the last two minutes).
+type GetApplyStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// instances, by id.
+	Instances []*InstanceApplyStatus `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	// applied counts instances per release they run, newest first.
+	Applied []*ReleaseCount `protobuf:"bytes,2,rep,name=applied,proto3" json:"applied,omitempty"`
+	// rejected counts instances per release they refused, newest first.
+	Rejected      []*ReleaseCount `protobuf:"bytes,3,rep,name=rejected,proto3" json:"rejected,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetApplyStatusResponse) Reset() {
+	*x = GetApplyStatusResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetApplyStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetApplyStatusResponse) ProtoMessage() {}
+
+func (x *GetApplyStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetApplyStatusResponse.ProtoReflect.Descriptor instead.
+func (*GetApplyStatusResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetApplyStatusResponse) GetInstances() []*InstanceApplyStatus {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *GetApplyStatusResponse) GetApplied() []*ReleaseCount {
+	if x != nil {
+		return x.Applied
+	}
+	return nil
+}
+
+func (x *GetApplyStatusResponse) GetRejected() []*ReleaseCount {
+	if x != nil {
+		return x.Rejected
 	}
 	return nil
 }
@@ -2168,17 +2611,54 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +
 	"namespaces\x12#\n" +
-	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\"\xca\x01\n" +
+	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\"\xe9\x01\n" +
 	"\rWatchResponse\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coordd.v1.WatchEventTypeR\x04type\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12:\n" +
 	"\tsnapshots\x18\x03 \x03(\v2\x1c.coordd.v1.NamespaceSnapshotR\tsnapshots\x122\n" +
-	"\arelease\x18\x04 \x01(\v2\x18.coordd.v1.ConfigReleaseR\arelease*\x8d\x01\n" +
+	"\arelease\x18\x04 \x01(\v2\x18.coordd.v1.ConfigReleaseR\arelease\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x05 \x01(\tR\tclusterId\"\xa0\x01\n" +
+	"\x14NamespaceApplyReport\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12'\n" +
+	"\x0fapplied_release\x18\x02 \x01(\x03R\x0eappliedRelease\x12)\n" +
+	"\x10rejected_release\x18\x03 \x01(\x03R\x0frejectedRelease\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xf1\x01\n" +
+	"\x13ReportStatusRequest\x12\x1a\n" +
+	"\binstance\x18\x01 \x01(\tR\binstance\x12B\n" +
+	"\x06labels\x18\x02 \x03(\v2*.coordd.v1.ReportStatusRequest.LabelsEntryR\x06labels\x12?\n" +
+	"\n" +
+	"namespaces\x18\x03 \x03(\v2\x1f.coordd.v1.NamespaceApplyReportR\n" +
+	"namespaces\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x16\n" +
+	"\x14ReportStatusResponse\"5\n" +
+	"\x15GetApplyStatusRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"\xd9\x02\n" +
+	"\x13InstanceApplyStatus\x12\x1a\n" +
+	"\binstance\x18\x01 \x01(\tR\binstance\x12B\n" +
+	"\x06labels\x18\x02 \x03(\v2*.coordd.v1.InstanceApplyStatus.LabelsEntryR\x06labels\x12'\n" +
+	"\x0fapplied_release\x18\x03 \x01(\x03R\x0eappliedRelease\x12)\n" +
+	"\x10rejected_release\x18\x04 \x01(\x03R\x0frejectedRelease\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12;\n" +
+	"\vreport_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportTime\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
+	"\fReleaseCount\x12\x18\n" +
+	"\arelease\x18\x01 \x01(\x03R\arelease\x12\x1c\n" +
+	"\tinstances\x18\x02 \x01(\x05R\tinstances\"\xbe\x01\n" +
+	"\x16GetApplyStatusResponse\x12<\n" +
+	"\tinstances\x18\x01 \x03(\v2\x1e.coordd.v1.InstanceApplyStatusR\tinstances\x121\n" +
+	"\aapplied\x18\x02 \x03(\v2\x17.coordd.v1.ReleaseCountR\aapplied\x123\n" +
+	"\brejected\x18\x03 \x03(\v2\x17.coordd.v1.ReleaseCountR\brejected*\x8d\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19WATCH_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1b\n" +
 	"\x17WATCH_EVENT_TYPE_CHANGE\x10\x02\x12\x1d\n" +
-	"\x19WATCH_EVENT_TYPE_BOOKMARK\x10\x032\xee\x06\n" +
+	"\x19WATCH_EVENT_TYPE_BOOKMARK\x10\x032\x96\b\n" +
 	"\rConfigService\x124\n" +
 	"\x03Put\x12\x15.coordd.v1.PutRequest\x1a\x16.coordd.v1.PutResponse\x12=\n" +
 	"\x06Delete\x12\x18.coordd.v1.DeleteRequest\x1a\x19.coordd.v1.DeleteResponse\x12@\n" +
@@ -2191,7 +2671,9 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\bRollback\x12\x1a.coordd.v1.RollbackRequest\x1a\x1b.coordd.v1.RollbackResponse\x12F\n" +
 	"\tGetSchema\x12\x1b.coordd.v1.GetSchemaRequest\x1a\x1c.coordd.v1.GetSchemaResponse\x12F\n" +
 	"\tSetSchema\x12\x1b.coordd.v1.SetSchemaRequest\x1a\x1c.coordd.v1.SetSchemaResponse\x12U\n" +
-	"\x0eListNamespaces\x12 .coordd.v1.ListNamespacesRequest\x1a!.coordd.v1.ListNamespacesResponse\x12<\n" +
+	"\x0eListNamespaces\x12 .coordd.v1.ListNamespacesRequest\x1a!.coordd.v1.ListNamespacesResponse\x12O\n" +
+	"\fReportStatus\x12\x1e.coordd.v1.ReportStatusRequest\x1a\x1f.coordd.v1.ReportStatusResponse\x12U\n" +
+	"\x0eGetApplyStatus\x12 .coordd.v1.GetApplyStatusRequest\x1a!.coordd.v1.GetApplyStatusResponse\x12<\n" +
 	"\x05Watch\x12\x17.coordd.v1.WatchRequest\x1a\x18.coordd.v1.WatchResponse0\x01B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
@@ -2207,7 +2689,7 @@ func file_coordd_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_coordd_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_coordd_v1_config_proto_goTypes = []any{
 	(WatchEventType)(0),            // 0: coordd.v1.WatchEventType
 	(*ConfigChange)(nil),           // 1: coordd.v1.ConfigChange
@@ -2241,11 +2723,20 @@ var file_coordd_v1_config_proto_goTypes = []any{
 	(*ListNamespacesResponse)(nil), // 29: coordd.v1.ListNamespacesResponse
 	(*WatchRequest)(nil),           // 30: coordd.v1.WatchRequest
 	(*WatchResponse)(nil),          // 31: coordd.v1.WatchResponse
-	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 33: google.protobuf.Duration
+	(*NamespaceApplyReport)(nil),   // 32: coordd.v1.NamespaceApplyReport
+	(*ReportStatusRequest)(nil),    // 33: coordd.v1.ReportStatusRequest
+	(*ReportStatusResponse)(nil),   // 34: coordd.v1.ReportStatusResponse
+	(*GetApplyStatusRequest)(nil),  // 35: coordd.v1.GetApplyStatusRequest
+	(*InstanceApplyStatus)(nil),    // 36: coordd.v1.InstanceApplyStatus
+	(*ReleaseCount)(nil),           // 37: coordd.v1.ReleaseCount
+	(*GetApplyStatusResponse)(nil), // 38: coordd.v1.GetApplyStatusResponse
+	nil,                            // 39: coordd.v1.ReportStatusRequest.LabelsEntry
+	nil,                            // 40: coordd.v1.InstanceApplyStatus.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 41: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
 }
 var file_coordd_v1_config_proto_depIdxs = []int32{
-	32, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
+	41, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
 	1,  // 1: coordd.v1.ConfigRelease.changes:type_name -> coordd.v1.ConfigChange
 	3,  // 2: coordd.v1.PublishRequest.mutations:type_name -> coordd.v1.ConfigMutation
 	2,  // 3: coordd.v1.PublishResponse.release:type_name -> coordd.v1.ConfigRelease
@@ -2253,7 +2744,7 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	2,  // 5: coordd.v1.DeleteResponse.release:type_name -> coordd.v1.ConfigRelease
 	12, // 6: coordd.v1.NamespaceSnapshot.entries:type_name -> coordd.v1.ConfigEntry
 	13, // 7: coordd.v1.SnapshotResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
-	33, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
+	42, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
 	13, // 9: coordd.v1.PollResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
 	2,  // 10: coordd.v1.ListReleasesResponse.releases:type_name -> coordd.v1.ConfigRelease
 	1,  // 11: coordd.v1.DiffResponse.changes:type_name -> coordd.v1.ConfigChange
@@ -2261,37 +2752,48 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	0,  // 13: coordd.v1.WatchResponse.type:type_name -> coordd.v1.WatchEventType
 	13, // 14: coordd.v1.WatchResponse.snapshots:type_name -> coordd.v1.NamespaceSnapshot
 	2,  // 15: coordd.v1.WatchResponse.release:type_name -> coordd.v1.ConfigRelease
-	6,  // 16: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
-	8,  // 17: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
-	4,  // 18: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
-	10, // 19: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
-	14, // 20: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
-	16, // 21: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
-	18, // 22: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
-	20, // 23: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
-	22, // 24: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
-	24, // 25: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
-	26, // 26: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
-	28, // 27: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
-	30, // 28: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
-	7,  // 29: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
-	9,  // 30: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
-	5,  // 31: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
-	11, // 32: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
-	15, // 33: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
-	17, // 34: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
-	19, // 35: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
-	21, // 36: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
-	23, // 37: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
-	25, // 38: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
-	27, // 39: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
-	29, // 40: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
-	31, // 41: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
-	29, // [29:42] is the sub-list for method output_type
-	16, // [16:29] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	39, // 16: coordd.v1.ReportStatusRequest.labels:type_name -> coordd.v1.ReportStatusRequest.LabelsEntry
+	32, // 17: coordd.v1.ReportStatusRequest.namespaces:type_name -> coordd.v1.NamespaceApplyReport
+	40, // 18: coordd.v1.InstanceApplyStatus.labels:type_name -> coordd.v1.InstanceApplyStatus.LabelsEntry
+	41, // 19: coordd.v1.InstanceApplyStatus.report_time:type_name -> google.protobuf.Timestamp
+	36, // 20: coordd.v1.GetApplyStatusResponse.instances:type_name -> coordd.v1.InstanceApplyStatus
+	37, // 21: coordd.v1.GetApplyStatusResponse.applied:type_name -> coordd.v1.ReleaseCount
+	37, // 22: coordd.v1.GetApplyStatusResponse.rejected:type_name -> coordd.v1.ReleaseCount
+	6,  // 23: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
+	8,  // 24: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
+	4,  // 25: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
+	10, // 26: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
+	14, // 27: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
+	16, // 28: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
+	18, // 29: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
+	20, // 30: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
+	22, // 31: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
+	24, // 32: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
+	26, // 33: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
+	28, // 34: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
+	33, // 35: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
+	35, // 36: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
+	30, // 37: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
+	7,  // 38: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
+	9,  // 39: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
+	5,  // 40: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
+	11, // 41: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
+	15, // 42: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
+	17, // 43: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
+	19, // 44: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
+	21, // 45: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
+	23, // 46: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
+	25, // 47: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
+	27, // 48: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
+	29, // 49: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
+	34, // 50: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
+	38, // 51: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
+	31, // 52: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
+	38, // [38:53] is the sub-list for method output_type
+	23, // [23:38] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_config_proto_init() }
@@ -2306,7 +2808,7 @@ func file_coordd_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_config_proto_rawDesc), len(file_coordd_v1_config_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

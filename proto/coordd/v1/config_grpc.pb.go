@@ -31,6 +31,8 @@ const (
 	ConfigService_GetSchema_FullMethodName      = "/coordd.v1.ConfigService/GetSchema"
 	ConfigService_SetSchema_FullMethodName      = "/coordd.v1.ConfigService/SetSchema"
 	ConfigService_ListNamespaces_FullMethodName = "/coordd.v1.ConfigService/ListNamespaces"
+	ConfigService_ReportStatus_FullMethodName   = "/coordd.v1.ConfigService/ReportStatus"
+	ConfigService_GetApplyStatus_FullMethodName = "/coordd.v1.ConfigService/GetApplyStatus"
 	ConfigService_Watch_FullMethodName          = "/coordd.v1.ConfigService/Watch"
 )
 
@@ -85,6 +87,12 @@ type ConfigServiceClient interface {
 	SetSchema(ctx context.Context, in *SetSchemaRequest, opts ...grpc.CallOption) (*SetSchemaResponse, error)
 	// ListNamespaces lists namespace names.
 	ListNamespaces(ctx context.Context, in *ListNamespacesRequest, opts ...grpc.CallOption) (*ListNamespacesResponse, error)
+	// ReportStatus records which release an instance applied or rejected,
+	// per namespace. The SDK reports after every release and every 30s.
+	ReportStatus(ctx context.Context, in *ReportStatusRequest, opts ...grpc.CallOption) (*ReportStatusResponse, error)
+	// GetApplyStatus aggregates the instances' reports for a namespace:
+	// "12 instances on release 41, 1 rejected 42".
+	GetApplyStatus(ctx context.Context, in *GetApplyStatusRequest, opts ...grpc.CallOption) (*GetApplyStatusResponse, error)
 	// Watch streams the namespaces' releases: SNAPSHOT first (or whenever
 	// the resume revision is unusable), one CHANGE per release, BOOKMARK
 	// every few seconds while idle. Over REST it is newline-delimited JSON.
@@ -219,6 +227,26 @@ func (c *configServiceClient) ListNamespaces(ctx context.Context, in *ListNamesp
 	return out, nil
 }
 
+func (c *configServiceClient) ReportStatus(ctx context.Context, in *ReportStatusRequest, opts ...grpc.CallOption) (*ReportStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportStatusResponse)
+	err := c.cc.Invoke(ctx, ConfigService_ReportStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) GetApplyStatus(ctx context.Context, in *GetApplyStatusRequest, opts ...grpc.CallOption) (*GetApplyStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetApplyStatusResponse)
+	err := c.cc.Invoke(ctx, ConfigService_GetApplyStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *configServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &ConfigService_ServiceDesc.Streams[0], ConfigService_Watch_FullMethodName, cOpts...)
@@ -289,6 +317,12 @@ type ConfigServiceServer interface {
 	SetSchema(context.Context, *SetSchemaRequest) (*SetSchemaResponse, error)
 	// ListNamespaces lists namespace names.
 	ListNamespaces(context.Context, *ListNamespacesRequest) (*ListNamespacesResponse, error)
+	// ReportStatus records which release an instance applied or rejected,
+	// per namespace. The SDK reports after every release and every 30s.
+	ReportStatus(context.Context, *ReportStatusRequest) (*ReportStatusResponse, error)
+	// GetApplyStatus aggregates the instances' reports for a namespace:
+	// "12 instances on release 41, 1 rejected 42".
+	GetApplyStatus(context.Context, *GetApplyStatusRequest) (*GetApplyStatusResponse, error)
 	// Watch streams the namespaces' releases: SNAPSHOT first (or whenever
 	// the resume revision is unusable), one CHANGE per release, BOOKMARK
 	// every few seconds while idle. Over REST it is newline-delimited JSON.
@@ -338,6 +372,12 @@ func (UnimplementedConfigServiceServer) SetSchema(context.Context, *SetSchemaReq
 }
 func (UnimplementedConfigServiceServer) ListNamespaces(context.Context, *ListNamespacesRequest) (*ListNamespacesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNamespaces not implemented")
+}
+func (UnimplementedConfigServiceServer) ReportStatus(context.Context, *ReportStatusRequest) (*ReportStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportStatus not implemented")
+}
+func (UnimplementedConfigServiceServer) GetApplyStatus(context.Context, *GetApplyStatusRequest) (*GetApplyStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetApplyStatus not implemented")
 }
 func (UnimplementedConfigServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -579,6 +619,42 @@ func _ConfigService_ListNamespaces_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConfigService_ReportStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).ReportStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_ReportStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).ReportStatus(ctx, req.(*ReportStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_GetApplyStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetApplyStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).GetApplyStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_GetApplyStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).GetApplyStatus(ctx, req.(*GetApplyStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ConfigService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -644,6 +720,14 @@ var ConfigService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListNamespaces",
 			Handler:    _ConfigService_ListNamespaces_Handler,
+		},
+		{
+			MethodName: "ReportStatus",
+			Handler:    _ConfigService_ReportStatus_Handler,
+		},
+		{
+			MethodName: "GetApplyStatus",
+			Handler:    _ConfigService_GetApplyStatus_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

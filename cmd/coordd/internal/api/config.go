@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -238,7 +239,7 @@ func (s *ConfigServer) Watch(req *coorddv1.WatchRequest, stream coorddv1.ConfigS
 		var msg any
 		switch ev.Type {
 		case configcenter.EventSnapshot:
-			snaps := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT, Revision: ev.Revision}
+			snaps := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT, Revision: ev.Revision, ClusterId: strconv.FormatUint(ev.Cluster, 16)}
 			for _, snap := range ev.Snapshots {
 				snaps.Snapshots = append(snaps.Snapshots, snapshotProto(snap))
 			}
@@ -299,4 +300,43 @@ func snapshotProto(s configcenter.Snapshot) *coorddv1.NamespaceSnapshot {
 		out.Entries = append(out.Entries, &coorddv1.ConfigEntry{Key: k, Value: s.Content[k]})
 	}
 	return out
+}
+
+// ReportStatus implements ConfigService.
+func (s *ConfigServer) ReportStatus(ctx context.Context, req *coorddv1.ReportStatusRequest) (*coorddv1.ReportStatusResponse, error) {
+	if len(req.GetNamespaces()) == 0 || len(req.GetNamespaces()) > configcenter.MaxNamespacesPerWatch {
+		return nil, invalid("report 1 to 64 namespaces")
+	}
+	for _, n := range req.GetNamespaces() {
+		st := configcenter.InstanceStatus{Instance: req.GetInstance(), Labels: req.GetLabels(), Applied: n.GetAppliedRelease(), Rejected: n.GetRejectedRelease(), Reason: n.GetReason()}
+		if err := s.store.ReportStatus(ctx, n.GetNamespace(), st); err != nil {
+			return nil, err
+		}
+	}
+	return &coorddv1.ReportStatusResponse{}, nil
+}
+
+// GetApplyStatus implements ConfigService.
+func (s *ConfigServer) GetApplyStatus(ctx context.Context, req *coorddv1.GetApplyStatusRequest) (*coorddv1.GetApplyStatusResponse, error) {
+	st, err := s.store.ApplyStatus(ctx, req.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	resp := &coorddv1.GetApplyStatusResponse{}
+	for _, in := range st.Instances {
+		resp.Instances = append(resp.Instances, &coorddv1.InstanceApplyStatus{
+			Instance: in.Instance, Labels: in.Labels, AppliedRelease: in.Applied, RejectedRelease: in.Rejected,
+			Reason: in.Reason, ReportTime: timestamppb.New(in.Time),
+		})
+	}
+	counts := func(m map[int64]int) []*coorddv1.ReleaseCount {
+		var out []*coorddv1.ReleaseCount
+		for r, n := range m {
+			out = append(out, &coorddv1.ReleaseCount{Release: r, Instances: int32(n)})
+		}
+		slices.SortFunc(out, func(a, b *coorddv1.ReleaseCount) int { return int(b.GetRelease() - a.GetRelease()) })
+		return out
+	}
+	resp.Applied, resp.Rejected = counts(st.Applied), counts(st.Rejected)
+	return resp, nil
 }
