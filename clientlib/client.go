@@ -37,6 +37,10 @@ type Config struct {
 	// DialTimeout bounds how long New waits for a first connection.
 	// Optional, defaults to DefaultDialTimeout.
 	DialTimeout time.Duration
+	// NoWait makes New return at once, without waiting for a connection;
+	// calls then wait for one. For apps that must start while coordd is
+	// unreachable (Subscribe with a cache file).
+	NoWait bool
 	// Logger receives the SDK's warnings (keep-alive retries, lost
 	// sessions). Optional, defaults to discarding them.
 	Logger *slog.Logger
@@ -51,6 +55,7 @@ type Client struct {
 	sessions  coorddv1.SessionServiceClient
 	locks     coorddv1.LockServiceClient
 	elections coorddv1.ElectionServiceClient
+	config    coorddv1.ConfigServiceClient
 	lg        *slog.Logger
 
 	mu      sync.Mutex
@@ -106,7 +111,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{"shuffleAddressList":true}}]}`),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
+		// Large namespaces make large snapshots.
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(64<<20)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("coordd: %w", err)
@@ -114,7 +120,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	conn.Connect()
-	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
+	for st := conn.GetState(); st != connectivity.Ready && !cfg.NoWait; st = conn.GetState() {
 		if !conn.WaitForStateChange(dctx, st) {
 			conn.Close()
 			if ctx.Err() != nil {
@@ -130,6 +136,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		sessions:  coorddv1.NewSessionServiceClient(conn),
 		locks:     coorddv1.NewLockServiceClient(conn),
 		elections: coorddv1.NewElectionServiceClient(conn),
+		config:    coorddv1.NewConfigServiceClient(conn),
 		lg:        cfg.Logger,
 		live:      map[*Session]struct{}{},
 		avoided:   map[string]time.Time{},

@@ -39,6 +39,12 @@ var (
 	// ErrAlreadyLeader: Campaign by a session that already leads the
 	// election under another campaign id.
 	ErrAlreadyLeader = errors.New("coordd: this session already leads the election")
+	// ErrValidationFailed: a config write breaks the namespace's JSON
+	// Schema; Problems lists every problem.
+	ErrValidationFailed = errors.New("coordd: config validation failed")
+	// ErrReleaseNotFound: the config release does not exist or is older
+	// than the history kept.
+	ErrReleaseNotFound = errors.New("coordd: release not found")
 	// ErrCompacted: the requested revision was compacted away.
 	ErrCompacted = errors.New("coordd: revision compacted")
 	// ErrUnavailable: no coordd endpoint or no etcd quorum could serve the
@@ -70,6 +76,8 @@ var reasons = map[string]error{
 	"COMPACTED":         ErrCompacted,
 	"LIMIT_MISMATCH":    ErrLimitMismatch,
 	"ALREADY_LEADER":    ErrAlreadyLeader,
+	"VALIDATION_FAILED": ErrValidationFailed,
+	"RELEASE_NOT_FOUND": ErrReleaseNotFound,
 	"UNAVAILABLE":       ErrUnavailable,
 	"INTERNAL":          ErrInternal,
 }
@@ -80,6 +88,15 @@ type Error struct {
 	Code    codes.Code // gRPC status code
 	Reason  string     // ErrorInfo reason, e.g. "SESSION_NOT_FOUND"; empty if the server sent none
 	Message string     // the server's message
+	// Problems lists every problem of a refused config write (key and
+	// description; the key is empty for the write as a whole).
+	Problems []Problem
+}
+
+// Problem is one problem of a refused write.
+type Problem struct {
+	Key         string
+	Description string
 }
 
 func (e *Error) Error() string { return "coordd: " + e.Message }
@@ -119,8 +136,15 @@ func convert(ctx context.Context, err error) error {
 	}
 	e := &Error{Code: st.Code(), Message: st.Message()}
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == "coordd" {
-			e.Reason = info.Reason
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			if d.Domain == "coordd" {
+				e.Reason = d.Reason
+			}
+		case *errdetails.BadRequest:
+			for _, v := range d.GetFieldViolations() {
+				e.Problems = append(e.Problems, Problem{Key: v.GetField(), Description: v.GetDescription()})
+			}
 		}
 	}
 	return e

@@ -1,0 +1,621 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+)
+
+// ConfigSnapshot is an immutable, consistent view of a subscription's
+// namespaces: every namespace as of one revision, each at a complete
+// release. Reading it never blocks.
+type ConfigSnapshot struct {
+	revision int64
+	cluster  string
+	spaces   map[string]*nsView // never modified once published
+}
+
+type nsView struct {
+	release int64
+	values  map[string]string
+}
+
+// Revision is the etcd revision the snapshot is consistent at.
+func (s *ConfigSnapshot) Revision() int64 { return s.revision }
+
+// Release is the namespace's release in the snapshot (0: never written).
+func (s *ConfigSnapshot) Release(ns string) int64 {
+	if v := s.spaces[ns]; v != nil {
+		return v.release
+	}
+	return 0
+}
+
+// Get returns a key's value.
+func (s *ConfigSnapshot) Get(ns, key string) (string, bool) {
+	v := s.spaces[ns]
+	if v == nil {
+		return "", false
+	}
+	val, ok := v.values[key]
+	return val, ok
+}
+
+// Keys returns a namespace's keys, sorted.
+func (s *ConfigSnapshot) Keys(ns string) []string {
+	v := s.spaces[ns]
+	if v == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(v.values))
+}
+
+// Values returns a copy of a namespace's keys and values.
+func (s *ConfigSnapshot) Values(ns string) map[string]string {
+	if v := s.spaces[ns]; v != nil {
+		return maps.Clone(v.values)
+	}
+	return map[string]string{}
+}
+
+// SubscriptionState says how current a subscription is.
+type SubscriptionState int
+
+// Subscription states.
+const (
+	// StateSyncing: no configuration yet.
+	StateSyncing SubscriptionState = iota
+	// StateLive: following the server; the last message (a change or a
+	// bookmark) arrived within the stall timeout.
+	StateLive
+	// StateStale: serving the last known configuration (from the cache
+	// file, or since the connection broke) while reconnecting.
+	StateStale
+)
+
+func (s SubscriptionState) String() string {
+	return [...]string{"syncing", "live", "stale"}[s]
+}
+
+// SubscriptionStatus is a subscription's health.
+type SubscriptionStatus struct {
+	State       SubscriptionState
+	Revision    int64     // the revision of the current snapshot
+	LastContact time.Time // when the server was last heard from (zero: never)
+	// Staleness is how long the server has not been heard from while not
+	// live; 0 when live.
+	Staleness  time.Duration
+	Reconnects int // streams reopened
+	Relists    int // full snapshots received after the first
+}
+
+// SubscribeOption configures Subscribe.
+type SubscribeOption func(*subscribeOptions)
+
+type subscribeOptions struct {
+	startTimeout time.Duration
+	cacheFile    string
+	instance     string
+	labels       map[string]string
+	stall        time.Duration
+	minBackoff   time.Duration
+	maxBackoff   time.Duration
+	reports      bool
+	reportEvery  time.Duration
+}
+
+// WithStartTimeout bounds how long Subscribe waits for the first snapshot
+// (default 10s). Past it, Subscribe returns the cache file's configuration
+// if there is one, else an error.
+func WithStartTimeout(d time.Duration) SubscribeOption {
+	return func(o *subscribeOptions) { o.startTimeout = d }
+}
+
+// WithCacheFile keeps the configuration in a file, written atomically after
+// every change, so the app can start from it while coordd is unreachable
+// (the subscription reports itself stale until it reconnects).
+func WithCacheFile(path string) SubscribeOption {
+	return func(o *subscribeOptions) { o.cacheFile = path }
+}
+
+// WithInstance names this process in the applied-status reports (default
+// hostname-pid) and labels it (version, zone, …).
+func WithInstance(id string, labels map[string]string) SubscribeOption {
+	return func(o *subscribeOptions) { o.instance, o.labels = id, labels }
+}
+
+// WithStallTimeout is how long a stream may carry nothing (not even a
+// bookmark, which the server sends every 5s while idle) before it is
+// reopened, possibly on another endpoint. Default 20s.
+func WithStallTimeout(d time.Duration) SubscribeOption {
+	return func(o *subscribeOptions) { o.stall = d }
+}
+
+// WithReconnectBackoff sets the reconnect delays: full jitter, from min
+// doubling up to max. Default 800ms to 30s.
+func WithReconnectBackoff(min, max time.Duration) SubscribeOption {
+	return func(o *subscribeOptions) { o.minBackoff, o.maxBackoff = min, max }
+}
+
+// WithoutStatusReports stops the subscription from reporting which
+// releases it applied or rejected.
+func WithoutStatusReports() SubscribeOption { return func(o *subscribeOptions) { o.reports = false } }
+
+// Subscription keeps a consistent snapshot of some namespaces current, and
+// calls its callbacks on changes. It is safe for concurrent use.
+type Subscription struct {
+	c          *Client
+	namespaces []string
+	opts       subscribeOptions
+
+	snap atomic.Pointer[ConfigSnapshot]
+	// firstSnap is the first snapshot from the server; fromCache says
+	// whether the subscription started from its cache file instead of
+	// from nothing.
+	firstSnap atomic.Pointer[ConfigSnapshot]
+	fromCache bool
+
+	mu     sync.Mutex
+	status SubscriptionStatus
+	cbs    []*callback
+	errFns []func(error)
+
+	changed  chan struct{} // wakes the dispatcher
+	first    chan struct{} // closed at the first server snapshot
+	firstOK  sync.Once
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	reporter *reporter
+}
+
+// Subscribe follows namespaces. It returns once it has the current
+// consistent snapshot (or, past the start timeout, the cache file's, marked
+// stale), then keeps it current in the background: it resumes from its
+// revision after a disconnect, and replaces its state whenever the server
+// sends a snapshot. Close it when done.
+func (c *Client) Subscribe(ctx context.Context, namespaces []string, opts ...SubscribeOption) (*Subscription, error) {
+	if len(namespaces) == 0 {
+		return nil, fmt.Errorf("%w: subscribe to at least one namespace", ErrInvalidArgument)
+	}
+	host, _ := os.Hostname()
+	o := subscribeOptions{
+		startTimeout: 10 * time.Second, stall: 20 * time.Second,
+		minBackoff: 800 * time.Millisecond, maxBackoff: 30 * time.Second,
+		instance: fmt.Sprintf("%s-%d", host, os.Getpid()), reports: true, reportEvery: 30 * time.Second,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	o.instance = sanitizeInstance(o.instance)
+	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), opts: o, changed: make(chan struct{}, 1), first: make(chan struct{})}
+	empty := &ConfigSnapshot{spaces: map[string]*nsView{}}
+	for _, ns := range namespaces {
+		empty.spaces[ns] = &nsView{values: map[string]string{}}
+	}
+	s.snap.Store(empty)
+	if o.cacheFile != "" {
+		if cached, err := readCacheFile(o.cacheFile, namespaces); err == nil {
+			s.snap.Store(cached)
+			s.fromCache = true
+			s.status.State, s.status.Revision = StateStale, cached.revision
+		} else if !errors.Is(err, os.ErrNotExist) {
+			c.lg.Warn("coordd: config cache file unusable; starting without it", "file", o.cacheFile, "error", err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	if o.reports {
+		s.reporter = newReporter(c, o)
+	}
+	d := newDispatcher(s)
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.follow(runCtx) }()
+	go func() { defer s.wg.Done(); d.run(runCtx) }()
+	if s.reporter != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.reporter.run(runCtx) }()
+	}
+
+	timer := time.NewTimer(o.startTimeout)
+	defer timer.Stop()
+	select {
+	case <-s.first:
+		return s, nil
+	case <-timer.C:
+		if s.Status().State == StateStale {
+			return s, nil // serving the cache file until coordd answers
+		}
+		s.Close()
+		return nil, fmt.Errorf("%w: no configuration from coordd within %s, and no cache file", ErrUnavailable, o.startTimeout)
+	case <-ctx.Done():
+		s.Close()
+		return nil, ctx.Err()
+	}
+}
+
+// sanitizeInstance keeps an instance id within the server's alphabet.
+func sanitizeInstance(id string) string {
+	b := []byte(id)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '@' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 128 {
+		b = b[:128]
+	}
+	if len(b) == 0 {
+		return "instance"
+	}
+	return string(b)
+}
+
+// Snapshot returns the current snapshot. It never blocks.
+func (s *Subscription) Snapshot() *ConfigSnapshot { return s.snap.Load() }
+
+// Status returns the subscription's health.
+func (s *Subscription) Status() SubscriptionStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	if st.State == StateLive && time.Since(st.LastContact) > s.opts.stall {
+		st.State = StateStale
+	}
+	if st.State != StateLive && !st.LastContact.IsZero() {
+		st.Staleness = time.Since(st.LastContact)
+	}
+	return st
+}
+
+// Close stops following and calling callbacks, and waits for them to stop.
+func (s *Subscription) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+func (s *Subscription) setStatus(fn func(st *SubscriptionStatus)) {
+	s.mu.Lock()
+	fn(&s.status)
+	s.mu.Unlock()
+}
+
+func (s *Subscription) wake() {
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// follow keeps a watch stream open and applies its messages, reconnecting
+// with full-jitter backoff.
+func (s *Subscription) follow(ctx context.Context) {
+	backoff := s.opts.minBackoff
+	from := int64(0) // always start with a snapshot: the cache file may be old or from another cluster
+	for ctx.Err() == nil {
+		got, next, err := s.stream(ctx, from)
+		from = next
+		if ctx.Err() != nil {
+			return
+		}
+		s.setStatus(func(st *SubscriptionStatus) {
+			if st.State == StateLive {
+				st.State = StateStale
+			}
+			st.Reconnects++
+		})
+		if got {
+			backoff = s.opts.minBackoff
+		}
+		if err != nil && errors.Is(err, ErrInvalidArgument) {
+			s.report(fmt.Errorf("coordd: config watch refused: %w", err))
+		}
+		// Full jitter: anywhere in [0, backoff).
+		timer := time.NewTimer(rand.N(backoff) + time.Millisecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, s.opts.maxBackoff)
+	}
+}
+
+// stream runs one watch stream from revision from. It reports whether it
+// received anything, and the revision to resume from.
+func (s *Subscription) stream(ctx context.Context, from int64) (got bool, next int64, err error) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// Reopen the stream if it carries nothing for the stall timeout.
+	stalled := errors.New("coordd: config watch stalled")
+	stall := time.AfterFunc(s.opts.stall, func() { cancel(stalled) })
+	defer stall.Stop()
+	var p peer.Peer
+	st, err := s.c.config.Watch(sctx, &coorddv1.WatchRequest{Namespaces: s.namespaces, FromRevision: from}, grpc.Peer(&p))
+	if err != nil {
+		return false, from, convert(ctx, err)
+	}
+	for {
+		msg, err := st.Recv()
+		if err != nil {
+			if errors.Is(context.Cause(sctx), stalled) && p.Addr != nil {
+				s.c.avoid(p.Addr.String())
+			}
+			return got, from, convert(ctx, err)
+		}
+		got = true
+		stall.Reset(s.opts.stall)
+		if !s.apply(msg) {
+			return got, 0, nil // inconsistent: start over with a snapshot
+		}
+		from = msg.GetRevision() + 1
+	}
+}
+
+// apply applies one watch message to the snapshot (copy-on-write) and
+// reports whether it was consistent with it.
+func (s *Subscription) apply(msg *coorddv1.WatchResponse) bool {
+	cur := s.snap.Load()
+	var next *ConfigSnapshot
+	switch msg.GetType() {
+	case coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
+		next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: msg.GetClusterId(), spaces: map[string]*nsView{}}
+		for _, ns := range s.namespaces {
+			next.spaces[ns] = &nsView{values: map[string]string{}}
+		}
+		for _, ns := range msg.GetSnapshots() {
+			v := &nsView{release: ns.GetRelease(), values: make(map[string]string, len(ns.GetEntries()))}
+			for _, e := range ns.GetEntries() {
+				v.values[e.GetKey()] = e.GetValue()
+			}
+			next.spaces[ns.GetNamespace()] = v
+		}
+		if s.firstOKDone() {
+			s.setStatus(func(st *SubscriptionStatus) { st.Relists++ })
+		}
+	case coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE:
+		r := msg.GetRelease()
+		old := cur.spaces[r.GetNamespace()]
+		if old == nil || r.GetNumber() != old.release+1 || !s.firstOKDone() {
+			return false // a gap (never sent by a correct server): relist
+		}
+		v := &nsView{release: r.GetNumber(), values: maps.Clone(old.values)}
+		for _, ch := range r.GetChanges() {
+			if ch.NewValue == nil {
+				delete(v.values, ch.GetKey())
+			} else {
+				v.values[ch.GetKey()] = ch.GetNewValue()
+			}
+		}
+		next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: cur.cluster, spaces: maps.Clone(cur.spaces)}
+		next.spaces[r.GetNamespace()] = v
+	case coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK:
+		if msg.GetRevision() > cur.revision {
+			next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: cur.cluster, spaces: cur.spaces}
+		}
+	}
+	if next != nil {
+		s.snap.Store(next)
+	}
+	s.setStatus(func(st *SubscriptionStatus) {
+		st.State, st.LastContact, st.Revision = StateLive, time.Now(), s.snap.Load().revision
+	})
+	if msg.GetType() == coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT {
+		s.firstOK.Do(func() {
+			s.firstSnap.Store(next)
+			close(s.first)
+		})
+	}
+	if next != nil && msg.GetType() != coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK {
+		s.wake()
+	}
+	return true
+}
+
+func (s *Subscription) firstOKDone() bool {
+	select {
+	case <-s.first:
+		return true
+	default:
+		return false
+	}
+}
+
+// OnError registers a function called (on the dispatcher goroutine) with
+// problems the subscription cannot return: a callback that panicked, a
+// release a binding rejected, a cache file that could not be written.
+func (s *Subscription) OnError(fn func(error)) {
+	s.mu.Lock()
+	s.errFns = append(s.errFns, fn)
+	s.mu.Unlock()
+}
+
+func (s *Subscription) report(err error) {
+	s.mu.Lock()
+	fns := slices.Clone(s.errFns)
+	s.mu.Unlock()
+	if len(fns) == 0 {
+		s.c.lg.Warn("coordd: config subscription", "error", err)
+	}
+	for _, fn := range fns {
+		func() {
+			defer func() { _ = recover() }()
+			fn(err)
+		}()
+	}
+}
+
+// KeyChange is one key's change: Old is nil for a new key, New for a
+// removed one.
+type KeyChange struct {
+	Key string
+	Old *string
+	New *string
+}
+
+// ConfigChange is what a callback receives: the changed keys it asked for,
+// from the state the callbacks last saw to Snapshot (several releases
+// coalesce into one change while a callback is slow).
+type ConfigChange struct {
+	Namespace string
+	Release   int64 // the namespace's release in Snapshot
+	Keys      []KeyChange
+	Snapshot  *ConfigSnapshot
+}
+
+type callback struct {
+	ns     string
+	filter func(key string) bool
+	fn     func(ConfigChange) error // an error rejects the release (bindings)
+}
+
+func (s *Subscription) register(cb *callback) (unregister func()) {
+	s.mu.Lock()
+	s.cbs = append(s.cbs, cb)
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.cbs = slices.DeleteFunc(s.cbs, func(c *callback) bool { return c == cb })
+		s.mu.Unlock()
+	}
+}
+
+// OnNamespace calls fn after every change of the namespace. Callbacks run
+// one at a time, in registration order, on the subscription's own
+// goroutine, outside any lock; a panic is recovered and reported to
+// OnError. It returns a function that unregisters fn.
+func (s *Subscription) OnNamespace(ns string, fn func(ConfigChange)) (unregister func()) {
+	return s.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(c ConfigChange) error { fn(c); return nil }})
+}
+
+// OnKey calls fn after every change of one key; see OnNamespace.
+func (s *Subscription) OnKey(ns, key string, fn func(ConfigChange)) (unregister func()) {
+	return s.register(&callback{ns: ns, filter: func(k string) bool { return k == key }, fn: func(c ConfigChange) error { fn(c); return nil }})
+}
+
+// OnPrefix calls fn after every change of the keys starting with prefix;
+// see OnNamespace.
+func (s *Subscription) OnPrefix(ns, prefix string, fn func(ConfigChange)) (unregister func()) {
+	return s.register(&callback{ns: ns, filter: func(k string) bool { return strings.HasPrefix(k, prefix) }, fn: func(c ConfigChange) error { fn(c); return nil }})
+}
+
+// dispatcher runs the callbacks on one goroutine, level-triggered: it
+// compares the snapshot the callbacks last saw with the current one, so
+// releases that arrive while a callback is slow coalesce into one change
+// and memory stays bounded (two snapshots).
+type dispatcher struct {
+	s         *Subscription
+	delivered *ConfigSnapshot // what the callbacks last saw
+	recorded  *ConfigSnapshot // what the cache file and the reporter last got
+}
+
+func newDispatcher(s *Subscription) *dispatcher {
+	first := s.snap.Load()
+	return &dispatcher{s: s, delivered: first, recorded: first}
+}
+
+func (d *dispatcher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.s.changed:
+		}
+		cur := d.s.snap.Load()
+		if !d.s.fromCache && d.delivered.revision == 0 {
+			// Started from nothing: the first snapshot is what Subscribe
+			// returned, not a change; callbacks see changes after it.
+			if first := d.s.firstSnap.Load(); first != nil {
+				d.delivered = first
+			}
+		}
+		var rejected map[string]error
+		if cur != d.delivered {
+			rejected = d.dispatch(d.delivered, cur)
+			d.delivered = cur
+		}
+		if cur == d.recorded {
+			continue
+		}
+		d.recorded = cur
+		if d.s.opts.cacheFile != "" {
+			if err := writeCacheFile(d.s.opts.cacheFile, cur, d.s.namespaces); err != nil {
+				d.s.report(fmt.Errorf("coordd: write config cache file: %w", err))
+			}
+		}
+		if d.s.reporter != nil {
+			d.s.reporter.applied(cur, rejected)
+		}
+	}
+}
+
+// dispatch calls the callbacks for the changes from old to cur and returns
+// the namespaces whose release a callback (a binding) rejected, with why.
+func (d *dispatcher) dispatch(old, cur *ConfigSnapshot) map[string]error {
+	d.s.mu.Lock()
+	cbs := slices.Clone(d.s.cbs)
+	d.s.mu.Unlock()
+	var rejected map[string]error
+	for _, cb := range cbs {
+		a, b := old.spaces[cb.ns], cur.spaces[cb.ns]
+		if a == nil || b == nil || a == b {
+			continue
+		}
+		keys := diffKeys(a.values, b.values, cb.filter)
+		if len(keys) == 0 {
+			continue
+		}
+		err := d.call(cb, ConfigChange{Namespace: cb.ns, Release: b.release, Keys: keys, Snapshot: cur})
+		if err != nil {
+			if rejected == nil {
+				rejected = map[string]error{}
+			}
+			rejected[cb.ns] = err
+			d.s.report(err)
+		}
+	}
+	return rejected
+}
+
+func (d *dispatcher) call(cb *callback, ch ConfigChange) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d.s.report(fmt.Errorf("coordd: config callback for %q panicked: %v", cb.ns, p))
+			err = nil // a panicking callback does not reject the release
+		}
+	}()
+	return cb.fn(ch)
+}
+
+func diffKeys(a, b map[string]string, keep func(string) bool) []KeyChange {
+	var out []KeyChange
+	for k, ov := range a {
+		if !keep(k) {
+			continue
+		}
+		if nv, ok := b[k]; !ok {
+			out = append(out, KeyChange{Key: k, Old: &ov})
+		} else if nv != ov {
+			out = append(out, KeyChange{Key: k, Old: &ov, New: &nv})
+		}
+	}
+	for k, nv := range b {
+		if _, ok := a[k]; !ok && keep(k) {
+			out = append(out, KeyChange{Key: k, New: &nv})
+		}
+	}
+	slices.SortFunc(out, func(x, y KeyChange) int { return strings.Compare(x.Key, y.Key) })
+	return out
+}

@@ -1,0 +1,92 @@
+package clientlib
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+)
+
+// reporter tells the server, per namespace, which release this instance
+// applied and which it rejected: after every change (coalesced: only the
+// latest state is sent) and every reportEvery, so the server can count
+// live instances.
+type reporter struct {
+	c    *Client
+	opts subscribeOptions
+
+	mu    sync.Mutex
+	state map[string]*coorddv1.NamespaceApplyReport // guarded by mu
+	dirty chan struct{}
+}
+
+func newReporter(c *Client, o subscribeOptions) *reporter {
+	return &reporter{c: c, opts: o, state: map[string]*coorddv1.NamespaceApplyReport{}, dirty: make(chan struct{}, 1)}
+}
+
+// applied records that snap's releases were applied, except in the
+// namespaces a binding rejected (those keep their applied release and
+// record the rejection).
+func (r *reporter) applied(snap *ConfigSnapshot, rejected map[string]error) {
+	if snap.revision == 0 && len(rejected) == 0 {
+		return // nothing known yet
+	}
+	r.mu.Lock()
+	for ns, v := range snap.spaces {
+		st := r.state[ns]
+		if st == nil {
+			st = &coorddv1.NamespaceApplyReport{Namespace: ns}
+			r.state[ns] = st
+		}
+		if err, ok := rejected[ns]; ok {
+			st.RejectedRelease, st.Reason = v.release, truncate(err.Error(), 1000)
+		} else {
+			st.AppliedRelease = v.release
+			if st.RejectedRelease <= v.release {
+				st.RejectedRelease, st.Reason = 0, ""
+			}
+		}
+	}
+	r.mu.Unlock()
+	select {
+	case r.dirty <- struct{}{}:
+	default:
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func (r *reporter) run(ctx context.Context) {
+	ticker := time.NewTicker(r.opts.reportEvery)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.dirty:
+		case <-ticker.C:
+		}
+		r.mu.Lock()
+		var reports []*coorddv1.NamespaceApplyReport
+		for _, st := range r.state {
+			reports = append(reports, &coorddv1.NamespaceApplyReport{Namespace: st.Namespace, AppliedRelease: st.AppliedRelease, RejectedRelease: st.RejectedRelease, Reason: st.Reason})
+		}
+		r.mu.Unlock()
+		if len(reports) == 0 {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := r.c.config.ReportStatus(rctx, &coorddv1.ReportStatusRequest{Instance: r.opts.instance, Labels: maps.Clone(r.opts.labels), Namespaces: reports})
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			r.c.lg.Debug("coordd: status report failed; the next one will carry it", "error", err)
+		}
+	}
+}

@@ -1,0 +1,545 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/tcpproxy"
+)
+
+// configTestConfig is testConfig with quick bookmarks, so stalls are told
+// apart from quiet namespaces fast.
+func configTestConfig(t *testing.T) daemon.Config {
+	cfg := testConfig(t)
+	cfg.ConfigCache.Bookmark = 100 * time.Millisecond
+	cfg.ConfigCache.Progress = 50 * time.Millisecond
+	return cfg
+}
+
+// fast are subscription options for tests: short stall timeout and
+// reconnect backoff.
+var fast = []clientlib.SubscribeOption{
+	clientlib.WithStallTimeout(time.Second),
+	clientlib.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond),
+}
+
+type svcConfig struct {
+	Port   int    `json:"port"`
+	Name   string `json:"name"`
+	Limits struct {
+		RPS int `json:"rps"`
+	} `json:"limits"`
+	Debug bool `json:"debug"`
+}
+
+func TestConfigThroughSDK(t *testing.T) {
+	d := start(t, configTestConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	if _, err := c.Publish(ctx, "svc/prod", []clientlib.ConfigMutation{
+		{Key: "port", Value: "8080"}, {Key: "name", Value: `"web"`}, {Key: "limits", Value: `{"rps": 10}`},
+	}, clientlib.PublishOptions{Author: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.Subscribe(ctx, []string{"svc/prod", "svc/yaml"}, append(fast, clientlib.WithInstance("test-1", map[string]string{"zone": "a"}))...)
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	defer sub.Close()
+	snap := sub.Snapshot()
+	if v, ok := snap.Get("svc/prod", "port"); !ok || v != "8080" || snap.Release("svc/prod") != 1 || snap.Release("svc/yaml") != 0 {
+		t.Fatalf("first snapshot: port %q %v, releases %d %d", v, ok, snap.Release("svc/prod"), snap.Release("svc/yaml"))
+	}
+	if st := sub.Status(); st.State != clientlib.StateLive || st.Revision == 0 {
+		t.Fatalf("Status = %+v", st)
+	}
+	var mu sync.Mutex
+	var nsChanges, portChanges, limitChanges []clientlib.ConfigChange
+	var errs []error
+	sub.OnNamespace("svc/prod", func(ch clientlib.ConfigChange) { mu.Lock(); nsChanges = append(nsChanges, ch); mu.Unlock() })
+	sub.OnKey("svc/prod", "port", func(ch clientlib.ConfigChange) { mu.Lock(); portChanges = append(portChanges, ch); mu.Unlock() })
+	sub.OnPrefix("svc/prod", "lim", func(ch clientlib.ConfigChange) { mu.Lock(); limitChanges = append(limitChanges, ch); mu.Unlock() })
+	sub.OnError(func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() })
+
+	b, err := clientlib.Bind(sub, "svc/prod", clientlib.JSON,
+		clientlib.BindDefaults(svcConfig{Debug: true}),
+		clientlib.BindValidate(func(s svcConfig) error {
+			if s.Port <= 0 {
+				return fmt.Errorf("port %d is not positive", s.Port)
+			}
+			return nil
+		}))
+	if err != nil {
+		t.Fatalf("Bind: %v", err)
+	}
+	if v := b.Load(); v.Port != 8080 || v.Name != "web" || v.Limits.RPS != 10 || !v.Debug {
+		t.Fatalf("bound value = %+v", v)
+	}
+	doc, err := clientlib.Bind(sub, "svc/yaml", clientlib.YAML, clientlib.BindKey[svcConfig]("app.yaml"), clientlib.BindStrict[svcConfig]())
+	if err != nil {
+		t.Fatalf("Bind YAML: %v", err)
+	}
+	if _, err := c.PutConfig(ctx, "svc/yaml", "app.yaml", "port: 9090\nname: api\nlimits:\n  rps: 5\n", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the YAML binding", func() bool { return doc.Load().Port == 9090 && doc.Load().Limits.RPS == 5 })
+
+	if _, err := c.PutConfig(ctx, "svc/prod", "port", "8081", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "port 8081", func() bool { return b.Load().Port == 8081 })
+	mu.Lock()
+	if len(nsChanges) != 1 || len(portChanges) != 1 || len(limitChanges) != 0 || nsChanges[0].Keys[0].Key != "port" || *nsChanges[0].Keys[0].Old != "8080" || nsChanges[0].Release != 2 {
+		t.Fatalf("callbacks: namespace %+v, port %d, limits %d", nsChanges, len(portChanges), len(limitChanges))
+	}
+	mu.Unlock()
+
+	// A release the binding refuses: the last good value stays, the
+	// refusal is reported to OnError and to the server.
+	bad, err := c.PutConfig(ctx, "svc/prod", "port", "0", clientlib.PublishOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the rejection", func() bool { mu.Lock(); defer mu.Unlock(); return len(errs) > 0 })
+	if b.Load().Port != 8081 || !strings.Contains(errs[0].Error(), "rejected") {
+		t.Fatalf("after a bad release: value %+v, error %v", b.Load(), errs[0])
+	}
+	waitFor(t, 5*time.Second, "the server to count the rejection", func() bool {
+		st, err := c.ConfigApplyStatus(ctx, "svc/prod")
+		return err == nil && len(st.Instances) == 1 && st.Instances[0].Instance == "test-1" &&
+			st.Instances[0].Rejected == bad.Number && st.Applied[2] == 1 && st.Rejected[bad.Number] == 1
+	})
+	// A schema failure lists every problem.
+	if err := c.SetConfigSchema(ctx, "svc/prod", `{"type":"object","properties":{"port":{"type":"integer"},"name":{"type":"string"}}}`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Publish(ctx, "svc/prod", []clientlib.ConfigMutation{{Key: "port", Value: `"x"`}, {Key: "name", Value: "7"}}, clientlib.PublishOptions{})
+	var cerr *clientlib.Error
+	if !errors.Is(err, clientlib.ErrValidationFailed) || !errors.As(err, &cerr) || len(cerr.Problems) != 2 {
+		t.Fatalf("publish against the schema = %v", err)
+	}
+}
+
+// storm publishes multi-key releases to ns until stop is closed, retrying
+// while coordd is unavailable, and records each release's content.
+type storm struct {
+	mu       sync.Mutex
+	contents map[int64]map[string]string
+	last     int64
+	done     chan struct{} // closed when the writer has stopped
+}
+
+func (s *storm) content(n int64) (map[string]string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.contents[n]
+	return c, ok
+}
+
+func runStorm(ctx context.Context, t *testing.T, c *clientlib.Client, ns string, stop <-chan struct{}) *storm {
+	s := &storm{contents: map[int64]map[string]string{0: {}}, done: make(chan struct{})}
+	cur := map[string]string{}
+	go func() {
+		defer close(s.done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ms := []clientlib.ConfigMutation{{Key: "a", Value: fmt.Sprint(i)}, {Key: "b", Value: fmt.Sprint(i)}}
+			if i%3 == 0 {
+				ms = append(ms, clientlib.ConfigMutation{Key: "c", Delete: true})
+			} else {
+				ms = append(ms, clientlib.ConfigMutation{Key: "c", Value: fmt.Sprint(i)})
+			}
+			var r clientlib.ConfigRelease
+			var err error
+			for {
+				// A retry whose first attempt landed sets the same values
+				// again: no second release.
+				r, err = c.Publish(ctx, ns, ms, clientlib.PublishOptions{})
+				if err == nil || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err != nil {
+				return
+			}
+			if len(r.Changes) == 0 {
+				continue
+			}
+			for _, ch := range r.Changes {
+				if ch.New == nil {
+					delete(cur, ch.Key)
+				} else {
+					cur[ch.Key] = *ch.New
+				}
+			}
+			s.mu.Lock()
+			s.contents[r.Number], s.last = maps.Clone(cur), r.Number
+			s.mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	return s
+}
+
+// observer checks what a subscription shows: every snapshot it exposes
+// holds a complete release, never older than one shown before.
+type observer struct {
+	t       *testing.T
+	name    string
+	s       *storm
+	ns      string
+	release atomic.Int64
+	bad     atomic.Int32
+}
+
+func (o *observer) check(snap *clientlib.ConfigSnapshot) {
+	n := snap.Release(o.ns)
+	if prev := o.release.Load(); n < prev {
+		o.bad.Add(1)
+		o.t.Errorf("%s: release %d shown after release %d", o.name, n, prev)
+	}
+	o.release.Store(n)
+	want, ok := o.s.content(n)
+	if !ok {
+		return // the writer has not recorded it yet (its answer is in flight)
+	}
+	if got := snap.Values(o.ns); !maps.Equal(got, want) {
+		o.bad.Add(1)
+		o.t.Errorf("%s: release %d shows %v, it was %v", o.name, n, got, want)
+	}
+}
+
+// TestSubscribersSurviveRestartDuringStorm restarts coordd under a publish
+// storm: every subscriber shows only complete releases, never an older one,
+// and ends equal to the store.
+func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and the daemon")
+	}
+	cfg := configTestConfig(t)
+	cfg.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+	d, err := daemon.Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	writer := newClient(t, cfg.GRPCAddr)
+	stop := make(chan struct{})
+	s := runStorm(ctx, t, writer, "storm", stop)
+	var obs []*observer
+	var subs []*clientlib.Subscription
+	for i := range 4 {
+		sub, err := newClient(t, cfg.GRPCAddr).Subscribe(ctx, []string{"storm"}, fast...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		o := &observer{t: t, name: fmt.Sprintf("subscriber %d", i), s: s, ns: "storm"}
+		sub.OnNamespace("storm", func(ch clientlib.ConfigChange) { o.check(ch.Snapshot) })
+		obs, subs = append(obs, o), append(subs, sub)
+	}
+	sample := func() {
+		for i, sub := range subs {
+			obs[i].check(sub.Snapshot())
+		}
+	}
+	waitFor(t, 10*time.Second, "releases before the restart", func() bool { sample(); return s.lastRelease() > 20 })
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = daemon.Start(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop(context.Background())
+	before := s.lastRelease()
+	waitFor(t, 20*time.Second, "releases after the restart", func() bool { sample(); return s.lastRelease() > before+20 })
+	close(stop)
+	<-s.done
+	final, err := writer.ConfigSnapshotOf(ctx, "storm", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sub := range subs {
+		waitFor(t, 10*time.Second, "subscribers to converge", func() bool {
+			snap := sub.Snapshot()
+			obs[i].check(snap)
+			return snap.Release("storm") == final.Release && maps.Equal(snap.Values("storm"), final.Values)
+		})
+		st := sub.Status()
+		t.Logf("subscriber %d: %d reconnects, %d relists", i, st.Reconnects, st.Relists)
+	}
+}
+
+func (s *storm) lastRelease() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// TestSubscribersSurviveAMemberStopping: the same across a stopped member
+// of a three-member cluster (the one the subscribers use first).
+func TestSubscribersSurviveAMemberStopping(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member cluster")
+	}
+	ds := startCluster(t, 3)
+	var endpoints []string
+	for _, d := range ds {
+		endpoints = append(endpoints, d.GRPCAddr())
+	}
+	ctx := t.Context()
+	writer := newClient(t, endpoints...)
+	stop := make(chan struct{})
+	s := runStorm(ctx, t, writer, "storm", stop)
+	var subs []*clientlib.Subscription
+	var obs []*observer
+	for i := range 3 {
+		// Each subscriber starts on member i, and knows the others.
+		eps := append([]string{endpoints[i]}, endpoints...)
+		c, err := clientlib.New(ctx, clientlib.Config{Endpoints: eps[:1]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		sub, err := newClient(t, endpoints...).Subscribe(ctx, []string{"storm"}, fast...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		o := &observer{t: t, name: fmt.Sprintf("subscriber %d", i), s: s, ns: "storm"}
+		sub.OnNamespace("storm", func(ch clientlib.ConfigChange) { o.check(ch.Snapshot) })
+		subs, obs = append(subs, sub), append(obs, o)
+	}
+	waitFor(t, 10*time.Second, "releases", func() bool { return s.lastRelease() > 20 })
+	if err := ds[0].Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := s.lastRelease()
+	waitFor(t, 20*time.Second, "releases after the stop", func() bool { return s.lastRelease() > before+20 })
+	close(stop)
+	<-s.done
+	final, err := writer.ConfigSnapshotOf(ctx, "storm", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sub := range subs {
+		waitFor(t, 10*time.Second, "subscribers to converge", func() bool {
+			snap := sub.Snapshot()
+			obs[i].check(snap)
+			return snap.Release("storm") == final.Release && maps.Equal(snap.Values("storm"), final.Values)
+		})
+	}
+}
+
+// TestCompactionWhileDisconnected: a subscriber cut off while more releases
+// than the cache's history happen (and etcd compacts) comes back with a
+// snapshot, and its callbacks fire once per real difference.
+func TestCompactionWhileDisconnected(t *testing.T) {
+	cfg := configTestConfig(t)
+	cfg.ConfigCache.History = 4
+	d := start(t, cfg)
+	ctx := t.Context()
+	writer := newClient(t, d.GRPCAddr())
+	put := func(key, value string) {
+		t.Helper()
+		if _, err := writer.PutConfig(ctx, "app", key, value, clientlib.PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a", "1")
+	put("c", "1")
+	proxy := tcpproxy.Start(t, d.GRPCAddr())
+	sub, err := newClient(t, proxy.Addr()).Subscribe(ctx, []string{"app"}, fast...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var mu sync.Mutex
+	calls := map[string]int{}
+	for _, k := range []string{"a", "b", "c", "marker"} {
+		sub.OnKey("app", k, func(clientlib.ConfigChange) { mu.Lock(); calls[k]++; mu.Unlock() })
+	}
+	proxy.Freeze()
+	waitFor(t, 5*time.Second, "the subscription to notice", func() bool { return sub.Status().State == clientlib.StateStale })
+	for i := 2; i <= 6; i++ {
+		put("a", fmt.Sprint(i))
+	}
+	put("b", "x")
+	if _, err := writer.DeleteConfig(ctx, "app", "b", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := writer.ConfigSnapshotOf(ctx, "app", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compact(t, cfg.EtcdClientURL, fmt.Sprint(snap.Revision))
+	relists := sub.Status().Relists
+	proxy.Thaw()
+	waitFor(t, 10*time.Second, "the subscription to catch up", func() bool { return sub.Snapshot().Release("app") == snap.Release })
+	// Callbacks run in order: once the marker's has run, every callback of
+	// the catch-up has too.
+	put("marker", "1")
+	waitFor(t, 5*time.Second, "the marker's callback", func() bool { mu.Lock(); defer mu.Unlock(); return calls["marker"] == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if calls["a"] != 1 || calls["b"] != 0 || calls["c"] != 0 {
+		t.Fatalf("callbacks after catching up: %v; want a once, b and c never", calls)
+	}
+	if got := sub.Status().Relists; got != relists+1 {
+		t.Fatalf("relists %d -> %d: want one snapshot", relists, got)
+	}
+	if v, _ := sub.Snapshot().Get("app", "a"); v != "6" {
+		t.Fatalf("a = %q", v)
+	}
+}
+
+// TestStartFromCacheFileWhileCoorddIsDown: an app starts from its cache
+// file at once, marked stale, and converges when coordd comes up; callbacks
+// fire only for what really changed.
+func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and the daemon")
+	}
+	cfg := configTestConfig(t)
+	cfg.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+	cache := filepath.Join(t.TempDir(), "app.config.json")
+	ctx := t.Context()
+	d, err := daemon.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, cfg.GRPCAddr)
+	if _, err := c.Publish(ctx, "app", []clientlib.ConfigMutation{{Key: "a", Value: "1"}, {Key: "b", Value: "1"}}, clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.Subscribe(ctx, []string{"app"}, append(fast, clientlib.WithCacheFile(cache))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PutConfig(ctx, "app", "a", "2", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the cache file", func() bool {
+		data, err := os.ReadFile(cache)
+		return err == nil && strings.Contains(string(data), `"a": "2"`)
+	})
+	sub.Close()
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// coordd is down: the app starts from the file.
+	app, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{cfg.GRPCAddr}, NoWait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	t0 := time.Now()
+	sub, err = app.Subscribe(ctx, []string{"app"}, append(fast, clientlib.WithCacheFile(cache), clientlib.WithStartTimeout(300*time.Millisecond))...)
+	if err != nil {
+		t.Fatalf("Subscribe from the cache file: %v", err)
+	}
+	defer sub.Close()
+	if v, _ := sub.Snapshot().Get("app", "a"); v != "2" || sub.Status().State != clientlib.StateStale || time.Since(t0) > 2*time.Second {
+		t.Fatalf("from the cache file: a=%q, status %+v", v, sub.Status())
+	}
+	var mu sync.Mutex
+	var changes []clientlib.ConfigChange
+	sub.OnNamespace("app", func(ch clientlib.ConfigChange) { mu.Lock(); changes = append(changes, ch); mu.Unlock() })
+
+	// coordd comes back, with one change made meanwhile.
+	if d, err = daemon.Start(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop(context.Background())
+	if _, err := c.PutConfig(ctx, "app", "b", "2", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "convergence", func() bool {
+		v, _ := sub.Snapshot().Get("app", "b")
+		return v == "2" && sub.Status().State == clientlib.StateLive
+	})
+	// Callbacks run in order: once the marker's change is seen, so is
+	// every change before it.
+	if _, err := c.PutConfig(ctx, "app", "marker", "1", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	keysSeen := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var keys []string
+		for _, ch := range changes {
+			for _, k := range ch.Keys {
+				keys = append(keys, k.Key)
+			}
+		}
+		return keys
+	}
+	waitFor(t, 5*time.Second, "the marker", func() bool { return slices.Contains(keysSeen(), "marker") })
+	if got := strings.Join(keysSeen(), ","); got != "b,marker" && got != "b" {
+		t.Fatalf("callbacks saw keys %v; only b (and the marker) changed", got)
+	}
+}
+
+// TestPanickingAndSlowCallbacks: a panicking callback is reported and the
+// subscription goes on; a very slow one sees coalesced changes, and the
+// snapshot stays current meanwhile.
+func TestPanickingAndSlowCallbacks(t *testing.T) {
+	d := start(t, configTestConfig(t))
+	ctx := t.Context()
+	c := newClient(t, d.GRPCAddr())
+	sub, err := c.Subscribe(ctx, []string{"app"}, fast...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var panics, slowCalls, fastCalls atomic.Int32
+	sub.OnError(func(error) { panics.Add(1) })
+	sub.OnNamespace("app", func(clientlib.ConfigChange) { panic("boom") })
+	release := make(chan struct{})
+	sub.OnNamespace("app", func(clientlib.ConfigChange) {
+		if slowCalls.Add(1) == 1 {
+			<-release // stuck until the test lets go
+		}
+	})
+	var lastSeen atomic.Value
+	sub.OnKey("app", "k", func(ch clientlib.ConfigChange) {
+		fastCalls.Add(1)
+		v, _ := ch.Snapshot.Get("app", "k")
+		lastSeen.Store(v)
+	})
+	for i := range 50 {
+		if _, err := c.PutConfig(ctx, "app", "k", fmt.Sprint(i), clientlib.PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The callbacks are stuck behind the slow one; the snapshot is not.
+	waitFor(t, 5*time.Second, "the snapshot", func() bool { v, _ := sub.Snapshot().Get("app", "k"); return v == "49" })
+	close(release)
+	waitFor(t, 5*time.Second, "the callbacks to catch up", func() bool { v, _ := lastSeen.Load().(string); return v == "49" })
+	if panics.Load() == 0 {
+		t.Fatal("the panic was not reported")
+	}
+	if n := fastCalls.Load(); n >= 50 {
+		t.Fatalf("the key callback ran %d times for 50 releases behind a stuck callback: nothing coalesced", n)
+	}
+	t.Logf("50 releases: the slow callback ran %d times, the key callback %d, %d panics reported", slowCalls.Load(), fastCalls.Load(), panics.Load())
+}
