@@ -43,8 +43,8 @@ type Cache struct {
 	mu       sync.RWMutex
 	cluster  uint64 // etcd's cluster id
 	rev      int64  // every change at or below rev is applied
-	oldest   int64 // history holds every release after oldest
-	live     bool  // the watch is healthy; bookmarks are sent only then
+	oldest   int64  // history holds every release after oldest
+	live     bool   // the watch is healthy; bookmarks are sent only then
 	spaces   map[string]*space
 	history  []Event                               // CHANGE events, oldest first
 	subs     map[string]map[*Subscription]struct{} // namespace -> subscribers
