@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/coorddtest"
+)
+
+// syncBuffer is a bytes.Buffer safe for the example's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The example starts with the defaults, prints each accepted change, and
+// rejects (and reports) an invalid release, keeping the last good value.
+func TestConfigReload(t *testing.T) {
+	d := coorddtest.Start(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, &out, []string{d.GRPCAddr}, "demo/app", "") }()
+	waitFor(t, "the start line", func() bool { return strings.Contains(out.String(), "started (live, release 0)") })
+
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{d.GRPCAddr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Publish(ctx, "demo/app", []clientlib.ConfigMutation{{Key: "greeting", Value: `"hi"`}, {Key: "workers", Value: "8"}}, clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the change", func() bool { return strings.Contains(out.String(), `changed: greeting="hi" workers=8`) })
+	if _, err := c.PutConfig(ctx, "demo/app", "workers", "0", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rejection", func() bool { return strings.Contains(out.String(), "rejected:") })
+	waitFor(t, "the server to see the rejection", func() bool {
+		st, err := c.ConfigApplyStatus(ctx, "demo/app")
+		return err == nil && st.Rejected[2] == 1 && st.Applied[1] == 1
+	})
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Fatalf("run = %v", err)
+	}
+}
