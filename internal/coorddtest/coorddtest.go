@@ -121,7 +121,9 @@ func (d *Daemon) Restart(tb testing.TB) {
 }
 
 // String describes the daemon for test messages.
-func (d *Daemon) String() string { return fmt.Sprintf("coordd grpc=%s http=%s", d.GRPCAddr, d.HTTPAddr) }
+func (d *Daemon) String() string {
+	return fmt.Sprintf("coordd grpc=%s http=%s", d.GRPCAddr, d.HTTPAddr)
+}
 
 // Env returns the environment for a child process that should talk to d.
 func (d *Daemon) Env() []string { return append(os.Environ(), "COORDD_ENDPOINTS="+d.GRPCAddr) }
