@@ -39,13 +39,14 @@ var (
 	rounds         = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
 	ops            = flag.Int("ops", 300, "operations per peer per round")
 	starts         = flag.Int("starts", 5, "cold starts to measure")
-	only           = flag.String("only", "all", "which part to run: all, sessions, locks, elections or config")
+	only           = flag.String("only", "all", "which part to run: all, sessions, locks, elections, config or config-sdk")
 	lockD          = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer and round")
 	lockRounds     = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
 	electionRounds = flag.Int("election-rounds", 3, "rounds of the election workloads; peers alternate order each round")
 	electionOps    = flag.Int("election-ops", 100, "hand-overs and proclamations per peer per round")
 	failovers      = flag.Int("failovers", 3, "crash fail-overs per peer")
 	configK        = flag.String("config-subscribers", "100,1000", "subscriber counts of the config fan-out benchmark")
+	sdkSubs        = flag.Int("sdk-subscriptions", 1000, "subscriptions (each its own client) of the config SDK benchmark")
 	configPubs     = flag.Int("config-publishes", 50, "publishes per subscriber count and peer")
 	failoverTTL    = flag.Int("failover-ttl", 2, "session TTL in seconds for the crash fail-overs")
 	// campaignChild makes this binary a process that leads an election until
@@ -103,6 +104,11 @@ func run() error {
 	}
 	if *only == "all" || *only == "config" {
 		if err := benchConfig(bin, tmp); err != nil {
+			return err
+		}
+	}
+	if *only == "all" || *only == "config-sdk" {
+		if err := benchConfigSDK(bin, tmp); err != nil {
 			return err
 		}
 	}
@@ -320,6 +326,8 @@ type daemon struct {
 	grpcAddr string
 	httpAddr string
 	etcdURL  string
+	bin      string   // coordd's binary, for restart
+	args     []string // its flags, for restart
 	startup  time.Duration
 }
 
@@ -345,7 +353,7 @@ func startDaemon(bin, dir string) (*daemon, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	d := &daemon{cmd: cmd, grpcAddr: grpcAddr, httpAddr: httpAddr, etcdURL: etcdURL}
+	d := &daemon{cmd: cmd, grpcAddr: grpcAddr, httpAddr: httpAddr, etcdURL: etcdURL, bin: bin, args: cmd.Args[1:]}
 	if err := waitReady(d, "http://"+httpAddr+"/readyz", t0); err != nil {
 		return nil, err
 	}
@@ -364,6 +372,19 @@ func (d *daemon) rssKiB() int {
 		}
 	}
 	return -1
+}
+
+// restart stops coordd and starts it again on the same ports and data,
+// and returns when it is ready.
+func (d *daemon) restart() error {
+	d.stop()
+	d.cmd = exec.Command(d.bin, d.args...)
+	d.cmd.Stderr = os.Stderr
+	t0 := time.Now()
+	if err := d.cmd.Start(); err != nil {
+		return err
+	}
+	return waitReady(d, "http://"+d.httpAddr+"/readyz", t0)
 }
 
 func (d *daemon) stop() {

@@ -63,6 +63,10 @@ func truncate(s string, n int) string {
 	return s
 }
 
+// minReportGap spaces reports out: a burst of releases makes one report
+// per second per subscription, not one per release.
+const minReportGap = time.Second
+
 func (r *reporter) run(ctx context.Context) {
 	ticker := time.NewTicker(r.opts.reportEvery)
 	defer ticker.Stop()
@@ -87,6 +91,11 @@ func (r *reporter) run(ctx context.Context) {
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			r.c.lg.Debug("coordd: status report failed; the next one will carry it", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(minReportGap):
 		}
 	}
 }

@@ -526,6 +526,7 @@ type Subscription struct {
 	snapshot bool    // the next event is a snapshot (first, or after a reset)
 	resets   int     // how often the queue overflowed
 	signal   chan struct{}
+	greeted  bool // the first Next answers at once, with a bookmark if nothing else
 }
 
 // MaxNamespacesPerWatch bounds one subscription's namespaces.
@@ -632,11 +633,18 @@ func (s *Subscription) resetToSnapshot() {
 }
 
 // Next returns the subscriber's next event: a snapshot when one is due,
-// else the oldest queued release, else, after the bookmark interval
-// without events, a bookmark (only while the cache's watch is healthy, so
+// else the oldest queued release, else, on the first call at once and
+// then after the bookmark interval without events, a bookmark (only while the cache's watch is healthy, so
 // a subscriber of a member cut off from etcd stops hearing anything and
 // can tell). It blocks until one is ready or ctx ends.
 func (s *Subscription) Next(ctx context.Context) (Event, error) {
+	if !s.greeted {
+		// A resumed subscriber learns at once that it is caught up.
+		s.greeted = true
+		if ev, ok := s.take(true); ok {
+			return ev, nil
+		}
+	}
 	timer := time.NewTimer(s.c.opts.Bookmark)
 	defer timer.Stop()
 	for {
