@@ -56,6 +56,7 @@ type Client struct {
 	locks     coorddv1.LockServiceClient
 	elections coorddv1.ElectionServiceClient
 	config    coorddv1.ConfigServiceClient
+	cluster   coorddv1.ClusterServiceClient
 	lg        *slog.Logger
 
 	mu      sync.Mutex
@@ -137,6 +138,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		locks:     coorddv1.NewLockServiceClient(conn),
 		elections: coorddv1.NewElectionServiceClient(conn),
 		config:    coorddv1.NewConfigServiceClient(conn),
+		cluster:   coorddv1.NewClusterServiceClient(conn),
 		lg:        cfg.Logger,
 		live:      map[*Session]struct{}{},
 		avoided:   map[string]time.Time{},

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,20 @@ func main() {
 	if err := newCommand().Execute(); err != nil {
 		os.Exit(1)
 	}
+}
+
+// version is set at build time (-ldflags "-X main.version=v1.2.3"); else
+// the module version the binary was built from, or "dev".
+var version = ""
+
+func coorddVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
 }
 
 func newCommand() *cobra.Command {
@@ -50,6 +65,7 @@ or --etcd-endpoints to use an existing etcd cluster instead.
 Every flag can be set through an environment variable: --grpc-addr is
 COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 		SilenceUsage: true,
+		Version:      coorddVersion(),
 		Args:         cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			return applyEnv(cmd.Flags())
@@ -61,6 +77,7 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 			}
 			defer lg.Sync()
 			cfg.Logger = lg
+			cfg.Version = coorddVersion()
 			cfg.HeartbeatMs = uint(heartbeat / time.Millisecond)
 			cfg.ElectionMs = uint(electionTimeout / time.Millisecond)
 			if cfg.TLS, err = serverTLS(tlsCert, tlsKey); err != nil {

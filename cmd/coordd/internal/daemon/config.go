@@ -58,6 +58,8 @@ type Config struct {
 	// tunes the member's config watch cache. Zero fields mean defaults.
 	ConfigLimits configcenter.Limits
 	ConfigCache  configcenter.CacheOptions
+	// Version is reported by the cluster status call.
+	Version string
 	// EnablePprof serves Go's profiles under /debug/pprof/ on the HTTP
 	// listener.
 	EnablePprof bool

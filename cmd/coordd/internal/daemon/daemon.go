@@ -153,6 +153,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
 	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
 	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(configStore, d.configCache, d.stoppedCtx))
+	statusEndpoint, memberID := cfg.EtcdClientURL, uint64(0)
+	if d.etcd != nil {
+		memberID = uint64(d.etcd.Server.MemberID())
+	} else {
+		statusEndpoint = d.cli.Endpoints()[0]
+	}
+	coorddv1.RegisterClusterServiceServer(d.grpcSrv, api.NewClusterServer(d.cli, statusEndpoint, memberID, cfg.Version))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	metrics.InitializeMetrics(d.grpcSrv)

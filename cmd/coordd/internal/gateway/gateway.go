@@ -55,6 +55,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		coorddv1.RegisterLockServiceHandler,
 		coorddv1.RegisterElectionServiceHandler,
 		coorddv1.RegisterConfigServiceHandler,
+		coorddv1.RegisterClusterServiceHandler,
 	} {
 		if err := register(ctx, gw, opts.Conn); err != nil {
 			return nil, err
