@@ -120,25 +120,26 @@ func (c *Client) ResignTerm(ctx context.Context, name string, term fencing.Token
 
 // ClusterMember is one etcd member.
 type ClusterMember struct {
-	ID, Name   string
-	PeerURLs   []string
-	ClientURLs []string
-	Leader     bool
-	Learner    bool
+	ID         string   `json:"id"`
+	Name       string   `json:"name"`
+	PeerURLs   []string `json:"peerUrls,omitempty"`
+	ClientURLs []string `json:"clientUrls,omitempty"`
+	Leader     bool     `json:"leader,omitempty"`
+	Learner    bool     `json:"learner,omitempty"`
 }
 
 // ClusterStatus describes the cluster as the answering member sees it.
 type ClusterStatus struct {
-	ClusterID     string
-	MemberID      string // the answering member (empty with an external etcd)
-	LeaderID      string
-	Members       []ClusterMember
-	Revision      int64
-	RaftTerm      uint64
-	DBSize        int64
-	DBSizeInUse   int64
-	EtcdVersion   string
-	CoorddVersion string
+	ClusterID     string          `json:"clusterId,omitempty"`
+	MemberID      string          `json:"memberId,omitempty"` // the answering member (empty with an external etcd)
+	LeaderID      string          `json:"leaderId,omitempty"`
+	Members       []ClusterMember `json:"members,omitempty"`
+	Revision      int64           `json:"revision,omitempty"`
+	RaftTerm      uint64          `json:"raftTerm,omitempty"`
+	DBSize        int64           `json:"dbSize,omitempty"`
+	DBSizeInUse   int64           `json:"dbSizeInUse,omitempty"`
+	EtcdVersion   string          `json:"etcdVersion,omitempty"`
+	CoorddVersion string          `json:"coorddVersion,omitempty"`
 }
 
 // ClusterStatus describes the cluster.

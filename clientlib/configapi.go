@@ -183,19 +183,19 @@ func (c *Client) ConfigNamespaces(ctx context.Context, prefix string) ([]string,
 
 // InstanceApplyStatus is one instance's latest report for a namespace.
 type InstanceApplyStatus struct {
-	Instance string
-	Labels   map[string]string
-	Applied  int64
-	Rejected int64
-	Reason   string
-	Reported time.Time
+	Instance string            `json:"instance,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Applied  int64             `json:"applied,omitempty"`
+	Rejected int64             `json:"rejected,omitempty"`
+	Reason   string            `json:"reason,omitempty"`
+	Reported time.Time         `json:"reported,omitzero"`
 }
 
 // ApplyStatus is what the live instances of a namespace run.
 type ApplyStatus struct {
-	Instances []InstanceApplyStatus
-	Applied   map[int64]int // release -> instances running it
-	Rejected  map[int64]int // release -> instances that refused it
+	Instances []InstanceApplyStatus `json:"instances,omitempty"`
+	Applied   map[int64]int         `json:"applied,omitempty"`  // release -> instances running it
+	Rejected  map[int64]int         `json:"rejected,omitempty"` // release -> instances that refused it
 }
 
 // ConfigApplyStatus aggregates the instances' reports for a namespace.

@@ -145,13 +145,13 @@ type Leader struct {
 
 // Candidate is a campaign waiting for its turn.
 type Candidate struct {
-	Term      fencing.Token // the term it will hold once elected
-	Value     string
-	SessionID string
-	RequestID string
-	Owner     string
-	Hostname  string
-	Enqueued  time.Time
+	Term      fencing.Token `json:"term,omitempty"` // the term it will hold once elected
+	Value     string        `json:"value,omitempty"`
+	SessionID string        `json:"sessionId,omitempty"`
+	RequestID string        `json:"requestId,omitempty"`
+	Owner     string        `json:"owner,omitempty"`
+	Hostname  string        `json:"hostname,omitempty"`
+	Enqueued  time.Time     `json:"enqueued,omitzero"`
 }
 
 func leaderFrom(p *coorddv1.ElectionLeader) Leader {

@@ -185,26 +185,26 @@ func randomID() string {
 
 // LockEntry is a holder or waiter of a lock.
 type LockEntry struct {
-	SessionID string
-	Owner     string // the session's owner, if the session still exists
-	Hostname  string
-	RequestID string
-	Metadata  string
-	Token     fencing.Token
-	Enqueued  time.Time
-	Granted   time.Time // zero for waiters
+	SessionID string        `json:"sessionId,omitempty"`
+	Owner     string        `json:"owner,omitempty"` // the session's owner, if the session still exists
+	Hostname  string        `json:"hostname,omitempty"`
+	RequestID string        `json:"requestId,omitempty"`
+	Metadata  string        `json:"metadata,omitempty"`
+	Token     fencing.Token `json:"token,omitempty"`
+	Enqueued  time.Time     `json:"enqueued,omitzero"`
+	Granted   time.Time     `json:"granted,omitzero"` // zero for waiters
 }
 
 // LockState is a lock's holders and waiters at one revision.
 type LockState struct {
-	Name    string
-	Limit   int
-	Holders []LockEntry
-	Waiters []LockEntry // in grant order
+	Name    string      `json:"name,omitempty"`
+	Limit   int         `json:"limit,omitempty"`
+	Holders []LockEntry `json:"holders,omitempty"`
+	Waiters []LockEntry `json:"waiters,omitempty"` // in grant order
 	// DelayedUntil, when not zero, ends a lock-delay: a holder's session
 	// expired and the first waiter is granted then.
-	DelayedUntil time.Time
-	Revision     int64
+	DelayedUntil time.Time `json:"delayedUntil,omitzero"`
+	Revision     int64     `json:"revision,omitempty"`
 }
 
 // DescribeLock returns the named lock's holders and waiters.

@@ -16,6 +16,20 @@ type Token int64
 // String formats the token in decimal, the form used in JSON and headers.
 func (t Token) String() string { return strconv.FormatInt(int64(t), 10) }
 
+// MarshalText writes the token in decimal, so JSON carries it as a string
+// (an int64 does not survive JavaScript), as coordd's REST API does.
+func (t Token) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// UnmarshalText reads a token written in decimal; see Parse.
+func (t *Token) UnmarshalText(b []byte) error {
+	v, err := Parse(string(b))
+	if err != nil {
+		return err
+	}
+	*t = v
+	return nil
+}
+
 // Parse reads a token written in decimal. It rejects zero and negatives.
 func Parse(s string) (Token, error) {
 	v, err := strconv.ParseInt(s, 10, 64)

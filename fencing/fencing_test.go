@@ -1,6 +1,7 @@
 package fencing_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -151,4 +152,18 @@ func ExampleGuard_Do() {
 	err := g.Do("orders-table", 41, func() error { return nil })
 	fmt.Println(errors.Is(err, fencing.ErrStale))
 	// Output: true
+}
+
+func TestTokenJSON(t *testing.T) {
+	b, err := json.Marshal(struct{ T fencing.Token }{42})
+	if err != nil || string(b) != `{"T":"42"}` {
+		t.Fatalf("Marshal = %s, %v", b, err)
+	}
+	var v struct{ T fencing.Token }
+	if err := json.Unmarshal([]byte(`{"T":"43"}`), &v); err != nil || v.T != 43 {
+		t.Fatalf("Unmarshal = %v, %v", v, err)
+	}
+	if err := json.Unmarshal([]byte(`{"T":"0"}`), &v); err == nil {
+		t.Fatal("a zero token was accepted")
+	}
 }

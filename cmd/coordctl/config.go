@@ -1,0 +1,471 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/spf13/cobra"
+)
+
+type releaseJSON struct {
+	Namespace  string       `json:"namespace"`
+	Number     int64        `json:"number"`
+	Revision   string       `json:"revision"`
+	Author     string       `json:"author,omitempty"`
+	Message    string       `json:"message,omitempty"`
+	Time       string       `json:"time,omitempty"`
+	RollbackOf int64        `json:"rollbackOf,omitempty"`
+	Changes    []changeJSON `json:"changes"`
+}
+
+type changeJSON struct {
+	Key string  `json:"key"`
+	Old *string `json:"old,omitempty"`
+	New *string `json:"new,omitempty"`
+}
+
+func releaseOut(r clientlib.ConfigRelease) releaseJSON {
+	out := releaseJSON{Namespace: r.Namespace, Number: r.Number, Revision: strconv.FormatInt(r.Revision, 10), Author: r.Author, Message: r.Message, RollbackOf: r.RollbackOf, Changes: changesOut(r.Changes)}
+	if !r.Time.IsZero() {
+		out.Time = ts(r.Time)
+	}
+	return out
+}
+
+func changesOut(cs []clientlib.KeyChange) []changeJSON {
+	out := make([]changeJSON, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, changeJSON{Key: c.Key, Old: c.Old, New: c.New})
+	}
+	return out
+}
+
+// changeLine prints a change as + (added), - (removed) or ~ (changed).
+func changeLine(c clientlib.KeyChange) string {
+	switch {
+	case c.Old == nil:
+		return fmt.Sprintf("+ %s = %s", c.Key, *c.New)
+	case c.New == nil:
+		return fmt.Sprintf("- %s (was %s)", c.Key, *c.Old)
+	default:
+		return fmt.Sprintf("~ %s = %s (was %s)", c.Key, *c.New, *c.Old)
+	}
+}
+
+func (a *app) printRelease(r clientlib.ConfigRelease) error {
+	return a.print(releaseOut(r), func(w io.Writer) {
+		if len(r.Changes) == 0 {
+			fmt.Fprintf(w, "%s: nothing changed (release %d in effect)\n", r.Namespace, r.Number)
+			return
+		}
+		verb := "release"
+		if r.Revision == 0 {
+			verb = "dry run: would be release"
+		}
+		fmt.Fprintf(w, "%s %s %d at revision %d\n", r.Namespace, verb, r.Number, r.Revision)
+		for _, c := range r.Changes {
+			fmt.Fprintln(w, changeLine(c))
+		}
+	})
+}
+
+// readInput reads a file, or stdin for "-".
+func (a *app) readInput(path string) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(a.stdin)
+	}
+	return os.ReadFile(path)
+}
+
+// mutationsFromJSON reads a publish file: a JSON object whose members are
+// the keys to set, each value stored as its JSON text (a string with its
+// quotes), or with raw a string stored as it is; null deletes the key.
+func mutationsFromJSON(data []byte, raw bool) ([]clientlib.ConfigMutation, error) {
+	var doc map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return nil, usagef("the publish file must be one JSON object of keys: %v", err)
+	}
+	keys := make([]string, 0, len(doc))
+	for k := range doc {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []clientlib.ConfigMutation
+	for _, k := range keys {
+		v := bytes.TrimSpace(doc[k])
+		switch {
+		case string(v) == "null":
+			out = append(out, clientlib.ConfigMutation{Key: k, Delete: true})
+		case raw && len(v) > 0 && v[0] == '"':
+			var s string
+			if err := json.Unmarshal(v, &s); err != nil {
+				return nil, err
+			}
+			out = append(out, clientlib.ConfigMutation{Key: k, Value: s})
+		default:
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, v); err != nil {
+				return nil, err
+			}
+			out = append(out, clientlib.ConfigMutation{Key: k, Value: compact.String()})
+		}
+	}
+	return out, nil
+}
+
+func (a *app) configCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "config", Short: "Read, write, publish, watch, inspect history of, roll back and validate config namespaces"}
+	var (
+		revision        int64
+		expect          int64
+		author, message string
+	)
+	opts := func() clientlib.PublishOptions {
+		return clientlib.PublishOptions{ExpectedRevision: expect, Author: author, Message: message}
+	}
+	writeFlags := func(c *cobra.Command) {
+		c.Flags().Int64Var(&expect, "expect", 0, "compare-and-set: fail (exit 4) if the namespace changed after this revision")
+		c.Flags().StringVar(&author, "author", os.Getenv("USER"), "recorded with the release")
+		c.Flags().StringVarP(&message, "message", "m", "", "recorded with the release")
+	}
+
+	get := &cobra.Command{
+		Use:   "get NAMESPACE KEY",
+		Short: "Print a key's value (exit 3 if missing)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				v, mod, err := c.GetConfig(ctx, args[0], args[1], revision)
+				if err != nil {
+					return err
+				}
+				return a.print(map[string]any{"key": args[1], "value": v, "modRevision": strconv.FormatInt(mod, 10)}, func(w io.Writer) { fmt.Fprintln(w, v) })
+			})
+		},
+	}
+	get.Flags().Int64Var(&revision, "revision", 0, "read at this past revision")
+
+	put := &cobra.Command{
+		Use:   "put NAMESPACE KEY VALUE",
+		Short: "Set one key (VALUE - reads stdin)",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			value := args[2]
+			if value == "-" {
+				data, err := io.ReadAll(a.stdin)
+				if err != nil {
+					return err
+				}
+				value = string(data)
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				r, err := c.PutConfig(ctx, args[0], args[1], value, opts())
+				if err != nil {
+					return err
+				}
+				return a.printRelease(r)
+			})
+		},
+	}
+	writeFlags(put)
+
+	del := &cobra.Command{
+		Use:   "delete NAMESPACE KEY",
+		Short: "Remove one key",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				r, err := c.DeleteConfig(ctx, args[0], args[1], opts())
+				if err != nil {
+					return err
+				}
+				return a.printRelease(r)
+			})
+		},
+	}
+	writeFlags(del)
+
+	var file string
+	var raw, dryRun bool
+	publish := &cobra.Command{
+		Use:   "publish NAMESPACE -f FILE",
+		Short: "Publish many changes as one atomic release, from a JSON file or stdin (-f -)",
+		Long: `Publish many changes as one atomic release. The file (or stdin with -f -) is
+one JSON object: each member sets a key to the member's value as JSON text
+(so "web" is stored with its quotes, 8080 as 8080); null deletes the key.
+With --raw, string members are stored without their quotes.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if file == "" {
+				return usagef("-f FILE (or -f - for stdin) is required")
+			}
+			data, err := a.readInput(file)
+			if err != nil {
+				return err
+			}
+			ms, err := mutationsFromJSON(data, raw)
+			if err != nil {
+				return err
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				o := opts()
+				o.DryRun = dryRun
+				r, err := c.Publish(ctx, args[0], ms, o)
+				if err != nil {
+					return err
+				}
+				return a.printRelease(r)
+			})
+		},
+	}
+	writeFlags(publish)
+	publish.Flags().StringVarP(&file, "file", "f", "", "JSON object of keys to set (null deletes); - for stdin")
+	publish.Flags().BoolVar(&raw, "raw", false, "store string members without their quotes")
+	publish.Flags().BoolVar(&dryRun, "dry-run", false, "validate and show the changes, write nothing")
+
+	snapshot := &cobra.Command{
+		Use:   "snapshot NAMESPACE",
+		Short: "Print every key of a namespace, at one revision",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				s, err := c.ConfigSnapshotOf(ctx, args[0], revision)
+				if err != nil {
+					return err
+				}
+				return a.print(map[string]any{"namespace": s.Namespace, "release": s.Release, "revision": strconv.FormatInt(s.Revision, 10), "values": s.Values}, func(w io.Writer) {
+					fmt.Fprintf(w, "# %s release %d at revision %d\n", s.Namespace, s.Release, s.Revision)
+					keys := make([]string, 0, len(s.Values))
+					for k := range s.Values {
+						keys = append(keys, k)
+					}
+					slices.Sort(keys)
+					for _, k := range keys {
+						fmt.Fprintf(w, "%s\t%s\n", k, s.Values[k])
+					}
+				})
+			})
+		},
+	}
+	snapshot.Flags().Int64Var(&revision, "revision", 0, "read at this past revision")
+
+	var from int64
+	var count int
+	var bookmarks bool
+	watch := &cobra.Command{
+		Use:   "watch NAMESPACE...",
+		Short: "Follow namespaces: the snapshot, then every release (until interrupted, or --count messages)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			n := 0
+			stop := errors.New("enough")
+			err = c.WatchConfig(ctx, args, from, func(ev clientlib.ConfigWatchEvent) error {
+				if ev.Type == "BOOKMARK" && !bookmarks {
+					return nil
+				}
+				var text string
+				line := map[string]any{"type": ev.Type, "revision": strconv.FormatInt(ev.Revision, 10)}
+				switch ev.Type {
+				case "SNAPSHOT":
+					text = fmt.Sprintf("%d SNAPSHOT", ev.Revision)
+					var snaps []map[string]any
+					for _, s := range ev.Snapshots {
+						text += fmt.Sprintf(" %s@%d(%d keys)", s.Namespace, s.Release, len(s.Values))
+						snaps = append(snaps, map[string]any{"namespace": s.Namespace, "release": s.Release, "values": s.Values})
+					}
+					line["snapshots"] = snaps
+				case "CHANGE":
+					r := ev.Release
+					text = fmt.Sprintf("%d CHANGE %s release %d by %s", ev.Revision, r.Namespace, r.Number, r.Author)
+					for _, ch := range r.Changes {
+						text += "\n  " + changeLine(ch)
+					}
+					line["release"] = releaseOut(*r)
+				default:
+					text = fmt.Sprintf("%d BOOKMARK", ev.Revision)
+				}
+				if err := a.printLine(line, text); err != nil {
+					return err
+				}
+				if n++; count > 0 && n >= count {
+					return stop
+				}
+				return nil
+			})
+			if errors.Is(err, stop) || errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		},
+	}
+	watch.Flags().Int64Var(&from, "from", 0, "resume from this revision (the last seen + 1)")
+	watch.Flags().IntVar(&count, "count", 0, "stop after this many messages")
+	watch.Flags().BoolVar(&bookmarks, "bookmarks", false, "also print bookmarks")
+
+	var limit int
+	history := &cobra.Command{
+		Use:   "history NAMESPACE",
+		Short: "List a namespace's releases, newest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				rels, err := c.ConfigReleases(ctx, args[0], 0, limit)
+				if err != nil {
+					return err
+				}
+				out := make([]releaseJSON, 0, len(rels))
+				for _, r := range rels {
+					out = append(out, releaseOut(r))
+				}
+				return a.print(out, func(w io.Writer) {
+					fmt.Fprintln(w, "RELEASE\tREVISION\tTIME\tAUTHOR\tCHANGES\tMESSAGE")
+					for _, r := range rels {
+						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\n", r.Number, r.Revision, ts(r.Time), r.Author, len(r.Changes), r.Message)
+					}
+				})
+			})
+		},
+	}
+	history.Flags().IntVar(&limit, "limit", 20, "releases to show (1-100)")
+
+	diff := &cobra.Command{
+		Use:   "diff NAMESPACE FROM TO",
+		Short: "Show the key changes between two releases (0 is the empty namespace)",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			from, err1 := strconv.ParseInt(args[1], 10, 64)
+			to, err2 := strconv.ParseInt(args[2], 10, 64)
+			if err1 != nil || err2 != nil {
+				return usagef("FROM and TO are release numbers")
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				changes, err := c.ConfigDiff(ctx, args[0], from, to)
+				if err != nil {
+					return err
+				}
+				return a.print(changesOut(changes), func(w io.Writer) {
+					for _, ch := range changes {
+						fmt.Fprintln(w, changeLine(ch))
+					}
+				})
+			})
+		},
+	}
+
+	rollback := &cobra.Command{
+		Use:   "rollback NAMESPACE RELEASE",
+		Short: "Publish a new release with an earlier release's content",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			to, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil {
+				return usagef("RELEASE is a release number")
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				r, err := c.RollbackConfig(ctx, args[0], to, opts())
+				if err != nil {
+					return err
+				}
+				return a.printRelease(r)
+			})
+		},
+	}
+	writeFlags(rollback)
+
+	var setFile string
+	var remove bool
+	schema := &cobra.Command{
+		Use:   "schema NAMESPACE [--set FILE | --remove]",
+		Short: "Show, set (from a file or stdin) or remove a namespace's JSON Schema",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				switch {
+				case remove:
+					return c.SetConfigSchema(ctx, args[0], "")
+				case setFile != "":
+					data, err := a.readInput(setFile)
+					if err != nil {
+						return err
+					}
+					return c.SetConfigSchema(ctx, args[0], string(data))
+				}
+				s, err := c.ConfigSchema(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return a.print(map[string]string{"namespace": args[0], "schema": s}, func(w io.Writer) { fmt.Fprintln(w, s) })
+			})
+		},
+	}
+	schema.Flags().StringVar(&setFile, "set", "", "set the schema from this file (- for stdin)")
+	schema.Flags().BoolVar(&remove, "remove", false, "remove the schema")
+
+	status := &cobra.Command{
+		Use:   "status NAMESPACE",
+		Short: "Show which release each instance runs or rejected",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				st, err := c.ConfigApplyStatus(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return a.print(st, func(w io.Writer) {
+					fmt.Fprintln(w, "INSTANCE\tAPPLIED\tREJECTED\tREPORTED\tREASON")
+					for _, in := range st.Instances {
+						rej := "-"
+						if in.Rejected > in.Applied {
+							rej = strconv.FormatInt(in.Rejected, 10)
+						}
+						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", in.Instance, in.Applied, rej, ts(in.Reported), in.Reason)
+					}
+				})
+			})
+		},
+	}
+
+	namespaces := &cobra.Command{
+		Use:   "namespaces [PREFIX]",
+		Short: "List namespaces",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				nss, err := c.ConfigNamespaces(ctx, prefix)
+				if err != nil {
+					return err
+				}
+				if nss == nil {
+					nss = []string{}
+				}
+				return a.print(nss, func(w io.Writer) {
+					for _, ns := range nss {
+						fmt.Fprintln(w, ns)
+					}
+				})
+			})
+		},
+	}
+	cmd.AddCommand(get, put, del, publish, snapshot, watch, history, diff, rollback, schema, status, namespaces)
+	return cmd
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/spf13/cobra"
+)
+
+type leaderJSON struct {
+	Term      string    `json:"term"`
+	Value     string    `json:"value"`
+	SessionID string    `json:"sessionId"`
+	Owner     string    `json:"owner,omitempty"`
+	Hostname  string    `json:"hostname,omitempty"`
+	Since     time.Time `json:"since"`
+	Proclaims int64     `json:"proclaims"`
+}
+
+func leaderOut(l clientlib.Leader) leaderJSON {
+	return leaderJSON{Term: l.Term.String(), Value: l.Value, SessionID: l.SessionID, Owner: l.Owner, Hostname: l.Hostname, Since: l.Since, Proclaims: l.Proclaims}
+}
+
+func (a *app) electCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "elect", Short: "Campaign, proclaim, resign, see and follow leaders; run a command only while leading"}
+
+	var sessionID string
+	var wait time.Duration
+	campaign := &cobra.Command{
+		Use:   "campaign NAME VALUE --session ID",
+		Short: "Campaign for a session you keep alive; prints the term once elected",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if sessionID == "" {
+				return usagef("--session is required (see coordctl session create)")
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := waitCtx(cmd.Context(), wait)
+			defer cancel()
+			term, err := c.CampaignAs(ctx, sessionID, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			return a.print(map[string]string{"name": args[0], "term": term.String(), "sessionId": sessionID}, func(w io.Writer) {
+				fmt.Fprintf(w, "NAME\tTERM\tSESSION\n%s\t%s\t%s\n", args[0], term, sessionID)
+			})
+		},
+	}
+	campaign.Flags().StringVar(&sessionID, "session", "", "the candidate's session (required)")
+	campaign.Flags().DurationVar(&wait, "wait", 0, "give up after this long (exit 124); 0 waits as long as it takes")
+
+	proclaim := &cobra.Command{
+		Use:   "proclaim NAME TERM VALUE",
+		Short: "Replace the leader's value (exit 4 if the term does not lead)",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			term, err := parseToken(args[1])
+			if err != nil {
+				return err
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				return c.ProclaimTerm(ctx, args[0], term, args[2])
+			})
+		},
+	}
+	resign := &cobra.Command{
+		Use:   "resign NAME TERM",
+		Short: "End a leadership (exit 4 if the term does not lead)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			term, err := parseToken(args[1])
+			if err != nil {
+				return err
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error { return c.ResignTerm(ctx, args[0], term) })
+		},
+	}
+	leader := &cobra.Command{
+		Use:   "leader NAME",
+		Short: "Show who leads (exit 3 if nobody does) and who waits",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				ld, err := c.Leader(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				cands, err := c.Candidates(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				out := struct {
+					Leader     leaderJSON            `json:"leader"`
+					Candidates []clientlib.Candidate `json:"candidates"`
+				}{leaderOut(ld), cands}
+				return a.print(out, func(w io.Writer) {
+					fmt.Fprintln(w, "ROLE\tTERM\tVALUE\tSESSION\tOWNER\tSINCE")
+					fmt.Fprintf(w, "leader\t%s\t%s\t%s\t%s\t%s\n", ld.Term, ld.Value, ld.SessionID, ld.Owner, ts(ld.Since))
+					for _, c := range cands {
+						fmt.Fprintf(w, "candidate\t%s\t%s\t%s\t%s\t%s\n", c.Term, c.Value, c.SessionID, c.Owner, ts(c.Enqueued))
+					}
+				})
+			})
+		},
+	}
+	var from int64
+	var count int
+	observe := &cobra.Command{
+		Use:   "observe NAME",
+		Short: "Follow an election: one line per event, until interrupted (or --count events)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			var opts []clientlib.ObserveOption
+			if from > 0 {
+				opts = append(opts, clientlib.ObserveFrom(from))
+			}
+			obs := c.Observe(ctx, args[0], opts...)
+			n := 0
+			for ev := range obs.Events() {
+				line := map[string]any{"type": ev.Type.String(), "revision": ev.Revision, "current": ev.Current}
+				text := fmt.Sprintf("%d %s", ev.Revision, ev.Type)
+				if ev.Type != clientlib.ElectionVacant {
+					line["leader"] = leaderOut(ev.Leader)
+					text += fmt.Sprintf(" term=%s value=%q session=%s", ev.Leader.Term, ev.Leader.Value, ev.Leader.SessionID)
+				}
+				if ev.Current {
+					text += " (current)"
+				}
+				if err := a.printLine(line, text); err != nil {
+					return err
+				}
+				if n++; count > 0 && n >= count {
+					return nil
+				}
+			}
+			if err := obs.Err(); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		},
+	}
+	observe.Flags().Int64Var(&from, "from", 0, "resume from this revision (the last seen + 1)")
+	observe.Flags().IntVar(&count, "count", 0, "stop after this many events")
+
+	cmd.AddCommand(campaign, proclaim, resign, leader, observe, a.electRunCommand())
+	return cmd
+}
+
+func (a *app) electRunCommand() *cobra.Command {
+	var (
+		rf    runFlags
+		value string
+	)
+	cmd := &cobra.Command{
+		Use:   "run NAME -- COMMAND [ARGS...]",
+		Short: "Run a command only while leading; stand by otherwise",
+		Long: `Campaign for an election and run the command once elected; until then,
+stand by. The command gets COORDD_ELECTION, COORDD_TERM (also
+COORDD_FENCE_TOKEN), COORDD_SESSION and COORDD_DEADLINE in its environment:
+pass the term to whatever the leader controls.
+
+If leadership is lost, the command is stopped on the same schedule as lock
+run (SIGTERM, then SIGKILL before the session's local deadline) and coordctl
+exits 125. When the command exits, coordctl resigns (the next candidate
+takes over at once) and exits with its code.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return usagef("usage: coordctl elect run NAME -- COMMAND [ARGS...]")
+			}
+			name, argv := args[0], args[1:]
+			ctx := cmd.Context()
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			sess, err := c.NewSession(ctx, clientlib.WithTTL(rf.ttl), clientlib.WithOwner("coordctl elect run "+name))
+			if err != nil {
+				return err
+			}
+			defer sess.Close(context.WithoutCancel(ctx))
+			if value == "" {
+				host, _ := os.Hostname()
+				value = fmt.Sprintf("%s:%d", host, os.Getpid())
+			}
+			wctx, cancel := waitCtx(ctx, rf.wait)
+			l, err := sess.Campaign(wctx, name, value)
+			cancel()
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+					return withCode(exitTimeout, fmt.Errorf("not elected in %q within %s", name, rf.wait))
+				}
+				return err
+			}
+			env := append(os.Environ(),
+				"COORDD_ELECTION="+name, "COORDD_TERM="+l.Term().String(), "COORDD_FENCE_TOKEN="+l.Term().String(),
+				"COORDD_SESSION="+sess.ID(), "COORDD_DEADLINE="+sess.Deadline().UTC().Format(time.RFC3339Nano))
+			code, lost, err := rf.childFor(argv, env, sess, l.Lost()).run(ctx)
+			if lost {
+				return withCode(exitLost, fmt.Errorf("leadership of %q (term %s) was lost; the command was stopped", name, l.Term()))
+			}
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			rerr := l.Resign(rctx)
+			rcancel()
+			if err != nil {
+				return withCode(code, err)
+			}
+			if rerr != nil {
+				fmt.Fprintf(a.stderr, "coordctl: resign %q: %v\n", name, rerr)
+			}
+			return exitWith(code)
+		},
+	}
+	rf.add(cmd)
+	cmd.Flags().StringVar(&value, "value", "", "what to proclaim once elected (default host:pid)")
+	return cmd
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/fencing"
+	"github.com/spf13/cobra"
+)
+
+type grantJSON struct {
+	Name      string `json:"name"`
+	Token     string `json:"token"`
+	SessionID string `json:"sessionId"`
+	RequestID string `json:"requestId"`
+}
+
+func parseToken(s string) (fencing.Token, error) {
+	t, err := fencing.Parse(s)
+	if err != nil {
+		return 0, usagef("token %q: %v", s, err)
+	}
+	return t, nil
+}
+
+// waitCtx bounds a wait by --wait (0: wait as long as it takes).
+func waitCtx(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	if wait > 0 {
+		return context.WithTimeout(ctx, wait)
+	}
+	return context.WithCancel(ctx)
+}
+
+func (a *app) lockCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "lock", Short: "Acquire, release, inspect and validate locks; run a command under one"}
+
+	var (
+		sessionID, metadata string
+		wait, lockDelay     time.Duration
+		limit               int
+		try                 bool
+	)
+	acquire := &cobra.Command{
+		Use:   "acquire NAME --session ID",
+		Short: "Take a lock for a session you keep alive; prints the fencing token",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if sessionID == "" {
+				return usagef("--session is required (see coordctl session create)")
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := waitCtx(cmd.Context(), wait)
+			defer cancel()
+			g, err := c.AcquireLock(ctx, sessionID, args[0], try, clientlib.WithLimit(limit), clientlib.WithMetadata(metadata), clientlib.WithLockDelay(lockDelay))
+			if err != nil {
+				return err
+			}
+			return a.print(grantJSON{Name: g.Name, Token: g.Token.String(), SessionID: g.SessionID, RequestID: g.RequestID}, func(w io.Writer) {
+				fmt.Fprintf(w, "NAME\tTOKEN\tSESSION\n%s\t%s\t%s\n", g.Name, g.Token, g.SessionID)
+			})
+		},
+	}
+	acquire.Flags().StringVar(&sessionID, "session", "", "the holding session (required)")
+	acquire.Flags().DurationVar(&wait, "wait", 0, "give up after this long (exit 124); 0 waits as long as it takes")
+	acquire.Flags().BoolVar(&try, "try", false, "do not wait: fail at once (exit 4) if the lock is held")
+	acquire.Flags().IntVarP(&limit, "limit", "n", 1, "holders allowed at once (a semaphore when > 1)")
+	acquire.Flags().StringVar(&metadata, "metadata", "", "note shown by lock status")
+	acquire.Flags().DurationVar(&lockDelay, "lock-delay", 0, "keep the lock from others this long after the session expires")
+
+	release := &cobra.Command{
+		Use:   "release NAME TOKEN",
+		Short: "Give up the grant a token names",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			token, err := parseToken(args[1])
+			if err != nil {
+				return err
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error { return c.ReleaseLock(ctx, args[0], token) })
+		},
+	}
+
+	status := &cobra.Command{
+		Use:   "status NAME",
+		Short: "Show a lock's holders and waiters",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				st, err := c.DescribeLock(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return a.print(st, func(w io.Writer) {
+					if !st.DelayedUntil.IsZero() {
+						fmt.Fprintf(w, "lock-delay until %s\n", ts(st.DelayedUntil))
+					}
+					fmt.Fprintln(w, "ROLE\tTOKEN\tSESSION\tOWNER\tHOST\tSINCE\tMETADATA")
+					for _, e := range st.Holders {
+						fmt.Fprintf(w, "holder\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Token, e.SessionID, e.Owner, e.Hostname, ts(e.Granted), e.Metadata)
+					}
+					for _, e := range st.Waiters {
+						fmt.Fprintf(w, "waiter\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Token, e.SessionID, e.Owner, e.Hostname, ts(e.Enqueued), e.Metadata)
+					}
+				})
+			})
+		},
+	}
+
+	list := &cobra.Command{
+		Use:   "list [PREFIX]",
+		Short: "List locks that have holders or waiters",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				names, err := c.ListLocks(ctx, prefix)
+				if err != nil {
+					return err
+				}
+				if names == nil {
+					names = []string{}
+				}
+				return a.print(names, func(w io.Writer) {
+					for _, n := range names {
+						fmt.Fprintln(w, n)
+					}
+				})
+			})
+		},
+	}
+
+	var election bool
+	validate := &cobra.Command{
+		Use:   "validate NAME TOKEN",
+		Short: "Exit 0 if the token holds the lock now (or, with --election, leads the election), 4 if not",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			token, err := parseToken(args[1])
+			if err != nil {
+				return err
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				if election {
+					err = c.ValidateLeadership(ctx, args[0], token)
+				} else {
+					err = c.ValidateFence(ctx, args[0], token)
+				}
+				if err != nil {
+					return err
+				}
+				return a.printLine(map[string]any{"name": args[0], "token": token.String(), "valid": true}, "valid")
+			})
+		},
+	}
+	validate.Flags().BoolVar(&election, "election", false, "NAME is an election and TOKEN a leadership term")
+
+	cmd.AddCommand(acquire, release, status, list, validate, a.lockRunCommand())
+	return cmd
+}
+
+// runFlags are the flags lock run and elect run share.
+type runFlags struct {
+	ttl, wait, grace time.Duration
+}
+
+func (f *runFlags) add(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&f.ttl, "ttl", 10*time.Second, "session TTL: how long a crashed coordctl blocks others")
+	cmd.Flags().DurationVar(&f.wait, "wait", 0, "give up waiting after this long (exit 124); 0 waits as long as it takes")
+	cmd.Flags().DurationVar(&f.grace, "kill-grace", 0, "after SIGTERM, SIGKILL follows within this (default TTL/6, and always before the session's local deadline)")
+}
+
+// childFor builds the supervised command for a hold on sess.
+func (f *runFlags) childFor(argv, env []string, sess *clientlib.Session, lost <-chan struct{}) *child {
+	grace := f.grace
+	if grace <= 0 {
+		grace = max(f.ttl/6, 500*time.Millisecond)
+	}
+	return &child{
+		argv: argv, env: env, lost: lost, deadline: sess.Deadline,
+		jeopardy: f.ttl / 3, kill: min(grace, f.ttl/6), grace: grace,
+	}
+}
+
+func (a *app) lockRunCommand() *cobra.Command {
+	var (
+		rf        runFlags
+		limit     int
+		lockDelay time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "run NAME -- COMMAND [ARGS...]",
+		Short: "Run a command while holding a lock; stop it if the lock is lost",
+		Long: `Run a command while holding a lock, and stop it if the lock is lost.
+
+The command runs without a shell, in its own process group, with
+COORDD_LOCK_NAME, COORDD_LOCK_TOKEN (also COORDD_FENCE_TOKEN), COORDD_SESSION
+and COORDD_DEADLINE (the session's local deadline at the grant, RFC 3339; it
+moves forward with every keep-alive) in its environment: pass the token to
+whatever the lock protects.
+
+If keep-alives stop being answered, the command gets SIGTERM once less than
+a third of the TTL is left before the session's local deadline, and SIGKILL
+before that deadline (--kill-grace), which falls before the server can
+grant the lock to anyone else. coordctl then exits 125. Otherwise it exits
+with the command's code, having released the lock. Signals to coordctl are
+passed to the command.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return usagef("usage: coordctl lock run NAME -- COMMAND [ARGS...]")
+			}
+			name, argv := args[0], args[1:]
+			ctx := cmd.Context()
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			sess, err := c.NewSession(ctx, clientlib.WithTTL(rf.ttl), clientlib.WithOwner("coordctl lock run "+name))
+			if err != nil {
+				return err
+			}
+			defer sess.Close(context.WithoutCancel(ctx))
+			wctx, cancel := waitCtx(ctx, rf.wait)
+			l, err := sess.Lock(wctx, name, clientlib.WithLimit(limit), clientlib.WithLockDelay(lockDelay), clientlib.WithMetadata(fmt.Sprintf("pid %d: %v", os.Getpid(), argv)))
+			cancel()
+			if err != nil {
+				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+					return withCode(exitTimeout, fmt.Errorf("lock %q not granted within %s", name, rf.wait))
+				}
+				return err
+			}
+			env := append(os.Environ(),
+				"COORDD_LOCK_NAME="+name, "COORDD_LOCK_TOKEN="+l.Token().String(), "COORDD_FENCE_TOKEN="+l.Token().String(),
+				"COORDD_SESSION="+sess.ID(), "COORDD_DEADLINE="+sess.Deadline().UTC().Format(time.RFC3339Nano))
+			code, lost, err := rf.childFor(argv, env, sess, l.Lost()).run(ctx)
+			if lost {
+				return withCode(exitLost, fmt.Errorf("lock %q (token %s) was lost; the command was stopped", name, l.Token()))
+			}
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			rerr := l.Release(rctx)
+			rcancel()
+			if err != nil {
+				return withCode(code, err)
+			}
+			if rerr != nil {
+				fmt.Fprintf(a.stderr, "coordctl: release %q: %v\n", name, rerr)
+			}
+			return exitWith(code)
+		},
+	}
+	rf.add(cmd)
+	cmd.Flags().IntVarP(&limit, "limit", "n", 1, "holders allowed at once (a semaphore when > 1)")
+	cmd.Flags().DurationVar(&lockDelay, "lock-delay", 0, "keep the lock from others this long after the session expires")
+	return cmd
+}
+
+// exitWith ends the command with a child's exit code, printing nothing.
+func exitWith(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &codeError{code: code}
+}

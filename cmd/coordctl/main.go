@@ -1,0 +1,307 @@
+// Command coordctl uses coordd from a shell: sessions, locks (and running a
+// command under one), elections (and running a command only while
+// leading), the config center, and cluster status and backups.
+//
+// Exit codes:
+//
+//	0    success
+//	1    an error (the message says which)
+//	2    bad usage (flags, arguments)
+//	3    not found: no such session, key, release, or no leader
+//	4    conflict: lock held, stale token or term, not the holder or
+//	     leader, revision mismatch, limit mismatch
+//	5    coordd or etcd unavailable
+//	124  a wait timed out (--wait)
+//	125  run: the lock or leadership was lost while the command ran; the
+//	     command was stopped
+//	126, 127, 128+N  run: the command could not be executed, was not
+//	     found, or died of signal N; otherwise run exits with its code
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes; see the package doc.
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitNotFound    = 3
+	exitConflict    = 4
+	exitUnavailable = 5
+	exitTimeout     = 124
+	exitLost        = 125
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// exitError carries an exit code through cobra.
+type codeError struct {
+	code int
+	err  error
+}
+
+func (e *codeError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+func (e *codeError) Unwrap() error { return e.err }
+
+func withCode(code int, err error) error { return &codeError{code: code, err: err} }
+
+// app holds what every command shares.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	endpoints      []string
+	output         string
+	timeout        time.Duration
+	cacert         string
+	cert, key      string
+	client         *clientlib.Client
+	noWait         bool
+}
+
+// run runs coordctl with args and returns its exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if a.client != nil {
+		a.client.Close()
+	}
+	if err == nil {
+		return exitOK
+	}
+	var ce *codeError
+	if errors.As(err, &ce) && ce.code == exitLost {
+		fmt.Fprintln(stderr, "coordctl:", err)
+		return ce.code
+	}
+	if errors.As(err, &ce) && ce.err == nil {
+		return ce.code // a child's exit code: nothing to print
+	}
+	fmt.Fprintln(stderr, "coordctl:", describe(err))
+	return exitCode(err)
+}
+
+// exitCode maps an error to the documented exit code.
+func exitCode(err error) int {
+	var ce *codeError
+	switch {
+	case errors.As(err, &ce):
+		return ce.code
+	case isUsage(err):
+		return exitUsage
+	case errors.Is(err, context.DeadlineExceeded):
+		return exitTimeout
+	case errors.Is(err, clientlib.ErrSessionNotFound), errors.Is(err, clientlib.ErrKeyNotFound),
+		errors.Is(err, clientlib.ErrNoLeader), errors.Is(err, clientlib.ErrReleaseNotFound):
+		return exitNotFound
+	case errors.Is(err, clientlib.ErrLockHeld), errors.Is(err, clientlib.ErrStaleToken), errors.Is(err, clientlib.ErrNotHolder),
+		errors.Is(err, clientlib.ErrNotLeader), errors.Is(err, clientlib.ErrRevisionMismatch), errors.Is(err, clientlib.ErrLimitMismatch),
+		errors.Is(err, clientlib.ErrAlreadyLeader):
+		return exitConflict
+	case errors.Is(err, clientlib.ErrUnavailable):
+		return exitUnavailable
+	}
+	return exitError
+}
+
+// usageError marks bad arguments.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+func isUsage(err error) bool {
+	var u usageError
+	if errors.As(err, &u) {
+		return true
+	}
+	// cobra's own argument and flag errors
+	msg := err.Error()
+	return strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "unknown flag") || strings.HasPrefix(msg, "unknown shorthand flag") ||
+		strings.Contains(msg, "arg(s)") || strings.HasPrefix(msg, "invalid argument") || strings.HasPrefix(msg, "flag needs an argument") ||
+		strings.HasPrefix(msg, "required flag")
+}
+
+// describe turns an error into the user's words, listing a refused
+// write's problems.
+func describe(err error) string {
+	var ce *clientlib.Error
+	if errors.As(err, &ce) && len(ce.Problems) > 0 {
+		var b strings.Builder
+		b.WriteString(ce.Message)
+		for _, p := range ce.Problems {
+			if p.Key != "" {
+				fmt.Fprintf(&b, "\n  %s: %s", p.Key, p.Description)
+			} else {
+				fmt.Fprintf(&b, "\n  %s", p.Description)
+			}
+		}
+		return b.String()
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timed out (" + err.Error() + ")"
+	}
+	return err.Error()
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "coordctl",
+		Short: "coordctl uses coordd from a shell: sessions, locks, elections, config, cluster",
+		Long: `coordctl uses coordd from a shell: sessions, locks (and running a command
+under one), elections (and running a command only while leading), the config
+center, and cluster status and backups.
+
+Endpoints come from --endpoints or COORDD_ENDPOINTS (default 127.0.0.1:7420).
+Output is a table, or JSON with -o json (streams print one JSON object per
+line). Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict (held,
+stale, not holder or leader, revision mismatch), 5 unavailable, 124 a wait
+timed out, 125 run lost its lock or leadership; run otherwise exits with the
+command's own code.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if a.output != "table" && a.output != "json" {
+				return usagef("-o must be table or json, not %q", a.output)
+			}
+			return nil
+		},
+	}
+	def := os.Getenv("COORDD_ENDPOINTS")
+	if def == "" {
+		def = "127.0.0.1:7420"
+	}
+	f := root.PersistentFlags()
+	f.StringSliceVar(&a.endpoints, "endpoints", strings.Split(def, ","), "coordd gRPC endpoints (env COORDD_ENDPOINTS)")
+	f.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	f.DurationVar(&a.timeout, "timeout", 10*time.Second, "time limit of one call (waits have their own --wait)")
+	f.StringVar(&a.cacert, "cacert", "", "verify coordd's TLS certificate with this CA bundle (PEM); enables TLS")
+	f.StringVar(&a.cert, "cert", "", "client certificate for TLS (PEM)")
+	f.StringVar(&a.key, "key", "", "private key of --cert (PEM)")
+	root.AddCommand(a.sessionCommand(), a.lockCommand(), a.electCommand(), a.configCommand(), a.clusterCommand(), a.snapshotCommand())
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	return root
+}
+
+// connect returns the client, connecting on first use.
+func (a *app) connect(ctx context.Context) (*clientlib.Client, error) {
+	if a.client != nil {
+		return a.client, nil
+	}
+	cfg := clientlib.Config{Endpoints: a.endpoints, DialTimeout: a.timeout, NoWait: a.noWait}
+	if a.cacert != "" || a.cert != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if a.cacert != "" {
+			pem, err := os.ReadFile(a.cacert)
+			if err != nil {
+				return nil, err
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--cacert %s holds no PEM certificate", a.cacert)
+			}
+			tc.RootCAs = pool
+		}
+		if a.cert != "" {
+			pair, err := tls.LoadX509KeyPair(a.cert, a.key)
+			if err != nil {
+				return nil, err
+			}
+			tc.Certificates = []tls.Certificate{pair}
+		}
+		cfg.TLS = tc
+	}
+	c, err := clientlib.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.client = c
+	return c, nil
+}
+
+// call runs fn with a connected client and a context bounded by --timeout.
+func (a *app) call(cmd *cobra.Command, fn func(ctx context.Context, c *clientlib.Client) error) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+	defer cancel()
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	return fn(ctx, c)
+}
+
+// print writes v as JSON (-o json) or calls table with a tab writer.
+func (a *app) print(v any, table func(w io.Writer)) error {
+	if a.output == "json" {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// printLine writes one line of a stream: compact JSON (-o json) or text.
+func (a *app) printLine(v any, text string) error {
+	if a.output == "json" {
+		return json.NewEncoder(a.stdout).Encode(v)
+	}
+	_, err := fmt.Fprintln(a.stdout, text)
+	return err
+}
+
+func ts(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format(time.RFC3339)
+}
+
+// parseLabels reads k=v pairs.
+func parseLabels(pairs []string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok {
+			return nil, usagef("label %q is not key=value", p)
+		}
+		out[k] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/spf13/cobra"
+)
+
+type sessionJSON struct {
+	ID        string            `json:"id"`
+	TTL       string            `json:"ttl"`
+	Owner     string            `json:"owner,omitempty"`
+	Hostname  string            `json:"hostname,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	Created   time.Time         `json:"created"`
+	Remaining string            `json:"remaining,omitempty"`
+}
+
+func sessionOut(s clientlib.SessionInfo) sessionJSON {
+	out := sessionJSON{ID: s.ID, TTL: s.TTL.String(), Owner: s.Owner, Hostname: s.Hostname, Labels: s.Labels, Created: s.Created}
+	if s.Remaining > 0 {
+		out.Remaining = s.Remaining.String()
+	}
+	return out
+}
+
+func labelString(m map[string]string) string {
+	var parts []string
+	for k, v := range m {
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (a *app) sessionCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "session", Short: "Create, renew, list, describe and close sessions"}
+
+	var ttl time.Duration
+	var owner string
+	var labels []string
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create a session (nobody keeps it alive: renew it with keepalive)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lbl, err := parseLabels(labels)
+			if err != nil {
+				return err
+			}
+			host, _ := os.Hostname()
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				s, err := c.CreateSession(ctx, ttl, owner, host, lbl)
+				if err != nil {
+					return err
+				}
+				return a.print(sessionOut(s), func(w io.Writer) {
+					fmt.Fprintf(w, "ID\tTTL\tOWNER\n%s\t%s\t%s\n", s.ID, s.TTL, s.Owner)
+				})
+			})
+		},
+	}
+	create.Flags().DurationVar(&ttl, "ttl", 60*time.Second, "time to live without a renewal (2s to 1h)")
+	create.Flags().StringVar(&owner, "owner", "coordctl", "who owns the session")
+	create.Flags().StringArrayVar(&labels, "label", nil, "key=value label (repeatable)")
+
+	var every time.Duration
+	keepalive := &cobra.Command{
+		Use:   "keepalive ID",
+		Short: "Renew a session once, or every --every until interrupted",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for {
+				err := a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+					granted, err := c.KeepAliveSession(ctx, args[0])
+					if err != nil {
+						return err
+					}
+					return a.printLine(map[string]any{"id": args[0], "ttl": granted.String()}, fmt.Sprintf("%s renewed for %s", args[0], granted))
+				})
+				if err != nil || every == 0 {
+					return err
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-time.After(every):
+				}
+			}
+		},
+	}
+	keepalive.Flags().DurationVar(&every, "every", 0, "renew repeatedly at this interval (for example a third of the TTL)")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List live sessions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				ss, err := c.ListSessions(ctx)
+				if err != nil {
+					return err
+				}
+				out := make([]sessionJSON, 0, len(ss))
+				for _, s := range ss {
+					out = append(out, sessionOut(s))
+				}
+				return a.print(out, func(w io.Writer) {
+					fmt.Fprintln(w, "ID\tTTL\tOWNER\tHOST\tCREATED\tLABELS")
+					for _, s := range ss {
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.TTL, s.Owner, s.Hostname, ts(s.Created), labelString(s.Labels))
+					}
+				})
+			})
+		},
+	}
+	get := &cobra.Command{
+		Use:   "get ID",
+		Short: "Describe a session, with its remaining TTL",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				s, err := c.GetSession(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return a.print(sessionOut(s), func(w io.Writer) {
+					fmt.Fprintf(w, "ID\t%s\nTTL\t%s\nREMAINING\t%s\nOWNER\t%s\nHOST\t%s\nCREATED\t%s\nLABELS\t%s\n",
+						s.ID, s.TTL, s.Remaining, s.Owner, s.Hostname, ts(s.Created), labelString(s.Labels))
+				})
+			})
+		},
+	}
+	closeCmd := &cobra.Command{
+		Use:   "close ID",
+		Short: "Close a session: its locks and candidacies end at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				return c.CloseSession(ctx, args[0])
+			})
+		},
+	}
+	cmd.AddCommand(create, keepalive, list, get, closeCmd)
+	return cmd
+}

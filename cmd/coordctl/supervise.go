@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// child runs a command under a lock or leadership, and stops it before
+// anyone else can hold what it holds.
+//
+// Schedule: while the session is healthy its local deadline stays at least
+// two thirds of the TTL ahead. If keep-alives stop being answered, the
+// deadline comes closer: with less than jeopardy left the command gets
+// SIGTERM, with less than kill left SIGKILL — so it is dead before the
+// local deadline, which itself falls before the server can expire the
+// session. If the hold ends outright (the session was closed), SIGTERM
+// at once and SIGKILL after the grace.
+type child struct {
+	argv     []string
+	env      []string
+	lost     <-chan struct{}  // closed when the hold ends without us
+	deadline func() time.Time // the session's local deadline
+	jeopardy time.Duration    // SIGTERM when less than this is left
+	kill     time.Duration    // SIGKILL when less than this is left
+	grace    time.Duration    // after an outright loss: SIGTERM, then SIGKILL after this
+}
+
+// run starts the command and waits for it. It reports the command's exit
+// code and whether the hold was lost (the command was stopped for it).
+func (ch *child) run(ctx context.Context) (code int, lost bool, err error) {
+	cmd := exec.Command(ch.argv[0], ch.argv[1:]...)
+	cmd.Env = ch.env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// Its own process group, so a shell's children are stopped with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		var ee *exec.Error
+		if errors.As(err, &ee) && errors.Is(ee.Err, exec.ErrNotFound) {
+			return 127, false, fmt.Errorf("%s: command not found", ch.argv[0])
+		}
+		return 126, false, fmt.Errorf("cannot run %s: %w", ch.argv[0], err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	signalGroup := func(sig syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, sig) }
+	// Signals to coordctl go to the command too.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var termSent, killSent bool
+	var killAt time.Time
+	lostCh := ch.lost
+	for {
+		select {
+		case err := <-done:
+			return exitStatus(err), lost, nil
+		case s := <-sigs:
+			signalGroup(s.(syscall.Signal))
+		case <-ctx.Done():
+			// coordctl was interrupted: let the command go down with it.
+			if !termSent {
+				signalGroup(syscall.SIGTERM)
+				termSent, killAt = true, time.Now().Add(ch.grace)
+			}
+		case <-lostCh:
+			lostCh = nil
+			lost = true
+			if !termSent {
+				signalGroup(syscall.SIGTERM)
+				termSent, killAt = true, time.Now().Add(ch.grace)
+			}
+		case <-tick.C:
+		}
+		left := time.Until(ch.deadline())
+		switch {
+		case !killSent && (left < ch.kill || termSent && !killAt.IsZero() && time.Now().After(killAt)):
+			signalGroup(syscall.SIGKILL)
+			killSent, lost = true, lost || left < ch.kill
+		case !termSent && left < ch.jeopardy:
+			signalGroup(syscall.SIGTERM)
+			termSent, lost = true, true
+			killAt = time.Now().Add(left - ch.kill)
+		}
+	}
+}
+
+// exitStatus is a finished command's exit code: its own, or 128+N if it
+// died of signal N.
+func exitStatus(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return 1
+}
