@@ -192,7 +192,12 @@ takes over at once) and exits with its code.`,
 			if err != nil {
 				return err
 			}
-			defer sess.Close(context.WithoutCancel(ctx))
+			defer func() {
+				// Bounded: after a loss coordd may be unreachable.
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				sess.Close(cctx)
+				cancel()
+			}()
 			if value == "" {
 				host, _ := os.Hostname()
 				value = fmt.Sprintf("%s:%d", host, os.Getpid())

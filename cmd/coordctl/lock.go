@@ -230,7 +230,12 @@ passed to the command.`,
 			if err != nil {
 				return err
 			}
-			defer sess.Close(context.WithoutCancel(ctx))
+			defer func() {
+				// Bounded: after a loss coordd may be unreachable.
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				sess.Close(cctx)
+				cancel()
+			}()
 			wctx, cancel := waitCtx(ctx, rf.wait)
 			l, err := sess.Lock(wctx, name, clientlib.WithLimit(limit), clientlib.WithLockDelay(lockDelay), clientlib.WithMetadata(fmt.Sprintf("pid %d: %v", os.Getpid(), argv)))
 			cancel()

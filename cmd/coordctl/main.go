@@ -253,12 +253,12 @@ func (a *app) connect(ctx context.Context) (*clientlib.Client, error) {
 
 // call runs fn with a connected client and a context bounded by --timeout.
 func (a *app) call(cmd *cobra.Command, fn func(ctx context.Context, c *clientlib.Client) error) error {
-	ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
-	defer cancel()
-	c, err := a.connect(ctx)
+	c, err := a.connect(cmd.Context()) // bounded by --timeout as the dial timeout
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), a.timeout)
+	defer cancel()
 	return fn(ctx, c)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -41,7 +42,7 @@ func (ch *child) run(ctx context.Context) (code int, lost bool, err error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		var ee *exec.Error
-		if errors.As(err, &ee) && errors.Is(ee.Err, exec.ErrNotFound) {
+		if errors.As(err, &ee) && errors.Is(ee.Err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return 127, false, fmt.Errorf("%s: command not found", ch.argv[0])
 		}
 		return 126, false, fmt.Errorf("cannot run %s: %w", ch.argv[0], err)

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/tcpproxy"
+)
+
+// ctl runs coordctl in-process against endpoint and returns its exit code
+// and output.
+func ctl(t *testing.T, endpoint, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(t.Context(), append([]string{"--endpoints", endpoint}, args...), strings.NewReader(stdin), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// must runs coordctl and fails the test unless it exits 0.
+func must(t *testing.T, endpoint string, args ...string) string {
+	t.Helper()
+	code, out, errOut := ctl(t, endpoint, "", args...)
+	if code != 0 {
+		t.Fatalf("coordctl %v = %d\n%s%s", args, code, out, errOut)
+	}
+	return out
+}
+
+// exits checks an exit code.
+func exits(t *testing.T, want int, endpoint string, args ...string) string {
+	t.Helper()
+	code, out, errOut := ctl(t, endpoint, "", args...)
+	if code != want {
+		t.Fatalf("coordctl %v = %d, want %d\n%s%s", args, code, want, out, errOut)
+	}
+	return errOut
+}
+
+func jsonOf(t *testing.T, s string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		t.Fatalf("output %q is not JSON: %v", s, err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSessionCommands(t *testing.T) {
+	d := coorddtest.Start(t)
+	ep := d.GRPCAddr
+	var s struct{ ID, TTL, Owner string }
+	jsonOf(t, must(t, ep, "session", "create", "--ttl", "20s", "--owner", "ops", "--label", "team=core", "-o", "json"), &s)
+	if s.ID == "" || s.TTL != "20s" || s.Owner != "ops" {
+		t.Fatalf("session create = %+v", s)
+	}
+	if out := must(t, ep, "session", "list"); !strings.Contains(out, s.ID) || !strings.Contains(out, "team=core") {
+		t.Fatalf("session list:\n%s", out)
+	}
+	if out := must(t, ep, "session", "get", s.ID); !strings.Contains(out, "REMAINING") {
+		t.Fatalf("session get:\n%s", out)
+	}
+	if out := must(t, ep, "session", "keepalive", s.ID); !strings.Contains(out, "renewed for 20s") {
+		t.Fatalf("session keepalive: %s", out)
+	}
+	must(t, ep, "session", "close", s.ID)
+	exits(t, exitNotFound, ep, "session", "get", s.ID)
+	exits(t, exitUsage, ep, "session", "create", "--label", "novalue")
+}
+
+func TestLockCommands(t *testing.T) {
+	d := coorddtest.Start(t)
+	ep := d.GRPCAddr
+	var s struct{ ID string }
+	jsonOf(t, must(t, ep, "session", "create", "-o", "json"), &s)
+	var g struct{ Name, Token string }
+	jsonOf(t, must(t, ep, "lock", "acquire", "jobs/nightly", "--session", s.ID, "--metadata", "from a shell", "-o", "json"), &g)
+	if g.Token == "" {
+		t.Fatalf("acquire: %+v", g)
+	}
+	var s2 struct{ ID string }
+	jsonOf(t, must(t, ep, "session", "create", "-o", "json"), &s2)
+	exits(t, exitConflict, ep, "lock", "acquire", "jobs/nightly", "--session", s2.ID, "--try")
+	exits(t, exitTimeout, ep, "lock", "acquire", "jobs/nightly", "--session", s2.ID, "--wait", "200ms")
+	if out := must(t, ep, "lock", "status", "jobs/nightly"); !strings.Contains(out, "holder") || !strings.Contains(out, g.Token) || !strings.Contains(out, "from a shell") {
+		t.Fatalf("lock status:\n%s", out)
+	}
+	var st struct {
+		Holders []struct {
+			Token     string `json:"token"`
+			SessionID string `json:"sessionId"`
+		} `json:"holders"`
+	}
+	jsonOf(t, must(t, ep, "lock", "status", "jobs/nightly", "-o", "json"), &st)
+	if len(st.Holders) != 1 || st.Holders[0].Token != g.Token || st.Holders[0].SessionID != s.ID {
+		t.Fatalf("lock status -o json = %+v", st)
+	}
+	if out := must(t, ep, "lock", "list", "jobs/"); strings.TrimSpace(out) != "jobs/nightly" {
+		t.Fatalf("lock list: %q", out)
+	}
+	must(t, ep, "lock", "validate", "jobs/nightly", g.Token)
+	must(t, ep, "lock", "release", "jobs/nightly", g.Token)
+	exits(t, exitConflict, ep, "lock", "validate", "jobs/nightly", g.Token)
+	exits(t, exitConflict, ep, "lock", "release", "jobs/nightly", g.Token)
+	exits(t, exitUsage, ep, "lock", "release", "jobs/nightly", "zero")
+	exits(t, exitUsage, ep, "lock", "acquire", "x")
+}
+
+func TestLockRunPassesTheTokenAndTheExitCode(t *testing.T) {
+	d := coorddtest.Start(t)
+	out := filepath.Join(t.TempDir(), "env")
+	code, stdout, stderr := ctl(t, d.GRPCAddr, "", "lock", "run", "deploy", "--ttl", "5s", "--",
+		"sh", "-c", `echo "$COORDD_LOCK_NAME $COORDD_LOCK_TOKEN $COORDD_SESSION $COORDD_DEADLINE" > `+out+`; exit 7`)
+	if code != 7 {
+		t.Fatalf("lock run = %d, want the command's 7\n%s%s", code, stdout, stderr)
+	}
+	data, err := os.ReadFile(out)
+	f := strings.Fields(string(data))
+	if err != nil || len(f) != 4 || f[0] != "deploy" || f[1] == "" || f[2] == "" {
+		t.Fatalf("the command's environment: %q, %v", data, err)
+	}
+	if _, err := time.Parse(time.RFC3339Nano, f[3]); err != nil {
+		t.Fatalf("COORDD_DEADLINE %q: %v", f[3], err)
+	}
+	// Released after the command: the lock is free again.
+	must(t, d.GRPCAddr, "lock", "run", "deploy", "--wait", "2s", "--", "true")
+	if code, _, _ := ctl(t, d.GRPCAddr, "", "lock", "run", "deploy", "--", "/no/such/command"); code != 127 {
+		t.Fatalf("lock run of a missing command = %d, want 127", code)
+	}
+}
+
+// TestLockRunStopsTheCommandWhenTheLockIsLost cuts coordctl off from
+// coordd while its command runs. The command ignores SIGTERM, so only the
+// SIGKILL before the session's local deadline stops it; it must be dead
+// before anyone else is granted the lock, and coordctl exits 125.
+func TestLockRunStopsTheCommandWhenTheLockIsLost(t *testing.T) {
+	d := coorddtest.Start(t)
+	proxy := tcpproxy.Start(t, d.GRPCAddr)
+	dir := t.TempDir()
+	beats, marks := filepath.Join(dir, "beats"), filepath.Join(dir, "marks")
+	script := fmt.Sprintf(`trap 'echo term >> %s' TERM; while true; do date +%%s%%N >> %s; sleep 0.02; done`, marks, beats)
+	done := make(chan int, 1)
+	go func() {
+		code, _, _ := ctl(t, proxy.Addr(), "", "lock", "run", "db-migration", "--ttl", "3s", "--", "sh", "-c", script)
+		done <- code
+	}()
+	waitFor(t, "the command to run", func() bool { data, _ := os.ReadFile(beats); return len(data) > 0 })
+
+	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{d.GRPCAddr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	other, err := c.NewSession(t.Context(), clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Freeze()
+	l, err := other.Lock(t.Context(), "db-migration")
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Now()
+	defer l.Release(context.Background())
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("lock run did not return")
+	}
+	proxy.Thaw()
+	if code != exitLost {
+		t.Fatalf("lock run = %d, want %d", code, exitLost)
+	}
+	data, _ := os.ReadFile(beats)
+	lines := strings.Fields(string(data))
+	last, _ := strconv.ParseInt(lines[len(lines)-1], 10, 64)
+	if lastBeat := time.Unix(0, last); !lastBeat.Before(granted) {
+		t.Fatalf("the command still ran %s after the lock was granted to another", lastBeat.Sub(granted))
+	} else {
+		t.Logf("the command's last beat was %s before the next grant", granted.Sub(lastBeat).Round(time.Millisecond))
+	}
+	if m, _ := os.ReadFile(marks); !strings.Contains(string(m), "term") {
+		t.Fatal("the command got no SIGTERM before the SIGKILL")
+	}
+}
+
+func TestElectCommands(t *testing.T) {
+	d := coorddtest.Start(t)
+	ep := d.GRPCAddr
+	var s struct{ ID string }
+	jsonOf(t, must(t, ep, "session", "create", "-o", "json"), &s)
+	var camp struct{ Term string }
+	jsonOf(t, must(t, ep, "elect", "campaign", "scheduler", "host-1", "--session", s.ID, "-o", "json"), &camp)
+	if out := must(t, ep, "elect", "leader", "scheduler"); !strings.Contains(out, "host-1") || !strings.Contains(out, camp.Term) {
+		t.Fatalf("elect leader:\n%s", out)
+	}
+	must(t, ep, "elect", "proclaim", "scheduler", camp.Term, "host-1b")
+	var ev struct {
+		Type   string `json:"type"`
+		Leader struct {
+			Value string `json:"value"`
+			Term  string `json:"term"`
+		} `json:"leader"`
+	}
+	jsonOf(t, must(t, ep, "elect", "observe", "scheduler", "--count", "1", "-o", "json"), &ev)
+	if ev.Type != "ELECTED" || ev.Leader.Value != "host-1b" || ev.Leader.Term != camp.Term {
+		t.Fatalf("elect observe = %+v", ev)
+	}
+	must(t, ep, "lock", "validate", "--election", "scheduler", camp.Term)
+	must(t, ep, "elect", "resign", "scheduler", camp.Term)
+	exits(t, exitConflict, ep, "elect", "resign", "scheduler", camp.Term)
+	exits(t, exitNotFound, ep, "elect", "leader", "scheduler")
+
+	// elect run: one leads, the other stands by until the first's command
+	// ends; each command's code comes back.
+	dir := t.TempDir()
+	release := filepath.Join(dir, "release")
+	order := filepath.Join(dir, "order")
+	var wg sync.WaitGroup
+	codes := make([]int, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			script := fmt.Sprintf(`echo "%d $COORDD_TERM" >> %s; while [ ! -e %s ]; do sleep 0.02; done; exit %d`, i, order, release, 10+i)
+			codes[i], _, _ = ctl(t, ep, "", "elect", "run", "worker", "--ttl", "5s", "--", "sh", "-c", script)
+		}()
+		waitFor(t, "the first command to start", func() bool { data, _ := os.ReadFile(order); return len(data) > 0 })
+	}
+	waitFor(t, "a standby candidate", func() bool {
+		_, out, _ := ctl(t, ep, "", "elect", "leader", "worker")
+		return strings.Count(out, "candidate") == 1
+	})
+	if data, _ := os.ReadFile(order); strings.Count(string(data), "\n") != 1 {
+		t.Fatalf("two commands ran at once: %q", data)
+	}
+	os.WriteFile(release, nil, 0o644)
+	wg.Wait()
+	data, _ := os.ReadFile(order)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) != 2 || codes[0] != 10 || codes[1] != 11 {
+		t.Fatalf("elect run: order %q, codes %v", data, codes)
+	}
+	t1, _ := strconv.Atoi(strings.Fields(lines[0])[1])
+	t2, _ := strconv.Atoi(strings.Fields(lines[1])[1])
+	if t2 <= t1 {
+		t.Fatalf("terms %d then %d: not increasing", t1, t2)
+	}
+}
+
+func TestConfigCommands(t *testing.T) {
+	d := coorddtest.Start(t)
+	ep := d.GRPCAddr
+	code, out, errOut := ctl(t, ep, `{"port": 8080, "name": "web", "gone": null}`, "config", "publish", "svc/prod", "-f", "-", "-m", "first", "--author", "ana")
+	if code != 0 || !strings.Contains(out, "release 1") || !strings.Contains(out, `+ name = "web"`) {
+		t.Fatalf("publish = %d\n%s%s", code, out, errOut)
+	}
+	if out := must(t, ep, "config", "get", "svc/prod", "port"); strings.TrimSpace(out) != "8080" {
+		t.Fatalf("get: %q", out)
+	}
+	must(t, ep, "config", "put", "svc/prod", "port", "9090")
+	exits(t, exitNotFound, ep, "config", "delete", "svc/prod", "nope")
+	must(t, ep, "config", "delete", "svc/prod", "name")
+	var snap struct {
+		Release int64             `json:"release"`
+		Values  map[string]string `json:"values"`
+	}
+	jsonOf(t, must(t, ep, "config", "snapshot", "svc/prod", "-o", "json"), &snap)
+	if snap.Release != 3 || snap.Values["port"] != "9090" || len(snap.Values) != 1 {
+		t.Fatalf("snapshot = %+v", snap)
+	}
+	if out := must(t, ep, "config", "history", "svc/prod"); !strings.Contains(out, "first") || strings.Count(out, "\n") != 4 {
+		t.Fatalf("history:\n%s", out)
+	}
+	if out := must(t, ep, "config", "diff", "svc/prod", "1", "3"); !strings.Contains(out, "~ port = 9090 (was 8080)") || !strings.Contains(out, `- name (was "web")`) {
+		t.Fatalf("diff:\n%s", out)
+	}
+	must(t, ep, "config", "rollback", "svc/prod", "1")
+	if out := must(t, ep, "config", "get", "svc/prod", "name"); strings.TrimSpace(out) != `"web"` {
+		t.Fatalf("after rollback: %q", out)
+	}
+	exits(t, exitConflict, ep, "config", "put", "svc/prod", "port", "1", "--expect", "1")
+	schema := filepath.Join(t.TempDir(), "schema.json")
+	os.WriteFile(schema, []byte(`{"type":"object","properties":{"port":{"type":"integer"},"name":{"type":"string"}}}`), 0o644)
+	must(t, ep, "config", "schema", "svc/prod", "--set", schema)
+	if out := must(t, ep, "config", "schema", "svc/prod"); !strings.Contains(out, `"integer"`) {
+		t.Fatalf("schema: %s", out)
+	}
+	code, _, errOut = ctl(t, ep, `{"port": "x", "name": 7}`, "config", "publish", "svc/prod", "-f", "-")
+	if code != exitError || !strings.Contains(errOut, "port:") || !strings.Contains(errOut, "name:") {
+		t.Fatalf("publish against the schema = %d: %s", code, errOut)
+	}
+	if out := must(t, ep, "config", "watch", "svc/prod", "--count", "1"); !strings.Contains(out, "SNAPSHOT svc/prod@4") {
+		t.Fatalf("watch: %s", out)
+	}
+	if out := must(t, ep, "config", "namespaces"); strings.TrimSpace(out) != "svc/prod" {
+		t.Fatalf("namespaces: %q", out)
+	}
+	must(t, ep, "config", "status", "svc/prod")
+}
+
+func TestClusterCommands(t *testing.T) {
+	d := coorddtest.Start(t)
+	var st struct {
+		ClusterID string `json:"clusterId"`
+		LeaderID  string `json:"leaderId"`
+		Members   []struct {
+			Name   string `json:"name"`
+			Leader bool   `json:"leader"`
+		} `json:"members"`
+		Revision int64 `json:"revision"`
+	}
+	jsonOf(t, must(t, d.GRPCAddr, "cluster", "status", "-o", "json"), &st)
+	if st.ClusterID == "" || st.LeaderID == "" || len(st.Members) != 1 || !st.Members[0].Leader {
+		t.Fatalf("cluster status = %+v", st)
+	}
+	file := filepath.Join(t.TempDir(), "backup.db")
+	must(t, d.GRPCAddr, "snapshot", "save", file)
+	if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
+		t.Fatalf("backup: %v, %v", fi, err)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	d := coorddtest.Start(t)
+	exits(t, exitUsage, d.GRPCAddr, "no-such-command")
+	exits(t, exitUsage, d.GRPCAddr, "-o", "yaml", "session", "list")
+	exits(t, exitNotFound, d.GRPCAddr, "config", "get", "ns", "missing")
+	exits(t, exitUnavailable, "127.0.0.1:1", "--timeout", "300ms", "session", "list")
+}
