@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/internal/coorddtest"
+)
+
+type proc struct {
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	lines []string
+	at    []time.Time
+}
+
+func (p *proc) find(re *regexp.Regexp) (string, time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, l := range p.lines {
+		if re.MatchString(l) {
+			return l, p.at[i], true
+		}
+	}
+	return "", time.Time{}, false
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var leading = regexp.MustCompile(`leading \(term (\d+)\)`)
+
+// Two workers: one leads and works, the other stands by; kill -9 the
+// leader and the other takes over within the session TTL (plus etcd's
+// expiry check), with a higher term.
+func TestFailOverOnKill(t *testing.T) {
+	d := coorddtest.Start(t)
+	bin := filepath.Join(t.TempDir(), "leader-worker")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	const ttl = 2 * time.Second
+	start := func(id string) *proc {
+		p := &proc{cmd: exec.Command(bin, "-endpoints", d.GRPCAddr, "-id", id, "-ttl", ttl.String(), "-step", "100ms")}
+		p.cmd.Stderr = os.Stderr
+		out, _ := p.cmd.StdoutPipe()
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				p.mu.Lock()
+				p.lines, p.at = append(p.lines, sc.Text()), append(p.at, time.Now())
+				p.mu.Unlock()
+			}
+		}()
+		t.Cleanup(func() { p.cmd.Process.Kill(); p.cmd.Wait() })
+		return p
+	}
+	a := start("a")
+	waitFor(t, "a to lead", func() bool { _, _, ok := a.find(leading); return ok })
+	b := start("b")
+	waitFor(t, "b to stand by", func() bool { _, _, ok := b.find(regexp.MustCompile("standing by")); return ok })
+	waitFor(t, "a to work", func() bool { _, _, ok := a.find(regexp.MustCompile("batch step 3")); return ok })
+	if _, _, ok := b.find(regexp.MustCompile("batch step")); ok {
+		t.Fatal("b worked while a led")
+	}
+	killed := time.Now()
+	a.cmd.Process.Kill()
+	waitFor(t, "b to take over", func() bool { _, _, ok := b.find(leading); return ok })
+	line, at, _ := b.find(leading)
+	if took := at.Sub(killed); took > ttl+time.Second {
+		t.Fatalf("b took over %s after the kill; TTL is %s", took, ttl)
+	} else {
+		t.Logf("b took over %s after a was killed (TTL %s)", took.Round(time.Millisecond), ttl)
+	}
+	aLine, _, _ := a.find(leading)
+	ta, _ := strconv.Atoi(leading.FindStringSubmatch(aLine)[1])
+	tb, _ := strconv.Atoi(leading.FindStringSubmatch(line)[1])
+	if tb <= ta {
+		t.Fatalf("terms %d then %d", ta, tb)
+	}
+	waitFor(t, "b to work", func() bool { _, _, ok := b.find(regexp.MustCompile(`batch step 2 \(term ` + strconv.Itoa(tb))); return ok })
+}
