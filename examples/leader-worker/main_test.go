@@ -96,5 +96,8 @@ func TestFailOverOnKill(t *testing.T) {
 	if tb <= ta {
 		t.Fatalf("terms %d then %d", ta, tb)
 	}
-	waitFor(t, "b to work", func() bool { _, _, ok := b.find(regexp.MustCompile(`batch step 2 \(term ` + strconv.Itoa(tb))); return ok })
+	waitFor(t, "b to work", func() bool {
+		_, _, ok := b.find(regexp.MustCompile(`batch step 2 \(term ` + strconv.Itoa(tb)))
+		return ok
+	})
 }
