@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/session"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -34,6 +35,10 @@ func TestToStatus(t *testing.T) {
 		{"not leader", fmt.Errorf("%w: term 5", election.ErrNotLeader), codes.FailedPrecondition, "NOT_LEADER", false, 400, true},
 		{"stale term", fmt.Errorf("%w: term 5", election.ErrStaleTerm), codes.Aborted, "STALE_TOKEN", false, 409, true},
 		{"already leader", fmt.Errorf("%w: x", election.ErrAlreadyLeader), codes.FailedPrecondition, "ALREADY_LEADER", false, 400, true},
+		{"config compacted", fmt.Errorf("%w: revision 3", configcenter.ErrCompacted), codes.OutOfRange, "COMPACTED", false, 410, true},
+		{"config revision mismatch", fmt.Errorf("%w: x", configcenter.ErrRevisionMismatch), codes.FailedPrecondition, "REVISION_MISMATCH", false, 400, true},
+		{"release not found", fmt.Errorf("%w: 9", configcenter.ErrReleaseNotFound), codes.NotFound, "RELEASE_NOT_FOUND", false, 404, true},
+		{"config behind", fmt.Errorf("%w: at 3", configcenter.ErrBehind), codes.Unavailable, "UNAVAILABLE", false, 503, true},
 		{"stopping", ErrStopping, codes.Unavailable, "UNAVAILABLE", false, 503, true},
 		{"caller deadline", fmt.Errorf("get: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "", false, 504, true},
 		{"caller cancel", context.Canceled, codes.Canceled, "", false, 499, true},
