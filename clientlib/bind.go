@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"go.yaml.in/yaml/v3"
@@ -60,13 +61,16 @@ type Binding[T any] struct {
 	ns      string
 	format  Format
 	opts    bindOptions[T]
+	mu      sync.Mutex // serializes updates: Bind's first decode and the callback's
 	current atomic.Pointer[bound[T]]
 }
 
 type bound[T any] struct {
-	value   T
-	release int64
-	view    *nsView // the namespace state it was decoded from
+	value    T
+	release  int64
+	revision int64   // of the snapshot it was decoded from
+	cluster  string  // of the snapshot it was decoded from
+	view     *nsView // the namespace state it was decoded from
 }
 
 // Bind decodes a namespace of sub into a T and keeps it current: with one
@@ -89,9 +93,6 @@ func Bind[T any](sub *Subscription, ns string, format Format, opts ...BindOption
 	// Register before decoding, so no release slips between the two; the
 	// callback skips a state already decoded.
 	unregister := sub.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(ch ConfigChange) error {
-		if cur := b.current.Load(); cur != nil && cur.view == ch.Snapshot.spaces[ns] {
-			return nil
-		}
 		return b.update(ch.Snapshot)
 	}})
 	if err := b.update(sub.Snapshot()); err != nil {
@@ -116,8 +117,14 @@ func (b *Binding[T]) Load() T { return b.current.Load().value }
 // Release returns the release the current value was decoded from.
 func (b *Binding[T]) Release() int64 { return b.current.Load().release }
 
-// update decodes snap's namespace and, if it is good, publishes it.
+// update decodes snap's namespace and, if it is good, publishes it. It
+// never replaces a value with one from an older snapshot.
 func (b *Binding[T]) update(snap *ConfigSnapshot) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur := b.current.Load(); cur != nil && (cur.view == snap.spaces[b.ns] || snap.cluster == cur.cluster && snap.revision < cur.revision) {
+		return nil
+	}
 	v, err := b.decode(snap)
 	if err == nil && b.opts.validate != nil {
 		err = b.opts.validate(v)
@@ -125,7 +132,7 @@ func (b *Binding[T]) update(snap *ConfigSnapshot) error {
 	if err != nil {
 		return fmt.Errorf("coordd: release %d of %q rejected: %w", snap.Release(b.ns), b.ns, err)
 	}
-	prev := b.current.Swap(&bound[T]{value: v, release: snap.Release(b.ns), view: snap.spaces[b.ns]})
+	prev := b.current.Swap(&bound[T]{value: v, release: snap.Release(b.ns), revision: snap.revision, cluster: snap.cluster, view: snap.spaces[b.ns]})
 	if prev != nil && b.opts.onChange != nil {
 		b.opts.onChange(prev.value, v)
 	}

@@ -161,11 +161,6 @@ type Subscription struct {
 	opts       subscribeOptions
 
 	snap atomic.Pointer[ConfigSnapshot]
-	// firstSnap is the first snapshot from the server; fromCache says
-	// whether the subscription started from its cache file instead of
-	// from nothing.
-	firstSnap atomic.Pointer[ConfigSnapshot]
-	fromCache bool
 
 	mu     sync.Mutex
 	status SubscriptionStatus
@@ -173,6 +168,7 @@ type Subscription struct {
 	errFns []func(error)
 
 	changed  chan struct{} // wakes the dispatcher
+	errs     chan error    // problems found off the dispatcher, reported on it
 	first    chan struct{} // closed at the first server snapshot
 	firstOK  sync.Once
 	cancel   context.CancelFunc
@@ -199,7 +195,7 @@ func (c *Client) Subscribe(ctx context.Context, namespaces []string, opts ...Sub
 		opt(&o)
 	}
 	o.instance = sanitizeInstance(o.instance)
-	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), opts: o, changed: make(chan struct{}, 1), first: make(chan struct{})}
+	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), opts: o, changed: make(chan struct{}, 1), errs: make(chan error, 8), first: make(chan struct{})}
 	empty := &ConfigSnapshot{spaces: map[string]*nsView{}}
 	for _, ns := range namespaces {
 		empty.spaces[ns] = &nsView{values: map[string]string{}}
@@ -208,7 +204,6 @@ func (c *Client) Subscribe(ctx context.Context, namespaces []string, opts ...Sub
 	if o.cacheFile != "" {
 		if cached, err := readCacheFile(o.cacheFile, namespaces); err == nil {
 			s.snap.Store(cached)
-			s.fromCache = true
 			s.status.State, s.status.Revision = StateStale, cached.revision
 		} else if !errors.Is(err, os.ErrNotExist) {
 			c.lg.Warn("coordd: config cache file unusable; starting without it", "file", o.cacheFile, "error", err)
@@ -218,31 +213,33 @@ func (c *Client) Subscribe(ctx context.Context, namespaces []string, opts ...Sub
 	s.cancel = cancel
 	if o.reports {
 		s.reporter = newReporter(c, o)
-	}
-	d := newDispatcher(s)
-	s.wg.Add(2)
-	go func() { defer s.wg.Done(); s.follow(runCtx) }()
-	go func() { defer s.wg.Done(); d.run(runCtx) }()
-	if s.reporter != nil {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.reporter.run(runCtx) }()
 	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.follow(runCtx) }()
 
 	timer := time.NewTimer(o.startTimeout)
 	defer timer.Stop()
 	select {
 	case <-s.first:
-		return s, nil
 	case <-timer.C:
-		if s.Status().State == StateStale {
-			return s, nil // serving the cache file until coordd answers
+		if !s.firstOKDone() && s.Status().State != StateStale {
+			s.Close()
+			return nil, fmt.Errorf("%w: no configuration from coordd within %s, and no cache file", ErrUnavailable, o.startTimeout)
 		}
-		s.Close()
-		return nil, fmt.Errorf("%w: no configuration from coordd within %s, and no cache file", ErrUnavailable, o.startTimeout)
+		// Serving the cache file until coordd answers.
 	case <-ctx.Done():
 		s.Close()
 		return nil, ctx.Err()
 	}
+	// Callbacks report changes after what the caller now sees: the
+	// dispatcher starts from the current snapshot.
+	d := newDispatcher(s)
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); d.run(runCtx) }()
+	s.wake() // record the starting state (cache file, status report)
+	return s, nil
 }
 
 // sanitizeInstance keeps an instance id within the server's alphabet.
@@ -279,7 +276,8 @@ func (s *Subscription) Status() SubscriptionStatus {
 	return st
 }
 
-// Close stops following and calling callbacks, and waits for them to stop.
+// Close stops following and calling callbacks, and waits for them to
+// stop: do not call it from a callback (it would wait for itself).
 func (s *Subscription) Close() {
 	s.cancel()
 	s.wg.Wait()
@@ -319,7 +317,11 @@ func (s *Subscription) follow(ctx context.Context) {
 			backoff = s.opts.minBackoff
 		}
 		if err != nil && errors.Is(err, ErrInvalidArgument) {
-			s.report(fmt.Errorf("coordd: config watch refused: %w", err))
+			// Reported on the dispatcher goroutine, like every problem.
+			select {
+			case s.errs <- fmt.Errorf("coordd: config watch refused: %w", err):
+			default:
+			}
 		}
 		// Full jitter: anywhere in [0, backoff).
 		timer := time.NewTimer(rand.N(backoff) + time.Millisecond)
@@ -357,20 +359,42 @@ func (s *Subscription) stream(ctx context.Context, from int64) (got bool, next i
 		}
 		got = true
 		stall.Reset(s.opts.stall)
-		if !s.apply(msg) {
+		switch s.apply(msg) {
+		case applyGap:
 			return got, 0, nil // inconsistent: start over with a snapshot
+		case applyBehind:
+			// A member lagging behind what we already have: go elsewhere,
+			// and ask for nothing older than what we have.
+			if p.Addr != nil {
+				s.c.avoid(p.Addr.String())
+			}
+			return got, s.snap.Load().revision + 1, nil
 		}
 		from = msg.GetRevision() + 1
 	}
 }
 
-// apply applies one watch message to the snapshot (copy-on-write) and
-// reports whether it was consistent with it.
-func (s *Subscription) apply(msg *coorddv1.WatchResponse) bool {
+// applyResult says what apply made of a message.
+type applyResult int
+
+const (
+	applyOK     applyResult = iota
+	applyGap                // a change that does not follow the current state
+	applyBehind             // a snapshot older than the current state
+)
+
+// apply applies one watch message to the snapshot (copy-on-write). It
+// never replaces the state with an older one of the same cluster (a
+// lagging member's); a snapshot of another cluster (a different etcd)
+// replaces it whatever its revision.
+func (s *Subscription) apply(msg *coorddv1.WatchResponse) applyResult {
 	cur := s.snap.Load()
 	var next *ConfigSnapshot
 	switch msg.GetType() {
 	case coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
+		if cur.cluster != "" && cur.cluster == msg.GetClusterId() && msg.GetRevision() < cur.revision {
+			return applyBehind
+		}
 		next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: msg.GetClusterId(), spaces: map[string]*nsView{}}
 		for _, ns := range s.namespaces {
 			next.spaces[ns] = &nsView{values: map[string]string{}}
@@ -389,7 +413,7 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse) bool {
 		r := msg.GetRelease()
 		old := cur.spaces[r.GetNamespace()]
 		if old == nil || r.GetNumber() != old.release+1 || !s.firstOKDone() {
-			return false // a gap (never sent by a correct server): relist
+			return applyGap // never sent by a correct server: relist
 		}
 		v := &nsView{release: r.GetNumber(), values: maps.Clone(old.values)}
 		for _, ch := range r.GetChanges() {
@@ -413,15 +437,12 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse) bool {
 		st.State, st.LastContact, st.Revision = StateLive, time.Now(), s.snap.Load().revision
 	})
 	if msg.GetType() == coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT {
-		s.firstOK.Do(func() {
-			s.firstSnap.Store(next)
-			close(s.first)
-		})
+		s.firstOK.Do(func() { close(s.first) })
 	}
 	if next != nil && msg.GetType() != coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK {
 		s.wake()
 	}
-	return true
+	return applyOK
 }
 
 func (s *Subscription) firstOKDone() bool {
@@ -522,8 +543,7 @@ type dispatcher struct {
 }
 
 func newDispatcher(s *Subscription) *dispatcher {
-	first := s.snap.Load()
-	return &dispatcher{s: s, delivered: first, recorded: first}
+	return &dispatcher{s: s, delivered: s.snap.Load()}
 }
 
 func (d *dispatcher) run(ctx context.Context) {
@@ -531,16 +551,12 @@ func (d *dispatcher) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case err := <-d.s.errs:
+			d.s.report(err)
+			continue
 		case <-d.s.changed:
 		}
 		cur := d.s.snap.Load()
-		if !d.s.fromCache && d.delivered.revision == 0 {
-			// Started from nothing: the first snapshot is what Subscribe
-			// returned, not a change; callbacks see changes after it.
-			if first := d.s.firstSnap.Load(); first != nil {
-				d.delivered = first
-			}
-		}
 		var rejected map[string]error
 		if cur != d.delivered {
 			rejected = d.dispatch(d.delivered, cur)

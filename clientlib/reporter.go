@@ -40,13 +40,15 @@ func (r *reporter) applied(snap *ConfigSnapshot, rejected map[string]error) {
 			st = &coorddv1.NamespaceApplyReport{Namespace: ns}
 			r.state[ns] = st
 		}
-		if err, ok := rejected[ns]; ok {
+		switch err, ok := rejected[ns]; {
+		case ok:
 			st.RejectedRelease, st.Reason = v.release, truncate(err.Error(), 1000)
-		} else {
+		case st.RejectedRelease != 0 && v.release <= st.RejectedRelease:
+			// The rejected release is still the latest (a relist, or another
+			// namespace changed): it stays rejected, nothing new applied.
+		default:
 			st.AppliedRelease = v.release
-			if st.RejectedRelease <= v.release {
-				st.RejectedRelease, st.Reason = 0, ""
-			}
+			st.RejectedRelease, st.Reason = 0, ""
 		}
 	}
 	r.mu.Unlock()

@@ -44,6 +44,9 @@ type Cache struct {
 	cluster  uint64 // etcd's cluster id
 	rev      int64  // every change at or below rev is applied
 	oldest   int64  // history holds every release after oldest
+	// nsOldest raises oldest for single namespaces whose history starts
+	// later (older releases pruned, a record that did not decode).
+	nsOldest map[string]int64
 	live     bool   // the watch is healthy; bookmarks are sent only then
 	spaces   map[string]*space
 	history  []Event                               // CHANGE events, oldest first
@@ -116,7 +119,7 @@ func NewCache(store *Store, opts CacheOptions) *Cache {
 	return &Cache{
 		store: store, cli: store.cli, opts: opts,
 		ready: make(chan struct{}), done: make(chan struct{}), nudge: make(chan struct{}, 1),
-		spaces: map[string]*space{}, subs: map[string]map[*Subscription]struct{}{}, advanced: make(chan struct{}),
+		spaces: map[string]*space{}, subs: map[string]map[*Subscription]struct{}{}, advanced: make(chan struct{}), nsOldest: map[string]int64{},
 	}
 }
 
@@ -180,7 +183,7 @@ func (c *Cache) load(ctx context.Context) bool {
 	for _, kv := range kvs {
 		c.applyKV(spaces, mvccpb.PUT, kv)
 	}
-	history, oldest, err := c.loadHistory(ctx, rev, spaces)
+	history, oldest, nsOldest, err := c.loadHistory(ctx, rev)
 	if err != nil {
 		return false
 	}
@@ -190,7 +193,7 @@ func (c *Cache) load(ctx context.Context) bool {
 		return false // never go back (a lagging member answered)
 	}
 	c.cluster = resp.Header.ClusterId
-	c.spaces, c.rev, c.oldest, c.history = spaces, rev, oldest, history
+	c.spaces, c.rev, c.oldest, c.nsOldest, c.history = spaces, rev, oldest, nsOldest, history
 	c.live = true
 	for _, set := range c.subs {
 		for sub := range set {
@@ -204,16 +207,17 @@ func (c *Cache) load(ctx context.Context) bool {
 // loadHistory rebuilds the history from the release records (kept in etcd
 // for history and rollback), so that after a restart subscribers resume
 // without a snapshot: the newest History records at rev, and the revision
-// after which that history is complete. It is complete after the oldest
-// record read (if more exist), and, for a namespace whose older releases
-// were pruned, after its oldest kept release.
-func (c *Cache) loadHistory(ctx context.Context, rev int64, spaces map[string]*space) ([]Event, int64, error) {
+// after which that history is complete: after the oldest record read (if
+// more exist), and after each namespace's oldest record read unless that
+// is its release 1.
+func (c *Cache) loadHistory(ctx context.Context, rev int64) ([]Event, int64, map[string]int64, error) {
 	base := c.store.root + "rel/"
 	resp, err := c.cli.Get(ctx, base, clientv3.WithPrefix(), clientv3.WithRev(rev),
 		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(int64(c.opts.History)))
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
+	nsOldest := map[string]int64{}
 	oldest := int64(0)
 	if resp.More && len(resp.Kvs) > 0 {
 		oldest = resp.Kvs[len(resp.Kvs)-1].ModRevision - 1
@@ -223,8 +227,10 @@ func (c *Cache) loadHistory(ctx context.Context, rev int64, spaces map[string]*s
 	for i := len(resp.Kvs) - 1; i >= 0; i-- {
 		kv := resp.Kvs[i]
 		esc, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), base), "/")
-		r, err := c.store.decodeRelease(names.Unescape(esc), kv)
+		ns := names.Unescape(esc)
+		r, err := c.store.decodeRelease(ns, kv)
 		if err != nil {
+			nsOldest[ns] = max(nsOldest[ns], kv.ModRevision) // no resume may cross it
 			continue
 		}
 		if first[r.Namespace] == nil {
@@ -232,12 +238,12 @@ func (c *Cache) loadHistory(ctx context.Context, rev int64, spaces map[string]*s
 		}
 		history = append(history, Event{Type: EventChange, Revision: r.Revision, Release: &r})
 	}
-	keep := int64(c.store.limits.HistoryReleases)
 	for ns, r := range first {
-		sp := spaces[ns]
-		if r.Number > 1 && sp != nil && r.Number-1 < sp.release-keep+1 {
-			// Its predecessor was pruned: nothing before r is known.
-			oldest = max(oldest, r.Revision-1)
+		if r.Number > 1 {
+			// Its predecessor was not read: pruned (by any member's
+			// retention) or older than the records read. Either way
+			// nothing before r is known for its namespace.
+			nsOldest[ns] = max(nsOldest[ns], r.Revision-1)
 		}
 	}
 	// Drop what the completeness bound excludes.
@@ -245,7 +251,7 @@ func (c *Cache) loadHistory(ctx context.Context, rev int64, spaces map[string]*s
 	for i < len(history) && history[i].Revision <= oldest {
 		i++
 	}
-	return history[i:], oldest, nil
+	return history[i:], oldest, nsOldest, nil
 }
 
 // applyKV applies one etcd key change under ns/ to spaces.
@@ -378,8 +384,15 @@ func (c *Cache) apply(rev int64, evs []*clientv3.Event) {
 				continue // history pruning, or a rewrite (never done)
 			}
 			esc, _, _ := strings.Cut(rest, "/")
-			r, err := c.store.decodeRelease(names.Unescape(esc), ev.Kv)
+			ns := names.Unescape(esc)
+			r, err := c.store.decodeRelease(ns, ev.Kv)
 			if err != nil {
+				// A release nobody can be told about: its subscribers start
+				// over from a snapshot, and no resume may cross it.
+				for sub := range c.subs[ns] {
+					sub.resetToSnapshot()
+				}
+				c.nsOldest[ns] = max(c.nsOldest[ns], rev)
 				continue
 			}
 			changes = append(changes, Event{Type: EventChange, Revision: rev, Release: &r})
@@ -562,7 +575,11 @@ func (c *Cache) Subscribe(ctx context.Context, namespaces []string, from int64) 
 	s := &Subscription{c: c, namespaces: namespaces, signal: make(chan struct{}, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if from == 0 || from-1 < c.oldest {
+	usable := from > 0 && from-1 >= c.oldest
+	for _, ns := range namespaces {
+		usable = usable && from-1 >= c.nsOldest[ns]
+	}
+	if !usable {
 		s.snapshot = true
 	} else {
 		for _, ev := range c.history {

@@ -214,7 +214,7 @@ takes over at once) and exits with its code.`,
 			env := append(os.Environ(),
 				"COORDD_ELECTION="+name, "COORDD_TERM="+l.Term().String(), "COORDD_FENCE_TOKEN="+l.Term().String(),
 				"COORDD_SESSION="+sess.ID(), "COORDD_DEADLINE="+sess.Deadline().UTC().Format(time.RFC3339Nano))
-			code, lost, err := rf.childFor(argv, env, sess, l.Lost()).run(ctx)
+			code, lost, err := rf.childFor(argv, env, sess, l.Lost()).run()
 			if lost {
 				return withCode(exitLost, fmt.Errorf("leadership of %q (term %s) was lost; the command was stopped", name, l.Term()))
 			}

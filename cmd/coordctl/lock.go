@@ -188,7 +188,9 @@ func (f *runFlags) childFor(argv, env []string, sess *clientlib.Session, lost <-
 	}
 	return &child{
 		argv: argv, env: env, lost: lost, deadline: sess.Deadline,
-		jeopardy: f.ttl / 3, kill: min(grace, f.ttl/6), grace: grace,
+		// SIGKILL at least 200ms before the deadline: time for the process
+		// to die.
+		jeopardy: f.ttl / 3, kill: max(min(grace, f.ttl/6), 200*time.Millisecond), grace: grace,
 	}
 }
 
@@ -248,7 +250,7 @@ passed to the command.`,
 			env := append(os.Environ(),
 				"COORDD_LOCK_NAME="+name, "COORDD_LOCK_TOKEN="+l.Token().String(), "COORDD_FENCE_TOKEN="+l.Token().String(),
 				"COORDD_SESSION="+sess.ID(), "COORDD_DEADLINE="+sess.Deadline().UTC().Format(time.RFC3339Nano))
-			code, lost, err := rf.childFor(argv, env, sess, l.Lost()).run(ctx)
+			code, lost, err := rf.childFor(argv, env, sess, l.Lost()).run()
 			if lost {
 				return withCode(exitLost, fmt.Errorf("lock %q (token %s) was lost; the command was stopped", name, l.Token()))
 			}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -34,7 +33,7 @@ type child struct {
 
 // run starts the command and waits for it. It reports the command's exit
 // code and whether the hold was lost (the command was stopped for it).
-func (ch *child) run(ctx context.Context) (code int, lost bool, err error) {
+func (ch *child) run() (code int, lost bool, err error) {
 	cmd := exec.Command(ch.argv[0], ch.argv[1:]...)
 	cmd.Env = ch.env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -55,23 +54,33 @@ func (ch *child) run(ctx context.Context) (code int, lost bool, err error) {
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
+	// The schedule is checked every tick, and each threshold is acted on
+	// one tick early, so SIGKILL never goes out after the local deadline.
+	const tick = 25 * time.Millisecond
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
 	var termSent, killSent bool
 	var killAt time.Time
 	lostCh := ch.lost
 	for {
 		select {
 		case err := <-done:
+			// Whatever of its process group is left goes with it: nothing
+			// may outlive the hold.
+			signalGroup(syscall.SIGKILL)
+			select {
+			case <-ch.lost:
+				lost = true // it ended as the hold did: it may have acted without it
+			default:
+			}
+			if time.Now().After(ch.deadline()) {
+				lost = true
+			}
 			return exitStatus(err), lost, nil
 		case s := <-sigs:
+			// Passed on; the command decides. (coordctl's own context is
+			// not used to stop it: an interrupt is forwarded, not enforced.)
 			signalGroup(s.(syscall.Signal))
-		case <-ctx.Done():
-			// coordctl was interrupted: let the command go down with it.
-			if !termSent {
-				signalGroup(syscall.SIGTERM)
-				termSent, killAt = true, time.Now().Add(ch.grace)
-			}
 		case <-lostCh:
 			lostCh = nil
 			lost = true
@@ -79,14 +88,14 @@ func (ch *child) run(ctx context.Context) (code int, lost bool, err error) {
 				signalGroup(syscall.SIGTERM)
 				termSent, killAt = true, time.Now().Add(ch.grace)
 			}
-		case <-tick.C:
+		case <-ticker.C:
 		}
 		left := time.Until(ch.deadline())
 		switch {
-		case !killSent && (left < ch.kill || termSent && !killAt.IsZero() && time.Now().After(killAt)):
+		case !killSent && (left < ch.kill+tick || termSent && !killAt.IsZero() && time.Now().After(killAt.Add(-tick))):
 			signalGroup(syscall.SIGKILL)
-			killSent, lost = true, lost || left < ch.kill
-		case !termSent && left < ch.jeopardy:
+			killSent, lost = true, lost || left < ch.kill+tick
+		case !termSent && left < ch.jeopardy+tick:
 			signalGroup(syscall.SIGTERM)
 			termSent, lost = true, true
 			killAt = time.Now().Add(left - ch.kill)
