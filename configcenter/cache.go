@@ -40,14 +40,14 @@ type Cache struct {
 	done  chan struct{} // closed when Run returns
 	nudge chan struct{} // asks the watch for its progress now
 
-	mu       sync.RWMutex
-	cluster  uint64 // etcd's cluster id
-	rev      int64  // every change at or below rev is applied
-	oldest   int64  // history holds every release after oldest
+	mu      sync.RWMutex
+	cluster uint64 // etcd's cluster id
+	rev     int64  // every change at or below rev is applied
+	oldest  int64  // history holds every release after oldest
 	// nsOldest raises oldest for single namespaces whose history starts
 	// later (older releases pruned, a record that did not decode).
 	nsOldest map[string]int64
-	live     bool   // the watch is healthy; bookmarks are sent only then
+	live     bool // the watch is healthy; bookmarks are sent only then
 	spaces   map[string]*space
 	history  []Event                               // CHANGE events, oldest first
 	subs     map[string]map[*Subscription]struct{} // namespace -> subscribers
