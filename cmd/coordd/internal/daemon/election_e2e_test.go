@@ -540,3 +540,67 @@ func TestRunElectionSurvivesEtcdLeaderLoss(t *testing.T) {
 	}
 	t.Logf("term %d before etcd's leader stopped, %d after", term, after)
 }
+
+// TestObserveResumesAcrossRestart: an SDK observer whose daemon restarts
+// reconnects and resumes after the last revision it delivered: the
+// changes made while it was away arrive once each, in order.
+func TestObserveResumesAcrossRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and the daemon")
+	}
+	cfg := testConfig(t)
+	cfg.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+	d, err := daemon.Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	c := newClient(t, cfg.GRPCAddr)
+	sess, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sess.Campaign(ctx, "resume", "v0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := newClient(t, cfg.GRPCAddr).Observe(ctx, "resume")
+	var seen []string
+	next := func() clientlib.ElectionEvent {
+		t.Helper()
+		select {
+		case ev := <-obs.Events():
+			seen = append(seen, fmt.Sprintf("%s:%s", ev.Type, ev.Leader.Value))
+			return ev
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no event; seen %v", seen)
+		}
+		panic("unreachable")
+	}
+	if ev := next(); ev.Type != clientlib.ElectionElected || !ev.Current {
+		t.Fatalf("first event %+v", ev)
+	}
+	if err := l.Proclaim(ctx, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	next()
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = daemon.Start(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop(context.Background())
+	// Changes made while the observer reconnects.
+	for _, v := range []string{"v2", "v3"} {
+		if err := l.Proclaim(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next()
+	next()
+	want := []string{"ELECTED:v0", "PROCLAIMED:v1", "PROCLAIMED:v2", "PROCLAIMED:v3"}
+	if strings.Join(seen, " ") != strings.Join(want, " ") {
+		t.Fatalf("events %v, want %v", seen, want)
+	}
+}
