@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coordd/coordd/clientlib"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -87,6 +88,55 @@ func (f *coorddFanout) publish(ctx context.Context, value string) error {
 
 func (f *coorddFanout) close() {
 	for _, c := range f.conns {
+		c.Close()
+	}
+}
+
+// sdkFanout is K subscriptions through the SDK on a few clients: each
+// client carries its subscriptions on one WatchMany stream.
+type sdkFanout struct {
+	clis []*clientlib.Client
+	subs []*clientlib.Subscription
+	ns   string
+}
+
+func newSDKFanout(addr, ns string, clients int) (*sdkFanout, error) {
+	f := &sdkFanout{ns: ns}
+	for range clients {
+		c, err := clientlib.New(context.Background(), clientlib.Config{Endpoints: []string{addr}})
+		if err != nil {
+			return nil, err
+		}
+		f.clis = append(f.clis, c)
+	}
+	return f, nil
+}
+
+func (f *sdkFanout) subscribe(ctx context.Context, k int, seen func(string)) error {
+	for i := range k {
+		sub, err := f.clis[i%len(f.clis)].Subscribe(ctx, []string{f.ns}, clientlib.WithoutStatusReports())
+		if err != nil {
+			return err
+		}
+		sub.OnKey(f.ns, "k", func(ch clientlib.ConfigChange) {
+			v, _ := ch.Snapshot.Get(f.ns, "k")
+			seen(v)
+		})
+		f.subs = append(f.subs, sub)
+	}
+	return nil
+}
+
+func (f *sdkFanout) publish(ctx context.Context, value string) error {
+	_, err := f.clis[0].PutConfig(ctx, f.ns, "k", value, clientlib.PublishOptions{})
+	return err
+}
+
+func (f *sdkFanout) close() {
+	for _, s := range f.subs {
+		s.Close()
+	}
+	for _, c := range f.clis {
 		c.Close()
 	}
 }
@@ -250,7 +300,7 @@ func benchConfig(bin, tmp string) error {
 		}
 		ks = append(ks, k)
 	}
-	fmt.Printf("\nconfig fan-out (%d publishes per K and peer, one connection per subscriber)\n", *configPubs)
+	fmt.Printf("\nconfig fan-out, one connection per subscriber (%d publishes per K and peer)\n", *configPubs)
 	fmt.Printf("%-26s %6s %10s %10s %14s %14s\n", "peer", "K", "p50", "p99", "mem/conn+sub", "etcd watches")
 	type key struct {
 		peer string
@@ -285,41 +335,69 @@ func benchConfig(bin, tmp string) error {
 			time.Sleep(time.Second) // let the closed subscribers go away
 		}
 	}
-	// Idle memory per subscriber when subscribers share connections (as the
-	// subscriptions of a few app processes do): the per-stream cost alone.
-	fmt.Printf("\nidle server memory per subscriber, %d subscribers sharing 8 connections (heap+stacks after GC):\n", ks[len(ks)-1])
-	shared := map[string]float64{}
-	for i, name := range []string{"coordd watch", "raw etcd watch"} {
-		// A fresh daemon each: freed goroutine stacks stay in the
-		// runtime's pools and would hide the next run's.
-		d, err := startDaemon(bin, filepath.Join(tmp, fmt.Sprintf("config-mem-%d", i)))
+	// Subscribers sharing 8 connections (the subscriptions of a few
+	// processes): coordd through the SDK, whose client carries all its
+	// subscriptions on one WatchMany stream, against raw etcd watches on
+	// 8 clients. Latency and idle server memory per subscriber.
+	fmt.Printf("\nsubscribers sharing 8 connections (coordd: SDK subscriptions on WatchMany; memory is server heap+stacks after GC, each peer on a fresh daemon):\n")
+	fmt.Printf("%-26s %6s %10s %10s %14s\n", "peer", "K", "p50", "p99", "mem/sub")
+	shared := map[key]fanoutResult{}
+	for _, k := range ks {
+		for i, name := range []string{"coordd SDK (WatchMany)", "raw etcd watch"} {
+			d, err := startDaemon(bin, filepath.Join(tmp, fmt.Sprintf("config-shared-%d-%d", k, i)))
+			if err != nil {
+				return err
+			}
+			var p fanout
+			if i == 0 {
+				p, err = newSDKFanout(d.grpcAddr, "bench/shared", 8)
+			} else {
+				p, err = newEtcdFanout(d.etcdURL, "/bench-config/shared/", 8)
+			}
+			if err != nil {
+				d.stop()
+				return err
+			}
+			r, err := runFanout(d, p, k, *configPubs)
+			p.close()
+			d.stop()
+			if err != nil {
+				return fmt.Errorf("%s, shared, K=%d: %w", name, k, err)
+			}
+			shared[key{name, k}] = r
+			fmt.Printf("%-26s %6d %8.2fms %8.2fms %12.1fKiB\n", name, k, percentile(r.latUs, 50)/1000, percentile(r.latUs, 99)/1000, r.memPerSub/1024)
+		}
+	}
+	fmt.Printf("\nper-stream watches sharing 8 connections (the plain Watch call, one stream per subscriber):\n")
+	{
+		// A fresh daemon: freed goroutine stacks stay in the runtime's
+		// pools and would hide the run's.
+		d, err := startDaemon(bin, filepath.Join(tmp, "config-mem-watch"))
 		if err != nil {
 			return err
 		}
 		k := ks[len(ks)-1]
-		var p fanout
-		if i == 0 {
-			p, err = newCoorddFanout(d.grpcAddr, "bench/shared", 8)
-		} else {
-			p, err = newEtcdFanout(d.etcdURL, "/bench-config/shared/", 8)
-		}
+		p, err := newCoorddFanout(d.grpcAddr, "bench/shared", 8)
 		if err != nil {
+			d.stop()
 			return err
 		}
 		r, err := runFanout(d, p, k, 5)
 		p.close()
 		d.stop()
 		if err != nil {
-			return fmt.Errorf("%s, shared: %w", name, err)
+			return fmt.Errorf("coordd watch, shared: %w", err)
 		}
-		shared[name] = r.memPerSub
-		fmt.Printf("  %-24s %.1f KiB\n", name, r.memPerSub/1024)
+		fmt.Printf("  coordd watch             K=%d  %.1f KiB per subscriber\n", k, r.memPerSub/1024)
 	}
+	kmax := ks[len(ks)-1]
+	sc, se := shared[key{"coordd SDK (WatchMany)", kmax}], shared[key{"raw etcd watch", kmax}]
 	fmt.Printf("\ntargets:\n")
-	fmt.Printf("  idle memory per subscriber on shared connections: %.1f KiB (target < 4)\n", shared["coordd watch"]/1024)
+	fmt.Printf("  shared connections, K=%d: raw etcd p99 / coordd p99: %.2f (target >= 2); idle memory per subscriber %.1f KiB (target < 4; raw etcd %.1f)\n",
+		kmax, percentile(se.latUs, 99)/percentile(sc.latUs, 99), sc.memPerSub/1024, se.memPerSub/1024)
 	for _, k := range ks {
 		c, e := res[key{"coordd watch", k}], res[key{"raw etcd watch", k}]
-		fmt.Printf("  K=%d: raw etcd p99 / coordd p99: %.2f (target >= 2 at K=1000); etcd watches coordd opened for them: %.0f (target 0: the cache's one serves all)\n",
+		fmt.Printf("  one connection each, K=%d: raw etcd p99 / coordd p99: %.2f; etcd watches coordd opened for them: %.0f (target 0: the cache's one serves all)\n",
 			k, percentile(e.latUs, 99)/percentile(c.latUs, 99), c.watchesNew)
 	}
 	return nil

@@ -57,6 +57,7 @@ type Client struct {
 	elections coorddv1.ElectionServiceClient
 	config    coorddv1.ConfigServiceClient
 	cluster   coorddv1.ClusterServiceClient
+	mux       *watchMux // carries the config subscriptions
 	lg        *slog.Logger
 
 	mu      sync.Mutex
@@ -130,7 +131,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("%w: no endpoint of %v answered within %s", ErrUnavailable, cfg.Endpoints, cfg.DialTimeout)
 		}
 	}
-	return &Client{
+	c := &Client{
 		conn:      conn,
 		resolver:  r,
 		endpoints: slices.Clone(cfg.Endpoints),
@@ -142,7 +143,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		lg:        cfg.Logger,
 		live:      map[*Session]struct{}{},
 		avoided:   map[string]time.Time{},
-	}, nil
+	}
+	c.mux = newWatchMux(c)
+	return c, nil
 }
 
 // Close closes the connection. Sessions of this client stop being kept
@@ -163,6 +166,7 @@ func (c *Client) Close() error {
 		s.end(ErrSessionClosed)
 		<-s.loopDone
 	}
+	c.mux.shutdown()
 	err := c.conn.Close()
 	if errors.Is(err, context.Canceled) {
 		return nil

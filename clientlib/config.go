@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -14,8 +13,6 @@ import (
 	"time"
 
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/peer"
 )
 
 // ConfigSnapshot is an immutable, consistent view of a subscription's
@@ -167,6 +164,7 @@ type Subscription struct {
 	cbs    []*callback
 	errFns []func(error)
 
+	watchID  int64         // this subscription on the client's WatchMany stream
 	changed  chan struct{} // wakes the dispatcher
 	errs     chan error    // problems found off the dispatcher, reported on it
 	first    chan struct{} // closed at the first server snapshot
@@ -216,8 +214,7 @@ func (c *Client) Subscribe(ctx context.Context, namespaces []string, opts ...Sub
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.reporter.run(runCtx) }()
 	}
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.follow(runCtx) }()
+	s.watchID = c.mux.add(s)
 
 	timer := time.NewTimer(o.startTimeout)
 	defer timer.Stop()
@@ -279,6 +276,7 @@ func (s *Subscription) Status() SubscriptionStatus {
 // Close stops following and calling callbacks, and waits for them to
 // stop: do not call it from a callback (it would wait for itself).
 func (s *Subscription) Close() {
+	s.c.mux.remove(s.watchID)
 	s.cancel()
 	s.wg.Wait()
 }
@@ -293,84 +291,6 @@ func (s *Subscription) wake() {
 	select {
 	case s.changed <- struct{}{}:
 	default:
-	}
-}
-
-// follow keeps a watch stream open and applies its messages, reconnecting
-// with full-jitter backoff.
-func (s *Subscription) follow(ctx context.Context) {
-	backoff := s.opts.minBackoff
-	from := int64(0) // always start with a snapshot: the cache file may be old or from another cluster
-	for ctx.Err() == nil {
-		got, next, err := s.stream(ctx, from)
-		from = next
-		if ctx.Err() != nil {
-			return
-		}
-		s.setStatus(func(st *SubscriptionStatus) {
-			if st.State == StateLive {
-				st.State = StateStale
-			}
-			st.Reconnects++
-		})
-		if got {
-			backoff = s.opts.minBackoff
-		}
-		if err != nil && errors.Is(err, ErrInvalidArgument) {
-			// Reported on the dispatcher goroutine, like every problem.
-			select {
-			case s.errs <- fmt.Errorf("coordd: config watch refused: %w", err):
-			default:
-			}
-		}
-		// Full jitter: anywhere in [0, backoff).
-		timer := time.NewTimer(rand.N(backoff) + time.Millisecond)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
-		backoff = min(2*backoff, s.opts.maxBackoff)
-	}
-}
-
-// stream runs one watch stream from revision from. It reports whether it
-// received anything, and the revision to resume from.
-func (s *Subscription) stream(ctx context.Context, from int64) (got bool, next int64, err error) {
-	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	// Reopen the stream if it carries nothing for the stall timeout.
-	stalled := errors.New("coordd: config watch stalled")
-	stall := time.AfterFunc(s.opts.stall, func() { cancel(stalled) })
-	defer stall.Stop()
-	var p peer.Peer
-	st, err := s.c.config.Watch(sctx, &coorddv1.WatchRequest{Namespaces: s.namespaces, FromRevision: from}, grpc.Peer(&p))
-	if err != nil {
-		return false, from, convert(ctx, err)
-	}
-	for {
-		msg, err := st.Recv()
-		if err != nil {
-			if errors.Is(context.Cause(sctx), stalled) && p.Addr != nil {
-				s.c.avoid(p.Addr.String())
-			}
-			return got, from, convert(ctx, err)
-		}
-		got = true
-		stall.Reset(s.opts.stall)
-		switch s.apply(msg) {
-		case applyGap:
-			return got, 0, nil // inconsistent: start over with a snapshot
-		case applyBehind:
-			// A member lagging behind what we already have: go elsewhere,
-			// and ask for nothing older than what we have.
-			if p.Addr != nil {
-				s.c.avoid(p.Addr.String())
-			}
-			return got, s.snap.Load().revision + 1, nil
-		}
-		from = msg.GetRevision() + 1
 	}
 }
 

@@ -553,6 +553,14 @@ const MaxNamespacesPerWatch = 64
 // and fails with ErrBehind if it does not: a subscriber is never sent
 // something older than what it has. Close the subscription when done.
 func (c *Cache) Subscribe(ctx context.Context, namespaces []string, from int64) (*Subscription, error) {
+	return c.SubscribeNotify(ctx, namespaces, from, make(chan struct{}, 1))
+}
+
+// SubscribeNotify is Subscribe for a consumer that serves many
+// subscriptions from one goroutine: notify (buffered, and shared by them)
+// gets a value whenever one of them may have an event, and the consumer
+// collects events with TryNext instead of Next.
+func (c *Cache) SubscribeNotify(ctx context.Context, namespaces []string, from int64, notify chan struct{}) (*Subscription, error) {
 	if len(namespaces) == 0 || len(namespaces) > MaxNamespacesPerWatch {
 		return nil, fmt.Errorf("%w: watch 1 to %d namespaces, not %d", ErrInvalid, MaxNamespacesPerWatch, len(namespaces))
 	}
@@ -572,7 +580,7 @@ func (c *Cache) Subscribe(ctx context.Context, namespaces []string, from int64) 
 	if err := c.waitRevision(ctx, from-1, 3*time.Second); err != nil {
 		return nil, err
 	}
-	s := &Subscription{c: c, namespaces: namespaces, signal: make(chan struct{}, 1)}
+	s := &Subscription{c: c, namespaces: namespaces, signal: notify}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	usable := from > 0 && from-1 >= c.oldest
@@ -683,6 +691,17 @@ func (s *Subscription) Next(ctx context.Context) (Event, error) {
 	}
 }
 
+// TryNext returns the subscription's next event if one is due, without
+// blocking: a snapshot, else the oldest queued release, else with bookmark
+// (and always on the first call) a bookmark while the cache's watch is
+// healthy.
+func (s *Subscription) TryNext(bookmark bool) (Event, bool) {
+	if !s.greeted {
+		s.greeted, bookmark = true, true
+	}
+	return s.take(bookmark)
+}
+
 // take returns a due snapshot or queued event, or with bookmark a bookmark
 // if nothing is queued.
 func (s *Subscription) take(bookmark bool) (Event, bool) {
@@ -713,3 +732,6 @@ func (s *Subscription) take(bookmark bool) (Event, bool) {
 	}
 	return Event{}, false
 }
+
+// BookmarkInterval is how often idle subscribers are told the revision.
+func (c *Cache) BookmarkInterval() time.Duration { return c.opts.Bookmark }

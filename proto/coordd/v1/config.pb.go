@@ -2478,6 +2478,279 @@ func (x *GetApplyStatusResponse) GetRejected() []*ReleaseCount {
 	return nil
 }
 
+// WatchManyRequest starts or stops one watch of a WatchMany stream.
+type WatchManyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// request is what to do.
+	//
+	// Types that are valid to be assigned to Request:
+	//
+	//	*WatchManyRequest_Start
+	//	*WatchManyRequest_Stop
+	Request       isWatchManyRequest_Request `protobuf_oneof:"request"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchManyRequest) Reset() {
+	*x = WatchManyRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchManyRequest) ProtoMessage() {}
+
+func (x *WatchManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchManyRequest.ProtoReflect.Descriptor instead.
+func (*WatchManyRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *WatchManyRequest) GetRequest() isWatchManyRequest_Request {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *WatchManyRequest) GetStart() *WatchManyStart {
+	if x != nil {
+		if x, ok := x.Request.(*WatchManyRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *WatchManyRequest) GetStop() *WatchManyStop {
+	if x != nil {
+		if x, ok := x.Request.(*WatchManyRequest_Stop); ok {
+			return x.Stop
+		}
+	}
+	return nil
+}
+
+type isWatchManyRequest_Request interface {
+	isWatchManyRequest_Request()
+}
+
+type WatchManyRequest_Start struct {
+	// start begins a watch.
+	Start *WatchManyStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type WatchManyRequest_Stop struct {
+	// stop ends a watch.
+	Stop *WatchManyStop `protobuf:"bytes,2,opt,name=stop,proto3,oneof"`
+}
+
+func (*WatchManyRequest_Start) isWatchManyRequest_Request() {}
+
+func (*WatchManyRequest_Stop) isWatchManyRequest_Request() {}
+
+// WatchManyStart begins a watch, as WatchRequest does.
+type WatchManyStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// watch_id names the watch on this stream; chosen by the client, unique
+	// among its live watches.
+	WatchId int64 `protobuf:"varint,1,opt,name=watch_id,json=watchId,proto3" json:"watch_id,omitempty"`
+	// namespaces to watch: 1-64.
+	Namespaces []string `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// from_revision: as in WatchRequest.
+	FromRevision  int64 `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchManyStart) Reset() {
+	*x = WatchManyStart{}
+	mi := &file_coordd_v1_config_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchManyStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchManyStart) ProtoMessage() {}
+
+func (x *WatchManyStart) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchManyStart.ProtoReflect.Descriptor instead.
+func (*WatchManyStart) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *WatchManyStart) GetWatchId() int64 {
+	if x != nil {
+		return x.WatchId
+	}
+	return 0
+}
+
+func (x *WatchManyStart) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+func (x *WatchManyStart) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+// WatchManyStop ends a watch.
+type WatchManyStop struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// watch_id is the watch to end.
+	WatchId       int64 `protobuf:"varint,1,opt,name=watch_id,json=watchId,proto3" json:"watch_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchManyStop) Reset() {
+	*x = WatchManyStop{}
+	mi := &file_coordd_v1_config_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchManyStop) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchManyStop) ProtoMessage() {}
+
+func (x *WatchManyStop) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchManyStop.ProtoReflect.Descriptor instead.
+func (*WatchManyStop) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *WatchManyStop) GetWatchId() int64 {
+	if x != nil {
+		return x.WatchId
+	}
+	return 0
+}
+
+// WatchManyResponse is one message for one or more watches.
+type WatchManyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// watch_ids are the watches the message is for.
+	WatchIds []int64 `protobuf:"varint,1,rep,packed,name=watch_ids,json=watchIds,proto3" json:"watch_ids,omitempty"`
+	// event is the message, as Watch sends it; unset with error_reason.
+	Event *WatchResponse `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	// error_reason, when set, says why the watch in watch_ids could not start
+	// or had to end (an ErrorReason name without its prefix, as in
+	// ErrorInfo); error_message says it in words. The stream goes on.
+	ErrorReason string `protobuf:"bytes,3,opt,name=error_reason,json=errorReason,proto3" json:"error_reason,omitempty"`
+	// error_message: see error_reason.
+	ErrorMessage  string `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchManyResponse) Reset() {
+	*x = WatchManyResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchManyResponse) ProtoMessage() {}
+
+func (x *WatchManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchManyResponse.ProtoReflect.Descriptor instead.
+func (*WatchManyResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *WatchManyResponse) GetWatchIds() []int64 {
+	if x != nil {
+		return x.WatchIds
+	}
+	return nil
+}
+
+func (x *WatchManyResponse) GetEvent() *WatchResponse {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *WatchManyResponse) GetErrorReason() string {
+	if x != nil {
+		return x.ErrorReason
+	}
+	return ""
+}
+
+func (x *WatchManyResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
 var File_coordd_v1_config_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_config_proto_rawDesc = "" +
@@ -2653,12 +2926,29 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x16GetApplyStatusResponse\x12<\n" +
 	"\tinstances\x18\x01 \x03(\v2\x1e.coordd.v1.InstanceApplyStatusR\tinstances\x121\n" +
 	"\aapplied\x18\x02 \x03(\v2\x17.coordd.v1.ReleaseCountR\aapplied\x123\n" +
-	"\brejected\x18\x03 \x03(\v2\x17.coordd.v1.ReleaseCountR\brejected*\x8d\x01\n" +
+	"\brejected\x18\x03 \x03(\v2\x17.coordd.v1.ReleaseCountR\brejected\"\x80\x01\n" +
+	"\x10WatchManyRequest\x121\n" +
+	"\x05start\x18\x01 \x01(\v2\x19.coordd.v1.WatchManyStartH\x00R\x05start\x12.\n" +
+	"\x04stop\x18\x02 \x01(\v2\x18.coordd.v1.WatchManyStopH\x00R\x04stopB\t\n" +
+	"\arequest\"p\n" +
+	"\x0eWatchManyStart\x12\x19\n" +
+	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x02 \x03(\tR\n" +
+	"namespaces\x12#\n" +
+	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\"*\n" +
+	"\rWatchManyStop\x12\x19\n" +
+	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\"\xa8\x01\n" +
+	"\x11WatchManyResponse\x12\x1b\n" +
+	"\twatch_ids\x18\x01 \x03(\x03R\bwatchIds\x12.\n" +
+	"\x05event\x18\x02 \x01(\v2\x18.coordd.v1.WatchResponseR\x05event\x12!\n" +
+	"\ferror_reason\x18\x03 \x01(\tR\verrorReason\x12#\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage*\x8d\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19WATCH_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1b\n" +
 	"\x17WATCH_EVENT_TYPE_CHANGE\x10\x02\x12\x1d\n" +
-	"\x19WATCH_EVENT_TYPE_BOOKMARK\x10\x032\x96\b\n" +
+	"\x19WATCH_EVENT_TYPE_BOOKMARK\x10\x032\xe2\b\n" +
 	"\rConfigService\x124\n" +
 	"\x03Put\x12\x15.coordd.v1.PutRequest\x1a\x16.coordd.v1.PutResponse\x12=\n" +
 	"\x06Delete\x12\x18.coordd.v1.DeleteRequest\x1a\x19.coordd.v1.DeleteResponse\x12@\n" +
@@ -2673,7 +2963,8 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\tSetSchema\x12\x1b.coordd.v1.SetSchemaRequest\x1a\x1c.coordd.v1.SetSchemaResponse\x12U\n" +
 	"\x0eListNamespaces\x12 .coordd.v1.ListNamespacesRequest\x1a!.coordd.v1.ListNamespacesResponse\x12O\n" +
 	"\fReportStatus\x12\x1e.coordd.v1.ReportStatusRequest\x1a\x1f.coordd.v1.ReportStatusResponse\x12U\n" +
-	"\x0eGetApplyStatus\x12 .coordd.v1.GetApplyStatusRequest\x1a!.coordd.v1.GetApplyStatusResponse\x12<\n" +
+	"\x0eGetApplyStatus\x12 .coordd.v1.GetApplyStatusRequest\x1a!.coordd.v1.GetApplyStatusResponse\x12J\n" +
+	"\tWatchMany\x12\x1b.coordd.v1.WatchManyRequest\x1a\x1c.coordd.v1.WatchManyResponse(\x010\x01\x12<\n" +
 	"\x05Watch\x12\x17.coordd.v1.WatchRequest\x1a\x18.coordd.v1.WatchResponse0\x01B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
@@ -2689,7 +2980,7 @@ func file_coordd_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_coordd_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_coordd_v1_config_proto_goTypes = []any{
 	(WatchEventType)(0),            // 0: coordd.v1.WatchEventType
 	(*ConfigChange)(nil),           // 1: coordd.v1.ConfigChange
@@ -2730,13 +3021,17 @@ var file_coordd_v1_config_proto_goTypes = []any{
 	(*InstanceApplyStatus)(nil),    // 36: coordd.v1.InstanceApplyStatus
 	(*ReleaseCount)(nil),           // 37: coordd.v1.ReleaseCount
 	(*GetApplyStatusResponse)(nil), // 38: coordd.v1.GetApplyStatusResponse
-	nil,                            // 39: coordd.v1.ReportStatusRequest.LabelsEntry
-	nil,                            // 40: coordd.v1.InstanceApplyStatus.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 41: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 42: google.protobuf.Duration
+	(*WatchManyRequest)(nil),       // 39: coordd.v1.WatchManyRequest
+	(*WatchManyStart)(nil),         // 40: coordd.v1.WatchManyStart
+	(*WatchManyStop)(nil),          // 41: coordd.v1.WatchManyStop
+	(*WatchManyResponse)(nil),      // 42: coordd.v1.WatchManyResponse
+	nil,                            // 43: coordd.v1.ReportStatusRequest.LabelsEntry
+	nil,                            // 44: coordd.v1.InstanceApplyStatus.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
 }
 var file_coordd_v1_config_proto_depIdxs = []int32{
-	41, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
+	45, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
 	1,  // 1: coordd.v1.ConfigRelease.changes:type_name -> coordd.v1.ConfigChange
 	3,  // 2: coordd.v1.PublishRequest.mutations:type_name -> coordd.v1.ConfigMutation
 	2,  // 3: coordd.v1.PublishResponse.release:type_name -> coordd.v1.ConfigRelease
@@ -2744,7 +3039,7 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	2,  // 5: coordd.v1.DeleteResponse.release:type_name -> coordd.v1.ConfigRelease
 	12, // 6: coordd.v1.NamespaceSnapshot.entries:type_name -> coordd.v1.ConfigEntry
 	13, // 7: coordd.v1.SnapshotResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
-	42, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
+	46, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
 	13, // 9: coordd.v1.PollResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
 	2,  // 10: coordd.v1.ListReleasesResponse.releases:type_name -> coordd.v1.ConfigRelease
 	1,  // 11: coordd.v1.DiffResponse.changes:type_name -> coordd.v1.ConfigChange
@@ -2752,48 +3047,53 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	0,  // 13: coordd.v1.WatchResponse.type:type_name -> coordd.v1.WatchEventType
 	13, // 14: coordd.v1.WatchResponse.snapshots:type_name -> coordd.v1.NamespaceSnapshot
 	2,  // 15: coordd.v1.WatchResponse.release:type_name -> coordd.v1.ConfigRelease
-	39, // 16: coordd.v1.ReportStatusRequest.labels:type_name -> coordd.v1.ReportStatusRequest.LabelsEntry
+	43, // 16: coordd.v1.ReportStatusRequest.labels:type_name -> coordd.v1.ReportStatusRequest.LabelsEntry
 	32, // 17: coordd.v1.ReportStatusRequest.namespaces:type_name -> coordd.v1.NamespaceApplyReport
-	40, // 18: coordd.v1.InstanceApplyStatus.labels:type_name -> coordd.v1.InstanceApplyStatus.LabelsEntry
-	41, // 19: coordd.v1.InstanceApplyStatus.report_time:type_name -> google.protobuf.Timestamp
+	44, // 18: coordd.v1.InstanceApplyStatus.labels:type_name -> coordd.v1.InstanceApplyStatus.LabelsEntry
+	45, // 19: coordd.v1.InstanceApplyStatus.report_time:type_name -> google.protobuf.Timestamp
 	36, // 20: coordd.v1.GetApplyStatusResponse.instances:type_name -> coordd.v1.InstanceApplyStatus
 	37, // 21: coordd.v1.GetApplyStatusResponse.applied:type_name -> coordd.v1.ReleaseCount
 	37, // 22: coordd.v1.GetApplyStatusResponse.rejected:type_name -> coordd.v1.ReleaseCount
-	6,  // 23: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
-	8,  // 24: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
-	4,  // 25: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
-	10, // 26: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
-	14, // 27: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
-	16, // 28: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
-	18, // 29: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
-	20, // 30: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
-	22, // 31: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
-	24, // 32: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
-	26, // 33: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
-	28, // 34: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
-	33, // 35: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
-	35, // 36: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
-	30, // 37: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
-	7,  // 38: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
-	9,  // 39: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
-	5,  // 40: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
-	11, // 41: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
-	15, // 42: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
-	17, // 43: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
-	19, // 44: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
-	21, // 45: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
-	23, // 46: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
-	25, // 47: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
-	27, // 48: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
-	29, // 49: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
-	34, // 50: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
-	38, // 51: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
-	31, // 52: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
-	38, // [38:53] is the sub-list for method output_type
-	23, // [23:38] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	40, // 23: coordd.v1.WatchManyRequest.start:type_name -> coordd.v1.WatchManyStart
+	41, // 24: coordd.v1.WatchManyRequest.stop:type_name -> coordd.v1.WatchManyStop
+	31, // 25: coordd.v1.WatchManyResponse.event:type_name -> coordd.v1.WatchResponse
+	6,  // 26: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
+	8,  // 27: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
+	4,  // 28: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
+	10, // 29: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
+	14, // 30: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
+	16, // 31: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
+	18, // 32: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
+	20, // 33: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
+	22, // 34: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
+	24, // 35: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
+	26, // 36: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
+	28, // 37: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
+	33, // 38: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
+	35, // 39: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
+	39, // 40: coordd.v1.ConfigService.WatchMany:input_type -> coordd.v1.WatchManyRequest
+	30, // 41: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
+	7,  // 42: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
+	9,  // 43: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
+	5,  // 44: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
+	11, // 45: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
+	15, // 46: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
+	17, // 47: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
+	19, // 48: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
+	21, // 49: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
+	23, // 50: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
+	25, // 51: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
+	27, // 52: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
+	29, // 53: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
+	34, // 54: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
+	38, // 55: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
+	42, // 56: coordd.v1.ConfigService.WatchMany:output_type -> coordd.v1.WatchManyResponse
+	31, // 57: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
+	42, // [42:58] is the sub-list for method output_type
+	26, // [26:42] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_config_proto_init() }
@@ -2802,13 +3102,17 @@ func file_coordd_v1_config_proto_init() {
 		return
 	}
 	file_coordd_v1_config_proto_msgTypes[0].OneofWrappers = []any{}
+	file_coordd_v1_config_proto_msgTypes[38].OneofWrappers = []any{
+		(*WatchManyRequest_Start)(nil),
+		(*WatchManyRequest_Stop)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_config_proto_rawDesc), len(file_coordd_v1_config_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   40,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

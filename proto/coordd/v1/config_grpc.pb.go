@@ -33,6 +33,7 @@ const (
 	ConfigService_ListNamespaces_FullMethodName = "/coordd.v1.ConfigService/ListNamespaces"
 	ConfigService_ReportStatus_FullMethodName   = "/coordd.v1.ConfigService/ReportStatus"
 	ConfigService_GetApplyStatus_FullMethodName = "/coordd.v1.ConfigService/GetApplyStatus"
+	ConfigService_WatchMany_FullMethodName      = "/coordd.v1.ConfigService/WatchMany"
 	ConfigService_Watch_FullMethodName          = "/coordd.v1.ConfigService/Watch"
 )
 
@@ -93,6 +94,11 @@ type ConfigServiceClient interface {
 	// GetApplyStatus aggregates the instances' reports for a namespace:
 	// "12 instances on release 41, 1 rejected 42".
 	GetApplyStatus(ctx context.Context, in *GetApplyStatusRequest, opts ...grpc.CallOption) (*GetApplyStatusResponse, error)
+	// WatchMany carries many watches on one stream, so a process following
+	// many namespace sets costs the server one stream: each watch behaves as
+	// Watch, and a release that several watches of the stream are waiting
+	// for is sent once, naming them all. gRPC only (REST has Watch and Poll).
+	WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchManyRequest, WatchManyResponse], error)
 	// Watch streams the namespaces' releases: SNAPSHOT first (or whenever
 	// the resume revision is unusable), one CHANGE per release, BOOKMARK
 	// every few seconds while idle. Over REST it is newline-delimited JSON.
@@ -247,9 +253,22 @@ func (c *configServiceClient) GetApplyStatus(ctx context.Context, in *GetApplySt
 	return out, nil
 }
 
+func (c *configServiceClient) WatchMany(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[WatchManyRequest, WatchManyResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ConfigService_ServiceDesc.Streams[0], ConfigService_WatchMany_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchManyRequest, WatchManyResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConfigService_WatchManyClient = grpc.BidiStreamingClient[WatchManyRequest, WatchManyResponse]
+
 func (c *configServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ConfigService_ServiceDesc.Streams[0], ConfigService_Watch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ConfigService_ServiceDesc.Streams[1], ConfigService_Watch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -323,6 +342,11 @@ type ConfigServiceServer interface {
 	// GetApplyStatus aggregates the instances' reports for a namespace:
 	// "12 instances on release 41, 1 rejected 42".
 	GetApplyStatus(context.Context, *GetApplyStatusRequest) (*GetApplyStatusResponse, error)
+	// WatchMany carries many watches on one stream, so a process following
+	// many namespace sets costs the server one stream: each watch behaves as
+	// Watch, and a release that several watches of the stream are waiting
+	// for is sent once, naming them all. gRPC only (REST has Watch and Poll).
+	WatchMany(grpc.BidiStreamingServer[WatchManyRequest, WatchManyResponse]) error
 	// Watch streams the namespaces' releases: SNAPSHOT first (or whenever
 	// the resume revision is unusable), one CHANGE per release, BOOKMARK
 	// every few seconds while idle. Over REST it is newline-delimited JSON.
@@ -378,6 +402,9 @@ func (UnimplementedConfigServiceServer) ReportStatus(context.Context, *ReportSta
 }
 func (UnimplementedConfigServiceServer) GetApplyStatus(context.Context, *GetApplyStatusRequest) (*GetApplyStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetApplyStatus not implemented")
+}
+func (UnimplementedConfigServiceServer) WatchMany(grpc.BidiStreamingServer[WatchManyRequest, WatchManyResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchMany not implemented")
 }
 func (UnimplementedConfigServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -655,6 +682,13 @@ func _ConfigService_GetApplyStatus_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConfigService_WatchMany_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ConfigServiceServer).WatchMany(&grpc.GenericServerStream[WatchManyRequest, WatchManyResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ConfigService_WatchManyServer = grpc.BidiStreamingServer[WatchManyRequest, WatchManyResponse]
+
 func _ConfigService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -731,6 +765,12 @@ var ConfigService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchMany",
+			Handler:       _ConfigService_WatchMany_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "Watch",
 			Handler:       _ConfigService_Watch_Handler,

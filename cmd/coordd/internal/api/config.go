@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/coordd/coordd/configcenter"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -339,4 +341,170 @@ func (s *ConfigServer) GetApplyStatus(ctx context.Context, req *coorddv1.GetAppl
 	}
 	resp.Applied, resp.Rejected = counts(st.Applied), counts(st.Rejected)
 	return resp, nil
+}
+
+// WatchMany implements ConfigService: many watches on one stream, served by
+// this one goroutine (plus a reader of the client's requests), so an idle
+// watch costs the server its subscription, not a stream. Each round takes
+// at most one event from every watch and sends a release shared by
+// several watches once, so every watch still gets its events in order.
+func (s *ConfigServer) WatchMany(stream coorddv1.ConfigService_WatchManyServer) error {
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })
+	defer stop()
+
+	reqs := make(chan *coorddv1.WatchManyRequest)
+	recvErr := make(chan error, 1)
+	go func() { // exits when the stream ends: Recv fails then
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	notify := make(chan struct{}, 1)
+	subs := map[int64]*configcenter.Subscription{}
+	defer func() {
+		for _, sub := range subs {
+			sub.Close()
+		}
+	}()
+	ticker := time.NewTicker(s.cache.BookmarkInterval())
+	defer ticker.Stop()
+	for {
+		bookmarks := false
+		select {
+		case <-ctx.Done():
+			return stoppingOr(ctx, ctx.Err())
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case req := <-reqs:
+			if err := s.watchManyRequest(ctx, stream, req, subs, notify); err != nil {
+				return err
+			}
+		case <-notify:
+		case <-ticker.C:
+			bookmarks = true
+		}
+		if err := s.drain(stream, subs, bookmarks); err != nil {
+			return err
+		}
+	}
+}
+
+func (s *ConfigServer) watchManyRequest(ctx context.Context, stream coorddv1.ConfigService_WatchManyServer, req *coorddv1.WatchManyRequest,
+	subs map[int64]*configcenter.Subscription, notify chan struct{}) error {
+	if st := req.GetStop(); st != nil {
+		if sub := subs[st.GetWatchId()]; sub != nil {
+			sub.Close()
+			delete(subs, st.GetWatchId())
+		}
+		return nil
+	}
+	start := req.GetStart()
+	if start == nil {
+		return invalid("a WatchMany request needs start or stop")
+	}
+	if old := subs[start.GetWatchId()]; old != nil { // a restart of the same watch
+		old.Close()
+		delete(subs, start.GetWatchId())
+	}
+	sub, err := s.cache.SubscribeNotify(ctx, start.GetNamespaces(), start.GetFromRevision(), notify)
+	if err != nil {
+		st, _ := ToStatus(err)
+		reason := ""
+		for _, d := range st.Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok {
+				reason = info.GetReason()
+			}
+		}
+		return stream.Send(&coorddv1.WatchManyResponse{WatchIds: []int64{start.GetWatchId()}, ErrorReason: reason, ErrorMessage: st.Message()})
+	}
+	subs[start.GetWatchId()] = sub
+	select {
+	case notify <- struct{}{}: // greet it: its first event is due now
+	default:
+	}
+	return nil
+}
+
+// drain sends every due event of every watch: in rounds of at most one
+// event per watch, a release shared by several watches once.
+func (s *ConfigServer) drain(stream coorddv1.ConfigService_WatchManyServer, subs map[int64]*configcenter.Subscription, bookmarks bool) error {
+	ids := make([]int64, 0, len(subs))
+	for id := range subs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for {
+		type group struct {
+			ids []int64
+			ev  configcenter.Event
+		}
+		var changes []*group
+		byRelease := map[*configcenter.Release]*group{}
+		marks := map[int64][]int64{} // bookmark revision -> watches
+		var markRevs []int64
+		sent := false
+		for _, id := range ids {
+			ev, ok := subs[id].TryNext(bookmarks)
+			if !ok {
+				continue
+			}
+			sent = true
+			switch ev.Type {
+			case configcenter.EventChange:
+				if g := byRelease[ev.Release]; g != nil {
+					g.ids = append(g.ids, id)
+				} else {
+					g := &group{ids: []int64{id}, ev: ev}
+					byRelease[ev.Release] = g
+					changes = append(changes, g)
+				}
+			case configcenter.EventBookmark:
+				// Grouped by revision: a bookmark must not claim a revision
+				// beyond what its own watch had been sent.
+				if marks[ev.Revision] == nil {
+					markRevs = append(markRevs, ev.Revision)
+				}
+				marks[ev.Revision] = append(marks[ev.Revision], id)
+			default:
+				msg := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT, Revision: ev.Revision, ClusterId: strconv.FormatUint(ev.Cluster, 16)}
+				for _, snap := range ev.Snapshots {
+					msg.Snapshots = append(msg.Snapshots, snapshotProto(snap))
+				}
+				if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: []int64{id}, Event: msg}); err != nil {
+					return err
+				}
+			}
+		}
+		for _, g := range changes {
+			msg := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE, Revision: g.ev.Revision, Release: releaseProto(*g.ev.Release)}
+			if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: g.ids, Event: msg}); err != nil {
+				return err
+			}
+		}
+		for _, rev := range markRevs {
+			msg := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK, Revision: rev}
+			if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: marks[rev], Event: msg}); err != nil {
+				return err
+			}
+		}
+		if !sent {
+			return nil
+		}
+		bookmarks = false
+	}
 }

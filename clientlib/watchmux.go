@@ -1,0 +1,291 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"google.golang.org/grpc/peer"
+)
+
+// watchMux carries every Subscription of a Client on one WatchMany stream,
+// so a process that follows many namespace sets costs the server one
+// stream. It owns one goroutine while it has subscriptions: it opens the
+// stream (reopening it with full-jitter backoff, and when it carries
+// nothing for the stall timeout), starts every subscription on it from
+// the subscription's own resume point, and hands each message to the
+// subscriptions it names.
+type watchMux struct {
+	c *Client
+
+	mu      sync.Mutex
+	entries map[int64]*muxEntry // by watch id
+	stops   []int64             // watches to stop on the current stream
+	nextID  int64
+	running bool
+	cancel  context.CancelFunc // stops the goroutine
+	wake    chan struct{}
+	done    chan struct{} // closed when the goroutine exits
+}
+
+type muxEntry struct {
+	sub     *Subscription
+	from    int64 // resume point: 0 asks for a snapshot
+	started bool  // Start sent on the current stream
+}
+
+func newWatchMux(c *Client) *watchMux {
+	return &watchMux{c: c, entries: map[int64]*muxEntry{}, wake: make(chan struct{}, 1)}
+}
+
+func (m *watchMux) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// add starts following sub and returns its watch id.
+func (m *watchMux) add(sub *Subscription) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nextID++
+	m.entries[m.nextID] = &muxEntry{sub: sub}
+	if !m.running {
+		m.running = true
+		m.done = make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		m.cancel = cancel
+		go m.run(ctx, m.done)
+	}
+	m.poke()
+	return m.nextID
+}
+
+// shutdown stops the goroutine (Client.Close) and waits for it.
+func (m *watchMux) shutdown() {
+	m.mu.Lock()
+	cancel, done := m.cancel, m.done
+	m.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// remove stops following the watch id.
+func (m *watchMux) remove(id int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.entries[id]; e != nil {
+		delete(m.entries, id)
+		if e.started {
+			m.stops = append(m.stops, id)
+		}
+		m.poke()
+	}
+}
+
+// restart asks for watch id to start again from from (a gap, or a lagging
+// member: 0 for a snapshot).
+func (m *watchMux) restart(id, from int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.entries[id]; e != nil {
+		e.from, e.started = from, false
+		m.poke()
+	}
+}
+
+// timing is the smallest stall timeout and backoff the subscriptions ask for.
+func (m *watchMux) timing() (stall, minB, maxB time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	stall, minB, maxB = 20*time.Second, 800*time.Millisecond, 30*time.Second
+	first := true
+	for _, e := range m.entries {
+		o := e.sub.opts
+		if first {
+			stall, minB, maxB, first = o.stall, o.minBackoff, o.maxBackoff, false
+			continue
+		}
+		stall, minB, maxB = min(stall, o.stall), min(minB, o.minBackoff), min(maxB, o.maxBackoff)
+	}
+	return stall, minB, maxB
+}
+
+func (m *watchMux) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		m.mu.Lock()
+		if len(m.entries) == 0 {
+			m.running = false // the next add starts a new goroutine
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		_, minB, maxB := m.timing()
+		if backoff == 0 {
+			backoff = minB
+		}
+		got := m.stream(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		m.mu.Lock()
+		for _, e := range m.entries {
+			e.started = false
+			e.sub.setStatus(func(st *SubscriptionStatus) {
+				if st.State == StateLive {
+					st.State = StateStale
+				}
+				st.Reconnects++
+			})
+		}
+		m.stops = nil
+		m.mu.Unlock()
+		if got {
+			backoff = minB
+		}
+		timer := time.NewTimer(rand.N(backoff) + time.Millisecond) // full jitter
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, maxB)
+	}
+}
+
+// stream runs one WatchMany stream until it breaks, stalls, or has no
+// subscriptions left. It reports whether it received anything.
+func (m *watchMux) stream(ctx context.Context) (got bool) {
+	stallFor, _, _ := m.timing()
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stalled := errors.New("coordd: config watch stalled")
+	stall := time.AfterFunc(stallFor, func() { cancel(stalled) })
+	defer stall.Stop()
+	st, err := m.c.config.WatchMany(sctx)
+	if err != nil {
+		return false
+	}
+	// The endpoint this stream uses (the stream's context carries it).
+	endpoint := ""
+	if p, ok := peer.FromContext(st.Context()); ok && p.Addr != nil {
+		endpoint = p.Addr.String()
+	}
+	msgs := make(chan *coorddv1.WatchManyResponse)
+	recvErr := make(chan error, 1)
+	go func() { // exits when the stream ends (sctx is cancelled on return)
+		for {
+			msg, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- msg:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		// Send what is due: stops, and starts of new or restarted watches.
+		m.mu.Lock()
+		if len(m.entries) == 0 {
+			m.mu.Unlock()
+			st.CloseSend()
+			return got
+		}
+		var reqs []*coorddv1.WatchManyRequest
+		for _, id := range m.stops {
+			reqs = append(reqs, &coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Stop{Stop: &coorddv1.WatchManyStop{WatchId: id}}})
+		}
+		m.stops = nil
+		for id, e := range m.entries {
+			if !e.started {
+				e.started = true
+				reqs = append(reqs, &coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Start{Start: &coorddv1.WatchManyStart{
+					WatchId: id, Namespaces: e.sub.namespaces, FromRevision: e.from}}})
+			}
+		}
+		m.mu.Unlock()
+		for _, r := range reqs {
+			if err := st.Send(r); err != nil {
+				return got
+			}
+		}
+		select {
+		case <-sctx.Done():
+			if errors.Is(context.Cause(sctx), stalled) && endpoint != "" {
+				m.c.avoid(endpoint)
+			}
+			return got
+		case <-recvErr:
+			return got
+		case <-m.wake:
+		case msg := <-msgs:
+			got = true
+			stall.Reset(stallFor)
+			if !m.deliver(msg, endpoint) {
+				return got // a lagging member: reconnect elsewhere
+			}
+		}
+	}
+}
+
+// deliver hands msg to the watches it names. It reports false if the
+// member is behind what a subscription already has.
+func (m *watchMux) deliver(msg *coorddv1.WatchManyResponse, endpoint string) bool {
+	ok := true
+	for _, id := range msg.GetWatchIds() {
+		m.mu.Lock()
+		e := m.entries[id]
+		m.mu.Unlock()
+		if e == nil {
+			continue // stopped meanwhile
+		}
+		if msg.GetErrorReason() != "" {
+			// Refused (bad namespaces, or the member is behind): reported,
+			// and tried again on a new stream after the backoff.
+			err := &Error{Reason: msg.GetErrorReason(), Message: msg.GetErrorMessage()}
+			if errors.Is(err, ErrInvalidArgument) {
+				select {
+				case e.sub.errs <- fmt.Errorf("coordd: config watch refused: %w", err):
+				default:
+				}
+			}
+			ok = false
+			continue
+		}
+		switch e.sub.apply(msg.GetEvent()) {
+		case applyGap:
+			m.restart(id, 0)
+		case applyBehind:
+			if endpoint != "" {
+				m.c.avoid(endpoint)
+			}
+			m.setFrom(id, e.sub.snap.Load().revision+1)
+			ok = false
+		default:
+			m.setFrom(id, msg.GetEvent().GetRevision()+1)
+		}
+	}
+	return ok
+}
+
+func (m *watchMux) setFrom(id, from int64) {
+	m.mu.Lock()
+	if e := m.entries[id]; e != nil {
+		e.from = from
+	}
+	m.mu.Unlock()
+}
