@@ -246,3 +246,78 @@ func TestConfigWatchSurvivesAnotherMemberStopping(t *testing.T) {
 		}
 	}
 }
+
+// WatchMany: two watches of one namespace on one stream get a release in
+// one message naming both; a stopped watch gets nothing more; a refused
+// start is answered in-stream and the stream goes on; a watch resumed from
+// a revision gets exactly the releases after it.
+func TestWatchMany(t *testing.T) {
+	d := start(t, configTestConfig(t))
+	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := coorddv1.NewConfigServiceClient(conn)
+	ctx := t.Context()
+	put := func(v string) int64 {
+		t.Helper()
+		r, err := c.Put(ctx, &coorddv1.PutRequest{Namespace: "many", Key: "k", Value: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.GetRelease().GetRevision()
+	}
+	rev1 := put("1")
+	st, err := c.WatchMany(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWatch := func(id int64, ns string, from int64) {
+		t.Helper()
+		if err := st.Send(&coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Start{Start: &coorddv1.WatchManyStart{WatchId: id, Namespaces: []string{ns}, FromRevision: from}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// next returns the next message that is not a bookmark.
+	next := func() *coorddv1.WatchManyResponse {
+		t.Helper()
+		for {
+			msg, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg.GetEvent().GetType() != coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK {
+				return msg
+			}
+		}
+	}
+	startWatch(1, "many", 0)
+	startWatch(2, "many", 0)
+	for range 2 {
+		if msg := next(); msg.GetEvent().GetType() != coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT || len(msg.GetWatchIds()) != 1 {
+			t.Fatalf("first messages: %v", msg)
+		}
+	}
+	put("2")
+	msg := next()
+	if msg.GetEvent().GetType() != coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE || len(msg.GetWatchIds()) != 2 || msg.GetEvent().GetRelease().GetNumber() != 2 {
+		t.Fatalf("a release for two watches: %v", msg)
+	}
+	startWatch(3, "bad//ns", 0)
+	if msg := next(); msg.GetErrorReason() != "INVALID_ARGUMENT" || msg.GetWatchIds()[0] != 3 {
+		t.Fatalf("a refused start: %v", msg)
+	}
+	if err := st.Send(&coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Stop{Stop: &coorddv1.WatchManyStop{WatchId: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	startWatch(4, "many", rev1+1) // resumes after release 1: gets 2 (and 3 below)
+	if msg := next(); msg.GetEvent().GetRelease().GetNumber() != 2 || len(msg.GetWatchIds()) != 1 || msg.GetWatchIds()[0] != 4 {
+		t.Fatalf("a resumed watch: %v", msg)
+	}
+	put("3")
+	msg = next()
+	if ids := msg.GetWatchIds(); msg.GetEvent().GetRelease().GetNumber() != 3 || len(ids) != 2 || ids[0] != 1 || ids[1] != 4 {
+		t.Fatalf("after watch 2 stopped: %v", msg)
+	}
+}
