@@ -58,6 +58,7 @@ type Client struct {
 	config    coorddv1.ConfigServiceClient
 	cluster   coorddv1.ClusterServiceClient
 	mux       *watchMux // carries the config subscriptions
+	views     viewCache // namespace views shared by the subscriptions
 	lg        *slog.Logger
 
 	mu      sync.Mutex

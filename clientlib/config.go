@@ -26,6 +26,7 @@ type ConfigSnapshot struct {
 
 type nsView struct {
 	release int64
+	changed int64 // the revision of the release (0 when not known)
 	values  map[string]string
 }
 
@@ -65,6 +66,50 @@ func (s *ConfigSnapshot) Values(ns string) map[string]string {
 		return maps.Clone(v.values)
 	}
 	return map[string]string{}
+}
+
+// viewCache lets the subscriptions of one client share namespace views: a
+// view is immutable, and a release committed at a given revision of a
+// cluster has one content (a restored backup reuses release numbers, but
+// not revisions if restored with --bump-revision, as the docs require).
+// It keeps the newest view per namespace.
+type viewCache struct {
+	mu     sync.Mutex
+	latest map[string]*nsView // cluster + "\x00" + namespace -> newest view
+}
+
+func (vc *viewCache) get(cluster, ns string, release, changed int64) *nsView {
+	if cluster == "" || changed == 0 {
+		return nil // nothing to compare with
+	}
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	if v := vc.latest[cluster+"\x00"+ns]; v != nil && v.release == release && v.changed == changed {
+		return v
+	}
+	return nil
+}
+
+// put records v as the newest view of ns, unless a newer one is known, and
+// returns the view to use.
+func (vc *viewCache) put(cluster, ns string, v *nsView) *nsView {
+	if cluster == "" || v.changed == 0 {
+		return v
+	}
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	key := cluster + "\x00" + ns
+	if cur := vc.latest[key]; cur != nil && cur.changed >= v.changed {
+		if cur.changed == v.changed && cur.release == v.release {
+			return cur
+		}
+		return v
+	}
+	if vc.latest == nil {
+		vc.latest = map[string]*nsView{}
+	}
+	vc.latest[key] = v
+	return v
 }
 
 // SubscriptionState says how current a subscription is.
@@ -320,11 +365,15 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse) applyResult {
 			next.spaces[ns] = &nsView{values: map[string]string{}}
 		}
 		for _, ns := range msg.GetSnapshots() {
-			v := &nsView{release: ns.GetRelease(), values: make(map[string]string, len(ns.GetEntries()))}
+			if v := s.c.views.get(msg.GetClusterId(), ns.GetNamespace(), ns.GetRelease(), ns.GetChangedRevision()); v != nil {
+				next.spaces[ns.GetNamespace()] = v
+				continue
+			}
+			v := &nsView{release: ns.GetRelease(), changed: ns.GetChangedRevision(), values: make(map[string]string, len(ns.GetEntries()))}
 			for _, e := range ns.GetEntries() {
 				v.values[e.GetKey()] = e.GetValue()
 			}
-			next.spaces[ns.GetNamespace()] = v
+			next.spaces[ns.GetNamespace()] = s.c.views.put(msg.GetClusterId(), ns.GetNamespace(), v)
 		}
 		if s.firstOKDone() {
 			s.setStatus(func(st *SubscriptionStatus) { st.Relists++ })
@@ -335,13 +384,19 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse) applyResult {
 		if old == nil || r.GetNumber() != old.release+1 || !s.firstOKDone() {
 			return applyGap // never sent by a correct server: relist
 		}
-		v := &nsView{release: r.GetNumber(), values: maps.Clone(old.values)}
-		for _, ch := range r.GetChanges() {
-			if ch.NewValue == nil {
-				delete(v.values, ch.GetKey())
-			} else {
-				v.values[ch.GetKey()] = ch.GetNewValue()
+		// Subscriptions of one client share the views of one release of a
+		// namespace (a release's content is fixed within a cluster).
+		v := s.c.views.get(cur.cluster, r.GetNamespace(), r.GetNumber(), msg.GetRevision())
+		if v == nil {
+			v = &nsView{release: r.GetNumber(), changed: msg.GetRevision(), values: maps.Clone(old.values)}
+			for _, ch := range r.GetChanges() {
+				if ch.NewValue == nil {
+					delete(v.values, ch.GetKey())
+				} else {
+					v.values[ch.GetKey()] = ch.GetNewValue()
+				}
 			}
+			v = s.c.views.put(cur.cluster, r.GetNamespace(), v)
 		}
 		next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: cur.cluster, spaces: maps.Clone(cur.spaces)}
 		next.spaces[r.GetNamespace()] = v
