@@ -212,6 +212,7 @@ type Subscription struct {
 	watchID  int64         // this subscription on the client's WatchMany stream
 	changed  chan struct{} // wakes the dispatcher
 	errs     chan error    // problems found off the dispatcher, reported on it
+	refused  chan error    // the server refused the watch (bad namespaces)
 	first    chan struct{} // closed at the first server snapshot
 	firstOK  sync.Once
 	cancel   context.CancelFunc
@@ -238,7 +239,7 @@ func (c *Client) Subscribe(ctx context.Context, namespaces []string, opts ...Sub
 		opt(&o)
 	}
 	o.instance = sanitizeInstance(o.instance)
-	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), opts: o, changed: make(chan struct{}, 1), errs: make(chan error, 8), first: make(chan struct{})}
+	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), opts: o, changed: make(chan struct{}, 1), errs: make(chan error, 8), refused: make(chan error, 1), first: make(chan struct{})}
 	empty := &ConfigSnapshot{spaces: map[string]*nsView{}}
 	for _, ns := range namespaces {
 		empty.spaces[ns] = &nsView{values: map[string]string{}}
@@ -259,12 +260,20 @@ func (c *Client) Subscribe(ctx context.Context, namespaces []string, opts ...Sub
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.reporter.run(runCtx) }()
 	}
-	s.watchID = c.mux.add(s)
+	var ok bool
+	if s.watchID, ok = c.mux.add(s); !ok {
+		cancel()
+		s.wg.Wait()
+		return nil, fmt.Errorf("%w: the client is closed", ErrUnavailable)
+	}
 
 	timer := time.NewTimer(o.startTimeout)
 	defer timer.Stop()
 	select {
 	case <-s.first:
+	case err := <-s.refused:
+		s.Close()
+		return nil, err
 	case <-timer.C:
 		if !s.firstOKDone() && s.Status().State != StateStale {
 			s.Close()
@@ -426,6 +435,19 @@ func (s *Subscription) firstOKDone() bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// refuse records that the server refused the watch: Subscribe fails with
+// err if it is still waiting, else err is reported.
+func (s *Subscription) refuse(err error) {
+	select {
+	case s.refused <- err:
+	default:
+	}
+	select {
+	case s.errs <- err:
+	default:
 	}
 }
 

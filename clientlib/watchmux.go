@@ -27,15 +27,22 @@ type watchMux struct {
 	stops   []int64             // watches to stop on the current stream
 	nextID  int64
 	running bool
+	closed  bool
 	cancel  context.CancelFunc // stops the goroutine
 	wake    chan struct{}
 	done    chan struct{} // closed when the goroutine exits
 }
 
 type muxEntry struct {
-	sub     *Subscription
-	from    int64 // resume point: 0 asks for a snapshot
-	started bool  // Start sent on the current stream
+	sub  *Subscription
+	from int64 // resume point: 0 asks for a snapshot
+	// sent: a Start for the watch's current incarnation went out on this
+	// stream; open: the server has a watch with this id on it (a restart
+	// replaces it, a remove must stop it).
+	sent, open bool
+	// resyncing: restarted for a snapshot; messages still in flight for
+	// the watch it replaced are dropped until the snapshot arrives.
+	resyncing bool
 }
 
 func newWatchMux(c *Client) *watchMux {
@@ -49,10 +56,14 @@ func (m *watchMux) poke() {
 	}
 }
 
-// add starts following sub and returns its watch id.
-func (m *watchMux) add(sub *Subscription) int64 {
+// add starts following sub and returns its watch id; false if the client
+// is closed.
+func (m *watchMux) add(sub *Subscription) (int64, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.closed {
+		return 0, false
+	}
 	m.nextID++
 	m.entries[m.nextID] = &muxEntry{sub: sub}
 	if !m.running {
@@ -63,12 +74,14 @@ func (m *watchMux) add(sub *Subscription) int64 {
 		go m.run(ctx, m.done)
 	}
 	m.poke()
-	return m.nextID
+	return m.nextID, true
 }
 
-// shutdown stops the goroutine (Client.Close) and waits for it.
+// shutdown stops the goroutine (Client.Close) and waits for it; later adds
+// fail.
 func (m *watchMux) shutdown() {
 	m.mu.Lock()
+	m.closed = true
 	cancel, done := m.cancel, m.done
 	m.mu.Unlock()
 	if cancel != nil {
@@ -83,20 +96,19 @@ func (m *watchMux) remove(id int64) {
 	defer m.mu.Unlock()
 	if e := m.entries[id]; e != nil {
 		delete(m.entries, id)
-		if e.started {
+		if e.open {
 			m.stops = append(m.stops, id)
 		}
 		m.poke()
 	}
 }
 
-// restart asks for watch id to start again from from (a gap, or a lagging
-// member: 0 for a snapshot).
+// restart asks for watch id to start again from from (0: a snapshot).
 func (m *watchMux) restart(id, from int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e := m.entries[id]; e != nil {
-		e.from, e.started = from, false
+		e.from, e.sent, e.resyncing = from, false, from == 0
 		m.poke()
 	}
 }
@@ -138,8 +150,9 @@ func (m *watchMux) run(ctx context.Context, done chan struct{}) {
 			return
 		}
 		m.mu.Lock()
+		idle := len(m.entries) == 0
 		for _, e := range m.entries {
-			e.started = false
+			e.sent, e.open = false, false
 			e.sub.setStatus(func(st *SubscriptionStatus) {
 				if st.State == StateLive {
 					st.State = StateStale
@@ -149,6 +162,9 @@ func (m *watchMux) run(ctx context.Context, done chan struct{}) {
 		}
 		m.stops = nil
 		m.mu.Unlock()
+		if idle {
+			continue // every subscription left: exit (or serve a new one) at once
+		}
 		if got {
 			backoff = minB
 		}
@@ -164,7 +180,7 @@ func (m *watchMux) run(ctx context.Context, done chan struct{}) {
 }
 
 // stream runs one WatchMany stream until it breaks, stalls, or has no
-// subscriptions left. It reports whether it received anything.
+// subscriptions left. It reports whether it received events.
 func (m *watchMux) stream(ctx context.Context) (got bool) {
 	stallFor, _, _ := m.timing()
 	sctx, cancel := context.WithCancelCause(ctx)
@@ -182,12 +198,14 @@ func (m *watchMux) stream(ctx context.Context) (got bool) {
 		endpoint = p.Addr.String()
 	}
 	msgs := make(chan *coorddv1.WatchManyResponse)
-	recvErr := make(chan error, 1)
-	go func() { // exits when the stream ends (sctx is cancelled on return)
+	ended := make(chan struct{}) // the reader or the sender stopped
+	var endOnce sync.Once
+	end := func() { endOnce.Do(func() { close(ended) }) }
+	go func() { // the reader; exits when the stream ends
+		defer end()
 		for {
 			msg, err := st.Recv()
 			if err != nil {
-				recvErr <- err
 				return
 			}
 			select {
@@ -197,12 +215,36 @@ func (m *watchMux) stream(ctx context.Context) (got bool) {
 			}
 		}
 	}()
+	// The sender works through a queue, so this goroutine never blocks in
+	// Send and keeps taking messages: the two sides can never wait on each
+	// other's flow-control windows.
+	var qmu sync.Mutex
+	var queue []*coorddv1.WatchManyRequest
+	queued := make(chan struct{}, 1)
+	go func() { // the sender; exits with the stream
+		defer end()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-queued:
+			}
+			qmu.Lock()
+			batch := queue
+			queue = nil
+			qmu.Unlock()
+			for _, r := range batch {
+				if err := st.Send(r); err != nil {
+					return
+				}
+			}
+		}
+	}()
 	for {
-		// Send what is due: stops, and starts of new or restarted watches.
+		// Queue what is due: stops, and starts of new or restarted watches.
 		m.mu.Lock()
 		if len(m.entries) == 0 {
 			m.mu.Unlock()
-			st.CloseSend()
 			return got
 		}
 		var reqs []*coorddv1.WatchManyRequest
@@ -211,16 +253,20 @@ func (m *watchMux) stream(ctx context.Context) (got bool) {
 		}
 		m.stops = nil
 		for id, e := range m.entries {
-			if !e.started {
-				e.started = true
+			if !e.sent {
+				e.sent, e.open = true, true
 				reqs = append(reqs, &coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Start{Start: &coorddv1.WatchManyStart{
 					WatchId: id, Namespaces: e.sub.namespaces, FromRevision: e.from}}})
 			}
 		}
 		m.mu.Unlock()
-		for _, r := range reqs {
-			if err := st.Send(r); err != nil {
-				return got
+		if len(reqs) > 0 {
+			qmu.Lock()
+			queue = append(queue, reqs...)
+			qmu.Unlock()
+			select {
+			case queued <- struct{}{}:
+			default:
 			}
 		}
 		select {
@@ -229,43 +275,52 @@ func (m *watchMux) stream(ctx context.Context) (got bool) {
 				m.c.avoid(endpoint)
 			}
 			return got
-		case <-recvErr:
+		case <-ended:
 			return got
 		case <-m.wake:
 		case msg := <-msgs:
-			got = true
 			stall.Reset(stallFor)
-			if !m.deliver(msg, endpoint) {
+			events, reconnect := m.deliver(msg, endpoint)
+			got = got || events
+			if reconnect {
 				return got // a lagging member: reconnect elsewhere
 			}
 		}
 	}
 }
 
-// deliver hands msg to the watches it names. It reports false if the
-// member is behind what a subscription already has.
-func (m *watchMux) deliver(msg *coorddv1.WatchManyResponse, endpoint string) bool {
-	ok := true
+// deliver hands msg to the watches it names. It reports whether it carried
+// events, and whether the stream must be reopened (the member is behind
+// what a subscription already has, or it refused a start for a reason
+// other than the request itself).
+func (m *watchMux) deliver(msg *coorddv1.WatchManyResponse, endpoint string) (events, reconnect bool) {
 	for _, id := range msg.GetWatchIds() {
 		m.mu.Lock()
 		e := m.entries[id]
+		if e != nil && e.resyncing && msg.GetErrorReason() == "" {
+			if msg.GetEvent().GetType() != coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT {
+				e = nil // the replaced watch's: its state is being replaced anyway
+			} else {
+				e.resyncing = false
+			}
+		}
 		m.mu.Unlock()
 		if e == nil {
-			continue // stopped meanwhile
+			continue // stopped meanwhile, or stale
 		}
 		if msg.GetErrorReason() != "" {
-			// Refused (bad namespaces, or the member is behind): reported,
-			// and tried again on a new stream after the backoff.
 			err := &Error{Reason: msg.GetErrorReason(), Message: msg.GetErrorMessage()}
 			if errors.Is(err, ErrInvalidArgument) {
-				select {
-				case e.sub.errs <- fmt.Errorf("coordd: config watch refused: %w", err):
-				default:
-				}
+				// The request itself is wrong: retrying cannot help. The
+				// subscription fails (or, if it already started, reports it).
+				m.park(id)
+				e.sub.refuse(fmt.Errorf("coordd: config watch refused: %w", err))
+				continue
 			}
-			ok = false
+			reconnect = true // the member is behind, or stopping: try another
 			continue
 		}
+		events = true
 		switch e.sub.apply(msg.GetEvent()) {
 		case applyGap:
 			m.restart(id, 0)
@@ -274,12 +329,22 @@ func (m *watchMux) deliver(msg *coorddv1.WatchManyResponse, endpoint string) boo
 				m.c.avoid(endpoint)
 			}
 			m.setFrom(id, e.sub.snap.Load().revision+1)
-			ok = false
+			reconnect = true
 		default:
 			m.setFrom(id, msg.GetEvent().GetRevision()+1)
 		}
 	}
-	return ok
+	return events, reconnect
+}
+
+// park keeps a refused watch from being started again.
+func (m *watchMux) park(id int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.entries[id]; e != nil {
+		delete(m.entries, id)
+		m.poke()
+	}
 }
 
 func (m *watchMux) setFrom(id, from int64) {

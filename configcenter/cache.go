@@ -546,7 +546,8 @@ type Subscription struct {
 const MaxNamespacesPerWatch = 64
 
 // Subscribe registers a subscriber for namespaces. With from == 0 it starts
-// with a snapshot. With from > 0 (the last revision it received + 1) it
+// with a snapshot that includes every write finished before the call
+// (unless the cache lags more than a second). With from > 0 (the last revision it received + 1) it
 // resumes: the releases at from and after, from the cache's history, or a
 // snapshot if the history does not reach back that far. A from beyond the
 // cache's revision waits (up to three seconds) for the cache to catch up,
@@ -579,6 +580,16 @@ func (c *Cache) SubscribeNotify(ctx context.Context, namespaces []string, from i
 	}
 	if err := c.waitRevision(ctx, from-1, 3*time.Second); err != nil {
 		return nil, err
+	}
+	if from == 0 {
+		// Start from the current state: wait (briefly) for the cache to
+		// reach etcd's current revision, read linearizably, so a
+		// subscriber's first snapshot includes every write that finished
+		// before it subscribed. If the cache is slow, it starts from the
+		// cache's state, and the newer releases follow as changes.
+		if rev, err := c.store.CurrentRevision(ctx); err == nil {
+			_ = c.waitRevision(ctx, rev, time.Second)
+		}
 	}
 	s := &Subscription{c: c, namespaces: namespaces, signal: notify}
 	c.mu.Lock()

@@ -347,6 +347,13 @@ func (r *recorder) top() state {
 	return r.states[len(r.states)-1]
 }
 
+// caughtUp reports whether the recorder's latest state is s.
+func (r *recorder) caughtUp(s state) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.top() == s
+}
+
 func (r *recorder) lastRev() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -425,15 +432,32 @@ func TestObserveStorm(t *testing.T) {
 		}
 	}
 
+	// settle elects a marker and waits until the observer shows it: then
+	// it has delivered everything before. resign ends the marker's term.
+	settle := func(tag string) (resign func()) {
+		l, err := e.m.Campaign(ctx, election.Request{Name: name, Session: e.session(t, 60), Value: tag})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, func() bool { return rec.caughtUp(state{term: l.Term, value: tag}) })
+		return func() {
+			resigned[l.Term] = true
+			if err := e.m.Resign(ctx, name, l.Term); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
 	storm(10)
-	waitUntil(t, func() bool { return rec.lastRev() >= e.rev(t)-1 })
+	resign := settle("settled-1")
 	stop()
 	// Away without compaction: the resume continues exactly.
 	resumeFrom := rec.lastRev() + 1
+	resign()
 	storm(5)
 	stop = observe(resumeFrom)
 	storm(5)
-	waitUntil(t, func() bool { return rec.lastRev() >= e.rev(t)-1 })
+	resign = settle("settled-2")
 	stop()
 	end := e.rev(t)
 
@@ -463,6 +487,7 @@ func TestObserveStorm(t *testing.T) {
 	}
 	resumeFrom = rec.last + 1
 	rec.mu.Unlock()
+	resign()
 
 	// Away across a compaction: the resume starts from the current state.
 	storm(3)

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strconv"
@@ -354,8 +355,15 @@ func (s *ConfigServer) WatchMany(stream coorddv1.ConfigService_WatchManyServer) 
 	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })
 	defer stop()
 
-	reqs := make(chan *coorddv1.WatchManyRequest)
-	recvErr := make(chan error, 1)
+	// The reader never waits for this goroutine (which may be blocked in
+	// Send on a slow client): requests queue up, so the two sides can never
+	// wait on each other's flow-control windows.
+	var (
+		qmu      sync.Mutex
+		queue    []*coorddv1.WatchManyRequest
+		reqReady = make(chan struct{}, 1)
+		recvErr  = make(chan error, 1)
+	)
 	go func() { // exits when the stream ends: Recv fails then
 		for {
 			req, err := stream.Recv()
@@ -363,10 +371,19 @@ func (s *ConfigServer) WatchMany(stream coorddv1.ConfigService_WatchManyServer) 
 				recvErr <- err
 				return
 			}
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
+			qmu.Lock()
+			full := len(queue) >= maxQueuedRequests
+			if !full {
+				queue = append(queue, req)
+			}
+			qmu.Unlock()
+			if full {
+				recvErr <- invalid(fmt.Sprintf("more than %d WatchMany requests waiting; send fewer at once", maxQueuedRequests))
 				return
+			}
+			select {
+			case reqReady <- struct{}{}:
+			default:
 			}
 		}
 	}()
@@ -390,19 +407,39 @@ func (s *ConfigServer) WatchMany(stream coorddv1.ConfigService_WatchManyServer) 
 				return nil
 			}
 			return err
-		case req := <-reqs:
-			if err := s.watchManyRequest(ctx, stream, req, subs, notify); err != nil {
-				return err
+		case <-reqReady:
+			qmu.Lock()
+			batch := queue
+			queue = nil
+			qmu.Unlock()
+			for _, req := range batch {
+				if err := s.watchManyRequest(ctx, stream, req, subs, notify); err != nil {
+					return err
+				}
 			}
 		case <-notify:
 		case <-ticker.C:
 			bookmarks = true
 		}
-		if err := s.drain(stream, subs, bookmarks); err != nil {
+		more, err := s.drain(stream, subs, bookmarks)
+		if err != nil {
 			return err
+		}
+		if more { // let requests in between long runs of events
+			select {
+			case notify <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
+
+// maxQueuedRequests bounds the WatchMany requests waiting to be handled.
+const maxQueuedRequests = 10000
+
+// maxDrainRounds bounds one drain, so requests are handled between long
+// runs of events.
+const maxDrainRounds = 64
 
 func (s *ConfigServer) watchManyRequest(ctx context.Context, stream coorddv1.ConfigService_WatchManyServer, req *coorddv1.WatchManyRequest,
 	subs map[int64]*configcenter.Subscription, notify chan struct{}) error {
@@ -440,15 +477,19 @@ func (s *ConfigServer) watchManyRequest(ctx context.Context, stream coorddv1.Con
 	return nil
 }
 
-// drain sends every due event of every watch: in rounds of at most one
-// event per watch, a release shared by several watches once.
-func (s *ConfigServer) drain(stream coorddv1.ConfigService_WatchManyServer, subs map[int64]*configcenter.Subscription, bookmarks bool) error {
+// drain sends the due events of every watch, in rounds of at most one
+// event per watch, a release shared by several watches once. It reports
+// whether events may remain (it stopped after maxDrainRounds).
+func (s *ConfigServer) drain(stream coorddv1.ConfigService_WatchManyServer, subs map[int64]*configcenter.Subscription, bookmarks bool) (bool, error) {
 	ids := make([]int64, 0, len(subs))
 	for id := range subs {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	for {
+	for round := 0; ; round++ {
+		if round == maxDrainRounds {
+			return true, nil
+		}
 		type group struct {
 			ids []int64
 			ev  configcenter.Event
@@ -486,24 +527,24 @@ func (s *ConfigServer) drain(stream coorddv1.ConfigService_WatchManyServer, subs
 					msg.Snapshots = append(msg.Snapshots, snapshotProto(snap))
 				}
 				if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: []int64{id}, Event: msg}); err != nil {
-					return err
+					return false, err
 				}
 			}
 		}
 		for _, g := range changes {
 			msg := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE, Revision: g.ev.Revision, Release: releaseProto(*g.ev.Release)}
 			if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: g.ids, Event: msg}); err != nil {
-				return err
+				return false, err
 			}
 		}
 		for _, rev := range markRevs {
 			msg := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK, Revision: rev}
 			if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: marks[rev], Event: msg}); err != nil {
-				return err
+				return false, err
 			}
 		}
 		if !sent {
-			return nil
+			return false, nil
 		}
 		bookmarks = false
 	}

@@ -54,6 +54,10 @@ func TestConfigThroughSDK(t *testing.T) {
 	}, clientlib.PublishOptions{Author: "test"}); err != nil {
 		t.Fatal(err)
 	}
+	t0 := time.Now()
+	if _, err := c.Subscribe(ctx, []string{"bad//ns"}, fast...); !errors.Is(err, clientlib.ErrInvalidArgument) || time.Since(t0) > 5*time.Second {
+		t.Fatalf("Subscribe to a bad namespace = %v after %s; want ErrInvalidArgument at once", err, time.Since(t0))
+	}
 	sub, err := c.Subscribe(ctx, []string{"svc/prod", "svc/yaml"}, append(fast, clientlib.WithInstance("test-1", map[string]string{"zone": "a"}))...)
 	if err != nil {
 		t.Fatalf("Subscribe: %v", err)
