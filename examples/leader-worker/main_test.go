@@ -85,7 +85,9 @@ func TestFailOverOnKill(t *testing.T) {
 	a.cmd.Process.Kill()
 	waitFor(t, "b to take over", func() bool { _, _, ok := b.find(leading); return ok })
 	line, at, _ := b.find(leading)
-	if took := at.Sub(killed); took > ttl+time.Second {
+	// TTL, plus up to 0.5s for etcd's expiry check, plus slack for a busy
+	// machine.
+	if took := at.Sub(killed); took > ttl+2*time.Second {
 		t.Fatalf("b took over %s after the kill; TTL is %s", took, ttl)
 	} else {
 		t.Logf("b took over %s after a was killed (TTL %s)", took.Round(time.Millisecond), ttl)
