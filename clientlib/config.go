@@ -75,7 +75,37 @@ func (s *ConfigSnapshot) Values(ns string) map[string]string {
 // It keeps the newest view per namespace.
 type viewCache struct {
 	mu     sync.Mutex
-	latest map[string]*nsView // cluster + "\x00" + namespace -> newest view
+	latest map[string]*nsView         // cluster + "\x00" + namespace -> newest view
+	snaps  map[string]*ConfigSnapshot // namespace list -> newest snapshot
+}
+
+// share returns a snapshot equal to snap (same cluster, revision and
+// views) that another subscription of the same namespaces already holds,
+// or records snap as that one. Subscriptions in the same state then share
+// the snapshots they derive from it.
+func (vc *viewCache) share(nsKey string, snap *ConfigSnapshot) *ConfigSnapshot {
+	vc.mu.Lock()
+	defer vc.mu.Unlock()
+	if cur := vc.snaps[nsKey]; cur != nil && cur.revision == snap.revision && cur.cluster == snap.cluster && sameViews(cur, snap) {
+		return cur
+	}
+	if vc.snaps == nil {
+		vc.snaps = map[string]*ConfigSnapshot{}
+	}
+	vc.snaps[nsKey] = snap
+	return snap
+}
+
+func sameViews(a, b *ConfigSnapshot) bool {
+	if len(a.spaces) != len(b.spaces) {
+		return false
+	}
+	for ns, v := range a.spaces {
+		if b.spaces[ns] != v {
+			return false
+		}
+	}
+	return true
 }
 
 func (vc *viewCache) get(cluster, ns string, release, changed int64) *nsView {
@@ -210,6 +240,7 @@ type Subscription struct {
 	errFns []func(error)
 
 	watchID  int64         // this subscription on the client's WatchMany stream
+	nsKey    string        // the namespace list, as a key
 	changed  chan struct{} // wakes the dispatcher
 	errs     chan error    // problems found off the dispatcher, reported on it
 	refused  chan error    // the server refused the watch (bad namespaces)
@@ -239,7 +270,7 @@ func (c *Client) Subscribe(ctx context.Context, namespaces []string, opts ...Sub
 		opt(&o)
 	}
 	o.instance = sanitizeInstance(o.instance)
-	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), opts: o, changed: make(chan struct{}, 1), errs: make(chan error, 8), refused: make(chan error, 1), first: make(chan struct{})}
+	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), nsKey: strings.Join(namespaces, "\x00"), opts: o, changed: make(chan struct{}, 1), errs: make(chan error, 8), refused: make(chan error, 1), first: make(chan struct{})}
 	empty := &ConfigSnapshot{spaces: map[string]*nsView{}}
 	for _, ns := range namespaces {
 		empty.spaces[ns] = &nsView{values: map[string]string{}}
@@ -361,10 +392,21 @@ const (
 // never replaces the state with an older one of the same cluster (a
 // lagging member's); a snapshot of another cluster (a different etcd)
 // replaces it whatever its revision.
-func (s *Subscription) apply(msg *coorddv1.WatchResponse) applyResult {
+//
+// memo, when not nil, maps a snapshot to what this same message made of it
+// for another subscription: subscriptions in the same state share the
+// result (snapshots are immutable).
+func (s *Subscription) apply(msg *coorddv1.WatchResponse, memo map[*ConfigSnapshot]*ConfigSnapshot) applyResult {
 	cur := s.snap.Load()
+	typ := msg.GetType()
 	var next *ConfigSnapshot
-	switch msg.GetType() {
+	shared, reused := memo[cur]
+	reused = reused && typ != coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT
+	if reused {
+		typ = coorddv1.WatchEventType_WATCH_EVENT_TYPE_UNSPECIFIED // nothing to build below
+		next = shared
+	}
+	switch typ {
 	case coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
 		if cur.cluster != "" && cur.cluster == msg.GetClusterId() && msg.GetRevision() < cur.revision {
 			return applyBehind
@@ -384,6 +426,7 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse) applyResult {
 			}
 			next.spaces[ns.GetNamespace()] = s.c.views.put(msg.GetClusterId(), ns.GetNamespace(), v)
 		}
+		next = s.c.views.share(s.nsKey, next)
 		if s.firstOKDone() {
 			s.setStatus(func(st *SubscriptionStatus) { st.Relists++ })
 		}
@@ -409,12 +452,16 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse) applyResult {
 		}
 		next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: cur.cluster, spaces: maps.Clone(cur.spaces)}
 		next.spaces[r.GetNamespace()] = v
+		next = s.c.views.share(s.nsKey, next)
 	case coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK:
 		if msg.GetRevision() > cur.revision {
 			next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: cur.cluster, spaces: cur.spaces}
 		}
 	}
 	if next != nil {
+		if memo != nil && !reused && typ != coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT {
+			memo[cur] = next
+		}
 		s.snap.Store(next)
 	}
 	s.setStatus(func(st *SubscriptionStatus) {

@@ -294,6 +294,7 @@ func (m *watchMux) stream(ctx context.Context) (got bool) {
 // what a subscription already has, or it refused a start for a reason
 // other than the request itself).
 func (m *watchMux) deliver(msg *coorddv1.WatchManyResponse, endpoint string) (events, reconnect bool) {
+	memo := map[*ConfigSnapshot]*ConfigSnapshot{} // subscriptions in one state share the result
 	for _, id := range msg.GetWatchIds() {
 		m.mu.Lock()
 		e := m.entries[id]
@@ -321,7 +322,7 @@ func (m *watchMux) deliver(msg *coorddv1.WatchManyResponse, endpoint string) (ev
 			continue
 		}
 		events = true
-		switch e.sub.apply(msg.GetEvent()) {
+		switch e.sub.apply(msg.GetEvent(), memo) {
 		case applyGap:
 			m.restart(id, 0)
 		case applyBehind:

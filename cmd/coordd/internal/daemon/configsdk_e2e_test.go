@@ -250,8 +250,11 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 	s := runStorm(ctx, t, writer, "storm", stop)
 	var obs []*observer
 	var subs []*clientlib.Subscription
+	// Two clients with two subscriptions each: subscriptions of one client
+	// share a stream and, in the same state, their snapshots.
+	clients := []*clientlib.Client{newClient(t, cfg.GRPCAddr), newClient(t, cfg.GRPCAddr)}
 	for i := range 4 {
-		sub, err := newClient(t, cfg.GRPCAddr).Subscribe(ctx, []string{"storm"}, fast...)
+		sub, err := clients[i/2].Subscribe(ctx, []string{"storm"}, fast...)
 		if err != nil {
 			t.Fatal(err)
 		}
