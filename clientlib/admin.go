@@ -51,23 +51,9 @@ func (c *Client) AcquireLock(ctx context.Context, sessionID, name string, try bo
 	for _, opt := range opts {
 		opt(&o)
 	}
-	var delay *durationpb.Duration
-	if o.lockDelay != 0 {
-		delay = durationpb.New(o.lockDelay)
-	}
-	var g *coorddv1.LockGrant
-	if try {
-		resp, err := c.locks.TryAcquire(ctx, &coorddv1.TryAcquireRequest{Name: name, SessionId: sessionID, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
-		if err != nil {
-			return LockGrant{}, convert(ctx, err)
-		}
-		g = resp.GetGrant()
-	} else {
-		resp, err := c.locks.Acquire(ctx, &coorddv1.AcquireRequest{Name: name, SessionId: sessionID, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
-		if err != nil {
-			return LockGrant{}, convert(ctx, err)
-		}
-		g = resp.GetGrant()
+	g, err := c.acquire(ctx, sessionID, name, !try, o)
+	if err != nil {
+		return LockGrant{}, convert(ctx, err)
 	}
 	return LockGrant{Name: g.GetName(), Token: fencing.Token(g.GetToken()), SessionID: g.GetSessionId(), RequestID: g.GetRequestId(), Revision: g.GetRevision()}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -83,7 +84,7 @@ func Bind[T any](sub *Subscription, ns string, format Format, opts ...BindOption
 	if format != JSON && format != YAML {
 		return nil, fmt.Errorf("%w: unknown format %d", ErrInvalidArgument, format)
 	}
-	if !containsString(sub.namespaces, ns) {
+	if !slices.Contains(sub.namespaces, ns) {
 		return nil, fmt.Errorf("%w: the subscription does not follow %q", ErrInvalidArgument, ns)
 	}
 	b := &Binding[T]{ns: ns, format: format}
@@ -100,15 +101,6 @@ func Bind[T any](sub *Subscription, ns string, format Format, opts ...BindOption
 		return nil, err
 	}
 	return b, nil
-}
-
-func containsString(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 // Load returns the current value. It never blocks.

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -104,7 +105,7 @@ func readCacheFile(path string, namespaces []string) (*ConfigSnapshot, error) {
 	for _, ns := range namespaces {
 		v, ok := f.Namespaces[ns]
 		if !ok {
-			return nil, fmt.Errorf("cache file has no namespace %q (it has %v)", ns, slices.Sorted(mapsKeys(f.Namespaces)))
+			return nil, fmt.Errorf("cache file has no namespace %q (it has %v)", ns, slices.Sorted(maps.Keys(f.Namespaces)))
 		}
 		if v.Values == nil {
 			v.Values = map[string]string{}
@@ -112,14 +113,4 @@ func readCacheFile(path string, namespaces []string) (*ConfigSnapshot, error) {
 		s.spaces[ns] = &nsView{release: v.Release, values: v.Values}
 	}
 	return s, nil
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }

@@ -83,19 +83,9 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
 
-	var delay *durationpb.Duration
-	if o.lockDelay != 0 {
-		delay = durationpb.New(o.lockDelay)
-	}
 	var grant *coorddv1.LockGrant
-	_, err := retry(cctx, 0, func(ctx context.Context) error {
-		if wait {
-			resp, err := s.c.locks.Acquire(ctx, &coorddv1.AcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
-			grant = resp.GetGrant()
-			return err
-		}
-		resp, err := s.c.locks.TryAcquire(ctx, &coorddv1.TryAcquireRequest{Name: name, SessionId: s.id, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
-		grant = resp.GetGrant()
+	_, err := retry(cctx, 0, func(ctx context.Context) (err error) {
+		grant, err = s.c.acquire(ctx, s.id, name, wait, o)
 		return err
 	})
 	if err != nil {
@@ -175,6 +165,20 @@ func WithLock(ctx context.Context, s *Session, name string, fn func(ctx context.
 	stop := context.AfterFunc(l.Context(), cancel)
 	defer stop()
 	return fn(fctx, l.Token())
+}
+
+// acquire sends one Acquire (wait) or TryAcquire call.
+func (c *Client) acquire(ctx context.Context, sessionID, name string, wait bool, o lockOptions) (*coorddv1.LockGrant, error) {
+	var delay *durationpb.Duration
+	if o.lockDelay != 0 {
+		delay = durationpb.New(o.lockDelay)
+	}
+	if wait {
+		resp, err := c.locks.Acquire(ctx, &coorddv1.AcquireRequest{Name: name, SessionId: sessionID, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
+		return resp.GetGrant(), err
+	}
+	resp, err := c.locks.TryAcquire(ctx, &coorddv1.TryAcquireRequest{Name: name, SessionId: sessionID, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
+	return resp.GetGrant(), err
 }
 
 func randomID() string {

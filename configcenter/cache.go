@@ -2,6 +2,7 @@ package configcenter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -280,7 +281,7 @@ func (c *Cache) applyKV(spaces map[string]*space, typ mvccpb.Event_EventType, kv
 		}
 	case sub == "meta" && typ == mvccpb.PUT:
 		var m meta
-		if jsonUnmarshal(kv.Value, &m) == nil {
+		if json.Unmarshal(kv.Value, &m) == nil {
 			sp.release, sp.changed = m.Release, kv.ModRevision
 		}
 	}

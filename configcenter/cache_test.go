@@ -376,11 +376,17 @@ func TestResumeAndPoll(t *testing.T) {
 	if err != nil || changed || s.Release != 2 {
 		t.Fatalf("Poll without a change = %+v, %v, %v", s, changed, err)
 	}
+	// The release may come before or while Poll waits: either way it
+	// answers with it.
+	put := make(chan error, 1)
 	go func() {
-		time.Sleep(20 * time.Millisecond)
-		e.s.Put(context.Background(), "app", "k", "3", 0, "", "")
+		_, err := e.s.Put(ctx, "app", "k", "3", 0, "", "")
+		put <- err
 	}()
 	s, changed, err = cache.Poll(ctx, "app", r2.Revision, 10*time.Second)
+	if perr := <-put; perr != nil {
+		t.Fatal(perr)
+	}
 	if err != nil || !changed || s.Release != 3 || s.Content["k"] != "3" {
 		t.Fatalf("Poll across a release = %+v, %v, %v", s, changed, err)
 	}

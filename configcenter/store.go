@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/names"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -567,11 +568,11 @@ func (s *Store) SetSchema(ctx context.Context, ns, schema string) (int64, error)
 	if err := ValidateNamespace(ns); err != nil {
 		return 0, err
 	}
-	var op clientv3.Op
-	if schema == "" {
-		op = clientv3.OpDelete(s.schemaKey(ns))
-	} else {
-		if _, err := compileSchema(schema); err != nil {
+	op := clientv3.OpDelete(s.schemaKey(ns))
+	var sch *jsonschema.Schema
+	if schema != "" {
+		var err error
+		if sch, err = compileSchema(schema); err != nil {
 			return 0, err
 		}
 		op = clientv3.OpPut(s.schemaKey(ns), schema)
@@ -581,8 +582,7 @@ func (s *Store) SetSchema(ctx context.Context, ns, schema string) (int64, error)
 		if err != nil {
 			return 0, err
 		}
-		if schema != "" {
-			sch, _ := compileSchema(schema)
+		if sch != nil {
 			if err := validateContent(sch, cur.Content); err != nil {
 				return 0, err
 			}
@@ -635,8 +635,6 @@ func (s *Store) Namespaces(ctx context.Context, prefix, after string, limit int)
 	}
 	return out, nil
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // CurrentRevision returns etcd's current revision, read linearizably.
 func (s *Store) CurrentRevision(ctx context.Context) (int64, error) {

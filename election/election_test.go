@@ -286,7 +286,7 @@ func observeOne(t *testing.T, v []byte) state {
 		Value     string `json:"value"`
 		Proclaims int64  `json:"proclaims"`
 	}
-	if err := jsonUnmarshal(v, &c); err != nil {
+	if err := json.Unmarshal(v, &c); err != nil {
 		t.Fatal(err)
 	}
 	return state{proclaims: c.Proclaims, value: c.Value}
@@ -536,5 +536,3 @@ func waitUntil(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -183,51 +183,20 @@ takes over at once) and exits with its code.`,
 				return usagef("usage: coordctl elect run NAME -- COMMAND [ARGS...]")
 			}
 			name, argv := args[0], args[1:]
-			ctx := cmd.Context()
-			c, err := a.connect(ctx)
-			if err != nil {
-				return err
-			}
-			sess, err := c.NewSession(ctx, clientlib.WithTTL(rf.ttl), clientlib.WithOwner("coordctl elect run "+name))
-			if err != nil {
-				return err
-			}
-			defer func() {
-				// Bounded: after a loss coordd may be unreachable.
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-				sess.Close(cctx)
-				cancel()
-			}()
 			if value == "" {
 				host, _ := os.Hostname()
 				value = fmt.Sprintf("%s:%d", host, os.Getpid())
 			}
-			wctx, cancel := waitCtx(ctx, rf.wait)
-			l, err := sess.Campaign(wctx, name, value)
-			cancel()
-			if err != nil {
-				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-					return withCode(exitTimeout, fmt.Errorf("not elected in %q within %s", name, rf.wait))
+			return a.runHeld(cmd.Context(), rf, argv, "elect run "+name, func(ctx context.Context, sess *clientlib.Session) (*held, error) {
+				l, err := sess.Campaign(ctx, name, value)
+				if err != nil {
+					return nil, err
 				}
-				return err
-			}
-			env := append(os.Environ(),
-				"COORDD_ELECTION="+name, "COORDD_TERM="+l.Term().String(), "COORDD_FENCE_TOKEN="+l.Term().String(),
-				"COORDD_SESSION="+sess.ID(), "COORDD_DEADLINE="+sess.Deadline().UTC().Format(time.RFC3339Nano))
-			code, lost, err := rf.childFor(argv, env, sess, l.Lost()).run()
-			if lost {
-				return withCode(exitLost, fmt.Errorf("leadership of %q (term %s) was lost; the command was stopped", name, l.Term()))
-			}
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			rerr := l.Resign(rctx)
-			rcancel()
-			if err != nil {
-				return withCode(code, err)
-			}
-			if rerr != nil {
-				fmt.Fprintf(a.stderr, "coordctl: resign %q: %v\n", name, rerr)
-			}
-			return exitWith(code)
+				return &held{
+					what: fmt.Sprintf("leadership of %q (term %s)", name, l.Term()), lost: l.Lost(), release: l.Resign,
+					env: []string{"COORDD_ELECTION=" + name, "COORDD_TERM=" + l.Term().String(), "COORDD_FENCE_TOKEN=" + l.Term().String()},
+				}, nil
+			})
 		},
 	}
 	rf.add(cmd)

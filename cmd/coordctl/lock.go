@@ -223,53 +223,75 @@ passed to the command.`,
 				return usagef("usage: coordctl lock run NAME -- COMMAND [ARGS...]")
 			}
 			name, argv := args[0], args[1:]
-			ctx := cmd.Context()
-			c, err := a.connect(ctx)
-			if err != nil {
-				return err
-			}
-			sess, err := c.NewSession(ctx, clientlib.WithTTL(rf.ttl), clientlib.WithOwner("coordctl lock run "+name))
-			if err != nil {
-				return err
-			}
-			defer func() {
-				// Bounded: after a loss coordd may be unreachable.
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-				sess.Close(cctx)
-				cancel()
-			}()
-			wctx, cancel := waitCtx(ctx, rf.wait)
-			l, err := sess.Lock(wctx, name, clientlib.WithLimit(limit), clientlib.WithLockDelay(lockDelay), clientlib.WithMetadata(fmt.Sprintf("pid %d: %v", os.Getpid(), argv)))
-			cancel()
-			if err != nil {
-				if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-					return withCode(exitTimeout, fmt.Errorf("lock %q not granted within %s", name, rf.wait))
+			return a.runHeld(cmd.Context(), rf, argv, "lock run "+name, func(ctx context.Context, sess *clientlib.Session) (*held, error) {
+				l, err := sess.Lock(ctx, name, clientlib.WithLimit(limit), clientlib.WithLockDelay(lockDelay), clientlib.WithMetadata(fmt.Sprintf("pid %d: %v", os.Getpid(), argv)))
+				if err != nil {
+					return nil, err
 				}
-				return err
-			}
-			env := append(os.Environ(),
-				"COORDD_LOCK_NAME="+name, "COORDD_LOCK_TOKEN="+l.Token().String(), "COORDD_FENCE_TOKEN="+l.Token().String(),
-				"COORDD_SESSION="+sess.ID(), "COORDD_DEADLINE="+sess.Deadline().UTC().Format(time.RFC3339Nano))
-			code, lost, err := rf.childFor(argv, env, sess, l.Lost()).run()
-			if lost {
-				return withCode(exitLost, fmt.Errorf("lock %q (token %s) was lost; the command was stopped", name, l.Token()))
-			}
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			rerr := l.Release(rctx)
-			rcancel()
-			if err != nil {
-				return withCode(code, err)
-			}
-			if rerr != nil {
-				fmt.Fprintf(a.stderr, "coordctl: release %q: %v\n", name, rerr)
-			}
-			return exitWith(code)
+				return &held{
+					what: fmt.Sprintf("lock %q (token %s)", name, l.Token()), lost: l.Lost(), release: l.Release,
+					env: []string{"COORDD_LOCK_NAME=" + name, "COORDD_LOCK_TOKEN=" + l.Token().String(), "COORDD_FENCE_TOKEN=" + l.Token().String()},
+				}, nil
+			})
 		},
 	}
 	rf.add(cmd)
 	cmd.Flags().IntVarP(&limit, "limit", "n", 1, "holders allowed at once (a semaphore when > 1)")
 	cmd.Flags().DurationVar(&lockDelay, "lock-delay", 0, "keep the lock from others this long after the session expires")
 	return cmd
+}
+
+// held is what lock run or elect run holds while its command runs.
+type held struct {
+	what    string          // for messages: `lock "x" (token 7)`
+	lost    <-chan struct{} // closed when the hold is lost
+	release func(context.Context) error
+	env     []string // the hold's variables for the command
+}
+
+// runHeld runs argv under a hold that take acquires (waiting at most
+// --wait) on a fresh session, stops it on loss (exit 125), and otherwise
+// gives the hold up and exits with the command's code.
+func (a *app) runHeld(ctx context.Context, rf runFlags, argv []string, owner string, take func(context.Context, *clientlib.Session) (*held, error)) error {
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	sess, err := c.NewSession(ctx, clientlib.WithTTL(rf.ttl), clientlib.WithOwner("coordctl "+owner))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Bounded: after a loss coordd may be unreachable.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		sess.Close(cctx)
+		cancel()
+	}()
+	wctx, cancel := waitCtx(ctx, rf.wait)
+	h, err := take(wctx, sess)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return withCode(exitTimeout, fmt.Errorf("%s: not granted within %s", owner, rf.wait))
+		}
+		return err
+	}
+	env := append(append(os.Environ(), h.env...),
+		"COORDD_SESSION="+sess.ID(), "COORDD_DEADLINE="+sess.Deadline().UTC().Format(time.RFC3339Nano))
+	code, lost, err := rf.childFor(argv, env, sess, h.lost).run()
+	if lost {
+		return withCode(exitLost, fmt.Errorf("%s was lost; the command was stopped", h.what))
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rerr := h.release(rctx)
+	rcancel()
+	if err != nil {
+		return withCode(code, err)
+	}
+	if rerr != nil {
+		fmt.Fprintf(a.stderr, "coordctl: give up %s: %v\n", h.what, rerr)
+	}
+	return exitWith(code)
 }
 
 // exitWith ends the command with a child's exit code, printing nothing.

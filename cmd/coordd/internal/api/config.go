@@ -51,7 +51,7 @@ func (s *ConfigServer) changeMessage(ev configcenter.Event) (*Encoded, error) {
 			return r.msg, nil
 		}
 	}
-	msg, err := Encode(&coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE, Revision: ev.Revision, Release: releaseProto(*ev.Release)})
+	msg, err := Encode(watchMessage(ev))
 	if err != nil {
 		return nil, err
 	}
@@ -239,25 +239,33 @@ func (s *ConfigServer) Watch(req *coorddv1.WatchRequest, stream coorddv1.ConfigS
 		if err != nil {
 			return stoppingOr(ctx, err)
 		}
-		var msg any
-		switch ev.Type {
-		case configcenter.EventSnapshot:
-			snaps := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT, Revision: ev.Revision, ClusterId: strconv.FormatUint(ev.Cluster, 16)}
-			for _, snap := range ev.Snapshots {
-				snaps.Snapshots = append(snaps.Snapshots, snapshotProto(snap))
-			}
-			msg = snaps
-		case configcenter.EventChange:
+		var msg any = watchMessage(ev)
+		if ev.Type == configcenter.EventChange {
 			if msg, err = s.changeMessage(ev); err != nil {
 				return err
 			}
-		default:
-			msg = &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK, Revision: ev.Revision}
 		}
 		if err := stream.SendMsg(msg); err != nil {
 			return err
 		}
 	}
+}
+
+// watchMessage is the message of a watch event.
+func watchMessage(ev configcenter.Event) *coorddv1.WatchResponse {
+	msg := &coorddv1.WatchResponse{Revision: ev.Revision}
+	switch ev.Type {
+	case configcenter.EventSnapshot:
+		msg.Type, msg.ClusterId = coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT, strconv.FormatUint(ev.Cluster, 16)
+		for _, snap := range ev.Snapshots {
+			msg.Snapshots = append(msg.Snapshots, snapshotProto(snap))
+		}
+	case configcenter.EventChange:
+		msg.Type, msg.Release = coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE, releaseProto(*ev.Release)
+	default:
+		msg.Type = coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK
+	}
+	return msg
 }
 
 // stoppingOr returns ErrStopping if that is why ctx ended, else err.
@@ -522,23 +530,18 @@ func (s *ConfigServer) drain(stream coorddv1.ConfigService_WatchManyServer, subs
 				}
 				marks[ev.Revision] = append(marks[ev.Revision], id)
 			default:
-				msg := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT, Revision: ev.Revision, ClusterId: strconv.FormatUint(ev.Cluster, 16)}
-				for _, snap := range ev.Snapshots {
-					msg.Snapshots = append(msg.Snapshots, snapshotProto(snap))
-				}
-				if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: []int64{id}, Event: msg}); err != nil {
+				if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: []int64{id}, Event: watchMessage(ev)}); err != nil {
 					return false, err
 				}
 			}
 		}
 		for _, g := range changes {
-			msg := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE, Revision: g.ev.Revision, Release: releaseProto(*g.ev.Release)}
-			if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: g.ids, Event: msg}); err != nil {
+			if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: g.ids, Event: watchMessage(g.ev)}); err != nil {
 				return false, err
 			}
 		}
 		for _, rev := range markRevs {
-			msg := &coorddv1.WatchResponse{Type: coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK, Revision: rev}
+			msg := watchMessage(configcenter.Event{Type: configcenter.EventBookmark, Revision: rev})
 			if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: marks[rev], Event: msg}); err != nil {
 				return false, err
 			}

@@ -17,13 +17,13 @@ type ElectionServer struct {
 
 	m        *election.Manager
 	sessions *session.Manager // to name leaders' and candidates' owners
-	stopping <-chan struct{}
+	stopped  context.Context  // done once the daemon stops
 }
 
 // NewElectionServer returns the ElectionService adapter. Observe streams
-// end with ErrStopping once stopping is closed.
-func NewElectionServer(m *election.Manager, sessions *session.Manager, stopping <-chan struct{}) *ElectionServer {
-	return &ElectionServer{m: m, sessions: sessions, stopping: stopping}
+// end with ErrStopping once stopped is done.
+func NewElectionServer(m *election.Manager, sessions *session.Manager, stopped context.Context) *ElectionServer {
+	return &ElectionServer{m: m, sessions: sessions, stopped: stopped}
 }
 
 // Campaign implements ElectionService.
@@ -105,13 +105,8 @@ func (s *ElectionServer) Candidates(ctx context.Context, req *coorddv1.Candidate
 func (s *ElectionServer) Observe(req *coorddv1.ObserveRequest, stream coorddv1.ElectionService_ObserveServer) error {
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	go func() {
-		select {
-		case <-s.stopping:
-			cancel(ErrStopping)
-		case <-ctx.Done():
-		}
-	}()
+	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })
+	defer stop()
 	err := s.m.Observe(ctx, req.GetName(), req.GetFromRevision(), func(evs []election.Event) error {
 		msg := &coorddv1.ObserveResponse{Revision: evs[0].Revision}
 		for _, ev := range evs {
@@ -123,10 +118,7 @@ func (s *ElectionServer) Observe(req *coorddv1.ObserveRequest, stream coorddv1.E
 		}
 		return stream.Send(msg)
 	})
-	if cause := context.Cause(ctx); cause == ErrStopping {
-		return ErrStopping
-	}
-	return err
+	return stoppingOr(ctx, err)
 }
 
 var eventTypes = map[election.EventType]coorddv1.ElectionEventType{

@@ -49,16 +49,14 @@ type Daemon struct {
 	stopCache   context.CancelFunc
 	leader      *leaderWatch
 
-	grpcLis  net.Listener
-	httpLis  net.Listener
-	grpcSrv  *grpc.Server
-	httpSrv  *http.Server
-	gwConn   *grpc.ClientConn
-	health   *health.Server
-	stopping chan struct{}
-	// stoppedCtx is done when stopping is closed, for handlers that wait
-	// on a context instead of the channel.
-	stoppedCtx  context.Context
+	grpcLis net.Listener
+	httpLis net.Listener
+	grpcSrv *grpc.Server
+	httpSrv *http.Server
+	gwConn  *grpc.ClientConn
+	health  *health.Server
+	// stopped is done once Stop begins: streams end, waits give up.
+	stopped     context.Context
 	markStopped context.CancelFunc
 	serveErr    chan error
 	wg          sync.WaitGroup // serving goroutines
@@ -94,8 +92,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	d := &Daemon{cfg: cfg, lg: cfg.Logger, stopping: make(chan struct{}), serveErr: make(chan error, 2)}
-	d.stoppedCtx, d.markStopped = context.WithCancel(context.Background())
+	d := &Daemon{cfg: cfg, lg: cfg.Logger, serveErr: make(chan error, 2)}
+	d.stopped, d.markStopped = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
 			d.closeBackend()
@@ -147,12 +145,12 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
 	d.locks = lock.NewManager(d.cli, cfg.KeyRoot)
 	d.elections = election.NewManager(d.cli, cfg.KeyRoot)
-	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, d.stopping))
+	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, d.stopped.Done()))
 	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(d.locks, d.elections, sessions))
-	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.elections, sessions, d.stopping))
+	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.elections, sessions, d.stopped))
 	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
 	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
-	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(configStore, d.configCache, d.stoppedCtx))
+	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(configStore, d.configCache, d.stopped))
 	statusEndpoint, memberID := cfg.EtcdClientURL, uint64(0)
 	if d.etcd != nil {
 		memberID = uint64(d.etcd.Server.MemberID())
@@ -198,7 +196,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.wg.Add(4)
 	go func() {
 		defer d.wg.Done()
-		d.leader.run(d.stopping)
+		d.leader.run(d.stopped.Done())
 	}()
 	go func() {
 		defer d.wg.Done()
@@ -267,7 +265,7 @@ func (d *Daemon) Etcd() *embed.Etcd { return d.etcd }
 // within one second.
 func (d *Daemon) Ready(ctx context.Context) error {
 	select {
-	case <-d.stopping:
+	case <-d.stopped.Done():
 		return api.ErrStopping
 	default:
 	}
@@ -309,7 +307,6 @@ func (d *Daemon) stop(ctx context.Context) error {
 	d.quietEtcd.Store(true)
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
 	defer cancel()
-	close(d.stopping)
 	d.markStopped()
 	d.health.Shutdown()
 
