@@ -3,6 +3,7 @@ package clientlib
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -131,8 +132,17 @@ func convert(ctx context.Context, err error) error {
 	if !ok {
 		return err
 	}
-	if (st.Code() == codes.Canceled || st.Code() == codes.DeadlineExceeded) && ctx.Err() != nil {
-		return ctx.Err()
+	if st.Code() == codes.Canceled || st.Code() == codes.DeadlineExceeded {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// The server may notice the caller's deadline first: it ends the
+		// stream (RST_STREAM CANCEL) before the caller's own timer has
+		// fired on a busy machine. A deadline is a deadline whichever side
+		// sees it first.
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			return context.DeadlineExceeded
+		}
 	}
 	e := &Error{Code: st.Code(), Message: st.Message()}
 	for _, d := range st.Details() {

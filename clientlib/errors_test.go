@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -62,5 +63,27 @@ func TestConvert(t *testing.T) {
 	cancel()
 	if err := convert(ctx, status.Error(codes.Canceled, "context canceled")); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call = %v, want context.Canceled", err)
+	}
+}
+
+// pastDeadline is a context whose deadline has passed but whose own timer
+// has not fired yet: what a caller sees when the server's RST_STREAM for
+// the deadline arrives first.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// The server may end a call for the caller's deadline before the caller's
+// timer fires; that is still a deadline, never a cancel.
+func TestConvertDeadlineSeenByServerFirst(t *testing.T) {
+	rst := status.Error(codes.Canceled, "stream terminated by RST_STREAM with error code: CANCEL")
+	if err := convert(pastDeadline{context.Background()}, rst); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("convert = %v, want context.DeadlineExceeded", err)
+	}
+	// Without a passed deadline a server-side cancel stays what it is.
+	future, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if err := convert(future, rst); errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		t.Fatalf("convert with a live context = %v, want the server's error", err)
 	}
 }

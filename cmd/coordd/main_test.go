@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/freeport"
 	"go.uber.org/goleak"
 )
 
@@ -25,16 +25,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // The real command: configured through COORDD_* variables (a flag on the
 // command line wins), ready on /readyz, and stopped gracefully by SIGTERM
 // with exit code 0.
@@ -42,16 +32,16 @@ func TestCommandEnvAndSignal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the daemon as a process")
 	}
-	httpAddr := freeAddr(t)
+	httpAddr := freeport.Addr(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(),
 		"COORDD_TEST_RUN_MAIN=1",
 		"COORDD_TEST_ARGS=--http-addr "+httpAddr+" --name envtest",
 		"COORDD_DATA_DIR="+t.TempDir(),
-		"COORDD_GRPC_ADDR="+freeAddr(t),
+		"COORDD_GRPC_ADDR="+freeport.Addr(t),
 		"COORDD_HTTP_ADDR=127.0.0.1:1", // overridden by the flag above
-		"COORDD_ETCD_CLIENT_URL=http://"+freeAddr(t),
-		"COORDD_LISTEN_PEER_URLS=http://"+freeAddr(t),
+		"COORDD_ETCD_CLIENT_URL=http://"+freeport.Addr(t),
+		"COORDD_LISTEN_PEER_URLS=http://"+freeport.Addr(t),
 		"COORDD_ETCD_ELECTION_TIMEOUT=100ms",
 		"COORDD_ETCD_HEARTBEAT_INTERVAL=10ms",
 		"COORDD_LOG_FORMAT=json",

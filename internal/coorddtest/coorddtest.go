@@ -6,7 +6,6 @@ package coorddtest
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coordd/coordd/internal/freeport"
 )
 
 // Daemon is a running coordd process.
@@ -39,16 +40,6 @@ func Build(tb testing.TB) string {
 	return bin
 }
 
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // Start builds and starts coordd; extra flags are appended. It stops the
 // daemon when the test ends.
 func Start(tb testing.TB, extra ...string) *Daemon {
@@ -56,10 +47,10 @@ func Start(tb testing.TB, extra ...string) *Daemon {
 	if testing.Short() {
 		tb.Skip("builds and runs the coordd binary")
 	}
-	d := &Daemon{GRPCAddr: freeAddr(tb), HTTPAddr: freeAddr(tb), bin: Build(tb)}
+	d := &Daemon{GRPCAddr: freeport.Addr(tb), HTTPAddr: freeport.Addr(tb), bin: Build(tb)}
 	d.args = append([]string{
 		"--data-dir", tb.TempDir(), "--grpc-addr", d.GRPCAddr, "--http-addr", d.HTTPAddr,
-		"--etcd-client-url", "http://" + freeAddr(tb), "--listen-peer-urls", "http://" + freeAddr(tb),
+		"--etcd-client-url", "http://" + freeport.Addr(tb), "--listen-peer-urls", "http://" + freeport.Addr(tb),
 		"--etcd-heartbeat-interval", "10ms", "--etcd-election-timeout", "100ms", "--log-level", "warn",
 	}, extra...)
 	d.start(tb)

@@ -1,15 +1,14 @@
 // Package etcdtest starts real embedded etcd members for tests: a temp data
-// dir, loopback URLs on free ports, fast raft ticks, no fsync. It is for
+// dir, loopback URLs on ports from freeport, fast raft ticks, no fsync. It is for
 // tests only; never use its settings in production.
 package etcdtest
 
 import (
-	"fmt"
-	"net"
 	"net/url"
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -22,18 +21,6 @@ type Member struct {
 	ClientURL string
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago. Another
-// process may take it before the caller binds it; tests accept that race.
-func FreePort(tb testing.TB) int {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("etcdtest: free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // Config returns an embed.Config for a single-member test cluster in a temp
 // dir, with tick 10 ms / election 100 ms and fsync off.
 func Config(tb testing.TB) *embed.Config {
@@ -41,8 +28,8 @@ func Config(tb testing.TB) *embed.Config {
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
 	cfg.Dir = tb.TempDir()
-	cu := mustURL(tb, fmt.Sprintf("http://127.0.0.1:%d", FreePort(tb)))
-	pu := mustURL(tb, fmt.Sprintf("http://127.0.0.1:%d", FreePort(tb)))
+	cu := mustURL(tb, freeport.URL(tb))
+	pu := mustURL(tb, freeport.URL(tb))
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = cfg.Name + "=" + pu.String()

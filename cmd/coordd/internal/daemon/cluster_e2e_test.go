@@ -85,23 +85,37 @@ func startCluster(t *testing.T, n int) []*daemon.Daemon {
 		cfgs[i].Name = fmt.Sprintf("m%d", i)
 		members = append(members, cfgs[i].Name+"="+cfgs[i].ListenPeerURLs[0])
 	}
+	type started struct {
+		i   int
+		d   *daemon.Daemon
+		err error
+	}
 	ds := make([]*daemon.Daemon, n)
-	starts := make(chan error, n)
+	starts := make(chan started, n)
+	ctx, cancel := context.WithCancel(t.Context()) // bounds start-up only
+	defer cancel()
 	for i := range cfgs {
 		cfgs[i].InitialCluster = strings.Join(members, ",")
 		go func() {
-			d, err := daemon.Start(t.Context(), cfgs[i])
-			ds[i] = d
-			starts <- err
+			d, err := daemon.Start(ctx, cfgs[i])
+			starts <- started{i, d, err}
 		}()
 	}
+	// Every member that started is stopped when the test ends, also when
+	// another failed: a member left running would outlive its data dir.
+	var errs []error
 	for range cfgs {
-		if err := <-starts; err != nil {
-			t.Fatalf("cluster start: %v", err)
+		s := <-starts
+		if s.err != nil {
+			errs = append(errs, s.err)
+			cancel() // the others would wait for a quorum forever
+			continue
 		}
+		ds[s.i] = s.d
+		t.Cleanup(func() { s.d.Stop(context.Background()) })
 	}
-	for _, d := range ds {
-		t.Cleanup(func() { d.Stop(context.Background()) })
+	if len(errs) > 0 {
+		t.Fatalf("cluster start: %v", errors.Join(errs...))
 	}
 	return ds
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
-	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/freeport"
 	"github.com/coordd/coordd/internal/tcpproxy"
 )
 
@@ -239,7 +239,7 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 		t.Skip("starts etcd and the daemon")
 	}
 	cfg := configTestConfig(t)
-	cfg.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+	cfg.GRPCAddr = freeport.Addr(t)
 	d, err := daemon.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -428,7 +428,7 @@ func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
 		t.Skip("starts etcd and the daemon")
 	}
 	cfg := configTestConfig(t)
-	cfg.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+	cfg.GRPCAddr = freeport.Addr(t)
 	cache := filepath.Join(t.TempDir(), "app.config.json")
 	ctx := t.Context()
 	d, err := daemon.Start(ctx, cfg)

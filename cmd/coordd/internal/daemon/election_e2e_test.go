@@ -15,7 +15,7 @@ import (
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/freeport"
 	"github.com/coordd/coordd/internal/tcpproxy"
 )
 
@@ -445,7 +445,7 @@ func TestRunElectionSurvivesRestart(t *testing.T) {
 		t.Skip("starts etcd and the daemon")
 	}
 	cfg := testConfig(t)
-	cfg.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+	cfg.GRPCAddr = freeport.Addr(t)
 	d, err := daemon.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -549,7 +549,7 @@ func TestObserveResumesAcrossRestart(t *testing.T) {
 		t.Skip("starts etcd and the daemon")
 	}
 	cfg := testConfig(t)
-	cfg.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+	cfg.GRPCAddr = freeport.Addr(t)
 	d, err := daemon.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

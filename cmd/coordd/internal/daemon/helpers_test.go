@@ -2,14 +2,13 @@ package daemon_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
-	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/freeport"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -34,8 +33,8 @@ func testConfig(t *testing.T) daemon.Config {
 	return daemon.Config{
 		DataDir:         t.TempDir(),
 		Name:            "n1",
-		EtcdClientURL:   fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)),
-		ListenPeerURLs:  []string{fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t))},
+		EtcdClientURL:   freeport.URL(t),
+		ListenPeerURLs:  []string{freeport.URL(t)},
 		GRPCAddr:        "127.0.0.1:0",
 		HTTPAddr:        "127.0.0.1:0",
 		HeartbeatMs:     10,
