@@ -41,12 +41,8 @@ type Options struct {
 
 // New returns the daemon's HTTP handler.
 func New(ctx context.Context, opts Options) (http.Handler, error) {
-	marshaler := &runtime.JSONPb{
-		MarshalOptions:   protojson.MarshalOptions{},
-		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-	}
 	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, newCodec()),
 		runtime.WithErrorHandler(writeError),
 		runtime.WithRoutingErrorHandler(routingError),
 	)
@@ -165,5 +161,5 @@ func writeStatus(w http.ResponseWriter, httpStatus int, st *status.Status) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(httpStatus)
-	w.Write(body)
+	w.Write(append(body, '\n'))
 }

@@ -1,0 +1,193 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// codec is the REST gateway's JSON: protojson with three changes a shell
+// user or a JavaScript client expects.
+//   - Every response, error and stream line ends with a newline.
+//   - Responses carry every field, also when it is empty: a list with no
+//     elements is [], never left out (unset messages stay left out).
+//   - Durations in request bodies take Go's syntax as well as protobuf's
+//     seconds ("90s", "1.5s"): "1m", "1h30m", "250ms", as query parameters
+//     already do.
+type codec struct {
+	runtime.JSONPb
+}
+
+func newCodec() *codec {
+	return &codec{runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{EmitDefaultValues: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+	}}
+}
+
+// Marshal ends the JSON with a newline.
+func (c *codec) Marshal(v any) ([]byte, error) {
+	b, err := c.JSONPb.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Delimiter is empty: Marshal already ends every stream line.
+func (c *codec) Delimiter() []byte { return []byte{} }
+
+// NewDecoder reads one JSON value and rewrites Go-syntax durations in it
+// before protojson decodes it.
+func (c *codec) NewDecoder(r io.Reader) runtime.Decoder {
+	d := json.NewDecoder(r)
+	return runtime.DecoderFunc(func(v any) error {
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			return err
+		}
+		if m, ok := v.(proto.Message); ok {
+			var err error
+			if raw, err = normalizeDurations(raw, m.ProtoReflect().Descriptor()); err != nil {
+				return err
+			}
+		}
+		return c.JSONPb.Unmarshal(raw, v)
+	})
+}
+
+const durationName = "google.protobuf.Duration"
+
+// normalizeDurations rewrites every Duration field of the JSON object raw
+// (a message of type md) that holds a Go duration ("1m") into protobuf's
+// form ("60s"). Anything it does not understand is left for protojson to
+// refuse with its own message.
+func normalizeDurations(raw json.RawMessage, md protoreflect.MessageDescriptor) (json.RawMessage, error) {
+	if !hasDuration(md) {
+		return raw, nil
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return raw, nil // protojson reports the syntax error
+	}
+	if !rewriteMessage(v, md) {
+		return raw, nil
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("re-encode request body: %w", err)
+	}
+	return out, nil
+}
+
+// rewriteMessage rewrites durations in v, a decoded JSON object of type md,
+// and reports whether it changed anything.
+func rewriteMessage(v any, md protoreflect.MessageDescriptor) bool {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	changed := false
+	for k, fv := range obj {
+		fd := md.Fields().ByJSONName(k)
+		if fd == nil {
+			fd = md.Fields().ByTextName(k)
+		}
+		if fd == nil {
+			continue
+		}
+		switch {
+		case fd.IsMap():
+			if m, ok := fv.(map[string]any); ok && fd.MapValue().Kind() == protoreflect.MessageKind {
+				for mk, mv := range m {
+					if nv, ok := rewriteValue(mv, fd.MapValue().Message()); ok {
+						m[mk], changed = nv, true
+					}
+				}
+			}
+		case fd.IsList():
+			if l, ok := fv.([]any); ok && fd.Kind() == protoreflect.MessageKind {
+				for i, lv := range l {
+					if nv, ok := rewriteValue(lv, fd.Message()); ok {
+						l[i], changed = nv, true
+					}
+				}
+			}
+		case fd.Kind() == protoreflect.MessageKind:
+			if nv, ok := rewriteValue(fv, fd.Message()); ok {
+				obj[k], changed = nv, true
+			}
+		}
+	}
+	return changed
+}
+
+// rewriteValue rewrites v of message type md: a Duration string in Go's
+// syntax becomes protobuf's, any other message is walked.
+func rewriteValue(v any, md protoreflect.MessageDescriptor) (any, bool) {
+	if md.FullName() != durationName {
+		return v, rewriteMessage(v, md)
+	}
+	s, ok := v.(string)
+	if !ok {
+		return v, false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return v, false
+	}
+	return protoDuration(d), true
+}
+
+// protoDuration formats d as protobuf's JSON Duration: seconds with up to
+// nine fractional digits and a trailing "s".
+func protoDuration(d time.Duration) string {
+	sign := ""
+	if d < 0 {
+		sign, d = "-", -d
+	}
+	return fmt.Sprintf("%s%d.%09ds", sign, d/time.Second, d%time.Second)
+}
+
+var durationFields sync.Map // protoreflect.FullName → bool
+
+// hasDuration reports whether messages of type md can hold a Duration.
+func hasDuration(md protoreflect.MessageDescriptor) bool {
+	if v, ok := durationFields.Load(md.FullName()); ok {
+		return v.(bool)
+	}
+	has := scanDuration(md, map[protoreflect.FullName]bool{})
+	durationFields.Store(md.FullName(), has)
+	return has
+}
+
+func scanDuration(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if md.FullName() == durationName {
+		return true
+	}
+	if seen[md.FullName()] {
+		return false
+	}
+	seen[md.FullName()] = true
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.IsMap() {
+			fd = fd.MapValue()
+		}
+		if fd.Kind() == protoreflect.MessageKind && scanDuration(fd.Message(), seen) {
+			return true
+		}
+	}
+	return false
+}

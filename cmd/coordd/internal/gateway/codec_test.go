@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+)
+
+func decode(t *testing.T, body string, v *coorddv1.AcquireRequest) error {
+	t.Helper()
+	return newCodec().NewDecoder(strings.NewReader(body)).Decode(v)
+}
+
+// Request bodies take Go durations as well as protobuf's seconds, in any
+// Duration field; anything else is refused as before.
+func TestCodecDurations(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want time.Duration
+	}{
+		{`"60s"`, time.Minute},
+		{`"1.5s"`, 1500 * time.Millisecond},
+		{`"1m"`, time.Minute},
+		{`"1h30m"`, 90 * time.Minute},
+		{`"250ms"`, 250 * time.Millisecond},
+		{`"0"`, 0},
+	} {
+		var req coorddv1.AcquireRequest
+		if err := decode(t, `{"name":"a","wait":`+tt.in+`,"lockDelay":`+tt.in+`}`, &req); err != nil {
+			t.Errorf("%s: %v", tt.in, err)
+			continue
+		}
+		if got := req.GetWait().AsDuration(); got != tt.want {
+			t.Errorf("wait %s = %s, want %s", tt.in, got, tt.want)
+		}
+		if got := req.GetLockDelay().AsDuration(); got != tt.want {
+			t.Errorf("lockDelay %s = %s, want %s", tt.in, got, tt.want)
+		}
+		if req.GetName() != "a" {
+			t.Errorf("name = %q after rewriting %s", req.GetName(), tt.in)
+		}
+	}
+	for _, bad := range []string{`"soon"`, `"1x"`, `60`, `{}`} {
+		var req coorddv1.AcquireRequest
+		if err := decode(t, `{"wait":`+bad+`}`, &req); err == nil {
+			t.Errorf("wait %s accepted as %s", bad, req.GetWait().AsDuration())
+		}
+	}
+	var req coorddv1.AcquireRequest
+	if err := decode(t, `{"name":"a","bogus":1}`, &req); err == nil {
+		t.Error("unknown field accepted")
+	}
+}
+
+// Responses end with a newline and carry empty lists as [].
+func TestCodecMarshal(t *testing.T) {
+	b, err := newCodec().Marshal(&coorddv1.CandidatesResponse{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(b), "}\n") {
+		t.Errorf("Marshal = %q, want a newline at the end", b)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := got["candidates"].([]any); !ok || len(l) != 0 {
+		t.Errorf("Marshal = %s, want \"candidates\": []", b)
+	}
+}
