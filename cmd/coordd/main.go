@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -27,9 +28,22 @@ import (
 
 func main() {
 	if err := newCommand().Execute(); err != nil {
+		// Printed once, here: the command neither logs it nor lets cobra
+		// print it.
+		fmt.Fprintf(os.Stderr, "coordd: %v\n", err)
+		var usage usageError
+		if errors.As(err, &usage) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
+
+// usageError is a bad command line: exit code 2, with a pointer to --help.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() + " (see coordd --help)" }
+func (e usageError) Unwrap() error { return e.err }
 
 // version is set at build time (-ldflags "-X main.version=v1.2.3"); else
 // the module version the binary was built from, or "dev".
@@ -64,11 +78,20 @@ or --etcd-endpoints to use an existing etcd cluster instead.
 
 Every flag can be set through an environment variable: --grpc-addr is
 COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
-		SilenceUsage: true,
-		Version:      coorddVersion(),
-		Args:         cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       coorddVersion(),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("unexpected argument %q: coordd takes flags only", args[0])}
+			}
+			return nil
+		},
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
-			return applyEnv(cmd.Flags())
+			if err := applyEnv(cmd.Flags()); err != nil {
+				return usageError{err}
+			}
+			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lg, err := newLogger(logFormat, logLevel)
@@ -90,13 +113,10 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			go forceExitOnSecondSignal(ctx, lg)
-			if err := daemon.Run(ctx, cfg); err != nil {
-				lg.Error("coordd failed", zap.Error(err))
-				return err
-			}
-			return nil
+			return daemon.Run(ctx, cfg)
 		},
 	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory of the embedded etcd's data (kept across restarts)")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", daemon.DefaultGRPCAddr, "gRPC listen address")

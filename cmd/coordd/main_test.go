@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -89,7 +90,7 @@ func TestCommandEnvAndSignal(t *testing.T) {
 		<-exited
 		t.Fatalf("coordd did not stop within 20s of SIGTERM:\n%s", logs.String())
 	}
-	for _, want := range []string{`"msg":"coordd serving"`, `"msg":"coordd stopped"`} {
+	for _, want := range []string{`"msg":"coordd is ready"`, `"msg":"coordd stopped"`} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("JSON logs lack %s:\n%s", want, logs.String())
 		}
@@ -103,5 +104,34 @@ func TestApplyEnvRejectsBadValue(t *testing.T) {
 	err := applyEnv(cmd.Flags())
 	if err == nil || !strings.Contains(err.Error(), "COORDD_SHUTDOWN_TIMEOUT") {
 		t.Fatalf("applyEnv = %v, want an error naming COORDD_SHUTDOWN_TIMEOUT", err)
+	}
+}
+
+// A bad command line is said once, in plain words, with exit code 2; a bad
+// configuration value with exit code 1. Nothing is started.
+func TestBadInvocationIsSaidOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the command as a process")
+	}
+	for _, tt := range []struct {
+		args, want string
+		code       int
+	}{
+		{"--bogus", "coordd: unknown flag: --bogus (see coordd --help)\n", 2},
+		{"extra", `coordd: unexpected argument "extra": coordd takes flags only (see coordd --help)` + "\n", 2},
+		{"--etcd-election-timeout soon", `coordd: invalid argument "soon" for "--etcd-election-timeout" flag: time: invalid duration "soon" (see coordd --help)` + "\n", 2},
+		{"--key-root bad", `coordd: invalid configuration: --key-root "bad" must start and end with /` + "\n", 1},
+		{"--key-root bad --max-request-bytes 1", "coordd: invalid configuration: \n  - --key-root \"bad\" must start and end with /\n", 1},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "COORDD_TEST_RUN_MAIN=1", "COORDD_TEST_ARGS="+tt.args+" --data-dir "+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != tt.code {
+			t.Errorf("coordd %s: %v, want exit code %d", tt.args, err, tt.code)
+		}
+		if !strings.HasPrefix(string(out), tt.want) || strings.Count(string(out), "coordd: ") != 1 {
+			t.Errorf("coordd %s printed\n%s\nwant once:\n%s", tt.args, out, tt.want)
+		}
 	}
 }

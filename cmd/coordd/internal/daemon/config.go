@@ -125,7 +125,7 @@ func (cfg Config) withDefaults() Config {
 
 // validate reports every problem at once, in the words of the flags.
 func (cfg Config) validate() error {
-	var errs *multierror.Error
+	errs := &multierror.Error{ErrorFormat: listErrors}
 	add := func(format string, args ...any) { errs = multierror.Append(errs, fmt.Errorf(format, args...)) }
 
 	if !strings.HasPrefix(cfg.KeyRoot, "/") || !strings.HasSuffix(cfg.KeyRoot, "/") {
@@ -178,6 +178,19 @@ func (cfg Config) validate() error {
 		add("--initial-cluster %q has no member named %q (--name)", cfg.InitialCluster, cfg.Name)
 	}
 	return errs.ErrorOrNil()
+}
+
+// listErrors formats configuration problems for a terminal: one alone on
+// the line, several as an indented list.
+func listErrors(errs []error) string {
+	if len(errs) == 1 {
+		return errs[0].Error()
+	}
+	lines := make([]string, len(errs))
+	for i, err := range errs {
+		lines[i] = "\n  - " + err.Error()
+	}
+	return strings.Join(lines, "")
 }
 
 func parseHTTPURL(s string) (*url.URL, error) {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,8 @@ type Daemon struct {
 	// quietEtcd drops the errors etcd logs about its own listeners closing.
 	quietEtcd atomic.Bool
 	stopErr   error
+	// dirLock keeps a second daemon off the data dir (embedded etcd only).
+	dirLock *dataDirLock
 }
 
 // serverMetrics are registered once per process on the registry etcd uses,
@@ -90,31 +93,38 @@ func grpcMetrics() *grpcprom.ServerMetrics {
 func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
 	d := &Daemon{cfg: cfg, lg: cfg.Logger, serveErr: make(chan error, 2)}
 	d.stopped, d.markStopped = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
-			d.closeBackend()
+			d.closeStartup()
 		}
 	}()
 
-	if len(cfg.EtcdEndpoints) > 0 {
-		d.cli, err = connectExternal(ctx, cfg)
-	} else {
+	// Everything that can fail fast comes before etcd touches the data
+	// dir: a taken port or a data dir in use leaves nothing behind.
+	embedded := len(cfg.EtcdEndpoints) == 0
+	if embedded {
+		if d.dirLock, err = lockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	if d.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("gRPC listener (--grpc-addr): %w", err)
+	}
+	if d.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("HTTP listener (--http-addr): %w", err)
+	}
+
+	if embedded {
 		d.etcd, d.cli, err = startEmbedded(ctx, cfg, &d.quietEtcd)
+	} else {
+		d.cli, err = connectExternal(ctx, cfg)
 	}
 	if err != nil {
 		return nil, err
-	}
-
-	if d.grpcLis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-		return nil, fmt.Errorf("gRPC listener: %w", err)
-	}
-	if d.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		d.grpcLis.Close()
-		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
 
 	// Three election timeouts without a leader, as etcd's own
@@ -165,8 +175,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// The gateway dials our own gRPC listener so interceptors apply to REST.
 	d.gwConn, err = grpc.NewClient(d.grpcLis.Addr().String(), grpc.WithTransportCredentials(d.selfCredentials()))
 	if err != nil {
-		d.grpcLis.Close()
-		d.httpLis.Close()
 		return nil, fmt.Errorf("gateway connection: %w", err)
 	}
 	handler, err := gateway.New(context.WithoutCancel(ctx), gateway.Options{
@@ -177,9 +185,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Pprof:           cfg.EnablePprof,
 	})
 	if err != nil {
-		d.gwConn.Close()
-		d.grpcLis.Close()
-		d.httpLis.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	d.httpSrv = &http.Server{
@@ -221,10 +226,33 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}
 	}()
 	d.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	d.lg.Info("coordd serving",
-		zap.String("grpc-addr", d.GRPCAddr()), zap.String("http-addr", d.HTTPAddr()),
-		zap.Bool("embedded-etcd", d.etcd != nil), zap.String("key-root", cfg.KeyRoot))
+	d.logReady()
 	return d, nil
+}
+
+// logReady tells an operator, on the first screen, where everything is and
+// how to stop it.
+func (d *Daemon) logReady() {
+	scheme := "http"
+	if d.cfg.TLS != nil {
+		scheme = "https"
+	}
+	fields := []zap.Field{
+		zap.String("grpc", d.GRPCAddr()),
+		zap.String("http", scheme+"://"+d.HTTPAddr()),
+	}
+	if d.etcd != nil {
+		dir, _ := filepath.Abs(d.cfg.DataDir)
+		fields = append(fields,
+			zap.String("data-dir", dir),
+			zap.String("etcd-client", d.cfg.EtcdClientURL+" (this host only)"),
+			zap.Strings("etcd-peers", d.cfg.ListenPeerURLs),
+			zap.Int("members", len(d.etcd.Server.Cluster().Members())))
+	} else {
+		fields = append(fields, zap.Strings("etcd", d.cfg.EtcdEndpoints))
+	}
+	fields = append(fields, zap.String("key-root", d.cfg.KeyRoot), zap.String("stop", "Ctrl-C or SIGTERM (a second one forces)"))
+	d.lg.Info("coordd is ready", fields...)
 }
 
 // selfCredentials are the gateway's credentials for dialing the daemon's own
@@ -340,6 +368,19 @@ func (d *Daemon) stop(ctx context.Context) error {
 	return errs.ErrorOrNil()
 }
 
+// closeStartup undoes a Start that failed half-way.
+func (d *Daemon) closeStartup() {
+	if d.gwConn != nil {
+		d.gwConn.Close()
+	}
+	for _, l := range []net.Listener{d.grpcLis, d.httpLis} {
+		if l != nil {
+			l.Close()
+		}
+	}
+	d.closeBackend()
+}
+
 func (d *Daemon) closeBackend() error {
 	var err error
 	if d.cli != nil {
@@ -349,8 +390,9 @@ func (d *Daemon) closeBackend() error {
 		}
 	}
 	if d.etcd != nil {
-		d.etcd.Close()
+		closeEtcd(d.etcd, d.lg, 2*time.Duration(d.cfg.ElectionMs)*time.Millisecond)
 	}
+	d.dirLock.unlock()
 	return err
 }
 

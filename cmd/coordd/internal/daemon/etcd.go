@@ -54,7 +54,7 @@ func startEmbedded(ctx context.Context, cfg Config, quiet *atomic.Bool) (*embed.
 	if cfg.EtcdLogWarning && lg.Core().Enabled(zapcore.InfoLevel) {
 		lg = lg.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
 	}
-	lg = lg.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return &closingFilter{Core: c, quiet: quiet} }))
+	lg = lg.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return &etcdFilter{Core: c, quiet: quiet} }))
 	ecfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 
 	e, err := embed.StartEtcd(ecfg)
@@ -102,21 +102,68 @@ func parseURLs(ss []string) ([]url.URL, error) {
 	return out, nil
 }
 
-// closingFilter drops the error entries etcd logs, on every stop, about its
-// own listeners being closed; they are expected and would alarm operators.
-type closingFilter struct {
+// etcdFilter drops etcd log entries that are expected in coordd and would
+// only alarm an operator:
+//   - warnings about choices coordd makes on purpose: one client port for
+//     HTTP and gRPC (it is loopback-only and serves coordd alone) and
+//     etcd's simple auth tokens (coordd does not use etcd's auth);
+//   - once a stop has begun (quiet), the errors etcd logs about its own
+//     listeners being closed.
+type etcdFilter struct {
 	zapcore.Core
 	quiet *atomic.Bool
 }
 
-func (f *closingFilter) With(fields []zapcore.Field) zapcore.Core {
-	return &closingFilter{Core: f.Core.With(fields), quiet: f.quiet}
+var (
+	etcdNoise = []string{
+		"Running http and grpc server on single port",
+		"simple token is not cryptographically signed",
+	}
+	etcdStopNoise = []string{
+		"setting up serving from embedded etcd failed",
+		"stopping insecure grpc server",
+		"stopped insecure grpc server",
+	}
+)
+
+func (f *etcdFilter) With(fields []zapcore.Field) zapcore.Core {
+	return &etcdFilter{Core: f.Core.With(fields), quiet: f.quiet}
 }
 
-func (f *closingFilter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if f.quiet.Load() && (strings.HasPrefix(e.Message, "setting up serving from embedded etcd failed") ||
-		strings.HasPrefix(e.Message, "stopping insecure grpc server") || strings.HasPrefix(e.Message, "stopped insecure grpc server")) {
+func (f *etcdFilter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if hasPrefix(e.Message, etcdNoise) || (f.quiet.Load() && hasPrefix(e.Message, etcdStopNoise)) {
 		return ce
 	}
 	return f.Core.Check(e, ce)
+}
+
+func hasPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// closeEtcd closes the embedded member. A leader first hands leadership to
+// another member, which etcd waits for up to its request timeout (5 s + two
+// election timeouts); when the other members are stopping too, that wait
+// is wasted. After transferFor the member is stopped without the hand-off:
+// the others elect a leader by themselves, as after a crash.
+func closeEtcd(e *embed.Etcd, lg *zap.Logger, transferFor time.Duration) {
+	closed := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() { // owned by closeEtcd: it returns only after this ends
+		defer close(stopped)
+		select {
+		case <-closed:
+		case <-time.After(transferFor):
+			lg.Info("etcd leadership hand-off did not finish; stopping the member without it", zap.Duration("waited", transferFor))
+			e.Server.HardStop()
+		}
+	}()
+	e.Close()
+	close(closed)
+	<-stopped
 }

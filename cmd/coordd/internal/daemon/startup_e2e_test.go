@@ -1,0 +1,104 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/freeport"
+)
+
+// A second daemon on a data dir in use fails at once and says so, instead
+// of blocking inside etcd while it holds its ports.
+func TestDataDirInUse(t *testing.T) {
+	first := testConfig(t)
+	start(t, first)
+
+	second := testConfig(t)
+	second.DataDir = first.DataDir
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	d, err := daemon.Start(ctx, second)
+	if err == nil {
+		d.Stop(context.Background())
+		t.Fatal("a second daemon started on a data dir in use")
+	}
+	if !errors.Is(err, daemon.ErrDataDirInUse) {
+		t.Fatalf("Start = %v, want ErrDataDirInUse (not a wait or an etcd error)", err)
+	}
+	t.Logf("refused: %v", err)
+	// Its listeners were never opened: the port is free again.
+	l, lerr := net.Listen("tcp", second.GRPCAddr)
+	if lerr != nil {
+		t.Fatalf("the refused daemon holds its gRPC address: %v", lerr)
+	}
+	l.Close()
+}
+
+// A taken port fails the start before etcd has created anything in the
+// data dir, so fixing the port and starting again is a first start.
+func TestTakenPortLeavesTheDataDirUntouched(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the daemon")
+	}
+	taken, err := net.Listen("tcp", freeport.Addr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, which := range []string{"grpc", "http"} {
+		cfg := testConfig(t)
+		if which == "grpc" {
+			cfg.GRPCAddr = taken.Addr().String()
+		} else {
+			cfg.HTTPAddr = taken.Addr().String()
+		}
+		d, err := daemon.Start(t.Context(), cfg)
+		if err == nil {
+			d.Stop(context.Background())
+			t.Fatalf("%s: started on a taken port", which)
+		}
+		if _, serr := os.Stat(filepath.Join(cfg.DataDir, "etcd")); !errors.Is(serr, os.ErrNotExist) {
+			t.Fatalf("%s port taken (%v), yet etcd's data dir exists: %v", which, err, serr)
+		}
+		// The lock is released: a start with a free port succeeds.
+		cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+		start(t, cfg)
+	}
+}
+
+// Members stopped together stop quickly: the etcd leader does not wait out
+// etcd's request timeout (5 s + two election timeouts) for a leadership
+// hand-off that members which are stopping themselves cannot take.
+func TestClusterStopsTogetherQuickly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member cluster")
+	}
+	ds := startCluster(t, 3)
+	var wg sync.WaitGroup
+	took := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			begin := time.Now()
+			d.Stop(context.Background())
+			took[i] = time.Since(begin)
+		}()
+	}
+	wg.Wait()
+	for i, d := range took {
+		// 100 ms election timeouts here: a hand-off bound of 200 ms, plus
+		// what closing etcd takes on a busy machine.
+		if d > 3*time.Second {
+			t.Errorf("member %d took %s to stop", i, d)
+		}
+	}
+	t.Logf("stop times: %v", took)
+}
