@@ -2,7 +2,6 @@ package configcenter
 
 import (
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/coordd/coordd/internal/names"
@@ -32,7 +31,7 @@ const (
 	DefaultMaxReleaseBytes   = 1 << 20
 	DefaultMaxKeysPerRelease = 100
 	DefaultHistoryReleases   = 100
-	MaxNamespaceBytes        = 256
+	MaxNamespaceBytes        = names.MaxName
 	MaxKeyBytes              = 256
 	MaxAuthorBytes           = 256
 	MaxMessageBytes          = 1024
@@ -55,24 +54,12 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// ValidateNamespace accepts a path of 1 to MaxNamespaceBytes: segments of
-// [A-Za-z0-9._-] joined by "/", such as "payments/prod".
+// ValidateNamespace accepts the names locks and elections take (see package
+// names): segments of ASCII letters, digits and . _ : @ - joined by single
+// slashes, such as "payments/prod", at most MaxNamespaceBytes in all.
 func ValidateNamespace(ns string) error {
-	switch {
-	case ns == "":
-		return fmt.Errorf("%w: namespace is required", ErrInvalid)
-	case len(ns) > MaxNamespaceBytes:
-		return fmt.Errorf("%w: namespace is %d bytes, at most %d are allowed", ErrInvalid, len(ns), MaxNamespaceBytes)
-	}
-	for _, seg := range strings.Split(ns, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return fmt.Errorf("%w: namespace %q must be segments of letters, digits and . _ - joined by single slashes", ErrInvalid, ns)
-		}
-		for i := 0; i < len(seg); i++ {
-			if c := seg[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-				return fmt.Errorf("%w: namespace %q may contain only letters, digits, . _ - and /", ErrInvalid, ns)
-			}
-		}
+	if err := names.Check("namespace", ns); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
 }
@@ -82,7 +69,7 @@ func validateKey(key string) error {
 	if len(key) > MaxKeyBytes {
 		return fmt.Errorf("key is %d bytes, at most %d are allowed", len(key), MaxKeyBytes)
 	}
-	return names.Check("key", key)
+	return names.CheckKey("key", key)
 }
 
 // checkMutations validates a release's mutations and reports every problem

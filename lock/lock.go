@@ -349,8 +349,9 @@ func (m *Manager) Describe(ctx context.Context, name string) (Description, error
 // for the first page). The order is stable, so pages do not overlap.
 func (m *Manager) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
 	if prefix != "" {
-		if err := validateName(prefix); err != nil {
-			return nil, err
+		// A prefix is any start of a name ("reports/", "rep").
+		if err := names.CheckKey("lock name prefix", prefix); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 	}
 	if limit <= 0 {
