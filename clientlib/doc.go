@@ -1,32 +1,129 @@
 // Package clientlib is the Go SDK of coordd. It speaks coordd's gRPC API
-// only, never etcd.
+// only, never etcd, and covers coordd's three uses: sessions and fenced
+// locks, leader elections, and configuration.
 //
-// A Client connects to one or more coordd endpoints and fails over between
-// them. A Session is the liveness unit every lock and candidacy hangs off:
-// the SDK keeps it alive in the background and tells the program, through
-// Done and Err, when it can no longer be sure the session is alive. A Lock
-// (Session.Lock, TryLock, WithLock) is held by a session and carries a
-// fencing token; its Context ends when the lock is released or lost, no
-// later than the session's local deadline.
+// A [Client] connects to one or more coordd endpoints and fails over
+// between them; [New] waits up to Config.DialTimeout (5s by default) for a
+// first endpoint to answer. One Client serves all three uses, is safe for
+// concurrent use, and is closed once, when the program is done with it.
 //
-// Guarantees:
-//   - A session's local deadline (Deadline) is computed from the send time of
-//     the last acknowledged keep-alive: sent + TTL - margin, on the
-//     monotonic clock, with margin = max(1s, TTL/10). The server cannot
-//     expire the session before sent + TTL, so the local deadline always
-//     falls first, as long as the two clocks' rates differ by less than the
-//     margin over one TTL.
-//   - Done is closed no later than the local deadline (and at once when the
-//     server reports the session gone). Everything a program does on behalf
-//     of a session must stop when Done closes.
+//	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{"127.0.0.1:7420"}})
+//	if err != nil { ... }
+//	defer c.Close()
 //
-// Non-guarantees:
-//   - A session that the SDK gave up on may still be alive on the server for
-//     up to the rest of its TTL; use fencing tokens where that matters.
-//   - CreateSession is not retried after it may have reached the server: a
-//     failure there is indeterminate. Lock acquisition and release are
-//     retried, because they are idempotent (request id, token).
-//   - A lock protects a resource only if the resource checks the token
-//     (see package fencing): a paused holder can act after its session
-//     ended, whatever the SDK does.
+// Errors from the server match sentinels through errors.Is, chosen by the
+// server's reason: errors.Is(err, clientlib.ErrSessionNotFound).
+//
+// # Sessions and fenced locks
+//
+// A [Session] is the liveness unit every lock and candidacy hangs off: the
+// SDK renews it in the background (every TTL/3, jittered) and tells the
+// program, through Done, Context and Err, when it can no longer be sure
+// the session is alive. A [Lock] ([Session.Lock], [Session.TryLock],
+// [WithLock]) is held by a session and carries a fencing token (package
+// fencing); its Context ends when the lock is released or lost, no later
+// than the session's local deadline.
+//
+//	s, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second), clientlib.WithOwner("billing"))
+//	if err != nil { ... }
+//	defer s.Close(context.Background())
+//
+//	err = clientlib.WithLock(ctx, s, "reports/daily", func(ctx context.Context, token fencing.Token) error {
+//		return db.Write(ctx, row, token) // stop when ctx ends; the resource checks the token
+//	})
+//
+// Guarantees: a session's local deadline ([Session.Deadline]) is the send
+// time of the last acknowledged keep-alive + TTL - margin, on the
+// monotonic clock, with margin = max(1s, TTL/10); the server cannot expire
+// the session before send time + TTL, so the local deadline falls first as
+// long as the two clocks' rates differ by less than the margin over one
+// TTL. Done closes no later than the local deadline (at once when the
+// server reports the session gone), and every lock's Context ends with it:
+// everything done on a session's behalf must stop then. A grant's token is
+// strictly greater than the token of every earlier grant of the same lock.
+// Lock acquisition is retried while coordd is unavailable with the same
+// request id, so a retry never takes the lock twice; Release is retried
+// with the grant's token, so it never removes a newer holder. NewSession is
+// not retried once its request may have reached the server: a failure
+// there is indeterminate. Not guaranteed: a session
+// the SDK gave up on may still be alive on the server for the rest of its
+// TTL, and a paused holder can act after its session ended, whatever the
+// SDK does; a lock protects a resource only if the resource checks the
+// token (fencing.Guard, fencing.Middleware, or [Client.FencedPut]).
+//
+// # Leader elections
+//
+// [Client.RunElection] campaigns for an election, runs a callback while
+// this process leads, and heals itself: it replaces a session that ended
+// and campaigns again, with backoff, after failures. For custom loops,
+// [Session.Campaign] returns a [Leadership] with a Term, a Context, Proclaim
+// and Resign; [Client.Leader], [Client.Candidates] and [Client.Observe]
+// show who leads and who waits.
+//
+//	err := c.RunElection(ctx, "reports/nightly", "host-1:8080",
+//		func(ctx context.Context, term fencing.Token) error {
+//			return runBatch(ctx, term) // stop when ctx ends; pass term to every write
+//		},
+//		clientlib.WithElectionSession(clientlib.WithTTL(10*time.Second)),
+//		clientlib.OnElected(func(term fencing.Token) { log.Printf("leading, term %d", term) }),
+//		clientlib.OnDemoted(func(term fencing.Token, why error) { log.Printf("term %d over: %v", term, why) }))
+//
+// Guarantees: a term is a fencing token, strictly greater than every
+// earlier leader's term of the election. The callback's context ends when
+// leadership ends: at the latest at the session's local deadline, before
+// the server can elect anyone else (under the clock condition above).
+// RunElection never runs two callbacks at
+// once; when a callback returns it resigns, so the next candidate leads at
+// once; a callback that returns nil while still leading ends RunElection
+// with nil; when ctx ends, RunElection cancels the callback, waits for it,
+// resigns on a fresh bounded context, closes its session and returns ctx's
+// error. OnElected and OnDemoted run on RunElection's goroutine. Not
+// guaranteed: a callback that ignores its context keeps running after its
+// term ended, and a deposed leader can still act while paused, so fence
+// what the leader writes by its term ([Client.ValidateLeadership],
+// [Client.FencedPutAsLeader], or a resource that checks the term).
+//
+// # Configuration
+//
+// [Client.Subscribe] follows namespaces and keeps an immutable, consistent
+// [ConfigSnapshot] of them current; [Bind] decodes one namespace into a Go
+// type and hot-reloads it. [Subscription.OnKey], OnNamespace and OnPrefix
+// call back on changes; [Subscription.Status] says whether the
+// subscription is live, stale or syncing.
+// Writes go through [Client.Publish], [Client.PutConfig] and
+// [Client.RollbackConfig].
+//
+//	sub, err := c.Subscribe(ctx, []string{"payments/prod"},
+//		clientlib.WithCacheFile("/var/lib/myapp/config.json")) // start even while coordd is down
+//	if err != nil { ... }
+//	defer sub.Close()
+//
+//	type Payments struct {
+//		Timeout string `json:"timeout"`
+//		Retries int    `json:"retries"`
+//	}
+//	cfg, err := clientlib.Bind(sub, "payments/prod", clientlib.JSON,
+//		clientlib.BindDefaults(Payments{Timeout: "5s", Retries: 3}),
+//		clientlib.BindValidate(func(p Payments) error { ... })) // a bad release is refused
+//	if err != nil { ... }
+//	p := cfg.Load() // lock-free, never blocks
+//
+// Guarantees: Subscribe returns once it has the current snapshot (or,
+// past its start timeout, the cache file's, marked stale; with neither, it
+// fails with ErrUnavailable). A snapshot is consistent at one revision,
+// with every namespace at a complete release, and is never replaced by an
+// older state of the same cluster: after a disconnect the subscription
+// resumes from its revision, and takes the server's fresh snapshot
+// whenever the stream was reset. Callbacks run one at a time, in
+// registration order, on the subscription's goroutine, outside any lock; a
+// panic is recovered and reported to OnError. A Binding's Load returns a
+// value decoded from one complete release that passed BindValidate; a
+// release that does not decode or validate is refused, the last good value
+// stays, and the refusal is reported to OnError and (unless
+// WithoutStatusReports) to the server's applied-status
+// ([Client.ConfigApplyStatus]). Not guaranteed: that callbacks see every
+// release (releases that arrive while a callback runs coalesce into one
+// change), or that the configuration is current: while the subscription
+// is stale (disconnected, or started from the cache file) it serves the
+// last one it knew, and Status says for how long.
 package clientlib

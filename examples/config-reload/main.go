@@ -1,12 +1,22 @@
 // Command config-reload hot-reloads a typed configuration from coordd and
 // prints every change: the config center's SDK in a few lines.
 //
-//	go run ./examples/config-reload -endpoints 127.0.0.1:7420 -namespace demo/app
+// With coordd running (see the README), build it and run it in the
+// foreground; it prints its PID first ("config-reload: pid 4712"), then
+// the configuration it started with:
 //
-// then, in another shell, publish a change:
+//	go build -o bin/config-reload ./examples/config-reload
+//	bin/config-reload -endpoints 127.0.0.1:7420 -namespace demo/app
+//
+// then, in another shell, publish a change, and one it refuses (workers
+// must be 1 to 64):
 //
 //	curl -s -X POST localhost:7421/v1/config:put \
 //	  -d '{"namespace":"demo/app","key":"greeting","value":"\"hello again\""}'
+//	curl -s -X POST localhost:7421/v1/config:put \
+//	  -d '{"namespace":"demo/app","key":"workers","value":"0"}'
+//
+// Ctrl-C, or kill with its PID from another shell, stops it.
 package main
 
 import (
@@ -61,6 +71,7 @@ func envOr(key, def string) string {
 // run follows namespace until ctx ends, printing the configuration at
 // start and after every accepted change, and every rejected release.
 func run(ctx context.Context, out io.Writer, endpoints []string, namespace, cacheFile string) error {
+	fmt.Fprintf(out, "config-reload: pid %d\n", os.Getpid())
 	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints, NoWait: cacheFile != ""})
 	if err != nil {
 		return err

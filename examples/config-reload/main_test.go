@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +52,9 @@ func TestConfigReload(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, &out, []string{d.GRPCAddr}, "demo/app", "") }()
 	waitFor(t, "the start line", func() bool { return strings.Contains(out.String(), "started (live, release 0)") })
+	if want := fmt.Sprintf("config-reload: pid %d\n", os.Getpid()); !strings.HasPrefix(out.String(), want) {
+		t.Fatalf("output does not start with %q:\n%s", want, out.String())
+	}
 
 	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{d.GRPCAddr}})
 	if err != nil {

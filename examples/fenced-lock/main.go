@@ -6,17 +6,29 @@
 // the lock when its session expires; when it wakes, its late write is
 // refused instead of overwriting a newer one.
 //
-// Run the store and two workers against a local coordd:
+// With coordd running (see the README), build the example first, then
+// start the store and two workers in the background. Build first: with
+// "go run ... &", $! is the go command rather than the program (signals
+// would miss it), and each process starts only once it has compiled.
 //
-//	go run ./examples/fenced-lock -mode store -listen 127.0.0.1:8090 &
-//	go run ./examples/fenced-lock -mode worker -store http://127.0.0.1:8090 -id a &
-//	go run ./examples/fenced-lock -mode worker -store http://127.0.0.1:8090 -id b &
+//	go build -o bin/fenced-lock ./examples/fenced-lock
+//	bin/fenced-lock -mode store -listen 127.0.0.1:8090 & STORE=$!
+//	bin/fenced-lock -mode worker -store http://127.0.0.1:8090 -id a -work 2s & A=$!
+//	bin/fenced-lock -mode worker -store http://127.0.0.1:8090 -id b & B=$!
 //
-// then pause one worker for longer than its session TTL (5s) and resume it:
+// Each process prints its PID first ("store: pid 4711, listening on ...",
+// "worker a: pid 4712"). A worker waits up to 10s (-wait) for coordd and
+// the store to answer, so the order in which they start does not matter.
+// Worker a takes 2s per increment, so it holds the lock most of the time.
+// Pause it for longer than its session TTL (5s), then resume it:
 //
-//	kill -STOP <pid of worker a>; sleep 8; kill -CONT <pid of worker a>
+//	kill -STOP $A; sleep 8; kill -CONT $A
 //
-// and watch worker a print "write refused: stale fencing token".
+// and watch worker a print "write refused: stale fencing token" (if it was
+// paused while waiting for the lock instead, it just starts a new session:
+// pause it again). Stop all three with:
+//
+//	kill $A $B $STORE
 package main
 
 import (
@@ -49,6 +61,7 @@ func main() {
 	rounds := flag.Int("rounds", 0, "worker: increments to make; 0 runs until interrupted")
 	work := flag.Duration("work", 200*time.Millisecond, "worker: time between reading and writing the counter")
 	ttl := flag.Duration("ttl", 5*time.Second, "worker: session TTL")
+	wait := flag.Duration("wait", 10*time.Second, "worker: how long to wait at start for coordd and the store to answer")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -57,7 +70,7 @@ func main() {
 	case "store":
 		err = serveStore(ctx, *listen, os.Stdout)
 	case "worker":
-		err = runWorker(ctx, os.Stdout, workerConfig{endpoints: strings.Split(*endpoints, ","), store: *storeURL, id: *id, rounds: *rounds, work: *work, ttl: *ttl})
+		err = runWorker(ctx, os.Stdout, workerConfig{endpoints: strings.Split(*endpoints, ","), store: *storeURL, id: *id, rounds: *rounds, work: *work, ttl: *ttl, wait: *wait})
 	default:
 		err = fmt.Errorf("-mode must be store or worker")
 	}
@@ -139,7 +152,7 @@ func serveStore(ctx context.Context, addr string, out io.Writer) error {
 		return err
 	}
 	srv := &http.Server{Handler: (&store{}).handler(), ReadHeaderTimeout: 5 * time.Second}
-	fmt.Fprintf(out, "store listening on http://%s\n", ln.Addr())
+	fmt.Fprintf(out, "store: pid %d, listening on http://%s\n", os.Getpid(), ln.Addr())
 	go func() { <-ctx.Done(); srv.Close() }()
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
@@ -152,15 +165,31 @@ type workerConfig struct {
 	store, id string
 	rounds    int
 	work, ttl time.Duration
+	wait      time.Duration // at start, for coordd and the store
 }
 
 // runWorker increments the store's counter under the lock, rounds times.
 func runWorker(ctx context.Context, out io.Writer, cfg workerConfig) error {
-	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: cfg.endpoints})
+	fmt.Fprintf(out, "worker %s: pid %d\n", cfg.id, os.Getpid())
+	// coordd and the store may still be starting: wait for both, within
+	// one bound, instead of failing on the first refused connection.
+	deadline := time.Now().Add(cfg.wait)
+	var c *clientlib.Client
+	err := retryUntil(ctx, deadline, func(ctx context.Context) (err error) {
+		c, err = clientlib.New(ctx, clientlib.Config{Endpoints: cfg.endpoints, DialTimeout: time.Second})
+		return err
+	}, func(err error) bool { return errors.Is(err, clientlib.ErrUnavailable) },
+		func(err error) { fmt.Fprintf(out, "worker %s: waiting for coordd: %v\n", cfg.id, err) })
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	err = retryUntil(ctx, deadline, func(ctx context.Context) error { return pingStore(ctx, cfg.store) },
+		func(err error) bool { return !errors.Is(err, errStoreAnswer) },
+		func(err error) { fmt.Fprintf(out, "worker %s: waiting for the store: %v\n", cfg.id, err) })
+	if err != nil {
+		return err
+	}
 	for i := 0; cfg.rounds == 0 || i < cfg.rounds; i++ {
 		// A fresh session per round: a worker that lost its session (it
 		// was paused) gets a new one.
@@ -172,6 +201,11 @@ func runWorker(ctx context.Context, out io.Writer, cfg workerConfig) error {
 			v, err := readCounter(lctx, cfg.store, token)
 			if errors.Is(err, errStale) {
 				fmt.Fprintf(out, "worker %s: read refused: stale fencing token %s\n", cfg.id, token)
+				return nil
+			}
+			if err != nil && lctx.Err() != nil {
+				// Paused during the read: the lock was lost meanwhile.
+				fmt.Fprintf(out, "worker %s: lock lost during the read (token %s)\n", cfg.id, token)
 				return nil
 			}
 			if err != nil {
@@ -191,7 +225,9 @@ func runWorker(ctx context.Context, out io.Writer, cfg workerConfig) error {
 			return nil
 		})
 		sess.Close(context.WithoutCancel(ctx))
-		if err != nil && ctx.Err() == nil && !errors.Is(err, clientlib.ErrSessionExpired) {
+		// A session that ended (the worker was paused past its TTL) is
+		// replaced in the next round; anything else is a failure.
+		if err != nil && ctx.Err() == nil && !errors.Is(err, clientlib.ErrSessionExpired) && !errors.Is(err, clientlib.ErrSessionNotFound) {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -201,7 +237,57 @@ func runWorker(ctx context.Context, out io.Writer, cfg workerConfig) error {
 	return nil
 }
 
-var errStale = errors.New("stale fencing token")
+// retryUntil calls try until it succeeds, fails with an error retryable
+// does not accept, ctx ends, or the next attempt would start after
+// deadline. Attempts are 100ms apart at first, doubling up to 1s. waiting
+// is told about the first failure, so a wait is never silent.
+func retryUntil(ctx context.Context, deadline time.Time, try func(context.Context) error, retryable func(error) bool, waiting func(error)) error {
+	began, delay := time.Now(), 100*time.Millisecond
+	for attempt := 0; ; attempt++ {
+		err := try(ctx)
+		if err == nil || ctx.Err() != nil || !retryable(err) {
+			return err
+		}
+		if time.Now().Add(delay).After(deadline) {
+			return fmt.Errorf("gave up waiting after %s: %w", time.Since(began).Round(100*time.Millisecond), err)
+		}
+		if attempt == 0 {
+			waiting(err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+var (
+	errStale       = errors.New("stale fencing token")
+	errStoreAnswer = errors.New("unexpected answer from the store")
+)
+
+// pingStore checks that the store answers; a transport error (connection
+// refused while it starts) is worth retrying, a wrong answer is not.
+func pingStore(ctx context.Context, store string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", store+"/status", nil)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errStoreAnswer, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: GET %s/status: %s", errStoreAnswer, store, resp.Status)
+	}
+	return nil
+}
 
 func readCounter(ctx context.Context, store string, token fencing.Token) (int, error) {
 	req, _ := http.NewRequestWithContext(ctx, "GET", store+"/counter", nil)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/freeport"
 )
 
 // lines collects a process's output lines.
@@ -36,6 +37,12 @@ func (l *lines) follow(cmd *exec.Cmd) {
 	}()
 }
 
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.all, "\n")
+}
+
 func (l *lines) has(s string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -45,6 +52,31 @@ func (l *lines) has(s string) bool {
 		}
 	}
 	return false
+}
+
+// build compiles the example into a temp dir.
+func build(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "fenced-lock")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// start runs the example with args, following its output, and kills it
+// when the test ends.
+func start(t *testing.T, bin string, args ...string) (*exec.Cmd, *lines) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	var l lines
+	l.follow(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, &l
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -83,21 +115,10 @@ func TestPausedWorkerIsFenced(t *testing.T) {
 	d := coorddtest.Start(t)
 	srv := httptest.NewServer((&store{}).handler())
 	defer srv.Close()
-	bin := filepath.Join(t.TempDir(), "fenced-lock")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := build(t)
 	worker := func(id string, rounds int, work time.Duration) (*exec.Cmd, *lines) {
-		cmd := exec.Command(bin, "-mode", "worker", "-endpoints", d.GRPCAddr, "-store", srv.URL, "-id", id,
+		return start(t, bin, "-mode", "worker", "-endpoints", d.GRPCAddr, "-store", srv.URL, "-id", id,
 			"-rounds", fmt.Sprint(rounds), "-work", work.String(), "-ttl", "2s")
-		cmd.Stderr = os.Stderr
-		var l lines
-		l.follow(cmd)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		return cmd, &l
 	}
 	// Worker a reads the counter with its token, then works for 3s: pause
 	// it in the middle, holding the lock.
@@ -120,8 +141,63 @@ func TestPausedWorkerIsFenced(t *testing.T) {
 	if !aOut.has("write refused: stale fencing token") {
 		t.Fatalf("worker a's late write was not refused: %v", aOut.all)
 	}
+	// Each worker names its own PID, the one to signal.
+	for _, w := range []struct {
+		id  string
+		cmd *exec.Cmd
+		out *lines
+	}{{"a", a, aOut}, {"b", b, bOut}} {
+		if want := fmt.Sprintf("worker %s: pid %d", w.id, w.cmd.Process.Pid); !w.out.has(want) {
+			t.Errorf("worker %s did not print %q:\n%s", w.id, want, w.out)
+		}
+	}
 	if s := getStatus(t, srv.URL); s.Value != 3 || s.Refused != 1 {
 		t.Fatalf("store = %+v, want 3 increments and 1 refusal", s)
+	}
+}
+
+// A worker started before coordd and the store waits for both (saying
+// so) instead of failing on the first refused connection, then works.
+func TestWorkerWaitsForCoorddAndStore(t *testing.T) {
+	d := coorddtest.Start(t)
+	d.Stop() // its address now refuses connections, until Restart
+	bin := build(t)
+	storeAddr := freeport.Addr(t)
+	w, wOut := start(t, bin, "-mode", "worker", "-endpoints", d.GRPCAddr, "-store", "http://"+storeAddr, "-id", "w",
+		"-rounds", "2", "-work", "10ms", "-ttl", "2s", "-wait", "60s")
+	waitFor(t, "the worker to wait for coordd", func() bool { return wOut.has("worker w: waiting for coordd") })
+	d.Restart(t)
+	waitFor(t, "the worker to wait for the store", func() bool { return wOut.has("worker w: waiting for the store") })
+	s, sOut := start(t, bin, "-mode", "store", "-listen", storeAddr)
+	waitFor(t, "the worker's second increment", func() bool { return wOut.has("counter 1 -> 2") })
+	if err := w.Wait(); err != nil {
+		t.Fatalf("worker: %v; output:\n%s", err, wOut)
+	}
+	if want := fmt.Sprintf("worker w: pid %d", w.Process.Pid); !wOut.has(want) {
+		t.Fatalf("worker did not print %q:\n%s", want, wOut)
+	}
+	if want := fmt.Sprintf("store: pid %d, listening on http://%s", s.Process.Pid, storeAddr); !sOut.has(want) {
+		t.Fatalf("store did not print %q:\n%s", want, sOut)
+	}
+	if st := getStatus(t, "http://"+storeAddr); st.Value != 2 {
+		t.Fatalf("store = %+v, want 2 increments", st)
+	}
+}
+
+// A worker gives up after -wait when nothing answers.
+func TestWorkerGivesUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the example")
+	}
+	bin := build(t)
+	cmd := exec.Command(bin, "-mode", "worker", "-endpoints", freeport.Addr(t), "-wait", "1500ms")
+	began := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "gave up waiting") {
+		t.Fatalf("worker: %v\n%s", err, out)
+	}
+	if took := time.Since(began); took > 10*time.Second {
+		t.Fatalf("worker gave up after %s; -wait was 1.5s", took)
 	}
 }
 

@@ -3,9 +3,23 @@
 // leader works, the others stand by, and when the leader dies (or loses
 // its session) another takes over within its session TTL.
 //
-//	go run ./examples/leader-worker -id a &
-//	go run ./examples/leader-worker -id b &
-//	kill -9 <pid of the one that prints "leading">   # the other takes over
+// With coordd running (see the README), build it first, so that $! is
+// the worker itself and not a "go run" that would survive a signal meant
+// for the worker, then start two workers in the background:
+//
+//	go build -o bin/leader-worker ./examples/leader-worker
+//	bin/leader-worker -id a & A=$!
+//	bin/leader-worker -id b & B=$!
+//
+// Each prints its PID first ("worker a: pid 4712"); one of them then
+// prints "leading (term N)" and its batch steps. Kill the leader without
+// letting it resign, and the other takes over once the leader's session
+// expires, about its TTL (3s, -ttl) later:
+//
+//	kill -9 $A      # if a leads; otherwise kill -9 $B
+//
+// Stop the one left with kill (SIGTERM: a leader resigns at once, and
+// RunElection returns).
 package main
 
 import (
@@ -47,6 +61,7 @@ func envOr(key, def string) string {
 }
 
 func run(ctx context.Context, out io.Writer, endpoints []string, id string, ttl, step time.Duration) error {
+	fmt.Fprintf(out, "worker %s: pid %d\n", id, os.Getpid())
 	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints})
 	if err != nil {
 		return err

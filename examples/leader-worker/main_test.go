@@ -75,6 +75,10 @@ func TestFailOverOnKill(t *testing.T) {
 	}
 	a := start("a")
 	waitFor(t, "a to lead", func() bool { _, _, ok := a.find(leading); return ok })
+	// The worker names its own PID, the one to kill.
+	if _, _, ok := a.find(regexp.MustCompile(`^worker a: pid ` + strconv.Itoa(a.cmd.Process.Pid) + `$`)); !ok {
+		t.Fatalf("a did not print its pid %d", a.cmd.Process.Pid)
+	}
 	b := start("b")
 	waitFor(t, "b to stand by", func() bool { _, _, ok := b.find(regexp.MustCompile("standing by")); return ok })
 	waitFor(t, "a to work", func() bool { _, _, ok := a.find(regexp.MustCompile("batch step 3")); return ok })
