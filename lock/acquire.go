@@ -50,7 +50,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		if lim, ok := limitOf(holders); ok && lim != req.Limit {
 			return Grant{}, fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit)
 		}
-		return Grant{}, fmt.Errorf("%w: %q", ErrHeld, req.Name)
+		return Grant{}, fmt.Errorf("%w by another session: %q", ErrHeld, req.Name)
 	}
 	if err != nil {
 		return Grant{}, err
@@ -79,13 +79,13 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		return g, nil
 	}
 	if !wait {
-		return fail(fmt.Errorf("%w: %q", ErrHeld, req.Name))
+		return fail(fmt.Errorf("%w by another session: %q", ErrHeld, req.Name))
 	}
 	// A mutex already held by this same session under another request
 	// would make this waiter wait for itself forever.
 	own := m.queue(req.Name) + fmt.Sprintf("%016x/", uint64(req.Session))
 	if req.Limit == 1 && len(holders) > 0 && strings.HasPrefix(string(holders[0].Key), own) {
-		return fail(fmt.Errorf("%w: this session already holds %q (request %s); waiting would deadlock, release it first",
+		return fail(fmt.Errorf("%w by this same session under request %[3]s: waiting for %[2]q would wait for itself forever; release it first",
 			ErrHeld, req.Name, strings.TrimPrefix(string(holders[0].Key), own)))
 	}
 

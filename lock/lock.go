@@ -24,7 +24,7 @@ var (
 	ErrTooLarge = errors.New("lock: value too large")
 	// ErrHeld: TryAcquire found the lock held (all permits taken) or in a
 	// lock-delay; or Acquire would wait behind its own session's grant.
-	ErrHeld = errors.New("lock: held by another session")
+	ErrHeld = errors.New("lock: held")
 	// ErrNotHolder: Release was given a token that holds nothing now.
 	ErrNotHolder = errors.New("lock: not the holder")
 	// ErrStaleToken: a fenced call's token no longer holds the lock.

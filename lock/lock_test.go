@@ -354,8 +354,12 @@ func TestIdempotentAcquire(t *testing.T) {
 	// Waiting for it would wait for itself: refused at once, nothing queued.
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := e.m.Acquire(wctx, lock.Request{Name: "l", Session: s, RequestID: "req-3"}); !errors.Is(err, lock.ErrHeld) {
+	_, err = e.m.Acquire(wctx, lock.Request{Name: "l", Session: s, RequestID: "req-3"})
+	if !errors.Is(err, lock.ErrHeld) {
 		t.Fatalf("waiting acquisition behind the same session's grant = %v, want ErrHeld at once", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "this same session") || strings.Contains(msg, "another session") {
+		t.Errorf("error %q should say the lock is held by this same session", msg)
 	}
 	if n := e.keys(t); n != 1 {
 		t.Fatalf("%d waiter keys after refused acquisitions, want 1", n)
