@@ -25,7 +25,7 @@ func (a *app) clusterCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(st, func(w io.Writer) {
+				return a.print(clusterOut(st), func(w io.Writer) {
 					fmt.Fprintf(w, "cluster %s, revision %d, raft term %d, coordd %s, etcd %s\n", st.ClusterID, st.Revision, st.RaftTerm, st.CoorddVersion, st.EtcdVersion)
 					fmt.Fprintf(w, "database %s (%s in use) on the answering member\n", bytesStr(st.DBSize), bytesStr(st.DBSizeInUse))
 					fmt.Fprintln(w, "MEMBER\tNAME\tROLE\tPEER URLS")

@@ -2,51 +2,20 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"slices"
 	"strconv"
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/spf13/cobra"
 )
-
-type releaseJSON struct {
-	Namespace  string       `json:"namespace"`
-	Number     int64        `json:"number"`
-	Revision   string       `json:"revision"`
-	Author     string       `json:"author,omitempty"`
-	Message    string       `json:"message,omitempty"`
-	Time       string       `json:"time,omitempty"`
-	RollbackOf int64        `json:"rollbackOf,omitempty"`
-	Changes    []changeJSON `json:"changes"`
-}
-
-type changeJSON struct {
-	Key string  `json:"key"`
-	Old *string `json:"old,omitempty"`
-	New *string `json:"new,omitempty"`
-}
-
-func releaseOut(r clientlib.ConfigRelease) releaseJSON {
-	out := releaseJSON{Namespace: r.Namespace, Number: r.Number, Revision: strconv.FormatInt(r.Revision, 10), Author: r.Author, Message: r.Message, RollbackOf: r.RollbackOf, Changes: changesOut(r.Changes)}
-	if !r.Time.IsZero() {
-		out.Time = ts(r.Time)
-	}
-	return out
-}
-
-func changesOut(cs []clientlib.KeyChange) []changeJSON {
-	out := make([]changeJSON, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, changeJSON{Key: c.Key, Old: c.Old, New: c.New})
-	}
-	return out
-}
 
 // changeLine prints a change as + (added), - (removed) or ~ (changed).
 func changeLine(c clientlib.KeyChange) string {
@@ -131,11 +100,11 @@ func (a *app) configCommand() *cobra.Command {
 		author, message string
 	)
 	opts := func() clientlib.PublishOptions {
-		return clientlib.PublishOptions{ExpectedRevision: expect, Author: author, Message: message}
+		return clientlib.PublishOptions{ExpectedRevision: expect, Author: cmp.Or(author, osUser()), Message: message}
 	}
 	writeFlags := func(c *cobra.Command) {
 		c.Flags().Int64Var(&expect, "expect", 0, "compare-and-set: fail (exit 4) if the namespace changed after this revision")
-		c.Flags().StringVar(&author, "author", os.Getenv("USER"), "recorded with the release")
+		c.Flags().StringVar(&author, "author", "", "recorded with the release (default: your OS user name)")
 		c.Flags().StringVarP(&message, "message", "m", "", "recorded with the release")
 	}
 
@@ -149,7 +118,7 @@ func (a *app) configCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(map[string]any{"key": args[1], "value": v, "modRevision": strconv.FormatInt(mod, 10)}, func(w io.Writer) { fmt.Fprintln(w, v) })
+				return a.print(valueJSON{Key: args[1], Value: v, ModRevision: i64(mod)}, func(w io.Writer) { fmt.Fprintln(w, v) })
 			})
 		},
 	}
@@ -243,7 +212,7 @@ With --raw, string members are stored without their quotes.`,
 				if err != nil {
 					return err
 				}
-				return a.print(map[string]any{"namespace": s.Namespace, "release": s.Release, "revision": strconv.FormatInt(s.Revision, 10), "values": s.Values}, func(w io.Writer) {
+				return a.print(snapshotOut(s), func(w io.Writer) {
 					fmt.Fprintf(w, "# %s release %d at revision %d\n", s.Namespace, s.Release, s.Revision)
 					keys := make([]string, 0, len(s.Values))
 					for k := range s.Values {
@@ -280,27 +249,22 @@ With --raw, string members are stored without their quotes.`,
 					return nil
 				}
 				var text string
-				line := map[string]any{"type": ev.Type, "revision": strconv.FormatInt(ev.Revision, 10)}
 				switch ev.Type {
 				case "SNAPSHOT":
 					text = fmt.Sprintf("%d SNAPSHOT", ev.Revision)
-					var snaps []map[string]any
 					for _, s := range ev.Snapshots {
 						text += fmt.Sprintf(" %s@%d(%d keys)", s.Namespace, s.Release, len(s.Values))
-						snaps = append(snaps, map[string]any{"namespace": s.Namespace, "release": s.Release, "values": s.Values})
 					}
-					line["snapshots"] = snaps
 				case "CHANGE":
 					r := ev.Release
 					text = fmt.Sprintf("%d CHANGE %s release %d by %s", ev.Revision, r.Namespace, r.Number, r.Author)
 					for _, ch := range r.Changes {
 						text += "\n  " + changeLine(ch)
 					}
-					line["release"] = releaseOut(*r)
 				default:
 					text = fmt.Sprintf("%d BOOKMARK", ev.Revision)
 				}
-				if err := a.printLine(line, text); err != nil {
+				if err := a.printLine(watchOut(ev), text); err != nil {
 					return err
 				}
 				if n++; count > 0 && n >= count {
@@ -329,11 +293,7 @@ With --raw, string members are stored without their quotes.`,
 				if err != nil {
 					return err
 				}
-				out := make([]releaseJSON, 0, len(rels))
-				for _, r := range rels {
-					out = append(out, releaseOut(r))
-				}
-				return a.print(out, func(w io.Writer) {
+				return a.print(releasesOut(rels), func(w io.Writer) {
 					fmt.Fprintln(w, "RELEASE\tREVISION\tTIME\tAUTHOR\tCHANGES\tMESSAGE")
 					for _, r := range rels {
 						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\n", r.Number, r.Revision, ts(r.Time), r.Author, len(r.Changes), r.Message)
@@ -410,7 +370,7 @@ With --raw, string members are stored without their quotes.`,
 				if err != nil {
 					return err
 				}
-				return a.print(map[string]string{"namespace": args[0], "schema": s}, func(w io.Writer) { fmt.Fprintln(w, s) })
+				return a.print(schemaJSON{Namespace: args[0], Schema: s}, func(w io.Writer) { fmt.Fprintln(w, s) })
 			})
 		},
 	}
@@ -427,7 +387,7 @@ With --raw, string members are stored without their quotes.`,
 				if err != nil {
 					return err
 				}
-				return a.print(st, func(w io.Writer) {
+				return a.print(applyStatusOut(st), func(w io.Writer) {
 					fmt.Fprintln(w, "INSTANCE\tAPPLIED\tREJECTED\tREPORTED\tREASON")
 					for _, in := range st.Instances {
 						rej := "-"
@@ -466,6 +426,19 @@ With --raw, string members are stored without their quotes.`,
 			})
 		},
 	}
+	for _, c := range []*cobra.Command{get, put, del, publish, snapshot, history, diff, rollback, schema, status, namespaces} {
+		c.ValidArgsFunction = a.completeFirst(namespaceNames, cobra.ShellCompDirectiveNoFileComp)
+	}
+	watch.ValidArgsFunction = a.completeEach(namespaceNames)
 	cmd.AddCommand(get, put, del, publish, snapshot, watch, history, diff, rollback, schema, status, namespaces)
 	return cmd
+}
+
+// osUser names the author of a release made without --author: the OS
+// user, else $USER, else "coordctl".
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return cmp.Or(os.Getenv("USER"), "coordctl")
 }

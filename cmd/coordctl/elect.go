@@ -12,22 +12,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-type leaderJSON struct {
-	Term      string    `json:"term"`
-	Value     string    `json:"value"`
-	SessionID string    `json:"sessionId"`
-	Owner     string    `json:"owner,omitempty"`
-	Hostname  string    `json:"hostname,omitempty"`
-	Since     time.Time `json:"since"`
-	Proclaims int64     `json:"proclaims"`
-}
-
-func leaderOut(l clientlib.Leader) leaderJSON {
-	return leaderJSON{Term: l.Term.String(), Value: l.Value, SessionID: l.SessionID, Owner: l.Owner, Hostname: l.Hostname, Since: l.Since, Proclaims: l.Proclaims}
-}
-
 func (a *app) electCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "elect", Short: "Campaign, proclaim, resign, see and follow leaders; run a command only while leading"}
+	cmd := &cobra.Command{Use: "elect", Short: "Campaign, proclaim, resign, see leaders and candidates, follow leaders; run a command only while leading"}
 
 	var sessionID string
 	var wait time.Duration
@@ -49,7 +35,7 @@ func (a *app) electCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.print(map[string]string{"name": args[0], "term": term.String(), "sessionId": sessionID}, func(w io.Writer) {
+			return a.print(leadershipJSON{Name: args[0], Term: term.String(), Value: args[1], SessionID: sessionID}, func(w io.Writer) {
 				fmt.Fprintf(w, "NAME\tTERM\tSESSION\n%s\t%s\t%s\n", args[0], term, sessionID)
 			})
 		},
@@ -98,14 +84,33 @@ func (a *app) electCommand() *cobra.Command {
 					return err
 				}
 				out := struct {
-					Leader     leaderJSON            `json:"leader"`
-					Candidates []clientlib.Candidate `json:"candidates"`
-				}{leaderOut(ld), cands}
+					Leader     leaderJSON      `json:"leader"`
+					Candidates []candidateJSON `json:"candidates"`
+				}{leaderOut(ld), candidatesOut(cands)}
 				return a.print(out, func(w io.Writer) {
 					fmt.Fprintln(w, "ROLE\tTERM\tVALUE\tSESSION\tOWNER\tSINCE")
 					fmt.Fprintf(w, "leader\t%s\t%s\t%s\t%s\t%s\n", ld.Term, ld.Value, ld.SessionID, ld.Owner, ts(ld.Since))
 					for _, c := range cands {
 						fmt.Fprintf(w, "candidate\t%s\t%s\t%s\t%s\t%s\n", c.Term, c.Value, c.SessionID, c.Owner, ts(c.Enqueued))
+					}
+				})
+			})
+		},
+	}
+	candidates := &cobra.Command{
+		Use:   "candidates NAME",
+		Short: "List the candidates waiting behind the leader, in the order they will lead",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				cands, err := c.Candidates(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return a.print(candidatesOut(cands), func(w io.Writer) {
+					fmt.Fprintln(w, "#\tTERM\tVALUE\tSESSION\tOWNER\tHOST\tSINCE")
+					for i, c := range cands {
+						fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, c.Term, c.Value, c.SessionID, c.Owner, c.Hostname, ts(c.Enqueued))
 					}
 				})
 			})
@@ -131,10 +136,11 @@ func (a *app) electCommand() *cobra.Command {
 			obs := c.Observe(ctx, args[0], opts...)
 			n := 0
 			for ev := range obs.Events() {
-				line := map[string]any{"type": ev.Type.String(), "revision": ev.Revision, "current": ev.Current}
+				line := electionEventJSON{Type: ev.Type.String(), Revision: i64(ev.Revision), Current: ev.Current}
 				text := fmt.Sprintf("%d %s", ev.Revision, ev.Type)
 				if ev.Type != clientlib.ElectionVacant {
-					line["leader"] = leaderOut(ev.Leader)
+					ld := leaderOut(ev.Leader)
+					line.Leader = &ld
 					text += fmt.Sprintf(" term=%s value=%q session=%s", ev.Leader.Term, ev.Leader.Value, ev.Leader.SessionID)
 				}
 				if ev.Current {
@@ -156,7 +162,11 @@ func (a *app) electCommand() *cobra.Command {
 	observe.Flags().Int64Var(&from, "from", 0, "resume from this revision (the last seen + 1)")
 	observe.Flags().IntVar(&count, "count", 0, "stop after this many events")
 
-	cmd.AddCommand(campaign, proclaim, resign, leader, observe, a.electRunCommand())
+	// Election names do not complete: coordd cannot list elections.
+	for _, c := range []*cobra.Command{campaign, proclaim, resign, leader, candidates, observe} {
+		c.ValidArgsFunction = noNameCompletion(cobra.ShellCompDirectiveNoFileComp)
+	}
+	cmd.AddCommand(campaign, proclaim, resign, leader, candidates, observe, a.electRunCommand())
 	return cmd
 }
 
@@ -199,6 +209,7 @@ takes over at once) and exits with its code.`,
 			})
 		},
 	}
+	cmd.ValidArgsFunction = noNameCompletion(cobra.ShellCompDirectiveDefault)
 	rf.add(cmd)
 	cmd.Flags().StringVar(&value, "value", "", "what to proclaim once elected (default host:pid)")
 	return cmd

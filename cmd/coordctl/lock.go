@@ -13,13 +13,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-type grantJSON struct {
-	Name      string `json:"name"`
-	Token     string `json:"token"`
-	SessionID string `json:"sessionId"`
-	RequestID string `json:"requestId"`
-}
-
 func parseToken(s string) (fencing.Token, error) {
 	t, err := fencing.Parse(s)
 	if err != nil {
@@ -63,7 +56,7 @@ func (a *app) lockCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.print(grantJSON{Name: g.Name, Token: g.Token.String(), SessionID: g.SessionID, RequestID: g.RequestID}, func(w io.Writer) {
+			return a.print(grantOut(g), func(w io.Writer) {
 				fmt.Fprintf(w, "NAME\tTOKEN\tSESSION\n%s\t%s\t%s\n", g.Name, g.Token, g.SessionID)
 			})
 		},
@@ -98,7 +91,7 @@ func (a *app) lockCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(st, func(w io.Writer) {
+				return a.print(lockStateOut(st), func(w io.Writer) {
 					if !st.DelayedUntil.IsZero() {
 						fmt.Fprintf(w, "lock-delay until %s\n", ts(st.DelayedUntil))
 					}
@@ -159,12 +152,15 @@ func (a *app) lockCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.printLine(map[string]any{"name": args[0], "token": token.String(), "valid": true}, "valid")
+				return a.printLine(validJSON{Name: args[0], Token: token.String(), Valid: true}, "valid")
 			})
 		},
 	}
 	validate.Flags().BoolVar(&election, "election", false, "NAME is an election and TOKEN a leadership term")
 
+	for _, c := range []*cobra.Command{acquire, release, status, list, validate} {
+		c.ValidArgsFunction = a.completeFirst(lockNames, cobra.ShellCompDirectiveNoFileComp)
+	}
 	cmd.AddCommand(acquire, release, status, list, validate, a.lockRunCommand())
 	return cmd
 }
@@ -235,6 +231,7 @@ passed to the command.`,
 			})
 		},
 	}
+	cmd.ValidArgsFunction = a.completeFirst(lockNames, cobra.ShellCompDirectiveDefault)
 	rf.add(cmd)
 	cmd.Flags().IntVarP(&limit, "limit", "n", 1, "holders allowed at once (a semaphore when > 1)")
 	cmd.Flags().DurationVar(&lockDelay, "lock-delay", 0, "keep the lock from others this long after the session expires")

@@ -16,6 +16,26 @@
 //	     command was stopped
 //	126, 127, 128+N  run: the command could not be executed, was not
 //	     found, or died of signal N; otherwise run exits with its code
+//
+// An unknown command, also inside a group (coordctl lock bogus), or an
+// unsupported shell for completion is bad usage (exit 2).
+//
+// With -o json the output is the REST API's JSON for the same objects:
+// its lowerCamelCase field names, 64-bit integers (ids, tokens, terms,
+// revisions, release numbers) as strings, times in RFC 3339, and empty
+// lists as [], never null; list commands print an array. An error is then
+// one JSON object on stderr:
+//
+//	{"error":{"code":"NOT_FOUND","reason":"SESSION_NOT_FOUND","message":"...","exitCode":3}}
+//
+// with the server's problems of a refused config write in "problems".
+//
+// Releases record an author: --author, or by default the OS user name.
+//
+// Shell completion (coordctl completion bash|zsh|fish|powershell) offers
+// lock names and config namespaces from coordd, or nothing when it does
+// not answer within 2s; election names are not completed (coordd cannot
+// list elections).
 package main
 
 import (
@@ -90,9 +110,6 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
 	root := a.rootCommand()
 	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
 	if a.client != nil {
 		a.client.Close()
@@ -101,15 +118,27 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitOK
 	}
 	var ce *codeError
-	if errors.As(err, &ce) && ce.code == exitLost {
-		fmt.Fprintln(stderr, "coordctl:", err)
-		return ce.code
-	}
 	if errors.As(err, &ce) && ce.err == nil {
 		return ce.code // a child's exit code: nothing to print
 	}
-	fmt.Fprintln(stderr, "coordctl:", describe(err))
-	return exitCode(err)
+	code := exitCode(err)
+	a.printError(err, code)
+	return code
+}
+
+// printError writes err to stderr: a line of text, or with -o json one
+// JSON object (see errorOut).
+func (a *app) printError(err error, code int) {
+	if a.output == "json" {
+		json.NewEncoder(a.stderr).Encode(errorOut(err, code))
+		return
+	}
+	var u usageError
+	if errors.As(err, &u) && u.named {
+		fmt.Fprintln(a.stderr, u.msg)
+		return
+	}
+	fmt.Fprintln(a.stderr, "coordctl:", describe(err))
 }
 
 // exitCode maps an error to the documented exit code.
@@ -135,12 +164,16 @@ func exitCode(err error) int {
 	return exitError
 }
 
-// usageError marks bad arguments.
-type usageError struct{ msg string }
+// usageError marks bad arguments. A message that names the command
+// itself (named) is printed without coordctl's prefix.
+type usageError struct {
+	msg   string
+	named bool
+}
 
 func (e usageError) Error() string { return e.msg }
 
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+func usagef(format string, args ...any) error { return usageError{msg: fmt.Sprintf(format, args...)} }
 
 func isUsage(err error) bool {
 	var u usageError
@@ -185,11 +218,17 @@ under one), elections (and running a command only while leading), the config
 center, and cluster status and backups.
 
 Endpoints come from --endpoints or COORDD_ENDPOINTS (default 127.0.0.1:7420).
-Output is a table, or JSON with -o json (streams print one JSON object per
-line). Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 conflict (held,
-stale, not holder or leader, revision mismatch), 5 unavailable, 124 a wait
-timed out, 125 run lost its lock or leadership; run otherwise exits with the
-command's own code.`,
+Output is a table, or JSON with -o json: the REST API's JSON (its field
+names; ids, tokens, terms, revisions and release numbers as strings; empty
+lists as []), one JSON object per line for streams. With -o json an error is
+one JSON object on stderr: {"error":{"code","reason","message","exitCode"}}.
+Exit codes: 0 ok, 1 error, 2 usage (also an unknown command), 3 not found,
+4 conflict (held, stale, not holder or leader, revision mismatch),
+5 unavailable, 124 a wait timed out, 125 run lost its lock or leadership; run
+otherwise exits with the command's own code.
+
+Shell completion (see coordctl completion --help) asks coordd for lock names
+and config namespaces.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -211,8 +250,53 @@ command's own code.`,
 	f.StringVar(&a.cert, "cert", "", "client certificate for TLS (PEM)")
 	f.StringVar(&a.key, "key", "", "private key of --cert (PEM)")
 	root.AddCommand(a.sessionCommand(), a.lockCommand(), a.electCommand(), a.configCommand(), a.clusterCommand(), a.snapshotCommand())
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{msg: err.Error()} })
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	// Now, not when cobra would (on Execute), so its group is checked below.
+	root.InitDefaultCompletionCmd()
+	checkGroups(root)
 	return root
+}
+
+// checkGroups makes every command group (a command with subcommands and no
+// action of its own, the root included) print its help when called alone
+// and fail with a usage error (exit 2) when called with a word that is
+// none of its commands. Left alone, cobra prints the help and exits 0.
+func checkGroups(cmd *cobra.Command) {
+	if cmd.HasSubCommands() && !cmd.Runnable() {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default, which SuggestionsFor does not apply
+		cmd.Args = cobra.ArbitraryArgs
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return unknownCommand(cmd, args[0])
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		checkGroups(sub)
+	}
+}
+
+// unknownCommand is the usage error for a word that is none of cmd's
+// commands; for completion, a shell it does not support.
+func unknownCommand(cmd *cobra.Command, word string) error {
+	path := cmd.CommandPath()
+	msg := fmt.Sprintf("%s: unknown command %q", path, word)
+	if cmd.Name() == "completion" && cmd.Parent() == cmd.Root() {
+		var shells []string
+		for _, sub := range cmd.Commands() {
+			if sub.IsAvailableCommand() {
+				shells = append(shells, sub.Name())
+			}
+		}
+		msg = fmt.Sprintf("%s: unsupported shell %q (supported: %s)", path, word, strings.Join(shells, ", "))
+	} else if s := cmd.SuggestionsFor(word); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+	}
+	return usageError{msg: fmt.Sprintf("%s\nrun '%s --help'", msg, path), named: true}
 }
 
 // connect returns the client, connecting on first use.

@@ -282,11 +282,14 @@ func TestConfigCommands(t *testing.T) {
 	exits(t, exitNotFound, ep, "config", "delete", "svc/prod", "nope")
 	must(t, ep, "config", "delete", "svc/prod", "name")
 	var snap struct {
-		Release int64             `json:"release"`
-		Values  map[string]string `json:"values"`
+		Release string `json:"release"`
+		Entries []struct {
+			Key   string `json:"key"`
+			Value string `json:"value"`
+		} `json:"entries"`
 	}
 	jsonOf(t, must(t, ep, "config", "snapshot", "svc/prod", "-o", "json"), &snap)
-	if snap.Release != 3 || snap.Values["port"] != "9090" || len(snap.Values) != 1 {
+	if snap.Release != "3" || len(snap.Entries) != 1 || snap.Entries[0].Key != "port" || snap.Entries[0].Value != "9090" {
 		t.Fatalf("snapshot = %+v", snap)
 	}
 	if out := must(t, ep, "config", "history", "svc/prod"); !strings.Contains(out, "first") || strings.Count(out, "\n") != 4 {
@@ -325,13 +328,13 @@ func TestClusterCommands(t *testing.T) {
 		ClusterID string `json:"clusterId"`
 		LeaderID  string `json:"leaderId"`
 		Members   []struct {
-			Name   string `json:"name"`
-			Leader bool   `json:"leader"`
+			Name     string `json:"name"`
+			IsLeader bool   `json:"isLeader"`
 		} `json:"members"`
-		Revision int64 `json:"revision"`
+		Revision string `json:"revision"`
 	}
 	jsonOf(t, must(t, d.GRPCAddr, "cluster", "status", "-o", "json"), &st)
-	if st.ClusterID == "" || st.LeaderID == "" || len(st.Members) != 1 || !st.Members[0].Leader {
+	if st.ClusterID == "" || st.LeaderID == "" || len(st.Members) != 1 || !st.Members[0].IsLeader || st.Revision == "" {
 		t.Fatalf("cluster status = %+v", st)
 	}
 	file := filepath.Join(t.TempDir(), "backup.db")

@@ -12,24 +12,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-type sessionJSON struct {
-	ID        string            `json:"id"`
-	TTL       string            `json:"ttl"`
-	Owner     string            `json:"owner,omitempty"`
-	Hostname  string            `json:"hostname,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	Created   time.Time         `json:"created"`
-	Remaining string            `json:"remaining,omitempty"`
-}
-
-func sessionOut(s clientlib.SessionInfo) sessionJSON {
-	out := sessionJSON{ID: s.ID, TTL: s.TTL.String(), Owner: s.Owner, Hostname: s.Hostname, Labels: s.Labels, Created: s.Created}
-	if s.Remaining > 0 {
-		out.Remaining = s.Remaining.String()
-	}
-	return out
-}
-
 func labelString(m map[string]string) string {
 	var parts []string
 	for k, v := range m {
@@ -81,7 +63,7 @@ func (a *app) sessionCommand() *cobra.Command {
 					if err != nil {
 						return err
 					}
-					return a.printLine(map[string]any{"id": args[0], "ttl": granted.String()}, fmt.Sprintf("%s renewed for %s", args[0], granted))
+					return a.printLine(keepAliveJSON{SessionID: args[0], TTL: duration(granted)}, fmt.Sprintf("%s renewed for %s", args[0], granted))
 				})
 				if err != nil || every == 0 {
 					return err

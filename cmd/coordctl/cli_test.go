@@ -1,0 +1,432 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/internal/coorddtest"
+)
+
+// unreachable is an endpoint nobody answers on.
+const unreachable = "127.0.0.1:1"
+
+func TestUnknownSubcommandIsAUsageError(t *testing.T) {
+	for _, group := range [][]string{nil, {"session"}, {"lock"}, {"elect"}, {"config"}, {"cluster"}, {"snapshot"}} {
+		path := strings.Join(append([]string{"coordctl"}, group...), " ")
+		code, out, errOut := ctl(t, unreachable, "", append(group, "bogus")...)
+		if code != exitUsage || out != "" ||
+			!strings.Contains(errOut, path+`: unknown command "bogus"`) || !strings.Contains(errOut, "run '"+path+" --help'") {
+			t.Errorf("%s bogus = %d, want %d with a hint\nstdout: %s\nstderr: %s", path, code, exitUsage, out, errOut)
+		}
+	}
+	// A near miss gets a suggestion.
+	if errOut := exits(t, exitUsage, unreachable, "lock", "stauts"); !strings.Contains(errOut, "did you mean status?") {
+		t.Errorf("lock stauts: %s", errOut)
+	}
+	// A group alone still shows its help.
+	if out := must(t, unreachable, "lock"); !strings.Contains(out, "Available Commands") {
+		t.Errorf("lock alone:\n%s", out)
+	}
+}
+
+func TestCompletionOfAnUnsupportedShellIsAUsageError(t *testing.T) {
+	errOut := exits(t, exitUsage, unreachable, "completion", "tcsh")
+	for _, want := range []string{`unsupported shell "tcsh"`, "bash", "zsh", "fish", "powershell"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("completion tcsh: %q lacks %q", errOut, want)
+		}
+	}
+	if out := must(t, unreachable, "completion", "bash"); !strings.Contains(out, "bash completion") {
+		t.Errorf("completion bash:\n%.200s", out)
+	}
+}
+
+func TestElectCandidates(t *testing.T) {
+	d := coorddtest.Start(t)
+	ep := d.GRPCAddr
+	session := func() string {
+		var s struct{ ID string }
+		jsonOf(t, must(t, ep, "session", "create", "-o", "json"), &s)
+		return s.ID
+	}
+	must(t, ep, "elect", "campaign", "jobs", "host-1", "--session", session())
+	if out := must(t, ep, "elect", "candidates", "jobs", "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("candidates behind a lone leader: %q, want []", out)
+	}
+
+	// Two campaigns wait behind the leader, in the order they came.
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for i, value := range []string{"host-2", "host-3"} {
+		id := session()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out, errOut strings.Builder
+			run(ctx, []string{"--endpoints", ep, "elect", "campaign", "jobs", value, "--session", id}, strings.NewReader(""), &out, &errOut)
+		}()
+		waitFor(t, value+" to stand", func() bool {
+			_, out, _ := ctl(t, ep, "", "elect", "candidates", "jobs", "-o", "json")
+			var cs []any
+			json.Unmarshal([]byte(out), &cs)
+			return len(cs) == i+1
+		})
+	}
+	var cands []struct {
+		Term      string `json:"term"`
+		Value     string `json:"value"`
+		SessionID string `json:"sessionId"`
+	}
+	jsonOf(t, must(t, ep, "elect", "candidates", "jobs", "-o", "json"), &cands)
+	if len(cands) != 2 || cands[0].Value != "host-2" || cands[1].Value != "host-3" || cands[0].Term == "" || cands[0].SessionID == "" {
+		t.Fatalf("elect candidates -o json = %+v", cands)
+	}
+	lines := strings.Split(strings.TrimSpace(must(t, ep, "elect", "candidates", "jobs")), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "TERM") || !strings.Contains(lines[1], "host-2") || !strings.Contains(lines[2], "host-3") ||
+		!strings.Contains(lines[1], cands[0].Term) {
+		t.Fatalf("elect candidates:\n%s", strings.Join(lines, "\n"))
+	}
+	exits(t, exitUsage, ep, "elect", "candidates")
+}
+
+// schema is a definition of REST's OpenAPI document.
+type schema struct {
+	Type                 string             `json:"type"`
+	Ref                  string             `json:"$ref"`
+	Properties           map[string]*schema `json:"properties"`
+	Items                *schema            `json:"items"`
+	AdditionalProperties *schema            `json:"additionalProperties"`
+	Enum                 []string           `json:"enum"`
+}
+
+// UnmarshalJSON also takes a schema that is true or false (as
+// additionalProperties can be): no constraint.
+func (s *schema) UnmarshalJSON(b []byte) error {
+	if string(b) == "true" || string(b) == "false" {
+		return nil
+	}
+	type plain schema
+	return json.Unmarshal(b, (*plain)(s))
+}
+
+func ref(name string) *schema   { return &schema{Ref: "#/definitions/" + name} }
+func arrayOf(s *schema) *schema { return &schema{Type: "array", Items: s} }
+
+// restDefinitions reads REST's definitions from its OpenAPI document.
+func restDefinitions(t *testing.T) map[string]*schema {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "proto", "coordd", "v1", "coordd.swagger.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Definitions map[string]*schema `json:"definitions"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Definitions
+}
+
+// conform lists where v, decoded JSON, is not REST's JSON for s: a null,
+// a field REST does not have, or another JSON type (an int64 is a
+// string).
+func conform(defs map[string]*schema, s *schema, v any, path string) []string {
+	if s.Ref != "" {
+		name := strings.TrimPrefix(s.Ref, "#/definitions/")
+		if s = defs[name]; s == nil {
+			return []string{path + ": REST has no definition " + name}
+		}
+	}
+	if v == nil {
+		return []string{path + " is null"}
+	}
+	wrong := []string{fmt.Sprintf("%s = %v (%T) is not REST's %s", path, v, v, s.Type)}
+	switch {
+	case s.Properties != nil:
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return wrong
+		}
+		var bad []string
+		for k, fv := range obj {
+			fs, ok := s.Properties[k]
+			if !ok {
+				bad = append(bad, fmt.Sprintf("%s.%s: REST has no such field", path, k))
+				continue
+			}
+			bad = append(bad, conform(defs, fs, fv, path+"."+k)...)
+		}
+		return bad
+	case s.Type == "array":
+		l, ok := v.([]any)
+		if !ok {
+			return wrong
+		}
+		var bad []string
+		for i, e := range l {
+			bad = append(bad, conform(defs, s.Items, e, fmt.Sprintf("%s[%d]", path, i))...)
+		}
+		return bad
+	case s.AdditionalProperties != nil:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return wrong
+		}
+		var bad []string
+		for k, e := range m {
+			bad = append(bad, conform(defs, s.AdditionalProperties, e, path+"."+k)...)
+		}
+		return bad
+	case s.Type == "string" || s.Enum != nil:
+		_, ok := v.(string)
+		if !ok {
+			return wrong
+		}
+	case s.Type == "integer" || s.Type == "number":
+		_, ok := v.(float64)
+		if !ok {
+			return wrong
+		}
+	case s.Type == "boolean":
+		_, ok := v.(bool)
+		if !ok {
+			return wrong
+		}
+	}
+	return nil
+}
+
+// TestJSONOutputIsRESTs runs commands with -o json and checks each output
+// against the REST API's OpenAPI definition of the same object: REST's
+// field names, int64s as strings, no nulls (an empty list is []).
+func TestJSONOutputIsRESTs(t *testing.T) {
+	d := coorddtest.Start(t)
+	ep := d.GRPCAddr
+	defs := restDefinitions(t)
+	check := func(s *schema, args ...string) map[string]any {
+		t.Helper()
+		out := must(t, ep, append(args, "-o", "json")...)
+		var v any
+		jsonOf(t, out, &v)
+		for _, p := range conform(defs, s, v, strings.Join(args, " ")) {
+			t.Error(p)
+		}
+		m, _ := v.(map[string]any)
+		return m
+	}
+	has := func(m map[string]any, what string, keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if _, ok := m[k]; !ok {
+				t.Errorf("%s: no %q in %v", what, k, m)
+			}
+		}
+	}
+
+	s := check(ref("v1Session"), "session", "create", "--label", "team=core")
+	has(s, "session create", "id", "ttl", "labels", "createTime")
+	id := s["id"].(string)
+	has(check(ref("v1Session"), "session", "get", id), "session get", "remainingTtl", "createTime")
+	check(arrayOf(ref("v1Session")), "session", "list")
+	check(ref("v1KeepAliveResponse"), "session", "keepalive", id)
+
+	g := check(ref("v1LockGrant"), "lock", "acquire", "jobs/nightly", "--session", id)
+	has(g, "lock acquire", "token", "revision")
+	st := check(ref("v1DescribeLockResponse"), "lock", "status", "jobs/nightly")
+	has(st, "lock status", "holders", "waiters", "revision")
+	if h, _ := st["holders"].([]any); len(h) != 1 || h[0].(map[string]any)["token"] != g["token"] {
+		t.Errorf("lock status holders = %v, want the token %v", st["holders"], g["token"])
+	}
+	check(ref("v1DescribeLockResponse"), "lock", "status", "nobody/holds/this")
+	if out := must(t, ep, "lock", "list", "nothing/", "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Errorf("lock list of nothing = %q, want []", out)
+	}
+
+	has(check(ref("v1Leadership"), "elect", "campaign", "scheduler", "host-1", "--session", id), "elect campaign", "term")
+	leader := &schema{Properties: map[string]*schema{"leader": ref("v1ElectionLeader"), "candidates": arrayOf(ref("v1ElectionCandidate"))}}
+	l := check(leader, "elect", "leader", "scheduler")
+	has(l, "elect leader", "leader", "candidates")
+	has(l["leader"].(map[string]any), "elect leader", "term", "since", "proclaims")
+	check(arrayOf(ref("v1ElectionCandidate")), "elect", "candidates", "scheduler")
+	check(ref("v1ElectionEvent"), "elect", "observe", "scheduler", "--count", "1")
+
+	code, out, errOut := ctl(t, ep, `{"port": 8080, "name": "web"}`, "config", "publish", "svc/prod", "-f", "-", "-o", "json")
+	if code != 0 {
+		t.Fatalf("publish = %d: %s%s", code, out, errOut)
+	}
+	check(ref("v1ConfigRelease"), "config", "put", "svc/prod", "port", "9090")
+	has(check(ref("v1ConfigRelease"), "config", "delete", "svc/prod", "name"), "config delete", "number", "revision", "rollbackOf", "changes")
+	check(ref("v1ConfigRelease"), "config", "rollback", "svc/prod", "1")
+	check(arrayOf(ref("v1ConfigRelease")), "config", "history", "svc/prod")
+	has(check(ref("v1GetResponse"), "config", "get", "svc/prod", "port"), "config get", "modRevision")
+	has(check(ref("v1NamespaceSnapshot"), "config", "snapshot", "svc/prod"), "config snapshot", "release", "revision", "entries")
+	check(ref("v1WatchResponse"), "config", "watch", "svc/prod", "--count", "1")
+	check(ref("v1GetApplyStatusResponse"), "config", "status", "svc/prod")
+	out = must(t, ep, "config", "diff", "svc/prod", "1", "2", "-o", "json")
+	if !strings.Contains(out, `"oldValue": "8080"`) || !strings.Contains(out, `"newValue": "9090"`) {
+		t.Errorf("config diff -o json:\n%s", out)
+	}
+	check(arrayOf(ref("v1ConfigChange")), "config", "diff", "svc/prod", "1", "2")
+	if out := must(t, ep, "config", "diff", "svc/prod", "1", "1", "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Errorf("empty config diff = %q, want []", out)
+	}
+	has(check(ref("v1GetClusterStatusResponse"), "cluster", "status"), "cluster status", "revision", "members", "dbSizeBytes")
+}
+
+// errorOf reads the one JSON error object an -o json command printed.
+func errorOf(t *testing.T, errOut string) errorBodyJSON {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(errOut))
+	dec.DisallowUnknownFields()
+	var e errorJSON
+	if err := dec.Decode(&e); err != nil {
+		t.Fatalf("stderr %q is not a JSON error: %v", errOut, err)
+	}
+	if dec.More() {
+		t.Fatalf("stderr %q holds more than one JSON object", errOut)
+	}
+	return e.Error
+}
+
+func TestErrorsAreJSONWithJSONOutput(t *testing.T) {
+	d := coorddtest.Start(t)
+	ep := d.GRPCAddr
+	for _, c := range []struct {
+		endpoint string
+		args     []string
+		exit     int
+		code     string
+		reason   string
+	}{
+		{ep, []string{"session", "get", "0123456789abcdef"}, exitNotFound, "NOT_FOUND", "SESSION_NOT_FOUND"},
+		{ep, []string{"config", "get", "ns", "missing"}, exitNotFound, "NOT_FOUND", "KEY_NOT_FOUND"},
+		{ep, []string{"lock", "acquire", "x"}, exitUsage, "USAGE", ""},
+		{ep, []string{"lock", "bogus"}, exitUsage, "USAGE", ""},
+		{ep, []string{"lock", "status", "--no-such-flag"}, exitUsage, "USAGE", ""},
+		{unreachable, []string{"--timeout", "300ms", "session", "list"}, exitUnavailable, "UNAVAILABLE", ""},
+	} {
+		code, out, errOut := ctl(t, c.endpoint, "", append([]string{"-o", "json"}, c.args...)...)
+		if code != c.exit || out != "" {
+			t.Errorf("%v = %d, want %d\nstdout: %s\nstderr: %s", c.args, code, c.exit, out, errOut)
+			continue
+		}
+		e := errorOf(t, errOut)
+		if e.Code != c.code || e.Reason != c.reason || e.ExitCode != c.exit || e.Message == "" {
+			t.Errorf("%v: error %+v, want code %s, reason %q, exit code %d", c.args, e, c.code, c.reason, c.exit)
+		}
+	}
+
+	// A refused write lists its problems.
+	schemaFile := filepath.Join(t.TempDir(), "schema.json")
+	os.WriteFile(schemaFile, []byte(`{"type":"object","properties":{"port":{"type":"integer"},"name":{"type":"string"}}}`), 0o644)
+	must(t, ep, "config", "schema", "svc/prod", "--set", schemaFile)
+	code, _, errOut := ctl(t, ep, `{"port": "x", "name": 7}`, "config", "publish", "svc/prod", "-f", "-", "-o", "json")
+	e := errorOf(t, errOut)
+	var keys []string
+	for _, p := range e.Problems {
+		keys = append(keys, p.Key)
+	}
+	if k := strings.Join(keys, " "); code != exitError || e.ExitCode != exitError || e.Reason != "VALIDATION_FAILED" ||
+		len(keys) != 2 || !strings.Contains(k, "port") || !strings.Contains(k, "name") {
+		t.Errorf("publish against the schema = %d, error %+v", code, e)
+	}
+
+	// Without -o json an error stays a line of text.
+	if errOut := exits(t, exitNotFound, ep, "session", "get", "0123456789abcdef"); !strings.HasPrefix(errOut, "coordctl: ") {
+		t.Errorf("text error: %q", errOut)
+	}
+}
+
+func TestReleasesWithoutAuthorNameTheOSUser(t *testing.T) {
+	t.Setenv("USER", "") // the OS user is found without it
+	want := "coordctl"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		want = u.Username
+	}
+	d := coorddtest.Start(t)
+	ep := d.GRPCAddr
+	code, out, errOut := ctl(t, ep, `{"port": 1}`, "config", "publish", "svc/prod", "-f", "-", "--author", "ana")
+	if code != 0 {
+		t.Fatalf("publish = %d: %s%s", code, out, errOut)
+	}
+	must(t, ep, "config", "put", "svc/prod", "port", "2")
+	must(t, ep, "config", "delete", "svc/prod", "port")
+	must(t, ep, "config", "rollback", "svc/prod", "1")
+	var rels []struct {
+		Number string `json:"number"`
+		Author string `json:"author"`
+	}
+	jsonOf(t, must(t, ep, "config", "history", "svc/prod", "-o", "json"), &rels)
+	var got []string
+	for _, r := range rels {
+		got = append(got, r.Number+":"+r.Author)
+	}
+	if w := []string{"4:" + want, "3:" + want, "2:" + want, "1:ana"}; !slices.Equal(got, w) {
+		t.Fatalf("history authors = %v, want %v", got, w)
+	}
+}
+
+// complete runs cobra's hidden __complete command and returns the
+// completions and the directive line.
+func complete(t *testing.T, endpoint string, args ...string) ([]string, string) {
+	t.Helper()
+	code, out, errOut := ctl(t, endpoint, "", append([]string{"__complete"}, args...)...)
+	if code != 0 {
+		t.Fatalf("__complete %v = %d: %s%s", args, code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[:len(lines)-1], lines[len(lines)-1]
+}
+
+func TestNamesCompleteFromTheServer(t *testing.T) {
+	d := coorddtest.Start(t)
+	ep := d.GRPCAddr
+	var s struct{ ID string }
+	jsonOf(t, must(t, ep, "session", "create", "-o", "json"), &s)
+	must(t, ep, "lock", "acquire", "reports/daily", "--session", s.ID)
+	must(t, ep, "lock", "acquire", "other", "--session", s.ID)
+	must(t, ep, "config", "put", "payments/prod", "retries", "3")
+	must(t, ep, "config", "put", "payments/dev", "retries", "3")
+	noFiles := fmt.Sprintf(":%d", 4) // cobra.ShellCompDirectiveNoFileComp
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"lock", "status", "rep"}, []string{"reports/daily"}},
+		{[]string{"lock", "release", ""}, []string{"other", "reports/daily"}},
+		{[]string{"lock", "run", "r"}, []string{"reports/daily"}},
+		{[]string{"lock", "status", "reports/daily", ""}, nil},
+		{[]string{"config", "get", "pay"}, []string{"payments/dev", "payments/prod"}},
+		{[]string{"config", "history", "payments/p"}, []string{"payments/prod"}},
+		{[]string{"config", "watch", "payments/dev", "pay"}, []string{"payments/prod"}},
+		{[]string{"elect", "leader", ""}, nil}, // coordd cannot list elections
+	} {
+		got, directive := complete(t, ep, c.args...)
+		slices.Sort(got)
+		if !slices.Equal(got, c.want) || directive != noFiles {
+			t.Errorf("completion of %q = %q %s, want %q %s", c.args, got, directive, c.want, noFiles)
+		}
+	}
+
+	// Unreachable: nothing, quickly, and no error.
+	start := time.Now()
+	got, directive := complete(t, unreachable, "lock", "status", "rep")
+	if len(got) != 0 || directive != noFiles {
+		t.Errorf("completion without coordd = %q %s", got, directive)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("completion without coordd took %s", took)
+	}
+}

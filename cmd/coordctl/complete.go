@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/spf13/cobra"
+)
+
+// Shell completion asks coordd for lock names and config namespaces
+// (election names cannot be listed: coordd has no call for it). It fails
+// silently: when coordd does not answer within completionTimeout there are
+// no completions, and never file names in their place.
+
+// completionTimeout bounds what completing one word may wait for coordd.
+const completionTimeout = 2 * time.Second
+
+// lister lists the names that start with prefix.
+type lister func(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error)
+
+func lockNames(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error) {
+	return c.ListLocks(ctx, prefix)
+}
+
+func namespaceNames(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error) {
+	return c.ConfigNamespaces(ctx, prefix)
+}
+
+// completeFirst completes a command's first argument from the server; the
+// arguments after it get rest (ShellCompDirectiveDefault, file names, for
+// the command run runs).
+func (a *app) completeFirst(list lister, rest cobra.ShellCompDirective) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, rest
+		}
+		return a.serverNames(cmd, list, toComplete), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeEach completes every argument from the server, leaving out those
+// already given.
+func (a *app) completeEach(list lister) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		names := slices.DeleteFunc(a.serverNames(cmd, list, toComplete), func(n string) bool { return slices.Contains(args, n) })
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// noNameCompletion is for election names: nothing to offer, and no file
+// names either.
+func noNameCompletion(rest cobra.ShellCompDirective) cobra.CompletionFunc {
+	return func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, rest
+		}
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// serverNames lists names from coordd, or nothing if it does not answer in
+// time.
+func (a *app) serverNames(cmd *cobra.Command, list lister, prefix string) []string {
+	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+	defer cancel()
+	c, err := a.connect(ctx)
+	if err != nil {
+		return nil
+	}
+	names, err := list(ctx, c, prefix)
+	if err != nil {
+		return nil
+	}
+	return names
+}

@@ -1,0 +1,424 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"google.golang.org/genproto/googleapis/rpc/code"
+)
+
+// JSON output (-o json) is the REST API's JSON for the same objects, as
+// protojson writes it: lowerCamelCase field names, 64-bit integers (ids,
+// tokens, terms, revisions, release numbers) as strings, since JavaScript
+// cannot hold them as numbers, times in RFC 3339 (UTC), durations in
+// seconds ("60s"), every field present (lists as [], maps as {}, never
+// null) except unset times and durations. A list command prints a JSON
+// array of such objects. These types are coordctl's own: clientlib's
+// result types are for Go programs.
+
+// i64 is an int64 as protojson writes it: a string.
+func i64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// timestamp is a google.protobuf.Timestamp as protojson writes it, or ""
+// for the zero time.
+func timestamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	t = t.UTC()
+	switch ns := t.Nanosecond(); {
+	case ns == 0:
+		return t.Format("2006-01-02T15:04:05Z")
+	case ns%1e6 == 0:
+		return t.Format("2006-01-02T15:04:05.000Z")
+	case ns%1e3 == 0:
+		return t.Format("2006-01-02T15:04:05.000000Z")
+	}
+	return t.Format("2006-01-02T15:04:05.000000000Z")
+}
+
+// duration is a google.protobuf.Duration as protojson writes it: seconds,
+// with 0, 3, 6 or 9 fractional digits.
+func duration(d time.Duration) string {
+	sign := ""
+	if d < 0 {
+		sign, d = "-", -d
+	}
+	s, ns := int64(d/time.Second), int64(d%time.Second)
+	switch {
+	case ns == 0:
+		return fmt.Sprintf("%s%ds", sign, s)
+	case ns%1e6 == 0:
+		return fmt.Sprintf("%s%d.%03ds", sign, s, ns/1e6)
+	case ns%1e3 == 0:
+		return fmt.Sprintf("%s%d.%06ds", sign, s, ns/1e3)
+	}
+	return fmt.Sprintf("%s%d.%09ds", sign, s, ns)
+}
+
+// orEmpty keeps a nil map from printing as null.
+func orEmpty(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+// list keeps a nil slice from printing as null.
+func list[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// sessionJSON is REST's Session.
+type sessionJSON struct {
+	ID           string            `json:"id"`
+	TTL          string            `json:"ttl"`
+	Owner        string            `json:"owner"`
+	Hostname     string            `json:"hostname"`
+	Labels       map[string]string `json:"labels"`
+	CreateTime   string            `json:"createTime,omitempty"`
+	RemainingTTL string            `json:"remainingTtl,omitempty"`
+}
+
+func sessionOut(s clientlib.SessionInfo) sessionJSON {
+	out := sessionJSON{ID: s.ID, TTL: duration(s.TTL), Owner: s.Owner, Hostname: s.Hostname, Labels: orEmpty(s.Labels), CreateTime: timestamp(s.Created)}
+	if s.Remaining > 0 {
+		out.RemainingTTL = duration(s.Remaining)
+	}
+	return out
+}
+
+// keepAliveJSON is REST's KeepAliveResponse.
+type keepAliveJSON struct {
+	SessionID string `json:"sessionId"`
+	TTL       string `json:"ttl"`
+}
+
+// grantJSON is REST's LockGrant.
+type grantJSON struct {
+	Name      string `json:"name"`
+	Token     string `json:"token"`
+	SessionID string `json:"sessionId"`
+	RequestID string `json:"requestId"`
+	Revision  string `json:"revision"`
+}
+
+func grantOut(g clientlib.LockGrant) grantJSON {
+	return grantJSON{Name: g.Name, Token: g.Token.String(), SessionID: g.SessionID, RequestID: g.RequestID, Revision: i64(g.Revision)}
+}
+
+// lockEntryJSON is REST's LockEntry.
+type lockEntryJSON struct {
+	SessionID   string `json:"sessionId"`
+	RequestID   string `json:"requestId"`
+	Metadata    string `json:"metadata"`
+	Token       string `json:"token"`
+	EnqueueTime string `json:"enqueueTime,omitempty"`
+	Owner       string `json:"owner"`
+	Hostname    string `json:"hostname"`
+	GrantTime   string `json:"grantTime,omitempty"`
+}
+
+// lockStateJSON is REST's DescribeLockResponse.
+type lockStateJSON struct {
+	Name         string          `json:"name"`
+	Limit        int             `json:"limit"`
+	Holders      []lockEntryJSON `json:"holders"`
+	Waiters      []lockEntryJSON `json:"waiters"`
+	Revision     string          `json:"revision"`
+	DelayedUntil string          `json:"delayedUntil,omitempty"`
+}
+
+func lockStateOut(st clientlib.LockState) lockStateJSON {
+	entries := func(es []clientlib.LockEntry) []lockEntryJSON {
+		out := make([]lockEntryJSON, 0, len(es))
+		for _, e := range es {
+			out = append(out, lockEntryJSON{SessionID: e.SessionID, RequestID: e.RequestID, Metadata: e.Metadata, Token: e.Token.String(),
+				EnqueueTime: timestamp(e.Enqueued), Owner: e.Owner, Hostname: e.Hostname, GrantTime: timestamp(e.Granted)})
+		}
+		return out
+	}
+	return lockStateJSON{Name: st.Name, Limit: st.Limit, Holders: entries(st.Holders), Waiters: entries(st.Waiters), Revision: i64(st.Revision), DelayedUntil: timestamp(st.DelayedUntil)}
+}
+
+// validJSON reports a valid token or term.
+type validJSON struct {
+	Name  string `json:"name"`
+	Token string `json:"token"`
+	Valid bool   `json:"valid"`
+}
+
+// leadershipJSON is REST's Leadership, as far as a campaign returns it.
+type leadershipJSON struct {
+	Name      string `json:"name"`
+	Term      string `json:"term"`
+	Value     string `json:"value"`
+	SessionID string `json:"sessionId"`
+}
+
+// leaderJSON is REST's ElectionLeader.
+type leaderJSON struct {
+	Term      string `json:"term"`
+	Value     string `json:"value"`
+	SessionID string `json:"sessionId"`
+	RequestID string `json:"requestId"`
+	Owner     string `json:"owner"`
+	Hostname  string `json:"hostname"`
+	Since     string `json:"since,omitempty"`
+	Proclaims string `json:"proclaims"`
+}
+
+func leaderOut(l clientlib.Leader) leaderJSON {
+	return leaderJSON{Term: l.Term.String(), Value: l.Value, SessionID: l.SessionID, RequestID: l.RequestID, Owner: l.Owner, Hostname: l.Hostname, Since: timestamp(l.Since), Proclaims: i64(l.Proclaims)}
+}
+
+// candidateJSON is REST's ElectionCandidate.
+type candidateJSON struct {
+	Term        string `json:"term"`
+	Value       string `json:"value"`
+	SessionID   string `json:"sessionId"`
+	RequestID   string `json:"requestId"`
+	Owner       string `json:"owner"`
+	Hostname    string `json:"hostname"`
+	EnqueueTime string `json:"enqueueTime,omitempty"`
+}
+
+func candidatesOut(cs []clientlib.Candidate) []candidateJSON {
+	out := make([]candidateJSON, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, candidateJSON{Term: c.Term.String(), Value: c.Value, SessionID: c.SessionID, RequestID: c.RequestID, Owner: c.Owner, Hostname: c.Hostname, EnqueueTime: timestamp(c.Enqueued)})
+	}
+	return out
+}
+
+// electionEventJSON is REST's ElectionEvent (type without its
+// ELECTION_EVENT_TYPE_ prefix).
+type electionEventJSON struct {
+	Type     string      `json:"type"`
+	Revision string      `json:"revision"`
+	Leader   *leaderJSON `json:"leader,omitempty"`
+	Current  bool        `json:"current"`
+}
+
+// releaseJSON is REST's ConfigRelease.
+type releaseJSON struct {
+	Namespace  string       `json:"namespace"`
+	Number     string       `json:"number"`
+	Revision   string       `json:"revision"`
+	Author     string       `json:"author"`
+	Message    string       `json:"message"`
+	Time       string       `json:"time,omitempty"`
+	RollbackOf string       `json:"rollbackOf"`
+	Changes    []changeJSON `json:"changes"`
+}
+
+// changeJSON is REST's ConfigChange: oldValue is absent for an added key,
+// newValue for a removed one.
+type changeJSON struct {
+	Key      string  `json:"key"`
+	OldValue *string `json:"oldValue,omitempty"`
+	NewValue *string `json:"newValue,omitempty"`
+}
+
+func releaseOut(r clientlib.ConfigRelease) releaseJSON {
+	return releaseJSON{Namespace: r.Namespace, Number: i64(r.Number), Revision: i64(r.Revision), Author: r.Author, Message: r.Message,
+		Time: timestamp(r.Time), RollbackOf: i64(r.RollbackOf), Changes: changesOut(r.Changes)}
+}
+
+func releasesOut(rs []clientlib.ConfigRelease) []releaseJSON {
+	out := make([]releaseJSON, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, releaseOut(r))
+	}
+	return out
+}
+
+func changesOut(cs []clientlib.KeyChange) []changeJSON {
+	out := make([]changeJSON, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, changeJSON{Key: c.Key, OldValue: c.Old, NewValue: c.New})
+	}
+	return out
+}
+
+// valueJSON is REST's GetResponse, as far as clientlib returns it.
+type valueJSON struct {
+	Key         string `json:"key"`
+	Value       string `json:"value"`
+	ModRevision string `json:"modRevision"`
+}
+
+// entryJSON is REST's ConfigEntry.
+type entryJSON struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// snapshotJSON is REST's NamespaceSnapshot: entries in key order.
+type snapshotJSON struct {
+	Namespace       string      `json:"namespace"`
+	Release         string      `json:"release"`
+	Revision        string      `json:"revision"`
+	ChangedRevision string      `json:"changedRevision"`
+	Entries         []entryJSON `json:"entries"`
+}
+
+func snapshotOut(s clientlib.NamespaceSnapshot) snapshotJSON {
+	out := snapshotJSON{Namespace: s.Namespace, Release: i64(s.Release), Revision: i64(s.Revision), ChangedRevision: i64(s.Changed), Entries: []entryJSON{}}
+	for _, k := range slices.Sorted(maps.Keys(s.Values)) {
+		out.Entries = append(out.Entries, entryJSON{Key: k, Value: s.Values[k]})
+	}
+	return out
+}
+
+// watchJSON is REST's WatchResponse (type without its WATCH_EVENT_TYPE_
+// prefix).
+type watchJSON struct {
+	Type      string         `json:"type"`
+	Revision  string         `json:"revision"`
+	Snapshots []snapshotJSON `json:"snapshots"`
+	Release   *releaseJSON   `json:"release,omitempty"`
+}
+
+func watchOut(ev clientlib.ConfigWatchEvent) watchJSON {
+	out := watchJSON{Type: ev.Type, Revision: i64(ev.Revision), Snapshots: make([]snapshotJSON, 0, len(ev.Snapshots))}
+	for _, s := range ev.Snapshots {
+		out.Snapshots = append(out.Snapshots, snapshotOut(s))
+	}
+	if ev.Release != nil {
+		r := releaseOut(*ev.Release)
+		out.Release = &r
+	}
+	return out
+}
+
+// schemaJSON is REST's GetSchemaResponse, as far as clientlib returns it.
+type schemaJSON struct {
+	Namespace string `json:"namespace"`
+	Schema    string `json:"schema"`
+}
+
+// applyStatusJSON is REST's GetApplyStatusResponse.
+type applyStatusJSON struct {
+	Instances []instanceJSON     `json:"instances"`
+	Applied   []releaseCountJSON `json:"applied"`
+	Rejected  []releaseCountJSON `json:"rejected"`
+}
+
+// instanceJSON is REST's InstanceApplyStatus.
+type instanceJSON struct {
+	Instance        string            `json:"instance"`
+	Labels          map[string]string `json:"labels"`
+	AppliedRelease  string            `json:"appliedRelease"`
+	RejectedRelease string            `json:"rejectedRelease"`
+	Reason          string            `json:"reason"`
+	ReportTime      string            `json:"reportTime,omitempty"`
+}
+
+// releaseCountJSON is REST's ReleaseCount.
+type releaseCountJSON struct {
+	Release   string `json:"release"`
+	Instances int    `json:"instances"`
+}
+
+func applyStatusOut(st clientlib.ApplyStatus) applyStatusJSON {
+	counts := func(m map[int64]int) []releaseCountJSON {
+		out := make([]releaseCountJSON, 0, len(m))
+		for _, r := range slices.Sorted(maps.Keys(m)) {
+			out = append(out, releaseCountJSON{Release: i64(r), Instances: m[r]})
+		}
+		return out
+	}
+	out := applyStatusJSON{Instances: make([]instanceJSON, 0, len(st.Instances)), Applied: counts(st.Applied), Rejected: counts(st.Rejected)}
+	for _, in := range st.Instances {
+		out.Instances = append(out.Instances, instanceJSON{Instance: in.Instance, Labels: orEmpty(in.Labels), AppliedRelease: i64(in.Applied),
+			RejectedRelease: i64(in.Rejected), Reason: in.Reason, ReportTime: timestamp(in.Reported)})
+	}
+	return out
+}
+
+// clusterJSON is REST's GetClusterStatusResponse.
+type clusterJSON struct {
+	ClusterID        string       `json:"clusterId"`
+	Members          []memberJSON `json:"members"`
+	LeaderID         string       `json:"leaderId"`
+	Revision         string       `json:"revision"`
+	RaftTerm         string       `json:"raftTerm"`
+	DBSizeBytes      string       `json:"dbSizeBytes"`
+	DBSizeInUseBytes string       `json:"dbSizeInUseBytes"`
+	EtcdVersion      string       `json:"etcdVersion"`
+	CoorddVersion    string       `json:"coorddVersion"`
+	MemberID         string       `json:"memberId"`
+}
+
+// memberJSON is REST's ClusterMember.
+type memberJSON struct {
+	ID         string   `json:"id"`
+	Name       string   `json:"name"`
+	PeerURLs   []string `json:"peerUrls"`
+	ClientURLs []string `json:"clientUrls"`
+	IsLeader   bool     `json:"isLeader"`
+	IsLearner  bool     `json:"isLearner"`
+}
+
+func clusterOut(st clientlib.ClusterStatus) clusterJSON {
+	out := clusterJSON{ClusterID: st.ClusterID, Members: make([]memberJSON, 0, len(st.Members)), LeaderID: st.LeaderID, Revision: i64(st.Revision),
+		RaftTerm: strconv.FormatUint(st.RaftTerm, 10), DBSizeBytes: i64(st.DBSize), DBSizeInUseBytes: i64(st.DBSizeInUse),
+		EtcdVersion: st.EtcdVersion, CoorddVersion: st.CoorddVersion, MemberID: st.MemberID}
+	for _, m := range st.Members {
+		out.Members = append(out.Members, memberJSON{ID: m.ID, Name: m.Name, PeerURLs: list(m.PeerURLs), ClientURLs: list(m.ClientURLs), IsLeader: m.Leader, IsLearner: m.Learner})
+	}
+	return out
+}
+
+// errorJSON is an error as -o json prints it, on stderr.
+type errorJSON struct {
+	Error errorBodyJSON `json:"error"`
+}
+
+type errorBodyJSON struct {
+	// Code is the gRPC code's name for a server's error ("NOT_FOUND"),
+	// else one of USAGE, NOT_FOUND, CONFLICT, UNAVAILABLE,
+	// DEADLINE_EXCEEDED, LOST (run lost its hold) or UNKNOWN.
+	Code     string        `json:"code"`
+	Reason   string        `json:"reason,omitempty"` // the server's reason: "SESSION_NOT_FOUND"
+	Message  string        `json:"message"`
+	Problems []problemJSON `json:"problems,omitempty"` // of a refused config write
+	ExitCode int           `json:"exitCode"`
+}
+
+type problemJSON struct {
+	Key         string `json:"key,omitempty"`
+	Description string `json:"description"`
+}
+
+// localCodes name the errors that do not come from the server, by exit code.
+var localCodes = map[int]string{
+	exitUsage:       "USAGE",
+	exitNotFound:    "NOT_FOUND",
+	exitConflict:    "CONFLICT",
+	exitUnavailable: "UNAVAILABLE",
+	exitTimeout:     "DEADLINE_EXCEEDED",
+	exitLost:        "LOST",
+}
+
+func errorOut(err error, exit int) errorJSON {
+	out := errorBodyJSON{Code: cmp.Or(localCodes[exit], "UNKNOWN"), Message: describe(err), ExitCode: exit}
+	var ce *clientlib.Error
+	if errors.As(err, &ce) {
+		out.Code, out.Reason, out.Message = code.Code(ce.Code).String(), ce.Reason, ce.Message
+		for _, p := range ce.Problems {
+			out.Problems = append(out.Problems, problemJSON{Key: p.Key, Description: p.Description})
+		}
+	}
+	return errorJSON{out}
+}
