@@ -107,6 +107,8 @@ func parseURLs(ss []string) ([]url.URL, error) {
 //   - warnings about choices coordd makes on purpose: one client port for
 //     HTTP and gRPC (it is loopback-only and serves coordd alone) and
 //     etcd's simple auth tokens (coordd does not use etcd's auth);
+//   - a refused apply for a lease that does not exist: a request that named
+//     an unknown or expired session (see failedApply);
 //   - once a stop has begun (quiet), the errors etcd logs about its own
 //     listeners being closed.
 type etcdFilter struct {
@@ -134,7 +136,31 @@ func (f *etcdFilter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.C
 	if hasPrefix(e.Message, etcdNoise) || (f.quiet.Load() && hasPrefix(e.Message, etcdStopNoise)) {
 		return ce
 	}
+	if e.Message == failedApply {
+		// Decided in Write, which sees the entry's fields.
+		if f.Core.Enabled(e.Level) {
+			return ce.AddCore(e, f)
+		}
+		return ce
+	}
 	return f.Core.Check(e, ce)
+}
+
+// failedApply is etcd's warning, with the whole request, for a transaction
+// it refused while applying it. coordd sends a session's lease with every
+// write on its behalf, so a request naming an unknown or expired session
+// (a client error, answered SESSION_NOT_FOUND) would log one such dump.
+const failedApply = "failed to apply request"
+
+func (f *etcdFilter) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	if e.Message == failedApply {
+		for _, fd := range fields {
+			if err, ok := fd.Interface.(error); ok && fd.Key == "error" && strings.Contains(err.Error(), "lease not found") {
+				return nil
+			}
+		}
+	}
+	return f.Core.Write(e, fields)
 }
 
 func hasPrefix(s string, prefixes []string) bool {

@@ -6,12 +6,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
 	"github.com/coordd/coordd/internal/freeport"
+	"go.uber.org/zap"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 )
 
 // A second daemon on a data dir in use fails at once and says so, instead
@@ -101,4 +104,55 @@ func TestClusterStopsTogetherQuickly(t *testing.T) {
 		}
 	}
 	t.Logf("stop times: %v", took)
+}
+
+// The daemon's log speaks to an operator: the ready line says where
+// everything is, and neither etcd's warnings about coordd's deliberate
+// choices nor a client's unknown session id fill it with etcd dumps.
+func TestLogIsQuietAndSaysWhereThingsAre(t *testing.T) {
+	cfg := testConfig(t)
+	core, logs := zapobserver.New(zap.InfoLevel)
+	cfg.Logger = zap.New(core)
+	d := start(t, cfg)
+	c := newClient(t, d.GRPCAddr())
+
+	ready := logs.FilterMessage("coordd is ready").All()
+	if len(ready) != 1 {
+		t.Fatalf("%d ready lines, want 1", len(ready))
+	}
+	fields := ready[0].ContextMap()
+	for _, k := range []string{"grpc", "http", "data-dir", "etcd-client", "etcd-peers", "stop"} {
+		if _, ok := fields[k]; !ok {
+			t.Errorf("ready line lacks %q: %v", k, fields)
+		}
+	}
+
+	for _, e := range logs.All() {
+		for _, noise := range []string{"single port", "simple token"} {
+			if strings.Contains(e.Message, noise) {
+				t.Errorf("etcd's warning about coordd's deliberate choice was logged: %s", e.Message)
+			}
+		}
+	}
+
+	// Calls naming a session that does not exist: a client error, answered
+	// SESSION_NOT_FOUND, nothing for the daemon's log.
+	before := logs.Len()
+	base := "http://" + d.HTTPAddr()
+	for _, c := range []struct{ path, body string }{
+		{"/v1/locks:acquire", `{"name":"x","sessionId":"00000000000000ff"}`},
+		{"/v1/elections:campaign", `{"name":"x","sessionId":"00000000000000ff","value":"v"}`},
+	} {
+		if r := call(t, "POST", base+c.path, c.body); reason(r) != "SESSION_NOT_FOUND" {
+			t.Fatalf("%s = %d %v, want SESSION_NOT_FOUND", c.path, r.status, r.body)
+		}
+	}
+	if _, err := c.GetSession(t.Context(), "00000000000000fe"); err == nil {
+		t.Fatal("GetSession of an unknown id succeeded")
+	}
+	for _, e := range logs.All()[before:] {
+		if e.Level >= zap.WarnLevel {
+			t.Errorf("log entry at %s: %s %v", e.Level, e.Message, e.ContextMap())
+		}
+	}
 }
