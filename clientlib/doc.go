@@ -66,7 +66,7 @@
 //		},
 //		clientlib.WithElectionSession(clientlib.WithTTL(10*time.Second)),
 //		clientlib.OnElected(func(term fencing.Token) { log.Printf("leading, term %d", term) }),
-//		clientlib.OnDemoted(func(term fencing.Token, why error) { log.Printf("term %d over: %v", term, why) }))
+//		clientlib.OnDemoted(func(term fencing.Token, why error) { log.Printf("term %d over: %v", term, why) })) // why: nil when done
 //
 // Guarantees: a term is a fencing token, strictly greater than every
 // earlier leader's term of the election. The callback's context ends when

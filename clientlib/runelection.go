@@ -37,9 +37,9 @@ func OnElected(f func(term fencing.Token)) ElectionOption {
 // OnDemoted is called, on RunElection's goroutine, when a term ends, after
 // the callback has returned and the leadership was resigned (or lost).
 // cause says why: the leadership's end (a session error such as
-// ErrSessionExpired, ErrNotLeader), ctx's error, the callback's error, or
-// ErrResigned when the callback returned nil. It is called only for terms
-// that began.
+// ErrSessionExpired, ErrNotLeader), ctx's error, or the callback's error;
+// it is nil when the callback returned nil, finished with its work. It is
+// called only for terms that began.
 func OnDemoted(f func(term fencing.Token, cause error)) ElectionOption {
 	return func(o *electionOptions) { o.onDemoted = f }
 }
@@ -151,8 +151,6 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 			cause = ctx.Err()
 		case ferr != nil:
 			cause = ferr
-		default:
-			cause = ErrResigned
 		}
 		if o.onDemoted != nil {
 			o.onDemoted(term, cause)

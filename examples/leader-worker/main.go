@@ -84,6 +84,10 @@ func run(ctx context.Context, out io.Writer, endpoints []string, id string, ttl,
 		clientlib.WithElectionSession(clientlib.WithTTL(ttl), clientlib.WithOwner("leader-worker "+id)),
 		clientlib.OnElected(func(term fencing.Token) { fmt.Fprintf(out, "worker %s: leading (term %s)\n", id, term) }),
 		clientlib.OnDemoted(func(term fencing.Token, why error) {
+			if why == nil {
+				fmt.Fprintf(out, "worker %s: done, resigned (term %s)\n", id, term)
+				return
+			}
 			fmt.Fprintf(out, "worker %s: no longer leading (term %s): %v\n", id, term, why)
 		}))
 }

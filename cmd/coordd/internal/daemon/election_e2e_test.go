@@ -604,3 +604,28 @@ func TestObserveResumesAcrossRestart(t *testing.T) {
 		t.Fatalf("events %v, want %v", seen, want)
 	}
 }
+
+// OnDemoted tells a finished term from a failed one: nil when the callback
+// returned nil (its work done, leadership resigned), the callback's error
+// when it failed.
+func TestRunElectionDemotedCause(t *testing.T) {
+	d := start(t, testConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	boom := errors.New("boom")
+	var causes []error
+	calls := 0
+	err := c.RunElection(t.Context(), "demoted-cause", "v", func(context.Context, fencing.Token) error {
+		calls++
+		if calls == 1 {
+			return boom // campaign again after a backoff
+		}
+		return nil // done
+	}, clientlib.WithElectionBackoff(10*time.Millisecond, 10*time.Millisecond),
+		clientlib.OnDemoted(func(_ fencing.Token, cause error) { causes = append(causes, cause) }))
+	if err != nil {
+		t.Fatalf("RunElection = %v, want nil after a callback that returned nil", err)
+	}
+	if len(causes) != 2 || !errors.Is(causes[0], boom) || causes[1] != nil {
+		t.Fatalf("OnDemoted causes = %v, want [boom <nil>]", causes)
+	}
+}
