@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/coordd/coordd/internal/configvalue"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -76,7 +77,11 @@ type bound[T any] struct {
 
 // Bind decodes a namespace of sub into a T and keeps it current: with one
 // key per field by default (field names as in encoding/json: use json
-// tags, for YAML too), or one document in the key BindKey names. A release
+// tags, for YAML too), or one document in the key BindKey names. With JSON
+// and one key per field, a value that is JSON text is that JSON value and
+// any other text is a string (timeout=5s needs no quotes; to bind the
+// string "3", store "3" with its quotes): the rule a namespace's schema
+// reads values by. A document (BindKey) must be JSON or YAML. A release
 // that does not decode or validate is rejected and the last good value
 // stays. Bind fails if the namespace's current content does not decode or
 // validate.
@@ -165,9 +170,13 @@ func (b *Binding[T]) decode(snap *ConfigSnapshot) (T, error) {
 func (b *Binding[T]) parse(key, val string) (any, error) {
 	var tree any
 	var err error
-	if b.format == JSON {
-		err = json.Unmarshal([]byte(val), &tree)
-	} else {
+	switch {
+	case b.format == JSON && b.opts.key == "":
+		// One key per field: configvalue's rule, as a schema reads it.
+		err = json.Unmarshal(configvalue.JSON(val), &tree)
+	case b.format == JSON:
+		err = json.Unmarshal([]byte(val), &tree) // a whole document
+	default:
 		err = yaml.Unmarshal([]byte(val), &tree)
 	}
 	if err != nil {

@@ -28,7 +28,7 @@ func newBinding[T any](format Format, opts ...BindOption[T]) *Binding[T] {
 func TestBindDecodes(t *testing.T) {
 	defaults := bindCfg{Port: 80, Tags: map[string]string{"env": "dev"}, Enabled: true}
 	b := newBinding(JSON, BindDefaults(defaults))
-	if err := b.update(snapshotOf("app", 1, map[string]string{"port": "8080", "name": `"web"`, "tags": `{"zone":"a"}`, "other": "1"})); err != nil {
+	if err := b.update(snapshotOf("app", 1, map[string]string{"port": "8080", "name": `web`, "tags": `{"zone":"a"}`, "other": "1"})); err != nil {
 		t.Fatal(err)
 	}
 	v := b.Load()
@@ -74,7 +74,8 @@ func TestBindRejects(t *testing.T) {
 	for _, bad := range []map[string]string{
 		{"port": "0"},        // fails validation
 		{"port": `"eighty"`}, // wrong type
-		{"port": "{"},        // not JSON
+		{"port": "{"},        // not JSON: the string "{"
+		{"port": "eighty"},   // plain text: a string
 	} {
 		if err := b.update(snapshotOf("app", 2, bad)); err == nil {
 			t.Fatalf("%v accepted", bad)

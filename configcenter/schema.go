@@ -1,11 +1,13 @@
 package configcenter
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
+	"github.com/coordd/coordd/internal/configvalue"
 	"github.com/hashicorp/go-multierror"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
@@ -13,10 +15,10 @@ import (
 )
 
 // A namespace's JSON Schema validates the namespace as one JSON object:
-// each key is a property whose value is the key's value parsed as JSON. So
-// a schema can require keys ("required"), type them ("properties"), and
-// forbid unknown ones ("additionalProperties": false). With a schema, every
-// value must be JSON (a string value is written with its quotes).
+// each key is a property whose value is the key's value read by
+// configvalue's rule (JSON text is that JSON value; other text is a string
+// of itself). So a schema can require keys ("required"), type them
+// ("properties"), and forbid unknown ones ("additionalProperties": false).
 
 // schemaURL names the one resource a compiler sees.
 const schemaURL = "coordd:///namespace-schema.json"
@@ -61,9 +63,9 @@ func validateContent(sch *jsonschema.Schema, content map[string]string) error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		v, err := jsonschema.UnmarshalJSON(strings.NewReader(content[k]))
-		if err != nil {
-			errs = multierror.Append(errs, &Problem{Key: k, Message: "value is not JSON (a namespace with a schema holds JSON values; quote strings)"})
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(configvalue.JSON(content[k])))
+		if err != nil { // cannot happen: configvalue returns valid JSON
+			errs = multierror.Append(errs, &Problem{Key: k, Message: err.Error()})
 			continue
 		}
 		doc[k] = v

@@ -130,7 +130,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := func() error {
-		_, err := e.s.SetSchema(ctx, "typed", `{"type":"object","properties":{"port":{"type":"integer"}}}`)
+		_, err := e.s.SetSchema(ctx, "typed", `{"type":"object","properties":{"port":{"type":"integer"},"name":{"type":"string"},"retries":{"type":"integer"}}}`)
 		return err
 	}(); err != nil {
 		t.Fatal(err)
@@ -158,9 +158,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 			configcenter.Mutation{Key: "a", Value: strings.Repeat("x", 16)},
 			configcenter.Mutation{Key: "b", Value: strings.Repeat("y", 16)},
 			configcenter.Mutation{Key: "c", Value: strings.Repeat("z", 16)}), nil, 0},
-		{"schema: not JSON and wrong type", pub("typed",
+		{"schema: wrong types, plain text a string", pub("typed",
 			configcenter.Mutation{Key: "port", Value: `"80"`},
-			configcenter.Mutation{Key: "name", Value: `web`}), configcenter.ErrValidation, 2},
+			configcenter.Mutation{Key: "name", Value: `web`}, // a string: fine
+			configcenter.Mutation{Key: "retries", Value: `three`}), configcenter.ErrValidation, 2},
 		{"compacted read", func() error { _, err := e.s.Snapshot(ctx, "app", 1); return err }(), nil, 0},
 		{"future read", func() error { _, err := e.s.Snapshot(ctx, "app", 1<<40); return err }(), configcenter.ErrInvalid, 0},
 		{"bad schema", func() error { _, err := e.s.SetSchema(ctx, "app", `{"type": 12}`); return err }(), configcenter.ErrInvalid, 0},

@@ -262,7 +262,10 @@ type ConfigMutation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key: 1-256 bytes of [A-Za-z0-9._:@/-].
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// value: UTF-8, at most the daemon's value limit (256 KiB by default).
+	// value: UTF-8 text, at most the daemon's value limit (256 KiB by
+	// default), stored as given. Where a type is needed (a schema, the SDK's
+	// Bind), JSON text is that JSON value and other text a string: 3 is a
+	// number, 5s the string "5s", "3" with its quotes the string "3".
 	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	// delete removes the key instead.
 	Delete        bool `protobuf:"varint,3,opt,name=delete,proto3" json:"delete,omitempty"`
@@ -1690,8 +1693,9 @@ type SetSchemaRequest struct {
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// schema is a JSON Schema document (at most 64 KiB; no references
 	// outside it) validating the namespace as one JSON object whose
-	// properties are its keys and whose values are the keys' values parsed
-	// as JSON. Empty removes the schema.
+	// properties are its keys and whose values are the keys' values: JSON
+	// text is read as that JSON value, any other text as a string of itself.
+	// Empty removes the schema.
 	Schema        string `protobuf:"bytes,2,opt,name=schema,proto3" json:"schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
