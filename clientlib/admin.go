@@ -82,6 +82,23 @@ func (c *Client) ListLocks(ctx context.Context, prefix string) ([]string, error)
 	}
 }
 
+// ListElections returns the names of elections with a leader or candidates
+// that start with prefix.
+func (c *Client) ListElections(ctx context.Context, prefix string) ([]string, error) {
+	var out []string
+	token := ""
+	for {
+		resp, err := c.elections.ListElections(ctx, &coorddv1.ListElectionsRequest{Prefix: prefix, PageSize: 1000, PageToken: token})
+		if err != nil {
+			return nil, convert(ctx, err)
+		}
+		out = append(out, resp.GetNames()...)
+		if token = resp.GetNextPageToken(); token == "" {
+			return out, nil
+		}
+	}
+}
+
 // CampaignAs campaigns for the session sessionID (which the caller keeps
 // alive) and returns the term once it leads.
 func (c *Client) CampaignAs(ctx context.Context, sessionID, name, value string) (fencing.Token, error) {

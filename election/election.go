@@ -369,6 +369,26 @@ func leaderOf(kv *mvccpb.KeyValue) (Leader, error) {
 	return ld, nil
 }
 
+// List returns the names of elections that have a leader or candidates and
+// start with prefix, at most limit of them, starting after the name after
+// ("" for the first page). The order is stable, so pages do not overlap.
+func (m *Manager) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	if prefix != "" {
+		// A prefix is any start of a name ("batch/", "bat").
+		if err := names.CheckKey("election name prefix", prefix); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: list limit %d is not positive", ErrInvalid, limit)
+	}
+	list, err := queue.Names(ctx, m.cli, m.root, prefix, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("election: list: %w", err)
+	}
+	return list, nil
+}
+
 // Candidates returns the campaigns waiting behind the leader, in the order
 // they will lead, and the revision of the read (linearizable).
 func (m *Manager) Candidates(ctx context.Context, name string) ([]Candidate, int64, error) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/coordd/coordd/fencing"
@@ -357,37 +356,11 @@ func (m *Manager) List(ctx context.Context, prefix, after string, limit int) ([]
 	if limit <= 0 {
 		return nil, fmt.Errorf("%w: list limit %d is not positive", ErrInvalid, limit)
 	}
-	from := m.locks + escape(prefix)
-	if after != "" {
-		// Skip every key of lock `after`: its subtree ends before after+"/\xff".
-		from = m.locks + escape(after) + "/\xff"
+	list, err := queue.Names(ctx, m.cli, m.locks, prefix, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("lock: list: %w", err)
 	}
-	end := clientv3.GetPrefixRangeEnd(m.locks + escape(prefix))
-	var names []string
-	for len(names) < limit {
-		resp, err := m.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)*4))
-		if err != nil {
-			return nil, fmt.Errorf("lock: list: %w", err)
-		}
-		for _, kv := range resp.Kvs {
-			rest := strings.TrimPrefix(string(kv.Key), m.locks)
-			esc, sub, ok := strings.Cut(rest, "/")
-			if !ok || !strings.HasPrefix(sub, "q/") {
-				continue // release and delay markers do not make a lock busy
-			}
-			if n := unescape(esc); len(names) == 0 || names[len(names)-1] != n {
-				names = append(names, n)
-				if len(names) == limit {
-					break
-				}
-			}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
-	return names, nil
+	return list, nil
 }
 
 func limitOf(kvs []*mvccpb.KeyValue) (int, bool) {

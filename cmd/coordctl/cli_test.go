@@ -399,6 +399,8 @@ func TestNamesCompleteFromTheServer(t *testing.T) {
 	must(t, ep, "lock", "acquire", "other", "--session", s.ID)
 	must(t, ep, "config", "put", "payments/prod", "retries", "3")
 	must(t, ep, "config", "put", "payments/dev", "retries", "3")
+	must(t, ep, "elect", "campaign", "batch/leader", "host-1", "--session", s.ID)
+	must(t, ep, "elect", "campaign", "backup/leader", "host-1", "--session", s.ID)
 	noFiles := fmt.Sprintf(":%d", 4) // cobra.ShellCompDirectiveNoFileComp
 	for _, c := range []struct {
 		args []string
@@ -411,7 +413,8 @@ func TestNamesCompleteFromTheServer(t *testing.T) {
 		{[]string{"config", "get", "pay"}, []string{"payments/dev", "payments/prod"}},
 		{[]string{"config", "history", "payments/p"}, []string{"payments/prod"}},
 		{[]string{"config", "watch", "payments/dev", "pay"}, []string{"payments/prod"}},
-		{[]string{"elect", "leader", ""}, nil}, // coordd cannot list elections
+		{[]string{"elect", "leader", "ba"}, []string{"backup/leader", "batch/leader"}},
+		{[]string{"elect", "observe", "bat"}, []string{"batch/leader"}},
 	} {
 		got, directive := complete(t, ep, c.args...)
 		slices.Sort(got)

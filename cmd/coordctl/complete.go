@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// Shell completion asks coordd for lock names and config namespaces
-// (election names cannot be listed: coordd has no call for it). It fails
+// Shell completion asks coordd for lock names, election names and config
+// namespaces. It fails
 // silently: when coordd does not answer within completionTimeout there are
 // no completions, and never file names in their place.
 
@@ -22,6 +22,10 @@ type lister func(ctx context.Context, c *clientlib.Client, prefix string) ([]str
 
 func lockNames(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error) {
 	return c.ListLocks(ctx, prefix)
+}
+
+func electionNames(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error) {
+	return c.ListElections(ctx, prefix)
 }
 
 func namespaceNames(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error) {
@@ -46,17 +50,6 @@ func (a *app) completeEach(list lister) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		names := slices.DeleteFunc(a.serverNames(cmd, list, toComplete), func(n string) bool { return slices.Contains(args, n) })
 		return names, cobra.ShellCompDirectiveNoFileComp
-	}
-}
-
-// noNameCompletion is for election names: nothing to offer, and no file
-// names either.
-func noNameCompletion(rest cobra.ShellCompDirective) cobra.CompletionFunc {
-	return func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if len(args) > 0 {
-			return nil, rest
-		}
-		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 }
 

@@ -828,6 +828,125 @@ func (x *ElectionCandidate) GetEnqueueTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// ListElectionsRequest asks for election names.
+type ListElectionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// prefix restricts the list to names starting with it.
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// page_size is the most names to return: 1-1000, 100 when zero.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is the previous page's next_page_token.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListElectionsRequest) Reset() {
+	*x = ListElectionsRequest{}
+	mi := &file_coordd_v1_election_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListElectionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListElectionsRequest) ProtoMessage() {}
+
+func (x *ListElectionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_election_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListElectionsRequest.ProtoReflect.Descriptor instead.
+func (*ListElectionsRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListElectionsRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListElectionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListElectionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListElectionsResponse carries election names.
+type ListElectionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// names of elections that have a leader or candidates.
+	Names []string `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	// next_page_token fetches the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListElectionsResponse) Reset() {
+	*x = ListElectionsResponse{}
+	mi := &file_coordd_v1_election_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListElectionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListElectionsResponse) ProtoMessage() {}
+
+func (x *ListElectionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_election_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListElectionsResponse.ProtoReflect.Descriptor instead.
+func (*ListElectionsResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListElectionsResponse) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *ListElectionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // CandidatesRequest names an election.
 type CandidatesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -839,7 +958,7 @@ type CandidatesRequest struct {
 
 func (x *CandidatesRequest) Reset() {
 	*x = CandidatesRequest{}
-	mi := &file_coordd_v1_election_proto_msgTypes[11]
+	mi := &file_coordd_v1_election_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +970,7 @@ func (x *CandidatesRequest) String() string {
 func (*CandidatesRequest) ProtoMessage() {}
 
 func (x *CandidatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[11]
+	mi := &file_coordd_v1_election_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +983,7 @@ func (x *CandidatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidatesRequest.ProtoReflect.Descriptor instead.
 func (*CandidatesRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{11}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CandidatesRequest) GetName() string {
@@ -887,7 +1006,7 @@ type CandidatesResponse struct {
 
 func (x *CandidatesResponse) Reset() {
 	*x = CandidatesResponse{}
-	mi := &file_coordd_v1_election_proto_msgTypes[12]
+	mi := &file_coordd_v1_election_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1018,7 @@ func (x *CandidatesResponse) String() string {
 func (*CandidatesResponse) ProtoMessage() {}
 
 func (x *CandidatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[12]
+	mi := &file_coordd_v1_election_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1031,7 @@ func (x *CandidatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidatesResponse.ProtoReflect.Descriptor instead.
 func (*CandidatesResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{12}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CandidatesResponse) GetCandidates() []*ElectionCandidate {
@@ -944,7 +1063,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_coordd_v1_election_proto_msgTypes[13]
+	mi := &file_coordd_v1_election_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1075,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[13]
+	mi := &file_coordd_v1_election_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1088,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{13}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -1008,7 +1127,7 @@ type ElectionEvent struct {
 
 func (x *ElectionEvent) Reset() {
 	*x = ElectionEvent{}
-	mi := &file_coordd_v1_election_proto_msgTypes[14]
+	mi := &file_coordd_v1_election_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1139,7 @@ func (x *ElectionEvent) String() string {
 func (*ElectionEvent) ProtoMessage() {}
 
 func (x *ElectionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[14]
+	mi := &file_coordd_v1_election_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1152,7 @@ func (x *ElectionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectionEvent.ProtoReflect.Descriptor instead.
 func (*ElectionEvent) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{14}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ElectionEvent) GetType() ElectionEventType {
@@ -1078,7 +1197,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_coordd_v1_election_proto_msgTypes[15]
+	mi := &file_coordd_v1_election_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1209,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[15]
+	mi := &file_coordd_v1_election_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1222,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{15}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ObserveResponse) GetEvents() []*ElectionEvent {
@@ -1182,7 +1301,15 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05owner\x18\x05 \x01(\tR\x05owner\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12=\n" +
-	"\fenqueue_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\venqueueTime\"'\n" +
+	"\fenqueue_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\venqueueTime\"j\n" +
+	"\x14ListElectionsRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"U\n" +
+	"\x15ListElectionsResponse\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"'\n" +
 	"\x11CandidatesRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"n\n" +
 	"\x12CandidatesResponse\x12<\n" +
@@ -1207,14 +1334,15 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\x1eELECTION_EVENT_TYPE_PROCLAIMED\x10\x02\x12 \n" +
 	"\x1cELECTION_EVENT_TYPE_RESIGNED\x10\x03\x12\x1f\n" +
 	"\x1bELECTION_EVENT_TYPE_EXPIRED\x10\x04\x12\x1e\n" +
-	"\x1aELECTION_EVENT_TYPE_VACANT\x10\x052\xa8\x03\n" +
+	"\x1aELECTION_EVENT_TYPE_VACANT\x10\x052\xfc\x03\n" +
 	"\x0fElectionService\x12C\n" +
 	"\bCampaign\x12\x1a.coordd.v1.CampaignRequest\x1a\x1b.coordd.v1.CampaignResponse\x12C\n" +
 	"\bProclaim\x12\x1a.coordd.v1.ProclaimRequest\x1a\x1b.coordd.v1.ProclaimResponse\x12=\n" +
 	"\x06Resign\x12\x18.coordd.v1.ResignRequest\x1a\x19.coordd.v1.ResignResponse\x12=\n" +
 	"\x06Leader\x12\x18.coordd.v1.LeaderRequest\x1a\x19.coordd.v1.LeaderResponse\x12I\n" +
 	"\n" +
-	"Candidates\x12\x1c.coordd.v1.CandidatesRequest\x1a\x1d.coordd.v1.CandidatesResponse\x12B\n" +
+	"Candidates\x12\x1c.coordd.v1.CandidatesRequest\x1a\x1d.coordd.v1.CandidatesResponse\x12R\n" +
+	"\rListElections\x12\x1f.coordd.v1.ListElectionsRequest\x1a .coordd.v1.ListElectionsResponse\x12B\n" +
 	"\aObserve\x12\x19.coordd.v1.ObserveRequest\x1a\x1a.coordd.v1.ObserveResponse0\x01B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
@@ -1230,7 +1358,7 @@ func file_coordd_v1_election_proto_rawDescGZIP() []byte {
 }
 
 var file_coordd_v1_election_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordd_v1_election_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_coordd_v1_election_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_coordd_v1_election_proto_goTypes = []any{
 	(ElectionEventType)(0),        // 0: coordd.v1.ElectionEventType
 	(*Leadership)(nil),            // 1: coordd.v1.Leadership
@@ -1244,38 +1372,42 @@ var file_coordd_v1_election_proto_goTypes = []any{
 	(*LeaderRequest)(nil),         // 9: coordd.v1.LeaderRequest
 	(*LeaderResponse)(nil),        // 10: coordd.v1.LeaderResponse
 	(*ElectionCandidate)(nil),     // 11: coordd.v1.ElectionCandidate
-	(*CandidatesRequest)(nil),     // 12: coordd.v1.CandidatesRequest
-	(*CandidatesResponse)(nil),    // 13: coordd.v1.CandidatesResponse
-	(*ObserveRequest)(nil),        // 14: coordd.v1.ObserveRequest
-	(*ElectionEvent)(nil),         // 15: coordd.v1.ElectionEvent
-	(*ObserveResponse)(nil),       // 16: coordd.v1.ObserveResponse
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*ListElectionsRequest)(nil),  // 12: coordd.v1.ListElectionsRequest
+	(*ListElectionsResponse)(nil), // 13: coordd.v1.ListElectionsResponse
+	(*CandidatesRequest)(nil),     // 14: coordd.v1.CandidatesRequest
+	(*CandidatesResponse)(nil),    // 15: coordd.v1.CandidatesResponse
+	(*ObserveRequest)(nil),        // 16: coordd.v1.ObserveRequest
+	(*ElectionEvent)(nil),         // 17: coordd.v1.ElectionEvent
+	(*ObserveResponse)(nil),       // 18: coordd.v1.ObserveResponse
+	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
 }
 var file_coordd_v1_election_proto_depIdxs = []int32{
-	17, // 0: coordd.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	19, // 0: coordd.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 1: coordd.v1.CampaignResponse.leadership:type_name -> coordd.v1.Leadership
-	18, // 2: coordd.v1.ElectionLeader.since:type_name -> google.protobuf.Timestamp
+	20, // 2: coordd.v1.ElectionLeader.since:type_name -> google.protobuf.Timestamp
 	8,  // 3: coordd.v1.LeaderResponse.leader:type_name -> coordd.v1.ElectionLeader
-	18, // 4: coordd.v1.ElectionCandidate.enqueue_time:type_name -> google.protobuf.Timestamp
+	20, // 4: coordd.v1.ElectionCandidate.enqueue_time:type_name -> google.protobuf.Timestamp
 	11, // 5: coordd.v1.CandidatesResponse.candidates:type_name -> coordd.v1.ElectionCandidate
 	0,  // 6: coordd.v1.ElectionEvent.type:type_name -> coordd.v1.ElectionEventType
 	8,  // 7: coordd.v1.ElectionEvent.leader:type_name -> coordd.v1.ElectionLeader
-	15, // 8: coordd.v1.ObserveResponse.events:type_name -> coordd.v1.ElectionEvent
+	17, // 8: coordd.v1.ObserveResponse.events:type_name -> coordd.v1.ElectionEvent
 	2,  // 9: coordd.v1.ElectionService.Campaign:input_type -> coordd.v1.CampaignRequest
 	4,  // 10: coordd.v1.ElectionService.Proclaim:input_type -> coordd.v1.ProclaimRequest
 	6,  // 11: coordd.v1.ElectionService.Resign:input_type -> coordd.v1.ResignRequest
 	9,  // 12: coordd.v1.ElectionService.Leader:input_type -> coordd.v1.LeaderRequest
-	12, // 13: coordd.v1.ElectionService.Candidates:input_type -> coordd.v1.CandidatesRequest
-	14, // 14: coordd.v1.ElectionService.Observe:input_type -> coordd.v1.ObserveRequest
-	3,  // 15: coordd.v1.ElectionService.Campaign:output_type -> coordd.v1.CampaignResponse
-	5,  // 16: coordd.v1.ElectionService.Proclaim:output_type -> coordd.v1.ProclaimResponse
-	7,  // 17: coordd.v1.ElectionService.Resign:output_type -> coordd.v1.ResignResponse
-	10, // 18: coordd.v1.ElectionService.Leader:output_type -> coordd.v1.LeaderResponse
-	13, // 19: coordd.v1.ElectionService.Candidates:output_type -> coordd.v1.CandidatesResponse
-	16, // 20: coordd.v1.ElectionService.Observe:output_type -> coordd.v1.ObserveResponse
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
+	14, // 13: coordd.v1.ElectionService.Candidates:input_type -> coordd.v1.CandidatesRequest
+	12, // 14: coordd.v1.ElectionService.ListElections:input_type -> coordd.v1.ListElectionsRequest
+	16, // 15: coordd.v1.ElectionService.Observe:input_type -> coordd.v1.ObserveRequest
+	3,  // 16: coordd.v1.ElectionService.Campaign:output_type -> coordd.v1.CampaignResponse
+	5,  // 17: coordd.v1.ElectionService.Proclaim:output_type -> coordd.v1.ProclaimResponse
+	7,  // 18: coordd.v1.ElectionService.Resign:output_type -> coordd.v1.ResignResponse
+	10, // 19: coordd.v1.ElectionService.Leader:output_type -> coordd.v1.LeaderResponse
+	15, // 20: coordd.v1.ElectionService.Candidates:output_type -> coordd.v1.CandidatesResponse
+	13, // 21: coordd.v1.ElectionService.ListElections:output_type -> coordd.v1.ListElectionsResponse
+	18, // 22: coordd.v1.ElectionService.Observe:output_type -> coordd.v1.ObserveResponse
+	16, // [16:23] is the sub-list for method output_type
+	9,  // [9:16] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name
@@ -1292,7 +1424,7 @@ func file_coordd_v1_election_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_election_proto_rawDesc), len(file_coordd_v1_election_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

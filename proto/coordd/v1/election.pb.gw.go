@@ -186,6 +186,41 @@ func local_request_ElectionService_Candidates_0(ctx context.Context, marshaler r
 	return msg, metadata, err
 }
 
+var filter_ElectionService_ListElections_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
+func request_ElectionService_ListElections_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListElectionsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ElectionService_ListElections_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ListElections(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_ElectionService_ListElections_0(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListElectionsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_ElectionService_ListElections_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.ListElections(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_ElectionService_Observe_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_ElectionService_Observe_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (ElectionService_ObserveClient, runtime.ServerMetadata, error) {
@@ -320,6 +355,26 @@ func RegisterElectionServiceHandlerServer(ctx context.Context, mux *runtime.Serv
 		}
 		forward_ElectionService_Candidates_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_ElectionService_ListElections_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/coordd.v1.ElectionService/ListElections", runtime.WithHTTPPathPattern("/v1/elections"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_ElectionService_ListElections_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ElectionService_ListElections_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 
 	mux.Handle(http.MethodGet, pattern_ElectionService_Observe_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
@@ -452,6 +507,23 @@ func RegisterElectionServiceHandlerClient(ctx context.Context, mux *runtime.Serv
 		}
 		forward_ElectionService_Candidates_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_ElectionService_ListElections_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/coordd.v1.ElectionService/ListElections", runtime.WithHTTPPathPattern("/v1/elections"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_ElectionService_ListElections_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_ElectionService_ListElections_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_ElectionService_Observe_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -473,19 +545,21 @@ func RegisterElectionServiceHandlerClient(ctx context.Context, mux *runtime.Serv
 }
 
 var (
-	pattern_ElectionService_Campaign_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "campaign"))
-	pattern_ElectionService_Proclaim_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "proclaim"))
-	pattern_ElectionService_Resign_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "resign"))
-	pattern_ElectionService_Leader_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "leader"))
-	pattern_ElectionService_Candidates_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "candidates"))
-	pattern_ElectionService_Observe_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "observe"))
+	pattern_ElectionService_Campaign_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "campaign"))
+	pattern_ElectionService_Proclaim_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "proclaim"))
+	pattern_ElectionService_Resign_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "resign"))
+	pattern_ElectionService_Leader_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "leader"))
+	pattern_ElectionService_Candidates_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "candidates"))
+	pattern_ElectionService_ListElections_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, ""))
+	pattern_ElectionService_Observe_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "elections"}, "observe"))
 )
 
 var (
-	forward_ElectionService_Campaign_0   = runtime.ForwardResponseMessage
-	forward_ElectionService_Proclaim_0   = runtime.ForwardResponseMessage
-	forward_ElectionService_Resign_0     = runtime.ForwardResponseMessage
-	forward_ElectionService_Leader_0     = runtime.ForwardResponseMessage
-	forward_ElectionService_Candidates_0 = runtime.ForwardResponseMessage
-	forward_ElectionService_Observe_0    = runtime.ForwardResponseStream
+	forward_ElectionService_Campaign_0      = runtime.ForwardResponseMessage
+	forward_ElectionService_Proclaim_0      = runtime.ForwardResponseMessage
+	forward_ElectionService_Resign_0        = runtime.ForwardResponseMessage
+	forward_ElectionService_Leader_0        = runtime.ForwardResponseMessage
+	forward_ElectionService_Candidates_0    = runtime.ForwardResponseMessage
+	forward_ElectionService_ListElections_0 = runtime.ForwardResponseMessage
+	forward_ElectionService_Observe_0       = runtime.ForwardResponseStream
 )

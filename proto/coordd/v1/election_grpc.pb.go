@@ -19,12 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ElectionService_Campaign_FullMethodName   = "/coordd.v1.ElectionService/Campaign"
-	ElectionService_Proclaim_FullMethodName   = "/coordd.v1.ElectionService/Proclaim"
-	ElectionService_Resign_FullMethodName     = "/coordd.v1.ElectionService/Resign"
-	ElectionService_Leader_FullMethodName     = "/coordd.v1.ElectionService/Leader"
-	ElectionService_Candidates_FullMethodName = "/coordd.v1.ElectionService/Candidates"
-	ElectionService_Observe_FullMethodName    = "/coordd.v1.ElectionService/Observe"
+	ElectionService_Campaign_FullMethodName      = "/coordd.v1.ElectionService/Campaign"
+	ElectionService_Proclaim_FullMethodName      = "/coordd.v1.ElectionService/Proclaim"
+	ElectionService_Resign_FullMethodName        = "/coordd.v1.ElectionService/Resign"
+	ElectionService_Leader_FullMethodName        = "/coordd.v1.ElectionService/Leader"
+	ElectionService_Candidates_FullMethodName    = "/coordd.v1.ElectionService/Candidates"
+	ElectionService_ListElections_FullMethodName = "/coordd.v1.ElectionService/ListElections"
+	ElectionService_Observe_FullMethodName       = "/coordd.v1.ElectionService/Observe"
 )
 
 // ElectionServiceClient is the client API for ElectionService service.
@@ -68,6 +69,9 @@ type ElectionServiceClient interface {
 	Leader(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (*LeaderResponse, error)
 	// Candidates returns the campaigns waiting behind the leader, in order.
 	Candidates(ctx context.Context, in *CandidatesRequest, opts ...grpc.CallOption) (*CandidatesResponse, error)
+	// ListElections returns the names of elections that have a leader or
+	// candidates.
+	ListElections(ctx context.Context, in *ListElectionsRequest, opts ...grpc.CallOption) (*ListElectionsResponse, error)
 	// Observe streams the election's events, one message per etcd revision
 	// that changes it. Over REST it is newline-delimited JSON.
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObserveResponse], error)
@@ -125,6 +129,16 @@ func (c *electionServiceClient) Candidates(ctx context.Context, in *CandidatesRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CandidatesResponse)
 	err := c.cc.Invoke(ctx, ElectionService_Candidates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *electionServiceClient) ListElections(ctx context.Context, in *ListElectionsRequest, opts ...grpc.CallOption) (*ListElectionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListElectionsResponse)
+	err := c.cc.Invoke(ctx, ElectionService_ListElections_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -191,6 +205,9 @@ type ElectionServiceServer interface {
 	Leader(context.Context, *LeaderRequest) (*LeaderResponse, error)
 	// Candidates returns the campaigns waiting behind the leader, in order.
 	Candidates(context.Context, *CandidatesRequest) (*CandidatesResponse, error)
+	// ListElections returns the names of elections that have a leader or
+	// candidates.
+	ListElections(context.Context, *ListElectionsRequest) (*ListElectionsResponse, error)
 	// Observe streams the election's events, one message per etcd revision
 	// that changes it. Over REST it is newline-delimited JSON.
 	Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error
@@ -218,6 +235,9 @@ func (UnimplementedElectionServiceServer) Leader(context.Context, *LeaderRequest
 }
 func (UnimplementedElectionServiceServer) Candidates(context.Context, *CandidatesRequest) (*CandidatesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Candidates not implemented")
+}
+func (UnimplementedElectionServiceServer) ListElections(context.Context, *ListElectionsRequest) (*ListElectionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListElections not implemented")
 }
 func (UnimplementedElectionServiceServer) Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error {
 	return status.Error(codes.Unimplemented, "method Observe not implemented")
@@ -333,6 +353,24 @@ func _ElectionService_Candidates_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ElectionService_ListElections_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListElectionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ElectionServiceServer).ListElections(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ElectionService_ListElections_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ElectionServiceServer).ListElections(ctx, req.(*ListElectionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ElectionService_Observe_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ObserveRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -370,6 +408,10 @@ var ElectionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Candidates",
 			Handler:    _ElectionService_Candidates_Handler,
+		},
+		{
+			MethodName: "ListElections",
+			Handler:    _ElectionService_ListElections_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -206,20 +206,13 @@ func (s *ConfigServer) SetSchema(ctx context.Context, req *coorddv1.SetSchemaReq
 
 // ListNamespaces implements ConfigService.
 func (s *ConfigServer) ListNamespaces(ctx context.Context, req *coorddv1.ListNamespacesRequest) (*coorddv1.ListNamespacesResponse, error) {
-	size, err := pageSize(req.GetPageSize())
+	nss, next, err := namesPage(req.GetPageSize(), req.GetPageToken(), func(after string, limit int) ([]string, error) {
+		return s.store.Namespaces(ctx, req.GetPrefix(), after, limit)
+	})
 	if err != nil {
 		return nil, err
 	}
-	nss, err := s.store.Namespaces(ctx, req.GetPrefix(), req.GetPageToken(), size+1)
-	if err != nil {
-		return nil, err
-	}
-	resp := &coorddv1.ListNamespacesResponse{Namespaces: nss}
-	if len(nss) > size {
-		resp.Namespaces = nss[:size]
-		resp.NextPageToken = nss[size-1]
-	}
-	return resp, nil
+	return &coorddv1.ListNamespacesResponse{Namespaces: nss, NextPageToken: next}, nil
 }
 
 // Watch implements ConfigService.

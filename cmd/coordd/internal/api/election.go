@@ -101,6 +101,17 @@ func (s *ElectionServer) Candidates(ctx context.Context, req *coorddv1.Candidate
 	return resp, nil
 }
 
+// ListElections implements ElectionService.
+func (s *ElectionServer) ListElections(ctx context.Context, req *coorddv1.ListElectionsRequest) (*coorddv1.ListElectionsResponse, error) {
+	names, next, err := namesPage(req.GetPageSize(), req.GetPageToken(), func(after string, limit int) ([]string, error) {
+		return s.m.List(ctx, req.GetPrefix(), after, limit)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.ListElectionsResponse{Names: names, NextPageToken: next}, nil
+}
+
 // Observe implements ElectionService.
 func (s *ElectionServer) Observe(req *coorddv1.ObserveRequest, stream coorddv1.ElectionService_ObserveServer) error {
 	ctx, cancel := context.WithCancelCause(stream.Context())

@@ -127,20 +127,13 @@ func (s *LockServer) DescribeLock(ctx context.Context, req *coorddv1.DescribeLoc
 
 // ListLocks implements LockService.
 func (s *LockServer) ListLocks(ctx context.Context, req *coorddv1.ListLocksRequest) (*coorddv1.ListLocksResponse, error) {
-	size, err := pageSize(req.GetPageSize())
+	names, next, err := namesPage(req.GetPageSize(), req.GetPageToken(), func(after string, limit int) ([]string, error) {
+		return s.m.List(ctx, req.GetPrefix(), after, limit)
+	})
 	if err != nil {
 		return nil, err
 	}
-	names, err := s.m.List(ctx, req.GetPrefix(), req.GetPageToken(), size+1)
-	if err != nil {
-		return nil, err
-	}
-	resp := &coorddv1.ListLocksResponse{Names: names}
-	if len(names) > size {
-		resp.Names = names[:size]
-		resp.NextPageToken = names[size-1]
-	}
-	return resp, nil
+	return &coorddv1.ListLocksResponse{Names: names, NextPageToken: next}, nil
 }
 
 // ValidateFence implements LockService.

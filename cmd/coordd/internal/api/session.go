@@ -29,6 +29,21 @@ func pageSize(n int32) (int, error) {
 	return int(n), nil
 }
 
+// namesPage asks list for one page of names after pageToken (one more
+// than the page holds, to know whether another follows) and returns the
+// page and the next page's token.
+func namesPage(n int32, pageToken string, list func(after string, limit int) ([]string, error)) ([]string, string, error) {
+	size, err := pageSize(n)
+	if err != nil {
+		return nil, "", err
+	}
+	names, err := list(pageToken, size+1)
+	if err != nil || len(names) <= size {
+		return names, "", err
+	}
+	return names[:size], names[size-1], nil
+}
+
 // SessionServer adapts session.Manager to coordd.v1.SessionService.
 type SessionServer struct {
 	coorddv1.UnsafeSessionServiceServer // compile errors when the service grows

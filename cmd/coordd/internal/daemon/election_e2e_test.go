@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -627,5 +628,53 @@ func TestRunElectionDemotedCause(t *testing.T) {
 	}
 	if len(causes) != 2 || !errors.Is(causes[0], boom) || causes[1] != nil {
 		t.Fatalf("OnDemoted causes = %v, want [boom <nil>]", causes)
+	}
+}
+
+// Elections with a leader or candidates are listed by prefix, over REST
+// and the SDK, in pages that do not overlap; a resigned election is gone.
+func TestListElections(t *testing.T) {
+	d := start(t, testConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	s, err := c.NewSession(t.Context(), clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leads []*clientlib.Leadership
+	for _, name := range []string{"batch/a", "batch/b", "batch/c", "batchx", "other"} {
+		l, err := s.Campaign(t.Context(), name, "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		leads = append(leads, l)
+	}
+	got, err := c.ListElections(t.Context(), "batch/")
+	if err != nil || !slices.Equal(got, []string{"batch/a", "batch/b", "batch/c"}) {
+		t.Fatalf("ListElections(batch/) = %q, %v", got, err)
+	}
+	base := "http://" + d.HTTPAddr()
+	var pages []any
+	token := ""
+	for {
+		r := call(t, "GET", base+"/v1/elections?prefix=batch&pageSize=2&pageToken="+token, "")
+		if r.status != 200 {
+			t.Fatalf("GET /v1/elections = %d %v", r.status, r.body)
+		}
+		pages = append(pages, r.body["names"].([]any)...)
+		if token, _ = r.body["nextPageToken"].(string); token == "" {
+			break
+		}
+	}
+	if fmt.Sprint(pages) != "[batch/a batch/b batch/c batchx]" {
+		t.Fatalf("paged REST list = %v", pages)
+	}
+	if err := leads[0].Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := c.ListElections(t.Context(), "batch/"); !slices.Equal(got, []string{"batch/b", "batch/c"}) {
+		t.Fatalf("after resigning batch/a: %q", got)
+	}
+	if r := call(t, "GET", base+"/v1/elections?prefix=a%20b", ""); r.status != 400 || reason(r) != "INVALID_ARGUMENT" {
+		t.Fatalf("bad prefix = %d %v", r.status, r.body)
 	}
 }

@@ -1,0 +1,47 @@
+package queue
+
+import (
+	"context"
+	"strings"
+
+	"github.com/coordd/coordd/internal/names"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Names lists the names under root whose queues ("<root><escaped name>/q/")
+// hold at least one entry and that start with prefix: at most limit of
+// them, in key order, starting after the name after ("" for the first
+// page). Markers beside a queue (a release marker, a lock-delay record) do
+// not make a name busy. The order is stable, so pages do not overlap.
+func Names(ctx context.Context, cli *clientv3.Client, root, prefix, after string, limit int) ([]string, error) {
+	from := root + names.Escape(prefix)
+	if after != "" {
+		// Skip every key of `after`: its subtree ends before after+"/\xff".
+		from = root + names.Escape(after) + "/\xff"
+	}
+	end := clientv3.GetPrefixRangeEnd(root + names.Escape(prefix))
+	var out []string
+	for len(out) < limit {
+		resp, err := cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)*4))
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range resp.Kvs {
+			esc, sub, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), root), "/")
+			if !ok || !strings.HasPrefix(sub, "q/") {
+				continue
+			}
+			if n := names.Unescape(esc); len(out) == 0 || out[len(out)-1] != n {
+				out = append(out, n)
+				if len(out) == limit {
+					break
+				}
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	return out, nil
+}
