@@ -68,35 +68,19 @@ func (c *Client) ReleaseLock(ctx context.Context, name string, token fencing.Tok
 // ListLocks returns the names of locks with holders or waiters that start
 // with prefix.
 func (c *Client) ListLocks(ctx context.Context, prefix string) ([]string, error) {
-	var out []string
-	token := ""
-	for {
+	return allNames(ctx, func(token string) ([]string, string, error) {
 		resp, err := c.locks.ListLocks(ctx, &coorddv1.ListLocksRequest{Prefix: prefix, PageSize: 1000, PageToken: token})
-		if err != nil {
-			return nil, convert(ctx, err)
-		}
-		out = append(out, resp.GetNames()...)
-		if token = resp.GetNextPageToken(); token == "" {
-			return out, nil
-		}
-	}
+		return resp.GetNames(), resp.GetNextPageToken(), err
+	})
 }
 
 // ListElections returns the names of elections with a leader or candidates
 // that start with prefix.
 func (c *Client) ListElections(ctx context.Context, prefix string) ([]string, error) {
-	var out []string
-	token := ""
-	for {
+	return allNames(ctx, func(token string) ([]string, string, error) {
 		resp, err := c.elections.ListElections(ctx, &coorddv1.ListElectionsRequest{Prefix: prefix, PageSize: 1000, PageToken: token})
-		if err != nil {
-			return nil, convert(ctx, err)
-		}
-		out = append(out, resp.GetNames()...)
-		if token = resp.GetNextPageToken(); token == "" {
-			return out, nil
-		}
-	}
+		return resp.GetNames(), resp.GetNextPageToken(), err
+	})
 }
 
 // CampaignAs campaigns for the session sessionID (which the caller keeps
@@ -225,6 +209,23 @@ func (c *Client) WatchConfig(ctx context.Context, namespaces []string, from int6
 		}
 		if err := fn(ev); err != nil {
 			return err
+		}
+	}
+}
+
+// allNames gathers the pages page returns, from the first (token "") to
+// the one with no next token.
+func allNames(ctx context.Context, page func(token string) ([]string, string, error)) ([]string, error) {
+	var out []string
+	token := ""
+	for {
+		names, next, err := page(token)
+		if err != nil {
+			return nil, convert(ctx, err)
+		}
+		out = append(out, names...)
+		if token = next; token == "" {
+			return out, nil
 		}
 	}
 }

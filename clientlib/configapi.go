@@ -167,18 +167,10 @@ func (c *Client) SetConfigSchema(ctx context.Context, ns, schema string) error {
 
 // ConfigNamespaces lists namespace names starting with prefix.
 func (c *Client) ConfigNamespaces(ctx context.Context, prefix string) ([]string, error) {
-	var out []string
-	token := ""
-	for {
+	return allNames(ctx, func(token string) ([]string, string, error) {
 		resp, err := c.config.ListNamespaces(ctx, &coorddv1.ListNamespacesRequest{Prefix: prefix, PageSize: 1000, PageToken: token})
-		if err != nil {
-			return nil, convert(ctx, err)
-		}
-		out = append(out, resp.GetNamespaces()...)
-		if token = resp.GetNextPageToken(); token == "" {
-			return out, nil
-		}
-	}
+		return resp.GetNamespaces(), resp.GetNextPageToken(), err
+	})
 }
 
 // InstanceApplyStatus is one instance's latest report for a namespace.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -30,6 +32,36 @@ func electionNames(ctx context.Context, c *clientlib.Client, prefix string) ([]s
 
 func namespaceNames(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error) {
 	return c.ConfigNamespaces(ctx, prefix)
+}
+
+// listCommand lists the names list returns for an optional prefix, one a
+// line (a JSON array with -o json).
+func (a *app) listCommand(use, short string, list lister) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				names, err := list(ctx, c, prefix)
+				if err != nil {
+					return err
+				}
+				if names == nil {
+					names = []string{}
+				}
+				return a.print(names, func(w io.Writer) {
+					for _, n := range names {
+						fmt.Fprintln(w, n)
+					}
+				})
+			})
+		},
+	}
 }
 
 // completeFirst completes a command's first argument from the server; the

@@ -401,31 +401,7 @@ With --raw, string members are stored without their quotes.`,
 		},
 	}
 
-	namespaces := &cobra.Command{
-		Use:   "namespaces [PREFIX]",
-		Short: "List namespaces",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			prefix := ""
-			if len(args) == 1 {
-				prefix = args[0]
-			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				nss, err := c.ConfigNamespaces(ctx, prefix)
-				if err != nil {
-					return err
-				}
-				if nss == nil {
-					nss = []string{}
-				}
-				return a.print(nss, func(w io.Writer) {
-					for _, ns := range nss {
-						fmt.Fprintln(w, ns)
-					}
-				})
-			})
-		},
-	}
+	namespaces := a.listCommand("namespaces [PREFIX]", "List namespaces", namespaceNames)
 	for _, c := range []*cobra.Command{get, put, del, publish, snapshot, history, diff, rollback, schema, status, namespaces} {
 		c.ValidArgsFunction = a.completeFirst(namespaceNames, cobra.ShellCompDirectiveNoFileComp)
 	}

@@ -162,31 +162,7 @@ func (a *app) electCommand() *cobra.Command {
 	observe.Flags().Int64Var(&from, "from", 0, "resume from this revision (the last seen + 1)")
 	observe.Flags().IntVar(&count, "count", 0, "stop after this many events")
 
-	list := &cobra.Command{
-		Use:   "list [PREFIX]",
-		Short: "List elections that have a leader or candidates",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			prefix := ""
-			if len(args) == 1 {
-				prefix = args[0]
-			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				names, err := c.ListElections(ctx, prefix)
-				if err != nil {
-					return err
-				}
-				if names == nil {
-					names = []string{}
-				}
-				return a.print(names, func(w io.Writer) {
-					for _, n := range names {
-						fmt.Fprintln(w, n)
-					}
-				})
-			})
-		},
-	}
+	list := a.listCommand("list [PREFIX]", "List elections that have a leader or candidates", electionNames)
 
 	for _, c := range []*cobra.Command{campaign, proclaim, resign, leader, candidates, observe, list} {
 		c.ValidArgsFunction = a.completeFirst(electionNames, cobra.ShellCompDirectiveNoFileComp)

@@ -107,31 +107,7 @@ func (a *app) lockCommand() *cobra.Command {
 		},
 	}
 
-	list := &cobra.Command{
-		Use:   "list [PREFIX]",
-		Short: "List locks that have holders or waiters",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			prefix := ""
-			if len(args) == 1 {
-				prefix = args[0]
-			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				names, err := c.ListLocks(ctx, prefix)
-				if err != nil {
-					return err
-				}
-				if names == nil {
-					names = []string{}
-				}
-				return a.print(names, func(w io.Writer) {
-					for _, n := range names {
-						fmt.Fprintln(w, n)
-					}
-				})
-			})
-		},
-	}
+	list := a.listCommand("list [PREFIX]", "List locks that have holders or waiters", lockNames)
 
 	var election bool
 	validate := &cobra.Command{

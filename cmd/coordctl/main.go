@@ -33,9 +33,8 @@
 // Releases record an author: --author, or by default the OS user name.
 //
 // Shell completion (coordctl completion bash|zsh|fish|powershell) offers
-// lock names and config namespaces from coordd, or nothing when it does
-// not answer within 2s; election names are not completed (coordd cannot
-// list elections).
+// lock names, election names and config namespaces from coordd, or nothing
+// when it does not answer within 2s.
 package main
 
 import (
@@ -227,8 +226,8 @@ Exit codes: 0 ok, 1 error, 2 usage (also an unknown command), 3 not found,
 5 unavailable, 124 a wait timed out, 125 run lost its lock or leadership; run
 otherwise exits with the command's own code.
 
-Shell completion (see coordctl completion --help) asks coordd for lock names
-and config namespaces.`,
+Shell completion (see coordctl completion --help) asks coordd for lock names,
+election names and config namespaces.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
