@@ -389,6 +389,10 @@ func TestObserveStorm(t *testing.T) {
 		}
 	}
 	stop := observe(0)
+	// The observer's first batch is the state it starts from: wait for it,
+	// or the storm may begin before the observer has read anything and it
+	// would start from a later state than startRev's.
+	waitUntil(t, func() bool { return rec.lastRev() >= startRev })
 
 	resigned := map[fencing.Token]bool{}
 	expired := map[fencing.Token]bool{}
