@@ -50,7 +50,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		if lim, ok := limitOf(holders); ok && lim != req.Limit {
 			return Grant{}, fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit)
 		}
-		return Grant{}, fmt.Errorf("%w by another session: %q", ErrHeld, req.Name)
+		return Grant{}, fmt.Errorf("%w: %q", ErrHeld, req.Name)
 	}
 	if err != nil {
 		return Grant{}, err
@@ -79,7 +79,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		return g, nil
 	}
 	if !wait {
-		return fail(fmt.Errorf("%w by another session: %q", ErrHeld, req.Name))
+		return fail(fmt.Errorf("%w: %q", ErrHeld, req.Name))
 	}
 	// A mutex already held by this same session under another request
 	// would make this waiter wait for itself forever.

@@ -23,7 +23,9 @@
 // With -o json the output is the REST API's JSON for the same objects:
 // its lowerCamelCase field names, 64-bit integers (ids, tokens, terms,
 // revisions, release numbers) as strings, times in RFC 3339, and empty
-// lists as [], never null; list commands print an array. An error is then
+// lists as [], never null; list commands print an array, and event types
+// are the short names (ELECTED, SNAPSHOT) where REST prints
+// ELECTION_EVENT_TYPE_ELECTED and WATCH_EVENT_TYPE_SNAPSHOT. An error is then
 // one JSON object on stderr:
 //
 //	{"error":{"code":"NOT_FOUND","reason":"SESSION_NOT_FOUND","message":"...","exitCode":3}}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"net/http"
 	"os"
@@ -57,7 +58,7 @@ func TestCommandEnvAndSignal(t *testing.T) {
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		resp, err := probe.Get("http://" + httpAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -123,9 +124,15 @@ func TestBadInvocationIsSaidOnce(t *testing.T) {
 		{"--key-root bad", `coordd: invalid configuration: --key-root "bad" must start and end with /` + "\n", 1},
 		{"--key-root bad --max-request-bytes 1", "coordd: invalid configuration: \n  - --key-root \"bad\" must start and end with /\n", 1},
 	} {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "COORDD_TEST_RUN_MAIN=1", "COORDD_TEST_ARGS="+tt.args+" --data-dir "+t.TempDir())
+		// Own ports and a deadline: a case that wrongly starts the daemon
+		// fails here instead of hanging or taking the default ports.
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "COORDD_TEST_RUN_MAIN=1", "COORDD_TEST_ARGS="+tt.args+" --data-dir "+t.TempDir(),
+			"COORDD_GRPC_ADDR="+freeport.Addr(t), "COORDD_HTTP_ADDR="+freeport.Addr(t),
+			"COORDD_ETCD_CLIENT_URL="+freeport.URL(t), "COORDD_LISTEN_PEER_URLS="+freeport.URL(t))
 		out, err := cmd.CombinedOutput()
+		cancel()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != tt.code {
 			t.Errorf("coordd %s: %v, want exit code %d", tt.args, err, tt.code)
@@ -135,3 +142,6 @@ func TestBadInvocationIsSaidOnce(t *testing.T) {
 		}
 	}
 }
+
+// probe polls /readyz with a timeout of its own.
+var probe = &http.Client{Timeout: 2 * time.Second}

@@ -70,7 +70,7 @@ func (d *Daemon) start(tb testing.TB) {
 	go func() { d.cmd.Wait(); close(d.exited) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if resp, err := http.Get("http://" + d.HTTPAddr + "/readyz"); err == nil {
+		if resp, err := probe.Get("http://" + d.HTTPAddr + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return
@@ -118,3 +118,7 @@ func (d *Daemon) String() string {
 
 // Env returns the environment for a child process that should talk to d.
 func (d *Daemon) Env() []string { return append(os.Environ(), "COORDD_ENDPOINTS="+d.GRPCAddr) }
+
+// probe polls /readyz; its timeout keeps a daemon that hangs from hanging
+// the poll past its own deadline.
+var probe = &http.Client{Timeout: 2 * time.Second}

@@ -6,8 +6,8 @@
 // the port goes back to the kernel's ephemeral range, where the next
 // outgoing connection of any process may take it as its source port before
 // the test binds it. This package avoids both kinds of collision:
-//   - ports come from below the kernel's ephemeral range, which the kernel
-//     never hands out by itself;
+//   - ports come from outside the kernel's ephemeral range (below it where
+//     there is room), which the kernel never hands out by itself;
 //   - each process reserves a block of ports by keeping a listener open on
 //     the block's first port for as long as it runs, so two test processes
 //     that use this package never hand out the same port;
@@ -88,21 +88,29 @@ func reserveBlock() error {
 	return fmt.Errorf("no free block of %d ports in %d-%d", blockSize, lo, hi)
 }
 
-// portRange is the part of 10000-32767 below the kernel's ephemeral range
-// (Linux: /proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default).
+// portRange is a range of ports outside the kernel's ephemeral range
+// (Linux: /proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default):
+// the part of 10000-32767 below it, else the ports above it. Only when the
+// ephemeral range leaves neither (or cannot be read) does it fall back to
+// 10000-32767, where the kernel may hand out a port too.
 func portRange() (lo, hi int) {
-	lo, hi = 10000, 32768
+	const minPorts = 16 * blockSize
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return lo, hi
-	}
 	f := strings.Fields(string(b))
-	if len(f) == 2 {
-		if start, err := strconv.Atoi(f[0]); err == nil && start > lo+16*blockSize && start < hi {
-			hi = start
-		}
+	if err != nil || len(f) != 2 {
+		return 10000, 32768
 	}
-	return lo, hi
+	start, err1 := strconv.Atoi(f[0])
+	end, err2 := strconv.Atoi(f[1])
+	switch {
+	case err1 != nil || err2 != nil:
+		return 10000, 32768
+	case start >= 10000+minPorts:
+		return 10000, min(start, 32768)
+	case end+1+minPorts <= 65536:
+		return end + 1, 65536
+	}
+	return 10000, 32768
 }
 
 func bindable(port int) bool {

@@ -16,8 +16,9 @@ import (
 func Names(ctx context.Context, cli *clientv3.Client, root, prefix, after string, limit int) ([]string, error) {
 	from := root + names.Escape(prefix)
 	if after != "" {
-		// Skip every key of `after`: its subtree ends before after+"/\xff".
-		from = root + names.Escape(after) + "/\xff"
+		// Skip every key of `after`: its subtree ends before after+"/\xff";
+		// a token from before the prefix starts at the prefix.
+		from = max(from, root+names.Escape(after)+"/\xff")
 	}
 	end := clientv3.GetPrefixRangeEnd(root + names.Escape(prefix))
 	var out []string

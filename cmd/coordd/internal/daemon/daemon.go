@@ -67,6 +67,8 @@ type Daemon struct {
 	stopErr   error
 	// dirLock keeps a second daemon off the data dir (embedded etcd only).
 	dirLock *dataDirLock
+	// refusers turn connections away until the listeners are served.
+	refusers []*refuser
 }
 
 // serverMetrics are registered once per process on the registry etcd uses,
@@ -104,7 +106,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}()
 
 	// Everything that can fail fast comes before etcd touches the data
-	// dir: a taken port or a data dir in use leaves nothing behind.
+	// dir: a data dir in use or a taken port leaves etcd's data untouched
+	// (the data dir and its lock file may have been created). Until the
+	// listeners are served, connections to them are closed at once.
 	embedded := len(cfg.EtcdEndpoints) == 0
 	if embedded {
 		if d.dirLock, err = lockDataDir(cfg.DataDir); err != nil {
@@ -117,6 +121,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.httpLis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("HTTP listener (--http-addr): %w", err)
 	}
+	d.refusers = []*refuser{refuse(d.grpcLis), refuse(d.httpLis)}
 
 	if embedded {
 		d.etcd, d.cli, err = startEmbedded(ctx, cfg, &d.quietEtcd)
@@ -196,6 +201,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		ErrorLog:          zap.NewStdLog(d.lg.Named("http")),
 	}
 
+	d.stopRefusing()
 	cacheCtx, stopCache := context.WithCancel(context.Background())
 	d.stopCache = stopCache
 	d.wg.Add(4)
@@ -368,8 +374,18 @@ func (d *Daemon) stop(ctx context.Context) error {
 	return errs.ErrorOrNil()
 }
 
+// stopRefusing ends the refusal of connections that Start begins when it
+// binds the listeners.
+func (d *Daemon) stopRefusing() {
+	for _, r := range d.refusers {
+		r.Stop()
+	}
+	d.refusers = nil
+}
+
 // closeStartup undoes a Start that failed half-way.
 func (d *Daemon) closeStartup() {
+	d.stopRefusing()
 	if d.gwConn != nil {
 		d.gwConn.Close()
 	}

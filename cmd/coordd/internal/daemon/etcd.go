@@ -61,12 +61,17 @@ func startEmbedded(ctx context.Context, cfg Config, quiet *atomic.Bool) (*embed.
 	if err != nil {
 		return nil, nil, fmt.Errorf("start embedded etcd: %w", err)
 	}
+	// Before it is ready (a member waits for its cluster's quorum), etcd's
+	// Close waits for client listeners that only start once it is ready:
+	// stop the server first, or a SIGTERM during start-up would hang.
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
+		e.Server.HardStop()
 		e.Close()
 		return nil, nil, fmt.Errorf("embedded etcd failed: %w", err)
 	case <-ctx.Done():
+		e.Server.HardStop()
 		e.Close()
 		return nil, nil, fmt.Errorf("embedded etcd not ready: %w", ctx.Err())
 	}
@@ -125,6 +130,9 @@ var (
 		"setting up serving from embedded etcd failed",
 		"stopping insecure grpc server",
 		"stopped insecure grpc server",
+		// After closeEtcd stopped a leader that could not hand off (it
+		// logs that itself).
+		"leadership transfer failed",
 	}
 )
 
@@ -136,7 +144,7 @@ func (f *etcdFilter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.C
 	if hasPrefix(e.Message, etcdNoise) || (f.quiet.Load() && hasPrefix(e.Message, etcdStopNoise)) {
 		return ce
 	}
-	if e.Message == failedApply {
+	if e.Message == failedApply || e.Message == slowApply {
 		// Decided in Write, which sees the entry's fields.
 		if f.Core.Enabled(e.Level) {
 			return ce.AddCore(e, f)
@@ -147,13 +155,18 @@ func (f *etcdFilter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.C
 }
 
 // failedApply is etcd's warning, with the whole request, for a transaction
-// it refused while applying it. coordd sends a session's lease with every
-// write on its behalf, so a request naming an unknown or expired session
-// (a client error, answered SESSION_NOT_FOUND) would log one such dump.
-const failedApply = "failed to apply request"
+// it refused while applying it (slowApply, for one that took long). coordd
+// sends a session's lease with every write on its behalf, so a request
+// naming an unknown or expired session (a client error, answered
+// SESSION_NOT_FOUND) would log such a dump; those with etcd's "lease not
+// found" are dropped.
+const (
+	failedApply = "failed to apply request"
+	slowApply   = "apply request took too long"
+)
 
 func (f *etcdFilter) Write(e zapcore.Entry, fields []zapcore.Field) error {
-	if e.Message == failedApply {
+	if e.Message == failedApply || e.Message == slowApply {
 		for _, fd := range fields {
 			if err, ok := fd.Interface.(error); ok && fd.Key == "error" && strings.Contains(err.Error(), "lease not found") {
 				return nil
@@ -173,23 +186,33 @@ func hasPrefix(s string, prefixes []string) bool {
 }
 
 // closeEtcd closes the embedded member. A leader first hands leadership to
-// another member, which etcd waits for up to its request timeout (5 s + two
-// election timeouts); when the other members are stopping too, that wait
-// is wasted. After transferFor the member is stopped without the hand-off:
-// the others elect a leader by themselves, as after a crash.
+// another voting member, so the cluster need not wait an election timeout
+// for a new one; the hand-off gets transferFor in all. etcd's own hand-off
+// on close would wait up to its request timeout (5 s + two election
+// timeouts), which is wasted when the other members are stopping too. If
+// this member still leads after transferFor, it stops without the
+// hand-off, as after a crash, and the others elect a leader by themselves.
 func closeEtcd(e *embed.Etcd, lg *zap.Logger, transferFor time.Duration) {
-	closed := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() { // owned by closeEtcd: it returns only after this ends
-		defer close(stopped)
-		select {
-		case <-closed:
-		case <-time.After(transferFor):
-			lg.Info("etcd leadership hand-off did not finish; stopping the member without it", zap.Duration("waited", transferFor))
-			e.Server.HardStop()
+	s := e.Server
+	self := s.MemberID()
+	if s.Leader() == self {
+		ctx, cancel := context.WithTimeout(context.Background(), transferFor)
+		for _, m := range s.Cluster().Members() {
+			if m.ID == self || m.IsLearner || ctx.Err() != nil {
+				continue
+			}
+			// A member that cannot take over uses up the budget; one that
+			// can takes over within a few heartbeats.
+			if s.MoveLeader(ctx, uint64(self), uint64(m.ID)) == nil {
+				break
+			}
 		}
-	}()
+		cancel()
+		if s.Leader() == self && len(s.Cluster().Members()) > 1 {
+			lg.Info("etcd leadership hand-off did not finish; stopping the member without it", zap.Duration("waited", transferFor))
+			// Stopped now, Close finds no peer to hand off to and skips it.
+			s.HardStop()
+		}
+	}
 	e.Close()
-	close(closed)
-	<-stopped
 }

@@ -3,7 +3,9 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +27,7 @@ func TestDataDirInUse(t *testing.T) {
 
 	second := testConfig(t)
 	second.DataDir = first.DataDir
+	second.GRPCAddr = freeport.Addr(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	d, err := daemon.Start(ctx, second)
@@ -36,7 +39,7 @@ func TestDataDirInUse(t *testing.T) {
 		t.Fatalf("Start = %v, want ErrDataDirInUse (not a wait or an etcd error)", err)
 	}
 	t.Logf("refused: %v", err)
-	// Its listeners were never opened: the port is free again.
+	// It holds none of its ports.
 	l, lerr := net.Listen("tcp", second.GRPCAddr)
 	if lerr != nil {
 		t.Fatalf("the refused daemon holds its gRPC address: %v", lerr)
@@ -76,14 +79,34 @@ func TestTakenPortLeavesTheDataDirUntouched(t *testing.T) {
 	}
 }
 
-// Members stopped together stop quickly: the etcd leader does not wait out
-// etcd's request timeout (5 s + two election timeouts) for a leadership
-// hand-off that members which are stopping themselves cannot take.
+// A leader stopped alone hands leadership to another member; members
+// stopped together stop quickly: the etcd leader does not wait out etcd's
+// request timeout (5 s + two election timeouts) for a leadership hand-off
+// that members which are stopping themselves cannot take.
 func TestClusterStopsTogetherQuickly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}
 	ds := startCluster(t, 3)
+
+	// The leader stopped alone hands leadership over: another member leads
+	// at once, without waiting an election timeout.
+	leader := -1
+	for i, d := range ds {
+		if d.Etcd().Server.Leader() == d.Etcd().Server.MemberID() {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		t.Fatal("no member leads")
+	}
+	old := ds[leader].Etcd().Server.MemberID()
+	ds[leader].Stop(context.Background())
+	ds = append(ds[:leader], ds[leader+1:]...)
+	if l := ds[0].Etcd().Server.Leader(); l == 0 || l == old {
+		t.Errorf("right after the leader's stop, the leader is %s: no hand-off", l)
+	}
+
 	var wg sync.WaitGroup
 	took := make([]time.Duration, len(ds))
 	for i, d := range ds {
@@ -97,9 +120,11 @@ func TestClusterStopsTogetherQuickly(t *testing.T) {
 	}
 	wg.Wait()
 	for i, d := range took {
-		// 100 ms election timeouts here: a hand-off bound of 200 ms, plus
-		// what closing etcd takes on a busy machine.
-		if d > 3*time.Second {
+		// etcd's own hand-off would wait its request timeout, 5.2 s with
+		// these 100 ms election timeouts; coordd's is bounded at 200 ms,
+		// plus up to 1 s closing etcd's peer connections (up to 4 s seen
+		// once in many runs under -race on 2 cores).
+		if d >= 5*time.Second {
 			t.Errorf("member %d took %s to stop", i, d)
 		}
 	}
@@ -150,9 +175,75 @@ func TestLogIsQuietAndSaysWhereThingsAre(t *testing.T) {
 	if _, err := c.GetSession(t.Context(), "00000000000000fe"); err == nil {
 		t.Fatal("GetSession of an unknown id succeeded")
 	}
+	// Other warnings may come from a busy machine (a slow read); none may
+	// be about these requests.
 	for _, e := range logs.All()[before:] {
-		if e.Level >= zap.WarnLevel {
-			t.Errorf("log entry at %s: %s %v", e.Level, e.Message, e.ContextMap())
+		if _, dump := e.ContextMap()["request"]; dump || strings.Contains(fmt.Sprint(e.ContextMap()), "lease not found") {
+			t.Errorf("log entry for a client's unknown session: %s %v", e.Message, e.ContextMap())
 		}
+	}
+}
+
+// While a member waits for its cluster's quorum, its bound ports turn
+// connections away at once (so clients try another member instead of
+// hanging), and cancelling the start (SIGTERM) ends it promptly.
+func TestStartingMemberRefusesAndCancels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cfg := testConfig(t)
+	cfg.GRPCAddr, cfg.HTTPAddr = freeport.Addr(t), freeport.Addr(t)
+	// Two peers that never start: no quorum, so Start waits.
+	cfg.InitialCluster = "n1=" + cfg.ListenPeerURLs[0] + ",n2=" + freeport.URL(t) + ",n3=" + freeport.URL(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	started := make(chan error, 1)
+	go func() {
+		d, err := daemon.Start(ctx, cfg)
+		if err == nil {
+			d.Stop(context.Background())
+		}
+		started <- err
+	}()
+
+	client := &http.Client{Timeout: 5 * time.Second}
+	var refused int
+	for refused < 3 {
+		select {
+		case err := <-started:
+			t.Fatalf("Start returned without a quorum: %v", err)
+		default:
+		}
+		begin := time.Now()
+		resp, err := client.Get("http://" + cfg.HTTPAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("a starting member answered /readyz: %s", resp.Status)
+		}
+		if took := time.Since(begin); took > 2*time.Second {
+			t.Fatalf("a connection to a starting member hung for %s: %v", took, err)
+		}
+		if c, err := net.DialTimeout("tcp", cfg.HTTPAddr, time.Second); err == nil {
+			// Bound (or refused): either way nothing serves it.
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if n, rerr := c.Read(make([]byte, 1)); rerr == nil || n > 0 {
+				t.Fatal("a starting member sent data")
+			}
+			c.Close()
+			refused++
+		} else {
+			refused++ // not bound yet: refused by the kernel
+		}
+	}
+	begin := time.Now()
+	cancel()
+	select {
+	case err := <-started:
+		if err == nil {
+			t.Fatal("Start succeeded without a quorum")
+		}
+		t.Logf("start cancelled after %s: %v", time.Since(begin).Round(time.Millisecond), err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a cancelled start did not return within 10s")
 	}
 }

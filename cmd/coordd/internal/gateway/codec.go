@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -71,7 +72,9 @@ const durationName = "google.protobuf.Duration"
 // form ("60s"). Anything it does not understand is left for protojson to
 // refuse with its own message.
 func normalizeDurations(raw json.RawMessage, md protoreflect.MessageDescriptor) (json.RawMessage, error) {
-	if !hasDuration(md) {
+	if !hasDuration(md) || !utf8.Valid(raw) {
+		// Invalid UTF-8 would be replaced by re-encoding; left as it is,
+		// protojson refuses it.
 		return raw, nil
 	}
 	d := json.NewDecoder(bytes.NewReader(raw))

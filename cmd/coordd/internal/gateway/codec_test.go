@@ -53,6 +53,10 @@ func TestCodecDurations(t *testing.T) {
 	if err := decode(t, `{"name":"a","bogus":1}`, &req); err == nil {
 		t.Error("unknown field accepted")
 	}
+	// Rewriting a duration must not launder invalid UTF-8 into U+FFFD.
+	if err := decode(t, "{\"name\":\"a\",\"wait\":\"1m\",\"metadata\":\"\xff\"}", &req); err == nil {
+		t.Errorf("invalid UTF-8 beside a Go duration accepted as %q", req.GetMetadata())
+	}
 }
 
 // Responses end with a newline and carry empty lists as [].
