@@ -203,8 +203,11 @@ func runStorm(ctx context.Context, t *testing.T, c *clientlib.Client, ns string,
 	return s
 }
 
-// observer checks what a subscription shows: every snapshot it exposes
-// holds a complete release, never older than one shown before.
+// observer checks what a subscription shows through one channel (its
+// callbacks, or polls of Snapshot): every snapshot holds a complete
+// release, never older than one shown before on that channel. Callbacks
+// run behind Snapshot, so each channel has its own observer, used from
+// one goroutine.
 type observer struct {
 	t       *testing.T
 	name    string
@@ -248,7 +251,7 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 	writer := newClient(t, cfg.GRPCAddr)
 	stop := make(chan struct{})
 	s := runStorm(ctx, t, writer, "storm", stop)
-	var obs []*observer
+	var polls []*observer // Snapshot() polled by the test
 	var subs []*clientlib.Subscription
 	// Two clients with two subscriptions each: subscriptions of one client
 	// share a stream and, in the same state, their snapshots.
@@ -259,13 +262,14 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer sub.Close()
-		o := &observer{t: t, name: fmt.Sprintf("subscriber %d", i), s: s, ns: "storm"}
-		sub.OnNamespace("storm", func(ch clientlib.ConfigChange) { o.check(ch.Snapshot) })
-		obs, subs = append(obs, o), append(subs, sub)
+		cb := &observer{t: t, name: fmt.Sprintf("subscriber %d callbacks", i), s: s, ns: "storm"}
+		sub.OnNamespace("storm", func(ch clientlib.ConfigChange) { cb.check(ch.Snapshot) })
+		poll := &observer{t: t, name: fmt.Sprintf("subscriber %d snapshots", i), s: s, ns: "storm"}
+		polls, subs = append(polls, poll), append(subs, sub)
 	}
 	sample := func() {
 		for i, sub := range subs {
-			obs[i].check(sub.Snapshot())
+			polls[i].check(sub.Snapshot())
 		}
 	}
 	waitFor(t, 10*time.Second, "releases before the restart", func() bool { sample(); return s.lastRelease() > 20 })
@@ -287,7 +291,7 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 	for i, sub := range subs {
 		waitFor(t, 10*time.Second, "subscribers to converge", func() bool {
 			snap := sub.Snapshot()
-			obs[i].check(snap)
+			polls[i].check(snap)
 			return snap.Release("storm") == final.Release && maps.Equal(snap.Values("storm"), final.Values)
 		})
 		st := sub.Status()
@@ -317,7 +321,7 @@ func TestSubscribersSurviveAMemberStopping(t *testing.T) {
 	stop := make(chan struct{})
 	s := runStorm(ctx, t, writer, "storm", stop)
 	var subs []*clientlib.Subscription
-	var obs []*observer
+	var polls []*observer // Snapshot() polled by the test; callbacks have their own
 	for i := range 3 {
 		// Each subscriber starts on member i, and knows the others.
 		eps := append([]string{endpoints[i]}, endpoints...)
@@ -331,9 +335,10 @@ func TestSubscribersSurviveAMemberStopping(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer sub.Close()
-		o := &observer{t: t, name: fmt.Sprintf("subscriber %d", i), s: s, ns: "storm"}
-		sub.OnNamespace("storm", func(ch clientlib.ConfigChange) { o.check(ch.Snapshot) })
-		subs, obs = append(subs, sub), append(obs, o)
+		cb := &observer{t: t, name: fmt.Sprintf("subscriber %d callbacks", i), s: s, ns: "storm"}
+		sub.OnNamespace("storm", func(ch clientlib.ConfigChange) { cb.check(ch.Snapshot) })
+		poll := &observer{t: t, name: fmt.Sprintf("subscriber %d snapshots", i), s: s, ns: "storm"}
+		subs, polls = append(subs, sub), append(polls, poll)
 	}
 	waitFor(t, 10*time.Second, "releases", func() bool { return s.lastRelease() > 20 })
 	if err := ds[0].Stop(context.Background()); err != nil {
@@ -350,7 +355,7 @@ func TestSubscribersSurviveAMemberStopping(t *testing.T) {
 	for i, sub := range subs {
 		waitFor(t, 10*time.Second, "subscribers to converge", func() bool {
 			snap := sub.Snapshot()
-			obs[i].check(snap)
+			polls[i].check(snap)
 			return snap.Release("storm") == final.Release && maps.Equal(snap.Values("storm"), final.Values)
 		})
 	}
