@@ -196,18 +196,22 @@ func closeEtcd(e *embed.Etcd, lg *zap.Logger, transferFor time.Duration) {
 	s := e.Server
 	self := s.MemberID()
 	if s.Leader() == self {
-		ctx, cancel := context.WithTimeout(context.Background(), transferFor)
+		var others []uint64
 		for _, m := range s.Cluster().Members() {
-			if m.ID == self || m.IsLearner || ctx.Err() != nil {
-				continue
+			if m.ID != self && !m.IsLearner {
+				others = append(others, uint64(m.ID))
 			}
-			// A member that cannot take over uses up the budget; one that
-			// can takes over within a few heartbeats.
-			if s.MoveLeader(ctx, uint64(self), uint64(m.ID)) == nil {
+		}
+		// Each voter gets an equal share: one that is down uses up only its
+		// own, one that is up takes over within a few heartbeats.
+		for _, id := range others {
+			ctx, cancel := context.WithTimeout(context.Background(), transferFor/time.Duration(len(others)))
+			err := s.MoveLeader(ctx, uint64(self), id)
+			cancel()
+			if err == nil {
 				break
 			}
 		}
-		cancel()
 		if s.Leader() == self && len(s.Cluster().Members()) > 1 {
 			lg.Info("etcd leadership hand-off did not finish; stopping the member without it", zap.Duration("waited", transferFor))
 			// Stopped now, Close finds no peer to hand off to and skips it.
