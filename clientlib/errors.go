@@ -3,57 +3,64 @@ package clientlib
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// Sentinel errors. Errors returned by the SDK match them with errors.Is; the
-// server's reason (google.rpc.ErrorInfo) decides which one.
+// Sentinel errors for the server's reasons. Errors returned by the SDK match
+// them with errors.Is; the server's ErrorInfo reason (the proto enum
+// coordd.v1.ErrorReason) decides which one. Each sentinel is declared by its
+// enum value, so no reason string is typed twice.
 var (
 	// ErrInvalidArgument: the request was malformed or out of bounds; nothing changed.
-	ErrInvalidArgument = errors.New("coordd: invalid argument")
+	ErrInvalidArgument = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, "invalid argument")
 	// ErrValueTooLarge: a value exceeded its size limit; nothing changed.
-	ErrValueTooLarge = errors.New("coordd: value too large")
+	ErrValueTooLarge = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE, "value too large")
 	// ErrRequestTooLarge: the whole request exceeded the daemon's size limit.
-	ErrRequestTooLarge = errors.New("coordd: request too large")
+	ErrRequestTooLarge = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE, "request too large")
 	// ErrSessionNotFound: the session does not exist (never created, closed or expired).
-	ErrSessionNotFound = errors.New("coordd: session not found")
+	ErrSessionNotFound = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND, "session not found")
 	// ErrKeyNotFound: the key does not exist.
-	ErrKeyNotFound = errors.New("coordd: key not found")
+	ErrKeyNotFound = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_KEY_NOT_FOUND, "key not found")
 	// ErrNoLeader: the election has no leader.
-	ErrNoLeader = errors.New("coordd: no leader")
+	ErrNoLeader = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_NO_LEADER, "no leader")
 	// ErrLockHeld: a try-lock found the lock held by another session.
-	ErrLockHeld = errors.New("coordd: lock held")
+	ErrLockHeld = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_LOCK_HELD, "lock held")
 	// ErrStaleToken: the fencing token is no longer current.
-	ErrStaleToken = errors.New("coordd: stale fencing token")
+	ErrStaleToken = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_STALE_TOKEN, "stale fencing token")
 	// ErrNotHolder: the caller does not hold the lock.
-	ErrNotHolder = errors.New("coordd: not the lock holder")
+	ErrNotHolder = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_NOT_HOLDER, "not the lock holder")
 	// ErrNotLeader: the caller is not the leader.
-	ErrNotLeader = errors.New("coordd: not the leader")
+	ErrNotLeader = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_NOT_LEADER, "not the leader")
 	// ErrRevisionMismatch: a compare-and-set found another revision.
-	ErrRevisionMismatch = errors.New("coordd: revision mismatch")
-	// ErrLimitMismatch: the lock allows another number of holders than asked.
-	ErrLimitMismatch = errors.New("coordd: lock limit mismatch")
-	// ErrAlreadyLeader: Campaign by a session that already leads the
-	// election under another campaign id.
-	ErrAlreadyLeader = errors.New("coordd: this session already leads the election")
-	// ErrValidationFailed: a config write breaks the namespace's JSON
-	// Schema; Problems lists every problem.
-	ErrValidationFailed = errors.New("coordd: config validation failed")
-	// ErrReleaseNotFound: the config release does not exist or is older
-	// than the history kept.
-	ErrReleaseNotFound = errors.New("coordd: release not found")
+	ErrRevisionMismatch = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_REVISION_MISMATCH, "revision mismatch")
 	// ErrCompacted: the requested revision was compacted away.
-	ErrCompacted = errors.New("coordd: revision compacted")
+	ErrCompacted = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_COMPACTED, "revision compacted")
 	// ErrUnavailable: no coordd endpoint or no etcd quorum could serve the
 	// call. A call that changes state may or may not have taken effect.
-	ErrUnavailable = errors.New("coordd: unavailable")
+	ErrUnavailable = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "unavailable")
 	// ErrInternal: the daemon failed unexpectedly and logged the details.
-	ErrInternal = errors.New("coordd: internal error")
+	ErrInternal = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error")
+	// ErrLimitMismatch: the lock allows another number of holders than asked.
+	ErrLimitMismatch = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH, "lock limit mismatch")
+	// ErrAlreadyLeader: Campaign by a session that already leads the
+	// election under another campaign id.
+	ErrAlreadyLeader = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_ALREADY_LEADER, "this session already leads the election")
+	// ErrValidationFailed: a config write breaks the namespace's JSON
+	// Schema; Problems lists every problem.
+	ErrValidationFailed = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_VALIDATION_FAILED, "config validation failed")
+	// ErrReleaseNotFound: the config release does not exist or is older
+	// than the history kept.
+	ErrReleaseNotFound = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_RELEASE_NOT_FOUND, "release not found")
+)
 
+// Sentinel errors the SDK raises itself, without a server reason.
+var (
 	// ErrSessionExpired: the session's local deadline passed before a
 	// keep-alive was acknowledged. The server may still hold the session
 	// for the rest of its TTL.
@@ -62,25 +69,22 @@ var (
 	ErrSessionClosed = errors.New("coordd: session closed")
 )
 
-var reasons = map[string]error{
-	"INVALID_ARGUMENT":  ErrInvalidArgument,
-	"VALUE_TOO_LARGE":   ErrValueTooLarge,
-	"REQUEST_TOO_LARGE": ErrRequestTooLarge,
-	"SESSION_NOT_FOUND": ErrSessionNotFound,
-	"KEY_NOT_FOUND":     ErrKeyNotFound,
-	"NO_LEADER":         ErrNoLeader,
-	"LOCK_HELD":         ErrLockHeld,
-	"STALE_TOKEN":       ErrStaleToken,
-	"NOT_HOLDER":        ErrNotHolder,
-	"NOT_LEADER":        ErrNotLeader,
-	"REVISION_MISMATCH": ErrRevisionMismatch,
-	"COMPACTED":         ErrCompacted,
-	"LIMIT_MISMATCH":    ErrLimitMismatch,
-	"ALREADY_LEADER":    ErrAlreadyLeader,
-	"VALIDATION_FAILED": ErrValidationFailed,
-	"RELEASE_NOT_FOUND": ErrReleaseNotFound,
-	"UNAVAILABLE":       ErrUnavailable,
-	"INTERNAL":          ErrInternal,
+// reasonError is the sentinel of one server reason.
+type reasonError struct {
+	reason string // the ErrorInfo reason: the enum value's name without ERROR_REASON_
+	msg    string
+}
+
+func (e *reasonError) Error() string { return "coordd: " + e.msg }
+
+// reasonSentinels lists every reason sentinel; a test checks that each
+// value of the proto enum has one.
+var reasonSentinels []*reasonError
+
+func reasonSentinel(r coorddv1.ErrorReason, msg string) error {
+	e := &reasonError{reason: strings.TrimPrefix(r.String(), "ERROR_REASON_"), msg: msg}
+	reasonSentinels = append(reasonSentinels, e)
+	return e
 }
 
 // Error is an error returned by the coordd server. It matches the sentinel
@@ -105,8 +109,10 @@ func (e *Error) Error() string { return "coordd: " + e.Message }
 // Is reports whether target is the sentinel of e's reason (or of its code,
 // for errors without a reason).
 func (e *Error) Is(target error) bool {
-	if s, ok := reasons[e.Reason]; ok {
-		return s == target
+	for _, r := range reasonSentinels {
+		if r.reason == e.Reason {
+			return target == r
+		}
 	}
 	switch e.Code {
 	case codes.Unavailable:

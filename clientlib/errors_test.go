@@ -3,9 +3,11 @@ package clientlib
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -85,5 +87,25 @@ func TestConvertDeadlineSeenByServerFirst(t *testing.T) {
 	defer cancel()
 	if err := convert(future, rst); errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		t.Fatalf("convert with a live context = %v, want the server's error", err)
+	}
+}
+
+// Every reason the server can send has a sentinel, and each sentinel
+// matches only its own reason.
+func TestEveryReasonHasASentinel(t *testing.T) {
+	for v, name := range coorddv1.ErrorReason_name {
+		if coorddv1.ErrorReason(v) == coorddv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+			continue
+		}
+		reason := strings.TrimPrefix(name, "ERROR_REASON_")
+		var match []error
+		for _, s := range reasonSentinels {
+			if errors.Is(convert(context.Background(), statusErr(t, codes.Unknown, reason)), s) {
+				match = append(match, s)
+			}
+		}
+		if len(match) != 1 {
+			t.Errorf("reason %s matches %d sentinels %v, want exactly 1", reason, len(match), match)
+		}
 	}
 }

@@ -3,7 +3,6 @@ package configcenter
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -123,9 +122,6 @@ func NewCache(store *Store, opts CacheOptions) *Cache {
 		spaces: map[string]*space{}, subs: map[string]map[*Subscription]struct{}{}, advanced: make(chan struct{}), nsOldest: map[string]int64{},
 	}
 }
-
-// ErrStopped is returned to subscribers and readers once Run has returned.
-var ErrStopped = errors.New("config: the watch cache stopped")
 
 // Run loads the config tree and follows it with one etcd watch until ctx
 // ends. It reloads from a fresh read when its watch is compacted away (and

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/coordd/coordd/internal/kind"
 	"github.com/hashicorp/go-multierror"
 )
 
@@ -12,25 +13,28 @@ import (
 var (
 	// ErrInvalid: a malformed argument (namespace, key, revision, schema);
 	// nothing changed.
-	ErrInvalid = errors.New("config: invalid argument")
+	ErrInvalid = kind.Invalid.New("config: invalid argument")
 	// ErrTooLarge: a value or release over its limit; nothing changed.
-	ErrTooLarge = errors.New("config: too large")
+	ErrTooLarge = kind.TooLarge.New("config: too large")
 	// ErrValidation: the namespace's content would not match its JSON
 	// Schema; nothing changed.
-	ErrValidation = errors.New("config: validation failed")
+	ErrValidation = kind.ValidationFailed.New("config: validation failed")
 	// ErrRevisionMismatch: a compare-and-set found the namespace changed
 	// after the expected revision; nothing changed.
-	ErrRevisionMismatch = errors.New("config: revision mismatch")
+	ErrRevisionMismatch = kind.RevisionMismatch.New("config: revision mismatch")
 	// ErrKeyNotFound: the key does not exist.
-	ErrKeyNotFound = errors.New("config: key not found")
+	ErrKeyNotFound = kind.KeyNotFound.New("config: key not found")
 	// ErrReleaseNotFound: the release does not exist, or is older than the
 	// history kept.
-	ErrReleaseNotFound = errors.New("config: release not found")
+	ErrReleaseNotFound = kind.ReleaseNotFound.New("config: release not found")
 	// ErrCompacted: a read at a revision etcd has compacted away.
-	ErrCompacted = errors.New("config: revision compacted")
+	ErrCompacted = kind.Compacted.New("config: revision compacted")
 	// ErrBehind: the watch cache could not reach a revision a caller has
 	// already seen (this member lags); retry, possibly on another member.
-	ErrBehind = errors.New("config: this member is behind the requested revision")
+	ErrBehind = kind.Unavailable.New("config: this member is behind the requested revision")
+	// ErrStopped: the watch cache stopped (the daemon is shutting down);
+	// subscribers and readers get it once Cache.Run has returned.
+	ErrStopped = kind.Unavailable.New("config: the watch cache stopped")
 )
 
 // Problem is one thing wrong with a write.

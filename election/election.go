@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -21,21 +22,21 @@ import (
 // Sentinel errors. Callers test them with errors.Is.
 var (
 	// ErrInvalid: a malformed or out-of-bounds argument; nothing changed.
-	ErrInvalid = errors.New("election: invalid argument")
+	ErrInvalid = kind.Invalid.New("election: invalid argument")
 	// ErrTooLarge: a value over MaxValueBytes; nothing changed.
-	ErrTooLarge = errors.New("election: value too large")
+	ErrTooLarge = kind.TooLarge.New("election: value too large")
 	// ErrSessionNotFound: the session does not exist, or ended while its
 	// campaign waited.
-	ErrSessionNotFound = errors.New("election: session not found")
+	ErrSessionNotFound = kind.SessionNotFound.New("election: session not found")
 	// ErrNotLeader: Proclaim or Resign by a term that does not lead.
-	ErrNotLeader = errors.New("election: not the leader")
+	ErrNotLeader = kind.NotLeader.New("election: not the leader")
 	// ErrNoLeader: nobody leads the election.
-	ErrNoLeader = errors.New("election: no leader")
+	ErrNoLeader = kind.NoLeader.New("election: no leader")
 	// ErrStaleTerm: a fenced check's term no longer leads.
-	ErrStaleTerm = errors.New("election: stale term")
+	ErrStaleTerm = kind.StaleToken.New("election: stale term")
 	// ErrAlreadyLeader: Campaign by a session that already leads the
 	// election under another request id; waiting would never end.
-	ErrAlreadyLeader = errors.New("election: this session already leads")
+	ErrAlreadyLeader = kind.AlreadyLeader.New("election: this session already leads")
 )
 
 // MaxValueBytes bounds a candidate's value.

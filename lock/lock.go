@@ -3,12 +3,12 @@ package lock
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -18,21 +18,21 @@ import (
 // Sentinel errors. Callers test them with errors.Is.
 var (
 	// ErrInvalid: a malformed or out-of-bounds argument; nothing changed.
-	ErrInvalid = errors.New("lock: invalid argument")
+	ErrInvalid = kind.Invalid.New("lock: invalid argument")
 	// ErrTooLarge: metadata or a fenced value over its size limit; nothing changed.
-	ErrTooLarge = errors.New("lock: value too large")
+	ErrTooLarge = kind.TooLarge.New("lock: value too large")
 	// ErrHeld: TryAcquire found the lock held (all permits taken) or in a
 	// lock-delay; or Acquire would wait behind its own session's grant.
-	ErrHeld = errors.New("lock: held")
+	ErrHeld = kind.Held.New("lock: held")
 	// ErrNotHolder: Release was given a token that holds nothing now.
-	ErrNotHolder = errors.New("lock: not the holder")
+	ErrNotHolder = kind.NotHolder.New("lock: not the holder")
 	// ErrStaleToken: a fenced call's token no longer holds the lock.
-	ErrStaleToken = errors.New("lock: stale fencing token")
+	ErrStaleToken = kind.StaleToken.New("lock: stale fencing token")
 	// ErrLimitMismatch: Acquire asked for another limit than the lock has.
-	ErrLimitMismatch = errors.New("lock: limit differs from the lock's")
+	ErrLimitMismatch = kind.LimitMismatch.New("lock: limit differs from the lock's")
 	// ErrSessionNotFound: the session does not exist, or ended while its
 	// acquire waited.
-	ErrSessionNotFound = errors.New("lock: session not found")
+	ErrSessionNotFound = kind.SessionNotFound.New("lock: session not found")
 )
 
 // Limits.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/coordd/coordd/internal/kind"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -24,13 +25,13 @@ const (
 var (
 	// ErrNotFound is returned by Get, KeepAlive and Close when the session
 	// does not exist: never created, closed, or expired.
-	ErrNotFound = errors.New("session: not found")
+	ErrNotFound = kind.SessionNotFound.New("session: not found")
 	// ErrInvalid is returned by every call given a malformed or out-of-bounds
 	// argument (TTL, id, owner, labels). Nothing is changed.
-	ErrInvalid = errors.New("session: invalid argument")
+	ErrInvalid = kind.Invalid.New("session: invalid argument")
 	// ErrTooLarge is returned by Create when the owner, hostname or labels
 	// exceed their size limits. Nothing is changed.
-	ErrTooLarge = errors.New("session: value too large")
+	ErrTooLarge = kind.TooLarge.New("session: value too large")
 )
 
 // ID identifies a session. It is the id of the session's etcd lease, written

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/election"
-	"github.com/coordd/coordd/lock"
+	"github.com/coordd/coordd/internal/kind"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,51 +14,40 @@ import (
 
 // ErrStopping is returned to callers whose call or stream is ended because
 // the daemon is shutting down. Clients retry on another member.
-var ErrStopping = errors.New("coordd: daemon is stopping; retry on another member")
+var ErrStopping = kind.Unavailable.New("coordd: daemon is stopping; retry on another member")
 
 // ErrNoLeader is returned to callers whose call is ended because this
 // member's etcd has had no leader for too long (it is cut off from its
 // peers). Clients retry on another member.
-var ErrNoLeader = errors.New("coordd: this member's etcd has no leader (no quorum); retry on another member")
+var ErrNoLeader = kind.Unavailable.New("coordd: this member's etcd has no leader (no quorum); retry on another member")
 
 // Domain is the ErrorInfo domain of every coordd error.
 const Domain = "coordd"
 
-// errorTable is the only place where domain errors become gRPC codes. The
-// first row whose error matches (errors.Is) wins.
+// errorTable is the only place where classes of failure become gRPC codes
+// and ErrorInfo reasons. Domain sentinels carry their kind (package kind);
+// the first row whose kind the error matches (errors.Is) wins.
 var errorTable = []struct {
-	err    error
+	kind   *kind.Kind
 	code   codes.Code
 	reason coorddv1.ErrorReason
 }{
-	{session.ErrInvalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
-	{session.ErrTooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
-	{session.ErrNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
-	{lock.ErrInvalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
-	{lock.ErrTooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
-	{lock.ErrSessionNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
-	{lock.ErrHeld, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_LOCK_HELD},
-	{lock.ErrStaleToken, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_STALE_TOKEN},
-	{lock.ErrNotHolder, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_HOLDER},
-	{lock.ErrLimitMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH},
-	{election.ErrInvalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
-	{election.ErrTooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
-	{election.ErrSessionNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
-	{election.ErrNoLeader, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_NO_LEADER},
-	{election.ErrNotLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_LEADER},
-	{election.ErrStaleTerm, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_STALE_TOKEN},
-	{election.ErrAlreadyLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_ALREADY_LEADER},
-	{configcenter.ErrInvalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
-	{configcenter.ErrTooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
-	{configcenter.ErrValidation, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALIDATION_FAILED},
-	{configcenter.ErrRevisionMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_REVISION_MISMATCH},
-	{configcenter.ErrKeyNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_KEY_NOT_FOUND},
-	{configcenter.ErrReleaseNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_RELEASE_NOT_FOUND},
-	{configcenter.ErrCompacted, codes.OutOfRange, coorddv1.ErrorReason_ERROR_REASON_COMPACTED},
-	{configcenter.ErrBehind, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
-	{configcenter.ErrStopped, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
-	{ErrStopping, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
-	{ErrNoLeader, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
+	{kind.Invalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
+	{kind.TooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
+	{kind.ValidationFailed, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALIDATION_FAILED},
+	{kind.SessionNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
+	{kind.KeyNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_KEY_NOT_FOUND},
+	{kind.ReleaseNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_RELEASE_NOT_FOUND},
+	{kind.NoLeader, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_NO_LEADER},
+	{kind.Held, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_LOCK_HELD},
+	{kind.StaleToken, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_STALE_TOKEN},
+	{kind.NotHolder, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_HOLDER},
+	{kind.NotLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_LEADER},
+	{kind.LimitMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH},
+	{kind.AlreadyLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_ALREADY_LEADER},
+	{kind.RevisionMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_REVISION_MISMATCH},
+	{kind.Compacted, codes.OutOfRange, coorddv1.ErrorReason_ERROR_REASON_COMPACTED},
+	{kind.Unavailable, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
 }
 
 // ReasonString returns the ErrorInfo reason for r: its name without the
@@ -97,7 +83,7 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 		return status.New(codes.DeadlineExceeded, err.Error()), false
 	}
 	for _, row := range errorTable {
-		if errors.Is(err, row.err) {
+		if errors.Is(err, row.kind) {
 			return withFieldViolations(NewStatus(row.code, row.reason, err.Error()), err), false
 		}
 	}

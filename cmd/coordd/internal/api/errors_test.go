@@ -8,6 +8,9 @@ import (
 
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/internal/kind"
+	"github.com/coordd/coordd/lock"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -93,4 +96,77 @@ func reasonOf(st *status.Status) string {
 		}
 	}
 	return ""
+}
+
+// Every kind has one row in the status table, and every ErrorReason is sent
+// by some path: a row, or the two statuses built outside the table
+// (INTERNAL by the interceptors, REQUEST_TOO_LARGE by the gateway).
+func TestErrorTableCoversEveryKindAndReason(t *testing.T) {
+	rows := map[*kind.Kind]int{}
+	sent := map[coorddv1.ErrorReason]bool{
+		coorddv1.ErrorReason_ERROR_REASON_INTERNAL:          true,
+		coorddv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE: true,
+	}
+	for _, row := range errorTable {
+		rows[row.kind]++
+		sent[row.reason] = true
+	}
+	for _, k := range kind.All {
+		if rows[k] != 1 {
+			t.Errorf("kind %q has %d rows in errorTable, want 1", k, rows[k])
+		}
+	}
+	for v, name := range coorddv1.ErrorReason_name {
+		r := coorddv1.ErrorReason(v)
+		if r != coorddv1.ErrorReason_ERROR_REASON_UNSPECIFIED && !sent[r] {
+			t.Errorf("reason %s is never sent: add a kind and a row for it, or remove it", name)
+		}
+	}
+}
+
+// Every domain sentinel reaches callers with its own reason, whichever
+// package returned it.
+func TestDomainSentinelsMapToTheirReason(t *testing.T) {
+	tests := []struct {
+		err    error
+		reason string
+	}{
+		{session.ErrInvalid, "INVALID_ARGUMENT"},
+		{session.ErrTooLarge, "VALUE_TOO_LARGE"},
+		{session.ErrNotFound, "SESSION_NOT_FOUND"},
+		{lock.ErrInvalid, "INVALID_ARGUMENT"},
+		{lock.ErrTooLarge, "VALUE_TOO_LARGE"},
+		{lock.ErrSessionNotFound, "SESSION_NOT_FOUND"},
+		{lock.ErrHeld, "LOCK_HELD"},
+		{lock.ErrStaleToken, "STALE_TOKEN"},
+		{lock.ErrNotHolder, "NOT_HOLDER"},
+		{lock.ErrLimitMismatch, "LIMIT_MISMATCH"},
+		{election.ErrInvalid, "INVALID_ARGUMENT"},
+		{election.ErrTooLarge, "VALUE_TOO_LARGE"},
+		{election.ErrSessionNotFound, "SESSION_NOT_FOUND"},
+		{election.ErrNoLeader, "NO_LEADER"},
+		{election.ErrNotLeader, "NOT_LEADER"},
+		{election.ErrStaleTerm, "STALE_TOKEN"},
+		{election.ErrAlreadyLeader, "ALREADY_LEADER"},
+		{configcenter.ErrInvalid, "INVALID_ARGUMENT"},
+		{configcenter.ErrTooLarge, "VALUE_TOO_LARGE"},
+		{configcenter.ErrValidation, "VALIDATION_FAILED"},
+		{configcenter.ErrRevisionMismatch, "REVISION_MISMATCH"},
+		{configcenter.ErrKeyNotFound, "KEY_NOT_FOUND"},
+		{configcenter.ErrReleaseNotFound, "RELEASE_NOT_FOUND"},
+		{configcenter.ErrCompacted, "COMPACTED"},
+		{configcenter.ErrBehind, "UNAVAILABLE"},
+		{configcenter.ErrStopped, "UNAVAILABLE"},
+		{ErrStopping, "UNAVAILABLE"},
+		{ErrNoLeader, "UNAVAILABLE"},
+		{invalid("page_size must be 1 to 100"), "INVALID_ARGUMENT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.err.Error(), func(t *testing.T) {
+			st, internal := ToStatus(fmt.Errorf("call: %w", tt.err))
+			if internal || reasonOf(st) != tt.reason {
+				t.Fatalf("ToStatus(%v) = %s %q internal=%v, want reason %q", tt.err, st.Code(), reasonOf(st), internal, tt.reason)
+			}
+		})
+	}
 }

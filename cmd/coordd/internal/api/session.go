@@ -4,9 +4,9 @@ import (
 	"context"
 	"io"
 
+	"github.com/coordd/coordd/internal/kind"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -206,7 +206,6 @@ func sessionProto(info session.Info, withRemaining bool) *coorddv1.Session {
 	return out
 }
 
-// invalid reports a malformed request detected by an adapter.
-func invalid(msg string) error {
-	return NewStatus(codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, msg).Err()
-}
+// invalid reports a malformed request detected by an adapter; the status
+// table maps it like any other invalid argument.
+func invalid(msg string) error { return kind.Invalid.New(msg) }
