@@ -114,7 +114,7 @@ func newSDKFanout(addr, ns string, clients int) (*sdkFanout, error) {
 
 func (f *sdkFanout) subscribe(ctx context.Context, k int, seen func(string)) error {
 	for i := range k {
-		sub, err := f.clis[i%len(f.clis)].Subscribe(ctx, []string{f.ns}, clientlib.WithoutStatusReports())
+		sub, err := f.clis[i%len(f.clis)].Config().Subscribe(ctx, []string{f.ns}, clientlib.WithoutStatusReports())
 		if err != nil {
 			return err
 		}
@@ -128,7 +128,7 @@ func (f *sdkFanout) subscribe(ctx context.Context, k int, seen func(string)) err
 }
 
 func (f *sdkFanout) publish(ctx context.Context, value string) error {
-	_, err := f.clis[0].PutConfig(ctx, f.ns, "k", value, clientlib.PublishOptions{})
+	_, err := f.clis[0].Config().Put(ctx, f.ns, "k", value, clientlib.PublishOptions{})
 	return err
 }
 

@@ -2,8 +2,6 @@ package clientlib
 
 import (
 	"context"
-	"errors"
-	"io"
 	"time"
 
 	"github.com/coordd/coordd/fencing"
@@ -11,15 +9,23 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// The calls below act on sessions, locks and elections by id, token and
-// term, without keeping anything alive: for tools (coordctl) and for
-// programs that manage sessions themselves. Prefer NewSession, Lock and
-// Campaign, which keep the session alive and track loss.
+// Admin acts on sessions, locks and elections by id, token and term,
+// without keeping anything alive: for tools (coordctl, consoles) and for
+// programs that manage sessions themselves. Programs that hold locks or
+// lead should use Client.NewSession, Session.Lock and Session.Campaign,
+// which keep the session alive and tell when something is lost.
+//
+// An Admin is obtained from Client.Admin and shares the Client's
+// connection; it is safe for concurrent use.
+type Admin struct{ c *Client }
+
+// Admin returns the raw, by-id calls of c.
+func (c *Client) Admin() *Admin { return &Admin{c: c} }
 
 // CreateSession creates a session that nobody keeps alive: it ends after
 // ttl unless KeepAliveSession renews it.
-func (c *Client) CreateSession(ctx context.Context, ttl time.Duration, owner, hostname string, labels map[string]string) (SessionInfo, error) {
-	resp, err := c.sessions.CreateSession(ctx, &coorddv1.CreateSessionRequest{Ttl: durationpb.New(ttl), Owner: owner, Hostname: hostname, Labels: labels})
+func (a *Admin) CreateSession(ctx context.Context, ttl time.Duration, owner, hostname string, labels map[string]string) (SessionInfo, error) {
+	resp, err := a.c.sessions.CreateSession(ctx, &coorddv1.CreateSessionRequest{Ttl: durationpb.New(ttl), Owner: owner, Hostname: hostname, Labels: labels})
 	if err != nil {
 		return SessionInfo{}, convert(ctx, err)
 	}
@@ -27,8 +33,8 @@ func (c *Client) CreateSession(ctx context.Context, ttl time.Duration, owner, ho
 }
 
 // KeepAliveSession renews a session once and returns the TTL granted.
-func (c *Client) KeepAliveSession(ctx context.Context, id string) (time.Duration, error) {
-	resp, err := c.sessions.KeepAlive(ctx, &coorddv1.KeepAliveRequest{SessionId: id})
+func (a *Admin) KeepAliveSession(ctx context.Context, id string) (time.Duration, error) {
+	resp, err := a.c.sessions.KeepAlive(ctx, &coorddv1.KeepAliveRequest{SessionId: id})
 	if err != nil {
 		return 0, convert(ctx, err)
 	}
@@ -44,173 +50,77 @@ type LockGrant struct {
 	Revision  int64
 }
 
-// AcquireLock takes a lock for the session sessionID (which the caller
-// keeps alive), waiting as long as ctx allows, or not at all with try.
-func (c *Client) AcquireLock(ctx context.Context, sessionID, name string, try bool, opts ...LockOption) (LockGrant, error) {
+// Acquire takes a lock for the session sessionID (which the caller keeps
+// alive), waiting as long as ctx allows. It is not retried: a failure
+// after the request may have reached the server leaves a grant or a
+// waiter that the session's end (or Release) removes.
+func (a *Admin) Acquire(ctx context.Context, sessionID, name string, opts ...LockOption) (LockGrant, error) {
+	return a.acquire(ctx, sessionID, name, true, opts)
+}
+
+// TryAcquire takes a lock for the session sessionID only if it is free
+// now; otherwise it returns ErrLockHeld.
+func (a *Admin) TryAcquire(ctx context.Context, sessionID, name string, opts ...LockOption) (LockGrant, error) {
+	return a.acquire(ctx, sessionID, name, false, opts)
+}
+
+func (a *Admin) acquire(ctx context.Context, sessionID, name string, wait bool, opts []LockOption) (LockGrant, error) {
 	o := lockOptions{limit: 1}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g, err := c.acquire(ctx, sessionID, name, !try, o)
+	g, err := a.c.acquire(ctx, sessionID, name, wait, o)
 	if err != nil {
 		return LockGrant{}, convert(ctx, err)
 	}
 	return LockGrant{Name: g.GetName(), Token: fencing.Token(g.GetToken()), SessionID: g.GetSessionId(), RequestID: g.GetRequestId(), Revision: g.GetRevision()}, nil
 }
 
-// ReleaseLock gives up the grant that token names; ErrNotHolder if it
-// holds nothing.
-func (c *Client) ReleaseLock(ctx context.Context, name string, token fencing.Token) error {
-	_, err := c.locks.Release(ctx, &coorddv1.ReleaseRequest{Name: name, Token: int64(token)})
+// Release gives up the grant that token names; ErrNotHolder if it holds
+// nothing.
+func (a *Admin) Release(ctx context.Context, name string, token fencing.Token) error {
+	_, err := a.c.locks.Release(ctx, &coorddv1.ReleaseRequest{Name: name, Token: int64(token)})
 	return convert(ctx, err)
 }
 
 // ListLocks returns the names of locks with holders or waiters that start
 // with prefix.
-func (c *Client) ListLocks(ctx context.Context, prefix string) ([]string, error) {
+func (a *Admin) ListLocks(ctx context.Context, prefix string) ([]string, error) {
 	return allNames(ctx, func(token string) ([]string, string, error) {
-		resp, err := c.locks.ListLocks(ctx, &coorddv1.ListLocksRequest{Prefix: prefix, PageSize: 1000, PageToken: token})
+		resp, err := a.c.locks.ListLocks(ctx, &coorddv1.ListLocksRequest{Prefix: prefix, PageSize: 1000, PageToken: token})
 		return resp.GetNames(), resp.GetNextPageToken(), err
 	})
 }
 
 // ListElections returns the names of elections with a leader or candidates
 // that start with prefix.
-func (c *Client) ListElections(ctx context.Context, prefix string) ([]string, error) {
+func (a *Admin) ListElections(ctx context.Context, prefix string) ([]string, error) {
 	return allNames(ctx, func(token string) ([]string, string, error) {
-		resp, err := c.elections.ListElections(ctx, &coorddv1.ListElectionsRequest{Prefix: prefix, PageSize: 1000, PageToken: token})
+		resp, err := a.c.elections.ListElections(ctx, &coorddv1.ListElectionsRequest{Prefix: prefix, PageSize: 1000, PageToken: token})
 		return resp.GetNames(), resp.GetNextPageToken(), err
 	})
 }
 
-// CampaignAs campaigns for the session sessionID (which the caller keeps
+// Campaign campaigns for the session sessionID (which the caller keeps
 // alive) and returns the term once it leads.
-func (c *Client) CampaignAs(ctx context.Context, sessionID, name, value string) (fencing.Token, error) {
-	resp, err := c.elections.Campaign(ctx, &coorddv1.CampaignRequest{Name: name, SessionId: sessionID, Value: value, RequestId: randomID()})
+func (a *Admin) Campaign(ctx context.Context, sessionID, name, value string) (fencing.Token, error) {
+	resp, err := a.c.elections.Campaign(ctx, &coorddv1.CampaignRequest{Name: name, SessionId: sessionID, Value: value, RequestId: randomID()})
 	if err != nil {
 		return 0, convert(ctx, err)
 	}
 	return fencing.Token(resp.GetLeadership().GetTerm()), nil
 }
 
-// ProclaimTerm replaces the value of the leader whose term is term.
-func (c *Client) ProclaimTerm(ctx context.Context, name string, term fencing.Token, value string) error {
-	_, err := c.elections.Proclaim(ctx, &coorddv1.ProclaimRequest{Name: name, Term: int64(term), Value: value})
+// Proclaim replaces the value of the leader whose term is term.
+func (a *Admin) Proclaim(ctx context.Context, name string, term fencing.Token, value string) error {
+	_, err := a.c.elections.Proclaim(ctx, &coorddv1.ProclaimRequest{Name: name, Term: int64(term), Value: value})
 	return convert(ctx, err)
 }
 
-// ResignTerm ends the leadership whose term is term.
-func (c *Client) ResignTerm(ctx context.Context, name string, term fencing.Token) error {
-	_, err := c.elections.Resign(ctx, &coorddv1.ResignRequest{Name: name, Term: int64(term)})
+// Resign ends the leadership whose term is term.
+func (a *Admin) Resign(ctx context.Context, name string, term fencing.Token) error {
+	_, err := a.c.elections.Resign(ctx, &coorddv1.ResignRequest{Name: name, Term: int64(term)})
 	return convert(ctx, err)
-}
-
-// ClusterMember is one etcd member.
-type ClusterMember struct {
-	ID         string   `json:"id"`
-	Name       string   `json:"name"`
-	PeerURLs   []string `json:"peerUrls,omitempty"`
-	ClientURLs []string `json:"clientUrls,omitempty"`
-	Leader     bool     `json:"leader,omitempty"`
-	Learner    bool     `json:"learner,omitempty"`
-}
-
-// ClusterStatus describes the cluster as the answering member sees it.
-type ClusterStatus struct {
-	ClusterID     string          `json:"clusterId,omitempty"`
-	MemberID      string          `json:"memberId,omitempty"` // the answering member (empty with an external etcd)
-	LeaderID      string          `json:"leaderId,omitempty"`
-	Members       []ClusterMember `json:"members,omitempty"`
-	Revision      int64           `json:"revision,omitempty"`
-	RaftTerm      uint64          `json:"raftTerm,omitempty"`
-	DBSize        int64           `json:"dbSize,omitempty"`
-	DBSizeInUse   int64           `json:"dbSizeInUse,omitempty"`
-	EtcdVersion   string          `json:"etcdVersion,omitempty"`
-	CoorddVersion string          `json:"coorddVersion,omitempty"`
-}
-
-// ClusterStatus describes the cluster.
-func (c *Client) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
-	resp, err := c.cluster.GetClusterStatus(ctx, &coorddv1.GetClusterStatusRequest{})
-	if err != nil {
-		return ClusterStatus{}, convert(ctx, err)
-	}
-	st := ClusterStatus{ClusterID: resp.GetClusterId(), MemberID: resp.GetMemberId(), LeaderID: resp.GetLeaderId(), Revision: resp.GetRevision(), RaftTerm: resp.GetRaftTerm(),
-		DBSize: resp.GetDbSizeBytes(), DBSizeInUse: resp.GetDbSizeInUseBytes(), EtcdVersion: resp.GetEtcdVersion(), CoorddVersion: resp.GetCoorddVersion()}
-	for _, m := range resp.GetMembers() {
-		st.Members = append(st.Members, ClusterMember{ID: m.GetId(), Name: m.GetName(), PeerURLs: m.GetPeerUrls(), ClientURLs: m.GetClientUrls(), Leader: m.GetIsLeader(), Learner: m.GetIsLearner()})
-	}
-	return st, nil
-}
-
-// SaveSnapshot writes a backup of etcd's database to w and returns its
-// size. Restore it with etcdutl snapshot restore --bump-revision …
-// --mark-compacted, so fencing tokens never go backwards.
-func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
-	st, err := c.cluster.SaveSnapshot(ctx, &coorddv1.SaveSnapshotRequest{})
-	if err != nil {
-		return 0, convert(ctx, err)
-	}
-	var n int64
-	for {
-		chunk, err := st.Recv()
-		if errors.Is(err, io.EOF) {
-			return n, nil
-		}
-		if err != nil {
-			return n, convert(ctx, err)
-		}
-		m, err := w.Write(chunk.GetData())
-		n += int64(m)
-		if err != nil {
-			return n, err
-		}
-	}
-}
-
-// ConfigWatchEvent is one message of a config watch.
-type ConfigWatchEvent struct {
-	Type      string // "SNAPSHOT", "CHANGE" or "BOOKMARK"
-	Revision  int64
-	Snapshots []NamespaceSnapshot // SNAPSHOT
-	Release   *ConfigRelease      // CHANGE
-}
-
-// WatchConfig streams a config watch's messages as they come, from
-// revision from (0: a snapshot first), until ctx ends or fn fails. It
-// does not reconnect; Subscribe does.
-func (c *Client) WatchConfig(ctx context.Context, namespaces []string, from int64, fn func(ConfigWatchEvent) error) error {
-	st, err := c.config.Watch(ctx, &coorddv1.WatchRequest{Namespaces: namespaces, FromRevision: from})
-	if err != nil {
-		return convert(ctx, err)
-	}
-	for {
-		msg, err := st.Recv()
-		if err != nil {
-			return convert(ctx, err)
-		}
-		ev := ConfigWatchEvent{Revision: msg.GetRevision()}
-		switch msg.GetType() {
-		case coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
-			ev.Type = "SNAPSHOT"
-			for _, s := range msg.GetSnapshots() {
-				ns := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Values: map[string]string{}}
-				for _, e := range s.GetEntries() {
-					ns.Values[e.GetKey()] = e.GetValue()
-				}
-				ev.Snapshots = append(ev.Snapshots, ns)
-			}
-		case coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE:
-			ev.Type = "CHANGE"
-			r := releaseFrom(msg.GetRelease())
-			ev.Release = &r
-		default:
-			ev.Type = "BOOKMARK"
-		}
-		if err := fn(ev); err != nil {
-			return err
-		}
-	}
 }
 
 // allNames gathers the pages page returns, from the first (token "") to
@@ -228,4 +138,111 @@ func allNames(ctx context.Context, page func(token string) ([]string, string, er
 			return out, nil
 		}
 	}
+}
+
+// SessionInfo describes a session as the server sees it.
+type SessionInfo struct {
+	ID        string
+	TTL       time.Duration
+	Owner     string
+	Hostname  string
+	Labels    map[string]string
+	Created   time.Time
+	Remaining time.Duration // filled by GetSession only
+}
+
+func sessionInfo(s *coorddv1.Session) SessionInfo {
+	return SessionInfo{
+		ID:        s.GetId(),
+		TTL:       s.GetTtl().AsDuration(),
+		Owner:     s.GetOwner(),
+		Hostname:  s.GetHostname(),
+		Labels:    s.GetLabels(),
+		Created:   s.GetCreateTime().AsTime(),
+		Remaining: s.GetRemainingTtl().AsDuration(),
+	}
+}
+
+// GetSession returns a live session by id, or ErrSessionNotFound.
+func (a *Admin) GetSession(ctx context.Context, id string) (SessionInfo, error) {
+	resp, err := a.c.sessions.GetSession(ctx, &coorddv1.GetSessionRequest{SessionId: id})
+	if err != nil {
+		return SessionInfo{}, convert(ctx, err)
+	}
+	return sessionInfo(resp.GetSession()), nil
+}
+
+// ListSessions returns every live session, in id order.
+func (a *Admin) ListSessions(ctx context.Context) ([]SessionInfo, error) {
+	var out []SessionInfo
+	token := ""
+	for {
+		resp, err := a.c.sessions.ListSessions(ctx, &coorddv1.ListSessionsRequest{PageSize: 1000, PageToken: token})
+		if err != nil {
+			return nil, convert(ctx, err)
+		}
+		for _, s := range resp.GetSessions() {
+			out = append(out, sessionInfo(s))
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			return out, nil
+		}
+	}
+}
+
+// CloseSession closes a session by id (for example one left by a crashed
+// process) and releases everything attached to it.
+func (a *Admin) CloseSession(ctx context.Context, id string) error {
+	_, err := a.c.sessions.CloseSession(ctx, &coorddv1.CloseSessionRequest{SessionId: id})
+	return convert(ctx, err)
+}
+
+// LockEntry is a holder or waiter of a lock.
+type LockEntry struct {
+	SessionID string
+	Owner     string // the session's owner, if the session still exists
+	Hostname  string
+	RequestID string
+	Metadata  string
+	Token     fencing.Token
+	Enqueued  time.Time
+	Granted   time.Time // zero for waiters
+}
+
+// LockState is a lock's holders and waiters at one revision.
+type LockState struct {
+	Name    string
+	Limit   int
+	Holders []LockEntry
+	Waiters []LockEntry // in grant order
+	// DelayedUntil, when not zero, ends a lock-delay: a holder's session
+	// expired and the first waiter is granted then.
+	DelayedUntil time.Time
+	Revision     int64
+}
+
+// DescribeLock returns the named lock's holders and waiters.
+func (a *Admin) DescribeLock(ctx context.Context, name string) (LockState, error) {
+	resp, err := a.c.locks.DescribeLock(ctx, &coorddv1.DescribeLockRequest{Name: name})
+	if err != nil {
+		return LockState{}, convert(ctx, err)
+	}
+	st := LockState{Name: resp.GetName(), Limit: int(resp.GetLimit()), Revision: resp.GetRevision()}
+	if resp.GetDelayedUntil() != nil {
+		st.DelayedUntil = resp.GetDelayedUntil().AsTime()
+	}
+	entry := func(e *coorddv1.LockEntry) LockEntry {
+		le := LockEntry{SessionID: e.GetSessionId(), Owner: e.GetOwner(), Hostname: e.GetHostname(), RequestID: e.GetRequestId(), Metadata: e.GetMetadata(), Token: fencing.Token(e.GetToken()), Enqueued: e.GetEnqueueTime().AsTime()}
+		if e.GetGrantTime() != nil {
+			le.Granted = e.GetGrantTime().AsTime()
+		}
+		return le
+	}
+	for _, e := range resp.GetHolders() {
+		st.Holders = append(st.Holders, entry(e))
+	}
+	for _, e := range resp.GetWaiters() {
+		st.Waiters = append(st.Waiters, entry(e))
+	}
+	return st, nil
 }

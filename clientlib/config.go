@@ -256,7 +256,8 @@ type Subscription struct {
 // stale), then keeps it current in the background: it resumes from its
 // revision after a disconnect, and replaces its state whenever the server
 // sends a snapshot. Close it when done.
-func (c *Client) Subscribe(ctx context.Context, namespaces []string, opts ...SubscribeOption) (*Subscription, error) {
+func (cc *ConfigCenter) Subscribe(ctx context.Context, namespaces []string, opts ...SubscribeOption) (*Subscription, error) {
+	c := cc.c
 	if len(namespaces) == 0 {
 		return nil, fmt.Errorf("%w: subscribe to at least one namespace", ErrInvalidArgument)
 	}

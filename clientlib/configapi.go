@@ -7,6 +7,19 @@ import (
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
+// ConfigCenter reads, writes and follows the config center: namespaces of
+// keys, published as numbered releases. It is obtained from Client.Config,
+// shares the Client's connection, and is safe for concurrent use.
+//
+// Writes (Put, Delete, Publish, Rollback) each make one release, atomically;
+// with PublishOptions.ExpectedRevision they are compare-and-set. They are
+// not retried: after ErrUnavailable a write may or may not have happened
+// (Releases tells).
+type ConfigCenter struct{ c *Client }
+
+// Config returns the config center's calls.
+func (c *Client) Config() *ConfigCenter { return &ConfigCenter{c: c} }
+
 // ConfigRelease is one published change of a namespace.
 type ConfigRelease struct {
 	Namespace  string
@@ -54,40 +67,40 @@ type PublishOptions struct {
 // Publish makes one release of many changes, atomically. A release that
 // breaks the namespace's schema fails with ErrValidationFailed, listing
 // every problem (see Problems).
-func (c *Client) Publish(ctx context.Context, ns string, ms []ConfigMutation, o PublishOptions) (ConfigRelease, error) {
+func (cc *ConfigCenter) Publish(ctx context.Context, ns string, ms []ConfigMutation, o PublishOptions) (ConfigRelease, error) {
 	req := &coorddv1.PublishRequest{Namespace: ns, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message, DryRun: o.DryRun}
 	for _, m := range ms {
 		req.Mutations = append(req.Mutations, &coorddv1.ConfigMutation{Key: m.Key, Value: m.Value, Delete: m.Delete})
 	}
-	resp, err := c.config.Publish(ctx, req)
+	resp, err := cc.c.config.Publish(ctx, req)
 	if err != nil {
 		return ConfigRelease{}, convert(ctx, err)
 	}
 	return releaseFrom(resp.GetRelease()), nil
 }
 
-// PutConfig sets one key (a release of one change).
-func (c *Client) PutConfig(ctx context.Context, ns, key, value string, o PublishOptions) (ConfigRelease, error) {
-	resp, err := c.config.Put(ctx, &coorddv1.PutRequest{Namespace: ns, Key: key, Value: value, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message})
+// Put sets one key (a release of one change).
+func (cc *ConfigCenter) Put(ctx context.Context, ns, key, value string, o PublishOptions) (ConfigRelease, error) {
+	resp, err := cc.c.config.Put(ctx, &coorddv1.PutRequest{Namespace: ns, Key: key, Value: value, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message})
 	if err != nil {
 		return ConfigRelease{}, convert(ctx, err)
 	}
 	return releaseFrom(resp.GetRelease()), nil
 }
 
-// DeleteConfig removes one key; ErrKeyNotFound if it is missing.
-func (c *Client) DeleteConfig(ctx context.Context, ns, key string, o PublishOptions) (ConfigRelease, error) {
-	resp, err := c.config.Delete(ctx, &coorddv1.DeleteRequest{Namespace: ns, Key: key, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message})
+// Delete removes one key; ErrKeyNotFound if it is missing.
+func (cc *ConfigCenter) Delete(ctx context.Context, ns, key string, o PublishOptions) (ConfigRelease, error) {
+	resp, err := cc.c.config.Delete(ctx, &coorddv1.DeleteRequest{Namespace: ns, Key: key, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message})
 	if err != nil {
 		return ConfigRelease{}, convert(ctx, err)
 	}
 	return releaseFrom(resp.GetRelease()), nil
 }
 
-// GetConfig reads one key, now (revision 0) or at a past revision. It
+// Get reads one key, now (revision 0) or at a past revision. It
 // returns the value and the revision that last set it.
-func (c *Client) GetConfig(ctx context.Context, ns, key string, revision int64) (string, int64, error) {
-	resp, err := c.config.Get(ctx, &coorddv1.GetRequest{Namespace: ns, Key: key, Revision: revision})
+func (cc *ConfigCenter) Get(ctx context.Context, ns, key string, revision int64) (string, int64, error) {
+	resp, err := cc.c.config.Get(ctx, &coorddv1.GetRequest{Namespace: ns, Key: key, Revision: revision})
 	if err != nil {
 		return "", 0, convert(ctx, err)
 	}
@@ -103,10 +116,10 @@ type NamespaceSnapshot struct {
 	Values    map[string]string
 }
 
-// ConfigSnapshotOf reads a whole namespace, now (revision 0) or at a past
+// Snapshot reads a whole namespace, now (revision 0) or at a past
 // revision.
-func (c *Client) ConfigSnapshotOf(ctx context.Context, ns string, revision int64) (NamespaceSnapshot, error) {
-	resp, err := c.config.Snapshot(ctx, &coorddv1.SnapshotRequest{Namespace: ns, Revision: revision})
+func (cc *ConfigCenter) Snapshot(ctx context.Context, ns string, revision int64) (NamespaceSnapshot, error) {
+	resp, err := cc.c.config.Snapshot(ctx, &coorddv1.SnapshotRequest{Namespace: ns, Revision: revision})
 	if err != nil {
 		return NamespaceSnapshot{}, convert(ctx, err)
 	}
@@ -118,10 +131,10 @@ func (c *Client) ConfigSnapshotOf(ctx context.Context, ns string, revision int64
 	return out, nil
 }
 
-// ConfigReleases lists up to n releases of a namespace, newest first,
+// Releases lists up to n releases of a namespace, newest first,
 // older than release before (0: from the newest).
-func (c *Client) ConfigReleases(ctx context.Context, ns string, before int64, n int) ([]ConfigRelease, error) {
-	resp, err := c.config.ListReleases(ctx, &coorddv1.ListReleasesRequest{Namespace: ns, Before: before, PageSize: int32(n)})
+func (cc *ConfigCenter) Releases(ctx context.Context, ns string, before int64, n int) ([]ConfigRelease, error) {
+	resp, err := cc.c.config.ListReleases(ctx, &coorddv1.ListReleasesRequest{Namespace: ns, Before: before, PageSize: int32(n)})
 	if err != nil {
 		return nil, convert(ctx, err)
 	}
@@ -132,67 +145,67 @@ func (c *Client) ConfigReleases(ctx context.Context, ns string, before int64, n 
 	return out, nil
 }
 
-// ConfigDiff lists the key changes from release from to release to.
-func (c *Client) ConfigDiff(ctx context.Context, ns string, from, to int64) ([]KeyChange, error) {
-	resp, err := c.config.Diff(ctx, &coorddv1.DiffRequest{Namespace: ns, FromRelease: from, ToRelease: to})
+// Diff lists the key changes from release from to release to.
+func (cc *ConfigCenter) Diff(ctx context.Context, ns string, from, to int64) ([]KeyChange, error) {
+	resp, err := cc.c.config.Diff(ctx, &coorddv1.DiffRequest{Namespace: ns, FromRelease: from, ToRelease: to})
 	if err != nil {
 		return nil, convert(ctx, err)
 	}
 	return changesFrom(resp.GetChanges()), nil
 }
 
-// RollbackConfig makes a new release with release to's content.
-func (c *Client) RollbackConfig(ctx context.Context, ns string, to int64, o PublishOptions) (ConfigRelease, error) {
-	resp, err := c.config.Rollback(ctx, &coorddv1.RollbackRequest{Namespace: ns, ToRelease: to, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message})
+// Rollback makes a new release with release to's content.
+func (cc *ConfigCenter) Rollback(ctx context.Context, ns string, to int64, o PublishOptions) (ConfigRelease, error) {
+	resp, err := cc.c.config.Rollback(ctx, &coorddv1.RollbackRequest{Namespace: ns, ToRelease: to, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message})
 	if err != nil {
 		return ConfigRelease{}, convert(ctx, err)
 	}
 	return releaseFrom(resp.GetRelease()), nil
 }
 
-// ConfigSchema returns a namespace's JSON Schema ("" if none).
-func (c *Client) ConfigSchema(ctx context.Context, ns string) (string, error) {
-	resp, err := c.config.GetSchema(ctx, &coorddv1.GetSchemaRequest{Namespace: ns})
+// Schema returns a namespace's JSON Schema ("" if none).
+func (cc *ConfigCenter) Schema(ctx context.Context, ns string) (string, error) {
+	resp, err := cc.c.config.GetSchema(ctx, &coorddv1.GetSchemaRequest{Namespace: ns})
 	if err != nil {
 		return "", convert(ctx, err)
 	}
 	return resp.GetSchema(), nil
 }
 
-// SetConfigSchema sets (or with "" removes) a namespace's JSON Schema.
-func (c *Client) SetConfigSchema(ctx context.Context, ns, schema string) error {
-	_, err := c.config.SetSchema(ctx, &coorddv1.SetSchemaRequest{Namespace: ns, Schema: schema})
+// SetSchema sets (or with "" removes) a namespace's JSON Schema.
+func (cc *ConfigCenter) SetSchema(ctx context.Context, ns, schema string) error {
+	_, err := cc.c.config.SetSchema(ctx, &coorddv1.SetSchemaRequest{Namespace: ns, Schema: schema})
 	return convert(ctx, err)
 }
 
-// ConfigNamespaces lists namespace names starting with prefix.
-func (c *Client) ConfigNamespaces(ctx context.Context, prefix string) ([]string, error) {
+// Namespaces lists namespace names starting with prefix.
+func (cc *ConfigCenter) Namespaces(ctx context.Context, prefix string) ([]string, error) {
 	return allNames(ctx, func(token string) ([]string, string, error) {
-		resp, err := c.config.ListNamespaces(ctx, &coorddv1.ListNamespacesRequest{Prefix: prefix, PageSize: 1000, PageToken: token})
+		resp, err := cc.c.config.ListNamespaces(ctx, &coorddv1.ListNamespacesRequest{Prefix: prefix, PageSize: 1000, PageToken: token})
 		return resp.GetNamespaces(), resp.GetNextPageToken(), err
 	})
 }
 
 // InstanceApplyStatus is one instance's latest report for a namespace.
 type InstanceApplyStatus struct {
-	Instance string            `json:"instance,omitempty"`
-	Labels   map[string]string `json:"labels,omitempty"`
-	Applied  int64             `json:"applied,omitempty"`
-	Rejected int64             `json:"rejected,omitempty"`
-	Reason   string            `json:"reason,omitempty"`
-	Reported time.Time         `json:"reported,omitzero"`
+	Instance string
+	Labels   map[string]string
+	Applied  int64
+	Rejected int64
+	Reason   string
+	Reported time.Time
 }
 
 // ApplyStatus is what the live instances of a namespace run.
 type ApplyStatus struct {
-	Instances []InstanceApplyStatus `json:"instances,omitempty"`
-	Applied   map[int64]int         `json:"applied,omitempty"`  // release -> instances running it
-	Rejected  map[int64]int         `json:"rejected,omitempty"` // release -> instances that refused it
+	Instances []InstanceApplyStatus
+	Applied   map[int64]int // release -> instances running it
+	Rejected  map[int64]int // release -> instances that refused it
 }
 
-// ConfigApplyStatus aggregates the instances' reports for a namespace.
-func (c *Client) ConfigApplyStatus(ctx context.Context, ns string) (ApplyStatus, error) {
-	resp, err := c.config.GetApplyStatus(ctx, &coorddv1.GetApplyStatusRequest{Namespace: ns})
+// AppliedStatus aggregates the instances' reports for a namespace.
+func (cc *ConfigCenter) AppliedStatus(ctx context.Context, ns string) (ApplyStatus, error) {
+	resp, err := cc.c.config.GetApplyStatus(ctx, &coorddv1.GetApplyStatusRequest{Namespace: ns})
 	if err != nil {
 		return ApplyStatus{}, convert(ctx, err)
 	}
@@ -207,4 +220,51 @@ func (c *Client) ConfigApplyStatus(ctx context.Context, ns string) (ApplyStatus,
 		out.Rejected[rc.GetRelease()] = int(rc.GetInstances())
 	}
 	return out, nil
+}
+
+// ConfigWatchEvent is one message of a config watch.
+type ConfigWatchEvent struct {
+	Type      string // "SNAPSHOT", "CHANGE" or "BOOKMARK"
+	Revision  int64
+	Snapshots []NamespaceSnapshot // SNAPSHOT
+	Release   *ConfigRelease      // CHANGE
+}
+
+// Watch streams a config watch's messages as they come, from revision
+// from (0: a snapshot first), until ctx ends or fn fails. It does not
+// reconnect and keeps no state: it shows the server's stream as it is.
+// Programs that follow configuration use Subscribe, which resumes, keeps a
+// consistent snapshot and calls back on changes.
+func (cc *ConfigCenter) Watch(ctx context.Context, namespaces []string, from int64, fn func(ConfigWatchEvent) error) error {
+	st, err := cc.c.config.Watch(ctx, &coorddv1.WatchRequest{Namespaces: namespaces, FromRevision: from})
+	if err != nil {
+		return convert(ctx, err)
+	}
+	for {
+		msg, err := st.Recv()
+		if err != nil {
+			return convert(ctx, err)
+		}
+		ev := ConfigWatchEvent{Revision: msg.GetRevision()}
+		switch msg.GetType() {
+		case coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
+			ev.Type = "SNAPSHOT"
+			for _, s := range msg.GetSnapshots() {
+				ns := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Values: map[string]string{}}
+				for _, e := range s.GetEntries() {
+					ns.Values[e.GetKey()] = e.GetValue()
+				}
+				ev.Snapshots = append(ev.Snapshots, ns)
+			}
+		case coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE:
+			ev.Type = "CHANGE"
+			r := releaseFrom(msg.GetRelease())
+			ev.Release = &r
+		default:
+			ev.Type = "BOOKMARK"
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
 }

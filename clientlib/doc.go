@@ -14,6 +14,11 @@
 // Errors from the server match sentinels through errors.Is, chosen by the
 // server's reason: errors.Is(err, clientlib.ErrSessionNotFound).
 //
+// The Client's own methods are what programs use: sessions, locks,
+// elections. [Client.Config] holds the config center's calls, and
+// [Client.Admin] the raw calls by session id, token and term that tools
+// such as coordctl need; they keep nothing alive.
+//
 // # Sessions and fenced locks
 //
 // A [Session] is the liveness unit every lock and candidacy hangs off: the
@@ -28,8 +33,8 @@
 //	if err != nil { ... }
 //	defer s.Close(context.Background())
 //
-//	err = clientlib.WithLock(ctx, s, "reports/daily", func(ctx context.Context, token fencing.Token) error {
-//		return db.Write(ctx, row, token) // stop when ctx ends; the resource checks the token
+//	err = clientlib.WithLock(ctx, s, "reports/daily", func(ctx context.Context, l *clientlib.Lock) error {
+//		return db.Write(ctx, row, l.Token()) // stop when ctx ends; the resource checks the token
 //	})
 //
 // Guarantees: a session's local deadline ([Session.Deadline]) is the send
@@ -49,7 +54,7 @@
 // the SDK gave up on may still be alive on the server for the rest of its
 // TTL, and a paused holder can act after its session ended, whatever the
 // SDK does; a lock protects a resource only if the resource checks the
-// token (fencing.Guard, fencing.Middleware, or [Client.FencedPut]).
+// token (fencing.Guard, fencing.Middleware, or the lock's own [Lock.Put]).
 //
 // # Leader elections
 //
@@ -61,8 +66,8 @@
 // show who leads and who waits.
 //
 //	err := c.RunElection(ctx, "reports/nightly", "host-1:8080",
-//		func(ctx context.Context, term fencing.Token) error {
-//			return runBatch(ctx, term) // stop when ctx ends; pass term to every write
+//		func(ctx context.Context, lead *clientlib.Leadership) error {
+//			return runBatch(ctx, lead.Term()) // stop when ctx ends; pass the term to every write
 //		},
 //		clientlib.WithElectionSession(clientlib.WithTTL(10*time.Second)),
 //		clientlib.OnElected(func(term fencing.Token) { log.Printf("leading, term %d", term) }),
@@ -80,20 +85,20 @@
 // error. OnElected and OnDemoted run on RunElection's goroutine. Not
 // guaranteed: a callback that ignores its context keeps running after its
 // term ended, and a deposed leader can still act while paused, so fence
-// what the leader writes by its term ([Client.ValidateLeadership],
-// [Client.FencedPutAsLeader], or a resource that checks the term).
+// what the leader writes by its term ([Leadership.Put],
+// [Leadership.Validate], or a resource that checks the term).
 //
 // # Configuration
 //
-// [Client.Subscribe] follows namespaces and keeps an immutable, consistent
+// [ConfigCenter.Subscribe] follows namespaces and keeps an immutable, consistent
 // [ConfigSnapshot] of them current; [Bind] decodes one namespace into a Go
 // type and hot-reloads it. [Subscription.OnKey], OnNamespace and OnPrefix
 // call back on changes; [Subscription.Status] says whether the
 // subscription is live, stale or syncing.
-// Writes go through [Client.Publish], [Client.PutConfig] and
-// [Client.RollbackConfig].
+// Writes go through [ConfigCenter.Publish], [ConfigCenter.Put] and
+// [ConfigCenter.Rollback].
 //
-//	sub, err := c.Subscribe(ctx, []string{"payments/prod"},
+//	sub, err := c.Config().Subscribe(ctx, []string{"payments/prod"},
 //		clientlib.WithCacheFile("/var/lib/myapp/config.json")) // start even while coordd is down
 //	if err != nil { ... }
 //	defer sub.Close()
@@ -121,7 +126,7 @@
 // release that does not decode or validate is refused, the last good value
 // stays, and the refusal is reported to OnError and (unless
 // WithoutStatusReports) to the server's applied-status
-// ([Client.ConfigApplyStatus]). Not guaranteed: that callbacks see every
+// ([ConfigCenter.AppliedStatus]). Not guaranteed: that callbacks see every
 // release (releases that arrive while a callback runs coalesce into one
 // change), or that the configuration is current: while the subscription
 // is stale (disconnected, or started from the cache file) it serves the

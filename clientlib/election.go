@@ -145,13 +145,13 @@ type Leader struct {
 
 // Candidate is a campaign waiting for its turn.
 type Candidate struct {
-	Term      fencing.Token `json:"term,omitempty"` // the term it will hold once elected
-	Value     string        `json:"value,omitempty"`
-	SessionID string        `json:"sessionId,omitempty"`
-	RequestID string        `json:"requestId,omitempty"`
-	Owner     string        `json:"owner,omitempty"`
-	Hostname  string        `json:"hostname,omitempty"`
-	Enqueued  time.Time     `json:"enqueued,omitzero"`
+	Term      fencing.Token // the term it will hold once elected
+	Value     string
+	SessionID string
+	RequestID string
+	Owner     string
+	Hostname  string
+	Enqueued  time.Time
 }
 
 func leaderFrom(p *coorddv1.ElectionLeader) Leader {
@@ -184,32 +184,4 @@ func (c *Client) Candidates(ctx context.Context, name string) ([]Candidate, erro
 		out = append(out, Candidate{Term: fencing.Token(p.GetTerm()), Value: p.GetValue(), SessionID: p.GetSessionId(), RequestID: p.GetRequestId(), Owner: p.GetOwner(), Hostname: p.GetHostname(), Enqueued: p.GetEnqueueTime().AsTime()})
 	}
 	return out, nil
-}
-
-// ValidateLeadership returns nil if term leads the named election now, and
-// ErrStaleToken if not (linearizable).
-func (c *Client) ValidateLeadership(ctx context.Context, election string, term fencing.Token) error {
-	_, err := c.locks.ValidateFence(ctx, &coorddv1.ValidateFenceRequest{Election: election, Token: int64(term)})
-	return convert(ctx, err)
-}
-
-// FencedPutAsLeader writes key in coordd's KV only if term leads the named
-// election, in one etcd transaction with the check; otherwise
-// ErrStaleToken and nothing is written. It returns the write's revision.
-func (c *Client) FencedPutAsLeader(ctx context.Context, election string, term fencing.Token, key string, value []byte) (int64, error) {
-	resp, err := c.locks.FencedPut(ctx, &coorddv1.FencedPutRequest{Election: election, Token: int64(term), Key: key, Value: value})
-	if err != nil {
-		return 0, convert(ctx, err)
-	}
-	return resp.GetRevision(), nil
-}
-
-// FencedDeleteAsLeader deletes key from coordd's KV only if term leads the
-// named election.
-func (c *Client) FencedDeleteAsLeader(ctx context.Context, election string, term fencing.Token, key string) (int64, error) {
-	resp, err := c.locks.FencedDelete(ctx, &coorddv1.FencedDeleteRequest{Election: election, Token: int64(term), Key: key})
-	if err != nil {
-		return 0, convert(ctx, err)
-	}
-	return resp.GetRevision(), nil
 }

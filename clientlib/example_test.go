@@ -39,7 +39,7 @@ func ExampleClient_NewSession() {
 }
 
 // Server errors match sentinels chosen by the error's reason.
-func ExampleClient_GetSession() {
+func ExampleAdmin_GetSession() {
 	ctx := context.Background()
 	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{"127.0.0.1:7420"}})
 	if err != nil {
@@ -47,7 +47,7 @@ func ExampleClient_GetSession() {
 	}
 	defer c.Close()
 
-	info, err := c.GetSession(ctx, "694d7a1b2c3d4e5f")
+	info, err := c.Admin().GetSession(ctx, "694d7a1b2c3d4e5f")
 	switch {
 	case errors.Is(err, clientlib.ErrSessionNotFound):
 		log.Print("session gone: closed or expired")
@@ -82,7 +82,7 @@ func ExampleSession_Lock() {
 	defer l.Release(context.Background())
 
 	// A write in coordd's KV that only lands while the token holds the lock.
-	if _, err := c.FencedPut(l.Context(), "billing/invoice-run", l.Token(), "billing/last-run", []byte("2026-11-29")); errors.Is(err, clientlib.ErrStaleToken) {
+	if _, err := c.Admin().FencedPut(l.Context(), clientlib.Fence{Lock: "billing/invoice-run", Token: l.Token()}, "billing/last-run", []byte("2026-11-29")); errors.Is(err, clientlib.ErrStaleToken) {
 		log.Print("lost the lock before the write; nothing was written")
 	}
 }
@@ -102,7 +102,8 @@ func ExampleWithLock() {
 	defer s.Close(context.Background())
 
 	var guard fencing.Guard // normally inside the service that owns the resource
-	err = clientlib.WithLock(ctx, s, "inventory/rebalance", func(ctx context.Context, token fencing.Token) error {
+	err = clientlib.WithLock(ctx, s, "inventory/rebalance", func(ctx context.Context, l *clientlib.Lock) error {
+		token := l.Token()
 		return guard.Do("inventory", token, func() error {
 			// ... write to the resource; stop when ctx is done ...
 			return ctx.Err()

@@ -145,8 +145,9 @@ func (l *Lock) Release(ctx context.Context) error {
 
 // WithLock runs fn while holding the named lock and releases it after, also
 // when fn fails or panics. fn's context ends when the lock is lost; fn must
-// stop then and pass token to every access of the protected resource.
-func WithLock(ctx context.Context, s *Session, name string, fn func(ctx context.Context, token fencing.Token) error, opts ...LockOption) (err error) {
+// stop then, and pass the lock's Token to every access of the protected
+// resource (or write through the lock's fenced Put and Delete).
+func WithLock(ctx context.Context, s *Session, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) (err error) {
 	l, err := s.Lock(ctx, name, opts...)
 	if err != nil {
 		return err
@@ -164,7 +165,7 @@ func WithLock(ctx context.Context, s *Session, name string, fn func(ctx context.
 	defer cancel()
 	stop := context.AfterFunc(l.Context(), cancel)
 	defer stop()
-	return fn(fctx, l.Token())
+	return fn(fctx, l)
 }
 
 // acquire sends one Acquire (wait) or TryAcquire call.
@@ -185,81 +186,4 @@ func randomID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// LockEntry is a holder or waiter of a lock.
-type LockEntry struct {
-	SessionID string        `json:"sessionId,omitempty"`
-	Owner     string        `json:"owner,omitempty"` // the session's owner, if the session still exists
-	Hostname  string        `json:"hostname,omitempty"`
-	RequestID string        `json:"requestId,omitempty"`
-	Metadata  string        `json:"metadata,omitempty"`
-	Token     fencing.Token `json:"token,omitempty"`
-	Enqueued  time.Time     `json:"enqueued,omitzero"`
-	Granted   time.Time     `json:"granted,omitzero"` // zero for waiters
-}
-
-// LockState is a lock's holders and waiters at one revision.
-type LockState struct {
-	Name    string      `json:"name,omitempty"`
-	Limit   int         `json:"limit,omitempty"`
-	Holders []LockEntry `json:"holders,omitempty"`
-	Waiters []LockEntry `json:"waiters,omitempty"` // in grant order
-	// DelayedUntil, when not zero, ends a lock-delay: a holder's session
-	// expired and the first waiter is granted then.
-	DelayedUntil time.Time `json:"delayedUntil,omitzero"`
-	Revision     int64     `json:"revision,omitempty"`
-}
-
-// DescribeLock returns the named lock's holders and waiters.
-func (c *Client) DescribeLock(ctx context.Context, name string) (LockState, error) {
-	resp, err := c.locks.DescribeLock(ctx, &coorddv1.DescribeLockRequest{Name: name})
-	if err != nil {
-		return LockState{}, convert(ctx, err)
-	}
-	st := LockState{Name: resp.GetName(), Limit: int(resp.GetLimit()), Revision: resp.GetRevision()}
-	if resp.GetDelayedUntil() != nil {
-		st.DelayedUntil = resp.GetDelayedUntil().AsTime()
-	}
-	entry := func(e *coorddv1.LockEntry) LockEntry {
-		le := LockEntry{SessionID: e.GetSessionId(), Owner: e.GetOwner(), Hostname: e.GetHostname(), RequestID: e.GetRequestId(), Metadata: e.GetMetadata(), Token: fencing.Token(e.GetToken()), Enqueued: e.GetEnqueueTime().AsTime()}
-		if e.GetGrantTime() != nil {
-			le.Granted = e.GetGrantTime().AsTime()
-		}
-		return le
-	}
-	for _, e := range resp.GetHolders() {
-		st.Holders = append(st.Holders, entry(e))
-	}
-	for _, e := range resp.GetWaiters() {
-		st.Waiters = append(st.Waiters, entry(e))
-	}
-	return st, nil
-}
-
-// ValidateFence returns nil if token holds the named lock now, and
-// ErrStaleToken if not.
-func (c *Client) ValidateFence(ctx context.Context, name string, token fencing.Token) error {
-	_, err := c.locks.ValidateFence(ctx, &coorddv1.ValidateFenceRequest{Name: name, Token: int64(token)})
-	return convert(ctx, err)
-}
-
-// FencedPut writes key in coordd's KV only if token holds the lock, in one
-// etcd transaction with the check; otherwise ErrStaleToken and nothing is
-// written. It returns the write's revision.
-func (c *Client) FencedPut(ctx context.Context, lockName string, token fencing.Token, key string, value []byte) (int64, error) {
-	resp, err := c.locks.FencedPut(ctx, &coorddv1.FencedPutRequest{Lock: lockName, Token: int64(token), Key: key, Value: value})
-	if err != nil {
-		return 0, convert(ctx, err)
-	}
-	return resp.GetRevision(), nil
-}
-
-// FencedDelete deletes key from coordd's KV only if token holds the lock.
-func (c *Client) FencedDelete(ctx context.Context, lockName string, token fencing.Token, key string) (int64, error) {
-	resp, err := c.locks.FencedDelete(ctx, &coorddv1.FencedDeleteRequest{Lock: lockName, Token: int64(token), Key: key})
-	if err != nil {
-		return 0, convert(ctx, err)
-	}
-	return resp.GetRevision(), nil
 }

@@ -65,8 +65,9 @@ const resignTimeout = 5 * time.Second
 // leadership cancels fn's context and, once fn returns, campaigns again; a
 // session that ended is replaced; failures are retried with backoff.
 //
-// fn receives the term (pass it to every access of what the leader
-// controls) and a context that ends when leadership ends: at the latest at
+// fn receives the leadership (pass its Term to every access of what the
+// leader controls, or write through its fenced Put and Delete) and a
+// context that ends when leadership ends: at the latest at
 // the session's local deadline, before the server can elect anyone else.
 // fn must return promptly then. When fn returns, the leadership is
 // resigned, so the next candidate leads at once. If fn returns nil while
@@ -76,7 +77,7 @@ const resignTimeout = 5 * time.Second
 // RunElection never runs two fn calls at once. When ctx ends it cancels
 // fn, waits for it, resigns (on a fresh bounded context), closes its
 // session and returns ctx's error.
-func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ctx context.Context, term fencing.Token) error, opts ...ElectionOption) (err error) {
+func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ctx context.Context, lead *Leadership) error, opts ...ElectionOption) (err error) {
 	o := electionOptions{minBackoff: 100 * time.Millisecond, maxBackoff: 10 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
@@ -173,7 +174,7 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 
 // runLeader runs fn with a context that ends with ctx or the leadership,
 // turning a panic into an error.
-func runLeader(ctx context.Context, lead *Leadership, fn func(context.Context, fencing.Token) error) (err error) {
+func runLeader(ctx context.Context, lead *Leadership, fn func(context.Context, *Leadership) error) (err error) {
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(lead.Context(), func() { cancel(context.Cause(lead.Context())) })
@@ -183,7 +184,7 @@ func runLeader(ctx context.Context, lead *Leadership, fn func(context.Context, f
 			err = fmt.Errorf("coordd: leader callback panicked: %v", p)
 		}
 	}()
-	err = fn(fctx, lead.Term())
+	err = fn(fctx, lead)
 	if err != nil && errors.Is(err, context.Canceled) && fctx.Err() != nil {
 		return nil // fn stopped because it was told to
 	}

@@ -108,7 +108,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		s.cancel(ErrSessionExpired)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = c.CloseSession(cctx, s.id)
+		_ = c.Admin().CloseSession(cctx, s.id)
 		return nil, fmt.Errorf("%w: creating it took longer than its TTL minus the margin (%s)", ErrSessionExpired, ttl-s.margin)
 	}
 	c.mu.Lock()
@@ -169,7 +169,7 @@ func (s *Session) Err() error {
 func (s *Session) Close(ctx context.Context) error {
 	s.end(ErrSessionClosed)
 	<-s.loopDone
-	err := s.c.CloseSession(ctx, s.id)
+	err := s.c.Admin().CloseSession(ctx, s.id)
 	if errors.Is(err, ErrSessionNotFound) {
 		return nil
 	}

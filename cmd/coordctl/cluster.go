@@ -21,7 +21,7 @@ func (a *app) clusterCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				st, err := c.ClusterStatus(ctx)
+				st, err := c.Admin().ClusterStatus(ctx)
 				if err != nil {
 					return err
 				}
@@ -85,7 +85,7 @@ bumping the revision keeps fencing tokens from ever going backwards.`,
 				return err
 			}
 			defer os.Remove(tmp.Name())
-			n, err := c.SaveSnapshot(ctx, tmp)
+			n, err := c.Admin().SaveSnapshot(ctx, tmp)
 			if err == nil {
 				err = tmp.Sync()
 			}

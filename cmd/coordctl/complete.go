@@ -23,15 +23,15 @@ const completionTimeout = 2 * time.Second
 type lister func(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error)
 
 func lockNames(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error) {
-	return c.ListLocks(ctx, prefix)
+	return c.Admin().ListLocks(ctx, prefix)
 }
 
 func electionNames(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error) {
-	return c.ListElections(ctx, prefix)
+	return c.Admin().ListElections(ctx, prefix)
 }
 
 func namespaceNames(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error) {
-	return c.ConfigNamespaces(ctx, prefix)
+	return c.Config().Namespaces(ctx, prefix)
 }
 
 // listCommand lists the names list returns for an optional prefix, one a

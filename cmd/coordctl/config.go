@@ -114,7 +114,7 @@ func (a *app) configCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				v, mod, err := c.GetConfig(ctx, args[0], args[1], revision)
+				v, mod, err := c.Config().Get(ctx, args[0], args[1], revision)
 				if err != nil {
 					return err
 				}
@@ -138,7 +138,7 @@ func (a *app) configCommand() *cobra.Command {
 				value = string(data)
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				r, err := c.PutConfig(ctx, args[0], args[1], value, opts())
+				r, err := c.Config().Put(ctx, args[0], args[1], value, opts())
 				if err != nil {
 					return err
 				}
@@ -154,7 +154,7 @@ func (a *app) configCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				r, err := c.DeleteConfig(ctx, args[0], args[1], opts())
+				r, err := c.Config().Delete(ctx, args[0], args[1], opts())
 				if err != nil {
 					return err
 				}
@@ -189,7 +189,7 @@ With --raw, string members are stored without their quotes.`,
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
 				o := opts()
 				o.DryRun = dryRun
-				r, err := c.Publish(ctx, args[0], ms, o)
+				r, err := c.Config().Publish(ctx, args[0], ms, o)
 				if err != nil {
 					return err
 				}
@@ -208,7 +208,7 @@ With --raw, string members are stored without their quotes.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				s, err := c.ConfigSnapshotOf(ctx, args[0], revision)
+				s, err := c.Config().Snapshot(ctx, args[0], revision)
 				if err != nil {
 					return err
 				}
@@ -244,7 +244,7 @@ With --raw, string members are stored without their quotes.`,
 			}
 			n := 0
 			stop := errors.New("enough")
-			err = c.WatchConfig(ctx, args, from, func(ev clientlib.ConfigWatchEvent) error {
+			err = c.Config().Watch(ctx, args, from, func(ev clientlib.ConfigWatchEvent) error {
 				if ev.Type == "BOOKMARK" && !bookmarks {
 					return nil
 				}
@@ -289,7 +289,7 @@ With --raw, string members are stored without their quotes.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				rels, err := c.ConfigReleases(ctx, args[0], 0, limit)
+				rels, err := c.Config().Releases(ctx, args[0], 0, limit)
 				if err != nil {
 					return err
 				}
@@ -315,7 +315,7 @@ With --raw, string members are stored without their quotes.`,
 				return usagef("FROM and TO are release numbers")
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				changes, err := c.ConfigDiff(ctx, args[0], from, to)
+				changes, err := c.Config().Diff(ctx, args[0], from, to)
 				if err != nil {
 					return err
 				}
@@ -338,7 +338,7 @@ With --raw, string members are stored without their quotes.`,
 				return usagef("RELEASE is a release number")
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				r, err := c.RollbackConfig(ctx, args[0], to, opts())
+				r, err := c.Config().Rollback(ctx, args[0], to, opts())
 				if err != nil {
 					return err
 				}
@@ -358,15 +358,15 @@ With --raw, string members are stored without their quotes.`,
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
 				switch {
 				case remove:
-					return c.SetConfigSchema(ctx, args[0], "")
+					return c.Config().SetSchema(ctx, args[0], "")
 				case setFile != "":
 					data, err := a.readInput(setFile)
 					if err != nil {
 						return err
 					}
-					return c.SetConfigSchema(ctx, args[0], string(data))
+					return c.Config().SetSchema(ctx, args[0], string(data))
 				}
-				s, err := c.ConfigSchema(ctx, args[0])
+				s, err := c.Config().Schema(ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -383,7 +383,7 @@ With --raw, string members are stored without their quotes.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				st, err := c.ConfigApplyStatus(ctx, args[0])
+				st, err := c.Config().AppliedStatus(ctx, args[0])
 				if err != nil {
 					return err
 				}

@@ -31,7 +31,7 @@ func (a *app) electCommand() *cobra.Command {
 			}
 			ctx, cancel := waitCtx(cmd.Context(), wait)
 			defer cancel()
-			term, err := c.CampaignAs(ctx, sessionID, args[0], args[1])
+			term, err := c.Admin().Campaign(ctx, sessionID, args[0], args[1])
 			if err != nil {
 				return err
 			}
@@ -53,7 +53,7 @@ func (a *app) electCommand() *cobra.Command {
 				return err
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				return c.ProclaimTerm(ctx, args[0], term, args[2])
+				return c.Admin().Proclaim(ctx, args[0], term, args[2])
 			})
 		},
 	}
@@ -66,7 +66,7 @@ func (a *app) electCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error { return c.ResignTerm(ctx, args[0], term) })
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error { return c.Admin().Resign(ctx, args[0], term) })
 		},
 	}
 	leader := &cobra.Command{

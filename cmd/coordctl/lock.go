@@ -52,7 +52,11 @@ func (a *app) lockCommand() *cobra.Command {
 			}
 			ctx, cancel := waitCtx(cmd.Context(), wait)
 			defer cancel()
-			g, err := c.AcquireLock(ctx, sessionID, args[0], try, clientlib.WithLimit(limit), clientlib.WithMetadata(metadata), clientlib.WithLockDelay(lockDelay))
+			acquire := c.Admin().Acquire
+			if try {
+				acquire = c.Admin().TryAcquire
+			}
+			g, err := acquire(ctx, sessionID, args[0], clientlib.WithLimit(limit), clientlib.WithMetadata(metadata), clientlib.WithLockDelay(lockDelay))
 			if err != nil {
 				return err
 			}
@@ -77,7 +81,7 @@ func (a *app) lockCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error { return c.ReleaseLock(ctx, args[0], token) })
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error { return c.Admin().Release(ctx, args[0], token) })
 		},
 	}
 
@@ -87,7 +91,7 @@ func (a *app) lockCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				st, err := c.DescribeLock(ctx, args[0])
+				st, err := c.Admin().DescribeLock(ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -121,9 +125,9 @@ func (a *app) lockCommand() *cobra.Command {
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
 				if election {
-					err = c.ValidateLeadership(ctx, args[0], token)
+					err = c.Admin().ValidateFence(ctx, clientlib.Fence{Election: args[0], Token: token})
 				} else {
-					err = c.ValidateFence(ctx, args[0], token)
+					err = c.Admin().ValidateFence(ctx, clientlib.Fence{Lock: args[0], Token: token})
 				}
 				if err != nil {
 					return err

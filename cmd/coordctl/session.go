@@ -37,7 +37,7 @@ func (a *app) sessionCommand() *cobra.Command {
 			}
 			host, _ := os.Hostname()
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				s, err := c.CreateSession(ctx, ttl, owner, host, lbl)
+				s, err := c.Admin().CreateSession(ctx, ttl, owner, host, lbl)
 				if err != nil {
 					return err
 				}
@@ -59,7 +59,7 @@ func (a *app) sessionCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for {
 				err := a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-					granted, err := c.KeepAliveSession(ctx, args[0])
+					granted, err := c.Admin().KeepAliveSession(ctx, args[0])
 					if err != nil {
 						return err
 					}
@@ -84,7 +84,7 @@ func (a *app) sessionCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				ss, err := c.ListSessions(ctx)
+				ss, err := c.Admin().ListSessions(ctx)
 				if err != nil {
 					return err
 				}
@@ -107,7 +107,7 @@ func (a *app) sessionCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				s, err := c.GetSession(ctx, args[0])
+				s, err := c.Admin().GetSession(ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -124,7 +124,7 @@ func (a *app) sessionCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				return c.CloseSession(ctx, args[0])
+				return c.Admin().CloseSession(ctx, args[0])
 			})
 		},
 	}

@@ -61,16 +61,16 @@ func TestConfigReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Publish(ctx, "demo/app", []clientlib.ConfigMutation{{Key: "greeting", Value: `"hi"`}, {Key: "workers", Value: "8"}}, clientlib.PublishOptions{}); err != nil {
+	if _, err := c.Config().Publish(ctx, "demo/app", []clientlib.ConfigMutation{{Key: "greeting", Value: `"hi"`}, {Key: "workers", Value: "8"}}, clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the change", func() bool { return strings.Contains(out.String(), `changed: greeting="hi" workers=8`) })
-	if _, err := c.PutConfig(ctx, "demo/app", "workers", "0", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.Config().Put(ctx, "demo/app", "workers", "0", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the rejection", func() bool { return strings.Contains(out.String(), "rejected:") })
 	waitFor(t, "the server to see the rejection", func() bool {
-		st, err := c.ConfigApplyStatus(ctx, "demo/app")
+		st, err := c.Config().AppliedStatus(ctx, "demo/app")
 		return err == nil && st.Rejected[2] == 1 && st.Applied[1] == 1
 	})
 	cancel()

@@ -197,7 +197,8 @@ func runWorker(ctx context.Context, out io.Writer, cfg workerConfig) error {
 		if err != nil {
 			return err
 		}
-		err = clientlib.WithLock(ctx, sess, "examples/counter", func(lctx context.Context, token fencing.Token) error {
+		err = clientlib.WithLock(ctx, sess, "examples/counter", func(lctx context.Context, l *clientlib.Lock) error {
+			token := l.Token()
 			v, err := readCounter(lctx, cfg.store, token)
 			if errors.Is(err, errStale) {
 				fmt.Fprintf(out, "worker %s: read refused: stale fencing token %s\n", cfg.id, token)

@@ -68,7 +68,8 @@ func run(ctx context.Context, out io.Writer, endpoints []string, id string, ttl,
 	}
 	defer c.Close()
 	fmt.Fprintf(out, "worker %s: standing by\n", id)
-	return c.RunElection(ctx, "examples/batch", id, func(leaderCtx context.Context, term fencing.Token) error {
+	return c.RunElection(ctx, "examples/batch", id, func(leaderCtx context.Context, lead *clientlib.Leadership) error {
+		term := lead.Term()
 		// The job: one step at a time, only while leading. Pass term to
 		// anything the job writes, so a deposed leader's late writes are
 		// refused (see examples/fenced-lock).

@@ -59,11 +59,11 @@ func TestSessionExpiry(t *testing.T) {
 	}
 	// The server must still have the session at the local deadline: that is
 	// the whole point of the margin.
-	if _, err := direct.GetSession(t.Context(), s.ID()); err != nil {
+	if _, err := direct.Admin().GetSession(t.Context(), s.ID()); err != nil {
 		t.Fatalf("server dropped the session before the SDK's local deadline: %v", err)
 	}
 	waitFor(t, 10*time.Second, "the server to drop the session", func() bool {
-		_, err := direct.GetSession(t.Context(), s.ID())
+		_, err := direct.Admin().GetSession(t.Context(), s.ID())
 		return errors.Is(err, clientlib.ErrSessionNotFound)
 	})
 	if alive := time.Since(lastAckSent); alive < s.TTL() {
@@ -175,7 +175,7 @@ func TestThreeMemberFailover(t *testing.T) {
 				return s.Deadline().After(faultAt.Add(s.TTL() - time.Second))
 			})
 			t.Logf("failed over from member %d within %s", victim, time.Since(faultAt).Round(time.Millisecond))
-			if _, err := c.GetSession(t.Context(), s.ID()); err != nil {
+			if _, err := c.Admin().GetSession(t.Context(), s.ID()); err != nil {
 				t.Fatalf("GetSession after failover: %v", err)
 			}
 			proxies[victim].Thaw()
@@ -221,7 +221,7 @@ func TestExternalEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := b.GetSession(t.Context(), s.ID())
+	info, err := b.Admin().GetSession(t.Context(), s.ID())
 	if err != nil || info.Owner != "ext" {
 		t.Fatalf("session created through one daemon, read through the other: %+v, %v", info, err)
 	}
@@ -273,7 +273,8 @@ func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				err := clientlib.WithLock(ctx, s, "contended", func(lctx context.Context, token fencing.Token) error {
+				err := clientlib.WithLock(ctx, s, "contended", func(lctx context.Context, l *clientlib.Lock) error {
+					token := l.Token()
 					if inside.Add(1) > 1 {
 						overlaps.Add(1)
 					}

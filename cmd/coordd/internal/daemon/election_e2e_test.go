@@ -85,10 +85,10 @@ func TestElectionsThroughSDK(t *testing.T) {
 	if err != nil || ld.Term != la.Term() || ld.Value != "10.0.0.1:81" || ld.Owner != "worker-a" || ld.SessionID != a.ID() || ld.Proclaims != 1 {
 		t.Fatalf("Leader = %+v, %v", ld, err)
 	}
-	if err := c.ValidateLeadership(ctx, "batch", la.Term()); err != nil {
+	if err := c.Admin().ValidateFence(ctx, clientlib.Fence{Election: "batch", Token: la.Term()}); err != nil {
 		t.Fatalf("ValidateLeadership: %v", err)
 	}
-	if _, err := c.FencedPutAsLeader(ctx, "batch", la.Term(), "batch/owner", []byte("a")); err != nil {
+	if _, err := c.Admin().FencedPut(ctx, clientlib.Fence{Election: "batch", Token: la.Term()}, "batch/owner", []byte("a")); err != nil {
 		t.Fatalf("FencedPutAsLeader: %v", err)
 	}
 
@@ -108,10 +108,10 @@ func TestElectionsThroughSDK(t *testing.T) {
 	if ev := next(); ev.Type != clientlib.ElectionElected || ev.Leader.Term != lb.Term() {
 		t.Fatalf("event = %+v, want ELECTED of term %d", ev, lb.Term())
 	}
-	if err := c.ValidateLeadership(ctx, "batch", la.Term()); !errors.Is(err, clientlib.ErrStaleToken) {
+	if err := c.Admin().ValidateFence(ctx, clientlib.Fence{Election: "batch", Token: la.Term()}); !errors.Is(err, clientlib.ErrStaleToken) {
 		t.Fatalf("ValidateLeadership of a resigned term = %v, want ErrStaleToken", err)
 	}
-	if _, err := c.FencedPutAsLeader(ctx, "batch", la.Term(), "batch/owner", []byte("late")); !errors.Is(err, clientlib.ErrStaleToken) {
+	if _, err := c.Admin().FencedPut(ctx, clientlib.Fence{Election: "batch", Token: la.Term()}, "batch/owner", []byte("late")); !errors.Is(err, clientlib.ErrStaleToken) {
 		t.Fatalf("late FencedPutAsLeader = %v, want ErrStaleToken", err)
 	}
 	if err := b.Close(ctx); err != nil {
@@ -294,7 +294,8 @@ func TestNeverTwoLeaders(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := c.RunElection(ctx, "singleton", fmt.Sprint(i), func(lctx context.Context, term fencing.Token) error {
+			err := c.RunElection(ctx, "singleton", fmt.Sprint(i), func(lctx context.Context, lead *clientlib.Leadership) error {
+				term := lead.Term()
 				stopAt := context.AfterFunc(lctx, func() {
 					mu.Lock()
 					cancelled[term] = time.Now()
@@ -401,7 +402,8 @@ func (l *leaderLoop) run(ctx context.Context, t *testing.T, c *clientlib.Client,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := c.RunElection(ctx, name, "", func(lctx context.Context, term fencing.Token) error {
+		err := c.RunElection(ctx, name, "", func(lctx context.Context, lead *clientlib.Leadership) error {
+			term := lead.Term()
 			for lctx.Err() == nil {
 				if err := l.log.append(term); err != nil {
 					return err
@@ -615,7 +617,7 @@ func TestRunElectionDemotedCause(t *testing.T) {
 	boom := errors.New("boom")
 	var causes []error
 	calls := 0
-	err := c.RunElection(t.Context(), "demoted-cause", "v", func(context.Context, fencing.Token) error {
+	err := c.RunElection(t.Context(), "demoted-cause", "v", func(context.Context, *clientlib.Leadership) error {
 		calls++
 		if calls == 1 {
 			return boom // campaign again after a backoff
@@ -648,7 +650,7 @@ func TestListElections(t *testing.T) {
 		}
 		leads = append(leads, l)
 	}
-	got, err := c.ListElections(t.Context(), "batch/")
+	got, err := c.Admin().ListElections(t.Context(), "batch/")
 	if err != nil || !slices.Equal(got, []string{"batch/a", "batch/b", "batch/c"}) {
 		t.Fatalf("ListElections(batch/) = %q, %v", got, err)
 	}
@@ -671,7 +673,7 @@ func TestListElections(t *testing.T) {
 	if err := leads[0].Resign(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := c.ListElections(t.Context(), "batch/"); !slices.Equal(got, []string{"batch/b", "batch/c"}) {
+	if got, _ := c.Admin().ListElections(t.Context(), "batch/"); !slices.Equal(got, []string{"batch/b", "batch/c"}) {
 		t.Fatalf("after resigning batch/a: %q", got)
 	}
 	if r := call(t, "GET", base+"/v1/elections?prefix=a%20b", ""); r.status != 400 || reason(r) != "INVALID_ARGUMENT" {

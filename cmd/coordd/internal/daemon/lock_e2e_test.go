@@ -38,11 +38,11 @@ func TestLocksThroughSDK(t *testing.T) {
 	if _, err := b.TryLock(ctx, "orders/compaction"); !errors.Is(err, clientlib.ErrLockHeld) {
 		t.Fatalf("TryLock of a held lock = %v, want ErrLockHeld", err)
 	}
-	st, err := c.DescribeLock(ctx, "orders/compaction")
+	st, err := c.Admin().DescribeLock(ctx, "orders/compaction")
 	if err != nil || len(st.Holders) != 1 || st.Holders[0].SessionID != a.ID() || st.Holders[0].Owner != "compactor" || st.Holders[0].Metadata != "nightly run" || st.Holders[0].Token != l.Token() || st.Holders[0].Granted.IsZero() {
 		t.Fatalf("DescribeLock = %+v, %v", st, err)
 	}
-	if err := c.ValidateFence(ctx, "orders/compaction", l.Token()); err != nil {
+	if err := c.Admin().ValidateFence(ctx, clientlib.Fence{Lock: "orders/compaction", Token: l.Token()}); err != nil {
 		t.Fatalf("ValidateFence: %v", err)
 	}
 	if err := l.Release(ctx); err != nil {
@@ -56,20 +56,21 @@ func TestLocksThroughSDK(t *testing.T) {
 		t.Fatal("Lost closed after a clean Release")
 	default:
 	}
-	if err := c.ValidateFence(ctx, "orders/compaction", l.Token()); !errors.Is(err, clientlib.ErrStaleToken) {
+	if err := c.Admin().ValidateFence(ctx, clientlib.Fence{Lock: "orders/compaction", Token: l.Token()}); !errors.Is(err, clientlib.ErrStaleToken) {
 		t.Fatalf("ValidateFence after release = %v, want ErrStaleToken", err)
 	}
 
 	var seen fencing.Token
-	err = clientlib.WithLock(ctx, b, "orders/compaction", func(ctx context.Context, token fencing.Token) error {
+	err = clientlib.WithLock(ctx, b, "orders/compaction", func(ctx context.Context, l *clientlib.Lock) error {
+		token := l.Token()
 		seen = token
-		_, err := c.FencedPut(ctx, "orders/compaction", token, "orders/last-compaction", []byte("done"))
+		_, err := c.Admin().FencedPut(ctx, clientlib.Fence{Lock: "orders/compaction", Token: token}, "orders/last-compaction", []byte("done"))
 		return err
 	})
 	if err != nil || seen <= l.Token() {
 		t.Fatalf("WithLock = %v, token %d (previous %d)", err, seen, l.Token())
 	}
-	if _, err := c.FencedPut(ctx, "orders/compaction", seen, "orders/last-compaction", []byte("late")); !errors.Is(err, clientlib.ErrStaleToken) {
+	if _, err := c.Admin().FencedPut(ctx, clientlib.Fence{Lock: "orders/compaction", Token: seen}, "orders/last-compaction", []byte("late")); !errors.Is(err, clientlib.ErrStaleToken) {
 		t.Fatalf("FencedPut after WithLock returned = %v, want ErrStaleToken", err)
 	}
 	if _, err := a.Lock(ctx, "pool", clientlib.WithLimit(2)); err != nil {
@@ -103,7 +104,8 @@ func TestLockMutualExclusionThroughSDK(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range rounds {
-				err := clientlib.WithLock(t.Context(), s, "shared", func(ctx context.Context, token fencing.Token) error {
+				err := clientlib.WithLock(t.Context(), s, "shared", func(ctx context.Context, l *clientlib.Lock) error {
+					token := l.Token()
 					if inside.Add(1) > 1 {
 						overlaps.Add(1)
 					}
@@ -185,7 +187,7 @@ func TestLockExpiryFencesTheOldHolder(t *testing.T) {
 	if err := guard.Check("db", old.Token()); !errors.Is(err, fencing.ErrStale) {
 		t.Fatalf("old holder's late write through the guard = %v, want ErrStale", err)
 	}
-	if _, err := c.FencedPut(ctx, "db", old.Token(), "db/owner", []byte("old")); !errors.Is(err, clientlib.ErrStaleToken) {
+	if _, err := c.Admin().FencedPut(ctx, clientlib.Fence{Lock: "db", Token: old.Token()}, "db/owner", []byte("old")); !errors.Is(err, clientlib.ErrStaleToken) {
 		t.Fatalf("old holder's late fenced put = %v, want ErrStaleToken", err)
 	}
 	proxy.Thaw()

@@ -34,7 +34,7 @@ func TestSessionsThroughSDK(t *testing.T) {
 	if until := time.Until(s.Deadline()); until <= 0 || until > 4*time.Second {
 		t.Fatalf("local deadline in %s, want within TTL-margin = 4s", until)
 	}
-	info, err := c.GetSession(ctx, s.ID())
+	info, err := c.Admin().GetSession(ctx, s.ID())
 	if err != nil {
 		t.Fatalf("GetSession: %v", err)
 	}
@@ -44,7 +44,7 @@ func TestSessionsThroughSDK(t *testing.T) {
 	// Keep-alives move the local deadline forward.
 	first := s.Deadline()
 	waitFor(t, 5*time.Second, "a keep-alive to move the deadline", func() bool { return s.Deadline().After(first) })
-	all, err := c.ListSessions(ctx)
+	all, err := c.Admin().ListSessions(ctx)
 	if err != nil || len(all) != 1 || all[0].ID != s.ID() {
 		t.Fatalf("ListSessions = %+v, %v", all, err)
 	}
@@ -56,7 +56,7 @@ func TestSessionsThroughSDK(t *testing.T) {
 	if !errors.Is(s.Err(), clientlib.ErrSessionClosed) {
 		t.Fatalf("Err after Close = %v", s.Err())
 	}
-	if _, err := c.GetSession(ctx, s.ID()); !errors.Is(err, clientlib.ErrSessionNotFound) {
+	if _, err := c.Admin().GetSession(ctx, s.ID()); !errors.Is(err, clientlib.ErrSessionNotFound) {
 		t.Fatalf("GetSession after Close: %v, want ErrSessionNotFound", err)
 	}
 	if err := s.Close(ctx); err != nil {
@@ -73,10 +73,10 @@ func TestSessionsThroughSDK(t *testing.T) {
 	if _, err := c.NewSession(ctx, clientlib.WithOwner(strings.Repeat("x", 2<<20))); !errors.Is(err, clientlib.ErrRequestTooLarge) {
 		t.Fatalf("request over the limit: %v, want ErrRequestTooLarge", err)
 	}
-	if err := c.CloseSession(ctx, "zz"); !errors.Is(err, clientlib.ErrInvalidArgument) {
+	if err := c.Admin().CloseSession(ctx, "zz"); !errors.Is(err, clientlib.ErrInvalidArgument) {
 		t.Fatalf("malformed id: %v, want ErrInvalidArgument", err)
 	}
-	if err := c.CloseSession(ctx, "0000000000000abc"); !errors.Is(err, clientlib.ErrSessionNotFound) {
+	if err := c.Admin().CloseSession(ctx, "0000000000000abc"); !errors.Is(err, clientlib.ErrSessionNotFound) {
 		t.Fatalf("unknown id: %v, want ErrSessionNotFound", err)
 	}
 }
@@ -116,7 +116,7 @@ func TestSessionLostWhenClosedElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CloseSession(t.Context(), s.ID()); err != nil {
+	if err := c.Admin().CloseSession(t.Context(), s.ID()); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -172,7 +172,7 @@ func TestLogIsQuietAndSaysWhereThingsAre(t *testing.T) {
 			t.Fatalf("%s = %d %v, want SESSION_NOT_FOUND", c.path, r.status, r.body)
 		}
 	}
-	if _, err := c.GetSession(t.Context(), "00000000000000fe"); err == nil {
+	if _, err := c.Admin().GetSession(t.Context(), "00000000000000fe"); err == nil {
 		t.Fatal("GetSession of an unknown id succeeded")
 	}
 	// Other warnings may come from a busy machine (a slow read); none may
