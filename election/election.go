@@ -14,6 +14,7 @@ import (
 	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
+	"github.com/coordd/coordd/session"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -63,7 +64,7 @@ func (m *Manager) Close() { m.bg.Close() }
 // Request is a campaign.
 type Request struct {
 	Name    string
-	Session clientv3.LeaseID // the candidate's session; required
+	Session session.ID // the candidate's session; required
 	// Value is what the candidate proclaims once elected (for example its
 	// address); at most MaxValueBytes of UTF-8.
 	Value string
@@ -79,7 +80,7 @@ type Leadership struct {
 	Term      fencing.Token // the candidate key's create revision
 	Key       string        // the candidate key in etcd
 	Value     string
-	Session   clientv3.LeaseID
+	Session   session.ID
 	RequestID string
 	Revision  int64 // the etcd revision at which leadership was observed
 }
@@ -88,7 +89,7 @@ type Leadership struct {
 type Leader struct {
 	Term      fencing.Token
 	Value     string
-	Session   clientv3.LeaseID
+	Session   session.ID
 	RequestID string
 	// Since is when the leader was elected: its campaign's start if it was
 	// elected at once, else when its wait ended (recorded shortly after).
@@ -101,7 +102,7 @@ type Leader struct {
 type Candidate struct {
 	Term      fencing.Token // the term it will hold once elected
 	Value     string
-	Session   clientv3.LeaseID
+	Session   session.ID
 	RequestID string
 	Enqueued  time.Time
 }
@@ -123,8 +124,8 @@ func (m *Manager) prefix(name string) string      { return m.root + names.Escape
 func (m *Manager) queue(name string) string       { return m.prefix(name) + "q/" }
 func (m *Manager) resignedKey(name string) string { return m.prefix(name) + "resigned" }
 
-func (m *Manager) candidateKey(name string, session clientv3.LeaseID, requestID string) string {
-	return fmt.Sprintf("%s%016x/%s", m.queue(name), uint64(session), requestID)
+func (m *Manager) candidateKey(name string, sess session.ID, requestID string) string {
+	return fmt.Sprintf("%s%016x/%s", m.queue(name), uint64(sess), requestID)
 }
 
 func validateName(name string) error {
@@ -190,7 +191,7 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 	value := string(val)
 	resp, err := m.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, value, clientv3.WithLease(req.Session)), queue.HeadsOp(q, 1)).
+		Then(clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(req.Session))), queue.HeadsOp(q, 1)).
 		Else(clientv3.OpGet(key), queue.HeadsOp(q, 1)).
 		Commit()
 	if err != nil {
@@ -363,7 +364,7 @@ func leaderOf(kv *mvccpb.KeyValue) (Leader, error) {
 	if err := json.Unmarshal(kv.Value, &c); err != nil {
 		return Leader{}, fmt.Errorf("election: decode %q: %w", kv.Key, err)
 	}
-	ld := Leader{Term: fencing.Token(kv.CreateRevision), Value: c.Value, Session: clientv3.LeaseID(kv.Lease), RequestID: c.RequestID, Since: c.Enqueued, Proclaims: c.Proclaims}
+	ld := Leader{Term: fencing.Token(kv.CreateRevision), Value: c.Value, Session: session.ID(kv.Lease), RequestID: c.RequestID, Since: c.Enqueued, Proclaims: c.Proclaims}
 	if !c.Elected.IsZero() {
 		ld.Since = c.Elected
 	}
@@ -409,7 +410,7 @@ func (m *Manager) Candidates(ctx context.Context, name string) ([]Candidate, int
 		if err := json.Unmarshal(kv.Value, &c); err != nil {
 			return nil, 0, fmt.Errorf("election: decode %q: %w", kv.Key, err)
 		}
-		out = append(out, Candidate{Term: fencing.Token(kv.CreateRevision), Value: c.Value, Session: clientv3.LeaseID(kv.Lease), RequestID: c.RequestID, Enqueued: c.Enqueued})
+		out = append(out, Candidate{Term: fencing.Token(kv.CreateRevision), Value: c.Value, Session: session.ID(kv.Lease), RequestID: c.RequestID, Enqueued: c.Enqueued})
 	}
 	return out, resp.Header.Revision, nil
 }

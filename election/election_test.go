@@ -14,6 +14,7 @@ import (
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
@@ -37,13 +38,13 @@ func newEnv(t *testing.T) env {
 }
 
 // session grants a lease of ttl seconds that nobody keeps alive.
-func (e env) session(t *testing.T, ttl int64) clientv3.LeaseID {
+func (e env) session(t *testing.T, ttl int64) session.ID {
 	t.Helper()
 	l, err := e.cli.Grant(t.Context(), ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l.ID
+	return session.ID(l.ID)
 }
 
 type result struct {
@@ -138,7 +139,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 		t.Fatalf("ValidateFence of a resigned term = %v, want ErrStaleTerm", err)
 	}
 	// Expiry hands over too.
-	if _, err := e.cli.Revoke(ctx, s2); err != nil {
+	if _, err := e.cli.Revoke(ctx, clientv3.LeaseID(s2)); err != nil {
 		t.Fatal(err)
 	}
 	c := <-cc
@@ -159,7 +160,7 @@ func TestWaitingCandidateWhoseSessionDiesFailsAtOnce(t *testing.T) {
 	s := e.session(t, 30)
 	ch := e.campaign(ctx, election.Request{Name: "x", Session: s})
 	e.waitCandidates(t, "x", 1)
-	if _, err := e.cli.Revoke(ctx, s); err != nil {
+	if _, err := e.cli.Revoke(ctx, clientv3.LeaseID(s)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -428,7 +429,7 @@ func TestObserveStorm(t *testing.T) {
 					}
 				} else {
 					expired[r.l.Term] = true
-					if _, err := e.cli.Revoke(ctx, r.l.Session); err != nil {
+					if _, err := e.cli.Revoke(ctx, clientv3.LeaseID(r.l.Session)); err != nil {
 						t.Fatal(err)
 					}
 				}

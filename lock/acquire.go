@@ -140,7 +140,7 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 	}
 	resp, err := m.cli.Txn(ctx).
 		If(cmps...).
-		Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(req.Session)), heads, delayGet, heldGet).
+		Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(clientv3.LeaseID(req.Session))), heads, delayGet, heldGet).
 		Else(clientv3.OpGet(e.key), heads, delayGet, heldGet).
 		Commit()
 	if err != nil {
@@ -308,7 +308,7 @@ func (m *Manager) settleDelay(ctx context.Context, req Request, e entry, d delay
 		if err != nil {
 			return err
 		}
-		ops = append(ops, clientv3.OpPut(m.delayKey(req.Name), string(val), clientv3.WithLease(req.Session)))
+		ops = append(ops, clientv3.OpPut(m.delayKey(req.Name), string(val), clientv3.WithLease(clientv3.LeaseID(req.Session))))
 	}
 	for _, rec := range orphans {
 		ops = append(ops, clientv3.OpDelete(string(rec.Key)))

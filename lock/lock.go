@@ -11,6 +11,7 @@ import (
 	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
+	"github.com/coordd/coordd/session"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -71,7 +72,7 @@ func (m *Manager) Close() { m.bg.Close() }
 // Request asks for a lock.
 type Request struct {
 	Name    string
-	Session clientv3.LeaseID // the waiter's session; required
+	Session session.ID // the waiter's session; required
 	// Limit is the number of holders the lock allows: 1 (the default when
 	// zero) for a mutex, more for a semaphore. Every caller of one lock must
 	// give the same limit.
@@ -95,7 +96,7 @@ type Grant struct {
 	Token     fencing.Token // the waiter key's create revision
 	Key       string        // the waiter key in etcd
 	Revision  int64         // the etcd revision at which the grant was observed
-	Session   clientv3.LeaseID
+	Session   session.ID
 	RequestID string
 }
 
@@ -115,13 +116,13 @@ type waiter struct {
 
 func (m *Manager) queue(name string) string { return m.locks + escape(name) + "/q/" }
 
-func (m *Manager) waiterKey(name string, session clientv3.LeaseID, requestID string) string {
-	return fmt.Sprintf("%s%016x/%s", m.queue(name), uint64(session), requestID)
+func (m *Manager) waiterKey(name string, sess session.ID, requestID string) string {
+	return fmt.Sprintf("%s%016x/%s", m.queue(name), uint64(sess), requestID)
 }
 
 // Hint names a grant's session and request id (see Release).
 type Hint struct {
-	Session   clientv3.LeaseID
+	Session   session.ID
 	RequestID string
 }
 
@@ -279,7 +280,7 @@ func (m *Manager) fenced(ctx context.Context, f Fence, name string, token fencin
 
 // Entry is one holder or waiter in a Description.
 type Entry struct {
-	Session   clientv3.LeaseID
+	Session   session.ID
 	RequestID string
 	Metadata  string
 	Token     fencing.Token // create revision of the waiter key
@@ -329,7 +330,7 @@ func (m *Manager) Describe(ctx context.Context, name string) (Description, error
 		if err := json.Unmarshal(kv.Value, &w); err != nil {
 			return Description{}, fmt.Errorf("lock: decode %q: %w", kv.Key, err)
 		}
-		e := Entry{Session: clientv3.LeaseID(kv.Lease), RequestID: w.RequestID, Metadata: w.Metadata, Token: fencing.Token(kv.CreateRevision), Enqueued: w.Enqueued}
+		e := Entry{Session: session.ID(kv.Lease), RequestID: w.RequestID, Metadata: w.Metadata, Token: fencing.Token(kv.CreateRevision), Enqueued: w.Enqueued}
 		if i < d.Limit && kv.CreateRevision != delayed {
 			e.Since = w.Enqueued
 			if !w.Granted.IsZero() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/session"
 	"github.com/coordd/coordd/lock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -36,13 +37,13 @@ func newEnv(t *testing.T) env {
 }
 
 // session grants a lease of ttl seconds that nobody keeps alive.
-func (e env) session(t *testing.T, ttl int64) clientv3.LeaseID {
+func (e env) session(t *testing.T, ttl int64) session.ID {
 	t.Helper()
 	l, err := e.cli.Grant(t.Context(), ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l.ID
+	return session.ID(l.ID)
 }
 
 // keys counts the waiter keys (holders and waiters) under the lock tree.
@@ -223,7 +224,7 @@ func TestWaiterWhoseSessionDiesFailsAtOnce(t *testing.T) {
 		return err == nil && len(d.Waiters) == 1
 	})
 	revoked := time.Now()
-	if _, err := e.cli.Revoke(ctx, s); err != nil {
+	if _, err := e.cli.Revoke(ctx, clientv3.LeaseID(s)); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -7,56 +7,48 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/coordd/coordd/cluster"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// ClusterServer serves coordd.v1.ClusterService from the etcd client.
+// ClusterServer serves coordd.v1.ClusterService from package cluster.
 type ClusterServer struct {
 	coorddv1.UnsafeClusterServiceServer // compile errors when the service grows
 
-	cli      *clientv3.Client
-	endpoint string // the etcd endpoint to ask for status
-	memberID uint64 // the embedded member's id; 0 with an external etcd
-	version  string
+	m       *cluster.Manager
+	version string
 }
 
-// NewClusterServer returns the ClusterService adapter. endpoint is the etcd
-// client URL whose status is reported.
-func NewClusterServer(cli *clientv3.Client, endpoint string, memberID uint64, version string) *ClusterServer {
-	return &ClusterServer{cli: cli, endpoint: endpoint, memberID: memberID, version: version}
+// NewClusterServer returns the ClusterService adapter; version is coordd's.
+func NewClusterServer(m *cluster.Manager, version string) *ClusterServer {
+	return &ClusterServer{m: m, version: version}
 }
 
 func hex(id uint64) string { return strconv.FormatUint(id, 16) }
 
+// hexOrEmpty is hex, except that 0 (no such member) is empty.
+func hexOrEmpty(id uint64) string {
+	if id == 0 {
+		return ""
+	}
+	return hex(id)
+}
+
 // GetClusterStatus implements ClusterService.
 func (s *ClusterServer) GetClusterStatus(ctx context.Context, _ *coorddv1.GetClusterStatusRequest) (*coorddv1.GetClusterStatusResponse, error) {
-	members, err := s.cli.MemberList(ctx)
+	st, err := s.m.Status(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: member list: %w", err)
-	}
-	st, err := s.cli.Status(ctx, s.endpoint)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: status: %w", err)
-	}
-	rev, err := s.cli.Get(ctx, "\x00", clientv3.WithCountOnly()) // linearizable: the current revision
-	if err != nil {
-		return nil, fmt.Errorf("cluster: revision: %w", err)
+		return nil, err
 	}
 	resp := &coorddv1.GetClusterStatusResponse{
-		ClusterId: hex(st.Header.ClusterId), Revision: rev.Header.Revision, RaftTerm: st.RaftTerm,
-		DbSizeBytes: st.DbSize, DbSizeInUseBytes: st.DbSizeInUse, EtcdVersion: st.Version, CoorddVersion: s.version,
+		ClusterId: hex(st.ClusterID), MemberId: hexOrEmpty(st.MemberID), LeaderId: hexOrEmpty(st.LeaderID),
+		Revision: st.Revision, RaftTerm: st.RaftTerm, DbSizeBytes: st.DBSize, DbSizeInUseBytes: st.DBSizeInUse,
+		EtcdVersion: st.EtcdVersion, CoorddVersion: s.version,
 	}
-	if st.Leader != 0 {
-		resp.LeaderId = hex(st.Leader)
-	}
-	if s.memberID != 0 {
-		resp.MemberId = hex(s.memberID)
-	}
-	for _, m := range members.Members {
+	for _, m := range st.Members {
 		resp.Members = append(resp.Members, &coorddv1.ClusterMember{
 			Id: hex(m.ID), Name: m.Name, PeerUrls: m.PeerURLs, ClientUrls: m.ClientURLs,
-			IsLeader: m.ID == st.Leader, IsLearner: m.IsLearner,
+			IsLeader: m.Leader, IsLearner: m.Learner,
 		})
 	}
 	return resp, nil
@@ -64,9 +56,9 @@ func (s *ClusterServer) GetClusterStatus(ctx context.Context, _ *coorddv1.GetClu
 
 // SaveSnapshot implements ClusterService.
 func (s *ClusterServer) SaveSnapshot(_ *coorddv1.SaveSnapshotRequest, stream coorddv1.ClusterService_SaveSnapshotServer) error {
-	rc, err := s.cli.Snapshot(stream.Context())
+	rc, err := s.m.Snapshot(stream.Context())
 	if err != nil {
-		return fmt.Errorf("cluster: snapshot: %w", err)
+		return err
 	}
 	defer rc.Close()
 	buf := make([]byte, 256<<10)

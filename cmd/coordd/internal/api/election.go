@@ -7,7 +7,6 @@ import (
 	"github.com/coordd/coordd/fencing"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -40,7 +39,7 @@ func (s *ElectionServer) Campaign(ctx context.Context, req *coorddv1.CampaignReq
 		ctx, cancel = context.WithTimeout(ctx, w.AsDuration())
 		defer cancel()
 	}
-	l, err := s.m.Campaign(ctx, election.Request{Name: req.GetName(), Session: clientv3.LeaseID(id), Value: req.GetValue(), RequestID: req.GetRequestId()})
+	l, err := s.m.Campaign(ctx, election.Request{Name: req.GetName(), Session: id, Value: req.GetValue(), RequestID: req.GetRequestId()})
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +47,7 @@ func (s *ElectionServer) Campaign(ctx context.Context, req *coorddv1.CampaignReq
 		Name:      l.Name,
 		Term:      int64(l.Term),
 		Value:     l.Value,
-		SessionId: session.ID(l.Session).String(),
+		SessionId: l.Session.String(),
 		RequestId: l.RequestID,
 		Revision:  l.Revision,
 	}}, nil
@@ -91,7 +90,7 @@ func (s *ElectionServer) Candidates(ctx context.Context, req *coorddv1.Candidate
 		out := &coorddv1.ElectionCandidate{
 			Term:        int64(c.Term),
 			Value:       c.Value,
-			SessionId:   session.ID(c.Session).String(),
+			SessionId:   c.Session.String(),
 			RequestId:   c.RequestID,
 			EnqueueTime: timestamppb.New(c.Enqueued),
 		}
@@ -146,7 +145,7 @@ func (s *ElectionServer) leaderProto(ctx context.Context, ld election.Leader, wi
 	out := &coorddv1.ElectionLeader{
 		Term:      int64(ld.Term),
 		Value:     ld.Value,
-		SessionId: session.ID(ld.Session).String(),
+		SessionId: ld.Session.String(),
 		RequestId: ld.RequestID,
 		Proclaims: ld.Proclaims,
 	}
@@ -159,8 +158,8 @@ func (s *ElectionServer) leaderProto(ctx context.Context, ld election.Leader, wi
 	return out
 }
 
-func (s *ElectionServer) owner(ctx context.Context, id clientv3.LeaseID) (owner, hostname string) {
-	if info, err := s.sessions.Get(ctx, session.ID(id)); err == nil {
+func (s *ElectionServer) owner(ctx context.Context, id session.ID) (owner, hostname string) {
+	if info, err := s.sessions.Get(ctx, id); err == nil {
 		return info.Owner, info.Hostname
 	}
 	return "", ""

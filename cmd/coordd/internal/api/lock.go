@@ -8,7 +8,6 @@ import (
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -46,7 +45,7 @@ func lockRequest(name, sessionID string, limit int32, requestID, metadata string
 	if err != nil {
 		return lock.Request{}, err
 	}
-	req := lock.Request{Name: name, Session: clientv3.LeaseID(id), Limit: int(limit), RequestID: requestID, Metadata: metadata}
+	req := lock.Request{Name: name, Session: id, Limit: int(limit), RequestID: requestID, Metadata: metadata}
 	if lockDelay != nil {
 		if err := lockDelay.CheckValid(); err != nil {
 			return lock.Request{}, invalid("lock_delay: " + err.Error())
@@ -98,7 +97,7 @@ func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) 
 		if err != nil {
 			return nil, err
 		}
-		hint = lock.Hint{Session: clientv3.LeaseID(id), RequestID: req.GetRequestId()}
+		hint = lock.Hint{Session: id, RequestID: req.GetRequestId()}
 	}
 	if err := s.m.Release(ctx, req.GetName(), fencing.Token(req.GetToken()), hint); err != nil {
 		return nil, err
@@ -178,7 +177,7 @@ func grantProto(g lock.Grant) *coorddv1.LockGrant {
 	return &coorddv1.LockGrant{
 		Name:      g.Name,
 		Token:     int64(g.Token),
-		SessionId: session.ID(g.Session).String(),
+		SessionId: g.Session.String(),
 		RequestId: g.RequestID,
 		Revision:  g.Revision,
 	}
@@ -188,7 +187,7 @@ func grantProto(g lock.Grant) *coorddv1.LockGrant {
 // host when the session is still there (it may end at any moment).
 func (s *LockServer) entryProto(ctx context.Context, e lock.Entry) *coorddv1.LockEntry {
 	out := &coorddv1.LockEntry{
-		SessionId:   session.ID(e.Session).String(),
+		SessionId:   e.Session.String(),
 		RequestId:   e.RequestID,
 		Metadata:    e.Metadata,
 		Token:       int64(e.Token),
@@ -197,7 +196,7 @@ func (s *LockServer) entryProto(ctx context.Context, e lock.Entry) *coorddv1.Loc
 	if !e.Since.IsZero() {
 		out.GrantTime = timestamppb.New(e.Since)
 	}
-	if info, err := s.sessions.Get(ctx, session.ID(e.Session)); err == nil {
+	if info, err := s.sessions.Get(ctx, e.Session); err == nil {
 		out.Owner, out.Hostname = info.Owner, info.Hostname
 	}
 	return out

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/cmd/coordd/internal/api"
 	"github.com/coordd/coordd/cmd/coordd/internal/gateway"
 	"github.com/coordd/coordd/configcenter"
@@ -172,7 +173,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	} else {
 		statusEndpoint = d.cli.Endpoints()[0]
 	}
-	coorddv1.RegisterClusterServiceServer(d.grpcSrv, api.NewClusterServer(d.cli, statusEndpoint, memberID, cfg.Version))
+	coorddv1.RegisterClusterServiceServer(d.grpcSrv, api.NewClusterServer(cluster.NewManager(d.cli, statusEndpoint, memberID), cfg.Version))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	metrics.InitializeMetrics(d.grpcSrv)
