@@ -12,8 +12,8 @@ import (
 
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/etcdtest"
-	"github.com/coordd/coordd/session"
 	"github.com/coordd/coordd/lock"
+	"github.com/coordd/coordd/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )

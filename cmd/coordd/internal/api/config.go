@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"slices"
 	"strconv"
@@ -346,202 +345,79 @@ func (s *ConfigServer) GetApplyStatus(ctx context.Context, req *coorddv1.GetAppl
 }
 
 // WatchMany implements ConfigService: many watches on one stream, served by
-// this one goroutine (plus a reader of the client's requests), so an idle
-// watch costs the server its subscription, not a stream. Each round takes
-// at most one event from every watch and sends a release shared by
-// several watches once, so every watch still gets its events in order.
+// a configcenter.WatchMux (which holds the rounds, the batching and the
+// queue of requests) from this one goroutine, plus a reader of the
+// client's requests.
 func (s *ConfigServer) WatchMany(stream coorddv1.ConfigService_WatchManyServer) error {
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })
 	defer stop()
-
+	mux := configcenter.NewWatchMux(s.cache)
+	defer mux.Close()
 	// The reader never waits for this goroutine (which may be blocked in
-	// Send on a slow client): requests queue up, so the two sides can never
-	// wait on each other's flow-control windows.
-	var (
-		qmu      sync.Mutex
-		queue    []*coorddv1.WatchManyRequest
-		reqReady = make(chan struct{}, 1)
-		recvErr  = make(chan error, 1)
-	)
+	// Send on a slow client): the mux queues requests, so the two sides can
+	// never wait on each other's flow-control windows.
+	recvErr := make(chan error, 1)
 	go func() { // exits when the stream ends: Recv fails then
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			qmu.Lock()
-			full := len(queue) >= maxQueuedRequests
-			if !full {
-				queue = append(queue, req)
-			}
-			qmu.Unlock()
-			if full {
-				recvErr <- invalid(fmt.Sprintf("more than %d WatchMany requests waiting; send fewer at once", maxQueuedRequests))
-				return
-			}
-			select {
-			case reqReady <- struct{}{}:
-			default:
-			}
-		}
+		recvErr <- readWatchMany(stream, mux)
+		cancel(errRecvEnded)
 	}()
-
-	notify := make(chan struct{}, 1)
-	subs := map[int64]*configcenter.Subscription{}
-	defer func() {
-		for _, sub := range subs {
-			sub.Close()
-		}
-	}()
-	ticker := time.NewTicker(s.cache.BookmarkInterval())
-	defer ticker.Stop()
 	for {
-		bookmarks := false
-		select {
-		case <-ctx.Done():
-			return stoppingOr(ctx, ctx.Err())
-		case err := <-recvErr:
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		case <-reqReady:
-			qmu.Lock()
-			batch := queue
-			queue = nil
-			qmu.Unlock()
-			for _, req := range batch {
-				if err := s.watchManyRequest(ctx, stream, req, subs, notify); err != nil {
+		b, err := mux.Next(ctx)
+		if err != nil {
+			if errors.Is(context.Cause(ctx), errRecvEnded) {
+				if err := <-recvErr; !errors.Is(err, io.EOF) {
 					return err
 				}
+				return nil
 			}
-		case <-notify:
-		case <-ticker.C:
-			bookmarks = true
+			return stoppingOr(ctx, err)
 		}
-		more, err := s.drain(stream, subs, bookmarks)
+		if err := stream.Send(watchManyMessage(b)); err != nil {
+			return err
+		}
+	}
+}
+
+// errRecvEnded ends a WatchMany stream whose reader stopped.
+var errRecvEnded = errors.New("api: WatchMany requests ended")
+
+// readWatchMany hands the client's requests to mux until Recv fails or a
+// request is malformed (or one too many).
+func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcenter.WatchMux) error {
+	for {
+		req, err := stream.Recv()
 		if err != nil {
 			return err
 		}
-		if more { // let requests in between long runs of events
-			select {
-			case notify <- struct{}{}:
-			default:
-			}
+		switch {
+		case req.GetStop() != nil:
+			err = mux.Stop(req.GetStop().GetWatchId())
+		case req.GetStart() != nil:
+			st := req.GetStart()
+			err = mux.Start(st.GetWatchId(), st.GetNamespaces(), st.GetFromRevision())
+		default:
+			err = invalid("a WatchMany request needs start or stop")
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
 
-// maxQueuedRequests bounds the WatchMany requests waiting to be handled.
-const maxQueuedRequests = 10000
-
-// maxDrainRounds bounds one drain, so requests are handled between long
-// runs of events.
-const maxDrainRounds = 64
-
-func (s *ConfigServer) watchManyRequest(ctx context.Context, stream coorddv1.ConfigService_WatchManyServer, req *coorddv1.WatchManyRequest,
-	subs map[int64]*configcenter.Subscription, notify chan struct{}) error {
-	if st := req.GetStop(); st != nil {
-		if sub := subs[st.GetWatchId()]; sub != nil {
-			sub.Close()
-			delete(subs, st.GetWatchId())
-		}
-		return nil
+// watchManyMessage is the message of a batch: its event, or why its watch
+// could not start.
+func watchManyMessage(b configcenter.WatchBatch) *coorddv1.WatchManyResponse {
+	if b.Err == nil {
+		return &coorddv1.WatchManyResponse{WatchIds: b.IDs, Event: watchMessage(b.Event)}
 	}
-	start := req.GetStart()
-	if start == nil {
-		return invalid("a WatchMany request needs start or stop")
+	st, _ := ToStatus(b.Err)
+	reason := ""
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			reason = info.GetReason()
+		}
 	}
-	if old := subs[start.GetWatchId()]; old != nil { // a restart of the same watch
-		old.Close()
-		delete(subs, start.GetWatchId())
-	}
-	sub, err := s.cache.SubscribeNotify(ctx, start.GetNamespaces(), start.GetFromRevision(), notify)
-	if err != nil {
-		st, _ := ToStatus(err)
-		reason := ""
-		for _, d := range st.Details() {
-			if info, ok := d.(*errdetails.ErrorInfo); ok {
-				reason = info.GetReason()
-			}
-		}
-		return stream.Send(&coorddv1.WatchManyResponse{WatchIds: []int64{start.GetWatchId()}, ErrorReason: reason, ErrorMessage: st.Message()})
-	}
-	subs[start.GetWatchId()] = sub
-	select {
-	case notify <- struct{}{}: // greet it: its first event is due now
-	default:
-	}
-	return nil
-}
-
-// drain sends the due events of every watch, in rounds of at most one
-// event per watch, a release shared by several watches once. It reports
-// whether events may remain (it stopped after maxDrainRounds).
-func (s *ConfigServer) drain(stream coorddv1.ConfigService_WatchManyServer, subs map[int64]*configcenter.Subscription, bookmarks bool) (bool, error) {
-	ids := make([]int64, 0, len(subs))
-	for id := range subs {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for round := 0; ; round++ {
-		if round == maxDrainRounds {
-			return true, nil
-		}
-		type group struct {
-			ids []int64
-			ev  configcenter.Event
-		}
-		var changes []*group
-		byRelease := map[*configcenter.Release]*group{}
-		marks := map[int64][]int64{} // bookmark revision -> watches
-		var markRevs []int64
-		sent := false
-		for _, id := range ids {
-			ev, ok := subs[id].TryNext(bookmarks)
-			if !ok {
-				continue
-			}
-			sent = true
-			switch ev.Type {
-			case configcenter.EventChange:
-				if g := byRelease[ev.Release]; g != nil {
-					g.ids = append(g.ids, id)
-				} else {
-					g := &group{ids: []int64{id}, ev: ev}
-					byRelease[ev.Release] = g
-					changes = append(changes, g)
-				}
-			case configcenter.EventBookmark:
-				// Grouped by revision: a bookmark must not claim a revision
-				// beyond what its own watch had been sent.
-				if marks[ev.Revision] == nil {
-					markRevs = append(markRevs, ev.Revision)
-				}
-				marks[ev.Revision] = append(marks[ev.Revision], id)
-			default:
-				if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: []int64{id}, Event: watchMessage(ev)}); err != nil {
-					return false, err
-				}
-			}
-		}
-		for _, g := range changes {
-			if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: g.ids, Event: watchMessage(g.ev)}); err != nil {
-				return false, err
-			}
-		}
-		for _, rev := range markRevs {
-			msg := watchMessage(configcenter.Event{Type: configcenter.EventBookmark, Revision: rev})
-			if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: marks[rev], Event: msg}); err != nil {
-				return false, err
-			}
-		}
-		if !sent {
-			return false, nil
-		}
-		bookmarks = false
-	}
+	return &coorddv1.WatchManyResponse{WatchIds: b.IDs, ErrorReason: reason, ErrorMessage: st.Message()}
 }

@@ -1,0 +1,274 @@
+package configcenter
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MaxQueuedWatchRequests bounds the Start and Stop requests waiting for a
+// WatchMux to handle them.
+const MaxQueuedWatchRequests = 10000
+
+// maxWatchRounds bounds the rounds Next runs in a row before it handles
+// waiting requests again, so starts and stops get in between long runs of
+// events.
+const maxWatchRounds = 64
+
+// WatchMux serves many watches of the Cache, each named by an id its
+// caller chooses, from the one goroutine that calls Next: an idle watch
+// costs its subscription, not a goroutine. Start and Stop only queue a
+// request and never wait for Next, so a caller that reads requests on one
+// goroutine and sends Next's batches on another (which may block on a slow
+// peer) never has the two wait on each other.
+//
+// Guarantees:
+//   - Each watch behaves as a Subscription (see Cache): a SNAPSHOT first,
+//     or a BOOKMARK at once when it resumes with nothing to replay; then
+//     exactly one CHANGE per release of its namespaces, in revision order;
+//     a fresh SNAPSHOT instead whenever it cannot be given every release
+//     (its queue overflowed CacheOptions.QueueLimit, the cache reloaded);
+//     a BOOKMARK every CacheOptions.Bookmark while the cache's watch is
+//     healthy. Next returns each watch's events in that order.
+//   - Fairness: events are taken in rounds of at most one event per watch,
+//     in ascending id order, and every batch of a round is returned before
+//     the next round is taken, so a watch with a long backlog delays each
+//     other watch by at most one batch per round. After 64 rounds in a
+//     row, Next looks at waiting requests again, so a steady flow of
+//     events does not hold up starts and stops.
+//   - Batching: a release that several watches take in the same round is
+//     one batch naming them all; so are bookmarks at the same revision
+//     (never one bookmark for watches at different revisions, which would
+//     claim a revision beyond what a watch was sent). A SNAPSHOT is one
+//     batch per watch. A round returns its snapshots, then its changes (in
+//     the order of their first watch), then its bookmarks.
+//   - Overflow: the cache never waits for a mux; a watch whose queue
+//     overflows gets a fresh SNAPSHOT. With MaxQueuedWatchRequests
+//     requests already waiting, Start and Stop fail with ErrInvalid and
+//     queue nothing: the caller sends faster than Next is called, and
+//     should give up.
+//   - A start that cannot be served (bad namespaces: ErrInvalid; a resume
+//     point this member has not reached: ErrBehind; ErrStopped) becomes a
+//     batch with Err set, naming that watch alone; the other watches go
+//     on. Starting an id that is live replaces that watch, even if the new
+//     start is refused. Stopping an unknown id does nothing.
+//
+// Non-guarantees: no order between different watches' events beyond the
+// rounds. A release is shared only by the watches that take it in the
+// same round: a watch still replaying a backlog gets it in a batch of its
+// own, and a release that arrives while a round is being taken reaches the
+// watches that round had already passed in a later batch. Requests take effect only when Next handles them, between runs of
+// rounds: until then a stopped watch may still appear in batches. The mux
+// does not follow the Cache's lifetime: once Cache.Run has returned its
+// watches hear nothing more, and only ctx ends Next.
+//
+// Start and Stop may be called from any goroutine; Next and Close from one
+// goroutine only.
+type WatchMux struct {
+	c      *Cache
+	notify chan struct{} // shared by the subscriptions: one may have an event
+	ticker *time.Ticker  // bookmarks
+
+	mu        sync.Mutex
+	requests  []watchRequest // waiting for Next, in order
+	requested chan struct{}  // a request is waiting
+
+	// Owned by Next's goroutine.
+	subs      map[int64]*Subscription
+	out       []WatchBatch // the rest of the current round, or refused starts
+	draining  bool         // taking rounds until one is empty or maxWatchRounds
+	rounds    int          // rounds taken in this run
+	ids       []int64      // the watches, ascending, for this run
+	bookmarks bool         // the next round may take bookmarks
+}
+
+// WatchBatch is one result of WatchMux.Next: an event for one or more
+// watches, or a start that was refused.
+type WatchBatch struct {
+	// IDs are the watches the batch is for, ascending: with Err, the
+	// refused watch alone.
+	IDs []int64
+	// Event is the event, the same for every watch in IDs; unset with Err.
+	Event Event
+	// Err says why the watch in IDs could not start.
+	Err error
+}
+
+type watchRequest struct {
+	id         int64
+	stop       bool
+	namespaces []string
+	from       int64
+}
+
+// NewWatchMux returns a WatchMux with no watches over c. Close it when
+// done.
+func NewWatchMux(c *Cache) *WatchMux {
+	return &WatchMux{
+		c: c, notify: make(chan struct{}, 1), ticker: time.NewTicker(c.opts.Bookmark),
+		requested: make(chan struct{}, 1), subs: map[int64]*Subscription{},
+	}
+}
+
+// Start asks for a watch named id of namespaces from revision from, with
+// the meaning Cache.Subscribe gives them; it replaces a live watch named
+// id. It only queues the request: Next starts the watch, or returns a
+// batch with the reason it could not. Start fails with ErrInvalid, queueing
+// nothing, if MaxQueuedWatchRequests requests are already waiting.
+func (m *WatchMux) Start(id int64, namespaces []string, from int64) error {
+	return m.request(watchRequest{id: id, namespaces: namespaces, from: from})
+}
+
+// Stop asks for the watch named id to end; an unknown id is ignored. Like
+// Start it only queues the request, and fails the same way.
+func (m *WatchMux) Stop(id int64) error {
+	return m.request(watchRequest{id: id, stop: true})
+}
+
+func (m *WatchMux) request(r watchRequest) error {
+	m.mu.Lock()
+	full := len(m.requests) >= MaxQueuedWatchRequests
+	if !full {
+		m.requests = append(m.requests, r)
+	}
+	m.mu.Unlock()
+	if full {
+		return fmt.Errorf("%w: more than %d watch requests waiting; send fewer at once", ErrInvalid, MaxQueuedWatchRequests)
+	}
+	poke(m.requested)
+	return nil
+}
+
+// Next returns the next batch, waiting until there is one or ctx ends. It
+// handles the waiting requests (starting a watch may wait for the cache,
+// as Cache.Subscribe does, within ctx) and takes the watches' events in
+// rounds. It fails only with ctx's error, and as soon as ctx has ended,
+// even with batches due; a start that fails because ctx ended is not
+// reported as refused.
+func (m *WatchMux) Next(ctx context.Context) (WatchBatch, error) {
+	if err := ctx.Err(); err != nil {
+		return WatchBatch{}, err
+	}
+	for {
+		if len(m.out) > 0 {
+			b := m.out[0]
+			m.out[0] = WatchBatch{}
+			m.out = m.out[1:]
+			return b, nil
+		}
+		if m.draining {
+			if m.rounds == maxWatchRounds {
+				// Events may remain: come back for them after the
+				// requests that wait.
+				m.draining = false
+				poke(m.notify)
+				continue
+			}
+			m.rounds++
+			m.draining = m.round()
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return WatchBatch{}, ctx.Err()
+		case <-m.requested:
+			if err := m.handleRequests(ctx); err != nil {
+				return WatchBatch{}, err
+			}
+		case <-m.notify:
+		case <-m.ticker.C:
+			m.bookmarks = true
+		}
+		m.ids = m.ids[:0]
+		for id := range m.subs {
+			m.ids = append(m.ids, id)
+		}
+		slices.Sort(m.ids)
+		m.draining, m.rounds = true, 0
+	}
+}
+
+// handleRequests applies the waiting requests in order. Refused starts go
+// to m.out. It fails only with ctx's error.
+func (m *WatchMux) handleRequests(ctx context.Context) error {
+	m.mu.Lock()
+	reqs := m.requests
+	m.requests = nil
+	m.mu.Unlock()
+	for _, r := range reqs {
+		if old := m.subs[r.id]; old != nil { // a stop, or a restart of the same watch
+			old.Close()
+			delete(m.subs, r.id)
+		}
+		if r.stop {
+			continue
+		}
+		sub, err := m.c.SubscribeNotify(ctx, r.namespaces, r.from, m.notify)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			m.out = append(m.out, WatchBatch{IDs: []int64{r.id}, Err: err})
+			continue
+		}
+		m.subs[r.id] = sub
+		poke(m.notify) // greet it: its first event is due now
+	}
+	return nil
+}
+
+// round takes at most one event from every watch into m.out: a release
+// several watches take is one batch, bookmarks are grouped by revision. It
+// reports whether it took any.
+func (m *WatchMux) round() bool {
+	var snapshots, changes, marks []WatchBatch
+	byRelease := map[*Release]int{} // index in changes
+	byRevision := map[int64]int{}   // bookmark revision -> index in marks
+	for _, id := range m.ids {
+		ev, ok := m.subs[id].TryNext(m.bookmarks)
+		if !ok {
+			continue
+		}
+		switch ev.Type {
+		case EventChange:
+			if i, ok := byRelease[ev.Release]; ok {
+				changes[i].IDs = append(changes[i].IDs, id)
+			} else {
+				byRelease[ev.Release] = len(changes)
+				changes = append(changes, WatchBatch{IDs: []int64{id}, Event: ev})
+			}
+		case EventBookmark:
+			if i, ok := byRevision[ev.Revision]; ok {
+				marks[i].IDs = append(marks[i].IDs, id)
+			} else {
+				byRevision[ev.Revision] = len(marks)
+				marks = append(marks, WatchBatch{IDs: []int64{id}, Event: Event{Type: EventBookmark, Revision: ev.Revision}})
+			}
+		default:
+			snapshots = append(snapshots, WatchBatch{IDs: []int64{id}, Event: ev})
+		}
+	}
+	m.bookmarks = false
+	m.out = slices.Concat(m.out, snapshots, changes, marks)
+	return len(m.out) > 0
+}
+
+// Close ends every watch and stops the bookmark ticker. Requests made
+// after Close are never handled.
+func (m *WatchMux) Close() {
+	m.ticker.Stop()
+	for id, sub := range m.subs {
+		sub.Close()
+		delete(m.subs, id)
+	}
+}
+
+// poke sends on a one-slot channel without waiting.
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
