@@ -2,681 +2,269 @@ package clientlib
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"maps"
-	"os"
-	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
-// ConfigSnapshot is an immutable, consistent view of a subscription's
-// namespaces: every namespace as of one revision, each at a complete
-// release. Reading it never blocks.
-type ConfigSnapshot struct {
-	revision int64
-	cluster  string
-	spaces   map[string]*nsView // never modified once published
-}
-
-type nsView struct {
-	release int64
-	changed int64 // the revision of the release (0 when not known)
-	values  map[string]string
-}
-
-// Revision is the etcd revision the snapshot is consistent at.
-func (s *ConfigSnapshot) Revision() int64 { return s.revision }
-
-// Release is the namespace's release in the snapshot (0: never written).
-func (s *ConfigSnapshot) Release(ns string) int64 {
-	if v := s.spaces[ns]; v != nil {
-		return v.release
-	}
-	return 0
-}
-
-// Get returns a key's value.
-func (s *ConfigSnapshot) Get(ns, key string) (string, bool) {
-	v := s.spaces[ns]
-	if v == nil {
-		return "", false
-	}
-	val, ok := v.values[key]
-	return val, ok
-}
-
-// Keys returns a namespace's keys, sorted.
-func (s *ConfigSnapshot) Keys(ns string) []string {
-	v := s.spaces[ns]
-	if v == nil {
-		return nil
-	}
-	return slices.Sorted(maps.Keys(v.values))
-}
-
-// Values returns a copy of a namespace's keys and values.
-func (s *ConfigSnapshot) Values(ns string) map[string]string {
-	if v := s.spaces[ns]; v != nil {
-		return maps.Clone(v.values)
-	}
-	return map[string]string{}
-}
-
-// viewCache lets the subscriptions of one client share namespace views: a
-// view is immutable, and a release committed at a given revision of a
-// cluster has one content (a restored backup reuses release numbers, but
-// not revisions if restored with --bump-revision, as the docs require).
-// It keeps the newest view per namespace.
-type viewCache struct {
-	mu     sync.Mutex
-	latest map[string]*nsView         // cluster + "\x00" + namespace -> newest view
-	snaps  map[string]*ConfigSnapshot // namespace list -> newest snapshot
-}
-
-// share returns a snapshot equal to snap (same cluster, revision and
-// views) that another subscription of the same namespaces already holds,
-// or records snap as that one. Subscriptions in the same state then share
-// the snapshots they derive from it.
-func (vc *viewCache) share(nsKey string, snap *ConfigSnapshot) *ConfigSnapshot {
-	vc.mu.Lock()
-	defer vc.mu.Unlock()
-	if cur := vc.snaps[nsKey]; cur != nil && cur.revision == snap.revision && cur.cluster == snap.cluster && sameViews(cur, snap) {
-		return cur
-	}
-	if vc.snaps == nil {
-		vc.snaps = map[string]*ConfigSnapshot{}
-	}
-	vc.snaps[nsKey] = snap
-	return snap
-}
-
-func sameViews(a, b *ConfigSnapshot) bool {
-	if len(a.spaces) != len(b.spaces) {
-		return false
-	}
-	for ns, v := range a.spaces {
-		if b.spaces[ns] != v {
-			return false
-		}
-	}
-	return true
-}
-
-func (vc *viewCache) get(cluster, ns string, release, changed int64) *nsView {
-	if cluster == "" || changed == 0 {
-		return nil // nothing to compare with
-	}
-	vc.mu.Lock()
-	defer vc.mu.Unlock()
-	if v := vc.latest[cluster+"\x00"+ns]; v != nil && v.release == release && v.changed == changed {
-		return v
-	}
-	return nil
-}
-
-// put records v as the newest view of ns, unless a newer one is known, and
-// returns the view to use.
-func (vc *viewCache) put(cluster, ns string, v *nsView) *nsView {
-	if cluster == "" || v.changed == 0 {
-		return v
-	}
-	vc.mu.Lock()
-	defer vc.mu.Unlock()
-	key := cluster + "\x00" + ns
-	if cur := vc.latest[key]; cur != nil && cur.changed >= v.changed {
-		if cur.changed == v.changed && cur.release == v.release {
-			return cur
-		}
-		return v
-	}
-	if vc.latest == nil {
-		vc.latest = map[string]*nsView{}
-	}
-	vc.latest[key] = v
-	return v
-}
-
-// SubscriptionState says how current a subscription is.
-type SubscriptionState int
-
-// Subscription states.
-const (
-	// StateSyncing: no configuration yet.
-	StateSyncing SubscriptionState = iota
-	// StateLive: following the server; the last message (a change or a
-	// bookmark) arrived within the stall timeout.
-	StateLive
-	// StateStale: serving the last known configuration (from the cache
-	// file, or since the connection broke) while reconnecting.
-	StateStale
-)
-
-func (s SubscriptionState) String() string {
-	return [...]string{"syncing", "live", "stale"}[s]
-}
-
-// SubscriptionStatus is a subscription's health.
-type SubscriptionStatus struct {
-	State       SubscriptionState
-	Revision    int64     // the revision of the current snapshot
-	LastContact time.Time // when the server was last heard from (zero: never)
-	// Staleness is how long the server has not been heard from while not
-	// live; 0 when live.
-	Staleness  time.Duration
-	Reconnects int // streams reopened
-	Relists    int // full snapshots received after the first
-}
-
-// SubscribeOption configures Subscribe.
-type SubscribeOption func(*subscribeOptions)
-
-type subscribeOptions struct {
-	startTimeout time.Duration
-	cacheFile    string
-	instance     string
-	labels       map[string]string
-	stall        time.Duration
-	minBackoff   time.Duration
-	maxBackoff   time.Duration
-	reports      bool
-	reportEvery  time.Duration
-}
-
-// WithStartTimeout bounds how long Subscribe waits for the first snapshot
-// (default 10s). Past it, Subscribe returns the cache file's configuration
-// if there is one, else an error.
-func WithStartTimeout(d time.Duration) SubscribeOption {
-	return func(o *subscribeOptions) { o.startTimeout = d }
-}
-
-// WithCacheFile keeps the configuration in a file, written atomically after
-// every change, so the app can start from it while coordd is unreachable
-// (the subscription reports itself stale until it reconnects).
-func WithCacheFile(path string) SubscribeOption {
-	return func(o *subscribeOptions) { o.cacheFile = path }
-}
-
-// WithInstance names this process in the applied-status reports (default
-// hostname-pid) and labels it (version, zone, …).
-func WithInstance(id string, labels map[string]string) SubscribeOption {
-	return func(o *subscribeOptions) { o.instance, o.labels = id, labels }
-}
-
-// WithStallTimeout is how long a stream may carry nothing (not even a
-// bookmark, which the server sends every 5s while idle) before it is
-// reopened, possibly on another endpoint. Default 20s.
-func WithStallTimeout(d time.Duration) SubscribeOption {
-	return func(o *subscribeOptions) { o.stall = d }
-}
-
-// WithReconnectBackoff sets the reconnect delays: full jitter, from min
-// doubling up to max. Default 800ms to 30s.
-func WithReconnectBackoff(min, max time.Duration) SubscribeOption {
-	return func(o *subscribeOptions) { o.minBackoff, o.maxBackoff = min, max }
-}
-
-// WithoutStatusReports stops the subscription from reporting which
-// releases it applied or rejected.
-func WithoutStatusReports() SubscribeOption { return func(o *subscribeOptions) { o.reports = false } }
-
-// Subscription keeps a consistent snapshot of some namespaces current, and
-// calls its callbacks on changes. It is safe for concurrent use.
-type Subscription struct {
-	c          *Client
-	namespaces []string
-	opts       subscribeOptions
-
-	snap atomic.Pointer[ConfigSnapshot]
-
-	mu     sync.Mutex
-	status SubscriptionStatus
-	cbs    []*callback
-	errFns []func(error)
-
-	watchID  int64         // this subscription on the client's WatchMany stream
-	nsKey    string        // the namespace list, as a key
-	changed  chan struct{} // wakes the dispatcher
-	errs     chan error    // problems found off the dispatcher, reported on it
-	refused  chan error    // the server refused the watch (bad namespaces)
-	first    chan struct{} // closed at the first server snapshot
-	firstOK  sync.Once
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	reporter *reporter
-}
-
-// Subscribe follows namespaces. It returns once it has the current
-// consistent snapshot (or, past the start timeout, the cache file's, marked
-// stale), then keeps it current in the background: it resumes from its
-// revision after a disconnect, and replaces its state whenever the server
-// sends a snapshot. Close it when done.
-func (cc *ConfigCenter) Subscribe(ctx context.Context, namespaces []string, opts ...SubscribeOption) (*Subscription, error) {
-	c := cc.c
-	if len(namespaces) == 0 {
-		return nil, fmt.Errorf("%w: subscribe to at least one namespace", ErrInvalidArgument)
-	}
-	host, _ := os.Hostname()
-	o := subscribeOptions{
-		startTimeout: 10 * time.Second, stall: 20 * time.Second,
-		minBackoff: 800 * time.Millisecond, maxBackoff: 30 * time.Second,
-		instance: fmt.Sprintf("%s-%d", host, os.Getpid()), reports: true, reportEvery: 30 * time.Second,
-	}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	o.instance = sanitizeInstance(o.instance)
-	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), nsKey: strings.Join(namespaces, "\x00"), opts: o, changed: make(chan struct{}, 1), errs: make(chan error, 8), refused: make(chan error, 1), first: make(chan struct{})}
-	empty := &ConfigSnapshot{spaces: map[string]*nsView{}}
-	for _, ns := range namespaces {
-		empty.spaces[ns] = &nsView{values: map[string]string{}}
-	}
-	s.snap.Store(empty)
-	if o.cacheFile != "" {
-		if cached, err := readCacheFile(o.cacheFile, namespaces); err == nil {
-			s.snap.Store(cached)
-			s.status.State, s.status.Revision = StateStale, cached.revision
-		} else if !errors.Is(err, os.ErrNotExist) {
-			c.lg.Warn("coordd: config cache file unusable; starting without it", "file", o.cacheFile, "error", err)
-		}
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	if o.reports {
-		s.reporter = newReporter(c, o)
-		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.reporter.run(runCtx) }()
-	}
-	var ok bool
-	if s.watchID, ok = c.mux.add(s); !ok {
-		cancel()
-		s.wg.Wait()
-		return nil, fmt.Errorf("%w: the client is closed", ErrUnavailable)
-	}
-
-	timer := time.NewTimer(o.startTimeout)
-	defer timer.Stop()
-	select {
-	case <-s.first:
-	case err := <-s.refused:
-		s.Close()
-		return nil, err
-	case <-timer.C:
-		if !s.firstOKDone() && s.Status().State != StateStale {
-			s.Close()
-			return nil, fmt.Errorf("%w: no configuration from coordd within %s, and no cache file", ErrUnavailable, o.startTimeout)
-		}
-		// Serving the cache file until coordd answers.
-	case <-ctx.Done():
-		s.Close()
-		return nil, ctx.Err()
-	}
-	// Callbacks report changes after what the caller now sees: the
-	// dispatcher starts from the current snapshot.
-	d := newDispatcher(s)
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); d.run(runCtx) }()
-	s.wake() // record the starting state (cache file, status report)
-	return s, nil
-}
-
-// sanitizeInstance keeps an instance id within the server's alphabet.
-func sanitizeInstance(id string) string {
-	b := []byte(id)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '@' || c == '-') {
-			b[i] = '-'
-		}
-	}
-	if len(b) > 128 {
-		b = b[:128]
-	}
-	if len(b) == 0 {
-		return "instance"
-	}
-	return string(b)
-}
-
-// Snapshot returns the current snapshot. It never blocks.
-func (s *Subscription) Snapshot() *ConfigSnapshot { return s.snap.Load() }
-
-// Status returns the subscription's health.
-func (s *Subscription) Status() SubscriptionStatus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.status
-	if st.State == StateLive && time.Since(st.LastContact) > s.opts.stall {
-		st.State = StateStale
-	}
-	if st.State != StateLive && !st.LastContact.IsZero() {
-		st.Staleness = time.Since(st.LastContact)
-	}
-	return st
-}
-
-// Close stops following and calling callbacks, and waits for them to
-// stop: do not call it from a callback (it would wait for itself).
-func (s *Subscription) Close() {
-	s.c.mux.remove(s.watchID)
-	s.cancel()
-	s.wg.Wait()
-}
-
-func (s *Subscription) setStatus(fn func(st *SubscriptionStatus)) {
-	s.mu.Lock()
-	fn(&s.status)
-	s.mu.Unlock()
-}
-
-func (s *Subscription) wake() {
-	select {
-	case s.changed <- struct{}{}:
-	default:
-	}
-}
-
-// applyResult says what apply made of a message.
-type applyResult int
-
-const (
-	applyOK     applyResult = iota
-	applyGap                // a change that does not follow the current state
-	applyBehind             // a snapshot older than the current state
-)
-
-// apply applies one watch message to the snapshot (copy-on-write). It
-// never replaces the state with an older one of the same cluster (a
-// lagging member's); a snapshot of another cluster (a different etcd)
-// replaces it whatever its revision.
+// ConfigCenter reads, writes and follows the config center: namespaces of
+// keys, published as numbered releases. It is obtained from Client.Config,
+// shares the Client's connection, and is safe for concurrent use.
 //
-// memo, when not nil, maps a snapshot to what this same message made of it
-// for another subscription: subscriptions in the same state share the
-// result (snapshots are immutable).
-func (s *Subscription) apply(msg *coorddv1.WatchResponse, memo map[*ConfigSnapshot]*ConfigSnapshot) applyResult {
-	cur := s.snap.Load()
-	typ := msg.GetType()
-	var next *ConfigSnapshot
-	shared, reused := memo[cur]
-	reused = reused && typ != coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT
-	if reused {
-		typ = coorddv1.WatchEventType_WATCH_EVENT_TYPE_UNSPECIFIED // nothing to build below
-		next = shared
+// Writes (Put, Delete, Publish, Rollback) each make one release, atomically;
+// with PublishOptions.ExpectedRevision they are compare-and-set. They are
+// not retried: after ErrUnavailable a write may or may not have happened
+// (Releases tells).
+type ConfigCenter struct{ c *Client }
+
+// Config returns the config center's calls.
+func (c *Client) Config() *ConfigCenter { return &ConfigCenter{c: c} }
+
+// ConfigRelease is one published change of a namespace.
+type ConfigRelease struct {
+	Namespace  string
+	Number     int64
+	Revision   int64 // 0 for a dry run
+	Author     string
+	Message    string
+	Time       time.Time
+	RollbackOf int64
+	Changes    []KeyChange
+}
+
+func releaseFrom(r *coorddv1.ConfigRelease) ConfigRelease {
+	out := ConfigRelease{Namespace: r.GetNamespace(), Number: r.GetNumber(), Revision: r.GetRevision(), Author: r.GetAuthor(), Message: r.GetMessage(), RollbackOf: r.GetRollbackOf(), Changes: changesFrom(r.GetChanges())}
+	if r.GetTime() != nil {
+		out.Time = r.GetTime().AsTime()
 	}
-	switch typ {
-	case coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
-		if cur.cluster != "" && cur.cluster == msg.GetClusterId() && msg.GetRevision() < cur.revision {
-			return applyBehind
-		}
-		next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: msg.GetClusterId(), spaces: map[string]*nsView{}}
-		for _, ns := range s.namespaces {
-			next.spaces[ns] = &nsView{values: map[string]string{}}
-		}
-		for _, ns := range msg.GetSnapshots() {
-			if v := s.c.views.get(msg.GetClusterId(), ns.GetNamespace(), ns.GetRelease(), ns.GetChangedRevision()); v != nil {
-				next.spaces[ns.GetNamespace()] = v
-				continue
-			}
-			v := &nsView{release: ns.GetRelease(), changed: ns.GetChangedRevision(), values: make(map[string]string, len(ns.GetEntries()))}
-			for _, e := range ns.GetEntries() {
-				v.values[e.GetKey()] = e.GetValue()
-			}
-			next.spaces[ns.GetNamespace()] = s.c.views.put(msg.GetClusterId(), ns.GetNamespace(), v)
-		}
-		next = s.c.views.share(s.nsKey, next)
-		if s.firstOKDone() {
-			s.setStatus(func(st *SubscriptionStatus) { st.Relists++ })
-		}
-	case coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE:
-		r := msg.GetRelease()
-		old := cur.spaces[r.GetNamespace()]
-		if old == nil || r.GetNumber() != old.release+1 || !s.firstOKDone() {
-			return applyGap // never sent by a correct server: relist
-		}
-		// Subscriptions of one client share the views of one release of a
-		// namespace (a release's content is fixed within a cluster).
-		v := s.c.views.get(cur.cluster, r.GetNamespace(), r.GetNumber(), msg.GetRevision())
-		if v == nil {
-			v = &nsView{release: r.GetNumber(), changed: msg.GetRevision(), values: maps.Clone(old.values)}
-			for _, ch := range r.GetChanges() {
-				if ch.NewValue == nil {
-					delete(v.values, ch.GetKey())
-				} else {
-					v.values[ch.GetKey()] = ch.GetNewValue()
-				}
-			}
-			v = s.c.views.put(cur.cluster, r.GetNamespace(), v)
-		}
-		next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: cur.cluster, spaces: maps.Clone(cur.spaces)}
-		next.spaces[r.GetNamespace()] = v
-		next = s.c.views.share(s.nsKey, next)
-	case coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK:
-		if msg.GetRevision() > cur.revision {
-			next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: cur.cluster, spaces: cur.spaces}
-		}
-	}
-	if next != nil {
-		if memo != nil && !reused && typ != coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT {
-			memo[cur] = next
-		}
-		s.snap.Store(next)
-	}
-	s.setStatus(func(st *SubscriptionStatus) {
-		st.State, st.LastContact, st.Revision = StateLive, time.Now(), s.snap.Load().revision
-	})
-	if msg.GetType() == coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT {
-		s.firstOK.Do(func() { close(s.first) })
-	}
-	if next != nil && msg.GetType() != coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK {
-		s.wake()
-	}
-	return applyOK
-}
-
-func (s *Subscription) firstOKDone() bool {
-	select {
-	case <-s.first:
-		return true
-	default:
-		return false
-	}
-}
-
-// refuse records that the server refused the watch: Subscribe fails with
-// err if it is still waiting, else err is reported.
-func (s *Subscription) refuse(err error) {
-	select {
-	case s.refused <- err:
-	default:
-	}
-	select {
-	case s.errs <- err:
-	default:
-	}
-}
-
-// OnError registers a function called (on the dispatcher goroutine) with
-// problems the subscription cannot return: a callback that panicked, a
-// release a binding rejected, a cache file that could not be written.
-func (s *Subscription) OnError(fn func(error)) {
-	s.mu.Lock()
-	s.errFns = append(s.errFns, fn)
-	s.mu.Unlock()
-}
-
-func (s *Subscription) report(err error) {
-	s.mu.Lock()
-	fns := slices.Clone(s.errFns)
-	s.mu.Unlock()
-	if len(fns) == 0 {
-		s.c.lg.Warn("coordd: config subscription", "error", err)
-	}
-	for _, fn := range fns {
-		func() {
-			defer func() { _ = recover() }()
-			fn(err)
-		}()
-	}
-}
-
-// KeyChange is one key's change: Old is nil for a new key, New for a
-// removed one.
-type KeyChange struct {
-	Key string
-	Old *string
-	New *string
-}
-
-// ConfigChange is what a callback receives: the changed keys it asked for,
-// from the state the callbacks last saw to Snapshot (several releases
-// coalesce into one change while a callback is slow).
-type ConfigChange struct {
-	Namespace string
-	Release   int64 // the namespace's release in Snapshot
-	Keys      []KeyChange
-	Snapshot  *ConfigSnapshot
-}
-
-type callback struct {
-	ns     string
-	filter func(key string) bool
-	fn     func(ConfigChange) error // an error rejects the release (bindings)
-}
-
-func (s *Subscription) register(cb *callback) (unregister func()) {
-	s.mu.Lock()
-	s.cbs = append(s.cbs, cb)
-	s.mu.Unlock()
-	return func() {
-		s.mu.Lock()
-		s.cbs = slices.DeleteFunc(s.cbs, func(c *callback) bool { return c == cb })
-		s.mu.Unlock()
-	}
-}
-
-// OnNamespace calls fn after every change of the namespace. Callbacks run
-// one at a time, in registration order, on the subscription's own
-// goroutine, outside any lock; a panic is recovered and reported to
-// OnError. It returns a function that unregisters fn.
-func (s *Subscription) OnNamespace(ns string, fn func(ConfigChange)) (unregister func()) {
-	return s.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(c ConfigChange) error { fn(c); return nil }})
-}
-
-// OnKey calls fn after every change of one key; see OnNamespace.
-func (s *Subscription) OnKey(ns, key string, fn func(ConfigChange)) (unregister func()) {
-	return s.register(&callback{ns: ns, filter: func(k string) bool { return k == key }, fn: func(c ConfigChange) error { fn(c); return nil }})
-}
-
-// OnPrefix calls fn after every change of the keys starting with prefix;
-// see OnNamespace.
-func (s *Subscription) OnPrefix(ns, prefix string, fn func(ConfigChange)) (unregister func()) {
-	return s.register(&callback{ns: ns, filter: func(k string) bool { return strings.HasPrefix(k, prefix) }, fn: func(c ConfigChange) error { fn(c); return nil }})
-}
-
-// dispatcher runs the callbacks on one goroutine, level-triggered: it
-// compares the snapshot the callbacks last saw with the current one, so
-// releases that arrive while a callback is slow coalesce into one change
-// and memory stays bounded (two snapshots).
-type dispatcher struct {
-	s         *Subscription
-	delivered *ConfigSnapshot // what the callbacks last saw
-	recorded  *ConfigSnapshot // what the cache file and the reporter last got
-}
-
-func newDispatcher(s *Subscription) *dispatcher {
-	return &dispatcher{s: s, delivered: s.snap.Load()}
-}
-
-func (d *dispatcher) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case err := <-d.s.errs:
-			d.s.report(err)
-			continue
-		case <-d.s.changed:
-		}
-		cur := d.s.snap.Load()
-		var rejected map[string]error
-		if cur != d.delivered {
-			rejected = d.dispatch(d.delivered, cur)
-			d.delivered = cur
-		}
-		if cur == d.recorded {
-			continue
-		}
-		d.recorded = cur
-		if d.s.opts.cacheFile != "" {
-			if err := writeCacheFile(d.s.opts.cacheFile, cur, d.s.namespaces); err != nil {
-				d.s.report(fmt.Errorf("coordd: write config cache file: %w", err))
-			}
-		}
-		if d.s.reporter != nil {
-			d.s.reporter.applied(cur, rejected)
-		}
-	}
-}
-
-// dispatch calls the callbacks for the changes from old to cur and returns
-// the namespaces whose release a callback (a binding) rejected, with why.
-func (d *dispatcher) dispatch(old, cur *ConfigSnapshot) map[string]error {
-	d.s.mu.Lock()
-	cbs := slices.Clone(d.s.cbs)
-	d.s.mu.Unlock()
-	var rejected map[string]error
-	for _, cb := range cbs {
-		a, b := old.spaces[cb.ns], cur.spaces[cb.ns]
-		if a == nil || b == nil || a == b {
-			continue
-		}
-		keys := diffKeys(a.values, b.values, cb.filter)
-		if len(keys) == 0 {
-			continue
-		}
-		err := d.call(cb, ConfigChange{Namespace: cb.ns, Release: b.release, Keys: keys, Snapshot: cur})
-		if err != nil {
-			if rejected == nil {
-				rejected = map[string]error{}
-			}
-			rejected[cb.ns] = err
-			d.s.report(err)
-		}
-	}
-	return rejected
-}
-
-func (d *dispatcher) call(cb *callback, ch ConfigChange) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			d.s.report(fmt.Errorf("coordd: config callback for %q panicked: %v", cb.ns, p))
-			err = nil // a panicking callback does not reject the release
-		}
-	}()
-	return cb.fn(ch)
-}
-
-func diffKeys(a, b map[string]string, keep func(string) bool) []KeyChange {
-	var out []KeyChange
-	for k, ov := range a {
-		if !keep(k) {
-			continue
-		}
-		if nv, ok := b[k]; !ok {
-			out = append(out, KeyChange{Key: k, Old: &ov})
-		} else if nv != ov {
-			out = append(out, KeyChange{Key: k, Old: &ov, New: &nv})
-		}
-	}
-	for k, nv := range b {
-		if _, ok := a[k]; !ok && keep(k) {
-			out = append(out, KeyChange{Key: k, New: &nv})
-		}
-	}
-	slices.SortFunc(out, func(x, y KeyChange) int { return strings.Compare(x.Key, y.Key) })
 	return out
+}
+
+func changesFrom(cs []*coorddv1.ConfigChange) []KeyChange {
+	out := make([]KeyChange, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, KeyChange{Key: c.GetKey(), Old: c.OldValue, New: c.NewValue})
+	}
+	return out
+}
+
+// ConfigMutation is one change a release asks for.
+type ConfigMutation struct {
+	Key    string
+	Value  string
+	Delete bool
+}
+
+// PublishOptions qualify a write. ExpectedRevision, when set, makes it a
+// compare-and-set (ErrRevisionMismatch if the namespace changed after it).
+type PublishOptions struct {
+	ExpectedRevision int64
+	Author           string
+	Message          string
+	DryRun           bool // Publish only: validate and return the changes, write nothing
+}
+
+// Publish makes one release of many changes, atomically. A release that
+// breaks the namespace's schema fails with ErrValidationFailed, listing
+// every problem (see Problems).
+func (cc *ConfigCenter) Publish(ctx context.Context, ns string, ms []ConfigMutation, o PublishOptions) (ConfigRelease, error) {
+	req := &coorddv1.PublishRequest{Namespace: ns, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message, DryRun: o.DryRun}
+	for _, m := range ms {
+		req.Mutations = append(req.Mutations, &coorddv1.ConfigMutation{Key: m.Key, Value: m.Value, Delete: m.Delete})
+	}
+	resp, err := cc.c.config.Publish(ctx, req)
+	if err != nil {
+		return ConfigRelease{}, convert(ctx, err)
+	}
+	return releaseFrom(resp.GetRelease()), nil
+}
+
+// Put sets one key (a release of one change).
+func (cc *ConfigCenter) Put(ctx context.Context, ns, key, value string, o PublishOptions) (ConfigRelease, error) {
+	resp, err := cc.c.config.Put(ctx, &coorddv1.PutRequest{Namespace: ns, Key: key, Value: value, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message})
+	if err != nil {
+		return ConfigRelease{}, convert(ctx, err)
+	}
+	return releaseFrom(resp.GetRelease()), nil
+}
+
+// Delete removes one key; ErrKeyNotFound if it is missing.
+func (cc *ConfigCenter) Delete(ctx context.Context, ns, key string, o PublishOptions) (ConfigRelease, error) {
+	resp, err := cc.c.config.Delete(ctx, &coorddv1.DeleteRequest{Namespace: ns, Key: key, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message})
+	if err != nil {
+		return ConfigRelease{}, convert(ctx, err)
+	}
+	return releaseFrom(resp.GetRelease()), nil
+}
+
+// Get reads one key, now (revision 0) or at a past revision. It
+// returns the value and the revision that last set it.
+func (cc *ConfigCenter) Get(ctx context.Context, ns, key string, revision int64) (string, int64, error) {
+	resp, err := cc.c.config.Get(ctx, &coorddv1.GetRequest{Namespace: ns, Key: key, Revision: revision})
+	if err != nil {
+		return "", 0, convert(ctx, err)
+	}
+	return resp.GetValue(), resp.GetModRevision(), nil
+}
+
+// NamespaceSnapshot is a namespace's content at one revision.
+type NamespaceSnapshot struct {
+	Namespace string
+	Release   int64
+	Revision  int64
+	Changed   int64 // revision of the last release
+	Values    map[string]string
+}
+
+// Snapshot reads a whole namespace, now (revision 0) or at a past
+// revision.
+func (cc *ConfigCenter) Snapshot(ctx context.Context, ns string, revision int64) (NamespaceSnapshot, error) {
+	resp, err := cc.c.config.Snapshot(ctx, &coorddv1.SnapshotRequest{Namespace: ns, Revision: revision})
+	if err != nil {
+		return NamespaceSnapshot{}, convert(ctx, err)
+	}
+	s := resp.GetSnapshot()
+	out := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Values: map[string]string{}}
+	for _, e := range s.GetEntries() {
+		out.Values[e.GetKey()] = e.GetValue()
+	}
+	return out, nil
+}
+
+// Releases lists up to n releases of a namespace, newest first,
+// older than release before (0: from the newest).
+func (cc *ConfigCenter) Releases(ctx context.Context, ns string, before int64, n int) ([]ConfigRelease, error) {
+	resp, err := cc.c.config.ListReleases(ctx, &coorddv1.ListReleasesRequest{Namespace: ns, Before: before, PageSize: int32(n)})
+	if err != nil {
+		return nil, convert(ctx, err)
+	}
+	var out []ConfigRelease
+	for _, r := range resp.GetReleases() {
+		out = append(out, releaseFrom(r))
+	}
+	return out, nil
+}
+
+// Diff lists the key changes from release from to release to.
+func (cc *ConfigCenter) Diff(ctx context.Context, ns string, from, to int64) ([]KeyChange, error) {
+	resp, err := cc.c.config.Diff(ctx, &coorddv1.DiffRequest{Namespace: ns, FromRelease: from, ToRelease: to})
+	if err != nil {
+		return nil, convert(ctx, err)
+	}
+	return changesFrom(resp.GetChanges()), nil
+}
+
+// Rollback makes a new release with release to's content.
+func (cc *ConfigCenter) Rollback(ctx context.Context, ns string, to int64, o PublishOptions) (ConfigRelease, error) {
+	resp, err := cc.c.config.Rollback(ctx, &coorddv1.RollbackRequest{Namespace: ns, ToRelease: to, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message})
+	if err != nil {
+		return ConfigRelease{}, convert(ctx, err)
+	}
+	return releaseFrom(resp.GetRelease()), nil
+}
+
+// Schema returns a namespace's JSON Schema ("" if none).
+func (cc *ConfigCenter) Schema(ctx context.Context, ns string) (string, error) {
+	resp, err := cc.c.config.GetSchema(ctx, &coorddv1.GetSchemaRequest{Namespace: ns})
+	if err != nil {
+		return "", convert(ctx, err)
+	}
+	return resp.GetSchema(), nil
+}
+
+// SetSchema sets (or with "" removes) a namespace's JSON Schema.
+func (cc *ConfigCenter) SetSchema(ctx context.Context, ns, schema string) error {
+	_, err := cc.c.config.SetSchema(ctx, &coorddv1.SetSchemaRequest{Namespace: ns, Schema: schema})
+	return convert(ctx, err)
+}
+
+// Namespaces lists namespace names starting with prefix.
+func (cc *ConfigCenter) Namespaces(ctx context.Context, prefix string) ([]string, error) {
+	return allNames(ctx, func(token string) ([]string, string, error) {
+		resp, err := cc.c.config.ListNamespaces(ctx, &coorddv1.ListNamespacesRequest{Prefix: prefix, PageSize: 1000, PageToken: token})
+		return resp.GetNamespaces(), resp.GetNextPageToken(), err
+	})
+}
+
+// InstanceApplyStatus is one instance's latest report for a namespace.
+type InstanceApplyStatus struct {
+	Instance string
+	Labels   map[string]string
+	Applied  int64
+	Rejected int64
+	Reason   string
+	Reported time.Time
+}
+
+// ApplyStatus is what the live instances of a namespace run.
+type ApplyStatus struct {
+	Instances []InstanceApplyStatus
+	Applied   map[int64]int // release -> instances running it
+	Rejected  map[int64]int // release -> instances that refused it
+}
+
+// AppliedStatus aggregates the instances' reports for a namespace.
+func (cc *ConfigCenter) AppliedStatus(ctx context.Context, ns string) (ApplyStatus, error) {
+	resp, err := cc.c.config.GetApplyStatus(ctx, &coorddv1.GetApplyStatusRequest{Namespace: ns})
+	if err != nil {
+		return ApplyStatus{}, convert(ctx, err)
+	}
+	out := ApplyStatus{Applied: map[int64]int{}, Rejected: map[int64]int{}}
+	for _, in := range resp.GetInstances() {
+		out.Instances = append(out.Instances, InstanceApplyStatus{Instance: in.GetInstance(), Labels: in.GetLabels(), Applied: in.GetAppliedRelease(), Rejected: in.GetRejectedRelease(), Reason: in.GetReason(), Reported: in.GetReportTime().AsTime()})
+	}
+	for _, rc := range resp.GetApplied() {
+		out.Applied[rc.GetRelease()] = int(rc.GetInstances())
+	}
+	for _, rc := range resp.GetRejected() {
+		out.Rejected[rc.GetRelease()] = int(rc.GetInstances())
+	}
+	return out, nil
+}
+
+// ConfigWatchEvent is one message of a config watch.
+type ConfigWatchEvent struct {
+	Type      string // "SNAPSHOT", "CHANGE" or "BOOKMARK"
+	Revision  int64
+	Snapshots []NamespaceSnapshot // SNAPSHOT
+	Release   *ConfigRelease      // CHANGE
+}
+
+// Watch streams a config watch's messages as they come, from revision
+// from (0: a snapshot first), until ctx ends or fn fails. It does not
+// reconnect and keeps no state: it shows the server's stream as it is.
+// Programs that follow configuration use Subscribe, which resumes, keeps a
+// consistent snapshot and calls back on changes.
+func (cc *ConfigCenter) Watch(ctx context.Context, namespaces []string, from int64, fn func(ConfigWatchEvent) error) error {
+	st, err := cc.c.config.Watch(ctx, &coorddv1.WatchRequest{Namespaces: namespaces, FromRevision: from})
+	if err != nil {
+		return convert(ctx, err)
+	}
+	for {
+		msg, err := st.Recv()
+		if err != nil {
+			return convert(ctx, err)
+		}
+		ev := ConfigWatchEvent{Revision: msg.GetRevision()}
+		switch msg.GetType() {
+		case coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
+			ev.Type = "SNAPSHOT"
+			for _, s := range msg.GetSnapshots() {
+				ns := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Values: map[string]string{}}
+				for _, e := range s.GetEntries() {
+					ns.Values[e.GetKey()] = e.GetValue()
+				}
+				ev.Snapshots = append(ev.Snapshots, ns)
+			}
+		case coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE:
+			ev.Type = "CHANGE"
+			r := releaseFrom(msg.GetRelease())
+			ev.Release = &r
+		default:
+			ev.Type = "BOOKMARK"
+		}
+		if err := fn(ev); err != nil {
+			return err
+		}
+	}
 }

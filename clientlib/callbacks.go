@@ -1,0 +1,166 @@
+package clientlib
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// KeyChange is one key's change: Old is nil for a new key, New for a
+// removed one.
+type KeyChange struct {
+	Key string
+	Old *string
+	New *string
+}
+
+// ConfigChange is what a callback receives: the changed keys it asked for,
+// from the state the callbacks last saw to Snapshot (several releases
+// coalesce into one change while a callback is slow).
+type ConfigChange struct {
+	Namespace string
+	Release   int64 // the namespace's release in Snapshot
+	Keys      []KeyChange
+	Snapshot  *ConfigSnapshot
+}
+
+type callback struct {
+	ns     string
+	filter func(key string) bool
+	fn     func(ConfigChange) error // an error rejects the release (bindings)
+}
+
+func (s *Subscription) register(cb *callback) (unregister func()) {
+	s.mu.Lock()
+	s.cbs = append(s.cbs, cb)
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.cbs = slices.DeleteFunc(s.cbs, func(c *callback) bool { return c == cb })
+		s.mu.Unlock()
+	}
+}
+
+// OnNamespace calls fn after every change of the namespace. Callbacks run
+// one at a time, in registration order, on the subscription's own
+// goroutine, outside any lock; a panic is recovered and reported to
+// OnError. It returns a function that unregisters fn.
+func (s *Subscription) OnNamespace(ns string, fn func(ConfigChange)) (unregister func()) {
+	return s.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(c ConfigChange) error { fn(c); return nil }})
+}
+
+// OnKey calls fn after every change of one key; see OnNamespace.
+func (s *Subscription) OnKey(ns, key string, fn func(ConfigChange)) (unregister func()) {
+	return s.register(&callback{ns: ns, filter: func(k string) bool { return k == key }, fn: func(c ConfigChange) error { fn(c); return nil }})
+}
+
+// OnPrefix calls fn after every change of the keys starting with prefix;
+// see OnNamespace.
+func (s *Subscription) OnPrefix(ns, prefix string, fn func(ConfigChange)) (unregister func()) {
+	return s.register(&callback{ns: ns, filter: func(k string) bool { return strings.HasPrefix(k, prefix) }, fn: func(c ConfigChange) error { fn(c); return nil }})
+}
+
+// dispatcher runs the callbacks on one goroutine, level-triggered: it
+// compares the snapshot the callbacks last saw with the current one, so
+// releases that arrive while a callback is slow coalesce into one change
+// and memory stays bounded (two snapshots).
+type dispatcher struct {
+	s         *Subscription
+	delivered *ConfigSnapshot // what the callbacks last saw
+	recorded  *ConfigSnapshot // what the cache file and the reporter last got
+}
+
+func newDispatcher(s *Subscription) *dispatcher {
+	return &dispatcher{s: s, delivered: s.snap.Load()}
+}
+
+func (d *dispatcher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-d.s.errs:
+			d.s.report(err)
+			continue
+		case <-d.s.changed:
+		}
+		cur := d.s.snap.Load()
+		var rejected map[string]error
+		if cur != d.delivered {
+			rejected = d.dispatch(d.delivered, cur)
+			d.delivered = cur
+		}
+		if cur == d.recorded {
+			continue
+		}
+		d.recorded = cur
+		if d.s.opts.cacheFile != "" {
+			if err := writeCacheFile(d.s.opts.cacheFile, cur, d.s.namespaces); err != nil {
+				d.s.report(fmt.Errorf("coordd: write config cache file: %w", err))
+			}
+		}
+		if d.s.reporter != nil {
+			d.s.reporter.applied(cur, rejected)
+		}
+	}
+}
+
+// dispatch calls the callbacks for the changes from old to cur and returns
+// the namespaces whose release a callback (a binding) rejected, with why.
+func (d *dispatcher) dispatch(old, cur *ConfigSnapshot) map[string]error {
+	d.s.mu.Lock()
+	cbs := slices.Clone(d.s.cbs)
+	d.s.mu.Unlock()
+	var rejected map[string]error
+	for _, cb := range cbs {
+		a, b := old.spaces[cb.ns], cur.spaces[cb.ns]
+		if a == nil || b == nil || a == b {
+			continue
+		}
+		keys := diffKeys(a.values, b.values, cb.filter)
+		if len(keys) == 0 {
+			continue
+		}
+		err := d.call(cb, ConfigChange{Namespace: cb.ns, Release: b.release, Keys: keys, Snapshot: cur})
+		if err != nil {
+			if rejected == nil {
+				rejected = map[string]error{}
+			}
+			rejected[cb.ns] = err
+			d.s.report(err)
+		}
+	}
+	return rejected
+}
+
+func (d *dispatcher) call(cb *callback, ch ConfigChange) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d.s.report(fmt.Errorf("coordd: config callback for %q panicked: %v", cb.ns, p))
+			err = nil // a panicking callback does not reject the release
+		}
+	}()
+	return cb.fn(ch)
+}
+
+func diffKeys(a, b map[string]string, keep func(string) bool) []KeyChange {
+	var out []KeyChange
+	for k, ov := range a {
+		if !keep(k) {
+			continue
+		}
+		if nv, ok := b[k]; !ok {
+			out = append(out, KeyChange{Key: k, Old: &ov})
+		} else if nv != ov {
+			out = append(out, KeyChange{Key: k, Old: &ov, New: &nv})
+		}
+	}
+	for k, nv := range b {
+		if _, ok := a[k]; !ok && keep(k) {
+			out = append(out, KeyChange{Key: k, New: &nv})
+		}
+	}
+	slices.SortFunc(out, func(x, y KeyChange) int { return strings.Compare(x.Key, y.Key) })
+	return out
+}
