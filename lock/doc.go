@@ -6,6 +6,22 @@
 // lock (Limit 1 is a mutex, more is a semaphore); the rest wait. A waiter's
 // token is its key's create revision.
 //
+// Keys, under the root given to NewManager (coordd uses "/coordd/"), with
+// <lock> the escaped lock name (see package names):
+//
+//	lock/<lock>/q/<session>/<request-id>  a waiter or holder, bound to its
+//	                                      session's lease (16 hex digits);
+//	                                      JSON: limit, lock-delay, request
+//	                                      id, metadata, enqueue/grant time
+//	lock/<lock>/held/<token>              a holder that asked for a
+//	                                      lock-delay (no lease); removed with
+//	                                      its waiter key on Release
+//	lock/<lock>/delay                     a running lock-delay: token and
+//	                                      until, bound to the next grantee's
+//	                                      lease
+//	kv/<key>                              coordd's KV, written by FencedPut
+//	                                      and FencedDelete
+//
 // Guarantees:
 //   - Lock state is linearizable: at any etcd revision at most Limit keys
 //     hold a lock, and grants happen in queue (create revision) order.
