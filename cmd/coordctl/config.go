@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/user"
 	"slices"
-	"strconv"
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/spf13/cobra"
@@ -94,20 +93,48 @@ func mutationsFromJSON(data []byte, raw bool) ([]clientlib.ConfigMutation, error
 
 func (a *app) configCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Read, write, publish, watch, inspect history of, roll back and validate config namespaces"}
-	var (
-		revision        int64
-		expect          int64
-		author, message string
-	)
-	opts := func() clientlib.PublishOptions {
-		return clientlib.PublishOptions{ExpectedRevision: expect, Author: cmp.Or(author, osUser()), Message: message}
+	get, put, del := a.configGetCommand(), a.configPutCommand(), a.configDeleteCommand()
+	publish, snapshot, watch := a.configPublishCommand(), a.configSnapshotCommand(), a.configWatchCommand()
+	history, diff, rollback := a.configHistoryCommand(), a.configDiffCommand(), a.configRollbackCommand()
+	schema, status := a.configSchemaCommand(), a.configStatusCommand()
+	namespaces := a.listCommand("namespaces [PREFIX]", "List namespaces", namespaceNames)
+	for _, c := range []*cobra.Command{get, put, del, publish, snapshot, history, diff, rollback, schema, status, namespaces} {
+		c.ValidArgsFunction = a.completeFirst(namespaceNames, cobra.ShellCompDirectiveNoFileComp)
 	}
-	writeFlags := func(c *cobra.Command) {
-		c.Flags().Int64Var(&expect, "expect", 0, "compare-and-set: fail (exit 4) if the namespace changed after this revision")
-		c.Flags().StringVar(&author, "author", "", "recorded with the release (default: your OS user name)")
-		c.Flags().StringVarP(&message, "message", "m", "", "recorded with the release")
-	}
+	watch.ValidArgsFunction = a.completeEach(namespaceNames)
+	cmd.AddCommand(get, put, del, publish, snapshot, watch, history, diff, rollback, schema, status, namespaces)
+	return cmd
+}
 
+// releaseFlags are the flags of the commands that publish a release: put,
+// delete, publish and rollback.
+type releaseFlags struct {
+	expect          int64
+	author, message string
+}
+
+func (f *releaseFlags) add(cmd *cobra.Command) {
+	cmd.Flags().Int64Var(&f.expect, "expect", 0, "compare-and-set: fail (exit 4) if the namespace changed after this revision")
+	cmd.Flags().StringVar(&f.author, "author", "", "recorded with the release (default: your OS user name)")
+	cmd.Flags().StringVarP(&f.message, "message", "m", "", "recorded with the release")
+}
+
+// options are the flags as publish options, the author defaulting to osUser.
+func (f *releaseFlags) options() clientlib.PublishOptions {
+	return clientlib.PublishOptions{ExpectedRevision: f.expect, Author: cmp.Or(f.author, osUser()), Message: f.message}
+}
+
+// osUser names the author of a release made without --author: the OS
+// user, else $USER, else "coordctl".
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return cmp.Or(os.Getenv("USER"), "coordctl")
+}
+
+func (a *app) configGetCommand() *cobra.Command {
+	var revision int64
 	get := &cobra.Command{
 		Use:   "get NAMESPACE KEY",
 		Short: "Print a key's value (exit 3 if missing)",
@@ -123,7 +150,11 @@ func (a *app) configCommand() *cobra.Command {
 		},
 	}
 	get.Flags().Int64Var(&revision, "revision", 0, "read at this past revision")
+	return get
+}
 
+func (a *app) configPutCommand() *cobra.Command {
+	var rf releaseFlags
 	put := &cobra.Command{
 		Use:   "put NAMESPACE KEY VALUE",
 		Short: "Set one key (VALUE - reads stdin)",
@@ -138,7 +169,7 @@ func (a *app) configCommand() *cobra.Command {
 				value = string(data)
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				r, err := c.Config().Put(ctx, args[0], args[1], value, opts())
+				r, err := c.Config().Put(ctx, args[0], args[1], value, rf.options())
 				if err != nil {
 					return err
 				}
@@ -146,15 +177,19 @@ func (a *app) configCommand() *cobra.Command {
 			})
 		},
 	}
-	writeFlags(put)
+	rf.add(put)
+	return put
+}
 
+func (a *app) configDeleteCommand() *cobra.Command {
+	var rf releaseFlags
 	del := &cobra.Command{
 		Use:   "delete NAMESPACE KEY",
 		Short: "Remove one key",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				r, err := c.Config().Delete(ctx, args[0], args[1], opts())
+				r, err := c.Config().Delete(ctx, args[0], args[1], rf.options())
 				if err != nil {
 					return err
 				}
@@ -162,8 +197,12 @@ func (a *app) configCommand() *cobra.Command {
 			})
 		},
 	}
-	writeFlags(del)
+	rf.add(del)
+	return del
+}
 
+func (a *app) configPublishCommand() *cobra.Command {
+	var rf releaseFlags
 	var file string
 	var raw, dryRun bool
 	publish := &cobra.Command{
@@ -187,7 +226,7 @@ With --raw, string members are stored without their quotes.`,
 				return err
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				o := opts()
+				o := rf.options()
 				o.DryRun = dryRun
 				r, err := c.Config().Publish(ctx, args[0], ms, o)
 				if err != nil {
@@ -197,11 +236,15 @@ With --raw, string members are stored without their quotes.`,
 			})
 		},
 	}
-	writeFlags(publish)
+	rf.add(publish)
 	publish.Flags().StringVarP(&file, "file", "f", "", "JSON object of keys to set (null deletes); - for stdin")
 	publish.Flags().BoolVar(&raw, "raw", false, "store string members without their quotes")
 	publish.Flags().BoolVar(&dryRun, "dry-run", false, "validate and show the changes, write nothing")
+	return publish
+}
 
+func (a *app) configSnapshotCommand() *cobra.Command {
+	var revision int64
 	snapshot := &cobra.Command{
 		Use:   "snapshot NAMESPACE",
 		Short: "Print every key of a namespace, at one revision",
@@ -227,7 +270,10 @@ With --raw, string members are stored without their quotes.`,
 		},
 	}
 	snapshot.Flags().Int64Var(&revision, "revision", 0, "read at this past revision")
+	return snapshot
+}
 
+func (a *app) configWatchCommand() *cobra.Command {
 	var from int64
 	var count int
 	var bookmarks bool
@@ -281,73 +327,10 @@ With --raw, string members are stored without their quotes.`,
 	watch.Flags().Int64Var(&from, "from", 0, "resume from this revision (the last seen + 1)")
 	watch.Flags().IntVar(&count, "count", 0, "stop after this many messages")
 	watch.Flags().BoolVar(&bookmarks, "bookmarks", false, "also print bookmarks")
+	return watch
+}
 
-	var limit int
-	history := &cobra.Command{
-		Use:   "history NAMESPACE",
-		Short: "List a namespace's releases, newest first",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				rels, err := c.Config().Releases(ctx, args[0], 0, limit)
-				if err != nil {
-					return err
-				}
-				return a.print(releasesOut(rels), func(w io.Writer) {
-					fmt.Fprintln(w, "RELEASE\tREVISION\tTIME\tAUTHOR\tCHANGES\tMESSAGE")
-					for _, r := range rels {
-						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\n", r.Number, r.Revision, ts(r.Time), r.Author, len(r.Changes), r.Message)
-					}
-				})
-			})
-		},
-	}
-	history.Flags().IntVar(&limit, "limit", 20, "releases to show (1-100)")
-
-	diff := &cobra.Command{
-		Use:   "diff NAMESPACE FROM TO",
-		Short: "Show the key changes between two releases (0 is the empty namespace)",
-		Args:  cobra.ExactArgs(3),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			from, err1 := strconv.ParseInt(args[1], 10, 64)
-			to, err2 := strconv.ParseInt(args[2], 10, 64)
-			if err1 != nil || err2 != nil {
-				return usagef("FROM and TO are release numbers")
-			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				changes, err := c.Config().Diff(ctx, args[0], from, to)
-				if err != nil {
-					return err
-				}
-				return a.print(changesOut(changes), func(w io.Writer) {
-					for _, ch := range changes {
-						fmt.Fprintln(w, changeLine(ch))
-					}
-				})
-			})
-		},
-	}
-
-	rollback := &cobra.Command{
-		Use:   "rollback NAMESPACE RELEASE",
-		Short: "Publish a new release with an earlier release's content",
-		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			to, err := strconv.ParseInt(args[1], 10, 64)
-			if err != nil {
-				return usagef("RELEASE is a release number")
-			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				r, err := c.Config().Rollback(ctx, args[0], to, opts())
-				if err != nil {
-					return err
-				}
-				return a.printRelease(r)
-			})
-		},
-	}
-	writeFlags(rollback)
-
+func (a *app) configSchemaCommand() *cobra.Command {
 	var setFile string
 	var remove bool
 	schema := &cobra.Command{
@@ -376,45 +359,5 @@ With --raw, string members are stored without their quotes.`,
 	}
 	schema.Flags().StringVar(&setFile, "set", "", "set the schema from this file (- for stdin)")
 	schema.Flags().BoolVar(&remove, "remove", false, "remove the schema")
-
-	status := &cobra.Command{
-		Use:   "status NAMESPACE",
-		Short: "Show which release each instance runs or rejected",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				st, err := c.Config().AppliedStatus(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				return a.print(applyStatusOut(st), func(w io.Writer) {
-					fmt.Fprintln(w, "INSTANCE\tAPPLIED\tREJECTED\tREPORTED\tREASON")
-					for _, in := range st.Instances {
-						rej := "-"
-						if in.Rejected > in.Applied {
-							rej = strconv.FormatInt(in.Rejected, 10)
-						}
-						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", in.Instance, in.Applied, rej, ts(in.Reported), in.Reason)
-					}
-				})
-			})
-		},
-	}
-
-	namespaces := a.listCommand("namespaces [PREFIX]", "List namespaces", namespaceNames)
-	for _, c := range []*cobra.Command{get, put, del, publish, snapshot, history, diff, rollback, schema, status, namespaces} {
-		c.ValidArgsFunction = a.completeFirst(namespaceNames, cobra.ShellCompDirectiveNoFileComp)
-	}
-	watch.ValidArgsFunction = a.completeEach(namespaceNames)
-	cmd.AddCommand(get, put, del, publish, snapshot, watch, history, diff, rollback, schema, status, namespaces)
-	return cmd
-}
-
-// osUser names the author of a release made without --author: the OS
-// user, else $USER, else "coordctl".
-func osUser() string {
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return u.Username
-	}
-	return cmp.Or(os.Getenv("USER"), "coordctl")
+	return schema
 }

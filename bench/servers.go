@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+type daemon struct {
+	cmd      *exec.Cmd
+	grpcAddr string
+	httpAddr string
+	etcdURL  string
+	bin      string   // coordd's binary, for restart
+	args     []string // its flags, for restart
+	startup  time.Duration
+}
+
+// freePort asks the kernel for a free port and frees it again for coordd
+// to bind, so another process may take it first. coordd can neither be
+// handed a bound listener nor report which ports it bound to (its etcd
+// ports included), and restart needs the same ports again.
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startDaemon starts coordd on fresh ports and data dir and waits for /readyz.
+func startDaemon(bin, dir string) (*daemon, error) {
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort())
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort())
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", freePort())
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", freePort())
+	cmd := exec.Command(bin, "--data-dir", dir, "--name", "bench", "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+		"--etcd-client-url", etcdURL, "--listen-peer-urls", peerURL, "--log-level", "error", "--enable-pprof")
+	cmd.Stderr = os.Stderr
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	d := &daemon{cmd: cmd, grpcAddr: grpcAddr, httpAddr: httpAddr, etcdURL: etcdURL, bin: bin, args: cmd.Args[1:]}
+	if err := waitReady(d, "http://"+httpAddr+"/readyz", t0); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *daemon) rssKiB() int {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return -1
+}
+
+// restart stops coordd and starts it again on the same ports and data,
+// and returns when it is ready.
+func (d *daemon) restart() error {
+	d.stop()
+	d.cmd = exec.Command(d.bin, d.args...)
+	d.cmd.Stderr = os.Stderr
+	t0 := time.Now()
+	if err := d.cmd.Start(); err != nil {
+		return err
+	}
+	return waitReady(d, "http://"+d.httpAddr+"/readyz", t0)
+}
+
+func (d *daemon) stop() {
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.cmd.Wait()
+}
+
+// startRawMember starts this binary as a bare etcd member and waits until a
+// linearizable read succeeds, the same check coordd's /readyz makes. The
+// member binds port 0 and prints the client URL it got, so no port is
+// picked here and freed for another process to take first. (Its etcd's
+// JSON gateway, unused here, dials the configured :0 and fails.)
+func startRawMember(self, dir string) (*daemon, error) {
+	cmd := exec.Command(self, "-raw-member", dir+",http://127.0.0.1:0,http://127.0.0.1:0")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	d := &daemon{cmd: cmd}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		d.stop()
+		return nil, fmt.Errorf("raw etcd member: no client URL: %q, %v", line, err)
+	}
+	d.etcdURL = strings.TrimSpace(line)
+	if err := waitReady(d, d.etcdURL+"/health", t0); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// waitReady polls url every 2ms until it answers 200, and records the time
+// since t0 as the start-up time.
+func waitReady(d *daemon, url string, t0 time.Time) error {
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := hc.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				d.startup = time.Since(t0)
+				return nil
+			}
+		}
+		if time.Since(t0) > 30*time.Second {
+			d.stop()
+			return fmt.Errorf("%s not ready after 30s", url)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func runRawMember(spec string) {
+	parts := strings.Split(spec, ",")
+	cfg := embed.NewConfig()
+	cfg.Name = "bench"
+	cfg.Dir = parts[0]
+	cu, _ := url.Parse(parts[1])
+	pu, _ := url.Parse(parts[2])
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = "bench=" + pu.String()
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: raw etcd:", err)
+		os.Exit(1)
+	}
+	fmt.Println("http://" + e.Clients[0].Addr().String()) // the bound client URL, for startRawMember
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	e.Close()
+}

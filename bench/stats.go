@@ -1,0 +1,68 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+type result struct{ coorddP50, coorddP99, etcdP50, etcdP99 []float64 }
+
+// compare runs both peers for rounds, alternating which goes first, and
+// returns per-round p50/p99 in microseconds.
+func compare(coordd, etcd func() error) (result, error) {
+	var r result
+	for round := range *rounds {
+		order := []int{0, 1}
+		if round%2 == 1 {
+			order = []int{1, 0}
+		}
+		for _, peer := range order {
+			fn := coordd
+			if peer == 1 {
+				fn = etcd
+			}
+			lat, err := measure(fn)
+			if err != nil {
+				return r, err
+			}
+			p50, p99 := percentile(lat, 50), percentile(lat, 99)
+			if peer == 0 {
+				r.coorddP50, r.coorddP99 = append(r.coorddP50, p50), append(r.coorddP99, p99)
+			} else {
+				r.etcdP50, r.etcdP99 = append(r.etcdP50, p50), append(r.etcdP99, p99)
+			}
+		}
+	}
+	return r, nil
+}
+
+func measure(fn func() error) ([]float64, error) {
+	for range 20 { // warm up
+		if err := fn(); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	lat := make([]float64, 0, *ops)
+	for range *ops {
+		t0 := time.Now()
+		if err := fn(); err != nil {
+			return nil, err
+		}
+		lat = append(lat, float64(time.Since(t0).Microseconds()))
+	}
+	return lat, nil
+}
+
+func printRow(name string, r result) {
+	c50, c99, e50, e99 := median(r.coorddP50), median(r.coorddP99), median(r.etcdP50), median(r.etcdP99)
+	fmt.Printf("%-48s %8.0fus %8.0fus %8.0fus %8.0fus %8.2f %8.2f\n", name, c50, c99, e50, e99, c50/e50, c99/e99)
+}
+
+func percentile(xs []float64, p float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p/100))]
+}
+
+func median(xs []float64) float64 { return percentile(xs, 50) }

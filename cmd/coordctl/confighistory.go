@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/spf13/cobra"
+)
+
+func (a *app) configHistoryCommand() *cobra.Command {
+	var limit int
+	history := &cobra.Command{
+		Use:   "history NAMESPACE",
+		Short: "List a namespace's releases, newest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				rels, err := c.Config().Releases(ctx, args[0], 0, limit)
+				if err != nil {
+					return err
+				}
+				return a.print(releasesOut(rels), func(w io.Writer) {
+					fmt.Fprintln(w, "RELEASE\tREVISION\tTIME\tAUTHOR\tCHANGES\tMESSAGE")
+					for _, r := range rels {
+						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\n", r.Number, r.Revision, ts(r.Time), r.Author, len(r.Changes), r.Message)
+					}
+				})
+			})
+		},
+	}
+	history.Flags().IntVar(&limit, "limit", 20, "releases to show (1-100)")
+	return history
+}
+
+func (a *app) configDiffCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "diff NAMESPACE FROM TO",
+		Short: "Show the key changes between two releases (0 is the empty namespace)",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			from, err1 := strconv.ParseInt(args[1], 10, 64)
+			to, err2 := strconv.ParseInt(args[2], 10, 64)
+			if err1 != nil || err2 != nil {
+				return usagef("FROM and TO are release numbers")
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				changes, err := c.Config().Diff(ctx, args[0], from, to)
+				if err != nil {
+					return err
+				}
+				return a.print(changesOut(changes), func(w io.Writer) {
+					for _, ch := range changes {
+						fmt.Fprintln(w, changeLine(ch))
+					}
+				})
+			})
+		},
+	}
+}
+
+func (a *app) configRollbackCommand() *cobra.Command {
+	var rf releaseFlags
+	rollback := &cobra.Command{
+		Use:   "rollback NAMESPACE RELEASE",
+		Short: "Publish a new release with an earlier release's content",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			to, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil {
+				return usagef("RELEASE is a release number")
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				r, err := c.Config().Rollback(ctx, args[0], to, rf.options())
+				if err != nil {
+					return err
+				}
+				return a.printRelease(r)
+			})
+		},
+	}
+	rf.add(rollback)
+	return rollback
+}
+
+func (a *app) configStatusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status NAMESPACE",
+		Short: "Show which release each instance runs or rejected",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				st, err := c.Config().AppliedStatus(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return a.print(applyStatusOut(st), func(w io.Writer) {
+					fmt.Fprintln(w, "INSTANCE\tAPPLIED\tREJECTED\tREPORTED\tREASON")
+					for _, in := range st.Instances {
+						rej := "-"
+						if in.Rejected > in.Applied {
+							rej = strconv.FormatInt(in.Rejected, 10)
+						}
+						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", in.Instance, in.Applied, rej, ts(in.Reported), in.Reason)
+					}
+				})
+			})
+		},
+	}
+}
