@@ -14,6 +14,7 @@ import (
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/wait"
 	"github.com/coordd/coordd/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -393,7 +394,7 @@ func TestObserveStorm(t *testing.T) {
 	// The observer's first batch is the state it starts from: wait for it,
 	// or the storm may begin before the observer has read anything and it
 	// would start from a later state than startRev's.
-	waitUntil(t, func() bool { return rec.lastRev() >= startRev })
+	wait.For(t, "the observer's first state", func() bool { return rec.lastRev() >= startRev })
 
 	resigned := map[fencing.Token]bool{}
 	expired := map[fencing.Token]bool{}
@@ -444,7 +445,7 @@ func TestObserveStorm(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, func() bool { return rec.caughtUp(state{term: l.Term, value: tag}) })
+		wait.For(t, "the observer to show the marker "+tag, func() bool { return rec.caughtUp(state{term: l.Term, value: tag}) })
 		return func() {
 			resigned[l.Term] = true
 			if err := e.m.Resign(ctx, name, l.Term); err != nil {
@@ -507,11 +508,11 @@ func TestObserveStorm(t *testing.T) {
 	octx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- e.m.Observe(octx, name, resumeFrom, rec2.send) }()
-	waitUntil(t, func() bool { return rec2.lastRev() > 0 })
+	wait.For(t, "the resumed observer's first state", func() bool { return rec2.lastRev() > 0 })
 	if _, err := e.m.Proclaim(ctx, name, holder.Term, "after"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { return rec2.lastRev() >= e.rev(t) })
+	wait.For(t, "the resumed observer to catch up with the proclamation", func() bool { return rec2.lastRev() >= e.rev(t) })
 	cancel()
 	<-done
 	rec2.mu.Lock()
@@ -529,15 +530,4 @@ func (e env) rev(t *testing.T) int64 {
 		t.Fatal(err)
 	}
 	return resp.Header.Revision
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met after 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/wait"
 	"github.com/coordd/coordd/lock"
 	"github.com/coordd/coordd/session"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -184,7 +185,7 @@ func TestWaitersAreGrantedInOrder(t *testing.T) {
 			}
 		}()
 		// Enqueue strictly one after another.
-		waitFor(t, "waiter to queue", func() bool {
+		wait.For(t, "waiter to queue", func() bool {
 			d, err := e.m.Describe(ctx, "fifo")
 			return err == nil && len(d.Waiters) == i+1
 		})
@@ -219,7 +220,7 @@ func TestWaiterWhoseSessionDiesFailsAtOnce(t *testing.T) {
 		_, err := e.m.Acquire(wctx, lock.Request{Name: "l", Session: s})
 		done <- err
 	}()
-	waitFor(t, "the waiter to queue", func() bool {
+	wait.For(t, "the waiter to queue", func() bool {
 		d, err := e.m.Describe(ctx, "l")
 		return err == nil && len(d.Waiters) == 1
 	})
@@ -400,7 +401,7 @@ func TestSemaphore(t *testing.T) {
 		}
 		done <- g
 	}()
-	waitFor(t, "the waiter to queue", func() bool {
+	wait.For(t, "the waiter to queue", func() bool {
 		d, err := e.m.Describe(ctx, "pool")
 		return err == nil && len(d.Waiters) == 1
 	})
@@ -433,7 +434,7 @@ func TestFencedWrites(t *testing.T) {
 		waiting <- g
 	}()
 	var waiterToken fencing.Token
-	waitFor(t, "the waiter to queue", func() bool {
+	wait.For(t, "the waiter to queue", func() bool {
 		d, err := e.m.Describe(ctx, "db")
 		if err == nil && len(d.Waiters) == 1 {
 			waiterToken = d.Waiters[0].Token
@@ -531,17 +532,6 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // Lock-delay: after a holder's session expires (not after a clean
 // release), the next waiter is granted only once the delay has passed, and
 // Describe shows the lock as delayed meanwhile.
@@ -564,7 +554,7 @@ func TestLockDelayAfterExpiry(t *testing.T) {
 		g, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: ws, LockDelay: delay})
 		done <- result{g, err, time.Now()}
 	}()
-	waitFor(t, "the waiter to queue", func() bool {
+	wait.For(t, "the waiter to queue", func() bool {
 		d, err := e.m.Describe(ctx, "l")
 		return err == nil && len(d.Waiters) == 1
 	})
@@ -627,7 +617,7 @@ func TestLockDelaySkippedOnRelease(t *testing.T) {
 		_, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: ws, LockDelay: time.Minute})
 		done <- err
 	}()
-	waitFor(t, "the waiter to queue", func() bool {
+	wait.For(t, "the waiter to queue", func() bool {
 		d, err := e.m.Describe(ctx, "l")
 		return err == nil && len(d.Waiters) == 1
 	})
@@ -663,7 +653,7 @@ func TestDescribeSince(t *testing.T) {
 		_, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: ws})
 		done <- err
 	}()
-	waitFor(t, "the waiter to queue", func() bool {
+	wait.For(t, "the waiter to queue", func() bool {
 		d, err := e.m.Describe(ctx, "l")
 		return err == nil && len(d.Waiters) == 1 && d.Waiters[0].Since.IsZero()
 	})
@@ -674,7 +664,7 @@ func TestDescribeSince(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the grant time to be recorded", func() bool {
+	wait.For(t, "the grant time to be recorded", func() bool {
 		d, err := e.m.Describe(ctx, "l")
 		return err == nil && len(d.Holders) == 1 && !d.Holders[0].Since.Before(released.Add(-10*time.Millisecond)) && d.Holders[0].Since.After(d.Holders[0].Enqueued)
 	})
@@ -752,7 +742,7 @@ func TestLockDelayOutlivesAWaiterThatGivesUp(t *testing.T) {
 		gaveUp <- err
 	}()
 	var until time.Time
-	waitFor(t, "the lock-delay to start", func() bool {
+	wait.For(t, "the lock-delay to start", func() bool {
 		d, err := e.m.Describe(ctx, "l")
 		until = d.DelayedUntil
 		return err == nil && !until.IsZero()
@@ -790,7 +780,7 @@ func TestRetryTakesOverTheEntry(t *testing.T) {
 		_, err := e.m.Acquire(firstCtx, req)
 		first <- err
 	}()
-	waitFor(t, "the first call to queue", func() bool {
+	wait.For(t, "the first call to queue", func() bool {
 		d, err := e.m.Describe(ctx, "l")
 		return err == nil && len(d.Waiters) == 1
 	})
@@ -803,7 +793,7 @@ func TestRetryTakesOverTheEntry(t *testing.T) {
 		retry <- g
 	}()
 	// Wait until the retry has stamped the entry, then let the first call fail.
-	waitFor(t, "the retry to take the entry over", func() bool {
+	wait.For(t, "the retry to take the entry over", func() bool {
 		resp, err := e.cli.Get(ctx, "/coordd/lock/l/q/", clientv3.WithPrefix())
 		return err == nil && len(resp.Kvs) == 2 && resp.Kvs[1].Version > 1
 	})
@@ -836,7 +826,7 @@ func TestLockDelayWithNobodyWaiting(t *testing.T) {
 	if _, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: old, LockDelay: time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the holder's session to expire", func() bool {
+	wait.For(t, "the holder's session to expire", func() bool {
 		d, err := e.m.Describe(ctx, "l")
 		return err == nil && len(d.Holders) == 0
 	})

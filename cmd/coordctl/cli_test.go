@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 // unreachable is an endpoint nobody answers on.
@@ -76,7 +77,7 @@ func TestElectCandidates(t *testing.T) {
 			var out, errOut strings.Builder
 			run(ctx, []string{"--endpoints", ep, "elect", "campaign", "jobs", value, "--session", id}, strings.NewReader(""), &out, &errOut)
 		}()
-		waitFor(t, value+" to stand", func() bool {
+		wait.Within(t, 15*time.Second, value+" to stand", func() bool {
 			_, out, _ := ctl(t, ep, "", "elect", "candidates", "jobs", "-o", "json")
 			var cs []any
 			json.Unmarshal([]byte(out), &cs)

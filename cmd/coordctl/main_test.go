@@ -16,6 +16,7 @@ import (
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/tcpproxy"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 // ctl runs coordctl in-process against endpoint and returns its exit code
@@ -51,17 +52,6 @@ func jsonOf(t *testing.T, s string, v any) {
 	t.Helper()
 	if err := json.Unmarshal([]byte(s), v); err != nil {
 		t.Fatalf("output %q is not JSON: %v", s, err)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -163,7 +153,7 @@ func TestLockRunStopsTheCommandWhenTheLockIsLost(t *testing.T) {
 		code, _, _ := ctl(t, proxy.Addr(), "", "lock", "run", "db-migration", "--ttl", "3s", "--", "sh", "-c", script)
 		done <- code
 	}()
-	waitFor(t, "the command to run", func() bool { data, _ := os.ReadFile(beats); return len(data) > 0 })
+	wait.Within(t, 15*time.Second, "the command to run", func() bool { data, _ := os.ReadFile(beats); return len(data) > 0 })
 
 	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{d.GRPCAddr}})
 	if err != nil {
@@ -245,9 +235,9 @@ func TestElectCommands(t *testing.T) {
 			script := fmt.Sprintf(`echo "%d $COORDD_TERM" >> %s; while [ ! -e %s ]; do sleep 0.02; done; exit %d`, i, order, release, 10+i)
 			codes[i], _, _ = ctl(t, ep, "", "elect", "run", "worker", "--ttl", "5s", "--", "sh", "-c", script)
 		}()
-		waitFor(t, "the first command to start", func() bool { data, _ := os.ReadFile(order); return len(data) > 0 })
+		wait.Within(t, 15*time.Second, "the first command to start", func() bool { data, _ := os.ReadFile(order); return len(data) > 0 })
 	}
-	waitFor(t, "a standby candidate", func() bool {
+	wait.Within(t, 15*time.Second, "a standby candidate", func() bool {
 		_, out, _ := ctl(t, ep, "", "elect", "leader", "worker")
 		return strings.Count(out, "candidate") == 1
 	})

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 // syncBuffer is a bytes.Buffer safe for the example's goroutines.
@@ -32,17 +32,6 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // The example starts with the defaults, prints each accepted change, and
 // rejects (and reports) an invalid release, keeping the last good value.
 func TestConfigReload(t *testing.T) {
@@ -51,7 +40,7 @@ func TestConfigReload(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, &out, []string{d.GRPCAddr}, "demo/app", "") }()
-	waitFor(t, "the start line", func() bool { return strings.Contains(out.String(), "started (live, release 0)") })
+	wait.For(t, "the start line", func() bool { return strings.Contains(out.String(), "started (live, release 0)") })
 	if want := fmt.Sprintf("config-reload: pid %d\n", os.Getpid()); !strings.HasPrefix(out.String(), want) {
 		t.Fatalf("output does not start with %q:\n%s", want, out.String())
 	}
@@ -64,12 +53,12 @@ func TestConfigReload(t *testing.T) {
 	if _, err := c.Config().Publish(ctx, "demo/app", []clientlib.ConfigMutation{{Key: "greeting", Value: `"hi"`}, {Key: "workers", Value: "8"}}, clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the change", func() bool { return strings.Contains(out.String(), `changed: greeting="hi" workers=8`) })
+	wait.For(t, "the change", func() bool { return strings.Contains(out.String(), `changed: greeting="hi" workers=8`) })
 	if _, err := c.Config().Put(ctx, "demo/app", "workers", "0", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the rejection", func() bool { return strings.Contains(out.String(), "rejected:") })
-	waitFor(t, "the server to see the rejection", func() bool {
+	wait.For(t, "the rejection", func() bool { return strings.Contains(out.String(), "rejected:") })
+	wait.For(t, "the server to see the rejection", func() bool {
 		st, err := c.Config().AppliedStatus(ctx, "demo/app")
 		return err == nil && st.Rejected[2] == 1 && st.Applied[1] == 1
 	})

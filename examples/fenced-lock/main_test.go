@@ -17,6 +17,7 @@ import (
 
 	"github.com/coordd/coordd/internal/coorddtest"
 	"github.com/coordd/coordd/internal/freeport"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 // lines collects a process's output lines.
@@ -79,17 +80,6 @@ func start(t *testing.T, bin string, args ...string) (*exec.Cmd, *lines) {
 	return cmd, &l
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 type status struct {
 	Value, Refused int
 	Highest        string // the highest token the store has seen
@@ -123,7 +113,7 @@ func TestPausedWorkerIsFenced(t *testing.T) {
 	// Worker a reads the counter with its token, then works for 3s: pause
 	// it in the middle, holding the lock.
 	a, aOut := worker("a", 1, 3*time.Second)
-	waitFor(t, "a to read under the lock", func() bool { return lockHeld(t, d.HTTPAddr) && getStatus(t, srv.URL).Highest != "0" })
+	wait.Within(t, 30*time.Second, "a to read under the lock", func() bool { return lockHeld(t, d.HTTPAddr) && getStatus(t, srv.URL).Highest != "0" })
 	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -165,11 +155,11 @@ func TestWorkerWaitsForCoorddAndStore(t *testing.T) {
 	storeAddr := freeport.Addr(t)
 	w, wOut := start(t, bin, "-mode", "worker", "-endpoints", d.GRPCAddr, "-store", "http://"+storeAddr, "-id", "w",
 		"-rounds", "2", "-work", "10ms", "-ttl", "2s", "-wait", "60s")
-	waitFor(t, "the worker to wait for coordd", func() bool { return wOut.has("worker w: waiting for coordd") })
+	wait.Within(t, 30*time.Second, "the worker to wait for coordd", func() bool { return wOut.has("worker w: waiting for coordd") })
 	d.Restart(t)
-	waitFor(t, "the worker to wait for the store", func() bool { return wOut.has("worker w: waiting for the store") })
+	wait.Within(t, 30*time.Second, "the worker to wait for the store", func() bool { return wOut.has("worker w: waiting for the store") })
 	s, sOut := start(t, bin, "-mode", "store", "-listen", storeAddr)
-	waitFor(t, "the worker's second increment", func() bool { return wOut.has("counter 1 -> 2") })
+	wait.Within(t, 30*time.Second, "the worker's second increment", func() bool { return wOut.has("counter 1 -> 2") })
 	if err := w.Wait(); err != nil {
 		t.Fatalf("worker: %v; output:\n%s", err, wOut)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 type proc struct {
@@ -30,17 +31,6 @@ func (p *proc) find(re *regexp.Regexp) (string, time.Time, bool) {
 		}
 	}
 	return "", time.Time{}, false
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 var leading = regexp.MustCompile(`leading \(term (\d+)\)`)
@@ -74,20 +64,20 @@ func TestFailOverOnKill(t *testing.T) {
 		return p
 	}
 	a := start("a")
-	waitFor(t, "a to lead", func() bool { _, _, ok := a.find(leading); return ok })
+	wait.Within(t, 30*time.Second, "a to lead", func() bool { _, _, ok := a.find(leading); return ok })
 	// The worker names its own PID, the one to kill.
 	if _, _, ok := a.find(regexp.MustCompile(`^worker a: pid ` + strconv.Itoa(a.cmd.Process.Pid) + `$`)); !ok {
 		t.Fatalf("a did not print its pid %d", a.cmd.Process.Pid)
 	}
 	b := start("b")
-	waitFor(t, "b to stand by", func() bool { _, _, ok := b.find(regexp.MustCompile("standing by")); return ok })
-	waitFor(t, "a to work", func() bool { _, _, ok := a.find(regexp.MustCompile("batch step 3")); return ok })
+	wait.Within(t, 30*time.Second, "b to stand by", func() bool { _, _, ok := b.find(regexp.MustCompile("standing by")); return ok })
+	wait.Within(t, 30*time.Second, "a to work", func() bool { _, _, ok := a.find(regexp.MustCompile("batch step 3")); return ok })
 	if _, _, ok := b.find(regexp.MustCompile("batch step")); ok {
 		t.Fatal("b worked while a led")
 	}
 	killed := time.Now()
 	a.cmd.Process.Kill()
-	waitFor(t, "b to take over", func() bool { _, _, ok := b.find(leading); return ok })
+	wait.Within(t, 30*time.Second, "b to take over", func() bool { _, _, ok := b.find(leading); return ok })
 	line, at, _ := b.find(leading)
 	// TTL, plus up to 0.5s for etcd's expiry check, plus slack for a busy
 	// machine.
@@ -102,7 +92,7 @@ func TestFailOverOnKill(t *testing.T) {
 	if tb <= ta {
 		t.Fatalf("terms %d then %d", ta, tb)
 	}
-	waitFor(t, "b to work", func() bool {
+	wait.Within(t, 30*time.Second, "b to work", func() bool {
 		_, _, ok := b.find(regexp.MustCompile(`batch step 2 \(term ` + strconv.Itoa(tb)))
 		return ok
 	})

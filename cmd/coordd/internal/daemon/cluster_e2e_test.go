@@ -16,6 +16,7 @@ import (
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/tcpproxy"
+	"github.com/coordd/coordd/internal/wait"
 	"go.etcd.io/etcd/pkg/v3/featuregate"
 	"go.etcd.io/etcd/server/v3/features"
 )
@@ -34,7 +35,7 @@ func TestSessionExpiry(t *testing.T) {
 	}
 	// Wait for one acknowledged keep-alive, then cut the network.
 	first := s.Deadline()
-	waitFor(t, 5*time.Second, "a first keep-alive", func() bool { return s.Deadline().After(first) })
+	wait.Within(t, 5*time.Second, "a first keep-alive", func() bool { return s.Deadline().After(first) })
 	proxy.Freeze()
 	frozenAt := time.Now()
 
@@ -62,7 +63,7 @@ func TestSessionExpiry(t *testing.T) {
 	if _, err := direct.Admin().GetSession(t.Context(), s.ID()); err != nil {
 		t.Fatalf("server dropped the session before the SDK's local deadline: %v", err)
 	}
-	waitFor(t, 10*time.Second, "the server to drop the session", func() bool {
+	wait.Within(t, 10*time.Second, "the server to drop the session", func() bool {
 		_, err := direct.Admin().GetSession(t.Context(), s.ID())
 		return errors.Is(err, clientlib.ErrSessionNotFound)
 	})
@@ -166,7 +167,7 @@ func TestThreeMemberFailover(t *testing.T) {
 			faultAt := time.Now()
 			// A keep-alive sent after the fault and acknowledged proves the
 			// failover (margin is 1s for a 6s TTL).
-			waitFor(t, 15*time.Second, "a keep-alive through another member", func() bool {
+			wait.Within(t, 15*time.Second, "a keep-alive through another member", func() bool {
 				select {
 				case <-s.Done():
 					t.Fatalf("session lost after member %d failed: %v", victim, s.Err())
@@ -291,12 +292,12 @@ func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, 10*time.Second, "contention to start", func() bool { return grants.Load() > 20 })
+	wait.Within(t, 10*time.Second, "contention to start", func() bool { return grants.Load() > 20 })
 	before := grants.Load()
 	if err := ds[leader].Stop(context.Background()); err != nil {
 		t.Fatalf("stopping the leader's member: %v", err)
 	}
-	waitFor(t, 20*time.Second, "grants to continue under the new leader", func() bool { return grants.Load() > before+20 })
+	wait.Within(t, 20*time.Second, "grants to continue under the new leader", func() bool { return grants.Load() > before+20 })
 	stop()
 	wg.Wait()
 	if overlaps.Load() != 0 || stale.Load() != 0 {
@@ -341,7 +342,7 @@ func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
 		resp.Body.Close()
 		done <- resp.StatusCode
 	}()
-	waitFor(t, 10*time.Second, "the waiter to queue", func() bool {
+	wait.Within(t, 10*time.Second, "the waiter to queue", func() bool {
 		r := call(t, "GET", base+"/v1/locks/q", "")
 		w, _ := r.body["waiters"].([]any)
 		return len(w) == 1

@@ -18,6 +18,7 @@ import (
 	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
 	"github.com/coordd/coordd/internal/freeport"
 	"github.com/coordd/coordd/internal/tcpproxy"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 // configTestConfig is testConfig with quick bookmarks, so stalls are told
@@ -99,12 +100,12 @@ func TestConfigThroughSDK(t *testing.T) {
 	if _, err := c.Config().Put(ctx, "svc/yaml", "app.yaml", "port: 9090\nname: api\nlimits:\n  rps: 5\n", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the YAML binding", func() bool { return doc.Load().Port == 9090 && doc.Load().Limits.RPS == 5 })
+	wait.Within(t, 5*time.Second, "the YAML binding", func() bool { return doc.Load().Port == 9090 && doc.Load().Limits.RPS == 5 })
 
 	if _, err := c.Config().Put(ctx, "svc/prod", "port", "8081", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "port 8081", func() bool { return b.Load().Port == 8081 })
+	wait.Within(t, 5*time.Second, "port 8081", func() bool { return b.Load().Port == 8081 })
 	mu.Lock()
 	if len(nsChanges) != 1 || len(portChanges) != 1 || len(limitChanges) != 0 || nsChanges[0].Keys[0].Key != "port" || *nsChanges[0].Keys[0].Old != "8080" || nsChanges[0].Release != 2 {
 		t.Fatalf("callbacks: namespace %+v, port %d, limits %d", nsChanges, len(portChanges), len(limitChanges))
@@ -117,11 +118,11 @@ func TestConfigThroughSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the rejection", func() bool { mu.Lock(); defer mu.Unlock(); return len(errs) > 0 })
+	wait.Within(t, 5*time.Second, "the rejection", func() bool { mu.Lock(); defer mu.Unlock(); return len(errs) > 0 })
 	if b.Load().Port != 8081 || !strings.Contains(errs[0].Error(), "rejected") {
 		t.Fatalf("after a bad release: value %+v, error %v", b.Load(), errs[0])
 	}
-	waitFor(t, 5*time.Second, "the server to count the rejection", func() bool {
+	wait.Within(t, 5*time.Second, "the server to count the rejection", func() bool {
 		st, err := c.Config().AppliedStatus(ctx, "svc/prod")
 		return err == nil && len(st.Instances) == 1 && st.Instances[0].Instance == "test-1" &&
 			st.Instances[0].Rejected == bad.Number && st.Applied[2] == 1 && st.Rejected[bad.Number] == 1
@@ -272,7 +273,7 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 			polls[i].check(sub.Snapshot())
 		}
 	}
-	waitFor(t, 10*time.Second, "releases before the restart", func() bool { sample(); return s.lastRelease() > 20 })
+	wait.Within(t, 10*time.Second, "releases before the restart", func() bool { sample(); return s.lastRelease() > 20 })
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +282,7 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 	}
 	defer d.Stop(context.Background())
 	before := s.lastRelease()
-	waitFor(t, 20*time.Second, "releases after the restart", func() bool { sample(); return s.lastRelease() > before+20 })
+	wait.Within(t, 20*time.Second, "releases after the restart", func() bool { sample(); return s.lastRelease() > before+20 })
 	close(stop)
 	<-s.done
 	final, err := writer.Config().Snapshot(ctx, "storm", 0)
@@ -289,7 +290,7 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, sub := range subs {
-		waitFor(t, 10*time.Second, "subscribers to converge", func() bool {
+		wait.Within(t, 10*time.Second, "subscribers to converge", func() bool {
 			snap := sub.Snapshot()
 			polls[i].check(snap)
 			return snap.Release("storm") == final.Release && maps.Equal(snap.Values("storm"), final.Values)
@@ -340,12 +341,12 @@ func TestSubscribersSurviveAMemberStopping(t *testing.T) {
 		poll := &observer{t: t, name: fmt.Sprintf("subscriber %d snapshots", i), s: s, ns: "storm"}
 		subs, polls = append(subs, sub), append(polls, poll)
 	}
-	waitFor(t, 10*time.Second, "releases", func() bool { return s.lastRelease() > 20 })
+	wait.Within(t, 10*time.Second, "releases", func() bool { return s.lastRelease() > 20 })
 	if err := ds[0].Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	before := s.lastRelease()
-	waitFor(t, 20*time.Second, "releases after the stop", func() bool { return s.lastRelease() > before+20 })
+	wait.Within(t, 20*time.Second, "releases after the stop", func() bool { return s.lastRelease() > before+20 })
 	close(stop)
 	<-s.done
 	final, err := writer.Config().Snapshot(ctx, "storm", 0)
@@ -353,7 +354,7 @@ func TestSubscribersSurviveAMemberStopping(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, sub := range subs {
-		waitFor(t, 10*time.Second, "subscribers to converge", func() bool {
+		wait.Within(t, 10*time.Second, "subscribers to converge", func() bool {
 			snap := sub.Snapshot()
 			polls[i].check(snap)
 			return snap.Release("storm") == final.Release && maps.Equal(snap.Values("storm"), final.Values)
@@ -390,7 +391,7 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 		sub.OnKey("app", k, func(clientlib.ConfigChange) { mu.Lock(); calls[k]++; mu.Unlock() })
 	}
 	proxy.Freeze()
-	waitFor(t, 5*time.Second, "the subscription to notice", func() bool { return sub.Status().State == clientlib.StateStale })
+	wait.Within(t, 5*time.Second, "the subscription to notice", func() bool { return sub.Status().State == clientlib.StateStale })
 	for i := 2; i <= 6; i++ {
 		put("a", fmt.Sprint(i))
 	}
@@ -405,11 +406,11 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 	compact(t, cfg.EtcdClientURL, fmt.Sprint(snap.Revision))
 	relists := sub.Status().Relists
 	proxy.Thaw()
-	waitFor(t, 10*time.Second, "the subscription to catch up", func() bool { return sub.Snapshot().Release("app") == snap.Release })
+	wait.Within(t, 10*time.Second, "the subscription to catch up", func() bool { return sub.Snapshot().Release("app") == snap.Release })
 	// Callbacks run in order: once the marker's has run, every callback of
 	// the catch-up has too.
 	put("marker", "1")
-	waitFor(t, 5*time.Second, "the marker's callback", func() bool { mu.Lock(); defer mu.Unlock(); return calls["marker"] == 1 })
+	wait.Within(t, 5*time.Second, "the marker's callback", func() bool { mu.Lock(); defer mu.Unlock(); return calls["marker"] == 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if calls["a"] != 1 || calls["b"] != 0 || calls["c"] != 0 {
@@ -451,7 +452,7 @@ func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
 	if _, err := c.Config().Put(ctx, "app", "a", "2", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the cache file", func() bool {
+	wait.Within(t, 5*time.Second, "the cache file", func() bool {
 		data, err := os.ReadFile(cache)
 		return err == nil && strings.Contains(string(data), `"a": "2"`)
 	})
@@ -487,7 +488,7 @@ func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
 	if _, err := c.Config().Put(ctx, "app", "b", "2", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "convergence", func() bool {
+	wait.Within(t, 10*time.Second, "convergence", func() bool {
 		v, _ := sub.Snapshot().Get("app", "b")
 		return v == "2" && sub.Status().State == clientlib.StateLive
 	})
@@ -507,7 +508,7 @@ func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
 		}
 		return keys
 	}
-	waitFor(t, 5*time.Second, "the marker", func() bool { return slices.Contains(keysSeen(), "marker") })
+	wait.Within(t, 5*time.Second, "the marker", func() bool { return slices.Contains(keysSeen(), "marker") })
 	if got := strings.Join(keysSeen(), ","); got != "b,marker" && got != "b" {
 		t.Fatalf("callbacks saw keys %v; only b (and the marker) changed", got)
 	}
@@ -546,9 +547,9 @@ func TestPanickingAndSlowCallbacks(t *testing.T) {
 		}
 	}
 	// The callbacks are stuck behind the slow one; the snapshot is not.
-	waitFor(t, 5*time.Second, "the snapshot", func() bool { v, _ := sub.Snapshot().Get("app", "k"); return v == "49" })
+	wait.Within(t, 5*time.Second, "the snapshot", func() bool { v, _ := sub.Snapshot().Get("app", "k"); return v == "49" })
 	close(release)
-	waitFor(t, 5*time.Second, "the callbacks to catch up", func() bool { v, _ := lastSeen.Load().(string); return v == "49" })
+	wait.Within(t, 5*time.Second, "the callbacks to catch up", func() bool { v, _ := lastSeen.Load().(string); return v == "49" })
 	if panics.Load() == 0 {
 		t.Fatal("the panic was not reported")
 	}

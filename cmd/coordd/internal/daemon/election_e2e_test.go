@@ -18,6 +18,7 @@ import (
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/freeport"
 	"github.com/coordd/coordd/internal/tcpproxy"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 func TestElectionsThroughSDK(t *testing.T) {
@@ -71,7 +72,7 @@ func TestElectionsThroughSDK(t *testing.T) {
 		}
 		lbc <- lb
 	}()
-	waitFor(t, 10*time.Second, "b to queue", func() bool {
+	wait.Within(t, 10*time.Second, "b to queue", func() bool {
 		cands, err := c.Candidates(ctx, "batch")
 		return err == nil && len(cands) == 1 && cands[0].Owner == "worker-b" && cands[0].Value == "10.0.0.2:80"
 	})
@@ -341,16 +342,16 @@ func TestNeverTwoLeaders(t *testing.T) {
 	}
 	const rounds = 4
 	for round := range rounds {
-		waitFor(t, 15*time.Second, "a leader", func() bool { term, _ := current(); return term > 0 && log.guard.Highest("log") == term })
+		wait.Within(t, 15*time.Second, "a leader", func() bool { term, _ := current(); return term > 0 && log.guard.Highest("log") == term })
 		term, who := current()
 		mu.Lock()
 		pausing[who] = round%2 == 1
 		mu.Unlock()
 		proxies[who].Freeze()
-		waitFor(t, 15*time.Second, "the next leader", func() bool { next, _ := current(); return next > term })
+		wait.Within(t, 15*time.Second, "the next leader", func() bool { next, _ := current(); return next > term })
 		proxies[who].Thaw()
 	}
-	waitFor(t, 15*time.Second, "the last leader to append", func() bool { term, _ := current(); return log.guard.Highest("log") == term })
+	wait.Within(t, 15*time.Second, "the last leader to append", func() bool { term, _ := current(); return log.guard.Highest("log") == term })
 	stop()
 	wg.Wait()
 
@@ -463,7 +464,7 @@ func TestRunElectionSurvivesRestart(t *testing.T) {
 	working := func(after fencing.Token, n int) func() bool {
 		return func() bool { term, c := leading(a, b); return term > after || (term == after && c > n+10) }
 	}
-	waitFor(t, 10*time.Second, "a leader to work", working(0, 0))
+	wait.Within(t, 10*time.Second, "a leader to work", working(0, 0))
 
 	// A quick restart.
 	term, n := leading(a, b)
@@ -473,7 +474,7 @@ func TestRunElectionSurvivesRestart(t *testing.T) {
 	if d, err = daemon.Start(t.Context(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "a leader to work after a quick restart", working(term, n))
+	wait.Within(t, 20*time.Second, "a leader to work after a quick restart", working(term, n))
 	t.Logf("quick restart: term %d before, %d after", term, func() fencing.Token { t, _ := leading(a, b); return t }())
 
 	// An outage longer than the TTL: the leader must stop working during it.
@@ -481,7 +482,7 @@ func TestRunElectionSurvivesRestart(t *testing.T) {
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the leader to stop during the outage", func() bool {
+	wait.Within(t, 10*time.Second, "the leader to stop during the outage", func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		b.mu.Lock()
@@ -492,7 +493,7 @@ func TestRunElectionSurvivesRestart(t *testing.T) {
 	if d, err = daemon.Start(t.Context(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "a new leader to work after a long outage", working(term, n))
+	wait.Within(t, 20*time.Second, "a new leader to work after a long outage", working(term, n))
 	stop()
 	wg.Wait()
 	if err := d.Stop(context.Background()); err != nil {
@@ -526,12 +527,12 @@ func TestRunElectionSurvivesEtcdLeaderLoss(t *testing.T) {
 	var wg sync.WaitGroup
 	a.run(ctx, t, newClient(t, endpoints...), "ha", 5*time.Second, &wg)
 	b.run(ctx, t, newClient(t, endpoints...), "ha", 5*time.Second, &wg)
-	waitFor(t, 10*time.Second, "a leader to work", func() bool { term, n := leading(a, b); return term > 0 && n > 10 })
+	wait.Within(t, 10*time.Second, "a leader to work", func() bool { term, n := leading(a, b); return term > 0 && n > 10 })
 	term, n := leading(a, b)
 	if err := ds[leader].Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "a leader to work after etcd's leader stopped", func() bool {
+	wait.Within(t, 20*time.Second, "a leader to work after etcd's leader stopped", func() bool {
 		after, c := leading(a, b)
 		return after > term || c > n+20
 	})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -43,7 +44,7 @@ func TestSessionsThroughSDK(t *testing.T) {
 	}
 	// Keep-alives move the local deadline forward.
 	first := s.Deadline()
-	waitFor(t, 5*time.Second, "a keep-alive to move the deadline", func() bool { return s.Deadline().After(first) })
+	wait.Within(t, 5*time.Second, "a keep-alive to move the deadline", func() bool { return s.Deadline().After(first) })
 	all, err := c.Admin().ListSessions(ctx)
 	if err != nil || len(all) != 1 || all[0].ID != s.ID() {
 		t.Fatalf("ListSessions = %+v, %v", all, err)
