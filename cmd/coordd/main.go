@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
 	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/daemon"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"

@@ -4,7 +4,7 @@
 //
 // Domain packages (session, lock, election, configcenter) declare their
 // sentinel errors with a Kind, so that the daemon maps each class to one gRPC
-// code and one ErrorInfo reason in a single table (cmd/coordd/internal/api),
+// code and one ErrorInfo reason in a single table (internal/api),
 // however many packages return it:
 //
 //	var ErrHeld = kind.Held.New("lock: held")

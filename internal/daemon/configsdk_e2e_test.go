@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/daemon"
 	"github.com/coordd/coordd/internal/freeport"
 	"github.com/coordd/coordd/internal/tcpproxy"
 	"github.com/coordd/coordd/internal/wait"

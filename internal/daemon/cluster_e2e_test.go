@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/daemon"
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/tcpproxy"
 	"github.com/coordd/coordd/internal/wait"

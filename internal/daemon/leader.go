@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/cmd/coordd/internal/api"
+	"github.com/coordd/coordd/internal/api"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 

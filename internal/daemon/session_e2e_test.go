@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/daemon"
 	"github.com/coordd/coordd/internal/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/grpc"

@@ -17,10 +17,10 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/cluster"
-	"github.com/coordd/coordd/cmd/coordd/internal/api"
-	"github.com/coordd/coordd/cmd/coordd/internal/gateway"
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/internal/api"
+	"github.com/coordd/coordd/internal/gateway"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/daemon"
 	"github.com/coordd/coordd/internal/freeport"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/daemon"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"

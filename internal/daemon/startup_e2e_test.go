@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/cmd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/daemon"
 	"github.com/coordd/coordd/internal/freeport"
 	"go.uber.org/zap"
 	zapobserver "go.uber.org/zap/zaptest/observer"
