@@ -11,12 +11,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/coordd/coordd/clientlib"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // fanout is one peer of the config benchmark: K subscribers of one

@@ -12,10 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
+
+	"github.com/coordd/coordd/clientlib"
 )
 
 // An elector is one candidate of the election benchmarks: coordd through

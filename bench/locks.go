@@ -7,11 +7,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"go.uber.org/zap"
+
+	"github.com/coordd/coordd/clientlib"
 )
 
 // locker is one benchmark client's view of one lock implementation.

@@ -8,13 +8,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/coordd/coordd/clientlib"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // benchSessions measures cold start, idle memory and session operations.

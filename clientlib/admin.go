@@ -4,9 +4,10 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/coordd/coordd/fencing"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Admin acts on sessions, locks and elections by id, token and term,

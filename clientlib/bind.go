@@ -8,8 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/coordd/coordd/internal/configvalue"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/coordd/coordd/internal/configvalue"
 )
 
 // Format is how a bound namespace's values are written.

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
@@ -20,6 +19,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // DefaultDialTimeout is how long New waits for a first connection when

@@ -6,10 +6,11 @@ import (
 	"strings"
 	"time"
 
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // Sentinel errors for the server's reasons. Errors returned by the SDK match

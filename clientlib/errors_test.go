@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 func statusErr(t *testing.T, code codes.Code, reason string) error {

@@ -1,8 +1,13 @@
 package clientlib_test
 
+// The Examples run against a real in-process daemon (see main_test.go);
+// endpoints holds its address. In a program it would be the addresses of
+// the coordd members, e.g. []string{"10.0.0.1:7420", "10.0.0.2:7420"}.
+
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"time"
 
@@ -10,13 +15,11 @@ import (
 	"github.com/coordd/coordd/fencing"
 )
 
-// A session with a 10 s TTL. Everything done on its behalf stops when Done
-// closes; Close releases what hangs off it at once.
+// A session with a 10 s TTL. Everything done on its behalf must stop when
+// Done closes; Close releases what hangs off it at once.
 func ExampleClient_NewSession() {
 	ctx := context.Background()
-	c, err := clientlib.New(ctx, clientlib.Config{
-		Endpoints: []string{"127.0.0.1:7420", "127.0.0.1:7430", "127.0.0.1:7440"},
-	})
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -26,43 +29,23 @@ func ExampleClient_NewSession() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer s.Close(context.Background())
+	fmt.Println("alive:", s.Err() == nil, "until at least:", time.Until(s.Deadline()) > 5*time.Second)
 
-	select {
-	case <-s.Done():
-		if errors.Is(s.Err(), clientlib.ErrSessionExpired) {
-			log.Print("no keep-alive acknowledged before the local deadline; stop acting as a holder")
-		}
-	case <-time.After(time.Minute):
-		log.Printf("session %s alive until at least %s", s.ID(), s.Deadline().Format(time.RFC3339Nano))
-	}
-}
-
-// Server errors match sentinels chosen by the error's reason.
-func ExampleAdmin_GetSession() {
-	ctx := context.Background()
-	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{"127.0.0.1:7420"}})
-	if err != nil {
+	if err := s.Close(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
-
-	info, err := c.Admin().GetSession(ctx, "694d7a1b2c3d4e5f")
-	switch {
-	case errors.Is(err, clientlib.ErrSessionNotFound):
-		log.Print("session gone: closed or expired")
-	case err != nil:
-		log.Fatal(err)
-	default:
-		log.Printf("owner %s, %s left", info.Owner, info.Remaining)
-	}
+	<-s.Done()
+	fmt.Println("closed:", errors.Is(s.Err(), clientlib.ErrSessionClosed))
+	// Output:
+	// alive: true until at least: true
+	// closed: true
 }
 
-// A fenced lock: work only while the lock's context lives, and hand the
-// token to the protected resource with every write.
+// A fenced lock: work only while the lock's context lives, and write only
+// what the token still guards.
 func ExampleSession_Lock() {
 	ctx := context.Background()
-	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{"127.0.0.1:7420"}})
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -79,18 +62,27 @@ func ExampleSession_Lock() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer l.Release(context.Background())
-
-	// A write in coordd's KV that only lands while the token holds the lock.
-	if _, err := c.Admin().FencedPut(l.Context(), clientlib.Fence{Lock: "billing/invoice-run", Token: l.Token()}, "billing/last-run", []byte("2026-11-29")); errors.Is(err, clientlib.ErrStaleToken) {
-		log.Print("lost the lock before the write; nothing was written")
+	// A write in coordd's KV that lands only while this grant holds the lock.
+	if _, err := l.Put(l.Context(), "billing/last-run", []byte("2026-11-30")); err != nil {
+		log.Fatal(err)
 	}
+	fmt.Println("wrote billing/last-run under token > 0:", l.Token() > 0)
+
+	if err := l.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_, err = l.Put(ctx, "billing/last-run", []byte("late"))
+	fmt.Println("after release:", errors.Is(err, clientlib.ErrStaleToken))
+	// Output:
+	// wrote billing/last-run under token > 0: true
+	// after release: true
 }
 
-// WithLock for the common case: the lock is released when fn returns.
+// WithLock for the common case: the lock is released when fn returns. The
+// resource checks the token with a fencing.Guard.
 func ExampleWithLock() {
 	ctx := context.Background()
-	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{"127.0.0.1:7420"}})
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -103,13 +95,94 @@ func ExampleWithLock() {
 
 	var guard fencing.Guard // normally inside the service that owns the resource
 	err = clientlib.WithLock(ctx, s, "inventory/rebalance", func(ctx context.Context, l *clientlib.Lock) error {
-		token := l.Token()
-		return guard.Do("inventory", token, func() error {
-			// ... write to the resource; stop when ctx is done ...
+		return guard.Do("inventory", l.Token(), func() error {
+			fmt.Println("rebalancing") // ... write to the resource; stop when ctx is done ...
 			return ctx.Err()
 		})
 	})
+	fmt.Println("done:", err)
+	// Output:
+	// rebalancing
+	// done: <nil>
+}
+
+// A batch job that runs only on the leader. RunElection campaigns, runs
+// the callback while leading and resigns when it returns.
+func ExampleClient_RunElection() {
+	ctx := context.Background()
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints})
 	if err != nil {
-		log.Print(err)
+		log.Fatal(err)
 	}
+	defer c.Close()
+
+	err = c.RunElection(ctx, "reports/nightly", "host-1:8080",
+		func(ctx context.Context, lead *clientlib.Leadership) error {
+			// Fence every write by the term; stop when ctx ends.
+			_, err := lead.Put(ctx, "reports/nightly/last", []byte("2026-11-30"))
+			fmt.Println("led term > 0:", lead.Term() > 0, "wrote:", err == nil)
+			return err // nil: the work is done, RunElection returns
+		},
+		clientlib.WithElectionSession(clientlib.WithTTL(10*time.Second)))
+	fmt.Println("RunElection:", err)
+	// Output:
+	// led term > 0: true wrote: true
+	// RunElection: <nil>
+}
+
+// Server errors match sentinels chosen by the error's reason.
+func ExampleAdmin_GetSession() {
+	ctx := context.Background()
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	_, err = c.Admin().GetSession(ctx, "694d7a1b2c3d4e5f")
+	switch {
+	case errors.Is(err, clientlib.ErrSessionNotFound):
+		fmt.Println("session gone: closed or expired")
+	case err != nil:
+		log.Fatal(err)
+	}
+	// Output:
+	// session gone: closed or expired
+}
+
+// Publish a release, then follow the namespace: Bind decodes it into a Go
+// value that is always a complete, validated release.
+func ExampleConfigCenter_Subscribe() {
+	ctx := context.Background()
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	rel, err := c.Config().Publish(ctx, "payments/prod", []clientlib.ConfigMutation{
+		{Key: "timeout", Value: `"2s"`},
+		{Key: "retries", Value: "5"},
+	}, clientlib.PublishOptions{Author: "alice", Message: "faster retries"})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	sub, err := c.Config().Subscribe(ctx, []string{"payments/prod"}, clientlib.WithoutStatusReports())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sub.Close()
+	type Payments struct {
+		Timeout string `json:"timeout"`
+		Retries int    `json:"retries"`
+	}
+	cfg, err := clientlib.Bind(sub, "payments/prod", clientlib.JSON,
+		clientlib.BindDefaults(Payments{Timeout: "5s", Retries: 3}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%+v, the release just published: %v\n", cfg.Load(), cfg.Release() == rel.Number)
+	// Output:
+	// {Timeout:2s Retries:5}, the release just published: true
 }

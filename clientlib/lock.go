@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/coordd/coordd/fencing"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // LockOption configures Lock and TryLock.

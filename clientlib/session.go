@@ -12,10 +12,11 @@ import (
 	"sync"
 	"time"
 
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // DefaultSessionTTL is the TTL of a session created without WithTTL: a

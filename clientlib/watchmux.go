@@ -8,8 +8,9 @@ import (
 	"sync"
 	"time"
 
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/grpc/peer"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // watchMux carries every Subscription of a Client on one WatchMany stream,

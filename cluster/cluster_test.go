@@ -5,9 +5,10 @@ import (
 	"io"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/internal/etcdtest"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

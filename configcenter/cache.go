@@ -10,9 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/internal/names"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/internal/names"
 )
 
 // Cache is a member's watch cache of the whole config tree: one etcd watch

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/coordd/coordd/internal/kind"
 	"github.com/hashicorp/go-multierror"
+
+	"github.com/coordd/coordd/internal/kind"
 )
 
 // Sentinel errors. Callers test them with errors.Is.

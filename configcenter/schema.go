@@ -7,11 +7,12 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/coordd/coordd/internal/configvalue"
 	"github.com/hashicorp/go-multierror"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/coordd/coordd/internal/configvalue"
 )
 
 // A namespace's JSON Schema validates the namespace as one JSON object:

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordd/coordd/internal/names"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/internal/names"
 )
 
 // Applied-status feedback: each subscribed instance reports, per

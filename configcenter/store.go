@@ -11,11 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordd/coordd/internal/names"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/internal/names"
 )
 
 // Store reads and writes namespaces in etcd. It is safe for concurrent

@@ -6,10 +6,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+
+	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/etcdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

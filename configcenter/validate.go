@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/coordd/coordd/internal/names"
 	"github.com/hashicorp/go-multierror"
+
+	"github.com/coordd/coordd/internal/names"
 )
 
 // Limits bound what one namespace and one release may hold. The zero value

@@ -10,14 +10,15 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
 	"github.com/coordd/coordd/session"
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Sentinel errors. Callers test them with errors.Is.

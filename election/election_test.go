@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/wait"
 	"github.com/coordd/coordd/session"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -10,8 +10,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/coordd/coordd/fencing"
 	"go.uber.org/goleak"
+
+	"github.com/coordd/coordd/fencing"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -10,12 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/internal/names"
-	"github.com/coordd/coordd/internal/queue"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/names"
+	"github.com/coordd/coordd/internal/queue"
 )
 
 // Acquire queues for the lock and blocks until it is granted, the waiter's

@@ -7,13 +7,14 @@ import (
 	"strconv"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
 	"github.com/coordd/coordd/session"
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Sentinel errors. Callers test them with errors.Is.

@@ -8,9 +8,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/coordd/coordd/internal/kind"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/internal/kind"
 )
 
 // TTL bounds. MinTTL keeps keep-alive traffic sane and stays above etcd's own

@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/session"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func newManager(t *testing.T) (*session.Manager, *clientv3.Client) {

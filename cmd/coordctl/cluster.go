@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
 	"github.com/spf13/cobra"
+
+	"github.com/coordd/coordd/clientlib"
 )
 
 func (a *app) clusterCommand() *cobra.Command {

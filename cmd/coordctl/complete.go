@@ -7,8 +7,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
 	"github.com/spf13/cobra"
+
+	"github.com/coordd/coordd/clientlib"
 )
 
 // Shell completion asks coordd for lock names, election names and config

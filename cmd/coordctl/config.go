@@ -12,8 +12,9 @@ import (
 	"os/user"
 	"slices"
 
-	"github.com/coordd/coordd/clientlib"
 	"github.com/spf13/cobra"
+
+	"github.com/coordd/coordd/clientlib"
 )
 
 // changeLine prints a change as + (added), - (removed) or ~ (changed).

@@ -6,8 +6,9 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/coordd/coordd/clientlib"
 	"github.com/spf13/cobra"
+
+	"github.com/coordd/coordd/clientlib"
 )
 
 func (a *app) configHistoryCommand() *cobra.Command {

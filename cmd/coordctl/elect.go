@@ -8,8 +8,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
 	"github.com/spf13/cobra"
+
+	"github.com/coordd/coordd/clientlib"
 )
 
 func (a *app) electCommand() *cobra.Command {

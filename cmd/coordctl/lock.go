@@ -8,9 +8,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
-	"github.com/spf13/cobra"
 )
 
 func parseToken(s string) (fencing.Token, error) {

@@ -54,8 +54,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
 	"github.com/spf13/cobra"
+
+	"github.com/coordd/coordd/clientlib"
 )
 
 // Exit codes; see the package doc.

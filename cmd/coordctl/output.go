@@ -9,8 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
 	"google.golang.org/genproto/googleapis/rpc/code"
+
+	"github.com/coordd/coordd/clientlib"
 )
 
 // JSON output (-o json) is the REST API's JSON for the same objects, as

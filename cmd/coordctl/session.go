@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
 	"github.com/spf13/cobra"
+
+	"github.com/coordd/coordd/clientlib"
 )
 
 func labelString(m map[string]string) string {

@@ -18,12 +18,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/internal/daemon"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/daemon"
 )
 
 func main() {

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/freeport"
 	"go.uber.org/goleak"
+
+	"github.com/coordd/coordd/internal/freeport"
 )
 
 // TestMain doubles as the coordd binary when COORDD_TEST_RUN_MAIN is set, so

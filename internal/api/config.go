@@ -9,10 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/configcenter"
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/coordd/coordd/configcenter"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // ConfigServer adapts configcenter's Store and Cache to

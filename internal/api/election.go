@@ -3,11 +3,12 @@ package api
 import (
 	"context"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // ElectionServer adapts election.Manager to coordd.v1.ElectionService.

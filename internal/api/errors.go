@@ -5,11 +5,12 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/coordd/coordd/internal/kind"
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/internal/kind"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // ErrStopping is returned to callers whose call or stream is ended because

@@ -6,12 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/election"
-	"github.com/coordd/coordd/internal/kind"
-	"github.com/coordd/coordd/lock"
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
@@ -19,6 +13,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/internal/kind"
+	"github.com/coordd/coordd/lock"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"github.com/coordd/coordd/session"
 )
 
 func TestToStatus(t *testing.T) {

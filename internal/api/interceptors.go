@@ -5,9 +5,10 @@ import (
 	"errors"
 	"runtime/debug"
 
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"

@@ -3,13 +3,14 @@ package api
 import (
 	"context"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // LockServer adapts lock.Manager to coordd.v1.LockService.

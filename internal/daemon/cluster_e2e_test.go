@@ -11,14 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/pkg/v3/featuregate"
+	"go.etcd.io/etcd/server/v3/features"
+
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/daemon"
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/tcpproxy"
 	"github.com/coordd/coordd/internal/wait"
-	"go.etcd.io/etcd/pkg/v3/featuregate"
-	"go.etcd.io/etcd/server/v3/features"
 )
 
 // Session expiry: with keep-alives black-holed, Done closes no later than

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordd/coordd/configcenter"
 	"github.com/hashicorp/go-multierror"
 	"go.uber.org/zap"
+
+	"github.com/coordd/coordd/configcenter"
 )
 
 // Config is everything the daemon needs. cmd/coordd fills it from flags and

@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/daemon"
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/coordd/coordd/internal/daemon"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 func TestConfigOverHTTP(t *testing.T) {

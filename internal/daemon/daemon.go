@@ -16,14 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coordd/coordd/cluster"
-	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/election"
-	"github.com/coordd/coordd/internal/api"
-	"github.com/coordd/coordd/internal/gateway"
-	"github.com/coordd/coordd/lock"
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/hashicorp/go-multierror"
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +28,15 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/coordd/coordd/cluster"
+	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/internal/api"
+	"github.com/coordd/coordd/internal/gateway"
+	"github.com/coordd/coordd/lock"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"github.com/coordd/coordd/session"
 )
 
 // Daemon is a running coordd. Stop it with Stop.

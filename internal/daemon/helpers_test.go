@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/daemon"
-	"github.com/coordd/coordd/internal/freeport"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/freeport"
 )
 
 func TestMain(m *testing.M) {

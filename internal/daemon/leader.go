@@ -5,8 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/internal/api"
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/coordd/coordd/internal/api"
 )
 
 // leaderWatch tracks whether the embedded etcd member has a leader. The

@@ -10,14 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/daemon"
-	"github.com/coordd/coordd/internal/wait"
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/wait"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 func TestSessionsThroughSDK(t *testing.T) {

@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/daemon"
-	"github.com/coordd/coordd/internal/freeport"
 	"go.uber.org/zap"
 	zapobserver "go.uber.org/zap/zaptest/observer"
+
+	"github.com/coordd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/freeport"
 )
 
 // A second daemon on a data dir in use fails at once and says so, instead

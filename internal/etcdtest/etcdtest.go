@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/freeport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/coordd/coordd/internal/freeport"
 )
 
 // Member is one running embedded etcd member.

@@ -41,6 +41,16 @@ var (
 // has been or will be given while this process runs.
 func Port(tb testing.TB) int {
 	tb.Helper()
+	p, err := Get()
+	if err != nil {
+		tb.Fatalf("freeport: %v", err)
+	}
+	return p
+}
+
+// Get is Port for callers without a testing.TB (a TestMain): it returns
+// the error instead of failing the test.
+func Get() (int, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	for {
@@ -48,11 +58,11 @@ func Port(tb testing.TB) int {
 			p := next
 			next++
 			if bindable(p) {
-				return p
+				return p, nil
 			}
 		}
 		if err := reserveBlock(); err != nil {
-			tb.Fatalf("freeport: %v", err)
+			return 0, err
 		}
 	}
 }

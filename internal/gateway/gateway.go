@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/coordd/coordd/internal/api"
-	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -21,6 +19,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/coordd/coordd/internal/api"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // Options configure the HTTP handler.

@@ -4,8 +4,9 @@ import (
 	"context"
 	"strings"
 
-	"github.com/coordd/coordd/internal/names"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/internal/names"
 )
 
 // Names lists the names under root whose queues ("<root><escaped name>/q/")

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/etcdtest"
-	"github.com/coordd/coordd/internal/queue"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+
+	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/queue"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
