@@ -2,7 +2,7 @@
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test test-short generate check-generated tools lint bench fuzz
+.PHONY: all build test test-short generate check-generated tools lint check-tidy check-breaking bench fuzz
 
 all: build
 
@@ -16,12 +16,17 @@ COUNT ?= 1
 test:
 	go test -race -count=$(COUNT) -timeout 15m ./...
 
-# Unit tests only (skips everything that starts etcd).
+# Unit tests only: skips everything that starts etcd, except the one
+# in-process daemon that clientlib's Examples run against.
 test-short:
 	go test -short -count=1 ./...
 
+# Every tool is pinned in a go.mod (root for the protoc plugins, tools/* for
+# the big ones, each in its own module so their dependencies stay out of
+# ours) and built from source: nothing is downloaded as a binary.
 tools:
 	cd tools/buf && go build -o $(BIN)/ tool
+	cd tools/golangci-lint && go build -o $(BIN)/ tool
 	go build -o $(BIN)/ tool
 
 # Regenerate the Go code and the OpenAPI document from proto/.
@@ -35,9 +40,38 @@ check-generated: generate
 	@git diff --exit-code -- proto || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- proto)" || { git status --porcelain -- proto; echo "generated code is stale: run 'make generate' and commit"; exit 1; }
 
-lint:
+# gofmt, go vet, then golangci-lint (pinned, built by `make tools`; its
+# linters and formatters are configured in .golangci.yml).
+lint: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	go vet ./...
+	golangci-lint run ./...
+
+# CI: fail when go.mod or go.sum of any module (the root one and each
+# tools/*) is not what `go mod tidy` would make it.
+GO_MODULES := . $(patsubst %/go.mod,%,$(wildcard tools/*/go.mod))
+check-tidy:
+	@ok=true; for m in $(GO_MODULES); do \
+	  echo "go mod tidy -diff ($$m)"; \
+	  (cd $$m && go mod tidy -diff) || { echo "$$m: go.mod/go.sum not tidy: run 'go mod tidy' there and commit"; ok=false; }; \
+	done; $$ok
+
+# CI: fail when proto/ breaks its API (the `breaking` rules in buf.yaml)
+# compared with the last release tag before HEAD or, while there is none,
+# with the previous commit. BREAKING_AGAINST=<buf input> compares with
+# something else, e.g. '.git#branch=main' before committing on a branch.
+BREAKING_AGAINST ?=
+check-breaking: tools
+	@against='$(BREAKING_AGAINST)'; \
+	if [ -z "$$against" ]; then \
+	  if ! git rev-parse -q --verify 'HEAD~1^{commit}' >/dev/null; then \
+	    echo "check-breaking: HEAD has no parent commit in this clone (first commit, or a shallow clone): nothing to compare with, skipped"; exit 0; \
+	  fi; \
+	  tag=$$(git describe --tags --abbrev=0 HEAD~1 2>/dev/null || true); \
+	  if [ -n "$$tag" ]; then against=".git#tag=$$tag"; else against=".git#ref=HEAD~1"; fi; \
+	fi; \
+	echo "buf breaking --against '$$against'"; \
+	buf breaking --against "$$against"
 
 # Benchmarks: coordd beside raw etcd in one run, printed as ratios.
 bench:

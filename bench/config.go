@@ -28,6 +28,8 @@ type fanout interface {
 	// published value).
 	subscribe(ctx context.Context, k int, seen func(value string)) error
 	publish(ctx context.Context, value string) error
+	// close ends the subscribers after a workload. Its errors are not
+	// the workload's, and are dropped.
 	close()
 }
 
@@ -89,7 +91,7 @@ func (f *coorddFanout) publish(ctx context.Context, value string) error {
 
 func (f *coorddFanout) close() {
 	for _, c := range f.conns {
-		c.Close()
+		_ = c.Close()
 	}
 }
 
@@ -138,7 +140,7 @@ func (f *sdkFanout) close() {
 		s.Close()
 	}
 	for _, c := range f.clis {
-		c.Close()
+		_ = c.Close()
 	}
 }
 
@@ -183,7 +185,7 @@ func (f *etcdFanout) publish(ctx context.Context, value string) error {
 
 func (f *etcdFanout) close() {
 	for _, c := range f.clis {
-		c.Close()
+		_ = c.Close()
 	}
 }
 
@@ -193,7 +195,7 @@ func metric(httpAddr, name string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
@@ -211,7 +213,7 @@ func serverMemory(d *daemon) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	heap, err := metric(d.httpAddr, "go_memstats_heap_inuse_bytes")
 	if err != nil {
 		return 0, err

@@ -28,7 +28,7 @@ func benchConfigSDK(bin, tmp string) error {
 	if err != nil {
 		return err
 	}
-	defer writer.Close()
+	defer func() { _ = writer.Close() }()
 	if _, err := writer.Config().Put(ctx, "bench/sdk", "k", "start", clientlib.PublishOptions{}); err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func benchConfigSDK(bin, tmp string) error {
 	defer func() {
 		for i := range subs {
 			subs[i].Close()
-			clis[i].Close()
+			_ = clis[i].Close()
 		}
 	}()
 	runtime.GC()
@@ -134,7 +134,7 @@ func benchConfigSDK(bin, tmp string) error {
 	if err != nil {
 		return err
 	}
-	defer shared.Close()
+	defer func() { _ = shared.Close() }()
 	runtime.GC()
 	var s0 runtime.MemStats
 	runtime.ReadMemStats(&s0)

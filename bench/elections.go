@@ -25,6 +25,8 @@ type elector interface {
 	campaign(ctx context.Context, value string) error
 	proclaim(ctx context.Context, value string) error
 	resign(ctx context.Context) error
+	// close ends the client after a workload. Its errors are not the
+	// workload's, and are dropped: what is left expires with its session.
 	close()
 }
 
@@ -54,7 +56,7 @@ func (e *coorddElector) campaign(ctx context.Context, value string) (err error) 
 }
 func (e *coorddElector) proclaim(ctx context.Context, v string) error { return e.l.Proclaim(ctx, v) }
 func (e *coorddElector) resign(ctx context.Context) error             { return e.l.Resign(ctx) }
-func (e *coorddElector) close()                                       { e.c.Close() }
+func (e *coorddElector) close()                                       { _ = e.c.Close() }
 
 type etcdElector struct {
 	cli *clientv3.Client
@@ -65,7 +67,7 @@ type etcdElector struct {
 func (e *etcdElector) campaign(ctx context.Context, v string) error { return e.e.Campaign(ctx, v) }
 func (e *etcdElector) proclaim(ctx context.Context, v string) error { return e.e.Proclaim(ctx, v) }
 func (e *etcdElector) resign(ctx context.Context) error             { return e.e.Resign(ctx) }
-func (e *etcdElector) close()                                       { e.s.Close(); e.cli.Close() }
+func (e *etcdElector) close()                                       { _ = e.s.Close(); _ = e.cli.Close() }
 
 func electionPeers(grpcAddr, etcdURL, name string) []electionPeer {
 	rawClient := func() (*clientv3.Client, error) {
@@ -82,7 +84,7 @@ func electionPeers(grpcAddr, etcdURL, name string) []electionPeer {
 				}
 				s, err := c.NewSession(context.Background(), clientlib.WithTTL(time.Duration(ttl)*time.Second))
 				if err != nil {
-					c.Close()
+					_ = c.Close()
 					return nil, err
 				}
 				return &coorddElector{c: c, s: s, name: name}, nil
@@ -92,7 +94,7 @@ func electionPeers(grpcAddr, etcdURL, name string) []electionPeer {
 				if err != nil {
 					return err
 				}
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				obs := c.Observe(ctx, name)
 				for ev := range obs.Events() {
 					if ev.Type == clientlib.ElectionElected || ev.Type == clientlib.ElectionProclaimed {
@@ -106,7 +108,7 @@ func electionPeers(grpcAddr, etcdURL, name string) []electionPeer {
 				if err != nil {
 					return 0, err
 				}
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				cands, err := c.Candidates(ctx, name)
 				if err != nil {
 					return 0, err
@@ -127,7 +129,7 @@ func electionPeers(grpcAddr, etcdURL, name string) []electionPeer {
 				}
 				s, err := concurrency.NewSession(cli, concurrency.WithTTL(ttl))
 				if err != nil {
-					cli.Close()
+					_ = cli.Close()
 					return nil, err
 				}
 				return &etcdElector{cli: cli, s: s, e: concurrency.NewElection(s, etcdPrefix)}, nil
@@ -137,12 +139,12 @@ func electionPeers(grpcAddr, etcdURL, name string) []electionPeer {
 				if err != nil {
 					return err
 				}
-				defer cli.Close()
+				defer func() { _ = cli.Close() }()
 				s, err := concurrency.NewSession(cli)
 				if err != nil {
 					return err
 				}
-				defer s.Close()
+				defer func() { _ = s.Close() }()
 				for resp := range concurrency.NewElection(s, etcdPrefix).Observe(ctx) {
 					if len(resp.Kvs) > 0 {
 						seen(string(resp.Kvs[0].Value))
@@ -155,7 +157,7 @@ func electionPeers(grpcAddr, etcdURL, name string) []electionPeer {
 				if err != nil {
 					return 0, err
 				}
-				defer cli.Close()
+				defer func() { _ = cli.Close() }()
 				resp, err := cli.Get(ctx, etcdPrefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 				if err != nil {
 					return 0, err
@@ -249,7 +251,8 @@ func proclaims(p electionPeer, n int) ([]float64, error) {
 		return nil, err
 	}
 	seen := make(chan string, 16)
-	go p.observe(ctx, func(v string) { seen <- v })
+	observed := make(chan error, 1) // the observer's end: an error, or nil once ctx ends
+	go func() { observed <- p.observe(ctx, func(v string) { seen <- v }) }()
 	waitFor := func(v string) error {
 		for {
 			select {
@@ -257,6 +260,11 @@ func proclaims(p electionPeer, n int) ([]float64, error) {
 				if got == v {
 					return nil
 				}
+			case err := <-observed:
+				if err == nil {
+					err = errors.New("its stream ended")
+				}
+				return fmt.Errorf("observer stopped before delivering %q: %w", v, err)
 			case <-time.After(10 * time.Second):
 				return fmt.Errorf("observer did not deliver %q within 10s", v)
 			}
@@ -294,11 +302,16 @@ func failover(p electionPeer, self string, ttl int) (time.Duration, error) {
 	if err := child.Start(); err != nil {
 		return 0, err
 	}
-	defer child.Wait()
-	defer child.Process.Kill()
+	// Killed on every path (a second Kill fails: it is gone already), then
+	// reaped; Wait reports the kill, which is the expected end.
+	defer func() { _ = child.Wait() }()
+	defer func() { _ = child.Process.Kill() }()
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "elected" {
-		return 0, fmt.Errorf("campaign child: %q, %v", line, err)
+	if err != nil {
+		return 0, fmt.Errorf("campaign child: %q, %w", line, err)
+	}
+	if strings.TrimSpace(line) != "elected" {
+		return 0, fmt.Errorf("campaign child: %q", line)
 	}
 	b, err := p.candidate(ttl)
 	if err != nil {
@@ -353,7 +366,7 @@ func benchElections(grpcAddr, etcdURL string) error {
 	if err != nil {
 		return err
 	}
-	defer raw.Close()
+	defer func() { _ = raw.Close() }()
 	self, err := os.Executable()
 	if err != nil {
 		return err

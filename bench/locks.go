@@ -18,6 +18,9 @@ import (
 // locker is one benchmark client's view of one lock implementation.
 type locker interface {
 	acquire(ctx context.Context) (release func(context.Context) error, err error)
+	// close ends the client after a workload. Its errors are not the
+	// workload's, and are dropped: what is left expires with its session
+	// or lease.
 	close()
 }
 
@@ -39,19 +42,19 @@ func lockPeers(grpcAddr, etcdURL string) []lockPeer {
 			}
 			s, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second))
 			if err != nil {
-				c.Close()
+				_ = c.Close()
 				return nil, err
 			}
 			return &coorddLocker{c: c, s: s, name: name}, nil
 		}},
-		{"etcd concurrency.Mutex", func(ctx context.Context, name string) (locker, error) {
+		{"etcd concurrency.Mutex", func(_ context.Context, name string) (locker, error) {
 			cli, err := newEtcd()
 			if err != nil {
 				return nil, err
 			}
 			s, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
 			if err != nil {
-				cli.Close()
+				_ = cli.Close()
 				return nil, err
 			}
 			return &mutexLocker{cli: cli, s: s, m: concurrency.NewMutex(s, "/bench/mutex/"+name)}, nil
@@ -63,13 +66,13 @@ func lockPeers(grpcAddr, etcdURL string) []lockPeer {
 			}
 			l, err := cli.Grant(ctx, 30)
 			if err != nil {
-				cli.Close()
+				_ = cli.Close()
 				return nil, err
 			}
 			kctx, cancel := context.WithCancel(context.Background())
 			if _, err := cli.KeepAlive(kctx, l.ID); err != nil {
 				cancel()
-				cli.Close()
+				_ = cli.Close()
 				return nil, err
 			}
 			return &v3lockLocker{cli: cli, lc: v3lockpb.NewLockClient(cli.ActiveConnection()), lease: int64(l.ID), name: "/bench/v3lock/" + name, stop: cancel}, nil
@@ -92,8 +95,8 @@ func (l *coorddLocker) acquire(ctx context.Context) (func(context.Context) error
 }
 
 func (l *coorddLocker) close() {
-	l.s.Close(context.Background())
-	l.c.Close()
+	_ = l.s.Close(context.Background())
+	_ = l.c.Close()
 }
 
 type mutexLocker struct {
@@ -110,8 +113,8 @@ func (l *mutexLocker) acquire(ctx context.Context) (func(context.Context) error,
 }
 
 func (l *mutexLocker) close() {
-	l.s.Close()
-	l.cli.Close()
+	_ = l.s.Close()
+	_ = l.cli.Close()
 }
 
 type v3lockLocker struct {
@@ -135,8 +138,8 @@ func (l *v3lockLocker) acquire(ctx context.Context) (func(context.Context) error
 
 func (l *v3lockLocker) close() {
 	l.stop()
-	l.cli.Revoke(context.Background(), clientv3.LeaseID(l.lease))
-	l.cli.Close()
+	_, _ = l.cli.Revoke(context.Background(), clientv3.LeaseID(l.lease))
+	_ = l.cli.Close()
 }
 
 // lockRun is what one workload measured for one peer.
@@ -250,7 +253,7 @@ func benchLocks(grpcAddr, etcdURL string, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	defer raw.Close()
+	defer func() { _ = raw.Close() }()
 	ctx := context.Background()
 	putLat := make([]float64, 0, 500)
 	for range 500 {

@@ -61,7 +61,12 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() {
+		// coordd's binary and the data dirs: say so if they are left behind.
+		if err := os.RemoveAll(tmp); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: warning:", err)
+		}
+	}()
 	bin := filepath.Join(tmp, "coordd")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/coordd")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr

@@ -63,17 +63,17 @@ func benchSessions(bin, tmp string) error {
 	if err != nil {
 		return err
 	}
-	defer sdk.Close()
+	defer func() { _ = sdk.Close() }()
 	raw, err := clientv3.New(clientv3.Config{Endpoints: []string{d.etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
-	defer raw.Close()
+	defer func() { _ = raw.Close() }()
 	conn, err := grpc.NewClient(d.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 
 	fmt.Printf("%-48s %10s %10s %10s %10s %8s %8s\n", "workload", "coordd p50", "coordd p99", "etcd p50", "etcd p99", "p50 x", "p99 x")
 	createClose, err := compare(
@@ -102,7 +102,7 @@ func benchSessions(bin, tmp string) error {
 	if err != nil {
 		return err
 	}
-	defer s.Close(ctx)
+	defer func() { _ = s.Close(ctx) }()
 	kst, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(ctx)
 	if err != nil {
 		return err

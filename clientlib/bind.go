@@ -32,7 +32,7 @@ type bindOptions[T any] struct {
 	key      string
 	defaults T
 	validate func(T) error
-	onChange func(old, new T)
+	onChange func(prev, next T)
 }
 
 // BindKey decodes the whole value from one key holding a document,
@@ -55,7 +55,7 @@ func BindValidate[T any](fn func(T) error) BindOption[T] {
 
 // BindOnChange is called, on the subscription's callback goroutine, after
 // every accepted change, with the previous and the new value.
-func BindOnChange[T any](fn func(old, new T)) BindOption[T] {
+func BindOnChange[T any](fn func(prev, next T)) BindOption[T] {
 	return func(o *bindOptions[T]) { o.onChange = fn }
 }
 

@@ -67,7 +67,7 @@ func TestBindRejects(t *testing.T) {
 			}
 			return nil
 		}),
-		BindOnChange(func(old, new bindCfg) { changes++ }))
+		BindOnChange(func(_, _ bindCfg) { changes++ }))
 	if err := b.update(snapshotOf("app", 1, map[string]string{"port": "1"})); err != nil {
 		t.Fatal(err)
 	}

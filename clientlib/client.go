@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	conn.Connect()
 	for st := conn.GetState(); st != connectivity.Ready && !cfg.NoWait; st = conn.GetState() {
 		if !conn.WaitForStateChange(dctx, st) {
-			conn.Close()
+			_ = conn.Close() // never used; the dial's failure is the error to return
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}

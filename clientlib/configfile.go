@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 )
 
@@ -61,13 +62,15 @@ func writeCacheFile(path string, s *ConfigSnapshot, namespaces []string) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename, there is nothing to remove
+	// After a successful rename there is nothing to remove; before it,
+	// the error that stopped the write is the one returned.
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return err
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return err
 	}
 	if err := tmp.Close(); err != nil {
@@ -76,11 +79,23 @@ func writeCacheFile(path string, s *ConfigSnapshot, namespaces []string) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync() // make the rename durable
-		d.Close()
+	return syncDir(dir)
+}
+
+// syncDir makes a rename in dir durable. Windows cannot sync a directory
+// (FlushFileBuffers needs write access, which a directory's handle does
+// not have), so there it does nothing.
+func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
 	}
-	return nil
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	_ = d.Close() // opened only to sync it: the sync's error is the one that counts
+	return err
 }
 
 // readCacheFile loads a cache file that covers every namespace asked for

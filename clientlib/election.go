@@ -72,7 +72,7 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 		// The session ended while the answer was on its way.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseAttempt)
 		defer cancel()
-		l.Resign(rctx)
+		_ = l.Resign(rctx) // best effort: the leadership ends with the session anyway
 		return nil, s.Err()
 	}
 	return l, nil

@@ -55,7 +55,7 @@ func TestConvert(t *testing.T) {
 			if !errors.As(err, &e) || e.Code != tt.code {
 				t.Fatalf("convert = %#v, want *Error with code %s", err, tt.code)
 			}
-			if errors.Is(err, ErrInternal) != (tt.want == ErrInternal) {
+			if errors.Is(err, ErrInternal) != errors.Is(tt.want, ErrInternal) {
 				t.Fatalf("%v matches the wrong sentinel", err)
 			}
 		})

@@ -23,7 +23,7 @@ func ExampleClient_NewSession() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	s, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second), clientlib.WithOwner("billing-worker"))
 	if err != nil {
@@ -49,12 +49,12 @@ func ExampleSession_Lock() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	s, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer s.Close(context.Background())
+	defer func() { _ = s.Close(context.Background()) }()
 
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second) // how long to wait for the lock
 	defer cancel()
@@ -86,12 +86,12 @@ func ExampleWithLock() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	s, err := c.NewSession(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer s.Close(context.Background())
+	defer func() { _ = s.Close(context.Background()) }()
 
 	var guard fencing.Guard // normally inside the service that owns the resource
 	err = clientlib.WithLock(ctx, s, "inventory/rebalance", func(ctx context.Context, l *clientlib.Lock) error {
@@ -114,7 +114,7 @@ func ExampleClient_RunElection() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	err = c.RunElection(ctx, "reports/nightly", "host-1:8080",
 		func(ctx context.Context, lead *clientlib.Leadership) error {
@@ -137,7 +137,7 @@ func ExampleAdmin_GetSession() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	_, err = c.Admin().GetSession(ctx, "694d7a1b2c3d4e5f")
 	switch {
@@ -158,7 +158,7 @@ func ExampleConfigCenter_Subscribe() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	rel, err := c.Config().Publish(ctx, "payments/prod", []clientlib.ConfigMutation{
 		{Key: "timeout", Value: `"2s"`},

@@ -102,7 +102,7 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 		// lock back, briefly: the server may be the reason the session ended.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseAttempt)
 		defer cancel()
-		l.Release(rctx)
+		_ = l.Release(rctx) // best effort: the lock goes with the session anyway
 		return nil, s.Err()
 	}
 	return l, nil

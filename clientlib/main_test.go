@@ -32,7 +32,11 @@ func (w withDaemon) Run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "removing the examples' directory:", err)
+		}
+	}()
 	peer, err := freeport.Get()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

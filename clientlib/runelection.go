@@ -50,10 +50,10 @@ func OnExit(f func(err error)) ElectionOption {
 }
 
 // WithElectionBackoff sets the wait before campaigning again after a
-// failure: it starts at min and doubles up to max, with jitter. Defaults
-// to 100ms and 10s.
-func WithElectionBackoff(min, max time.Duration) ElectionOption {
-	return func(o *electionOptions) { o.minBackoff, o.maxBackoff = min, max }
+// failure: it starts at first and doubles up to limit, with jitter.
+// Defaults to 100ms and 10s.
+func WithElectionBackoff(first, limit time.Duration) ElectionOption {
+	return func(o *electionOptions) { o.minBackoff, o.maxBackoff = first, limit }
 }
 
 // resignTimeout bounds the resignation after a term, which runs on a fresh
@@ -85,8 +85,9 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 	var sess *Session
 	defer func() {
 		if sess != nil {
+			// A session that does not close expires after its TTL.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
-			sess.Close(cctx)
+			_ = sess.Close(cctx)
 			cancel()
 		}
 		if o.onExit != nil {
@@ -113,7 +114,7 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 		if sess == nil || sess.Err() != nil {
 			if sess != nil {
 				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
-				sess.Close(cctx) // already ended; tells the server if it still has it
+				_ = sess.Close(cctx) // already ended; tells the server if it still has it
 				cancel()
 			}
 			if sess, err = c.NewSession(ctx, o.session...); err != nil {
@@ -143,7 +144,10 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 		ferr := runLeader(ctx, lead, fn)
 		lost := context.Cause(lead.Context()) // nil while still leading
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
-		lead.Resign(rctx)
+		if rerr := lead.Resign(rctx); rerr != nil {
+			// The leadership stays with this session until it ends.
+			c.lg.Warn("coordd: resign", "election", name, "term", term, "error", rerr)
+		}
 		cancel()
 		cause := lost
 		switch {

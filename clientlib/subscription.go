@@ -88,10 +88,10 @@ func WithStallTimeout(d time.Duration) SubscribeOption {
 	return func(o *subscribeOptions) { o.stall = d }
 }
 
-// WithReconnectBackoff sets the reconnect delays: full jitter, from min
-// doubling up to max. Default 800ms to 30s.
-func WithReconnectBackoff(min, max time.Duration) SubscribeOption {
-	return func(o *subscribeOptions) { o.minBackoff, o.maxBackoff = min, max }
+// WithReconnectBackoff sets the reconnect delays: full jitter, from first
+// doubling up to limit. Default 800ms to 30s.
+func WithReconnectBackoff(first, limit time.Duration) SubscribeOption {
+	return func(o *subscribeOptions) { o.minBackoff, o.maxBackoff = first, limit }
 }
 
 // WithoutStatusReports stops the subscription from reporting which
@@ -202,7 +202,7 @@ func (cc *ConfigCenter) Subscribe(ctx context.Context, namespaces []string, opts
 func sanitizeInstance(id string) string {
 	b := []byte(id)
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '@' || c == '-') {
+		if !instanceByte(c) {
 			b[i] = '-'
 		}
 	}
@@ -213,6 +213,13 @@ func sanitizeInstance(id string) string {
 		return "instance"
 	}
 	return string(b)
+}
+
+// instanceByte reports a byte of the server's instance alphabet:
+// [A-Za-z0-9._:@-].
+func instanceByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		c == '.' || c == '_' || c == ':' || c == '@' || c == '-'
 }
 
 // Snapshot returns the current snapshot. It never blocks.

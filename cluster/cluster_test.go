@@ -42,7 +42,7 @@ func TestStatusAndSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Snapshot: %v", err)
 	}
-	defer rc.Close()
+	t.Cleanup(func() { _ = rc.Close() })
 	data, err := io.ReadAll(rc)
 	if err != nil {
 		t.Fatalf("reading the snapshot: %v", err)

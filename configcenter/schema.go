@@ -39,16 +39,16 @@ func compileSchema(text string) (*jsonschema.Schema, error) {
 	}
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))
 	if err != nil {
-		return nil, fmt.Errorf("%w: schema is not JSON: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: schema is not JSON: %s", ErrInvalid, err.Error())
 	}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(noLoader{})
 	if err := c.AddResource(schemaURL, doc); err != nil {
-		return nil, fmt.Errorf("%w: schema: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: schema: %s", ErrInvalid, err.Error())
 	}
 	sch, err := c.Compile(schemaURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: schema does not compile: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: schema does not compile: %s", ErrInvalid, err.Error())
 	}
 	return sch, nil
 }

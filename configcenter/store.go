@@ -185,7 +185,7 @@ func (s *Store) Get(ctx context.Context, ns, key string, rev int64) (Entry, int6
 		return Entry{}, 0, err
 	}
 	if err := validateKey(key); err != nil {
-		return Entry{}, 0, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return Entry{}, 0, fmt.Errorf("%w: %s", ErrInvalid, err.Error())
 	}
 	if rev < 0 {
 		return Entry{}, 0, fmt.Errorf("%w: revision %d is negative", ErrInvalid, rev)

@@ -131,7 +131,7 @@ func (m *Manager) candidateKey(name string, sess session.ID, requestID string) s
 
 func validateName(name string) error {
 	if err := names.Check("election name", name); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %s", ErrInvalid, err.Error())
 	}
 	return nil
 }
@@ -167,7 +167,7 @@ func validateRequest(req *Request) error {
 		req.RequestID = names.NewRequestID()
 	}
 	if err := names.CheckRequestID(req.RequestID); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %s", ErrInvalid, err.Error())
 	}
 	return validateValue(req.Value)
 }
@@ -379,7 +379,7 @@ func (m *Manager) List(ctx context.Context, prefix, after string, limit int) ([]
 	if prefix != "" {
 		// A prefix is any start of a name ("batch/", "bat").
 		if err := names.CheckKey("election name prefix", prefix); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: %s", ErrInvalid, err.Error())
 		}
 	}
 	if limit <= 0 {

@@ -515,7 +515,9 @@ func TestObserveStorm(t *testing.T) {
 	}
 	wait.For(t, "the resumed observer to catch up with the proclamation", func() bool { return rec2.lastRev() >= e.rev(t) })
 	cancel()
-	<-done
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("resumed Observe = %v, want context.Canceled", err)
+	}
 	rec2.mu.Lock()
 	defer rec2.mu.Unlock()
 	want2 := []state{{term: holder.Term, value: "now"}, {term: holder.Term, value: "after", proclaims: 1}}

@@ -110,7 +110,7 @@ func TestParse(t *testing.T) {
 func TestMiddleware(t *testing.T) {
 	var g fencing.Guard
 	writes := 0
-	h := fencing.Middleware(&g, func(r *http.Request) string { return r.URL.Path }, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := fencing.Middleware(&g, func(r *http.Request) string { return r.URL.Path }, http.HandlerFunc(func(_ http.ResponseWriter, _ *http.Request) {
 		writes++
 	}))
 	send := func(path, token string) int {

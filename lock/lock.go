@@ -352,7 +352,7 @@ func (m *Manager) List(ctx context.Context, prefix, after string, limit int) ([]
 	if prefix != "" {
 		// A prefix is any start of a name ("reports/", "rep").
 		if err := names.CheckKey("lock name prefix", prefix); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: %s", ErrInvalid, err.Error())
 		}
 	}
 	if limit <= 0 {

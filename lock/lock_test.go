@@ -704,7 +704,10 @@ func TestFencedPutRacingRelease(t *testing.T) {
 						}
 						return
 					}
-					for cur := maxRev.Load(); rev > cur && !maxRev.CompareAndSwap(cur, rev); cur = maxRev.Load() {
+					for cur := maxRev.Load(); rev > cur; cur = maxRev.Load() {
+						if maxRev.CompareAndSwap(cur, rev) {
+							break
+						}
 					}
 				}
 			}()

@@ -9,7 +9,7 @@ import (
 
 func validateName(name string) error {
 	if err := names.Check("lock name", name); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %s", ErrInvalid, err.Error())
 	}
 	return nil
 }
@@ -47,7 +47,7 @@ func validateRequest(req *Request) error {
 
 func validateRequestID(id string) error {
 	if err := names.CheckRequestID(id); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: %s", ErrInvalid, err.Error())
 	}
 	return nil
 }

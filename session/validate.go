@@ -46,9 +46,9 @@ func ValidateSpec(spec Spec) (time.Duration, error) {
 	return ttl, nil
 }
 
-func checkText(field, s string, max int) error {
-	if len(s) > max {
-		return fmt.Errorf("%w: %s is %d bytes, at most %d are allowed", ErrTooLarge, field, len(s), max)
+func checkText(field, s string, maxBytes int) error {
+	if len(s) > maxBytes {
+		return fmt.Errorf("%w: %s is %d bytes, at most %d are allowed", ErrTooLarge, field, len(s), maxBytes)
 	}
 	if !utf8.ValidString(s) {
 		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, field)

@@ -80,8 +80,7 @@ func TestElectCandidates(t *testing.T) {
 		wait.Within(t, 15*time.Second, value+" to stand", func() bool {
 			_, out, _ := ctl(t, ep, "", "elect", "candidates", "jobs", "-o", "json")
 			var cs []any
-			json.Unmarshal([]byte(out), &cs)
-			return len(cs) == i+1
+			return json.Unmarshal([]byte(out), &cs) == nil && len(cs) == i+1
 		})
 	}
 	var cands []struct {
@@ -331,7 +330,9 @@ func TestErrorsAreJSONWithJSONOutput(t *testing.T) {
 
 	// A refused write lists its problems.
 	schemaFile := filepath.Join(t.TempDir(), "schema.json")
-	os.WriteFile(schemaFile, []byte(`{"type":"object","properties":{"port":{"type":"integer"},"name":{"type":"string"}}}`), 0o644)
+	if err := os.WriteFile(schemaFile, []byte(`{"type":"object","properties":{"port":{"type":"integer"},"name":{"type":"string"}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	must(t, ep, "config", "schema", "svc/prod", "--set", schemaFile)
 	code, _, errOut := ctl(t, ep, `{"port": "x", "name": 7}`, "config", "publish", "svc/prod", "-f", "-", "-o", "json")
 	e := errorOf(t, errOut)

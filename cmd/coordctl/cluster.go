@@ -1,9 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,7 +26,7 @@ func (a *app) clusterCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(clusterOut(st), func(w io.Writer) {
+				return a.print(clusterOut(st), func(w *bytes.Buffer) {
 					fmt.Fprintf(w, "cluster %s, revision %d, raft term %d, coordd %s, etcd %s\n", st.ClusterID, st.Revision, st.RaftTerm, st.CoorddVersion, st.EtcdVersion)
 					fmt.Fprintf(w, "database %s (%s in use) on the answering member\n", bytesStr(st.DBSize), bytesStr(st.DBSizeInUse))
 					fmt.Fprintln(w, "MEMBER\tNAME\tROLE\tPEER URLS")
@@ -85,7 +85,9 @@ bumping the revision keeps fencing tokens from ever going backwards.`,
 			if err != nil {
 				return err
 			}
-			defer os.Remove(tmp.Name())
+			// Once renamed there is nothing left to remove: the error is
+			// expected then, and before it the write's own error is returned.
+			defer func() { _ = os.Remove(tmp.Name()) }()
 			n, err := c.Admin().SaveSnapshot(ctx, tmp)
 			if err == nil {
 				err = tmp.Sync()
@@ -99,7 +101,7 @@ bumping the revision keeps fencing tokens from ever going backwards.`,
 			if err := os.Rename(tmp.Name(), args[0]); err != nil {
 				return err
 			}
-			return a.print(map[string]any{"file": args[0], "bytes": n}, func(w io.Writer) {
+			return a.print(map[string]any{"file": args[0], "bytes": n}, func(w *bytes.Buffer) {
 				fmt.Fprintf(w, "saved %s (%s)\n", args[0], bytesStr(n))
 			})
 		},

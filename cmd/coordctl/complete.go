@@ -1,9 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
@@ -55,7 +55,7 @@ func (a *app) listCommand(use, short string, list lister) *cobra.Command {
 				if names == nil {
 					names = []string{}
 				}
-				return a.print(names, func(w io.Writer) {
+				return a.print(names, func(w *bytes.Buffer) {
 					for _, n := range names {
 						fmt.Fprintln(w, n)
 					}

@@ -30,7 +30,7 @@ func changeLine(c clientlib.KeyChange) string {
 }
 
 func (a *app) printRelease(r clientlib.ConfigRelease) error {
-	return a.print(releaseOut(r), func(w io.Writer) {
+	return a.print(releaseOut(r), func(w *bytes.Buffer) {
 		if len(r.Changes) == 0 {
 			fmt.Fprintf(w, "%s: nothing changed (release %d in effect)\n", r.Namespace, r.Number)
 			return
@@ -146,7 +146,7 @@ func (a *app) configGetCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(valueJSON{Key: args[1], Value: v, ModRevision: i64(mod)}, func(w io.Writer) { fmt.Fprintln(w, v) })
+				return a.print(valueJSON{Key: args[1], Value: v, ModRevision: i64(mod)}, func(w *bytes.Buffer) { fmt.Fprintln(w, v) })
 			})
 		},
 	}
@@ -256,7 +256,7 @@ func (a *app) configSnapshotCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(snapshotOut(s), func(w io.Writer) {
+				return a.print(snapshotOut(s), func(w *bytes.Buffer) {
 					fmt.Fprintf(w, "# %s release %d at revision %d\n", s.Namespace, s.Release, s.Revision)
 					keys := make([]string, 0, len(s.Values))
 					for k := range s.Values {
@@ -354,7 +354,7 @@ func (a *app) configSchemaCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(schemaJSON{Namespace: args[0], Schema: s}, func(w io.Writer) { fmt.Fprintln(w, s) })
+				return a.print(schemaJSON{Namespace: args[0], Schema: s}, func(w *bytes.Buffer) { fmt.Fprintln(w, s) })
 			})
 		},
 	}

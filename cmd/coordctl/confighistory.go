@@ -1,9 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -23,7 +23,7 @@ func (a *app) configHistoryCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(releasesOut(rels), func(w io.Writer) {
+				return a.print(releasesOut(rels), func(w *bytes.Buffer) {
 					fmt.Fprintln(w, "RELEASE\tREVISION\tTIME\tAUTHOR\tCHANGES\tMESSAGE")
 					for _, r := range rels {
 						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\n", r.Number, r.Revision, ts(r.Time), r.Author, len(r.Changes), r.Message)
@@ -52,7 +52,7 @@ func (a *app) configDiffCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(changesOut(changes), func(w io.Writer) {
+				return a.print(changesOut(changes), func(w *bytes.Buffer) {
 					for _, ch := range changes {
 						fmt.Fprintln(w, changeLine(ch))
 					}
@@ -97,7 +97,7 @@ func (a *app) configStatusCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(applyStatusOut(st), func(w io.Writer) {
+				return a.print(applyStatusOut(st), func(w *bytes.Buffer) {
 					fmt.Fprintln(w, "INSTANCE\tAPPLIED\tREJECTED\tREPORTED\tREASON")
 					for _, in := range st.Instances {
 						rej := "-"

@@ -1,10 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -36,7 +36,7 @@ func (a *app) electCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.print(leadershipJSON{Name: args[0], Term: term.String(), Value: args[1], SessionID: sessionID}, func(w io.Writer) {
+			return a.print(leadershipJSON{Name: args[0], Term: term.String(), Value: args[1], SessionID: sessionID}, func(w *bytes.Buffer) {
 				fmt.Fprintf(w, "NAME\tTERM\tSESSION\n%s\t%s\t%s\n", args[0], term, sessionID)
 			})
 		},
@@ -88,7 +88,7 @@ func (a *app) electCommand() *cobra.Command {
 					Leader     leaderJSON      `json:"leader"`
 					Candidates []candidateJSON `json:"candidates"`
 				}{leaderOut(ld), candidatesOut(cands)}
-				return a.print(out, func(w io.Writer) {
+				return a.print(out, func(w *bytes.Buffer) {
 					fmt.Fprintln(w, "ROLE\tTERM\tVALUE\tSESSION\tOWNER\tSINCE")
 					fmt.Fprintf(w, "leader\t%s\t%s\t%s\t%s\t%s\n", ld.Term, ld.Value, ld.SessionID, ld.Owner, ts(ld.Since))
 					for _, c := range cands {
@@ -108,7 +108,7 @@ func (a *app) electCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(candidatesOut(cands), func(w io.Writer) {
+				return a.print(candidatesOut(cands), func(w *bytes.Buffer) {
 					fmt.Fprintln(w, "#\tTERM\tVALUE\tSESSION\tOWNER\tHOST\tSINCE")
 					for i, c := range cands {
 						fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, c.Term, c.Value, c.SessionID, c.Owner, c.Hostname, ts(c.Enqueued))

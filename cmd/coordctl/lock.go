@@ -1,10 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -61,7 +61,7 @@ func (a *app) lockCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.print(grantOut(g), func(w io.Writer) {
+			return a.print(grantOut(g), func(w *bytes.Buffer) {
 				fmt.Fprintf(w, "NAME\tTOKEN\tSESSION\n%s\t%s\t%s\n", g.Name, g.Token, g.SessionID)
 			})
 		},
@@ -96,7 +96,7 @@ func (a *app) lockCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(lockStateOut(st), func(w io.Writer) {
+				return a.print(lockStateOut(st), func(w *bytes.Buffer) {
 					if !st.DelayedUntil.IsZero() {
 						fmt.Fprintf(w, "lock-delay until %s\n", ts(st.DelayedUntil))
 					}
@@ -240,9 +240,10 @@ func (a *app) runHeld(ctx context.Context, rf runFlags, argv []string, owner str
 		return err
 	}
 	defer func() {
-		// Bounded: after a loss coordd may be unreachable.
+		// Bounded: after a loss coordd may be unreachable. A session that
+		// does not close expires after its TTL, so a failure is not reported.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		sess.Close(cctx)
+		_ = sess.Close(cctx)
 		cancel()
 	}()
 	wctx, cancel := waitCtx(ctx, rf.wait)
@@ -267,7 +268,9 @@ func (a *app) runHeld(ctx context.Context, rf runFlags, argv []string, owner str
 		return withCode(code, err)
 	}
 	if rerr != nil {
-		fmt.Fprintf(a.stderr, "coordctl: give up %s: %v\n", h.what, rerr)
+		// A warning only: the exit code stays the command's. Should stderr
+		// fail as well, there is nowhere left to say so.
+		_, _ = fmt.Fprintf(a.stderr, "coordctl: give up %s: %v\n", h.what, rerr)
 	}
 	return exitWith(code)
 }

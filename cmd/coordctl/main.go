@@ -40,6 +40,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -114,7 +115,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if a.client != nil {
-		a.client.Close()
+		_ = a.client.Close() // the process is ending: the connection goes either way
 	}
 	if err == nil {
 		return exitOK
@@ -129,18 +130,20 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 }
 
 // printError writes err to stderr: a line of text, or with -o json one
-// JSON object (see errorOut).
+// JSON object (see errorOut). A failed write to stderr is not reported:
+// there is nowhere left to report it, and the exit code still says that
+// the command failed.
 func (a *app) printError(err error, code int) {
 	if a.output == "json" {
-		json.NewEncoder(a.stderr).Encode(errorOut(err, code))
+		_ = json.NewEncoder(a.stderr).Encode(errorOut(err, code))
 		return
 	}
 	var u usageError
 	if errors.As(err, &u) && u.named {
-		fmt.Fprintln(a.stderr, u.msg)
+		_, _ = fmt.Fprintln(a.stderr, u.msg)
 		return
 	}
-	fmt.Fprintln(a.stderr, "coordctl:", describe(err))
+	_, _ = fmt.Fprintln(a.stderr, "coordctl:", describe(err))
 }
 
 // exitCode maps an error to the documented exit code.
@@ -233,7 +236,7 @@ Shell completion (see coordctl completion --help) asks coordd for lock names,
 election names and config namespaces.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+		PersistentPreRunE: func(_ *cobra.Command, _ []string) error {
 			if a.output != "table" && a.output != "json" {
 				return usagef("-o must be table or json, not %q", a.output)
 			}
@@ -348,16 +351,31 @@ func (a *app) call(cmd *cobra.Command, fn func(ctx context.Context, c *clientlib
 	return fn(ctx, c)
 }
 
-// print writes v as JSON (-o json) or calls table with a tab writer.
-func (a *app) print(v any, table func(w io.Writer)) error {
+// print writes v as JSON (-o json) or the text that table writes, aligned
+// in columns at its tabs. The output is made in memory and written to
+// stdout at once, so that a failed write (a closed pipe) is the command's
+// error, not lost.
+func (a *app) print(v any, table func(w *bytes.Buffer)) error {
+	var out bytes.Buffer
 	if a.output == "json" {
-		enc := json.NewEncoder(a.stdout)
+		enc := json.NewEncoder(&out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+	} else {
+		var text bytes.Buffer
+		table(&text)
+		tw := tabwriter.NewWriter(&out, 0, 4, 2, ' ', 0)
+		if _, err := tw.Write(text.Bytes()); err != nil {
+			return err
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	table(tw)
-	return tw.Flush()
+	_, err := a.stdout.Write(out.Bytes())
+	return err
 }
 
 // printLine writes one line of a stream: compact JSON (-o json) or text.

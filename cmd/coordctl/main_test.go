@@ -159,7 +159,7 @@ func TestLockRunStopsTheCommandWhenTheLockIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	other, err := c.NewSession(t.Context(), clientlib.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestLockRunStopsTheCommandWhenTheLockIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	granted := time.Now()
-	defer l.Release(context.Background())
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
 	var code int
 	select {
 	case code = <-done:
@@ -244,7 +244,9 @@ func TestElectCommands(t *testing.T) {
 	if data, _ := os.ReadFile(order); strings.Count(string(data), "\n") != 1 {
 		t.Fatalf("two commands ran at once: %q", data)
 	}
-	os.WriteFile(release, nil, 0o644)
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	wg.Wait()
 	data, _ := os.ReadFile(order)
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
@@ -294,7 +296,9 @@ func TestConfigCommands(t *testing.T) {
 	}
 	exits(t, exitConflict, ep, "config", "put", "svc/prod", "port", "1", "--expect", "1")
 	schema := filepath.Join(t.TempDir(), "schema.json")
-	os.WriteFile(schema, []byte(`{"type":"object","properties":{"port":{"type":"integer"},"name":{"type":"string"}}}`), 0o644)
+	if err := os.WriteFile(schema, []byte(`{"type":"object","properties":{"port":{"type":"integer"},"name":{"type":"string"}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	must(t, ep, "config", "schema", "svc/prod", "--set", schema)
 	if out := must(t, ep, "config", "schema", "svc/prod"); !strings.Contains(out, `"integer"`) {
 		t.Fatalf("schema: %s", out)

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
@@ -42,7 +42,7 @@ func (a *app) sessionCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(sessionOut(s), func(w io.Writer) {
+				return a.print(sessionOut(s), func(w *bytes.Buffer) {
 					fmt.Fprintf(w, "ID\tTTL\tOWNER\n%s\t%s\t%s\n", s.ID, s.TTL, s.Owner)
 				})
 			})
@@ -93,7 +93,7 @@ func (a *app) sessionCommand() *cobra.Command {
 				for _, s := range ss {
 					out = append(out, sessionOut(s))
 				}
-				return a.print(out, func(w io.Writer) {
+				return a.print(out, func(w *bytes.Buffer) {
 					fmt.Fprintln(w, "ID\tTTL\tOWNER\tHOST\tCREATED\tLABELS")
 					for _, s := range ss {
 						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.TTL, s.Owner, s.Hostname, ts(s.Created), labelString(s.Labels))
@@ -112,7 +112,7 @@ func (a *app) sessionCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(sessionOut(s), func(w io.Writer) {
+				return a.print(sessionOut(s), func(w *bytes.Buffer) {
 					fmt.Fprintf(w, "ID\t%s\nTTL\t%s\nREMAINING\t%s\nOWNER\t%s\nHOST\t%s\nCREATED\t%s\nLABELS\t%s\n",
 						s.ID, s.TTL, s.Remaining, s.Owner, s.Hostname, ts(s.Created), labelString(s.Labels))
 				})

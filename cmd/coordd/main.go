@@ -94,12 +94,15 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(_ *cobra.Command, _ []string) error {
 			lg, err := newLogger(logFormat, logLevel)
 			if err != nil {
 				return err
 			}
-			defer lg.Sync()
+			// The logger writes to stderr unbuffered, so Sync has nothing to
+			// flush; it only fsyncs stderr, which fails (EINVAL) whenever
+			// stderr is a terminal or a pipe.
+			defer func() { _ = lg.Sync() }()
 			cfg.Logger = lg
 			cfg.Version = coorddVersion()
 			cfg.HeartbeatMs = uint(heartbeat / time.Millisecond)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -61,7 +62,7 @@ func TestCommandEnvAndSignal(t *testing.T) {
 	for {
 		resp, err := probe.Get("http://" + httpAddr + "/readyz")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == 200 {
 				break
 			}
@@ -72,9 +73,8 @@ func TestCommandEnvAndSignal(t *testing.T) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			<-exited
-			t.Fatalf("coordd not ready on the --http-addr given as a flag:\n%s", logs.String())
+			err := kill(cmd, exited)
+			t.Fatalf("coordd not ready on the --http-addr given as a flag (killed: %v):\n%s", err, logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -88,15 +88,23 @@ func TestCommandEnvAndSignal(t *testing.T) {
 			t.Fatalf("coordd exited with %v after SIGTERM:\n%s", err, logs.String())
 		}
 	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		<-exited
-		t.Fatalf("coordd did not stop within 20s of SIGTERM:\n%s", logs.String())
+		err := kill(cmd, exited)
+		t.Fatalf("coordd did not stop within 20s of SIGTERM (killed: %v):\n%s", err, logs.String())
 	}
 	for _, want := range []string{`"msg":"coordd is ready"`, `"msg":"coordd stopped"`} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("JSON logs lack %s:\n%s", want, logs.String())
 		}
 	}
+}
+
+// kill kills coordd after a failed check and returns how it exited, from
+// exited (cmd.Wait). It does not wait if the process could not be killed.
+func kill(cmd *exec.Cmd, exited <-chan error) error {
+	if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("could not kill it: %w", err)
+	}
+	return <-exited
 }
 
 // A malformed environment value is an error that names the variable.

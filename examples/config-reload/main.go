@@ -71,12 +71,12 @@ func envOr(key, def string) string {
 // run follows namespace until ctx ends, printing the configuration at
 // start and after every accepted change, and every rejected release.
 func run(ctx context.Context, out io.Writer, endpoints []string, namespace, cacheFile string) error {
-	fmt.Fprintf(out, "config-reload: pid %d\n", os.Getpid())
+	logf(out, "config-reload: pid %d\n", os.Getpid())
 	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints, NoWait: cacheFile != ""})
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // done with it; nothing to report
 	opts := []clientlib.SubscribeOption{clientlib.WithInstance("config-reload-"+fmt.Sprint(os.Getpid()), map[string]string{"example": "config-reload"})}
 	if cacheFile != "" {
 		opts = append(opts, clientlib.WithCacheFile(cacheFile))
@@ -86,18 +86,18 @@ func run(ctx context.Context, out io.Writer, endpoints []string, namespace, cach
 		return err
 	}
 	defer sub.Close()
-	sub.OnError(func(err error) { fmt.Fprintf(out, "rejected: %v\n", err) })
+	sub.OnError(func(err error) { logf(out, "rejected: %v\n", err) })
 
 	cfg, err := clientlib.Bind(sub, namespace, clientlib.JSON,
 		clientlib.BindDefaults(AppConfig{Greeting: "hello", Workers: 4}),
 		clientlib.BindValidate(AppConfig.validate),
-		clientlib.BindOnChange(func(old, new AppConfig) {
-			fmt.Fprintf(out, "changed: %s\n", describe(new))
+		clientlib.BindOnChange(func(_, cur AppConfig) {
+			logf(out, "changed: %s\n", describe(cur))
 		}))
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "started (%s, release %d): %s\n", sub.Status().State, cfg.Release(), describe(cfg.Load()))
+	logf(out, "started (%s, release %d): %s\n", sub.Status().State, cfg.Release(), describe(cfg.Load()))
 
 	// The app's own work reads cfg.Load() whenever it needs the
 	// configuration: lock-free, always a complete, validated release.
@@ -109,9 +109,16 @@ func run(ctx context.Context, out io.Writer, endpoints []string, namespace, cach
 			return ctx.Err()
 		case <-tick.C:
 			st := sub.Status()
-			fmt.Fprintf(out, "status: %s, revision %d, staleness %s\n", st.State, st.Revision, st.Staleness.Round(time.Second))
+			logf(out, "status: %s, revision %d, staleness %s\n", st.State, st.Revision, st.Staleness.Round(time.Second))
 		}
 	}
+}
+
+// logf prints a line of the example's progress. The output is a log for
+// whoever watches: a failed write is no reason to stop (and on a closed
+// stdout pipe the write raises SIGPIPE anyway).
+func logf(out io.Writer, format string, args ...any) {
+	_, _ = fmt.Fprintf(out, format, args...)
 }
 
 func describe(c AppConfig) string {

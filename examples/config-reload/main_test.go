@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -49,7 +50,7 @@ func TestConfigReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	if _, err := c.Config().Publish(ctx, "demo/app", []clientlib.ConfigMutation{{Key: "greeting", Value: `"hi"`}, {Key: "workers", Value: "8"}}, clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestConfigReload(t *testing.T) {
 		return err == nil && st.Rejected[2] == 1 && st.Applied[1] == 1
 	})
 	cancel()
-	if err := <-done; err != context.Canceled {
+	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("run = %v", err)
 	}
 }

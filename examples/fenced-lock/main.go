@@ -102,7 +102,8 @@ func (s *store) handler() http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		json.NewEncoder(w).Encode(map[string]any{"value": s.value, "token": s.token, "refused": s.refused, "highest": guard.Highest("counter")})
+		// A failed write of an answer means the client is gone; here and below.
+		_ = json.NewEncoder(w).Encode(map[string]any{"value": s.value, "token": s.token, "refused": s.refused, "highest": guard.Highest("counter")})
 	})
 	// Reads and writes of the counter pass through fencing.Middleware: 409
 	// for a stale token, 400 for a missing one. Fencing the read too makes
@@ -114,7 +115,7 @@ func (s *store) handler() http.Handler {
 	mux.Handle("GET /counter", fenced(func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		json.NewEncoder(w).Encode(map[string]any{"value": s.value})
+		_ = json.NewEncoder(w).Encode(map[string]any{"value": s.value})
 	}))
 	put := fenced(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ Value int }
@@ -152,8 +153,8 @@ func serveStore(ctx context.Context, addr string, out io.Writer) error {
 		return err
 	}
 	srv := &http.Server{Handler: (&store{}).handler(), ReadHeaderTimeout: 5 * time.Second}
-	fmt.Fprintf(out, "store: pid %d, listening on http://%s\n", os.Getpid(), ln.Addr())
-	go func() { <-ctx.Done(); srv.Close() }()
+	logf(out, "store: pid %d, listening on http://%s\n", os.Getpid(), ln.Addr())
+	go func() { <-ctx.Done(); _ = srv.Close() }() // Serve then returns ErrServerClosed
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -170,7 +171,7 @@ type workerConfig struct {
 
 // runWorker increments the store's counter under the lock, rounds times.
 func runWorker(ctx context.Context, out io.Writer, cfg workerConfig) error {
-	fmt.Fprintf(out, "worker %s: pid %d\n", cfg.id, os.Getpid())
+	logf(out, "worker %s: pid %d\n", cfg.id, os.Getpid())
 	// coordd and the store may still be starting: wait for both, within
 	// one bound, instead of failing on the first refused connection.
 	deadline := time.Now().Add(cfg.wait)
@@ -179,14 +180,14 @@ func runWorker(ctx context.Context, out io.Writer, cfg workerConfig) error {
 		c, err = clientlib.New(ctx, clientlib.Config{Endpoints: cfg.endpoints, DialTimeout: time.Second})
 		return err
 	}, func(err error) bool { return errors.Is(err, clientlib.ErrUnavailable) },
-		func(err error) { fmt.Fprintf(out, "worker %s: waiting for coordd: %v\n", cfg.id, err) })
+		func(err error) { logf(out, "worker %s: waiting for coordd: %v\n", cfg.id, err) })
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // done with it; nothing to report
 	err = retryUntil(ctx, deadline, func(ctx context.Context) error { return pingStore(ctx, cfg.store) },
 		func(err error) bool { return !errors.Is(err, errStoreAnswer) },
-		func(err error) { fmt.Fprintf(out, "worker %s: waiting for the store: %v\n", cfg.id, err) })
+		func(err error) { logf(out, "worker %s: waiting for the store: %v\n", cfg.id, err) })
 	if err != nil {
 		return err
 	}
@@ -201,12 +202,12 @@ func runWorker(ctx context.Context, out io.Writer, cfg workerConfig) error {
 			token := l.Token()
 			v, err := readCounter(lctx, cfg.store, token)
 			if errors.Is(err, errStale) {
-				fmt.Fprintf(out, "worker %s: read refused: stale fencing token %s\n", cfg.id, token)
+				logf(out, "worker %s: read refused: stale fencing token %s\n", cfg.id, token)
 				return nil
 			}
 			if err != nil && lctx.Err() != nil {
 				// Paused during the read: the lock was lost meanwhile.
-				fmt.Fprintf(out, "worker %s: lock lost during the read (token %s)\n", cfg.id, token)
+				logf(out, "worker %s: lock lost during the read (token %s)\n", cfg.id, token)
 				return nil
 			}
 			if err != nil {
@@ -217,15 +218,16 @@ func runWorker(ctx context.Context, out io.Writer, cfg workerConfig) error {
 			// the one that matters, and this shows it working.
 			switch err := writeCounter(cfg.store, token, v+1); {
 			case errors.Is(err, errStale):
-				fmt.Fprintf(out, "worker %s: write refused: stale fencing token %s\n", cfg.id, token)
+				logf(out, "worker %s: write refused: stale fencing token %s\n", cfg.id, token)
 			case err != nil:
 				return err
 			default:
-				fmt.Fprintf(out, "worker %s: counter %d -> %d with token %s\n", cfg.id, v, v+1, token)
+				logf(out, "worker %s: counter %d -> %d with token %s\n", cfg.id, v, v+1, token)
 			}
 			return nil
 		})
-		sess.Close(context.WithoutCancel(ctx))
+		// A session that does not close expires after its TTL.
+		_ = sess.Close(context.WithoutCancel(ctx))
 		// A session that ended (the worker was paused past its TTL) is
 		// replaced in the next round; anything else is a failure.
 		if err != nil && ctx.Err() == nil && !errors.Is(err, clientlib.ErrSessionExpired) && !errors.Is(err, clientlib.ErrSessionNotFound) {
@@ -276,18 +278,26 @@ func pingStore(ctx context.Context, store string) error {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", store+"/status", nil)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errStoreAnswer, err)
+		return fmt.Errorf("%w: %s", errStoreAnswer, err.Error())
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	// Drained so that the connection can be reused; only the status counts.
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%w: GET %s/status: %s", errStoreAnswer, store, resp.Status)
 	}
 	return nil
+}
+
+// logf prints a line of the example's progress. The output is a log for
+// whoever watches: a failed write is no reason to stop (and on a closed
+// stdout pipe the write raises SIGPIPE anyway).
+func logf(out io.Writer, format string, args ...any) {
+	_, _ = fmt.Fprintf(out, format, args...)
 }
 
 func readCounter(ctx context.Context, store string, token fencing.Token) (int, error) {
@@ -297,7 +307,7 @@ func readCounter(ctx context.Context, store string, token fencing.Token) (int, e
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // only read
 	if resp.StatusCode == http.StatusConflict {
 		return 0, errStale
 	}
@@ -314,7 +324,7 @@ func writeCounter(store string, token fencing.Token, v int) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // only read
 	switch resp.StatusCode {
 	case http.StatusOK:
 		return nil

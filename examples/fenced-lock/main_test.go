@@ -76,7 +76,8 @@ func start(t *testing.T, bin string, args ...string) (*exec.Cmd, *lines) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// Killed and reaped unless the test already waited for it to exit.
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd, &l
 }
 
@@ -91,9 +92,11 @@ func getStatus(t *testing.T, url string) status {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var s status
-	json.NewDecoder(resp.Body).Decode(&s)
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		t.Fatalf("decoding %s/status: %v", url, err)
+	}
 	return s
 }
 
@@ -113,7 +116,7 @@ func TestPausedWorkerIsFenced(t *testing.T) {
 	// Worker a reads the counter with its token, then works for 3s: pause
 	// it in the middle, holding the lock.
 	a, aOut := worker("a", 1, 3*time.Second)
-	wait.Within(t, 30*time.Second, "a to read under the lock", func() bool { return lockHeld(t, d.HTTPAddr) && getStatus(t, srv.URL).Highest != "0" })
+	wait.Within(t, 30*time.Second, "a to read under the lock", func() bool { return lockHeld(d.HTTPAddr) && getStatus(t, srv.URL).Highest != "0" })
 	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +127,9 @@ func TestPausedWorkerIsFenced(t *testing.T) {
 	if !bOut.has("counter 2 -> 3") {
 		t.Fatalf("worker b: %v", bOut.all)
 	}
-	a.Process.Signal(syscall.SIGCONT)
+	if err := a.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Wait(); err != nil {
 		t.Fatalf("worker a: %v", err)
 	}
@@ -192,13 +197,15 @@ func TestWorkerGivesUp(t *testing.T) {
 }
 
 // lockHeld asks coordd over REST whether the example's lock has a holder.
-func lockHeld(t *testing.T, httpAddr string) bool {
+func lockHeld(httpAddr string) bool {
 	resp, err := http.Get("http://" + httpAddr + "/v1/locks/examples/counter")
 	if err != nil {
 		return false
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var body struct{ Holders []any }
-	json.NewDecoder(resp.Body).Decode(&body)
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return false
+	}
 	return len(body.Holders) > 0
 }

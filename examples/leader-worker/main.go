@@ -61,13 +61,13 @@ func envOr(key, def string) string {
 }
 
 func run(ctx context.Context, out io.Writer, endpoints []string, id string, ttl, step time.Duration) error {
-	fmt.Fprintf(out, "worker %s: pid %d\n", id, os.Getpid())
+	logf(out, "worker %s: pid %d\n", id, os.Getpid())
 	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints})
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	fmt.Fprintf(out, "worker %s: standing by\n", id)
+	defer func() { _ = c.Close() }() // done with it; nothing to report
+	logf(out, "worker %s: standing by\n", id)
 	return c.RunElection(ctx, "examples/batch", id, func(leaderCtx context.Context, lead *clientlib.Leadership) error {
 		term := lead.Term()
 		// The job: one step at a time, only while leading. Pass term to
@@ -78,17 +78,24 @@ func run(ctx context.Context, out io.Writer, endpoints []string, id string, ttl,
 			case <-leaderCtx.Done():
 				return nil
 			case <-time.After(step):
-				fmt.Fprintf(out, "worker %s: batch step %d (term %s)\n", id, n, term)
+				logf(out, "worker %s: batch step %d (term %s)\n", id, n, term)
 			}
 		}
 	},
 		clientlib.WithElectionSession(clientlib.WithTTL(ttl), clientlib.WithOwner("leader-worker "+id)),
-		clientlib.OnElected(func(term fencing.Token) { fmt.Fprintf(out, "worker %s: leading (term %s)\n", id, term) }),
+		clientlib.OnElected(func(term fencing.Token) { logf(out, "worker %s: leading (term %s)\n", id, term) }),
 		clientlib.OnDemoted(func(term fencing.Token, why error) {
 			if why == nil {
-				fmt.Fprintf(out, "worker %s: done, resigned (term %s)\n", id, term)
+				logf(out, "worker %s: done, resigned (term %s)\n", id, term)
 				return
 			}
-			fmt.Fprintf(out, "worker %s: no longer leading (term %s): %v\n", id, term, why)
+			logf(out, "worker %s: no longer leading (term %s): %v\n", id, term, why)
 		}))
+}
+
+// logf prints a line of the example's progress. The output is a log for
+// whoever watches: a failed write is no reason to stop (and on a closed
+// stdout pipe the write raises SIGPIPE anyway).
+func logf(out io.Writer, format string, args ...any) {
+	_, _ = fmt.Fprintf(out, format, args...)
 }

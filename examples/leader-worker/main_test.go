@@ -60,7 +60,8 @@ func TestFailOverOnKill(t *testing.T) {
 				p.mu.Unlock()
 			}
 		}()
-		t.Cleanup(func() { p.cmd.Process.Kill(); p.cmd.Wait() })
+		// a may be gone already: the test kills it.
+		t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
 		return p
 	}
 	a := start("a")
@@ -76,7 +77,9 @@ func TestFailOverOnKill(t *testing.T) {
 		t.Fatal("b worked while a led")
 	}
 	killed := time.Now()
-	a.cmd.Process.Kill()
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
 	wait.Within(t, 30*time.Second, "b to take over", func() bool { _, _, ok := b.find(leading); return ok })
 	line, at, _ := b.find(leading)
 	// TTL, plus up to 0.5s for etcd's expiry check, plus slack for a busy

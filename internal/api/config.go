@@ -37,7 +37,7 @@ type ConfigServer struct {
 
 // NewConfigServer returns the ConfigService adapter. Watch streams end with
 // ErrStopping once stopped is done.
-func NewConfigServer(store *configcenter.Store, cache *configcenter.Cache, stopped context.Context) *ConfigServer {
+func NewConfigServer(stopped context.Context, store *configcenter.Store, cache *configcenter.Cache) *ConfigServer {
 	return &ConfigServer{store: store, cache: cache, stopped: stopped}
 }
 

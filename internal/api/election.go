@@ -22,7 +22,7 @@ type ElectionServer struct {
 
 // NewElectionServer returns the ElectionService adapter. Observe streams
 // end with ErrStopping once stopped is done.
-func NewElectionServer(m *election.Manager, sessions *session.Manager, stopped context.Context) *ElectionServer {
+func NewElectionServer(stopped context.Context, m *election.Manager, sessions *session.Manager) *ElectionServer {
 	return &ElectionServer{m: m, sessions: sessions, stopped: stopped}
 }
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"io"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -160,7 +161,7 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 		case <-s.stopping:
 			return ErrStopping
 		case err := <-recvErr:
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return err

@@ -67,11 +67,12 @@ func (d *Daemon) start(tb testing.TB) {
 		tb.Fatalf("coorddtest: start: %v", err)
 	}
 	d.exited = make(chan struct{})
-	go func() { d.cmd.Wait(); close(d.exited) }()
+	// Only that it is gone counts, not how: a test that cares reads the logs.
+	go func() { _ = d.cmd.Wait(); close(d.exited) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if resp, err := probe.Get("http://" + d.HTTPAddr + "/readyz"); err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return
 			}
@@ -94,11 +95,13 @@ func (d *Daemon) Stop() {
 	if d.cmd == nil {
 		return
 	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
+	// Either fails only when the process has exited already, and then
+	// exited is closed (or about to be).
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-d.exited:
 	case <-time.After(15 * time.Second):
-		d.cmd.Process.Kill()
+		_ = d.cmd.Process.Kill()
 		<-d.exited
 	}
 	d.cmd = nil

@@ -114,7 +114,11 @@ func startCluster(t *testing.T, n int) []*daemon.Daemon {
 			continue
 		}
 		ds[s.i] = s.d
-		t.Cleanup(func() { s.d.Stop(context.Background()) })
+		t.Cleanup(func() {
+			if err := s.d.Stop(context.Background()); err != nil {
+				t.Errorf("Stop %s: %v", cfgs[s.i].Name, err)
+			}
+		})
 	}
 	if len(errs) > 0 {
 		t.Fatalf("cluster start: %v", errors.Join(errs...))
@@ -275,7 +279,7 @@ func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				err := clientlib.WithLock(ctx, s, "contended", func(lctx context.Context, l *clientlib.Lock) error {
+				err := clientlib.WithLock(ctx, s, "contended", func(_ context.Context, l *clientlib.Lock) error {
 					token := l.Token()
 					if inside.Add(1) > 1 {
 						overlaps.Add(1)
@@ -340,7 +344,7 @@ func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
 			done <- 0
 			return
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		done <- resp.StatusCode
 	}()
 	wait.Within(t, 10*time.Second, "the waiter to queue", func() bool {

@@ -203,7 +203,7 @@ func parseHTTPURL(s string) (*url.URL, error) {
 		return nil, errors.New("scheme must be http or https")
 	}
 	if _, _, err := net.SplitHostPort(u.Host); err != nil {
-		return nil, fmt.Errorf("needs host:port: %v", err)
+		return nil, fmt.Errorf("needs host:port: %w", err)
 	}
 	return u, nil
 }

@@ -32,7 +32,7 @@ func TestConfigOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	lines := bufio.NewScanner(resp.Body)
 	lines.Buffer(nil, 1<<20)
 	next := func() map[string]any {
@@ -166,7 +166,7 @@ func compact(t *testing.T, url, rev string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	r, err := strconv.ParseInt(rev, 10, 64)
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func TestConfigWatchSurvivesAnotherMemberStopping(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { conn.Close() })
+		t.Cleanup(func() { _ = conn.Close() })
 		return coorddv1.NewConfigServiceClient(conn)
 	}
 	wc, pc := dial(ds[watched]), dial(ds[writer])
@@ -258,7 +258,7 @@ func TestWatchMany(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { _ = conn.Close() })
 	c := coorddv1.NewConfigServiceClient(conn)
 	ctx := t.Context()
 	put := func(v string) int64 {

@@ -143,9 +143,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamRequireLeader(d.leader.Lost)),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		grpc.ForceServerCodecV2(api.Codec()), // protobuf, and messages marshaled once for many streams
-		// Idle watch connections are the common case: release the write
-		// buffer after each flush and keep the read buffer small.
-		grpc.SharedWriteBuffer(true),
+		// Idle watch connections are the common case: keep the read buffer
+		// small. (grpc-go releases the write buffer after each flush by
+		// default; the SharedWriteBuffer(true) that asked for it is
+		// deprecated.)
 		grpc.ReadBufferSize(8 << 10),
 		grpc.MaxConcurrentStreams(10000),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
@@ -164,10 +165,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.elections = election.NewManager(d.cli, cfg.KeyRoot)
 	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, d.stopped.Done()))
 	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(d.locks, d.elections, sessions))
-	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.elections, sessions, d.stopped))
+	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.stopped, d.elections, sessions))
 	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
 	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
-	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(configStore, d.configCache, d.stopped))
+	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(d.stopped, configStore, d.configCache))
 	statusEndpoint, memberID := cfg.EtcdClientURL, uint64(0)
 	if d.etcd != nil {
 		memberID = uint64(d.etcd.Server.MemberID())
@@ -348,7 +349,9 @@ func (d *Daemon) stop(ctx context.Context) error {
 
 	var errs *multierror.Error
 	if err := d.httpSrv.Shutdown(ctx); err != nil {
-		d.httpSrv.Close()
+		// Timed out, as the gRPC side below may: close what is left. Its
+		// error (of listeners Shutdown already closed) adds nothing.
+		_ = d.httpSrv.Close()
 	}
 	graceful := make(chan struct{})
 	go func() {
@@ -385,18 +388,19 @@ func (d *Daemon) stopRefusing() {
 	d.refusers = nil
 }
 
-// closeStartup undoes a Start that failed half-way.
+// closeStartup undoes a Start that failed half-way. Start returns the error
+// that stopped it; errors of this cleanup are not reported.
 func (d *Daemon) closeStartup() {
 	d.stopRefusing()
 	if d.gwConn != nil {
-		d.gwConn.Close()
+		_ = d.gwConn.Close()
 	}
 	for _, l := range []net.Listener{d.grpcLis, d.httpLis} {
 		if l != nil {
-			l.Close()
+			_ = l.Close()
 		}
 	}
-	d.closeBackend()
+	_ = d.closeBackend()
 }
 
 func (d *Daemon) closeBackend() error {

@@ -15,7 +15,7 @@ import (
 // process dies, so a crash never leaves a stale lock behind.
 type dataDirLock struct{ f *os.File }
 
-// ErrDataDirInUse: another process holds the data dir.
+// ErrDataDirInUse means that another process holds the data dir.
 var ErrDataDirInUse = errors.New("data dir in use")
 
 // lockDataDir creates dir if needed and takes its lock without waiting.
@@ -31,7 +31,7 @@ func lockDataDir(dir string) (*dataDirLock, error) {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+		_ = f.Close() // nothing written; the lock's error is the one to return
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			holder := "another process"
 			if b, rerr := os.ReadFile(path); rerr == nil {
@@ -44,9 +44,10 @@ func lockDataDir(dir string) (*dataDirLock, error) {
 		}
 		return nil, fmt.Errorf("data dir: lock %s: %w", path, err)
 	}
-	// The PID is for the message above only; the lock is what counts.
+	// The PID is for the message above only; the lock is what counts, so
+	// a failed write only makes that message say "another process".
 	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	return &dataDirLock{f: f}, nil
 }
@@ -56,5 +57,7 @@ func (l *dataDirLock) unlock() {
 	if l == nil {
 		return
 	}
-	l.f.Close() // closing the last descriptor drops the flock
+	// Closing the last descriptor drops the flock. The file holds only the
+	// PID, for the message of a second coordd: a failed close loses nothing.
+	_ = l.f.Close()
 }

@@ -145,7 +145,7 @@ func TestElectionsOverHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	lines := bufio.NewScanner(resp.Body)
 	nextLine := func() map[string]any {
 		t.Helper()
@@ -594,7 +594,11 @@ func TestObserveResumesAcrossRestart(t *testing.T) {
 	if d, err = daemon.Start(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	defer d.Stop(context.Background())
+	t.Cleanup(func() {
+		if err := d.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
 	// Changes made while the observer reconnects.
 	for _, v := range []string{"v2", "v3"} {
 		if err := l.Proclaim(ctx, v); err != nil {

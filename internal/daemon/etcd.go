@@ -146,7 +146,7 @@ func (f *etcdFilter) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.C
 	}
 	if e.Message == failedApply || e.Message == slowApply {
 		// Decided in Write, which sees the entry's fields.
-		if f.Core.Enabled(e.Level) {
+		if f.Enabled(e.Level) {
 			return ce.AddCore(e, f)
 		}
 		return ce

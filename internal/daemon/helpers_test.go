@@ -72,7 +72,7 @@ func newClient(t *testing.T, endpoints ...string) *clientlib.Client {
 	if err != nil {
 		t.Fatalf("clientlib.New: %v", err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 

@@ -104,7 +104,7 @@ func TestLockMutualExclusionThroughSDK(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range rounds {
-				err := clientlib.WithLock(t.Context(), s, "shared", func(ctx context.Context, l *clientlib.Lock) error {
+				err := clientlib.WithLock(t.Context(), s, "shared", func(_ context.Context, l *clientlib.Lock) error {
 					token := l.Token()
 					if inside.Add(1) > 1 {
 						overlaps.Add(1)

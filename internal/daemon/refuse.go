@@ -29,7 +29,7 @@ func refuse(l net.Listener) *refuser {
 			if err != nil {
 				return // Stop's deadline, or the listener was closed
 			}
-			c.Close()
+			_ = c.Close() // refused: nothing was read or written
 		}
 	}()
 	return r
@@ -41,7 +41,10 @@ func (r *refuser) Stop() {
 	if r == nil {
 		return
 	}
-	r.l.SetDeadline(time.Now()) // wakes the Accept
+	// SetDeadline fails only on a closed listener, whose Accept has
+	// returned already; the server that takes the listener over then
+	// reports that it is closed.
+	_ = r.l.SetDeadline(time.Now()) // wakes the Accept
 	<-r.done
-	r.l.SetDeadline(time.Time{})
+	_ = r.l.SetDeadline(time.Time{})
 }

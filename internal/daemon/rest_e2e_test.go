@@ -74,7 +74,7 @@ func TestRESTDurationsAndNewlines(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if !strings.HasSuffix(string(b), "}\n") {
 			t.Errorf("GET %s (%d) = %q, want JSON ending with a newline", path, resp.StatusCode, b)
 		}
@@ -84,7 +84,7 @@ func TestRESTDurationsAndNewlines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	line, err := bufio.NewReader(resp.Body).ReadString('\n')
 	if err != nil {
 		t.Fatalf("first observe line: %v", err)

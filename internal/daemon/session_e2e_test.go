@@ -92,7 +92,7 @@ func TestKeepAliveStreamTooLarge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { _ = conn.Close() })
 	st, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func call(t *testing.T, method, url, body string) httpResult {
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)

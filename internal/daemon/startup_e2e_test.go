@@ -33,7 +33,7 @@ func TestDataDirInUse(t *testing.T) {
 	defer cancel()
 	d, err := daemon.Start(ctx, second)
 	if err == nil {
-		d.Stop(context.Background())
+		_ = d.Stop(context.Background())
 		t.Fatal("a second daemon started on a data dir in use")
 	}
 	if !errors.Is(err, daemon.ErrDataDirInUse) {
@@ -45,7 +45,7 @@ func TestDataDirInUse(t *testing.T) {
 	if lerr != nil {
 		t.Fatalf("the refused daemon holds its gRPC address: %v", lerr)
 	}
-	l.Close()
+	_ = l.Close()
 }
 
 // A taken port fails the start before etcd has created anything in the
@@ -58,7 +58,7 @@ func TestTakenPortLeavesTheDataDirUntouched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer taken.Close()
+	t.Cleanup(func() { _ = taken.Close() })
 	for _, which := range []string{"grpc", "http"} {
 		cfg := testConfig(t)
 		if which == "grpc" {
@@ -68,7 +68,7 @@ func TestTakenPortLeavesTheDataDirUntouched(t *testing.T) {
 		}
 		d, err := daemon.Start(t.Context(), cfg)
 		if err == nil {
-			d.Stop(context.Background())
+			_ = d.Stop(context.Background())
 			t.Fatalf("%s: started on a taken port", which)
 		}
 		if _, serr := os.Stat(filepath.Join(cfg.DataDir, "etcd")); !errors.Is(serr, os.ErrNotExist) {
@@ -102,7 +102,9 @@ func TestClusterStopsTogetherQuickly(t *testing.T) {
 		t.Fatal("no member leads")
 	}
 	old := ds[leader].Etcd().Server.MemberID()
-	ds[leader].Stop(context.Background())
+	if err := ds[leader].Stop(context.Background()); err != nil {
+		t.Fatalf("stopping the leader: %v", err)
+	}
 	ds = append(ds[:leader], ds[leader+1:]...)
 	if l := ds[0].Etcd().Server.Leader(); l == 0 || l == old {
 		t.Errorf("right after the leader's stop, the leader is %s: no hand-off", l)
@@ -115,7 +117,9 @@ func TestClusterStopsTogetherQuickly(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			begin := time.Now()
-			d.Stop(context.Background())
+			if err := d.Stop(context.Background()); err != nil {
+				t.Errorf("member %d: Stop: %v", i, err)
+			}
 			took[i] = time.Since(begin)
 		}()
 	}
@@ -202,7 +206,7 @@ func TestStartingMemberRefusesAndCancels(t *testing.T) {
 	go func() {
 		d, err := daemon.Start(ctx, cfg)
 		if err == nil {
-			d.Stop(context.Background())
+			_ = d.Stop(context.Background()) // the test fails: Start should not have returned
 		}
 		started <- err
 	}()
@@ -218,7 +222,7 @@ func TestStartingMemberRefusesAndCancels(t *testing.T) {
 		begin := time.Now()
 		resp, err := client.Get("http://" + cfg.HTTPAddr + "/readyz")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			t.Fatalf("a starting member answered /readyz: %s", resp.Status)
 		}
 		if took := time.Since(begin); took > 2*time.Second {
@@ -226,11 +230,13 @@ func TestStartingMemberRefusesAndCancels(t *testing.T) {
 		}
 		if c, err := net.DialTimeout("tcp", cfg.HTTPAddr, time.Second); err == nil {
 			// Bound (or refused): either way nothing serves it.
-			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if err := c.SetReadDeadline(time.Now().Add(2 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
 			if n, rerr := c.Read(make([]byte, 1)); rerr == nil || n > 0 {
 				t.Fatal("a starting member sent data")
 			}
-			c.Close()
+			_ = c.Close()
 			refused++
 		} else {
 			refused++ // not bound yet: refused by the kernel

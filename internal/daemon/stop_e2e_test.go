@@ -60,19 +60,19 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TLS client: %v", err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	s, err := c.NewSession(t.Context(), clientlib.WithTTL(5*time.Second))
 	if err != nil {
 		t.Fatalf("NewSession over TLS: %v", err)
 	}
-	defer s.Close(t.Context())
+	defer func() { _ = s.Close(t.Context()) }()
 
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
 	resp, err := hc.Get("https://" + d.HTTPAddr() + "/v1/sessions/" + s.ID())
 	if err != nil {
 		t.Fatalf("REST over TLS: %v", err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("REST over TLS: %s", resp.Status)
 	}

@@ -128,6 +128,6 @@ func bindable(port int) bool {
 	if err != nil {
 		return false
 	}
-	l.Close()
+	_ = l.Close() // a probe only: it was bound, which is the answer
 	return true
 }

@@ -24,5 +24,5 @@ func TestPort(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a handed-out port cannot be bound: %v", err)
 	}
-	l.Close()
+	_ = l.Close()
 }

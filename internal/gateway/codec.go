@@ -61,7 +61,7 @@ func (c *codec) NewDecoder(r io.Reader) runtime.Decoder {
 				return err
 			}
 		}
-		return c.JSONPb.Unmarshal(raw, v)
+		return c.Unmarshal(raw, v) // JSONPb's: codec does not change decoding
 	})
 }
 

@@ -61,15 +61,17 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", limitBody(opts.MaxRequestBytes, gw))
+	// A failed write of a response means the client is gone: there is no
+	// one left to tell, here and in writeStatus.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := opts.Ready(r.Context()); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
 	if opts.Pprof {
@@ -81,7 +83,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	}
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		w.Write(coorddv1.OpenAPI)
+		_, _ = w.Write(coorddv1.OpenAPI)
 	})
 	return mux, nil
 }
@@ -105,21 +107,21 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func limitBody(max int64, next http.Handler) http.Handler {
+func limitBody(limit int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > max {
-			writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge(max))
+		if r.ContentLength > limit {
+			writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge(limit))
 			return
 		}
-		body := &countingBody{ReadCloser: http.MaxBytesReader(w, r.Body, max), max: max}
+		body := &countingBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit), max: limit}
 		r.Body = body
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyKey{}, body)))
 	})
 }
 
-func tooLarge(max int64) *status.Status {
+func tooLarge(limit int64) *status.Status {
 	return api.NewStatus(codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE,
-		"request body is larger than the limit of "+strconv.FormatInt(max, 10)+" bytes")
+		"request body is larger than the limit of "+strconv.FormatInt(limit, 10)+" bytes")
 }
 
 // writeError is the gateway's error handler: the body is the google.rpc.Status
@@ -139,13 +141,14 @@ func writeError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w
 	writeStatus(w, api.HTTPStatus(st, runtime.HTTPStatusFromCode), st)
 }
 
-func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	msg := http.StatusText(httpStatus)
 	code := codes.NotFound
-	if httpStatus == http.StatusMethodNotAllowed {
+	switch httpStatus {
+	case http.StatusMethodNotAllowed:
 		code = codes.Unimplemented
 		msg = "method " + r.Method + " is not allowed on " + r.URL.Path
-	} else if httpStatus == http.StatusNotFound {
+	case http.StatusNotFound:
 		msg = "no such endpoint: " + r.URL.Path
 	}
 	writeStatus(w, httpStatus, status.New(code, msg))
@@ -162,5 +165,5 @@ func writeStatus(w http.ResponseWriter, httpStatus int, st *status.Status) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(httpStatus)
-	w.Write(append(body, '\n'))
+	_, _ = w.Write(append(body, '\n'))
 }

@@ -52,12 +52,14 @@ func (p *Proxy) Thaw() { p.frozen.Store(false) }
 func (p *Proxy) Active() int { return int(p.active.Load()) }
 
 // Close stops accepting, closes every connection and waits for the
-// forwarding goroutines to exit.
+// forwarding goroutines to exit. Here and below, the error of closing a
+// connection being torn down (or already closed by its peer) is ignored:
+// there is nothing left to do about it.
 func (p *Proxy) Close() {
-	p.ln.Close()
+	_ = p.ln.Close()
 	p.mu.Lock()
 	for c := range p.conns {
-		c.Close()
+		_ = c.Close()
 	}
 	p.conns = nil // connections accepted from now on are refused by track
 	p.mu.Unlock()
@@ -84,20 +86,20 @@ func (p *Proxy) accept() {
 		}
 		server, err := net.Dial("tcp", p.target)
 		if err != nil {
-			client.Close()
+			_ = client.Close()
 			continue
 		}
 		if !p.track(client, server) {
-			client.Close()
-			server.Close()
+			_ = client.Close()
+			_ = server.Close()
 			return
 		}
 		p.active.Add(1)
 		var once sync.Once
 		closeBoth := func() {
 			once.Do(func() {
-				client.Close()
-				server.Close()
+				_ = client.Close()
+				_ = server.Close()
 				p.mu.Lock()
 				delete(p.conns, client) // no-op once Close set conns to nil
 				delete(p.conns, server)
