@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -62,16 +63,27 @@ type Client struct {
 	views     viewCache // namespace views shared by the subscriptions
 	lg        *slog.Logger
 
+	// probeDial connects a probe to one endpoint as conn connects.
+	probeDial []grpc.DialOption
+	// ctx lives until Close; probes run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	probes sync.WaitGroup
+	probed atomic.Int64 // health checks sent to avoided endpoints (for tests)
+
 	mu      sync.Mutex
 	live    map[*Session]struct{} // sessions whose keep-alive loop runs
-	avoided map[string]time.Time  // endpoint -> until when it is left out
-	readmit *time.Timer           // puts avoided endpoints back
+	avoided map[string]struct{}   // endpoints left out until a probe finds them serving
 	closed  bool
 }
 
-// avoidFor is how long an endpoint that failed a keep-alive is left out of
-// the addresses the connection may use.
-const avoidFor = 10 * time.Second
+// Probing an avoided endpoint: the first probe after probeFirst, then
+// backing off to probeEvery; each probe waits at most probeTimeout.
+const (
+	probeFirst   = 100 * time.Millisecond
+	probeEvery   = time.Second
+	probeTimeout = time.Second
+)
 
 var schemeSeq atomic.Int64
 
@@ -109,6 +121,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
+	probeDial := []grpc.DialOption{grpc.WithContextDialer(dial), grpc.WithTransportCredentials(creds)}
 	conn, err := grpc.NewClient(r.Scheme()+":///coordd",
 		grpc.WithResolvers(r),
 		grpc.WithContextDialer(dial),
@@ -143,9 +156,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		config:    coorddv1.NewConfigServiceClient(conn),
 		cluster:   coorddv1.NewClusterServiceClient(conn),
 		lg:        cfg.Logger,
+		probeDial: probeDial,
 		live:      map[*Session]struct{}{},
-		avoided:   map[string]time.Time{},
+		avoided:   map[string]struct{}{},
 	}
+	// The client outlives New's ctx; Close ends what runs under c.ctx.
+	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.mux = newWatchMux(c)
 	return c, nil
 }
@@ -160,10 +176,9 @@ func (c *Client) Close() error {
 		live = append(live, s)
 	}
 	c.closed = true
-	if c.readmit != nil {
-		c.readmit.Stop()
-	}
 	c.mu.Unlock()
+	c.cancel()
+	c.probes.Wait()
 	for _, s := range live {
 		s.end(ErrSessionClosed)
 		<-s.loopDone
@@ -176,50 +191,95 @@ func (c *Client) Close() error {
 	return err
 }
 
-// avoid leaves the endpoint out of the connection's addresses for avoidFor,
-// so pick_first moves to another endpoint. It is how the SDK gets away from a
-// member that stopped answering without closing its connections (a
-// partition), which gRPC's own keepalive would notice only after 15s. With
-// every endpoint avoided, all of them are used again.
+// avoid leaves the endpoint out of the connection's addresses, so
+// pick_first moves to another endpoint, until a probe finds it serving
+// again. It is how the SDK gets away from a member that stopped answering
+// without closing its connections (a partition, a paused process), which
+// gRPC's own keepalive would notice only after 15s.
+//
+// Which endpoint is used next: pick_first takes the endpoints that are not
+// avoided, in a shuffled order, and moves to the next when one fails to
+// connect. An avoided endpoint is probed (gRPC health check, at most 1s
+// each) after 100ms, then with backoff to once a second, and used again as
+// soon as it answers SERVING: a member answers so only while its etcd
+// member has a leader, so a member that was merely slow during an etcd
+// leader election comes back within about one probe of the new leader. With
+// every endpoint avoided, all of them are used while the probes go on.
 func (c *Client) avoid(endpoint string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || len(c.endpoints) < 2 || !slices.Contains(c.endpoints, endpoint) {
+	if _, ok := c.avoided[endpoint]; ok || c.closed || len(c.endpoints) < 2 || !slices.Contains(c.endpoints, endpoint) {
 		return
 	}
-	c.lg.Warn("coordd endpoint not answering; using the others for a while", "endpoint", endpoint, "for", avoidFor)
-	c.avoided[endpoint] = time.Now().Add(avoidFor)
+	c.lg.Warn("coordd endpoint not answering; using the others until it serves again", "endpoint", endpoint)
+	c.avoided[endpoint] = struct{}{}
 	c.updateAddressesLocked()
-	if c.readmit == nil {
-		c.readmit = time.AfterFunc(avoidFor, c.readmitExpired)
-	} else {
-		c.readmit.Reset(avoidFor)
+	c.probes.Add(1)
+	go func() {
+		defer c.probes.Done()
+		if c.probe(endpoint) {
+			c.readmit(endpoint)
+		}
+	}()
+}
+
+// probe checks endpoint until it answers SERVING (true) or the client is
+// closed (false).
+func (c *Client) probe(endpoint string) bool {
+	conn, err := grpc.NewClient("passthrough:///"+endpoint, c.probeDial...)
+	if err != nil {
+		return !c.sleep(probeEvery) // cannot happen with a valid target; readmit after a pause
+	}
+	defer func() { _ = conn.Close() }() // a probe connection; nothing to report
+	health := healthpb.NewHealthClient(conn)
+	for wait := probeFirst; ; wait = min(2*wait, probeEvery) {
+		if c.sleep(wait) {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
+		c.probed.Add(1)
+		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return true
+		}
 	}
 }
 
-func (c *Client) readmitExpired() {
+// sleep waits for d; it reports true, at once, when the client closes.
+func (c *Client) sleep(d time.Duration) (closed bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.ctx.Done():
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// readmit puts an avoided endpoint back among the connection's addresses.
+func (c *Client) readmit(endpoint string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.closed {
-		c.updateAddressesLocked()
+	if c.closed {
+		return
 	}
+	delete(c.avoided, endpoint)
+	c.lg.Info("coordd endpoint serving again", "endpoint", endpoint)
+	c.updateAddressesLocked()
 }
 
-// updateAddressesLocked hands the resolver every endpoint not avoided now.
+// updateAddressesLocked hands the resolver every endpoint not avoided, or
+// all of them when every one is.
 func (c *Client) updateAddressesLocked() {
-	now := time.Now()
 	var eps []resolver.Endpoint
 	for _, a := range c.endpoints {
-		if until, ok := c.avoided[a]; ok {
-			if now.Before(until) {
-				continue
-			}
-			delete(c.avoided, a)
+		if _, ok := c.avoided[a]; !ok {
+			eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
 		}
-		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
 	}
 	if len(eps) == 0 {
-		clear(c.avoided)
 		for _, a := range c.endpoints {
 			eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
 		}

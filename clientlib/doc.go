@@ -4,7 +4,12 @@
 //
 // A [Client] connects to one or more coordd endpoints and fails over
 // between them; [New] waits up to Config.DialTimeout (5s by default) for a
-// first endpoint to answer. One Client serves all three uses, is safe for
+// first endpoint to answer. It uses one endpoint at a time, picked at
+// random, and moves on when that one cannot be reached, or when a
+// keep-alive or a config watch through it goes unanswered; an endpoint left
+// out that way is probed (gRPC health, from 100ms to every second) and used
+// again as soon as it serves, which a member does only while its etcd has a
+// leader. With every endpoint left out, all are tried. One Client serves all three uses, is safe for
 // concurrent use, and is closed once, when the program is done with it.
 //
 //	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{"127.0.0.1:7420"}})

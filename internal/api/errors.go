@@ -22,6 +22,12 @@ var ErrStopping = kind.Unavailable.New("coordd: daemon is stopping; retry on ano
 // peers). Clients retry on another member.
 var ErrNoLeader = kind.Unavailable.New("coordd: this member's etcd has no leader (no quorum); retry on another member")
 
+// ErrLeaderChanged is returned to callers whose request to etcd was in
+// flight when this member's etcd leader changed: a request forwarded to a
+// leader that died would otherwise wait for etcd's request timeout. The
+// request may or may not have taken effect; clients retry.
+var ErrLeaderChanged = kind.Unavailable.New("coordd: etcd's leader changed while the request was in flight; retry")
+
 // Domain is the ErrorInfo domain of every coordd error.
 const Domain = "coordd"
 

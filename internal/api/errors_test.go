@@ -160,6 +160,7 @@ func TestDomainSentinelsMapToTheirReason(t *testing.T) {
 		{configcenter.ErrStopped, "UNAVAILABLE"},
 		{ErrStopping, "UNAVAILABLE"},
 		{ErrNoLeader, "UNAVAILABLE"},
+		{ErrLeaderChanged, "UNAVAILABLE"},
 		{invalid("page_size must be 1 to 100"), "INVALID_ARGUMENT"},
 	}
 	for _, tt := range tests {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime/debug"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -67,7 +68,10 @@ func errInternal() *status.Status {
 // becomes) done: the member lost its etcd leader, and waiting on it would
 // hang. Place it inside UnaryErrors so the error gets its status.
 func UnaryRequireLeader(lost func() context.Context) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if strings.HasPrefix(info.FullMethod, healthService) {
+			return handler(ctx, req) // it answers NOT_SERVING itself
+		}
 		ctx, done, err := requireLeader(ctx, lost())
 		if err != nil {
 			return nil, err
@@ -77,9 +81,17 @@ func UnaryRequireLeader(lost func() context.Context) grpc.UnaryServerInterceptor
 	}
 }
 
+// healthService is the gRPC health service's method prefix. Its calls are
+// never ended for a missing leader: the status they report (NOT_SERVING
+// while the member has no leader) is how clients learn it.
+const healthService = "/grpc.health.v1.Health/"
+
 // StreamRequireLeader is UnaryRequireLeader for streams.
 func StreamRequireLeader(lost func() context.Context) grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if strings.HasPrefix(info.FullMethod, healthService) {
+			return handler(srv, ss) // Watch reports NOT_SERVING itself
+		}
 		ctx, done, err := requireLeader(ss.Context(), lost())
 		if err != nil {
 			return err

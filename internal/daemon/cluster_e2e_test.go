@@ -78,12 +78,15 @@ func TestSessionExpiry(t *testing.T) {
 // startCluster starts n members that form one cluster. They start
 // concurrently because a member's Start returns only once the cluster has a
 // leader, which needs a quorum.
-func startCluster(t *testing.T, n int) []*daemon.Daemon {
+func startCluster(t *testing.T, n int, opts ...func(*daemon.Config)) []*daemon.Daemon {
 	t.Helper()
 	cfgs := make([]daemon.Config, n)
 	var members []string
 	for i := range cfgs {
 		cfgs[i] = testConfig(t)
+		for _, o := range opts {
+			o(&cfgs[i])
+		}
 		cfgs[i].Name = fmt.Sprintf("m%d", i)
 		members = append(members, cfgs[i].Name+"="+cfgs[i].ListenPeerURLs[0])
 	}

@@ -58,6 +58,11 @@ type Daemon struct {
 	httpSrv *http.Server
 	gwConn  *grpc.ClientConn
 	health  *health.Server
+	// healthMu orders updateHealth's read of the two flags with its write
+	// of the status, so a late update never overwrites a newer one.
+	healthMu  sync.Mutex
+	serving   atomic.Bool // Start finished: the listeners serve
+	hasLeader atomic.Bool // the etcd member has a leader (true with external etcd)
 	// stopped is done once Stop begins: streams end, waits give up.
 	stopped     context.Context
 	markStopped context.CancelFunc
@@ -137,6 +142,12 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// Three election timeouts without a leader, as etcd's own
 	// require-leader check uses.
 	d.leader = newLeaderWatch(d.etcd, 3*time.Duration(cfg.ElectionMs)*time.Millisecond)
+	d.hasLeader.Store(true)
+	d.leader.onLeader = func(has bool) {
+		d.hasLeader.Store(has)
+		d.updateHealth()
+	}
+	bindToLeader(d.cli, d.leader)
 	metrics := grpcMetrics()
 	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryRequireLeader(d.leader.Lost)),
@@ -234,9 +245,25 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			d.serveErr <- fmt.Errorf("HTTP server: %w", err)
 		}
 	}()
-	d.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	d.serving.Store(true)
+	d.updateHealth()
 	d.logReady()
 	return d, nil
+}
+
+// updateHealth sets the gRPC health status: SERVING once the daemon
+// serves and while its etcd member has a leader (always, with an external
+// etcd), NOT_SERVING otherwise. Clients probe it to decide when a member
+// they gave up on can be used again. After Stop's health.Shutdown it stays
+// NOT_SERVING.
+func (d *Daemon) updateHealth() {
+	d.healthMu.Lock()
+	defer d.healthMu.Unlock()
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if d.serving.Load() && d.hasLeader.Load() {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	d.health.SetServingStatus("", st)
 }
 
 // logReady tells an operator, on the first screen, where everything is and

@@ -16,19 +16,38 @@ import (
 // waits (lock waiters, keep-alive streams) hanging. Calls take Lost() and
 // end with Unavailable once the member has had no leader for longer than
 // the grace period; new calls get a fresh context once a leader is back.
+//
+// It also reports every change of "the member has a leader" to onLeader
+// (from run's goroutine), without grace: the daemon's gRPC health status
+// follows it, so a client probing a member it gave up on readmits it as
+// soon as the member can serve again.
 type leaderWatch struct {
-	etcd  *embed.Etcd // nil with external etcd: nothing to watch
-	grace time.Duration
+	etcd     *embed.Etcd // nil with external etcd: nothing to watch
+	grace    time.Duration
+	onLeader func(has bool)
 
 	mu     sync.Mutex
 	ctx    context.Context // cancelled while leaderless past grace
 	cancel context.CancelCauseFunc
+	// changed is cancelled at the next change of the member's leader (to
+	// none or to another member), then replaced; see bindToLeader.
+	changed       context.Context
+	cancelChanged context.CancelFunc
 }
 
 func newLeaderWatch(e *embed.Etcd, grace time.Duration) *leaderWatch {
 	w := &leaderWatch{etcd: e, grace: grace}
 	w.ctx, w.cancel = context.WithCancelCause(context.Background())
+	w.changed, w.cancelChanged = context.WithCancel(context.Background())
 	return w
+}
+
+// leaderChanged ends the requests bound to the previous leader.
+func (w *leaderWatch) leaderChanged() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cancelChanged()
+	w.changed, w.cancelChanged = context.WithCancel(context.Background())
 }
 
 // Lost returns a context that is cancelled (with api.ErrNoLeader) once the
@@ -48,13 +67,22 @@ func (w *leaderWatch) run(stop <-chan struct{}) {
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	var since time.Time // when the leader went missing; zero while there is one
+	last := w.etcd.Server.Leader()
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 		}
-		if w.etcd.Server.Leader() != 0 {
+		lead := w.etcd.Server.Leader()
+		if lead != last {
+			last = lead
+			w.leaderChanged()
+		}
+		if lead != 0 {
+			if !since.IsZero() && w.onLeader != nil {
+				w.onLeader(true)
+			}
 			since = time.Time{}
 			w.mu.Lock()
 			if w.ctx.Err() != nil {
@@ -65,6 +93,9 @@ func (w *leaderWatch) run(stop <-chan struct{}) {
 		}
 		if since.IsZero() {
 			since = time.Now()
+			if w.onLeader != nil {
+				w.onLeader(false)
+			}
 		}
 		if time.Since(since) > w.grace {
 			w.mu.Lock()
