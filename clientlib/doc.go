@@ -44,10 +44,14 @@
 //
 // Guarantees: a session's local deadline ([Session.Deadline]) is the send
 // time of the last acknowledged keep-alive + TTL - margin, on the
-// monotonic clock, with margin = max(1s, TTL/10); the server cannot expire
-// the session before send time + TTL, so the local deadline falls first as
-// long as the two clocks' rates differ by less than the margin over one
-// TTL. Done closes no later than the local deadline (at once when the
+// monotonic clock, with margin = max(250ms, TTL/10); the server cannot
+// expire the session before send time + TTL, so the local deadline falls
+// first as long as the two clocks' rates differ by less than the margin
+// over one TTL. The SDK renews every TTL/3 (TTL/6 under 6s), so a session
+// outlives an etcd leader election that ends within TTL - margin - one
+// renewal period of the last acknowledged keep-alive: a 3s session rides
+// out an election with etcd's default 1s election timeout (2.2s of room;
+// followers notice a dead leader after 1-2s), a 10s one has 5.4s. Done closes no later than the local deadline (at once when the
 // server reports the session gone), and every lock's Context ends with it:
 // everything done on a session's behalf must stop then. A grant's token is
 // strictly greater than the token of every earlier grant of the same lock.

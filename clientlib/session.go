@@ -93,7 +93,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		c:        c,
 		id:       resp.GetSession().GetId(),
 		ttl:      ttl,
-		margin:   max(time.Second, ttl/10),
+		margin:   safetyMargin(ttl),
 		done:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 	}
@@ -233,12 +233,32 @@ func (s *Session) untilDeadline() time.Duration {
 	return time.Until(s.deadline)
 }
 
-// interval is the pause between keep-alives: TTL/3 with ±10% jitter, so
-// many sessions created together do not renew in lockstep.
+// safetyMargin is how long before send time + TTL the local deadline
+// falls: max(250ms, TTL/10). It only has to cover the difference of the
+// client's and the server's clock rates over one TTL (the server renews a
+// lease when it processes a keep-alive, after the client sent it, and
+// expires leases late, never early), so a tenth of the TTL is ample; a
+// short margin leaves room to ride out an etcd leader election.
+func safetyMargin(ttl time.Duration) time.Duration { return max(250*time.Millisecond, ttl/10) }
+
+// interval is the pause between keep-alives: TTL/3, or TTL/6 for TTLs under
+// 6s, with ±10% jitter so that sessions created together do not renew in
+// lockstep. A session survives an outage of etcd's leader (an election)
+// that ends within TTL - margin - interval of the last acknowledged
+// keep-alive: 2.2s for a 3s TTL, enough for an election with etcd's default
+// 1s election timeout (followers notice after 1-2s), 5.4s for 10s.
 func (s *Session) interval() time.Duration {
 	base := s.ttl / 3
+	if s.ttl < 6*time.Second {
+		base = s.ttl / 6
+	}
 	return base - base/10 + rand.N(base/5+1)
 }
+
+// minReplyWait is the least a keep-alive waits for its answer before the
+// stream is given up for another endpoint (unless the local deadline comes
+// first): short renewal intervals must not turn a slow disk into reconnects.
+const minReplyWait = time.Second
 
 // keepAlive is the session's background loop. It exits when ctx is
 // cancelled, which end does.
@@ -289,9 +309,10 @@ func (s *Session) stream(ctx context.Context) (err error) {
 		}
 		next = s.interval()
 		sent := time.Now()
-		// A response that does not come before the next renewal is due (or
-		// the deadline) abandons this stream for a new one.
-		timeout := time.AfterFunc(min(next, max(s.untilDeadline(), 0)), cancel)
+		// A response that does not come before the next renewal is due (at
+		// least minReplyWait), or before the deadline, abandons this stream
+		// for a new one.
+		timeout := time.AfterFunc(min(max(next, minReplyWait), max(s.untilDeadline(), 0)), cancel)
 		err = st.Send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id})
 		var resp *coorddv1.KeepAliveStreamResponse
 		if err == nil || errors.Is(err, io.EOF) {

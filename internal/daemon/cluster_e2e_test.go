@@ -48,11 +48,11 @@ func TestSessionExpiry(t *testing.T) {
 			t.Fatalf("Done closed %s after the local deadline", late)
 		}
 		// The last acknowledged keep-alive was sent before the cut, so the
-		// deadline must fall at least the margin (1s) before cut + TTL.
-		if latest := frozenAt.Add(s.TTL() - time.Second); deadline.After(latest) {
+		// deadline must fall at least the margin before cut + TTL.
+		if latest := frozenAt.Add(s.TTL() - margin(s.TTL())); deadline.After(latest) {
 			t.Fatalf("local deadline %s after cut+TTL-margin: the safety margin is missing", deadline.Sub(latest))
 		}
-		lastAckSent = deadline.Add(-s.TTL() + time.Second) // margin is max(1s, TTL/10) = 1s
+		lastAckSent = deadline.Add(-s.TTL() + margin(s.TTL()))
 	case <-time.After(10 * time.Second):
 		t.Fatal("Done not closed 10s after the network was cut")
 	}
@@ -75,6 +75,10 @@ func TestSessionExpiry(t *testing.T) {
 	proxy.Thaw()
 }
 
+// margin is the SDK's safety margin for a TTL (clientlib's doc):
+// the local deadline falls this long before send time + TTL.
+func margin(ttl time.Duration) time.Duration { return max(250*time.Millisecond, ttl/10) }
+
 // startCluster starts n members that form one cluster. They start
 // concurrently because a member's Start returns only once the cluster has a
 // leader, which needs a quorum.
@@ -88,7 +92,11 @@ func startCluster(t *testing.T, n int, opts ...func(*daemon.Config)) []*daemon.D
 			o(&cfgs[i])
 		}
 		cfgs[i].Name = fmt.Sprintf("m%d", i)
-		members = append(members, cfgs[i].Name+"="+cfgs[i].ListenPeerURLs[0])
+		peerURL := cfgs[i].ListenPeerURLs[0]
+		if len(cfgs[i].AdvertisePeerURLs) > 0 {
+			peerURL = cfgs[i].AdvertisePeerURLs[0]
+		}
+		members = append(members, cfgs[i].Name+"="+peerURL)
 	}
 	type started struct {
 		i   int
@@ -174,14 +182,14 @@ func TestThreeMemberFailover(t *testing.T) {
 			tt.fault(t, ds[victim], proxies[victim])
 			faultAt := time.Now()
 			// A keep-alive sent after the fault and acknowledged proves the
-			// failover (margin is 1s for a 6s TTL).
+			// failover.
 			wait.Within(t, 15*time.Second, "a keep-alive through another member", func() bool {
 				select {
 				case <-s.Done():
 					t.Fatalf("session lost after member %d failed: %v", victim, s.Err())
 				default:
 				}
-				return s.Deadline().After(faultAt.Add(s.TTL() - time.Second))
+				return s.Deadline().After(faultAt.Add(s.TTL() - margin(s.TTL())))
 			})
 			t.Logf("failed over from member %d within %s", victim, time.Since(faultAt).Round(time.Millisecond))
 			if _, err := c.Admin().GetSession(t.Context(), s.ID()); err != nil {

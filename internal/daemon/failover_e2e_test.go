@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,14 +34,16 @@ func productionRaft(cfg *daemon.Config) {
 // they serve. Before probing readmission, a client that gave up on both
 // survivors during the election kept only the dead address for 10 s.
 //
-// The crash: the member's raft stops without handing leadership over (the
-// others elect a new leader after the election timeout), and its client
-// link is closed (connections reset, new ones refused), as after kill -9.
+// The crash (crashMember): the member's raft stops without handing
+// leadership over and its peer listeners close, so the others elect a new
+// leader after the election timeout; its client link is reset and refuses
+// new connections (tcpproxy Down), as after kill -9.
 func TestSDKFailsOverWhenTheLeaderMemberCrashes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}
-	ds := startCluster(t, 3, productionRaft)
+	var peers []*tcpproxy.Proxy
+	ds := startCluster(t, 3, productionRaft, peerProxies(t, &peers))
 	leader := -1
 	for i, d := range ds {
 		if d.Etcd().Server.Leader() == d.Etcd().Server.MemberID() {
@@ -57,21 +60,24 @@ func TestSDKFailsOverWhenTheLeaderMemberCrashes(t *testing.T) {
 		endpoints = append(endpoints, proxies[i].Addr())
 	}
 	// Several clients, each on a member of its own choosing (the SDK
-	// shuffles endpoints), each with a short-TTL session renewing every
-	// second: their keep-alives time out during the election.
+	// shuffles endpoints), each with a short-TTL session: their keep-alives
+	// fail during the election. 4 s sessions have 2.9 s of room (TTL -
+	// margin - renewal period) for an election that takes 1-2 s; make chaos
+	// counts 3 s sessions (2.2 s of room) over 20 crashes.
 	const clients = 6
 	cs := make([]*clientlib.Client, clients)
+	short := make([]*clientlib.Session, clients)
 	for i := range cs {
 		cs[i] = newClient(t, endpoints...)
-		s, err := cs[i].NewSession(t.Context(), clientlib.WithTTL(3*time.Second))
+		s, err := cs[i].NewSession(t.Context(), clientlib.WithTTL(4*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = s.Close(context.Background()) }) // may be lost in the election
+		short[i] = s
+		t.Cleanup(func() { closeBounded(s) })
 	}
 
-	proxies[leader].Close()
-	ds[leader].Etcd().Server.HardStop()
+	crashMember(ds[leader], peers[leader], proxies[leader])
 	crash := time.Now()
 
 	// Each client, at once: a new session and a lock on it. Measured from
@@ -102,6 +108,13 @@ func TestSDKFailsOverWhenTheLeaderMemberCrashes(t *testing.T) {
 	wg.Wait()
 	if t.Failed() {
 		return
+	}
+	// The 4 s sessions live through the election: their keep-alives fail
+	// over and are answered before their local deadline (TTL - margin).
+	for i, s := range short {
+		if err := s.Err(); err != nil {
+			t.Errorf("client %d: its 4 s session was lost in the leader change: %v", i, err)
+		}
 	}
 	sort.Slice(took, func(a, b int) bool { return took[a] < took[b] })
 	t.Logf("new session + lock after the etcd leader member crashed (election timeout 1s): %v", took)
@@ -179,4 +192,37 @@ func TestHealthFollowsTheEtcdLeader(t *testing.T) {
 		}
 	}
 	wait.For(t, "the lone member to report NOT_SERVING", func() bool { return status() == healthpb.HealthCheckResponse_NOT_SERVING })
+}
+
+// closeBounded closes a session at the end of a test, giving up after 5s:
+// by then members may have stopped (Close retries while coordd is
+// unavailable), and the session's TTL ends it anyway.
+func closeBounded(s *clientlib.Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.Close(ctx)
+}
+
+// peerProxies is a startCluster option that puts each member's peer
+// traffic behind a proxy (the member advertises the proxy's address), so a
+// test can cut a member off from its peers as a crash would. The proxies
+// are appended to *ps in member order.
+func peerProxies(t *testing.T, ps *[]*tcpproxy.Proxy) func(*daemon.Config) {
+	return func(cfg *daemon.Config) {
+		p := tcpproxy.Start(t, strings.TrimPrefix(cfg.ListenPeerURLs[0], "http://"))
+		cfg.AdvertisePeerURLs = []string{"http://" + p.Addr()}
+		*ps = append(*ps, p)
+	}
+}
+
+// crashMember stops member i's etcd as kill -9 would, as far as its peers
+// and clients can tell: raft stops without handing leadership over, its
+// peer links are reset and refuse new connections (a member whose raft
+// stopped but whose peer listener still served would go on renewing leases
+// for the others, which a killed process does not), and so are its client
+// links. The daemon itself stays up, cut off; Stop it before restarting.
+func crashMember(d *daemon.Daemon, peer, client *tcpproxy.Proxy) {
+	peer.Down()
+	client.Down()
+	d.Etcd().Server.HardStop()
 }

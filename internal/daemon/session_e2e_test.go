@@ -33,8 +33,8 @@ func TestSessionsThroughSDK(t *testing.T) {
 	if s.TTL() != 5*time.Second || len(s.ID()) != 16 {
 		t.Fatalf("session id %q ttl %s", s.ID(), s.TTL())
 	}
-	if until := time.Until(s.Deadline()); until <= 0 || until > 4*time.Second {
-		t.Fatalf("local deadline in %s, want within TTL-margin = 4s", until)
+	if until := time.Until(s.Deadline()); until <= 0 || until > 5*time.Second-margin(5*time.Second) {
+		t.Fatalf("local deadline in %s, want within TTL-margin = %s", until, 5*time.Second-margin(5*time.Second))
 	}
 	info, err := c.Admin().GetSession(ctx, s.ID())
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package tcpproxy is a loopback TCP proxy for tests that need a network
 // fault between a client and a server: it can black-hole traffic (bytes are
-// read and dropped, connections stay open, as in a partition) and report
-// how many connections it carries. It is for tests only.
+// read and dropped, connections stay open, as in a partition), make the
+// target look dead (connections reset and refused, as after kill -9) and
+// report how many connections it carries. It is for tests only.
 package tcpproxy
 
 import (
@@ -17,6 +18,7 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 	frozen atomic.Bool
+	down   atomic.Bool
 	active atomic.Int64
 
 	mu    sync.Mutex
@@ -47,6 +49,21 @@ func (p *Proxy) Freeze() { p.frozen.Store(true) }
 
 // Thaw forwards traffic again.
 func (p *Proxy) Thaw() { p.frozen.Store(false) }
+
+// Down makes the target look dead, as after kill -9: every forwarded
+// connection is reset and new ones are closed as soon as they are
+// accepted, until Up.
+func (p *Proxy) Down() {
+	p.down.Store(true)
+	p.mu.Lock()
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+}
+
+// Up forwards new connections again after Down.
+func (p *Proxy) Up() { p.down.Store(false) }
 
 // Active is the number of client connections currently forwarded.
 func (p *Proxy) Active() int { return int(p.active.Load()) }
@@ -83,6 +100,10 @@ func (p *Proxy) accept() {
 		client, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if p.down.Load() {
+			_ = client.Close()
+			continue
 		}
 		server, err := net.Dial("tcp", p.target)
 		if err != nil {
