@@ -280,7 +280,10 @@ func (s *Session) keepAlive(ctx context.Context) {
 			return
 		case <-time.After(min(retry, max(s.untilDeadline(), 0))):
 		}
-		retry = min(2*retry, time.Second)
+		// Keep-alives are cheap and the deadline is near: back off to a
+		// quarter second at most, so the first one after an etcd election
+		// goes out within 250ms of the new leader.
+		retry = min(2*retry, 250*time.Millisecond)
 	}
 }
 
