@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/etcd/pkg/v3/featuregate"
 	"go.etcd.io/etcd/server/v3/features"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
@@ -322,8 +323,8 @@ func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
 	t.Logf("%d grants, %d before the leader stopped; no overlap, tokens in order", grants.Load(), before)
 }
 
-// A member cut off from its peers (here: the other two stopped) must not
-// leave lock waiters hanging on it: they fail with Unavailable within a few
+// A member cut off from its peers (here: the other two stopped) says so in
+// its gRPC health (NOT_SERVING), and must not leave lock waiters hanging on it: they fail with Unavailable within a few
 // election timeouts, so clients retry elsewhere. The embedded etcd's
 // in-process client skips etcd's own require-leader check, so the daemon
 // watches for leader loss itself.
@@ -333,6 +334,9 @@ func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
 	}
 	ds := startCluster(t, 3)
 	survivor := ds[2]
+	if st := healthOf(t, survivor); st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health of a member with a leader = %s, want SERVING", st)
+	}
 	base := "http://" + survivor.HTTPAddr()
 	newSession := func() string {
 		r := call(t, "POST", base+"/v1/sessions", `{"ttl":"60s"}`)
@@ -377,6 +381,11 @@ func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
 		t.Logf("waiter failed %s after the member lost quorum", time.Since(lost).Round(time.Millisecond))
 	case <-time.After(15 * time.Second):
 		t.Fatal("waiter still hanging 15s after its member lost quorum")
+	}
+	// Its gRPC health says so (clients probe it before using the member
+	// again); health calls are not refused for the missing leader.
+	if st := healthOf(t, survivor); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health of a member without quorum = %s, want NOT_SERVING", st)
 	}
 	// Stopping a member without quorum must not hang on clean-ups that
 	// cannot reach etcd.

@@ -17,7 +17,6 @@ import (
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/daemon"
 	"github.com/coordd/coordd/internal/tcpproxy"
-	"github.com/coordd/coordd/internal/wait"
 )
 
 // productionRaft is etcd's default raft timing (100 ms heartbeat, 1 s
@@ -28,16 +27,17 @@ func productionRaft(cfg *daemon.Config) {
 	cfg.ElectionMs = 1000
 }
 
-// After the member that is the etcd leader crashes, and stays down, the SDK
-// must not pin itself to it: surviving members that were merely slow during
-// the etcd election (keep-alives time out then) are used again as soon as
-// they serve. Before probing readmission, a client that gave up on both
-// survivors during the election kept only the dead address for 10 s.
+// After the member that is the etcd leader crashes, and stays down, a new
+// session and lock succeed within about one election: requests the
+// survivors had forwarded to the dead leader end when they see the leader
+// change (they used to wait 7 s for etcd's request timeout), and survivors
+// the SDK left out during the election are used again as soon as they
+// serve (they used to be left out for 10 s). Sessions of 4 s live through
+// it.
 //
 // The crash (crashMember): the member's raft stops without handing
-// leadership over and its peer listeners close, so the others elect a new
-// leader after the election timeout; its client link is reset and refuses
-// new connections (tcpproxy Down), as after kill -9.
+// leadership over and its peer and client links are reset and refuse new
+// connections, as after kill -9.
 func TestSDKFailsOverWhenTheLeaderMemberCrashes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
@@ -162,36 +162,19 @@ func newSessionRetrying(ctx context.Context, c *clientlib.Client) (*clientlib.Se
 	}
 }
 
-// The gRPC health status says whether a member can serve: NOT_SERVING while
-// its etcd member has no leader. Clients probe it to readmit a member they
-// gave up on, so a member cut off from its peers must not look healthy.
-func TestHealthFollowsTheEtcdLeader(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
-	ds := startCluster(t, 3)
-	conn, err := grpc.NewClient(ds[2].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+// healthOf is d's gRPC health status.
+func healthOf(t *testing.T, d *daemon.Daemon) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = conn.Close() })
-	health := healthpb.NewHealthClient(conn)
-	status := func() healthpb.HealthCheckResponse_ServingStatus {
-		resp, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
-		if err != nil {
-			t.Fatalf("health check: %v", err)
-		}
-		return resp.GetStatus()
+	defer func() { _ = conn.Close() }()
+	resp, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatalf("health check: %v", err)
 	}
-	if st := status(); st != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health with a leader = %s, want SERVING", st)
-	}
-	for _, d := range ds[:2] {
-		if err := d.Stop(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	wait.For(t, "the lone member to report NOT_SERVING", func() bool { return status() == healthpb.HealthCheckResponse_NOT_SERVING })
+	return resp.GetStatus()
 }
 
 // closeBounded closes a session at the end of a test, giving up after 5s:
@@ -215,7 +198,7 @@ func peerProxies(t *testing.T, ps *[]*tcpproxy.Proxy) func(*daemon.Config) {
 	}
 }
 
-// crashMember stops member i's etcd as kill -9 would, as far as its peers
+// crashMember stops d's etcd member as kill -9 would, as far as its peers
 // and clients can tell: raft stops without handing leadership over, its
 // peer links are reset and refuse new connections (a member whose raft
 // stopped but whose peer listener still served would go on renewing leases
