@@ -70,6 +70,9 @@ type Client struct {
 	cancel context.CancelFunc
 	probes sync.WaitGroup
 	probed atomic.Int64 // health checks sent to avoided endpoints (for tests)
+	// revokes are closings of sessions given up on (see revoke); added
+	// under mu while !closed, so Close can wait for them.
+	revokes sync.WaitGroup
 
 	mu      sync.Mutex
 	live    map[*Session]struct{} // sessions whose keep-alive loop runs
@@ -166,9 +169,14 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Close closes the connection. Sessions of this client stop being kept
-// alive and end with ErrSessionClosed, but stay on the server until their
-// TTL runs out: close them first to release what they hold at once.
+// closeSessionsTimeout bounds how long Close tries to close the client's
+// live sessions on the server.
+const closeSessionsTimeout = 2 * time.Second
+
+// Close closes the client's live sessions (they end with ErrSessionClosed,
+// and the server releases what they hold at once; if that fails within
+// 2s, they stay on the server until their TTL runs out), stops closing
+// sessions given up on earlier, and closes the connection.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	live := make([]*Session, 0, len(c.live))
@@ -177,18 +185,54 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), closeSessionsTimeout)
+	for _, s := range live {
+		wg.Go(func() { _ = s.Close(ctx) })
+	}
+	wg.Wait()
+	cancel()
 	c.cancel()
 	c.probes.Wait()
-	for _, s := range live {
-		s.end(ErrSessionClosed)
-		<-s.loopDone
-	}
+	c.revokes.Wait()
 	c.mux.shutdown()
 	err := c.conn.Close()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
+}
+
+// revoke closes session id on the server in the background, retrying while
+// no member answers, until that succeeds, the server no longer has the
+// session, or the client is closed. The SDK calls it for a session it gave
+// up on (its local deadline passed without an acknowledged keep-alive), so
+// that what the session holds or waits for is released as soon as any
+// member is reachable, not when the server's lease runs out: after an etcd
+// outage (no quorum, every member restarted) etcd gives every lease its
+// whole TTL again.
+func (c *Client) revoke(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.revokes.Add(1)
+	go func() {
+		defer c.revokes.Done()
+		req := &coorddv1.CloseSessionRequest{SessionId: id}
+		_, err := retry(c.ctx, releaseAttempt, func(ctx context.Context) error {
+			_, err := c.sessions.CloseSession(ctx, req)
+			return err
+		})
+		switch {
+		case err == nil:
+			c.lg.Info("coordd session given up on was closed on the server", "session", id)
+		case errors.Is(err, ErrSessionNotFound), c.ctx.Err() != nil:
+		default:
+			c.lg.Warn("coordd: closing a session given up on", "session", id, "err", err)
+		}
+	}()
 }
 
 // avoid leaves the endpoint out of the connection's addresses, so

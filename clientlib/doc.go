@@ -51,19 +51,34 @@
 // outlives an etcd leader election that ends within TTL - margin - one
 // renewal period of the last acknowledged keep-alive: a 3s session rides
 // out an election with etcd's default 1s election timeout (2.2s of room;
-// followers notice a dead leader after 1-2s), a 10s one has 5.4s. Done closes no later than the local deadline (at once when the
-// server reports the session gone), and every lock's Context ends with it:
-// everything done on a session's behalf must stop then. A grant's token is
+// followers notice a dead leader after 1-2s), a 10s one has 5.4s. Done
+// closes no later than the local deadline (at once when the server reports
+// the session gone), and every lock's Context ends with it: everything done
+// on a session's behalf must stop then. A lock's Context also ends, and
+// Lost closes, when the server reports the grant gone although this
+// process did not release it (an admin or coordctl released it by its
+// token): the keep-alive stream asks the server to watch every held lock
+// and leadership, and the server pushes their end within one round trip
+// (p99 2.9ms on loopback, BenchmarkOutsideReleaseNotice); a holder that
+// reconnects names its holdings again and hears at once of those that
+// ended meanwhile. A session the SDK gives up on (its local deadline
+// passed) is closed on the server in the background as soon as any member
+// answers, so what it held or waited for is released then rather than
+// when its lease runs out (after an etcd outage, etcd gives every lease
+// its whole TTL again); [Client.Close] closes the client's live sessions.
+// A grant's token is
 // strictly greater than the token of every earlier grant of the same lock.
 // Lock acquisition is retried while coordd is unavailable with the same
 // request id, so a retry never takes the lock twice; Release is retried
 // with the grant's token, so it never removes a newer holder. NewSession is
 // not retried once its request may have reached the server: a failure
-// there is indeterminate. Not guaranteed: a session
-// the SDK gave up on may still be alive on the server for the rest of its
-// TTL, and a paused holder can act after its session ended, whatever the
-// SDK does; a lock protects a resource only if the resource checks the
-// token (fencing.Guard, fencing.Middleware, or the lock's own [Lock.Put]).
+// there is indeterminate. Not guaranteed: while no member answers, a
+// session the SDK gave up on stays on the server (for at most its TTL once
+// etcd has a leader); a release from outside is told after the fact, when
+// the next holder may already hold the lock; and a paused holder can act
+// after its session ended, whatever the SDK does. A lock protects a
+// resource only if the resource checks the token (fencing.Guard,
+// fencing.Middleware, or the lock's own [Lock.Put]).
 //
 // # Leader elections
 //
@@ -86,8 +101,11 @@
 // earlier leader's term of the election. The callback's context ends when
 // leadership ends: at the latest at the session's local deadline, before
 // the server can elect anyone else (under the clock condition above).
-// RunElection never runs two callbacks at
-// once; when a callback returns it resigns, so the next candidate leads at
+// A term resigned from outside (an admin, coordctl) ends the callback's
+// context as soon as the server reports it (see Sessions). RunElection
+// never runs two callbacks at once, and campaigns again only after the
+// callback returned, so a callback's context is always cancelled before
+// the same RunElection can be elected again; when a callback returns it resigns, so the next candidate leads at
 // once; a callback that returns nil while still leading ends RunElection
 // with nil; when ctx ends, RunElection cancels the callback, waits for it,
 // resigns on a fresh bounded context, closes its session and returns ctx's

@@ -67,7 +67,9 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 		}
 		return nil, err
 	}
-	l := &Leadership{held: newHeld(s), s: s, name: name, term: fencing.Token(got.GetTerm()), requestID: got.GetRequestId()}
+	l := &Leadership{s: s, name: name, term: fencing.Token(got.GetTerm()), requestID: got.GetRequestId()}
+	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: name, Token: got.GetTerm(), RequestId: got.GetRequestId()},
+		fmt.Errorf("%w: the server reports the leadership of %q (term %d) ended: resigned from elsewhere (coordctl, an admin, another client with the term) or its session was closed", ErrNotLeader, name, got.GetTerm()))
 	if s.Err() != nil {
 		// The session ended while the answer was on its way.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseAttempt)
@@ -91,7 +93,11 @@ func (l *Leadership) Term() fencing.Token { return l.term }
 func (l *Leadership) Context() context.Context { return l.ctx }
 
 // Lost is closed when the leadership is lost without Resign: the session
-// ended, or the server reported that this term no longer leads.
+// ended, or the server reported that this term no longer leads (a Proclaim
+// answered so, or the term was resigned from outside this Leadership, e.g.
+// by an admin, which the server reports within one round trip on the
+// session's keep-alive stream; context.Cause of Context then wraps
+// ErrNotLeader).
 func (l *Leadership) Lost() <-chan struct{} { return l.lost }
 
 // Proclaim replaces the value the leader proclaims, retrying while coordd

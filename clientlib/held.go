@@ -8,25 +8,33 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // held is what a held lock and a leadership share: a context that ends
 // with the session, on loss or when given up, and a channel closed on
-// loss.
+// loss. The session's keep-alive stream asks the server to report its
+// end (see Session.watch), so a release or resignation from outside ends
+// it too.
 type held struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	lost   chan struct{}
-	stop   func() bool // stops watching the session
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	lost    chan struct{}
+	stop    func() bool // stops watching the session
+	unwatch func()      // stops the server-side watch
 
 	mu    sync.Mutex
 	ended bool // given up or lost
 }
 
-func newHeld(s *Session) *held {
+// newHeld starts tracking holding (its request id and token as granted),
+// which ends with cause gone when the server reports it ended.
+func newHeld(s *Session, holding *coorddv1.Holding, gone error) *held {
 	h := &held{lost: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancelCause(s.ctx)
 	h.stop = context.AfterFunc(s.ctx, func() { h.lose(nil) })
+	h.unwatch = s.watch(holding, func() { h.lose(gone) })
 	return h
 }
 
@@ -41,6 +49,7 @@ func (h *held) giveUp(cause error) bool {
 	h.ended = true
 	h.mu.Unlock()
 	h.stop()
+	h.unwatch()
 	h.cancel(cause)
 	return true
 }
@@ -57,6 +66,7 @@ func (h *held) lose(cause error) {
 	close(h.lost)
 	h.mu.Unlock()
 	h.stop()
+	h.unwatch()
 	h.cancel(cause)
 }
 

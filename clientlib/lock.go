@@ -96,7 +96,9 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 		return nil, err
 	}
 
-	l := &Lock{held: newHeld(s), s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId()}
+	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId()}
+	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: name, Token: grant.GetToken(), RequestId: grant.GetRequestId()},
+		fmt.Errorf("%w: the server reports lock %q (token %d) released: by a Release from elsewhere (coordctl, an admin, another client with the token) or because its session was closed", ErrNotHolder, name, grant.GetToken()))
 	if s.Err() != nil {
 		// The session ended while the grant was on its way. Try to hand the
 		// lock back, briefly: the server may be the reason the session ended.
@@ -119,7 +121,11 @@ func (l *Lock) Token() fencing.Token { return l.token }
 // the session's local deadline; context.Cause tells why.
 func (l *Lock) Context() context.Context { return l.ctx }
 
-// Lost is closed when the lock is lost without Release: its session ended.
+// Lost is closed when the lock is lost without Release: its session ended,
+// or the server reported the grant gone (released from outside this Lock,
+// e.g. by an admin; context.Cause of Context then wraps ErrNotHolder). The
+// server reports that within one round trip of the release, on the
+// session's keep-alive stream.
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
 
 // releaseAttempt bounds one Release (or Resign) call; see retry.

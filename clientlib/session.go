@@ -67,6 +67,25 @@ type Session struct {
 	cancel   context.CancelCauseFunc
 	stop     context.CancelFunc
 	loopDone chan struct{} // closed when the keep-alive loop has exited
+
+	// Holdings (locks, leaderships) whose end the keep-alive stream asks
+	// the server to report.
+	hmu      sync.Mutex
+	holdings map[holdingID]*watchedHolding // guarded by hmu
+	pending  []*coorddv1.Holding           // not yet named on the current stream; guarded by hmu
+	announce chan struct{}                 // signalled when pending grows
+}
+
+// holdingID identifies a holding in server reports.
+type holdingID struct {
+	kind  coorddv1.Holding_Kind
+	name  string
+	token int64
+}
+
+type watchedHolding struct {
+	proto *coorddv1.Holding
+	ended func()
 }
 
 // NewSession creates a session and starts keeping it alive. The keep-alive
@@ -96,6 +115,8 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		margin:   safetyMargin(ttl),
 		done:     make(chan struct{}),
 		loopDone: make(chan struct{}),
+		holdings: make(map[holdingID]*watchedHolding),
+		announce: make(chan struct{}, 1),
 	}
 	s.lg = c.lg.With("session", s.id)
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
@@ -198,6 +219,11 @@ func (s *Session) end(err error) {
 	if !errors.Is(err, ErrSessionClosed) {
 		s.lg.Warn("coordd session lost", "err", err)
 	}
+	if errors.Is(err, ErrSessionExpired) {
+		// The server may still have it, and hand its locks to nobody
+		// until its lease runs out.
+		s.c.revoke(s.id)
+	}
 }
 
 // checkDeadline runs when the watchdog fires. A keep-alive acknowledged in
@@ -260,6 +286,65 @@ func (s *Session) interval() time.Duration {
 // first): short renewal intervals must not turn a slow disk into reconnects.
 const minReplyWait = time.Second
 
+// watch asks the server, on the keep-alive stream (this one and every
+// later one), to report the end of h; ended runs once it does (on the
+// stream's receiving goroutine; it must not block). unwatch forgets h: call
+// it once h is given up or lost.
+func (s *Session) watch(h *coorddv1.Holding, ended func()) (unwatch func()) {
+	id := holdingID{kind: h.GetKind(), name: h.GetName(), token: h.GetToken()}
+	w := &watchedHolding{proto: h, ended: ended}
+	s.hmu.Lock()
+	s.holdings[id] = w
+	s.pending = append(s.pending, h)
+	s.hmu.Unlock()
+	select {
+	case s.announce <- struct{}{}:
+	default:
+	}
+	return func() {
+		s.hmu.Lock()
+		defer s.hmu.Unlock()
+		if s.holdings[id] == w {
+			delete(s.holdings, id)
+		}
+	}
+}
+
+// holdingsEnded handles the server's report that holdings ended.
+func (s *Session) holdingsEnded(ended []*coorddv1.Holding) {
+	var run []func()
+	s.hmu.Lock()
+	for _, h := range ended {
+		id := holdingID{kind: h.GetKind(), name: h.GetName(), token: h.GetToken()}
+		if w, ok := s.holdings[id]; ok {
+			delete(s.holdings, id)
+			run = append(run, w.ended)
+		}
+	}
+	s.hmu.Unlock()
+	for _, f := range run {
+		f()
+	}
+}
+
+// toName returns the holdings to name on the stream: all of them on a new
+// stream, else those added since the last call.
+func (s *Session) toName(all bool) []*coorddv1.Holding {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if !all {
+		p := s.pending
+		s.pending = nil
+		return p
+	}
+	s.pending = nil
+	out := make([]*coorddv1.Holding, 0, len(s.holdings))
+	for _, w := range s.holdings {
+		out = append(out, w.proto)
+	}
+	return out
+}
+
 // keepAlive is the session's background loop. It exits when ctx is
 // cancelled, which end does.
 func (s *Session) keepAlive(ctx context.Context) {
@@ -287,9 +372,13 @@ func (s *Session) keepAlive(ctx context.Context) {
 	}
 }
 
+// errNoReply ends a stream whose keep-alive went unanswered.
+var errNoReply = errors.New("no answer to a keep-alive in time")
+
 // stream keeps the session alive over one KeepAliveStream until the stream
-// fails or ctx ends. Each request waits at most until the next one is due
-// or the local deadline, whichever comes first.
+// fails or ctx ends, and names the session's holdings on it so that the
+// server reports their end. Each keep-alive waits for its answer at most
+// until the next one is due or the local deadline, whichever comes first.
 func (s *Session) stream(ctx context.Context) (err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -303,29 +392,88 @@ func (s *Session) stream(ctx context.Context) (err error) {
 	if err != nil {
 		return convert(sctx, err)
 	}
-	next := time.Duration(0) // renew at once on a new stream
+	// The receiver owns Recv. It exits once Recv fails, which cancelling
+	// sctx guarantees; stream waits for it before returning (p is filled
+	// by then).
+	acks := make(chan *coorddv1.KeepAliveStreamResponse, 1)
+	recvErr := make(chan error, 1)
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		for {
+			resp, err := st.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if len(resp.GetEnded()) > 0 {
+				s.holdingsEnded(resp.GetEnded())
+			}
+			if resp.GetTtl() != nil {
+				select {
+				case acks <- resp:
+				default: // an answer nobody waits for
+				}
+			}
+		}
+	}()
+	defer func() {
+		cancel()
+		<-recvDone
+	}()
+	broken := func(err error) error {
+		if errors.Is(err, io.EOF) {
+			// On a broken stream Send says only io.EOF; Recv has the status.
+			err = <-recvErr
+		}
+		return convert(sctx, err)
+	}
+
+	timer := time.NewTimer(0) // renew at once on a new stream
+	defer timer.Stop()
+	var next time.Duration
+	var sent time.Time
+	first, waiting := true, false
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(next):
-		}
-		next = s.interval()
-		sent := time.Now()
-		// A response that does not come before the next renewal is due (at
-		// least minReplyWait), or before the deadline, abandons this stream
-		// for a new one.
-		timeout := time.AfterFunc(min(max(next, minReplyWait), max(s.untilDeadline(), 0)), cancel)
-		err = st.Send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id})
-		var resp *coorddv1.KeepAliveStreamResponse
-		if err == nil || errors.Is(err, io.EOF) {
-			// On a broken stream Send says only io.EOF; Recv has the status.
-			resp, err = st.Recv()
-		}
-		timeout.Stop()
-		if err != nil {
+		case err := <-recvErr:
 			return convert(sctx, err)
+		case <-s.announce:
+			if first {
+				continue // the first keep-alive names them all
+			}
+			if w := s.toName(false); len(w) > 0 {
+				if err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: w, WatchOnly: true}); err != nil {
+					return broken(err)
+				}
+			}
+		case resp := <-acks:
+			if !waiting {
+				continue
+			}
+			waiting = false
+			s.extend(sent, resp.GetTtl().AsDuration())
+			timer.Reset(next)
+		case <-timer.C:
+			if waiting {
+				return errNoReply
+			}
+			next = s.interval()
+			sent = time.Now()
+			req := &coorddv1.KeepAliveStreamRequest{SessionId: s.id}
+			if first {
+				req.Watch, first = s.toName(true), false
+			}
+			if err := st.Send(req); err != nil {
+				return broken(err)
+			}
+			// An answer that does not come before the next renewal is due
+			// (at least minReplyWait), or before the deadline, abandons this
+			// stream for a new one.
+			waiting = true
+			timer.Reset(min(max(next, minReplyWait), max(s.untilDeadline(), 0)))
 		}
-		s.extend(sent, resp.GetTtl().AsDuration())
 	}
 }

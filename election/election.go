@@ -129,6 +129,21 @@ func (m *Manager) candidateKey(name string, sess session.ID, requestID string) s
 	return fmt.Sprintf("%s%016x/%s", m.queue(name), uint64(sess), requestID)
 }
 
+// CandidateKey is the etcd key of the candidate entry with which session
+// sess campaigns in (or leads) the named election under request id
+// requestID; the entry's create revision is its term. It is what a
+// leader's server-side watch (package grantwatch) watches. It fails with
+// ErrInvalid for a bad name or request id.
+func (m *Manager) CandidateKey(name string, sess session.ID, requestID string) (string, error) {
+	if err := validateName(name); err != nil {
+		return "", err
+	}
+	if err := names.CheckRequestID(requestID); err != nil {
+		return "", fmt.Errorf("%w: %s", ErrInvalid, err.Error())
+	}
+	return m.candidateKey(name, sess, requestID), nil
+}
+
 func validateName(name string) error {
 	if err := names.Check("election name", name); err != nil {
 		return fmt.Errorf("%w: %s", ErrInvalid, err.Error())

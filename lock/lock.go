@@ -121,6 +121,21 @@ func (m *Manager) waiterKey(name string, sess session.ID, requestID string) stri
 	return fmt.Sprintf("%s%016x/%s", m.queue(name), uint64(sess), requestID)
 }
 
+// EntryKey is the etcd key of the queue entry with which session sess
+// holds (or waits for) the named lock under request id requestID; the
+// entry's create revision is its grant's token. It is what a holder's
+// server-side watch (package grantwatch) watches. It fails with ErrInvalid
+// for a bad name or request id.
+func (m *Manager) EntryKey(name string, sess session.ID, requestID string) (string, error) {
+	if err := validateName(name); err != nil {
+		return "", err
+	}
+	if err := validateRequestID(requestID); err != nil {
+		return "", err
+	}
+	return m.waiterKey(name, sess, requestID), nil
+}
+
 // Hint names a grant's session and request id (see Release).
 type Hint struct {
 	Session   session.ID

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/kind"
+	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
 )
@@ -51,13 +55,22 @@ type SessionServer struct {
 	coorddv1.UnsafeSessionServiceServer // compile errors when the service grows
 
 	m        *session.Manager
+	holdings Holdings
 	stopping <-chan struct{}
+}
+
+// Holdings is what KeepAliveStream needs to watch a session's holdings:
+// where their entries live and a watcher of those entries.
+type Holdings struct {
+	Watcher   *grantwatch.Watcher
+	Locks     *lock.Manager
+	Elections *election.Manager
 }
 
 // NewSessionServer returns the SessionService adapter. Streams end with
 // ErrStopping once stopping is closed.
-func NewSessionServer(m *session.Manager, stopping <-chan struct{}) *SessionServer {
-	return &SessionServer{m: m, stopping: stopping}
+func NewSessionServer(m *session.Manager, h Holdings, stopping <-chan struct{}) *SessionServer {
+	return &SessionServer{m: m, holdings: h, stopping: stopping}
 }
 
 // CreateSession implements SessionService.
@@ -135,7 +148,7 @@ func (s *SessionServer) KeepAlive(ctx context.Context, req *coorddv1.KeepAliveRe
 }
 
 // KeepAliveStream implements SessionService. Requests are answered one at a
-// time, in order.
+// time, in order; watched holdings that end are pushed between answers.
 func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAliveStreamServer) error {
 	ctx := stream.Context()
 	reqs := make(chan *coorddv1.KeepAliveStreamRequest)
@@ -156,6 +169,8 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 			}
 		}
 	}()
+	w := newHoldingWatches(s.holdings)
+	defer w.stopAll()
 	for {
 		select {
 		case <-s.stopping:
@@ -165,10 +180,24 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 				return nil
 			}
 			return err
+		case <-w.ready:
+			if ended := w.take(); len(ended) > 0 {
+				if err := stream.Send(&coorddv1.KeepAliveStreamResponse{Ended: ended}); err != nil {
+					return err
+				}
+			}
 		case req := <-reqs:
 			id, err := session.ParseID(req.GetSessionId())
 			if err != nil {
 				return err
+			}
+			for _, h := range req.GetWatch() {
+				if err := w.add(ctx, id, h); err != nil {
+					return err
+				}
+			}
+			if req.GetWatchOnly() {
+				continue
 			}
 			ttl, err := s.m.KeepAlive(ctx, id)
 			if err != nil {
@@ -178,6 +207,85 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 				return err
 			}
 		}
+	}
+}
+
+// holdingWatches are the holdings one KeepAliveStream watches. add and
+// stopAll run on the stream's goroutine; grantwatch reports ends from its
+// own, and they queue here until the stream takes them.
+type holdingWatches struct {
+	h     Holdings
+	stops map[string]func() // by entry key; stream goroutine only
+	ready chan struct{}     // signalled when ended grows
+
+	mu    sync.Mutex
+	ended []*coorddv1.Holding
+	keys  []string // of ended, to forget their watches
+}
+
+func newHoldingWatches(h Holdings) *holdingWatches {
+	return &holdingWatches{h: h, stops: make(map[string]func()), ready: make(chan struct{}, 1)}
+}
+
+// add starts watching h, a holding of session id, unless it is watched
+// already. A holding that has already ended is reported at once.
+func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Holding) error {
+	if w.h.Watcher == nil {
+		return nil // the daemon watches nothing (tests of the adapter alone)
+	}
+	var key string
+	var err error
+	switch h.GetKind() {
+	case coorddv1.Holding_KIND_LOCK:
+		key, err = w.h.Locks.EntryKey(h.GetName(), id, h.GetRequestId())
+	case coorddv1.Holding_KIND_ELECTION:
+		key, err = w.h.Elections.CandidateKey(h.GetName(), id, h.GetRequestId())
+	default:
+		return invalid("watch: kind must be KIND_LOCK or KIND_ELECTION")
+	}
+	if err != nil {
+		return err
+	}
+	if h.GetToken() <= 0 {
+		return invalid("watch: token must be positive")
+	}
+	if _, ok := w.stops[key]; ok {
+		return nil
+	}
+	report := &coorddv1.Holding{Kind: h.GetKind(), Name: h.GetName(), Token: h.GetToken(), RequestId: h.GetRequestId()}
+	stop, err := w.h.Watcher.Watch(ctx, key, h.GetToken(), func() {
+		w.mu.Lock()
+		w.ended = append(w.ended, report)
+		w.keys = append(w.keys, key)
+		w.mu.Unlock()
+		select {
+		case w.ready <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return err
+	}
+	w.stops[key] = stop
+	return nil
+}
+
+// take returns the holdings that ended since the last call and forgets
+// their watches, so that naming one again watches it anew.
+func (w *holdingWatches) take() []*coorddv1.Holding {
+	w.mu.Lock()
+	ended, keys := w.ended, w.keys
+	w.ended, w.keys = nil, nil
+	w.mu.Unlock()
+	for _, k := range keys {
+		delete(w.stops, k)
+	}
+	return ended
+}
+
+func (w *holdingWatches) stopAll() {
+	for _, stop := range w.stops {
+		stop()
 	}
 }
 

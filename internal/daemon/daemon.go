@@ -32,6 +32,7 @@ import (
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/api"
 	"github.com/coordd/coordd/internal/gateway"
 	"github.com/coordd/coordd/lock"
@@ -47,10 +48,11 @@ type Daemon struct {
 	cli       *clientv3.Client
 	locks     *lock.Manager
 	elections *election.Manager
-	// The config watch cache runs from Start until Stop.
-	configCache *configcenter.Cache
-	stopCache   context.CancelFunc
-	leader      *leaderWatch
+	// The config watch cache and the holdings watch (grantwatch) run
+	// from Start until Stop, which cancels them with stopBackground.
+	configCache    *configcenter.Cache
+	stopBackground context.CancelFunc
+	leader         *leaderWatch
 
 	grpcLis net.Listener
 	httpLis net.Listener
@@ -174,7 +176,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
 	d.locks = lock.NewManager(d.cli, cfg.KeyRoot)
 	d.elections = election.NewManager(d.cli, cfg.KeyRoot)
-	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, d.stopped.Done()))
+	// One etcd watch tells every keep-alive stream of this member when a
+	// lock grant or leadership it watches ends.
+	holdings := grantwatch.New(d.cli, cfg.KeyRoot+"lock/", cfg.KeyRoot+"election/")
+	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done()))
 	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(d.locks, d.elections, sessions))
 	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.stopped, d.elections, sessions))
 	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
@@ -216,16 +221,20 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 
 	d.stopRefusing()
-	cacheCtx, stopCache := context.WithCancel(context.Background())
-	d.stopCache = stopCache
-	d.wg.Add(4)
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	d.stopBackground = stopBackground
+	d.wg.Add(5)
 	go func() {
 		defer d.wg.Done()
 		d.leader.run(d.stopped.Done())
 	}()
 	go func() {
 		defer d.wg.Done()
-		d.configCache.Run(cacheCtx)
+		d.configCache.Run(bgCtx)
+	}()
+	go func() {
+		defer d.wg.Done()
+		holdings.Run(bgCtx)
 	}()
 	go func() {
 		defer d.wg.Done()
@@ -395,7 +404,7 @@ func (d *Daemon) stop(ctx context.Context) error {
 	if err := d.gwConn.Close(); err != nil {
 		errs = multierror.Append(errs, err)
 	}
-	d.stopCache()
+	d.stopBackground()
 	d.wg.Wait()
 	d.locks.Close()
 	d.elections.Close()

@@ -17,6 +17,7 @@ import (
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/daemon"
 	"github.com/coordd/coordd/internal/tcpproxy"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 // productionRaft is etcd's default raft timing (100 ms heartbeat, 1 s
@@ -208,4 +209,73 @@ func crashMember(d *daemon.Daemon, peer, client *tcpproxy.Proxy) {
 	peer.Down()
 	client.Down()
 	d.Etcd().Server.HardStop()
+}
+
+// A session the SDK gave up on during an etcd outage (no quorum anywhere)
+// is closed on the server as soon as a member answers again, so its lock
+// goes to the next waiter at once. Without that, the lock would wait for a
+// holder that is gone: etcd gives every lease its whole TTL again when a
+// leader is elected after the outage.
+func TestGivenUpSessionIsClosedWhenQuorumReturns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member cluster")
+	}
+	const ttl = 5 * time.Second
+	var peers []*tcpproxy.Proxy
+	ds := startCluster(t, 3, peerProxies(t, &peers))
+	var endpoints []string
+	for _, d := range ds {
+		endpoints = append(endpoints, d.GRPCAddr())
+	}
+	ctx := t.Context()
+	holder, waiter := newClient(t, endpoints...), newClient(t, endpoints...)
+	hs, err := holder.NewSession(ctx, clientlib.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBounded(hs)
+	if _, err := hs.Lock(ctx, "given-up"); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := waiter.NewSession(ctx, clientlib.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeBounded(ws)
+	granted := make(chan error, 1)
+	var grantedAt time.Time
+	go func() {
+		_, err := ws.Lock(ctx, "given-up") // retried through the outage
+		grantedAt = time.Now()
+		granted <- err
+	}()
+	wait.Within(t, 10*time.Second, "the waiter to queue", func() bool {
+		d, err := waiter.Admin().DescribeLock(ctx, "given-up")
+		return err == nil && len(d.Waiters) == 1
+	})
+
+	for _, p := range peers {
+		p.Down()
+	}
+	wait.Within(t, 2*ttl, "the SDK to give the holder's session up", func() bool { return hs.Err() != nil })
+	if !errors.Is(hs.Err(), clientlib.ErrSessionExpired) {
+		t.Fatalf("holder's session ended with %v, want ErrSessionExpired", hs.Err())
+	}
+	healed := time.Now()
+	for _, p := range peers {
+		p.Up()
+	}
+	select {
+	case err := <-granted:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+		took := grantedAt.Sub(healed)
+		t.Logf("waiter granted %s after quorum returned (session TTL %s)", took.Round(time.Millisecond), ttl)
+		if took >= ttl-time.Second {
+			t.Fatalf("waiter granted %s after quorum returned: the given-up session was left to expire (TTL %s)", took.Round(time.Millisecond), ttl)
+		}
+	case <-time.After(3 * ttl):
+		t.Fatal("waiter never granted")
+	}
 }

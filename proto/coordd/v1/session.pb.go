@@ -23,6 +23,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Kind says whether a holding is a lock grant or a leadership term.
+type Holding_Kind int32
+
+const (
+	// KIND_UNSPECIFIED is invalid.
+	Holding_KIND_UNSPECIFIED Holding_Kind = 0
+	// KIND_LOCK is a lock grant: name is the lock, token its fencing token.
+	Holding_KIND_LOCK Holding_Kind = 1
+	// KIND_ELECTION is a leadership term (or a candidacy): name is the
+	// election, token the term.
+	Holding_KIND_ELECTION Holding_Kind = 2
+)
+
+// Enum value maps for Holding_Kind.
+var (
+	Holding_Kind_name = map[int32]string{
+		0: "KIND_UNSPECIFIED",
+		1: "KIND_LOCK",
+		2: "KIND_ELECTION",
+	}
+	Holding_Kind_value = map[string]int32{
+		"KIND_UNSPECIFIED": 0,
+		"KIND_LOCK":        1,
+		"KIND_ELECTION":    2,
+	}
+)
+
+func (x Holding_Kind) Enum() *Holding_Kind {
+	p := new(Holding_Kind)
+	*p = x
+	return p
+}
+
+func (x Holding_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Holding_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_coordd_v1_session_proto_enumTypes[0].Descriptor()
+}
+
+func (Holding_Kind) Type() protoreflect.EnumType {
+	return &file_coordd_v1_session_proto_enumTypes[0]
+}
+
+func (x Holding_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Holding_Kind.Descriptor instead.
+func (Holding_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{10, 0}
+}
+
 // Session describes a live session.
 type Session struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -551,11 +605,20 @@ func (x *KeepAliveResponse) GetTtl() *durationpb.Duration {
 	return nil
 }
 
-// KeepAliveStreamRequest renews one session on a keep-alive stream.
+// KeepAliveStreamRequest renews one session on a keep-alive stream, and may
+// add holdings of that session to watch.
 type KeepAliveStreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// session_id is the session's id. Required.
-	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// watch names holdings of this session to watch on this stream, in
+	// addition to those named before: when one ends (or has already ended),
+	// a response lists it in ended. Watches last as long as the stream; a
+	// client that reconnects names its holdings again.
+	Watch []*Holding `protobuf:"bytes,2,rep,name=watch,proto3" json:"watch,omitempty"`
+	// watch_only makes the request only add watch: it does not renew the
+	// session and gets no response of its own.
+	WatchOnly     bool `protobuf:"varint,3,opt,name=watch_only,json=watchOnly,proto3" json:"watch_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -597,20 +660,116 @@ func (x *KeepAliveStreamRequest) GetSessionId() string {
 	return ""
 }
 
-// KeepAliveStreamResponse answers one KeepAliveStreamRequest.
+func (x *KeepAliveStreamRequest) GetWatch() []*Holding {
+	if x != nil {
+		return x.Watch
+	}
+	return nil
+}
+
+func (x *KeepAliveStreamRequest) GetWatchOnly() bool {
+	if x != nil {
+		return x.WatchOnly
+	}
+	return false
+}
+
+// Holding names a lock grant or a leadership term held by a session.
+type Holding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kind is the holding's kind. Required.
+	Kind Holding_Kind `protobuf:"varint,1,opt,name=kind,proto3,enum=coordd.v1.Holding_Kind" json:"kind,omitempty"`
+	// name is the lock's or the election's name. Required.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// token is the grant's fencing token or the term. Required.
+	Token int64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// request_id is the acquisition's or the campaign's request id, as its
+	// grant returned it. Required.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Holding) Reset() {
+	*x = Holding{}
+	mi := &file_coordd_v1_session_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Holding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Holding) ProtoMessage() {}
+
+func (x *Holding) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_session_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Holding.ProtoReflect.Descriptor instead.
+func (*Holding) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Holding) GetKind() Holding_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return Holding_KIND_UNSPECIFIED
+}
+
+func (x *Holding) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Holding) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Holding) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// KeepAliveStreamResponse answers one KeepAliveStreamRequest, or tells of
+// watched holdings that ended.
 type KeepAliveStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// session_id is the renewed session's id.
+	// session_id is the renewed session's id; empty on a response that only
+	// carries ended.
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// ttl is the granted TTL, counted from when the server answered.
-	Ttl           *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// ttl is the granted TTL, counted from when the server answered; unset on
+	// a response that only carries ended.
+	Ttl *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// ended lists watched holdings that ended: their entry was removed by a
+	// Release or Resign (from this client or anyone else), a CloseSession, the
+	// session's expiry, or was already gone when the watch began. Each
+	// watched holding is reported at most once per stream.
+	Ended         []*Holding `protobuf:"bytes,3,rep,name=ended,proto3" json:"ended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeepAliveStreamResponse) Reset() {
 	*x = KeepAliveStreamResponse{}
-	mi := &file_coordd_v1_session_proto_msgTypes[10]
+	mi := &file_coordd_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +781,7 @@ func (x *KeepAliveStreamResponse) String() string {
 func (*KeepAliveStreamResponse) ProtoMessage() {}
 
 func (x *KeepAliveStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[10]
+	mi := &file_coordd_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +794,7 @@ func (x *KeepAliveStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveStreamResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveStreamResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KeepAliveStreamResponse) GetSessionId() string {
@@ -652,6 +811,13 @@ func (x *KeepAliveStreamResponse) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *KeepAliveStreamResponse) GetEnded() []*Holding {
+	if x != nil {
+		return x.Ended
+	}
+	return nil
+}
+
 // CloseSessionRequest names the session to close.
 type CloseSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -663,7 +829,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_coordd_v1_session_proto_msgTypes[11]
+	mi := &file_coordd_v1_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +841,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[11]
+	mi := &file_coordd_v1_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +854,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -708,7 +874,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_coordd_v1_session_proto_msgTypes[12]
+	mi := &file_coordd_v1_session_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +886,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[12]
+	mi := &file_coordd_v1_session_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +899,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{12}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{13}
 }
 
 var File_coordd_v1_session_proto protoreflect.FileDescriptor
@@ -781,14 +947,28 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
-	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"7\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x80\x01\n" +
 	"\x16KeepAliveStreamRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"e\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
+	"\x05watch\x18\x02 \x03(\v2\x12.coordd.v1.HoldingR\x05watch\x12\x1d\n" +
+	"\n" +
+	"watch_only\x18\x03 \x01(\bR\twatchOnly\"\xbf\x01\n" +
+	"\aHolding\x12+\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x17.coordd.v1.Holding.KindR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\">\n" +
+	"\x04Kind\x12\x14\n" +
+	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
+	"\tKIND_LOCK\x10\x01\x12\x11\n" +
+	"\rKIND_ELECTION\x10\x02\"\x8f\x01\n" +
 	"\x17KeepAliveStreamResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
-	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"4\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12(\n" +
+	"\x05ended\x18\x03 \x03(\v2\x12.coordd.v1.HoldingR\x05ended\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
@@ -814,55 +994,61 @@ func file_coordd_v1_session_proto_rawDescGZIP() []byte {
 	return file_coordd_v1_session_proto_rawDescData
 }
 
-var file_coordd_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_coordd_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_coordd_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_coordd_v1_session_proto_goTypes = []any{
-	(*Session)(nil),                 // 0: coordd.v1.Session
-	(*CreateSessionRequest)(nil),    // 1: coordd.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),   // 2: coordd.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),       // 3: coordd.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),      // 4: coordd.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),     // 5: coordd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),    // 6: coordd.v1.ListSessionsResponse
-	(*KeepAliveRequest)(nil),        // 7: coordd.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),       // 8: coordd.v1.KeepAliveResponse
-	(*KeepAliveStreamRequest)(nil),  // 9: coordd.v1.KeepAliveStreamRequest
-	(*KeepAliveStreamResponse)(nil), // 10: coordd.v1.KeepAliveStreamResponse
-	(*CloseSessionRequest)(nil),     // 11: coordd.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),    // 12: coordd.v1.CloseSessionResponse
-	nil,                             // 13: coordd.v1.Session.LabelsEntry
-	nil,                             // 14: coordd.v1.CreateSessionRequest.LabelsEntry
-	(*durationpb.Duration)(nil),     // 15: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 16: google.protobuf.Timestamp
+	(Holding_Kind)(0),               // 0: coordd.v1.Holding.Kind
+	(*Session)(nil),                 // 1: coordd.v1.Session
+	(*CreateSessionRequest)(nil),    // 2: coordd.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),   // 3: coordd.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),       // 4: coordd.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),      // 5: coordd.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),     // 6: coordd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),    // 7: coordd.v1.ListSessionsResponse
+	(*KeepAliveRequest)(nil),        // 8: coordd.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),       // 9: coordd.v1.KeepAliveResponse
+	(*KeepAliveStreamRequest)(nil),  // 10: coordd.v1.KeepAliveStreamRequest
+	(*Holding)(nil),                 // 11: coordd.v1.Holding
+	(*KeepAliveStreamResponse)(nil), // 12: coordd.v1.KeepAliveStreamResponse
+	(*CloseSessionRequest)(nil),     // 13: coordd.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),    // 14: coordd.v1.CloseSessionResponse
+	nil,                             // 15: coordd.v1.Session.LabelsEntry
+	nil,                             // 16: coordd.v1.CreateSessionRequest.LabelsEntry
+	(*durationpb.Duration)(nil),     // 17: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 18: google.protobuf.Timestamp
 }
 var file_coordd_v1_session_proto_depIdxs = []int32{
-	15, // 0: coordd.v1.Session.ttl:type_name -> google.protobuf.Duration
-	13, // 1: coordd.v1.Session.labels:type_name -> coordd.v1.Session.LabelsEntry
-	16, // 2: coordd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	15, // 3: coordd.v1.Session.remaining_ttl:type_name -> google.protobuf.Duration
-	15, // 4: coordd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	14, // 5: coordd.v1.CreateSessionRequest.labels:type_name -> coordd.v1.CreateSessionRequest.LabelsEntry
-	0,  // 6: coordd.v1.CreateSessionResponse.session:type_name -> coordd.v1.Session
-	0,  // 7: coordd.v1.GetSessionResponse.session:type_name -> coordd.v1.Session
-	0,  // 8: coordd.v1.ListSessionsResponse.sessions:type_name -> coordd.v1.Session
-	15, // 9: coordd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	15, // 10: coordd.v1.KeepAliveStreamResponse.ttl:type_name -> google.protobuf.Duration
-	1,  // 11: coordd.v1.SessionService.CreateSession:input_type -> coordd.v1.CreateSessionRequest
-	3,  // 12: coordd.v1.SessionService.GetSession:input_type -> coordd.v1.GetSessionRequest
-	5,  // 13: coordd.v1.SessionService.ListSessions:input_type -> coordd.v1.ListSessionsRequest
-	7,  // 14: coordd.v1.SessionService.KeepAlive:input_type -> coordd.v1.KeepAliveRequest
-	9,  // 15: coordd.v1.SessionService.KeepAliveStream:input_type -> coordd.v1.KeepAliveStreamRequest
-	11, // 16: coordd.v1.SessionService.CloseSession:input_type -> coordd.v1.CloseSessionRequest
-	2,  // 17: coordd.v1.SessionService.CreateSession:output_type -> coordd.v1.CreateSessionResponse
-	4,  // 18: coordd.v1.SessionService.GetSession:output_type -> coordd.v1.GetSessionResponse
-	6,  // 19: coordd.v1.SessionService.ListSessions:output_type -> coordd.v1.ListSessionsResponse
-	8,  // 20: coordd.v1.SessionService.KeepAlive:output_type -> coordd.v1.KeepAliveResponse
-	10, // 21: coordd.v1.SessionService.KeepAliveStream:output_type -> coordd.v1.KeepAliveStreamResponse
-	12, // 22: coordd.v1.SessionService.CloseSession:output_type -> coordd.v1.CloseSessionResponse
-	17, // [17:23] is the sub-list for method output_type
-	11, // [11:17] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	17, // 0: coordd.v1.Session.ttl:type_name -> google.protobuf.Duration
+	15, // 1: coordd.v1.Session.labels:type_name -> coordd.v1.Session.LabelsEntry
+	18, // 2: coordd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	17, // 3: coordd.v1.Session.remaining_ttl:type_name -> google.protobuf.Duration
+	17, // 4: coordd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	16, // 5: coordd.v1.CreateSessionRequest.labels:type_name -> coordd.v1.CreateSessionRequest.LabelsEntry
+	1,  // 6: coordd.v1.CreateSessionResponse.session:type_name -> coordd.v1.Session
+	1,  // 7: coordd.v1.GetSessionResponse.session:type_name -> coordd.v1.Session
+	1,  // 8: coordd.v1.ListSessionsResponse.sessions:type_name -> coordd.v1.Session
+	17, // 9: coordd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	11, // 10: coordd.v1.KeepAliveStreamRequest.watch:type_name -> coordd.v1.Holding
+	0,  // 11: coordd.v1.Holding.kind:type_name -> coordd.v1.Holding.Kind
+	17, // 12: coordd.v1.KeepAliveStreamResponse.ttl:type_name -> google.protobuf.Duration
+	11, // 13: coordd.v1.KeepAliveStreamResponse.ended:type_name -> coordd.v1.Holding
+	2,  // 14: coordd.v1.SessionService.CreateSession:input_type -> coordd.v1.CreateSessionRequest
+	4,  // 15: coordd.v1.SessionService.GetSession:input_type -> coordd.v1.GetSessionRequest
+	6,  // 16: coordd.v1.SessionService.ListSessions:input_type -> coordd.v1.ListSessionsRequest
+	8,  // 17: coordd.v1.SessionService.KeepAlive:input_type -> coordd.v1.KeepAliveRequest
+	10, // 18: coordd.v1.SessionService.KeepAliveStream:input_type -> coordd.v1.KeepAliveStreamRequest
+	13, // 19: coordd.v1.SessionService.CloseSession:input_type -> coordd.v1.CloseSessionRequest
+	3,  // 20: coordd.v1.SessionService.CreateSession:output_type -> coordd.v1.CreateSessionResponse
+	5,  // 21: coordd.v1.SessionService.GetSession:output_type -> coordd.v1.GetSessionResponse
+	7,  // 22: coordd.v1.SessionService.ListSessions:output_type -> coordd.v1.ListSessionsResponse
+	9,  // 23: coordd.v1.SessionService.KeepAlive:output_type -> coordd.v1.KeepAliveResponse
+	12, // 24: coordd.v1.SessionService.KeepAliveStream:output_type -> coordd.v1.KeepAliveStreamResponse
+	14, // 25: coordd.v1.SessionService.CloseSession:output_type -> coordd.v1.CloseSessionResponse
+	20, // [20:26] is the sub-list for method output_type
+	14, // [14:20] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_session_proto_init() }
@@ -875,13 +1061,14 @@ func file_coordd_v1_session_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_session_proto_rawDesc), len(file_coordd_v1_session_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   15,
+			NumEnums:      1,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_coordd_v1_session_proto_goTypes,
 		DependencyIndexes: file_coordd_v1_session_proto_depIdxs,
+		EnumInfos:         file_coordd_v1_session_proto_enumTypes,
 		MessageInfos:      file_coordd_v1_session_proto_msgTypes,
 	}.Build()
 	File_coordd_v1_session_proto = out.File

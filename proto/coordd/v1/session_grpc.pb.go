@@ -52,9 +52,14 @@ type SessionServiceClient interface {
 	// uses KeepAliveStream.
 	KeepAlive(ctx context.Context, in *KeepAliveRequest, opts ...grpc.CallOption) (*KeepAliveResponse, error)
 	// KeepAliveStream renews sessions over one long-lived stream: each request
-	// is answered by exactly one response, in order. The stream ends with
-	// NotFound (SESSION_NOT_FOUND) when a named session no longer exists, and
-	// with Unavailable when the daemon stops.
+	// is answered by exactly one response, in order (except watch_only
+	// requests, which get none). It also tells the holder when something its
+	// session holds ends from outside: a request may name holdings (lock
+	// grants, leadership terms) to watch, and the stream then pushes a
+	// response listing each one as it ends (released, resigned, or gone when
+	// it was named). The stream ends with NotFound (SESSION_NOT_FOUND) when a
+	// named session no longer exists, and with Unavailable when the daemon
+	// stops.
 	KeepAliveStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveStreamRequest, KeepAliveStreamResponse], error)
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
@@ -156,9 +161,14 @@ type SessionServiceServer interface {
 	// uses KeepAliveStream.
 	KeepAlive(context.Context, *KeepAliveRequest) (*KeepAliveResponse, error)
 	// KeepAliveStream renews sessions over one long-lived stream: each request
-	// is answered by exactly one response, in order. The stream ends with
-	// NotFound (SESSION_NOT_FOUND) when a named session no longer exists, and
-	// with Unavailable when the daemon stops.
+	// is answered by exactly one response, in order (except watch_only
+	// requests, which get none). It also tells the holder when something its
+	// session holds ends from outside: a request may name holdings (lock
+	// grants, leadership terms) to watch, and the stream then pushes a
+	// response listing each one as it ends (released, resigned, or gone when
+	// it was named). The stream ends with NotFound (SESSION_NOT_FOUND) when a
+	// named session no longer exists, and with Unavailable when the daemon
+	// stops.
 	KeepAliveStream(grpc.BidiStreamingServer[KeepAliveStreamRequest, KeepAliveStreamResponse]) error
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)

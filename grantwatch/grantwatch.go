@@ -1,0 +1,240 @@
+// Package grantwatch tells a holder when what it holds ends: one etcd watch
+// per daemon, over the prefixes of lock entries and election candidates,
+// reports the deletion of any entry a subscriber watches, whoever deleted
+// it (a Release or Resign from another client, an admin, a CloseSession, the
+// lease's expiry).
+//
+// Guarantees:
+//   - An entry watched with Watch is reported ended exactly once: as soon as
+//     this member applies its deletion, or at once if it was already gone
+//     (or is another incarnation of the key) when the watch began. A
+//     deletion is never missed, also across restarts of the etcd watch (a
+//     restart checks every watched entry again).
+//   - An entry that still exists is never reported ended.
+//
+// Non-guarantees: a report reaches the subscriber after the deletion was
+// applied: another holder may already hold the lock by then (the gap is one
+// etcd watch delivery, well under a millisecond on the same host). Only
+// fencing tokens protect against that. While this member has no etcd
+// leader, reports wait for it.
+package grantwatch
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Watcher watches entries under a set of key prefixes for their deletion.
+// Its zero value is not usable; use New, then run Run. It is safe for
+// concurrent use.
+type Watcher struct {
+	cli      *clientv3.Client
+	prefixes []string
+
+	mu   sync.Mutex
+	subs map[string]map[*sub]struct{} // by key; guarded by mu
+}
+
+type sub struct {
+	key       string
+	createRev int64
+	once      sync.Once
+	ended     func()
+}
+
+func (s *sub) end() { s.once.Do(s.ended) }
+
+// New returns a Watcher for entries under the given key prefixes. Watch
+// reports deletions only once Run runs.
+func New(cli *clientv3.Client, prefixes ...string) *Watcher {
+	return &Watcher{cli: cli, prefixes: prefixes, subs: make(map[string]map[*sub]struct{})}
+}
+
+// Watch reports, by calling ended once, the end of the entry at key that
+// was created at revision createRev (a lock's token, an election's term).
+// ended runs on the Watcher's goroutine or on Watch's caller's, and must not
+// block. If the entry is already gone, ended is called before Watch
+// returns. stop ends the watch; ended is not called after stop returns
+// unless it was already running. Watch fails (and watches nothing) when
+// etcd cannot be read before ctx ends.
+func (w *Watcher) Watch(ctx context.Context, key string, createRev int64, ended func()) (stop func(), err error) {
+	s := &sub{key: key, createRev: createRev, ended: ended}
+	// Register before reading: a deletion applied after the read is then
+	// seen by Run (its watch has not passed the read's revision yet: a
+	// linearizable read returns at least every revision this member had
+	// applied when it was sent), and one applied before it by the read.
+	w.mu.Lock()
+	if w.subs[key] == nil {
+		w.subs[key] = make(map[*sub]struct{})
+	}
+	w.subs[key][s] = struct{}{}
+	w.mu.Unlock()
+	stop = func() {
+		w.remove(s)
+		s.once.Do(func() {}) // no report after stop
+	}
+	resp, err := w.cli.Get(ctx, key)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+		w.remove(s)
+		s.end()
+	}
+	return stop, nil
+}
+
+func (w *Watcher) remove(s *sub) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.subs[s.key], s)
+	if len(w.subs[s.key]) == 0 {
+		delete(w.subs, s.key)
+	}
+}
+
+// Run watches etcd until ctx ends. A watch that fails (no leader, a
+// compaction, a broken connection) is started again after a short pause;
+// every watched entry is read again after each start.
+func (w *Watcher) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		events, err := w.start(wctx)
+		if err == nil {
+			// Also on the first start: a Watch that read its entry before
+			// any etcd watch existed relies on it.
+			err = w.recheck(wctx)
+		}
+		if err == nil {
+			w.dispatch(wctx, events)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// start starts one delete-only watch per prefix, from the current revision,
+// and waits until etcd has created them all. Their responses are merged on
+// the returned channel, which closes once any of them ends.
+func (w *Watcher) start(ctx context.Context) (<-chan clientv3.WatchResponse, error) {
+	out := make(chan clientv3.WatchResponse)
+	var wg sync.WaitGroup
+	created := make(chan error, len(w.prefixes))
+	for _, p := range w.prefixes {
+		ch := w.cli.Watch(ctx, p, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first := true
+			for resp := range ch {
+				if first {
+					first = false
+					created <- resp.Err()
+					if resp.Created && resp.Err() == nil {
+						continue
+					}
+				}
+				select {
+				case out <- resp:
+				case <-ctx.Done():
+					return
+				}
+				if resp.Err() != nil {
+					return
+				}
+			}
+			if first {
+				created <- errors.New("grantwatch: watch ended before it was created")
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	for range w.prefixes {
+		select {
+		case err := <-created:
+			if err != nil {
+				return out, err
+			}
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+// dispatch reports deletions until the watch fails or ctx ends.
+func (w *Watcher) dispatch(ctx context.Context, events <-chan clientv3.WatchResponse) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case resp, ok := <-events:
+			if !ok || resp.Err() != nil {
+				return
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == mvccpb.DELETE {
+					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
+				}
+			}
+		}
+	}
+}
+
+// deleted reports the subscribers of key whose entry the deletion at rev
+// removed (created before rev: a watch of a later incarnation of the key
+// is not ended by an older deletion).
+func (w *Watcher) deleted(key string, rev int64) {
+	var ended []*sub
+	w.mu.Lock()
+	for s := range w.subs[key] {
+		if s.createRev < rev {
+			ended = append(ended, s)
+			delete(w.subs[key], s)
+		}
+	}
+	if len(w.subs[key]) == 0 {
+		delete(w.subs, key)
+	}
+	w.mu.Unlock()
+	for _, s := range ended {
+		s.end()
+	}
+}
+
+// recheck reads every watched key after a restarted watch was created and
+// reports those gone: a deletion between the old watch's failure and the
+// new watch's start is found here.
+func (w *Watcher) recheck(ctx context.Context) error {
+	w.mu.Lock()
+	var all []*sub
+	for _, m := range w.subs {
+		for s := range m {
+			all = append(all, s)
+		}
+	}
+	w.mu.Unlock()
+	for _, s := range all {
+		resp, err := w.cli.Get(ctx, s.key)
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.createRev {
+			w.remove(s)
+			s.end()
+		}
+	}
+	return nil
+}

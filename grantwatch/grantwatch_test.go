@@ -1,0 +1,190 @@
+package grantwatch_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/coordd/coordd/grantwatch"
+	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/wait"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// run starts w.Run for the test's duration.
+func run(t *testing.T, w *grantwatch.Watcher) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { w.Run(ctx) })
+	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+func start(t *testing.T) *clientv3.Client {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	return etcdtest.Start(t).Client(t)
+}
+
+func put(t *testing.T, cli *clientv3.Client, key string, opts ...clientv3.OpOption) int64 {
+	t.Helper()
+	resp, err := cli.Put(t.Context(), key, "v", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+func del(t *testing.T, cli *clientv3.Client, key string) {
+	t.Helper()
+	if _, err := cli.Delete(t.Context(), key); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// counter counts reports.
+type counter struct{ n atomic.Int32 }
+
+func (c *counter) ended()     { c.n.Add(1) }
+func (c *counter) get() int32 { return c.n.Load() }
+
+func TestDeletionIsReportedOnceAndOnlyForTheWatchedEntry(t *testing.T) {
+	cli := start(t)
+	w := grantwatch.New(cli, "/r/lock/", "/r/election/")
+	run(t, w)
+	lockRev := put(t, cli, "/r/lock/a/q/1/x")
+	electionRev := put(t, cli, "/r/election/e/q/1/y")
+	otherRev := put(t, cli, "/r/lock/a/q/2/z")
+
+	var lk, el, other counter
+	for _, c := range []struct {
+		key string
+		rev int64
+		c   *counter
+	}{{"/r/lock/a/q/1/x", lockRev, &lk}, {"/r/election/e/q/1/y", electionRev, &el}, {"/r/lock/a/q/2/z", otherRev, &other}} {
+		stop, err := w.Watch(t.Context(), c.key, c.rev, c.c.ended)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+	}
+	if lk.get()+el.get()+other.get() != 0 {
+		t.Fatal("a live entry was reported ended")
+	}
+	put(t, cli, "/r/lock/a/q/1/x") // an update is no end
+	del(t, cli, "/r/lock/a/q/1/x")
+	del(t, cli, "/r/election/e/q/1/y")
+	wait.For(t, "both deletions reported", func() bool { return lk.get() == 1 && el.get() == 1 })
+
+	// The key comes back (a new incarnation) and goes again: the old watch
+	// is over and reports nothing more.
+	put(t, cli, "/r/lock/a/q/1/x")
+	del(t, cli, "/r/lock/a/q/1/x")
+	// A marker write after the deletions: once the watcher has seen it,
+	// any report of them would have been made.
+	marker := put(t, cli, "/r/lock/marker")
+	var seen counter
+	stop, err := w.Watch(t.Context(), "/r/lock/marker", marker, seen.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	del(t, cli, "/r/lock/marker")
+	wait.For(t, "the marker's deletion reported", func() bool { return seen.get() == 1 })
+	if lk.get() != 1 || el.get() != 1 || other.get() != 0 {
+		t.Fatalf("reports: lock %d, election %d, untouched entry %d; want 1, 1, 0", lk.get(), el.get(), other.get())
+	}
+}
+
+func TestAnEntryAlreadyGoneIsReportedAtOnce(t *testing.T) {
+	cli := start(t)
+	w := grantwatch.New(cli, "/r/lock/")
+	run(t, w)
+
+	var missing counter
+	if _, err := w.Watch(t.Context(), "/r/lock/never", 5, missing.ended); err != nil {
+		t.Fatal(err)
+	}
+	if missing.get() != 1 {
+		t.Fatal("an entry that does not exist was not reported ended before Watch returned")
+	}
+
+	// The key exists, but not the incarnation that was granted.
+	first := put(t, cli, "/r/lock/k")
+	del(t, cli, "/r/lock/k")
+	put(t, cli, "/r/lock/k")
+	var replaced counter
+	if _, err := w.Watch(t.Context(), "/r/lock/k", first, replaced.ended); err != nil {
+		t.Fatal(err)
+	}
+	if replaced.get() != 1 {
+		t.Fatal("a later incarnation of the key was taken for the watched entry")
+	}
+}
+
+func TestLeaseExpiryIsReported(t *testing.T) {
+	cli := start(t)
+	w := grantwatch.New(cli, "/r/lock/")
+	run(t, w)
+	lease, err := cli.Grant(t.Context(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := put(t, cli, "/r/lock/leased", clientv3.WithLease(lease.ID))
+	var c counter
+	stop, err := w.Watch(t.Context(), "/r/lock/leased", rev, c.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	wait.Within(t, 10*time.Second, "the expired lease's entry reported", func() bool { return c.get() == 1 })
+}
+
+// A deletion made while no etcd watch runs (before Run, or between a
+// failed watch and its restart) is found when the watch starts.
+func TestDeletionBeforeTheWatchStartsIsFound(t *testing.T) {
+	cli := start(t)
+	w := grantwatch.New(cli, "/r/lock/")
+	rev := put(t, cli, "/r/lock/early")
+	var c counter
+	stop, err := w.Watch(t.Context(), "/r/lock/early", rev, c.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	del(t, cli, "/r/lock/early")
+	run(t, w)
+	wait.For(t, "the deletion made before Run reported", func() bool { return c.get() == 1 })
+}
+
+func TestStopEndsReports(t *testing.T) {
+	cli := start(t)
+	w := grantwatch.New(cli, "/r/lock/")
+	run(t, w)
+	rev := put(t, cli, "/r/lock/s")
+	var stopped, marker counter
+	stop, err := w.Watch(t.Context(), "/r/lock/s", rev, stopped.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	del(t, cli, "/r/lock/s")
+	mrev := put(t, cli, "/r/lock/m")
+	mstop, err := w.Watch(t.Context(), "/r/lock/m", mrev, marker.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mstop()
+	del(t, cli, "/r/lock/m")
+	wait.For(t, "the marker's deletion reported", func() bool { return marker.get() == 1 })
+	if stopped.get() != 0 {
+		t.Fatal("a stopped watch reported")
+	}
+}
