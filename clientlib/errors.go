@@ -58,6 +58,10 @@ var (
 	// ErrReleaseNotFound: the config release does not exist or is older
 	// than the history kept.
 	ErrReleaseNotFound = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_RELEASE_NOT_FOUND, "release not found")
+	// ErrDeadlineExceeded: the server ran out of time first (a REST-style
+	// wait, or the deadline it was sent); such an error also matches
+	// context.DeadlineExceeded.
+	ErrDeadlineExceeded = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED, "deadline exceeded")
 )
 
 // Sentinel errors the SDK raises itself, without a server reason.
@@ -108,8 +112,12 @@ type Problem struct {
 func (e *Error) Error() string { return "coordd: " + e.Message }
 
 // Is reports whether target is the sentinel of e's reason (or of its code,
-// for errors without a reason).
+// for errors without a reason); a DeadlineExceeded error also matches
+// context.DeadlineExceeded.
 func (e *Error) Is(target error) bool {
+	if target == context.DeadlineExceeded && e.Code == codes.DeadlineExceeded {
+		return true
+	}
 	for _, r := range reasonSentinels {
 		if r.reason == e.Reason {
 			return target == r

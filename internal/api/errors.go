@@ -77,8 +77,9 @@ func NewStatus(code codes.Code, reason coorddv1.ErrorReason, msg string) *status
 // error was unexpected: the caller sees a generic message and the daemon
 // must log err.
 //
-// Order: context errors pass through untouched (the caller's own deadline or
-// cancel); then the domain table; a status that already carries a coordd
+// Order: context errors first (a cancel passes through untouched; a
+// deadline, the caller's own or a wait's, gets the DEADLINE_EXCEEDED
+// reason); then the domain table; a status that already carries a coordd
 // ErrorInfo is kept; etcd's availability and capacity errors become
 // Unavailable with a fixed message (the detail is only logged); anything
 // else is Internal.
@@ -87,7 +88,11 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 	case errors.Is(err, context.Canceled):
 		return status.New(codes.Canceled, err.Error()), false
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.New(codes.DeadlineExceeded, err.Error()), false
+		msg := err.Error()
+		if msg == context.DeadlineExceeded.Error() {
+			msg = "deadline exceeded: the request's wait or the caller's deadline ran out before it completed"
+		}
+		return NewStatus(codes.DeadlineExceeded, coorddv1.ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED, msg), false
 	}
 	for _, row := range errorTable {
 		if errors.Is(err, row.kind) {

@@ -44,7 +44,8 @@ func TestToStatus(t *testing.T) {
 		{"release not found", fmt.Errorf("%w: 9", configcenter.ErrReleaseNotFound), codes.NotFound, "RELEASE_NOT_FOUND", false, 404, true},
 		{"config behind", fmt.Errorf("%w: at 3", configcenter.ErrBehind), codes.Unavailable, "UNAVAILABLE", false, 503, true},
 		{"stopping", ErrStopping, codes.Unavailable, "UNAVAILABLE", false, 503, true},
-		{"caller deadline", fmt.Errorf("get: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "", false, 504, true},
+		{"caller deadline", fmt.Errorf("get: %w", context.DeadlineExceeded), codes.DeadlineExceeded, "DEADLINE_EXCEEDED", false, 504, true},
+		{"wait ran out", context.DeadlineExceeded, codes.DeadlineExceeded, "DEADLINE_EXCEEDED", false, 504, false},
 		{"caller cancel", context.Canceled, codes.Canceled, "", false, 499, true},
 		{"etcd no leader", fmt.Errorf("session: get: %w", rpctypes.ErrNoLeader), codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		{"etcd timeout", rpctypes.ErrGRPCTimeout, codes.Unavailable, "UNAVAILABLE", false, 503, false},
@@ -100,13 +101,15 @@ func reasonOf(st *status.Status) string {
 }
 
 // Every kind has one row in the status table, and every ErrorReason is sent
-// by some path: a row, or the two statuses built outside the table
-// (INTERNAL by the interceptors, REQUEST_TOO_LARGE by the gateway).
+// by some path: a row, or the statuses built outside the table (INTERNAL by
+// the interceptors, REQUEST_TOO_LARGE by the gateway, DEADLINE_EXCEEDED by
+// ToStatus for context deadlines).
 func TestErrorTableCoversEveryKindAndReason(t *testing.T) {
 	rows := map[*kind.Kind]int{}
 	sent := map[coorddv1.ErrorReason]bool{
 		coorddv1.ErrorReason_ERROR_REASON_INTERNAL:          true,
 		coorddv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE: true,
+		coorddv1.ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED: true,
 	}
 	for _, row := range errorTable {
 		rows[row.kind]++

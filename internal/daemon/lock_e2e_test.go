@@ -226,7 +226,7 @@ func TestLocksOverHTTP(t *testing.T) {
 		reason                   string
 	}{
 		{"try on held", "POST", "/v1/locks:tryAcquire", fmt.Sprintf(`{"name":"reports/daily","sessionId":%q}`, s2), 409, "LOCK_HELD"},
-		{"wait runs out", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"reports/daily","sessionId":%q,"wait":"0.2s"}`, s2), 504, ""},
+		{"wait runs out", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"reports/daily","sessionId":%q,"wait":"0.2s"}`, s2), 504, "DEADLINE_EXCEEDED"},
 		{"bad name", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"name":"a b","sessionId":%q}`, s2), 400, "INVALID_ARGUMENT"},
 		{"empty name", "POST", "/v1/locks:acquire", fmt.Sprintf(`{"sessionId":%q}`, s2), 400, "INVALID_ARGUMENT"},
 		{"unknown session", "POST", "/v1/locks:acquire", `{"name":"x","sessionId":"00000000000000ff"}`, 404, "SESSION_NOT_FOUND"},

@@ -66,6 +66,8 @@ const (
 	ErrorReason_ERROR_REASON_VALIDATION_FAILED ErrorReason = 17
 	// The release does not exist or is older than the history kept (NotFound, 404).
 	ErrorReason_ERROR_REASON_RELEASE_NOT_FOUND ErrorReason = 18
+	// A wait (Acquire, Campaign, a config read that waits) or the call ran out of time: the request's wait or the caller's deadline passed first (DeadlineExceeded, 504).
+	ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED ErrorReason = 19
 )
 
 // Enum value maps for ErrorReason.
@@ -90,6 +92,7 @@ var (
 		16: "ERROR_REASON_ALREADY_LEADER",
 		17: "ERROR_REASON_VALIDATION_FAILED",
 		18: "ERROR_REASON_RELEASE_NOT_FOUND",
+		19: "ERROR_REASON_DEADLINE_EXCEEDED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -111,6 +114,7 @@ var (
 		"ERROR_REASON_ALREADY_LEADER":    16,
 		"ERROR_REASON_VALIDATION_FAILED": 17,
 		"ERROR_REASON_RELEASE_NOT_FOUND": 18,
+		"ERROR_REASON_DEADLINE_EXCEEDED": 19,
 	}
 )
 
@@ -145,7 +149,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xeb\x04\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\x8f\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -166,7 +170,8 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\x1bERROR_REASON_LIMIT_MISMATCH\x10\x0f\x12\x1f\n" +
 	"\x1bERROR_REASON_ALREADY_LEADER\x10\x10\x12\"\n" +
 	"\x1eERROR_REASON_VALIDATION_FAILED\x10\x11\x12\"\n" +
-	"\x1eERROR_REASON_RELEASE_NOT_FOUND\x10\x12B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x1eERROR_REASON_RELEASE_NOT_FOUND\x10\x12\x12\"\n" +
+	"\x1eERROR_REASON_DEADLINE_EXCEEDED\x10\x13B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once
