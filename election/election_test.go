@@ -534,3 +534,51 @@ func (e env) rev(t *testing.T) int64 {
 	}
 	return resp.Header.Revision
 }
+
+// Observe from revision 1 replays the election's history from its start,
+// not the current state (etcd reads "revision 0" as the current one).
+func TestObserveFromOneReplaysHistory(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	first, err := e.m.Campaign(ctx, election.Request{Name: "replay", Session: e.session(t, 60), Value: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Proclaim(ctx, "replay", first.Term, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Resign(ctx, "replay", first.Term); err != nil {
+		t.Fatal(err)
+	}
+	end := e.rev(t)
+
+	var mu sync.Mutex
+	var got []string
+	last := int64(0)
+	octx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- e.m.Observe(octx, "replay", 1, func(evs []election.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, ev := range evs {
+				got = append(got, fmt.Sprintf("%v %s current=%v", ev.Type, ev.Leader.Value, ev.Current))
+				last = ev.Revision
+			}
+			return nil
+		})
+	}()
+	wait.For(t, "the replay to reach the resignation", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return last >= end
+	})
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Observe = %v", err)
+	}
+	want := []string{"ELECTED a current=false", "PROCLAIMED a2 current=false", "RESIGNED a2 current=false", "VACANT  current=false"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("replay from 1 = %q, want %q", got, want)
+	}
+}

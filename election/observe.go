@@ -68,8 +68,8 @@ type Event struct {
 // With from == 0 the first call states the current state (Current). With
 // from > 0 the stream resumes: it starts with the changes made at from and
 // later, as if it had watched since from-1; pass the last delivered
-// revision + 1. If from-1 was compacted away, the stream starts with the
-// current state instead. A watch that breaks (no leader, a reconnect) is
+// revision + 1 (from == 1 replays the election's whole history). If from-1
+// was compacted away, the stream starts with the current state instead. A watch that breaks (no leader, a reconnect) is
 // reopened where it left off, so nothing is skipped between two calls of
 // send; one that hits compaction restarts from the current state.
 func (m *Manager) Observe(ctx context.Context, name string, from int64, send func([]Event) error) error {
@@ -82,7 +82,13 @@ func (m *Manager) Observe(ctx context.Context, name string, from int64, send fun
 	o := &observer{queue: m.queue(name), resigned: m.resignedKey(name), entries: map[string]*mvccpb.KeyValue{}}
 	prefix := m.prefix(name)
 	rev := int64(0) // the revision o reflects
-	if from > 0 {
+	resumed := false
+	switch {
+	case from == 1:
+		// Before revision 1 nothing existed: replay everything (etcd
+		// would read "revision 0" as the current one).
+		resumed = true
+	case from > 1:
 		resp, err := m.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from-1))
 		switch {
 		case errors.Is(err, rpctypes.ErrCompacted):
@@ -94,6 +100,7 @@ func (m *Manager) Observe(ctx context.Context, name string, from int64, send fun
 		default:
 			o.load(resp.Kvs)
 			rev = from - 1
+			resumed = true
 		}
 	}
 	resync := func() error {
@@ -105,7 +112,7 @@ func (m *Manager) Observe(ctx context.Context, name string, from int64, send fun
 		rev = resp.Header.Revision
 		return send(o.current(rev))
 	}
-	if rev == 0 {
+	if !resumed {
 		if err := resync(); err != nil {
 			return err
 		}

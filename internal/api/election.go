@@ -118,12 +118,25 @@ func (s *ElectionServer) Observe(req *coorddv1.ObserveRequest, stream coorddv1.E
 	defer cancel(nil)
 	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })
 	defer stop()
+	// Owners of the leaders this stream has seen, so that a RESIGNED or
+	// EXPIRED event still names the owner after its session is gone.
+	owners := map[session.ID][2]string{}
 	err := s.m.Observe(ctx, req.GetName(), req.GetFromRevision(), func(evs []election.Event) error {
 		msg := &coorddv1.ObserveResponse{Revision: evs[0].Revision}
 		for _, ev := range evs {
 			out := &coorddv1.ElectionEvent{Type: eventTypes[ev.Type], Revision: ev.Revision, Current: ev.Current}
 			if ev.Type != election.Vacant {
-				out.Leader = s.leaderProto(ctx, ev.Leader, ev.Type == election.Elected)
+				out.Leader = s.leaderProto(ctx, ev.Leader, false)
+				id := ev.Leader.Session
+				if o, ok := owners[id]; ok {
+					out.Leader.Owner, out.Leader.Hostname = o[0], o[1]
+				} else if owner, host := s.owner(ctx, id); owner != "" || host != "" {
+					owners[id] = [2]string{owner, host}
+					out.Leader.Owner, out.Leader.Hostname = owner, host
+				}
+			}
+			if ev.Type == election.Resigned || ev.Type == election.Expired {
+				defer delete(owners, ev.Leader.Session) // after this batch
 			}
 			msg.Events = append(msg.Events, out)
 		}

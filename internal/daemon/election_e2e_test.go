@@ -79,8 +79,8 @@ func TestElectionsThroughSDK(t *testing.T) {
 	if err := la.Proclaim(ctx, "10.0.0.1:81"); err != nil {
 		t.Fatalf("Proclaim: %v", err)
 	}
-	if ev := next(); ev.Type != clientlib.ElectionProclaimed || ev.Leader.Value != "10.0.0.1:81" {
-		t.Fatalf("event = %+v, want PROCLAIMED", ev)
+	if ev := next(); ev.Type != clientlib.ElectionProclaimed || ev.Leader.Value != "10.0.0.1:81" || ev.Leader.Owner != "worker-a" {
+		t.Fatalf("event = %+v, want PROCLAIMED by worker-a", ev)
 	}
 	ld, err := c.Leader(ctx, "batch")
 	if err != nil || ld.Term != la.Term() || ld.Value != "10.0.0.1:81" || ld.Owner != "worker-a" || ld.SessionID != a.ID() || ld.Proclaims != 1 {
@@ -103,8 +103,8 @@ func TestElectionsThroughSDK(t *testing.T) {
 	if lb == nil || lb.Term() <= la.Term() {
 		t.Fatalf("b's leadership %v after a's term %d", lb, la.Term())
 	}
-	if ev := next(); ev.Type != clientlib.ElectionResigned || ev.Leader.Term != la.Term() {
-		t.Fatalf("event = %+v, want RESIGNED of term %d", ev, la.Term())
+	if ev := next(); ev.Type != clientlib.ElectionResigned || ev.Leader.Term != la.Term() || ev.Leader.Owner != "worker-a" {
+		t.Fatalf("event = %+v, want RESIGNED of term %d by worker-a", ev, la.Term())
 	}
 	if ev := next(); ev.Type != clientlib.ElectionElected || ev.Leader.Term != lb.Term() {
 		t.Fatalf("event = %+v, want ELECTED of term %d", ev, lb.Term())
@@ -123,8 +123,9 @@ func TestElectionsThroughSDK(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Lost not closed after the session closed")
 	}
-	if ev := next(); ev.Type != clientlib.ElectionExpired || ev.Leader.Term != lb.Term() {
-		t.Fatalf("event = %+v, want EXPIRED of term %d", ev, lb.Term())
+	// Its session is gone, but the stream still names the owner.
+	if ev := next(); ev.Type != clientlib.ElectionExpired || ev.Leader.Term != lb.Term() || ev.Leader.Owner != "worker-b" {
+		t.Fatalf("event = %+v, want EXPIRED of term %d, owned by worker-b", ev, lb.Term())
 	}
 	if ev := next(); ev.Type != clientlib.ElectionVacant {
 		t.Fatalf("event = %+v, want VACANT", ev)

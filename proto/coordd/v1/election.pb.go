@@ -1113,8 +1113,10 @@ type ElectionEvent struct {
 	// revision is the etcd revision of the change.
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// leader is the new leader (ELECTED, PROCLAIMED) or the one that left
-	// (RESIGNED, EXPIRED); unset for VACANT. owner and hostname are set
-	// only on ELECTED.
+	// (RESIGNED, EXPIRED); unset for VACANT. owner and hostname are set on
+	// every event while the leader's session exists, and on RESIGNED and
+	// EXPIRED also after it ended if this stream saw the leader before (a
+	// stream that resumes right at an EXPIRED may not know them).
 	Leader *ElectionLeader `protobuf:"bytes,3,opt,name=leader,proto3" json:"leader,omitempty"`
 	// current marks an event that states the election's state at `revision`
 	// (ELECTED or VACANT) rather than a change made at it: the first event
