@@ -84,8 +84,10 @@ type bound[T any] struct {
 // string "3", store "3" with its quotes): the rule a namespace's schema
 // reads values by. A document (BindKey) must be JSON or YAML. A release
 // that does not decode or validate is rejected and the last good value
-// stays. Bind fails if the namespace's current content does not decode or
-// validate.
+// stays. If the namespace's current content does not decode or validate,
+// Bind starts from the last release the app accepted (also one from before
+// a restart: with WithCacheFile, the cache file keeps it), reporting the
+// rejection to OnError; with no such release, Bind fails.
 func Bind[T any](sub *Subscription, ns string, format Format, opts ...BindOption[T]) (*Binding[T], error) {
 	if format != JSON && format != YAML {
 		return nil, fmt.Errorf("%w: unknown format %d", ErrInvalidArgument, format)
@@ -102,9 +104,16 @@ func Bind[T any](sub *Subscription, ns string, format Format, opts ...BindOption
 	unregister := sub.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(ch ConfigChange) error {
 		return b.update(ch.Snapshot)
 	}})
-	if err := b.update(sub.Snapshot()); err != nil {
-		unregister()
-		return nil, err
+	snap := sub.Snapshot()
+	if err := b.update(snap); err != nil {
+		// The newest release is bad: start from the last one the app
+		// accepted (kept in the cache file across restarts), if any.
+		good := sub.lastGood(ns)
+		if good == nil || good == snap.spaces[ns] || b.update(&ConfigSnapshot{cluster: snap.cluster, spaces: map[string]*nsView{ns: good}}) != nil {
+			unregister()
+			return nil, err
+		}
+		sub.report(fmt.Errorf("%w; started from the last accepted release %d", err, good.release))
 	}
 	return b, nil
 }

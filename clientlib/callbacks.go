@@ -3,6 +3,7 @@ package clientlib
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -72,7 +73,18 @@ type dispatcher struct {
 }
 
 func newDispatcher(s *Subscription) *dispatcher {
-	return &dispatcher{s: s, delivered: s.snap.Load()}
+	d := &dispatcher{s: s, delivered: s.snap.Load()}
+	s.mu.Lock()
+	if s.good == nil {
+		s.good = map[string]*nsView{}
+	}
+	for ns, v := range d.delivered.spaces {
+		if s.good[ns] == nil {
+			s.good[ns] = v
+		}
+	}
+	s.mu.Unlock()
+	return d
 }
 
 func (d *dispatcher) run(ctx context.Context) {
@@ -89,6 +101,13 @@ func (d *dispatcher) run(ctx context.Context) {
 		var rejected map[string]error
 		if cur != d.delivered {
 			rejected = d.dispatch(d.delivered, cur)
+			d.s.mu.Lock()
+			for ns, v := range cur.spaces {
+				if _, bad := rejected[ns]; !bad && v != d.delivered.spaces[ns] {
+					d.s.good[ns] = v
+				}
+			}
+			d.s.mu.Unlock()
 			d.delivered = cur
 		}
 		if cur == d.recorded {
@@ -96,7 +115,10 @@ func (d *dispatcher) run(ctx context.Context) {
 		}
 		d.recorded = cur
 		if d.s.opts.cacheFile != "" {
-			if err := writeCacheFile(d.s.opts.cacheFile, cur, d.s.namespaces); err != nil {
+			d.s.mu.Lock()
+			good := maps.Clone(d.s.good)
+			d.s.mu.Unlock()
+			if err := writeCacheFile(d.s.opts.cacheFile, cur, d.s.namespaces, good); err != nil {
 				d.s.report(fmt.Errorf("coordd: write config cache file: %w", err))
 			}
 		}

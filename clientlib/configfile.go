@@ -15,14 +15,20 @@ import (
 // The cache file keeps a subscription's last configuration, so an app can
 // start while coordd is unreachable. It is JSON, written atomically
 // (temporary file, fsync, rename), and carries the etcd cluster's id, the
-// revision and a checksum of its content.
+// revision and a checksum of its content. For a namespace whose newest
+// release the app rejected (a Binding refused it), it also keeps the last
+// release the app accepted, so that Bind starts from that one after a
+// restart instead of failing on the bad one.
 
 type cacheFile struct {
 	Format     int                       `json:"format"`
 	Cluster    string                    `json:"cluster"`
 	Revision   int64                     `json:"revision"`
 	Namespaces map[string]cacheNamespace `json:"namespaces"`
-	Checksum   string                    `json:"checksum"`
+	// Accepted holds, for namespaces whose release in Namespaces was
+	// rejected, the last release that was accepted.
+	Accepted map[string]cacheNamespace `json:"accepted,omitempty"`
+	Checksum string                    `json:"checksum"`
 }
 
 type cacheNamespace struct {
@@ -35,7 +41,8 @@ func (f *cacheFile) sum() (string, error) {
 		Cluster    string
 		Revision   int64
 		Namespaces map[string]cacheNamespace
-	}{f.Cluster, f.Revision, f.Namespaces}) // map keys marshal sorted: canonical
+		Accepted   map[string]cacheNamespace `json:",omitempty"` // files without it sum as before
+	}{f.Cluster, f.Revision, f.Namespaces, f.Accepted}) // map keys marshal sorted: canonical
 	if err != nil {
 		return "", err
 	}
@@ -43,11 +50,19 @@ func (f *cacheFile) sum() (string, error) {
 	return hex.EncodeToString(h[:]), nil
 }
 
-func writeCacheFile(path string, s *ConfigSnapshot, namespaces []string) error {
+// writeCacheFile writes s's namespaces, and for each namespace whose view
+// in good differs from s's, that view as the last accepted one.
+func writeCacheFile(path string, s *ConfigSnapshot, namespaces []string, good map[string]*nsView) error {
 	f := cacheFile{Format: 1, Cluster: s.cluster, Revision: s.revision, Namespaces: map[string]cacheNamespace{}}
 	for _, ns := range namespaces {
 		v := s.spaces[ns]
 		f.Namespaces[ns] = cacheNamespace{Release: v.release, Values: v.values}
+		if g := good[ns]; g != nil && g != v {
+			if f.Accepted == nil {
+				f.Accepted = map[string]cacheNamespace{}
+			}
+			f.Accepted[ns] = cacheNamespace{Release: g.release, Values: g.values}
+		}
 	}
 	var err error
 	if f.Checksum, err = f.sum(); err != nil {
@@ -99,33 +114,42 @@ func syncDir(dir string) error {
 }
 
 // readCacheFile loads a cache file that covers every namespace asked for
-// and whose checksum matches.
-func readCacheFile(path string, namespaces []string) (*ConfigSnapshot, error) {
+// and whose checksum matches: its snapshot, and the last accepted view of
+// every namespace (the snapshot's own, unless it was rejected).
+func readCacheFile(path string, namespaces []string) (*ConfigSnapshot, map[string]*nsView, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var f cacheFile
 	if err := json.Unmarshal(data, &f); err != nil {
-		return nil, fmt.Errorf("not a coordd cache file: %w", err)
+		return nil, nil, fmt.Errorf("not a coordd cache file: %w", err)
 	}
 	if f.Format != 1 {
-		return nil, fmt.Errorf("cache file format %d is not 1", f.Format)
+		return nil, nil, fmt.Errorf("cache file format %d is not 1", f.Format)
 	}
 	sum, err := f.sum()
 	if err != nil || sum != f.Checksum {
-		return nil, fmt.Errorf("cache file checksum does not match: it is damaged")
+		return nil, nil, fmt.Errorf("cache file checksum does not match: it is damaged")
 	}
-	s := &ConfigSnapshot{revision: f.Revision, cluster: f.Cluster, spaces: map[string]*nsView{}}
-	for _, ns := range namespaces {
-		v, ok := f.Namespaces[ns]
-		if !ok {
-			return nil, fmt.Errorf("cache file has no namespace %q (it has %v)", ns, slices.Sorted(maps.Keys(f.Namespaces)))
-		}
+	view := func(v cacheNamespace) *nsView {
 		if v.Values == nil {
 			v.Values = map[string]string{}
 		}
-		s.spaces[ns] = &nsView{release: v.Release, values: v.Values}
+		return &nsView{release: v.Release, values: v.Values}
 	}
-	return s, nil
+	s := &ConfigSnapshot{revision: f.Revision, cluster: f.Cluster, spaces: map[string]*nsView{}}
+	good := map[string]*nsView{}
+	for _, ns := range namespaces {
+		v, ok := f.Namespaces[ns]
+		if !ok {
+			return nil, nil, fmt.Errorf("cache file has no namespace %q (it has %v)", ns, slices.Sorted(maps.Keys(f.Namespaces)))
+		}
+		s.spaces[ns] = view(v)
+		good[ns] = s.spaces[ns]
+		if a, ok := f.Accepted[ns]; ok {
+			good[ns] = view(a)
+		}
+	}
+	return s, good, nil
 }

@@ -111,6 +111,10 @@ type Subscription struct {
 	status SubscriptionStatus
 	cbs    []*callback
 	errFns []func(error)
+	// good is, per namespace, the last view delivered without a callback
+	// (a Binding) rejecting it; kept in the cache file, so Bind can start
+	// from it when the newest release is bad.
+	good map[string]*nsView
 
 	watchID  int64         // this subscription on the client's WatchMany stream
 	nsKey    string        // the namespace list, as a key
@@ -122,6 +126,13 @@ type Subscription struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	reporter *reporter
+}
+
+// lastGood is the last view of ns that no callback rejected, or nil.
+func (s *Subscription) lastGood(ns string) *nsView {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.good[ns]
 }
 
 // Subscribe follows namespaces. It returns once it has the current
@@ -151,8 +162,9 @@ func (cc *ConfigCenter) Subscribe(ctx context.Context, namespaces []string, opts
 	}
 	s.snap.Store(empty)
 	if o.cacheFile != "" {
-		if cached, err := readCacheFile(o.cacheFile, namespaces); err == nil {
+		if cached, good, err := readCacheFile(o.cacheFile, namespaces); err == nil {
 			s.snap.Store(cached)
+			s.good = good
 			s.status.State, s.status.Revision = StateStale, cached.revision
 		} else if !errors.Is(err, os.ErrNotExist) {
 			c.lg.Warn("coordd: config cache file unusable; starting without it", "file", o.cacheFile, "error", err)

@@ -563,3 +563,65 @@ func TestPanickingAndSlowCallbacks(t *testing.T) {
 	}
 	t.Logf("50 releases: the slow callback ran %d times, the key callback %d, %d panics reported", slowCalls.Load(), fastCalls.Load(), panics.Load())
 }
+
+// An app restarted while the newest release of its namespace is bad binds
+// the last release it accepted before the restart (kept in its cache
+// file), instead of failing to start.
+func TestBindStartsFromTheLastAcceptedReleaseAfterARestart(t *testing.T) {
+	d := start(t, configTestConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	cache := filepath.Join(t.TempDir(), "app.config.json")
+	type appConfig struct {
+		Port int `json:"port"`
+	}
+	validPort := clientlib.BindValidate(func(a appConfig) error {
+		if a.Port <= 0 {
+			return fmt.Errorf("port %d is not positive", a.Port)
+		}
+		return nil
+	})
+	good, err := c.Config().Put(ctx, "bind/app", "port", "8080", clientlib.PublishOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bind := func() (*clientlib.Subscription, *clientlib.Binding[appConfig], error) {
+		sub, err := c.Config().Subscribe(ctx, []string{"bind/app"}, append(fast, clientlib.WithCacheFile(cache))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := clientlib.Bind(sub, "bind/app", clientlib.JSON, validPort)
+		return sub, b, err
+	}
+	sub, b, err := bind()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := c.Config().Put(ctx, "bind/app", "port", "0", clientlib.PublishOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.Within(t, 5*time.Second, "the bad release in the cache file", func() bool {
+		data, err := os.ReadFile(cache)
+		return err == nil && strings.Contains(string(data), fmt.Sprintf(`"release": %d`, bad.Number))
+	})
+	if b.Load().Port != 8080 {
+		t.Fatalf("bound %+v after a bad release", b.Load())
+	}
+	sub.Close()
+
+	// The restart: a new subscription, the bad release still the newest.
+	sub, b, err = bind()
+	if err != nil {
+		t.Fatalf("Bind after a restart with a bad newest release: %v", err)
+	}
+	defer sub.Close()
+	if b.Load().Port != 8080 || b.Release() != good.Number {
+		t.Fatalf("bound %+v from release %d, want port 8080 from release %d", b.Load(), b.Release(), good.Number)
+	}
+	// A good release is taken as usual.
+	if _, err := c.Config().Put(ctx, "bind/app", "port", "9090", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait.Within(t, 5*time.Second, "the next good release", func() bool { return b.Load().Port == 9090 })
+}
