@@ -176,6 +176,7 @@ func (a *app) electRunCommand() *cobra.Command {
 	var (
 		rf    runFlags
 		value string
+		again bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run NAME -- COMMAND [ARGS...]",
@@ -185,10 +186,13 @@ stand by. The command gets COORDD_ELECTION, COORDD_TERM (also
 COORDD_FENCE_TOKEN), COORDD_SESSION and COORDD_DEADLINE in its environment:
 pass the term to whatever the leader controls.
 
-If leadership is lost, the command is stopped on the same schedule as lock
-run (SIGTERM, then SIGKILL before the session's local deadline) and coordctl
-exits 125. When the command exits, coordctl resigns (the next candidate
-takes over at once) and exits with its code.`,
+If leadership is lost (the session ended, or the term was resigned from
+elsewhere), the command is stopped on the same schedule as lock run
+(SIGTERM, then SIGKILL before the session's local deadline) and coordctl
+exits 125; with --again it campaigns again instead (on a new session) and
+reruns the command once elected, until the command exits by itself or
+coordctl is interrupted. When the command exits, coordctl resigns (the next
+candidate takes over at once) and exits with its code.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
@@ -199,20 +203,34 @@ takes over at once) and exits with its code.`,
 				host, _ := os.Hostname()
 				value = fmt.Sprintf("%s:%d", host, os.Getpid())
 			}
-			return a.runHeld(cmd.Context(), rf, argv, "elect run "+name, func(ctx context.Context, sess *clientlib.Session) (*held, error) {
-				l, err := sess.Campaign(ctx, name, value)
-				if err != nil {
-					return nil, err
+			ctx := cmd.Context()
+			for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+				err := a.runHeld(ctx, rf, argv, "elect run "+name, func(ctx context.Context, sess *clientlib.Session) (*held, error) {
+					l, err := sess.Campaign(ctx, name, value)
+					if err != nil {
+						return nil, err
+					}
+					return &held{
+						what: fmt.Sprintf("leadership of %q (term %s)", name, l.Term()), lost: l.Lost(), release: l.Resign,
+						env: []string{"COORDD_ELECTION=" + name, "COORDD_TERM=" + l.Term().String(), "COORDD_FENCE_TOKEN=" + l.Term().String()},
+					}, nil
+				})
+				var ce *codeError
+				if !again || !errors.As(err, &ce) || ce.code != exitLost || ctx.Err() != nil {
+					return err
 				}
-				return &held{
-					what: fmt.Sprintf("leadership of %q (term %s)", name, l.Term()), lost: l.Lost(), release: l.Resign,
-					env: []string{"COORDD_ELECTION=" + name, "COORDD_TERM=" + l.Term().String(), "COORDD_FENCE_TOKEN=" + l.Term().String()},
-				}, nil
-			})
+				_, _ = fmt.Fprintf(a.stderr, "coordctl: %v; campaigning again\n", err)
+				select {
+				case <-ctx.Done():
+					return err
+				case <-time.After(backoff):
+				}
+			}
 		},
 	}
 	cmd.ValidArgsFunction = a.completeFirst(electionNames, cobra.ShellCompDirectiveDefault)
 	rf.add(cmd)
 	cmd.Flags().StringVar(&value, "value", "", "what to proclaim once elected (default host:pid)")
+	cmd.Flags().BoolVar(&again, "again", false, "after a loss, campaign again and rerun the command once elected, instead of exiting 125")
 	return cmd
 }

@@ -345,3 +345,45 @@ func TestExitCodes(t *testing.T) {
 	exits(t, exitNotFound, d.GRPCAddr, "config", "get", "ns", "missing")
 	exits(t, exitUnavailable, "127.0.0.1:1", "--timeout", "300ms", "session", "list")
 }
+
+// elect run --again: a term resigned from elsewhere stops the command
+// (the holder is told at once), and coordctl campaigns again and reruns it
+// with a greater term instead of exiting 125.
+func TestElectRunAgainAfterALoss(t *testing.T) {
+	d := coorddtest.Start(t)
+	ep := d.GRPCAddr
+	dir := t.TempDir()
+	terms, release := filepath.Join(dir, "terms"), filepath.Join(dir, "release")
+	script := fmt.Sprintf(`echo "$COORDD_TERM" >> %s; while [ ! -e %s ]; do sleep 0.02; done`, terms, release)
+	done := make(chan int, 1)
+	go func() {
+		code, _, _ := ctl(t, ep, "", "elect", "run", "again", "--again", "--ttl", "30s", "--", "sh", "-c", script)
+		done <- code
+	}()
+	termsSeen := func() []string {
+		data, _ := os.ReadFile(terms)
+		return strings.Fields(string(data))
+	}
+	wait.Within(t, 15*time.Second, "the first term's command", func() bool { return len(termsSeen()) == 1 })
+	first := termsSeen()[0]
+	must(t, ep, "elect", "resign", "again", first)
+	// The session lives 30s: only the server's report of the resignation
+	// ends the first run this soon.
+	wait.Within(t, 10*time.Second, "the command to run again", func() bool { return len(termsSeen()) == 2 })
+	t1, _ := strconv.Atoi(first)
+	t2, _ := strconv.Atoi(termsSeen()[1])
+	if t2 <= t1 {
+		t.Fatalf("terms %d then %d: not increasing", t1, t2)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("elect run --again = %d, want the command's 0", code)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("elect run --again did not return after its command exited")
+	}
+}
