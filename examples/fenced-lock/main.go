@@ -213,6 +213,7 @@ func runWorker(ctx context.Context, out io.Writer, cfg workerConfig) error {
 			if err != nil {
 				return err
 			}
+			logf(out, "worker %s: read counter %d with token %s; working for %s\n", cfg.id, v, token, cfg.work)
 			time.Sleep(cfg.work) // the work; a pause here is what fencing is for
 			// Deliberately not checking lctx here: the store's check is
 			// the one that matters, and this shows it working.
