@@ -73,6 +73,11 @@ type Client struct {
 	// revokes are closings of sessions given up on (see revoke); added
 	// under mu while !closed, so Close can wait for them.
 	revokes sync.WaitGroup
+	// moved is cancelled (and replaced) whenever the client gives up on an
+	// endpoint; calls in flight then retry elsewhere (see retry). Guarded
+	// by mu.
+	moved      context.Context
+	movedEnded context.CancelFunc
 
 	mu      sync.Mutex
 	live    map[*Session]struct{} // sessions whose keep-alive loop runs
@@ -165,6 +170,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	// The client outlives New's ctx; Close ends what runs under c.ctx.
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.moved, c.movedEnded = context.WithCancel(c.ctx)
 	c.mux = newWatchMux(c)
 	return c, nil
 }
@@ -203,6 +209,13 @@ func (c *Client) Close() error {
 	return err
 }
 
+// movedContext is cancelled when the client next gives up on an endpoint.
+func (c *Client) movedContext() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.moved
+}
+
 // revoke closes session id on the server in the background, retrying while
 // no member answers, until that succeeds, the server no longer has the
 // session, or the client is closed. The SDK calls it for a session it gave
@@ -221,7 +234,7 @@ func (c *Client) revoke(id string) {
 	go func() {
 		defer c.revokes.Done()
 		req := &coorddv1.CloseSessionRequest{SessionId: id}
-		_, err := retry(c.ctx, releaseAttempt, func(ctx context.Context) error {
+		_, err := c.retry(c.ctx, releaseAttempt, func(ctx context.Context) error {
 			_, err := c.sessions.CloseSession(ctx, req)
 			return err
 		})
@@ -258,6 +271,8 @@ func (c *Client) avoid(endpoint string) {
 	c.lg.Warn("coordd endpoint not answering; using the others until it serves again", "endpoint", endpoint)
 	c.avoided[endpoint] = struct{}{}
 	c.updateAddressesLocked()
+	c.movedEnded()
+	c.moved, c.movedEnded = context.WithCancel(c.ctx)
 	c.probes.Add(1)
 	go func() {
 		defer c.probes.Done()

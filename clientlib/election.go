@@ -56,7 +56,7 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 	defer stop()
 
 	var got *coorddv1.Leadership
-	_, err := retry(cctx, 0, func(ctx context.Context) error {
+	_, err := s.c.retry(cctx, 0, func(ctx context.Context) error {
 		resp, err := s.c.elections.Campaign(ctx, &coorddv1.CampaignRequest{Name: name, SessionId: s.id, Value: value, RequestId: o.requestID})
 		got = resp.GetLeadership()
 		return err
@@ -108,7 +108,7 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	if err := context.Cause(l.ctx); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
-	_, err := retry(ctx, releaseAttempt, func(ctx context.Context) error {
+	_, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
 		_, err := l.s.c.elections.Proclaim(ctx, &coorddv1.ProclaimRequest{Name: l.name, Term: int64(l.term), Value: value})
 		return err
 	})
@@ -127,7 +127,7 @@ func (l *Leadership) Resign(ctx context.Context) error {
 		return nil
 	}
 	req := &coorddv1.ResignRequest{Name: l.name, Term: int64(l.term)}
-	n, err := retry(ctx, releaseAttempt, func(ctx context.Context) error {
+	n, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
 		_, err := l.s.c.elections.Resign(ctx, req)
 		return err
 	})

@@ -70,26 +70,39 @@ func (h *held) lose(cause error) {
 	h.cancel(cause)
 }
 
+// errMoved cancels a call in flight when the client leaves an endpoint.
+var errMoved = errors.New("coordd: the client moved to another endpoint")
+
 // retry calls call until it succeeds, fails for a reason other than an
 // unavailable coordd or etcd, or ctx ends (returning ctx's error). With
 // attempt > 0 each call gets at most that long, so a call stuck on a member
 // that lost its etcd leader is retried (elsewhere) instead of eating all of
-// ctx. Only idempotent calls may be retried. It returns how many calls it
-// made.
-func retry(ctx context.Context, attempt time.Duration, call func(ctx context.Context) error) (int, error) {
+// ctx. A call in flight when the client gives up on an endpoint (a
+// keep-alive through it went unanswered: the member is paused, partitioned
+// or dead) is cancelled and retried at once on the next one, instead of
+// hanging on a member that may never answer. Only idempotent calls may be
+// retried. It returns how many calls it made.
+func (c *Client) retry(ctx context.Context, attempt time.Duration, call func(ctx context.Context) error) (int, error) {
 	backoff := 50 * time.Millisecond
 	for n := 1; ; n++ {
-		actx, cancel := ctx, context.CancelFunc(func() {})
+		actx, cancel := context.WithCancelCause(ctx)
+		callCtx, cancelTimeout := context.Context(actx), context.CancelFunc(func() {})
 		if attempt > 0 {
-			actx, cancel = context.WithTimeout(ctx, attempt)
+			callCtx, cancelTimeout = context.WithTimeout(actx, attempt)
 		}
-		err := convert(ctx, call(actx))
-		cancel()
+		stop := context.AfterFunc(c.movedContext(), func() { cancel(errMoved) })
+		err := convert(ctx, call(callCtx))
+		// Moved: the client left an endpoint during the call (not closed).
+		moved := !stop() && ctx.Err() == nil && c.ctx.Err() == nil
+		cancelTimeout()
+		cancel(nil)
 		switch {
 		case err == nil:
 			return n, nil
 		case ctx.Err() != nil:
 			return n, ctx.Err()
+		case moved:
+			continue // at once: the next endpoint is likely fine
 		case errors.Is(err, ErrUnavailable), attempt > 0 && status.Code(err) == codes.DeadlineExceeded:
 		default:
 			return n, err

@@ -85,7 +85,7 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 	defer stop()
 
 	var grant *coorddv1.LockGrant
-	_, err := retry(cctx, 0, func(ctx context.Context) (err error) {
+	_, err := s.c.retry(cctx, 0, func(ctx context.Context) (err error) {
 		grant, err = s.c.acquire(ctx, s.id, name, wait, o)
 		return err
 	})
@@ -140,7 +140,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return nil
 	}
 	req := &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID}
-	n, err := retry(ctx, releaseAttempt, func(ctx context.Context) error {
+	n, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
 		_, err := l.s.c.locks.Release(ctx, req)
 		return err
 	})
