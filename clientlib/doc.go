@@ -9,8 +9,13 @@
 // keep-alive or a config watch through it goes unanswered; an endpoint left
 // out that way is probed (gRPC health, from 100ms to every second) and used
 // again as soon as it serves, which a member does only while its etcd has a
-// leader. With every endpoint left out, all are tried. One Client serves all three uses, is safe for
-// concurrent use, and is closed once, when the program is done with it.
+// leader. With every endpoint left out, all are tried. When the client
+// leaves an endpoint, the idempotent calls it has in flight there (Lock,
+// TryLock, Campaign, Release, Resign, Proclaim) are cancelled and retried
+// at once on the next one, so a paused or partitioned member holds nothing
+// up for longer than one unanswered keep-alive (at least 1s). One Client
+// serves all three uses, is safe for concurrent use, and is closed once,
+// when the program is done with it.
 //
 //	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{"127.0.0.1:7420"}})
 //	if err != nil { ... }
@@ -76,9 +81,16 @@
 // session the SDK gave up on stays on the server (for at most its TTL once
 // etcd has a leader); a release from outside is told after the fact, when
 // the next holder may already hold the lock; and a paused holder can act
-// after its session ended, whatever the SDK does. A lock protects a
-// resource only if the resource checks the token (fencing.Guard,
-// fencing.Middleware, or the lock's own [Lock.Put]).
+// after its session ended, whatever the SDK does. Nor does the local
+// deadline hold against etcd revoking a lease early: when the etcd-leader
+// member's process is paused (SIGSTOP, a frozen VM) and resumes, etcd may
+// revoke leases by expiry times from before the pause although another
+// leader renewed them meanwhile (etcd issues #12528, #15247), so the next
+// holder can be granted up to the pause's length before this one's
+// Context ends; the fault matrix (internal/chaos) sees it and fencing
+// refuses the old holder's writes. A lock protects a resource only if the
+// resource checks the token (fencing.Guard, fencing.Middleware, or the
+// lock's own [Lock.Put]).
 //
 // # Leader elections
 //

@@ -1,0 +1,455 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/chaos"
+	"github.com/coordd/coordd/internal/coorddtest"
+	"github.com/coordd/coordd/internal/wait"
+)
+
+// TestMain runs a worker when the test binary is started as one (the
+// matrix starts its clients as separate processes of this binary), and the
+// tests otherwise.
+func TestMain(m *testing.M) {
+	if kind := os.Getenv("COORDD_CHAOS_WORKER"); kind != "" {
+		os.Exit(runWorker(kind))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func runWorker(kind string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	ttl, _ := time.ParseDuration(os.Getenv("COORDD_CHAOS_TTL"))
+	hold, _ := time.ParseDuration(os.Getenv("COORDD_CHAOS_HOLD"))
+	err := chaos.RunWorker(ctx, chaos.WorkerConfig{
+		ID: os.Getenv("COORDD_CHAOS_ID"), Kind: kind,
+		Endpoints: strings.Split(os.Getenv("COORDD_CHAOS_ENDPOINTS"), ","),
+		History:   os.Getenv("COORDD_CHAOS_HISTORY"), TTL: ttl, Hold: hold,
+		Sabotage: os.Getenv("COORDD_CHAOS_SABOTAGE"),
+		Etcd:     strings.Split(os.Getenv("COORDD_CHAOS_ETCD"), ","), KeyRoot: "/coordd/",
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos worker:", err)
+		return 1
+	}
+	return 0
+}
+
+// worker is one client process.
+type worker struct {
+	id, kind string
+	env      []string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func (w *worker) start(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), w.env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }() // killed workers are part of the plan
+	w.mu.Lock()
+	w.cmd, w.exited = cmd, exited
+	w.mu.Unlock()
+}
+
+func (w *worker) signal(sig syscall.Signal) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_ = w.cmd.Process.Signal(sig)
+}
+
+func (w *worker) kill() {
+	w.signal(syscall.SIGKILL)
+	<-w.exited
+}
+
+// stop ends the worker gracefully, or kills it after 10s.
+func (w *worker) stop() {
+	w.signal(syscall.SIGCONT)
+	w.signal(syscall.SIGTERM)
+	select {
+	case <-w.exited:
+	case <-time.After(10 * time.Second):
+		w.kill()
+	}
+}
+
+// fault is one row of the matrix: inject starts the fault and returns
+// what ends it.
+type fault struct {
+	name   string
+	kind   string // the kind whose fail-over it measures
+	target string // "member" or "holder"
+	inject func(t *testing.T) (end func(), victim string)
+}
+
+// TestFaultMatrix runs a real three-member cluster (separate coordd
+// processes behind TCP proxies), lock workers and election candidates as
+// separate processes, and injects each fault of the matrix in turn:
+// kill -9, SIGSTOP and partition of the etcd-leader member, kill -9 of a
+// follower and of every member, SIGSTOP and kill -9 of a lock holder and of
+// an elected leader. Afterwards the checkers go over the recorded history
+// and etcd's history of the fenced keys: porcupine (linearizability of
+// grants and fenced writes), token order of applied writes, and overlaps
+// of the holders' own views (two lock holders, two leaders). Fail-over
+// times are logged per fault.
+//
+// CI runs each fault once with fast raft timing. make chaos runs
+// COORDD_CHAOS_ROUNDS rounds with etcd's default timing (1s election
+// timeout); COORDD_CHAOS_SABOTAGE=unfenced or deadline switches a
+// mechanism off, and the run must then fail.
+func TestFaultMatrix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-member cluster of processes")
+	}
+	rounds := 1
+	if n, err := strconv.Atoi(os.Getenv("COORDD_CHAOS_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	timing, ttl, hold := chaos.Timing{Heartbeat: 10 * time.Millisecond, Election: 100 * time.Millisecond}, 2*time.Second, 150*time.Millisecond
+	if os.Getenv("COORDD_CHAOS_PRODUCTION") != "" {
+		timing, ttl = chaos.Timing{Heartbeat: 100 * time.Millisecond, Election: time.Second}, 3*time.Second
+	}
+	sabotage := os.Getenv("COORDD_CHAOS_SABOTAGE")
+	dir := t.TempDir()
+	if keep := os.Getenv("COORDD_CHAOS_KEEP"); keep != "" {
+		// Keep the members' logs and the history for a look afterwards.
+		var err error
+		if dir, err = os.MkdirTemp(keep, "chaos-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("logs and history in %s", dir)
+	}
+	began := time.Now()
+	bin := coorddtest.Build(t)
+	c := chaos.StartCluster(t, bin, dir, 3, timing)
+	histDir := filepath.Join(dir, "history")
+	if err := os.MkdirAll(histDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	var workers []*worker
+	for i, kind := range []string{chaos.KindLock, chaos.KindLock, chaos.KindLock, chaos.KindElection, chaos.KindElection,
+		chaos.KindPublisher, chaos.KindSubscriber, chaos.KindSubscriber} {
+		id := fmt.Sprintf("%s-%d", kind, i)
+		w := &worker{id: id, kind: kind, env: []string{
+			"COORDD_CHAOS_WORKER=" + kind, "COORDD_CHAOS_ID=" + id,
+			"COORDD_CHAOS_ENDPOINTS=" + strings.Join(c.ClientEndpoints(), ","),
+			"COORDD_CHAOS_HISTORY=" + filepath.Join(histDir, id+".jsonl"),
+			"COORDD_CHAOS_TTL=" + ttl.String(), "COORDD_CHAOS_HOLD=" + hold.String(),
+			"COORDD_CHAOS_SABOTAGE=" + sabotage, "COORDD_CHAOS_ETCD=" + strings.Join(c.EtcdURLs(), ","),
+		}}
+		w.start(t)
+		workers = append(workers, w)
+	}
+	stopWorkers := sync.OnceFunc(func() {
+		var wg sync.WaitGroup
+		for _, w := range workers {
+			wg.Go(w.stop)
+		}
+		wg.Wait()
+	})
+	t.Cleanup(stopWorkers)
+
+	admin, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: c.ClientEndpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	grants := func(kind string) int {
+		recs, _ := chaos.ReadHistory(histDir)
+		n := 0
+		for _, r := range recs {
+			if r.Kind == kind && r.Op == chaos.OpAcquire && r.Token > 0 {
+				n++
+			}
+		}
+		return n
+	}
+	wait.Within(t, 30*time.Second, "grants of the lock and the election", func() bool { return grants(chaos.KindLock) > 3 && grants(chaos.KindElection) > 3 })
+
+	outage := 2 * time.Second
+	leader := func(t *testing.T) *chaos.Member {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		i, err := c.Leader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Members[i]
+	}
+	// holderOf finds the worker process that holds the lock or leads.
+	holderOf := func(t *testing.T, kind string) *worker {
+		var owner string
+		wait.Within(t, 30*time.Second, "a "+kind+" holder", func() bool {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			if kind == chaos.KindLock {
+				st, err := admin.Admin().DescribeLock(ctx, chaos.LockName)
+				if err == nil && len(st.Holders) > 0 {
+					owner = st.Holders[0].Owner
+				}
+			} else if ld, err := admin.Leader(ctx, chaos.ElectionName); err == nil {
+				owner = ld.Owner
+			}
+			return owner != ""
+		})
+		for _, w := range workers {
+			if w.id == owner {
+				return w
+			}
+		}
+		t.Fatalf("holder %q is no worker", owner)
+		return nil
+	}
+	restart := func(t *testing.T, ms ...*chaos.Member) {
+		for _, m := range ms {
+			if err := m.Restart(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, m := range ms {
+			if err := m.WaitReady(60 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	faults := []fault{
+		{"kill -9 of the etcd-leader member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
+			m := leader(t)
+			m.Kill()
+			return func() { restart(t, m) }, ""
+		}},
+		{"SIGSTOP of the etcd-leader member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
+			m := leader(t)
+			m.Pause()
+			return m.Resume, ""
+		}},
+		{"partition of the etcd-leader member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
+			m := leader(t)
+			m.Partition()
+			return m.Heal, ""
+		}},
+		{"kill -9 of a follower member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
+			l := leader(t)
+			m := c.Members[(slices.Index(c.Members, l)+1)%len(c.Members)]
+			m.Kill()
+			return func() { restart(t, m) }, ""
+		}},
+		{"kill -9 of every member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
+			for _, m := range c.Members {
+				m.Kill()
+			}
+			return func() { restart(t, c.Members...) }, ""
+		}},
+		{"SIGSTOP of the lock holder", chaos.KindLock, "holder", func(t *testing.T) (func(), string) {
+			w := holderOf(t, chaos.KindLock)
+			w.signal(syscall.SIGSTOP)
+			return func() { w.signal(syscall.SIGCONT) }, w.id
+		}},
+		{"kill -9 of the lock holder", chaos.KindLock, "holder", func(t *testing.T) (func(), string) {
+			w := holderOf(t, chaos.KindLock)
+			w.kill()
+			return func() { w.start(t) }, w.id
+		}},
+		{"SIGSTOP of the elected leader", chaos.KindElection, "holder", func(t *testing.T) (func(), string) {
+			w := holderOf(t, chaos.KindElection)
+			w.signal(syscall.SIGSTOP)
+			return func() { w.signal(syscall.SIGCONT) }, w.id
+		}},
+		{"kill -9 of the elected leader", chaos.KindElection, "holder", func(t *testing.T) (func(), string) {
+			w := holderOf(t, chaos.KindElection)
+			w.kill()
+			return func() { w.start(t) }, w.id
+		}},
+	}
+	type window struct {
+		f          fault
+		victim     string
+		start, end int64
+	}
+	var windows []window
+	for round := range rounds {
+		for _, f := range faults {
+			before := grants(f.kind)
+			start := time.Now()
+			end, victim := f.inject(t)
+			d := outage
+			if f.target == "holder" {
+				d = ttl + time.Second // past the session: others take over meanwhile
+			}
+			time.Sleep(d) // the fault lasts this long: nothing to wait for
+			end()
+			windows = append(windows, window{f, victim, start.UnixNano(), time.Now().UnixNano()})
+			if !waitFor(60*time.Second, func() bool { return grants(f.kind) > before+2 }) {
+				diagnose(t, admin, workers)
+				t.Fatalf("round %d, %s: no grants for 60s after the fault ended", round+1, f.name)
+			}
+		}
+	}
+	stopWorkers()
+
+	recs, err := chaos.ReadHistory(histDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fail-over: from the start of a fault to the next grant made after it
+	// (to another worker, for a holder's fault).
+	for _, w := range windows {
+		took := time.Duration(-1)
+		for _, r := range recs {
+			if r.Kind == w.f.kind && r.Op == chaos.OpAcquire && r.Token > 0 && r.Return >= w.start && r.Worker != w.victim {
+				if d := time.Duration(r.Return - w.start); took < 0 || d < took {
+					took = d
+				}
+			}
+		}
+		t.Logf("%-40s at %6.2fs (unix %d ms, ended %d ms): next %s grant after %s", w.f.name, time.Duration(w.start-began.UnixNano()).Seconds(),
+			w.start/1e6, w.end/1e6, w.f.kind, took.Round(time.Millisecond))
+	}
+	var resumed []int64
+	for _, w := range windows {
+		if strings.HasPrefix(w.f.name, "SIGSTOP of the etcd") {
+			resumed = append(resumed, w.end)
+		}
+	}
+	violations, known := 0, 0
+	for _, kind := range []string{chaos.KindLock, chaos.KindElection} {
+		writes := appliedWrites(t, c, chaos.ValueKey(kind))
+		var n, puts, refused int
+		for _, r := range recs {
+			if r.Kind != kind {
+				continue
+			}
+			switch {
+			case r.Op == chaos.OpAcquire && r.Token > 0:
+				n++
+			case r.Op == chaos.OpPut:
+				puts++
+				if r.Result == chaos.ResultStale {
+					refused++
+				}
+			}
+		}
+		t.Logf("%s: %d grants, %d fenced writes (%d refused as stale), %d applied", kind, n, puts, refused, len(writes))
+		for _, v := range chaos.Check(kind, recs, writes, resumed, time.Minute) {
+			if v.Known != "" {
+				known++
+				t.Logf("%s", v)
+				continue
+			}
+			violations++
+			t.Errorf("%s", v)
+		}
+	}
+	published, seen := 0, map[string]int{}
+	for _, r := range recs {
+		switch r.Op {
+		case chaos.OpPublish:
+			if r.Result == chaos.ResultOK {
+				published++
+			}
+		case chaos.OpSeen:
+			seen[r.Worker]++
+		}
+	}
+	t.Logf("config: %d releases published, snapshots seen per subscriber %v", published, seen)
+	for _, v := range chaos.CheckConfig(recs) {
+		violations++
+		t.Errorf("%s", v)
+	}
+	t.Logf("%d violations, %d explained by known etcd limitations", violations, known)
+	if sabotage != "" {
+		t.Logf("sabotage %q: %d violations found", sabotage, violations)
+	}
+}
+
+// appliedWrites reads etcd's history of coordd's fenced key.
+func appliedWrites(t *testing.T, c *chaos.Cluster, key string) []chaos.Write {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.EtcdURLs(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cli.Close() }()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cur, err := cli.Get(ctx, "/coordd/kv/"+key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cur.Kvs) == 0 {
+		return nil // never written
+	}
+	lastPut := cur.Kvs[0].ModRevision
+	var out []chaos.Write
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	for resp := range cli.Watch(wctx, "/coordd/kv/"+key, clientv3.WithRev(1)) {
+		if err := resp.Err(); err != nil {
+			t.Fatalf("reading the history of %s: %v", key, err)
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypePut {
+				out = append(out, chaos.Write{Revision: ev.Kv.ModRevision, Value: string(ev.Kv.Value)})
+			}
+		}
+		if len(out) > 0 && out[len(out)-1].Revision >= lastPut {
+			break
+		}
+	}
+	return out
+}
+
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// diagnose logs the lock's and the election's state and has every worker
+// print its goroutines (SIGQUIT) to stderr.
+func diagnose(t *testing.T, admin *clientlib.Client, workers []*worker) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := admin.Admin().DescribeLock(ctx, chaos.LockName)
+	t.Logf("lock: %+v (%v)", st, err)
+	cands, err := admin.Candidates(ctx, chaos.ElectionName)
+	t.Logf("election candidates: %+v (%v)", cands, err)
+	for _, w := range workers {
+		w.signal(syscall.SIGQUIT)
+	}
+	time.Sleep(time.Second) // let them print
+}

@@ -1,0 +1,214 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/coordd/coordd/clientlib"
+)
+
+// Names the workers use.
+const (
+	LockName     = "chaos/lock"
+	ElectionName = "chaos/election"
+)
+
+// ValueKey is the fenced key a worker of kind writes its token to.
+func ValueKey(kind string) string { return "chaos/" + kind + "-value" }
+
+// Sabotage modes switch a safety mechanism off, to show that the checkers
+// catch what it prevents.
+const (
+	// SabotageNone runs with every mechanism on.
+	SabotageNone = ""
+	// SabotageUnfenced writes the value straight to etcd, unfenced: a
+	// holder paused past its session writes late, with an older token.
+	SabotageUnfenced = "unfenced"
+	// SabotageDeadline has the worker trust its grant until TTL past the
+	// local deadline instead of the SDK's deadline (as a client that
+	// ignored the safety margin and the renewal time would).
+	SabotageDeadline = "deadline"
+)
+
+// WorkerConfig configures one worker process.
+type WorkerConfig struct {
+	ID        string
+	Kind      string // KindLock, KindElection, KindPublisher or KindSubscriber
+	Endpoints []string
+	History   string // the history file to append to
+	TTL       time.Duration
+	Hold      time.Duration // how long each grant is held, writing
+	Sabotage  string
+	Etcd      []string // etcd client URLs, for SabotageUnfenced
+	KeyRoot   string   // coordd's etcd key root, for SabotageUnfenced
+}
+
+// holding is what a worker holds: a lock or a leadership.
+type holding interface {
+	Put(ctx context.Context, key string, value []byte) (int64, error)
+	Context() context.Context
+}
+
+// RunWorker takes the lock (or leads the election) over and over until
+// ctx ends, writing its token to the fenced key while it holds it, and
+// records every step. It survives coordd being unavailable and its own
+// session ending; a kill -9 just stops it.
+func RunWorker(ctx context.Context, cfg WorkerConfig) error {
+	rec, err := newRecorder(cfg.History, cfg.ID, cfg.Kind)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rec.close() }()
+	logf, err := os.OpenFile(strings.TrimSuffix(cfg.History, ".jsonl")+".log", os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logf.Close() }()
+	lg := slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("worker", cfg.ID)
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: cfg.Endpoints, NoWait: true, Logger: lg})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	switch cfg.Kind {
+	case KindPublisher:
+		runPublisher(ctx, c, rec)
+		return nil
+	case KindSubscriber:
+		return runSubscriber(ctx, c, rec)
+	}
+	var raw *clientv3.Client
+	if cfg.Sabotage == SabotageUnfenced {
+		raw, err = clientv3.New(clientv3.Config{Endpoints: cfg.Etcd, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = raw.Close() }()
+	}
+	for ctx.Err() == nil {
+		sess, err := c.NewSession(ctx, clientlib.WithTTL(cfg.TTL), clientlib.WithOwner(cfg.ID))
+		if err != nil {
+			pause(ctx, 100*time.Millisecond)
+			continue
+		}
+		for ctx.Err() == nil && sess.Err() == nil {
+			call := now()
+			h, token, err := take(ctx, sess, cfg.Kind)
+			r := Record{Op: OpAcquire, Call: call, Return: now(), Token: token, Session: sess.ID()}
+			if err != nil {
+				r.Token, r.Err = 0, err.Error()
+				rec.add(r)
+				pause(ctx, 50*time.Millisecond)
+				continue
+			}
+			rec.add(r)
+			hold(ctx, cfg, rec, raw, sess, h, token)
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = sess.Close(cctx) // an ended session is closed by the SDK in the background anyway
+		cancel()
+	}
+	return nil
+}
+
+func take(ctx context.Context, sess *clientlib.Session, kind string) (holding, int64, error) {
+	if kind == KindElection {
+		l, err := sess.Campaign(ctx, ElectionName, "v")
+		if err != nil {
+			return nil, 0, err
+		}
+		return l, int64(l.Term()), nil
+	}
+	l, err := sess.Lock(ctx, LockName)
+	if err != nil {
+		return nil, 0, err
+	}
+	return l, int64(l.Token()), nil
+}
+
+// hold writes the token a few times over cfg.Hold, whether or not the
+// grant is still held (a paused holder does not know): fencing must refuse
+// what comes too late. Then it gives the grant up and records its view.
+func hold(ctx context.Context, cfg WorkerConfig, rec *recorder, raw *clientv3.Client, sess *clientlib.Session, h holding, token int64) {
+	start := now()
+	var lostAt atomic.Int64
+	stop := context.AfterFunc(h.Context(), func() { lostAt.Store(now()) })
+	defer stop()
+	const writes = 5
+	for i := range writes {
+		if ctx.Err() != nil {
+			break
+		}
+		put(ctx, cfg, rec, raw, h, token)
+		if i < writes-1 {
+			pause(ctx, cfg.Hold/writes)
+		}
+	}
+	// In the SDK's view the grant ended at the session's local deadline
+	// at the latest, whether or not this goroutine has seen its context
+	// end yet (the process may have been paused past it).
+	dl := sess.Deadline()
+	if cfg.Sabotage == SabotageDeadline {
+		dl = dl.Add(cfg.TTL)
+	}
+	end := min(now(), dl.UnixNano())
+	why := ""
+	if at := lostAt.Load(); at != 0 && at < end {
+		end, why = at, fmt.Sprint(context.Cause(h.Context()))
+	}
+	rec.add(Record{Op: OpView, Token: token, Call: start, Return: end, Session: sess.ID(), Err: why})
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	switch g := h.(type) {
+	case *clientlib.Lock:
+		_ = g.Release(rctx) // not held any more, or the session ends it
+	case *clientlib.Leadership:
+		_ = g.Resign(rctx)
+	}
+}
+
+// putTimeout bounds one fenced write, as a careful client bounds every
+// call: a write stuck on a paused member must not hold the lock for long.
+const putTimeout = time.Second
+
+func put(ctx context.Context, cfg WorkerConfig, rec *recorder, raw *clientv3.Client, h holding, token int64) {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), putTimeout)
+	defer cancel()
+	value := strconv.FormatInt(token, 10)
+	r := Record{Op: OpPut, Token: token, Call: now()}
+	var err error
+	if raw != nil {
+		_, err = raw.Put(pctx, cfg.KeyRoot+"kv/"+ValueKey(cfg.Kind), value)
+	} else {
+		_, err = h.Put(pctx, ValueKey(cfg.Kind), []byte(value))
+	}
+	r.Return = now()
+	switch {
+	case err == nil:
+		r.Result = ResultOK
+	case errors.Is(err, clientlib.ErrStaleToken):
+		r.Result = ResultStale
+	default:
+		r.Result, r.Err = ResultUnknown, fmt.Sprint(err)
+	}
+	rec.add(r)
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
