@@ -214,8 +214,9 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return Leadership{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
 		}
-		// The put may have committed although the answer was lost.
-		queue.Remove(ctx, m.cli, &m.bg, key, value)
+		// The put may have committed although the answer was lost, or may
+		// still commit later: remove it if it is, or becomes, exactly ours.
+		queue.RemoveLate(m.cli, &m.bg, key, value)
 		return Leadership{}, fmt.Errorf("election: campaign %q: %w", req.Name, err)
 	}
 	head := resp.Responses[1].GetResponseRange().Kvs

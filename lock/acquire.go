@@ -148,9 +148,9 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return entry{}, nil, delayState{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
 		}
-		// The put may have committed although the answer was lost: remove
-		// it if it is still exactly ours.
-		m.dequeue(ctx, e)
+		// The put may have committed although the answer was lost, or may
+		// still commit later: remove it if it is, or becomes, exactly ours.
+		queue.RemoveLate(m.cli, &m.bg, e.key, e.value)
 		return entry{}, nil, delayState{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
 	}
 	holders := resp.Responses[1].GetResponseRange().Kvs

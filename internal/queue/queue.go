@@ -188,6 +188,66 @@ func watchTurn(ctx context.Context, cli *clientv3.Client, t *Turn) (rev int64, c
 	return 0, true, errRewatch
 }
 
+// lateWriteWindow is how long RemoveLate waits for a write whose outcome
+// is unknown to be applied.
+const lateWriteWindow = 30 * time.Second
+
+// RemoveLate removes the entry key with value value that a write whose
+// outcome is unknown may have created: now, if it is there, and otherwise
+// whenever it appears within the next 30s. A write that failed on the
+// client side (a timeout, the member's etcd leader changing) may still be
+// applied later: a proposal held up in a paused or cut-off leader is
+// forwarded and committed once it runs again. By then the call that made
+// it has given up, and its retry may even have been granted and released;
+// the late write would leave an entry that nobody waits for, and that
+// every later waiter queues behind (a ghost that lasts as long as its
+// session). Only an entry with exactly this call's value is removed, so a
+// retry that took the entry over keeps it.
+func RemoveLate(cli *clientv3.Client, bg *Background, key, value string) {
+	bg.Go(func(stop context.Context) {
+		ctx, cancel := context.WithTimeout(stop, lateWriteWindow)
+		defer cancel()
+		for ctx.Err() == nil {
+			if removeLate(ctx, cli, key, value) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	})
+}
+
+// removeLate deletes key if it has value, else watches for it to get value
+// until ctx ends. It reports whether it is done (false: retry).
+func removeLate(ctx context.Context, cli *clientv3.Client, key, value string) bool {
+	resp, err := cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", value)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return false
+	}
+	if resp.Succeeded {
+		return true
+	}
+	// Not there (yet): watch from just after the state the compare saw.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete()) {
+		if wr.Err() != nil {
+			return false
+		}
+		for _, ev := range wr.Events {
+			if string(ev.Kv.Value) == value {
+				return removeLate(ctx, cli, key, value)
+			}
+		}
+	}
+	return ctx.Err() != nil // the window ended: done
+}
+
 // Remove deletes the entry key if its value is still value, also when ctx
 // has ended: a caller that gave up removes only what it wrote, never an
 // entry a later call (an idempotent retry) has taken over. If etcd does not

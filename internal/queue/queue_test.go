@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/queue"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -113,5 +114,30 @@ func TestRemoveOnlyWhatItWrote(t *testing.T) {
 	queue.Remove(t.Context(), cli, &bg, "/q/a", "a")
 	if resp := heads(t, cli, 0); resp.Count != 0 {
 		t.Fatal("Remove left its own entry")
+	}
+}
+
+// A write whose outcome was unknown to its caller and that etcd applies
+// only later (a proposal held up in a paused leader) is removed when it
+// lands, so it leaves no entry that nobody waits for; an entry with
+// another value (a retry that took it over) is kept.
+func TestRemoveLateRemovesAWriteThatLandsLater(t *testing.T) {
+	cli, _ := setup(t)
+	var bg queue.Background
+	defer bg.Close()
+	queue.RemoveLate(cli, &bg, "/q/late", "mine")
+	queue.RemoveLate(cli, &bg, "/q/taken", "mine")
+	if _, err := cli.Put(t.Context(), "/q/taken", "the retry's"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(t.Context(), "/q/late", "mine"); err != nil { // the late write lands
+		t.Fatal(err)
+	}
+	wait.For(t, "the late write removed", func() bool {
+		resp, err := cli.Get(t.Context(), "/q/late")
+		return err == nil && resp.Count == 0
+	})
+	if resp, err := cli.Get(t.Context(), "/q/taken"); err != nil || resp.Count != 1 {
+		t.Fatalf("an entry with another value was removed: %v, %v", resp, err)
 	}
 }
