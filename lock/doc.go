@@ -35,8 +35,11 @@
 //   - A wait that ends (deadline, cancel, TryAcquire finding the lock held)
 //     removes its waiter key, so nothing is left behind in etcd (if etcd
 //     does not answer, the removal is retried for 30s; the session's end
-//     removes the key at the latest). An idempotent retry of the same
-//     request takes the entry over, so the call it replaces cannot remove it.
+//     removes the key at the latest). An enqueue whose outcome is unknown
+//     (etcd did not answer) is watched for 30s and removed if it lands
+//     late, so a proposal held up in a paused leader cannot leave an entry
+//     nobody waits for. An idempotent retry of the same request takes the
+//     entry over, so the call it replaces cannot remove it.
 //   - A lock may ask for a lock-delay: after a holder's session ends without
 //     a Release, the next grant (to a waiter, or to whoever acquires later)
 //     comes only once the delay has passed, counted from when that grant
