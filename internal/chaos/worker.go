@@ -167,11 +167,16 @@ func hold(ctx context.Context, cfg WorkerConfig, rec *recorder, raw *clientv3.Cl
 		end, why = at, fmt.Sprint(context.Cause(h.Context()))
 	}
 	rec.add(Record{Op: OpView, Token: token, Call: start, Return: end, Session: sess.ID(), Err: why})
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	// Give the grant up for as long as the session lives (as WithLock
+	// does): a holder that walked away from a grant its live session still
+	// holds would block everyone behind it.
+	rctx, cancel := context.WithCancel(sess.Context())
 	defer cancel()
+	stopRelease := context.AfterFunc(ctx, cancel)
+	defer stopRelease()
 	switch g := h.(type) {
 	case *clientlib.Lock:
-		_ = g.Release(rctx) // not held any more, or the session ends it
+		_ = g.Release(rctx) // an error: not held any more, or the session ended
 	case *clientlib.Leadership:
 		_ = g.Resign(rctx)
 	}
