@@ -60,7 +60,8 @@ type SessionServer struct {
 }
 
 // Holdings is what KeepAliveStream needs to watch a session's holdings:
-// where their entries live and a watcher of those entries.
+// where their entries live and a watcher of those entries. All three are
+// required.
 type Holdings struct {
 	Watcher   *grantwatch.Watcher
 	Locks     *lock.Manager
@@ -230,9 +231,6 @@ func newHoldingWatches(h Holdings) *holdingWatches {
 // add starts watching h, a holding of session id, unless it is watched
 // already. A holding that has already ended is reported at once.
 func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Holding) error {
-	if w.h.Watcher == nil {
-		return nil // the daemon watches nothing (tests of the adapter alone)
-	}
 	var key string
 	var err error
 	switch h.GetKind() {

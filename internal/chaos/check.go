@@ -179,10 +179,13 @@ func CheckViews(kind string, recs []Record, resumed []int64) []Violation {
 		}
 	}
 	slices.SortFunc(views, func(a, b Record) int { return cmp.Compare(a.Token, b.Token) })
+	var prev Record
 	var out []Violation
 	for i := 1; i < len(views); i++ {
-		// The earlier view that ended last.
-		prev := slices.MaxFunc(views[:i], func(a, b Record) int { return cmp.Compare(a.Return, b.Return) })
+		// prev: the earlier view that ended last.
+		if i == 1 || views[i-1].Return > prev.Return {
+			prev = views[i-1]
+		}
 		cur := views[i]
 		if cur.Call < prev.Return {
 			v := Violation{Checker: "overlap-" + kind, What: fmt.Sprintf("%s held token %d until %s after %s's token %d began",

@@ -449,7 +449,12 @@ func diagnose(t *testing.T, admin *clientlib.Client, workers []*worker) {
 	cands, err := admin.Candidates(ctx, chaos.ElectionName)
 	t.Logf("election candidates: %+v (%v)", cands, err)
 	for _, w := range workers {
-		w.signal(syscall.SIGQUIT)
+		w.signal(syscall.SIGQUIT) // a Go process prints its goroutines and exits
 	}
-	time.Sleep(time.Second) // let them print
+	for _, w := range workers {
+		select {
+		case <-w.exited:
+		case <-time.After(5 * time.Second):
+		}
+	}
 }
