@@ -80,16 +80,19 @@ check-breaking: tools
 # kill -9 of a follower and of every member, SIGSTOP and kill -9 of a lock
 # holder and of a leader; then porcupine, write-order and overlap checks,
 # and fail-over times. SABOTAGE=unfenced (raw etcd writes) or
-# SABOTAGE=deadline (holders trust their grant a TTL too long) switches a
-# mechanism off: the run must then fail. Then CRASHES crashes of the
+# SABOTAGE=deadline (holders trust their grant a TTL too long) or
+# SABOTAGE=torn (each config release written as two) switches a
+# mechanism off: the run must then fail. FAULTS=a,b runs only the faults
+# whose names contain a or b. Then CRASHES crashes of the
 # etcd-leader member of an in-process cluster, with fail-over times and
 # lost sessions. CI runs the one-round, fast-raft matrix and the one-crash
 # version inside make test.
 ROUNDS ?= 5
 CRASHES ?= 20
 SABOTAGE ?=
+FAULTS ?=
 chaos:
-	COORDD_CHAOS_ROUNDS=$(ROUNDS) COORDD_CHAOS_PRODUCTION=1 COORDD_CHAOS_SABOTAGE=$(SABOTAGE) go test -count=1 -timeout 60m -run 'TestFaultMatrix' -v ./internal/chaos
+	COORDD_CHAOS_ROUNDS=$(ROUNDS) COORDD_CHAOS_PRODUCTION=1 COORDD_CHAOS_SABOTAGE=$(SABOTAGE) COORDD_CHAOS_FAULTS=$(FAULTS) go test -count=1 -timeout 60m -run 'TestFaultMatrix' -v ./internal/chaos
 	COORDD_CHAOS_CRASHES=$(CRASHES) go test -race -count=1 -timeout 30m -run 'TestChaos' -v ./internal/daemon
 
 # Benchmarks: coordd beside raw etcd in one run, printed as ratios.

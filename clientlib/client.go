@@ -13,13 +13,16 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
 
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
@@ -78,6 +81,12 @@ type Client struct {
 	// by mu.
 	moved      context.Context
 	movedEnded context.CancelFunc
+	// silent is cancelled (and replaced) whenever the client leaves an
+	// endpoint that stopped answering altogether (see avoid); every unary
+	// call in flight then ends with ErrUnavailable at once instead of
+	// waiting on a member that may never answer. Guarded by mu.
+	silent      context.Context
+	silentEnded context.CancelFunc
 
 	mu      sync.Mutex
 	live    map[*Session]struct{} // sessions whose keep-alive loop runs
@@ -130,6 +139,14 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
 	probeDial := []grpc.DialOption{grpc.WithContextDialer(dial), grpc.WithTransportCredentials(creds)}
+	c := &Client{
+		resolver:  r,
+		endpoints: slices.Clone(cfg.Endpoints),
+		lg:        cfg.Logger,
+		probeDial: probeDial,
+		live:      map[*Session]struct{}{},
+		avoided:   map[string]struct{}{},
+	}
 	conn, err := grpc.NewClient(r.Scheme()+":///coordd",
 		grpc.WithResolvers(r),
 		grpc.WithContextDialer(dial),
@@ -138,6 +155,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		// Large namespaces make large snapshots.
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(64<<20)),
+		grpc.WithUnaryInterceptor(c.leaveSilent),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("coordd: %w", err)
@@ -154,23 +172,16 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("%w: no endpoint of %v answered within %s", ErrUnavailable, cfg.Endpoints, cfg.DialTimeout)
 		}
 	}
-	c := &Client{
-		conn:      conn,
-		resolver:  r,
-		endpoints: slices.Clone(cfg.Endpoints),
-		sessions:  coorddv1.NewSessionServiceClient(conn),
-		locks:     coorddv1.NewLockServiceClient(conn),
-		elections: coorddv1.NewElectionServiceClient(conn),
-		config:    coorddv1.NewConfigServiceClient(conn),
-		cluster:   coorddv1.NewClusterServiceClient(conn),
-		lg:        cfg.Logger,
-		probeDial: probeDial,
-		live:      map[*Session]struct{}{},
-		avoided:   map[string]struct{}{},
-	}
+	c.conn = conn
+	c.sessions = coorddv1.NewSessionServiceClient(conn)
+	c.locks = coorddv1.NewLockServiceClient(conn)
+	c.elections = coorddv1.NewElectionServiceClient(conn)
+	c.config = coorddv1.NewConfigServiceClient(conn)
+	c.cluster = coorddv1.NewClusterServiceClient(conn)
 	// The client outlives New's ctx; Close ends what runs under c.ctx.
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.moved, c.movedEnded = context.WithCancel(c.ctx)
+	c.silent, c.silentEnded = context.WithCancel(c.ctx)
 	c.mux = newWatchMux(c)
 	return c, nil
 }
@@ -252,7 +263,10 @@ func (c *Client) revoke(id string) {
 // pick_first moves to another endpoint, until a probe finds it serving
 // again. It is how the SDK gets away from a member that stopped answering
 // without closing its connections (a partition, a paused process), which
-// gRPC's own keepalive would notice only after 15s.
+// gRPC's own keepalive would notice only after 15s. silent says the member
+// did not answer at all (not even a health check, see Session.stream):
+// unary calls in flight then end at once with ErrUnavailable (see
+// leaveSilent) rather than wait for a member that may never answer.
 //
 // Which endpoint is used next: pick_first takes the endpoints that are not
 // avoided, in a shuffled order, and moves to the next when one fails to
@@ -262,17 +276,21 @@ func (c *Client) revoke(id string) {
 // member has a leader, so a member that was merely slow during an etcd
 // leader election comes back within about one probe of the new leader. With
 // every endpoint avoided, all of them are used while the probes go on.
-func (c *Client) avoid(endpoint string) {
+func (c *Client) avoid(endpoint string, silent bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.avoided[endpoint]; ok || c.closed || len(c.endpoints) < 2 || !slices.Contains(c.endpoints, endpoint) {
 		return
 	}
-	c.lg.Warn("coordd endpoint not answering; using the others until it serves again", "endpoint", endpoint)
+	c.lg.Warn("coordd endpoint not answering; using the others until it serves again", "endpoint", endpoint, "silent", silent)
 	c.avoided[endpoint] = struct{}{}
 	c.updateAddressesLocked()
 	c.movedEnded()
 	c.moved, c.movedEnded = context.WithCancel(c.ctx)
+	if silent {
+		c.silentEnded()
+		c.silent, c.silentEnded = context.WithCancel(c.ctx)
+	}
 	c.probes.Add(1)
 	go func() {
 		defer c.probes.Done()
@@ -280,6 +298,41 @@ func (c *Client) avoid(endpoint string) {
 			c.readmit(endpoint)
 		}
 	}()
+}
+
+// errLeftSilent ends a unary call in flight when the client leaves a
+// member that stopped answering.
+var errLeftSilent = errors.New("coordd: the member stopped answering and the client moved to another")
+
+// leaveSilent is the connection's unary interceptor: a call in flight when
+// the client leaves a silent member (see avoid) ends at once with
+// codes.Unavailable; whether it took effect is unknown, as after any lost
+// answer. Idempotent calls retry (see retry); others return ErrUnavailable.
+func (c *Client) leaveSilent(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	c.mu.Lock()
+	silent := c.silent
+	c.mu.Unlock()
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(silent, func() { cancel(errLeftSilent) })
+	defer stop()
+	err := invoker(cctx, method, req, reply, cc, opts...)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errLeftSilent) {
+		return status.Error(codes.Unavailable, errLeftSilent.Error()+" during the call; its outcome is unknown")
+	}
+	return err
+}
+
+// silentMember reports whether the member at addr left a health check on
+// the connection unanswered for livenessTimeout. It is false whenever that
+// is not certain: the check went to another member (the connection moved),
+// or failed otherwise.
+func (c *Client) silentMember(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, livenessTimeout)
+	defer cancel()
+	var p peer.Peer
+	_, err := healthpb.NewHealthClient(c.conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(false), grpc.Peer(&p))
+	return status.Code(err) == codes.DeadlineExceeded && ctx.Err() != nil && p.Addr != nil && p.Addr.String() == addr
 }
 
 // probe checks endpoint until it answers SERVING (true) or the client is

@@ -5,15 +5,21 @@
 // A [Client] connects to one or more coordd endpoints and fails over
 // between them; [New] waits up to Config.DialTimeout (5s by default) for a
 // first endpoint to answer. It uses one endpoint at a time, picked at
-// random, and moves on when that one cannot be reached, or when a
-// keep-alive or a config watch through it goes unanswered; an endpoint left
-// out that way is probed (gRPC health, from 100ms to every second) and used
-// again as soon as it serves, which a member does only while its etcd has a
-// leader. With every endpoint left out, all are tried. When the client
-// leaves an endpoint, the idempotent calls it has in flight there (Lock,
+// random, and moves on when that one cannot be reached, when a keep-alive
+// or a config watch through it goes unanswered (at least 1s), or at once
+// when a keep-alive unanswered for 200ms is followed by a health check
+// left unanswered for 300ms (the member is paused, cut off or gone; a live
+// member answers that check from memory, even during an etcd election). An
+// endpoint left out is probed (gRPC health, from 100ms to every second)
+// and used again as soon as it serves, which a member does only while its
+// etcd has a leader. With every endpoint left out, all are tried. When the
+// client leaves an endpoint, the idempotent calls it has in flight (Lock,
 // TryLock, Campaign, Release, Resign, Proclaim) are cancelled and retried
-// at once on the next one, so a paused or partitioned member holds nothing
-// up for longer than one unanswered keep-alive (at least 1s). One Client
+// at once on the next one; when it leaves a silent member, every other
+// call in flight (a fenced Put, a Publish) ends at once with
+// ErrUnavailable, its outcome unknown, rather than wait for the member to
+// come back. So a paused or partitioned member holds nothing up for longer
+// than one keep-alive interval plus half a second. One Client
 // serves all three uses, is safe for concurrent use, and is closed once,
 // when the program is done with it.
 //

@@ -2,7 +2,7 @@ package clientlib
 
 // Avoid is avoid, for the external tests: it leaves endpoint out as a
 // failed keep-alive would.
-func (c *Client) Avoid(endpoint string) { c.avoid(endpoint) }
+func (c *Client) Avoid(endpoint string) { c.avoid(endpoint, false) }
 
 // Avoided reports whether endpoint is left out now.
 func (c *Client) Avoided(endpoint string) bool {

@@ -145,6 +145,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return err
 	})
 	if n > 1 && errors.Is(err, ErrNotHolder) {
+		l.s.lg.Debug("coordd release: an earlier attempt released it", "name", l.name, "token", l.token, "attempts", n)
 		return nil // an earlier attempt released it; its answer was lost
 	}
 	return err

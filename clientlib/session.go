@@ -319,6 +319,7 @@ func (s *Session) holdingsEnded(ended []*coorddv1.Holding) {
 		if w, ok := s.holdings[id]; ok {
 			delete(s.holdings, id)
 			run = append(run, w.ended)
+			s.lg.Info("coordd reports a holding ended from outside", "kind", h.GetKind(), "name", h.GetName(), "token", h.GetToken())
 		}
 	}
 	s.hmu.Unlock()
@@ -372,8 +373,24 @@ func (s *Session) keepAlive(ctx context.Context) {
 	}
 }
 
-// errNoReply ends a stream whose keep-alive went unanswered.
-var errNoReply = errors.New("no answer to a keep-alive in time")
+// errNoReply ends a stream whose keep-alive went unanswered; errSilent
+// one whose member did not answer a health check either.
+var (
+	errNoReply = errors.New("no answer to a keep-alive in time")
+	errSilent  = errors.New("no answer to a keep-alive nor to a health check")
+)
+
+// A keep-alive unanswered for suspectAfter has the member asked, on the
+// same connection, whether it is there at all: a health check, which a
+// member answers from memory, without etcd, even during an etcd leader
+// election. No answer within livenessTimeout means the member is paused,
+// cut off or gone, and the stream is given up at once (with the calls in
+// flight on it, see Client.avoid), well before the keep-alive's own wait
+// (minReplyWait) runs out.
+const (
+	suspectAfter    = 200 * time.Millisecond
+	livenessTimeout = 300 * time.Millisecond
+)
 
 // stream keeps the session alive over one KeepAliveStream until the stream
 // fails or ctx ends, and names the session's holdings on it so that the
@@ -385,7 +402,7 @@ func (s *Session) stream(ctx context.Context) (err error) {
 	var p peer.Peer // filled when the stream ends
 	defer func() {
 		if ctx.Err() == nil && p.Addr != nil && !errors.Is(err, ErrSessionNotFound) {
-			s.c.avoid(p.Addr.String())
+			s.c.avoid(p.Addr.String(), errors.Is(err, errSilent))
 		}
 	}()
 	st, err := s.c.sessions.KeepAliveStream(sctx, grpc.Peer(&p))
@@ -429,6 +446,18 @@ func (s *Session) stream(ctx context.Context) (err error) {
 		return convert(sctx, err)
 	}
 
+	var addr string // the member this stream talks to
+	if pr, ok := peer.FromContext(st.Context()); ok && pr.Addr != nil {
+		addr = pr.Addr.String()
+	}
+	// Liveness checks run under sctx and are waited for before returning.
+	var checks sync.WaitGroup
+	defer checks.Wait()
+	silent := make(chan time.Time, 1) // the keep-alive (its sent time) whose member stayed silent
+	suspect := time.NewTimer(time.Hour)
+	suspect.Stop()
+	defer suspect.Stop()
+
 	timer := time.NewTimer(0) // renew at once on a new stream
 	defer timer.Stop()
 	var next time.Duration
@@ -440,6 +469,23 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			return ctx.Err()
 		case err := <-recvErr:
 			return convert(sctx, err)
+		case <-suspect.C:
+			if !waiting || addr == "" {
+				continue
+			}
+			checked := sent
+			checks.Go(func() {
+				if s.c.silentMember(sctx, addr) {
+					select {
+					case silent <- checked:
+					default:
+					}
+				}
+			})
+		case at := <-silent:
+			if waiting && at.Equal(sent) {
+				return errSilent
+			}
 		case <-s.announce:
 			if first {
 				continue // the first keep-alive names them all
@@ -454,6 +500,7 @@ func (s *Session) stream(ctx context.Context) (err error) {
 				continue
 			}
 			waiting = false
+			suspect.Stop()
 			s.extend(sent, resp.GetTtl().AsDuration())
 			timer.Reset(next)
 		case <-timer.C:
@@ -473,6 +520,7 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			// (at least minReplyWait), or before the deadline, abandons this
 			// stream for a new one.
 			waiting = true
+			suspect.Reset(suspectAfter)
 			timer.Reset(min(max(next, minReplyWait), max(s.untilDeadline(), 0)))
 		}
 	}

@@ -273,7 +273,7 @@ func (m *watchMux) stream(ctx context.Context) (got bool) {
 		select {
 		case <-sctx.Done():
 			if errors.Is(context.Cause(sctx), stalled) && endpoint != "" {
-				m.c.avoid(endpoint)
+				m.c.avoid(endpoint, false)
 			}
 			return got
 		case <-ended:
@@ -328,7 +328,7 @@ func (m *watchMux) deliver(msg *coorddv1.WatchManyResponse, endpoint string) (ev
 			m.restart(id, 0)
 		case applyBehind:
 			if endpoint != "" {
-				m.c.avoid(endpoint)
+				m.c.avoid(endpoint, false)
 			}
 			m.setFrom(id, e.sub.snap.Load().revision+1)
 			reconnect = true

@@ -25,13 +25,23 @@ const (
 )
 
 // runPublisher publishes n = 1, 2, ... to the keys a and b of
-// ConfigNamespace in one release each, until ctx ends.
-func runPublisher(ctx context.Context, c *clientlib.Client, rec *recorder) {
+// ConfigNamespace in one release each, until ctx ends. SabotageTorn
+// publishes a and b in two releases instead.
+func runPublisher(ctx context.Context, c *clientlib.Client, rec *recorder, sabotage string) {
 	for n := int64(1); ctx.Err() == nil; n++ {
 		v := strconv.FormatInt(n, 10)
 		pctx, cancel := context.WithTimeout(ctx, putTimeout)
 		r := Record{Op: OpPublish, Token: n, Call: now()}
-		_, err := c.Config().Publish(pctx, ConfigNamespace, []clientlib.ConfigMutation{{Key: "a", Value: v}, {Key: "b", Value: v}}, clientlib.PublishOptions{})
+		releases := [][]clientlib.ConfigMutation{{{Key: "a", Value: v}, {Key: "b", Value: v}}}
+		if sabotage == SabotageTorn {
+			releases = [][]clientlib.ConfigMutation{{{Key: "a", Value: v}}, {{Key: "b", Value: v}}}
+		}
+		var err error
+		for _, muts := range releases {
+			if _, err = c.Config().Publish(pctx, ConfigNamespace, muts, clientlib.PublishOptions{}); err != nil {
+				break
+			}
+		}
 		cancel()
 		r.Return, r.Result = now(), ResultOK
 		if err != nil {

@@ -24,13 +24,15 @@
 //     CheckWriteOrder reads etcd's history of the fenced key (every applied
 //     write, in revision order) and checks its tokens never go back and were
 //     all granted; CheckViews checks that no two holders' own views overlap
-//     (for an election: never two leaders).
+//     (for an election: never two leaders). CheckConfig checks each config
+//     subscriber's snapshots: whole releases only, never going back.
 //
 // Sabotage modes switch a mechanism off to show that the checkers catch
 // what it prevents: SabotageUnfenced writes straight to etcd (late writes
 // of paused holders land: write order and porcupine fail), SabotageDeadline
 // has holders trust their grant a TTL past the SDK's local deadline (views
-// overlap).
+// overlap), SabotageTorn has the config publisher write each release's two
+// keys in two releases (subscribers see half releases: CheckConfig fails).
 //
 // Non-guarantees: the checkers see only what the workers recorded. A
 // worker killed mid-operation leaves no record of it, and a write with no

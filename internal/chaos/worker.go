@@ -38,6 +38,10 @@ const (
 	// local deadline instead of the SDK's deadline (as a client that
 	// ignored the safety margin and the renewal time would).
 	SabotageDeadline = "deadline"
+	// SabotageTorn has the config publisher write the two keys of each
+	// release in two releases, as a client without atomic publishes
+	// would: subscribers see half-applied releases.
+	SabotageTorn = "torn"
 )
 
 // WorkerConfig configures one worker process.
@@ -82,7 +86,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	defer func() { _ = c.Close() }()
 	switch cfg.Kind {
 	case KindPublisher:
-		runPublisher(ctx, c, rec)
+		runPublisher(ctx, c, rec, cfg.Sabotage)
 		return nil
 	case KindSubscriber:
 		return runSubscriber(ctx, c, rec)
@@ -112,7 +116,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 				continue
 			}
 			rec.add(r)
-			hold(ctx, cfg, rec, raw, sess, h, token)
+			hold(ctx, lg, cfg, rec, raw, sess, h, token)
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = sess.Close(cctx) // an ended session is closed by the SDK in the background anyway
@@ -139,7 +143,7 @@ func take(ctx context.Context, sess *clientlib.Session, kind string) (holding, i
 // hold writes the token a few times over cfg.Hold, whether or not the
 // grant is still held (a paused holder does not know): fencing must refuse
 // what comes too late. Then it gives the grant up and records its view.
-func hold(ctx context.Context, cfg WorkerConfig, rec *recorder, raw *clientv3.Client, sess *clientlib.Session, h holding, token int64) {
+func hold(ctx context.Context, lg *slog.Logger, cfg WorkerConfig, rec *recorder, raw *clientv3.Client, sess *clientlib.Session, h holding, token int64) {
 	start := now()
 	var lostAt atomic.Int64
 	stop := context.AfterFunc(h.Context(), func() { lostAt.Store(now()) })
@@ -174,11 +178,15 @@ func hold(ctx context.Context, cfg WorkerConfig, rec *recorder, raw *clientv3.Cl
 	defer cancel()
 	stopRelease := context.AfterFunc(ctx, cancel)
 	defer stopRelease()
+	var err error
 	switch g := h.(type) {
 	case *clientlib.Lock:
-		_ = g.Release(rctx) // an error: not held any more, or the session ended
+		err = g.Release(rctx)
 	case *clientlib.Leadership:
-		_ = g.Resign(rctx)
+		err = g.Resign(rctx)
+	}
+	if err != nil { // not held any more, or the session ended
+		lg.Info("giving the grant up failed", "token", token, "err", err)
 	}
 }
 

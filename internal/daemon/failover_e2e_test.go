@@ -279,3 +279,54 @@ func TestGivenUpSessionIsClosedWhenQuorumReturns(t *testing.T) {
 		t.Fatal("waiter never granted")
 	}
 }
+
+// A member that stops answering altogether (paused, cut off) is left at
+// once: a keep-alive unanswered for 200ms is followed by a health check on
+// the same connection, and when that goes unanswered too, the client moves
+// to another endpoint and ends the calls it had in flight there with
+// ErrUnavailable instead of letting them wait for the member. Here a fenced
+// write is sent to a member already cut off; it must end well before its
+// own 10s deadline (without the check, it waits for it), and the session
+// goes on through the other endpoint.
+func TestCallsOnASilentMemberEndWhenTheClientLeaves(t *testing.T) {
+	d := start(t, testConfig(t))
+	a, b := tcpproxy.Start(t, d.GRPCAddr()), tcpproxy.Start(t, d.GRPCAddr())
+	c := newClient(t, a.Addr(), b.Addr())
+	s, err := c.NewSession(t.Context(), clientlib.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Lock(t.Context(), "silent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	using, other := a, b
+	if b.Active() > 0 && a.Active() == 0 {
+		using, other = b, a
+	}
+	using.Freeze()
+	frozenAt := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = l.Put(ctx, "silent/key", []byte("v"))
+	took := time.Since(frozenAt)
+	if !errors.Is(err, clientlib.ErrUnavailable) || !strings.Contains(err.Error(), "outcome is unknown") {
+		t.Fatalf("fenced write to a silent member after %s: %v, want ErrUnavailable with an unknown outcome", took, err)
+	}
+	// One keep-alive interval (at most 0.55s for a 3s TTL), the suspicion
+	// (0.2s) and the health check (0.3s), with room for a busy machine;
+	// the keep-alive's own wait would end it no sooner than 1s after it
+	// was sent, and would leave the write waiting.
+	if took > 2*time.Second {
+		t.Fatalf("the fenced write ended %s after the member went silent, want < 2s", took)
+	}
+	// The only way left is the other endpoint.
+	if _, err := l.Put(t.Context(), "silent/key", []byte("v2")); err != nil || other.Active() == 0 {
+		t.Fatalf("fenced write through the other endpoint: %v (connections through it: %d)", err, other.Active())
+	}
+	if s.Err() != nil {
+		t.Fatalf("session lost: %v", s.Err())
+	}
+	t.Logf("left the silent member and ended the write in flight after %s", took.Round(time.Millisecond))
+	using.Thaw()
+}
