@@ -21,7 +21,11 @@ var (
 	rounds         = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
 	ops            = flag.Int("ops", 300, "operations per peer per round")
 	starts         = flag.Int("starts", 5, "cold starts to measure")
-	only           = flag.String("only", "all", "which part to run: all, sessions, locks, elections, config or config-sdk")
+	only           = flag.String("only", "all", "which part to run: all, sessions, locks, elections, config, config-sdk, or soak (not part of all)")
+	soakD          = flag.Duration("soak-duration", 10*time.Minute, "how long each soak run lasts")
+	soakWindowD    = flag.Duration("soak-window", time.Minute, "the soak's measuring window")
+	soakCompare    = flag.Bool("soak-compare", true, "run the soak a second time with compaction off")
+	soakFlags      = flag.String("soak-coordd-flags", "", "extra coordd flags for the soak's first run (e.g. \"--compaction-retention 10s\")")
 	lockD          = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer and round")
 	lockRounds     = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
 	electionRounds = flag.Int("election-rounds", 3, "rounds of the election workloads; peers alternate order each round")
@@ -75,6 +79,9 @@ func run() error {
 	}
 	fmt.Printf("coordd bench  %s  cpus=%d  rounds=%d ops=%d\n\n", time.Now().Format(time.RFC3339), runtime.NumCPU(), *rounds, *ops)
 
+	if *only == "soak" {
+		return benchSoak(bin, tmp)
+	}
 	if *only == "all" || *only == "sessions" {
 		if err := benchSessions(bin, tmp); err != nil {
 			return err

@@ -41,14 +41,16 @@ func freePort() int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startDaemon starts coordd on fresh ports and data dir and waits for /readyz.
-func startDaemon(bin, dir string) (*daemon, error) {
+// startDaemon starts coordd on fresh ports and data dir, with extra flags,
+// and waits for /readyz.
+func startDaemon(bin, dir string, extra ...string) (*daemon, error) {
 	grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort())
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort())
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", freePort())
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", freePort())
 	cmd := exec.Command(bin, "--data-dir", dir, "--name", "bench", "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
 		"--etcd-client-url", etcdURL, "--listen-peer-urls", peerURL, "--log-level", "error", "--enable-pprof")
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stderr = os.Stderr
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {

@@ -62,6 +62,11 @@ var (
 	// wait, or the deadline it was sent); such an error also matches
 	// context.DeadlineExceeded.
 	ErrDeadlineExceeded = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED, "deadline exceeded")
+	// ErrNoSpace: coordd's etcd database is full (its NOSPACE alarm).
+	// Writes that add data (new sessions, locks, campaigns, publishes)
+	// fail until an operator makes room; reads, releases, resignations
+	// and session closes still work. Retrying at once does not help.
+	ErrNoSpace = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_NO_SPACE, "database full")
 )
 
 // Sentinel errors the SDK raises itself, without a server reason.

@@ -28,14 +28,23 @@ import (
 type Manager struct {
 	cli      *clientv3.Client
 	endpoint string // the etcd endpoint whose raft status is reported
-	memberID uint64 // the embedded member's id; 0 with an external etcd
+	local    Local
+}
+
+// Local describes the embedded member a Manager reports on; it is zero
+// with an external etcd.
+type Local struct {
+	MemberID uint64
+	Quota    int64 // its database quota
+	// Defragment defragments it in process (etcd's in-process client
+	// cannot); nil defragments endpoint through the client.
+	Defragment func() error
 }
 
 // NewManager returns a Manager that reports endpoint's raft status (the
-// embedded member's client URL, or the first external endpoint). memberID
-// is the embedded member's id, or 0 with an external etcd.
-func NewManager(cli *clientv3.Client, endpoint string, memberID uint64) *Manager {
-	return &Manager{cli: cli, endpoint: endpoint, memberID: memberID}
+// embedded member's client URL, or the first external endpoint).
+func NewManager(cli *clientv3.Client, endpoint string, local Local) *Manager {
+	return &Manager{cli: cli, endpoint: endpoint, local: local}
 }
 
 // Member is one etcd member.
@@ -59,6 +68,8 @@ type Status struct {
 	DBSize      int64 // bytes of the database file
 	DBSizeInUse int64 // bytes in use in it (the rest is free after compaction)
 	EtcdVersion string
+	Alarms      []Alarm // active alarms, cluster-wide
+	Quota       int64   // the embedded member's database quota; 0 with an external etcd
 }
 
 // Status reads the member list, the endpoint's raft status and the
@@ -77,15 +88,26 @@ func (m *Manager) Status(ctx context.Context) (Status, error) {
 		return Status{}, fmt.Errorf("cluster: revision: %w", err)
 	}
 	out := Status{
-		ClusterID: st.Header.ClusterId, MemberID: m.memberID, LeaderID: st.Leader,
+		ClusterID: st.Header.ClusterId, MemberID: m.local.MemberID, LeaderID: st.Leader,
 		Revision: rev.Header.Revision, RaftTerm: st.RaftTerm,
 		DBSize: st.DbSize, DBSizeInUse: st.DbSizeInUse, EtcdVersion: st.Version,
 	}
+	alarms, err := m.cli.AlarmList(ctx)
+	if err != nil {
+		return Status{}, fmt.Errorf("cluster: alarms: %w", err)
+	}
+	out.Alarms = AlarmsFrom(alarms.Alarms)
+	out.Quota = m.local.Quota
+	names := map[uint64]string{}
 	for _, mb := range members.Members {
+		names[mb.ID] = mb.Name
 		out.Members = append(out.Members, Member{
 			ID: mb.ID, Name: mb.Name, PeerURLs: mb.PeerURLs, ClientURLs: mb.ClientURLs,
 			Leader: mb.ID == st.Leader, Learner: mb.IsLearner,
 		})
+	}
+	for i := range out.Alarms {
+		out.Alarms[i].MemberName = names[out.Alarms[i].MemberID]
 	}
 	return out, nil
 }

@@ -3,8 +3,12 @@ package cluster_test
 import (
 	"bytes"
 	"io"
+	"strconv"
+	"strings"
 	"testing"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/coordd/coordd/cluster"
@@ -20,7 +24,7 @@ func TestStatusAndSnapshot(t *testing.T) {
 	member := etcdtest.Start(t)
 	cli := member.Client(t)
 	id := uint64(member.Etcd.Server.MemberID())
-	m := cluster.NewManager(cli, member.ClientURL, id)
+	m := cluster.NewManager(cli, member.ClientURL, cluster.Local{MemberID: id})
 	ctx := t.Context()
 
 	put, err := cli.Put(ctx, "/coordd/test/k", "v")
@@ -50,5 +54,58 @@ func TestStatusAndSnapshot(t *testing.T) {
 	// The snapshot is a bbolt file holding the key written above.
 	if int64(len(data)) < 4096 || !bytes.Contains(data, []byte("/coordd/test/k")) {
 		t.Errorf("snapshot of %d bytes does not hold the key written", len(data))
+	}
+}
+
+func TestAlarmsAndDefragment(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	member := etcdtest.Start(t)
+	cli := member.Client(t)
+	id := uint64(member.Etcd.Server.MemberID())
+	m := cluster.NewManager(cli, member.ClientURL, cluster.Local{MemberID: id})
+	ctx := t.Context()
+
+	if as, err := m.Alarms(ctx); err != nil || len(as) != 0 {
+		t.Fatalf("Alarms on a fresh member = %+v, %v; want none", as, err)
+	}
+	// Raise NOSPACE by hand, as etcd does when the quota is reached.
+	if _, err := member.Etcd.Server.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	as, err := m.Alarms(ctx)
+	if err != nil || len(as) != 1 || as[0].Type != cluster.AlarmNoSpace || as[0].MemberID != id || as[0].MemberName == "" {
+		t.Fatalf("Alarms = %+v, %v; want NOSPACE of the member, named", as, err)
+	}
+	if st, err := m.Status(ctx); err != nil || len(st.Alarms) != 1 {
+		t.Fatalf("Status alarms = %+v, %v", st.Alarms, err)
+	}
+	disarmed, err := m.DisarmAlarms(ctx)
+	if err != nil || len(disarmed) != 1 || disarmed[0].Type != cluster.AlarmNoSpace {
+		t.Fatalf("DisarmAlarms = %+v, %v", disarmed, err)
+	}
+	if as, err := m.Alarms(ctx); err != nil || len(as) != 0 {
+		t.Fatalf("Alarms after disarming = %+v, %v; want none", as, err)
+	}
+
+	for i := range 200 {
+		if _, err := cli.Put(ctx, "/coordd/test/big", strings.Repeat("x", 10<<10)+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := cli.Get(ctx, "/coordd/test/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	d, err := m.Defragment(ctx)
+	if err != nil {
+		t.Fatalf("Defragment: %v", err)
+	}
+	if d.MemberID != id || d.MemberName == "" || d.SizeAfter >= d.SizeBefore {
+		t.Fatalf("Defragment = %+v; want the member, smaller after", d)
 	}
 }

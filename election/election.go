@@ -340,12 +340,16 @@ func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token) e
 		return fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
 	}
 	// The marker, written with the delete, tells observers this was a
-	// resignation; it goes away with the resigner's session.
-	resp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", int64(term))).
-		Then(clientv3.OpDelete(string(kv.Key)),
-			clientv3.OpPut(m.resignedKey(name), strconv.FormatInt(int64(term), 10), clientv3.WithLease(clientv3.LeaseID(kv.Lease)))).
-		Commit()
+	// resignation; it goes away with the resigner's session. When etcd's
+	// database is full (NOSPACE refuses any transaction with a put), the
+	// leader resigns without it, and observers see the term expire.
+	ops := []clientv3.Op{clientv3.OpDelete(string(kv.Key)),
+		clientv3.OpPut(m.resignedKey(name), strconv.FormatInt(int64(term), 10), clientv3.WithLease(clientv3.LeaseID(kv.Lease)))}
+	cmp := clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", int64(term))
+	resp, err := m.cli.Txn(ctx).If(cmp).Then(ops...).Commit()
+	if errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) {
+		resp, err = m.cli.Txn(ctx).If(cmp).Then(ops[0]).Commit()
+	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("%w: term %d of %q ended with its session", ErrNotLeader, term, name)
 	}

@@ -282,7 +282,9 @@ func TestJSONOutputIsRESTs(t *testing.T) {
 	if out := must(t, ep, "config", "diff", "svc/prod", "1", "1", "-o", "json"); strings.TrimSpace(out) != "[]" {
 		t.Errorf("empty config diff = %q, want []", out)
 	}
-	has(check(ref("v1GetClusterStatusResponse"), "cluster", "status"), "cluster status", "revision", "members", "dbSizeBytes")
+	has(check(ref("v1GetClusterStatusResponse"), "cluster", "status"), "cluster status", "revision", "members", "dbSizeBytes", "alarms", "quotaBackendBytes")
+	check(arrayOf(ref("v1Alarm")), "cluster", "alarms")
+	check(arrayOf(ref("v1DefragmentResponse")), "cluster", "defrag")
 }
 
 // errorOf reads the one JSON error object an -o json command printed.

@@ -28,7 +28,14 @@ func (a *app) clusterCommand() *cobra.Command {
 				}
 				return a.print(clusterOut(st), func(w *bytes.Buffer) {
 					fmt.Fprintf(w, "cluster %s, revision %d, raft term %d, coordd %s, etcd %s\n", st.ClusterID, st.Revision, st.RaftTerm, st.CoorddVersion, st.EtcdVersion)
-					fmt.Fprintf(w, "database %s (%s in use) on the answering member\n", bytesStr(st.DBSize), bytesStr(st.DBSizeInUse))
+					quota := ""
+					if st.Quota > 0 {
+						quota = fmt.Sprintf(", quota %s", bytesStr(st.Quota))
+					}
+					fmt.Fprintf(w, "database %s (%s in use%s) on the answering member\n", bytesStr(st.DBSize), bytesStr(st.DBSizeInUse), quota)
+					for _, al := range st.Alarms {
+						fmt.Fprintf(w, "ALARM %s raised by member %s %s\n", al.Type, al.MemberID, al.MemberName)
+					}
 					fmt.Fprintln(w, "MEMBER\tNAME\tROLE\tPEER URLS")
 					for _, m := range st.Members {
 						role := "follower"
@@ -47,8 +54,110 @@ func (a *app) clusterCommand() *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(status)
+	var disarm bool
+	alarms := &cobra.Command{
+		Use:   "alarms",
+		Short: "List etcd's active alarms (NOSPACE, CORRUPT); --disarm clears them",
+		Long: `List etcd's active alarms. NOSPACE: the database reached its quota
+(--quota-backend-bytes): writes that add data fail, reads and releases work.
+Make room first (compaction, then coordctl cluster defrag), then clear it
+with --disarm; cleared too early, it comes back at the next write that does
+not fit. CORRUPT: a member's data differs from the others'.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				list, verb := c.Admin().Alarms, "active"
+				if disarm {
+					list, verb = c.Admin().DisarmAlarms, "disarmed"
+				}
+				as, err := list(ctx)
+				if err != nil {
+					return err
+				}
+				return a.print(alarmsOut(as), func(w *bytes.Buffer) {
+					if len(as) == 0 {
+						fmt.Fprintf(w, "no alarm %s\n", map[bool]string{true: "was active", false: "is active"}[disarm])
+						return
+					}
+					fmt.Fprintln(w, "ALARM\tMEMBER\tNAME\tSTATE")
+					for _, al := range as {
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", al.Type, al.MemberID, al.MemberName, verb)
+					}
+				})
+			})
+		},
+	}
+	alarms.Flags().BoolVar(&disarm, "disarm", false, "clear every active alarm")
+	var member string
+	defrag := &cobra.Command{
+		Use:   "defrag",
+		Short: "Defragment each member given in --endpoints, one at a time (or only --member NAME)",
+		Long: `Defragment members' databases, giving the space compaction freed back to
+the file system. Each endpoint in --endpoints is one member; they are
+defragmented one after another, never at once, since a member serves
+nothing while it defragments. --member NAME picks one of them by name.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			timeout := a.timeout
+			if !cmd.Flags().Changed("timeout") {
+				timeout = 5 * time.Minute // a large database takes a while
+			}
+			var done []clientlib.Defrag
+			var names []string
+			for _, ep := range a.endpoints {
+				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+				d, name, err := a.defragOne(ctx, ep, member)
+				cancel()
+				if err != nil {
+					return fmt.Errorf("%s: %w", ep, err)
+				}
+				names = append(names, name)
+				if d != nil {
+					done = append(done, *d)
+				}
+			}
+			if member != "" && len(done) == 0 {
+				return usagef("--member %q is none of the members at --endpoints (%s)", member, strings.Join(names, ", "))
+			}
+			return a.print(defragsOut(done), func(w *bytes.Buffer) {
+				fmt.Fprintln(w, "MEMBER\tNAME\tBEFORE\tAFTER\tTOOK")
+				for _, d := range done {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", d.MemberID, d.MemberName, bytesStr(d.SizeBefore), bytesStr(d.SizeAfter), d.Took)
+				}
+			})
+		},
+	}
+	defrag.Flags().StringVar(&member, "member", "", "defragment only the member of this name")
+	cmd.AddCommand(status, alarms, defrag)
 	return cmd
+}
+
+// defragOne defragments the member at endpoint, unless member is set and
+// names another; it returns the member's name either way.
+func (a *app) defragOne(ctx context.Context, endpoint, member string) (*clientlib.Defrag, string, error) {
+	c, err := a.dial(ctx, []string{endpoint})
+	if err != nil {
+		return nil, "", err
+	}
+	defer func() { _ = c.Close() }()
+	st, err := c.Admin().ClusterStatus(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	name := ""
+	for _, m := range st.Members {
+		if m.ID == st.MemberID {
+			name = m.Name
+		}
+	}
+	if member != "" && member != name {
+		return nil, name, nil
+	}
+	d, err := c.Admin().Defragment(ctx)
+	if err != nil {
+		return nil, name, err
+	}
+	return &d, name, nil
 }
 
 func bytesStr(n int64) string {

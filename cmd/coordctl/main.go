@@ -163,7 +163,7 @@ func exitCode(err error) int {
 		errors.Is(err, clientlib.ErrNotLeader), errors.Is(err, clientlib.ErrRevisionMismatch), errors.Is(err, clientlib.ErrLimitMismatch),
 		errors.Is(err, clientlib.ErrAlreadyLeader):
 		return exitConflict
-	case errors.Is(err, clientlib.ErrUnavailable):
+	case errors.Is(err, clientlib.ErrUnavailable), errors.Is(err, clientlib.ErrNoSpace):
 		return exitUnavailable
 	}
 	return exitError
@@ -309,7 +309,17 @@ func (a *app) connect(ctx context.Context) (*clientlib.Client, error) {
 	if a.client != nil {
 		return a.client, nil
 	}
-	cfg := clientlib.Config{Endpoints: a.endpoints, DialTimeout: a.timeout, NoWait: a.noWait}
+	c, err := a.dial(ctx, a.endpoints)
+	if err != nil {
+		return nil, err
+	}
+	a.client = c
+	return c, nil
+}
+
+// dial connects a new client to endpoints, with the TLS flags.
+func (a *app) dial(ctx context.Context, endpoints []string) (*clientlib.Client, error) {
+	cfg := clientlib.Config{Endpoints: endpoints, DialTimeout: a.timeout, NoWait: a.noWait}
 	if a.cacert != "" || a.cert != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if a.cacert != "" {
@@ -332,12 +342,7 @@ func (a *app) connect(ctx context.Context) (*clientlib.Client, error) {
 		}
 		cfg.TLS = tc
 	}
-	c, err := clientlib.New(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	a.client = c
-	return c, nil
+	return clientlib.New(ctx, cfg)
 }
 
 // call runs fn with a connected client and a context bounded by --timeout.

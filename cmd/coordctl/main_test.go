@@ -331,6 +331,15 @@ func TestClusterCommands(t *testing.T) {
 	if st.ClusterID == "" || st.LeaderID == "" || len(st.Members) != 1 || !st.Members[0].IsLeader || st.Revision == "" {
 		t.Fatalf("cluster status = %+v", st)
 	}
+	if out := must(t, d.GRPCAddr, "cluster", "alarms"); !strings.Contains(out, "no alarm is active") {
+		t.Errorf("cluster alarms = %q", out)
+	}
+	if out := must(t, d.GRPCAddr, "cluster", "defrag"); !strings.Contains(out, st.Members[0].Name) {
+		t.Errorf("cluster defrag = %q, want the member %s", out, st.Members[0].Name)
+	}
+	if out := exits(t, exitUsage, d.GRPCAddr, "cluster", "defrag", "--member", "nope"); !strings.Contains(out, `--member "nope" is none of the members at --endpoints (`+st.Members[0].Name+")") {
+		t.Errorf("cluster defrag --member nope = %q", out)
+	}
 	file := filepath.Join(t.TempDir(), "backup.db")
 	must(t, d.GRPCAddr, "snapshot", "save", file)
 	if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {

@@ -359,6 +359,8 @@ type clusterJSON struct {
 	EtcdVersion      string       `json:"etcdVersion"`
 	CoorddVersion    string       `json:"coorddVersion"`
 	MemberID         string       `json:"memberId"`
+	Alarms           []alarmJSON  `json:"alarms"`
+	QuotaBytes       string       `json:"quotaBackendBytes"`
 }
 
 // memberJSON is REST's ClusterMember.
@@ -374,9 +376,40 @@ type memberJSON struct {
 func clusterOut(st clientlib.ClusterStatus) clusterJSON {
 	out := clusterJSON{ClusterID: st.ClusterID, Members: make([]memberJSON, 0, len(st.Members)), LeaderID: st.LeaderID, Revision: i64(st.Revision),
 		RaftTerm: strconv.FormatUint(st.RaftTerm, 10), DBSizeBytes: i64(st.DBSize), DBSizeInUseBytes: i64(st.DBSizeInUse),
-		EtcdVersion: st.EtcdVersion, CoorddVersion: st.CoorddVersion, MemberID: st.MemberID}
+		EtcdVersion: st.EtcdVersion, CoorddVersion: st.CoorddVersion, MemberID: st.MemberID, Alarms: alarmsOut(st.Alarms), QuotaBytes: i64(st.Quota)}
 	for _, m := range st.Members {
 		out.Members = append(out.Members, memberJSON{ID: m.ID, Name: m.Name, PeerURLs: list(m.PeerURLs), ClientURLs: list(m.ClientURLs), IsLeader: m.Leader, IsLearner: m.Learner})
+	}
+	return out
+}
+
+type alarmJSON struct {
+	MemberID   string `json:"memberId"`
+	MemberName string `json:"memberName"`
+	Type       string `json:"type"`
+}
+
+func alarmsOut(as []clientlib.Alarm) []alarmJSON {
+	out := make([]alarmJSON, 0, len(as))
+	for _, a := range as {
+		out = append(out, alarmJSON{MemberID: a.MemberID, MemberName: a.MemberName, Type: "ALARM_TYPE_" + a.Type})
+	}
+	return out
+}
+
+type defragJSON struct {
+	MemberID          string `json:"memberId"`
+	MemberName        string `json:"memberName"`
+	DBSizeBeforeBytes string `json:"dbSizeBeforeBytes"`
+	DBSizeAfterBytes  string `json:"dbSizeAfterBytes"`
+	TookMs            string `json:"tookMs"`
+}
+
+func defragsOut(ds []clientlib.Defrag) []defragJSON {
+	out := make([]defragJSON, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, defragJSON{MemberID: d.MemberID, MemberName: d.MemberName, DBSizeBeforeBytes: i64(d.SizeBefore),
+			DBSizeAfterBytes: i64(d.SizeAfter), TookMs: i64(d.Took.Milliseconds())})
 	}
 	return out
 }

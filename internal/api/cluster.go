@@ -44,6 +44,7 @@ func (s *ClusterServer) GetClusterStatus(ctx context.Context, _ *coorddv1.GetClu
 		ClusterId: hex(st.ClusterID), MemberId: hexOrEmpty(st.MemberID), LeaderId: hexOrEmpty(st.LeaderID),
 		Revision: st.Revision, RaftTerm: st.RaftTerm, DbSizeBytes: st.DBSize, DbSizeInUseBytes: st.DBSizeInUse,
 		EtcdVersion: st.EtcdVersion, CoorddVersion: s.version,
+		Alarms: alarmsProto(st.Alarms), QuotaBackendBytes: st.Quota,
 	}
 	for _, m := range st.Members {
 		resp.Members = append(resp.Members, &coorddv1.ClusterMember{
@@ -76,4 +77,47 @@ func (s *ClusterServer) SaveSnapshot(_ *coorddv1.SaveSnapshotRequest, stream coo
 			return fmt.Errorf("cluster: snapshot: %w", err)
 		}
 	}
+}
+
+var alarmTypes = map[cluster.AlarmType]coorddv1.AlarmType{
+	cluster.AlarmNoSpace: coorddv1.AlarmType_ALARM_TYPE_NOSPACE,
+	cluster.AlarmCorrupt: coorddv1.AlarmType_ALARM_TYPE_CORRUPT,
+}
+
+func alarmsProto(as []cluster.Alarm) []*coorddv1.Alarm {
+	out := make([]*coorddv1.Alarm, 0, len(as))
+	for _, a := range as {
+		out = append(out, &coorddv1.Alarm{MemberId: hex(a.MemberID), MemberName: a.MemberName, Type: alarmTypes[a.Type]})
+	}
+	return out
+}
+
+// ListAlarms implements ClusterService.
+func (s *ClusterServer) ListAlarms(ctx context.Context, _ *coorddv1.ListAlarmsRequest) (*coorddv1.ListAlarmsResponse, error) {
+	as, err := s.m.Alarms(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.ListAlarmsResponse{Alarms: alarmsProto(as)}, nil
+}
+
+// DisarmAlarms implements ClusterService.
+func (s *ClusterServer) DisarmAlarms(ctx context.Context, _ *coorddv1.DisarmAlarmsRequest) (*coorddv1.DisarmAlarmsResponse, error) {
+	as, err := s.m.DisarmAlarms(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.DisarmAlarmsResponse{Disarmed: alarmsProto(as)}, nil
+}
+
+// Defragment implements ClusterService.
+func (s *ClusterServer) Defragment(ctx context.Context, _ *coorddv1.DefragmentRequest) (*coorddv1.DefragmentResponse, error) {
+	d, err := s.m.Defragment(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.DefragmentResponse{
+		MemberId: hex(d.MemberID), MemberName: d.MemberName,
+		DbSizeBeforeBytes: d.SizeBefore, DbSizeAfterBytes: d.SizeAfter, TookMs: d.Took.Milliseconds(),
+	}, nil
 }

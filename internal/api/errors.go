@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -112,8 +113,11 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 			return errEtcdUnavailable(), false
 		case codes.ResourceExhausted:
 			// etcd: database space exceeded, or too many requests in flight.
+			if isNoSpace(s.Message()) {
+				return errNoSpace(), false
+			}
 			return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE,
-				"etcd is out of space or overloaded; retry later"), false
+				"etcd is overloaded; retry later"), false
 		case codes.Canceled:
 			return s, false
 		}
@@ -122,6 +126,9 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 	var coded interface{ Code() codes.Code }
 	if errors.As(err, &coded) && coded.Code() == codes.Unavailable {
 		return errEtcdUnavailable(), false
+	}
+	if errors.As(err, &coded) && coded.Code() == codes.ResourceExhausted && isNoSpace(err.Error()) {
+		return errNoSpace(), false
 	}
 	return errInternal(), true
 }
@@ -144,20 +151,36 @@ func withFieldViolations(st *status.Status, err error) *status.Status {
 	return st
 }
 
+// isNoSpace reports etcd's "database space exceeded" (its NOSPACE alarm),
+// by etcd's message: the same on every etcd release since v3.0.
+func isNoSpace(msg string) bool { return strings.Contains(msg, "database space exceeded") }
+
+func errNoSpace() *status.Status {
+	return NewStatus(codes.ResourceExhausted, coorddv1.ErrorReason_ERROR_REASON_NO_SPACE,
+		"coordd's etcd database is full: it reached its quota (--quota-backend-bytes) and etcd raised the NOSPACE alarm. "+
+			"Reads, releases, resignations and session closes still work; writes that add data fail until an operator makes room: "+
+			"wait for compaction (or run it), defragment every member (coordctl cluster defrag), then clear the alarm (coordctl cluster alarms --disarm)")
+}
+
 func errEtcdUnavailable() *status.Status {
 	return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE,
 		"etcd is unavailable (no leader, no quorum, or a timeout); retry, possibly on another member")
 }
 
 // HTTPStatus is the HTTP status the REST gateway sends for st. It follows
-// grpc-gateway's mapping, except that a compacted watch revision is 410 Gone.
+// grpc-gateway's mapping, except that a compacted watch revision is 410 Gone
+// and a full database 507 Insufficient Storage.
 func HTTPStatus(st *status.Status, fallback func(codes.Code) int) int {
-	if st.Code() == codes.OutOfRange {
-		for _, d := range st.Details() {
-			if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain &&
-				info.Reason == ReasonString(coorddv1.ErrorReason_ERROR_REASON_COMPACTED) {
-				return http.StatusGone
-			}
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.Domain != Domain {
+			continue
+		}
+		switch {
+		case st.Code() == codes.OutOfRange && info.Reason == ReasonString(coorddv1.ErrorReason_ERROR_REASON_COMPACTED):
+			return http.StatusGone
+		case st.Code() == codes.ResourceExhausted && info.Reason == ReasonString(coorddv1.ErrorReason_ERROR_REASON_NO_SPACE):
+			return http.StatusInsufficientStorage
 		}
 	}
 	return fallback(st.Code())

@@ -49,7 +49,8 @@ func TestToStatus(t *testing.T) {
 		{"caller cancel", context.Canceled, codes.Canceled, "", false, 499, true},
 		{"etcd no leader", fmt.Errorf("session: get: %w", rpctypes.ErrNoLeader), codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		{"etcd timeout", rpctypes.ErrGRPCTimeout, codes.Unavailable, "UNAVAILABLE", false, 503, false},
-		{"etcd no space", fmt.Errorf("session: grant lease: %w", rpctypes.ErrGRPCNoSpace), codes.Unavailable, "UNAVAILABLE", false, 503, false},
+		{"etcd no space", fmt.Errorf("session: grant lease: %w", rpctypes.ErrGRPCNoSpace), codes.ResourceExhausted, "NO_SPACE", false, 507, false},
+		{"etcd no space, client error", fmt.Errorf("lock: enqueue: %w", rpctypes.ErrNoSpace), codes.ResourceExhausted, "NO_SPACE", false, 507, false},
 		{"etcd overloaded", rpctypes.ErrGRPCRequestTooManyRequests, codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		{"adapter status kept", NewStatus(codes.ResourceExhausted, 3, "message too large").Err(), codes.ResourceExhausted, "REQUEST_TOO_LARGE", false, 429, false},
 		{"unexpected", errors.New("boom: disk on fire"), codes.Internal, "INTERNAL", true, 500, false},
@@ -103,13 +104,14 @@ func reasonOf(st *status.Status) string {
 // Every kind has one row in the status table, and every ErrorReason is sent
 // by some path: a row, or the statuses built outside the table (INTERNAL by
 // the interceptors, REQUEST_TOO_LARGE by the gateway, DEADLINE_EXCEEDED by
-// ToStatus for context deadlines).
+// ToStatus for context deadlines, NO_SPACE by ToStatus for etcd's).
 func TestErrorTableCoversEveryKindAndReason(t *testing.T) {
 	rows := map[*kind.Kind]int{}
 	sent := map[coorddv1.ErrorReason]bool{
 		coorddv1.ErrorReason_ERROR_REASON_INTERNAL:          true,
 		coorddv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE: true,
 		coorddv1.ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED: true,
+		coorddv1.ErrorReason_ERROR_REASON_NO_SPACE:          true,
 	}
 	for _, row := range errorTable {
 		rows[row.kind]++

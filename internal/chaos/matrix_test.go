@@ -151,6 +151,7 @@ func TestFaultMatrix(t *testing.T) {
 	began := time.Now()
 	bin := coorddtest.Build(t)
 	c := chaos.StartCluster(t, bin, dir, 3, timing)
+	history := followFencedKeys(t, c)
 	histDir := filepath.Join(dir, "history")
 	if err := os.MkdirAll(histDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -367,7 +368,7 @@ func TestFaultMatrix(t *testing.T) {
 		}
 	}
 	for _, kind := range []string{chaos.KindLock, chaos.KindElection} {
-		writes := appliedWrites(t, c, chaos.ValueKey(kind))
+		writes := history.appliedWrites(t, c, chaos.ValueKey(kind))
 		var n, puts, refused int
 		for _, r := range recs {
 			if r.Kind != kind {
@@ -417,8 +418,60 @@ func TestFaultMatrix(t *testing.T) {
 	}
 }
 
-// appliedWrites reads etcd's history of coordd's fenced key.
-func appliedWrites(t *testing.T, c *chaos.Cluster, key string) []chaos.Write {
+// fencedHistory records every applied write to coordd's fenced keys as it
+// happens: the members compact their history (every 10 seconds by
+// default), so it cannot be read back at the end.
+type fencedHistory struct {
+	mu     sync.Mutex
+	writes map[string][]chaos.Write // by key, in revision order
+	last   int64                    // the revision seen up to
+	err    error                    // the history has a gap
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// followFencedKeys starts recording from revision 1, before any
+// compaction.
+func followFencedKeys(t *testing.T, c *chaos.Cluster) *fencedHistory {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.EtcdURLs(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &fencedHistory{writes: map[string][]chaos.Write{}, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		defer func() { _ = cli.Close() }()
+		// etcd's client resumes a broken watch from the last revision it
+		// delivered, on any member; a watch that ends anyway is started
+		// again from there.
+		next := int64(1)
+		for ctx.Err() == nil {
+			for resp := range cli.Watch(ctx, "/coordd/kv/", clientv3.WithPrefix(), clientv3.WithRev(next), clientv3.WithProgressNotify()) {
+				h.mu.Lock()
+				if resp.CompactRevision != 0 {
+					h.err = fmt.Errorf("the history of the fenced keys was compacted away from under the recorder at revision %d", resp.CompactRevision)
+				}
+				for _, ev := range resp.Events {
+					if ev.Type == clientv3.EventTypePut {
+						k := strings.TrimPrefix(string(ev.Kv.Key), "/coordd/kv/")
+						h.writes[k] = append(h.writes[k], chaos.Write{Revision: ev.Kv.ModRevision, Value: string(ev.Kv.Value)})
+					}
+					next = ev.Kv.ModRevision + 1
+				}
+				h.last = max(h.last, resp.Header.Revision)
+				h.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-h.done })
+	return h
+}
+
+// appliedWrites returns the writes to key once the recorder has seen
+// everything up to the cluster's current revision.
+func (h *fencedHistory) appliedWrites(t *testing.T, c *chaos.Cluster, key string) []chaos.Write {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.EtcdURLs(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -431,27 +484,25 @@ func appliedWrites(t *testing.T, c *chaos.Cluster, key string) []chaos.Write {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cur.Kvs) == 0 {
-		return nil // never written
+	var lastPut int64
+	if len(cur.Kvs) > 0 {
+		lastPut = cur.Kvs[0].ModRevision
 	}
-	lastPut := cur.Kvs[0].ModRevision
-	var out []chaos.Write
-	wctx, wcancel := context.WithCancel(ctx)
-	defer wcancel()
-	for resp := range cli.Watch(wctx, "/coordd/kv/"+key, clientv3.WithRev(1)) {
-		if err := resp.Err(); err != nil {
-			t.Fatalf("reading the history of %s: %v", key, err)
-		}
-		for _, ev := range resp.Events {
-			if ev.Type == clientv3.EventTypePut {
-				out = append(out, chaos.Write{Revision: ev.Kv.ModRevision, Value: string(ev.Kv.Value)})
-			}
-		}
-		if len(out) > 0 && out[len(out)-1].Revision >= lastPut {
-			break
-		}
+	caughtUp := waitFor(30*time.Second, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		n := len(h.writes[key])
+		return h.err != nil || lastPut == 0 || n > 0 && h.writes[key][n-1].Revision >= lastPut
+	})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err != nil {
+		t.Fatal(h.err)
 	}
-	return out
+	if !caughtUp {
+		t.Fatalf("the recorder of fenced writes saw revision %d, not the last write to %s at %d", h.last, key, lastPut)
+	}
+	return slices.Clone(h.writes[key])
 }
 
 func waitFor(d time.Duration, cond func() bool) bool {

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 	"go.uber.org/zap"
 
+	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
 )
 
@@ -43,6 +44,18 @@ type Config struct {
 	// existing etcd cluster instead of embedding a member.
 	EtcdEndpoints []string
 	EtcdTLS       *tls.Config // for EtcdEndpoints; nil for plain connections
+
+	// QuotaBackendBytes caps the embedded member's database file; past it
+	// etcd raises its NOSPACE alarm and refuses writes that add data
+	// (DefaultQuotaBackendBytes when zero; etcd suggests at most 8 GiB).
+	QuotaBackendBytes int64
+
+	// Compaction of etcd's history (see cluster.Compaction for what it
+	// keeps). The embedded member runs etcd's own compactor on the etcd
+	// leader; zero means cluster.DefaultCompaction. Over EtcdEndpoints,
+	// coordd compacts only when Compaction.Mode is set (the cluster may have
+	// its own --auto-compaction flags or other users).
+	Compaction cluster.Compaction
 
 	// Listeners.
 	GRPCAddr string
@@ -82,6 +95,8 @@ const (
 	DefaultMaxRequestBytes = 1 << 20
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultClusterToken    = "coordd"
+	// DefaultQuotaBackendBytes is etcd's own default database quota, 2 GiB.
+	DefaultQuotaBackendBytes = 2 << 30
 )
 
 // withDefaults returns cfg with zero fields filled in.
@@ -118,8 +133,20 @@ func (cfg Config) withDefaults() Config {
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if cfg.QuotaBackendBytes == 0 {
+		cfg.QuotaBackendBytes = DefaultQuotaBackendBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	switch {
+	case cfg.Compaction.Mode == "" && len(cfg.EtcdEndpoints) > 0:
+		cfg.Compaction.Mode = cluster.CompactionOff
+	case cfg.Compaction.Mode == "":
+		cfg.Compaction.Mode = cluster.DefaultCompaction.Mode
+		def(&cfg.Compaction.Retention, cluster.DefaultCompaction.Retention)
+	case cfg.Compaction.Mode == cluster.DefaultCompaction.Mode:
+		def(&cfg.Compaction.Retention, cluster.DefaultCompaction.Retention)
 	}
 	return cfg
 }
@@ -145,6 +172,12 @@ func (cfg Config) validate() error {
 		if _, _, err := net.SplitHostPort(a.addr); err != nil {
 			add("%s %q is not host:port: %v", a.flag, a.addr, err)
 		}
+	}
+	if cfg.QuotaBackendBytes < 0 || cfg.QuotaBackendBytes > 64<<30 {
+		add("--quota-backend-bytes %d must be between 1 and 68719476736 (64 GiB; etcd suggests at most 8 GiB)", cfg.QuotaBackendBytes)
+	}
+	if err := cfg.Compaction.Validate(); err != nil {
+		add("%v", err)
 	}
 	if len(cfg.EtcdEndpoints) > 0 {
 		return errs.ErrorOrNil()

@@ -78,6 +78,9 @@ type Daemon struct {
 	dirLock *dataDirLock
 	// refusers turn connections away until the listeners are served.
 	refusers []*refuser
+	// alarms are etcd's active alarms, kept by watchAlarms.
+	alarmMu sync.Mutex
+	alarms  []cluster.Alarm
 }
 
 // serverMetrics are registered once per process on the registry etcd uses,
@@ -185,13 +188,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
 	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
 	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(d.stopped, configStore, d.configCache))
-	statusEndpoint, memberID := cfg.EtcdClientURL, uint64(0)
+	statusEndpoint, local := cfg.EtcdClientURL, cluster.Local{}
 	if d.etcd != nil {
-		memberID = uint64(d.etcd.Server.MemberID())
+		local = cluster.Local{MemberID: uint64(d.etcd.Server.MemberID()), Quota: cfg.QuotaBackendBytes, Defragment: d.etcd.Server.Defragment}
 	} else {
 		statusEndpoint = d.cli.Endpoints()[0]
 	}
-	coorddv1.RegisterClusterServiceServer(d.grpcSrv, api.NewClusterServer(cluster.NewManager(d.cli, statusEndpoint, memberID), cfg.Version))
+	coorddv1.RegisterClusterServiceServer(d.grpcSrv, api.NewClusterServer(cluster.NewManager(d.cli, statusEndpoint, local), cfg.Version))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	metrics.InitializeMetrics(d.grpcSrv)
@@ -223,11 +226,25 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.stopRefusing()
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	d.stopBackground = stopBackground
-	d.wg.Add(5)
+	d.wg.Add(6)
 	go func() {
 		defer d.wg.Done()
 		d.leader.run(d.stopped.Done())
 	}()
+	go func() {
+		defer d.wg.Done()
+		d.watchAlarms(bgCtx)
+	}()
+	if !embedded && !cfg.Compaction.Off() {
+		// An embedded member compacts itself (on the etcd leader).
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			if err := cluster.RunCompactor(bgCtx, d.cli, cfg.Compaction, d.lg.Named("compactor")); err != nil {
+				d.lg.Error("etcd compaction is off", zap.Error(err)) // validated at start: cannot happen
+			}
+		}()
+	}
 	go func() {
 		defer d.wg.Done()
 		d.configCache.Run(bgCtx)
@@ -347,7 +364,7 @@ func (d *Daemon) Ready(ctx context.Context) error {
 	if _, err := d.cli.Get(ctx, d.cfg.KeyRoot, clientv3.WithCountOnly()); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
-	return nil
+	return d.alarmError()
 }
 
 // Wait blocks until ctx is done or a listener or etcd fails, and returns the

@@ -30,6 +30,8 @@ func startEmbedded(ctx context.Context, cfg Config, quiet *atomic.Bool) (*embed.
 	ecfg.UnsafeNoFsync = cfg.UnsafeNoFsync
 	ecfg.EnableGRPCGateway = false // coordd serves its own REST API
 	ecfg.PreVote = true
+	ecfg.AutoCompactionMode, ecfg.AutoCompactionRetention = cfg.Compaction.Etcd()
+	ecfg.QuotaBackendBytes = cfg.QuotaBackendBytes
 
 	var err error
 	if ecfg.ListenPeerUrls, err = parseURLs(cfg.ListenPeerURLs); err != nil {

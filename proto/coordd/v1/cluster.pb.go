@@ -21,6 +21,410 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// AlarmType is the kind of an etcd alarm.
+type AlarmType int32
+
+const (
+	// ALARM_TYPE_UNSPECIFIED is never sent.
+	AlarmType_ALARM_TYPE_UNSPECIFIED AlarmType = 0
+	// ALARM_TYPE_NOSPACE: the database reached its quota
+	// (--quota-backend-bytes). Writes that add data fail; reads, deletes,
+	// releases, resignations and session closes still work.
+	AlarmType_ALARM_TYPE_NOSPACE AlarmType = 1
+	// ALARM_TYPE_CORRUPT: a member's data differs from the others'.
+	AlarmType_ALARM_TYPE_CORRUPT AlarmType = 2
+)
+
+// Enum value maps for AlarmType.
+var (
+	AlarmType_name = map[int32]string{
+		0: "ALARM_TYPE_UNSPECIFIED",
+		1: "ALARM_TYPE_NOSPACE",
+		2: "ALARM_TYPE_CORRUPT",
+	}
+	AlarmType_value = map[string]int32{
+		"ALARM_TYPE_UNSPECIFIED": 0,
+		"ALARM_TYPE_NOSPACE":     1,
+		"ALARM_TYPE_CORRUPT":     2,
+	}
+)
+
+func (x AlarmType) Enum() *AlarmType {
+	p := new(AlarmType)
+	*p = x
+	return p
+}
+
+func (x AlarmType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AlarmType) Descriptor() protoreflect.EnumDescriptor {
+	return file_coordd_v1_cluster_proto_enumTypes[0].Descriptor()
+}
+
+func (AlarmType) Type() protoreflect.EnumType {
+	return &file_coordd_v1_cluster_proto_enumTypes[0]
+}
+
+func (x AlarmType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AlarmType.Descriptor instead.
+func (AlarmType) EnumDescriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+// Alarm is one active etcd alarm.
+type Alarm struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// member_id is the member that raised it, in hex.
+	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// member_name is that member's name.
+	MemberName string `protobuf:"bytes,2,opt,name=member_name,json=memberName,proto3" json:"member_name,omitempty"`
+	// type of the alarm.
+	Type          AlarmType `protobuf:"varint,3,opt,name=type,proto3,enum=coordd.v1.AlarmType" json:"type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Alarm) Reset() {
+	*x = Alarm{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Alarm) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Alarm) ProtoMessage() {}
+
+func (x *Alarm) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Alarm.ProtoReflect.Descriptor instead.
+func (*Alarm) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Alarm) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *Alarm) GetMemberName() string {
+	if x != nil {
+		return x.MemberName
+	}
+	return ""
+}
+
+func (x *Alarm) GetType() AlarmType {
+	if x != nil {
+		return x.Type
+	}
+	return AlarmType_ALARM_TYPE_UNSPECIFIED
+}
+
+// ListAlarmsRequest is empty.
+type ListAlarmsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAlarmsRequest) Reset() {
+	*x = ListAlarmsRequest{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAlarmsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAlarmsRequest) ProtoMessage() {}
+
+func (x *ListAlarmsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAlarmsRequest.ProtoReflect.Descriptor instead.
+func (*ListAlarmsRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+// ListAlarmsResponse lists the active alarms.
+type ListAlarmsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// alarms active now; empty when all is well.
+	Alarms        []*Alarm `protobuf:"bytes,1,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAlarmsResponse) Reset() {
+	*x = ListAlarmsResponse{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAlarmsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAlarmsResponse) ProtoMessage() {}
+
+func (x *ListAlarmsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAlarmsResponse.ProtoReflect.Descriptor instead.
+func (*ListAlarmsResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListAlarmsResponse) GetAlarms() []*Alarm {
+	if x != nil {
+		return x.Alarms
+	}
+	return nil
+}
+
+// DisarmAlarmsRequest is empty: every active alarm is cleared.
+type DisarmAlarmsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisarmAlarmsRequest) Reset() {
+	*x = DisarmAlarmsRequest{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisarmAlarmsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisarmAlarmsRequest) ProtoMessage() {}
+
+func (x *DisarmAlarmsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisarmAlarmsRequest.ProtoReflect.Descriptor instead.
+func (*DisarmAlarmsRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+// DisarmAlarmsResponse lists what was cleared.
+type DisarmAlarmsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// disarmed are the alarms that were active and are cleared.
+	Disarmed      []*Alarm `protobuf:"bytes,1,rep,name=disarmed,proto3" json:"disarmed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisarmAlarmsResponse) Reset() {
+	*x = DisarmAlarmsResponse{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisarmAlarmsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisarmAlarmsResponse) ProtoMessage() {}
+
+func (x *DisarmAlarmsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisarmAlarmsResponse.ProtoReflect.Descriptor instead.
+func (*DisarmAlarmsResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DisarmAlarmsResponse) GetDisarmed() []*Alarm {
+	if x != nil {
+		return x.Disarmed
+	}
+	return nil
+}
+
+// DefragmentRequest is empty: the answering member is defragmented.
+type DefragmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DefragmentRequest) Reset() {
+	*x = DefragmentRequest{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DefragmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DefragmentRequest) ProtoMessage() {}
+
+func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DefragmentRequest.ProtoReflect.Descriptor instead.
+func (*DefragmentRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+// DefragmentResponse reports one defragmentation.
+type DefragmentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// member_id is the defragmented member, in hex.
+	MemberId string `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// member_name is its name.
+	MemberName string `protobuf:"bytes,2,opt,name=member_name,json=memberName,proto3" json:"member_name,omitempty"`
+	// db_size_before_bytes is its database file's size before.
+	DbSizeBeforeBytes int64 `protobuf:"varint,3,opt,name=db_size_before_bytes,json=dbSizeBeforeBytes,proto3" json:"db_size_before_bytes,omitempty"`
+	// db_size_after_bytes is its size after.
+	DbSizeAfterBytes int64 `protobuf:"varint,4,opt,name=db_size_after_bytes,json=dbSizeAfterBytes,proto3" json:"db_size_after_bytes,omitempty"`
+	// took_ms is how long the member was busy defragmenting, in milliseconds.
+	TookMs        int64 `protobuf:"varint,5,opt,name=took_ms,json=tookMs,proto3" json:"took_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DefragmentResponse) Reset() {
+	*x = DefragmentResponse{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DefragmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DefragmentResponse) ProtoMessage() {}
+
+func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DefragmentResponse.ProtoReflect.Descriptor instead.
+func (*DefragmentResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *DefragmentResponse) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *DefragmentResponse) GetMemberName() string {
+	if x != nil {
+		return x.MemberName
+	}
+	return ""
+}
+
+func (x *DefragmentResponse) GetDbSizeBeforeBytes() int64 {
+	if x != nil {
+		return x.DbSizeBeforeBytes
+	}
+	return 0
+}
+
+func (x *DefragmentResponse) GetDbSizeAfterBytes() int64 {
+	if x != nil {
+		return x.DbSizeAfterBytes
+	}
+	return 0
+}
+
+func (x *DefragmentResponse) GetTookMs() int64 {
+	if x != nil {
+		return x.TookMs
+	}
+	return 0
+}
+
 // GetClusterStatusRequest is empty.
 type GetClusterStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -30,7 +434,7 @@ type GetClusterStatusRequest struct {
 
 func (x *GetClusterStatusRequest) Reset() {
 	*x = GetClusterStatusRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[0]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -42,7 +446,7 @@ func (x *GetClusterStatusRequest) String() string {
 func (*GetClusterStatusRequest) ProtoMessage() {}
 
 func (x *GetClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[0]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -55,7 +459,7 @@ func (x *GetClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 // ClusterMember is one etcd member.
@@ -79,7 +483,7 @@ type ClusterMember struct {
 
 func (x *ClusterMember) Reset() {
 	*x = ClusterMember{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[1]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -91,7 +495,7 @@ func (x *ClusterMember) String() string {
 func (*ClusterMember) ProtoMessage() {}
 
 func (x *ClusterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[1]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -104,7 +508,7 @@ func (x *ClusterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
 func (*ClusterMember) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ClusterMember) GetId() string {
@@ -172,14 +576,19 @@ type GetClusterStatusResponse struct {
 	CoorddVersion string `protobuf:"bytes,9,opt,name=coordd_version,json=coorddVersion,proto3" json:"coordd_version,omitempty"`
 	// member_id is the answering member's id, in hex (empty with an
 	// external etcd).
-	MemberId      string `protobuf:"bytes,10,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MemberId string `protobuf:"bytes,10,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// alarms are etcd's active alarms, cluster-wide (empty when all is well).
+	Alarms []*Alarm `protobuf:"bytes,11,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	// quota_backend_bytes is the answering member's database quota (0 with an
+	// external etcd: its own flag, which coordd cannot read).
+	QuotaBackendBytes int64 `protobuf:"varint,12,opt,name=quota_backend_bytes,json=quotaBackendBytes,proto3" json:"quota_backend_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetClusterStatusResponse) Reset() {
 	*x = GetClusterStatusResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[2]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +600,7 @@ func (x *GetClusterStatusResponse) String() string {
 func (*GetClusterStatusResponse) ProtoMessage() {}
 
 func (x *GetClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[2]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +613,7 @@ func (x *GetClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetClusterStatusResponse) GetClusterId() string {
@@ -277,6 +686,20 @@ func (x *GetClusterStatusResponse) GetMemberId() string {
 	return ""
 }
 
+func (x *GetClusterStatusResponse) GetAlarms() []*Alarm {
+	if x != nil {
+		return x.Alarms
+	}
+	return nil
+}
+
+func (x *GetClusterStatusResponse) GetQuotaBackendBytes() int64 {
+	if x != nil {
+		return x.QuotaBackendBytes
+	}
+	return 0
+}
+
 // SaveSnapshotRequest is empty.
 type SaveSnapshotRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -286,7 +709,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[3]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +721,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[3]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +734,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 // SaveSnapshotResponse is a piece of the backup, in order.
@@ -325,7 +748,7 @@ type SaveSnapshotResponse struct {
 
 func (x *SaveSnapshotResponse) Reset() {
 	*x = SaveSnapshotResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[4]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +760,7 @@ func (x *SaveSnapshotResponse) String() string {
 func (*SaveSnapshotResponse) ProtoMessage() {}
 
 func (x *SaveSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[4]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +773,7 @@ func (x *SaveSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SaveSnapshotResponse) GetData() []byte {
@@ -364,7 +787,26 @@ var File_coordd_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17coordd/v1/cluster.proto\x12\tcoordd.v1\"\x19\n" +
+	"\x17coordd/v1/cluster.proto\x12\tcoordd.v1\"o\n" +
+	"\x05Alarm\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1f\n" +
+	"\vmember_name\x18\x02 \x01(\tR\n" +
+	"memberName\x12(\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x14.coordd.v1.AlarmTypeR\x04type\"\x13\n" +
+	"\x11ListAlarmsRequest\">\n" +
+	"\x12ListAlarmsResponse\x12(\n" +
+	"\x06alarms\x18\x01 \x03(\v2\x10.coordd.v1.AlarmR\x06alarms\"\x15\n" +
+	"\x13DisarmAlarmsRequest\"D\n" +
+	"\x14DisarmAlarmsResponse\x12,\n" +
+	"\bdisarmed\x18\x01 \x03(\v2\x10.coordd.v1.AlarmR\bdisarmed\"\x13\n" +
+	"\x11DefragmentRequest\"\xcb\x01\n" +
+	"\x12DefragmentResponse\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1f\n" +
+	"\vmember_name\x18\x02 \x01(\tR\n" +
+	"memberName\x12/\n" +
+	"\x14db_size_before_bytes\x18\x03 \x01(\x03R\x11dbSizeBeforeBytes\x12-\n" +
+	"\x13db_size_after_bytes\x18\x04 \x01(\x03R\x10dbSizeAfterBytes\x12\x17\n" +
+	"\atook_ms\x18\x05 \x01(\x03R\x06tookMs\"\x19\n" +
 	"\x17GetClusterStatusRequest\"\xad\x01\n" +
 	"\rClusterMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -374,7 +816,7 @@ const file_coordd_v1_cluster_proto_rawDesc = "" +
 	"clientUrls\x12\x1b\n" +
 	"\tis_leader\x18\x05 \x01(\bR\bisLeader\x12\x1d\n" +
 	"\n" +
-	"is_learner\x18\x06 \x01(\bR\tisLearner\"\xfe\x02\n" +
+	"is_learner\x18\x06 \x01(\bR\tisLearner\"\xd8\x03\n" +
 	"\x18GetClusterStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x122\n" +
@@ -387,13 +829,24 @@ const file_coordd_v1_cluster_proto_rawDesc = "" +
 	"\fetcd_version\x18\b \x01(\tR\vetcdVersion\x12%\n" +
 	"\x0ecoordd_version\x18\t \x01(\tR\rcoorddVersion\x12\x1b\n" +
 	"\tmember_id\x18\n" +
-	" \x01(\tR\bmemberId\"\x15\n" +
+	" \x01(\tR\bmemberId\x12(\n" +
+	"\x06alarms\x18\v \x03(\v2\x10.coordd.v1.AlarmR\x06alarms\x12.\n" +
+	"\x13quota_backend_bytes\x18\f \x01(\x03R\x11quotaBackendBytes\"\x15\n" +
 	"\x13SaveSnapshotRequest\"*\n" +
 	"\x14SaveSnapshotResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data2\xc0\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data*W\n" +
+	"\tAlarmType\x12\x1a\n" +
+	"\x16ALARM_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12ALARM_TYPE_NOSPACE\x10\x01\x12\x16\n" +
+	"\x12ALARM_TYPE_CORRUPT\x10\x022\xa7\x03\n" +
 	"\x0eClusterService\x12[\n" +
 	"\x10GetClusterStatus\x12\".coordd.v1.GetClusterStatusRequest\x1a#.coordd.v1.GetClusterStatusResponse\x12Q\n" +
-	"\fSaveSnapshot\x12\x1e.coordd.v1.SaveSnapshotRequest\x1a\x1f.coordd.v1.SaveSnapshotResponse0\x01B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\fSaveSnapshot\x12\x1e.coordd.v1.SaveSnapshotRequest\x1a\x1f.coordd.v1.SaveSnapshotResponse0\x01\x12I\n" +
+	"\n" +
+	"ListAlarms\x12\x1c.coordd.v1.ListAlarmsRequest\x1a\x1d.coordd.v1.ListAlarmsResponse\x12O\n" +
+	"\fDisarmAlarms\x12\x1e.coordd.v1.DisarmAlarmsRequest\x1a\x1f.coordd.v1.DisarmAlarmsResponse\x12I\n" +
+	"\n" +
+	"Defragment\x12\x1c.coordd.v1.DefragmentRequest\x1a\x1d.coordd.v1.DefragmentResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_cluster_proto_rawDescOnce sync.Once
@@ -407,25 +860,44 @@ func file_coordd_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_coordd_v1_cluster_proto_rawDescData
 }
 
-var file_coordd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_coordd_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_coordd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_coordd_v1_cluster_proto_goTypes = []any{
-	(*GetClusterStatusRequest)(nil),  // 0: coordd.v1.GetClusterStatusRequest
-	(*ClusterMember)(nil),            // 1: coordd.v1.ClusterMember
-	(*GetClusterStatusResponse)(nil), // 2: coordd.v1.GetClusterStatusResponse
-	(*SaveSnapshotRequest)(nil),      // 3: coordd.v1.SaveSnapshotRequest
-	(*SaveSnapshotResponse)(nil),     // 4: coordd.v1.SaveSnapshotResponse
+	(AlarmType)(0),                   // 0: coordd.v1.AlarmType
+	(*Alarm)(nil),                    // 1: coordd.v1.Alarm
+	(*ListAlarmsRequest)(nil),        // 2: coordd.v1.ListAlarmsRequest
+	(*ListAlarmsResponse)(nil),       // 3: coordd.v1.ListAlarmsResponse
+	(*DisarmAlarmsRequest)(nil),      // 4: coordd.v1.DisarmAlarmsRequest
+	(*DisarmAlarmsResponse)(nil),     // 5: coordd.v1.DisarmAlarmsResponse
+	(*DefragmentRequest)(nil),        // 6: coordd.v1.DefragmentRequest
+	(*DefragmentResponse)(nil),       // 7: coordd.v1.DefragmentResponse
+	(*GetClusterStatusRequest)(nil),  // 8: coordd.v1.GetClusterStatusRequest
+	(*ClusterMember)(nil),            // 9: coordd.v1.ClusterMember
+	(*GetClusterStatusResponse)(nil), // 10: coordd.v1.GetClusterStatusResponse
+	(*SaveSnapshotRequest)(nil),      // 11: coordd.v1.SaveSnapshotRequest
+	(*SaveSnapshotResponse)(nil),     // 12: coordd.v1.SaveSnapshotResponse
 }
 var file_coordd_v1_cluster_proto_depIdxs = []int32{
-	1, // 0: coordd.v1.GetClusterStatusResponse.members:type_name -> coordd.v1.ClusterMember
-	0, // 1: coordd.v1.ClusterService.GetClusterStatus:input_type -> coordd.v1.GetClusterStatusRequest
-	3, // 2: coordd.v1.ClusterService.SaveSnapshot:input_type -> coordd.v1.SaveSnapshotRequest
-	2, // 3: coordd.v1.ClusterService.GetClusterStatus:output_type -> coordd.v1.GetClusterStatusResponse
-	4, // 4: coordd.v1.ClusterService.SaveSnapshot:output_type -> coordd.v1.SaveSnapshotResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0,  // 0: coordd.v1.Alarm.type:type_name -> coordd.v1.AlarmType
+	1,  // 1: coordd.v1.ListAlarmsResponse.alarms:type_name -> coordd.v1.Alarm
+	1,  // 2: coordd.v1.DisarmAlarmsResponse.disarmed:type_name -> coordd.v1.Alarm
+	9,  // 3: coordd.v1.GetClusterStatusResponse.members:type_name -> coordd.v1.ClusterMember
+	1,  // 4: coordd.v1.GetClusterStatusResponse.alarms:type_name -> coordd.v1.Alarm
+	8,  // 5: coordd.v1.ClusterService.GetClusterStatus:input_type -> coordd.v1.GetClusterStatusRequest
+	11, // 6: coordd.v1.ClusterService.SaveSnapshot:input_type -> coordd.v1.SaveSnapshotRequest
+	2,  // 7: coordd.v1.ClusterService.ListAlarms:input_type -> coordd.v1.ListAlarmsRequest
+	4,  // 8: coordd.v1.ClusterService.DisarmAlarms:input_type -> coordd.v1.DisarmAlarmsRequest
+	6,  // 9: coordd.v1.ClusterService.Defragment:input_type -> coordd.v1.DefragmentRequest
+	10, // 10: coordd.v1.ClusterService.GetClusterStatus:output_type -> coordd.v1.GetClusterStatusResponse
+	12, // 11: coordd.v1.ClusterService.SaveSnapshot:output_type -> coordd.v1.SaveSnapshotResponse
+	3,  // 12: coordd.v1.ClusterService.ListAlarms:output_type -> coordd.v1.ListAlarmsResponse
+	5,  // 13: coordd.v1.ClusterService.DisarmAlarms:output_type -> coordd.v1.DisarmAlarmsResponse
+	7,  // 14: coordd.v1.ClusterService.Defragment:output_type -> coordd.v1.DefragmentResponse
+	10, // [10:15] is the sub-list for method output_type
+	5,  // [5:10] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_cluster_proto_init() }
@@ -438,13 +910,14 @@ func file_coordd_v1_cluster_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_cluster_proto_rawDesc), len(file_coordd_v1_cluster_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   5,
+			NumEnums:      1,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_coordd_v1_cluster_proto_goTypes,
 		DependencyIndexes: file_coordd_v1_cluster_proto_depIdxs,
+		EnumInfos:         file_coordd_v1_cluster_proto_enumTypes,
 		MessageInfos:      file_coordd_v1_cluster_proto_msgTypes,
 	}.Build()
 	File_coordd_v1_cluster_proto = out.File

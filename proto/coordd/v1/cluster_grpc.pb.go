@@ -21,6 +21,9 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	ClusterService_GetClusterStatus_FullMethodName = "/coordd.v1.ClusterService/GetClusterStatus"
 	ClusterService_SaveSnapshot_FullMethodName     = "/coordd.v1.ClusterService/SaveSnapshot"
+	ClusterService_ListAlarms_FullMethodName       = "/coordd.v1.ClusterService/ListAlarms"
+	ClusterService_DisarmAlarms_FullMethodName     = "/coordd.v1.ClusterService/DisarmAlarms"
+	ClusterService_Defragment_FullMethodName       = "/coordd.v1.ClusterService/Defragment"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -35,6 +38,17 @@ type ClusterServiceClient interface {
 	// restorable with etcdutl snapshot restore; use --bump-revision and
 	// --mark-compacted so fencing tokens never go backwards).
 	SaveSnapshot(ctx context.Context, in *SaveSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SaveSnapshotResponse], error)
+	// ListAlarms lists etcd's active alarms, cluster-wide.
+	ListAlarms(ctx context.Context, in *ListAlarmsRequest, opts ...grpc.CallOption) (*ListAlarmsResponse, error)
+	// DisarmAlarms clears every active alarm. Clear NOSPACE only after making
+	// room (compaction, then Defragment on every member): etcd raises it again
+	// at the next write that does not fit otherwise.
+	DisarmAlarms(ctx context.Context, in *DisarmAlarmsRequest, opts ...grpc.CallOption) (*DisarmAlarmsResponse, error)
+	// Defragment rewrites the answering member's database file, giving the
+	// space that compaction freed back to the file system. The member serves
+	// no reads or writes while it runs (seconds for a large database):
+	// defragment one member at a time.
+	Defragment(ctx context.Context, in *DefragmentRequest, opts ...grpc.CallOption) (*DefragmentResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -74,6 +88,36 @@ func (c *clusterServiceClient) SaveSnapshot(ctx context.Context, in *SaveSnapsho
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ClusterService_SaveSnapshotClient = grpc.ServerStreamingClient[SaveSnapshotResponse]
 
+func (c *clusterServiceClient) ListAlarms(ctx context.Context, in *ListAlarmsRequest, opts ...grpc.CallOption) (*ListAlarmsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAlarmsResponse)
+	err := c.cc.Invoke(ctx, ClusterService_ListAlarms_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) DisarmAlarms(ctx context.Context, in *DisarmAlarmsRequest, opts ...grpc.CallOption) (*DisarmAlarmsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DisarmAlarmsResponse)
+	err := c.cc.Invoke(ctx, ClusterService_DisarmAlarms_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) Defragment(ctx context.Context, in *DefragmentRequest, opts ...grpc.CallOption) (*DefragmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DefragmentResponse)
+	err := c.cc.Invoke(ctx, ClusterService_Defragment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -86,6 +130,17 @@ type ClusterServiceServer interface {
 	// restorable with etcdutl snapshot restore; use --bump-revision and
 	// --mark-compacted so fencing tokens never go backwards).
 	SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SaveSnapshotResponse]) error
+	// ListAlarms lists etcd's active alarms, cluster-wide.
+	ListAlarms(context.Context, *ListAlarmsRequest) (*ListAlarmsResponse, error)
+	// DisarmAlarms clears every active alarm. Clear NOSPACE only after making
+	// room (compaction, then Defragment on every member): etcd raises it again
+	// at the next write that does not fit otherwise.
+	DisarmAlarms(context.Context, *DisarmAlarmsRequest) (*DisarmAlarmsResponse, error)
+	// Defragment rewrites the answering member's database file, giving the
+	// space that compaction freed back to the file system. The member serves
+	// no reads or writes while it runs (seconds for a large database):
+	// defragment one member at a time.
+	Defragment(context.Context, *DefragmentRequest) (*DefragmentResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -101,6 +156,15 @@ func (UnimplementedClusterServiceServer) GetClusterStatus(context.Context, *GetC
 }
 func (UnimplementedClusterServiceServer) SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SaveSnapshotResponse]) error {
 	return status.Error(codes.Unimplemented, "method SaveSnapshot not implemented")
+}
+func (UnimplementedClusterServiceServer) ListAlarms(context.Context, *ListAlarmsRequest) (*ListAlarmsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAlarms not implemented")
+}
+func (UnimplementedClusterServiceServer) DisarmAlarms(context.Context, *DisarmAlarmsRequest) (*DisarmAlarmsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DisarmAlarms not implemented")
+}
+func (UnimplementedClusterServiceServer) Defragment(context.Context, *DefragmentRequest) (*DefragmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Defragment not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -152,6 +216,60 @@ func _ClusterService_SaveSnapshot_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ClusterService_SaveSnapshotServer = grpc.ServerStreamingServer[SaveSnapshotResponse]
 
+func _ClusterService_ListAlarms_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAlarmsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).ListAlarms(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_ListAlarms_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).ListAlarms(ctx, req.(*ListAlarmsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_DisarmAlarms_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DisarmAlarmsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).DisarmAlarms(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_DisarmAlarms_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).DisarmAlarms(ctx, req.(*DisarmAlarmsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_Defragment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DefragmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).Defragment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_Defragment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).Defragment(ctx, req.(*DefragmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -162,6 +280,18 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetClusterStatus",
 			Handler:    _ClusterService_GetClusterStatus_Handler,
+		},
+		{
+			MethodName: "ListAlarms",
+			Handler:    _ClusterService_ListAlarms_Handler,
+		},
+		{
+			MethodName: "DisarmAlarms",
+			Handler:    _ClusterService_DisarmAlarms_Handler,
+		},
+		{
+			MethodName: "Defragment",
+			Handler:    _ClusterService_Defragment_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

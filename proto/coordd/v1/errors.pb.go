@@ -68,6 +68,8 @@ const (
 	ErrorReason_ERROR_REASON_RELEASE_NOT_FOUND ErrorReason = 18
 	// A wait (Acquire, Campaign, a config read that waits) or the call ran out of time: the request's wait or the caller's deadline passed first (DeadlineExceeded, 504).
 	ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED ErrorReason = 19
+	// etcd's database reached its quota and etcd raised the NOSPACE alarm: writes that add data fail until an operator makes room (compaction, defragmentation of every member, then disarming the alarm); reads, releases, resignations and session closes still work (ResourceExhausted, HTTP 507).
+	ErrorReason_ERROR_REASON_NO_SPACE ErrorReason = 20
 )
 
 // Enum value maps for ErrorReason.
@@ -93,6 +95,7 @@ var (
 		17: "ERROR_REASON_VALIDATION_FAILED",
 		18: "ERROR_REASON_RELEASE_NOT_FOUND",
 		19: "ERROR_REASON_DEADLINE_EXCEEDED",
+		20: "ERROR_REASON_NO_SPACE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -115,6 +118,7 @@ var (
 		"ERROR_REASON_VALIDATION_FAILED": 17,
 		"ERROR_REASON_RELEASE_NOT_FOUND": 18,
 		"ERROR_REASON_DEADLINE_EXCEEDED": 19,
+		"ERROR_REASON_NO_SPACE":          20,
 	}
 )
 
@@ -149,7 +153,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\x8f\x05\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xaa\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -171,7 +175,8 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\x1bERROR_REASON_ALREADY_LEADER\x10\x10\x12\"\n" +
 	"\x1eERROR_REASON_VALIDATION_FAILED\x10\x11\x12\"\n" +
 	"\x1eERROR_REASON_RELEASE_NOT_FOUND\x10\x12\x12\"\n" +
-	"\x1eERROR_REASON_DEADLINE_EXCEEDED\x10\x13B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x1eERROR_REASON_DEADLINE_EXCEEDED\x10\x13\x12\x19\n" +
+	"\x15ERROR_REASON_NO_SPACE\x10\x14B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once

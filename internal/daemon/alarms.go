@@ -1,0 +1,115 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/coordd/coordd/cluster"
+)
+
+// alarmEvery is how often the daemon reads etcd's alarms.
+const alarmEvery = time.Second
+
+// alarmGauge is coordd_etcd_alarm{type}: 1 while etcd has that alarm
+// raised, registered once per process on the registry etcd uses.
+var (
+	alarmGaugeOnce sync.Once
+	alarmGauge     *prometheus.GaugeVec
+)
+
+func alarmMetric() *prometheus.GaugeVec {
+	alarmGaugeOnce.Do(func() {
+		alarmGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "coordd_etcd_alarm",
+			Help: "1 while etcd has an alarm of this type raised (NOSPACE: the database reached its quota; CORRUPT: a member's data differs), else 0.",
+		}, []string{"type"})
+		prometheus.MustRegister(alarmGauge)
+		for _, t := range []cluster.AlarmType{cluster.AlarmNoSpace, cluster.AlarmCorrupt} {
+			alarmGauge.WithLabelValues(string(t)).Set(0)
+		}
+	})
+	return alarmGauge
+}
+
+// watchAlarms keeps d.alarms current until ctx ends: the embedded member's
+// own copy (no raft round), or etcd's list over an external cluster. It
+// logs each alarm raised and cleared, and sets the metric.
+func (d *Daemon) watchAlarms(ctx context.Context) {
+	gauge := alarmMetric()
+	t := time.NewTicker(alarmEvery)
+	defer t.Stop()
+	var last []cluster.Alarm
+	for {
+		var now []cluster.Alarm
+		if d.etcd != nil {
+			now = cluster.AlarmsFrom(d.etcd.Server.Alarms())
+		} else {
+			actx, cancel := context.WithTimeout(ctx, alarmEvery)
+			resp, err := d.cli.AlarmList(actx)
+			cancel()
+			if err != nil {
+				now = last // keep what was known
+			} else {
+				now = cluster.AlarmsFrom(resp.Alarms)
+			}
+		}
+		for _, a := range now {
+			if !slices.Contains(last, a) {
+				d.lg.Error("etcd raised an alarm", zap.String("alarm", string(a.Type)), zap.String("member", fmt.Sprintf("%x", a.MemberID)), zap.String("what to do", alarmAdvice(a.Type)))
+			}
+		}
+		for _, a := range last {
+			if !slices.Contains(now, a) {
+				d.lg.Info("etcd alarm cleared", zap.String("alarm", string(a.Type)), zap.String("member", fmt.Sprintf("%x", a.MemberID)))
+			}
+		}
+		for _, typ := range []cluster.AlarmType{cluster.AlarmNoSpace, cluster.AlarmCorrupt} {
+			v := 0.0
+			if slices.ContainsFunc(now, func(a cluster.Alarm) bool { return a.Type == typ }) {
+				v = 1
+			}
+			gauge.WithLabelValues(string(typ)).Set(v)
+		}
+		d.alarmMu.Lock()
+		d.alarms = now
+		d.alarmMu.Unlock()
+		last = now
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// alarmError says why the daemon is not ready while alarms are raised, or
+// nil.
+func (d *Daemon) alarmError() error {
+	d.alarmMu.Lock()
+	defer d.alarmMu.Unlock()
+	if len(d.alarms) == 0 {
+		return nil
+	}
+	var parts []string
+	for _, a := range d.alarms {
+		parts = append(parts, fmt.Sprintf("%s raised by member %x (%s)", a.Type, a.MemberID, alarmAdvice(a.Type)))
+	}
+	return fmt.Errorf("etcd alarm: %s", strings.Join(parts, "; "))
+}
+
+func alarmAdvice(t cluster.AlarmType) string {
+	switch t {
+	case cluster.AlarmNoSpace:
+		return "the database reached --quota-backend-bytes; writes fail, reads and releases work: compact, run coordctl cluster defrag, then coordctl cluster alarms --disarm"
+	case cluster.AlarmCorrupt:
+		return "a member's data differs from the others'; writes fail: replace that member from a healthy one"
+	}
+	return "see etcd's documentation"
+}
