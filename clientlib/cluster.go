@@ -109,8 +109,8 @@ func (a *Admin) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 }
 
 // SaveSnapshot writes a backup of etcd's database to w and returns its
-// size. Restore it with etcdutl snapshot restore --bump-revision …
-// --mark-compacted, so fencing tokens never go backwards.
+// size. Restore it with coordd restore, which moves the revision past every
+// token handed out since, so fencing tokens never go backwards.
 func (a *Admin) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
 	st, err := a.c.cluster.SaveSnapshot(ctx, &coorddv1.SaveSnapshotRequest{})
 	if err != nil {

@@ -159,6 +159,19 @@ func (c *Cache) load(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
+	// After a restore, no history from before it is usable (see
+	// Store.MarkRestored).
+	mark, err := c.cli.Get(ctx, c.store.restoredKey(), clientv3.WithRev(rev))
+	if err != nil {
+		return false
+	}
+	if len(mark.Kvs) > 0 {
+		floor := mark.Kvs[0].CreateRevision
+		oldest = max(oldest, floor)
+		for len(history) > 0 && history[0].Revision <= floor {
+			history = history[1:]
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if rev < c.rev {
@@ -351,6 +364,12 @@ func (c *Cache) apply(rev int64, evs []*clientv3.Event) {
 	var changes []Event
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
+		if k == c.store.restoredKey() && ev.Type == mvccpb.PUT && ev.Kv.Version == 1 {
+			// A restore marked while this cache ran: nothing before it
+			// can be resumed (see Store.MarkRestored).
+			c.oldest, c.history = max(c.oldest, rev), nil
+			continue
+		}
 		if rest, ok := strings.CutPrefix(k, relBase); ok {
 			if ev.Type != mvccpb.PUT || ev.Kv.Version != 1 {
 				continue // history pruning, or a rewrite (never done)

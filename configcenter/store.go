@@ -48,12 +48,28 @@ func NewStore(cli *clientv3.Client, root string, limits Limits) *Store {
 	return &Store{cli: cli, root: root + "config/", limits: limits.withDefaults(), now: time.Now}
 }
 
+// MarkRestored records that etcd was restored from a snapshot: the
+// revisions between the snapshot's and now never existed in this cluster
+// (the restore moved the revision past them), so a watch that resumes from
+// before now is given a snapshot, never the release history, which the
+// restore took back to the snapshot's. Every member of a restored cluster
+// may call it; the first mark stands.
+func (s *Store) MarkRestored(ctx context.Context) error {
+	_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(s.restoredKey()), "=", 0)).
+		Then(clientv3.OpPut(s.restoredKey(), "")).Commit()
+	if err != nil {
+		return fmt.Errorf("config: mark the restore: %w", err)
+	}
+	return nil
+}
+
 // Root is the etcd prefix of everything the store writes.
 func (s *Store) Root() string { return s.root }
 
 // Limits returns the store's limits, defaults filled in.
 func (s *Store) Limits() Limits { return s.limits }
 
+func (s *Store) restoredKey() string          { return s.root + "restored" }
 func (s *Store) nsPrefix(ns string) string    { return s.root + "ns/" + names.Escape(ns) + "/" }
 func (s *Store) keyPrefix(ns string) string   { return s.nsPrefix(ns) + "k/" }
 func (s *Store) keyKey(ns, key string) string { return s.keyPrefix(ns) + names.Escape(key) }

@@ -175,9 +175,10 @@ func (a *app) snapshotCommand() *cobra.Command {
 	save := &cobra.Command{
 		Use:   "save FILE",
 		Short: "Save a backup of etcd's database to FILE (written whole, or not at all)",
-		Long: `Save a backup of etcd's database to FILE. Restore it with
-etcdutl snapshot restore FILE --bump-revision 1000000000 --mark-compacted:
-bumping the revision keeps fencing tokens from ever going backwards.`,
+		Long: `Save a backup of etcd's database to FILE. Restore it into a new cluster
+with coordd restore --snapshot FILE --data-dir DIR (on every member): it
+moves the revision past every token handed out since, so fencing tokens
+never go backwards, and ends the snapshot's sessions.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			timeout := a.timeout

@@ -121,6 +121,10 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.CompletionOptions.DisableDefaultCmd = true
+	restore := restoreCommand()
+	restore.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.AddCommand(restore)
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory of the embedded etcd's data (kept across restarts)")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", daemon.DefaultGRPCAddr, "gRPC listen address")

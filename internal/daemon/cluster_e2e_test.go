@@ -85,6 +85,12 @@ func margin(ttl time.Duration) time.Duration { return max(250*time.Millisecond, 
 // leader, which needs a quorum.
 func startCluster(t *testing.T, n int, opts ...func(*daemon.Config)) []*daemon.Daemon {
 	t.Helper()
+	return startConfigs(t, clusterConfigs(t, n, opts...))
+}
+
+// clusterConfigs returns the configurations of an n-member cluster.
+func clusterConfigs(t *testing.T, n int, opts ...func(*daemon.Config)) []daemon.Config {
+	t.Helper()
 	cfgs := make([]daemon.Config, n)
 	var members []string
 	for i := range cfgs {
@@ -99,17 +105,26 @@ func startCluster(t *testing.T, n int, opts ...func(*daemon.Config)) []*daemon.D
 		}
 		members = append(members, cfgs[i].Name+"="+peerURL)
 	}
+	for i := range cfgs {
+		cfgs[i].InitialCluster = strings.Join(members, ",")
+	}
+	return cfgs
+}
+
+// startConfigs starts the members of a cluster at once (each waits for a
+// quorum) and stops them when the test ends.
+func startConfigs(t *testing.T, cfgs []daemon.Config) []*daemon.Daemon {
+	t.Helper()
 	type started struct {
 		i   int
 		d   *daemon.Daemon
 		err error
 	}
-	ds := make([]*daemon.Daemon, n)
-	starts := make(chan started, n)
+	ds := make([]*daemon.Daemon, len(cfgs))
+	starts := make(chan started, len(cfgs))
 	ctx, cancel := context.WithCancel(t.Context()) // bounds start-up only
 	defer cancel()
 	for i := range cfgs {
-		cfgs[i].InitialCluster = strings.Join(members, ",")
 		go func() {
 			d, err := daemon.Start(ctx, cfgs[i])
 			starts <- started{i, d, err}

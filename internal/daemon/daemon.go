@@ -186,6 +186,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(d.locks, d.elections, sessions))
 	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.stopped, d.elections, sessions))
 	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
+	if embedded {
+		// After a restore (see Restore), before serving anyone and before
+		// the config cache loads.
+		if err := endRestoredSessions(ctx, cfg.DataDir, d.cli, d.lg, configStore.MarkRestored); err != nil {
+			return nil, err
+		}
+	}
 	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
 	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(d.stopped, configStore, d.configCache))
 	statusEndpoint, local := cfg.EtcdClientURL, cluster.Local{}

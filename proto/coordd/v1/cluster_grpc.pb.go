@@ -34,9 +34,9 @@ const (
 type ClusterServiceClient interface {
 	// GetClusterStatus describes the etcd cluster as this member sees it.
 	GetClusterStatus(ctx context.Context, in *GetClusterStatusRequest, opts ...grpc.CallOption) (*GetClusterStatusResponse, error)
-	// SaveSnapshot streams a backup of etcd's database (etcd's snapshot format,
-	// restorable with etcdutl snapshot restore; use --bump-revision and
-	// --mark-compacted so fencing tokens never go backwards).
+	// SaveSnapshot streams a backup of etcd's database (etcd's snapshot format).
+	// Restore it with coordd restore, which moves the revision past every token
+	// handed out since and ends the snapshot's sessions.
 	SaveSnapshot(ctx context.Context, in *SaveSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SaveSnapshotResponse], error)
 	// ListAlarms lists etcd's active alarms, cluster-wide.
 	ListAlarms(ctx context.Context, in *ListAlarmsRequest, opts ...grpc.CallOption) (*ListAlarmsResponse, error)
@@ -126,9 +126,9 @@ func (c *clusterServiceClient) Defragment(ctx context.Context, in *DefragmentReq
 type ClusterServiceServer interface {
 	// GetClusterStatus describes the etcd cluster as this member sees it.
 	GetClusterStatus(context.Context, *GetClusterStatusRequest) (*GetClusterStatusResponse, error)
-	// SaveSnapshot streams a backup of etcd's database (etcd's snapshot format,
-	// restorable with etcdutl snapshot restore; use --bump-revision and
-	// --mark-compacted so fencing tokens never go backwards).
+	// SaveSnapshot streams a backup of etcd's database (etcd's snapshot format).
+	// Restore it with coordd restore, which moves the revision past every token
+	// handed out since and ends the snapshot's sessions.
 	SaveSnapshot(*SaveSnapshotRequest, grpc.ServerStreamingServer[SaveSnapshotResponse]) error
 	// ListAlarms lists etcd's active alarms, cluster-wide.
 	ListAlarms(context.Context, *ListAlarmsRequest) (*ListAlarmsResponse, error)
