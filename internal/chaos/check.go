@@ -170,12 +170,19 @@ func CheckWriteOrder(kind string, recs []Record, writes []Write) []Violation {
 // election this is "never two leaders". An overlap whose earlier holder
 // learnt from the server that its session or its grant was gone (not by
 // its own release), with the later grant made within 3s after a member in
-// resumed was resumed, is marked KnownEarlyRevocation.
+// resumed was resumed, is marked KnownEarlyRevocation. So is one whose
+// earlier holder never heard (its view ended by its own release or
+// deadline) but whose session the server is later found not to have: the
+// SDK was renewing it, so the server revoked it early.
 func CheckViews(kind string, recs []Record, resumed []int64) []Violation {
 	var views []Record
+	revoked := map[string]int64{} // sessions the server dropped, when the SDK learnt it
 	for _, r := range recs {
-		if r.Op == OpView {
+		switch {
+		case r.Op == OpView:
 			views = append(views, r)
+		case r.Op == OpSessionEnd && endedByServer(r.Err):
+			revoked[r.Session] = r.Return
 		}
 	}
 	slices.SortFunc(views, func(a, b Record) int { return cmp.Compare(a.Token, b.Token) })
@@ -190,7 +197,9 @@ func CheckViews(kind string, recs []Record, resumed []int64) []Violation {
 		if cur.Call < prev.Return {
 			v := Violation{Checker: "overlap-" + kind, What: fmt.Sprintf("%s held token %d until %s after %s's token %d began",
 				prev.Worker, prev.Token, time.Duration(prev.Return-cur.Call).Round(time.Microsecond), cur.Worker, cur.Token)}
-			if endedByServer(prev.Err) && slices.ContainsFunc(resumed, func(r int64) bool {
+			at, dropped := revoked[prev.Session]
+			told := endedByServer(prev.Err) || prev.Err == "" && dropped && at >= cur.Call && at-cur.Call <= int64(earlyRevocationWindow)
+			if told && slices.ContainsFunc(resumed, func(r int64) bool {
 				return r <= cur.Call && cur.Call-r <= int64(earlyRevocationWindow)
 			}) {
 				v.Known = KnownEarlyRevocation

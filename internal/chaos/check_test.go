@@ -99,6 +99,18 @@ func TestOverlapAfterAPausedLeaderIsKnown(t *testing.T) {
 	if vs := chaos.Check(chaos.KindLock, recs, writes, []int64{39}, 10*time.Second); len(vs) != 1 || vs[0].Known != "" {
 		t.Fatalf("a holder that did not find its session gone: %v, want one unexplained overlap", vs)
 	}
+	// The holder's view ended on its own, but its SDK found its session
+	// gone from the server right after the other's grant: revoked early.
+	recs[4].Session = "s1"
+	ended := chaos.Record{Worker: "a", Kind: chaos.KindLock, Op: chaos.OpSessionEnd, Session: "s1", Call: 41, Return: 41,
+		Err: "coordd: session not found (the server no longer has it)"}
+	if vs := chaos.Check(chaos.KindLock, append(recs, ended), writes, []int64{39}, 10*time.Second); len(vs) != 1 || vs[0].Known != chaos.KnownEarlyRevocation {
+		t.Fatalf("a holder whose session the server dropped: %v, want one known early revocation", vs)
+	}
+	ended.Err = "coordd: session expired (no keep-alive acknowledged in time)"
+	if vs := chaos.Check(chaos.KindLock, append(recs, ended), writes, []int64{39}, 10*time.Second); len(vs) != 1 || vs[0].Known != "" {
+		t.Fatalf("a holder whose session only expired locally: %v, want one unexplained overlap", vs)
+	}
 }
 
 func TestConfigCheckerCatchesGapsAndHalves(t *testing.T) {

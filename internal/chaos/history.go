@@ -30,6 +30,10 @@ const (
 	// (Return): its release, the end of its context (Err says why), or
 	// the session's local deadline, whichever came first.
 	OpView = "view"
+	// OpSessionEnd is the end of a worker's session, as its SDK saw it
+	// (Return; Err is the cause: the server no longer had it, it expired
+	// locally, or it was closed).
+	OpSessionEnd = "session-end"
 )
 
 // Results of a put.

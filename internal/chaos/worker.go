@@ -105,6 +105,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			pause(ctx, 100*time.Millisecond)
 			continue
 		}
+		context.AfterFunc(sess.Context(), func() {
+			t := now()
+			rec.add(Record{Op: OpSessionEnd, Session: sess.ID(), Call: t, Return: t, Err: fmt.Sprint(context.Cause(sess.Context()))})
+		})
 		for ctx.Err() == nil && sess.Err() == nil {
 			call := now()
 			h, token, err := take(ctx, sess, cfg.Kind)
