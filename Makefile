@@ -78,7 +78,7 @@ check-breaking: tools
 # candidates as processes, and each fault ROUNDS times with etcd's default
 # raft timing: kill -9, SIGSTOP and partition of the etcd-leader member,
 # kill -9 of a follower and of every member, SIGSTOP and kill -9 of a lock
-# holder and of a leader; then porcupine, write-order and overlap checks,
+# holder and of a leader, a full database (NOSPACE); then porcupine, write-order and overlap checks,
 # and fail-over times. SABOTAGE=unfenced (raw etcd writes) or
 # SABOTAGE=deadline (holders trust their grant a TTL too long) or
 # SABOTAGE=torn (each config release written as two) switches a

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,6 +44,10 @@ type Cluster struct {
 	Members []*Member
 }
 
+// Quota is the members' database quota: small, so that the matrix can fill
+// it (a full disk, as etcd sees one), large enough for every other fault.
+const Quota = 32 << 20
+
 // Timing is the members' raft timing.
 type Timing struct {
 	Heartbeat, Election time.Duration
@@ -68,6 +73,7 @@ func StartCluster(t testing.TB, bin, dir string, n int, timing Timing) *Cluster 
 			"--grpc-addr", m.GRPC, "--http-addr", m.HTTP, "--etcd-client-url", m.EtcdURL,
 			"--listen-peer-urls", "http://" + listen, "--initial-advertise-peer-urls", "http://" + m.Peer.Addr(),
 			"--etcd-heartbeat-interval", timing.Heartbeat.String(), "--etcd-election-timeout", timing.Election.String(),
+			"--quota-backend-bytes", strconv.Itoa(Quota),
 			"--log-level", "warn",
 		}
 		initial = append(initial, m.Name+"=http://"+m.Peer.Addr())

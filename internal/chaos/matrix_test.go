@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
@@ -106,7 +108,7 @@ func (w *worker) stop() {
 type fault struct {
 	name   string
 	kind   string // the kind whose fail-over it measures
-	target string // "member" or "holder"
+	target string // "member", "holder" or "storage"
 	inject func(t *testing.T) (end func(), victim string)
 }
 
@@ -115,7 +117,8 @@ type fault struct {
 // separate processes, and injects each fault of the matrix in turn:
 // kill -9, SIGSTOP and partition of the etcd-leader member, kill -9 of a
 // follower and of every member, SIGSTOP and kill -9 of a lock holder and of
-// an elected leader. Afterwards the checkers go over the recorded history
+// an elected leader, and a full database (etcd's quota reached: NOSPACE,
+// then compaction, defragmentation and disarming). Afterwards the checkers go over the recorded history
 // and etcd's history of the fenced keys: porcupine (linearizability of
 // grants and fenced writes), token order of applied writes, and overlaps
 // of the holders' own views (two lock holders, two leaders). Fail-over
@@ -291,6 +294,10 @@ func TestFaultMatrix(t *testing.T) {
 			w.kill()
 			return func() { w.start(t) }, w.id
 		}},
+		{"database full (etcd's quota, NOSPACE)", chaos.KindLock, "storage", func(t *testing.T) (func(), string) {
+			fillDatabase(t, admin)
+			return func() { makeRoom(t, c) }, ""
+		}},
 	}
 	if only := os.Getenv("COORDD_CHAOS_FAULTS"); only != "" {
 		// Run only the faults whose name contains one of the comma-separated words.
@@ -315,6 +322,9 @@ func TestFaultMatrix(t *testing.T) {
 			d := outage
 			if f.target == "holder" {
 				d = ttl + time.Second // past the session: others take over meanwhile
+			}
+			if f.target == "storage" {
+				start = time.Now() // grants go on while it fills: measure from full
 			}
 			time.Sleep(d) // the fault lasts this long: nothing to wait for
 			end()
@@ -448,7 +458,7 @@ func followFencedKeys(t *testing.T, c *chaos.Cluster) *fencedHistory {
 		// again from there.
 		next := int64(1)
 		for ctx.Err() == nil {
-			for resp := range cli.Watch(ctx, "/coordd/kv/", clientv3.WithPrefix(), clientv3.WithRev(next), clientv3.WithProgressNotify()) {
+			for resp := range cli.Watch(ctx, "/coordd/kv/chaos/", clientv3.WithPrefix(), clientv3.WithRev(next), clientv3.WithProgressNotify()) {
 				h.mu.Lock()
 				if resp.CompactRevision != 0 {
 					h.err = fmt.Errorf("the history of the fenced keys was compacted away from under the recorder at revision %d", resp.CompactRevision)
@@ -503,6 +513,79 @@ func (h *fencedHistory) appliedWrites(t *testing.T, c *chaos.Cluster, key string
 		t.Fatalf("the recorder of fenced writes saw revision %d, not the last write to %s at %d", h.last, key, lastPut)
 	}
 	return slices.Clone(h.writes[key])
+}
+
+// fillDatabase writes large fenced values until etcd refuses them with
+// NOSPACE: what a full disk looks like to coordd, since etcd's quota stops
+// it before the file system does.
+func fillDatabase(t *testing.T, admin *clientlib.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s, err := admin.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close(context.WithoutCancel(ctx)) }() // closing works on a full database
+	l, err := s.Lock(ctx, "chaos/filler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := []byte(strings.Repeat("x", 512<<10)) // the largest fenced value
+	for i := 0; ; i++ {
+		_, err := l.Put(ctx, "filler/blob", blob) // outside chaos/, which the recorder follows
+		if errors.Is(err, clientlib.ErrNoSpace) {
+			break
+		}
+		if err != nil && !errors.Is(err, clientlib.ErrUnavailable) {
+			t.Fatalf("filling the database: %v", err)
+		}
+		if i > 4*chaos.Quota/len(blob) {
+			t.Fatalf("the database is not full after %d writes of %d bytes", i, len(blob))
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release on a full database: %v", err)
+	}
+}
+
+// makeRoom does what an operator does about NOSPACE: compact, defragment
+// each member in turn, disarm.
+func makeRoom(t *testing.T, c *chaos.Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.EtcdURLs(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cli.Close() }()
+	cur, err := cli.Get(ctx, "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, cur.Header.Revision, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Fatal(err)
+	}
+	var ac *clientlib.Client
+	for _, m := range c.Members {
+		mc, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{m.GRPC}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mc.Admin().Defragment(ctx); err != nil {
+			t.Fatalf("defragment %s: %v", m.Name, err)
+		}
+		if ac == nil {
+			ac = mc
+			defer func() { _ = ac.Close() }()
+		} else {
+			_ = mc.Close()
+		}
+	}
+	if _, err := ac.Admin().DisarmAlarms(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func waitFor(d time.Duration, cond func() bool) bool {
