@@ -10,7 +10,7 @@
 //	3    not found: no such session, key, release, or no leader
 //	4    conflict: lock held, stale token or term, not the holder or
 //	     leader, revision mismatch, limit mismatch
-//	5    coordd or etcd unavailable
+//	5    coordd or etcd unavailable, or etcd's database full (NOSPACE)
 //	124  a wait timed out (--wait)
 //	125  run: the lock or leadership was lost while the command ran; the
 //	     command was stopped
