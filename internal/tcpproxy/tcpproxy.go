@@ -1,8 +1,10 @@
 // Package tcpproxy is a loopback TCP proxy for tests that need a network
-// fault between a client and a server: it can black-hole traffic (bytes are
-// read and dropped, connections stay open, as in a partition), make the
-// target look dead (connections reset and refused, as after kill -9) and
-// report how many connections it carries. It is for tests only.
+// fault between a client and a server: it can hold traffic back
+// (connections stay open and nothing gets through, as in a partition; what
+// was sent arrives once it heals, as TCP delivers it, never a stream with a
+// hole in it), make the target look dead (connections reset and refused,
+// as after kill -9) and report how many connections it carries. It is for
+// tests only.
 package tcpproxy
 
 import (
@@ -17,12 +19,13 @@ import (
 type Proxy struct {
 	ln     net.Listener
 	target string
-	frozen atomic.Bool
 	down   atomic.Bool
 	active atomic.Int64
+	quit   chan struct{} // closed by Close
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+	open  chan struct{} // closed while traffic flows; a fresh one while frozen
 	wg    sync.WaitGroup
 }
 
@@ -34,7 +37,9 @@ func Start(tb testing.TB, target string) *Proxy {
 	if err != nil {
 		tb.Fatalf("tcpproxy: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	open := make(chan struct{})
+	close(open)
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, open: open, quit: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	tb.Cleanup(p.Close)
@@ -44,11 +49,37 @@ func Start(tb testing.TB, target string) *Proxy {
 // Addr is the proxy's address; clients dial it instead of the target.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Freeze black-holes traffic in both directions: bytes are read and dropped.
-func (p *Proxy) Freeze() { p.frozen.Store(true) }
+// Freeze holds traffic back in both directions: connections stay open and
+// nothing gets through until Thaw. (Dropping the bytes instead would cut a
+// hole in the middle of a stream, which no network does: TCP delivers
+// everything or resets.)
+func (p *Proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open:
+		p.open = make(chan struct{})
+	default: // frozen already
+	}
+}
 
-// Thaw forwards traffic again.
-func (p *Proxy) Thaw() { p.frozen.Store(false) }
+// Thaw lets the traffic held back, and what follows, through.
+func (p *Proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open: // flowing already
+	default:
+		close(p.open)
+	}
+}
+
+// gate is closed while traffic may flow.
+func (p *Proxy) gate() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.open
+}
 
 // Down makes the target look dead, as after kill -9: every forwarded
 // connection is reset and new ones are closed as soon as they are
@@ -74,6 +105,7 @@ func (p *Proxy) Active() int { return int(p.active.Load()) }
 // there is nothing left to do about it.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
+	close(p.quit)
 	p.mu.Lock()
 	for c := range p.conns {
 		_ = c.Close()
@@ -134,12 +166,18 @@ func (p *Proxy) accept() {
 	}
 }
 
-// pump copies src to dst, dropping bytes while frozen.
+// pump copies src to dst, holding what it read while frozen (the reads
+// then stop, and TCP's flow control holds back the rest).
 func (p *Proxy) pump(dst io.Writer, src io.Reader) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !p.frozen.Load() {
+		if n > 0 {
+			select {
+			case <-p.gate():
+			case <-p.quit:
+				return
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
