@@ -14,8 +14,13 @@ import (
 	"github.com/coordd/coordd/cluster"
 )
 
-// alarmEvery is how often the daemon reads etcd's alarms.
-const alarmEvery = time.Second
+// How often the daemon reads etcd's alarms: its embedded member's own copy
+// every second (no raft round), an external cluster's list (a raft request,
+// so a WAL write on every member) every 10 seconds.
+const (
+	alarmEvery         = time.Second
+	externalAlarmEvery = 10 * time.Second
+)
 
 // alarmGauge is coordd_etcd_alarm{type}: 1 while etcd has that alarm
 // raised, registered once per process on the registry etcd uses.
@@ -43,7 +48,11 @@ func alarmMetric() *prometheus.GaugeVec {
 // logs each alarm raised and cleared, and sets the metric.
 func (d *Daemon) watchAlarms(ctx context.Context) {
 	gauge := alarmMetric()
-	t := time.NewTicker(alarmEvery)
+	every := alarmEvery
+	if d.etcd == nil {
+		every = externalAlarmEvery
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	var last []cluster.Alarm
 	for {
@@ -51,7 +60,7 @@ func (d *Daemon) watchAlarms(ctx context.Context) {
 		if d.etcd != nil {
 			now = cluster.AlarmsFrom(d.etcd.Server.Alarms())
 		} else {
-			actx, cancel := context.WithTimeout(ctx, alarmEvery)
+			actx, cancel := context.WithTimeout(ctx, alarmEvery) // a late answer waits for the next read
 			resp, err := d.cli.AlarmList(actx)
 			cancel()
 			if err != nil {
