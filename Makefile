@@ -2,7 +2,7 @@
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test test-short generate check-generated tools lint check-tidy check-breaking chaos bench fuzz
+.PHONY: all build test test-short generate check-generated tools lint check-tidy check-breaking chaos bench fuzz release
 
 all: build
 
@@ -107,3 +107,24 @@ fuzz:
 	go test -run=^$$ -fuzz=FuzzValidateRequest -fuzztime=$(FUZZTIME) ./lock
 	go test -run=^$$ -fuzz=FuzzValidateRequest -fuzztime=$(FUZZTIME) ./election
 	go test -run=^$$ -fuzz=FuzzValidateWrite -fuzztime=$(FUZZTIME) ./configcenter
+
+# Release archives in dist/ (emptied first): coordd and coordctl for each of
+# PLATFORMS, static (CGO_ENABLED=0) and -trimpath, in
+# dist/coordd_<version>_<os>_<arch>/ with README.md, one .tar.gz of each,
+# and dist/SHA256SUMS of the tarballs (check: cd dist && sha256sum -c
+# SHA256SUMS). VERSION is stamped into coordd (`coordd --version`);
+# coordctl has no version variable to stamp.
+VERSION ?= $(shell git describe --tags --always --dirty)
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+release:
+	rm -rf dist
+	@set -e; v='$(VERSION)'; test -n "$$v" || { echo "release: VERSION is empty (no git?): give VERSION=..."; exit 1; }; \
+	for p in $(PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; d=coordd_$${v}_$${os}_$${arch}; \
+	  echo "dist/$$d.tar.gz"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w -X main.version=$$v" -o dist/$$d/coordd ./cmd/coordd; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w" -o dist/$$d/coordctl ./cmd/coordctl; \
+	  cp README.md dist/$$d/; \
+	  tar -C dist -czf dist/$$d.tar.gz $$d; \
+	done
+	cd dist && sha256sum *.tar.gz > SHA256SUMS
