@@ -18,6 +18,104 @@ type ClusterMember struct {
 	ClientURLs []string
 	Leader     bool
 	Learner    bool
+	// Health is the member's own account of itself; nil for a member
+	// added but never started.
+	Health *MemberHealth
+}
+
+// MemberHealth is one member's account of itself. Embedded members report
+// every few seconds (the answering member's is read fresh); over an
+// external etcd each member is asked directly.
+type MemberHealth struct {
+	ReportedAt time.Time // by the member's own clock; zero without a report
+	// Stale: the report is older than three report intervals, or the member
+	// did not answer (down, cut off, not reporting); Error says why.
+	Stale        bool
+	Error        string
+	LeaderID     string // the raft leader as this member sees it
+	RaftTerm     uint64
+	RaftIndex    uint64 // last committed index
+	AppliedIndex uint64
+	DBSize       int64
+	DBSizeInUse  int64
+	EtcdVersion  string
+	// CoorddVersion of the coordd that embeds it (empty with an external etcd).
+	CoorddVersion string
+	Alarms        []Alarm
+}
+
+func memberFrom(m *coorddv1.ClusterMember) ClusterMember {
+	out := ClusterMember{ID: m.GetId(), Name: m.GetName(), PeerURLs: m.GetPeerUrls(), ClientURLs: m.GetClientUrls(), Leader: m.GetIsLeader(), Learner: m.GetIsLearner()}
+	if h := m.GetHealth(); h != nil {
+		out.Health = &MemberHealth{
+			Stale: h.GetStale(), Error: h.GetError(), LeaderID: h.GetLeaderId(),
+			RaftTerm: h.GetRaftTerm(), RaftIndex: h.GetRaftIndex(), AppliedIndex: h.GetRaftAppliedIndex(),
+			DBSize: h.GetDbSizeBytes(), DBSizeInUse: h.GetDbSizeInUseBytes(),
+			EtcdVersion: h.GetEtcdVersion(), CoorddVersion: h.GetCoorddVersion(), Alarms: alarmsFrom(h.GetAlarms()),
+		}
+		if h.GetReportedAt() != nil {
+			out.Health.ReportedAt = h.GetReportedAt().AsTime()
+		}
+	}
+	return out
+}
+
+// Members lists the members with their health, and the raft leader's id
+// (empty while there is none).
+func (a *Admin) Members(ctx context.Context) ([]ClusterMember, string, error) {
+	resp, err := a.c.cluster.ListMembers(ctx, &coorddv1.ListMembersRequest{})
+	if err != nil {
+		return nil, "", convert(ctx, err)
+	}
+	out := make([]ClusterMember, 0, len(resp.GetMembers()))
+	for _, m := range resp.GetMembers() {
+		out = append(out, memberFrom(m))
+	}
+	return out, resp.GetLeaderId(), nil
+}
+
+// AddedMember is a learner just added, and how to start it.
+type AddedMember struct {
+	Member ClusterMember
+	// InitialCluster and InitialClusterState are the new member's
+	// --initial-cluster and --initial-cluster-state ("existing").
+	InitialCluster      string
+	InitialClusterState string
+}
+
+// AddMember adds a learner that will start with --name name and peer URLs
+// peerURLs (where the other members reach it). It receives the log without
+// voting; start it with the returned flags, then PromoteMember. Not
+// retried: a repeat finds the member added (ErrMemberChangeRefused).
+func (a *Admin) AddMember(ctx context.Context, name string, peerURLs ...string) (AddedMember, error) {
+	resp, err := a.c.cluster.AddMember(ctx, &coorddv1.AddMemberRequest{Name: name, PeerUrls: peerURLs})
+	if err != nil {
+		return AddedMember{}, convert(ctx, err)
+	}
+	return AddedMember{Member: memberFrom(resp.GetMember()), InitialCluster: resp.GetInitialCluster(), InitialClusterState: resp.GetInitialClusterState()}, nil
+}
+
+// PromoteMember makes the learner of that name or id a voting member. It
+// fails with ErrMemberChangeRefused until the learner has caught up with
+// the leader: retry.
+func (a *Admin) PromoteMember(ctx context.Context, nameOrID string) (ClusterMember, error) {
+	resp, err := a.c.cluster.PromoteMember(ctx, &coorddv1.PromoteMemberRequest{Member: nameOrID})
+	if err != nil {
+		return ClusterMember{}, convert(ctx, err)
+	}
+	return memberFrom(resp.GetMember()), nil
+}
+
+// RemoveMember removes the member of that name or id for good; the coordd
+// embedding it stops. Refused (ErrMemberChangeRefused) for the last voting
+// member, the leader while a learner is unpromoted, and a removal that
+// would leave no quorum of started members.
+func (a *Admin) RemoveMember(ctx context.Context, nameOrID string) (ClusterMember, error) {
+	resp, err := a.c.cluster.RemoveMember(ctx, &coorddv1.RemoveMemberRequest{Member: nameOrID})
+	if err != nil {
+		return ClusterMember{}, convert(ctx, err)
+	}
+	return memberFrom(resp.GetMember()), nil
 }
 
 // ClusterStatus describes the cluster as the answering member sees it.
@@ -103,7 +201,7 @@ func (a *Admin) ClusterStatus(ctx context.Context) (ClusterStatus, error) {
 		DBSize: resp.GetDbSizeBytes(), DBSizeInUse: resp.GetDbSizeInUseBytes(), EtcdVersion: resp.GetEtcdVersion(), CoorddVersion: resp.GetCoorddVersion(),
 		Alarms: alarmsFrom(resp.GetAlarms()), Quota: resp.GetQuotaBackendBytes()}
 	for _, m := range resp.GetMembers() {
-		st.Members = append(st.Members, ClusterMember{ID: m.GetId(), Name: m.GetName(), PeerURLs: m.GetPeerUrls(), ClientURLs: m.GetClientUrls(), Leader: m.GetIsLeader(), Learner: m.GetIsLearner()})
+		st.Members = append(st.Members, memberFrom(m))
 	}
 	return st, nil
 }

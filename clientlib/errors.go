@@ -67,6 +67,13 @@ var (
 	// fail until an operator makes room; reads, releases, resignations
 	// and session closes still work. Retrying at once does not help.
 	ErrNoSpace = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_NO_SPACE, "database full")
+	// ErrMemberNotFound: no etcd member has the given name or id.
+	ErrMemberNotFound = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_MEMBER_NOT_FOUND, "member not found")
+	// ErrMemberChangeRefused: a membership change was refused and nothing
+	// changed (the last voting member, the leader while a learner is
+	// unpromoted, a lost quorum, a learner not caught up yet); the message
+	// says which.
+	ErrMemberChangeRefused = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_MEMBER_CHANGE_REFUSED, "member change refused")
 )
 
 // Sentinel errors the SDK raises itself, without a server reason.

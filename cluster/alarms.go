@@ -106,7 +106,7 @@ type Defrag struct {
 // without the pages that compaction freed. The member serves nothing while
 // it runs, so callers defragment one member at a time.
 func (m *Manager) Defragment(ctx context.Context) (Defrag, error) {
-	before, err := m.cli.Status(ctx, m.endpoint)
+	_, before, err := m.measure(ctx, m.endpoint)
 	if err != nil {
 		return Defrag{}, fmt.Errorf("cluster: status: %w", err)
 	}
@@ -120,11 +120,11 @@ func (m *Manager) Defragment(ctx context.Context) (Defrag, error) {
 		return Defrag{}, fmt.Errorf("cluster: defragment: %w", err)
 	}
 	took := time.Since(start)
-	after, err := m.cli.Status(ctx, m.endpoint)
+	id, after, err := m.measure(ctx, m.endpoint)
 	if err != nil {
 		return Defrag{}, fmt.Errorf("cluster: status: %w", err)
 	}
-	out := Defrag{MemberID: after.Header.MemberId, SizeBefore: before.DbSize, SizeAfter: after.DbSize, Took: took}
+	out := Defrag{MemberID: id, SizeBefore: before.DBSize, SizeAfter: after.DBSize, Took: took}
 	if members, err := m.cli.MemberList(ctx); err == nil {
 		for _, mb := range members.Members {
 			if mb.ID == out.MemberID {

@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -29,6 +30,9 @@ type Manager struct {
 	cli      *clientv3.Client
 	endpoint string // the etcd endpoint whose raft status is reported
 	local    Local
+	root     string        // coordd's key root: health reports live under it
+	version  string        // this coordd's version
+	interval time.Duration // how often embedded members report their health
 }
 
 // Local describes the embedded member a Manager reports on; it is zero
@@ -36,15 +40,36 @@ type Manager struct {
 type Local struct {
 	MemberID uint64
 	Quota    int64 // its database quota
+	// Measure reads the member's raft position and database size from the
+	// server itself: etcd's Status call reads the database file, and on a
+	// member that has stopped (removed from the cluster, its file closed)
+	// that dereferences nil in etcd v3.7.3 and crashes the process. nil
+	// asks endpoint's Status.
+	Measure func() Health
 	// Defragment defragments it in process (etcd's in-process client
 	// cannot); nil defragments endpoint through the client.
 	Defragment func() error
 }
 
-// NewManager returns a Manager that reports endpoint's raft status (the
-// embedded member's client URL, or the first external endpoint).
-func NewManager(cli *clientv3.Client, endpoint string, local Local) *Manager {
-	return &Manager{cli: cli, endpoint: endpoint, local: local}
+// Options configure a Manager.
+type Options struct {
+	// Endpoint is the etcd endpoint whose raft status is reported: the
+	// embedded member's client URL, or the first external endpoint.
+	Endpoint string
+	Local    Local
+	KeyRoot  string // coordd's key root; members' health reports live under it
+	Version  string // this coordd's version, shown in the answering member's health
+	// HealthInterval is how often embedded members report their health
+	// (DefaultHealthInterval if zero); a report three intervals old is stale.
+	HealthInterval time.Duration
+}
+
+// NewManager returns a Manager.
+func NewManager(cli *clientv3.Client, o Options) *Manager {
+	if o.HealthInterval <= 0 {
+		o.HealthInterval = DefaultHealthInterval
+	}
+	return &Manager{cli: cli, endpoint: o.Endpoint, local: o.Local, root: o.KeyRoot, version: o.Version, interval: o.HealthInterval}
 }
 
 // Member is one etcd member.
@@ -55,6 +80,9 @@ type Member struct {
 	ClientURLs []string
 	Leader     bool
 	Learner    bool
+	// Health is the member's own account of itself; nil for a member added
+	// but never started.
+	Health *Health
 }
 
 // Status is the cluster as the answering member sees it.
@@ -72,44 +100,24 @@ type Status struct {
 	Quota       int64   // the embedded member's database quota; 0 with an external etcd
 }
 
-// Status reads the member list, the endpoint's raft status and the
-// current revision.
+// Status reads the member list with each member's health, the endpoint's
+// raft status and the current revision.
 func (m *Manager) Status(ctx context.Context) (Status, error) {
-	members, err := m.cli.MemberList(ctx)
+	v, err := m.view(ctx)
 	if err != nil {
-		return Status{}, fmt.Errorf("cluster: member list: %w", err)
-	}
-	st, err := m.cli.Status(ctx, m.endpoint)
-	if err != nil {
-		return Status{}, fmt.Errorf("cluster: status: %w", err)
+		return Status{}, err
 	}
 	rev, err := m.cli.Get(ctx, "\x00", clientv3.WithCountOnly()) // linearizable: the current revision
 	if err != nil {
 		return Status{}, fmt.Errorf("cluster: revision: %w", err)
 	}
-	out := Status{
-		ClusterID: st.Header.ClusterId, MemberID: m.local.MemberID, LeaderID: st.Leader,
+	st := v.self
+	return Status{
+		ClusterID: v.clusterID, MemberID: m.local.MemberID, LeaderID: st.LeaderID,
 		Revision: rev.Header.Revision, RaftTerm: st.RaftTerm,
-		DBSize: st.DbSize, DBSizeInUse: st.DbSizeInUse, EtcdVersion: st.Version,
-	}
-	alarms, err := m.cli.AlarmList(ctx)
-	if err != nil {
-		return Status{}, fmt.Errorf("cluster: alarms: %w", err)
-	}
-	out.Alarms = AlarmsFrom(alarms.Alarms)
-	out.Quota = m.local.Quota
-	names := map[uint64]string{}
-	for _, mb := range members.Members {
-		names[mb.ID] = mb.Name
-		out.Members = append(out.Members, Member{
-			ID: mb.ID, Name: mb.Name, PeerURLs: mb.PeerURLs, ClientURLs: mb.ClientURLs,
-			Leader: mb.ID == st.Leader, Learner: mb.IsLearner,
-		})
-	}
-	for i := range out.Alarms {
-		out.Alarms[i].MemberName = names[out.Alarms[i].MemberID]
-	}
-	return out, nil
+		DBSize: st.DBSize, DBSizeInUse: st.DBSizeInUse, EtcdVersion: st.EtcdVersion,
+		Members: v.members, Alarms: v.alarms, Quota: m.local.Quota,
+	}, nil
 }
 
 // Snapshot opens a stream of a consistent backup of the database. The

@@ -24,7 +24,7 @@ func TestStatusAndSnapshot(t *testing.T) {
 	member := etcdtest.Start(t)
 	cli := member.Client(t)
 	id := uint64(member.Etcd.Server.MemberID())
-	m := cluster.NewManager(cli, member.ClientURL, cluster.Local{MemberID: id})
+	m := cluster.NewManager(cli, cluster.Options{Endpoint: member.ClientURL, Local: cluster.Local{MemberID: id}, KeyRoot: "/coordd/"})
 	ctx := t.Context()
 
 	put, err := cli.Put(ctx, "/coordd/test/k", "v")
@@ -64,7 +64,7 @@ func TestAlarmsAndDefragment(t *testing.T) {
 	member := etcdtest.Start(t)
 	cli := member.Client(t)
 	id := uint64(member.Etcd.Server.MemberID())
-	m := cluster.NewManager(cli, member.ClientURL, cluster.Local{MemberID: id})
+	m := cluster.NewManager(cli, cluster.Options{Endpoint: member.ClientURL, Local: cluster.Local{MemberID: id}, KeyRoot: "/coordd/"})
 	ctx := t.Context()
 
 	if as, err := m.Alarms(ctx); err != nil || len(as) != 0 {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/coordd/coordd/cluster"
+	"github.com/coordd/coordd/internal/etcdtest"
 )
 
 func TestCompactionSettings(t *testing.T) {
@@ -38,5 +39,38 @@ func TestCompactionSettings(t *testing.T) {
 		if mode, retention := tt.c.Etcd(); mode != tt.mode || retention != tt.retention {
 			t.Errorf("%+v: Etcd = %q, %q; want %q, %q", tt.c, mode, retention, tt.mode, tt.retention)
 		}
+	}
+}
+
+func TestRevisionsFindTheCompactionRevision(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	member := etcdtest.Start(t)
+	cli := member.Client(t)
+	m := cluster.NewManager(cli, cluster.Options{Endpoint: member.ClientURL, KeyRoot: "/coordd/"})
+	ctx := t.Context()
+	var revs []int64
+	for range 50 {
+		r, err := cli.Put(ctx, "/coordd/test/k", "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, r.Header.Revision)
+	}
+	cur, compacted, err := m.Revisions(ctx, 0)
+	if err != nil || cur != revs[49] || compacted != 0 {
+		t.Fatalf("before any compaction: Revisions = %d, %d, %v; want %d, 0", cur, compacted, err, revs[49])
+	}
+	known := int64(0)
+	for _, at := range []int64{revs[10], revs[11], revs[37]} {
+		if _, err := cli.Compact(ctx, at); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := m.Revisions(ctx, known)
+		if err != nil || got != at {
+			t.Fatalf("after compacting at %d (known %d): compaction revision %d, %v", at, known, got, err)
+		}
+		known = got
 	}
 }

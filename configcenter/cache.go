@@ -53,6 +53,8 @@ type Cache struct {
 	history  []Event                               // CHANGE events, oldest first
 	subs     map[string]map[*Subscription]struct{} // namespace -> subscribers
 	advanced chan struct{}                         // closed and replaced whenever rev grows
+	// advancedAt is when rev last grew (or the cache was loaded).
+	advancedAt time.Time
 }
 
 // CacheOptions tune a Cache. Zero values mean the defaults.
@@ -347,6 +349,7 @@ func (c *Cache) advance(rev int64) {
 // broadcast wakes everyone waiting for the revision to grow. c.mu must be
 // held for writing.
 func (c *Cache) broadcast() {
+	c.advancedAt = time.Now()
 	close(c.advanced)
 	c.advanced = make(chan struct{})
 }
@@ -410,6 +413,27 @@ func (c *Cache) Revision() int64 {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.rev
+}
+
+// Stats describe a Cache for metrics.
+type Stats struct {
+	Revision    int64     // every change at or below it is applied
+	AdvancedAt  time.Time // when Revision last grew; zero before the first load
+	Live        bool      // its etcd watch is healthy
+	Namespaces  int       // namespaces with content
+	Subscribers int       // subscriptions open on this member
+}
+
+// Stats returns the cache's revision, when it last advanced, and its
+// namespaces and subscriptions.
+func (c *Cache) Stats() Stats {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	st := Stats{Revision: c.rev, AdvancedAt: c.advancedAt, Live: c.live, Namespaces: len(c.spaces)}
+	for _, set := range c.subs {
+		st.Subscribers += len(set)
+	}
+	return st
 }
 
 // waitReady waits for the first load.

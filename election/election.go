@@ -458,3 +458,21 @@ func (m *Manager) Holding(ctx context.Context, name string, term fencing.Token) 
 	}
 	return clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", int64(term)), nil
 }
+
+// Counts are how many elections have a leader and how many candidates
+// wait behind the leaders, cluster-wide.
+type Counts struct {
+	WithLeader int
+	Waiting    int // candidates that do not lead
+}
+
+// Count counts the elections that have a leader, from the local member (a
+// serializable read: it may trail the cluster by a moment). It reads every
+// candidate: for metrics, not for a request path.
+func (m *Manager) Count(ctx context.Context) (Counts, error) {
+	st, err := queue.Count(ctx, m.cli, m.root, func([]byte) int { return 1 })
+	if err != nil {
+		return Counts{}, fmt.Errorf("election: count: %w", err)
+	}
+	return Counts{WithLeader: st.Queues, Waiting: st.Waiting}, nil
+}

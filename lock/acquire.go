@@ -73,10 +73,11 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 				return fail(fmt.Errorf("%w: %q is in a lock-delay until %s", ErrHeld, req.Name, until.UTC().Format(time.RFC3339Nano)))
 			}
 		}
-		if err := m.settleDelay(ctx, req, e, delay, holders); err != nil {
+		waited, err := m.settleDelay(ctx, req, e, delay, holders)
+		if err != nil {
 			return fail(err)
 		}
-		g.Revision = e.rev
+		g.Revision, g.DelayWaited = e.rev, waited
 		return g, nil
 	}
 	if !wait {
@@ -97,7 +98,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	}
 	if err == nil && (req.LockDelay > 0 || slices.ContainsFunc(t.Gone, func(g queue.Gone) bool { return delayOf(g.KV.Value) > 0 })) {
 		// Only locks that use lock-delay pay this read on hand-off.
-		err = m.settleDelayAfterWait(ctx, req, e)
+		g.DelayWaited, err = m.settleDelayAfterWait(ctx, req, e)
 	}
 	if err != nil {
 		return fail(err)
@@ -276,14 +277,14 @@ func (d delayState) until(now time.Time, holders []*mvccpb.KeyValue) time.Time {
 
 // settleDelayAfterWait reads the lock-delay state once a waiter's turn has
 // come, then settles it.
-func (m *Manager) settleDelayAfterWait(ctx context.Context, req Request, e entry) error {
+func (m *Manager) settleDelayAfterWait(ctx context.Context, req Request, e entry) (time.Duration, error) {
 	resp, err := m.cli.Txn(ctx).Then(
 		queue.HeadsOp(m.queue(req.Name), req.Limit),
 		clientv3.OpGet(m.delayKey(req.Name)),
 		clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
-		return fmt.Errorf("lock: read lock-delay: %w", err)
+		return 0, fmt.Errorf("lock: read lock-delay: %w", err)
 	}
 	d := delayState{held: resp.Responses[2].GetResponseRange().Kvs}
 	d.running, _ = decodeDelay(resp.Responses[1].GetResponseRange().Kvs)
@@ -294,20 +295,21 @@ func (m *Manager) settleDelayAfterWait(ctx context.Context, req Request, e entry
 // orphaned holder records (deleting them), inherits a running one, records
 // this holder's own record if it asks for a delay, and sits the delay out.
 // holders are the lock's live holders, this entry among them. Locks that
-// never used lock-delay write nothing here.
-func (m *Manager) settleDelay(ctx context.Context, req Request, e entry, d delayState, holders []*mvccpb.KeyValue) error {
+// never used lock-delay write nothing here. It returns how long it sat the
+// delay out.
+func (m *Manager) settleDelay(ctx context.Context, req Request, e entry, d delayState, holders []*mvccpb.KeyValue) (time.Duration, error) {
 	now := m.now()
 	orphans, _ := d.orphans(holders)
 	until := d.until(now, holders)
 	delayed := until.After(now)
 	if !delayed && req.LockDelay == 0 && len(orphans) == 0 {
-		return nil
+		return 0, nil
 	}
 	var ops []clientv3.Op
 	if delayed {
 		val, err := json.Marshal(lockDelay{Token: e.rev, Until: until.UTC()})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		ops = append(ops, clientv3.OpPut(m.delayKey(req.Name), string(val), clientv3.WithLease(clientv3.LeaseID(req.Session))))
 	}
@@ -317,7 +319,7 @@ func (m *Manager) settleDelay(ctx context.Context, req Request, e entry, d delay
 	if req.LockDelay > 0 {
 		val, err := json.Marshal(heldRecord{LockDelay: req.LockDelay.String()})
 		if err != nil {
-			return err
+			return 0, err
 		}
 		ops = append(ops, clientv3.OpPut(m.heldPrefix(req.Name)+strconv.FormatInt(e.rev, 10), string(val)))
 	}
@@ -326,29 +328,30 @@ func (m *Manager) settleDelay(ctx context.Context, req Request, e entry, d delay
 		Then(ops...).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("lock: record lock-delay: %w", err)
+		return 0, fmt.Errorf("lock: record lock-delay: %w", err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
+		return 0, fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
 	}
 	if !delayed {
-		return nil
+		return 0, nil
 	}
-	timer := time.NewTimer(until.Sub(m.now()))
+	start := m.now()
+	timer := time.NewTimer(until.Sub(start))
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, ctx.Err()
 	case <-timer.C:
 	}
 	cur, err := m.cli.Get(ctx, e.key)
 	if err != nil {
-		return fmt.Errorf("lock: after lock-delay: %w", err)
+		return 0, fmt.Errorf("lock: after lock-delay: %w", err)
 	}
 	if len(cur.Kvs) == 0 || cur.Kvs[0].CreateRevision != e.rev {
-		return fmt.Errorf("%w: the waiter's session ended during the lock-delay", ErrSessionNotFound)
+		return 0, fmt.Errorf("%w: the waiter's session ended during the lock-delay", ErrSessionNotFound)
 	}
-	return nil
+	return m.now().Sub(start), nil
 }
 
 // markGranted records in the background when a waiter was granted, for

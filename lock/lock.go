@@ -99,6 +99,8 @@ type Grant struct {
 	Revision  int64         // the etcd revision at which the grant was observed
 	Session   session.ID
 	RequestID string
+	// DelayWaited is how long this grant sat out a lock-delay (0 if none).
+	DelayWaited time.Duration
 }
 
 // waiter is the JSON stored in a waiter key.
@@ -389,4 +391,29 @@ func limitOf(kvs []*mvccpb.KeyValue) (int, bool) {
 		return 1, true
 	}
 	return w.Limit, true
+}
+
+// Counts are how many locks are held, by how many grants, and how many
+// waiters queue behind them, cluster-wide.
+type Counts struct {
+	Locks   int // locks with at least one holder
+	Holders int // grants held (a semaphore may have several)
+	Waiters int
+}
+
+// Count counts every lock's holders and waiters, from the local member (a
+// serializable read: it may trail the cluster by a moment). It reads every
+// queue entry: for metrics, not for a request path.
+func (m *Manager) Count(ctx context.Context) (Counts, error) {
+	st, err := queue.Count(ctx, m.cli, m.locks, func(v []byte) int {
+		var w waiter
+		if json.Unmarshal(v, &w) != nil {
+			return 1
+		}
+		return w.Limit
+	})
+	if err != nil {
+		return Counts{}, fmt.Errorf("lock: count: %w", err)
+	}
+	return Counts{Locks: st.Queues, Holders: st.Holding, Waiters: st.Waiting}, nil
 }

@@ -238,3 +238,13 @@ func decode(id ID, val []byte) (Info, error) {
 		Created:  r.Created,
 	}, nil
 }
+
+// Count counts the live sessions, from the local member (a serializable
+// read: it may trail the cluster by a moment).
+func (m *Manager) Count(ctx context.Context) (int64, error) {
+	resp, err := m.cli.Get(ctx, m.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
+	if err != nil {
+		return 0, fmt.Errorf("session: count: %w", err)
+	}
+	return resp.Count, nil
+}

@@ -285,6 +285,20 @@ func TestJSONOutputIsRESTs(t *testing.T) {
 	has(check(ref("v1GetClusterStatusResponse"), "cluster", "status"), "cluster status", "revision", "members", "dbSizeBytes", "alarms", "quotaBackendBytes")
 	check(arrayOf(ref("v1Alarm")), "cluster", "alarms")
 	check(arrayOf(ref("v1DefragmentResponse")), "cluster", "defrag")
+	added := check(ref("v1AddMemberResponse"), "member", "add", "n9", "--peer-urls", "http://127.0.0.1:1")
+	has(added, "member add", "member", "initialCluster", "initialClusterState")
+	check(arrayOf(ref("v1ClusterMember")), "member", "list")
+	var ms []map[string]any
+	jsonOf(t, must(t, ep, "member", "list", "-o", "json"), &ms)
+	if len(ms) != 2 {
+		t.Fatalf("member list after an add: %v", ms)
+	}
+	for _, m := range ms {
+		if m["name"] != "" { // the added member never started: it has no health
+			has(m, "member list", "health")
+		}
+	}
+	has(check(ref("v1ClusterMember"), "member", "remove", added["member"].(map[string]any)["id"].(string)), "member remove", "id", "isLearner")
 }
 
 // errorOf reads the one JSON error object an -o json command printed.

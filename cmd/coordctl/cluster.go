@@ -18,7 +18,7 @@ func (a *app) clusterCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "cluster", Short: "Describe the cluster"}
 	status := &cobra.Command{
 		Use:   "status",
-		Short: "Members, etcd leader, revision, database size and versions",
+		Short: "Members with their health, etcd leader, revision, database size, alarms and versions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
@@ -36,20 +36,7 @@ func (a *app) clusterCommand() *cobra.Command {
 					for _, al := range st.Alarms {
 						fmt.Fprintf(w, "ALARM %s raised by member %s %s\n", al.Type, al.MemberID, al.MemberName)
 					}
-					fmt.Fprintln(w, "MEMBER\tNAME\tROLE\tPEER URLS")
-					for _, m := range st.Members {
-						role := "follower"
-						switch {
-						case m.Leader:
-							role = "leader"
-						case m.Learner:
-							role = "learner"
-						}
-						if m.ID == st.MemberID {
-							role += " (answering)"
-						}
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", m.ID, m.Name, role, strings.Join(m.PeerURLs, ","))
-					}
+					membersTable(w, st.Members)
 				})
 			})
 		},

@@ -1,15 +1,15 @@
 // Command coordctl uses coordd from a shell: sessions, locks (and running a
 // command under one), elections (and running a command only while
-// leading), the config center, and cluster status and backups.
+// leading), the config center, and cluster status, members and backups.
 //
 // Exit codes:
 //
 //	0    success
 //	1    an error (the message says which)
 //	2    bad usage (flags, arguments)
-//	3    not found: no such session, key, release, or no leader
+//	3    not found: no such session, key, release or member, or no leader
 //	4    conflict: lock held, stale token or term, not the holder or
-//	     leader, revision mismatch, limit mismatch
+//	     leader, revision mismatch, limit mismatch, a refused member change
 //	5    coordd or etcd unavailable, or etcd's database full (NOSPACE)
 //	124  a wait timed out (--wait)
 //	125  run: the lock or leadership was lost while the command ran; the
@@ -157,11 +157,11 @@ func exitCode(err error) int {
 	case errors.Is(err, context.DeadlineExceeded):
 		return exitTimeout
 	case errors.Is(err, clientlib.ErrSessionNotFound), errors.Is(err, clientlib.ErrKeyNotFound),
-		errors.Is(err, clientlib.ErrNoLeader), errors.Is(err, clientlib.ErrReleaseNotFound):
+		errors.Is(err, clientlib.ErrNoLeader), errors.Is(err, clientlib.ErrReleaseNotFound), errors.Is(err, clientlib.ErrMemberNotFound):
 		return exitNotFound
 	case errors.Is(err, clientlib.ErrLockHeld), errors.Is(err, clientlib.ErrStaleToken), errors.Is(err, clientlib.ErrNotHolder),
 		errors.Is(err, clientlib.ErrNotLeader), errors.Is(err, clientlib.ErrRevisionMismatch), errors.Is(err, clientlib.ErrLimitMismatch),
-		errors.Is(err, clientlib.ErrAlreadyLeader):
+		errors.Is(err, clientlib.ErrAlreadyLeader), errors.Is(err, clientlib.ErrMemberChangeRefused):
 		return exitConflict
 	case errors.Is(err, clientlib.ErrUnavailable), errors.Is(err, clientlib.ErrNoSpace):
 		return exitUnavailable
@@ -254,7 +254,7 @@ election names and config namespaces.`,
 	f.StringVar(&a.cacert, "cacert", "", "verify coordd's TLS certificate with this CA bundle (PEM); enables TLS")
 	f.StringVar(&a.cert, "cert", "", "client certificate for TLS (PEM)")
 	f.StringVar(&a.key, "key", "", "private key of --cert (PEM)")
-	root.AddCommand(a.sessionCommand(), a.lockCommand(), a.electCommand(), a.configCommand(), a.clusterCommand(), a.snapshotCommand())
+	root.AddCommand(a.sessionCommand(), a.lockCommand(), a.electCommand(), a.configCommand(), a.clusterCommand(), a.memberCommand(), a.snapshotCommand())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{msg: err.Error()} })
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)

@@ -365,12 +365,42 @@ type clusterJSON struct {
 
 // memberJSON is REST's ClusterMember.
 type memberJSON struct {
-	ID         string   `json:"id"`
-	Name       string   `json:"name"`
-	PeerURLs   []string `json:"peerUrls"`
-	ClientURLs []string `json:"clientUrls"`
-	IsLeader   bool     `json:"isLeader"`
-	IsLearner  bool     `json:"isLearner"`
+	ID         string      `json:"id"`
+	Name       string      `json:"name"`
+	PeerURLs   []string    `json:"peerUrls"`
+	ClientURLs []string    `json:"clientUrls"`
+	IsLeader   bool        `json:"isLeader"`
+	IsLearner  bool        `json:"isLearner"`
+	Health     *healthJSON `json:"health,omitempty"`
+}
+
+// healthJSON is coordd.v1.MemberHealth as REST shows it.
+type healthJSON struct {
+	ReportedAt       string      `json:"reportedAt,omitempty"`
+	Stale            bool        `json:"stale,omitempty"`
+	Error            string      `json:"error,omitempty"`
+	LeaderID         string      `json:"leaderId,omitempty"`
+	RaftTerm         string      `json:"raftTerm"`
+	RaftIndex        string      `json:"raftIndex"`
+	RaftAppliedIndex string      `json:"raftAppliedIndex"`
+	DBSizeBytes      string      `json:"dbSizeBytes"`
+	DBSizeInUseBytes string      `json:"dbSizeInUseBytes"`
+	EtcdVersion      string      `json:"etcdVersion,omitempty"`
+	CoorddVersion    string      `json:"coorddVersion,omitempty"`
+	Alarms           []alarmJSON `json:"alarms"`
+}
+
+func memberOut(m clientlib.ClusterMember) memberJSON {
+	out := memberJSON{ID: m.ID, Name: m.Name, PeerURLs: list(m.PeerURLs), ClientURLs: list(m.ClientURLs), IsLeader: m.Leader, IsLearner: m.Learner}
+	if h := m.Health; h != nil {
+		out.Health = &healthJSON{Stale: h.Stale, Error: h.Error, LeaderID: h.LeaderID,
+			RaftTerm: strconv.FormatUint(h.RaftTerm, 10), RaftIndex: strconv.FormatUint(h.RaftIndex, 10), RaftAppliedIndex: strconv.FormatUint(h.AppliedIndex, 10),
+			DBSizeBytes: i64(h.DBSize), DBSizeInUseBytes: i64(h.DBSizeInUse), EtcdVersion: h.EtcdVersion, CoorddVersion: h.CoorddVersion, Alarms: alarmsOut(h.Alarms)}
+		if !h.ReportedAt.IsZero() {
+			out.Health.ReportedAt = timestamp(h.ReportedAt)
+		}
+	}
+	return out
 }
 
 func clusterOut(st clientlib.ClusterStatus) clusterJSON {
@@ -378,7 +408,7 @@ func clusterOut(st clientlib.ClusterStatus) clusterJSON {
 		RaftTerm: strconv.FormatUint(st.RaftTerm, 10), DBSizeBytes: i64(st.DBSize), DBSizeInUseBytes: i64(st.DBSizeInUse),
 		EtcdVersion: st.EtcdVersion, CoorddVersion: st.CoorddVersion, MemberID: st.MemberID, Alarms: alarmsOut(st.Alarms), QuotaBytes: i64(st.Quota)}
 	for _, m := range st.Members {
-		out.Members = append(out.Members, memberJSON{ID: m.ID, Name: m.Name, PeerURLs: list(m.PeerURLs), ClientURLs: list(m.ClientURLs), IsLeader: m.Leader, IsLearner: m.Learner})
+		out.Members = append(out.Members, memberOut(m))
 	}
 	return out
 }

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/internal/daemon"
 )
@@ -152,6 +153,8 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.StringVar(&cfg.Compaction.Mode, "compaction-mode", "", `how much etcd history to keep: "periodic" (a time window), "revision" (a number of revisions) or "off" (default periodic with the embedded member, off over --etcd-endpoints)`)
 	f.StringVar(&cfg.Compaction.Retention, "compaction-retention", "", `periodic: a duration (default 10s; compaction runs that often, down to the revision of that long ago); revision: a number of revisions to keep (compaction runs every 5m)`)
 
+	f.Float64Var(&cfg.AutoDefrag.FreeRatio, "auto-defrag-free-ratio", 0, "defragment the embedded member when this fraction of its database file is free (e.g. 0.5) and at least --auto-defrag-min-free bytes; members take turns; 0 is off")
+	f.Int64Var(&cfg.AutoDefrag.MinFree, "auto-defrag-min-free", cluster.DefaultAutoDefragMinFree, "the least free space in the database file worth an automatic defragmentation")
 	f.StringVar(&cfg.KeyRoot, "key-root", daemon.DefaultKeyRoot, "etcd key prefix of everything coordd stores")
 	f.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", daemon.DefaultMaxRequestBytes, "largest gRPC message or HTTP request body accepted")
 	f.IntVar(&cfg.ConfigLimits.MaxValueBytes, "config-max-value-bytes", configcenter.DefaultMaxValueBytes, "largest config value accepted")

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/coordd/coordd/cluster"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
@@ -47,12 +49,74 @@ func (s *ClusterServer) GetClusterStatus(ctx context.Context, _ *coorddv1.GetClu
 		Alarms: alarmsProto(st.Alarms), QuotaBackendBytes: st.Quota,
 	}
 	for _, m := range st.Members {
-		resp.Members = append(resp.Members, &coorddv1.ClusterMember{
-			Id: hex(m.ID), Name: m.Name, PeerUrls: m.PeerURLs, ClientUrls: m.ClientURLs,
-			IsLeader: m.Leader, IsLearner: m.Learner,
-		})
+		resp.Members = append(resp.Members, memberProto(m))
 	}
 	return resp, nil
+}
+
+func memberProto(m cluster.Member) *coorddv1.ClusterMember {
+	out := &coorddv1.ClusterMember{
+		Id: hex(m.ID), Name: m.Name, PeerUrls: m.PeerURLs, ClientUrls: m.ClientURLs,
+		IsLeader: m.Leader, IsLearner: m.Learner,
+	}
+	if h := m.Health; h != nil {
+		out.Health = &coorddv1.MemberHealth{
+			Stale: h.Stale, Error: h.Error, LeaderId: hexOrEmpty(h.LeaderID),
+			RaftTerm: h.RaftTerm, RaftIndex: h.RaftIndex, RaftAppliedIndex: h.AppliedIndex,
+			DbSizeBytes: h.DBSize, DbSizeInUseBytes: h.DBSizeInUse,
+			EtcdVersion: h.EtcdVersion, CoorddVersion: h.CoorddVersion, Alarms: alarmsProto(h.Alarms),
+		}
+		if !h.At.IsZero() {
+			out.Health.ReportedAt = timestamppb.New(h.At)
+		}
+	}
+	return out
+}
+
+// ListMembers implements ClusterService.
+func (s *ClusterServer) ListMembers(ctx context.Context, _ *coorddv1.ListMembersRequest) (*coorddv1.ListMembersResponse, error) {
+	ms, leader, err := s.m.Members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resp := &coorddv1.ListMembersResponse{LeaderId: hexOrEmpty(leader)}
+	for _, m := range ms {
+		resp.Members = append(resp.Members, memberProto(m))
+	}
+	return resp, nil
+}
+
+// AddMember implements ClusterService.
+func (s *ClusterServer) AddMember(ctx context.Context, req *coorddv1.AddMemberRequest) (*coorddv1.AddMemberResponse, error) {
+	a, err := s.m.AddMember(ctx, req.GetName(), req.GetPeerUrls())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.AddMemberResponse{Member: memberProto(a.Member), InitialCluster: a.InitialCluster, InitialClusterState: a.InitialClusterState}, nil
+}
+
+// PromoteMember implements ClusterService.
+func (s *ClusterServer) PromoteMember(ctx context.Context, req *coorddv1.PromoteMemberRequest) (*coorddv1.PromoteMemberResponse, error) {
+	if req.GetMember() == "" {
+		return nil, invalid("member: a member's name or id is required")
+	}
+	m, err := s.m.PromoteMember(ctx, req.GetMember())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.PromoteMemberResponse{Member: memberProto(m)}, nil
+}
+
+// RemoveMember implements ClusterService.
+func (s *ClusterServer) RemoveMember(ctx context.Context, req *coorddv1.RemoveMemberRequest) (*coorddv1.RemoveMemberResponse, error) {
+	if req.GetMember() == "" {
+		return nil, invalid("member: a member's name or id is required")
+	}
+	m, err := s.m.RemoveMember(ctx, req.GetMember())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.RemoveMemberResponse{Member: memberProto(m)}, nil
 }
 
 // SaveSnapshot implements ClusterService.

@@ -24,6 +24,7 @@ type ConfigServer struct {
 	store   *configcenter.Store
 	cache   *configcenter.Cache
 	stopped context.Context // done once the daemon stops
+	metrics *Metrics
 
 	// recent holds the messages of the latest releases, so a release sent
 	// to K watchers is converted once, not K times.
@@ -37,8 +38,8 @@ type ConfigServer struct {
 
 // NewConfigServer returns the ConfigService adapter. Watch streams end with
 // ErrStopping once stopped is done.
-func NewConfigServer(stopped context.Context, store *configcenter.Store, cache *configcenter.Cache) *ConfigServer {
-	return &ConfigServer{store: store, cache: cache, stopped: stopped}
+func NewConfigServer(stopped context.Context, store *configcenter.Store, cache *configcenter.Cache, metrics *Metrics) *ConfigServer {
+	return &ConfigServer{store: store, cache: cache, stopped: stopped, metrics: metrics}
 }
 
 // changeMessage returns the (shared, read-only) message of a release,
@@ -66,6 +67,9 @@ func (s *ConfigServer) Put(ctx context.Context, req *coorddv1.PutRequest) (*coor
 	if err != nil {
 		return nil, err
 	}
+	if len(r.Changes) > 0 { // else nothing changed and no release was made
+		s.metrics.released("put")
+	}
 	return &coorddv1.PutResponse{Release: releaseProto(r)}, nil
 }
 
@@ -74,6 +78,9 @@ func (s *ConfigServer) Delete(ctx context.Context, req *coorddv1.DeleteRequest) 
 	r, err := s.store.Delete(ctx, req.GetNamespace(), req.GetKey(), req.GetExpectedRevision(), req.GetAuthor(), req.GetMessage())
 	if err != nil {
 		return nil, err
+	}
+	if len(r.Changes) > 0 {
+		s.metrics.released("delete")
 	}
 	return &coorddv1.DeleteResponse{Release: releaseProto(r)}, nil
 }
@@ -90,6 +97,9 @@ func (s *ConfigServer) Publish(ctx context.Context, req *coorddv1.PublishRequest
 	r, err := s.store.Publish(ctx, pr)
 	if err != nil {
 		return nil, err
+	}
+	if !pr.DryRun && len(r.Changes) > 0 {
+		s.metrics.released("publish")
 	}
 	return &coorddv1.PublishResponse{Release: releaseProto(r)}, nil
 }
@@ -183,6 +193,7 @@ func (s *ConfigServer) Rollback(ctx context.Context, req *coorddv1.RollbackReque
 	if err != nil {
 		return nil, err
 	}
+	s.metrics.released("rollback")
 	return &coorddv1.RollbackResponse{Release: releaseProto(r)}, nil
 }
 
@@ -317,6 +328,7 @@ func (s *ConfigServer) ReportStatus(ctx context.Context, req *coorddv1.ReportSta
 			return nil, err
 		}
 	}
+	s.metrics.statusReported()
 	return &coorddv1.ReportStatusResponse{}, nil
 }
 

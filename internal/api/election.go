@@ -18,12 +18,13 @@ type ElectionServer struct {
 	m        *election.Manager
 	sessions *session.Manager // to name leaders' and candidates' owners
 	stopped  context.Context  // done once the daemon stops
+	metrics  *Metrics
 }
 
 // NewElectionServer returns the ElectionService adapter. Observe streams
 // end with ErrStopping once stopped is done.
-func NewElectionServer(stopped context.Context, m *election.Manager, sessions *session.Manager) *ElectionServer {
-	return &ElectionServer{m: m, sessions: sessions, stopped: stopped}
+func NewElectionServer(stopped context.Context, m *election.Manager, sessions *session.Manager, metrics *Metrics) *ElectionServer {
+	return &ElectionServer{m: m, sessions: sessions, stopped: stopped, metrics: metrics}
 }
 
 // Campaign implements ElectionService.
@@ -44,6 +45,7 @@ func (s *ElectionServer) Campaign(ctx context.Context, req *coorddv1.CampaignReq
 	if err != nil {
 		return nil, err
 	}
+	s.metrics.leaderChanged()
 	return &coorddv1.CampaignResponse{Leadership: &coorddv1.Leadership{
 		Name:      l.Name,
 		Term:      int64(l.Term),
@@ -114,6 +116,7 @@ func (s *ElectionServer) ListElections(ctx context.Context, req *coorddv1.ListEl
 
 // Observe implements ElectionService.
 func (s *ElectionServer) Observe(req *coorddv1.ObserveRequest, stream coorddv1.ElectionService_ObserveServer) error {
+	defer s.metrics.observing()()
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })

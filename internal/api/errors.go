@@ -56,6 +56,8 @@ var errorTable = []struct {
 	{kind.RevisionMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_REVISION_MISMATCH},
 	{kind.Compacted, codes.OutOfRange, coorddv1.ErrorReason_ERROR_REASON_COMPACTED},
 	{kind.Unavailable, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
+	{kind.MemberNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_MEMBER_NOT_FOUND},
+	{kind.MemberChangeRefused, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_MEMBER_CHANGE_REFUSED},
 }
 
 // ReasonString returns the ErrorInfo reason for r: its name without the
@@ -118,6 +120,10 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 			}
 			return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE,
 				"etcd is overloaded; retry later"), false
+		case codes.FailedPrecondition:
+			if strings.Contains(s.Message(), "not supported for learner") {
+				return errLearner(), false
+			}
 		case codes.Canceled:
 			return s, false
 		}
@@ -160,6 +166,13 @@ func errNoSpace() *status.Status {
 		"coordd's etcd database is full: it reached its quota (--quota-backend-bytes) and etcd raised the NOSPACE alarm. "+
 			"Reads, releases, resignations and session closes still work; writes that add data fail until an operator makes room: "+
 			"wait for compaction (or run it), defragment every member (coordctl cluster defrag), then clear the alarm (coordctl cluster alarms --disarm)")
+}
+
+// errLearner: this member's etcd is a learner (added, not yet promoted),
+// which serves no client requests. Clients move to another member.
+func errLearner() *status.Status {
+	return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE,
+		"this member is a learner (added but not yet promoted: coordctl member promote NAME) and serves no requests; retry on another member")
 }
 
 func errEtcdUnavailable() *status.Status {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -20,11 +21,12 @@ type LockServer struct {
 	m         *lock.Manager
 	elections *election.Manager // fences by leadership term
 	sessions  *session.Manager  // to name holders' owners in DescribeLock
+	metrics   *Metrics
 }
 
 // NewLockServer returns the LockService adapter.
-func NewLockServer(m *lock.Manager, elections *election.Manager, sessions *session.Manager) *LockServer {
-	return &LockServer{m: m, elections: elections, sessions: sessions}
+func NewLockServer(m *lock.Manager, elections *election.Manager, sessions *session.Manager, metrics *Metrics) *LockServer {
+	return &LockServer{m: m, elections: elections, sessions: sessions, metrics: metrics}
 }
 
 // fence picks what a fenced call's token must hold: the lock named lockName,
@@ -70,10 +72,12 @@ func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) 
 		ctx, cancel = context.WithTimeout(ctx, w.AsDuration())
 		defer cancel()
 	}
+	start := time.Now()
 	g, err := s.m.Acquire(ctx, lr)
 	if err != nil {
 		return nil, err
 	}
+	s.metrics.granted(time.Since(start), g.DelayWaited)
 	return &coorddv1.AcquireResponse{Grant: grantProto(g)}, nil
 }
 
@@ -87,6 +91,7 @@ func (s *LockServer) TryAcquire(ctx context.Context, req *coorddv1.TryAcquireReq
 	if err != nil {
 		return nil, err
 	}
+	s.metrics.granted(-1, g.DelayWaited)
 	return &coorddv1.TryAcquireResponse{Grant: grantProto(g)}, nil
 }
 
@@ -155,6 +160,7 @@ func (s *LockServer) FencedPut(ctx context.Context, req *coorddv1.FencedPutReque
 		return nil, err
 	}
 	rev, err := s.m.FencedPut(ctx, f, name, fencing.Token(req.GetToken()), req.GetKey(), string(req.GetValue()))
+	s.metrics.fencedWrite(err)
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +174,7 @@ func (s *LockServer) FencedDelete(ctx context.Context, req *coorddv1.FencedDelet
 		return nil, err
 	}
 	rev, err := s.m.FencedDelete(ctx, f, name, fencing.Token(req.GetToken()), req.GetKey())
+	s.metrics.fencedWrite(err)
 	if err != nil {
 		return nil, err
 	}

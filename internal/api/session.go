@@ -57,6 +57,7 @@ type SessionServer struct {
 	m        *session.Manager
 	holdings Holdings
 	stopping <-chan struct{}
+	metrics  *Metrics
 }
 
 // Holdings is what KeepAliveStream needs to watch a session's holdings:
@@ -70,8 +71,8 @@ type Holdings struct {
 
 // NewSessionServer returns the SessionService adapter. Streams end with
 // ErrStopping once stopping is closed.
-func NewSessionServer(m *session.Manager, h Holdings, stopping <-chan struct{}) *SessionServer {
-	return &SessionServer{m: m, holdings: h, stopping: stopping}
+func NewSessionServer(m *session.Manager, h Holdings, stopping <-chan struct{}, metrics *Metrics) *SessionServer {
+	return &SessionServer{m: m, holdings: h, stopping: stopping, metrics: metrics}
 }
 
 // CreateSession implements SessionService.
@@ -91,6 +92,7 @@ func (s *SessionServer) CreateSession(ctx context.Context, req *coorddv1.CreateS
 	if err != nil {
 		return nil, err
 	}
+	s.metrics.sessionCreated()
 	return &coorddv1.CreateSessionResponse{Session: sessionProto(info, false)}, nil
 }
 
@@ -142,6 +144,7 @@ func (s *SessionServer) KeepAlive(ctx context.Context, req *coorddv1.KeepAliveRe
 		return nil, err
 	}
 	ttl, err := s.m.KeepAlive(ctx, id)
+	s.metrics.keepAlive(err)
 	if err != nil {
 		return nil, err
 	}
@@ -201,6 +204,7 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 				continue
 			}
 			ttl, err := s.m.KeepAlive(ctx, id)
+			s.metrics.keepAlive(err)
 			if err != nil {
 				return err
 			}
@@ -296,6 +300,7 @@ func (s *SessionServer) CloseSession(ctx context.Context, req *coorddv1.CloseSes
 	if err := s.m.Close(ctx, id); err != nil {
 		return nil, err
 	}
+	s.metrics.sessionClosed()
 	return &coorddv1.CloseSessionResponse{}, nil
 }
 

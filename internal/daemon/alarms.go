@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/coordd/coordd/cluster"
@@ -22,32 +20,10 @@ const (
 	externalAlarmEvery = 10 * time.Second
 )
 
-// alarmGauge is coordd_etcd_alarm{type}: 1 while etcd has that alarm
-// raised, registered once per process on the registry etcd uses.
-var (
-	alarmGaugeOnce sync.Once
-	alarmGauge     *prometheus.GaugeVec
-)
-
-func alarmMetric() *prometheus.GaugeVec {
-	alarmGaugeOnce.Do(func() {
-		alarmGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "coordd_etcd_alarm",
-			Help: "1 while etcd has an alarm of this type raised (NOSPACE: the database reached its quota; CORRUPT: a member's data differs), else 0.",
-		}, []string{"type"})
-		prometheus.MustRegister(alarmGauge)
-		for _, t := range []cluster.AlarmType{cluster.AlarmNoSpace, cluster.AlarmCorrupt} {
-			alarmGauge.WithLabelValues(string(t)).Set(0)
-		}
-	})
-	return alarmGauge
-}
-
 // watchAlarms keeps d.alarms current until ctx ends: the embedded member's
 // own copy (no raft round), or etcd's list over an external cluster. It
-// logs each alarm raised and cleared, and sets the metric.
+// logs each alarm raised and cleared (coordd_etcd_alarm reads d.alarms).
 func (d *Daemon) watchAlarms(ctx context.Context) {
-	gauge := alarmMetric()
 	every := alarmEvery
 	if d.etcd == nil {
 		every = externalAlarmEvery
@@ -79,13 +55,6 @@ func (d *Daemon) watchAlarms(ctx context.Context) {
 				d.lg.Info("etcd alarm cleared", zap.String("alarm", string(a.Type)), zap.String("member", fmt.Sprintf("%x", a.MemberID)))
 			}
 		}
-		for _, typ := range []cluster.AlarmType{cluster.AlarmNoSpace, cluster.AlarmCorrupt} {
-			v := 0.0
-			if slices.ContainsFunc(now, func(a cluster.Alarm) bool { return a.Type == typ }) {
-				v = 1
-			}
-			gauge.WithLabelValues(string(typ)).Set(v)
-		}
 		d.alarmMu.Lock()
 		d.alarms = now
 		d.alarmMu.Unlock()
@@ -96,6 +65,13 @@ func (d *Daemon) watchAlarms(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// currentAlarms returns the alarms watchAlarms last read.
+func (d *Daemon) currentAlarms() []cluster.Alarm {
+	d.alarmMu.Lock()
+	defer d.alarmMu.Unlock()
+	return slices.Clone(d.alarms)
 }
 
 // alarmError says why the daemon is not ready while alarms are raised, or

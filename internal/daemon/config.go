@@ -56,6 +56,9 @@ type Config struct {
 	// coordd compacts only when Compaction.Mode is set (the cluster may have
 	// its own --auto-compaction flags or other users).
 	Compaction cluster.Compaction
+	// AutoDefrag defragments the embedded member when enough of its
+	// database file is free (members take turns); zero is off.
+	AutoDefrag cluster.AutoDefrag
 
 	// Listeners.
 	GRPCAddr string
@@ -79,6 +82,10 @@ type Config struct {
 	EnablePprof bool
 	// ShutdownTimeout bounds the graceful part of a stop.
 	ShutdownTimeout time.Duration
+	// HealthInterval is how often the embedded member writes its health
+	// report for the other members' cluster status (default
+	// cluster.DefaultHealthInterval).
+	HealthInterval time.Duration
 
 	Logger *zap.Logger
 }
@@ -136,6 +143,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.QuotaBackendBytes == 0 {
 		cfg.QuotaBackendBytes = DefaultQuotaBackendBytes
 	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = cluster.DefaultHealthInterval
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -178,6 +188,9 @@ func (cfg Config) validate() error {
 	}
 	if err := cfg.Compaction.Validate(); err != nil {
 		add("%v", err)
+	}
+	if err := cfg.AutoDefrag.Validate(); err != nil {
+		add("--auto-defrag-free-ratio: %v", err)
 	}
 	if len(cfg.EtcdEndpoints) > 0 {
 		return errs.ErrorOrNil()

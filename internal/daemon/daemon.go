@@ -19,6 +19,7 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/hashicorp/go-multierror"
 	"github.com/prometheus/client_golang/prometheus"
+	etcdversion "go.etcd.io/etcd/api/v3/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -65,6 +66,7 @@ type Daemon struct {
 	healthMu  sync.Mutex
 	serving   atomic.Bool // Start finished: the listeners serve
 	hasLeader atomic.Bool // the etcd member has a leader (true with external etcd)
+	learner   atomic.Bool // the etcd member is a learner: it serves no client requests
 	// stopped is done once Stop begins: streams end, waits give up.
 	stopped     context.Context
 	markStopped context.CancelFunc
@@ -152,6 +154,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.hasLeader.Store(has)
 		d.updateHealth()
 	}
+	d.leader.onLearner = func(l bool) {
+		d.learner.Store(l)
+		d.updateHealth()
+	}
 	bindToLeader(d.cli, d.leader)
 	metrics := grpcMetrics()
 	opts := []grpc.ServerOption{
@@ -176,15 +182,19 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
 	d.grpcSrv = grpc.NewServer(opts...)
+	// coordd's own metrics, on this daemon's registry (several daemons
+	// may share a test process); etcd's and gRPC's are on the default one.
+	registry := prometheus.NewRegistry()
+	apiMetrics := api.NewMetrics(registry)
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
 	d.locks = lock.NewManager(d.cli, cfg.KeyRoot)
 	d.elections = election.NewManager(d.cli, cfg.KeyRoot)
 	// One etcd watch tells every keep-alive stream of this member when a
 	// lock grant or leadership it watches ends.
 	holdings := grantwatch.New(d.cli, cfg.KeyRoot+"lock/", cfg.KeyRoot+"election/")
-	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done()))
-	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(d.locks, d.elections, sessions))
-	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.stopped, d.elections, sessions))
+	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), apiMetrics))
+	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(d.locks, d.elections, sessions, apiMetrics))
+	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.stopped, d.elections, sessions, apiMetrics))
 	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
 	if embedded {
 		// After a restore (see Restore), before serving anyone and before
@@ -194,14 +204,26 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}
 	}
 	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
-	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(d.stopped, configStore, d.configCache))
+	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(d.stopped, configStore, d.configCache, apiMetrics))
 	statusEndpoint, local := cfg.EtcdClientURL, cluster.Local{}
 	if d.etcd != nil {
-		local = cluster.Local{MemberID: uint64(d.etcd.Server.MemberID()), Quota: cfg.QuotaBackendBytes, Defragment: d.etcd.Server.Defragment}
+		local = cluster.Local{MemberID: uint64(d.etcd.Server.MemberID()), Quota: cfg.QuotaBackendBytes, Defragment: d.etcd.Server.Defragment, Measure: d.measure}
 	} else {
 		statusEndpoint = d.cli.Endpoints()[0]
 	}
-	coorddv1.RegisterClusterServiceServer(d.grpcSrv, api.NewClusterServer(cluster.NewManager(d.cli, statusEndpoint, local), cfg.Version))
+	clusterMgr := cluster.NewManager(d.cli, cluster.Options{
+		Endpoint: statusEndpoint, Local: local, KeyRoot: cfg.KeyRoot, Version: cfg.Version, HealthInterval: cfg.HealthInterval,
+	})
+	coorddv1.RegisterClusterServiceServer(d.grpcSrv, api.NewClusterServer(clusterMgr, cfg.Version))
+	state := stateSources{
+		sessions: sessions, locks: d.locks, elections: d.elections, cache: d.configCache, cluster: clusterMgr,
+		alarms: d.currentAlarms, lg: d.lg.Named("metrics"),
+	}
+	if d.etcd != nil {
+		state.quota = cfg.QuotaBackendBytes
+		state.learner = func() bool { return isLearner(d.etcd) }
+	}
+	registry.MustRegister(newStateCollector(state))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	metrics.InitializeMetrics(d.grpcSrv)
@@ -215,7 +237,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Conn:            d.gwConn,
 		MaxRequestBytes: int64(cfg.MaxRequestBytes),
 		Ready:           d.Ready,
-		Gatherer:        prometheus.DefaultGatherer,
+		Gatherer:        prometheus.Gatherers{prometheus.DefaultGatherer, registry},
 		Pprof:           cfg.EnablePprof,
 	})
 	if err != nil {
@@ -242,6 +264,20 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		defer d.wg.Done()
 		d.watchAlarms(bgCtx)
 	}()
+	if embedded {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			clusterMgr.RunHealthReports(bgCtx, cfg.HealthInterval, cfg.Version, d.lg.Named("health"))
+		}()
+		if cfg.AutoDefrag.On() {
+			d.wg.Add(1)
+			go func() {
+				defer d.wg.Done()
+				clusterMgr.RunAutoDefrag(bgCtx, cfg.AutoDefrag, d.lg.Named("defrag"))
+			}()
+		}
+	}
 	if !embedded && !cfg.Compaction.Off() {
 		// An embedded member compacts itself (on the etcd leader).
 		d.wg.Add(1)
@@ -278,22 +314,46 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			d.serveErr <- fmt.Errorf("HTTP server: %w", err)
 		}
 	}()
+	if embedded {
+		// A member removed from the cluster stops its etcd: stop with it
+		// rather than serve calls that would wait on a stopped server.
+		// Not in d.wg: it may call Stop, which waits for d.wg.
+		go func() {
+			select {
+			case <-d.etcd.Server.StopNotify():
+				d.lg.Error("the embedded etcd stopped; stopping coordd", zap.Error(d.etcdStopReason()))
+				_ = d.Stop(context.Background()) // its result is Stop's callers' to report
+			case <-d.stopped.Done():
+			}
+		}()
+	}
 	d.serving.Store(true)
 	d.updateHealth()
 	d.logReady()
 	return d, nil
 }
 
+// measure reads the embedded member's raft position and database size
+// from the server (see cluster.Local.Measure).
+func (d *Daemon) measure() cluster.Health {
+	s := d.etcd.Server
+	be := s.Backend()
+	return cluster.Health{
+		LeaderID: uint64(s.Leader()), RaftTerm: s.Term(), RaftIndex: s.CommittedIndex(), AppliedIndex: s.AppliedIndex(),
+		DBSize: be.Size(), DBSizeInUse: be.SizeInUse(), EtcdVersion: etcdversion.Version,
+	}
+}
+
 // updateHealth sets the gRPC health status: SERVING once the daemon
 // serves and while its etcd member has a leader (always, with an external
-// etcd), NOT_SERVING otherwise. Clients probe it to decide when a member
+// etcd) and is not a learner, NOT_SERVING otherwise. Clients probe it to decide when a member
 // they gave up on can be used again. After Stop's health.Shutdown it stays
 // NOT_SERVING.
 func (d *Daemon) updateHealth() {
 	d.healthMu.Lock()
 	defer d.healthMu.Unlock()
 	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if d.serving.Load() && d.hasLeader.Load() {
+	if d.serving.Load() && d.hasLeader.Load() && !d.learner.Load() {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	d.health.SetServingStatus("", st)
@@ -366,6 +426,9 @@ func (d *Daemon) Ready(ctx context.Context) error {
 		return api.ErrStopping
 	default:
 	}
+	if d.etcd != nil && isLearner(d.etcd) {
+		return errors.New("this member is a learner (added, not yet promoted): it serves no requests until coordctl member promote " + d.cfg.Name)
+	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if _, err := d.cli.Get(ctx, d.cfg.KeyRoot, clientv3.WithCountOnly()); err != nil {
@@ -378,8 +441,9 @@ func (d *Daemon) Ready(ctx context.Context) error {
 // failure (nil when ctx ended).
 func (d *Daemon) Wait(ctx context.Context) error {
 	var etcdErr <-chan error
+	var etcdStopped <-chan struct{}
 	if d.etcd != nil {
-		etcdErr = d.etcd.Err()
+		etcdErr, etcdStopped = d.etcd.Err(), d.etcd.Server.StopNotify()
 	}
 	select {
 	case <-ctx.Done():
@@ -388,8 +452,24 @@ func (d *Daemon) Wait(ctx context.Context) error {
 		return err
 	case err := <-etcdErr:
 		return fmt.Errorf("embedded etcd: %w", err)
+	case <-etcdStopped:
+		return d.etcdStopReason()
 	}
 }
+
+// etcdStopReason says why the embedded etcd stopped, once it has.
+func (d *Daemon) etcdStopReason() error {
+	if !d.etcd.Server.IsMemberExist(d.etcd.Server.MemberID()) {
+		return ErrMemberRemoved
+	}
+	return errors.New("embedded etcd stopped on its own (see its log above)")
+}
+
+// ErrMemberRemoved is Wait's error once this daemon's etcd member has been
+// removed from the cluster: it stops for good, and its data dir cannot be
+// used again (start afresh with an empty one to rejoin as a new member).
+var ErrMemberRemoved = errors.New("this member was removed from the cluster (coordctl member remove): its etcd stopped; " +
+	"to rejoin, add it again (coordctl member add) and start it with an empty --data-dir")
 
 // Stop stops the daemon: it stops accepting, ends keep-alive streams with
 // Unavailable, waits up to ShutdownTimeout for calls in flight, then closes

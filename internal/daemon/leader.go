@@ -25,6 +25,9 @@ type leaderWatch struct {
 	etcd     *embed.Etcd // nil with external etcd: nothing to watch
 	grace    time.Duration
 	onLeader func(has bool)
+	// onLearner is told when the member becomes or stops being a learner
+	// (added, not yet promoted: it serves no client requests).
+	onLearner func(learner bool)
 
 	mu     sync.Mutex
 	ctx    context.Context // cancelled while leaderless past grace
@@ -68,11 +71,18 @@ func (w *leaderWatch) run(stop <-chan struct{}) {
 	defer t.Stop()
 	var since time.Time // when the leader went missing; zero while there is one
 	last := w.etcd.Server.Leader()
+	learner := false
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
+		}
+		if l := isLearner(w.etcd); l != learner {
+			learner = l
+			if w.onLearner != nil {
+				w.onLearner(l)
+			}
 		}
 		lead := w.etcd.Server.Leader()
 		if lead != last {
@@ -103,4 +113,11 @@ func (w *leaderWatch) run(stop <-chan struct{}) {
 			w.mu.Unlock()
 		}
 	}
+}
+
+// isLearner reports whether e is a learner. (etcd's own IsLearner panics
+// once the member has been removed from the cluster.)
+func isLearner(e *embed.Etcd) bool {
+	m := e.Server.Cluster().Member(e.Server.MemberID())
+	return m != nil && m.IsLearner
 }

@@ -66,6 +66,9 @@ func TestQuotaFullDatabase(t *testing.T) {
 	if err != nil || len(st.Alarms) != 1 || st.Alarms[0].Type != "NOSPACE" || st.Alarms[0].MemberName != "n1" || st.Quota != 4<<20 {
 		t.Fatalf("cluster status: alarms %+v, quota %d, %v; want NOSPACE of n1 and a 4 MiB quota", st.Alarms, st.Quota, err)
 	}
+	if h := st.Members[0].Health; h == nil || len(h.Alarms) != 1 || h.Alarms[0].Type != "NOSPACE" {
+		t.Fatalf("member health %+v; want the NOSPACE alarm on the member", h)
+	}
 	if as, err := c.Admin().Alarms(ctx); err != nil || len(as) != 1 || as[0].Type != "NOSPACE" {
 		t.Fatalf("alarms: %+v, %v", as, err)
 	}

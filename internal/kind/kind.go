@@ -71,6 +71,11 @@ var (
 	// Unavailable: this member cannot serve the call now (stopping, cut off
 	// from its peers, or behind); the caller retries, possibly elsewhere.
 	Unavailable = &Kind{"unavailable"}
+	// MemberNotFound: no etcd member has that name or id.
+	MemberNotFound = &Kind{"member not found"}
+	// MemberChangeRefused: a membership change would harm the cluster or
+	// cannot be made yet; nothing changed.
+	MemberChangeRefused = &Kind{"member change refused"}
 )
 
 // All lists every kind, for tests that check each one is mapped.
@@ -78,4 +83,5 @@ var All = []*Kind{
 	Invalid, TooLarge, SessionNotFound, KeyNotFound, ReleaseNotFound, NoLeader,
 	Held, StaleToken, NotHolder, NotLeader, LimitMismatch, AlreadyLeader,
 	ValidationFailed, RevisionMismatch, Compacted, Unavailable,
+	MemberNotFound, MemberChangeRefused,
 }

@@ -9,6 +9,7 @@ package coorddv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -476,7 +477,10 @@ type ClusterMember struct {
 	// is_leader is set on etcd's raft leader.
 	IsLeader bool `protobuf:"varint,5,opt,name=is_leader,json=isLeader,proto3" json:"is_leader,omitempty"`
 	// is_learner is set on a learner (non-voting) member.
-	IsLearner     bool `protobuf:"varint,6,opt,name=is_learner,json=isLearner,proto3" json:"is_learner,omitempty"`
+	IsLearner bool `protobuf:"varint,6,opt,name=is_learner,json=isLearner,proto3" json:"is_learner,omitempty"`
+	// health is the member's own account of itself; unset when there is
+	// none (a member added but never started).
+	Health        *MemberHealth `protobuf:"bytes,7,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -553,6 +557,559 @@ func (x *ClusterMember) GetIsLearner() bool {
 	return false
 }
 
+func (x *ClusterMember) GetHealth() *MemberHealth {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+// MemberHealth is one member's account of itself, as it last reported it.
+// Embedded members report every few seconds (the answering member's own is
+// read fresh); over an external etcd each member is asked directly.
+type MemberHealth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reported_at is when the member measured it (its own clock).
+	ReportedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=reported_at,json=reportedAt,proto3" json:"reported_at,omitempty"`
+	// stale is set when the report is older than three report intervals, or
+	// the member did not answer: it is down, cut off, or stopped reporting.
+	Stale bool `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
+	// error says why there is no fresh report (empty otherwise).
+	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// leader_id is the raft leader as this member sees it, in hex.
+	LeaderId string `protobuf:"bytes,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// raft_term is this member's raft term.
+	RaftTerm uint64 `protobuf:"varint,5,opt,name=raft_term,json=raftTerm,proto3" json:"raft_term,omitempty"`
+	// raft_index is this member's last committed raft index.
+	RaftIndex uint64 `protobuf:"varint,6,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"`
+	// raft_applied_index is the last index this member applied.
+	RaftAppliedIndex uint64 `protobuf:"varint,7,opt,name=raft_applied_index,json=raftAppliedIndex,proto3" json:"raft_applied_index,omitempty"`
+	// db_size_bytes is its database file's size.
+	DbSizeBytes int64 `protobuf:"varint,8,opt,name=db_size_bytes,json=dbSizeBytes,proto3" json:"db_size_bytes,omitempty"`
+	// db_size_in_use_bytes is how much of it is in use.
+	DbSizeInUseBytes int64 `protobuf:"varint,9,opt,name=db_size_in_use_bytes,json=dbSizeInUseBytes,proto3" json:"db_size_in_use_bytes,omitempty"`
+	// etcd_version is its etcd version.
+	EtcdVersion string `protobuf:"bytes,10,opt,name=etcd_version,json=etcdVersion,proto3" json:"etcd_version,omitempty"`
+	// coordd_version is the version of the coordd that embeds it (empty with
+	// an external etcd).
+	CoorddVersion string `protobuf:"bytes,11,opt,name=coordd_version,json=coorddVersion,proto3" json:"coordd_version,omitempty"`
+	// alarms are the member's active alarms.
+	Alarms        []*Alarm `protobuf:"bytes,12,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberHealth) Reset() {
+	*x = MemberHealth{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberHealth) ProtoMessage() {}
+
+func (x *MemberHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberHealth.ProtoReflect.Descriptor instead.
+func (*MemberHealth) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MemberHealth) GetReportedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportedAt
+	}
+	return nil
+}
+
+func (x *MemberHealth) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *MemberHealth) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *MemberHealth) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *MemberHealth) GetRaftTerm() uint64 {
+	if x != nil {
+		return x.RaftTerm
+	}
+	return 0
+}
+
+func (x *MemberHealth) GetRaftIndex() uint64 {
+	if x != nil {
+		return x.RaftIndex
+	}
+	return 0
+}
+
+func (x *MemberHealth) GetRaftAppliedIndex() uint64 {
+	if x != nil {
+		return x.RaftAppliedIndex
+	}
+	return 0
+}
+
+func (x *MemberHealth) GetDbSizeBytes() int64 {
+	if x != nil {
+		return x.DbSizeBytes
+	}
+	return 0
+}
+
+func (x *MemberHealth) GetDbSizeInUseBytes() int64 {
+	if x != nil {
+		return x.DbSizeInUseBytes
+	}
+	return 0
+}
+
+func (x *MemberHealth) GetEtcdVersion() string {
+	if x != nil {
+		return x.EtcdVersion
+	}
+	return ""
+}
+
+func (x *MemberHealth) GetCoorddVersion() string {
+	if x != nil {
+		return x.CoorddVersion
+	}
+	return ""
+}
+
+func (x *MemberHealth) GetAlarms() []*Alarm {
+	if x != nil {
+		return x.Alarms
+	}
+	return nil
+}
+
+// ListMembersRequest is empty.
+type ListMembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMembersRequest) Reset() {
+	*x = ListMembersRequest{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMembersRequest) ProtoMessage() {}
+
+func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
+func (*ListMembersRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+// ListMembersResponse lists the members.
+type ListMembersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// members of the cluster, with their health.
+	Members []*ClusterMember `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// leader_id is the raft leader's member id, in hex; empty without one.
+	LeaderId      string `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMembersResponse) Reset() {
+	*x = ListMembersResponse{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMembersResponse) ProtoMessage() {}
+
+func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
+func (*ListMembersResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListMembersResponse) GetMembers() []*ClusterMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ListMembersResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+// AddMemberRequest adds a learner.
+type AddMemberRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name the new member will start with (its --name): unique in the cluster.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// peer_urls where the other members reach it (its
+	// --initial-advertise-peer-urls), e.g. "http://10.0.0.4:7423".
+	PeerUrls      []string `protobuf:"bytes,2,rep,name=peer_urls,json=peerUrls,proto3" json:"peer_urls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMemberRequest) Reset() {
+	*x = AddMemberRequest{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemberRequest) ProtoMessage() {}
+
+func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
+func (*AddMemberRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AddMemberRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddMemberRequest) GetPeerUrls() []string {
+	if x != nil {
+		return x.PeerUrls
+	}
+	return nil
+}
+
+// AddMemberResponse says how to start the new member.
+type AddMemberResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// member is the new learner.
+	Member *ClusterMember `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	// initial_cluster is the new member's --initial-cluster: every member,
+	// it included, as name=peer-url.
+	InitialCluster string `protobuf:"bytes,2,opt,name=initial_cluster,json=initialCluster,proto3" json:"initial_cluster,omitempty"`
+	// initial_cluster_state is its --initial-cluster-state: "existing".
+	InitialClusterState string `protobuf:"bytes,3,opt,name=initial_cluster_state,json=initialClusterState,proto3" json:"initial_cluster_state,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *AddMemberResponse) Reset() {
+	*x = AddMemberResponse{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemberResponse) ProtoMessage() {}
+
+func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
+func (*AddMemberResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AddMemberResponse) GetMember() *ClusterMember {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+func (x *AddMemberResponse) GetInitialCluster() string {
+	if x != nil {
+		return x.InitialCluster
+	}
+	return ""
+}
+
+func (x *AddMemberResponse) GetInitialClusterState() string {
+	if x != nil {
+		return x.InitialClusterState
+	}
+	return ""
+}
+
+// PromoteMemberRequest names a learner.
+type PromoteMemberRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// member is the learner's name or id (hex).
+	Member        string `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteMemberRequest) Reset() {
+	*x = PromoteMemberRequest{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteMemberRequest) ProtoMessage() {}
+
+func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
+func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PromoteMemberRequest) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+// PromoteMemberResponse describes the promoted member.
+type PromoteMemberResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// member is now a voting member.
+	Member        *ClusterMember `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteMemberResponse) Reset() {
+	*x = PromoteMemberResponse{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteMemberResponse) ProtoMessage() {}
+
+func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteMemberResponse.ProtoReflect.Descriptor instead.
+func (*PromoteMemberResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PromoteMemberResponse) GetMember() *ClusterMember {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+// RemoveMemberRequest names a member.
+type RemoveMemberRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// member is the member's name or id (hex).
+	Member        string `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberRequest) Reset() {
+	*x = RemoveMemberRequest{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberRequest) ProtoMessage() {}
+
+func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
+func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RemoveMemberRequest) GetMember() string {
+	if x != nil {
+		return x.Member
+	}
+	return ""
+}
+
+// RemoveMemberResponse describes the removed member.
+type RemoveMemberResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// member was removed.
+	Member        *ClusterMember `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberResponse) Reset() {
+	*x = RemoveMemberResponse{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberResponse) ProtoMessage() {}
+
+func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
+func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RemoveMemberResponse) GetMember() *ClusterMember {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
 // GetClusterStatusResponse describes the cluster.
 type GetClusterStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -588,7 +1145,7 @@ type GetClusterStatusResponse struct {
 
 func (x *GetClusterStatusResponse) Reset() {
 	*x = GetClusterStatusResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[9]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +1157,7 @@ func (x *GetClusterStatusResponse) String() string {
 func (*GetClusterStatusResponse) ProtoMessage() {}
 
 func (x *GetClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[9]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +1170,7 @@ func (x *GetClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetClusterStatusResponse) GetClusterId() string {
@@ -709,7 +1266,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[10]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +1278,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[10]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +1291,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 // SaveSnapshotResponse is a piece of the backup, in order.
@@ -748,7 +1305,7 @@ type SaveSnapshotResponse struct {
 
 func (x *SaveSnapshotResponse) Reset() {
 	*x = SaveSnapshotResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[11]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +1317,7 @@ func (x *SaveSnapshotResponse) String() string {
 func (*SaveSnapshotResponse) ProtoMessage() {}
 
 func (x *SaveSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[11]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +1330,7 @@ func (x *SaveSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SaveSnapshotResponse) GetData() []byte {
@@ -787,7 +1344,7 @@ var File_coordd_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17coordd/v1/cluster.proto\x12\tcoordd.v1\"o\n" +
+	"\x17coordd/v1/cluster.proto\x12\tcoordd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"o\n" +
 	"\x05Alarm\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1f\n" +
 	"\vmember_name\x18\x02 \x01(\tR\n" +
@@ -807,7 +1364,7 @@ const file_coordd_v1_cluster_proto_rawDesc = "" +
 	"\x14db_size_before_bytes\x18\x03 \x01(\x03R\x11dbSizeBeforeBytes\x12-\n" +
 	"\x13db_size_after_bytes\x18\x04 \x01(\x03R\x10dbSizeAfterBytes\x12\x17\n" +
 	"\atook_ms\x18\x05 \x01(\x03R\x06tookMs\"\x19\n" +
-	"\x17GetClusterStatusRequest\"\xad\x01\n" +
+	"\x17GetClusterStatusRequest\"\xde\x01\n" +
 	"\rClusterMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -816,7 +1373,43 @@ const file_coordd_v1_cluster_proto_rawDesc = "" +
 	"clientUrls\x12\x1b\n" +
 	"\tis_leader\x18\x05 \x01(\bR\bisLeader\x12\x1d\n" +
 	"\n" +
-	"is_learner\x18\x06 \x01(\bR\tisLearner\"\xd8\x03\n" +
+	"is_learner\x18\x06 \x01(\bR\tisLearner\x12/\n" +
+	"\x06health\x18\a \x01(\v2\x17.coordd.v1.MemberHealthR\x06health\"\xc6\x03\n" +
+	"\fMemberHealth\x12;\n" +
+	"\vreported_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"reportedAt\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1b\n" +
+	"\tleader_id\x18\x04 \x01(\tR\bleaderId\x12\x1b\n" +
+	"\traft_term\x18\x05 \x01(\x04R\braftTerm\x12\x1d\n" +
+	"\n" +
+	"raft_index\x18\x06 \x01(\x04R\traftIndex\x12,\n" +
+	"\x12raft_applied_index\x18\a \x01(\x04R\x10raftAppliedIndex\x12\"\n" +
+	"\rdb_size_bytes\x18\b \x01(\x03R\vdbSizeBytes\x12.\n" +
+	"\x14db_size_in_use_bytes\x18\t \x01(\x03R\x10dbSizeInUseBytes\x12!\n" +
+	"\fetcd_version\x18\n" +
+	" \x01(\tR\vetcdVersion\x12%\n" +
+	"\x0ecoordd_version\x18\v \x01(\tR\rcoorddVersion\x12(\n" +
+	"\x06alarms\x18\f \x03(\v2\x10.coordd.v1.AlarmR\x06alarms\"\x14\n" +
+	"\x12ListMembersRequest\"f\n" +
+	"\x13ListMembersResponse\x122\n" +
+	"\amembers\x18\x01 \x03(\v2\x18.coordd.v1.ClusterMemberR\amembers\x12\x1b\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\"C\n" +
+	"\x10AddMemberRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tpeer_urls\x18\x02 \x03(\tR\bpeerUrls\"\xa2\x01\n" +
+	"\x11AddMemberResponse\x120\n" +
+	"\x06member\x18\x01 \x01(\v2\x18.coordd.v1.ClusterMemberR\x06member\x12'\n" +
+	"\x0finitial_cluster\x18\x02 \x01(\tR\x0einitialCluster\x122\n" +
+	"\x15initial_cluster_state\x18\x03 \x01(\tR\x13initialClusterState\".\n" +
+	"\x14PromoteMemberRequest\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\"I\n" +
+	"\x15PromoteMemberResponse\x120\n" +
+	"\x06member\x18\x01 \x01(\v2\x18.coordd.v1.ClusterMemberR\x06member\"-\n" +
+	"\x13RemoveMemberRequest\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\tR\x06member\"H\n" +
+	"\x14RemoveMemberResponse\x120\n" +
+	"\x06member\x18\x01 \x01(\v2\x18.coordd.v1.ClusterMemberR\x06member\"\xd8\x03\n" +
 	"\x18GetClusterStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x122\n" +
@@ -838,7 +1431,7 @@ const file_coordd_v1_cluster_proto_rawDesc = "" +
 	"\tAlarmType\x12\x1a\n" +
 	"\x16ALARM_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ALARM_TYPE_NOSPACE\x10\x01\x12\x16\n" +
-	"\x12ALARM_TYPE_CORRUPT\x10\x022\xa7\x03\n" +
+	"\x12ALARM_TYPE_CORRUPT\x10\x022\xe2\x05\n" +
 	"\x0eClusterService\x12[\n" +
 	"\x10GetClusterStatus\x12\".coordd.v1.GetClusterStatusRequest\x1a#.coordd.v1.GetClusterStatusResponse\x12Q\n" +
 	"\fSaveSnapshot\x12\x1e.coordd.v1.SaveSnapshotRequest\x1a\x1f.coordd.v1.SaveSnapshotResponse0\x01\x12I\n" +
@@ -846,7 +1439,11 @@ const file_coordd_v1_cluster_proto_rawDesc = "" +
 	"ListAlarms\x12\x1c.coordd.v1.ListAlarmsRequest\x1a\x1d.coordd.v1.ListAlarmsResponse\x12O\n" +
 	"\fDisarmAlarms\x12\x1e.coordd.v1.DisarmAlarmsRequest\x1a\x1f.coordd.v1.DisarmAlarmsResponse\x12I\n" +
 	"\n" +
-	"Defragment\x12\x1c.coordd.v1.DefragmentRequest\x1a\x1d.coordd.v1.DefragmentResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"Defragment\x12\x1c.coordd.v1.DefragmentRequest\x1a\x1d.coordd.v1.DefragmentResponse\x12L\n" +
+	"\vListMembers\x12\x1d.coordd.v1.ListMembersRequest\x1a\x1e.coordd.v1.ListMembersResponse\x12F\n" +
+	"\tAddMember\x12\x1b.coordd.v1.AddMemberRequest\x1a\x1c.coordd.v1.AddMemberResponse\x12R\n" +
+	"\rPromoteMember\x12\x1f.coordd.v1.PromoteMemberRequest\x1a .coordd.v1.PromoteMemberResponse\x12O\n" +
+	"\fRemoveMember\x12\x1e.coordd.v1.RemoveMemberRequest\x1a\x1f.coordd.v1.RemoveMemberResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_cluster_proto_rawDescOnce sync.Once
@@ -861,7 +1458,7 @@ func file_coordd_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_coordd_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_coordd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_coordd_v1_cluster_proto_goTypes = []any{
 	(AlarmType)(0),                   // 0: coordd.v1.AlarmType
 	(*Alarm)(nil),                    // 1: coordd.v1.Alarm
@@ -873,31 +1470,56 @@ var file_coordd_v1_cluster_proto_goTypes = []any{
 	(*DefragmentResponse)(nil),       // 7: coordd.v1.DefragmentResponse
 	(*GetClusterStatusRequest)(nil),  // 8: coordd.v1.GetClusterStatusRequest
 	(*ClusterMember)(nil),            // 9: coordd.v1.ClusterMember
-	(*GetClusterStatusResponse)(nil), // 10: coordd.v1.GetClusterStatusResponse
-	(*SaveSnapshotRequest)(nil),      // 11: coordd.v1.SaveSnapshotRequest
-	(*SaveSnapshotResponse)(nil),     // 12: coordd.v1.SaveSnapshotResponse
+	(*MemberHealth)(nil),             // 10: coordd.v1.MemberHealth
+	(*ListMembersRequest)(nil),       // 11: coordd.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),      // 12: coordd.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),         // 13: coordd.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),        // 14: coordd.v1.AddMemberResponse
+	(*PromoteMemberRequest)(nil),     // 15: coordd.v1.PromoteMemberRequest
+	(*PromoteMemberResponse)(nil),    // 16: coordd.v1.PromoteMemberResponse
+	(*RemoveMemberRequest)(nil),      // 17: coordd.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),     // 18: coordd.v1.RemoveMemberResponse
+	(*GetClusterStatusResponse)(nil), // 19: coordd.v1.GetClusterStatusResponse
+	(*SaveSnapshotRequest)(nil),      // 20: coordd.v1.SaveSnapshotRequest
+	(*SaveSnapshotResponse)(nil),     // 21: coordd.v1.SaveSnapshotResponse
+	(*timestamppb.Timestamp)(nil),    // 22: google.protobuf.Timestamp
 }
 var file_coordd_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: coordd.v1.Alarm.type:type_name -> coordd.v1.AlarmType
 	1,  // 1: coordd.v1.ListAlarmsResponse.alarms:type_name -> coordd.v1.Alarm
 	1,  // 2: coordd.v1.DisarmAlarmsResponse.disarmed:type_name -> coordd.v1.Alarm
-	9,  // 3: coordd.v1.GetClusterStatusResponse.members:type_name -> coordd.v1.ClusterMember
-	1,  // 4: coordd.v1.GetClusterStatusResponse.alarms:type_name -> coordd.v1.Alarm
-	8,  // 5: coordd.v1.ClusterService.GetClusterStatus:input_type -> coordd.v1.GetClusterStatusRequest
-	11, // 6: coordd.v1.ClusterService.SaveSnapshot:input_type -> coordd.v1.SaveSnapshotRequest
-	2,  // 7: coordd.v1.ClusterService.ListAlarms:input_type -> coordd.v1.ListAlarmsRequest
-	4,  // 8: coordd.v1.ClusterService.DisarmAlarms:input_type -> coordd.v1.DisarmAlarmsRequest
-	6,  // 9: coordd.v1.ClusterService.Defragment:input_type -> coordd.v1.DefragmentRequest
-	10, // 10: coordd.v1.ClusterService.GetClusterStatus:output_type -> coordd.v1.GetClusterStatusResponse
-	12, // 11: coordd.v1.ClusterService.SaveSnapshot:output_type -> coordd.v1.SaveSnapshotResponse
-	3,  // 12: coordd.v1.ClusterService.ListAlarms:output_type -> coordd.v1.ListAlarmsResponse
-	5,  // 13: coordd.v1.ClusterService.DisarmAlarms:output_type -> coordd.v1.DisarmAlarmsResponse
-	7,  // 14: coordd.v1.ClusterService.Defragment:output_type -> coordd.v1.DefragmentResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	10, // 3: coordd.v1.ClusterMember.health:type_name -> coordd.v1.MemberHealth
+	22, // 4: coordd.v1.MemberHealth.reported_at:type_name -> google.protobuf.Timestamp
+	1,  // 5: coordd.v1.MemberHealth.alarms:type_name -> coordd.v1.Alarm
+	9,  // 6: coordd.v1.ListMembersResponse.members:type_name -> coordd.v1.ClusterMember
+	9,  // 7: coordd.v1.AddMemberResponse.member:type_name -> coordd.v1.ClusterMember
+	9,  // 8: coordd.v1.PromoteMemberResponse.member:type_name -> coordd.v1.ClusterMember
+	9,  // 9: coordd.v1.RemoveMemberResponse.member:type_name -> coordd.v1.ClusterMember
+	9,  // 10: coordd.v1.GetClusterStatusResponse.members:type_name -> coordd.v1.ClusterMember
+	1,  // 11: coordd.v1.GetClusterStatusResponse.alarms:type_name -> coordd.v1.Alarm
+	8,  // 12: coordd.v1.ClusterService.GetClusterStatus:input_type -> coordd.v1.GetClusterStatusRequest
+	20, // 13: coordd.v1.ClusterService.SaveSnapshot:input_type -> coordd.v1.SaveSnapshotRequest
+	2,  // 14: coordd.v1.ClusterService.ListAlarms:input_type -> coordd.v1.ListAlarmsRequest
+	4,  // 15: coordd.v1.ClusterService.DisarmAlarms:input_type -> coordd.v1.DisarmAlarmsRequest
+	6,  // 16: coordd.v1.ClusterService.Defragment:input_type -> coordd.v1.DefragmentRequest
+	11, // 17: coordd.v1.ClusterService.ListMembers:input_type -> coordd.v1.ListMembersRequest
+	13, // 18: coordd.v1.ClusterService.AddMember:input_type -> coordd.v1.AddMemberRequest
+	15, // 19: coordd.v1.ClusterService.PromoteMember:input_type -> coordd.v1.PromoteMemberRequest
+	17, // 20: coordd.v1.ClusterService.RemoveMember:input_type -> coordd.v1.RemoveMemberRequest
+	19, // 21: coordd.v1.ClusterService.GetClusterStatus:output_type -> coordd.v1.GetClusterStatusResponse
+	21, // 22: coordd.v1.ClusterService.SaveSnapshot:output_type -> coordd.v1.SaveSnapshotResponse
+	3,  // 23: coordd.v1.ClusterService.ListAlarms:output_type -> coordd.v1.ListAlarmsResponse
+	5,  // 24: coordd.v1.ClusterService.DisarmAlarms:output_type -> coordd.v1.DisarmAlarmsResponse
+	7,  // 25: coordd.v1.ClusterService.Defragment:output_type -> coordd.v1.DefragmentResponse
+	12, // 26: coordd.v1.ClusterService.ListMembers:output_type -> coordd.v1.ListMembersResponse
+	14, // 27: coordd.v1.ClusterService.AddMember:output_type -> coordd.v1.AddMemberResponse
+	16, // 28: coordd.v1.ClusterService.PromoteMember:output_type -> coordd.v1.PromoteMemberResponse
+	18, // 29: coordd.v1.ClusterService.RemoveMember:output_type -> coordd.v1.RemoveMemberResponse
+	21, // [21:30] is the sub-list for method output_type
+	12, // [12:21] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_cluster_proto_init() }
@@ -911,7 +1533,7 @@ func file_coordd_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_cluster_proto_rawDesc), len(file_coordd_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

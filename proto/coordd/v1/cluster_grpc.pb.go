@@ -24,6 +24,10 @@ const (
 	ClusterService_ListAlarms_FullMethodName       = "/coordd.v1.ClusterService/ListAlarms"
 	ClusterService_DisarmAlarms_FullMethodName     = "/coordd.v1.ClusterService/DisarmAlarms"
 	ClusterService_Defragment_FullMethodName       = "/coordd.v1.ClusterService/Defragment"
+	ClusterService_ListMembers_FullMethodName      = "/coordd.v1.ClusterService/ListMembers"
+	ClusterService_AddMember_FullMethodName        = "/coordd.v1.ClusterService/AddMember"
+	ClusterService_PromoteMember_FullMethodName    = "/coordd.v1.ClusterService/PromoteMember"
+	ClusterService_RemoveMember_FullMethodName     = "/coordd.v1.ClusterService/RemoveMember"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -49,6 +53,20 @@ type ClusterServiceClient interface {
 	// no reads or writes while it runs (seconds for a large database):
 	// defragment one member at a time.
 	Defragment(ctx context.Context, in *DefragmentRequest, opts ...grpc.CallOption) (*DefragmentResponse, error)
+	// ListMembers lists the members with each one's health.
+	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
+	// AddMember adds a member as a learner: it receives the log but does not
+	// vote, so the quorum does not change while it catches up. Start it with
+	// the flags in the response, then PromoteMember. One learner at a time.
+	AddMember(ctx context.Context, in *AddMemberRequest, opts ...grpc.CallOption) (*AddMemberResponse, error)
+	// PromoteMember makes a learner a voting member. Refused
+	// (MEMBER_CHANGE_REFUSED) until the learner has caught up with the leader.
+	PromoteMember(ctx context.Context, in *PromoteMemberRequest, opts ...grpc.CallOption) (*PromoteMemberResponse, error)
+	// RemoveMember removes a member for good; its coordd stops and its data
+	// dir cannot be used again. Refused (MEMBER_CHANGE_REFUSED) for the last
+	// voting member, for the leader while a learner is unpromoted, and when
+	// the members left would not have a quorum of started members.
+	RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -118,6 +136,46 @@ func (c *clusterServiceClient) Defragment(ctx context.Context, in *DefragmentReq
 	return out, nil
 }
 
+func (c *clusterServiceClient) ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListMembersResponse)
+	err := c.cc.Invoke(ctx, ClusterService_ListMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) AddMember(ctx context.Context, in *AddMemberRequest, opts ...grpc.CallOption) (*AddMemberResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddMemberResponse)
+	err := c.cc.Invoke(ctx, ClusterService_AddMember_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) PromoteMember(ctx context.Context, in *PromoteMemberRequest, opts ...grpc.CallOption) (*PromoteMemberResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PromoteMemberResponse)
+	err := c.cc.Invoke(ctx, ClusterService_PromoteMember_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveMemberResponse)
+	err := c.cc.Invoke(ctx, ClusterService_RemoveMember_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -141,6 +199,20 @@ type ClusterServiceServer interface {
 	// no reads or writes while it runs (seconds for a large database):
 	// defragment one member at a time.
 	Defragment(context.Context, *DefragmentRequest) (*DefragmentResponse, error)
+	// ListMembers lists the members with each one's health.
+	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
+	// AddMember adds a member as a learner: it receives the log but does not
+	// vote, so the quorum does not change while it catches up. Start it with
+	// the flags in the response, then PromoteMember. One learner at a time.
+	AddMember(context.Context, *AddMemberRequest) (*AddMemberResponse, error)
+	// PromoteMember makes a learner a voting member. Refused
+	// (MEMBER_CHANGE_REFUSED) until the learner has caught up with the leader.
+	PromoteMember(context.Context, *PromoteMemberRequest) (*PromoteMemberResponse, error)
+	// RemoveMember removes a member for good; its coordd stops and its data
+	// dir cannot be used again. Refused (MEMBER_CHANGE_REFUSED) for the last
+	// voting member, for the leader while a learner is unpromoted, and when
+	// the members left would not have a quorum of started members.
+	RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -165,6 +237,18 @@ func (UnimplementedClusterServiceServer) DisarmAlarms(context.Context, *DisarmAl
 }
 func (UnimplementedClusterServiceServer) Defragment(context.Context, *DefragmentRequest) (*DefragmentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Defragment not implemented")
+}
+func (UnimplementedClusterServiceServer) ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListMembers not implemented")
+}
+func (UnimplementedClusterServiceServer) AddMember(context.Context, *AddMemberRequest) (*AddMemberResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddMember not implemented")
+}
+func (UnimplementedClusterServiceServer) PromoteMember(context.Context, *PromoteMemberRequest) (*PromoteMemberResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PromoteMember not implemented")
+}
+func (UnimplementedClusterServiceServer) RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveMember not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -270,6 +354,78 @@ func _ClusterService_Defragment_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_ListMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).ListMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_ListMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).ListMembers(ctx, req.(*ListMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_AddMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddMemberRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).AddMember(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_AddMember_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).AddMember(ctx, req.(*AddMemberRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_PromoteMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PromoteMemberRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).PromoteMember(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_PromoteMember_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).PromoteMember(ctx, req.(*PromoteMemberRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_RemoveMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveMemberRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).RemoveMember(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_RemoveMember_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).RemoveMember(ctx, req.(*RemoveMemberRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -292,6 +448,22 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Defragment",
 			Handler:    _ClusterService_Defragment_Handler,
+		},
+		{
+			MethodName: "ListMembers",
+			Handler:    _ClusterService_ListMembers_Handler,
+		},
+		{
+			MethodName: "AddMember",
+			Handler:    _ClusterService_AddMember_Handler,
+		},
+		{
+			MethodName: "PromoteMember",
+			Handler:    _ClusterService_PromoteMember_Handler,
+		},
+		{
+			MethodName: "RemoveMember",
+			Handler:    _ClusterService_RemoveMember_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

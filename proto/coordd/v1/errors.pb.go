@@ -70,6 +70,10 @@ const (
 	ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED ErrorReason = 19
 	// etcd's database reached its quota and etcd raised the NOSPACE alarm: writes that add data fail until an operator makes room (compaction, defragmentation of every member, then disarming the alarm); reads, releases, resignations and session closes still work (ResourceExhausted, HTTP 507).
 	ErrorReason_ERROR_REASON_NO_SPACE ErrorReason = 20
+	// No etcd member has the given name or id (NotFound, 404).
+	ErrorReason_ERROR_REASON_MEMBER_NOT_FOUND ErrorReason = 21
+	// A membership change was refused because it would harm the cluster or cannot be made yet: removing the last voting member, removing the leader while a learner is unpromoted, losing quorum, promoting a learner that has not caught up, a second learner, a peer URL already in use; the message says which and what to do (FailedPrecondition, 400).
+	ErrorReason_ERROR_REASON_MEMBER_CHANGE_REFUSED ErrorReason = 22
 )
 
 // Enum value maps for ErrorReason.
@@ -96,29 +100,33 @@ var (
 		18: "ERROR_REASON_RELEASE_NOT_FOUND",
 		19: "ERROR_REASON_DEADLINE_EXCEEDED",
 		20: "ERROR_REASON_NO_SPACE",
+		21: "ERROR_REASON_MEMBER_NOT_FOUND",
+		22: "ERROR_REASON_MEMBER_CHANGE_REFUSED",
 	}
 	ErrorReason_value = map[string]int32{
-		"ERROR_REASON_UNSPECIFIED":       0,
-		"ERROR_REASON_INVALID_ARGUMENT":  1,
-		"ERROR_REASON_VALUE_TOO_LARGE":   2,
-		"ERROR_REASON_REQUEST_TOO_LARGE": 3,
-		"ERROR_REASON_SESSION_NOT_FOUND": 4,
-		"ERROR_REASON_KEY_NOT_FOUND":     5,
-		"ERROR_REASON_NO_LEADER":         6,
-		"ERROR_REASON_LOCK_HELD":         7,
-		"ERROR_REASON_STALE_TOKEN":       8,
-		"ERROR_REASON_NOT_HOLDER":        9,
-		"ERROR_REASON_NOT_LEADER":        10,
-		"ERROR_REASON_REVISION_MISMATCH": 11,
-		"ERROR_REASON_COMPACTED":         12,
-		"ERROR_REASON_UNAVAILABLE":       13,
-		"ERROR_REASON_INTERNAL":          14,
-		"ERROR_REASON_LIMIT_MISMATCH":    15,
-		"ERROR_REASON_ALREADY_LEADER":    16,
-		"ERROR_REASON_VALIDATION_FAILED": 17,
-		"ERROR_REASON_RELEASE_NOT_FOUND": 18,
-		"ERROR_REASON_DEADLINE_EXCEEDED": 19,
-		"ERROR_REASON_NO_SPACE":          20,
+		"ERROR_REASON_UNSPECIFIED":           0,
+		"ERROR_REASON_INVALID_ARGUMENT":      1,
+		"ERROR_REASON_VALUE_TOO_LARGE":       2,
+		"ERROR_REASON_REQUEST_TOO_LARGE":     3,
+		"ERROR_REASON_SESSION_NOT_FOUND":     4,
+		"ERROR_REASON_KEY_NOT_FOUND":         5,
+		"ERROR_REASON_NO_LEADER":             6,
+		"ERROR_REASON_LOCK_HELD":             7,
+		"ERROR_REASON_STALE_TOKEN":           8,
+		"ERROR_REASON_NOT_HOLDER":            9,
+		"ERROR_REASON_NOT_LEADER":            10,
+		"ERROR_REASON_REVISION_MISMATCH":     11,
+		"ERROR_REASON_COMPACTED":             12,
+		"ERROR_REASON_UNAVAILABLE":           13,
+		"ERROR_REASON_INTERNAL":              14,
+		"ERROR_REASON_LIMIT_MISMATCH":        15,
+		"ERROR_REASON_ALREADY_LEADER":        16,
+		"ERROR_REASON_VALIDATION_FAILED":     17,
+		"ERROR_REASON_RELEASE_NOT_FOUND":     18,
+		"ERROR_REASON_DEADLINE_EXCEEDED":     19,
+		"ERROR_REASON_NO_SPACE":              20,
+		"ERROR_REASON_MEMBER_NOT_FOUND":      21,
+		"ERROR_REASON_MEMBER_CHANGE_REFUSED": 22,
 	}
 )
 
@@ -153,7 +161,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xaa\x05\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xf5\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -176,7 +184,9 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\x1eERROR_REASON_VALIDATION_FAILED\x10\x11\x12\"\n" +
 	"\x1eERROR_REASON_RELEASE_NOT_FOUND\x10\x12\x12\"\n" +
 	"\x1eERROR_REASON_DEADLINE_EXCEEDED\x10\x13\x12\x19\n" +
-	"\x15ERROR_REASON_NO_SPACE\x10\x14B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x15ERROR_REASON_NO_SPACE\x10\x14\x12!\n" +
+	"\x1dERROR_REASON_MEMBER_NOT_FOUND\x10\x15\x12&\n" +
+	"\"ERROR_REASON_MEMBER_CHANGE_REFUSED\x10\x16B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once
