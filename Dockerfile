@@ -22,12 +22,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-# Only coordd has a version variable (main.version) to stamp; coordctl has
-# none, so its build takes no -X.
+# Both binaries stamp VERSION (coordd --version, coordctl --version).
 ARG VERSION=dev
 ENV CGO_ENABLED=0
 RUN go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/coordd ./cmd/coordd \
- && go build -trimpath -ldflags "-s -w" -o /out/coordctl ./cmd/coordctl \
+ && go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/coordctl ./cmd/coordctl \
  && mkdir /out/data
 
 FROM gcr.io/distroless/static-debian12:nonroot

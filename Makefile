@@ -112,8 +112,8 @@ fuzz:
 # PLATFORMS, static (CGO_ENABLED=0) and -trimpath, in
 # dist/coordd_<version>_<os>_<arch>/ with README.md, one .tar.gz of each,
 # and dist/SHA256SUMS of the tarballs (check: cd dist && sha256sum -c
-# SHA256SUMS). VERSION is stamped into coordd (`coordd --version`);
-# coordctl has no version variable to stamp.
+# SHA256SUMS). VERSION is stamped into both (`coordd --version`,
+# `coordctl --version`).
 VERSION ?= $(shell git describe --tags --always --dirty)
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 release:
@@ -123,7 +123,7 @@ release:
 	  os=$${p%/*}; arch=$${p#*/}; d=coordd_$${v}_$${os}_$${arch}; \
 	  echo "dist/$$d.tar.gz"; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w -X main.version=$$v" -o dist/$$d/coordd ./cmd/coordd; \
-	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w" -o dist/$$d/coordctl ./cmd/coordctl; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w -X main.version=$$v" -o dist/$$d/coordctl ./cmd/coordctl; \
 	  cp README.md dist/$$d/; \
 	  tar -C dist -czf dist/$$d.tar.gz $$d; \
 	done

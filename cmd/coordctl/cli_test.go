@@ -20,8 +20,14 @@ import (
 // unreachable is an endpoint nobody answers on.
 const unreachable = "127.0.0.1:1"
 
+func TestVersion(t *testing.T) {
+	if out := must(t, unreachable, "--version"); !strings.HasPrefix(out, "coordctl version ") {
+		t.Errorf("coordctl --version = %q", out)
+	}
+}
+
 func TestUnknownSubcommandIsAUsageError(t *testing.T) {
-	for _, group := range [][]string{nil, {"session"}, {"lock"}, {"elect"}, {"config"}, {"cluster"}, {"snapshot"}} {
+	for _, group := range [][]string{nil, {"session"}, {"lock"}, {"elect"}, {"config"}, {"cluster"}, {"member"}, {"snapshot"}} {
 		path := strings.Join(append([]string{"coordctl"}, group...), " ")
 		code, out, errOut := ctl(t, unreachable, "", append(group, "bogus")...)
 		if code != exitUsage || out != "" ||

@@ -50,6 +50,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -214,13 +215,28 @@ func describe(err error) string {
 	return err.Error()
 }
 
+// version is set at build time (-ldflags "-X main.version=v1.2.3"); else
+// the module version the binary was built from, or "dev".
+var version = ""
+
+func coordctlVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
+
 func (a *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:   "coordctl",
-		Short: "coordctl uses coordd from a shell: sessions, locks, elections, config, cluster",
+		Use:     "coordctl",
+		Version: coordctlVersion(),
+		Short:   "coordctl uses coordd from a shell: sessions, locks, elections, config, cluster",
 		Long: `coordctl uses coordd from a shell: sessions, locks (and running a command
 under one), elections (and running a command only while leading), the config
-center, and cluster status and backups.
+center, and cluster status, members and backups.
 
 Endpoints come from --endpoints or COORDD_ENDPOINTS (default 127.0.0.1:7420).
 Output is a table, or JSON with -o json: the REST API's JSON (its field
