@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -37,8 +38,13 @@ type Config struct {
 	// connects to one and fails over to the others when it becomes
 	// unreachable.
 	Endpoints []string
-	// TLS, when set, connects over TLS. Nil means plaintext.
+	// TLS, when set, connects over TLS. Nil means plaintext. For mutual
+	// TLS, put the client certificate in TLS.Certificates.
 	TLS *tls.Config
+	// BearerToken, when set, is sent with every call ("authorization:
+	// Bearer ...") to name the caller's principal. It is sent only over
+	// TLS, or in plaintext to loopback endpoints; New refuses anything else.
+	BearerToken string
 	// DialTimeout bounds how long New waits for a first connection.
 	// Optional, defaults to DefaultDialTimeout.
 	DialTimeout time.Duration
@@ -121,7 +127,15 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	r := manual.NewBuilderWithScheme(fmt.Sprintf("coordd-%d", schemeSeq.Add(1)))
 	eps := make([]resolver.Endpoint, 0, len(cfg.Endpoints))
 	for _, a := range cfg.Endpoints {
-		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
+		addr := resolver.Address{Addr: a}
+		if cfg.TLS != nil && cfg.TLS.ServerName == "" {
+			// Verify each endpoint's certificate against its own host,
+			// not the channel's made-up authority.
+			if host, _, err := net.SplitHostPort(a); err == nil {
+				addr.ServerName = host
+			}
+		}
+		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{addr}})
 	}
 	r.InitialState(resolver.State{Endpoints: eps})
 	// Dial through endpointConn so a call's peer address names the endpoint
@@ -139,6 +153,17 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
 	probeDial := []grpc.DialOption{grpc.WithContextDialer(dial), grpc.WithTransportCredentials(creds)}
+	var tokenOpt []grpc.DialOption
+	if cfg.BearerToken != "" {
+		if cfg.TLS == nil {
+			for _, ep := range cfg.Endpoints {
+				if !isLoopback(ep) {
+					return nil, fmt.Errorf("%w: a bearer token is sent only over TLS (Config.TLS) or to a loopback endpoint, not in plaintext to %s", ErrInvalidArgument, ep)
+				}
+			}
+		}
+		tokenOpt = append(tokenOpt, grpc.WithPerRPCCredentials(bearer(cfg.BearerToken)))
+	}
 	c := &Client{
 		resolver:  r,
 		endpoints: slices.Clone(cfg.Endpoints),
@@ -147,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		live:      map[*Session]struct{}{},
 		avoided:   map[string]struct{}{},
 	}
-	conn, err := grpc.NewClient(r.Scheme()+":///coordd",
+	conn, err := grpc.NewClient(r.Scheme()+":///coordd", append(tokenOpt,
 		grpc.WithResolvers(r),
 		grpc.WithContextDialer(dial),
 		grpc.WithTransportCredentials(creds),
@@ -156,7 +181,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		// Large namespaces make large snapshots.
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(64<<20)),
 		grpc.WithUnaryInterceptor(c.leaveSilent),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("coordd: %w", err)
 	}
@@ -169,7 +194,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			return nil, fmt.Errorf("%w: no endpoint of %v answered within %s", ErrUnavailable, cfg.Endpoints, cfg.DialTimeout)
+			return nil, fmt.Errorf("%w: no endpoint of %v answered within %s%s", ErrUnavailable, cfg.Endpoints, cfg.DialTimeout, diagnoseTLS(cfg))
 		}
 	}
 	c.conn = conn
@@ -412,3 +437,58 @@ type endpointConn struct {
 }
 
 func (c endpointConn) RemoteAddr() net.Addr { return c.ep }
+
+// bearer sends a bearer token with every call.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+// RequireTransportSecurity is false so that a token can go to a loopback
+// endpoint in plaintext; New refuses plaintext to any other.
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// isLoopback reports whether a host:port endpoint is on this host.
+func isLoopback(endpoint string) bool {
+	host, _, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		host = endpoint
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// diagnoseTLS says why a TLS connection to the first endpoint fails, for
+// New's error when no endpoint answered: gRPC keeps the handshake's error
+// to itself, and a refused client certificate (missing, untrusted,
+// expired) only shows as an alert on the first read. Empty without TLS or
+// when the handshake and a first read succeed.
+func diagnoseTLS(cfg Config) string {
+	if cfg.TLS == nil {
+		return ""
+	}
+	tc := cfg.TLS.Clone()
+	tc.NextProtos = []string{"h2"}
+	if tc.ServerName == "" {
+		if host, _, err := net.SplitHostPort(cfg.Endpoints[0]); err == nil {
+			tc.ServerName = host
+		}
+	}
+	d := &net.Dialer{Timeout: time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", cfg.Endpoints[0], tc)
+	if err != nil {
+		return fmt.Sprintf(" (TLS to %s: %v)", cfg.Endpoints[0], err)
+	}
+	defer func() { _ = conn.Close() }()
+	// A server that refuses our certificate says so on the first read; one
+	// that accepts it sends its HTTP/2 settings.
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Sprintf(" (TLS to %s: the server refused the connection: %v; check the client certificate: it must be signed by the server's --client-ca-file and valid now)", cfg.Endpoints[0], err)
+	}
+	return ""
+}

@@ -74,6 +74,14 @@ var (
 	// unpromoted, a lost quorum, a learner not caught up yet); the message
 	// says which.
 	ErrMemberChangeRefused = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_MEMBER_CHANGE_REFUSED, "member change refused")
+	// ErrUnauthenticated: coordd requires an identity (a client
+	// certificate or a bearer token) and the call had none, or an unknown
+	// token.
+	ErrUnauthenticated = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED, "unauthenticated")
+	// ErrPermissionDenied: the caller's principal may not do this (the
+	// policy, or another principal's session or grant); the message says
+	// which rule is missing.
+	ErrPermissionDenied = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED, "permission denied")
 )
 
 // Sentinel errors the SDK raises itself, without a server reason.

@@ -11,6 +11,8 @@
 //	4    conflict: lock held, stale token or term, not the holder or
 //	     leader, revision mismatch, limit mismatch, a refused member change
 //	5    coordd or etcd unavailable, or etcd's database full (NOSPACE)
+//	6    not allowed: no identity, an unknown token, or the policy (or the
+//	     owner of a session) denies the call
 //	124  a wait timed out (--wait)
 //	125  run: the lock or leadership was lost while the command ran; the
 //	     command was stopped
@@ -69,6 +71,7 @@ const (
 	exitNotFound    = 3
 	exitConflict    = 4
 	exitUnavailable = 5
+	exitDenied      = 6
 	exitTimeout     = 124
 	exitLost        = 125
 )
@@ -105,6 +108,7 @@ type app struct {
 	timeout        time.Duration
 	cacert         string
 	cert, key      string
+	token          string
 	client         *clientlib.Client
 	noWait         bool
 }
@@ -166,6 +170,8 @@ func exitCode(err error) int {
 		return exitConflict
 	case errors.Is(err, clientlib.ErrUnavailable), errors.Is(err, clientlib.ErrNoSpace):
 		return exitUnavailable
+	case errors.Is(err, clientlib.ErrUnauthenticated), errors.Is(err, clientlib.ErrPermissionDenied):
+		return exitDenied
 	}
 	return exitError
 }
@@ -270,6 +276,7 @@ election names and config namespaces.`,
 	f.StringVar(&a.cacert, "cacert", "", "verify coordd's TLS certificate with this CA bundle (PEM); enables TLS")
 	f.StringVar(&a.cert, "cert", "", "client certificate for TLS (PEM)")
 	f.StringVar(&a.key, "key", "", "private key of --cert (PEM)")
+	f.StringVar(&a.token, "token", os.Getenv("COORDD_TOKEN"), "bearer token naming your principal (env COORDD_TOKEN); sent only over TLS or to loopback")
 	root.AddCommand(a.sessionCommand(), a.lockCommand(), a.electCommand(), a.configCommand(), a.clusterCommand(), a.memberCommand(), a.snapshotCommand())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{msg: err.Error()} })
 	root.SetIn(a.stdin)
@@ -358,6 +365,7 @@ func (a *app) dial(ctx context.Context, endpoints []string) (*clientlib.Client, 
 		}
 		cfg.TLS = tc
 	}
+	cfg.BearerToken = a.token
 	return clientlib.New(ctx, cfg)
 }
 

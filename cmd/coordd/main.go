@@ -26,6 +26,7 @@ import (
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/tlsfiles"
 )
 
 func main() {
@@ -65,7 +66,7 @@ func newCommand() *cobra.Command {
 	var (
 		cfg                        daemon.Config
 		logFormat, logLevel        string
-		tlsCert, tlsKey            string
+		tlsCert, tlsKey, clientCA  string
 		etcdCA, etcdCert, etcdKey  string
 		heartbeat, electionTimeout time.Duration
 	)
@@ -108,8 +109,13 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 			cfg.Version = coorddVersion()
 			cfg.HeartbeatMs = uint(heartbeat / time.Millisecond)
 			cfg.ElectionMs = uint(electionTimeout / time.Millisecond)
-			if cfg.TLS, err = serverTLS(tlsCert, tlsKey); err != nil {
-				return err
+			switch {
+			case tlsCert != "" || tlsKey != "":
+				if cfg.TLSFiles, err = tlsfiles.Load(tlsCert, tlsKey, clientCA); err != nil {
+					return err
+				}
+			case clientCA != "":
+				return usageError{errors.New("--client-ca-file needs --tls-cert-file and --tls-key-file")}
 			}
 			if cfg.EtcdTLS, err = clientTLS(etcdCA, etcdCert, etcdKey); err != nil {
 				return err
@@ -118,6 +124,26 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			go forceExitOnSecondSignal(ctx, lg)
+			// SIGHUP reloads the TLS files, the token file and the policy.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			reload := make(chan struct{})
+			cfg.Reload = reload
+			go func() {
+				for {
+					select {
+					case <-hup:
+						select {
+						case reload <- struct{}{}:
+						case <-ctx.Done():
+							return
+						}
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
 			return daemon.Run(ctx, cfg)
 		},
 	}
@@ -132,6 +158,11 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.StringVar(&cfg.HTTPAddr, "http-addr", daemon.DefaultHTTPAddr, "HTTP listen address: REST API, /healthz, /readyz, /metrics, /openapi.json")
 	f.StringVar(&tlsCert, "tls-cert-file", "", "serve gRPC and HTTP over TLS with this certificate (PEM)")
 	f.StringVar(&tlsKey, "tls-key-file", "", "private key of --tls-cert-file (PEM)")
+	f.StringVar(&clientCA, "client-ca-file", "", "require and verify client certificates signed by a CA in this bundle (PEM), on gRPC and HTTPS (mutual TLS)")
+	f.StringVar(&cfg.IdentityFrom, "identity-from", "cn", `where a client certificate names its principal: "cn" (common name) or "uri" (first URI SAN, e.g. spiffe://...)`)
+	f.StringVar(&cfg.TokenFile, "token-file", "", "bearer tokens (their SHA-256 hashes) and the principals they name (YAML; see README, Securing coordd); reloaded on SIGHUP")
+	f.StringVar(&cfg.PolicyFile, "policy-file", "", "authorization policy (YAML): who may do what on which locks, elections, namespaces and keys; deny by default; without one coordd runs open; reloaded on SIGHUP")
+	f.BoolVar(&cfg.PublicMetrics, "public-metrics", false, "serve /metrics and /openapi.json to anyone, also under a policy (else they need cluster.read)")
 
 	f.StringVar(&cfg.Name, "name", daemon.DefaultName, "this etcd member's name, unique in the cluster")
 	f.StringVar(&cfg.InitialCluster, "initial-cluster", "", `all members as name=peer-url,... (default "<name>=<first advertise peer URL>")`)
@@ -211,20 +242,6 @@ func forceExitOnSecondSignal(ctx context.Context, lg *zap.Logger) {
 	<-sig
 	lg.Warn("second signal: exiting without a graceful stop")
 	os.Exit(2)
-}
-
-func serverTLS(certFile, keyFile string) (*tls.Config, error) {
-	if certFile == "" && keyFile == "" {
-		return nil, nil
-	}
-	if certFile == "" || keyFile == "" {
-		return nil, fmt.Errorf("--tls-cert-file and --tls-key-file go together")
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("TLS certificate: %w", err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
 func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {

@@ -58,6 +58,8 @@ var errorTable = []struct {
 	{kind.Unavailable, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
 	{kind.MemberNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_MEMBER_NOT_FOUND},
 	{kind.MemberChangeRefused, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_MEMBER_CHANGE_REFUSED},
+	{kind.Unauthenticated, codes.Unauthenticated, coorddv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED},
+	{kind.PermissionDenied, codes.PermissionDenied, coorddv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED},
 }
 
 // ReasonString returns the ErrorInfo reason for r: its name without the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/tlsfiles"
 )
 
 // Config is everything the daemon needs. cmd/coordd fills it from flags and
@@ -64,7 +65,27 @@ type Config struct {
 	GRPCAddr string
 	HTTPAddr string
 	// TLS, when set, serves both listeners over TLS with this certificate.
-	TLS *tls.Config
+	// TLSFiles, when set, replaces it: the certificate, key and client CA
+	// bundle are read from files, and again on every Reload.
+	TLS      *tls.Config
+	TLSFiles *tlsfiles.Server
+	// IdentityFrom says where a client certificate names its principal:
+	// api.IdentityFromCN (default) or api.IdentityFromURI.
+	IdentityFrom string
+	// TokenFile maps bearer tokens (by their SHA-256) to principals; see
+	// auth.ParseTokens. Read at start and on every Reload.
+	TokenFile string
+	// PolicyFile is the authorization policy (see auth.Policy); without
+	// one coordd runs open: anyone who reaches its ports may do anything.
+	// Read at start and on every Reload (a bad file is refused, the policy
+	// in force stays).
+	PolicyFile string
+	// PublicMetrics serves /metrics and /openapi.json to anyone, also under
+	// a policy (else they need cluster.read).
+	PublicMetrics bool
+	// Reload, when it receives, reloads TLSFiles, TokenFile and PolicyFile
+	// (coordd sends SIGHUP here).
+	Reload <-chan struct{}
 
 	// KeyRoot is the etcd key prefix of everything coordd stores, so several
 	// deployments can share one etcd cluster. It starts and ends with "/".
@@ -143,6 +164,12 @@ func (cfg Config) withDefaults() Config {
 	if cfg.QuotaBackendBytes == 0 {
 		cfg.QuotaBackendBytes = DefaultQuotaBackendBytes
 	}
+	if cfg.TLSFiles != nil {
+		cfg.TLS = cfg.TLSFiles.Config()
+	}
+	if cfg.IdentityFrom == "" {
+		cfg.IdentityFrom = "cn"
+	}
 	if cfg.HealthInterval <= 0 {
 		cfg.HealthInterval = cluster.DefaultHealthInterval
 	}
@@ -188,6 +215,12 @@ func (cfg Config) validate() error {
 	}
 	if err := cfg.Compaction.Validate(); err != nil {
 		add("%v", err)
+	}
+	if cfg.IdentityFrom != "cn" && cfg.IdentityFrom != "uri" {
+		add("--identity-from %q: want cn (the certificate's common name) or uri (its first URI SAN)", cfg.IdentityFrom)
+	}
+	if cfg.TLSFiles != nil && cfg.TLSFiles.ClientCAFile != "" && cfg.TLS == nil {
+		add("--client-ca-file needs --tls-cert-file and --tls-key-file")
 	}
 	if err := cfg.AutoDefrag.Validate(); err != nil {
 		add("--auto-defrag-free-ratio: %v", err)

@@ -5,8 +5,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -29,7 +27,9 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/coordd/coordd/auth"
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/election"
@@ -60,6 +60,10 @@ type Daemon struct {
 	grpcSrv *grpc.Server
 	httpSrv *http.Server
 	gwConn  *grpc.ClientConn
+	gwSrv   *grpc.Server // the gateway's: in memory, trusts the identity it forwards
+	gwLis   *bufconn.Listener
+	authn   *api.Authenticator // the public server's
+	authz   *auth.Authorizer
 	health  *health.Server
 	// healthMu orders updateHealth's read of the two flags with its write
 	// of the status, so a late update never overwrites a newer one.
@@ -159,29 +163,41 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.updateHealth()
 	}
 	bindToLeader(d.cli, d.leader)
+	if err := d.loadAuth(); err != nil {
+		return nil, err
+	}
 	metrics := grpcMetrics()
-	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryRequireLeader(d.leader.Lost)),
-		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamRequireLeader(d.leader.Lost)),
-		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
-		grpc.ForceServerCodecV2(api.Codec()), // protobuf, and messages marshaled once for many streams
-		// Idle watch connections are the common case: keep the read buffer
-		// small. (grpc-go releases the write buffer after each flush by
-		// default; the SharedWriteBuffer(true) that asked for it is
-		// deprecated.)
-		grpc.ReadBufferSize(8 << 10),
-		grpc.MaxConcurrentStreams(10000),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.ConnectionTimeout(10 * time.Second),
-		// A forced stop still waits for handlers to return (their contexts
-		// are cancelled), so nothing touches etcd after it is closed.
-		grpc.WaitForHandlers(true),
+	// Two servers share every service: the public one on --grpc-addr,
+	// and an in-memory one that only the REST gateway reaches, which
+	// trusts the identity the gateway authenticated from the HTTP request.
+	serverOpts := func(an api.Authn) []grpc.ServerOption {
+		return []grpc.ServerOption{
+			grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(an, d.authz), api.UnaryRequireLeader(d.leader.Lost)),
+			grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(an, d.authz), api.StreamRequireLeader(d.leader.Lost)),
+			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+			grpc.ForceServerCodecV2(api.Codec()), // protobuf, and messages marshaled once for many streams
+			// Idle watch connections are the common case: keep the read buffer
+			// small. (grpc-go releases the write buffer after each flush by
+			// default; the SharedWriteBuffer(true) that asked for it is
+			// deprecated.)
+			grpc.ReadBufferSize(8 << 10),
+			grpc.MaxConcurrentStreams(10000),
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+			grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+			grpc.ConnectionTimeout(10 * time.Second),
+			// A forced stop still waits for handlers to return (their
+			// contexts are cancelled), so nothing touches etcd after it is
+			// closed.
+			grpc.WaitForHandlers(true),
+		}
 	}
+	publicOpts := serverOpts(d.authn)
 	if cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+		publicOpts = append(publicOpts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
-	d.grpcSrv = grpc.NewServer(opts...)
+	d.grpcSrv = grpc.NewServer(publicOpts...)
+	d.gwSrv = grpc.NewServer(serverOpts(&api.Authenticator{Forwarded: true})...)
+	servers := []*grpc.Server{d.grpcSrv, d.gwSrv}
 	// coordd's own metrics, on this daemon's registry (several daemons
 	// may share a test process); etcd's and gRPC's are on the default one.
 	registry := prometheus.NewRegistry()
@@ -192,9 +208,14 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// One etcd watch tells every keep-alive stream of this member when a
 	// lock grant or leadership it watches ends.
 	holdings := grantwatch.New(d.cli, cfg.KeyRoot+"lock/", cfg.KeyRoot+"election/")
-	coorddv1.RegisterSessionServiceServer(d.grpcSrv, api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), apiMetrics))
-	coorddv1.RegisterLockServiceServer(d.grpcSrv, api.NewLockServer(d.locks, d.elections, sessions, apiMetrics))
-	coorddv1.RegisterElectionServiceServer(d.grpcSrv, api.NewElectionServer(d.stopped, d.elections, sessions, apiMetrics))
+	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), apiMetrics)
+	lockSvc := api.NewLockServer(d.locks, d.elections, sessions, apiMetrics)
+	electionSvc := api.NewElectionServer(d.stopped, d.elections, sessions, apiMetrics)
+	for _, srv := range servers {
+		coorddv1.RegisterSessionServiceServer(srv, sessionSvc)
+		coorddv1.RegisterLockServiceServer(srv, lockSvc)
+		coorddv1.RegisterElectionServiceServer(srv, electionSvc)
+	}
 	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
 	if embedded {
 		// After a restore (see Restore), before serving anyone and before
@@ -204,7 +225,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}
 	}
 	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
-	coorddv1.RegisterConfigServiceServer(d.grpcSrv, api.NewConfigServer(d.stopped, configStore, d.configCache, apiMetrics))
+	configSvc := api.NewConfigServer(d.stopped, configStore, d.configCache, apiMetrics)
 	statusEndpoint, local := cfg.EtcdClientURL, cluster.Local{}
 	if d.etcd != nil {
 		local = cluster.Local{MemberID: uint64(d.etcd.Server.MemberID()), Quota: cfg.QuotaBackendBytes, Defragment: d.etcd.Server.Defragment, Measure: d.measure}
@@ -214,7 +235,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	clusterMgr := cluster.NewManager(d.cli, cluster.Options{
 		Endpoint: statusEndpoint, Local: local, KeyRoot: cfg.KeyRoot, Version: cfg.Version, HealthInterval: cfg.HealthInterval,
 	})
-	coorddv1.RegisterClusterServiceServer(d.grpcSrv, api.NewClusterServer(clusterMgr, cfg.Version))
+	clusterSvc := api.NewClusterServer(clusterMgr, cfg.Version)
+	for _, srv := range servers {
+		coorddv1.RegisterConfigServiceServer(srv, configSvc)
+		coorddv1.RegisterClusterServiceServer(srv, clusterSvc)
+	}
 	state := stateSources{
 		sessions: sessions, locks: d.locks, elections: d.elections, cache: d.configCache, cluster: clusterMgr,
 		alarms: d.currentAlarms, lg: d.lg.Named("metrics"),
@@ -228,8 +253,12 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	metrics.InitializeMetrics(d.grpcSrv)
 
-	// The gateway dials our own gRPC listener so interceptors apply to REST.
-	d.gwConn, err = grpc.NewClient(d.grpcLis.Addr().String(), grpc.WithTransportCredentials(d.selfCredentials()))
+	// The gateway reaches the internal server in memory, so every
+	// interceptor applies to REST as to gRPC.
+	d.gwLis = bufconn.Listen(1 << 20)
+	d.gwConn, err = grpc.NewClient("passthrough:///coordd-gateway",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return d.gwLis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("gateway connection: %w", err)
 	}
@@ -239,6 +268,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Ready:           d.Ready,
 		Gatherer:        prometheus.Gatherers{prometheus.DefaultGatherer, registry},
 		Pprof:           cfg.EnablePprof,
+		Forward:         d.authn.ForwardedMetadata,
+		Forged:          api.IsForwardedHeader,
+		Guard:           d.guardHTTP,
+		ReadyNote:       d.authNote,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -302,6 +335,31 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			d.serveErr <- fmt.Errorf("gRPC server: %w", err)
 		}
 	}()
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		if err := d.gwSrv.Serve(d.gwLis); err != nil {
+			d.serveErr <- fmt.Errorf("gateway's gRPC server: %w", err)
+		}
+	}()
+	if cfg.Reload != nil {
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			for {
+				select {
+				case <-bgCtx.Done():
+					return
+				case <-cfg.Reload:
+					if err := d.Reload(); err != nil {
+						d.lg.Error("reload refused; what was in force stays", zap.Error(err))
+					} else {
+						d.lg.Info("reloaded the TLS certificates, the token file and the policy")
+					}
+				}
+			}
+		}()
+	}
 	go func() {
 		defer d.wg.Done()
 		var err error
@@ -382,31 +440,6 @@ func (d *Daemon) logReady() {
 	}
 	fields = append(fields, zap.String("key-root", d.cfg.KeyRoot), zap.String("stop", "Ctrl-C or SIGTERM (a second one forces)"))
 	d.lg.Info("coordd is ready", fields...)
-}
-
-// selfCredentials are the gateway's credentials for dialing the daemon's own
-// gRPC listener: plaintext, or TLS that accepts exactly the daemon's own
-// certificate (the connection never leaves the host).
-func (d *Daemon) selfCredentials() credentials.TransportCredentials {
-	if d.cfg.TLS == nil {
-		return insecure.NewCredentials()
-	}
-	own := map[string]bool{}
-	for _, c := range d.cfg.TLS.Certificates {
-		if len(c.Certificate) > 0 {
-			own[string(c.Certificate[0])] = true
-		}
-	}
-	return credentials.NewTLS(&tls.Config{
-		InsecureSkipVerify: true, // replaced by the pin below
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) > 0 && own[string(raw[0])] {
-				return nil
-			}
-			return errors.New("gateway: gRPC listener presented a certificate that is not the daemon's own")
-		},
-		Certificates: d.cfg.TLS.Certificates,
-	})
 }
 
 // GRPCAddr is the address the gRPC listener is bound to.
@@ -497,12 +530,14 @@ func (d *Daemon) stop(ctx context.Context) error {
 	go func() {
 		defer close(graceful)
 		d.grpcSrv.GracefulStop()
+		d.gwSrv.GracefulStop()
 	}()
 	select {
 	case <-graceful:
 	case <-ctx.Done():
 		d.lg.Warn("graceful stop timed out; closing remaining calls")
 		d.grpcSrv.Stop()
+		d.gwSrv.Stop()
 		<-graceful
 	}
 	if err := d.gwConn.Close(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -38,15 +39,38 @@ type Options struct {
 	// Pprof serves Go's profiles under /debug/pprof/ (off by default: they
 	// reveal internals and cost CPU while they run).
 	Pprof bool
+	// Forward returns the metadata that carries a request's identity to
+	// the daemon (nil: none). Headers for which Forged reports true are
+	// never forwarded, so a client cannot claim an identity.
+	Forward func(*http.Request) metadata.MD
+	Forged  func(header string) bool
+	// Guard, if set, is asked before serving /metrics, /openapi.json and
+	// pprof (what=the path); an error is answered as the API answers it.
+	Guard func(r *http.Request) error
+	// ReadyNote is appended to /readyz's answer when ready (e.g. that
+	// coordd runs without a policy).
+	ReadyNote func() string
 }
 
 // New returns the daemon's HTTP handler.
 func New(ctx context.Context, opts Options) (http.Handler, error) {
-	gw := runtime.NewServeMux(
+	muxOpts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, newCodec()),
 		runtime.WithErrorHandler(writeError),
 		runtime.WithRoutingErrorHandler(routingError),
-	)
+	}
+	if opts.Forward != nil {
+		muxOpts = append(muxOpts, runtime.WithMetadata(func(_ context.Context, r *http.Request) metadata.MD { return opts.Forward(r) }))
+	}
+	if opts.Forged != nil {
+		muxOpts = append(muxOpts, runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
+			if opts.Forged(key) {
+				return "", false
+			}
+			return runtime.DefaultHeaderMatcher(key)
+		}))
+	}
+	gw := runtime.NewServeMux(muxOpts...)
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		coorddv1.RegisterSessionServiceHandler,
 		coorddv1.RegisterLockServiceHandler,
@@ -72,19 +96,37 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
+		if opts.ReadyNote != nil {
+			if note := opts.ReadyNote(); note != "" {
+				_, _ = io.WriteString(w, note+"\n")
+			}
+		}
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}))
-	if opts.Pprof {
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	guard := func(h http.Handler) http.Handler {
+		if opts.Guard == nil {
+			return h
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := opts.Guard(r); err != nil {
+				st, _ := api.ToStatus(err)
+				writeStatus(w, runtime.HTTPStatusFromCode(st.Code()), st)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
 	}
-	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /metrics", guard(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})))
+	if opts.Pprof {
+		mux.Handle("GET /debug/pprof/", guard(http.HandlerFunc(pprof.Index)))
+		mux.Handle("GET /debug/pprof/cmdline", guard(http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("GET /debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("GET /debug/pprof/symbol", guard(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("GET /debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace)))
+	}
+	mux.Handle("GET /openapi.json", guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(coorddv1.OpenAPI)
-	})
+	})))
 	return mux, nil
 }
 

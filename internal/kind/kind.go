@@ -76,6 +76,10 @@ var (
 	// MemberChangeRefused: a membership change would harm the cluster or
 	// cannot be made yet; nothing changed.
 	MemberChangeRefused = &Kind{"member change refused"}
+	// Unauthenticated: the call has no identity, or one that does not check.
+	Unauthenticated = &Kind{"unauthenticated"}
+	// PermissionDenied: the caller may not do this.
+	PermissionDenied = &Kind{"permission denied"}
 )
 
 // All lists every kind, for tests that check each one is mapped.
@@ -83,5 +87,5 @@ var All = []*Kind{
 	Invalid, TooLarge, SessionNotFound, KeyNotFound, ReleaseNotFound, NoLeader,
 	Held, StaleToken, NotHolder, NotLeader, LimitMismatch, AlreadyLeader,
 	ValidationFailed, RevisionMismatch, Compacted, Unavailable,
-	MemberNotFound, MemberChangeRefused,
+	MemberNotFound, MemberChangeRefused, Unauthenticated, PermissionDenied,
 }

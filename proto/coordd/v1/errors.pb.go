@@ -74,6 +74,10 @@ const (
 	ErrorReason_ERROR_REASON_MEMBER_NOT_FOUND ErrorReason = 21
 	// A membership change was refused because it would harm the cluster or cannot be made yet: removing the last voting member, removing the leader while a learner is unpromoted, losing quorum, promoting a learner that has not caught up, a second learner, a peer URL already in use; the message says which and what to do (FailedPrecondition, 400).
 	ErrorReason_ERROR_REASON_MEMBER_CHANGE_REFUSED ErrorReason = 22
+	// The call carries no identity, or one that does not check (an unknown bearer token), while coordd requires one (Unauthenticated, 401).
+	ErrorReason_ERROR_REASON_UNAUTHENTICATED ErrorReason = 23
+	// The caller's principal may not do this: no policy rule allows the action on the name, or the session or grant belongs to another principal (PermissionDenied, 403).
+	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 24
 )
 
 // Enum value maps for ErrorReason.
@@ -102,6 +106,8 @@ var (
 		20: "ERROR_REASON_NO_SPACE",
 		21: "ERROR_REASON_MEMBER_NOT_FOUND",
 		22: "ERROR_REASON_MEMBER_CHANGE_REFUSED",
+		23: "ERROR_REASON_UNAUTHENTICATED",
+		24: "ERROR_REASON_PERMISSION_DENIED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -127,6 +133,8 @@ var (
 		"ERROR_REASON_NO_SPACE":              20,
 		"ERROR_REASON_MEMBER_NOT_FOUND":      21,
 		"ERROR_REASON_MEMBER_CHANGE_REFUSED": 22,
+		"ERROR_REASON_UNAUTHENTICATED":       23,
+		"ERROR_REASON_PERMISSION_DENIED":     24,
 	}
 )
 
@@ -161,7 +169,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xf5\x05\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xbb\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -186,7 +194,9 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\x1eERROR_REASON_DEADLINE_EXCEEDED\x10\x13\x12\x19\n" +
 	"\x15ERROR_REASON_NO_SPACE\x10\x14\x12!\n" +
 	"\x1dERROR_REASON_MEMBER_NOT_FOUND\x10\x15\x12&\n" +
-	"\"ERROR_REASON_MEMBER_CHANGE_REFUSED\x10\x16B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\"ERROR_REASON_MEMBER_CHANGE_REFUSED\x10\x16\x12 \n" +
+	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x17\x12\"\n" +
+	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x18B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once
