@@ -150,6 +150,9 @@ type SessionInfo struct {
 	Labels    map[string]string
 	Created   time.Time
 	Remaining time.Duration // filled by GetSession only
+	// Principal owns the session (empty when coordd runs without a
+	// policy): only it, or a principal allowed cluster.admin, may use it.
+	Principal string
 }
 
 func sessionInfo(s *coorddv1.Session) SessionInfo {
@@ -161,6 +164,7 @@ func sessionInfo(s *coorddv1.Session) SessionInfo {
 		Labels:    s.GetLabels(),
 		Created:   s.GetCreateTime().AsTime(),
 		Remaining: s.GetRemainingTtl().AsDuration(),
+		Principal: s.GetPrincipal(),
 	}
 }
 

@@ -273,6 +273,20 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 	return l, nil
 }
 
+// TermSession returns the session of the candidate whose term (or
+// campaign) term names, read linearizably. It returns ErrNotLeader when
+// there is none.
+func (m *Manager) TermSession(ctx context.Context, name string, term fencing.Token) (session.ID, error) {
+	kv, _, err := m.leading(ctx, name, term)
+	if err != nil {
+		return 0, err
+	}
+	if kv == nil {
+		return 0, fmt.Errorf("%w: term %d of %q is no candidate's", ErrNotLeader, term, name)
+	}
+	return session.ID(kv.Lease), nil
+}
+
 // leading reads the candidate whose term is term and reports whether it
 // leads now (nil if it does not exist).
 func (m *Manager) leading(ctx context.Context, name string, term fencing.Token) (*mvccpb.KeyValue, bool, error) {

@@ -219,6 +219,20 @@ func (m *Manager) holder(ctx context.Context, name string, token fencing.Token) 
 	return h, nil
 }
 
+// GrantSession returns the session that owns the grant (or the waiting
+// entry) token names, read linearizably. It returns ErrNotHolder when
+// there is none.
+func (m *Manager) GrantSession(ctx context.Context, name string, token fencing.Token) (session.ID, error) {
+	kv, _, _, err := queue.Position(ctx, m.cli, m.queue(name), int64(token))
+	if err != nil {
+		return 0, fmt.Errorf("lock: read %q: %w", name, err)
+	}
+	if kv == nil {
+		return 0, fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
+	}
+	return session.ID(kv.Lease), nil
+}
+
 // A Fence is what a fencing token can hold: a lock (Manager) or an
 // election's leadership (election.Manager). Holding checks, linearizably,
 // that token holds name now and returns an etcd comparison that stays true

@@ -64,16 +64,20 @@ type Spec struct {
 	Owner    string            // Optional; at most MaxOwnerBytes of UTF-8.
 	Hostname string            // Optional; at most MaxHostnameBytes of UTF-8.
 	Labels   map[string]string // Optional; see ValidateSpec for limits.
+	// Principal is the authenticated caller that creates it (empty without
+	// authentication); it owns the session.
+	Principal string
 }
 
 // Info describes a live session.
 type Info struct {
-	ID       ID
-	TTL      time.Duration // granted TTL
-	Owner    string
-	Hostname string
-	Labels   map[string]string
-	Created  time.Time
+	ID        ID
+	TTL       time.Duration // granted TTL
+	Owner     string
+	Hostname  string
+	Labels    map[string]string
+	Principal string // who owns it (see Spec.Principal)
+	Created   time.Time
 	// Remaining is the TTL left before expiry, truncated to whole seconds
 	// as etcd reports it (0 means under a second). Only Get fills it.
 	Remaining time.Duration
@@ -85,6 +89,7 @@ type record struct {
 	Owner      string            `json:"owner,omitempty"`
 	Hostname   string            `json:"hostname,omitempty"`
 	Labels     map[string]string `json:"labels,omitempty"`
+	Principal  string            `json:"principal,omitempty"`
 	Created    time.Time         `json:"created"`
 }
 
@@ -123,8 +128,10 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 		Hostname: spec.Hostname,
 		Labels:   spec.Labels,
 		Created:  m.now().UTC().Truncate(time.Millisecond),
+
+		Principal: spec.Principal,
 	}
-	val, err := json.Marshal(record{TTLSeconds: lease.TTL, Owner: info.Owner, Hostname: info.Hostname, Labels: info.Labels, Created: info.Created})
+	val, err := json.Marshal(record{TTLSeconds: lease.TTL, Owner: info.Owner, Hostname: info.Hostname, Labels: info.Labels, Principal: info.Principal, Created: info.Created})
 	if err != nil {
 		return Info{}, fmt.Errorf("session: encode metadata: %w", err)
 	}
@@ -236,6 +243,8 @@ func decode(id ID, val []byte) (Info, error) {
 		Hostname: r.Hostname,
 		Labels:   r.Labels,
 		Created:  r.Created,
+
+		Principal: r.Principal,
 	}, nil
 }
 

@@ -19,6 +19,25 @@ type rpcRule struct {
 	// names returns the resources a request message names (nil for
 	// actions about no name). Streams are checked message by message.
 	names func(msg any) []auth.Resource
+	// owned, when set, names the session whose things the request acts
+	// on: only that session's principal (or one allowed cluster.admin)
+	// may make it.
+	owned func(msg any) ownedRef
+}
+
+// ownedRef is what a request acts on that belongs to a session: the
+// session itself, or the grant or term a token names.
+type ownedRef struct {
+	session        string
+	lock, election string
+	token          int64
+}
+
+func bySession[T any](id func(T) string) func(any) ownedRef {
+	return func(msg any) ownedRef {
+		m, _ := msg.(T)
+		return ownedRef{session: id(m)}
+	}
 }
 
 // named builds a names func for requests of type T naming one resource.
@@ -76,6 +95,14 @@ const (
 	clusterSvc  = "/coordd.v1.ClusterService/"
 )
 
+func rule(a auth.Action, names func(any) []auth.Resource, owned ...func(any) ownedRef) rpcRule {
+	r := rpcRule{action: a, names: names}
+	if len(owned) > 0 {
+		r.owned = owned[0]
+	}
+	return r
+}
+
 // rpcTable maps every RPC of coordd's API to its action and the names it
 // acts on. It is the only place where that is decided; a test fails when an
 // RPC is missing from it, and an RPC missing from it is denied once a
@@ -84,60 +111,75 @@ var rpcTable = map[string]rpcRule{
 	sessionSvc + "CreateSession":   {action: auth.Session},
 	sessionSvc + "GetSession":      {action: auth.Session},
 	sessionSvc + "ListSessions":    {action: auth.Session},
-	sessionSvc + "KeepAlive":       {action: auth.Session},
-	sessionSvc + "KeepAliveStream": {action: auth.Session},
-	sessionSvc + "CloseSession":    {action: auth.Session},
+	sessionSvc + "KeepAlive":       {action: auth.Session, owned: bySession((*coorddv1.KeepAliveRequest).GetSessionId)},
+	sessionSvc + "KeepAliveStream": {action: auth.Session, owned: bySession((*coorddv1.KeepAliveStreamRequest).GetSessionId)},
+	sessionSvc + "CloseSession":    {action: auth.Session, owned: bySession((*coorddv1.CloseSessionRequest).GetSessionId)},
 
-	lockSvc + "Acquire":      {auth.LockAcquire, named(auth.Lock, (*coorddv1.AcquireRequest).GetName)},
-	lockSvc + "TryAcquire":   {auth.LockAcquire, named(auth.Lock, (*coorddv1.TryAcquireRequest).GetName)},
-	lockSvc + "Release":      {auth.LockRelease, named(auth.Lock, (*coorddv1.ReleaseRequest).GetName)},
-	lockSvc + "DescribeLock": {auth.LockDescribe, named(auth.Lock, (*coorddv1.DescribeLockRequest).GetName)},
-	lockSvc + "ListLocks":    {auth.LockDescribe, listed(auth.Lock, (*coorddv1.ListLocksRequest).GetPrefix)},
+	lockSvc + "Acquire":    rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.AcquireRequest).GetName), bySession((*coorddv1.AcquireRequest).GetSessionId)),
+	lockSvc + "TryAcquire": rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.TryAcquireRequest).GetName), bySession((*coorddv1.TryAcquireRequest).GetSessionId)),
+	// A release names its session (the SDK always does, and then the
+	// release can only remove that session's grant), or else the grant's
+	// session is read.
+	lockSvc + "Release": rule(auth.LockRelease, named(auth.Lock, (*coorddv1.ReleaseRequest).GetName), func(msg any) ownedRef {
+		m, _ := msg.(*coorddv1.ReleaseRequest)
+		if m.GetSessionId() != "" {
+			return ownedRef{session: m.GetSessionId()}
+		}
+		return ownedRef{lock: m.GetName(), token: m.GetToken()}
+	}),
+	lockSvc + "DescribeLock": rule(auth.LockDescribe, named(auth.Lock, (*coorddv1.DescribeLockRequest).GetName)),
+	lockSvc + "ListLocks":    rule(auth.LockDescribe, listed(auth.Lock, (*coorddv1.ListLocksRequest).GetPrefix)),
 	// Validating a token says whether it holds: a read of the lock or
 	// the election.
-	lockSvc + "ValidateFence": {auth.LockDescribe, func(msg any) []auth.Resource {
+	lockSvc + "ValidateFence": rule(auth.LockDescribe, func(msg any) []auth.Resource {
 		m, _ := msg.(*coorddv1.ValidateFenceRequest)
 		if m.GetElection() != "" {
 			return []auth.Resource{fence("", m.GetElection())}
 		}
 		return []auth.Resource{fence(m.GetName(), "")}
-	}},
-	lockSvc + "FencedPut":    {auth.KVFenced, named(auth.Key, (*coorddv1.FencedPutRequest).GetKey)},
-	lockSvc + "FencedDelete": {auth.KVFenced, named(auth.Key, (*coorddv1.FencedDeleteRequest).GetKey)},
+	}),
+	lockSvc + "FencedPut":    rule(auth.KVFenced, named(auth.Key, (*coorddv1.FencedPutRequest).GetKey)),
+	lockSvc + "FencedDelete": rule(auth.KVFenced, named(auth.Key, (*coorddv1.FencedDeleteRequest).GetKey)),
 
-	electionSvc + "Campaign":      {auth.ElectionCampaign, named(auth.Election, (*coorddv1.CampaignRequest).GetName)},
-	electionSvc + "Proclaim":      {auth.ElectionCampaign, named(auth.Election, (*coorddv1.ProclaimRequest).GetName)},
-	electionSvc + "Resign":        {auth.ElectionCampaign, named(auth.Election, (*coorddv1.ResignRequest).GetName)},
-	electionSvc + "Leader":        {auth.ElectionObserve, named(auth.Election, (*coorddv1.LeaderRequest).GetName)},
-	electionSvc + "Candidates":    {auth.ElectionObserve, named(auth.Election, (*coorddv1.CandidatesRequest).GetName)},
-	electionSvc + "ListElections": {auth.ElectionObserve, listed(auth.Election, (*coorddv1.ListElectionsRequest).GetPrefix)},
-	electionSvc + "Observe":       {auth.ElectionObserve, named(auth.Election, (*coorddv1.ObserveRequest).GetName)},
+	electionSvc + "Campaign": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.CampaignRequest).GetName), bySession((*coorddv1.CampaignRequest).GetSessionId)),
+	electionSvc + "Proclaim": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.ProclaimRequest).GetName), func(msg any) ownedRef {
+		m, _ := msg.(*coorddv1.ProclaimRequest)
+		return ownedRef{election: m.GetName(), token: m.GetTerm()}
+	}),
+	electionSvc + "Resign": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.ResignRequest).GetName), func(msg any) ownedRef {
+		m, _ := msg.(*coorddv1.ResignRequest)
+		return ownedRef{election: m.GetName(), token: m.GetTerm()}
+	}),
+	electionSvc + "Leader":        rule(auth.ElectionObserve, named(auth.Election, (*coorddv1.LeaderRequest).GetName)),
+	electionSvc + "Candidates":    rule(auth.ElectionObserve, named(auth.Election, (*coorddv1.CandidatesRequest).GetName)),
+	electionSvc + "ListElections": rule(auth.ElectionObserve, listed(auth.Election, (*coorddv1.ListElectionsRequest).GetPrefix)),
+	electionSvc + "Observe":       rule(auth.ElectionObserve, named(auth.Election, (*coorddv1.ObserveRequest).GetName)),
 
-	configSvc + "Put":            {auth.ConfigWrite, named(auth.Namespace, (*coorddv1.PutRequest).GetNamespace)},
-	configSvc + "Delete":         {auth.ConfigWrite, named(auth.Namespace, (*coorddv1.DeleteRequest).GetNamespace)},
-	configSvc + "Publish":        {auth.ConfigWrite, named(auth.Namespace, (*coorddv1.PublishRequest).GetNamespace)},
-	configSvc + "Get":            {auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetRequest).GetNamespace)},
-	configSvc + "Snapshot":       {auth.ConfigRead, named(auth.Namespace, (*coorddv1.SnapshotRequest).GetNamespace)},
-	configSvc + "Poll":           {auth.ConfigRead, named(auth.Namespace, (*coorddv1.PollRequest).GetNamespace)},
-	configSvc + "ListReleases":   {auth.ConfigRead, named(auth.Namespace, (*coorddv1.ListReleasesRequest).GetNamespace)},
-	configSvc + "Diff":           {auth.ConfigRead, named(auth.Namespace, (*coorddv1.DiffRequest).GetNamespace)},
-	configSvc + "Rollback":       {auth.ConfigAdmin, named(auth.Namespace, (*coorddv1.RollbackRequest).GetNamespace)},
-	configSvc + "GetSchema":      {auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetSchemaRequest).GetNamespace)},
-	configSvc + "SetSchema":      {auth.ConfigAdmin, named(auth.Namespace, (*coorddv1.SetSchemaRequest).GetNamespace)},
-	configSvc + "ListNamespaces": {auth.ConfigRead, listed(auth.Namespace, (*coorddv1.ListNamespacesRequest).GetPrefix)},
+	configSvc + "Put":            rule(auth.ConfigWrite, named(auth.Namespace, (*coorddv1.PutRequest).GetNamespace)),
+	configSvc + "Delete":         rule(auth.ConfigWrite, named(auth.Namespace, (*coorddv1.DeleteRequest).GetNamespace)),
+	configSvc + "Publish":        rule(auth.ConfigWrite, named(auth.Namespace, (*coorddv1.PublishRequest).GetNamespace)),
+	configSvc + "Get":            rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetRequest).GetNamespace)),
+	configSvc + "Snapshot":       rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.SnapshotRequest).GetNamespace)),
+	configSvc + "Poll":           rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.PollRequest).GetNamespace)),
+	configSvc + "ListReleases":   rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.ListReleasesRequest).GetNamespace)),
+	configSvc + "Diff":           rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.DiffRequest).GetNamespace)),
+	configSvc + "Rollback":       rule(auth.ConfigAdmin, named(auth.Namespace, (*coorddv1.RollbackRequest).GetNamespace)),
+	configSvc + "GetSchema":      rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetSchemaRequest).GetNamespace)),
+	configSvc + "SetSchema":      rule(auth.ConfigAdmin, named(auth.Namespace, (*coorddv1.SetSchemaRequest).GetNamespace)),
+	configSvc + "ListNamespaces": rule(auth.ConfigRead, listed(auth.Namespace, (*coorddv1.ListNamespacesRequest).GetPrefix)),
 	// A subscriber reports what it applied of namespaces it reads.
-	configSvc + "ReportStatus": {auth.ConfigRead, namespaces(func(m *coorddv1.ReportStatusRequest) []string {
+	configSvc + "ReportStatus": rule(auth.ConfigRead, namespaces(func(m *coorddv1.ReportStatusRequest) []string {
 		out := make([]string, 0, len(m.GetNamespaces()))
 		for _, n := range m.GetNamespaces() {
 			out = append(out, n.GetNamespace())
 		}
 		return out
-	})},
-	configSvc + "GetApplyStatus": {auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetApplyStatusRequest).GetNamespace)},
-	configSvc + "Watch":          {auth.ConfigRead, namespaces((*coorddv1.WatchRequest).GetNamespaces)},
+	})),
+	configSvc + "GetApplyStatus": rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetApplyStatusRequest).GetNamespace)),
+	configSvc + "Watch":          rule(auth.ConfigRead, namespaces((*coorddv1.WatchRequest).GetNamespaces)),
 	// Each start message of the stream names its namespaces; a stop
 	// names none.
-	configSvc + "WatchMany": {auth.ConfigRead, namespaces(func(m *coorddv1.WatchManyRequest) []string { return m.GetStart().GetNamespaces() })},
+	configSvc + "WatchMany": rule(auth.ConfigRead, namespaces(func(m *coorddv1.WatchManyRequest) []string { return m.GetStart().GetNamespaces() })),
 
 	clusterSvc + "GetClusterStatus": {action: auth.ClusterRead},
 	clusterSvc + "ListAlarms":       {action: auth.ClusterRead},
@@ -164,8 +206,9 @@ func PrincipalFrom(ctx context.Context) auth.Principal {
 	return p
 }
 
-// authorize checks one message of method against the policy.
-func authorize(az *auth.Authorizer, p auth.Principal, method string, msg any) error {
+// authorize checks one message of method against the policy, then that
+// the caller owns the session it acts on.
+func authorize(ctx context.Context, az *auth.Authorizer, owners *Owners, p auth.Principal, method string, msg any) error {
 	if az.Open() {
 		return nil
 	}
@@ -191,19 +234,22 @@ func authorize(az *auth.Authorizer, p auth.Principal, method string, msg any) er
 			return kind.PermissionDenied.New("auth: " + why)
 		}
 	}
+	if rule.owned != nil && owners != nil {
+		return owners.check(ctx, az, p, rule.owned(msg))
+	}
 	return nil
 }
 
 // UnaryAuth authenticates every call (an identity that fails to check is
-// refused even in open mode) and authorizes it against the policy. Place
-// it inside UnaryErrors.
-func UnaryAuth(an Authn, az *auth.Authorizer) grpc.UnaryServerInterceptor {
+// refused even in open mode) and authorizes it against the policy and
+// session ownership. Place it inside UnaryErrors.
+func UnaryAuth(an Authn, az *auth.Authorizer, owners *Owners) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		p, err := an.Principal(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if err := authorize(az, p, info.FullMethod, req); err != nil {
+		if err := authorize(ctx, az, owners, p, info.FullMethod, req); err != nil {
 			return nil, err
 		}
 		return handler(context.WithValue(ctx, principalKey{}, p), req)
@@ -212,15 +258,16 @@ func UnaryAuth(an Authn, az *auth.Authorizer) grpc.UnaryServerInterceptor {
 
 // StreamAuth is UnaryAuth for streams: every message the client sends is
 // authorized before the handler sees it.
-func StreamAuth(an Authn, az *auth.Authorizer) grpc.StreamServerInterceptor {
+func StreamAuth(an Authn, az *auth.Authorizer, owners *Owners) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		p, err := an.Principal(ss.Context())
 		if err != nil {
 			return err
 		}
+		ctx := context.WithValue(ss.Context(), principalKey{}, p)
 		return handler(srv, &authStream{
-			ServerStream: ss, ctx: context.WithValue(ss.Context(), principalKey{}, p),
-			check: func(msg any) error { return authorize(az, p, info.FullMethod, msg) },
+			ServerStream: ss, ctx: ctx,
+			check: func(msg any) error { return authorize(ctx, az, owners, p, info.FullMethod, msg) },
 		})
 	}
 }

@@ -22,6 +22,10 @@ type LockServer struct {
 	elections *election.Manager // fences by leadership term
 	sessions  *session.Manager  // to name holders' owners in DescribeLock
 	metrics   *Metrics
+	// TokensVisible, when set, says whether the caller may see a lock's
+	// tokens in DescribeLock (under a policy: those allowed to release
+	// it); they are zero otherwise.
+	TokensVisible func(ctx context.Context, lock string) bool
 }
 
 // NewLockServer returns the LockService adapter.
@@ -126,6 +130,11 @@ func (s *LockServer) DescribeLock(ctx context.Context, req *coorddv1.DescribeLoc
 	}
 	for _, e := range d.Waiters {
 		resp.Waiters = append(resp.Waiters, s.entryProto(ctx, e))
+	}
+	if s.TokensVisible != nil && !s.TokensVisible(ctx, req.GetName()) {
+		for _, e := range append(resp.Holders, resp.Waiters...) {
+			e.Token = 0
+		}
 	}
 	return resp, nil
 }

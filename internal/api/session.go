@@ -88,6 +88,8 @@ func (s *SessionServer) CreateSession(ctx context.Context, req *coorddv1.CreateS
 		Owner:    req.GetOwner(),
 		Hostname: req.GetHostname(),
 		Labels:   req.GetLabels(),
+
+		Principal: PrincipalFrom(ctx).Name,
 	})
 	if err != nil {
 		return nil, err
@@ -312,6 +314,7 @@ func sessionProto(info session.Info, withRemaining bool) *coorddv1.Session {
 		Hostname:   info.Hostname,
 		Labels:     info.Labels,
 		CreateTime: timestamppb.New(info.Created),
+		Principal:  info.Principal,
 	}
 	if withRemaining {
 		out.RemainingTtl = durationpb.New(info.Remaining)

@@ -279,3 +279,86 @@ func TestPolicyReload(t *testing.T) {
 		t.Errorf("/readyz without a policy: %q", body)
 	}
 }
+
+// A session belongs to the principal that created it: another principal,
+// even one the policy lets use the same names, cannot keep it alive, close
+// it, acquire or campaign with it, release its grants or resign its terms,
+// and does not see its tokens unless it may release the lock. A principal
+// allowed cluster.admin may.
+func TestSessionsBelongToTheirPrincipal(t *testing.T) {
+	policy := `
+rules:
+  - principals: [alice, mallory]
+    actions: [session, lock.acquire, lock.release, election.campaign, election.observe]
+    locks: ["shared/*"]
+    elections: ["shared/*"]
+  - principals: [eve]
+    actions: [lock.describe]
+    locks: ["shared/*"]
+  - principals: [root]
+    actions: ["*"]
+    locks: ["*"]
+    elections: ["*"]
+`
+	testTokens["mallory"], testTokens["root"], testTokens["eve"] = "mallory-token-0123456789", "root-token-0123456789", "eve-token-0123456789"
+	t.Cleanup(func() { delete(testTokens, "mallory"); delete(testTokens, "root"); delete(testTokens, "eve") })
+	d := start(t, authConfig(t, policy))
+	ctx := t.Context()
+	alice := newClientWithToken(t, d.GRPCAddr(), "alice")
+	mallory := newClientWithToken(t, d.GRPCAddr(), "mallory").Admin()
+	s, err := alice.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Lock(ctx, "shared/l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, err := s.Campaign(ctx, "shared/e", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := mallory.GetSession(ctx, s.ID()); err != nil || info.Principal != "alice" {
+		t.Fatalf("the session's principal: %+v, %v", info, err)
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, clientlib.ErrPermissionDenied) || !strings.Contains(err.Error(), "belongs to alice") {
+			t.Errorf("mallory %s: %v; want PermissionDenied (the session belongs to alice)", what, err)
+		}
+	}
+	_, err = mallory.KeepAliveSession(ctx, s.ID())
+	denied("keeping alice's session alive", err)
+	denied("closing alice's session", mallory.CloseSession(ctx, s.ID()))
+	_, err = mallory.Acquire(ctx, s.ID(), "shared/other")
+	denied("acquiring with alice's session", err)
+	_, err = mallory.Campaign(ctx, s.ID(), "shared/other", "x")
+	denied("campaigning with alice's session", err)
+	denied("releasing alice's grant by its token", mallory.Release(ctx, "shared/l", l.Token()))
+	denied("resigning alice's term", mallory.Resign(ctx, "shared/e", lead.Term()))
+	denied("proclaiming in alice's term", mallory.Proclaim(ctx, "shared/e", lead.Term(), "mallory"))
+	// Nothing of it happened.
+	root := newClientWithToken(t, d.GRPCAddr(), "root").Admin()
+	if err := root.ValidateFence(ctx, l.Fence()); err != nil {
+		t.Fatalf("alice's grant after mallory's attempts: %v", err)
+	}
+	if _, err := root.GetSession(ctx, s.ID()); err != nil {
+		t.Fatalf("alice's session after mallory's attempts: %v", err)
+	}
+	// eve may describe the lock but not release it: she sees no tokens...
+	eve := newClientWithToken(t, d.GRPCAddr(), "eve").Admin()
+	desc, err := eve.DescribeLock(ctx, "shared/l")
+	if err != nil || len(desc.Holders) != 1 || desc.Holders[0].Token != 0 {
+		t.Fatalf("eve describing shared/l: %+v, %v; want the holder without its token", desc, err)
+	}
+	// ...but root, allowed cluster.admin, may do everything.
+	if desc, err := root.DescribeLock(ctx, "shared/l"); err != nil || desc.Holders[0].Token != l.Token() {
+		t.Fatalf("root describing shared/l: %+v, %v", desc, err)
+	}
+	if err := root.Release(ctx, "shared/l", l.Token()); err != nil {
+		t.Fatalf("root releasing alice's grant: %v", err)
+	}
+	if err := root.CloseSession(ctx, s.ID()); err != nil {
+		t.Fatalf("root closing alice's session: %v", err)
+	}
+}

@@ -5,11 +5,14 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +23,8 @@ import (
 	etcdversion "go.etcd.io/etcd/api/v3/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -64,6 +69,7 @@ type Daemon struct {
 	gwLis   *bufconn.Listener
 	authn   *api.Authenticator // the public server's
 	authz   *auth.Authorizer
+	owners  *api.Owners
 	health  *health.Server
 	// healthMu orders updateHealth's read of the two flags with its write
 	// of the status, so a late update never overwrites a newer one.
@@ -85,8 +91,10 @@ type Daemon struct {
 	// refusers turn connections away until the listeners are served.
 	refusers []*refuser
 	// alarms are etcd's active alarms, kept by watchAlarms.
-	alarmMu sync.Mutex
-	alarms  []cluster.Alarm
+	stopReasonOnce sync.Once
+	stopReason     error // why the embedded etcd stopped on its own
+	alarmMu        sync.Mutex
+	alarms         []cluster.Alarm
 }
 
 // serverMetrics are registered once per process on the registry etcd uses,
@@ -167,13 +175,14 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	metrics := grpcMetrics()
+	d.owners = &api.Owners{} // its managers are set below, before serving
 	// Two servers share every service: the public one on --grpc-addr,
 	// and an in-memory one that only the REST gateway reaches, which
 	// trusts the identity the gateway authenticated from the HTTP request.
 	serverOpts := func(an api.Authn) []grpc.ServerOption {
 		return []grpc.ServerOption{
-			grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(an, d.authz), api.UnaryRequireLeader(d.leader.Lost)),
-			grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(an, d.authz), api.StreamRequireLeader(d.leader.Lost)),
+			grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(an, d.authz, d.owners), api.UnaryRequireLeader(d.leader.Lost)),
+			grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(an, d.authz, d.owners), api.StreamRequireLeader(d.leader.Lost)),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 			grpc.ForceServerCodecV2(api.Codec()), // protobuf, and messages marshaled once for many streams
 			// Idle watch connections are the common case: keep the read buffer
@@ -205,11 +214,16 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
 	d.locks = lock.NewManager(d.cli, cfg.KeyRoot)
 	d.elections = election.NewManager(d.cli, cfg.KeyRoot)
+	d.owners.Sessions, d.owners.Locks, d.owners.Elections = sessions, d.locks, d.elections
 	// One etcd watch tells every keep-alive stream of this member when a
 	// lock grant or leadership it watches ends.
 	holdings := grantwatch.New(d.cli, cfg.KeyRoot+"lock/", cfg.KeyRoot+"election/")
 	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), apiMetrics)
 	lockSvc := api.NewLockServer(d.locks, d.elections, sessions, apiMetrics)
+	lockSvc.TokensVisible = func(ctx context.Context, name string) bool {
+		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.LockRelease, auth.Resource{Kind: auth.Lock, Name: name})
+		return ok
+	}
 	electionSvc := api.NewElectionServer(d.stopped, d.elections, sessions, apiMetrics)
 	for _, srv := range servers {
 		coorddv1.RegisterSessionServiceServer(srv, sessionSvc)
@@ -490,12 +504,45 @@ func (d *Daemon) Wait(ctx context.Context) error {
 	}
 }
 
-// etcdStopReason says why the embedded etcd stopped, once it has.
+// etcdStopReason says why the embedded etcd stopped, once it has. A
+// member learns of its removal either by applying it or from a peer that
+// refuses it; in the second case its own member list still has it, so the
+// peers are asked.
 func (d *Daemon) etcdStopReason() error {
-	if !d.etcd.Server.IsMemberExist(d.etcd.Server.MemberID()) {
-		return ErrMemberRemoved
+	d.stopReasonOnce.Do(func() {
+		d.stopReason = errors.New("embedded etcd stopped on its own (see its log above)")
+		srv := d.etcd.Server
+		if !srv.IsMemberExist(srv.MemberID()) || removedByPeers(srv) {
+			d.stopReason = ErrMemberRemoved
+		}
+	})
+	return d.stopReason
+}
+
+// removedByPeers asks the other members (their peer listener's member
+// list) whether this member is still one of them.
+func removedByPeers(srv *etcdserver.EtcdServer) bool {
+	hc := &http.Client{Timeout: time.Second}
+	defer hc.CloseIdleConnections()
+	for _, m := range srv.Cluster().Members() {
+		if m.ID == srv.MemberID() {
+			continue
+		}
+		for _, u := range m.PeerURLs {
+			resp, err := hc.Get(strings.TrimSuffix(u, "/") + "/members")
+			if err != nil {
+				continue
+			}
+			var members []membership.Member
+			err = json.NewDecoder(resp.Body).Decode(&members)
+			_ = resp.Body.Close()
+			if err != nil || len(members) == 0 {
+				continue
+			}
+			return !slices.ContainsFunc(members, func(o membership.Member) bool { return o.ID == srv.MemberID() })
+		}
 	}
-	return errors.New("embedded etcd stopped on its own (see its log above)")
+	return false
 }
 
 // ErrMemberRemoved is Wait's error once this daemon's etcd member has been

@@ -520,7 +520,8 @@ type LockEntry struct {
 	// metadata is what the acquirer attached.
 	Metadata string `protobuf:"bytes,3,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	// token is the entry's fencing token (for a waiter: the token it will
-	// hold once granted).
+	// hold once granted). Under a policy, 0 unless the caller may release
+	// the lock.
 	Token int64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
 	// enqueue_time is when the acquisition was queued.
 	EnqueueTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=enqueue_time,json=enqueueTime,proto3" json:"enqueue_time,omitempty"`

@@ -96,7 +96,12 @@ type Session struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// remaining_ttl is how long the session lives without another keep-alive.
 	// Only GetSession fills it.
-	RemainingTtl  *durationpb.Duration `protobuf:"bytes,7,opt,name=remaining_ttl,json=remainingTtl,proto3" json:"remaining_ttl,omitempty"`
+	RemainingTtl *durationpb.Duration `protobuf:"bytes,7,opt,name=remaining_ttl,json=remainingTtl,proto3" json:"remaining_ttl,omitempty"`
+	// principal that created the session (empty when coordd runs without a
+	// policy). Only it, or a principal allowed cluster.admin, may keep the
+	// session alive, close it, acquire or campaign with it, release its
+	// grants or resign its terms.
+	Principal     string `protobuf:"bytes,8,opt,name=principal,proto3" json:"principal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -178,6 +183,13 @@ func (x *Session) GetRemainingTtl() *durationpb.Duration {
 		return x.RemainingTtl
 	}
 	return nil
+}
+
+func (x *Session) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
 }
 
 // CreateSessionRequest asks for a new session.
@@ -906,7 +918,7 @@ var File_coordd_v1_session_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x17coordd/v1/session.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x02\n" +
+	"\x17coordd/v1/session.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x03\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
@@ -915,7 +927,8 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\x06labels\x18\x05 \x03(\v2\x1e.coordd.v1.Session.LabelsEntryR\x06labels\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12>\n" +
-	"\rremaining_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\fremainingTtl\x1a9\n" +
+	"\rremaining_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\fremainingTtl\x12\x1c\n" +
+	"\tprincipal\x18\b \x01(\tR\tprincipal\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf5\x01\n" +
