@@ -28,6 +28,7 @@ const (
 	forwardedPrincipal = "x-coordd-principal"
 	forwardedGroups    = "x-coordd-groups"
 	forwardedError     = "x-coordd-auth-error"
+	forwardedSource    = "x-coordd-source" // the HTTP client's address
 )
 
 // Authenticator finds a call's principal: a bearer token (the
@@ -117,11 +118,11 @@ func (a *Authenticator) ForwardedMetadata(r *http.Request) metadata.MD {
 	p, err := a.HTTPPrincipal(r)
 	switch {
 	case err != nil:
-		return metadata.Pairs(forwardedError, err.Error())
+		return metadata.Pairs(forwardedError, err.Error(), forwardedSource, r.RemoteAddr)
 	case p.IsAnonymous():
-		return nil
+		return metadata.Pairs(forwardedSource, r.RemoteAddr)
 	}
-	return metadata.Pairs(forwardedPrincipal, p.Name, forwardedGroups, strings.Join(p.Groups, ","))
+	return metadata.Pairs(forwardedPrincipal, p.Name, forwardedGroups, strings.Join(p.Groups, ","), forwardedSource, r.RemoteAddr)
 }
 
 // IsForwardedHeader reports whether an HTTP header would reach the

@@ -2,10 +2,14 @@ package api
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/coordd/coordd/auth"
@@ -240,34 +244,115 @@ func authorize(ctx context.Context, az *auth.Authorizer, owners *Owners, p auth.
 	return nil
 }
 
+// Auth is what the auth interceptors consult.
+type Auth struct {
+	Authn  Authn
+	Authz  *auth.Authorizer
+	Owners *Owners
+	// Audit, when set, receives a line for every call that changes
+	// something and every call refused; AuditFailed is told when a line
+	// cannot be written.
+	Audit       *auth.Audit
+	AuditFailed func(error)
+}
+
+// sessionWrites are the session calls that are audited (keep-alives are
+// not: they are most of the traffic and change nothing anyone reads).
+var sessionWrites = map[string]bool{sessionSvc + "CreateSession": true, sessionSvc + "CloseSession": true}
+
+// audit writes a call's audit line if it changed something or was refused.
+func (a Auth) audit(ctx context.Context, p auth.Principal, method string, msg any, err error) {
+	if a.Audit == nil {
+		return
+	}
+	rule, known := rpcTable[method]
+	st, _ := ToStatus(err)
+	refused := err != nil && (errors.Is(err, kind.PermissionDenied) || errors.Is(err, kind.Unauthenticated))
+	if !refused && (!known || (!auth.Mutates(rule.action) && !sessionWrites[method])) {
+		return
+	}
+	r := auth.Record{Time: time.Now().UTC(), Principal: p.Name, Source: source(ctx), RPC: method, Action: rule.action, Result: "OK", RequestID: requestID(ctx, msg)}
+	if err != nil {
+		r.Result, r.Reason = st.Code().String(), st.Message()
+	}
+	if known && rule.names != nil && msg != nil {
+		for _, res := range rule.names(msg) {
+			name := string(res.Kind) + ":" + res.Name
+			if res.Prefix {
+				name += "*"
+			}
+			r.Resources = append(r.Resources, name)
+		}
+	}
+	if werr := a.Audit.Write(r); werr != nil && a.AuditFailed != nil {
+		a.AuditFailed(werr)
+	}
+}
+
+// source is the caller's address: the HTTP client's for REST calls (the
+// gateway forwards it), else the gRPC peer's.
+func source(ctx context.Context) string {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(forwardedSource); len(v) == 1 {
+			return v[0]
+		}
+	}
+	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		return pr.Addr.String()
+	}
+	return ""
+}
+
+// requestID is the request's own request_id field, or the caller's
+// x-request-id metadata (REST: the X-Request-Id header).
+func requestID(ctx context.Context, msg any) string {
+	if m, ok := msg.(interface{ GetRequestId() string }); ok && m.GetRequestId() != "" {
+		return m.GetRequestId()
+	}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("x-request-id"); len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
 // UnaryAuth authenticates every call (an identity that fails to check is
-// refused even in open mode) and authorizes it against the policy and
-// session ownership. Place it inside UnaryErrors.
-func UnaryAuth(an Authn, az *auth.Authorizer, owners *Owners) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		p, err := an.Principal(ctx)
-		if err != nil {
-			return nil, err
+// refused even in open mode), authorizes it against the policy and session
+// ownership, and audits it. Place it inside UnaryErrors.
+func UnaryAuth(a Auth) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		p, err := a.Authn.Principal(ctx)
+		if err == nil {
+			err = authorize(ctx, a.Authz, a.Owners, p, info.FullMethod, req)
 		}
-		if err := authorize(ctx, az, owners, p, info.FullMethod, req); err != nil {
-			return nil, err
+		if err == nil {
+			resp, err = handler(context.WithValue(ctx, principalKey{}, p), req)
 		}
-		return handler(context.WithValue(ctx, principalKey{}, p), req)
+		a.audit(ctx, p, info.FullMethod, req, err)
+		return resp, err
 	}
 }
 
 // StreamAuth is UnaryAuth for streams: every message the client sends is
-// authorized before the handler sees it.
-func StreamAuth(an Authn, az *auth.Authorizer, owners *Owners) grpc.StreamServerInterceptor {
+// authorized before the handler sees it; refusals are audited.
+func StreamAuth(a Auth) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		p, err := an.Principal(ss.Context())
+		p, err := a.Authn.Principal(ss.Context())
 		if err != nil {
+			a.audit(ss.Context(), p, info.FullMethod, nil, err)
 			return err
 		}
 		ctx := context.WithValue(ss.Context(), principalKey{}, p)
 		return handler(srv, &authStream{
 			ServerStream: ss, ctx: ctx,
-			check: func(msg any) error { return authorize(ctx, az, owners, p, info.FullMethod, msg) },
+			check: func(msg any) error {
+				err := authorize(ctx, a.Authz, a.Owners, p, info.FullMethod, msg)
+				if err != nil {
+					a.audit(ctx, p, info.FullMethod, msg, err)
+				}
+				return err
+			},
 		})
 	}
 }

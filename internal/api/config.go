@@ -63,7 +63,7 @@ func (s *ConfigServer) changeMessage(ev configcenter.Event) (*Encoded, error) {
 
 // Put implements ConfigService.
 func (s *ConfigServer) Put(ctx context.Context, req *coorddv1.PutRequest) (*coorddv1.PutResponse, error) {
-	r, err := s.store.Put(ctx, req.GetNamespace(), req.GetKey(), req.GetValue(), req.GetExpectedRevision(), req.GetAuthor(), req.GetMessage())
+	r, err := s.store.Put(ctx, req.GetNamespace(), req.GetKey(), req.GetValue(), req.GetExpectedRevision(), author(ctx, req.GetAuthor()), req.GetMessage())
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (s *ConfigServer) Put(ctx context.Context, req *coorddv1.PutRequest) (*coor
 
 // Delete implements ConfigService.
 func (s *ConfigServer) Delete(ctx context.Context, req *coorddv1.DeleteRequest) (*coorddv1.DeleteResponse, error) {
-	r, err := s.store.Delete(ctx, req.GetNamespace(), req.GetKey(), req.GetExpectedRevision(), req.GetAuthor(), req.GetMessage())
+	r, err := s.store.Delete(ctx, req.GetNamespace(), req.GetKey(), req.GetExpectedRevision(), author(ctx, req.GetAuthor()), req.GetMessage())
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func (s *ConfigServer) Delete(ctx context.Context, req *coorddv1.DeleteRequest) 
 func (s *ConfigServer) Publish(ctx context.Context, req *coorddv1.PublishRequest) (*coorddv1.PublishResponse, error) {
 	pr := configcenter.PublishRequest{
 		Namespace: req.GetNamespace(), ExpectedRevision: req.GetExpectedRevision(),
-		Author: req.GetAuthor(), Message: req.GetMessage(), DryRun: req.GetDryRun(),
+		Author: author(ctx, req.GetAuthor()), Message: req.GetMessage(), DryRun: req.GetDryRun(),
 	}
 	for _, m := range req.GetMutations() {
 		pr.Mutations = append(pr.Mutations, configcenter.Mutation{Key: m.GetKey(), Value: m.GetValue(), Delete: m.GetDelete()})
@@ -189,7 +189,7 @@ func (s *ConfigServer) Diff(ctx context.Context, req *coorddv1.DiffRequest) (*co
 
 // Rollback implements ConfigService.
 func (s *ConfigServer) Rollback(ctx context.Context, req *coorddv1.RollbackRequest) (*coorddv1.RollbackResponse, error) {
-	r, err := s.store.Rollback(ctx, req.GetNamespace(), req.GetToRelease(), req.GetExpectedRevision(), req.GetAuthor(), req.GetMessage())
+	r, err := s.store.Rollback(ctx, req.GetNamespace(), req.GetToRelease(), req.GetExpectedRevision(), author(ctx, req.GetAuthor()), req.GetMessage())
 	if err != nil {
 		return nil, err
 	}
@@ -433,4 +433,18 @@ func watchManyMessage(b configcenter.WatchBatch) *coorddv1.WatchManyResponse {
 		}
 	}
 	return &coorddv1.WatchManyResponse{WatchIds: b.IDs, ErrorReason: reason, ErrorMessage: st.Message()}
+}
+
+// author is what a release records as its author: the authenticated
+// principal when there is one, with the free-text author the caller gave
+// kept beside it ("payments (deploy-bot)"); else the free text alone.
+func author(ctx context.Context, given string) string {
+	p := PrincipalFrom(ctx).Name
+	switch {
+	case p == "":
+		return given
+	case given == "" || given == p:
+		return p
+	}
+	return p + " (" + given + ")"
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordd/coordd/auth"
 	"github.com/coordd/coordd/internal/api"
+	"github.com/coordd/coordd/internal/rotate"
 )
 
 // loadAuth reads the TLS files, token file and policy at start: any error
@@ -17,6 +18,17 @@ func (d *Daemon) loadAuth() error {
 	cfg := d.cfg
 	d.authn = &api.Authenticator{IdentityFrom: cfg.IdentityFrom}
 	d.authz = auth.NewAuthorizer(nil)
+	switch cfg.AuditLog {
+	case "":
+	case "-":
+		d.audit = auth.NewAudit(os.Stderr)
+	default:
+		f, err := rotate.Open(cfg.AuditLog, int64(cfg.AuditMaxMB)<<20, cfg.AuditKeep)
+		if err != nil {
+			return fmt.Errorf("--audit-log: %w", err)
+		}
+		d.audit, d.closeAudit = auth.NewAudit(f), f.Close
+	}
 	if cfg.TokenFile != "" {
 		t, err := readTokens(cfg.TokenFile)
 		if err != nil {

@@ -2,11 +2,13 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,7 +115,9 @@ func invoke(t *testing.T, conn *grpc.ClientConn, m protoreflect.MethodDescriptor
 // PERMISSION_DENIED, and with one it allows, let in. The denied calls
 // change nothing in etcd.
 func TestEveryRPCIsAuthorized(t *testing.T) {
-	d := start(t, authConfig(t, testPolicy))
+	cfg := authConfig(t, testPolicy)
+	cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
+	d := start(t, cfg)
 	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +214,36 @@ func TestEveryRPCIsAuthorized(t *testing.T) {
 	_ = resp.Body.Close()
 	if !strings.Contains(string(body), "PERMISSION_DENIED") {
 		t.Errorf("observe as bob over REST: %d %s", resp.StatusCode, body)
+	}
+
+	// The audit log has a line for every refused call and every call
+	// that changed something, and releases name the principal as author.
+	rel, err := newClientWithToken(t, d.GRPCAddr(), "alice").Config().Put(t.Context(), "a/audit", "k", "v", clientlib.PublishOptions{Author: "deploy-bot"})
+	if err != nil || rel.Author != "alice (deploy-bot)" {
+		t.Errorf("a release by alice: author %q, %v; want alice (deploy-bot)", rel.Author, err)
+	}
+	data, err := os.ReadFile(cfg.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused, restRefused, alicePut int
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r auth.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil || r.Time.IsZero() || r.RPC == "" || r.Result == "" || r.Source == "" {
+			t.Fatalf("audit line %q: %+v, %v", line, r, err)
+		}
+		switch {
+		case r.Result == "PermissionDenied" || r.Result == "Unauthenticated":
+			refused++
+			if strings.HasSuffix(r.RPC, "/DescribeLock") && r.Principal == "bob" && strings.HasPrefix(r.Source, "127.0.0.1:") {
+				restRefused++
+			}
+		case r.Principal == "alice" && strings.HasSuffix(r.RPC, "ConfigService/Put") && slices.Contains(r.Resources, "namespace:a/audit") && r.Result == "OK":
+			alicePut++
+		}
+	}
+	if refused < 2*len(methods) || restRefused == 0 || alicePut != 1 {
+		t.Errorf("audit log: %d refused lines (want at least %d), %d of bob's REST DescribeLock, %d of alice's put (want 1)", refused, 2*len(methods), restRefused, alicePut)
 	}
 }
 

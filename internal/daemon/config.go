@@ -80,6 +80,13 @@ type Config struct {
 	// Read at start and on every Reload (a bad file is refused, the policy
 	// in force stays).
 	PolicyFile string
+	// AuditLog is where every call that changes something, and every call
+	// refused, is written as one JSON line (auth.Record): a file (rotated
+	// at AuditMaxMB, AuditKeep old files kept) or "-" for stderr; empty is
+	// off.
+	AuditLog   string
+	AuditMaxMB int
+	AuditKeep  int
 	// PublicMetrics serves /metrics and /openapi.json to anyone, also under
 	// a policy (else they need cluster.read).
 	PublicMetrics bool
@@ -166,6 +173,12 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.TLSFiles != nil {
 		cfg.TLS = cfg.TLSFiles.Config()
+	}
+	if cfg.AuditMaxMB <= 0 {
+		cfg.AuditMaxMB = 100
+	}
+	if cfg.AuditKeep <= 0 {
+		cfg.AuditKeep = 10
 	}
 	if cfg.IdentityFrom == "" {
 		cfg.IdentityFrom = "cn"

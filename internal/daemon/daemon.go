@@ -60,17 +60,19 @@ type Daemon struct {
 	stopBackground context.CancelFunc
 	leader         *leaderWatch
 
-	grpcLis net.Listener
-	httpLis net.Listener
-	grpcSrv *grpc.Server
-	httpSrv *http.Server
-	gwConn  *grpc.ClientConn
-	gwSrv   *grpc.Server // the gateway's: in memory, trusts the identity it forwards
-	gwLis   *bufconn.Listener
-	authn   *api.Authenticator // the public server's
-	authz   *auth.Authorizer
-	owners  *api.Owners
-	health  *health.Server
+	grpcLis    net.Listener
+	httpLis    net.Listener
+	grpcSrv    *grpc.Server
+	httpSrv    *http.Server
+	gwConn     *grpc.ClientConn
+	gwSrv      *grpc.Server // the gateway's: in memory, trusts the identity it forwards
+	gwLis      *bufconn.Listener
+	authn      *api.Authenticator // the public server's
+	authz      *auth.Authorizer
+	owners     *api.Owners
+	audit      *auth.Audit // nil without --audit-log
+	closeAudit func() error
+	health     *health.Server
 	// healthMu orders updateHealth's read of the two flags with its write
 	// of the status, so a late update never overwrites a newer one.
 	healthMu  sync.Mutex
@@ -180,9 +182,12 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// and an in-memory one that only the REST gateway reaches, which
 	// trusts the identity the gateway authenticated from the HTTP request.
 	serverOpts := func(an api.Authn) []grpc.ServerOption {
+		a := api.Auth{Authn: an, Authz: d.authz, Owners: d.owners, Audit: d.audit, AuditFailed: func(err error) {
+			d.lg.Error("audit log not written", zap.Error(err))
+		}}
 		return []grpc.ServerOption{
-			grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(an, d.authz, d.owners), api.UnaryRequireLeader(d.leader.Lost)),
-			grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(an, d.authz, d.owners), api.StreamRequireLeader(d.leader.Lost)),
+			grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(a), api.UnaryRequireLeader(d.leader.Lost)),
+			grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(a), api.StreamRequireLeader(d.leader.Lost)),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 			grpc.ForceServerCodecV2(api.Codec()), // protobuf, and messages marshaled once for many streams
 			// Idle watch connections are the common case: keep the read buffer
@@ -637,6 +642,9 @@ func (d *Daemon) closeBackend() error {
 		closeEtcd(d.etcd, d.lg, 2*time.Duration(d.cfg.ElectionMs)*time.Millisecond)
 	}
 	d.dirLock.unlock()
+	if d.closeAudit != nil {
+		_ = d.closeAudit() // written line by line: nothing is lost
+	}
 	return err
 }
 
