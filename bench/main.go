@@ -21,7 +21,7 @@ var (
 	rounds         = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
 	ops            = flag.Int("ops", 300, "operations per peer per round")
 	starts         = flag.Int("starts", 5, "cold starts to measure")
-	only           = flag.String("only", "all", "which part to run: all, sessions, locks, elections, config, config-sdk, or soak (not part of all)")
+	only           = flag.String("only", "all", "which part to run: all, sessions, locks, elections, config, config-sdk, or soak or auth (not part of all)")
 	soakD          = flag.Duration("soak-duration", 10*time.Minute, "how long each soak run lasts")
 	soakWindowD    = flag.Duration("soak-window", time.Minute, "the soak's measuring window")
 	soakCompare    = flag.Bool("soak-compare", true, "run the soak a second time with compaction off")
@@ -81,6 +81,9 @@ func run() error {
 
 	if *only == "soak" {
 		return benchSoak(bin, tmp)
+	}
+	if *only == "auth" {
+		return benchAuth(bin, tmp)
 	}
 	if *only == "all" || *only == "sessions" {
 		if err := benchSessions(bin, tmp); err != nil {

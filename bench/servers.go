@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,7 +59,11 @@ func startDaemon(bin, dir string, extra ...string) (*daemon, error) {
 		return nil, err
 	}
 	d := &daemon{cmd: cmd, grpcAddr: grpcAddr, httpAddr: httpAddr, etcdURL: etcdURL, bin: bin, args: cmd.Args[1:]}
-	if err := waitReady(d, "http://"+httpAddr+"/readyz", t0); err != nil {
+	scheme := "http"
+	if slices.Contains(extra, "--tls-cert-file") {
+		scheme = "https"
+	}
+	if err := waitReady(d, scheme+"://"+httpAddr+"/readyz", t0); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -136,8 +142,13 @@ func startRawMember(self, dir string) (*daemon, error) {
 
 // waitReady polls url every 2ms until it answers 200, and records the time
 // since t0 as the start-up time.
+// readyTLS is the client TLS configuration of readiness probes to a
+// daemon serving TLS (set by benchmarks that start one).
+var readyTLS *tls.Config
+
 func waitReady(d *daemon, url string, t0 time.Time) error {
-	hc := &http.Client{Timeout: time.Second}
+	hc := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: readyTLS}}
+	defer hc.CloseIdleConnections()
 	for {
 		resp, err := hc.Get(url)
 		if err == nil {

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+)
+
+// benchAuth measures what security costs: the same lock and config
+// workloads against a daemon that runs open over plaintext and one that
+// requires mutual TLS and enforces a policy, in one run, rounds
+// alternating which goes first.
+func benchAuth(bin, tmp string) error {
+	dir := filepath.Join(tmp, "auth")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	certs, err := writeBenchCerts(dir)
+	if err != nil {
+		return err
+	}
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte(`rules:
+  - principals: [bench]
+    actions: [session, lock.acquire, lock.release, config.read, config.write]
+    locks: ["*"]
+    namespaces: ["bench/*"]
+`), 0o600); err != nil {
+		return err
+	}
+	open, err := startDaemon(bin, filepath.Join(dir, "open"))
+	if err != nil {
+		return err
+	}
+	defer open.stop()
+	readyTLS = certs.client
+	secured, err := startDaemon(bin, filepath.Join(dir, "secured"),
+		"--tls-cert-file", certs.serverCert, "--tls-key-file", certs.serverKey, "--client-ca-file", certs.ca,
+		"--policy-file", policy, "--public-metrics")
+	if err != nil {
+		return err
+	}
+	defer secured.stop()
+
+	peer := func(name, addr string, tc *tls.Config) lockPeer {
+		return lockPeer{name, func(ctx context.Context, lockName string) (locker, error) {
+			c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{addr}, TLS: tc})
+			if err != nil {
+				return nil, err
+			}
+			s, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second))
+			if err != nil {
+				_ = c.Close()
+				return nil, err
+			}
+			return &coorddLocker{c: c, s: s, name: lockName}, nil
+		}}
+	}
+	peers := []lockPeer{peer("open, plaintext", open.grpcAddr, nil), peer("mTLS + policy", secured.grpcAddr, certs.client)}
+	fmt.Printf("\nauth overhead (%d rounds, %s per peer per workload and round)\n", *lockRounds, *lockD)
+	fmt.Printf("%-18s %-22s %10s %10s %10s\n", "peer", "workload", "p50", "p99", "ops/s")
+	type key struct{ peer, workload string }
+	cycles := map[key][]float64{}
+	rates := map[key]float64{}
+	for round := range *lockRounds {
+		for i := range peers {
+			p := peers[(i+round)%len(peers)]
+			for _, w := range []struct {
+				name           string
+				clients, locks int
+			}{{"1 client (cycle)", 1, 1}, {"16 clients, 16 locks", 16, 16}} {
+				r, err := runLocks(p, w.clients, w.locks, *lockD, fmt.Sprintf("auth-r%d-%d", round, w.clients))
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", p.name, w.name, err)
+				}
+				k := key{p.name, w.name}
+				cycles[k] = append(cycles[k], r.cycleUs...)
+				rates[k] += r.acqPerSec / float64(*lockRounds)
+			}
+			lat, err := publishLatency(p, peerAddr(p, open, secured), peerTLS(p, certs), 200)
+			if err != nil {
+				return fmt.Errorf("%s, config: %w", p.name, err)
+			}
+			k := key{p.name, "config put"}
+			cycles[k] = append(cycles[k], lat...)
+		}
+	}
+	for _, w := range []string{"1 client (cycle)", "16 clients, 16 locks", "config put"} {
+		for _, p := range peers {
+			k := key{p.name, w}
+			p50, p99 := "-", "-"
+			if len(cycles[k]) > 0 {
+				p50, p99 = fmt.Sprintf("%.0fus", percentile(cycles[k], 50)), fmt.Sprintf("%.0fus", percentile(cycles[k], 99))
+			}
+			rate := "-"
+			if rates[k] > 0 {
+				rate = fmt.Sprintf("%.0f", rates[k])
+			}
+			fmt.Printf("%-18s %-22s %10s %10s %10s\n", p.name, w, p50, p99, rate)
+		}
+	}
+	a, b := peers[0].name, peers[1].name
+	fmt.Printf("\ntargets:\n")
+	fmt.Printf("  uncontended lock cycle p50, secured / open:   %.2f (target <= 1.10)\n",
+		percentile(cycles[key{b, "1 client (cycle)"}], 50)/percentile(cycles[key{a, "1 client (cycle)"}], 50))
+	fmt.Printf("  16 clients on 16 locks, cycles/s, secured / open: %.2f\n", rates[key{b, "16 clients, 16 locks"}]/rates[key{a, "16 clients, 16 locks"}])
+	fmt.Printf("  config put p50, secured / open:               %.2f\n",
+		percentile(cycles[key{b, "config put"}], 50)/percentile(cycles[key{a, "config put"}], 50))
+	return nil
+}
+
+func peerAddr(p lockPeer, open, secured *daemon) string {
+	if p.name == "open, plaintext" {
+		return open.grpcAddr
+	}
+	return secured.grpcAddr
+}
+
+func peerTLS(p lockPeer, c benchCerts) *tls.Config {
+	if p.name == "open, plaintext" {
+		return nil
+	}
+	return c.client
+}
+
+// publishLatency times n config puts of one key through the SDK.
+func publishLatency(p lockPeer, addr string, tc *tls.Config, n int) ([]float64, error) {
+	ctx := context.Background()
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{addr}, TLS: tc})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.Close() }()
+	out := make([]float64, 0, n)
+	for i := range n {
+		t0 := time.Now()
+		if _, err := c.Config().Put(ctx, "bench/auth", "k", fmt.Sprint(i), clientlib.PublishOptions{}); err != nil {
+			return nil, fmt.Errorf("%s: %w", p.name, err)
+		}
+		out = append(out, float64(time.Since(t0).Microseconds()))
+	}
+	return out, nil
+}
+
+// benchCerts are a CA, a server certificate for 127.0.0.1 and a client
+// certificate for the principal "bench".
+type benchCerts struct {
+	ca, serverCert, serverKey string
+	client                    *tls.Config
+}
+
+func writeBenchCerts(dir string) (benchCerts, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return benchCerts{}, err
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return benchCerts{}, err
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return benchCerts{}, err
+	}
+	issue := func(cn string, usage x509.ExtKeyUsage, serial int64) ([]byte, []byte, error) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, nil, err
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			return nil, nil, err
+		}
+		kder, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			return nil, nil, err
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
+	}
+	srvCert, srvKey, err := issue("coordd", x509.ExtKeyUsageServerAuth, 2)
+	if err != nil {
+		return benchCerts{}, err
+	}
+	cliCert, cliKey, err := issue("bench", x509.ExtKeyUsageClientAuth, 3)
+	if err != nil {
+		return benchCerts{}, err
+	}
+	c := benchCerts{ca: filepath.Join(dir, "ca.pem"), serverCert: filepath.Join(dir, "server.pem"), serverKey: filepath.Join(dir, "server-key.pem")}
+	for file, data := range map[string][]byte{c.ca: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), c.serverCert: srvCert, c.serverKey: srvKey} {
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			return benchCerts{}, err
+		}
+	}
+	pair, err := tls.X509KeyPair(cliCert, cliKey)
+	if err != nil {
+		return benchCerts{}, err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(caCert)
+	c.client = &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	return c, nil
+}
