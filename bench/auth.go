@@ -2,21 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/testcerts"
 )
 
 // benchAuth measures what security costs: the same lock and config
@@ -163,50 +157,20 @@ type benchCerts struct {
 }
 
 func writeBenchCerts(dir string) (benchCerts, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testcerts.NewCA("bench CA")
 	if err != nil {
 		return benchCerts{}, err
 	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	srvCert, srvKey, err := ca.Issue(testcerts.Options{CommonName: "coordd", Server: true})
 	if err != nil {
 		return benchCerts{}, err
 	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return benchCerts{}, err
-	}
-	issue := func(cn string, usage x509.ExtKeyUsage, serial int64) ([]byte, []byte, error) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, nil, err
-		}
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			return nil, nil, err
-		}
-		kder, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			return nil, nil, err
-		}
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
-	}
-	srvCert, srvKey, err := issue("coordd", x509.ExtKeyUsageServerAuth, 2)
-	if err != nil {
-		return benchCerts{}, err
-	}
-	cliCert, cliKey, err := issue("bench", x509.ExtKeyUsageClientAuth, 3)
+	cliCert, cliKey, err := ca.Issue(testcerts.Options{CommonName: "bench"})
 	if err != nil {
 		return benchCerts{}, err
 	}
 	c := benchCerts{ca: filepath.Join(dir, "ca.pem"), serverCert: filepath.Join(dir, "server.pem"), serverKey: filepath.Join(dir, "server-key.pem")}
-	for file, data := range map[string][]byte{c.ca: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), c.serverCert: srvCert, c.serverKey: srvKey} {
+	for file, data := range map[string][]byte{c.ca: ca.PEM, c.serverCert: srvCert, c.serverKey: srvKey} {
 		if err := os.WriteFile(file, data, 0o600); err != nil {
 			return benchCerts{}, err
 		}
@@ -216,7 +180,7 @@ func writeBenchCerts(dir string) (benchCerts, error) {
 		return benchCerts{}, err
 	}
 	roots := x509.NewCertPool()
-	roots.AddCert(caCert)
+	roots.AddCert(ca.Cert)
 	c.client = &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	return c, nil
 }

@@ -1,18 +1,10 @@
 package daemon_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,74 +12,27 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/testcerts"
 	"github.com/coordd/coordd/internal/tlsfiles"
 )
 
-// testCA issues certificates for tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
+// issue returns a certificate and key from ca, failing the test on error.
+func issue(t *testing.T, ca *testcerts.CA, o testcerts.Options) (certPEM, keyPEM []byte) {
+	t.Helper()
+	c, k, err := ca.Issue(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, k
 }
 
-func newCA(t *testing.T, name string) *testCA {
+func newCA(t *testing.T, name string) *testcerts.CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testcerts.NewCA(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-var serial int64 = 100
-
-// issue returns a PEM certificate and key for cn (and uri, if set),
-// valid from notBefore for a day.
-func (ca *testCA) issue(t *testing.T, cn, uri string, server bool, notBefore time.Time) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: notBefore, NotAfter: notBefore.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.DNSNames, tmpl.IPAddresses = []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}
-	}
-	if uri != "" {
-		u, err := url.Parse(uri)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = []*url.URL{u}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	return ca
 }
 
 func writeFile(t *testing.T, dir, name string, data []byte) string {
@@ -106,16 +51,16 @@ func writeFile(t *testing.T, dir, name string, data []byte) string {
 func TestMutualTLS(t *testing.T) {
 	ca, other := newCA(t, "coordd test CA"), newCA(t, "someone else's CA")
 	dir := t.TempDir()
-	srvCert, srvKey := ca.issue(t, "coordd", "", true, time.Now().Add(-time.Hour))
+	srvCert, srvKey := issue(t, ca, testcerts.Options{CommonName: "coordd", Server: true})
 	cfg := authConfig(t, testPolicy)
-	files, err := tlsfiles.Load(writeFile(t, dir, "server.pem", srvCert), writeFile(t, dir, "server-key.pem", srvKey), writeFile(t, dir, "ca.pem", ca.pem))
+	files, err := tlsfiles.Load(writeFile(t, dir, "server.pem", srvCert), writeFile(t, dir, "server-key.pem", srvKey), writeFile(t, dir, "ca.pem", ca.PEM))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.TLSFiles = files
 	d := start(t, cfg)
 	roots := x509.NewCertPool()
-	roots.AddCert(ca.cert)
+	roots.AddCert(ca.Cert)
 
 	// No ServerName: the SDK verifies each endpoint against its own host
 	// (here the IP address the server certificate names).
@@ -134,7 +79,7 @@ func TestMutualTLS(t *testing.T) {
 		}
 		return c, err
 	}
-	aliceCert, aliceKey := ca.issue(t, "alice", "", false, time.Now().Add(-time.Hour))
+	aliceCert, aliceKey := issue(t, ca, testcerts.Options{CommonName: "alice"})
 	alice, err := client(aliceCert, aliceKey)
 	if err != nil {
 		t.Fatalf("alice's certificate: %v", err)
@@ -151,10 +96,10 @@ func TestMutualTLS(t *testing.T) {
 	}
 
 	for name, c := range map[string][2][]byte{
-		"no certificate":        {nil, nil},
-		"an untrusted one":      pair(other.issue(t, "alice", "", false, time.Now().Add(-time.Hour))),
-		"an expired one":        pair(ca.issue(t, "alice", "", false, time.Now().Add(-48*time.Hour))),
-		"one not yet valid one": pair(ca.issue(t, "alice", "", false, time.Now().Add(48*time.Hour))),
+		"no certificate":    {nil, nil},
+		"an untrusted one":  pair(issue(t, other, testcerts.Options{CommonName: "alice"})),
+		"an expired one":    pair(issue(t, ca, testcerts.Options{CommonName: "alice", NotBefore: time.Now().Add(-48 * time.Hour)})),
+		"one not yet valid": pair(issue(t, ca, testcerts.Options{CommonName: "alice", NotBefore: time.Now().Add(48 * time.Hour)})),
 	} {
 		_, err := client(c[0], c[1])
 		t.Logf("%s: %v", name, err)
@@ -186,7 +131,7 @@ func TestMutualTLS(t *testing.T) {
 	}
 
 	// Reload: a new server certificate serves the next connection.
-	newCert, newKey := ca.issue(t, "coordd-renewed", "", true, time.Now().Add(-time.Minute))
+	newCert, newKey := issue(t, ca, testcerts.Options{CommonName: "coordd-renewed", Server: true, NotBefore: time.Now().Add(-time.Minute)})
 	writeFile(t, dir, "server.pem", newCert)
 	writeFile(t, dir, "server-key.pem", newKey)
 	if err := d.Reload(); err != nil {
