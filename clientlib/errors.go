@@ -82,6 +82,9 @@ var (
 	// policy, or another principal's session or grant); the message says
 	// which rule is missing.
 	ErrPermissionDenied = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED, "permission denied")
+	// ErrRateLimited: the caller's principal, or the config namespace, is
+	// over its rate limit; nothing changed. The message says when to retry.
+	ErrRateLimited = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_RATE_LIMITED, "rate limited")
 )
 
 // Sentinel errors the SDK raises itself, without a server reason.

@@ -10,7 +10,8 @@
 //	3    not found: no such session, key, release or member, or no leader
 //	4    conflict: lock held, stale token or term, not the holder or
 //	     leader, revision mismatch, limit mismatch, a refused member change
-//	5    coordd or etcd unavailable, or etcd's database full (NOSPACE)
+//	5    coordd or etcd unavailable, etcd's database full (NOSPACE), or
+//	     over a rate limit: retry later
 //	6    not allowed: no identity, an unknown token, or the policy (or the
 //	     owner of a session) denies the call
 //	124  a wait timed out (--wait)
@@ -168,7 +169,7 @@ func exitCode(err error) int {
 		errors.Is(err, clientlib.ErrNotLeader), errors.Is(err, clientlib.ErrRevisionMismatch), errors.Is(err, clientlib.ErrLimitMismatch),
 		errors.Is(err, clientlib.ErrAlreadyLeader), errors.Is(err, clientlib.ErrMemberChangeRefused):
 		return exitConflict
-	case errors.Is(err, clientlib.ErrUnavailable), errors.Is(err, clientlib.ErrNoSpace):
+	case errors.Is(err, clientlib.ErrUnavailable), errors.Is(err, clientlib.ErrNoSpace), errors.Is(err, clientlib.ErrRateLimited):
 		return exitUnavailable
 	case errors.Is(err, clientlib.ErrUnauthenticated), errors.Is(err, clientlib.ErrPermissionDenied):
 		return exitDenied

@@ -165,6 +165,10 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.StringVar(&cfg.AuditLog, "audit-log", "", `write every call that changes something, and every refused call, as a JSON line to this file (rotated) or "-" (stderr)`)
 	f.IntVar(&cfg.AuditMaxMB, "audit-log-max-mb", 100, "rotate the audit log at this size")
 	f.IntVar(&cfg.AuditKeep, "audit-log-keep", 10, "rotated audit logs to keep")
+	f.Float64Var(&cfg.RateLimit, "rate-limit", 0, "calls that change something each authenticated principal may make per second (0: no limit)")
+	f.IntVar(&cfg.RateBurst, "rate-limit-burst", 0, "calls a principal may make at once above --rate-limit (default twice the rate)")
+	f.Float64Var(&cfg.PublishRate, "publish-rate", 0, "config releases per second each namespace may get, whoever publishes: the release-storm guard (0: no limit)")
+	f.IntVar(&cfg.PublishBurst, "publish-burst", 0, "releases a namespace may get at once above --publish-rate (default twice the rate)")
 	f.BoolVar(&cfg.PublicMetrics, "public-metrics", false, "serve /metrics and /openapi.json to anyone, also under a policy (else they need cluster.read)")
 
 	f.StringVar(&cfg.Name, "name", daemon.DefaultName, "this etcd member's name, unique in the cluster")

@@ -212,7 +212,39 @@ func PrincipalFrom(ctx context.Context) auth.Principal {
 
 // authorize checks one message of method against the policy, then that
 // the caller owns the session it acts on.
-func authorize(ctx context.Context, az *auth.Authorizer, owners *Owners, p auth.Principal, method string, msg any) error {
+func (a Auth) authorize(ctx context.Context, p auth.Principal, method string, msg any) error {
+	if err := a.policy(ctx, p, method, msg); err != nil {
+		return err
+	}
+	rule, ok := rpcTable[method]
+	if !ok || a.Limits == nil {
+		return nil
+	}
+	var spaces []string
+	if rule.names != nil && auth.Actions[rule.action] == auth.Namespace {
+		for _, r := range rule.names(msg) {
+			spaces = append(spaces, r.Name)
+		}
+	}
+	if lim := a.Limits.Allow(p, rule.action, writes(method, rule), spaces); lim != nil {
+		a.Metrics.rateLimited(lim.What)
+		return rateLimited{error: kind.RateLimited.New(lim.Error()), after: lim.RetryAfter}
+	}
+	return nil
+}
+
+// rateLimited is a refusal for rate that says when to retry.
+type rateLimited struct {
+	error
+	after time.Duration
+}
+
+func (e rateLimited) Unwrap() error             { return e.error }
+func (e rateLimited) RetryDelay() time.Duration { return e.after }
+
+// policy checks the policy and session ownership (nothing in open mode).
+func (a Auth) policy(ctx context.Context, p auth.Principal, method string, msg any) error {
+	az, owners := a.Authz, a.Owners
 	if az.Open() {
 		return nil
 	}
@@ -254,11 +286,20 @@ type Auth struct {
 	// cannot be written.
 	Audit       *auth.Audit
 	AuditFailed func(error)
+	// Limits, when set, refuse calls over their rate (RATE_LIMITED).
+	Limits  *auth.Limits
+	Metrics *Metrics
 }
 
 // sessionWrites are the session calls that are audited (keep-alives are
 // not: they are most of the traffic and change nothing anyone reads).
 var sessionWrites = map[string]bool{sessionSvc + "CreateSession": true, sessionSvc + "CloseSession": true}
+
+// writes reports whether a call changes something: it is audited and
+// counts against its principal's rate.
+func writes(method string, rule rpcRule) bool {
+	return auth.Mutates(rule.action) || sessionWrites[method]
+}
 
 // audit writes a call's audit line if it changed something or was refused.
 func (a Auth) audit(ctx context.Context, p auth.Principal, method string, msg any, err error) {
@@ -268,7 +309,7 @@ func (a Auth) audit(ctx context.Context, p auth.Principal, method string, msg an
 	rule, known := rpcTable[method]
 	st, _ := ToStatus(err)
 	refused := err != nil && (errors.Is(err, kind.PermissionDenied) || errors.Is(err, kind.Unauthenticated))
-	if !refused && (!known || (!auth.Mutates(rule.action) && !sessionWrites[method])) {
+	if !refused && (!known || !writes(method, rule)) {
 		return
 	}
 	r := auth.Record{Time: time.Now().UTC(), Principal: p.Name, Source: source(ctx), RPC: method, Action: rule.action, Result: "OK", RequestID: requestID(ctx, msg)}
@@ -324,7 +365,7 @@ func UnaryAuth(a Auth) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		p, err := a.Authn.Principal(ctx)
 		if err == nil {
-			err = authorize(ctx, a.Authz, a.Owners, p, info.FullMethod, req)
+			err = a.authorize(ctx, p, info.FullMethod, req)
 		}
 		if err == nil {
 			resp, err = handler(context.WithValue(ctx, principalKey{}, p), req)
@@ -347,7 +388,7 @@ func StreamAuth(a Auth) grpc.StreamServerInterceptor {
 		return handler(srv, &authStream{
 			ServerStream: ss, ctx: ctx,
 			check: func(msg any) error {
-				err := authorize(ctx, a.Authz, a.Owners, p, info.FullMethod, msg)
+				err := a.authorize(ctx, p, info.FullMethod, msg)
 				if err != nil {
 					a.audit(ctx, p, info.FullMethod, msg, err)
 				}

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/internal/kind"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -60,6 +62,7 @@ var errorTable = []struct {
 	{kind.MemberChangeRefused, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_MEMBER_CHANGE_REFUSED},
 	{kind.Unauthenticated, codes.Unauthenticated, coorddv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED},
 	{kind.PermissionDenied, codes.PermissionDenied, coorddv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED},
+	{kind.RateLimited, codes.ResourceExhausted, coorddv1.ErrorReason_ERROR_REASON_RATE_LIMITED},
 }
 
 // ReasonString returns the ErrorInfo reason for r: its name without the
@@ -101,7 +104,7 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 	}
 	for _, row := range errorTable {
 		if errors.Is(err, row.kind) {
-			return withFieldViolations(NewStatus(row.code, row.reason, err.Error()), err), false
+			return withRetryInfo(withFieldViolations(NewStatus(row.code, row.reason, err.Error()), err), err), false
 		}
 	}
 	if s, ok := status.FromError(err); ok {
@@ -139,6 +142,19 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 		return errNoSpace(), false
 	}
 	return errInternal(), true
+}
+
+// withRetryInfo adds a google.rpc.RetryInfo detail to the status of an
+// error that says when to retry (a rate limit's).
+func withRetryInfo(st *status.Status, err error) *status.Status {
+	var r interface{ RetryDelay() time.Duration }
+	if !errors.As(err, &r) {
+		return st
+	}
+	if with, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(r.RetryDelay())}); err == nil {
+		return with
+	}
+	return st
 }
 
 // withFieldViolations adds a google.rpc.BadRequest detail listing every

@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,7 @@ type Metrics struct {
 	observers       prometheus.Gauge
 	configReleases  *prometheus.CounterVec
 	statusReports   prometheus.Counter
+	rateLimits      *prometheus.CounterVec
 }
 
 // Fenced write results, the values of coordd_fenced_writes_total's
@@ -72,9 +74,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"op"}),
 		statusReports: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coordd_config_status_reports_total", Help: "Applied-status reports from config subscribers received by this member."}),
+		rateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordd_rate_limited_total", Help: "Calls this member refused for rate, by limit: principal (--rate-limit) or namespace (--publish-rate)."},
+			[]string{"limit"}),
 	}
 	reg.MustRegister(m.sessionsCreated, m.sessionsClosed, m.sessionExpiries, m.grants, m.lockWait, m.delayWaits,
-		m.fencedWrites, m.leaderChanges, m.observers, m.configReleases, m.statusReports)
+		m.fencedWrites, m.leaderChanges, m.observers, m.configReleases, m.statusReports, m.rateLimits)
+	m.rateLimits.WithLabelValues("principal")
+	m.rateLimits.WithLabelValues("namespace")
 	// Every series exists from the start, so rates and alerts see zeros.
 	for _, r := range []string{fencedAccepted, fencedStaleToken, fencedNotHolder, fencedNoSession, fencedOtherFailure} {
 		m.fencedWrites.WithLabelValues(r)
@@ -164,4 +171,17 @@ func (m *Metrics) statusReported() {
 	if m != nil {
 		m.statusReports.Inc()
 	}
+}
+
+// rateLimited counts a refusal for rate; what is the limit's
+// "principal ..." or "namespace ...".
+func (m *Metrics) rateLimited(what string) {
+	if m == nil {
+		return
+	}
+	limit := "principal"
+	if strings.HasPrefix(what, "namespace") {
+		limit = "namespace"
+	}
+	m.rateLimits.WithLabelValues(limit).Inc()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -25,6 +28,7 @@ import (
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/api"
 	"github.com/coordd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -394,5 +398,92 @@ rules:
 	}
 	if err := root.CloseSession(ctx, s.ID()); err != nil {
 		t.Fatalf("root closing alice's session: %v", err)
+	}
+}
+
+// Rate limits: each principal's calls that change something, and each
+// namespace's releases, are token buckets. Past them a call is refused
+// with RATE_LIMITED (HTTP 429) and a retry hint, changing nothing; others
+// are not held up; once the hint has passed the call goes through.
+func TestRateLimits(t *testing.T) {
+	cfg := authConfig(t, testPolicy+"  - principals: [bob]\n    actions: [config.write]\n    namespaces: [\"a/*\"]\n")
+	cfg.RateLimit, cfg.RateBurst = 2, 3
+	cfg.PublishRate, cfg.PublishBurst = 1, 2
+	d := start(t, cfg)
+	ctx := t.Context()
+	alice := newClientWithToken(t, d.GRPCAddr(), "alice").Admin()
+	bob := newClientWithToken(t, d.GRPCAddr(), "bob")
+
+	// alice's burst of 3 calls that change something, then refused.
+	s, err := alice.CreateSession(ctx, 30*time.Second, "", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := alice.Acquire(ctx, s.ID, fmt.Sprintf("a/l%d", i)); err != nil {
+			t.Fatalf("acquire %d within the burst: %v", i, err)
+		}
+	}
+	_, err = alice.Acquire(ctx, s.ID, "a/l2")
+	if !errors.Is(err, clientlib.ErrRateLimited) || !strings.Contains(err.Error(), "principal alice") {
+		t.Fatalf("alice's 4th call in a burst of 3: %v; want ErrRateLimited", err)
+	}
+	if d, err := alice.DescribeLock(ctx, "a/l2"); err != nil || len(d.Holders) != 0 {
+		t.Fatalf("the refused acquire changed the lock: %+v, %v", d, err)
+	}
+	// Reads are not limited.
+	if _, err := alice.DescribeLock(ctx, "a/l0"); err != nil {
+		t.Fatalf("a read while over the rate: %v", err)
+	}
+	// Releases per namespace, whoever publishes: burst 2 at 1/s.
+	if _, err := bob.Config().Put(ctx, "a/ns", "k", "v1", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bob.Config().Put(ctx, "a/ns", "k", "v2", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = bob.Config().Put(ctx, "a/ns", "k", "v3", clientlib.PublishOptions{})
+	if !errors.Is(err, clientlib.ErrRateLimited) || !strings.Contains(err.Error(), "namespace a/ns") {
+		t.Fatalf("a 3rd release of a/ns in a burst of 2: %v; want ErrRateLimited naming the namespace", err)
+	}
+	// Over REST: 429 with a RetryInfo detail.
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+d.HTTPAddr()+"/v1/config:put", strings.NewReader(`{"namespace":"a/ns","key":"k","value":"v4"}`))
+	req.Header.Set("Authorization", "Bearer "+testTokens["bob"])
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), "RATE_LIMITED") || !strings.Contains(string(body), "retryDelay") {
+		t.Fatalf("REST put over the namespace's rate: %d %s; want 429 RATE_LIMITED with retryDelay", resp.StatusCode, body)
+	}
+	// bob has his own bucket (the refusals above took nothing from it),
+	// and another namespace its own.
+	if _, err := bob.Config().Put(ctx, "a/b1", "k", "v", clientlib.PublishOptions{}); err != nil {
+		t.Fatalf("bob in another namespace while alice and a/ns are over their rates: %v", err)
+	}
+	// Once a token is back, the release goes through.
+	wait.Within(t, 5*time.Second, "the namespace's bucket to refill", func() bool {
+		_, err := bob.Config().Put(ctx, "a/ns", "k", "v5", clientlib.PublishOptions{})
+		return err == nil
+	})
+	mreq, _ := http.NewRequestWithContext(ctx, "GET", "http://"+d.HTTPAddr()+"/metrics", nil)
+	mreq.Header.Set("Authorization", "Bearer "+testTokens["alice"])
+	mresp, err := httpClient.Do(mreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mresp.Body)
+	_ = mresp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(metrics)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// alice's 4th acquire; the 3rd release of a/ns and the REST one;
+	// and whatever was refused while waiting for the refill.
+	if p, ns := value(fams, "coordd_rate_limited_total", "limit", "principal"), value(fams, "coordd_rate_limited_total", "limit", "namespace"); p < 1 || ns < 2 {
+		t.Errorf("coordd_rate_limited_total: principal %v (want at least 1), namespace %v (want at least 2)", p, ns)
 	}
 }

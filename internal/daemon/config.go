@@ -87,6 +87,14 @@ type Config struct {
 	AuditLog   string
 	AuditMaxMB int
 	AuditKeep  int
+	// RateLimit is how many calls that change something each principal
+	// may make per second (RateBurst at once; default twice the rate);
+	// PublishRate how many config releases each namespace may get per
+	// second (PublishBurst at once). Zero is off (the default).
+	RateLimit    float64
+	RateBurst    int
+	PublishRate  float64
+	PublishBurst int
 	// PublicMetrics serves /metrics and /openapi.json to anyone, also under
 	// a policy (else they need cluster.read).
 	PublicMetrics bool
@@ -174,6 +182,12 @@ func (cfg Config) withDefaults() Config {
 	if cfg.TLSFiles != nil {
 		cfg.TLS = cfg.TLSFiles.Config()
 	}
+	if cfg.RateBurst <= 0 {
+		cfg.RateBurst = max(1, int(2*cfg.RateLimit))
+	}
+	if cfg.PublishBurst <= 0 {
+		cfg.PublishBurst = max(1, int(2*cfg.PublishRate))
+	}
 	if cfg.AuditMaxMB <= 0 {
 		cfg.AuditMaxMB = 100
 	}
@@ -228,6 +242,9 @@ func (cfg Config) validate() error {
 	}
 	if err := cfg.Compaction.Validate(); err != nil {
 		add("%v", err)
+	}
+	if cfg.RateLimit < 0 || cfg.PublishRate < 0 {
+		add("--rate-limit and --publish-rate must not be negative (0 is off)")
 	}
 	if cfg.IdentityFrom != "cn" && cfg.IdentityFrom != "uri" {
 		add("--identity-from %q: want cn (the certificate's common name) or uri (its first URI SAN)", cfg.IdentityFrom)

@@ -26,6 +26,7 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -177,12 +178,23 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	metrics := grpcMetrics()
+	// coordd's own metrics, on this daemon's registry (several daemons
+	// may share a test process); etcd's and gRPC's are on the default one.
+	registry := prometheus.NewRegistry()
+	apiMetrics := api.NewMetrics(registry)
 	d.owners = &api.Owners{} // its managers are set below, before serving
+	var limits *auth.Limits
+	if cfg.RateLimit > 0 || cfg.PublishRate > 0 {
+		limits = &auth.Limits{
+			PerPrincipal: rate.Limit(cfg.RateLimit), PrincipalBurst: cfg.RateBurst,
+			PublishPerSpace: rate.Limit(cfg.PublishRate), PublishSpaceBurst: cfg.PublishBurst,
+		}
+	}
 	// Two servers share every service: the public one on --grpc-addr,
 	// and an in-memory one that only the REST gateway reaches, which
 	// trusts the identity the gateway authenticated from the HTTP request.
 	serverOpts := func(an api.Authn) []grpc.ServerOption {
-		a := api.Auth{Authn: an, Authz: d.authz, Owners: d.owners, Audit: d.audit, AuditFailed: func(err error) {
+		a := api.Auth{Authn: an, Authz: d.authz, Owners: d.owners, Limits: limits, Metrics: apiMetrics, Audit: d.audit, AuditFailed: func(err error) {
 			d.lg.Error("audit log not written", zap.Error(err))
 		}}
 		return []grpc.ServerOption{
@@ -212,10 +224,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.grpcSrv = grpc.NewServer(publicOpts...)
 	d.gwSrv = grpc.NewServer(serverOpts(&api.Authenticator{Forwarded: true})...)
 	servers := []*grpc.Server{d.grpcSrv, d.gwSrv}
-	// coordd's own metrics, on this daemon's registry (several daemons
-	// may share a test process); etcd's and gRPC's are on the default one.
-	registry := prometheus.NewRegistry()
-	apiMetrics := api.NewMetrics(registry)
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
 	d.locks = lock.NewManager(d.cli, cfg.KeyRoot)
 	d.elections = election.NewManager(d.cli, cfg.KeyRoot)

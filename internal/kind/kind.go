@@ -80,6 +80,8 @@ var (
 	Unauthenticated = &Kind{"unauthenticated"}
 	// PermissionDenied: the caller may not do this.
 	PermissionDenied = &Kind{"permission denied"}
+	// RateLimited: the caller or the namespace is over its rate; nothing changed.
+	RateLimited = &Kind{"rate limited"}
 )
 
 // All lists every kind, for tests that check each one is mapped.
@@ -87,5 +89,5 @@ var All = []*Kind{
 	Invalid, TooLarge, SessionNotFound, KeyNotFound, ReleaseNotFound, NoLeader,
 	Held, StaleToken, NotHolder, NotLeader, LimitMismatch, AlreadyLeader,
 	ValidationFailed, RevisionMismatch, Compacted, Unavailable,
-	MemberNotFound, MemberChangeRefused, Unauthenticated, PermissionDenied,
+	MemberNotFound, MemberChangeRefused, Unauthenticated, PermissionDenied, RateLimited,
 }

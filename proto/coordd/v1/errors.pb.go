@@ -78,6 +78,8 @@ const (
 	ErrorReason_ERROR_REASON_UNAUTHENTICATED ErrorReason = 23
 	// The caller's principal may not do this: no policy rule allows the action on the name, or the session or grant belongs to another principal (PermissionDenied, 403).
 	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 24
+	// The caller (its principal) or the config namespace is over its rate limit (--rate-limit, --publish-rate); nothing changed. A google.rpc.RetryInfo detail says when to retry (ResourceExhausted, HTTP 429).
+	ErrorReason_ERROR_REASON_RATE_LIMITED ErrorReason = 25
 )
 
 // Enum value maps for ErrorReason.
@@ -108,6 +110,7 @@ var (
 		22: "ERROR_REASON_MEMBER_CHANGE_REFUSED",
 		23: "ERROR_REASON_UNAUTHENTICATED",
 		24: "ERROR_REASON_PERMISSION_DENIED",
+		25: "ERROR_REASON_RATE_LIMITED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -135,6 +138,7 @@ var (
 		"ERROR_REASON_MEMBER_CHANGE_REFUSED": 22,
 		"ERROR_REASON_UNAUTHENTICATED":       23,
 		"ERROR_REASON_PERMISSION_DENIED":     24,
+		"ERROR_REASON_RATE_LIMITED":          25,
 	}
 )
 
@@ -169,7 +173,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xbb\x06\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xda\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -196,7 +200,8 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\x1dERROR_REASON_MEMBER_NOT_FOUND\x10\x15\x12&\n" +
 	"\"ERROR_REASON_MEMBER_CHANGE_REFUSED\x10\x16\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x17\x12\"\n" +
-	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x18B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x18\x12\x1d\n" +
+	"\x19ERROR_REASON_RATE_LIMITED\x10\x19B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once
