@@ -49,29 +49,21 @@ func benchAuth(bin, tmp string) error {
 	}
 	defer secured.stop()
 
-	peer := func(name, addr string, tc *tls.Config) lockPeer {
-		return lockPeer{name, func(ctx context.Context, lockName string) (locker, error) {
-			c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{addr}, TLS: tc})
-			if err != nil {
-				return nil, err
-			}
-			s, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second))
-			if err != nil {
-				_ = c.Close()
-				return nil, err
-			}
-			return &coorddLocker{c: c, s: s, name: lockName}, nil
-		}}
-	}
-	peers := []lockPeer{peer("open, plaintext", open.grpcAddr, nil), peer("mTLS + policy", secured.grpcAddr, certs.client)}
+	// The two daemons, with how to reach each.
+	targets := []struct {
+		name string
+		addr string
+		tls  *tls.Config
+	}{{"open, plaintext", open.grpcAddr, nil}, {"mTLS + policy", secured.grpcAddr, certs.client}}
 	fmt.Printf("\nauth overhead (%d rounds, %s per peer per workload and round)\n", *lockRounds, *lockD)
 	fmt.Printf("%-18s %-22s %10s %10s %10s\n", "peer", "workload", "p50", "p99", "ops/s")
 	type key struct{ peer, workload string }
 	cycles := map[key][]float64{}
 	rates := map[key]float64{}
 	for round := range *lockRounds {
-		for i := range peers {
-			p := peers[(i+round)%len(peers)]
+		for i := range targets {
+			tg := targets[(i+round)%len(targets)]
+			p := coorddPeer(tg.name, tg.addr, tg.tls)
 			for _, w := range []struct {
 				name           string
 				clients, locks int
@@ -84,7 +76,7 @@ func benchAuth(bin, tmp string) error {
 				cycles[k] = append(cycles[k], r.cycleUs...)
 				rates[k] += r.acqPerSec / float64(*lockRounds)
 			}
-			lat, err := publishLatency(p, peerAddr(p, open, secured), peerTLS(p, certs), 200)
+			lat, err := publishLatency(tg.addr, tg.tls, 200)
 			if err != nil {
 				return fmt.Errorf("%s, config: %w", p.name, err)
 			}
@@ -93,8 +85,8 @@ func benchAuth(bin, tmp string) error {
 		}
 	}
 	for _, w := range []string{"1 client (cycle)", "16 clients, 16 locks", "config put"} {
-		for _, p := range peers {
-			k := key{p.name, w}
+		for _, tg := range targets {
+			k := key{tg.name, w}
 			p50, p99 := "-", "-"
 			if len(cycles[k]) > 0 {
 				p50, p99 = fmt.Sprintf("%.0fus", percentile(cycles[k], 50)), fmt.Sprintf("%.0fus", percentile(cycles[k], 99))
@@ -103,10 +95,10 @@ func benchAuth(bin, tmp string) error {
 			if rates[k] > 0 {
 				rate = fmt.Sprintf("%.0f", rates[k])
 			}
-			fmt.Printf("%-18s %-22s %10s %10s %10s\n", p.name, w, p50, p99, rate)
+			fmt.Printf("%-18s %-22s %10s %10s %10s\n", tg.name, w, p50, p99, rate)
 		}
 	}
-	a, b := peers[0].name, peers[1].name
+	a, b := targets[0].name, targets[1].name
 	fmt.Printf("\ntargets:\n")
 	fmt.Printf("  uncontended lock cycle p50, secured / open:   %.2f (target <= 1.10)\n",
 		percentile(cycles[key{b, "1 client (cycle)"}], 50)/percentile(cycles[key{a, "1 client (cycle)"}], 50))
@@ -116,22 +108,8 @@ func benchAuth(bin, tmp string) error {
 	return nil
 }
 
-func peerAddr(p lockPeer, open, secured *daemon) string {
-	if p.name == "open, plaintext" {
-		return open.grpcAddr
-	}
-	return secured.grpcAddr
-}
-
-func peerTLS(p lockPeer, c benchCerts) *tls.Config {
-	if p.name == "open, plaintext" {
-		return nil
-	}
-	return c.client
-}
-
 // publishLatency times n config puts of one key through the SDK.
-func publishLatency(p lockPeer, addr string, tc *tls.Config, n int) ([]float64, error) {
+func publishLatency(addr string, tc *tls.Config, n int) ([]float64, error) {
 	ctx := context.Background()
 	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{addr}, TLS: tc})
 	if err != nil {
@@ -142,7 +120,7 @@ func publishLatency(p lockPeer, addr string, tc *tls.Config, n int) ([]float64, 
 	for i := range n {
 		t0 := time.Now()
 		if _, err := c.Config().Put(ctx, "bench/auth", "k", fmt.Sprint(i), clientlib.PublishOptions{}); err != nil {
-			return nil, fmt.Errorf("%s: %w", p.name, err)
+			return nil, err
 		}
 		out = append(out, float64(time.Since(t0).Microseconds()))
 	}

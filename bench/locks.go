@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -35,18 +36,7 @@ func lockPeers(grpcAddr, etcdURL string) []lockPeer {
 		return clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	}
 	return []lockPeer{
-		{"coordd SDK", func(ctx context.Context, name string) (locker, error) {
-			c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{grpcAddr}})
-			if err != nil {
-				return nil, err
-			}
-			s, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second))
-			if err != nil {
-				_ = c.Close()
-				return nil, err
-			}
-			return &coorddLocker{c: c, s: s, name: name}, nil
-		}},
+		coorddPeer("coordd SDK", grpcAddr, nil),
 		{"etcd concurrency.Mutex", func(_ context.Context, name string) (locker, error) {
 			cli, err := newEtcd()
 			if err != nil {
@@ -78,6 +68,23 @@ func lockPeers(grpcAddr, etcdURL string) []lockPeer {
 			return &v3lockLocker{cli: cli, lc: v3lockpb.NewLockClient(cli.ActiveConnection()), lease: int64(l.ID), name: "/bench/v3lock/" + name, stop: cancel}, nil
 		}},
 	}
+}
+
+// coorddPeer makes SDK clients of the coordd at addr (over TLS with tc,
+// if set), each with its own session.
+func coorddPeer(name, addr string, tc *tls.Config) lockPeer {
+	return lockPeer{name, func(ctx context.Context, lockName string) (locker, error) {
+		c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{addr}, TLS: tc})
+		if err != nil {
+			return nil, err
+		}
+		s, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second))
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		return &coorddLocker{c: c, s: s, name: lockName}, nil
+	}}
 }
 
 type coorddLocker struct {

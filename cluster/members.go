@@ -117,10 +117,11 @@ func (m *Manager) report(ctx context.Context, coorddVersion string) error {
 	return err
 }
 
-// healthOf returns each member's health: the answering member's measured
-// now, the others' from their last report (embedded members) or asked
-// directly (an external etcd, whose client URLs coordd reaches).
-func (m *Manager) healthOf(ctx context.Context, members []Member, alarms []Alarm) map[uint64]Health {
+// healthOf returns each member's health: the answering member's (self,
+// measured by the caller just now), the others' from their last report
+// (embedded members) or asked directly (an external etcd, whose client
+// URLs coordd reaches).
+func (m *Manager) healthOf(ctx context.Context, members []Member, alarms []Alarm, self Health) map[uint64]Health {
 	out := map[uint64]Health{}
 	var mu sync.Mutex
 	if m.local.MemberID != 0 {
@@ -137,10 +138,8 @@ func (m *Manager) healthOf(ctx context.Context, members []Member, alarms []Alarm
 				out[id] = h
 			}
 		}
-		if _, h, err := m.measure(ctx, m.endpoint); err == nil {
-			h.CoorddVersion = m.version
-			out[m.local.MemberID] = h
-		}
+		self.CoorddVersion = m.version
+		out[m.local.MemberID] = self
 	} else {
 		var wg sync.WaitGroup
 		for _, mb := range members {
@@ -227,7 +226,7 @@ func (m *Manager) view(ctx context.Context) (view, error) {
 	for i := range v.alarms {
 		v.alarms[i].MemberName = names[v.alarms[i].MemberID]
 	}
-	health := m.healthOf(ctx, v.members, v.alarms)
+	health := m.healthOf(ctx, v.members, v.alarms, self)
 	for i := range v.members {
 		if h, ok := health[v.members[i].ID]; ok {
 			v.members[i].Health = &h

@@ -208,16 +208,8 @@ func TestEveryRPCIsAuthorized(t *testing.T) {
 		}
 	}
 	// A streaming REST call is checked too.
-	req, _ := http.NewRequestWithContext(t.Context(), "GET", base+"/v1/elections:observe?name=a%2Fx", nil)
-	req.Header.Set("Authorization", "Bearer "+testTokens["bob"])
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if !strings.Contains(string(body), "PERMISSION_DENIED") {
-		t.Errorf("observe as bob over REST: %d %s", resp.StatusCode, body)
+	if code, body := httpAs(t, "GET", base+"/v1/elections:observe?name=a%2Fx", "bob", ""); !strings.Contains(body, "PERMISSION_DENIED") {
+		t.Errorf("observe as bob over REST: %d %s", code, body)
 	}
 
 	// The audit log has a line for every refused call and every call
@@ -249,6 +241,29 @@ func TestEveryRPCIsAuthorized(t *testing.T) {
 	if refused < 2*len(methods) || restRefused == 0 || alicePut != 1 {
 		t.Errorf("audit log: %d refused lines (want at least %d), %d of bob's REST DescribeLock, %d of alice's put (want 1)", refused, 2*len(methods), restRefused, alicePut)
 	}
+}
+
+// httpAs sends a REST request as principal ("" for none) and returns the
+// status and body.
+func httpAs(t *testing.T, method, url, principal, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if principal != "" {
+		req.Header.Set("Authorization", "Bearer "+testTokens[principal])
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }
 
 func newClientWithToken(t *testing.T, endpoint, principal string) *clientlib.Client {
@@ -447,16 +462,9 @@ func TestRateLimits(t *testing.T) {
 		t.Fatalf("a 3rd release of a/ns in a burst of 2: %v; want ErrRateLimited naming the namespace", err)
 	}
 	// Over REST: 429 with a RetryInfo detail.
-	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+d.HTTPAddr()+"/v1/config:put", strings.NewReader(`{"namespace":"a/ns","key":"k","value":"v4"}`))
-	req.Header.Set("Authorization", "Bearer "+testTokens["bob"])
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(string(body), "RATE_LIMITED") || !strings.Contains(string(body), "retryDelay") {
-		t.Fatalf("REST put over the namespace's rate: %d %s; want 429 RATE_LIMITED with retryDelay", resp.StatusCode, body)
+	code, body := httpAs(t, "POST", "http://"+d.HTTPAddr()+"/v1/config:put", "bob", `{"namespace":"a/ns","key":"k","value":"v4"}`)
+	if code != http.StatusTooManyRequests || !strings.Contains(body, "RATE_LIMITED") || !strings.Contains(body, "retryDelay") {
+		t.Fatalf("REST put over the namespace's rate: %d %s; want 429 RATE_LIMITED with retryDelay", code, body)
 	}
 	// bob has his own bucket (the refusals above took nothing from it),
 	// and another namespace its own.
@@ -468,16 +476,9 @@ func TestRateLimits(t *testing.T) {
 		_, err := bob.Config().Put(ctx, "a/ns", "k", "v5", clientlib.PublishOptions{})
 		return err == nil
 	})
-	mreq, _ := http.NewRequestWithContext(ctx, "GET", "http://"+d.HTTPAddr()+"/metrics", nil)
-	mreq.Header.Set("Authorization", "Bearer "+testTokens["alice"])
-	mresp, err := httpClient.Do(mreq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(mresp.Body)
-	_ = mresp.Body.Close()
+	_, metrics := httpAs(t, "GET", "http://"+d.HTTPAddr()+"/metrics", "alice", "")
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(metrics)))
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(metrics))
 	if err != nil {
 		t.Fatal(err)
 	}
