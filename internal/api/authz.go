@@ -44,6 +44,22 @@ func bySession[T any](id func(T) string) func(any) ownedRef {
 	}
 }
 
+// byFence names the grant or term a fenced write's token is.
+func byFence[T interface {
+	GetLock() string
+	GetElection() string
+	GetToken() int64
+}](msg any) ownedRef {
+	m, ok := msg.(T)
+	if !ok {
+		return ownedRef{}
+	}
+	if m.GetElection() != "" {
+		return ownedRef{election: m.GetElection(), token: m.GetToken()}
+	}
+	return ownedRef{lock: m.GetLock(), token: m.GetToken()}
+}
+
 // named builds a names func for requests of type T naming one resource.
 func named[T any](kind auth.Kind, name func(T) string) func(any) []auth.Resource {
 	return func(msg any) []auth.Resource {
@@ -142,8 +158,11 @@ var rpcTable = map[string]rpcRule{
 		}
 		return []auth.Resource{fence(m.GetName(), "")}
 	}),
-	lockSvc + "FencedPut":    rule(auth.KVFenced, named(auth.Key, (*coorddv1.FencedPutRequest).GetKey)),
-	lockSvc + "FencedDelete": rule(auth.KVFenced, named(auth.Key, (*coorddv1.FencedDeleteRequest).GetKey)),
+	// A fenced write is judged on its key, and its token must be a grant
+	// or term of the caller's own session: a token alone (read from a
+	// log, say) is not a capability.
+	lockSvc + "FencedPut":    rule(auth.KVFenced, named(auth.Key, (*coorddv1.FencedPutRequest).GetKey), byFence[*coorddv1.FencedPutRequest]),
+	lockSvc + "FencedDelete": rule(auth.KVFenced, named(auth.Key, (*coorddv1.FencedDeleteRequest).GetKey), byFence[*coorddv1.FencedDeleteRequest]),
 
 	electionSvc + "Campaign": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.CampaignRequest).GetName), bySession((*coorddv1.CampaignRequest).GetSessionId)),
 	electionSvc + "Proclaim": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.ProclaimRequest).GetName), func(msg any) ownedRef {

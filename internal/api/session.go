@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 
@@ -58,6 +59,18 @@ type SessionServer struct {
 	holdings Holdings
 	stopping <-chan struct{}
 	metrics  *Metrics
+
+	// SeesAll, when set, says whether the caller may read every session
+	// (an operator); others read only the sessions they created:
+	// GetSession of another's is PermissionDenied, ListSessions leaves
+	// them out (so a page may hold fewer than page_size sessions while a
+	// next_page_token follows).
+	SeesAll func(ctx context.Context) bool
+}
+
+// mayRead reports whether the caller may read info.
+func (s *SessionServer) mayRead(ctx context.Context, info session.Info) bool {
+	return s.SeesAll == nil || s.SeesAll(ctx) || (info.Principal != "" && info.Principal == PrincipalFrom(ctx).Name)
 }
 
 // Holdings is what KeepAliveStream needs to watch a session's holdings:
@@ -108,6 +121,9 @@ func (s *SessionServer) GetSession(ctx context.Context, req *coorddv1.GetSession
 	if err != nil {
 		return nil, err
 	}
+	if !s.mayRead(ctx, info) {
+		return nil, kind.PermissionDenied.New(fmt.Sprintf("auth: session %s is not %s's: only its owner, or a principal allowed cluster.read, may read it", id, PrincipalFrom(ctx).Name))
+	}
 	return &coorddv1.GetSessionResponse{Session: sessionProto(info, true)}, nil
 }
 
@@ -131,7 +147,9 @@ func (s *SessionServer) ListSessions(ctx context.Context, req *coorddv1.ListSess
 	}
 	resp := &coorddv1.ListSessionsResponse{Sessions: make([]*coorddv1.Session, 0, len(infos))}
 	for _, info := range infos {
-		resp.Sessions = append(resp.Sessions, sessionProto(info, false))
+		if s.mayRead(ctx, info) {
+			resp.Sessions = append(resp.Sessions, sessionProto(info, false))
+		}
 	}
 	if more && len(infos) > 0 {
 		resp.NextPageToken = infos[len(infos)-1].ID.String()

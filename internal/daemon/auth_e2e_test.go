@@ -342,9 +342,10 @@ func TestSessionsBelongToTheirPrincipal(t *testing.T) {
 	policy := `
 rules:
   - principals: [alice, mallory]
-    actions: [session, lock.acquire, lock.release, election.campaign, election.observe]
+    actions: [session, lock.acquire, lock.release, election.campaign, election.observe, kv.fenced]
     locks: ["shared/*"]
     elections: ["shared/*"]
+    keys: ["shared/*"]
   - principals: [eve]
     actions: [lock.describe]
     locks: ["shared/*"]
@@ -371,8 +372,24 @@ rules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info, err := mallory.GetSession(ctx, s.ID()); err != nil || info.Principal != "alice" {
+	root := newClientWithToken(t, d.GRPCAddr(), "root").Admin()
+	if info, err := root.GetSession(ctx, s.ID()); err != nil || info.Principal != "alice" {
 		t.Fatalf("the session's principal: %+v, %v", info, err)
+	}
+	// mallory neither reads alice's session nor sees it listed; her own
+	// she does.
+	if _, err := mallory.GetSession(ctx, s.ID()); !errors.Is(err, clientlib.ErrPermissionDenied) {
+		t.Errorf("mallory reading alice's session: %v; want PermissionDenied", err)
+	}
+	ms, err := mallory.CreateSession(ctx, 30*time.Second, "", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err := mallory.ListSessions(ctx); err != nil || len(list) != 1 || list[0].ID != ms.ID {
+		t.Errorf("mallory listing sessions: %+v, %v; want her own only", list, err)
+	}
+	if list, err := root.ListSessions(ctx); err != nil || len(list) != 2 {
+		t.Errorf("root listing sessions: %+v, %v; want alice's and mallory's", list, err)
 	}
 	denied := func(what string, err error) {
 		t.Helper()
@@ -390,8 +407,14 @@ rules:
 	denied("releasing alice's grant by its token", mallory.Release(ctx, "shared/l", l.Token()))
 	denied("resigning alice's term", mallory.Resign(ctx, "shared/e", lead.Term()))
 	denied("proclaiming in alice's term", mallory.Proclaim(ctx, "shared/e", lead.Term(), "mallory"))
+	_, err = mallory.FencedPut(ctx, l.Fence(), "shared/k", []byte("mallory"))
+	denied("writing with alice's lock token", err)
+	_, err = mallory.FencedDelete(ctx, clientlib.Fence{Election: "shared/e", Token: lead.Term()}, "shared/k")
+	denied("deleting with alice's leadership term", err)
+	if _, err := l.Put(ctx, "shared/k", []byte("alice")); err != nil {
+		t.Fatalf("alice writing with her own token: %v", err)
+	}
 	// Nothing of it happened.
-	root := newClientWithToken(t, d.GRPCAddr(), "root").Admin()
 	if err := root.ValidateFence(ctx, l.Fence()); err != nil {
 		t.Fatalf("alice's grant after mallory's attempts: %v", err)
 	}

@@ -232,6 +232,12 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// lock grant or leadership it watches ends.
 	holdings := grantwatch.New(d.cli, cfg.KeyRoot+"lock/", cfg.KeyRoot+"election/")
 	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), apiMetrics)
+	sessionSvc.SeesAll = func(ctx context.Context) bool {
+		p := api.PrincipalFrom(ctx)
+		read, _ := d.authz.Allows(p, auth.ClusterRead, auth.Resource{})
+		admin, _ := d.authz.Allows(p, auth.ClusterAdmin, auth.Resource{})
+		return read || admin
+	}
 	lockSvc := api.NewLockServer(d.locks, d.elections, sessions, apiMetrics)
 	lockSvc.TokensVisible = func(ctx context.Context, name string) bool {
 		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.LockRelease, auth.Resource{Kind: auth.Lock, Name: name})
