@@ -132,6 +132,8 @@ func TestBadInvocationIsSaidOnce(t *testing.T) {
 		{"--etcd-election-timeout soon", `coordd: invalid argument "soon" for "--etcd-election-timeout" flag: time: invalid duration "soon" (see coordd --help)` + "\n", 2},
 		{"--key-root bad", `coordd: invalid configuration: --key-root "bad" must start and end with /` + "\n", 1},
 		{"--key-root bad --max-request-bytes 1", "coordd: invalid configuration: \n  - --key-root \"bad\" must start and end with /\n", 1},
+		{"--peer-cert-file peer.pem", "coordd: invalid configuration: \n  - peer TLS needs all of --peer-cert-file, --peer-key-file and --peer-ca-file", 1},
+		{"--peer-cert-file p.pem --peer-key-file k.pem --peer-ca-file ca.pem", "coordd: invalid configuration: \n  - --listen-peer-urls \"http://", 1},
 	} {
 		// Own ports and a deadline: a case that wrongly starts the daemon
 		// fails here instead of hanging or taking the default ports.

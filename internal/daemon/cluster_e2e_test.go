@@ -122,7 +122,9 @@ func startConfigs(t *testing.T, cfgs []daemon.Config) []*daemon.Daemon {
 	}
 	ds := make([]*daemon.Daemon, len(cfgs))
 	starts := make(chan started, len(cfgs))
-	ctx, cancel := context.WithCancel(t.Context()) // bounds start-up only
+	// Bounds start-up only: members that cannot reach each other fail
+	// the test instead of waiting for a quorum until the test times out.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	for i := range cfgs {
 		go func() {

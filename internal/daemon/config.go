@@ -32,6 +32,11 @@ type Config struct {
 	InitialClusterToken string   // keeps two clusters on one network apart
 	ListenPeerURLs      []string // where this member listens for its peers
 	AdvertisePeerURLs   []string // how peers reach it; default ListenPeerURLs
+	// PeerTLS, when its files are set, encrypts and authenticates the
+	// traffic between embedded members: every peer URL is https, and each
+	// member accepts only peers presenting a certificate signed by
+	// PeerTLS.CAFile.
+	PeerTLS PeerTLS
 	// EtcdClientURL is the embedded etcd's own client listener. It must be
 	// loopback or a unix socket: it serves etcd's unfenced lock and election
 	// APIs, which bypass coordd's checks.
@@ -126,6 +131,20 @@ type Config struct {
 	Logger *zap.Logger
 }
 
+// PeerTLS is the embedded member's certificate for its peers. A member is
+// both a server and a client of its peers, so the certificate needs both
+// key usages (serverAuth and clientAuth) and must name the host of its
+// peer URLs. etcd reads the certificate and key again for every new peer
+// connection, so replacing the files renews them without a restart; the
+// CA bundle is read at start.
+type PeerTLS struct {
+	CertFile, KeyFile string
+	CAFile            string
+}
+
+// On reports whether peer TLS is configured.
+func (p PeerTLS) On() bool { return p.CertFile != "" || p.KeyFile != "" || p.CAFile != "" }
+
 // Defaults for Config fields left zero.
 const (
 	DefaultGRPCAddr        = "127.0.0.1:7420"
@@ -216,7 +235,8 @@ func (cfg Config) withDefaults() Config {
 }
 
 // validate reports every problem at once, in the words of the flags.
-func (cfg Config) validate() error {
+// restoring relaxes what only a running member needs.
+func (cfg Config) validate(restoring bool) error {
 	errs := &multierror.Error{ErrorFormat: listErrors}
 	add := func(format string, args ...any) { errs = multierror.Append(errs, fmt.Errorf(format, args...)) }
 
@@ -264,10 +284,28 @@ func (cfg Config) validate() error {
 	if err := checkLoopbackURL(cfg.EtcdClientURL); err != nil {
 		add("--etcd-client-url: %v", err)
 	}
-	for _, u := range append(append([]string{}, cfg.ListenPeerURLs...), cfg.AdvertisePeerURLs...) {
-		if _, err := parseHTTPURL(u); err != nil {
-			add("peer URL %q: %v", u, err)
+	if p := cfg.PeerTLS; p.On() && (p.CertFile == "" || p.KeyFile == "" || p.CAFile == "") {
+		add("peer TLS needs all of --peer-cert-file, --peer-key-file and --peer-ca-file (the CA that signs every member's peer certificate)")
+	}
+	// A restore only writes the data dir: it needs the peer URLs as the
+	// member will start with, not the certificates.
+	checkScheme := !restoring
+	peerURL := func(what, s string) {
+		u, err := parseHTTPURL(s)
+		switch {
+		case err != nil:
+			add("%s %q: %v", what, s, err)
+		case checkScheme && cfg.PeerTLS.On() && u.Scheme != "https":
+			add("%s %q: must be https with --peer-cert-file (peer traffic is encrypted)", what, s)
+		case checkScheme && !cfg.PeerTLS.On() && u.Scheme == "https":
+			add("%s %q: https peer URLs need --peer-cert-file, --peer-key-file and --peer-ca-file", what, s)
 		}
+	}
+	for _, u := range cfg.ListenPeerURLs {
+		peerURL("--listen-peer-urls", u)
+	}
+	for _, u := range cfg.AdvertisePeerURLs {
+		peerURL("--initial-advertise-peer-urls", u)
 	}
 	if cfg.ElectionMs < 5*cfg.HeartbeatMs {
 		add("--etcd-election-timeout (%dms) must be at least 5 heartbeat intervals (%dms)", cfg.ElectionMs, cfg.HeartbeatMs)
@@ -279,9 +317,7 @@ func (cfg Config) validate() error {
 			add("--initial-cluster entry %q is not name=url", m)
 			continue
 		}
-		if _, err := parseHTTPURL(u); err != nil {
-			add("--initial-cluster entry %q: %v", m, err)
-		}
+		peerURL("--initial-cluster URL of "+name, u)
 		found = found || name == cfg.Name
 	}
 	if !found {

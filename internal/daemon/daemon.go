@@ -123,7 +123,7 @@ func grpcMetrics() *grpcprom.ServerMetrics {
 // reachable yet, which Ready (and /readyz) reports. ctx bounds start-up only.
 func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate(false); err != nil {
 		return nil, fmt.Errorf("invalid configuration: %w", err)
 	}
 	d := &Daemon{cfg: cfg, lg: cfg.Logger, serveErr: make(chan error, 2)}
@@ -542,6 +542,13 @@ func (d *Daemon) etcdStopReason() error {
 // list) whether this member is still one of them.
 func removedByPeers(srv *etcdserver.EtcdServer) bool {
 	hc := &http.Client{Timeout: time.Second}
+	if info := srv.Cfg.PeerTLSInfo; !info.Empty() {
+		tc, err := info.ClientConfig()
+		if err != nil {
+			return false
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: tc}
+	}
 	defer hc.CloseIdleConnections()
 	for _, m := range srv.Cluster().Members() {
 		if m.ID == srv.MemberID() {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/pkg/v3/featuregate"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -44,6 +45,13 @@ func startEmbedded(ctx context.Context, cfg Config, quiet *atomic.Bool) (*embed.
 		return nil, nil, err
 	}
 	ecfg.AdvertiseClientUrls = ecfg.ListenClientUrls
+	if cfg.PeerTLS.On() {
+		// A CA makes etcd require and verify every peer's certificate.
+		ecfg.PeerTLSInfo = transport.TLSInfo{
+			CertFile: cfg.PeerTLS.CertFile, KeyFile: cfg.PeerTLS.KeyFile,
+			TrustedCAFile: cfg.PeerTLS.CAFile, ClientCertAuth: true,
+		}
+	}
 
 	// Keep a lease's remaining TTL across etcd leader changes instead of
 	// resetting it, so a dead holder's session does not get a fresh TTL.

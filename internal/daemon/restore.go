@@ -56,7 +56,7 @@ const restoredSessions = "restored-sessions"
 // snapshot). Not guaranteed: anything written after the snapshot is lost.
 func Restore(cfg Config, o RestoreOptions) (Restored, error) {
 	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validate(true); err != nil {
 		return Restored{}, fmt.Errorf("invalid configuration: %w", err)
 	}
 	if len(cfg.EtcdEndpoints) > 0 {

@@ -53,6 +53,7 @@ type Options struct {
 	CommonName string
 	URI        string    // a URI SAN, e.g. spiffe://corp/payments
 	Server     bool      // a server certificate for localhost and 127.0.0.1; else a client one
+	Peer       bool      // both: an etcd member's certificate for its peers
 	NotBefore  time.Time // zero: an hour ago
 	Valid      time.Duration
 }
@@ -74,9 +75,12 @@ func (ca *CA) Issue(o Options) (certPEM, keyPEM []byte, err error) {
 		NotBefore: o.NotBefore, NotAfter: o.NotBefore.Add(o.Valid),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	if o.Server {
+	if o.Server || o.Peer {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 		tmpl.DNSNames, tmpl.IPAddresses = []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")}
+	}
+	if o.Peer {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
 	}
 	if o.URI != "" {
 		u, err := url.Parse(o.URI)
