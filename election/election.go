@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
@@ -49,13 +50,17 @@ type Manager struct {
 	cli  *clientv3.Client
 	root string // "<root>election/"
 	now  func() time.Time
+	dels *grantwatch.Watcher // wakes waiting candidates
 
 	bg queue.Background // background writes (election times, clean-ups)
 }
 
 // NewManager returns a Manager that keeps elections under root+"election/".
-func NewManager(cli *clientv3.Client, root string) *Manager {
-	return &Manager{cli: cli, root: root + "election/", now: time.Now}
+// Waiting candidates learn of the deletions ahead of them from w, which
+// must watch root+"election/" and run (grantwatch.Run) while the Manager
+// is used.
+func NewManager(cli *clientv3.Client, root string, w *grantwatch.Watcher) *Manager {
+	return &Manager{cli: cli, root: root + "election/", now: time.Now, dels: w}
 }
 
 // Close cancels background writes, waits for them and starts no new ones.
@@ -258,7 +263,7 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		return fail(fmt.Errorf("%w: %q (request %s); waiting would never end, resign first",
 			ErrAlreadyLeader, req.Name, strings.TrimPrefix(string(head[0].Key), own)))
 	}
-	rev, err := queue.Wait(ctx, m.cli, queue.NewTurn(q, key, int64(l.Term), 1, head))
+	rev, err := queue.Wait(ctx, m.cli, m.dels, queue.NewTurn(q, key, int64(l.Term), 1, head))
 	if errors.Is(err, queue.ErrEntryGone) {
 		err = fmt.Errorf("%w: the candidate's session ended while it waited", ErrSessionNotFound)
 	}

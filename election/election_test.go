@@ -16,6 +16,7 @@ import (
 
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/wait"
 	"github.com/coordd/coordd/session"
@@ -34,8 +35,12 @@ func newEnv(t *testing.T) env {
 		t.Skip("starts etcd")
 	}
 	cli := etcdtest.Start(t).Client(t)
-	m := election.NewManager(cli, "/coordd/")
-	t.Cleanup(m.Close)
+	w := grantwatch.New(cli, "/coordd/election/")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	m := election.NewManager(cli, "/coordd/", w)
+	t.Cleanup(func() { m.Close(); cancel(); <-done })
 	return env{m: m, cli: cli}
 }
 

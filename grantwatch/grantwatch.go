@@ -1,8 +1,11 @@
-// Package grantwatch tells a holder when what it holds ends: one etcd watch
-// per daemon, over the prefixes of lock entries and election candidates,
-// reports the deletion of any entry a subscriber watches, whoever deleted
-// it (a Release or Resign from another client, an admin, a CloseSession, the
-// lease's expiry).
+// Package grantwatch tells a holder when what it holds ends, and a waiter
+// when an entry ahead of it goes: one etcd watch per daemon, over the
+// prefixes of lock entries and election candidates, reports the deletion
+// of any entry a subscriber watches (Watch), whoever deleted it (a Release
+// or Resign from another client, an admin, a CloseSession, the lease's
+// expiry), and every deletion under a queue's prefix (Deletions). However
+// many holders and waiters a member serves, it keeps one etcd watch per
+// prefix.
 //
 // Guarantees:
 //   - An entry watched with Watch is reported ended exactly once: as soon as
@@ -36,8 +39,9 @@ type Watcher struct {
 	cli      *clientv3.Client
 	prefixes []string
 
-	mu   sync.Mutex
-	subs map[string]map[*sub]struct{} // by key; guarded by mu
+	mu         sync.Mutex
+	subs       map[string]map[*sub]struct{}       // by key; guarded by mu
+	prefixSubs map[string]map[*Deletions]struct{} // by prefix; guarded by mu
 }
 
 type sub struct {
@@ -52,7 +56,7 @@ func (s *sub) end() { s.once.Do(s.ended) }
 // New returns a Watcher for entries under the given key prefixes. Watch
 // reports deletions only once Run runs.
 func New(cli *clientv3.Client, prefixes ...string) *Watcher {
-	return &Watcher{cli: cli, prefixes: prefixes, subs: make(map[string]map[*sub]struct{})}
+	return &Watcher{cli: cli, prefixes: prefixes, subs: make(map[string]map[*sub]struct{}), prefixSubs: make(map[string]map[*Deletions]struct{})}
 }
 
 // Watch reports, by calling ended once, the end of the entry at key that
@@ -106,6 +110,10 @@ func (w *Watcher) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		events, err := w.start(wctx)
+		if err == nil {
+			// Waiters read afresh: deletions while no watch ran are lost.
+			w.restarted()
+		}
 		if err == nil {
 			// Also on the first start: a Watch that read its entry before
 			// any etcd watch existed relies on it.
@@ -198,6 +206,7 @@ func (w *Watcher) dispatch(ctx context.Context, events <-chan clientv3.WatchResp
 // is not ended by an older deletion).
 func (w *Watcher) deleted(key string, rev int64) {
 	var ended []*sub
+	var waiters []*Deletions
 	w.mu.Lock()
 	for s := range w.subs[key] {
 		if s.createRev < rev {
@@ -208,9 +217,36 @@ func (w *Watcher) deleted(key string, rev int64) {
 	if len(w.subs[key]) == 0 {
 		delete(w.subs, key)
 	}
+	// Subscribers of any prefix of key that ends at a "/".
+	for i := 0; i < len(key) && len(w.prefixSubs) > 0; i++ {
+		if key[i] == '/' {
+			for d := range w.prefixSubs[key[:i+1]] {
+				waiters = append(waiters, d)
+			}
+		}
+	}
 	w.mu.Unlock()
 	for _, s := range ended {
 		s.end()
+	}
+	for _, d := range waiters {
+		d.push(Deleted{Key: key, Rev: rev}, false)
+	}
+}
+
+// restarted tells every Deletions subscriber that the etcd watch started
+// again.
+func (w *Watcher) restarted() {
+	w.mu.Lock()
+	var all []*Deletions
+	for _, m := range w.prefixSubs {
+		for d := range m {
+			all = append(all, d)
+		}
+	}
+	w.mu.Unlock()
+	for _, d := range all {
+		d.push(Deleted{}, true)
 	}
 }
 

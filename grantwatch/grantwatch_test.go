@@ -2,6 +2,8 @@ package grantwatch_test
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -186,5 +188,65 @@ func TestStopEndsReports(t *testing.T) {
 	wait.For(t, "the marker's deletion reported", func() bool { return marker.get() == 1 })
 	if stopped.get() != 0 {
 		t.Fatal("a stopped watch reported")
+	}
+}
+
+// Deletions delivers every deletion under its prefix, in revision order,
+// and nothing else; the first start of the etcd watch is reported as a
+// restart (the subscriber reads afresh); Stop ends deliveries.
+func TestDeletionsUnderAPrefix(t *testing.T) {
+	cli := start(t)
+	w := grantwatch.New(cli, "/r/lock/")
+	d := w.Deletions("/r/lock/a/q/")
+	other := w.Deletions("/r/lock/b/q/")
+	defer other.Stop()
+	run(t, w)
+	take := func(what string) ([]grantwatch.Deleted, bool) {
+		t.Helper()
+		select {
+		case <-d.Ready():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("nothing delivered within 10s: want %s", what)
+		}
+		return d.Take()
+	}
+	if _, restarted := take("the first start"); !restarted {
+		t.Fatal("the watch's first start was not reported as a restart")
+	}
+	for _, k := range []string{"/r/lock/a/q/1", "/r/lock/a/q/2", "/r/lock/a/marker", "/r/lock/b/q/1", "/r/lock/ab/q/1"} {
+		put(t, cli, k)
+	}
+	var want []grantwatch.Deleted
+	for _, k := range []string{"/r/lock/a/marker", "/r/lock/a/q/2", "/r/lock/b/q/1", "/r/lock/ab/q/1", "/r/lock/a/q/1"} {
+		resp, err := cli.Delete(t.Context(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(k, "/r/lock/a/q/") {
+			want = append(want, grantwatch.Deleted{Key: k, Rev: resp.Header.Revision})
+		}
+	}
+	var got []grantwatch.Deleted
+	for len(got) < len(want) {
+		evs, restarted := take("the deletions under /r/lock/a/q/")
+		if restarted {
+			t.Fatal("a restart reported while the watch ran")
+		}
+		got = append(got, evs...)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	d.Stop()
+	put(t, cli, "/r/lock/a/q/3")
+	put(t, cli, "/r/lock/b/q/2")
+	del(t, cli, "/r/lock/a/q/3")
+	del(t, cli, "/r/lock/b/q/2") // dispatched after a/q/3's
+	wait.For(t, "a later deletion reaching the other subscriber", func() bool {
+		evs, _ := other.Take()
+		return slices.ContainsFunc(evs, func(e grantwatch.Deleted) bool { return e.Key == "/r/lock/b/q/2" })
+	})
+	if evs, _ := d.Take(); len(evs) != 0 {
+		t.Fatalf("delivered %v after Stop", evs)
 	}
 }

@@ -92,7 +92,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	}
 
 	t := queue.NewTurn(m.queue(req.Name), e.key, e.rev, req.Limit, holders)
-	rev, err := queue.Wait(ctx, m.cli, t)
+	rev, err := queue.Wait(ctx, m.cli, m.dels, t)
 	if errors.Is(err, queue.ErrEntryGone) {
 		err = fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
 	}

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
@@ -54,14 +55,18 @@ type Manager struct {
 	locks string // "<root>lock/"
 	kv    string // "<root>kv/"
 	now   func() time.Time
+	dels  *grantwatch.Watcher // wakes waiters
 
 	bg queue.Background // background writes (grant times, clean-ups)
 }
 
 // NewManager returns a Manager that keeps locks under root+"lock/" and
-// fenced keys under root+"kv/".
-func NewManager(cli *clientv3.Client, root string) *Manager {
-	return &Manager{cli: cli, locks: root + "lock/", kv: root + "kv/", now: time.Now}
+// fenced keys under root+"kv/". Waiters learn of the deletions ahead of
+// them from w, which must watch root+"lock/" and run (grantwatch.Run)
+// while the Manager is used: however many wait, no etcd watch is opened
+// per waiter.
+func NewManager(cli *clientv3.Client, root string, w *grantwatch.Watcher) *Manager {
+	return &Manager{cli: cli, locks: root + "lock/", kv: root + "kv/", now: time.Now, dels: w}
 }
 
 // Close cancels background writes (grant times, clean-ups of failed

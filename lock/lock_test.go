@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/wait"
 	"github.com/coordd/coordd/lock"
@@ -33,8 +34,12 @@ func newEnv(t *testing.T) env {
 		t.Skip("starts etcd")
 	}
 	cli := etcdtest.Start(t).Client(t)
-	m := lock.NewManager(cli, "/coordd/")
-	t.Cleanup(m.Close)
+	w := grantwatch.New(cli, "/coordd/lock/")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	m := lock.NewManager(cli, "/coordd/", w)
+	t.Cleanup(func() { m.Close(); cancel(); <-done })
 	return env{m: m, cli: cli}
 }
 

@@ -225,12 +225,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.gwSrv = grpc.NewServer(serverOpts(&api.Authenticator{Forwarded: true})...)
 	servers := []*grpc.Server{d.grpcSrv, d.gwSrv}
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
-	d.locks = lock.NewManager(d.cli, cfg.KeyRoot)
-	d.elections = election.NewManager(d.cli, cfg.KeyRoot)
-	d.owners.Sessions, d.owners.Locks, d.owners.Elections = sessions, d.locks, d.elections
-	// One etcd watch tells every keep-alive stream of this member when a
-	// lock grant or leadership it watches ends.
+	// One etcd watch per prefix tells every keep-alive stream of this
+	// member when a lock grant or leadership it watches ends, and every
+	// waiter when an entry ahead of it goes.
 	holdings := grantwatch.New(d.cli, cfg.KeyRoot+"lock/", cfg.KeyRoot+"election/")
+	d.locks = lock.NewManager(d.cli, cfg.KeyRoot, holdings)
+	d.elections = election.NewManager(d.cli, cfg.KeyRoot, holdings)
+	d.owners.Sessions, d.owners.Locks, d.owners.Elections = sessions, d.locks, d.elections
 	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), apiMetrics)
 	sessionSvc.SeesAll = func(ctx context.Context) bool {
 		p := api.PrincipalFrom(ctx)

@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/tcpproxy"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 func TestLocksThroughSDK(t *testing.T) {
@@ -261,4 +264,87 @@ func TestLocksOverHTTP(t *testing.T) {
 	if r := call(t, "POST", base+"/v1/locks:release", fmt.Sprintf(`{"name":"reports/daily","token":%q}`, token)); r.status != 400 || reason(r) != "NOT_HOLDER" {
 		t.Fatalf("second release = %d %v", r.status, r.body)
 	}
+}
+
+// Waiters share the member's watch: however many lock waiters and
+// waiting candidates a member serves, it opens no etcd watch for them
+// (etcd's own gauge of open watchers does not move), and a release still
+// reaches the next one.
+func TestWaitersOpenNoWatchOfTheirOwn(t *testing.T) {
+	d := start(t, testConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	const waiters = 20
+	var sessions []*clientlib.Session
+	for range 2*waiters + 2 {
+		s, err := c.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions = append(sessions, s)
+	}
+	held, err := sessions[0].Lock(ctx, "shared-watch/l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, err := sessions[1].Campaign(ctx, "shared-watch/e", "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := etcdWatchers(t)
+	granted := make(chan *clientlib.Lock, waiters)
+	for i := range waiters {
+		go func() {
+			if l, err := sessions[2+i].Lock(ctx, "shared-watch/l"); err == nil {
+				granted <- l
+			}
+		}()
+		go func() { _, _ = sessions[2+waiters+i].Campaign(ctx, "shared-watch/e", "next") }()
+	}
+	admin := c.Admin()
+	wait.For(t, "every waiter and candidate queued", func() bool {
+		dl, err := admin.DescribeLock(ctx, "shared-watch/l")
+		if err != nil || len(dl.Waiters) != waiters {
+			return false
+		}
+		cs, err := c.Candidates(ctx, "shared-watch/e") // behind the leader
+		return err == nil && len(cs) == waiters
+	})
+	if after := etcdWatchers(t); after > before {
+		t.Fatalf("etcd watchers went from %v to %v with %d lock waiters and %d candidates waiting; want no new ones", before, after, waiters, waiters)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-granted:
+		if l.Token() <= held.Token() {
+			t.Fatalf("next grant's token %d, want > %d", l.Token(), held.Token())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no waiter was granted the lock within 10s of its release")
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "the next candidate leads", func() bool {
+		ld, err := c.Leader(ctx, "shared-watch/e")
+		return err == nil && ld.Value == "next"
+	})
+}
+
+// etcdWatchers is etcd's gauge of open watchers in this process.
+func etcdWatchers(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "etcd_debugging_mvcc_watcher_total" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("etcd_debugging_mvcc_watcher_total is not registered")
+	return 0
 }

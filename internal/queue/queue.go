@@ -1,8 +1,8 @@
 // Package queue is the FIFO core that locks and elections share: a queue of
 // lease-bound entries under one etcd prefix, ordered by create revision,
 // whose first few entries are granted. It waits for an entry's turn with
-// one watch and no further reads, and removes entries whose caller gave
-// up.
+// one read and then the member's shared watch (grantwatch), opening no
+// etcd watch per waiter, and removes entries whose caller gave up.
 //
 // Guarantees: Wait reports a turn only once fewer than the limit of
 // entries created before this one remain, as of the returned revision, and
@@ -20,6 +20,8 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/grantwatch"
 )
 
 // ErrEntryGone is returned by Wait when the waiting entry was deleted:
@@ -62,60 +64,36 @@ func NewTurn(prefix, key string, rev int64, limit int, heads []*mvccpb.KeyValue)
 // Wait blocks until fewer than limit entries are ahead of t's entry and
 // returns the revision at which that became true. It fails with
 // ErrEntryGone as soon as the entry itself goes away (its session ended),
-// and with ctx's error when ctx ends.
-func Wait(ctx context.Context, cli *clientv3.Client, t *Turn) (int64, error) {
-	backoff := 50 * time.Millisecond
+// and with ctx's error when ctx ends. Deletions come from w, the member's
+// one watch over every queue (it must run): a waiting entry opens no etcd
+// watch of its own.
+func Wait(ctx context.Context, cli *clientv3.Client, w *grantwatch.Watcher, t *Turn) (int64, error) {
+	d := w.Deletions(t.prefix)
+	defer d.Stop()
 	for {
-		rev, counted, err := watchTurn(ctx, cli, t)
-		if !errors.Is(err, errRewatch) {
+		rev, err := waitTurn(ctx, cli, d, t)
+		if !errors.Is(err, errRecount) {
 			return rev, err
 		}
-		if counted {
-			backoff = 50 * time.Millisecond
-		}
-		// No leader, compaction, a broken stream: count again, without
-		// spinning while etcd has no quorum.
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return 0, ctx.Err()
-		case <-timer.C:
-		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 
-var errRewatch = errors.New("queue: watch ended; count again")
+// errRecount: the member's watch restarted, deletions may have been
+// missed; read the queue again.
+var errRecount = errors.New("queue: watch restarted; count again")
 
-// watchTurn opens a watch at the current revision W, then reads the entries
-// ahead at exactly W; each later deletion of one of them arrives as a watch
-// event, so a release reaches the waiter with no further reads. Opening the
-// watch at the current revision matters: etcd serves watches that start at
-// a past revision from a loop that runs every 100 ms, which is what makes
-// etcd's own mutex hand off in about 100 ms.
-//
-// The entries ahead are tracked by key, so an event delivered twice (etcd
-// may deliver W's own events, or replay after a reconnect) changes nothing.
-// counted reports that the read at W succeeded.
-func watchTurn(ctx context.Context, cli *clientv3.Client, t *Turn) (rev int64, counted bool, err error) {
-	q := t.prefix
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := cli.Watch(wctx, q, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	created, ok := <-wch
-	if !ok || created.Err() != nil {
-		if ctx.Err() != nil {
-			return 0, false, ctx.Err()
-		}
-		return 0, false, errRewatch
-	}
-	w := created.Header.Revision
-	resp, err := cli.Get(ctx, q, clientv3.WithPrefix(), clientv3.WithRev(w), clientv3.WithMaxCreateRev(t.rev),
+// waitTurn reads the entries ahead at the current revision C (d was
+// subscribed before, so every later deletion arrives through it), then
+// follows their deletions with no further reads. The entries ahead are
+// tracked by key, so a deletion delivered twice changes nothing, and those
+// at or below C are already in the read.
+func waitTurn(ctx context.Context, cli *clientv3.Client, d *grantwatch.Deletions, t *Turn) (int64, error) {
+	resp, err := cli.Get(ctx, t.prefix, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(t.rev),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return 0, false, fmt.Errorf("queue: wait: %w", err)
+		return 0, fmt.Errorf("queue: wait: %w", err)
 	}
+	c := resp.Header.Revision
 	ahead := map[string]*mvccpb.KeyValue{}
 	var order []*mvccpb.KeyValue // ahead, in queue order
 	mine := false
@@ -128,9 +106,9 @@ func watchTurn(ctx context.Context, cli *clientv3.Client, t *Turn) (rev int64, c
 		order = append(order, kv)
 	}
 	if !mine {
-		return 0, true, ErrEntryGone
+		return 0, ErrEntryGone
 	}
-	// Holders that went away while nobody watched.
+	// Holders that went away while nobody counted.
 	for k, kv := range t.holders {
 		if _, ok := ahead[k]; !ok {
 			t.Gone = append(t.Gone, Gone{KV: kv})
@@ -150,42 +128,40 @@ func watchTurn(ctx context.Context, cli *clientv3.Client, t *Turn) (rev int64, c
 	}
 	refreshHolders()
 	if len(ahead) < limit {
-		return w, true, nil
+		return c, nil
 	}
-	for wr := range wch {
-		if err := wr.Err(); err != nil {
-			if ctx.Err() != nil {
-				return 0, true, ctx.Err()
-			}
-			return 0, true, errRewatch
+	for {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-d.Ready():
+		}
+		deleted, restarted := d.Take()
+		if restarted {
+			return 0, errRecount
 		}
 		var last int64
-		for _, ev := range wr.Events {
-			if ev.Type != mvccpb.DELETE {
-				continue
+		for _, ev := range deleted {
+			if ev.Rev <= c {
+				continue // in the read already
 			}
-			k := string(ev.Kv.Key)
-			if k == t.key {
-				return 0, true, ErrEntryGone
+			if ev.Key == t.key {
+				return 0, ErrEntryGone
 			}
-			if _, ok := ahead[k]; !ok {
+			if _, ok := ahead[ev.Key]; !ok {
 				continue // not ahead of us, or seen already
 			}
-			delete(ahead, k)
-			if kv, ok := t.holders[k]; ok {
-				t.Gone = append(t.Gone, Gone{KV: kv, Rev: ev.Kv.ModRevision})
+			delete(ahead, ev.Key)
+			if kv, ok := t.holders[ev.Key]; ok {
+				t.Gone = append(t.Gone, Gone{KV: kv, Rev: ev.Rev})
 			}
-			last = ev.Kv.ModRevision
+			last = ev.Rev
 		}
 		if last != 0 && len(ahead) < limit {
-			return last, true, nil
+			return last, nil
 		}
 		refreshHolders()
 	}
-	if ctx.Err() != nil {
-		return 0, true, ctx.Err()
-	}
-	return 0, true, errRewatch
 }
 
 // lateWriteWindow is how long RemoveLate waits for a write whose outcome

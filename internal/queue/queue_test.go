@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
+	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/queue"
 	"github.com/coordd/coordd/internal/wait"
@@ -16,13 +17,19 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func setup(t *testing.T, keys ...string) (*clientv3.Client, map[string]int64) {
+func setup(t *testing.T, keys ...string) (cli *clientv3.Client, revs map[string]int64, w *grantwatch.Watcher) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}
-	cli := etcdtest.Start(t).Client(t)
-	revs := map[string]int64{}
+	cli = etcdtest.Start(t).Client(t)
+	// The member's shared watch, as the daemon runs it.
+	w = grantwatch.New(cli, "/q/")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	revs = map[string]int64{}
 	for _, k := range keys {
 		resp, err := cli.Put(t.Context(), "/q/"+k, k)
 		if err != nil {
@@ -30,7 +37,7 @@ func setup(t *testing.T, keys ...string) (*clientv3.Client, map[string]int64) {
 		}
 		revs[k] = resp.Header.Revision
 	}
-	return cli, revs
+	return cli, revs, w
 }
 
 func heads(t *testing.T, cli *clientv3.Client, limit int64) *clientv3.GetResponse {
@@ -43,12 +50,12 @@ func heads(t *testing.T, cli *clientv3.Client, limit int64) *clientv3.GetRespons
 }
 
 func TestWaitForTheEntriesAhead(t *testing.T) {
-	cli, revs := setup(t, "a", "b", "c")
+	cli, revs, w := setup(t, "a", "b", "c")
 	turn := queue.NewTurn("/q/", "/q/c", revs["c"], 1, heads(t, cli, 1).Kvs)
 	done := make(chan int64, 1)
 	errc := make(chan error, 1)
 	go func() {
-		rev, err := queue.Wait(t.Context(), cli, turn)
+		rev, err := queue.Wait(t.Context(), cli, w, turn)
 		errc <- err
 		done <- rev
 	}()
@@ -78,11 +85,11 @@ func TestWaitForTheEntriesAhead(t *testing.T) {
 }
 
 func TestWaitFailsWhenTheEntryGoes(t *testing.T) {
-	cli, revs := setup(t, "a", "b")
+	cli, revs, w := setup(t, "a", "b")
 	turn := queue.NewTurn("/q/", "/q/b", revs["b"], 1, heads(t, cli, 1).Kvs)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := queue.Wait(t.Context(), cli, turn)
+		_, err := queue.Wait(t.Context(), cli, w, turn)
 		errc <- err
 	}()
 	if _, err := cli.Delete(t.Context(), "/q/b"); err != nil {
@@ -94,17 +101,17 @@ func TestWaitFailsWhenTheEntryGoes(t *testing.T) {
 }
 
 func TestWaitEndsWithCtx(t *testing.T) {
-	cli, revs := setup(t, "a", "b")
+	cli, revs, w := setup(t, "a", "b")
 	turn := queue.NewTurn("/q/", "/q/b", revs["b"], 1, heads(t, cli, 1).Kvs)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := queue.Wait(ctx, cli, turn); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := queue.Wait(ctx, cli, w, turn); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait = %v, want DeadlineExceeded", err)
 	}
 }
 
 func TestRemoveOnlyWhatItWrote(t *testing.T) {
-	cli, _ := setup(t, "a")
+	cli, _, _ := setup(t, "a")
 	var bg queue.Background
 	defer bg.Close()
 	queue.Remove(t.Context(), cli, &bg, "/q/a", "not-a")
@@ -122,7 +129,7 @@ func TestRemoveOnlyWhatItWrote(t *testing.T) {
 // lands, so it leaves no entry that nobody waits for; an entry with
 // another value (a retry that took it over) is kept.
 func TestRemoveLateRemovesAWriteThatLandsLater(t *testing.T) {
-	cli, _ := setup(t)
+	cli, _, _ := setup(t)
 	var bg queue.Background
 	defer bg.Close()
 	queue.RemoveLate(cli, &bg, "/q/late", "mine")
