@@ -126,7 +126,7 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	if !l.giveUp(ErrResigned) {
 		return nil
 	}
-	req := &coorddv1.ResignRequest{Name: l.name, Term: int64(l.term)}
+	req := &coorddv1.ResignRequest{Name: l.name, Term: int64(l.term), SessionId: l.s.id, RequestId: l.requestID}
 	n, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
 		_, err := l.s.c.elections.Resign(ctx, req)
 		return err

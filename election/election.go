@@ -344,30 +344,53 @@ func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token,
 	}
 }
 
+// Hint names a campaign by its session and request id, which saves a
+// read (see Resign).
+type Hint struct {
+	Session   session.ID
+	RequestID string
+}
+
 // Resign ends term's leadership; the next candidate leads at the same
 // revision. It fails with ErrNotLeader unless term leads the election (so
-// a retried Resign never removes a newer leader).
-func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token) error {
+// a retried Resign never removes a newer leader). With a hint (the SDK
+// always gives one) it is one transaction: it compares that the hinted
+// campaign's key has term as its create revision and that no candidate
+// key is older; without one, the campaign is read first.
+func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, hint Hint) error {
 	if err := validateTerm(name, term); err != nil {
 		return err
 	}
-	kv, leads, err := m.leading(ctx, name, term)
-	if err != nil {
-		return err
-	}
-	if !leads {
-		return fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
+	var cmps []clientv3.Cmp
+	var key string
+	var lease clientv3.LeaseID
+	if hint.Session > 0 && hint.RequestID != "" {
+		if err := names.CheckRequestID(hint.RequestID); err != nil {
+			return fmt.Errorf("%w: %s", ErrInvalid, err.Error())
+		}
+		key, lease = m.candidateKey(name, hint.Session, hint.RequestID), clientv3.LeaseID(hint.Session)
+		// It leads: every candidate's key was created at term or later.
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(m.queue(name)), ">", int64(term)-1).WithPrefix())
+	} else {
+		kv, leads, err := m.leading(ctx, name, term)
+		if err != nil {
+			return err
+		}
+		if !leads {
+			return fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
+		}
+		key, lease = string(kv.Key), clientv3.LeaseID(kv.Lease)
 	}
 	// The marker, written with the delete, tells observers this was a
 	// resignation; it goes away with the resigner's session. When etcd's
 	// database is full (NOSPACE refuses any transaction with a put), the
 	// leader resigns without it, and observers see the term expire.
-	ops := []clientv3.Op{clientv3.OpDelete(string(kv.Key)),
-		clientv3.OpPut(m.resignedKey(name), strconv.FormatInt(int64(term), 10), clientv3.WithLease(clientv3.LeaseID(kv.Lease)))}
-	cmp := clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", int64(term))
-	resp, err := m.cli.Txn(ctx).If(cmp).Then(ops...).Commit()
+	ops := []clientv3.Op{clientv3.OpDelete(key),
+		clientv3.OpPut(m.resignedKey(name), strconv.FormatInt(int64(term), 10), clientv3.WithLease(lease))}
+	cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", int64(term)))
+	resp, err := m.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) {
-		resp, err = m.cli.Txn(ctx).If(cmp).Then(ops[0]).Commit()
+		resp, err = m.cli.Txn(ctx).If(cmps...).Then(ops[0]).Commit()
 	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("%w: term %d of %q ended with its session", ErrNotLeader, term, name)

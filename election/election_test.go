@@ -121,14 +121,26 @@ func TestCampaignProclaimResign(t *testing.T) {
 	if _, err := e.m.Proclaim(ctx, "jobs", cands[0].Term, "b:2"); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Proclaim by a waiting candidate = %v, want ErrNotLeader", err)
 	}
-	if err := e.m.Resign(ctx, "jobs", cands[0].Term); !errors.Is(err, election.ErrNotLeader) {
-		t.Fatalf("Resign by a waiting candidate = %v, want ErrNotLeader", err)
+	// A waiting candidate cannot resign, with or without naming its
+	// campaign (one transaction then compares that nobody is ahead), and
+	// the leader's term with another campaign's name resigns nothing.
+	waiting := election.Hint{Session: cands[0].Session, RequestID: cands[0].RequestID}
+	for _, h := range []election.Hint{{}, waiting} {
+		if err := e.m.Resign(ctx, "jobs", cands[0].Term, h); !errors.Is(err, election.ErrNotLeader) {
+			t.Fatalf("Resign by a waiting candidate (hint %+v) = %v, want ErrNotLeader", h, err)
+		}
+	}
+	if err := e.m.Resign(ctx, "jobs", a.Term, waiting); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Resign of the leader's term naming another campaign = %v, want ErrNotLeader", err)
+	}
+	if c, _, err := e.m.Candidates(ctx, "jobs"); err != nil || len(c) != 2 {
+		t.Fatalf("candidates after refused resignations: %+v, %v", c, err)
 	}
 	if err := e.m.ValidateFence(ctx, "jobs", a.Term); err != nil {
 		t.Fatalf("ValidateFence of the leader: %v", err)
 	}
 
-	if err := e.m.Resign(ctx, "jobs", a.Term); err != nil {
+	if err := e.m.Resign(ctx, "jobs", a.Term, election.Hint{Session: a.Session, RequestID: a.RequestID}); err != nil {
 		t.Fatalf("Resign: %v", err)
 	}
 	b := <-bc
@@ -136,7 +148,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 		t.Fatalf("next Campaign = %+v, %v", b.l, b.err)
 	}
 	// The old term can do nothing any more.
-	if err := e.m.Resign(ctx, "jobs", a.Term); !errors.Is(err, election.ErrNotLeader) {
+	if err := e.m.Resign(ctx, "jobs", a.Term, election.Hint{}); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("second Resign = %v, want ErrNotLeader", err)
 	}
 	if _, err := e.m.Proclaim(ctx, "jobs", a.Term, "late"); !errors.Is(err, election.ErrNotLeader) {
@@ -431,7 +443,7 @@ func TestObserveStorm(t *testing.T) {
 				}
 				if rng.IntN(2) == 0 {
 					resigned[r.l.Term] = true
-					if err := e.m.Resign(ctx, name, r.l.Term); err != nil {
+					if err := e.m.Resign(ctx, name, r.l.Term, election.Hint{}); err != nil {
 						t.Fatalf("Resign: %v", err)
 					}
 				} else {
@@ -454,7 +466,7 @@ func TestObserveStorm(t *testing.T) {
 		wait.For(t, "the observer to show the marker "+tag, func() bool { return rec.caughtUp(state{term: l.Term, value: tag}) })
 		return func() {
 			resigned[l.Term] = true
-			if err := e.m.Resign(ctx, name, l.Term); err != nil {
+			if err := e.m.Resign(ctx, name, l.Term, election.Hint{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -552,7 +564,7 @@ func TestObserveFromOneReplaysHistory(t *testing.T) {
 	if _, err := e.m.Proclaim(ctx, "replay", first.Term, "a2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Resign(ctx, "replay", first.Term); err != nil {
+	if err := e.m.Resign(ctx, "replay", first.Term, election.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	end := e.rev(t)

@@ -169,8 +169,13 @@ var rpcTable = map[string]rpcRule{
 		m, _ := msg.(*coorddv1.ProclaimRequest)
 		return ownedRef{election: m.GetName(), token: m.GetTerm()}
 	}),
+	// As Release: the hinted session, whose key the resignation compares,
+	// or else the term's.
 	electionSvc + "Resign": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.ResignRequest).GetName), func(msg any) ownedRef {
 		m, _ := msg.(*coorddv1.ResignRequest)
+		if m.GetSessionId() != "" {
+			return ownedRef{session: m.GetSessionId()}
+		}
 		return ownedRef{election: m.GetName(), token: m.GetTerm()}
 	}),
 	electionSvc + "Leader":        rule(auth.ElectionObserve, named(auth.Election, (*coorddv1.LeaderRequest).GetName)),

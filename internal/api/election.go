@@ -67,7 +67,15 @@ func (s *ElectionServer) Proclaim(ctx context.Context, req *coorddv1.ProclaimReq
 
 // Resign implements ElectionService.
 func (s *ElectionServer) Resign(ctx context.Context, req *coorddv1.ResignRequest) (*coorddv1.ResignResponse, error) {
-	if err := s.m.Resign(ctx, req.GetName(), fencing.Token(req.GetTerm())); err != nil {
+	var hint election.Hint
+	if req.GetSessionId() != "" {
+		id, err := session.ParseID(req.GetSessionId())
+		if err != nil {
+			return nil, err
+		}
+		hint = election.Hint{Session: id, RequestID: req.GetRequestId()}
+	}
+	if err := s.m.Resign(ctx, req.GetName(), fencing.Token(req.GetTerm()), hint); err != nil {
 		return nil, err
 	}
 	return &coorddv1.ResignResponse{}, nil

@@ -431,7 +431,13 @@ type ResignRequest struct {
 	// name is the election's name. Required.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// term is the leadership's term. Required.
-	Term          int64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Term int64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// session_id and request_id, when both set, name the campaign directly
+	// and save the server a read: the resignation is one transaction. A
+	// wrong pair only fails with NOT_LEADER.
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// request_id: see session_id.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -478,6 +484,20 @@ func (x *ResignRequest) GetTerm() int64 {
 		return x.Term
 	}
 	return 0
+}
+
+func (x *ResignRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ResignRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 // ResignResponse is empty: the leadership ended.
@@ -1273,10 +1293,14 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\tR\x05value\".\n" +
 	"\x10ProclaimResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"7\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"u\n" +
 	"\rResignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04term\x18\x02 \x01(\x03R\x04term\"\x10\n" +
+	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"\x10\n" +
 	"\x0eResignResponse\"\xfa\x01\n" +
 	"\x0eElectionLeader\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x03R\x04term\x12\x14\n" +
