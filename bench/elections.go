@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -189,24 +190,24 @@ func waitQueued(ctx context.Context, p electionPeer, n int) error {
 
 // handovers measures n graceful hand-overs between two candidates: the
 // leader resigns while the other waits in Campaign; the time from the
-// Resign call to the waiter's Campaign returning.
-func handovers(p electionPeer, n int) ([]float64, error) {
+// Resign call to the waiter's Campaign returning, and how long the Resign
+// call itself took.
+func handovers(p electionPeer, n int) (lat, resigns []float64, err error) {
 	ctx := context.Background()
 	a, err := p.candidate(30)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer a.close()
 	b, err := p.candidate(30)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer b.close()
 	if err := a.campaign(ctx, "a"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	leader, waiter := a, b
-	var lat []float64
 	for i := range n {
 		done := make(chan time.Time, 1)
 		errc := make(chan error, 1)
@@ -218,23 +219,24 @@ func handovers(p electionPeer, n int) ([]float64, error) {
 			done <- time.Now()
 		}()
 		if err := waitQueued(ctx, p, 2); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		t0 := time.Now()
 		if err := leader.resign(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		resigns = append(resigns, float64(time.Since(t0).Microseconds()))
 		select {
 		case t1 := <-done:
 			lat = append(lat, float64(t1.Sub(t0).Microseconds()))
 		case err := <-errc:
-			return nil, err
+			return nil, nil, err
 		case <-time.After(10 * time.Second):
-			return nil, errors.New("no hand-over within 10s")
+			return nil, nil, errors.New("no hand-over within 10s")
 		}
 		leader, waiter = waiter, leader
 	}
-	return lat, leader.resign(ctx)
+	return lat, resigns, leader.resign(ctx)
 }
 
 // proclaims measures n proclamations: the time from the Proclaim call to
@@ -385,17 +387,19 @@ func benchElections(grpcAddr, etcdURL string) error {
 		*electionRounds, *electionOps, *electionOps, *failovers, *failoverTTL, put50)
 	fmt.Printf("%-28s %-34s %10s %10s %6s\n", "peer", "workload", "p50", "p99", "n")
 	handover := map[string][]float64{}
+	resign := map[string][]float64{}
 	proclaim := map[string][]float64{}
 	fail := map[string][]float64{}
 	for round := range *electionRounds {
 		peers := electionPeers(grpcAddr, etcdURL, fmt.Sprintf("e%d", round))
 		for i := range peers {
 			p := peers[(i+round)%len(peers)]
-			h, err := handovers(p, *electionOps)
+			h, r, err := handovers(p, *electionOps)
 			if err != nil {
 				return fmt.Errorf("%s hand-over: %w", p.name, err)
 			}
 			handover[p.name] = append(handover[p.name], h...)
+			resign[p.name] = append(resign[p.name], r...)
 			pr, err := proclaims(p, *electionOps)
 			if err != nil {
 				return fmt.Errorf("%s proclaim: %w", p.name, err)
@@ -421,6 +425,7 @@ func benchElections(grpcAddr, etcdURL string) error {
 			lat  []float64
 		}{
 			{"graceful hand-over", handover[p.name]},
+			{"resign call", resign[p.name]},
 			{"proclaim -> observer", proclaim[p.name]},
 			{"crash fail-over (SIGKILL)", fail[p.name]},
 		} {
@@ -432,12 +437,16 @@ func benchElections(grpcAddr, etcdURL string) error {
 	fmt.Printf("\ntargets:\n")
 	fmt.Printf("  hand-over p50 / raw put:                  %.2f (target <= 2); etcd's recipe: %.2f\n", percentile(handover[co], 50)/put50, percentile(handover[et], 50)/put50)
 	fmt.Printf("  hand-over p50 coordd / etcd recipe:       %.2f\n", percentile(handover[co], 50)/percentile(handover[et], 50))
+	fmt.Printf("  resign call p50 / raw put:                %.2f (target <= 1.3); etcd's recipe: %.2f\n", percentile(resign[co], 50)/put50, percentile(resign[et], 50)/put50)
 	fmt.Printf("  proclaim->observer p50 coordd / etcd:     %.2f\n", percentile(proclaim[co], 50)/percentile(proclaim[et], 50))
 	fmt.Printf("  crash fail-over max - TTL:                %+.0fms (target <= +200ms); etcd's recipe: %+.0fms\n", (maxOf(fail[co])-ttl)/1000, (maxOf(fail[et])-ttl)/1000)
 	return nil
 }
 
 func maxOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
 	m := xs[0]
 	for _, x := range xs {
 		m = max(m, x)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -255,7 +258,7 @@ func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string) (lock
 
 // benchLocks runs the lock workloads for every peer on the same etcd and
 // prints them with the ratios the targets use.
-func benchLocks(grpcAddr, etcdURL string, d time.Duration) error {
+func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 	raw, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
@@ -292,7 +295,18 @@ func benchLocks(grpcAddr, etcdURL string, d time.Duration) error {
 		for wi, w := range workloads {
 			for i := range peers {
 				p := peers[(i+round)%len(peers)]
+				var profiled chan error
+				if *lockProfile != "" && round == 0 && w.locks == 64 && p.name == "coordd SDK" {
+					profiled = make(chan error, 1)
+					go func() { profiled <- cpuProfile(httpAddr, d, *lockProfile) }()
+				}
 				r, err := runLocks(p, w.clients, w.locks, d, fmt.Sprintf("r%d-w%d", round, wi))
+				if profiled != nil {
+					if perr := <-profiled; perr != nil {
+						return fmt.Errorf("CPU profile: %w", perr)
+					}
+					fmt.Printf("(CPU profile of coordd during %s: %s)\n", w.name, *lockProfile)
+				}
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", p.name, w.name, err)
 				}
@@ -341,4 +355,27 @@ func benchLocks(grpcAddr, etcdURL string, d time.Duration) error {
 	fmt.Printf("  64 clients, 64 locks: coordd / Mutex cycles per second: %.2f\n",
 		ratio(c(co, "64 clients, 64 locks").acqPerSec, c("etcd concurrency.Mutex", "64 clients, 64 locks").acqPerSec))
 	return nil
+}
+
+// cpuProfile writes a CPU profile of the coordd at httpAddr (run with
+// --enable-pprof), taken over the whole seconds of d, to file.
+func cpuProfile(httpAddr string, d time.Duration, file string) error {
+	secs := max(1, int(d.Seconds()))
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", httpAddr, secs))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -28,6 +28,7 @@ var (
 	soakFlags      = flag.String("soak-coordd-flags", "", "extra coordd flags for the soak's first run (e.g. \"--compaction-retention 10s\")")
 	lockD          = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer and round")
 	lockRounds     = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
+	lockProfile    = flag.String("lock-profile", "", "write a CPU profile of coordd during the SDK's first 64-clients-on-64-locks run to this file (go tool pprof)")
 	electionRounds = flag.Int("election-rounds", 3, "rounds of the election workloads; peers alternate order each round")
 	electionOps    = flag.Int("election-ops", 100, "hand-overs and proclamations per peer per round")
 	failovers      = flag.Int("failovers", 3, "crash fail-overs per peer")
@@ -96,7 +97,7 @@ func run() error {
 			return err
 		}
 		defer d.stop()
-		if err := benchLocks(d.grpcAddr, d.etcdURL, *lockD); err != nil {
+		if err := benchLocks(d.grpcAddr, d.httpAddr, d.etcdURL, *lockD); err != nil {
 			return err
 		}
 	}

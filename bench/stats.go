@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -59,7 +60,11 @@ func printRow(name string, r result) {
 	fmt.Printf("%-48s %8.0fus %8.0fus %8.0fus %8.0fus %8.2f %8.2f\n", name, c50, c99, e50, e99, c50/e50, c99/e99)
 }
 
+// percentile is NaN for no samples (a workload that was not run).
 func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[min(len(s)-1, int(float64(len(s))*p/100))]
