@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -208,6 +209,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			// deprecated.)
 			grpc.ReadBufferSize(8 << 10),
 			grpc.MaxConcurrentStreams(10000),
+			// Handlers run on long-lived workers (a new goroutine only
+			// when all are busy): a goroutine per call paid to grow its
+			// stack through the interceptors and etcd's client, about a
+			// tenth of the daemon's CPU under 64 clients on 64 locks.
+			grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 			grpc.ConnectionTimeout(10 * time.Second),
