@@ -69,9 +69,12 @@ type Event struct {
 // from > 0 the stream resumes: it starts with the changes made at from and
 // later, as if it had watched since from-1; pass the last delivered
 // revision + 1 (from == 1 replays the election's whole history). If from-1
-// was compacted away, the stream starts with the current state instead. A watch that breaks (no leader, a reconnect) is
-// reopened where it left off, so nothing is skipped between two calls of
-// send; one that hits compaction restarts from the current state.
+// was compacted away, the stream starts with the current state instead.
+// Changes come through the member's shared watch (grantwatch): an observer
+// opens an etcd watch of its own only to replay history (a resume from
+// before the shared watch's position, or after the shared watch
+// restarted), until it has caught up. Nothing is skipped between two calls
+// of send; a replay that hits compaction restarts from the current state.
 func (m *Manager) Observe(ctx context.Context, name string, from int64, send func([]Event) error) error {
 	if err := validateName(name); err != nil {
 		return err
@@ -81,6 +84,10 @@ func (m *Manager) Observe(ctx context.Context, name string, from int64, send fun
 	}
 	o := &observer{queue: m.queue(name), resigned: m.resignedKey(name), entries: map[string]*mvccpb.KeyValue{}}
 	prefix := m.prefix(name)
+	// Subscribed before any read: every change above pos will come
+	// through the member's shared watch.
+	feed, pos := m.dels.Subscribe(prefix, true)
+	defer feed.Stop()
 	rev := int64(0) // the revision o reflects
 	resumed := false
 	switch {
@@ -118,33 +125,63 @@ func (m *Manager) Observe(ctx context.Context, name string, from int64, send fun
 		}
 	}
 	backoff := 50 * time.Millisecond
+	var early []*clientv3.Event // from the feed, after a gap not yet caught up
 	for {
-		compacted, err := m.follow(ctx, o, prefix, &rev, send)
-		if err != nil {
-			return err
-		}
-		if compacted {
-			if err := resync(); err != nil {
+		if rev < pos {
+			// Changes up to pos are not coming through the feed (a resume
+			// from before it, or its watch restarted): read them from
+			// etcd's history with a watch of this observer's own, until
+			// it has passed pos.
+			compacted, err := m.catchUp(ctx, o, prefix, &rev, pos, send)
+			if err != nil {
 				return err
 			}
-			continue
+			if compacted {
+				early = nil
+				if err := resync(); err != nil {
+					return err
+				}
+				continue
+			}
+			if rev < pos {
+				// The watch broke (no leader, a reconnect): reopen it
+				// after rev.
+				timer := time.NewTimer(backoff)
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return ctx.Err()
+				case <-timer.C:
+				}
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+			backoff = 50 * time.Millisecond
 		}
-		// The watch broke (no leader, a reconnect): reopen it after rev.
-		timer := time.NewTimer(backoff)
+		if err := applyEvents(o, &rev, early, send); err != nil {
+			return err
+		}
+		early = nil
 		select {
 		case <-ctx.Done():
-			timer.Stop()
 			return ctx.Err()
-		case <-timer.C:
+		case <-feed.Ready():
 		}
-		backoff = min(2*backoff, time.Second)
+		evs, restartedAt := feed.Take()
+		if restartedAt != 0 && rev < restartedAt {
+			pos, early = restartedAt, evs
+			continue
+		}
+		if err := applyEvents(o, &rev, evs, send); err != nil {
+			return err
+		}
 	}
 }
 
-// follow watches the election after *rev and sends its events until the
-// watch ends. It reports compaction, and returns an error only for ctx's
-// end or send's failure.
-func (m *Manager) follow(ctx context.Context, o *observer, prefix string, rev *int64, send func([]Event) error) (compacted bool, err error) {
+// catchUp watches the election after *rev and sends its events until it
+// has passed until or the watch ends. It reports compaction, and returns
+// an error only for ctx's end or send's failure.
+func (m *Manager) catchUp(ctx context.Context, o *observer, prefix string, rev *int64, until int64, send func([]Event) error) (compacted bool, err error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for wr := range m.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(*rev+1)) {
@@ -154,29 +191,43 @@ func (m *Manager) follow(ctx context.Context, o *observer, prefix string, rev *i
 		if wr.Err() != nil {
 			break
 		}
-		evs := wr.Events
-		for len(evs) > 0 {
-			// One revision's events together: a transaction's changes are
-			// one step of the election.
-			r := evs[0].Kv.ModRevision
-			n := 1
-			for n < len(evs) && evs[n].Kv.ModRevision == r {
-				n++
-			}
-			out := o.apply(r, evs[:n])
-			evs = evs[n:]
-			*rev = r
-			if len(out) > 0 {
-				if err := send(out); err != nil {
-					return false, err
-				}
-			}
+		if err := applyEvents(o, rev, wr.Events, send); err != nil {
+			return false, err
+		}
+		if *rev >= until {
+			return false, nil
 		}
 	}
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
 	return false, nil
+}
+
+// applyEvents applies the etcd events above *rev, one revision at a time
+// (a transaction's changes are one step of the election), and sends the
+// election events they make.
+func applyEvents(o *observer, rev *int64, evs []*clientv3.Event, send func([]Event) error) error {
+	for len(evs) > 0 {
+		r := evs[0].Kv.ModRevision
+		n := 1
+		for n < len(evs) && evs[n].Kv.ModRevision == r {
+			n++
+		}
+		group := evs[:n]
+		evs = evs[n:]
+		if r <= *rev {
+			continue // reflected already
+		}
+		out := o.apply(r, group)
+		*rev = r
+		if len(out) > 0 {
+			if err := send(out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // observer tracks an election's candidates to turn etcd events into

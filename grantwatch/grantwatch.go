@@ -39,9 +39,12 @@ type Watcher struct {
 	cli      *clientv3.Client
 	prefixes []string
 
-	mu         sync.Mutex
-	subs       map[string]map[*sub]struct{}       // by key; guarded by mu
-	prefixSubs map[string]map[*Deletions]struct{} // by prefix; guarded by mu
+	mu    sync.Mutex
+	subs  map[string]map[*sub]struct{}  // by key; guarded by mu
+	feeds map[string]map[*Feed]struct{} // by prefix; guarded by mu
+	// pos is, per watched prefix, the revision up to which every change
+	// has been dispatched; guarded by mu.
+	pos map[string]int64
 }
 
 type sub struct {
@@ -56,7 +59,8 @@ func (s *sub) end() { s.once.Do(s.ended) }
 // New returns a Watcher for entries under the given key prefixes. Watch
 // reports deletions only once Run runs.
 func New(cli *clientv3.Client, prefixes ...string) *Watcher {
-	return &Watcher{cli: cli, prefixes: prefixes, subs: make(map[string]map[*sub]struct{}), prefixSubs: make(map[string]map[*Deletions]struct{})}
+	return &Watcher{cli: cli, prefixes: prefixes, subs: make(map[string]map[*sub]struct{}),
+		feeds: make(map[string]map[*Feed]struct{}), pos: make(map[string]int64)}
 }
 
 // Watch reports, by calling ended once, the end of the entry at key that
@@ -111,7 +115,7 @@ func (w *Watcher) Run(ctx context.Context) {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		events, err := w.start(wctx)
 		if err == nil {
-			// Waiters read afresh: deletions while no watch ran are lost.
+			// Feeds read afresh: changes while no watch ran are lost.
 			w.restarted()
 		}
 		if err == nil {
@@ -130,15 +134,22 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 }
 
-// start starts one delete-only watch per prefix, from the current revision,
-// and waits until etcd has created them all. Their responses are merged on
-// the returned channel, which closes once any of them ends.
-func (w *Watcher) start(ctx context.Context) (<-chan clientv3.WatchResponse, error) {
-	out := make(chan clientv3.WatchResponse)
+// response is one watch response and the prefix of the watch it came from.
+type response struct {
+	prefix string
+	clientv3.WatchResponse
+}
+
+// start starts one watch per prefix, from the current revision, and waits
+// until etcd has created them all (their positions are then the revisions
+// they start after). Their responses are merged on the returned channel,
+// which closes once any of them ends.
+func (w *Watcher) start(ctx context.Context) (<-chan response, error) {
+	out := make(chan response)
 	var wg sync.WaitGroup
 	created := make(chan error, len(w.prefixes))
 	for _, p := range w.prefixes {
-		ch := w.cli.Watch(ctx, p, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+		ch := w.cli.Watch(ctx, p, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -146,13 +157,17 @@ func (w *Watcher) start(ctx context.Context) (<-chan clientv3.WatchResponse, err
 			for resp := range ch {
 				if first {
 					first = false
-					created <- resp.Err()
 					if resp.Created && resp.Err() == nil {
+						w.mu.Lock()
+						w.pos[p] = resp.Header.Revision
+						w.mu.Unlock()
+						created <- nil
 						continue
 					}
+					created <- resp.Err()
 				}
 				select {
-				case out <- resp:
+				case out <- response{p, resp}:
 				case <-ctx.Done():
 					return
 				}
@@ -182,71 +197,84 @@ func (w *Watcher) start(ctx context.Context) (<-chan clientv3.WatchResponse, err
 	return out, nil
 }
 
-// dispatch reports deletions until the watch fails or ctx ends.
-func (w *Watcher) dispatch(ctx context.Context, events <-chan clientv3.WatchResponse) {
+// dispatch reports changes until the watch fails or ctx ends.
+func (w *Watcher) dispatch(ctx context.Context, responses <-chan response) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case resp, ok := <-events:
+		case resp, ok := <-responses:
 			if !ok || resp.Err() != nil {
 				return
 			}
-			for _, ev := range resp.Events {
-				if ev.Type == mvccpb.DELETE {
-					w.deleted(string(ev.Kv.Key), ev.Kv.ModRevision)
+			w.changed(resp)
+		}
+	}
+}
+
+// changed reports one response's changes: the deletions to the Watch
+// subscribers of their keys (a watch of a later incarnation of the key is
+// not ended by an older deletion), every change to the Feeds of the
+// prefixes above it. The position moves in the same critical section that
+// picks the Feeds, so a Feed subscribed meanwhile either gets these
+// changes or a position at or above them.
+func (w *Watcher) changed(resp response) {
+	var ended []*sub
+	fed := map[*Feed][]*clientv3.Event{}
+	w.mu.Lock()
+	for _, ev := range resp.Events {
+		key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
+		if ev.Type == mvccpb.DELETE {
+			for s := range w.subs[key] {
+				if s.createRev < rev {
+					ended = append(ended, s)
+					delete(w.subs[key], s)
+				}
+			}
+			if len(w.subs[key]) == 0 {
+				delete(w.subs, key)
+			}
+		}
+		// Feeds of any prefix of key that ends at a "/".
+		for i := 0; i < len(key) && len(w.feeds) > 0; i++ {
+			if key[i] != '/' {
+				continue
+			}
+			for f := range w.feeds[key[:i+1]] {
+				if f.puts || ev.Type == mvccpb.DELETE {
+					fed[f] = append(fed[f], ev)
 				}
 			}
 		}
 	}
-}
-
-// deleted reports the subscribers of key whose entry the deletion at rev
-// removed (created before rev: a watch of a later incarnation of the key
-// is not ended by an older deletion).
-func (w *Watcher) deleted(key string, rev int64) {
-	var ended []*sub
-	var waiters []*Deletions
-	w.mu.Lock()
-	for s := range w.subs[key] {
-		if s.createRev < rev {
-			ended = append(ended, s)
-			delete(w.subs[key], s)
-		}
-	}
-	if len(w.subs[key]) == 0 {
-		delete(w.subs, key)
-	}
-	// Subscribers of any prefix of key that ends at a "/".
-	for i := 0; i < len(key) && len(w.prefixSubs) > 0; i++ {
-		if key[i] == '/' {
-			for d := range w.prefixSubs[key[:i+1]] {
-				waiters = append(waiters, d)
-			}
-		}
-	}
+	w.pos[resp.prefix] = max(w.pos[resp.prefix], resp.Header.Revision)
 	w.mu.Unlock()
 	for _, s := range ended {
 		s.end()
 	}
-	for _, d := range waiters {
-		d.push(Deleted{Key: key, Rev: rev}, false)
+	for f, evs := range fed {
+		f.push(evs)
 	}
 }
 
-// restarted tells every Deletions subscriber that the etcd watch started
-// again.
+// restarted tells every Feed that the etcd watch started again, and its
+// position.
 func (w *Watcher) restarted() {
 	w.mu.Lock()
-	var all []*Deletions
-	for _, m := range w.prefixSubs {
-		for d := range m {
-			all = append(all, d)
+	type at struct {
+		f   *Feed
+		pos int64
+	}
+	var all []at
+	for prefix, m := range w.feeds {
+		pos := w.pos[w.cover(prefix)]
+		for f := range m {
+			all = append(all, at{f, pos})
 		}
 	}
 	w.mu.Unlock()
-	for _, d := range all {
-		d.push(Deleted{}, true)
+	for _, a := range all {
+		a.f.restart(a.pos)
 	}
 }
 

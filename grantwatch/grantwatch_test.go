@@ -191,51 +191,79 @@ func TestStopEndsReports(t *testing.T) {
 	}
 }
 
-// Deletions delivers every deletion under its prefix, in revision order,
-// and nothing else; the first start of the etcd watch is reported as a
-// restart (the subscriber reads afresh); Stop ends deliveries.
-func TestDeletionsUnderAPrefix(t *testing.T) {
+// A Feed delivers every change under its prefix (deletions, or puts too),
+// in revision order, and nothing else; the first start of the etcd watch
+// is reported as a restart with its position (the subscriber reads
+// afresh); a Feed subscribed later is positioned at or after what was
+// already dispatched; Stop ends deliveries.
+func TestFeedsUnderAPrefix(t *testing.T) {
 	cli := start(t)
 	w := grantwatch.New(cli, "/r/lock/")
-	d := w.Deletions("/r/lock/a/q/")
-	other := w.Deletions("/r/lock/b/q/")
+	d, _ := w.Subscribe("/r/lock/a/q/", false)
+	other, _ := w.Subscribe("/r/lock/b/q/", false)
 	defer other.Stop()
 	run(t, w)
-	take := func(what string) ([]grantwatch.Deleted, bool) {
+	take := func(f *grantwatch.Feed, what string) ([]*clientv3.Event, int64) {
 		t.Helper()
 		select {
-		case <-d.Ready():
+		case <-f.Ready():
 		case <-time.After(10 * time.Second):
 			t.Fatalf("nothing delivered within 10s: want %s", what)
 		}
-		return d.Take()
+		return f.Take()
 	}
-	if _, restarted := take("the first start"); !restarted {
+	if _, at := take(d, "the first start"); at == 0 {
 		t.Fatal("the watch's first start was not reported as a restart")
 	}
-	for _, k := range []string{"/r/lock/a/q/1", "/r/lock/a/q/2", "/r/lock/a/marker", "/r/lock/b/q/1", "/r/lock/ab/q/1"} {
-		put(t, cli, k)
+	all, from := w.Subscribe("/r/lock/a/", true)
+	defer all.Stop()
+	type change struct {
+		key string
+		rev int64
+		put bool
 	}
-	var want []grantwatch.Deleted
+	var wantDel, wantAll []change
+	for _, k := range []string{"/r/lock/a/q/1", "/r/lock/a/q/2", "/r/lock/a/marker", "/r/lock/b/q/1", "/r/lock/ab/q/1"} {
+		rev := put(t, cli, k)
+		if strings.HasPrefix(k, "/r/lock/a/") {
+			wantAll = append(wantAll, change{k, rev, true})
+		}
+		if rev <= from {
+			t.Fatalf("a put at %d after subscribing, at or below the feed's position %d", rev, from)
+		}
+	}
 	for _, k := range []string{"/r/lock/a/marker", "/r/lock/a/q/2", "/r/lock/b/q/1", "/r/lock/ab/q/1", "/r/lock/a/q/1"} {
 		resp, err := cli.Delete(t.Context(), k)
 		if err != nil {
 			t.Fatal(err)
 		}
+		c := change{k, resp.Header.Revision, false}
 		if strings.HasPrefix(k, "/r/lock/a/q/") {
-			want = append(want, grantwatch.Deleted{Key: k, Rev: resp.Header.Revision})
+			wantDel = append(wantDel, c)
+		}
+		if strings.HasPrefix(k, "/r/lock/a/") {
+			wantAll = append(wantAll, c)
 		}
 	}
-	var got []grantwatch.Deleted
-	for len(got) < len(want) {
-		evs, restarted := take("the deletions under /r/lock/a/q/")
-		if restarted {
-			t.Fatal("a restart reported while the watch ran")
+	collect := func(f *grantwatch.Feed, n int, what string) []change {
+		t.Helper()
+		var got []change
+		for len(got) < n {
+			evs, at := take(f, what)
+			if at != 0 {
+				t.Fatalf("%s: a restart reported while the watch ran", what)
+			}
+			for _, ev := range evs {
+				got = append(got, change{string(ev.Kv.Key), ev.Kv.ModRevision, ev.Type == clientv3.EventTypePut})
+			}
 		}
-		got = append(got, evs...)
+		return got
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("delivered %v, want %v", got, want)
+	if got := collect(d, len(wantDel), "the deletions under /r/lock/a/q/"); !slices.Equal(got, wantDel) {
+		t.Fatalf("deletions feed delivered %v, want %v", got, wantDel)
+	}
+	if got := collect(all, len(wantAll), "the changes under /r/lock/a/"); !slices.Equal(got, wantAll) {
+		t.Fatalf("changes feed delivered %v, want %v", got, wantAll)
 	}
 	d.Stop()
 	put(t, cli, "/r/lock/a/q/3")
@@ -244,7 +272,7 @@ func TestDeletionsUnderAPrefix(t *testing.T) {
 	del(t, cli, "/r/lock/b/q/2") // dispatched after a/q/3's
 	wait.For(t, "a later deletion reaching the other subscriber", func() bool {
 		evs, _ := other.Take()
-		return slices.ContainsFunc(evs, func(e grantwatch.Deleted) bool { return e.Key == "/r/lock/b/q/2" })
+		return slices.ContainsFunc(evs, func(e *clientv3.Event) bool { return string(e.Kv.Key) == "/r/lock/b/q/2" })
 	})
 	if evs, _ := d.Take(); len(evs) != 0 {
 		t.Fatalf("delivered %v after Stop", evs)

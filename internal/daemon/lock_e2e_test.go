@@ -266,11 +266,12 @@ func TestLocksOverHTTP(t *testing.T) {
 	}
 }
 
-// Waiters share the member's watch: however many lock waiters and
-// waiting candidates a member serves, it opens no etcd watch for them
-// (etcd's own gauge of open watchers does not move), and a release still
-// reaches the next one.
-func TestWaitersOpenNoWatchOfTheirOwn(t *testing.T) {
+// Waiters and observers share the member's watch: however many lock
+// waiters, waiting candidates and election observers a member serves, it
+// opens no etcd watch for them (etcd's own gauge of open watchers does not
+// move), and a release still reaches the next waiter, a resignation every
+// observer.
+func TestWaitersAndObserversOpenNoWatchOfTheirOwn(t *testing.T) {
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
@@ -301,6 +302,18 @@ func TestWaitersOpenNoWatchOfTheirOwn(t *testing.T) {
 		}()
 		go func() { _, _ = sessions[2+waiters+i].Campaign(ctx, "shared-watch/e", "next") }()
 	}
+	observers := make([]*clientlib.Observer, waiters)
+	for i := range observers {
+		observers[i] = c.Observe(ctx, "shared-watch/e")
+		select {
+		case ev := <-observers[i].Events():
+			if ev.Leader.Value != "first" {
+				t.Fatalf("observer %d's first event %+v, want the first leader", i, ev)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("observer %d: no first event within 10s", i)
+		}
+	}
 	admin := c.Admin()
 	wait.For(t, "every waiter and candidate queued", func() bool {
 		dl, err := admin.DescribeLock(ctx, "shared-watch/l")
@@ -311,7 +324,7 @@ func TestWaitersOpenNoWatchOfTheirOwn(t *testing.T) {
 		return err == nil && len(cs) == waiters
 	})
 	if after := etcdWatchers(t); after > before {
-		t.Fatalf("etcd watchers went from %v to %v with %d lock waiters and %d candidates waiting; want no new ones", before, after, waiters, waiters)
+		t.Fatalf("etcd watchers went from %v to %v with %d lock waiters, %d candidates and %d observers; want no new ones", before, after, waiters, waiters, waiters)
 	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -331,6 +344,20 @@ func TestWaitersOpenNoWatchOfTheirOwn(t *testing.T) {
 		ld, err := c.Leader(ctx, "shared-watch/e")
 		return err == nil && ld.Value == "next"
 	})
+	for i, o := range observers {
+		var seen []clientlib.ElectionEventType
+		for len(seen) < 2 {
+			select {
+			case ev := <-o.Events():
+				seen = append(seen, ev.Type)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("observer %d saw %v after the resignation, want RESIGNED then ELECTED", i, seen)
+			}
+		}
+		if seen[0] != clientlib.ElectionResigned || seen[1] != clientlib.ElectionElected {
+			t.Fatalf("observer %d saw %v after the resignation, want RESIGNED then ELECTED", i, seen)
+		}
+	}
 }
 
 // etcdWatchers is etcd's gauge of open watchers in this process.

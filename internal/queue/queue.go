@@ -68,7 +68,7 @@ func NewTurn(prefix, key string, rev int64, limit int, heads []*mvccpb.KeyValue)
 // one watch over every queue (it must run): a waiting entry opens no etcd
 // watch of its own.
 func Wait(ctx context.Context, cli *clientv3.Client, w *grantwatch.Watcher, t *Turn) (int64, error) {
-	d := w.Deletions(t.prefix)
+	d, _ := w.Subscribe(t.prefix, false)
 	defer d.Stop()
 	for {
 		rev, err := waitTurn(ctx, cli, d, t)
@@ -87,7 +87,7 @@ var errRecount = errors.New("queue: watch restarted; count again")
 // follows their deletions with no further reads. The entries ahead are
 // tracked by key, so a deletion delivered twice changes nothing, and those
 // at or below C are already in the read.
-func waitTurn(ctx context.Context, cli *clientv3.Client, d *grantwatch.Deletions, t *Turn) (int64, error) {
+func waitTurn(ctx context.Context, cli *clientv3.Client, d *grantwatch.Feed, t *Turn) (int64, error) {
 	resp, err := cli.Get(ctx, t.prefix, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(t.rev),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
@@ -137,25 +137,26 @@ func waitTurn(ctx context.Context, cli *clientv3.Client, d *grantwatch.Deletions
 		case <-d.Ready():
 		}
 		deleted, restarted := d.Take()
-		if restarted {
+		if restarted != 0 {
 			return 0, errRecount
 		}
 		var last int64
 		for _, ev := range deleted {
-			if ev.Rev <= c {
+			key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
+			if rev <= c {
 				continue // in the read already
 			}
-			if ev.Key == t.key {
+			if key == t.key {
 				return 0, ErrEntryGone
 			}
-			if _, ok := ahead[ev.Key]; !ok {
+			if _, ok := ahead[key]; !ok {
 				continue // not ahead of us, or seen already
 			}
-			delete(ahead, ev.Key)
-			if kv, ok := t.holders[ev.Key]; ok {
-				t.Gone = append(t.Gone, Gone{KV: kv, Rev: ev.Rev})
+			delete(ahead, key)
+			if kv, ok := t.holders[key]; ok {
+				t.Gone = append(t.Gone, Gone{KV: kv, Rev: rev})
 			}
-			last = ev.Rev
+			last = rev
 		}
 		if last != 0 && len(ahead) < limit {
 			return last, nil
