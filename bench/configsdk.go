@@ -149,7 +149,10 @@ func benchConfigSDK(bin, tmp string) error {
 	runtime.GC()
 	var s1 runtime.MemStats
 	runtime.ReadMemStats(&s1)
-	perShared := float64(s1.HeapInuse+s1.StackInuse-s0.HeapInuse-s0.StackInuse) / float64(n)
+	// Signed: other memory freed meanwhile can make the difference
+	// negative, which says the figure is below this measure's noise.
+	perShared := float64(int64(s1.HeapInuse+s1.StackInuse)-int64(s0.HeapInuse+s0.StackInuse)) / float64(n)
+	runtime.KeepAlive(more)
 	for _, sub := range more {
 		sub.Close()
 	}
