@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -354,7 +357,117 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 	}
 	fmt.Printf("  64 clients, 64 locks: coordd / Mutex cycles per second: %.2f\n",
 		ratio(c(co, "64 clients, 64 locks").acqPerSec, c("etcd concurrency.Mutex", "64 clients, 64 locks").acqPerSec))
+	return benchWatches(grpcAddr, httpAddr, raw)
+}
+
+// benchWatches counts the etcd watches opened for n lock waiters on one
+// lock and n observers of one election: coordd's (its member's watchers,
+// from its /metrics) beside etcd's recipes (concurrency.Mutex waiters and
+// concurrency.Election observers), in one run.
+func benchWatches(grpcAddr, httpAddr string, raw *clientv3.Client) error {
+	const n = 100
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	before, err := etcdWatchers(httpAddr)
+	if err != nil {
+		return err
+	}
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{grpcAddr}})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	var sessions []*clientlib.Session
+	for range n + 2 {
+		s, err := c.NewSession(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = s.Close(context.Background()) }()
+		sessions = append(sessions, s)
+	}
+	if _, err := sessions[0].Lock(ctx, "bench/watches"); err != nil {
+		return err
+	}
+	if _, err := sessions[1].Campaign(ctx, "bench/watches", "leader"); err != nil {
+		return err
+	}
+	for _, s := range sessions[2:] {
+		go func() { _, _ = s.Lock(ctx, "bench/watches") }()
+	}
+	for range n {
+		obs := c.Observe(ctx, "bench/watches")
+		<-obs.Events() // its first event: it follows
+	}
+	for {
+		d, err := c.Admin().DescribeLock(ctx, "bench/watches")
+		if err != nil {
+			return err
+		}
+		if len(d.Waiters) == n {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	after, err := etcdWatchers(httpAddr)
+	if err != nil {
+		return err
+	}
+
+	// etcd's recipes on the same member: n Mutex waiters, n observers.
+	var etcdSessions []*concurrency.Session
+	for range n + 1 {
+		s, err := concurrency.NewSession(raw, concurrency.WithTTL(30))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = s.Close() }()
+		etcdSessions = append(etcdSessions, s)
+	}
+	if err := concurrency.NewMutex(etcdSessions[0], "/bench/watches-mutex").Lock(ctx); err != nil {
+		return err
+	}
+	for _, s := range etcdSessions[1:] {
+		go func() { _ = concurrency.NewMutex(s, "/bench/watches-mutex").Lock(ctx) }()
+	}
+	el := concurrency.NewElection(etcdSessions[0], "/bench/watches-election")
+	if err := el.Campaign(ctx, "leader"); err != nil {
+		return err
+	}
+	for range n {
+		<-el.Observe(ctx)
+	}
+	var etcdAfter float64
+	for range 500 { // until every waiter watches its predecessor
+		if etcdAfter, err = etcdWatchers(httpAddr); err != nil {
+			return err
+		}
+		if etcdAfter-after >= 2*n {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Printf("  etcd watches for %d lock waiters and %d observers: coordd +%.0f (target <= 2), etcd's recipes +%.0f\n", n, n, after-before, etcdAfter-after)
 	return nil
+}
+
+// etcdWatchers reads etcd's gauge of open watchers from coordd's /metrics.
+func etcdWatchers(httpAddr string) (float64, error) {
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "etcd_debugging_mvcc_watcher_total "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, errors.New("no etcd_debugging_mvcc_watcher_total in /metrics")
 }
 
 // cpuProfile writes a CPU profile of the coordd at httpAddr (run with
