@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 )
 
@@ -28,6 +29,7 @@ var (
 	soakFlags      = flag.String("soak-coordd-flags", "", "extra coordd flags for the soak's first run (e.g. \"--compaction-retention 10s\")")
 	lockD          = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer and round")
 	lockRounds     = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
+	lockMembers    = flag.Int("lock-members", 1, "embedded members of the cluster the lock workloads run on (1 or 3; 3 are three coordd processes)")
 	lockProfile    = flag.String("lock-profile", "", "write a CPU profile of coordd during the SDK's first 64-clients-on-64-locks run to this file (go tool pprof)")
 	electionRounds = flag.Int("election-rounds", 3, "rounds of the election workloads; peers alternate order each round")
 	electionOps    = flag.Int("election-ops", 100, "hand-overs and proclamations per peer per round")
@@ -92,13 +94,29 @@ func run() error {
 		}
 	}
 	if *only == "all" || *only == "locks" {
-		d, err := startDaemon(bin, filepath.Join(tmp, "locks"))
-		if err != nil {
-			return err
-		}
-		defer d.stop()
-		if err := benchLocks(d.grpcAddr, d.httpAddr, d.etcdURL, *lockD); err != nil {
-			return err
+		if *lockMembers > 1 {
+			ds, err := startCluster(bin, filepath.Join(tmp, "locks"), *lockMembers)
+			if err != nil {
+				return err
+			}
+			var grpcs, etcds []string
+			for _, d := range ds {
+				defer d.stop()
+				grpcs, etcds = append(grpcs, d.grpcAddr), append(etcds, d.etcdURL)
+			}
+			fmt.Printf("(%d members, each its own coordd process; clients are given every member)\n", len(ds))
+			if err := benchLocks(strings.Join(grpcs, ","), ds[0].httpAddr, strings.Join(etcds, ","), *lockD); err != nil {
+				return err
+			}
+		} else {
+			d, err := startDaemon(bin, filepath.Join(tmp, "locks"))
+			if err != nil {
+				return err
+			}
+			defer d.stop()
+			if err := benchLocks(d.grpcAddr, d.httpAddr, d.etcdURL, *lockD); err != nil {
+				return err
+			}
 		}
 	}
 	if *only == "all" || *only == "config" {

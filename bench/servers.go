@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +42,45 @@ func freePort() int {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startCluster starts n coordd processes that form one cluster of
+// embedded members on fresh ports (data dirs under dir), and waits until
+// every one is ready.
+func startCluster(bin, dir string, n int) ([]*daemon, error) {
+	type member struct{ name, grpc, http, etcd, peer string }
+	ms := make([]member, n)
+	var initial []string
+	for i := range ms {
+		ms[i] = member{fmt.Sprintf("m%d", i), fmt.Sprintf("127.0.0.1:%d", freePort()), fmt.Sprintf("127.0.0.1:%d", freePort()),
+			fmt.Sprintf("http://127.0.0.1:%d", freePort()), fmt.Sprintf("http://127.0.0.1:%d", freePort())}
+		initial = append(initial, ms[i].name+"="+ms[i].peer)
+	}
+	t0 := time.Now()
+	var ds []*daemon
+	stopAll := func() {
+		for _, d := range ds {
+			d.stop()
+		}
+	}
+	for _, m := range ms {
+		cmd := exec.Command(bin, "--data-dir", filepath.Join(dir, m.name), "--name", m.name, "--grpc-addr", m.grpc, "--http-addr", m.http,
+			"--etcd-client-url", m.etcd, "--listen-peer-urls", m.peer, "--initial-cluster", strings.Join(initial, ","),
+			"--log-level", "error", "--enable-pprof")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			stopAll()
+			return nil, err
+		}
+		ds = append(ds, &daemon{cmd: cmd, grpcAddr: m.grpc, httpAddr: m.http, etcdURL: m.etcd, bin: bin, args: cmd.Args[1:]})
+	}
+	for _, d := range ds {
+		if err := waitReady(d, "http://"+d.httpAddr+"/readyz", t0); err != nil {
+			stopAll()
+			return nil, err
+		}
+	}
+	return ds, nil
 }
 
 // startDaemon starts coordd on fresh ports and data dir, with extra flags,
