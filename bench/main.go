@@ -22,7 +22,8 @@ var (
 	rounds         = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
 	ops            = flag.Int("ops", 300, "operations per peer per round")
 	starts         = flag.Int("starts", 5, "cold starts to measure")
-	only           = flag.String("only", "all", "which part to run: all, sessions, locks, elections, config, config-sdk, or soak or auth (not part of all)")
+	only           = flag.String("only", "all", "which part to run: all, sessions, locks, elections, config, config-sdk, or soak, auth or idle-sessions (not part of all)")
+	idleSessions   = flag.String("idle-sessions", "10000,50000", "idle session counts of -only idle-sessions (10 clients, TTL 30s)")
 	soakD          = flag.Duration("soak-duration", 10*time.Minute, "how long each soak run lasts")
 	soakWindowD    = flag.Duration("soak-window", time.Minute, "the soak's measuring window")
 	soakCompare    = flag.Bool("soak-compare", true, "run the soak a second time with compaction off")
@@ -84,6 +85,9 @@ func run() error {
 
 	if *only == "soak" {
 		return benchSoak(bin, tmp)
+	}
+	if *only == "idle-sessions" {
+		return benchIdleSessions(bin, tmp)
 	}
 	if *only == "auth" {
 		return benchAuth(bin, tmp)

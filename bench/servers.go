@@ -109,6 +109,24 @@ func startDaemon(bin, dir string, extra ...string) (*daemon, error) {
 	return d, nil
 }
 
+// cpuSeconds is the daemon's CPU time so far (user + system), or -1.
+func (d *daemon) cpuSeconds() float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	// After the command name in parentheses: fields 14 and 15 (utime,
+	// stime) in clock ticks, 100 a second on Linux.
+	_, rest, ok := strings.Cut(string(raw), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return -1
+	}
+	u, _ := strconv.ParseFloat(f[11], 64)
+	s, _ := strconv.ParseFloat(f[12], 64)
+	return (u + s) / 100
+}
+
 func (d *daemon) rssKiB() int {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
 	if err != nil {

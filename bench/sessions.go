@@ -6,6 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -150,5 +153,92 @@ func benchSessions(bin, tmp string) error {
 	}
 	printRow("keep-alive unary (KeepAlive | KeepAliveOnce)", keepAliveUnary)
 	fmt.Println("\nx = coordd / etcd (lower is better; target <= 1.3). Each figure is the median over rounds.")
+	return nil
+}
+
+// benchIdleSessions measures what idle sessions cost the daemon: for each
+// count, a fresh coordd, that many SDK sessions (TTL 30 s) over 10
+// clients, then over one TTL of doing nothing but keeping them alive, the
+// daemon's RSS and its CPU (user + system) as a share of one core.
+func benchIdleSessions(bin, tmp string) error {
+	const clients, ttl = 10, 30 * time.Second
+	fmt.Printf("idle sessions (%d clients, TTL %s, kept alive by the SDK; measured over one TTL)\n", clients, ttl)
+	fmt.Printf("%-10s %12s %12s %14s %12s\n", "sessions", "RSS before", "RSS idle", "per session", "CPU (core)")
+	for _, f := range strings.Split(*idleSessions, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-idle-sessions %q: want positive counts", *idleSessions)
+		}
+		if err := idleRun(bin, filepath.Join(tmp, fmt.Sprintf("idle-%d", n)), n, clients, ttl); err != nil {
+			// A count the daemon cannot hold is a result, not the end.
+			fmt.Printf("%-10d not held: %v\n", n, err)
+		}
+	}
+	return nil
+}
+
+func idleRun(bin, dir string, n, clients int, ttl time.Duration) error {
+	d, err := startDaemon(bin, dir)
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	ctx := context.Background()
+	before := d.rssKiB()
+	cs := make([]*clientlib.Client, clients)
+	for i := range cs {
+		if cs[i], err = clientlib.New(ctx, clientlib.Config{Endpoints: []string{d.grpcAddr}}); err != nil {
+			return err
+		}
+		defer func() { _ = cs[i].Close() }()
+	}
+	var mu sync.Mutex
+	var sessions []*clientlib.Session
+	var firstErr error
+	var wg sync.WaitGroup
+	for w := range 50 { // creators
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 50 {
+				s, err := cs[i%clients].NewSession(ctx, clientlib.WithTTL(ttl))
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if err == nil {
+					sessions = append(sessions, s)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	defer func() {
+		for _, s := range sessions {
+			_ = s.Close(context.Background())
+		}
+	}()
+	if firstErr != nil {
+		return fmt.Errorf("%d sessions: %w", n, firstErr)
+	}
+	t0, cpu0 := time.Now(), d.cpuSeconds()
+	time.Sleep(ttl)
+	cpu := (d.cpuSeconds() - cpu0) / time.Since(t0).Seconds()
+	idle := d.rssKiB()
+	lost := 0
+	for _, s := range sessions {
+		if s.Err() != nil {
+			lost++
+		}
+	}
+	fmt.Printf("%-10d %10.1fMiB %10.1fMiB %12.1fKiB %11.1f%%", n, float64(before)/1024, float64(idle)/1024, float64(idle-before)/float64(n), 100*cpu)
+	if lost > 0 {
+		fmt.Printf("   (%d sessions lost while idle)", lost)
+	}
+	fmt.Println()
 	return nil
 }
