@@ -123,8 +123,7 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 			if isNoSpace(s.Message()) {
 				return errNoSpace(), false
 			}
-			return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE,
-				"etcd is overloaded; retry later"), false
+			return errEtcdOverloaded(), false
 		case codes.FailedPrecondition:
 			if strings.Contains(s.Message(), "not supported for learner") {
 				return errLearner(), false
@@ -138,10 +137,20 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 	if errors.As(err, &coded) && coded.Code() == codes.Unavailable {
 		return errEtcdUnavailable(), false
 	}
-	if errors.As(err, &coded) && coded.Code() == codes.ResourceExhausted && isNoSpace(err.Error()) {
-		return errNoSpace(), false
+	if errors.As(err, &coded) && coded.Code() == codes.ResourceExhausted {
+		if isNoSpace(err.Error()) {
+			return errNoSpace(), false
+		}
+		return errEtcdOverloaded(), false
 	}
 	return errInternal(), true
+}
+
+// errEtcdOverloaded: etcd refused a request because too many are in
+// flight (its applied index trails its committed one); a retry after a
+// pause goes through.
+func errEtcdOverloaded() *status.Status {
+	return NewStatus(codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE, "etcd is overloaded; retry later")
 }
 
 // withRetryInfo adds a google.rpc.RetryInfo detail to the status of an
