@@ -1,11 +1,11 @@
-// Package grantwatch tells a holder when what it holds ends, and a waiter
-// when an entry ahead of it goes: one etcd watch per daemon, over the
-// prefixes of lock entries and election candidates, reports the deletion
-// of any entry a subscriber watches (Watch), whoever deleted it (a Release
-// or Resign from another client, an admin, a CloseSession, the lease's
-// expiry), and every deletion under a queue's prefix (Deletions). However
-// many holders and waiters a member serves, it keeps one etcd watch per
-// prefix.
+// Package grantwatch tells a holder when what it holds ends, a waiter when
+// an entry ahead of it goes, and an observer what changed: one etcd watch
+// per daemon and prefix (lock entries, elections) reports the deletion of
+// any entry a subscriber watches (Watch), whoever deleted it (a Release or
+// Resign from another client, an admin, a CloseSession, the lease's
+// expiry), and every change under a subscribed prefix (Subscribe, a Feed;
+// see Feed for its guarantees). However many holders, waiters and
+// observers a member serves, it keeps one etcd watch per prefix.
 //
 // Guarantees:
 //   - An entry watched with Watch is reported ended exactly once: as soon as

@@ -45,21 +45,8 @@ func TestSDKFailsOverWhenTheLeaderMemberCrashes(t *testing.T) {
 	}
 	var peers []*tcpproxy.Proxy
 	ds := startCluster(t, 3, productionRaft, peerProxies(t, &peers))
-	leader := -1
-	for i, d := range ds {
-		if d.Etcd().Server.Leader() == d.Etcd().Server.MemberID() {
-			leader = i
-		}
-	}
-	if leader < 0 {
-		t.Fatal("no member is the etcd leader")
-	}
-	proxies := make([]*tcpproxy.Proxy, len(ds))
-	var endpoints []string
-	for i, d := range ds {
-		proxies[i] = tcpproxy.Start(t, d.GRPCAddr())
-		endpoints = append(endpoints, proxies[i].Addr())
-	}
+	leader := etcdLeader(t, ds)
+	proxies, endpoints := grpcProxies(t, ds)
 	// Several clients, each on a member of its own choosing (the SDK
 	// shuffles endpoints), each with a short-TTL session: their keep-alives
 	// fail during the election. 4 s sessions have 2.9 s of room (TTL -
@@ -143,6 +130,31 @@ func TestSDKFailsOverWhenTheLeaderMemberCrashes(t *testing.T) {
 			t.Errorf("client %d: session and lock took %s with the crashed member down, want <= 1s", i, d)
 		}
 	}
+}
+
+// etcdLeader is the index of the member of ds that leads etcd.
+func etcdLeader(t *testing.T, ds []*daemon.Daemon) int {
+	t.Helper()
+	for i, d := range ds {
+		if d.Etcd().Server.Leader() == d.Etcd().Server.MemberID() {
+			return i
+		}
+	}
+	t.Fatal("no member is the etcd leader")
+	return -1
+}
+
+// grpcProxies puts a proxy in front of each member's gRPC listener (so a
+// test can cut clients off from a member) and returns them with their
+// addresses, in member order.
+func grpcProxies(t *testing.T, ds []*daemon.Daemon) ([]*tcpproxy.Proxy, []string) {
+	proxies := make([]*tcpproxy.Proxy, len(ds))
+	endpoints := make([]string, len(ds))
+	for i, d := range ds {
+		proxies[i] = tcpproxy.Start(t, d.GRPCAddr())
+		endpoints[i] = proxies[i].Addr()
+	}
+	return proxies, endpoints
 }
 
 // newSessionRetrying retries NewSession while coordd is unavailable (etcd

@@ -46,7 +46,7 @@ func TestPeerTLS(t *testing.T) {
 		cfg.AdvertisePeerURLs = []string{"https://" + p.Addr()}
 		peers = append(peers, p)
 	}
-	ds := startCluster(t, 3, productionRaft, withPeerTLS)
+	ds := startCluster(t, 3, withPeerTLS)
 
 	// The peer listeners. A plaintext request gets no member list.
 	peerURL := "https://" + peers[0].Addr() + "/members"
@@ -91,21 +91,8 @@ func TestPeerTLS(t *testing.T) {
 	}
 
 	// The cluster serves, and fails over when its etcd leader crashes.
-	leader := -1
-	for i, d := range ds {
-		if d.Etcd().Server.Leader() == d.Etcd().Server.MemberID() {
-			leader = i
-		}
-	}
-	if leader < 0 {
-		t.Fatal("no member is the etcd leader")
-	}
-	proxies := make([]*tcpproxy.Proxy, len(ds))
-	var endpoints []string
-	for i, d := range ds {
-		proxies[i] = tcpproxy.Start(t, d.GRPCAddr())
-		endpoints = append(endpoints, proxies[i].Addr())
-	}
+	leader := etcdLeader(t, ds)
+	proxies, endpoints := grpcProxies(t, ds)
 	c := newClient(t, endpoints...)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
