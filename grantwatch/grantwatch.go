@@ -220,7 +220,7 @@ func (w *Watcher) dispatch(ctx context.Context, responses <-chan response) {
 // changes or a position at or above them.
 func (w *Watcher) changed(resp response) {
 	var ended []*sub
-	fed := map[*Feed][]*clientv3.Event{}
+	var fed map[*Feed][]*clientv3.Event // made for the first change a Feed takes
 	w.mu.Lock()
 	for _, ev := range resp.Events {
 		key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
@@ -242,6 +242,9 @@ func (w *Watcher) changed(resp response) {
 			}
 			for f := range w.feeds[key[:i+1]] {
 				if f.puts || ev.Type == mvccpb.DELETE {
+					if fed == nil {
+						fed = make(map[*Feed][]*clientv3.Event)
+					}
 					fed[f] = append(fed[f], ev)
 				}
 			}
