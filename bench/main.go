@@ -31,6 +31,7 @@ var (
 	lockD          = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer and round")
 	lockRounds     = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
 	lockMembers    = flag.Int("lock-members", 1, "embedded members of the cluster the lock workloads run on (1 or 3; 3 are three coordd processes)")
+	coorddFlags    = flag.String("coordd-flags", "", "extra coordd flags for the lock and election daemons (e.g. \"--no-group-commit\" to compare)")
 	lockProfile    = flag.String("lock-profile", "", "write a CPU profile of coordd during the SDK's first 64-clients-on-64-locks run to this file (go tool pprof)")
 	electionRounds = flag.Int("election-rounds", 3, "rounds of the election workloads; peers alternate order each round")
 	electionOps    = flag.Int("election-ops", 100, "hand-overs and proclamations per peer per round")
@@ -99,7 +100,7 @@ func run() error {
 	}
 	if *only == "all" || *only == "locks" {
 		if *lockMembers > 1 {
-			ds, err := startCluster(bin, filepath.Join(tmp, "locks"), *lockMembers)
+			ds, err := startCluster(bin, filepath.Join(tmp, "locks"), *lockMembers, strings.Fields(*coorddFlags)...)
 			if err != nil {
 				return err
 			}
@@ -113,7 +114,7 @@ func run() error {
 				return err
 			}
 		} else {
-			d, err := startDaemon(bin, filepath.Join(tmp, "locks"))
+			d, err := startDaemon(bin, filepath.Join(tmp, "locks"), strings.Fields(*coorddFlags)...)
 			if err != nil {
 				return err
 			}
@@ -134,7 +135,7 @@ func run() error {
 		}
 	}
 	if *only == "all" || *only == "elections" {
-		d, err := startDaemon(bin, filepath.Join(tmp, "elections"))
+		d, err := startDaemon(bin, filepath.Join(tmp, "elections"), strings.Fields(*coorddFlags)...)
 		if err != nil {
 			return err
 		}

@@ -46,8 +46,8 @@ func freePort() int {
 
 // startCluster starts n coordd processes that form one cluster of
 // embedded members on fresh ports (data dirs under dir), and waits until
-// every one is ready.
-func startCluster(bin, dir string, n int) ([]*daemon, error) {
+// every one is ready. extra flags go to every member.
+func startCluster(bin, dir string, n int, extra ...string) ([]*daemon, error) {
 	type member struct{ name, grpc, http, etcd, peer string }
 	ms := make([]member, n)
 	var initial []string
@@ -67,6 +67,7 @@ func startCluster(bin, dir string, n int) ([]*daemon, error) {
 		cmd := exec.Command(bin, "--data-dir", filepath.Join(dir, m.name), "--name", m.name, "--grpc-addr", m.grpc, "--http-addr", m.http,
 			"--etcd-client-url", m.etcd, "--listen-peer-urls", m.peer, "--initial-cluster", strings.Join(initial, ","),
 			"--log-level", "error", "--enable-pprof")
+		cmd.Args = append(cmd.Args, extra...)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			stopAll()

@@ -16,7 +16,9 @@
 //     leader leads until its entry is deleted (it resigns, its session
 //     ends, or its campaign is abandoned).
 //   - Terms are etcd revisions: strictly increasing from leader to leader
-//     of one election, unique across the cluster.
+//     of one election. Terms of different elections (and lock tokens)
+//     committed in one batch share a revision: a term names a leadership
+//     only together with its election's name.
 //   - Campaign reports leadership only while the candidate's entry is alive
 //     at the reported revision; a candidate whose session ends while it
 //     waits fails at once (ErrSessionNotFound), never "elected" holding

@@ -16,6 +16,7 @@ import (
 
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/grantwatch"
+	"github.com/coordd/coordd/internal/groupcommit"
 	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
@@ -51,6 +52,7 @@ type Manager struct {
 	root string // "<root>election/"
 	now  func() time.Time
 	dels *grantwatch.Watcher // wakes waiting candidates
+	txns *groupcommit.Committer
 
 	bg queue.Background // background writes (election times, clean-ups)
 }
@@ -58,9 +60,13 @@ type Manager struct {
 // NewManager returns a Manager that keeps elections under root+"election/".
 // Waiting candidates learn of the deletions ahead of them from w, which
 // must watch root+"election/" and run (grantwatch.Run) while the Manager
-// is used.
-func NewManager(cli *clientv3.Client, root string, w *grantwatch.Watcher) *Manager {
-	return &Manager{cli: cli, root: root + "election/", now: time.Now, dels: w}
+// is used. Campaigns, proclamations and resignations go through c, which
+// batches them with other names' (nil: each commits alone).
+func NewManager(cli *clientv3.Client, root string, w *grantwatch.Watcher, c *groupcommit.Committer) *Manager {
+	if c == nil {
+		c = groupcommit.Direct(cli)
+	}
+	return &Manager{cli: cli, root: root + "election/", now: time.Now, dels: w, txns: c}
 }
 
 // Close cancels background writes, waits for them and starts no new ones.
@@ -210,11 +216,12 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		return Leadership{}, err
 	}
 	value := string(val)
-	resp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(req.Session))), queue.HeadsOp(q, 1)).
-		Else(clientv3.OpGet(key), queue.HeadsOp(q, 1)).
-		Commit()
+	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
+		Name: q,
+		If:   []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		Then: []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(req.Session))), queue.HeadsOp(q, 1)},
+		Else: []clientv3.Op{clientv3.OpGet(key), queue.HeadsOp(q, 1)},
+	})
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return Leadership{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
@@ -331,10 +338,11 @@ func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token,
 		}
 		// Read-modify-write: a concurrent restamp or proclamation makes the
 		// compare fail, and the loop reads again.
-		resp, err := m.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-			Then(clientv3.OpPut(string(kv.Key), string(val), clientv3.WithIgnoreLease())).
-			Commit()
+		resp, err := m.txns.Commit(ctx, groupcommit.Txn{
+			Name: m.queue(name),
+			If:   []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
+			Then: []clientv3.Op{clientv3.OpPut(string(kv.Key), string(val), clientv3.WithIgnoreLease())},
+		})
 		if err != nil {
 			return 0, fmt.Errorf("election: proclaim %q: %w", name, err)
 		}
@@ -388,9 +396,9 @@ func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, h
 	ops := []clientv3.Op{clientv3.OpDelete(key),
 		clientv3.OpPut(m.resignedKey(name), strconv.FormatInt(int64(term), 10), clientv3.WithLease(lease))}
 	cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", int64(term)))
-	resp, err := m.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	resp, err := m.txns.Commit(ctx, groupcommit.Txn{Name: m.queue(name), If: cmps, Then: ops})
 	if errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) {
-		resp, err = m.cli.Txn(ctx).If(cmps...).Then(ops[0]).Commit()
+		resp, err = m.txns.Commit(ctx, groupcommit.Txn{Name: m.queue(name), If: cmps, Then: ops[:1]})
 	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("%w: term %d of %q ended with its session", ErrNotLeader, term, name)

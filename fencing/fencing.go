@@ -9,8 +9,10 @@ import (
 )
 
 // Token is a fencing token: the etcd revision at which a lock was granted.
-// Tokens of one lock name strictly increase from grant to grant; they are
-// unique across the cluster. Zero is never a valid token.
+// Tokens of one lock name strictly increase from grant to grant; grants
+// of different names may share a token (coordd commits concurrent changes
+// of different locks in one etcd transaction), so a token names a grant
+// only together with its lock's name. Zero is never a valid token.
 type Token int64
 
 // String formats the token in decimal, the form used in JSON and headers.

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/groupcommit"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
 )
@@ -140,11 +141,12 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 		// True only if no key at all is under the queue prefix.
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix())
 	}
-	resp, err := m.cli.Txn(ctx).
-		If(cmps...).
-		Then(clientv3.OpPut(e.key, e.value, clientv3.WithLease(clientv3.LeaseID(req.Session))), heads, delayGet, heldGet).
-		Else(clientv3.OpGet(e.key), heads, delayGet, heldGet).
-		Commit()
+	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
+		Name: q,
+		If:   cmps,
+		Then: []clientv3.Op{clientv3.OpPut(e.key, e.value, clientv3.WithLease(clientv3.LeaseID(req.Session))), heads, delayGet, heldGet},
+		Else: []clientv3.Op{clientv3.OpGet(e.key), heads, delayGet, heldGet},
+	})
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return entry{}, nil, delayState{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))

@@ -25,8 +25,10 @@
 // Guarantees:
 //   - Lock state is linearizable: at any etcd revision at most Limit keys
 //     hold a lock, and grants happen in queue (create revision) order.
-//   - Tokens of one lock strictly increase from grant to grant and are
-//     unique across the cluster (they are etcd revisions).
+//   - Tokens of one lock strictly increase from grant to grant (they are
+//     etcd revisions). Grants of different locks committed in one batch
+//     (internal/groupcommit) share a revision: a token names a grant only
+//     together with its lock's name.
 //   - A grant is reported only while the waiter's own key is alive; a waiter
 //     whose session ends while it waits fails at once with
 //     ErrSessionNotFound, not when its wait runs out.

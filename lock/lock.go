@@ -12,6 +12,7 @@ import (
 
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/grantwatch"
+	"github.com/coordd/coordd/internal/groupcommit"
 	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
@@ -56,6 +57,7 @@ type Manager struct {
 	kv    string // "<root>kv/"
 	now   func() time.Time
 	dels  *grantwatch.Watcher // wakes waiters
+	txns  *groupcommit.Committer
 
 	bg queue.Background // background writes (grant times, clean-ups)
 }
@@ -64,9 +66,13 @@ type Manager struct {
 // fenced keys under root+"kv/". Waiters learn of the deletions ahead of
 // them from w, which must watch root+"lock/" and run (grantwatch.Run)
 // while the Manager is used: however many wait, no etcd watch is opened
-// per waiter.
-func NewManager(cli *clientv3.Client, root string, w *grantwatch.Watcher) *Manager {
-	return &Manager{cli: cli, locks: root + "lock/", kv: root + "kv/", now: time.Now, dels: w}
+// per waiter. Acquisitions and releases go through c, which batches them
+// with other names' (nil: each commits alone).
+func NewManager(cli *clientv3.Client, root string, w *grantwatch.Watcher, c *groupcommit.Committer) *Manager {
+	if c == nil {
+		c = groupcommit.Direct(cli)
+	}
+	return &Manager{cli: cli, locks: root + "lock/", kv: root + "kv/", now: time.Now, dels: w, txns: c}
 }
 
 // Close cancels background writes (grant times, clean-ups of failed
@@ -181,10 +187,11 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 	}
 	// Deleting the holder's lock-delay record (if it has one) in the same
 	// transaction marks this as a clean release: no lock-delay follows.
-	resp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))).
-		Then(clientv3.OpDelete(key), clientv3.OpDelete(m.heldPrefix(name)+strconv.FormatInt(int64(token), 10))).
-		Commit()
+	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
+		Name: m.queue(name),
+		If:   []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))},
+		Then: []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(m.heldPrefix(name) + strconv.FormatInt(int64(token), 10))},
+	})
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", name, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/groupcommit"
 	"github.com/coordd/coordd/internal/wait"
 	"github.com/coordd/coordd/lock"
 	"github.com/coordd/coordd/session"
@@ -38,8 +39,9 @@ func newEnv(t *testing.T) env {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
-	m := lock.NewManager(cli, "/coordd/", w)
-	t.Cleanup(func() { m.Close(); cancel(); <-done })
+	txns := groupcommit.New(cli)
+	m := lock.NewManager(cli, "/coordd/", w, txns)
+	t.Cleanup(func() { m.Close(); txns.Close(); cancel(); <-done })
 	return env{m: m, cli: cli}
 }
 

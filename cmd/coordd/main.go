@@ -190,6 +190,7 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.StringVar(&etcdCert, "etcd-cert", "", "client certificate for --etcd-endpoints (PEM)")
 	f.StringVar(&etcdKey, "etcd-key", "", "private key of --etcd-cert (PEM)")
 
+	f.BoolVar(&cfg.NoGroupCommit, "no-group-commit", false, "commit every lock and election change as its own etcd transaction instead of batching concurrent ones into one (slower under load; for comparisons)")
 	f.Int64Var(&cfg.QuotaBackendBytes, "quota-backend-bytes", daemon.DefaultQuotaBackendBytes, "the embedded etcd database's size cap: past it etcd raises its NOSPACE alarm and refuses writes that add data (etcd suggests at most 8 GiB)")
 	f.StringVar(&cfg.Compaction.Mode, "compaction-mode", "", `how much etcd history to keep: "periodic" (a time window), "revision" (a number of revisions) or "off" (default periodic with the embedded member, off over --etcd-endpoints)`)
 	f.StringVar(&cfg.Compaction.Retention, "compaction-retention", "", `periodic: a duration (default 10s; compaction runs that often, down to the revision of that long ago); revision: a number of revisions to keep (compaction runs every 5m)`)

@@ -56,6 +56,12 @@ type Config struct {
 	// (DefaultQuotaBackendBytes when zero; etcd suggests at most 8 GiB).
 	QuotaBackendBytes int64
 
+	// NoGroupCommit commits every lock and election mutation as its own
+	// etcd transaction instead of batching concurrent ones (see
+	// internal/groupcommit): for comparisons, and a way out should
+	// batching misbehave.
+	NoGroupCommit bool
+
 	// Compaction of etcd's history (see cluster.Compaction for what it
 	// keeps). The embedded member runs etcd's own compactor on the etcd
 	// leader; zero means cluster.DefaultCompaction. Over EtcdEndpoints,

@@ -43,6 +43,7 @@ import (
 	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/api"
 	"github.com/coordd/coordd/internal/gateway"
+	"github.com/coordd/coordd/internal/groupcommit"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
@@ -56,6 +57,7 @@ type Daemon struct {
 	cli       *clientv3.Client
 	locks     *lock.Manager
 	elections *election.Manager
+	txns      *groupcommit.Committer // batches locks' and elections' writes
 	// The config watch cache and the holdings watch (grantwatch) run
 	// from Start until Stop, which cancels them with stopBackground.
 	configCache    *configcenter.Cache
@@ -235,8 +237,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// member when a lock grant or leadership it watches ends, and every
 	// waiter when an entry ahead of it goes.
 	holdings := grantwatch.New(d.cli, cfg.KeyRoot+"lock/", cfg.KeyRoot+"election/")
-	d.locks = lock.NewManager(d.cli, cfg.KeyRoot, holdings)
-	d.elections = election.NewManager(d.cli, cfg.KeyRoot, holdings)
+	// Concurrent lock and election mutations share etcd transactions.
+	d.txns = groupcommit.Direct(d.cli)
+	if !cfg.NoGroupCommit {
+		d.txns = groupcommit.New(d.cli)
+	}
+	d.locks = lock.NewManager(d.cli, cfg.KeyRoot, holdings, d.txns)
+	d.elections = election.NewManager(d.cli, cfg.KeyRoot, holdings, d.txns)
 	d.owners.Sessions, d.owners.Locks, d.owners.Elections = sessions, d.locks, d.elections
 	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), apiMetrics)
 	sessionSvc.SeesAll = func(ctx context.Context) bool {
@@ -282,7 +289,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	state := stateSources{
 		sessions: sessions, locks: d.locks, elections: d.elections, cache: d.configCache, cluster: clusterMgr,
-		alarms: d.currentAlarms, lg: d.lg.Named("metrics"),
+		alarms: d.currentAlarms, lg: d.lg.Named("metrics"), commits: d.txns,
 	}
 	if d.etcd != nil {
 		state.quota = cfg.QuotaBackendBytes
@@ -627,6 +634,7 @@ func (d *Daemon) stop(ctx context.Context) error {
 	d.wg.Wait()
 	d.locks.Close()
 	d.elections.Close()
+	d.txns.Close()
 	if err := d.closeBackend(); err != nil {
 		errs = multierror.Append(errs, err)
 	}

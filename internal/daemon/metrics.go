@@ -12,6 +12,7 @@ import (
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/internal/groupcommit"
 	"github.com/coordd/coordd/lock"
 	"github.com/coordd/coordd/session"
 )
@@ -43,6 +44,7 @@ type stateSources struct {
 	quota     int64 // the embedded member's; 0 with an external etcd
 	alarms    func() []cluster.Alarm
 	learner   func() bool // nil with an external etcd
+	commits   *groupcommit.Committer
 	lg        *zap.Logger
 }
 
@@ -65,7 +67,9 @@ var (
 	descQuota          = prometheus.NewDesc("coordd_etcd_quota_backend_bytes", "This member's database quota (--quota-backend-bytes); absent with an external etcd.", nil, nil)
 	descAlarm          = prometheus.NewDesc("coordd_etcd_alarm", "1 while etcd has an alarm of this type raised (NOSPACE: the database reached its quota; CORRUPT: a member's data differs), else 0.", []string{"type"}, nil)
 	descMemberLearner  = prometheus.NewDesc("coordd_etcd_is_learner", "1 while this member is a learner (added, not yet promoted), else 0; absent with an external etcd.", nil, nil)
-	stateDescriptions  = []*prometheus.Desc{descSessions, descLocksHeld, descLockHolders, descLockWaiters, descElections, descCandidates, descNamespaces, descWatchers, descCacheLagRevs, descCacheLagSecs, descCacheLive, descRevision, descCompacted, descDBSize, descDBInUse, descQuota, descAlarm, descMemberLearner}
+	descBatches        = prometheus.NewDesc("coordd_group_commit_batches_total", "etcd transactions this member committed for lock and election changes (each carries one or more of them; see coordd_group_commit_changes_total).", nil, nil)
+	descBatched        = prometheus.NewDesc("coordd_group_commit_changes_total", "Lock and election changes this member committed; divided by coordd_group_commit_batches_total, the mean batch size.", nil, nil)
+	stateDescriptions  = []*prometheus.Desc{descBatches, descBatched, descSessions, descLocksHeld, descLockHolders, descLockWaiters, descElections, descCandidates, descNamespaces, descWatchers, descCacheLagRevs, descCacheLagSecs, descCacheLive, descRevision, descCompacted, descDBSize, descDBInUse, descQuota, descAlarm, descMemberLearner}
 	alarmTypesExported = []cluster.AlarmType{cluster.AlarmNoSpace, cluster.AlarmCorrupt}
 )
 
@@ -159,6 +163,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.learner != nil {
 		gauge(descMemberLearner, boolFloat(c.learner()))
 	}
+	batches, changes := c.commits.Stats()
+	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(batches))
+	ch <- prometheus.MustNewConstMetric(descBatched, prometheus.CounterValue, float64(changes))
 	c.failures.Collect(ch)
 }
 

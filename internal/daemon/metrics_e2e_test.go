@@ -130,6 +130,8 @@ func TestCoorddMetrics(t *testing.T) {
 			value(f, "coordd_config_releases_total", "op", "put") == 1 &&
 			value(f, "coordd_config_status_reports_total") >= 1 &&
 			value(f, "coordd_etcd_alarm", "type", "NOSPACE") == 0 &&
+			value(f, "coordd_group_commit_batches_total") >= 2 &&
+			value(f, "coordd_group_commit_changes_total") >= value(f, "coordd_group_commit_batches_total") &&
 			value(f, "coordd_etcd_revision") > 0 && value(f, "coordd_etcd_db_size_bytes") > 0 &&
 			value(f, "coordd_config_watch_cache_live") == 1 && value(f, "coordd_config_watch_cache_lag_seconds") < 5
 	})

@@ -1,0 +1,314 @@
+// Package groupcommit merges the etcd transactions that callers hand it
+// concurrently into one transaction per round trip: N lock or election
+// mutations cost one Raft proposal, one fsync and one apply instead of N.
+//
+// A batch is whatever queued while the previous batch was in flight: there
+// is no timer, so an idle member commits a lone transaction at once. Each
+// caller's transaction becomes one nested transaction (etcd's OpTxn) of the
+// batch, with its own compares and branches, and gets back exactly the
+// response it would have had alone, except that every transaction of a
+// batch shares the batch's revision.
+//
+// Guarantees:
+//   - At most one transaction per Name in a batch, taken in arrival order:
+//     two mutations of one lock or election never share a revision, so the
+//     tokens of one lock stay strictly increasing and its FIFO order exact.
+//     Transactions of different names may share a revision (a token is
+//     unique per lock or election, not across them).
+//   - A batch that etcd refuses as a whole before applying anything (a
+//     session's lease gone, a key written twice, too large) is retried
+//     transaction by transaction, so one caller's refusal is never another's.
+//   - A batch whose outcome is unknown (a timeout, the etcd leader lost)
+//     reports that error to each of its callers, as a lone transaction would.
+//   - A caller that gives up before its transaction is sent leaves nothing
+//     behind; one that gives up while it is in flight cannot tell whether it
+//     committed (as with any etcd call). The batch runs until its last
+//     caller gives up.
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MaxBatch is the most transactions one batch carries. etcd allows 128
+// operations per transaction level by default (--max-txn-ops) and gives a
+// nested transaction what its parent leaves over, so 64 leaves every
+// nested transaction 64 operations: a cluster with the default limit takes
+// any batch.
+const MaxBatch = 64
+
+// maxBatchBytes bounds a batch's keys and values well under etcd's request
+// limit (1.5 MiB by default); a transaction larger than that goes alone.
+const maxBatchBytes = 512 << 10
+
+// ErrClosed is returned for transactions handed to a closed Committer.
+var ErrClosed = errors.New("groupcommit: closed")
+
+// Txn is one caller's transaction: if every compare in If holds, Then runs,
+// else Else; as clientv3's Txn. Name is what it mutates (a lock's or an
+// election's name, with its kind): a batch holds at most one Txn per Name.
+type Txn struct {
+	Name string
+	If   []clientv3.Cmp
+	Then []clientv3.Op
+	Else []clientv3.Op
+}
+
+// Committer commits transactions in batches (New) or each alone (Direct).
+type Committer struct {
+	cli    *clientv3.Client
+	direct bool
+
+	mu      sync.Mutex
+	pending []*call
+	closed  bool
+	wake    chan struct{} // one token: pending may be non-empty
+
+	stop    context.Context // cancelled by Close: in-flight batches end
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when run returns
+	batches atomic.Int64
+	txns    atomic.Int64
+}
+
+type call struct {
+	ctx  context.Context
+	txn  Txn
+	size int
+	resp *clientv3.TxnResponse
+	err  error
+	done chan struct{}
+}
+
+// New starts a Committer for cli. Close stops it.
+func New(cli *clientv3.Client) *Committer {
+	c := &Committer{cli: cli, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c.stop, c.cancel = context.WithCancel(context.Background())
+	go c.run()
+	return c
+}
+
+// Direct returns a Committer that commits every transaction alone, at
+// once, in the caller's goroutine: what New's does with batching switched
+// off. Its Close does nothing.
+func Direct(cli *clientv3.Client) *Committer {
+	return &Committer{cli: cli, direct: true}
+}
+
+// Close fails the transactions not yet sent with ErrClosed, cancels the
+// batch in flight and waits for the committer to stop. Call it once the
+// callers are done, before closing the etcd client.
+func (c *Committer) Close() {
+	if c == nil || c.direct {
+		return
+	}
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	<-c.done
+}
+
+// Stats reports how many batches and transactions were committed so far
+// (their ratio is the mean batch size).
+func (c *Committer) Stats() (batches, txns int64) {
+	return c.batches.Load(), c.txns.Load()
+}
+
+// Commit commits t, batched with whatever else is queued, and returns its
+// own response: Succeeded and Responses as t alone would have them, the
+// Header of the batch. It returns ctx's error if ctx ends first.
+func (c *Committer) Commit(ctx context.Context, t Txn) (*clientv3.TxnResponse, error) {
+	if c.direct {
+		c.batches.Add(1)
+		c.txns.Add(1)
+		return alone(ctx, c.cli, t)
+	}
+	cl := &call{ctx: ctx, txn: t, size: size(t), done: make(chan struct{})}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	c.pending = append(c.pending, cl)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-cl.done:
+		return cl.resp, cl.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *Committer) run() {
+	defer close(c.done)
+	for {
+		select {
+		case <-c.stop.Done():
+			c.mu.Lock()
+			rest := c.pending
+			c.pending = nil
+			c.mu.Unlock()
+			for _, cl := range rest {
+				cl.finish(nil, ErrClosed)
+			}
+			return
+		case <-c.wake:
+		}
+		for {
+			batch := c.take()
+			if len(batch) == 0 {
+				break
+			}
+			c.commit(batch)
+		}
+	}
+}
+
+// take removes the next batch from the queue: calls in arrival order, at
+// most one per Name, at most MaxBatch and about maxBatchBytes. Calls whose
+// caller gave up are dropped (nothing was sent for them).
+func (c *Committer) take() []*call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var batch []*call
+	names := map[string]bool{}
+	bytes := 0
+	rest := c.pending[:0]
+	for i, cl := range c.pending {
+		switch {
+		case cl.ctx.Err() != nil:
+			cl.finish(nil, cl.ctx.Err())
+		case len(batch) == MaxBatch:
+			rest = append(rest, c.pending[i:]...)
+			c.pending = rest
+			return batch
+		case names[cl.txn.Name] || (len(batch) > 0 && bytes+cl.size > maxBatchBytes):
+			rest = append(rest, cl)
+		default:
+			names[cl.txn.Name] = true
+			bytes += cl.size
+			batch = append(batch, cl)
+		}
+	}
+	clear(c.pending[len(rest):])
+	c.pending = rest
+	return batch
+}
+
+// commit sends one batch and hands each call its answer.
+func (c *Committer) commit(batch []*call) {
+	ctx, cancel := c.batchContext(batch)
+	defer cancel()
+	c.batches.Add(1)
+	c.txns.Add(int64(len(batch)))
+	if len(batch) == 1 {
+		cl := batch[0]
+		cl.finish(alone(ctx, c.cli, cl.txn))
+		return
+	}
+	ops := make([]clientv3.Op, len(batch))
+	for i, cl := range batch {
+		ops[i] = clientv3.OpTxn(cl.txn.If, cl.txn.Then, cl.txn.Else)
+	}
+	resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
+	if err == nil {
+		for i, cl := range batch {
+			r := resp.Responses[i].GetResponseTxn()
+			r.Header = resp.Header
+			cl.finish((*clientv3.TxnResponse)(r), nil)
+		}
+		return
+	}
+	if !refusedWhole(err) {
+		for _, cl := range batch {
+			cl.finish(nil, err)
+		}
+		return
+	}
+	// Nothing of the batch was applied: let each transaction meet its own
+	// fate, concurrently (etcd's own pipelining applies).
+	var wg sync.WaitGroup
+	for _, cl := range batch {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl.finish(alone(cl.ctx, c.cli, cl.txn))
+		}()
+	}
+	wg.Wait()
+}
+
+// batchContext lives until the committer closes or every caller of the
+// batch has given up: one caller's cancellation does not cancel the
+// others' writes.
+func (c *Committer) batchContext(batch []*call) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(c.stop)
+	left := atomic.Int64{}
+	left.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, cl := range batch {
+		stops[i] = context.AfterFunc(cl.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// refusedWhole reports whether etcd refused the request before applying
+// any of it for a reason that may belong to one transaction of the batch
+// alone.
+func refusedWhole(err error) bool {
+	for _, e := range []error{
+		rpctypes.ErrLeaseNotFound, rpctypes.ErrDuplicateKey, rpctypes.ErrTooManyOps,
+		rpctypes.ErrRequestTooLarge, rpctypes.ErrKeyNotFound, rpctypes.ErrEmptyKey,
+		// A full database refuses a transaction with any put; the deletes
+		// of a batch (releases, resignations) must still go through.
+		rpctypes.ErrNoSpace,
+	} {
+		if errors.Is(err, e) || rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(e) {
+			return true
+		}
+	}
+	return false
+}
+
+func alone(ctx context.Context, cli *clientv3.Client, t Txn) (*clientv3.TxnResponse, error) {
+	return cli.Txn(ctx).If(t.If...).Then(t.Then...).Else(t.Else...).Commit()
+}
+
+func (cl *call) finish(resp *clientv3.TxnResponse, err error) {
+	cl.resp, cl.err = resp, err
+	close(cl.done)
+}
+
+// size approximates t's bytes on the wire: its keys and values.
+func size(t Txn) int {
+	n := 0
+	for _, cmp := range t.If {
+		n += len(cmp.KeyBytes()) + len(cmp.ValueBytes()) + 32
+	}
+	for _, ops := range [][]clientv3.Op{t.Then, t.Else} {
+		for _, op := range ops {
+			n += len(op.KeyBytes()) + len(op.RangeBytes()) + len(op.ValueBytes()) + 16
+		}
+	}
+	return n
+}

@@ -1,0 +1,228 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/internal/etcdtest"
+)
+
+func client(t *testing.T) *clientv3.Client {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	return etcdtest.Start(t).Client(t)
+}
+
+// put is a create-only put of key, as an acquisition's enqueue is.
+func put(name, key string, opts ...clientv3.OpOption) Txn {
+	return Txn{
+		Name: name,
+		If:   []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		Then: []clientv3.Op{clientv3.OpPut(key, "v", opts...), clientv3.OpGet(key)},
+		Else: []clientv3.Op{clientv3.OpGet(key)},
+	}
+}
+
+// queued builds a Committer whose loop does not run, with calls queued as
+// if they had arrived while a batch was in flight: take and commit then
+// run exactly as the loop would.
+func queued(cli *clientv3.Client, txns ...Txn) (*Committer, []*call) {
+	c := &Committer{cli: cli, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	c.stop, c.cancel = context.WithCancel(context.Background())
+	var calls []*call
+	for _, t := range txns {
+		cl := &call{ctx: context.Background(), txn: t, size: size(t), done: make(chan struct{})}
+		calls = append(calls, cl)
+		c.pending = append(c.pending, cl)
+	}
+	return c, calls
+}
+
+func TestABatchIsOneTransactionWithEachCallersOwnAnswer(t *testing.T) {
+	cli := client(t)
+	if _, err := cli.Put(t.Context(), "taken", "x"); err != nil {
+		t.Fatal(err)
+	}
+	c, calls := queued(cli, put("a", "a/1"), put("b", "taken"), put("c", "c/1"))
+	batch := c.take()
+	if len(batch) != 3 {
+		t.Fatalf("took %d of 3 calls of distinct names", len(batch))
+	}
+	c.commit(batch)
+	rev := int64(0)
+	for i, want := range []bool{true, false, true} {
+		cl := calls[i]
+		if cl.err != nil {
+			t.Fatalf("call %d: %v", i, cl.err)
+		}
+		if cl.resp.Succeeded != want {
+			t.Errorf("call %d: succeeded %v, want %v (its own compare)", i, cl.resp.Succeeded, want)
+		}
+		if got := len(cl.resp.Responses); got != 2 && want || got != 1 && !want {
+			t.Errorf("call %d: %d responses, not its own branch's", i, got)
+		}
+		if i > 0 && cl.resp.Header.Revision != rev {
+			t.Errorf("call %d at revision %d, call 0 at %d: not one transaction", i, cl.resp.Header.Revision, rev)
+		}
+		rev = cl.resp.Header.Revision
+	}
+	kv := calls[0].resp.Responses[1].GetResponseRange().Kvs
+	if len(kv) != 1 || kv[0].CreateRevision != rev {
+		t.Errorf("a/1 read back in the batch as %v, want created at %d", kv, rev)
+	}
+	if b, n := c.Stats(); b != 1 || n != 3 {
+		t.Errorf("stats: %d batches, %d transactions; want 1, 3", b, n)
+	}
+}
+
+// Two mutations of one name never share a batch, so they never share a
+// revision: the tokens of one lock stay strictly increasing.
+func TestOneTransactionPerNameInABatch(t *testing.T) {
+	cli := client(t)
+	c, calls := queued(cli, put("lock-a", "a/1"), put("lock-a", "a/2"), put("lock-b", "b/1"), put("lock-a", "a/3"))
+	first := c.take()
+	if len(first) != 2 || first[0] != calls[0] || first[1] != calls[2] {
+		t.Fatalf("first batch: %d calls; want a/1 and b/1", len(first))
+	}
+	second := c.take()
+	if len(second) != 1 || second[0] != calls[1] {
+		t.Fatalf("second batch: %d calls; want a/2 alone (arrival order)", len(second))
+	}
+	third := c.take()
+	if len(third) != 1 || third[0] != calls[3] {
+		t.Fatalf("third batch: %d calls; want a/3", len(third))
+	}
+	if rest := c.take(); len(rest) != 0 {
+		t.Fatalf("%d calls left over", len(rest))
+	}
+}
+
+// Under load, many mutations of one name each get a revision of their own
+// and the batches really merge transactions of different names.
+func TestConcurrentMutationsOfOneNameGetDistinctRevisions(t *testing.T) {
+	cli := client(t)
+	c := New(cli)
+	defer c.Close()
+	const names, each = 8, 25
+	revs := make([][]int64, names)
+	var wg sync.WaitGroup
+	errs := make(chan error, names*each)
+	for n := range names {
+		for i := range each {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := c.Commit(t.Context(), put(fmt.Sprintf("lock-%d", n), fmt.Sprintf("%d/%d", n, i)))
+				if err != nil {
+					errs <- err
+					return
+				}
+				kv := resp.Responses[1].GetResponseRange().Kvs[0]
+				if kv.CreateRevision != resp.Header.Revision {
+					errs <- fmt.Errorf("key created at %d, answer at %d", kv.CreateRevision, resp.Header.Revision)
+				}
+				c.mu.Lock()
+				revs[n] = append(revs[n], kv.CreateRevision)
+				c.mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for n, rs := range revs {
+		seen := map[int64]bool{}
+		for _, r := range rs {
+			if seen[r] {
+				t.Fatalf("lock-%d: two keys created at revision %d", n, r)
+			}
+			seen[r] = true
+		}
+	}
+	batches, txns := c.Stats()
+	if txns != names*each {
+		t.Fatalf("%d transactions committed, want %d", txns, names*each)
+	}
+	if batches >= txns {
+		t.Errorf("%d batches for %d transactions: nothing was merged", batches, txns)
+	}
+	t.Logf("%d transactions in %d batches", txns, batches)
+}
+
+// A session (lease) that is gone refuses the whole batch in etcd; only its
+// own caller may see that.
+func TestOneCallersRefusalIsNotTheOthers(t *testing.T) {
+	cli := client(t)
+	live, err := cli.Grant(t.Context(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := cli.Grant(t.Context(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Revoke(t.Context(), dead.ID); err != nil {
+		t.Fatal(err)
+	}
+	c, calls := queued(cli, put("a", "a/1", clientv3.WithLease(live.ID)), put("b", "b/1", clientv3.WithLease(dead.ID)),
+		put("c", "c/1", clientv3.WithLease(live.ID)))
+	c.commit(c.take())
+	if !errors.Is(calls[1].err, rpctypes.ErrLeaseNotFound) {
+		t.Errorf("the call with the revoked lease: %v, want %v", calls[1].err, rpctypes.ErrLeaseNotFound)
+	}
+	for _, i := range []int{0, 2} {
+		if calls[i].err != nil || !calls[i].resp.Succeeded {
+			t.Errorf("call %d failed with another's lease: %v", i, calls[i].err)
+		}
+	}
+	resp, err := cli.Get(t.Context(), "b/1")
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("b/1 written with a revoked lease: %v %v", resp, err)
+	}
+}
+
+func TestGivingUpBeforeTheBatchIsSentLeavesNothing(t *testing.T) {
+	cli := client(t)
+	c, calls := queued(cli, put("a", "a/1"), put("b", "b/1"))
+	ctx, cancel := context.WithCancel(context.Background())
+	calls[0].ctx = ctx
+	cancel()
+	batch := c.take()
+	if len(batch) != 1 || batch[0] != calls[1] {
+		t.Fatalf("took %d calls; want only the one whose caller still waits", len(batch))
+	}
+	if !errors.Is(calls[0].err, context.Canceled) {
+		t.Errorf("the call given up: %v", calls[0].err)
+	}
+	c.commit(batch)
+	resp, err := cli.Get(t.Context(), "a/1")
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("a/1 written for a caller that gave up before it was sent: %v %v", resp, err)
+	}
+}
+
+func TestCloseFailsWhatIsQueued(t *testing.T) {
+	cli := client(t)
+	c := New(cli)
+	if _, err := c.Commit(t.Context(), put("a", "a/1")); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if _, err := c.Commit(t.Context(), put("b", "b/1")); !errors.Is(err, ErrClosed) {
+		t.Errorf("commit after Close: %v, want ErrClosed", err)
+	}
+	d := Direct(cli)
+	if resp, err := d.Commit(t.Context(), put("b", "b/1")); err != nil || !resp.Succeeded {
+		t.Errorf("direct commit: %v %v", resp, err)
+	}
+}
