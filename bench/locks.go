@@ -284,6 +284,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 	peers := lockPeers(grpcAddr, etcdURL)
 	type key struct{ peer, workload string }
 	results := map[key]lockRun{}
+	batchSize := map[string][]float64{} // coordd's mean group-commit batch, per workload and round
 	workloads := []struct {
 		name           string
 		clients, locks int
@@ -304,7 +305,18 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 					profiled = make(chan error, 1)
 					go func() { profiled <- cpuProfile(httpAddr, d, *lockProfile) }()
 				}
+				coordd := p.name == "coordd SDK"
+				var b0, n0 float64
+				if coordd {
+					b0, _ = metric(httpAddr, "coordd_group_commit_batches_total")
+					n0, _ = metric(httpAddr, "coordd_group_commit_changes_total")
+				}
 				r, err := runLocks(p, w.clients, w.locks, d, fmt.Sprintf("r%d-w%d", round, wi))
+				if coordd && err == nil {
+					b1, _ := metric(httpAddr, "coordd_group_commit_batches_total")
+					n1, _ := metric(httpAddr, "coordd_group_commit_changes_total")
+					batchSize[w.name] = append(batchSize[w.name], (n1-n0)/max(b1-b0, 1))
+				}
 				if profiled != nil {
 					if perr := <-profiled; perr != nil {
 						return fmt.Errorf("CPU profile: %w", perr)
@@ -341,6 +353,15 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 			fmt.Printf("%-24s %-26s %10s %10s %10.0f %8.3f %6d %8d\n", p.name, w.name, p50, p99, r.acqPerSec, r.jain, len(lat), r.overlaps)
 		}
 	}
+
+	fmt.Printf("coordd's mean group-commit batch (lock changes per etcd transaction, per round; the member of -lock-members 3 given first):")
+	for _, w := range workloads {
+		fmt.Printf(" %s:", w.name)
+		for _, b := range batchSize[w.name] {
+			fmt.Printf(" %.1f", b)
+		}
+	}
+	fmt.Println()
 
 	c := func(p, w string) lockRun { return results[key{p, w}] }
 	ratio := func(a, b float64) float64 { return a / b }

@@ -448,6 +448,10 @@ func (c *Cache) waitReady(ctx context.Context) error {
 	}
 }
 
+// nudgeEvery is how often a wait for the cache asks again for etcd's
+// progress.
+const nudgeEvery = 50 * time.Millisecond
+
 // waitRevision waits, for at most wait, until the cache has reached rev,
 // nudging etcd for progress. It fails with ErrBehind if it did not.
 func (c *Cache) waitRevision(ctx context.Context, rev int64, wait time.Duration) error {
@@ -456,7 +460,12 @@ func (c *Cache) waitRevision(ctx context.Context, rev int64, wait time.Duration)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	nudged := false
+	// etcd drops a progress request while the watch is not yet synced (as
+	// right after it starts), so the nudge is repeated until the cache
+	// gets there.
+	renudge := time.NewTicker(nudgeEvery)
+	defer renudge.Stop()
+	nudge := true
 	for {
 		c.mu.RLock()
 		at, advanced := c.rev, c.advanced
@@ -464,14 +473,16 @@ func (c *Cache) waitRevision(ctx context.Context, rev int64, wait time.Duration)
 		if at >= rev {
 			return nil
 		}
-		if !nudged {
+		if nudge {
 			select {
 			case c.nudge <- struct{}{}:
 			default:
 			}
-			nudged = true
+			nudge = false
 		}
 		select {
+		case <-renudge.C:
+			nudge = true
 		case <-advanced:
 		case <-timer.C:
 			return fmt.Errorf("%w: it is at revision %d, the request needs %d", ErrBehind, at, rev)

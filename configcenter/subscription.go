@@ -67,6 +67,24 @@ func (c *Cache) Subscribe(ctx context.Context, namespaces []string, from int64) 
 // gets a value whenever one of them may have an event, and the consumer
 // collects events with TryNext instead of Next.
 func (c *Cache) SubscribeNotify(ctx context.Context, namespaces []string, from int64, notify chan struct{}) (*Subscription, error) {
+	return c.subscribe(ctx, namespaces, from, notify, true)
+}
+
+// catchUp waits (briefly) for the cache to reach etcd's current revision,
+// read linearizably, so a snapshot taken next includes every write that
+// finished before the call. If the cache is slow, it gives up after a
+// second: the snapshot is the cache's state, and the newer releases
+// follow as changes.
+func (c *Cache) catchUp(ctx context.Context) {
+	if rev, err := c.store.CurrentRevision(ctx); err == nil {
+		_ = c.waitRevision(ctx, rev, time.Second)
+	}
+}
+
+// subscribe is SubscribeNotify; with catchUp false, the caller has called
+// catchUp after this subscription was asked for (WatchMux does it once for
+// all the starts it handles together).
+func (c *Cache) subscribe(ctx context.Context, namespaces []string, from int64, notify chan struct{}, catchUp bool) (*Subscription, error) {
 	if len(namespaces) == 0 || len(namespaces) > MaxNamespacesPerWatch {
 		return nil, fmt.Errorf("%w: watch 1 to %d namespaces, not %d", ErrInvalid, MaxNamespacesPerWatch, len(namespaces))
 	}
@@ -86,15 +104,9 @@ func (c *Cache) SubscribeNotify(ctx context.Context, namespaces []string, from i
 	if err := c.waitRevision(ctx, from-1, 3*time.Second); err != nil {
 		return nil, err
 	}
-	if from == 0 {
-		// Start from the current state: wait (briefly) for the cache to
-		// reach etcd's current revision, read linearizably, so a
-		// subscriber's first snapshot includes every write that finished
-		// before it subscribed. If the cache is slow, it starts from the
-		// cache's state, and the newer releases follow as changes.
-		if rev, err := c.store.CurrentRevision(ctx); err == nil {
-			_ = c.waitRevision(ctx, rev, time.Second)
-		}
+	if from == 0 && catchUp {
+		// Start from the current state (see catchUp).
+		c.catchUp(ctx)
 	}
 	s := &Subscription{c: c, namespaces: namespaces, signal: notify}
 	c.mu.Lock()

@@ -197,6 +197,11 @@ func (m *WatchMux) handleRequests(ctx context.Context) error {
 	reqs := m.requests
 	m.requests = nil
 	m.mu.Unlock()
+	// One linearizable read serves every start from the current state in
+	// this lot: it is made after all of them were asked for.
+	if slices.ContainsFunc(reqs, func(r watchRequest) bool { return !r.stop && r.from == 0 }) {
+		m.c.catchUp(ctx)
+	}
 	for _, r := range reqs {
 		if old := m.subs[r.id]; old != nil { // a stop, or a restart of the same watch
 			old.Close()
@@ -205,7 +210,7 @@ func (m *WatchMux) handleRequests(ctx context.Context) error {
 		if r.stop {
 			continue
 		}
-		sub, err := m.c.SubscribeNotify(ctx, r.namespaces, r.from, m.notify)
+		sub, err := m.c.subscribe(ctx, r.namespaces, r.from, m.notify, false)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -224,3 +224,38 @@ func TestWatchMuxBookmarksOverflowAndLimits(t *testing.T) {
 		t.Fatalf("Next with an ended context: %v", err)
 	}
 }
+
+// TestWatchMuxStartsSeeWritesBeforeThem: a watch started from the current
+// state, alone or with others in one lot, gets a snapshot with every
+// release published before its Start, even when the cache has not heard
+// of it yet (the mux reads etcd's revision once per lot and waits for the
+// cache to get there).
+func TestWatchMuxStartsSeeWritesBeforeThem(t *testing.T) {
+	e := newEnv(t, configcenter.Limits{})
+	cache := e.startCache(t, configcenter.CacheOptions{Bookmark: time.Hour})
+	m := configcenter.NewWatchMux(cache)
+	defer m.Close()
+	id := int64(0)
+	for i := int64(1); i <= 30; i++ {
+		if _, err := e.s.Put(t.Context(), "a", "k", fmt.Sprint(i), 0, "", ""); err != nil {
+			t.Fatal(err)
+		}
+		lot := 1 + int(i%3) // one start, or several in one lot
+		for range lot {
+			id++
+			if err := m.Start(id, []string{"a"}, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for seen := 0; seen < lot; {
+			b := summarize(nextOf(t, m, false))
+			if b.typ == configcenter.EventChange && b.ids[0] <= id-int64(lot) {
+				continue // the earlier watches hearing release i
+			}
+			if b.typ != configcenter.EventSnapshot || b.release != i || b.ids[0] <= id-int64(lot) {
+				t.Fatalf("watches %d to %d started after release %d was published; got %s", id-int64(lot)+1, id, i, b)
+			}
+			seen++
+		}
+	}
+}
