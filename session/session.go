@@ -99,7 +99,18 @@ type Manager struct {
 	cli    *clientv3.Client
 	prefix string // "<root>session/"
 	now    func() time.Time
+	renew  Renewer
 }
+
+// Renewer renews the lease id once and returns its granted TTL in
+// seconds, or an error; a lease that does not exist is rpctypes'
+// ErrLeaseNotFound (or one that errors.Is it).
+type Renewer func(ctx context.Context, id clientv3.LeaseID) (int64, error)
+
+// RenewWith makes KeepAlive renew through r instead of a keep-alive
+// stream of the etcd client (for the embedded member: its own lessor, or
+// its etcd leader's, without a stream per renewal). Call it before use.
+func (m *Manager) RenewWith(r Renewer) { m.renew = r }
 
 // NewManager returns a Manager that keeps session metadata under
 // root+"session/". root is coordd's key root, for example "/coordd/".
@@ -149,14 +160,24 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 // KeepAlive renews the session once and returns its granted TTL, counted
 // from now. It returns ErrNotFound when the session has ended.
 func (m *Manager) KeepAlive(ctx context.Context, id ID) (time.Duration, error) {
-	resp, err := m.cli.KeepAliveOnce(ctx, clientv3.LeaseID(id))
+	renew := m.renew
+	if renew == nil {
+		renew = func(ctx context.Context, id clientv3.LeaseID) (int64, error) {
+			resp, err := m.cli.KeepAliveOnce(ctx, id)
+			if err != nil {
+				return 0, err
+			}
+			return resp.TTL, nil
+		}
+	}
+	ttl, err := renew(ctx, clientv3.LeaseID(id))
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return 0, fmt.Errorf("%w: %s", ErrNotFound, id)
 		}
 		return 0, fmt.Errorf("session: keep-alive %s: %w", id, err)
 	}
-	return time.Duration(resp.TTL) * time.Second, nil
+	return time.Duration(ttl) * time.Second, nil
 }
 
 // Get returns a live session with its remaining TTL. It returns ErrNotFound

@@ -233,6 +233,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.gwSrv = grpc.NewServer(serverOpts(&api.Authenticator{Forwarded: true})...)
 	servers := []*grpc.Server{d.grpcSrv, d.gwSrv}
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
+	if d.etcd != nil {
+		sessions.RenewWith(renewer(d.etcd.Server))
+	}
 	// One etcd watch per prefix tells every keep-alive stream of this
 	// member when a lock grant or leadership it watches ends, and every
 	// waiter when an entry ahead of it goes.
