@@ -23,6 +23,7 @@ var (
 	ops            = flag.Int("ops", 300, "operations per peer per round")
 	starts         = flag.Int("starts", 5, "cold starts to measure")
 	only           = flag.String("only", "all", "which part to run: all, sessions, locks, elections, config, config-sdk, or soak, auth or idle-sessions (not part of all)")
+	idleProfile    = flag.String("idle-profile", "", "write a CPU profile of coordd while the first -idle-sessions count idles to this file (go tool pprof)")
 	idleSessions   = flag.String("idle-sessions", "10000,50000", "idle session counts of -only idle-sessions (10 clients, TTL 30s)")
 	soakD          = flag.Duration("soak-duration", 10*time.Minute, "how long each soak run lasts")
 	soakWindowD    = flag.Duration("soak-window", time.Minute, "the soak's measuring window")

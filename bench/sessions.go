@@ -226,7 +226,13 @@ func idleRun(bin, dir string, n, clients int, ttl time.Duration) error {
 		return fmt.Errorf("%d sessions: %w", n, firstErr)
 	}
 	t0, cpu0 := time.Now(), d.cpuSeconds()
-	time.Sleep(ttl)
+	if *idleProfile != "" && n == firstIdleCount() {
+		if err := cpuProfile(d.httpAddr, ttl, *idleProfile); err != nil {
+			return fmt.Errorf("CPU profile: %w", err)
+		}
+		defer fmt.Printf("(CPU profile of coordd while %d sessions idled: %s)\n", n, *idleProfile)
+	}
+	time.Sleep(max(0, ttl-time.Since(t0)))
 	cpu := (d.cpuSeconds() - cpu0) / time.Since(t0).Seconds()
 	idle := d.rssKiB()
 	lost := 0
@@ -241,4 +247,10 @@ func idleRun(bin, dir string, n, clients int, ttl time.Duration) error {
 	}
 	fmt.Println()
 	return nil
+}
+
+// firstIdleCount is the first count of -idle-sessions (the one profiled).
+func firstIdleCount() int {
+	n, _ := strconv.Atoi(strings.TrimSpace(strings.Split(*idleSessions, ",")[0]))
+	return n
 }

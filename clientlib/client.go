@@ -60,17 +60,18 @@ type Config struct {
 // Client is a connection to a coordd cluster. It is safe for concurrent
 // use. Close it when done.
 type Client struct {
-	conn      *grpc.ClientConn
-	resolver  *manual.Resolver
-	endpoints []string
-	sessions  coorddv1.SessionServiceClient
-	locks     coorddv1.LockServiceClient
-	elections coorddv1.ElectionServiceClient
-	config    coorddv1.ConfigServiceClient
-	cluster   coorddv1.ClusterServiceClient
-	mux       *watchMux // carries the config subscriptions
-	views     viewCache // namespace views shared by the subscriptions
-	lg        *slog.Logger
+	conn       *grpc.ClientConn
+	resolver   *manual.Resolver
+	endpoints  []string
+	sessions   coorddv1.SessionServiceClient
+	locks      coorddv1.LockServiceClient
+	elections  coorddv1.ElectionServiceClient
+	config     coorddv1.ConfigServiceClient
+	cluster    coorddv1.ClusterServiceClient
+	mux        *watchMux   // carries the config subscriptions
+	keepAlives *keepAlives // carries the sessions' keep-alives
+	views      viewCache   // namespace views shared by the subscriptions
+	lg         *slog.Logger
 
 	// probeDial connects a probe to one endpoint as conn connects.
 	probeDial []grpc.DialOption
@@ -208,6 +209,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c.moved, c.movedEnded = context.WithCancel(c.ctx)
 	c.silent, c.silentEnded = context.WithCancel(c.ctx)
 	c.mux = newWatchMux(c)
+	c.keepAlives = &keepAlives{c: c}
 	return c, nil
 }
 
@@ -235,6 +237,7 @@ func (c *Client) Close() error {
 	wg.Wait()
 	cancel()
 	c.cancel()
+	c.keepAlives.shutdown()
 	c.probes.Wait()
 	c.revokes.Wait()
 	c.mux.shutdown()

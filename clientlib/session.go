@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -281,6 +279,21 @@ func (s *Session) interval() time.Duration {
 	return base - base/10 + rand.N(base/5+1)
 }
 
+// aligned is how long until the next renewal, due at due after a pause
+// of interval: moved earlier (never later) onto a tick of the wall clock,
+// a sixteenth of the interval long and at most 250ms, so that the
+// renewals of a client's many sessions go out together, in a few writes
+// on their shared stream, instead of one write each.
+func aligned(now, due time.Time, interval time.Duration) time.Duration {
+	tick := min(interval/16, 250*time.Millisecond)
+	if tick > 0 {
+		if t := due.Truncate(tick); t.Sub(now) > interval/2 {
+			due = t
+		}
+	}
+	return due.Sub(now)
+}
+
 // minReplyWait is the least a keep-alive waits for its answer before the
 // stream is given up for another endpoint (unless the local deadline comes
 // first): short renewal intervals must not turn a slow disk into reconnects.
@@ -392,64 +405,36 @@ const (
 	livenessTimeout = 300 * time.Millisecond
 )
 
-// stream keeps the session alive over one KeepAliveStream until the stream
-// fails or ctx ends, and names the session's holdings on it so that the
+// stream keeps the session alive over the client's shared KeepAliveStream
+// until that stream fails, this session finds it wanting (no answer in
+// time, a silent member: then it gives the stream up for every session on
+// it), or ctx ends, and names the session's holdings on it so that the
 // server reports their end. Each keep-alive waits for its answer at most
 // until the next one is due or the local deadline, whichever comes first.
 func (s *Session) stream(ctx context.Context) (err error) {
+	ks, m, err := s.c.keepAlives.join(ctx, s)
+	if err != nil {
+		return convert(ctx, err)
+	}
+	defer ks.leave(m)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var p peer.Peer // filled when the stream ends
 	defer func() {
-		if ctx.Err() == nil && p.Addr != nil && !errors.Is(err, ErrSessionNotFound) {
-			s.c.avoid(p.Addr.String(), errors.Is(err, errSilent))
+		if ctx.Err() == nil && err != nil && !errors.Is(err, ErrSessionNotFound) {
+			ks.fail(err)
 		}
 	}()
-	st, err := s.c.sessions.KeepAliveStream(sctx, grpc.Peer(&p))
-	if err != nil {
-		return convert(sctx, err)
-	}
-	// The receiver owns Recv. It exits once Recv fails, which cancelling
-	// sctx guarantees; stream waits for it before returning (p is filled
-	// by then).
-	acks := make(chan *coorddv1.KeepAliveStreamResponse, 1)
-	recvErr := make(chan error, 1)
-	recvDone := make(chan struct{})
-	go func() {
-		defer close(recvDone)
-		for {
-			resp, err := st.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			if len(resp.GetEnded()) > 0 {
-				s.holdingsEnded(resp.GetEnded())
-			}
-			if resp.GetTtl() != nil {
-				select {
-				case acks <- resp:
-				default: // an answer nobody waits for
-				}
-			}
+	// streamErr is why the shared stream broke, for this session. A server
+	// that predates shared streams ends one with NotFound for any gone
+	// session: only the session it names is gone.
+	streamErr := func(err error) error {
+		err = convert(sctx, err)
+		if errors.Is(err, ErrSessionNotFound) && !strings.Contains(err.Error(), s.id) {
+			return fmt.Errorf("%w: the keep-alive stream ended for another session", ErrUnavailable)
 		}
-	}()
-	defer func() {
-		cancel()
-		<-recvDone
-	}()
-	broken := func(err error) error {
-		if errors.Is(err, io.EOF) {
-			// On a broken stream Send says only io.EOF; Recv has the status.
-			err = <-recvErr
-		}
-		return convert(sctx, err)
+		return err
 	}
-
-	var addr string // the member this stream talks to
-	if pr, ok := peer.FromContext(st.Context()); ok && pr.Addr != nil {
-		addr = pr.Addr.String()
-	}
+	addr := ks.addr // the member the stream talks to
 	// Liveness checks run under sctx and are waited for before returning.
 	var checks sync.WaitGroup
 	defer checks.Wait()
@@ -467,8 +452,8 @@ func (s *Session) stream(ctx context.Context) (err error) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case err := <-recvErr:
-			return convert(sctx, err)
+		case <-ks.done:
+			return streamErr(ks.cause())
 		case <-suspect.C:
 			if !waiting || addr == "" {
 				continue
@@ -491,18 +476,21 @@ func (s *Session) stream(ctx context.Context) (err error) {
 				continue // the first keep-alive names them all
 			}
 			if w := s.toName(false); len(w) > 0 {
-				if err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: w, WatchOnly: true}); err != nil {
-					return broken(err)
+				if err := ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: w, WatchOnly: true}); err != nil {
+					return streamErr(err)
 				}
 			}
-		case resp := <-acks:
+		case resp := <-m.acks:
+			if resp.GetGone() {
+				return ErrSessionNotFound
+			}
 			if !waiting {
 				continue
 			}
 			waiting = false
 			suspect.Stop()
 			s.extend(sent, resp.GetTtl().AsDuration())
-			timer.Reset(next)
+			timer.Reset(aligned(time.Now(), sent.Add(next), next))
 		case <-timer.C:
 			if waiting {
 				return errNoReply
@@ -513,8 +501,8 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			if first {
 				req.Watch, first = s.toName(true), false
 			}
-			if err := st.Send(req); err != nil {
-				return broken(err)
+			if err := ks.send(req); err != nil {
+				return streamErr(err)
 			}
 			// An answer that does not come before the next renewal is due
 			// (at least minReplyWait), or before the deadline, abandons this

@@ -174,7 +174,14 @@ func (s *SessionServer) KeepAlive(ctx context.Context, req *coorddv1.KeepAliveRe
 // KeepAliveStream implements SessionService. Requests are answered one at a
 // time, in order; watched holdings that end are pushed between answers.
 func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAliveStreamServer) error {
-	ctx := stream.Context()
+	ctx, cancel := context.WithCancel(stream.Context())
+	// Shared renewals (below) run on renewers that end with ctx.
+	var renewals sync.WaitGroup
+	defer renewals.Wait()
+	defer cancel()
+	renewed := make(chan sharedRenewal)
+	jobs := make(chan session.ID) // shared renewals, for the renewers
+	renewers := false             // started at the first shared request
 	reqs := make(chan *coorddv1.KeepAliveStreamRequest)
 	recvErr := make(chan error, 1)
 	// The receiver exits when Recv fails, which gRPC guarantees once this
@@ -210,6 +217,13 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 					return err
 				}
 			}
+		case r := <-renewed:
+			if r.err != nil {
+				return r.err
+			}
+			if err := stream.Send(r.resp); err != nil {
+				return err
+			}
 		case req := <-reqs:
 			id, err := session.ParseID(req.GetSessionId())
 			if err != nil {
@@ -223,6 +237,32 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 			if req.GetWatchOnly() {
 				continue
 			}
+			if req.GetShared() {
+				if !renewers {
+					renewers = true
+					for range sharedRenewers {
+						renewals.Go(func() { s.renewer(ctx, jobs, renewed) })
+					}
+				}
+				// Hand it to a renewer, answering finished renewals
+				// meanwhile (that frees renewers).
+				for handed := false; !handed; {
+					select {
+					case jobs <- id:
+						handed = true
+					case r := <-renewed:
+						if r.err != nil {
+							return r.err
+						}
+						if err := stream.Send(r.resp); err != nil {
+							return err
+						}
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				continue
+			}
 			ttl, err := s.m.KeepAlive(ctx, id)
 			s.metrics.keepAlive(err)
 			if err != nil {
@@ -233,6 +273,53 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 			}
 		}
 	}
+}
+
+// sharedRenewers is how many renewals one shared keep-alive stream runs
+// at once, on as many goroutines that live as long as the stream (a
+// renewal on the etcd leader takes microseconds; one forwarded to it, a
+// round trip). More requests wait, and the stream's flow control pushes
+// back on the client.
+const sharedRenewers = 8
+
+// renewer runs the renewals of a shared stream handed to it on jobs until
+// ctx ends.
+func (s *SessionServer) renewer(ctx context.Context, jobs <-chan session.ID, renewed chan<- sharedRenewal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-jobs:
+			r := s.renewShared(ctx, id)
+			select {
+			case renewed <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// sharedRenewal is the outcome of one renewal on a shared stream: the
+// response to send, or the error that ends the stream.
+type sharedRenewal struct {
+	resp *coorddv1.KeepAliveStreamResponse
+	err  error
+}
+
+// renewShared renews session id for a shared stream: a session that is
+// gone is answered as such instead of ending the stream (its other
+// sessions go on).
+func (s *SessionServer) renewShared(ctx context.Context, id session.ID) sharedRenewal {
+	ttl, err := s.m.KeepAlive(ctx, id)
+	s.metrics.keepAlive(err)
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{SessionId: id.String(), Gone: true}}
+	case err != nil:
+		return sharedRenewal{err: err}
+	}
+	return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{SessionId: id.String(), Ttl: durationpb.New(ttl)}}
 }
 
 // holdingWatches are the holdings one KeepAliveStream watches. add and

@@ -630,7 +630,12 @@ type KeepAliveStreamRequest struct {
 	Watch []*Holding `protobuf:"bytes,2,rep,name=watch,proto3" json:"watch,omitempty"`
 	// watch_only makes the request only add watch: it does not renew the
 	// session and gets no response of its own.
-	WatchOnly     bool `protobuf:"varint,3,opt,name=watch_only,json=watchOnly,proto3" json:"watch_only,omitempty"`
+	WatchOnly bool `protobuf:"varint,3,opt,name=watch_only,json=watchOnly,proto3" json:"watch_only,omitempty"`
+	// shared says the stream carries many sessions: the server renews them
+	// concurrently, so responses come in any order (each names its session),
+	// and a session that no longer exists is answered with gone set instead
+	// of ending the stream for the others.
+	Shared        bool `protobuf:"varint,4,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -682,6 +687,13 @@ func (x *KeepAliveStreamRequest) GetWatch() []*Holding {
 func (x *KeepAliveStreamRequest) GetWatchOnly() bool {
 	if x != nil {
 		return x.WatchOnly
+	}
+	return false
+}
+
+func (x *KeepAliveStreamRequest) GetShared() bool {
+	if x != nil {
+		return x.Shared
 	}
 	return false
 }
@@ -774,7 +786,10 @@ type KeepAliveStreamResponse struct {
 	// Release or Resign (from this client or anyone else), a CloseSession, the
 	// session's expiry, or was already gone when the watch began. Each
 	// watched holding is reported at most once per stream.
-	Ended         []*Holding `protobuf:"bytes,3,rep,name=ended,proto3" json:"ended,omitempty"`
+	Ended []*Holding `protobuf:"bytes,3,rep,name=ended,proto3" json:"ended,omitempty"`
+	// gone answers a shared request whose session no longer exists (ttl is
+	// unset): it ended, or never was.
+	Gone          bool `protobuf:"varint,4,opt,name=gone,proto3" json:"gone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -828,6 +843,13 @@ func (x *KeepAliveStreamResponse) GetEnded() []*Holding {
 		return x.Ended
 	}
 	return nil
+}
+
+func (x *KeepAliveStreamResponse) GetGone() bool {
+	if x != nil {
+		return x.Gone
+	}
+	return false
 }
 
 // CloseSessionRequest names the session to close.
@@ -960,13 +982,14 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
-	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x80\x01\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x98\x01\n" +
 	"\x16KeepAliveStreamRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
 	"\x05watch\x18\x02 \x03(\v2\x12.coordd.v1.HoldingR\x05watch\x12\x1d\n" +
 	"\n" +
-	"watch_only\x18\x03 \x01(\bR\twatchOnly\"\xbf\x01\n" +
+	"watch_only\x18\x03 \x01(\bR\twatchOnly\x12\x16\n" +
+	"\x06shared\x18\x04 \x01(\bR\x06shared\"\xbf\x01\n" +
 	"\aHolding\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.coordd.v1.Holding.KindR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -976,12 +999,13 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tKIND_LOCK\x10\x01\x12\x11\n" +
-	"\rKIND_ELECTION\x10\x02\"\x8f\x01\n" +
+	"\rKIND_ELECTION\x10\x02\"\xa3\x01\n" +
 	"\x17KeepAliveStreamResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12(\n" +
-	"\x05ended\x18\x03 \x03(\v2\x12.coordd.v1.HoldingR\x05ended\"4\n" +
+	"\x05ended\x18\x03 \x03(\v2\x12.coordd.v1.HoldingR\x05ended\x12\x12\n" +
+	"\x04gone\x18\x04 \x01(\bR\x04gone\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +

@@ -59,7 +59,9 @@ type SessionServiceClient interface {
 	// response listing each one as it ends (released, resigned, or gone when
 	// it was named). The stream ends with NotFound (SESSION_NOT_FOUND) when a
 	// named session no longer exists, and with Unavailable when the daemon
-	// stops.
+	// stops. A stream whose requests set shared (the Go SDK's: one stream per
+	// client, carrying all of its sessions) is served differently: see
+	// KeepAliveStreamRequest.shared.
 	KeepAliveStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveStreamRequest, KeepAliveStreamResponse], error)
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
@@ -168,7 +170,9 @@ type SessionServiceServer interface {
 	// response listing each one as it ends (released, resigned, or gone when
 	// it was named). The stream ends with NotFound (SESSION_NOT_FOUND) when a
 	// named session no longer exists, and with Unavailable when the daemon
-	// stops.
+	// stops. A stream whose requests set shared (the Go SDK's: one stream per
+	// client, carrying all of its sessions) is served differently: see
+	// KeepAliveStreamRequest.shared.
 	KeepAliveStream(grpc.BidiStreamingServer[KeepAliveStreamRequest, KeepAliveStreamResponse]) error
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)

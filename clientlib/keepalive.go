@@ -1,0 +1,220 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+)
+
+// keepAlives is a client's one KeepAliveStream, shared by all of its
+// sessions: however many sessions a client keeps, the member serves one
+// stream (no goroutine or buffers per session there). Each session still
+// runs its own renewal schedule and local deadline (Session.stream); the
+// shared stream only carries the messages. When it breaks, every session
+// on it sees that and rejoins a new one.
+type keepAlives struct {
+	c *Client
+
+	mu  sync.Mutex
+	cur *kaStream // the open stream, or nil
+
+	receivers sync.WaitGroup // every stream's receiver
+}
+
+// kaStream is one shared stream.
+type kaStream struct {
+	k      *keepAlives
+	st     coorddv1.SessionService_KeepAliveStreamClient
+	cancel context.CancelFunc
+	addr   string // the member it talks to ("" if unknown)
+
+	sendMu sync.Mutex // Send is not safe for concurrent use
+
+	mu      sync.Mutex
+	members map[string]*kaMember // by session id
+	err     error                // why it broke; set before done closes
+	done    chan struct{}        // closed once it is broken
+}
+
+// kaMember is one session on a shared stream.
+type kaMember struct {
+	s    *Session
+	acks chan *coorddv1.KeepAliveStreamResponse // its renewals' answers
+}
+
+// errStreamIdle ends a shared stream that no session uses any more.
+var errStreamIdle = errors.New("coordd: keep-alive stream has no sessions left")
+
+// join puts s on the client's shared stream, opening one if there is none
+// (or it broke); opening gives up when ctx (the session's loop) ends.
+// Leave it with leave.
+func (k *keepAlives) join(ctx context.Context, s *Session) (*kaStream, *kaMember, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cur == nil || k.cur.broken() {
+		ks, err := k.open(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		k.cur = ks
+	}
+	m := &kaMember{s: s, acks: make(chan *coorddv1.KeepAliveStreamResponse, 1)}
+	k.cur.mu.Lock()
+	k.cur.members[s.id] = m
+	k.cur.mu.Unlock()
+	return k.cur, m, nil
+}
+
+// open starts a stream and its receiver; the stream lives until it fails
+// or the client closes, but opening it gives up when ctx ends. k.mu is
+// held.
+func (k *keepAlives) open(ctx context.Context) (*kaStream, error) {
+	sctx, cancel := context.WithCancel(k.c.ctx)
+	stop := context.AfterFunc(ctx, cancel)
+	var p peer.Peer
+	st, err := k.c.sessions.KeepAliveStream(sctx, grpc.Peer(&p))
+	if !stop() {
+		err = ctx.Err() // the stream is cancelled with it
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	ks := &kaStream{k: k, st: st, cancel: cancel, members: map[string]*kaMember{}, done: make(chan struct{})}
+	if pr, ok := peer.FromContext(st.Context()); ok && pr.Addr != nil {
+		ks.addr = pr.Addr.String()
+	}
+	k.receivers.Go(ks.receive)
+	return ks, nil
+}
+
+// receive owns Recv: it routes answers to their sessions and reports of
+// ended holdings to every session (each keeps only its own), until the
+// stream fails.
+func (ks *kaStream) receive() {
+	for {
+		resp, err := ks.st.Recv()
+		if err != nil {
+			ks.fail(err)
+			return
+		}
+		if ended := resp.GetEnded(); len(ended) > 0 {
+			ks.mu.Lock()
+			ms := make([]*kaMember, 0, len(ks.members))
+			for _, m := range ks.members {
+				ms = append(ms, m)
+			}
+			ks.mu.Unlock()
+			for _, m := range ms {
+				m.s.holdingsEnded(ended)
+			}
+		}
+		if resp.GetTtl() == nil && !resp.GetGone() {
+			continue
+		}
+		ks.mu.Lock()
+		m := ks.members[resp.GetSessionId()]
+		ks.mu.Unlock()
+		if m == nil {
+			continue // its session left the stream
+		}
+		select {
+		case m.acks <- resp:
+		default: // an answer nobody waits for
+		}
+	}
+}
+
+// send sends req on the stream. It fails with why the stream broke.
+func (ks *kaStream) send(req *coorddv1.KeepAliveStreamRequest) error {
+	req.Shared = true
+	ks.sendMu.Lock()
+	err := ks.st.Send(req)
+	ks.sendMu.Unlock()
+	if errors.Is(err, io.EOF) {
+		// On a broken stream Send says only io.EOF; the receiver gets the
+		// status from Recv.
+		<-ks.done
+		return ks.cause()
+	}
+	if err != nil {
+		ks.fail(err)
+	}
+	return err
+}
+
+// fail breaks the stream for every session on it (the first reason
+// wins); a session that found its member silent or slow gives it up for
+// all of them. A stream that broke for a reason other than going idle
+// makes the client avoid its member for a while (Client.avoid).
+func (ks *kaStream) fail(err error) {
+	ks.mu.Lock()
+	first := ks.err == nil
+	if first {
+		ks.err = err
+		close(ks.done)
+	}
+	ks.mu.Unlock()
+	if !first {
+		return
+	}
+	ks.cancel()
+	if !errors.Is(err, errStreamIdle) && ks.k.c.ctx.Err() == nil && ks.addr != "" {
+		ks.k.c.avoid(ks.addr, errors.Is(err, errSilent))
+	}
+}
+
+// broken reports whether the stream failed.
+func (ks *kaStream) broken() bool {
+	select {
+	case <-ks.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// cause is why the stream broke (after done is closed).
+func (ks *kaStream) cause() error {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.err
+}
+
+// leave takes m off the stream; the last session to leave closes it.
+func (ks *kaStream) leave(m *kaMember) {
+	k := ks.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	ks.mu.Lock()
+	if ks.members[m.s.id] == m {
+		delete(ks.members, m.s.id)
+	}
+	idle := len(ks.members) == 0
+	ks.mu.Unlock()
+	if idle {
+		ks.fail(errStreamIdle)
+		if k.cur == ks {
+			k.cur = nil
+		}
+	}
+}
+
+// shutdown breaks the current stream and waits for every stream's
+// receiver (Client.Close, once no session uses them).
+func (k *keepAlives) shutdown() {
+	k.mu.Lock()
+	ks := k.cur
+	k.cur = nil
+	k.mu.Unlock()
+	if ks != nil {
+		ks.fail(errStreamIdle)
+	}
+	k.receivers.Wait()
+}
