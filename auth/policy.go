@@ -29,6 +29,7 @@ const (
 	ConfigWrite      Action = "config.write"      // put, delete, publish (namespace)
 	ConfigAdmin      Action = "config.admin"      // schema, rollback (namespace)
 	KVFenced         Action = "kv.fenced"         // fenced put, delete, validate (key)
+	KVRead           Action = "kv.read"           // get, list, watch the fenced KV (key)
 	ClusterRead      Action = "cluster.read"      // status, members, alarms
 	ClusterAdmin     Action = "cluster.admin"     // snapshot, members, defrag, disarm
 )
@@ -50,7 +51,7 @@ var Actions = map[Action]Kind{
 	Session: None, LockAcquire: Lock, LockRelease: Lock, LockDescribe: Lock,
 	ElectionCampaign: Election, ElectionObserve: Election,
 	ConfigRead: Namespace, ConfigWrite: Namespace, ConfigAdmin: Namespace,
-	KVFenced: Key, ClusterRead: None, ClusterAdmin: None,
+	KVFenced: Key, KVRead: Key, ClusterRead: None, ClusterAdmin: None,
 }
 
 // Resource is what an action is about: a kind and a name (or a name

@@ -68,6 +68,7 @@ type Client struct {
 	elections  coorddv1.ElectionServiceClient
 	config     coorddv1.ConfigServiceClient
 	cluster    coorddv1.ClusterServiceClient
+	kv         coorddv1.KVServiceClient
 	mux        *watchMux   // carries the config subscriptions
 	keepAlives *keepAlives // carries the sessions' keep-alives
 	views      viewCache   // namespace views shared by the subscriptions
@@ -204,6 +205,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c.elections = coorddv1.NewElectionServiceClient(conn)
 	c.config = coorddv1.NewConfigServiceClient(conn)
 	c.cluster = coorddv1.NewClusterServiceClient(conn)
+	c.kv = coorddv1.NewKVServiceClient(conn)
 	// The client outlives New's ctx; Close ends what runs under c.ctx.
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.moved, c.movedEnded = context.WithCancel(c.ctx)

@@ -16,6 +16,7 @@ import (
 	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
+	"github.com/coordd/coordd/kv"
 	"github.com/coordd/coordd/session"
 )
 
@@ -45,7 +46,7 @@ const (
 	MaxRequestIDBytes = names.MaxRequestID
 	MaxMetadataBytes  = 1024
 	MaxLimit          = 1024
-	MaxKeyBytes       = 512
+	MaxKeyBytes       = kv.MaxKeyBytes
 	MaxValueBytes     = 512 << 10
 	MaxLockDelay      = time.Minute
 )

@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/coordd/coordd/internal/names"
+	"github.com/coordd/coordd/kv"
 )
 
 func validateName(name string) error {
@@ -54,19 +55,8 @@ func validateRequestID(id string) error {
 
 // validateKey accepts 1 to MaxKeyBytes of UTF-8 without control characters.
 func validateKey(key string) error {
-	if key == "" {
-		return fmt.Errorf("%w: key is required", ErrInvalid)
-	}
-	if len(key) > MaxKeyBytes {
-		return fmt.Errorf("%w: key is %d bytes, at most %d are allowed", ErrInvalid, len(key), MaxKeyBytes)
-	}
-	if !utf8.ValidString(key) {
-		return fmt.Errorf("%w: key is not valid UTF-8", ErrInvalid)
-	}
-	for _, r := range key {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%w: key contains a control character", ErrInvalid)
-		}
+	if err := kv.CheckKey(key); err != nil {
+		return fmt.Errorf("%w: %s", ErrInvalid, err.Error())
 	}
 	return nil
 }

@@ -256,6 +256,17 @@ func TestJSONOutputIsRESTs(t *testing.T) {
 		t.Errorf("lock status holders = %v, want the token %v", st["holders"], g["token"])
 	}
 	check(ref("v1DescribeLockResponse"), "lock", "status", "nobody/holds/this")
+	fence := []string{"--lock", "jobs/nightly", "--token", g["token"].(string)}
+	w := check(ref("v1FencedPutResponse"), append([]string{"kv", "put", "jobs/owner", "host-1"}, fence...)...)
+	has(check(ref("v1GetKVResponse"), "kv", "get", "jobs/owner"), "kv get", "kv", "revision")
+	if out := must(t, ep, "kv", "get", "jobs/owner"); out != "host-1\n" {
+		t.Errorf("kv get = %q, want the value", out)
+	}
+	check(arrayOf(ref("v1KeyValue")), "kv", "list", "jobs/")
+	check(ref("v1KVEvent"), "kv", "watch", "jobs/", "--from", w["revision"].(string), "--count", "1")
+	check(ref("v1FencedDeleteResponse"), append([]string{"kv", "delete", "jobs/owner"}, fence...)...)
+	exits(t, exitNotFound, ep, "kv", "get", "jobs/owner")
+	exits(t, exitUsage, ep, "kv", "put", "jobs/owner", "x", "--lock", "jobs/nightly")
 	if out := must(t, ep, "lock", "list", "nothing/", "-o", "json"); strings.TrimSpace(out) != "[]" {
 		t.Errorf("lock list of nothing = %q, want []", out)
 	}

@@ -113,6 +113,7 @@ const (
 	electionSvc = "/coordd.v1.ElectionService/"
 	configSvc   = "/coordd.v1.ConfigService/"
 	clusterSvc  = "/coordd.v1.ClusterService/"
+	kvSvc       = "/coordd.v1.KVService/"
 )
 
 func rule(a auth.Action, names func(any) []auth.Resource, owned ...func(any) ownedRef) rpcRule {
@@ -163,6 +164,10 @@ var rpcTable = map[string]rpcRule{
 	// log, say) is not a capability.
 	lockSvc + "FencedPut":    rule(auth.KVFenced, named(auth.Key, (*coorddv1.FencedPutRequest).GetKey), byFence[*coorddv1.FencedPutRequest]),
 	lockSvc + "FencedDelete": rule(auth.KVFenced, named(auth.Key, (*coorddv1.FencedDeleteRequest).GetKey), byFence[*coorddv1.FencedDeleteRequest]),
+
+	kvSvc + "GetKV":   rule(auth.KVRead, named(auth.Key, (*coorddv1.GetKVRequest).GetKey)),
+	kvSvc + "ListKV":  rule(auth.KVRead, listed(auth.Key, (*coorddv1.ListKVRequest).GetPrefix)),
+	kvSvc + "WatchKV": rule(auth.KVRead, listed(auth.Key, (*coorddv1.WatchKVRequest).GetPrefix)),
 
 	electionSvc + "Campaign": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.CampaignRequest).GetName), bySession((*coorddv1.CampaignRequest).GetSessionId)),
 	electionSvc + "Proclaim": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.ProclaimRequest).GetName), func(msg any) ownedRef {

@@ -44,6 +44,7 @@ import (
 	"github.com/coordd/coordd/internal/api"
 	"github.com/coordd/coordd/internal/gateway"
 	"github.com/coordd/coordd/internal/groupcommit"
+	"github.com/coordd/coordd/kv"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
@@ -286,7 +287,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Endpoint: statusEndpoint, Local: local, KeyRoot: cfg.KeyRoot, Version: cfg.Version, HealthInterval: cfg.HealthInterval,
 	})
 	clusterSvc := api.NewClusterServer(clusterMgr, cfg.Version)
+	kvSvc := api.NewKVServer(d.stopped, kv.NewStore(d.cli, cfg.KeyRoot))
 	for _, srv := range servers {
+		coorddv1.RegisterKVServiceServer(srv, kvSvc)
 		coorddv1.RegisterConfigServiceServer(srv, configSvc)
 		coorddv1.RegisterClusterServiceServer(srv, clusterSvc)
 	}

@@ -77,6 +77,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		coorddv1.RegisterElectionServiceHandler,
 		coorddv1.RegisterConfigServiceHandler,
 		coorddv1.RegisterClusterServiceHandler,
+		coorddv1.RegisterKVServiceHandler,
 	} {
 		if err := register(ctx, gw, opts.Conn); err != nil {
 			return nil, err

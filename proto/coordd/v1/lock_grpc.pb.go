@@ -35,7 +35,8 @@ const (
 //
 // LockService hands out locks and semaphores. Every grant carries a fencing
 // token: an etcd revision, strictly increasing from grant to grant of one
-// lock and unique across the cluster.
+// lock (grants of different locks may share one: a member commits
+// concurrent changes of different locks in one etcd transaction).
 //
 // Guarantees: lock state is linearizable; at most `limit` sessions hold a
 // lock at any revision; grants follow queue order (FIFO). A lock is held
@@ -168,7 +169,8 @@ func (c *lockServiceClient) FencedDelete(ctx context.Context, in *FencedDeleteRe
 //
 // LockService hands out locks and semaphores. Every grant carries a fencing
 // token: an etcd revision, strictly increasing from grant to grant of one
-// lock and unique across the cluster.
+// lock (grants of different locks may share one: a member commits
+// concurrent changes of different locks in one etcd transaction).
 //
 // Guarantees: lock state is linearizable; at most `limit` sessions hold a
 // lock at any revision; grants follow queue order (FIFO). A lock is held

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/coordd/coordd/clientlib"
+)
+
+// keyValueJSON is KeyValue as the REST API writes it (value in base64, as
+// protojson writes bytes).
+type keyValueJSON struct {
+	Key            string `json:"key"`
+	Value          []byte `json:"value"`
+	CreateRevision string `json:"createRevision"`
+	ModRevision    string `json:"modRevision"`
+	Version        string `json:"version"`
+}
+
+func keyValueOut(kv clientlib.KeyValue) keyValueJSON {
+	return keyValueJSON{Key: kv.Key, Value: kv.Value, CreateRevision: i64(kv.CreateRevision), ModRevision: i64(kv.ModRevision), Version: i64(kv.Version)}
+}
+
+type kvEventJSON struct {
+	Type string       `json:"type"`
+	KV   keyValueJSON `json:"kv"`
+}
+
+type getKVJSON struct {
+	KV       keyValueJSON `json:"kv"`
+	Revision string       `json:"revision"`
+}
+
+// kvWriteJSON is FencedPutResponse and FencedDeleteResponse.
+type kvWriteJSON struct {
+	Revision string `json:"revision"`
+}
+
+func (a *app) kvCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "kv", Short: "Read coordd's fenced KV; write it under a lock's token or a leadership term"}
+
+	var rev int64
+	get := &cobra.Command{
+		Use:   "get KEY",
+		Short: "Print a key's value (exit 3 if there is no such key)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				kv, at, err := c.KV().Get(ctx, args[0], rev)
+				if err != nil {
+					return err
+				}
+				if a.output == "json" {
+					return a.print(getKVJSON{KV: keyValueOut(kv), Revision: i64(at)}, nil)
+				}
+				_, err = a.stdout.Write(append(kv.Value, '\n'))
+				return err
+			})
+		},
+	}
+	get.Flags().Int64Var(&rev, "revision", 0, "read the key as it was at this revision")
+
+	var keysOnly bool
+	list := &cobra.Command{
+		Use:   "list [PREFIX]",
+		Short: "List the keys under a prefix with their revisions and values, one snapshot",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				var all []clientlib.KeyValue
+				o := clientlib.ListOptions{PageSize: 1000, Revision: rev, KeysOnly: keysOnly}
+				for {
+					p, err := c.KV().List(ctx, prefix, o)
+					if err != nil {
+						return err
+					}
+					all = append(all, p.KVs...)
+					if p.Next == "" {
+						break
+					}
+					o.PageToken, o.Revision = p.Next, p.Revision // the same snapshot
+				}
+				out := make([]keyValueJSON, 0, len(all))
+				for _, kv := range all {
+					out = append(out, keyValueOut(kv))
+				}
+				return a.print(out, func(w *bytes.Buffer) {
+					fmt.Fprintln(w, "KEY\tMOD-REVISION\tVERSION\tVALUE")
+					for _, kv := range all {
+						fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", kv.Key, kv.ModRevision, kv.Version, printable(kv.Value))
+					}
+				})
+			})
+		},
+	}
+	list.Flags().Int64Var(&rev, "revision", 0, "list the keys as they were at this revision")
+	list.Flags().BoolVar(&keysOnly, "keys-only", false, "leave values out")
+
+	var from int64
+	var count int
+	watch := &cobra.Command{
+		Use:   "watch [PREFIX]",
+		Short: "Follow the changes under a prefix: one line per change, until interrupted (or --count changes)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			prefix := ""
+			if len(args) == 1 {
+				prefix = args[0]
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			w := c.KV().Watch(ctx, prefix, from)
+			n := 0
+			for ev := range w.Events() {
+				typ, text := "KV_EVENT_TYPE_PUT", fmt.Sprintf("%d PUT %s %s", ev.KV.ModRevision, ev.KV.Key, printable(ev.KV.Value))
+				if ev.Deleted {
+					typ, text = "KV_EVENT_TYPE_DELETE", fmt.Sprintf("%d DELETE %s", ev.KV.ModRevision, ev.KV.Key)
+				}
+				if err := a.printLine(kvEventJSON{Type: typ, KV: keyValueOut(ev.KV)}, text); err != nil {
+					return err
+				}
+				if n++; count > 0 && n >= count {
+					return nil
+				}
+			}
+			if err := w.Err(); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		},
+	}
+	watch.Flags().Int64Var(&from, "from", 0, "start at this revision (the last seen + 1); 0: changes from now on")
+	watch.Flags().IntVar(&count, "count", 0, "stop after this many changes")
+
+	var f clientlib.Fence
+	var token string
+	fenced := func(c *cobra.Command) {
+		c.Flags().StringVar(&f.Lock, "lock", "", "the lock whose grant fences the write")
+		c.Flags().StringVar(&f.Election, "election", "", "the election whose leadership fences the write (instead of --lock)")
+		c.Flags().StringVar(&token, "token", "", "the grant's fencing token, or the leader's term (required)")
+	}
+	fence := func() (clientlib.Fence, error) {
+		if (f.Lock == "") == (f.Election == "") {
+			return f, usagef("give exactly one of --lock and --election")
+		}
+		if token == "" {
+			return f, usagef("--token is required: the grant's token (coordctl lock acquire) or the leader's term")
+		}
+		t, err := parseToken(token)
+		f.Token = t
+		return f, err
+	}
+	put := &cobra.Command{
+		Use:   "put KEY VALUE --lock NAME --token N",
+		Short: "Write a key, only if the token still holds the lock (or leads the election); VALUE - reads stdin",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := fence()
+			if err != nil {
+				return err
+			}
+			value := []byte(args[1])
+			if args[1] == "-" {
+				if value, err = io.ReadAll(a.stdin); err != nil {
+					return err
+				}
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				rev, err := c.Admin().FencedPut(ctx, f, args[0], value)
+				if err != nil {
+					return err
+				}
+				return a.printLine(kvWriteJSON{Revision: i64(rev)}, fmt.Sprintf("written at revision %d", rev))
+			})
+		},
+	}
+	fenced(put)
+	del := &cobra.Command{
+		Use:   "delete KEY --lock NAME --token N",
+		Short: "Delete a key, only if the token still holds the lock (or leads the election)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := fence()
+			if err != nil {
+				return err
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				rev, err := c.Admin().FencedDelete(ctx, f, args[0])
+				if err != nil {
+					return err
+				}
+				return a.printLine(kvWriteJSON{Revision: i64(rev)}, fmt.Sprintf("deleted at revision %d", rev))
+			})
+		},
+	}
+	fenced(del)
+	cmd.AddCommand(get, list, watch, put, del)
+	return cmd
+}
+
+// printable is a value for a table: as is when it is printable UTF-8, else
+// its size.
+func printable(v []byte) string {
+	for _, r := range string(v) {
+		if r < 0x20 || r == 0x7f || r == 0xfffd {
+			return fmt.Sprintf("(%d bytes)", len(v))
+		}
+	}
+	return string(v)
+}
