@@ -47,7 +47,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	if err := validateRequest(&req); err != nil {
 		return Grant{}, err
 	}
-	e, holders, delay, err := m.enqueue(ctx, req, !wait && req.Limit == 1)
+	e, holders, delay, err := m.enqueue(ctx, req, !wait && req.Limit == 1 && !req.Read)
 	if errors.Is(err, errNotEnqueued) {
 		if lim, ok := limitOf(holders); ok && lim != req.Limit {
 			return Grant{}, fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit)
@@ -57,7 +57,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	if err != nil {
 		return Grant{}, err
 	}
-	g := Grant{Name: req.Name, Token: fencing.Token(e.rev), Key: e.key, Session: req.Session, RequestID: req.RequestID}
+	g := Grant{Name: req.Name, Token: fencing.Token(e.rev), Key: e.key, Session: req.Session, RequestID: req.RequestID, Read: req.Read}
 	fail := func(err error) (Grant, error) {
 		m.dequeue(ctx, e)
 		return Grant{}, err
@@ -86,13 +86,18 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	}
 	// A mutex already held by this same session under another request
 	// would make this waiter wait for itself forever.
+	// So would a reader queued behind a writer that waits for this
+	// session's own read grant.
 	own := m.queue(req.Name) + fmt.Sprintf("%016x/", uint64(req.Session))
-	if req.Limit == 1 && len(holders) > 0 && strings.HasPrefix(string(holders[0].Key), own) {
+	if i := slices.IndexFunc(holders, func(kv *mvccpb.KeyValue) bool { return strings.HasPrefix(string(kv.Key), own) }); req.Limit == 1 && i >= 0 {
 		return fail(fmt.Errorf("%w by this same session under request %[3]s: waiting for %[2]q would wait for itself forever; release it first",
-			ErrHeld, req.Name, strings.TrimPrefix(string(holders[0].Key), own)))
+			ErrHeld, req.Name, strings.TrimPrefix(string(holders[i].Key), own)))
 	}
 
 	t := queue.NewTurn(m.queue(req.Name), e.key, e.rev, req.Limit, holders)
+	if req.Read {
+		t.Blocks = isWriter // readers ahead share the lock with this one
+	}
 	rev, err := queue.Wait(ctx, m.cli, m.dels, t)
 	if errors.Is(err, queue.ErrEntryGone) {
 		err = fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
@@ -110,6 +115,25 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	return g, nil
 }
 
+// headsToRead is how many entries at a queue's head tell whom req's lock
+// is granted to: its limit, or for a reader the whole queue (the readers
+// before the first writer hold it together).
+func headsToRead(req Request) int {
+	if req.Read {
+		return 0 // no limit
+	}
+	return req.Limit
+}
+
+// heldOf returns the entries of heads (read with headsToRead) that hold the
+// lock.
+func heldOf(req Request, heads []*mvccpb.KeyValue) []*mvccpb.KeyValue {
+	if !req.Read {
+		return heads
+	}
+	return heads[:granted(heads, 1)]
+}
+
 // errNotEnqueued: a mutex try-lock found the queue busy and wrote nothing.
 var errNotEnqueued = errors.New("lock: not enqueued")
 
@@ -124,7 +148,7 @@ var errNotEnqueued = errors.New("lock: not enqueued")
 func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (entry, []*mvccpb.KeyValue, delayState, error) {
 	q := m.queue(req.Name)
 	e := entry{key: m.waiterKey(req.Name, req.Session, req.RequestID)}
-	e.w = waiter{Attempt: names.NewRequestID(), Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC()}
+	e.w = waiter{Attempt: names.NewRequestID(), Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC(), Read: req.Read}
 	if req.LockDelay > 0 {
 		e.w.LockDelay = req.LockDelay.String()
 	}
@@ -133,7 +157,7 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 		return entry{}, nil, delayState{}, err
 	}
 	e.value = string(val)
-	heads := queue.HeadsOp(q, req.Limit)
+	heads := queue.HeadsOp(q, headsToRead(req))
 	delayGet := clientv3.OpGet(m.delayKey(req.Name))
 	heldGet := clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix())
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)}
@@ -156,7 +180,7 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 		queue.RemoveLate(m.cli, &m.bg, e.key, e.value)
 		return entry{}, nil, delayState{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
 	}
-	holders := resp.Responses[1].GetResponseRange().Kvs
+	holders := heldOf(req, resp.Responses[1].GetResponseRange().Kvs)
 	delay := delayState{held: resp.Responses[3].GetResponseRange().Kvs}
 	delay.running, _ = decodeDelay(resp.Responses[2].GetResponseRange().Kvs)
 	if resp.Succeeded {
@@ -281,7 +305,7 @@ func (d delayState) until(now time.Time, holders []*mvccpb.KeyValue) time.Time {
 // come, then settles it.
 func (m *Manager) settleDelayAfterWait(ctx context.Context, req Request, e entry) (time.Duration, error) {
 	resp, err := m.cli.Txn(ctx).Then(
-		queue.HeadsOp(m.queue(req.Name), req.Limit),
+		queue.HeadsOp(m.queue(req.Name), headsToRead(req)),
 		clientv3.OpGet(m.delayKey(req.Name)),
 		clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix()),
 	).Commit()
@@ -290,7 +314,7 @@ func (m *Manager) settleDelayAfterWait(ctx context.Context, req Request, e entry
 	}
 	d := delayState{held: resp.Responses[2].GetResponseRange().Kvs}
 	d.running, _ = decodeDelay(resp.Responses[1].GetResponseRange().Kvs)
-	return m.settleDelay(ctx, req, e, d, resp.Responses[0].GetResponseRange().Kvs)
+	return m.settleDelay(ctx, req, e, d, heldOf(req, resp.Responses[0].GetResponseRange().Kvs))
 }
 
 // settleDelay makes a grant respect lock-delay: it starts a delay for

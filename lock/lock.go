@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -101,6 +102,11 @@ type Request struct {
 	// Release), so a holder that lost its session has time to notice and
 	// stop before anyone else acts. At most MaxLockDelay.
 	LockDelay time.Duration
+	// Read asks for a shared (read) grant of a mutex (Limit 1): readers
+	// hold it together, a writer (any request without Read) alone. The
+	// queue stays FIFO across modes: a reader waits for every writer
+	// queued before it, and a queued writer keeps later readers out.
+	Read bool
 }
 
 // Grant is a held lock.
@@ -113,6 +119,9 @@ type Grant struct {
 	RequestID string
 	// DelayWaited is how long this grant sat out a lock-delay (0 if none).
 	DelayWaited time.Duration
+	// Read marks a shared (read) grant: others may hold read grants at
+	// the same time; fenced writes need a write grant.
+	Read bool
 }
 
 // waiter is the JSON stored in a waiter key.
@@ -127,6 +136,37 @@ type waiter struct {
 	Metadata  string    `json:"metadata,omitempty"`
 	Enqueued  time.Time `json:"enqueued"`
 	Granted   time.Time `json:"granted,omitzero"` // set after a grant that had to wait
+	Read      bool      `json:"read,omitempty"`   // a shared (read) entry
+}
+
+// isReader reports whether a queue entry asks for a read grant.
+func isReader(kv *mvccpb.KeyValue) bool {
+	var w waiter
+	return json.Unmarshal(kv.Value, &w) == nil && w.Read
+}
+
+// isWriter reports whether a queue entry asks for an exclusive grant: it
+// blocks every entry behind it, readers included.
+func isWriter(kv *mvccpb.KeyValue) bool { return !isReader(kv) }
+
+// granted is how many entries at the head of a queue (in queue order) hold
+// the lock: the first limit of a semaphore; of a mutex, a writer alone, or
+// the readers before the first writer.
+func granted(kvs []*mvccpb.KeyValue, limit int) int {
+	if limit > 1 || len(kvs) == 0 {
+		return min(max(limit, 1), len(kvs))
+	}
+	n := 0
+	for _, kv := range kvs {
+		if !isReader(kv) {
+			if n == 0 {
+				return 1 // a writer at the head
+			}
+			break
+		}
+		n++
+	}
+	return n
 }
 
 func (m *Manager) queue(name string) string { return m.locks + escape(name) + "/q/" }
@@ -206,6 +246,7 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 type holderState struct {
 	key     string // the waiter key whose create revision is the token; "" if none
 	granted bool   // the key is among the first limit keys and not inside a lock-delay
+	read    bool   // a shared (read) grant or wait
 }
 
 // holder finds the waiter key that token names and whether it holds the
@@ -224,8 +265,18 @@ func (m *Manager) holder(ctx context.Context, name string, token fencing.Token) 
 	if err := json.Unmarshal(kv.Value, &w); err != nil {
 		return holderState{}, fmt.Errorf("lock: decode %q: %w", kv.Key, err)
 	}
-	// Granted if the key is among the first Limit keys in queue order.
-	h := holderState{key: string(kv.Key), granted: place <= max(w.Limit, 1)}
+	// Granted if the key is among the first Limit keys in queue order; a
+	// reader, if no writer is ahead of it.
+	h := holderState{key: string(kv.Key), granted: place <= max(w.Limit, 1), read: w.Read}
+	if w.Read && !h.granted {
+		// Read after the snapshot: entries only join behind, and writers
+		// ahead only leave, so a reader granted now stays granted.
+		ahead, err := m.cli.Get(ctx, m.queue(name), clientv3.WithPrefix(), clientv3.WithMaxCreateRev(int64(token)-1))
+		if err != nil {
+			return holderState{}, fmt.Errorf("lock: read %q: %w", name, err)
+		}
+		h.granted = !slices.ContainsFunc(ahead.Kvs, isWriter)
+	}
 	if d, ok := decodeDelay(extra[0].GetResponseRange().Kvs); ok && d.Token == int64(token) && m.now().Before(d.Until) {
 		h.granted = false // still sitting out a lock-delay
 	}
@@ -267,6 +318,12 @@ func (m *Manager) ValidateFence(ctx context.Context, name string, token fencing.
 // holding it until its waiter key is deleted (keys ahead of it can only go
 // away), so the comparison is on the key's create revision alone.
 func (m *Manager) Holding(ctx context.Context, name string, token fencing.Token) (clientv3.Cmp, error) {
+	return m.holding(ctx, name, token, false)
+}
+
+// holding is Holding; with write set, a read grant is refused
+// (ErrNotHolder): fenced writes under a lock need a write grant.
+func (m *Manager) holding(ctx context.Context, name string, token fencing.Token, write bool) (clientv3.Cmp, error) {
 	if err := validateName(name); err != nil {
 		return clientv3.Cmp{}, err
 	}
@@ -279,6 +336,9 @@ func (m *Manager) Holding(ctx context.Context, name string, token fencing.Token)
 	}
 	if !h.granted {
 		return clientv3.Cmp{}, fmt.Errorf("%w: token %d does not hold lock %q", ErrStaleToken, token, name)
+	}
+	if write && h.read {
+		return clientv3.Cmp{}, fmt.Errorf("%w: token %d is a read grant of lock %q; a fenced write needs a write grant", ErrNotHolder, token, name)
 	}
 	return clientv3.Compare(clientv3.CreateRevision(h.key), "=", int64(token)), nil
 }
@@ -307,7 +367,13 @@ func (m *Manager) FencedDelete(ctx context.Context, f Fence, name string, token 
 }
 
 func (m *Manager) fenced(ctx context.Context, f Fence, name string, token fencing.Token, op clientv3.Op) (int64, error) {
-	cmp, err := f.Holding(ctx, name, token)
+	holding := f.Holding
+	if f == Fence(m) {
+		holding = func(ctx context.Context, name string, token fencing.Token) (clientv3.Cmp, error) {
+			return m.holding(ctx, name, token, true)
+		}
+	}
+	cmp, err := holding(ctx, name, token)
 	if err != nil {
 		return 0, err
 	}
@@ -333,6 +399,7 @@ type Entry struct {
 	// Since is when a holder was granted: its enqueue time if it was
 	// granted at once, else when its wait ended. Zero for waiters.
 	Since time.Time
+	Read  bool // a shared (read) grant or wait
 }
 
 // Description is a lock's state at one revision.
@@ -370,13 +437,14 @@ func (m *Manager) Describe(ctx context.Context, name string) (Description, error
 	if dl, ok := decodeDelay(tresp.Responses[1].GetResponseRange().Kvs); ok && m.now().Before(dl.Until) {
 		d.DelayedUntil, delayed = dl.Until, dl.Token
 	}
+	held := granted(kvs, d.Limit)
 	for i, kv := range kvs {
 		var w waiter
 		if err := json.Unmarshal(kv.Value, &w); err != nil {
 			return Description{}, fmt.Errorf("lock: decode %q: %w", kv.Key, err)
 		}
-		e := Entry{Session: session.ID(kv.Lease), RequestID: w.RequestID, Metadata: w.Metadata, Token: fencing.Token(kv.CreateRevision), Enqueued: w.Enqueued}
-		if i < d.Limit && kv.CreateRevision != delayed {
+		e := Entry{Session: session.ID(kv.Lease), RequestID: w.RequestID, Metadata: w.Metadata, Token: fencing.Token(kv.CreateRevision), Enqueued: w.Enqueued, Read: w.Read}
+		if i < held && kv.CreateRevision != delayed {
 			e.Since = w.Enqueued
 			if !w.Granted.IsZero() {
 				e.Since = w.Granted

@@ -28,6 +28,9 @@ func validateRequest(req *Request) error {
 	if req.Limit < 0 || req.Limit > MaxLimit {
 		return fmt.Errorf("%w: limit %d is outside 1..%d", ErrInvalid, req.Limit, MaxLimit)
 	}
+	if req.Read && req.Limit != 1 {
+		return fmt.Errorf("%w: read grants are for locks of limit 1 (a read/write lock), not semaphores (limit %d)", ErrInvalid, req.Limit)
+	}
 	if req.RequestID == "" {
 		req.RequestID = names.NewRequestID()
 	}

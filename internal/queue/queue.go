@@ -39,6 +39,9 @@ type Turn struct {
 	// Gone lists the granted entries ahead of this one that went away
 	// while it waited, in the order seen (for lock-delay and the like).
 	Gone []Gone
+	// Blocks, when set, says which entries ahead hold this one back (a
+	// reader waits only for writers); nil: every entry ahead does.
+	Blocks func(*mvccpb.KeyValue) bool
 }
 
 // Gone is a granted entry that went away at Rev (0 if the exact revision
@@ -61,7 +64,8 @@ func NewTurn(prefix, key string, rev int64, limit int, heads []*mvccpb.KeyValue)
 	return t
 }
 
-// Wait blocks until fewer than limit entries are ahead of t's entry and
+// Wait blocks until fewer than limit entries (of those t.Blocks counts)
+// are ahead of t's entry and
 // returns the revision at which that became true. It fails with
 // ErrEntryGone as soon as the entry itself goes away (its session ended),
 // and with ctx's error when ctx ends. Deletions come from w, the member's
@@ -101,6 +105,9 @@ func waitTurn(ctx context.Context, cli *clientv3.Client, d *grantwatch.Feed, t *
 		if string(kv.Key) == t.key && kv.CreateRevision == t.rev {
 			mine = true
 			continue
+		}
+		if t.Blocks != nil && !t.Blocks(kv) {
+			continue // ahead, but does not hold this entry back
 		}
 		ahead[string(kv.Key)] = kv
 		order = append(order, kv)
@@ -299,8 +306,8 @@ func (b *Background) Close() {
 	b.wg.Wait()
 }
 
-// HeadsOp reads the first n entries of the queue under prefix, in queue
-// order.
+// HeadsOp reads the first n entries of the queue under prefix (all of them
+// for n = 0), in queue order.
 func HeadsOp(prefix string, n int) clientv3.Op {
 	return clientv3.OpGet(prefix, clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(n)))
