@@ -49,6 +49,7 @@ type LockGrant struct {
 	SessionID string
 	RequestID string
 	Revision  int64
+	Read      bool // a read grant (Shared)
 }
 
 // Acquire takes a lock for the session sessionID (which the caller keeps
@@ -74,7 +75,7 @@ func (a *Admin) acquire(ctx context.Context, sessionID, name string, wait bool, 
 	if err != nil {
 		return LockGrant{}, convert(ctx, err)
 	}
-	return LockGrant{Name: g.GetName(), Token: fencing.Token(g.GetToken()), SessionID: g.GetSessionId(), RequestID: g.GetRequestId(), Revision: g.GetRevision()}, nil
+	return LockGrant{Name: g.GetName(), Token: fencing.Token(g.GetToken()), SessionID: g.GetSessionId(), RequestID: g.GetRequestId(), Revision: g.GetRevision(), Read: g.GetRead()}, nil
 }
 
 // Release gives up the grant that token names; ErrNotHolder if it holds
@@ -212,6 +213,7 @@ type LockEntry struct {
 	Token     fencing.Token
 	Enqueued  time.Time
 	Granted   time.Time // zero for waiters
+	Read      bool      // a read grant or wait of a read/write lock
 }
 
 // LockState is a lock's holders and waiters at one revision.
@@ -237,7 +239,7 @@ func (a *Admin) DescribeLock(ctx context.Context, name string) (LockState, error
 		st.DelayedUntil = resp.GetDelayedUntil().AsTime()
 	}
 	entry := func(e *coorddv1.LockEntry) LockEntry {
-		le := LockEntry{SessionID: e.GetSessionId(), Owner: e.GetOwner(), Hostname: e.GetHostname(), RequestID: e.GetRequestId(), Metadata: e.GetMetadata(), Token: fencing.Token(e.GetToken()), Enqueued: e.GetEnqueueTime().AsTime()}
+		le := LockEntry{SessionID: e.GetSessionId(), Owner: e.GetOwner(), Hostname: e.GetHostname(), RequestID: e.GetRequestId(), Metadata: e.GetMetadata(), Token: fencing.Token(e.GetToken()), Enqueued: e.GetEnqueueTime().AsTime(), Read: e.GetRead()}
 		if e.GetGrantTime() != nil {
 			le.Granted = e.GetGrantTime().AsTime()
 		}

@@ -22,7 +22,15 @@ type lockOptions struct {
 	requestID string
 	metadata  string
 	lockDelay time.Duration
+	read      bool
 }
+
+// Shared asks for a read grant of a read/write lock: read grants are held
+// together, a write grant (any acquisition without Shared) alone. The queue
+// is FIFO across modes: a reader waits for the writers queued before it,
+// and a queued writer keeps later readers out. Only for mutexes (no
+// WithLimit). RLock and WithRLock use it.
+func Shared() LockOption { return func(o *lockOptions) { o.read = true } }
 
 // WithLimit makes the lock a semaphore that n sessions may hold at once.
 // Every user of one lock must give the same n. Defaults to 1 (a mutex).
@@ -51,6 +59,7 @@ type Lock struct {
 	name      string
 	token     fencing.Token
 	requestID string
+	read      bool
 }
 
 // ErrLockReleased is the cause of a lock's Context after Release.
@@ -64,6 +73,13 @@ var ErrLockReleased = errors.New("coordd: lock released")
 // lock twice.
 func (s *Session) Lock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return s.lock(ctx, name, true, opts)
+}
+
+// RLock acquires a read grant of the named read/write lock, held together
+// with other read grants and never with a write grant (Lock): as Lock with
+// Shared.
+func (s *Session) RLock(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return s.lock(ctx, name, true, append(opts, Shared()))
 }
 
 // TryLock acquires the named lock only if it is free now; otherwise it
@@ -96,7 +112,7 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 		return nil, err
 	}
 
-	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId()}
+	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId(), read: grant.GetRead()}
 	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: name, Token: grant.GetToken(), RequestId: grant.GetRequestId()},
 		fmt.Errorf("%w: the server reports lock %q (token %d) released: by a Release from elsewhere (coordctl, an admin, another client with the token) or because its session was closed", ErrNotHolder, name, grant.GetToken()))
 	if s.Err() != nil {
@@ -112,6 +128,10 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 
 // Name is the lock's name.
 func (l *Lock) Name() string { return l.name }
+
+// Read reports a read grant (RLock, Shared): others may hold read grants
+// at the same time; fenced writes (Put, Delete) need a write grant.
+func (l *Lock) Read() bool { return l.read }
 
 // Token is the grant's fencing token: pass it with every access to the
 // protected resource.
@@ -176,6 +196,12 @@ func WithLock(ctx context.Context, s *Session, name string, fn func(ctx context.
 	return fn(fctx, l)
 }
 
+// WithRLock runs fn while holding a read grant of the named read/write
+// lock, as WithLock does with a write grant.
+func WithRLock(ctx context.Context, s *Session, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	return WithLock(ctx, s, name, fn, append(opts, Shared())...)
+}
+
 // acquire sends one Acquire (wait) or TryAcquire call.
 func (c *Client) acquire(ctx context.Context, sessionID, name string, wait bool, o lockOptions) (*coorddv1.LockGrant, error) {
 	var delay *durationpb.Duration
@@ -183,10 +209,10 @@ func (c *Client) acquire(ctx context.Context, sessionID, name string, wait bool,
 		delay = durationpb.New(o.lockDelay)
 	}
 	if wait {
-		resp, err := c.locks.Acquire(ctx, &coorddv1.AcquireRequest{Name: name, SessionId: sessionID, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
+		resp, err := c.locks.Acquire(ctx, &coorddv1.AcquireRequest{Name: name, SessionId: sessionID, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay, Read: o.read})
 		return resp.GetGrant(), err
 	}
-	resp, err := c.locks.TryAcquire(ctx, &coorddv1.TryAcquireRequest{Name: name, SessionId: sessionID, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay})
+	resp, err := c.locks.TryAcquire(ctx, &coorddv1.TryAcquireRequest{Name: name, SessionId: sessionID, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay, Read: o.read})
 	return resp.GetGrant(), err
 }
 

@@ -520,7 +520,7 @@ type Counts struct {
 // serializable read: it may trail the cluster by a moment). It reads every
 // candidate: for metrics, not for a request path.
 func (m *Manager) Count(ctx context.Context) (Counts, error) {
-	st, err := queue.Count(ctx, m.cli, m.root, func([]byte) int { return 1 })
+	st, err := queue.Count(ctx, m.cli, m.root, func([]*mvccpb.KeyValue) int { return 1 })
 	if err != nil {
 		return Counts{}, fmt.Errorf("election: count: %w", err)
 	}

@@ -500,12 +500,9 @@ type Counts struct {
 // serializable read: it may trail the cluster by a moment). It reads every
 // queue entry: for metrics, not for a request path.
 func (m *Manager) Count(ctx context.Context) (Counts, error) {
-	st, err := queue.Count(ctx, m.cli, m.locks, func(v []byte) int {
-		var w waiter
-		if json.Unmarshal(v, &w) != nil {
-			return 1
-		}
-		return w.Limit
+	st, err := queue.Count(ctx, m.cli, m.locks, func(entries []*mvccpb.KeyValue) int {
+		limit, _ := limitOf(entries)
+		return granted(entries, limit)
 	})
 	if err != nil {
 		return Counts{}, fmt.Errorf("lock: count: %w", err)

@@ -56,6 +56,9 @@ func TestReadersShareWritersWaitInOrder(t *testing.T) {
 	if len(d.Holders) != 2 || !d.Holders[0].Read || !d.Holders[1].Read || d.Waiters[0].Read || !d.Waiters[1].Read {
 		t.Fatalf("describe: holders %+v, waiters %+v; want two readers holding, a writer then a reader waiting", d.Holders, d.Waiters)
 	}
+	if n, err := e.m.Count(ctx); err != nil || n != (lock.Counts{Locks: 1, Holders: 2, Waiters: 2}) {
+		t.Fatalf("Count = %+v, %v; want 1 lock, 2 holders (the readers), 2 waiters", n, err)
+	}
 	if _, err := e.m.FencedPut(ctx, e.m, "rw", r1.Token, "rw/k", "v"); !errors.Is(err, lock.ErrNotHolder) {
 		t.Fatalf("a fenced write with a read grant: %v, want ErrNotHolder", err)
 	}

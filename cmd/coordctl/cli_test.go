@@ -256,6 +256,15 @@ func TestJSONOutputIsRESTs(t *testing.T) {
 		t.Errorf("lock status holders = %v, want the token %v", st["holders"], g["token"])
 	}
 	check(ref("v1DescribeLockResponse"), "lock", "status", "nobody/holds/this")
+	if rg := check(ref("v1LockGrant"), "lock", "acquire", "jobs/rw", "--session", id, "--read"); rg["read"] != true {
+		t.Errorf("lock acquire --read = %v, want a read grant", rg)
+	}
+	if rs := check(ref("v1DescribeLockResponse"), "lock", "status", "jobs/rw"); !strings.Contains(fmt.Sprint(rs["holders"]), "read:true") {
+		t.Errorf("lock status of a read grant = %v", rs)
+	}
+	if out := must(t, ep, "lock", "status", "jobs/rw"); !strings.Contains(out, "holder (read)") {
+		t.Errorf("lock status of a read grant:\n%s", out)
+	}
 	fence := []string{"--lock", "jobs/nightly", "--token", g["token"].(string)}
 	w := check(ref("v1FencedPutResponse"), append([]string{"kv", "put", "jobs/owner", "host-1"}, fence...)...)
 	has(check(ref("v1GetKVResponse"), "kv", "get", "jobs/owner"), "kv get", "kv", "revision")

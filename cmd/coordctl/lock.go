@@ -14,6 +14,15 @@ import (
 	"github.com/coordd/coordd/fencing"
 )
 
+// role names a lock entry's role for lock status: "holder" or "waiter",
+// with "(read)" for a read grant or wait.
+func role(r string, e clientlib.LockEntry) string {
+	if e.Read {
+		return r + " (read)"
+	}
+	return r
+}
+
 func parseToken(s string) (fencing.Token, error) {
 	t, err := fencing.Parse(s)
 	if err != nil {
@@ -37,7 +46,7 @@ func (a *app) lockCommand() *cobra.Command {
 		sessionID, metadata string
 		wait, lockDelay     time.Duration
 		limit               int
-		try                 bool
+		try, read           bool
 	)
 	acquire := &cobra.Command{
 		Use:   "acquire NAME --session ID",
@@ -57,7 +66,11 @@ func (a *app) lockCommand() *cobra.Command {
 			if try {
 				acquire = c.Admin().TryAcquire
 			}
-			g, err := acquire(ctx, sessionID, args[0], clientlib.WithLimit(limit), clientlib.WithMetadata(metadata), clientlib.WithLockDelay(lockDelay))
+			opts := []clientlib.LockOption{clientlib.WithLimit(limit), clientlib.WithMetadata(metadata), clientlib.WithLockDelay(lockDelay)}
+			if read {
+				opts = append(opts, clientlib.Shared())
+			}
+			g, err := acquire(ctx, sessionID, args[0], opts...)
 			if err != nil {
 				return err
 			}
@@ -72,6 +85,7 @@ func (a *app) lockCommand() *cobra.Command {
 	acquire.Flags().IntVarP(&limit, "limit", "n", 1, "holders allowed at once (a semaphore when > 1)")
 	acquire.Flags().StringVar(&metadata, "metadata", "", "note shown by lock status")
 	acquire.Flags().DurationVar(&lockDelay, "lock-delay", 0, "keep the lock from others this long after the session expires")
+	acquire.Flags().BoolVar(&read, "read", false, "take a read grant of a read/write lock: shared with other readers, never with a writer")
 
 	release := &cobra.Command{
 		Use:   "release NAME TOKEN",
@@ -102,10 +116,10 @@ func (a *app) lockCommand() *cobra.Command {
 					}
 					fmt.Fprintln(w, "ROLE\tTOKEN\tSESSION\tOWNER\tHOST\tSINCE\tMETADATA")
 					for _, e := range st.Holders {
-						fmt.Fprintf(w, "holder\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Token, e.SessionID, e.Owner, e.Hostname, ts(e.Granted), e.Metadata)
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role("holder", e), e.Token, e.SessionID, e.Owner, e.Hostname, ts(e.Granted), e.Metadata)
 					}
 					for _, e := range st.Waiters {
-						fmt.Fprintf(w, "waiter\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Token, e.SessionID, e.Owner, e.Hostname, ts(e.Enqueued), e.Metadata)
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role("waiter", e), e.Token, e.SessionID, e.Owner, e.Hostname, ts(e.Enqueued), e.Metadata)
 					}
 				})
 			})
@@ -176,6 +190,7 @@ func (a *app) lockRunCommand() *cobra.Command {
 		rf        runFlags
 		limit     int
 		lockDelay time.Duration
+		read      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run NAME -- COMMAND [ARGS...]",
@@ -201,7 +216,11 @@ passed to the command.`,
 			}
 			name, argv := args[0], args[1:]
 			return a.runHeld(cmd.Context(), rf, argv, "lock run "+name, func(ctx context.Context, sess *clientlib.Session) (*held, error) {
-				l, err := sess.Lock(ctx, name, clientlib.WithLimit(limit), clientlib.WithLockDelay(lockDelay), clientlib.WithMetadata(fmt.Sprintf("pid %d: %v", os.Getpid(), argv)))
+				opts := []clientlib.LockOption{clientlib.WithLimit(limit), clientlib.WithLockDelay(lockDelay), clientlib.WithMetadata(fmt.Sprintf("pid %d: %v", os.Getpid(), argv))}
+				if read {
+					opts = append(opts, clientlib.Shared())
+				}
+				l, err := sess.Lock(ctx, name, opts...)
 				if err != nil {
 					return nil, err
 				}
@@ -216,6 +235,7 @@ passed to the command.`,
 	rf.add(cmd)
 	cmd.Flags().IntVarP(&limit, "limit", "n", 1, "holders allowed at once (a semaphore when > 1)")
 	cmd.Flags().DurationVar(&lockDelay, "lock-delay", 0, "keep the lock from others this long after the session expires")
+	cmd.Flags().BoolVar(&read, "read", false, "hold a read grant of a read/write lock: shared with other readers, never with a writer")
 	return cmd
 }
 

@@ -111,10 +111,11 @@ type grantJSON struct {
 	SessionID string `json:"sessionId"`
 	RequestID string `json:"requestId"`
 	Revision  string `json:"revision"`
+	Read      bool   `json:"read"`
 }
 
 func grantOut(g clientlib.LockGrant) grantJSON {
-	return grantJSON{Name: g.Name, Token: g.Token.String(), SessionID: g.SessionID, RequestID: g.RequestID, Revision: i64(g.Revision)}
+	return grantJSON{Name: g.Name, Token: g.Token.String(), SessionID: g.SessionID, RequestID: g.RequestID, Revision: i64(g.Revision), Read: g.Read}
 }
 
 // lockEntryJSON is REST's LockEntry.
@@ -127,6 +128,7 @@ type lockEntryJSON struct {
 	Owner       string `json:"owner"`
 	Hostname    string `json:"hostname"`
 	GrantTime   string `json:"grantTime,omitempty"`
+	Read        bool   `json:"read"`
 }
 
 // lockStateJSON is REST's DescribeLockResponse.
@@ -144,7 +146,7 @@ func lockStateOut(st clientlib.LockState) lockStateJSON {
 		out := make([]lockEntryJSON, 0, len(es))
 		for _, e := range es {
 			out = append(out, lockEntryJSON{SessionID: e.SessionID, RequestID: e.RequestID, Metadata: e.Metadata, Token: e.Token.String(),
-				EnqueueTime: timestamp(e.Enqueued), Owner: e.Owner, Hostname: e.Hostname, GrantTime: timestamp(e.Granted)})
+				EnqueueTime: timestamp(e.Enqueued), Owner: e.Owner, Hostname: e.Hostname, GrantTime: timestamp(e.Granted), Read: e.Read})
 		}
 		return out
 	}

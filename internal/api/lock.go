@@ -47,12 +47,12 @@ func (s *LockServer) fence(lockName, election string) (lock.Fence, string, error
 }
 
 // lockRequest builds a lock.Request from the fields Acquire and TryAcquire share.
-func lockRequest(name, sessionID string, limit int32, requestID, metadata string, lockDelay *durationpb.Duration) (lock.Request, error) {
+func lockRequest(name, sessionID string, limit int32, requestID, metadata string, lockDelay *durationpb.Duration, read bool) (lock.Request, error) {
 	id, err := session.ParseID(sessionID)
 	if err != nil {
 		return lock.Request{}, err
 	}
-	req := lock.Request{Name: name, Session: id, Limit: int(limit), RequestID: requestID, Metadata: metadata}
+	req := lock.Request{Name: name, Session: id, Limit: int(limit), RequestID: requestID, Metadata: metadata, Read: read}
 	if lockDelay != nil {
 		if err := lockDelay.CheckValid(); err != nil {
 			return lock.Request{}, invalid("lock_delay: " + err.Error())
@@ -64,7 +64,7 @@ func lockRequest(name, sessionID string, limit int32, requestID, metadata string
 
 // Acquire implements LockService.
 func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) (*coorddv1.AcquireResponse, error) {
-	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata(), req.GetLockDelay())
+	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata(), req.GetLockDelay(), req.GetRead())
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) 
 
 // TryAcquire implements LockService.
 func (s *LockServer) TryAcquire(ctx context.Context, req *coorddv1.TryAcquireRequest) (*coorddv1.TryAcquireResponse, error) {
-	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata(), req.GetLockDelay())
+	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata(), req.GetLockDelay(), req.GetRead())
 	if err != nil {
 		return nil, err
 	}
@@ -197,6 +197,7 @@ func grantProto(g lock.Grant) *coorddv1.LockGrant {
 		SessionId: g.Session.String(),
 		RequestId: g.RequestID,
 		Revision:  g.Revision,
+		Read:      g.Read,
 	}
 }
 
@@ -209,6 +210,7 @@ func (s *LockServer) entryProto(ctx context.Context, e lock.Entry) *coorddv1.Loc
 		Metadata:    e.Metadata,
 		Token:       int64(e.Token),
 		EnqueueTime: timestamppb.New(e.Enqueued),
+		Read:        e.Read,
 	}
 	if !e.Since.IsZero() {
 		out.GrantTime = timestamppb.New(e.Since)

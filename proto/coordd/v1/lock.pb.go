@@ -37,7 +37,10 @@ type LockGrant struct {
 	// returns this same grant.
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// revision is the etcd revision at which the grant was observed.
-	Revision      int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// read marks a shared (read) grant: other read grants may be held at the
+	// same time, never a write grant; fenced writes need a write grant.
+	Read          bool `protobuf:"varint,6,opt,name=read,proto3" json:"read,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -107,6 +110,13 @@ func (x *LockGrant) GetRevision() int64 {
 	return 0
 }
 
+func (x *LockGrant) GetRead() bool {
+	if x != nil {
+		return x.Read
+	}
+	return false
+}
+
 // AcquireRequest asks for a lock and waits for it.
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -132,7 +142,12 @@ type AcquireRequest struct {
 	// lock_delay, when set, keeps the lock from the next waiter for this long
 	// after this holder's session expires (not after a clean release): time
 	// for a holder that lost its session to notice and stop. At most 1m.
-	LockDelay     *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,7,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// read asks for a shared (read) grant of a read/write lock (limit 1):
+	// read grants are held together, a write grant (read unset) alone. The
+	// queue is FIFO across modes: a reader waits for the writers queued
+	// before it, and a queued writer keeps later readers out.
+	Read          bool `protobuf:"varint,8,opt,name=read,proto3" json:"read,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +231,13 @@ func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *AcquireRequest) GetRead() bool {
+	if x != nil {
+		return x.Read
+	}
+	return false
+}
+
 // AcquireResponse carries the grant.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -276,7 +298,9 @@ type TryAcquireRequest struct {
 	// metadata: as in AcquireRequest.
 	Metadata string `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	// lock_delay: as in AcquireRequest.
-	LockDelay     *durationpb.Duration `protobuf:"bytes,6,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,6,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// read: as in AcquireRequest.
+	Read          bool `protobuf:"varint,7,opt,name=read,proto3" json:"read,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -351,6 +375,13 @@ func (x *TryAcquireRequest) GetLockDelay() *durationpb.Duration {
 		return x.LockDelay
 	}
 	return nil
+}
+
+func (x *TryAcquireRequest) GetRead() bool {
+	if x != nil {
+		return x.Read
+	}
+	return false
 }
 
 // TryAcquireResponse carries the grant.
@@ -530,7 +561,9 @@ type LockEntry struct {
 	// hostname is the host of the entry's session, as given at its creation.
 	Hostname string `protobuf:"bytes,7,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	// grant_time is when a holder was granted (unset for waiters).
-	GrantTime     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=grant_time,json=grantTime,proto3" json:"grant_time,omitempty"`
+	GrantTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=grant_time,json=grantTime,proto3" json:"grant_time,omitempty"`
+	// read marks a shared (read) grant or wait of a read/write lock.
+	Read          bool `protobuf:"varint,9,opt,name=read,proto3" json:"read,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -619,6 +652,13 @@ func (x *LockEntry) GetGrantTime() *timestamppb.Timestamp {
 		return x.GrantTime
 	}
 	return nil
+}
+
+func (x *LockEntry) GetRead() bool {
+	if x != nil {
+		return x.Read
+	}
+	return false
 }
 
 // DescribeLockRequest names a lock.
@@ -1234,7 +1274,7 @@ var File_coordd_v1_lock_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x14coordd/v1/lock.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x01\n" +
+	"\x14coordd/v1/lock.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x01\n" +
 	"\tLockGrant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12\x1d\n" +
@@ -1242,7 +1282,8 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"\xfd\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\x12\x12\n" +
+	"\x04read\x18\x06 \x01(\bR\x04read\"\x91\x02\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -1253,9 +1294,10 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\bmetadata\x18\x05 \x01(\tR\bmetadata\x12-\n" +
 	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x128\n" +
 	"\n" +
-	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"=\n" +
+	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x12\n" +
+	"\x04read\x18\b \x01(\bR\x04read\"=\n" +
 	"\x0fAcquireResponse\x12*\n" +
-	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\xd1\x01\n" +
+	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\xe5\x01\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -1265,7 +1307,8 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1a\n" +
 	"\bmetadata\x18\x05 \x01(\tR\bmetadata\x128\n" +
 	"\n" +
-	"lock_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\"@\n" +
+	"lock_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x12\n" +
+	"\x04read\x18\a \x01(\bR\x04read\"@\n" +
 	"\x12TryAcquireResponse\x12*\n" +
 	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"x\n" +
 	"\x0eReleaseRequest\x12\x12\n" +
@@ -1275,7 +1318,7 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\"\x11\n" +
-	"\x0fReleaseResponse\"\xa7\x02\n" +
+	"\x0fReleaseResponse\"\xbb\x02\n" +
 	"\tLockEntry\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -1287,7 +1330,8 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x05owner\x18\x06 \x01(\tR\x05owner\x12\x1a\n" +
 	"\bhostname\x18\a \x01(\tR\bhostname\x129\n" +
 	"\n" +
-	"grant_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tgrantTime\")\n" +
+	"grant_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tgrantTime\x12\x12\n" +
+	"\x04read\x18\t \x01(\bR\x04read\")\n" +
 	"\x13DescribeLockRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xfd\x01\n" +
 	"\x14DescribeLockResponse\x12\x12\n" +
