@@ -61,7 +61,7 @@ type Manager struct {
 // Waiting candidates learn of the deletions ahead of them from w, which
 // must watch root+"election/" and run (grantwatch.Run) while the Manager
 // is used. Campaigns, proclamations and resignations go through c, which
-// batches them with other names' (nil: each commits alone).
+// batches them with other changes (see groupcommit; nil: each commits alone).
 func NewManager(cli *clientv3.Client, root string, w *grantwatch.Watcher, c *groupcommit.Committer) *Manager {
 	if c == nil {
 		c = groupcommit.Direct(cli)
@@ -217,10 +217,11 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 	}
 	value := string(val)
 	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
-		Name: q,
-		If:   []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-		Then: []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(req.Session))), queue.HeadsOp(q, 1)},
-		Else: []clientv3.Op{clientv3.OpGet(key), queue.HeadsOp(q, 1)},
+		Name:    q,
+		Creates: true,
+		If:      []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		Then:    []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(req.Session))), queue.HeadsOp(q, 1)},
+		Else:    []clientv3.Op{clientv3.OpGet(key), queue.HeadsOp(q, 1)},
 	})
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {

@@ -166,10 +166,11 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix())
 	}
 	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
-		Name: q,
-		If:   cmps,
-		Then: []clientv3.Op{clientv3.OpPut(e.key, e.value, clientv3.WithLease(clientv3.LeaseID(req.Session))), heads, delayGet, heldGet},
-		Else: []clientv3.Op{clientv3.OpGet(e.key), heads, delayGet, heldGet},
+		Name:    q,
+		Creates: true,
+		If:      cmps,
+		Then:    []clientv3.Op{clientv3.OpPut(e.key, e.value, clientv3.WithLease(clientv3.LeaseID(req.Session))), heads, delayGet, heldGet},
+		Else:    []clientv3.Op{clientv3.OpGet(e.key), heads, delayGet, heldGet},
 	})
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {

@@ -69,7 +69,7 @@ type Manager struct {
 // them from w, which must watch root+"lock/" and run (grantwatch.Run)
 // while the Manager is used: however many wait, no etcd watch is opened
 // per waiter. Acquisitions and releases go through c, which batches them
-// with other names' (nil: each commits alone).
+// with other changes (see groupcommit; nil: each commits alone).
 func NewManager(cli *clientv3.Client, root string, w *grantwatch.Watcher, c *groupcommit.Committer) *Manager {
 	if c == nil {
 		c = groupcommit.Direct(cli)

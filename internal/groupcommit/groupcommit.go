@@ -10,11 +10,18 @@
 // batch shares the batch's revision.
 //
 // Guarantees:
-//   - At most one transaction per Name in a batch, taken in arrival order:
-//     two mutations of one lock or election never share a revision, so the
-//     tokens of one lock stay strictly increasing and its FIFO order exact.
-//     Transactions of different names may share a revision (a token is
-//     unique per lock or election, not across them).
+//   - At most one transaction that Creates an entry per Name in a batch,
+//     taken in arrival order: two entries of one lock or election never
+//     share a create revision, so the tokens of one lock stay strictly
+//     increasing and its FIFO order exact. Transactions of different names,
+//     and a name's releases, may share a revision (a token is unique per
+//     lock or election, not across them).
+//   - Every transaction's compares are evaluated on the state before the
+//     batch (etcd evaluates a request's compares first), its reads and
+//     writes in batch order. So transactions of one name that only delete
+//     or update entries (releases, resignations, proclamations) must be
+//     correct in either order; etcd refuses a batch that would delete a key
+//     and then write it (retried transaction by transaction, below).
 //   - A batch that etcd refuses as a whole before applying anything (a
 //     session's lease gone, a key written twice, too large) is retried
 //     transaction by transaction, so one caller's refusal is never another's.
@@ -52,12 +59,15 @@ var ErrClosed = errors.New("groupcommit: closed")
 
 // Txn is one caller's transaction: if every compare in If holds, Then runs,
 // else Else; as clientv3's Txn. Name is what it mutates (a lock's or an
-// election's name, with its kind): a batch holds at most one Txn per Name.
+// election's name, with its kind). Creates marks a transaction that may
+// create an entry (an acquisition, a campaign): a batch holds at most one
+// of those per Name.
 type Txn struct {
-	Name string
-	If   []clientv3.Cmp
-	Then []clientv3.Op
-	Else []clientv3.Op
+	Name    string
+	Creates bool
+	If      []clientv3.Cmp
+	Then    []clientv3.Op
+	Else    []clientv3.Op
 }
 
 // Committer commits transactions in batches (New) or each alone (Direct).
@@ -176,7 +186,7 @@ func (c *Committer) run() {
 }
 
 // take removes the next batch from the queue: calls in arrival order, at
-// most one per Name, at most MaxBatch and about maxBatchBytes. Calls whose
+// most one that Creates per Name, at most MaxBatch and about maxBatchBytes. Calls whose
 // caller gave up are dropped (nothing was sent for them).
 func (c *Committer) take() []*call {
 	c.mu.Lock()
@@ -193,10 +203,10 @@ func (c *Committer) take() []*call {
 			rest = append(rest, c.pending[i:]...)
 			c.pending = rest
 			return batch
-		case names[cl.txn.Name] || (len(batch) > 0 && bytes+cl.size > maxBatchBytes):
+		case cl.txn.Creates && names[cl.txn.Name] || (len(batch) > 0 && bytes+cl.size > maxBatchBytes):
 			rest = append(rest, cl)
 		default:
-			names[cl.txn.Name] = true
+			names[cl.txn.Name] = names[cl.txn.Name] || cl.txn.Creates
 			bytes += cl.size
 			batch = append(batch, cl)
 		}

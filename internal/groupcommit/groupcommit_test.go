@@ -24,10 +24,11 @@ func client(t *testing.T) *clientv3.Client {
 // put is a create-only put of key, as an acquisition's enqueue is.
 func put(name, key string, opts ...clientv3.OpOption) Txn {
 	return Txn{
-		Name: name,
-		If:   []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-		Then: []clientv3.Op{clientv3.OpPut(key, "v", opts...), clientv3.OpGet(key)},
-		Else: []clientv3.Op{clientv3.OpGet(key)},
+		Name:    name,
+		Creates: true,
+		If:      []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		Then:    []clientv3.Op{clientv3.OpPut(key, "v", opts...), clientv3.OpGet(key)},
+		Else:    []clientv3.Op{clientv3.OpGet(key)},
 	}
 }
 
@@ -102,6 +103,13 @@ func TestOneTransactionPerNameInABatch(t *testing.T) {
 	}
 	if rest := c.take(); len(rest) != 0 {
 		t.Fatalf("%d calls left over", len(rest))
+	}
+	// Changes that create nothing (releases) share a batch with one that
+	// creates.
+	del := func(key string) Txn { return Txn{Name: "lock-a", Then: []clientv3.Op{clientv3.OpDelete(key)}} }
+	c, calls = queued(cli, del("a/1"), put("lock-a", "a/4"), del("a/2"), put("lock-a", "a/5"))
+	if b := c.take(); len(b) != 3 || b[0] != calls[0] || b[1] != calls[1] || b[2] != calls[2] {
+		t.Fatalf("a batch of releases and acquisitions of one name: %d calls; want two releases and one acquisition", len(b))
 	}
 }
 
