@@ -21,8 +21,9 @@ import (
 type keepAlives struct {
 	c *Client
 
-	mu  sync.Mutex
-	cur *kaStream // the open stream, or nil
+	mu      sync.Mutex
+	cur     *kaStream     // the open stream, or nil
+	opening chan struct{} // closed when the open under way ends; nil if none
 
 	receivers sync.WaitGroup // every stream's receiver
 }
@@ -52,28 +53,49 @@ type kaMember struct {
 var errStreamIdle = errors.New("coordd: keep-alive stream has no sessions left")
 
 // join puts s on the client's shared stream, opening one if there is none
-// (or it broke); opening gives up when ctx (the session's loop) ends.
-// Leave it with leave.
+// (or it broke): one session opens it while the others wait, without
+// holding anything a leaving session needs; waiting and opening give up
+// when ctx (the session's loop) ends. Leave it with leave.
 func (k *keepAlives) join(ctx context.Context, s *Session) (*kaStream, *kaMember, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.cur == nil || k.cur.broken() {
+	m := &kaMember{s: s, acks: make(chan *coorddv1.KeepAliveStreamResponse, 1)}
+	for {
+		k.mu.Lock()
+		if k.cur != nil && !k.cur.broken() {
+			ks := k.cur
+			ks.mu.Lock()
+			ks.members[s.id] = m
+			ks.mu.Unlock()
+			k.mu.Unlock()
+			return ks, m, nil
+		}
+		if wait := k.opening; wait != nil {
+			k.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		k.opening = done
+		k.mu.Unlock()
 		ks, err := k.open(ctx)
+		k.mu.Lock()
+		k.opening = nil
+		close(done)
+		if err == nil {
+			k.cur = ks
+		}
+		k.mu.Unlock()
 		if err != nil {
 			return nil, nil, err
 		}
-		k.cur = ks
 	}
-	m := &kaMember{s: s, acks: make(chan *coorddv1.KeepAliveStreamResponse, 1)}
-	k.cur.mu.Lock()
-	k.cur.members[s.id] = m
-	k.cur.mu.Unlock()
-	return k.cur, m, nil
 }
 
 // open starts a stream and its receiver; the stream lives until it fails
-// or the client closes, but opening it gives up when ctx ends. k.mu is
-// held.
+// or the client closes, but opening it gives up when ctx ends.
 func (k *keepAlives) open(ctx context.Context) (*kaStream, error) {
 	sctx, cancel := context.WithCancel(k.c.ctx)
 	stop := context.AfterFunc(ctx, cancel)

@@ -443,7 +443,9 @@ func (s *Session) stream(ctx context.Context) (err error) {
 	suspect.Stop()
 	defer suspect.Stop()
 
-	timer := time.NewTimer(0) // renew at once on a new stream
+	// Renew soon on a new stream, but not all of a client's sessions at
+	// the same instant: they rejoin together after a break.
+	timer := time.NewTimer(rand.N(max(min(s.interval()/4, s.untilDeadline()/4, 250*time.Millisecond), 0) + 1))
 	defer timer.Stop()
 	var next time.Duration
 	var sent time.Time

@@ -87,7 +87,16 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	// A mutex already held by this same session under another request
 	// would make this waiter wait for itself forever.
 	// So would a reader queued behind a writer that waits for this
-	// session's own read grant.
+	// session's own read grant, and a writer behind it: a writer learns
+	// from its enqueue only the head, so it reads the readers that hold.
+	if !req.Read && req.Limit == 1 && len(holders) > 0 && isReader(holders[0]) {
+		resp, err := m.cli.Get(ctx, m.queue(req.Name), clientv3.WithPrefix(), clientv3.WithMaxCreateRev(e.rev-1),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			return fail(fmt.Errorf("lock: acquire %q: %w", req.Name, err))
+		}
+		holders = resp.Kvs[:granted(resp.Kvs, 1)]
+	}
 	own := m.queue(req.Name) + fmt.Sprintf("%016x/", uint64(req.Session))
 	if i := slices.IndexFunc(holders, func(kv *mvccpb.KeyValue) bool { return strings.HasPrefix(string(kv.Key), own) }); req.Limit == 1 && i >= 0 {
 		return fail(fmt.Errorf("%w by this same session under request %[3]s: waiting for %[2]q would wait for itself forever; release it first",
@@ -113,6 +122,13 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	e.w.Granted = m.now().UTC()
 	m.markGranted(e)
 	return g, nil
+}
+
+func modeName(read bool) string {
+	if read {
+		return "read"
+	}
+	return "write"
 }
 
 // headsToRead is how many entries at a queue's head tell whom req's lock
@@ -198,6 +214,11 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 	e.rev = kv.CreateRevision
 	var prev waiter
 	if json.Unmarshal(kv.Value, &prev) == nil {
+		if prev.Read != req.Read {
+			// A retry must not turn a reader into a writer (or back) behind
+			// the others' backs: they were granted or queued by its mode.
+			return entry{}, nil, delayState{}, fmt.Errorf("%w: acquisition %s of %q asked for a %s grant; a retry must ask for the same", ErrInvalid, req.RequestID, req.Name, modeName(prev.Read))
+		}
 		e.w.Enqueued, e.w.Granted = prev.Enqueued, prev.Granted
 	}
 	if val, err = json.Marshal(e.w); err != nil {

@@ -177,3 +177,61 @@ func TestNoWriterOverlapsAnyHolder(t *testing.T) {
 		t.Errorf("readers never held together (at most %d at once)", maxReaders)
 	}
 }
+
+// A writer that waited behind several readers sits out the lock-delay of
+// any of them that ended without a release, not only the first's.
+func TestWriterSitsOutTheLockDelayOfAnyReaderAhead(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	r1, err := e.m.Acquire(ctx, lock.Request{Name: "rw", Session: e.session(t, 60), Read: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Acquire(ctx, lock.Request{Name: "rw", Session: e.session(t, 1), Read: true, LockDelay: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	w := make(chan lock.Grant, 1)
+	go func() {
+		g, err := e.m.Acquire(ctx, lock.Request{Name: "rw", Session: e.session(t, 60)})
+		if err != nil {
+			t.Error(err)
+		}
+		w <- g
+	}()
+	wait.For(t, "the second reader's session to expire with the writer queued", func() bool {
+		d, err := e.m.Describe(ctx, "rw")
+		return err == nil && len(d.Holders) == 1 && len(d.Waiters) == 1
+	})
+	if err := e.m.Release(ctx, "rw", r1.Token, lock.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-w; g.DelayWaited <= 0 {
+		t.Fatalf("the writer was granted without sitting out the expired reader's lock-delay: %+v", g)
+	}
+}
+
+// A retried acquisition keeps its mode, and a session never waits for
+// its own read grant.
+func TestRetriesKeepTheirModeAndNobodyWaitsForItself(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	other, mine := e.session(t, 60), e.session(t, 60)
+	if _, err := e.m.Acquire(ctx, lock.Request{Name: "rw", Session: other, Read: true}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.m.Acquire(ctx, lock.Request{Name: "rw", Session: mine, Read: true, RequestID: "r-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Acquire(ctx, lock.Request{Name: "rw", Session: mine, RequestID: "r-1"}); !errors.Is(err, lock.ErrInvalid) {
+		t.Fatalf("a retry of a read acquisition asking to write: %v, want ErrInvalid", err)
+	}
+	if d, err := e.m.Describe(ctx, "rw"); err != nil || len(d.Holders) != 2 || !d.Holders[1].Read || d.Holders[1].Token != r.Token {
+		t.Fatalf("after the refused retry: %+v, %v; want both readers holding as before", d, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := e.m.Acquire(wctx, lock.Request{Name: "rw", Session: mine}); !errors.Is(err, lock.ErrHeld) {
+		t.Fatalf("a write behind this session's own read grant (second of two): %v, want ErrHeld at once", err)
+	}
+}

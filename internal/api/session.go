@@ -172,7 +172,9 @@ func (s *SessionServer) KeepAlive(ctx context.Context, req *coorddv1.KeepAliveRe
 }
 
 // KeepAliveStream implements SessionService. Requests are answered one at a
-// time, in order; watched holdings that end are pushed between answers.
+// time, in order, except shared ones (many sessions on one stream, the Go
+// SDK's), which sharedRenewers renew at once and answer as they finish;
+// watched holdings that end are pushed between answers.
 func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAliveStreamServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	// Shared renewals (below) run on renewers that end with ctx.
@@ -280,7 +282,7 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 // renewal on the etcd leader takes microseconds; one forwarded to it, a
 // round trip). More requests wait, and the stream's flow control pushes
 // back on the client.
-const sharedRenewers = 8
+const sharedRenewers = 64
 
 // renewer runs the renewals of a shared stream handed to it on jobs until
 // ctx ends.

@@ -253,7 +253,11 @@ func (c *Committer) commit(batch []*call) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl.finish(alone(cl.ctx, c.cli, cl.txn))
+			ctx, cancel := context.WithCancel(cl.ctx)
+			defer cancel()
+			stop := context.AfterFunc(c.stop, cancel) // Close does not wait for it
+			defer stop()
+			cl.finish(alone(ctx, c.cli, cl.txn))
 		}()
 	}
 	wg.Wait()

@@ -34,10 +34,12 @@ type Turn struct {
 	key    string // the entry's key
 	rev    int64  // the entry's create revision
 	limit  int    // how many entries at the head are granted
-	// holders are the entries ahead that were granted when last seen.
+	// holders are the entries ahead (that hold this one back) when last
+	// seen: any of them holds, or may come to hold, before this one.
 	holders map[string]*mvccpb.KeyValue
-	// Gone lists the granted entries ahead of this one that went away
-	// while it waited, in the order seen (for lock-delay and the like).
+	// Gone lists the entries ahead of this one that went away while it
+	// waited, in the order seen (for lock-delay and the like: those that
+	// held are among them).
 	Gone []Gone
 	// Blocks, when set, says which entries ahead hold this one back (a
 	// reader waits only for writers); nil: every entry ahead does.
@@ -125,9 +127,6 @@ func waitTurn(ctx context.Context, cli *clientv3.Client, d *grantwatch.Feed, t *
 	refreshHolders := func() {
 		clear(t.holders)
 		for _, kv := range order {
-			if len(t.holders) == limit {
-				break
-			}
 			if _, ok := ahead[string(kv.Key)]; ok {
 				t.holders[string(kv.Key)] = kv
 			}
