@@ -3,7 +3,6 @@ package clientlib
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -123,39 +122,25 @@ func (k *KV) Watch(ctx context.Context, prefix string, from int64) *KVWatch {
 }
 
 func (k *KV) watch(ctx context.Context, prefix string, from int64, out chan<- KVEvent) error {
-	backoff := 50 * time.Millisecond
-	for {
-		stream, err := k.c.kv.WatchKV(ctx, &coorddv1.WatchKVRequest{Prefix: prefix, FromRevision: from})
-		for err == nil {
-			var msg *coorddv1.WatchKVResponse
-			if msg, err = stream.Recv(); err != nil {
-				break
-			}
-			for _, ev := range msg.GetEvents() {
-				e := KVEvent{Deleted: ev.GetType() == coorddv1.KVEventType_KV_EVENT_TYPE_DELETE, KV: keyValueFrom(ev.GetKv())}
-				select {
-				case out <- e:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			from = msg.GetRevision() + 1
-			backoff = 50 * time.Millisecond
+	open := func(ctx context.Context, from int64) (func() (*coorddv1.WatchKVResponse, error), error) {
+		st, err := k.c.kv.WatchKV(ctx, &coorddv1.WatchKVRequest{Prefix: prefix, FromRevision: from})
+		if err != nil {
+			return nil, err
 		}
-		err = convert(ctx, err)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrCompacted) || errors.Is(err, ErrPermissionDenied) {
-			return err
-		}
-		timer := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		case <-timer.C:
-		}
-		backoff = min(2*backoff, 2*time.Second)
+		return st.Recv, nil
 	}
+	deliver := func(msg *coorddv1.WatchKVResponse) error {
+		for _, ev := range msg.GetEvents() {
+			e := KVEvent{Deleted: ev.GetType() == coorddv1.KVEventType_KV_EVENT_TYPE_DELETE, KV: keyValueFrom(ev.GetKv())}
+			select {
+			case out <- e:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	return follow(ctx, from, open, deliver, func(err error) bool {
+		return errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrCompacted) || errors.Is(err, ErrPermissionDenied)
+	})
 }

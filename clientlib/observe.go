@@ -3,8 +3,6 @@ package clientlib
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
-	"time"
 
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
@@ -112,44 +110,26 @@ func (c *Client) Observe(ctx context.Context, name string, opts ...ObserveOption
 }
 
 func (c *Client) observe(ctx context.Context, name string, from int64, out chan<- ElectionEvent) error {
-	backoff := 50 * time.Millisecond
-	for {
-		stream, err := c.elections.Observe(ctx, &coorddv1.ObserveRequest{Name: name, FromRevision: from})
-		for err == nil {
-			var msg *coorddv1.ObserveResponse
-			if msg, err = stream.Recv(); err != nil {
-				break
-			}
-			for _, ev := range msg.GetEvents() {
-				e := ElectionEvent{Type: electionEventTypes[ev.GetType()], Revision: ev.GetRevision(), Current: ev.GetCurrent()}
-				if ev.GetLeader() != nil {
-					e.Leader = leaderFrom(ev.GetLeader())
-				}
-				select {
-				case out <- e:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			from = msg.GetRevision() + 1
-			backoff = 50 * time.Millisecond
+	open := func(ctx context.Context, from int64) (func() (*coorddv1.ObserveResponse, error), error) {
+		st, err := c.elections.Observe(ctx, &coorddv1.ObserveRequest{Name: name, FromRevision: from})
+		if err != nil {
+			return nil, err
 		}
-		err = convert(ctx, err)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, ErrInvalidArgument) {
-			return err
-		}
-		// Anything else (a member stopping, no quorum, a broken connection)
-		// is retried: the resume point is kept.
-		timer := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		case <-timer.C:
-		}
-		backoff = min(2*backoff, 2*time.Second)
+		return st.Recv, nil
 	}
+	deliver := func(msg *coorddv1.ObserveResponse) error {
+		for _, ev := range msg.GetEvents() {
+			e := ElectionEvent{Type: electionEventTypes[ev.GetType()], Revision: ev.GetRevision(), Current: ev.GetCurrent()}
+			if ev.GetLeader() != nil {
+				e.Leader = leaderFrom(ev.GetLeader())
+			}
+			select {
+			case out <- e:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	return follow(ctx, from, open, deliver, func(err error) bool { return errors.Is(err, ErrInvalidArgument) })
 }
