@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -157,13 +156,30 @@ func TestFencedKVReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	sc := bufio.NewScanner(resp.Body)
-	var lines []string
-	for len(lines) < 2 && sc.Scan() {
-		lines = append(lines, sc.Text())
+	// The first line says where the watch starts; the second is the delete.
+	type watchLine struct {
+		Result struct {
+			Events []struct {
+				Type string
+				KV   struct{ Key, ModRevision string }
+			}
+			Revision string
+		}
 	}
-	if len(lines) != 2 || !json.Valid([]byte(lines[1])) || !containsAll(lines[1], `"KV_EVENT_TYPE_DELETE"`, `"app/c"`) {
-		t.Fatalf("GET /v1/kv:watch from the delete: %q", lines)
+	sc := bufio.NewScanner(resp.Body)
+	var lines []watchLine
+	for len(lines) < 2 && sc.Scan() {
+		var l watchLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("GET /v1/kv:watch: line %q: %v", sc.Text(), err)
+		}
+		lines = append(lines, l)
+	}
+	del := strconv.FormatInt(rDel, 10)
+	if len(lines) != 2 || len(lines[0].Result.Events) != 0 || len(lines[1].Result.Events) != 1 ||
+		lines[1].Result.Events[0].Type != "KV_EVENT_TYPE_DELETE" || lines[1].Result.Events[0].KV.Key != "app/c" ||
+		lines[1].Result.Events[0].KV.ModRevision != del || lines[1].Result.Revision != del {
+		t.Fatalf("GET /v1/kv:watch from the delete (revision %s): %+v (%v)", del, lines, sc.Err())
 	}
 
 	// A compacted revision: the watch says so, and does not retry.
@@ -178,14 +194,4 @@ func TestFencedKVReads(t *testing.T) {
 	if code, body := get(t, fmt.Sprintf("%s/v1/kv/app/a?revision=%d", base, r1)); code != http.StatusGone {
 		t.Fatalf("GET at a compacted revision: %d %s, want 410", code, body)
 	}
-}
-
-// containsAll reports whether s contains every one of subs.
-func containsAll(s string, subs ...string) bool {
-	for _, sub := range subs {
-		if !strings.Contains(s, sub) {
-			return false
-		}
-	}
-	return true
 }

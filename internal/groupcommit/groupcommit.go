@@ -200,7 +200,9 @@ func (c *Committer) take() []*call {
 		case cl.ctx.Err() != nil:
 			cl.finish(nil, cl.ctx.Err())
 		case len(batch) == MaxBatch:
+			n := len(rest)
 			rest = append(rest, c.pending[i:]...)
+			clear(c.pending[n+len(c.pending)-i:]) // the moved tail's old places
 			c.pending = rest
 			return batch
 		case cl.txn.Creates && names[cl.txn.Name] || (len(batch) > 0 && bytes+cl.size > maxBatchBytes):

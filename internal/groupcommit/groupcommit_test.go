@@ -234,3 +234,19 @@ func TestCloseFailsWhatIsQueued(t *testing.T) {
 		t.Errorf("direct commit: %v %v", resp, err)
 	}
 }
+
+// A batch carries at most MaxBatch transactions; the rest wait, in order.
+func TestBatchesAreBounded(t *testing.T) {
+	cli := client(t)
+	var txns []Txn
+	for i := range MaxBatch + 6 {
+		txns = append(txns, put(fmt.Sprint("lock-", i), fmt.Sprint("k/", i)))
+	}
+	c, calls := queued(cli, txns...)
+	if b := c.take(); len(b) != MaxBatch || b[0] != calls[0] {
+		t.Fatalf("first batch: %d calls, want %d from the first", len(b), MaxBatch)
+	}
+	if b := c.take(); len(b) != 6 || b[0] != calls[MaxBatch] || b[5] != calls[MaxBatch+5] {
+		t.Fatalf("second batch: %d calls, want the 6 left in order", len(b))
+	}
+}
