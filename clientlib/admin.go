@@ -154,6 +154,9 @@ type SessionInfo struct {
 	// Principal owns the session (empty when coordd runs without a
 	// policy): only it, or a principal allowed cluster.admin, may use it.
 	Principal string
+	// Locks it holds or waits for and Elections it leads or campaigns in,
+	// sorted (filled by GetSession only).
+	Locks, Elections []string
 }
 
 func sessionInfo(s *coorddv1.Session) SessionInfo {
@@ -166,6 +169,8 @@ func sessionInfo(s *coorddv1.Session) SessionInfo {
 		Created:   s.GetCreateTime().AsTime(),
 		Remaining: s.GetRemainingTtl().AsDuration(),
 		Principal: s.GetPrincipal(),
+		Locks:     s.GetLocks(),
+		Elections: s.GetElections(),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -526,4 +527,18 @@ func (m *Manager) Count(ctx context.Context) (Counts, error) {
 		return Counts{}, fmt.Errorf("election: count: %w", err)
 	}
 	return Counts{WithLeader: st.Queues, Waiting: st.Waiting}, nil
+}
+
+// NamesIn returns the names of the elections that the entries among keys belong
+// to (a session's attached keys, session.Info.Keys: the elections it
+// leads or campaigns in), sorted and without repeats. Other keys are ignored.
+func (m *Manager) NamesIn(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if name, ok := queue.NameOf(m.root, k); ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

@@ -81,6 +81,10 @@ type Info struct {
 	// Remaining is the TTL left before expiry, truncated to whole seconds
 	// as etcd reports it (0 means under a second). Only Get fills it.
 	Remaining time.Duration
+	// Keys are the etcd keys attached to the session's lease (its own
+	// record, its lock and election entries), as etcd lists them at the
+	// read. Only Get fills it.
+	Keys []string
 }
 
 // record is the JSON stored under a session's key.
@@ -194,7 +198,7 @@ func (m *Manager) Get(ctx context.Context, id ID) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	ttl, err := m.cli.TimeToLive(ctx, clientv3.LeaseID(id))
+	ttl, err := m.cli.TimeToLive(ctx, clientv3.LeaseID(id), clientv3.WithAttachedKeys())
 	if err != nil {
 		return Info{}, fmt.Errorf("session: time to live of %s: %w", id, err)
 	}
@@ -204,6 +208,9 @@ func (m *Manager) Get(ctx context.Context, id ID) (Info, error) {
 		return Info{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	info.Remaining = time.Duration(ttl.TTL) * time.Second
+	for _, k := range ttl.Keys {
+		info.Keys = append(info.Keys, string(k))
+	}
 	return info, nil
 }
 

@@ -88,10 +88,14 @@ type sessionJSON struct {
 	Labels       map[string]string `json:"labels"`
 	CreateTime   string            `json:"createTime,omitempty"`
 	RemainingTTL string            `json:"remainingTtl,omitempty"`
+	Principal    string            `json:"principal"`
+	Locks        []string          `json:"locks"`
+	Elections    []string          `json:"elections"`
 }
 
 func sessionOut(s clientlib.SessionInfo) sessionJSON {
-	out := sessionJSON{ID: s.ID, TTL: duration(s.TTL), Owner: s.Owner, Hostname: s.Hostname, Labels: orEmpty(s.Labels), CreateTime: timestamp(s.Created)}
+	out := sessionJSON{ID: s.ID, TTL: duration(s.TTL), Owner: s.Owner, Hostname: s.Hostname, Labels: orEmpty(s.Labels), CreateTime: timestamp(s.Created),
+		Principal: s.Principal, Locks: emptyIfNil(s.Locks), Elections: emptyIfNil(s.Elections)}
 	if s.Remaining > 0 {
 		out.RemainingTTL = duration(s.Remaining)
 	}
@@ -487,4 +491,12 @@ func errorOut(err error, exit int) errorJSON {
 		}
 	}
 	return errorJSON{out}
+}
+
+// emptyIfNil makes a missing list [] in JSON, as REST has it.
+func emptyIfNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

@@ -113,8 +113,8 @@ func (a *app) sessionCommand() *cobra.Command {
 					return err
 				}
 				return a.print(sessionOut(s), func(w *bytes.Buffer) {
-					fmt.Fprintf(w, "ID\t%s\nTTL\t%s\nREMAINING\t%s\nOWNER\t%s\nHOST\t%s\nCREATED\t%s\nLABELS\t%s\n",
-						s.ID, s.TTL, s.Remaining, s.Owner, s.Hostname, ts(s.Created), labelString(s.Labels))
+					fmt.Fprintf(w, "ID\t%s\nTTL\t%s\nREMAINING\t%s\nOWNER\t%s\nHOST\t%s\nCREATED\t%s\nLABELS\t%s\nLOCKS\t%s\nELECTIONS\t%s\n",
+						s.ID, s.TTL, s.Remaining, s.Owner, s.Hostname, ts(s.Created), labelString(s.Labels), strings.Join(s.Locks, " "), strings.Join(s.Elections, " "))
 				})
 			})
 		},

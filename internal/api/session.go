@@ -124,7 +124,10 @@ func (s *SessionServer) GetSession(ctx context.Context, req *coorddv1.GetSession
 	if !s.mayRead(ctx, info) {
 		return nil, kind.PermissionDenied.New(fmt.Sprintf("auth: session %s is not %s's: only its owner, or a principal allowed cluster.read, may read it", id, PrincipalFrom(ctx).Name))
 	}
-	return &coorddv1.GetSessionResponse{Session: sessionProto(info, true)}, nil
+	out := sessionProto(info, true)
+	out.Locks = nonNil(s.holdings.Locks.NamesIn(info.Keys))
+	out.Elections = nonNil(s.holdings.Elections.NamesIn(info.Keys))
+	return &coorddv1.GetSessionResponse{Session: out}, nil
 }
 
 // ListSessions implements SessionService.
@@ -427,6 +430,14 @@ func sessionProto(info session.Info, withRemaining bool) *coorddv1.Session {
 		out.RemainingTtl = durationpb.New(info.Remaining)
 	}
 	return out
+}
+
+// nonNil makes an empty list [] rather than null in JSON.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // invalid reports a malformed request detected by an adapter; the status

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,9 +45,48 @@ func TestSessionsThroughSDK(t *testing.T) {
 	if info.Owner != "billing" || info.Labels["zone"] != "a" || info.Hostname == "" || info.Remaining <= 0 {
 		t.Fatalf("GetSession = %+v", info)
 	}
+	if len(info.Locks) != 0 || len(info.Elections) != 0 {
+		t.Fatalf("a new session holds %v and campaigns in %v", info.Locks, info.Elections)
+	}
+	// What it holds, waits for, leads and campaigns in, by name (names with
+	// slashes included); another session's entries are not its.
+	other, err := c.NewSession(ctx, clientlib.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close(ctx) }()
+	if _, err := other.Lock(ctx, "jobs/b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Campaign(ctx, "leader/y", "o"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"jobs/a", "jobs/c"} {
+		if _, err := s.Lock(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Campaign(ctx, "leader/x", "v"); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	var waiting sync.WaitGroup
+	defer func() { stopWaiting(); waiting.Wait() }()
+	waiting.Go(func() { _, _ = s.Lock(waitCtx, "jobs/b") })            // waits behind other
+	waiting.Go(func() { _, _ = s.Campaign(waitCtx, "leader/y", "v") }) // campaigns behind other
+	wait.For(t, "the session's holdings listed", func() bool {
+		info, err = c.Admin().GetSession(ctx, s.ID())
+		return err == nil && slices.Equal(info.Locks, []string{"jobs/a", "jobs/b", "jobs/c"}) && slices.Equal(info.Elections, []string{"leader/x", "leader/y"})
+	})
+	stopWaiting()
+	waiting.Wait()
+
 	// Keep-alives move the local deadline forward.
 	first := s.Deadline()
 	wait.Within(t, 5*time.Second, "a keep-alive to move the deadline", func() bool { return s.Deadline().After(first) })
+	if err := other.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	all, err := c.Admin().ListSessions(ctx)
 	if err != nil || len(all) != 1 || all[0].ID != s.ID() {
 		t.Fatalf("ListSessions = %+v, %v", all, err)

@@ -47,3 +47,18 @@ func Names(ctx context.Context, cli *clientv3.Client, root, prefix, after string
 	}
 	return out, nil
 }
+
+// NameOf returns the name whose queue holds key, an entry key under root
+// (root + escaped name + "/q/" + session + "/" + request id), and whether
+// key is such an entry.
+func NameOf(root, key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, root)
+	if !ok {
+		return "", false
+	}
+	seg, entry, ok := strings.Cut(rest, "/")
+	if !ok || !strings.HasPrefix(entry, "q/") || seg == "" {
+		return "", false
+	}
+	return names.Unescape(seg), true
+}

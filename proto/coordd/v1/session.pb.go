@@ -101,7 +101,13 @@ type Session struct {
 	// policy). Only it, or a principal allowed cluster.admin, may keep the
 	// session alive, close it, acquire or campaign with it, release its
 	// grants or resign its terms.
-	Principal     string `protobuf:"bytes,8,opt,name=principal,proto3" json:"principal,omitempty"`
+	Principal string `protobuf:"bytes,8,opt,name=principal,proto3" json:"principal,omitempty"`
+	// locks are the names of the locks the session holds or waits for, and
+	// elections those it leads or campaigns in, sorted (DescribeLock, Leader
+	// and Candidates tell which). Only GetSession fills them, from one read
+	// of the session's lease.
+	Locks         []string `protobuf:"bytes,9,rep,name=locks,proto3" json:"locks,omitempty"`
+	Elections     []string `protobuf:"bytes,10,rep,name=elections,proto3" json:"elections,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -190,6 +196,20 @@ func (x *Session) GetPrincipal() string {
 		return x.Principal
 	}
 	return ""
+}
+
+func (x *Session) GetLocks() []string {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *Session) GetElections() []string {
+	if x != nil {
+		return x.Elections
+	}
+	return nil
 }
 
 // CreateSessionRequest asks for a new session.
@@ -940,7 +960,7 @@ var File_coordd_v1_session_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x17coordd/v1/session.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x03\n" +
+	"\x17coordd/v1/session.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xba\x03\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
@@ -950,7 +970,10 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12>\n" +
 	"\rremaining_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\fremainingTtl\x12\x1c\n" +
-	"\tprincipal\x18\b \x01(\tR\tprincipal\x1a9\n" +
+	"\tprincipal\x18\b \x01(\tR\tprincipal\x12\x14\n" +
+	"\x05locks\x18\t \x03(\tR\x05locks\x12\x1c\n" +
+	"\telections\x18\n" +
+	" \x03(\tR\telections\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf5\x01\n" +
