@@ -2,7 +2,7 @@
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test test-short generate check-generated tools lint check-tidy check-breaking chaos bench fuzz release
+.PHONY: all build test test-short screenshots generate check-generated tools lint check-tidy check-breaking chaos bench fuzz release
 
 all: build
 
@@ -12,9 +12,18 @@ build:
 # The full suite: real embedded etcd, the real daemon, race detector, goleak.
 # COUNT=2 runs every test twice in a row (CI does, so that a test which
 # passes by luck fails before it lands).
+# The web console's browser tests (headless Chromium: apt-get install
+# chromium; without it they skip, unless COORDD_REQUIRE_TOOLS=1 as in CI)
+# write a PNG of every console page into SCREENSHOTS.
 COUNT ?= 1
+SCREENSHOTS ?= $(BIN)/screenshots
 test:
-	go test -race -count=$(COUNT) -timeout 15m ./...
+	COORDD_SCREENSHOTS=$(SCREENSHOTS) go test -race -count=$(COUNT) -timeout 15m ./...
+
+# Only the console's browser tests, and their screenshots in SCREENSHOTS
+# (docs/console.png, the README's picture, is a copy of lock.png).
+screenshots:
+	COORDD_SCREENSHOTS=$(SCREENSHOTS) go test -count=1 -run 'TestConsole' -v ./internal/daemon
 
 # Unit tests only: skips everything that starts etcd, except the one
 # in-process daemon that clientlib's Examples run against.

@@ -202,6 +202,7 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.IntVar(&cfg.ConfigLimits.MaxValueBytes, "config-max-value-bytes", configcenter.DefaultMaxValueBytes, "largest config value accepted")
 	f.IntVar(&cfg.ConfigLimits.HistoryReleases, "config-history-releases", configcenter.DefaultHistoryReleases, "releases kept per config namespace for history, diff and rollback")
 	f.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "serve Go's profiles under /debug/pprof/ on the HTTP listener")
+	f.BoolVar(&cfg.NoConsole, "no-console", false, "do not serve the web console (/ui/ on the HTTP listener)")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", daemon.DefaultShutdownTimeout, "how long a graceful stop waits for calls in flight")
 	f.StringVar(&logFormat, "log-format", "console", `log format: "console" (human-readable) or "json"`)
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -127,6 +127,8 @@ type Config struct {
 	// EnablePprof serves Go's profiles under /debug/pprof/ on the HTTP
 	// listener.
 	EnablePprof bool
+	// NoConsole turns the web console (/ui/) off.
+	NoConsole bool
 	// ShutdownTimeout bounds the graceful part of a stop.
 	ShutdownTimeout time.Duration
 	// HealthInterval is how often the embedded member writes its health

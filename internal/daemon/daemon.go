@@ -39,6 +39,7 @@ import (
 	"github.com/coordd/coordd/auth"
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/console"
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/api"
@@ -315,6 +316,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway connection: %w", err)
 	}
+	var ui http.Handler
+	if !cfg.NoConsole {
+		ui = console.Handler()
+	}
 	handler, err := gateway.New(context.WithoutCancel(ctx), gateway.Options{
 		Conn:            d.gwConn,
 		MaxRequestBytes: int64(cfg.MaxRequestBytes),
@@ -325,6 +330,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Forged:          api.IsForwardedHeader,
 		Guard:           d.guardHTTP,
 		ReadyNote:       d.authNote,
+		Console:         ui,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

@@ -50,6 +50,10 @@ type Options struct {
 	// ReadyNote is appended to /readyz's answer when ready (e.g. that
 	// coordd runs without a policy).
 	ReadyNote func() string
+	// Console, if set, serves the web console under /ui/ (given the path
+	// with /ui stripped); / and /ui redirect to it. Its files are public:
+	// the data it shows comes through /v1/ with the caller's own token.
+	Console http.Handler
 }
 
 // New returns the daemon's HTTP handler.
@@ -123,6 +127,17 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		mux.Handle("GET /debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile)))
 		mux.Handle("GET /debug/pprof/symbol", guard(http.HandlerFunc(pprof.Symbol)))
 		mux.Handle("GET /debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace)))
+	}
+	if opts.Console != nil {
+		mux.Handle("GET /ui/", http.StripPrefix("/ui", opts.Console))
+		// Relative redirects, so that a path prefix in front of coordd
+		// (a reverse proxy's /coordd/) is kept.
+		toUI := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Location", "ui/") // not http.Redirect: it makes the URL absolute
+			w.WriteHeader(http.StatusFound)
+		})
+		mux.Handle("GET /ui", toUI)
+		mux.Handle("GET /{$}", toUI)
 	}
 	mux.Handle("GET /openapi.json", guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -1,0 +1,764 @@
+// coordd console: a client of coordd's public REST API (/v1/) and nothing
+// else. No framework and no build step: this file is the source.
+//
+// Views are functions of (params, signal) that render into <main>; a route
+// change aborts the previous view's signal, which ends its polls and
+// streams. Streams (election observe, config watch) resume from the last
+// revision they saw after a reconnect. Text from the API is only ever set
+// as text (never as HTML).
+
+const main = document.getElementById('main');
+const live = document.getElementById('live');
+const signinButton = document.getElementById('signin');
+
+// The API is beside /ui/, wherever a proxy has put coordd: /coordd/ui/ →
+// /coordd/v1/.
+const base = location.pathname.replace(/ui\/[^]*$/, '');
+const tokenKey = 'coordd.token';
+
+// ---------- small helpers ----------
+
+/** h builds an element: h('a', {href: '#/'}, 'text', child, [more]). */
+function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'class') el.className = v;
+    else if (k === 'value') el.value = v;
+    else if (k === 'style') el.style.cssText = v; // through the CSSOM: the CSP refuses style attributes
+    else el.setAttribute(k, v === true ? '' : v);
+  }
+  el.append(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false).map((c) => (c instanceof Node ? c : String(c))));
+  return el;
+}
+
+const sleep = (ms, signal) => new Promise((resolve) => {
+  const t = setTimeout(resolve, ms);
+  signal?.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+});
+
+/** path turns a name with slashes into URL path segments, each escaped. */
+const path = (name) => name.split('/').map(encodeURIComponent).join('/');
+const q = (params) => new URLSearchParams(Object.entries(params).filter(([, v]) => v !== undefined && v !== '' && v !== null)).toString();
+
+function ago(ts) {
+  if (!ts) return '';
+  const s = Math.round((Date.now() - Date.parse(ts)) / 1000);
+  if (s < 0) return 'just now';
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m ago`;
+  return `${Math.floor(s / 86400)}d ago`;
+}
+const when = (ts) => (ts ? h('time', { datetime: ts, title: new Date(ts).toLocaleString() }, ago(ts)) : '');
+
+function bytes(n) {
+  n = Number(n || 0);
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+/** pretty shows a config value: JSON indented, anything else as given. */
+function pretty(value) {
+  if (value === undefined || value === null) return '';
+  try {
+    const v = JSON.parse(value);
+    if (typeof v === 'object' && v !== null) return JSON.stringify(v, null, 2);
+  } catch { /* not JSON: YAML or plain text, shown as stored */ }
+  return value;
+}
+
+const seconds = (d) => (d ? Number.parseFloat(d) : 0); // "30s" → 30
+
+// ---------- the API ----------
+
+class APIError extends Error {
+  constructor(status, body) {
+    super(body?.message || `HTTP ${status}`);
+    this.status = status;
+    this.code = body?.code;
+    this.reason = body?.details?.find((d) => d.reason)?.reason || '';
+  }
+}
+
+function headers(json) {
+  const hd = {};
+  const tok = sessionStorage.getItem(tokenKey);
+  if (tok) hd.Authorization = `Bearer ${tok}`;
+  if (json) hd['Content-Type'] = 'application/json';
+  return hd;
+}
+
+async function api(route, { method = 'GET', body, signal } = {}) {
+  const resp = await fetch(base + route, { method, headers: headers(body !== undefined), body: body === undefined ? undefined : JSON.stringify(body), signal });
+  const text = await resp.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch { data = { message: text.trim() }; }
+  if (!resp.ok) throw new APIError(resp.status, data);
+  return data;
+}
+
+/** metrics reads coordd's gauges from /metrics (Prometheus text). */
+async function metrics(signal) {
+  const resp = await fetch(`${base}metrics`, { headers: headers(), signal });
+  if (!resp.ok) {
+    let body = null;
+    try { body = await resp.json(); } catch { /* not JSON */ }
+    throw new APIError(resp.status, body);
+  }
+  const out = {};
+  for (const line of (await resp.text()).split('\n')) {
+    const m = /^(coordd_[a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$/.exec(line);
+    if (m && !m[2]) out[m[1]] = Number(m[3]);
+  }
+  return out;
+}
+
+/**
+ * follow reads a streaming REST endpoint (one JSON object per line) until
+ * signal ends, reconnecting with backoff. url() is asked again before every
+ * reconnect, so it can resume from the last revision seen. A refusal that
+ * retrying cannot mend (401, 403, 404, 400) ends it.
+ */
+async function follow(url, onResult, signal, onState) {
+  let delay = 500;
+  while (!signal.aborted) {
+    try {
+      const resp = await fetch(base + url(), { headers: headers(), signal });
+      if (!resp.ok) {
+        let body = null;
+        try { body = await resp.json(); } catch { /* not JSON */ }
+        throw new APIError(resp.status, body);
+      }
+      onState('live');
+      const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let i;
+        while ((i = buf.indexOf('\n')) >= 0) {
+          const line = buf.slice(0, i).trim();
+          buf = buf.slice(i + 1);
+          if (!line) continue;
+          const msg = JSON.parse(line);
+          if (msg.error) throw new APIError(500, msg.error);
+          delay = 500;
+          onResult(msg.result);
+        }
+      }
+    } catch (e) {
+      if (signal.aborted) return;
+      if ([400, 401, 403, 404].includes(e.status)) { onState('error', e); return; }
+      onState('reconnecting', e);
+    }
+    await sleep(delay, signal);
+    delay = Math.min(delay * 2, 5000);
+  }
+}
+
+/** poll runs fn now and every ms while the view lives and the tab shows. */
+function poll(fn, ms, signal) {
+  let timer;
+  const run = async () => {
+    if (signal.aborted) return;
+    if (!document.hidden) {
+      try { await fn(); } catch (e) { if (!signal.aborted) console.warn(e); }
+    }
+    if (!signal.aborted) timer = setTimeout(run, ms);
+  };
+  signal.addEventListener('abort', () => clearTimeout(timer), { once: true });
+  run();
+}
+
+const sentence = (m) => (/[.!?]$/.test(m) ? m : `${m}.`);
+
+/** errorBox says what went wrong in the user's words; 401 offers sign-in. */
+function errorBox(e) {
+  if (e.status === 401) {
+    return h('div', { class: 'error', role: 'alert' },
+      h('strong', {}, 'Sign in needed. '), `coordd asks for a bearer token: ${e.message}. `,
+      h('button', { type: 'button', onclick: signIn }, 'Sign in'));
+  }
+  if (e.status === 403) {
+    return h('div', { class: 'error', role: 'alert' }, h('strong', {}, 'Not allowed. '), sentence(e.message), ' Ask an operator to extend your policy, or sign in as another principal.');
+  }
+  const reason = e.reason ? ` (${e.reason})` : '';
+  return h('div', { class: 'error', role: 'alert' }, h('strong', {}, 'Error: '), sentence(`${e.message}${reason}`));
+}
+
+function setLive(state, e) {
+  live.className = state === 'reconnecting' || state === 'error' ? 'bad' : '';
+  live.textContent = { live: '● live', reconnecting: `○ reconnecting… ${e?.message || ''}`, error: `○ stopped: ${e?.message || ''}`, polling: '● updating' }[state] || '';
+}
+
+/**
+ * area is a region of a view that is re-rendered from data; it skips the
+ * render when the data did not change, so focus and scroll stay put.
+ */
+function area(props) {
+  const el = h('div', props || {});
+  let last = null;
+  el.show = (data, render) => {
+    const key = JSON.stringify(data);
+    if (key === last) return;
+    last = key;
+    el.replaceChildren(...[render(data)].flat());
+  };
+  el.fail = (e) => { last = null; el.replaceChildren(errorBox(e)); };
+  return el;
+}
+
+/** confirm shows a modal dialog; resolves true when the user confirms. */
+function confirmDialog(title, body, confirmLabel, { danger = true, extra } = {}) {
+  return new Promise((resolve) => {
+    const ok = h('button', { type: 'submit', class: danger ? 'danger' : 'primary', value: 'ok' }, confirmLabel);
+    const dlg = h('dialog', { 'aria-labelledby': 'dlg-title' },
+      h('form', { method: 'dialog' },
+        h('h2', { id: 'dlg-title' }, title), body, extra || null,
+        h('div', { class: 'actions' }, ok, h('button', { type: 'submit', value: 'cancel' }, 'Cancel'))));
+    dlg.addEventListener('close', () => { dlg.remove(); resolve(dlg.returnValue === 'ok'); });
+    document.body.append(dlg);
+    dlg.showModal();
+    ok.focus();
+  });
+}
+
+function table(cols, rows, empty) {
+  if (!rows.length) return h('p', { class: 'muted' }, empty);
+  return h('div', { class: 'scroll' }, h('table', {},
+    h('thead', {}, h('tr', {}, cols.map((c) => h('th', { scope: 'col', class: c.cls }, c.title)))),
+    h('tbody', {}, rows.map((r) => h('tr', {}, cols.map((c) => h('td', { class: c.cls }, c.cell(r))))))));
+}
+
+// ---------- sign-in ----------
+
+async function signIn() {
+  const input = h('input', { type: 'password', autocomplete: 'off', 'aria-label': 'Bearer token', size: 40 });
+  const body = h('div', {},
+    h('p', {}, 'Paste the bearer token coordd gave your principal (the same as coordctl --token). It is kept in this tab only (sessionStorage) and sent only to this coordd.'),
+    h('label', {}, 'Token', input));
+  const dlg = confirmDialog('Sign in', body, 'Sign in', { danger: false });
+  input.focus();
+  if (await dlg) {
+    if (input.value.trim()) sessionStorage.setItem(tokenKey, input.value.trim());
+    else sessionStorage.removeItem(tokenKey);
+    updateSignin();
+    route();
+  }
+}
+
+function updateSignin() {
+  const signedIn = !!sessionStorage.getItem(tokenKey);
+  signinButton.textContent = signedIn ? 'Sign out' : 'Sign in';
+  signinButton.onclick = signedIn ? () => { sessionStorage.removeItem(tokenKey); updateSignin(); route(); } : signIn;
+}
+
+// ---------- views ----------
+
+async function overview(_p, signal) {
+  const cluster = area();
+  const counts = area();
+  main.replaceChildren(h('h1', { tabindex: '-1' }, 'Overview'), counts, cluster);
+  poll(async () => {
+    try {
+      const m = await metrics(signal);
+      counts.show(m, () => h('div', { class: 'cards' }, [
+        ['coordd_sessions', 'sessions', '#/sessions'], ['coordd_locks_held', 'locks held', '#/locks'],
+        ['coordd_lock_waiters', 'waiters', '#/locks'], ['coordd_elections_with_leader', 'elections led', '#/elections'],
+        ['coordd_election_candidates_waiting', 'candidates waiting', '#/elections'], ['coordd_config_namespaces', 'namespaces', '#/config'],
+        ['coordd_config_watchers', 'config subscriptions', '#/config'],
+      ].map(([k, l, href]) => h('a', { class: 'card', href }, h('div', { class: 'n', 'data-metric': k }, m[k] ?? '–'), h('div', { class: 'l' }, l)))));
+    } catch (e) { if (!signal.aborted) counts.fail(e); }
+    try {
+      const st = await api('v1/cluster:status', { signal });
+      cluster.show(st, renderCluster);
+      setLive('polling');
+    } catch (e) { if (!signal.aborted) cluster.fail(e); }
+  }, 3000, signal);
+}
+
+function renderCluster(st) {
+  const quota = Number(st.quotaBackendBytes || 0);
+  const sizeBar = (used) => {
+    if (!quota) return bytes(used);
+    const pct = Math.min(100, (100 * Number(used)) / quota);
+    return h('div', {}, `${bytes(used)} of ${bytes(quota)}`,
+      h('div', { class: `bar ${pct > 80 ? 'bad' : pct > 60 ? 'warn' : ''}`, role: 'img', 'aria-label': `${pct.toFixed(0)}% of the quota` }, h('span', { style: `width:${pct}%` })));
+  };
+  return [
+    h('h2', {}, 'Cluster'),
+    h('p', {}, `cluster ${st.clusterId} · coordd ${st.coorddVersion || '(version unknown)'} · etcd ${st.etcdVersion} · revision ${st.revision} · raft term ${st.raftTerm}`),
+    st.alarms.length ? h('div', { class: 'error', role: 'alert' }, h('strong', {}, 'Alarms: '), st.alarms.map((a) => `${a.type} on ${a.memberId}`).join(', '), '. Writes other than releases are refused until an operator frees space and disarms (coordctl cluster alarms disarm).') : h('p', {}, h('span', { class: 'badge ok' }, 'no alarms')),
+    h('h2', {}, 'Members'),
+    table([
+      { title: 'Name', cell: (m) => [m.name || '(not started)', ' ', h('code', { class: 'muted' }, m.id)] },
+      { title: 'Role', cell: (m) => h('span', { class: `badge ${m.isLeader ? 'ok' : ''}` }, m.isLeader ? 'leader' : m.isLearner ? 'learner' : 'follower') },
+      { title: 'Health', cell: (m) => (!m.health ? h('span', { class: 'badge warn' }, 'never started') : m.health.stale ? h('span', { class: 'badge bad', title: m.health.error }, `down: ${m.health.error}`) : h('span', { class: 'badge ok' }, 'healthy')) },
+      { title: 'Raft term', cls: 'num', cell: (m) => m.health?.raftTerm ?? '' },
+      { title: 'Raft index / applied', cls: 'num hide-narrow', cell: (m) => (m.health ? `${m.health.raftIndex} / ${m.health.raftAppliedIndex}` : '') },
+      { title: 'Database (vs quota)', cell: (m) => (m.health ? sizeBar(m.health.dbSizeBytes) : '') },
+      { title: 'In use', cls: 'num hide-narrow', cell: (m) => (m.health ? bytes(m.health.dbSizeInUseBytes) : '') },
+      { title: 'Versions', cls: 'hide-narrow', cell: (m) => (m.health ? `coordd ${m.health.coorddVersion || '?'}, etcd ${m.health.etcdVersion}` : '') },
+      { title: 'Peer URLs', cls: 'hide-narrow', cell: (m) => m.peerUrls.join(' ') },
+    ], st.members, 'No members (an external etcd that hides its members).'),
+  ];
+}
+
+async function sessions(_p, signal) {
+  const list = area();
+  main.replaceChildren(h('h1', { tabindex: '-1' }, 'Sessions'),
+    h('p', { class: 'muted' }, 'Every live session: who created it, where, and its time to live. Open one to see what it holds and close it.'), list);
+  poll(async () => {
+    try {
+      const all = [];
+      let token = '';
+      do {
+        const page = await api(`v1/sessions?${q({ pageSize: 500, pageToken: token })}`, { signal });
+        all.push(...page.sessions);
+        token = page.nextPageToken;
+      } while (token && all.length < 5000);
+      list.show(all, (ss) => [
+        h('p', {}, `${ss.length}${token ? '+' : ''} live sessions`),
+        table([
+          { title: 'Session', cell: (s) => h('a', { href: `#/sessions/${s.id}` }, h('code', {}, s.id)) },
+          { title: 'Owner', cell: (s) => s.owner },
+          { title: 'Host', cell: (s) => s.hostname },
+          { title: 'Labels', cls: 'hide-narrow', cell: (s) => Object.entries(s.labels).map(([k, v]) => h('span', { class: 'badge' }, `${k}=${v}`)) },
+          { title: 'Principal', cls: 'hide-narrow', cell: (s) => s.principal },
+          { title: 'TTL', cls: 'num', cell: (s) => s.ttl },
+          { title: 'Created', cell: (s) => when(s.createTime) },
+        ], ss, 'No live sessions.'),
+      ]);
+      setLive('polling');
+    } catch (e) { if (!signal.aborted) list.fail(e); }
+  }, 3000, signal);
+}
+
+async function sessionView(p, signal) {
+  const id = p.rest;
+  const info = area();
+  const holds = area();
+  const countdown = h('span', { class: 'num', 'data-remaining': '' });
+  let deadline = 0;
+  const tick = () => { countdown.textContent = deadline ? `${Math.max(0, Math.round((deadline - Date.now()) / 1000))}s left` : ''; };
+  const t = setInterval(tick, 1000);
+  signal.addEventListener('abort', () => clearInterval(t), { once: true });
+  const close = h('button', {
+    type: 'button', class: 'danger', onclick: async () => {
+      if (!await confirmDialog(`Close session ${id}?`, h('p', {}, 'Every lock it holds is released, every campaign and leadership it has ends, and its owner loses them at its next renewal. This cannot be undone.'), 'Close session')) return;
+      try { await api(`v1/sessions/${encodeURIComponent(id)}`, { method: 'DELETE' }); location.hash = '#/sessions'; } catch (e) { info.fail(e); }
+    },
+  }, 'Close session…');
+  main.replaceChildren(h('p', {}, h('a', { href: '#/sessions' }, '← Sessions')), h('h1', { tabindex: '-1' }, `Session ${id}`), info, h('div', { class: 'actions' }, close), h('h2', {}, 'Holds and waits'), holds);
+  poll(async () => {
+    try {
+      const { session: s } = await api(`v1/sessions/${encodeURIComponent(id)}`, { signal });
+      deadline = Date.now() + seconds(s.remainingTtl) * 1000;
+      tick();
+      info.show(s, () => h('div', { class: 'scroll' }, h('table', {}, h('tbody', {},
+        [['Owner', s.owner], ['Host', s.hostname], ['Principal', s.principal || '(none)'], ['TTL', s.ttl], ['Time to live', countdown],
+          ['Labels', Object.entries(s.labels).map(([k, v]) => h('span', { class: 'badge' }, `${k}=${v}`))], ['Created', when(s.createTime)]]
+          .map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)))))));
+      const rows = [];
+      for (const name of s.locks || []) {
+        const d = await api(`v1/locks/${path(name)}`, { signal });
+        for (const e of d.holders.filter((x) => x.sessionId === id)) rows.push({ kind: 'lock', name, state: e.read ? 'holds (read)' : 'holds', token: e.token, since: e.grantTime });
+        for (const e of d.waiters.filter((x) => x.sessionId === id)) rows.push({ kind: 'lock', name, state: `waits (${d.waiters.indexOf(e) + 1} in line)`, token: e.token, since: e.enqueueTime });
+      }
+      for (const name of s.elections || []) {
+        const l = await api(`v1/elections:leader?${q({ name })}`, { signal }).catch(() => null);
+        const leads = l?.leader?.sessionId === id;
+        rows.push({ kind: 'election', name, state: leads ? 'leads' : 'campaigns', token: leads ? l.leader.term : '', since: leads ? l.leader.since : '' });
+      }
+      holds.show(rows, () => table([
+        { title: 'Kind', cell: (r) => r.kind },
+        { title: 'Name', cell: (r) => h('a', { href: `#/${r.kind === 'lock' ? 'locks' : 'elections'}/${path(r.name)}` }, r.name) },
+        { title: 'State', cell: (r) => r.state },
+        { title: 'Token / term', cls: 'num', cell: (r) => r.token },
+        { title: 'Since', cell: (r) => when(r.since) },
+      ], rows, 'It holds no lock and takes part in no election.'));
+      setLive('polling');
+    } catch (e) { if (!signal.aborted) { deadline = 0; info.fail(e); } }
+  }, 2000, signal);
+}
+
+/** names is a browsable list of lock or election names under a prefix. */
+function names(kind, p, signal) {
+  const prefix = p.query.get('prefix') || '';
+  const list = area();
+  const input = h('input', { type: 'search', name: 'prefix', value: prefix, placeholder: 'orders/', 'aria-label': 'Name prefix' });
+  const form = h('form', { class: 'inline', role: 'search', onsubmit: (ev) => { ev.preventDefault(); location.hash = `#/${kind}?${q({ prefix: input.value })}`; } },
+    h('label', {}, 'Prefix', input), h('button', { type: 'submit' }, 'Browse'));
+  const title = kind === 'locks' ? 'Locks' : 'Elections';
+  main.replaceChildren(h('h1', { tabindex: '-1' }, title), form, list);
+  let pageToken = p.query.get('page') || '';
+  poll(async () => {
+    try {
+      const page = await api(`v1/${kind}?${q({ prefix, pageSize: 100, pageToken })}`, { signal });
+      list.show(page, () => [
+        table([{ title: 'Name', cell: (n) => h('a', { href: `#/${kind}/${path(n)}` }, n) }], page.names,
+          kind === 'locks' ? 'No lock is held or waited for under this prefix.' : 'No election has a leader or candidates under this prefix.'),
+        page.nextPageToken ? h('p', {}, h('a', { href: `#/${kind}?${q({ prefix, page: page.nextPageToken })}` }, 'Next page →')) : null,
+      ]);
+      setLive('polling');
+    } catch (e) { if (!signal.aborted) list.fail(e); }
+  }, 3000, signal);
+}
+
+async function lockView(p, signal) {
+  const name = p.rest;
+  const state = area();
+  main.replaceChildren(h('p', {}, h('a', { href: '#/locks' }, '← Locks')), h('h1', { tabindex: '-1' }, name), state);
+  const release = async (e) => {
+    const ok = await confirmDialog(`Release ${name}?`, h('div', {},
+      h('p', {}, `This takes the lock from session ${e.sessionId} (${e.owner || 'no owner'}), token ${e.token}. The next waiter is granted it. The holder's fenced writes with token ${e.token} are refused from now on, but a holder that does not check its token may still act: release only a holder you know is stuck.`)), 'Release');
+    if (!ok) return;
+    try { await api('v1/locks:release', { method: 'POST', body: { name, token: e.token, sessionId: e.sessionId } }); } catch (err) { state.fail(err); }
+  };
+  const entry = (holder) => [
+    { title: holder ? 'Holder' : 'Position', cell: (e) => (holder ? h('a', { href: `#/sessions/${e.sessionId}` }, h('code', {}, e.sessionId)) : String(e.pos)) },
+    ...(holder ? [] : [{ title: 'Session', cell: (e) => h('a', { href: `#/sessions/${e.sessionId}` }, h('code', {}, e.sessionId)) }]),
+    { title: 'Owner', cell: (e) => [e.owner, e.hostname ? h('span', { class: 'muted' }, ` @ ${e.hostname}`) : ''] },
+    { title: 'Mode', cell: (e) => (e.read ? 'read' : 'write') },
+    { title: 'Token', cls: 'num', cell: (e) => h('code', {}, e.token) },
+    { title: holder ? 'Held since' : 'Waiting since', cell: (e) => when(holder ? e.grantTime : e.enqueueTime) },
+    { title: 'Metadata', cls: 'hide-narrow', cell: (e) => e.metadata },
+    ...(holder ? [{ title: '', cell: (e) => h('button', { type: 'button', class: 'danger', onclick: () => release(e) }, 'Release…') }] : []),
+  ];
+  poll(async () => {
+    try {
+      const d = await api(`v1/locks/${path(name)}`, { signal });
+      const { revision, ...shown } = d;
+      state.show(shown, () => [
+        h('p', {}, d.limit > 1 ? `semaphore of ${d.limit}` : 'mutex (or read/write lock)', d.delayedUntil && Date.parse(d.delayedUntil) > Date.now() ? h('span', { class: 'badge warn' }, ` lock-delay until ${new Date(d.delayedUntil).toLocaleTimeString()}`) : ''),
+        h('h2', {}, `Holders (${d.holders.length})`),
+        table(entry(true), d.holders, 'Nobody holds it.'),
+        h('h2', {}, `Waiters, in the order they will be granted (${d.waiters.length})`),
+        table(entry(false), d.waiters.map((w, i) => ({ ...w, pos: i + 1 })), 'Nobody waits.'),
+      ]);
+      setLive('polling');
+    } catch (e) { if (!signal.aborted) state.fail(e); }
+  }, 1000, signal);
+}
+
+const eventNames = {
+  ELECTION_EVENT_TYPE_ELECTED: 'elected', ELECTION_EVENT_TYPE_PROCLAIMED: 'proclaimed', ELECTION_EVENT_TYPE_RESIGNED: 'resigned',
+  ELECTION_EVENT_TYPE_EXPIRED: 'expired (session ended)', ELECTION_EVENT_TYPE_VACANT: 'vacant',
+};
+
+async function electionView(p, signal) {
+  const name = p.rest;
+  const leader = area();
+  const candidates = area();
+  const timeline = h('ol', { class: 'timeline', 'aria-live': 'polite', reversed: true });
+  main.replaceChildren(h('p', {}, h('a', { href: '#/elections' }, '← Elections')), h('h1', { tabindex: '-1' }, name),
+    h('h2', {}, 'Leader'), leader, h('h2', {}, 'Candidates, in the order they will lead'), candidates, h('h2', {}, 'Timeline (live)'), timeline);
+  const showLeader = (l) => leader.show(l || null, () => (!l ? h('p', { class: 'muted' }, 'Nobody leads.') : h('div', { class: 'scroll' }, h('table', {}, h('tbody', {},
+    [['Term', h('code', {}, l.term)], ['Value', h('pre', {}, pretty(l.value))], ['Owner', [l.owner, l.hostname ? ` @ ${l.hostname}` : '']],
+      ['Session', h('a', { href: `#/sessions/${l.sessionId}` }, h('code', {}, l.sessionId))], ['Since', when(l.since)], ['Proclamations', l.proclaims]]
+      .map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v))))))));
+  const loadCandidates = async () => {
+    try {
+      const c = await api(`v1/elections:candidates?${q({ name })}`, { signal });
+      candidates.show(c.candidates, (cs) => table([
+        { title: '#', cls: 'num', cell: (x) => String(cs.indexOf(x) + 1) },
+        { title: 'Owner', cell: (x) => [x.owner, x.hostname ? ` @ ${x.hostname}` : ''] },
+        { title: 'Session', cell: (x) => h('a', { href: `#/sessions/${x.sessionId}` }, h('code', {}, x.sessionId)) },
+        { title: 'Value', cell: (x) => x.value },
+        { title: 'Waiting since', cell: (x) => when(x.enqueueTime) },
+      ], cs, 'Nobody else campaigns.'));
+    } catch (e) { if (!signal.aborted) candidates.fail(e); }
+  };
+  poll(loadCandidates, 3000, signal);
+  let from = 0;
+  follow(() => `v1/elections:observe?${q({ name, fromRevision: from ? from + 1 : '' })}`, (r) => {
+    for (const ev of r.events) {
+      // ELECTED and PROCLAIMED name the leader; RESIGNED, EXPIRED and
+      // VACANT leave nobody (an ELECTED follows in the same revision when a
+      // candidate takes over).
+      showLeader(['ELECTION_EVENT_TYPE_ELECTED', 'ELECTION_EVENT_TYPE_PROCLAIMED'].includes(ev.type) ? ev.leader : null);
+      const l = ev.leader;
+      timeline.prepend(h('li', { 'data-type': eventNames[ev.type] || ev.type },
+        h('strong', {}, eventNames[ev.type] || ev.type), l ? ` · term ${l.term} · ${l.owner || l.sessionId}${l.value ? ` · ${l.value}` : ''}` : '',
+        h('span', { class: 'muted' }, ` · revision ${ev.revision} · ${ev.current ? 'state when the page opened' : `seen ${new Date().toLocaleTimeString()}`}`)));
+    }
+    from = Math.max(from, Number(r.revision));
+    loadCandidates();
+  }, signal, (s, e) => { setLive(s, e); if (s === 'error') leader.fail(e); });
+}
+
+// ---------- config ----------
+
+async function namespaces(p, signal) {
+  const prefix = p.query.get('prefix') || '';
+  const list = area();
+  const input = h('input', { type: 'search', value: prefix, placeholder: 'payments/', 'aria-label': 'Namespace prefix' });
+  const ns = h('input', { type: 'text', placeholder: 'payments/prod', 'aria-label': 'New namespace', pattern: '[A-Za-z0-9._\\-]+(/[A-Za-z0-9._\\-]+)*' });
+  main.replaceChildren(h('h1', { tabindex: '-1' }, 'Config'),
+    h('form', { class: 'inline', role: 'search', onsubmit: (ev) => { ev.preventDefault(); location.hash = `#/config?${q({ prefix: input.value })}`; } },
+      h('label', {}, 'Prefix', input), h('button', { type: 'submit' }, 'Browse')),
+    list,
+    h('form', { class: 'inline', onsubmit: (ev) => { ev.preventDefault(); if (ns.value) location.hash = `#/config/${path(ns.value)}?tab=publish`; } },
+      h('label', {}, 'Open or start a namespace', ns), h('button', { type: 'submit' }, 'Open')));
+  const pageToken = p.query.get('page') || '';
+  poll(async () => {
+    try {
+      const page = await api(`v1/config:namespaces?${q({ prefix, pageSize: 100, pageToken })}`, { signal });
+      list.show(page, () => [
+        table([{ title: 'Namespace', cell: (n) => h('a', { href: `#/config/${path(n)}` }, n) }], page.namespaces, 'No namespace has content under this prefix.'),
+        page.nextPageToken ? h('p', {}, h('a', { href: `#/config?${q({ prefix, page: page.nextPageToken })}` }, 'Next page →')) : null,
+      ]);
+      setLive('polling');
+    } catch (e) { if (!signal.aborted) list.fail(e); }
+  }, 5000, signal);
+}
+
+function diffTable(changes, empty = 'No key changed.') {
+  return h('div', { class: 'diff' }, table([
+    { title: 'Key', cell: (c) => h('code', {}, c.key) },
+    { title: 'Before', cls: 'old', cell: (c) => (c.oldValue === undefined ? h('span', { class: 'muted' }, '(absent)') : h('pre', {}, pretty(c.oldValue))) },
+    { title: 'After', cls: 'new', cell: (c) => (c.newValue === undefined ? h('span', { class: 'muted' }, '(deleted)') : h('pre', {}, pretty(c.newValue))) },
+  ], changes, empty));
+}
+
+const tabs = ['snapshot', 'history', 'diff', 'publish', 'schema', 'status'];
+
+async function namespaceView(p, signal) {
+  const ns = p.rest;
+  const tab = tabs.includes(p.query.get('tab')) ? p.query.get('tab') : 'snapshot';
+  const body = h('div', {});
+  main.replaceChildren(h('p', {}, h('a', { href: '#/config' }, '← Config')), h('h1', { tabindex: '-1' }, ns),
+    h('nav', { class: 'tabs', 'aria-label': 'Namespace' }, tabs.map((t) => h('a', { href: `#/config/${path(ns)}?tab=${t}`, 'aria-current': t === tab ? 'page' : undefined }, t[0].toUpperCase() + t.slice(1)))),
+    body);
+  await configTabs[tab](ns, p, body, signal);
+}
+
+const configTabs = {
+  async snapshot(ns, _p, body, signal) {
+    const view = area();
+    body.replaceChildren(view);
+    let snap = null;
+    let from = 0;
+    const render = () => view.show(snap, (s) => [
+      h('p', {}, `release ${s.release} · ${s.entries.length} keys · revision ${s.changedRevision}`),
+      table([
+        { title: 'Key', cell: (e) => h('code', {}, e.key) },
+        { title: 'Value', cell: (e) => h('pre', {}, pretty(e.value)) },
+      ], s.entries, 'The namespace is empty.'),
+    ]);
+    follow(() => `v1/config:watch?${q({ namespaces: ns, fromRevision: from || '' })}`, (r) => {
+      if (r.type === 'WATCH_EVENT_TYPE_SNAPSHOT') {
+        snap = r.snapshots[0];
+      } else if (r.type === 'WATCH_EVENT_TYPE_CHANGE' && snap) {
+        const m = new Map(snap.entries.map((e) => [e.key, e.value]));
+        for (const c of r.release.changes) {
+          if (c.newValue === undefined) m.delete(c.key); else m.set(c.key, c.newValue);
+        }
+        snap = { ...snap, release: r.release.number, changedRevision: r.release.revision, entries: [...m].sort(([a], [b]) => (a < b ? -1 : 1)).map(([key, value]) => ({ key, value })) };
+      }
+      from = Math.max(from, Number(r.revision));
+      if (snap) render();
+    }, signal, (s, e) => { setLive(s, e); if (s === 'error') view.fail(e); });
+  },
+
+  async history(ns, _p, body, signal) {
+    const view = area();
+    body.replaceChildren(view);
+    const rollback = async (rel, current) => {
+      let changes = [];
+      try { changes = (await api(`v1/config:diff?${q({ namespace: ns, fromRelease: current.number, toRelease: rel.number })}`)).changes; } catch (e) { view.fail(e); return; }
+      const message = h('input', { type: 'text', value: `roll back to release ${rel.number}`, size: 40 });
+      const ok = await confirmDialog(`Roll ${ns} back to release ${rel.number}?`,
+        h('div', {}, h('p', {}, `A new release is published with release ${rel.number}'s content. What changes from the current release ${current.number}:`), diffTable(changes, 'Nothing: the content is already the same.')),
+        'Roll back', { extra: h('label', {}, 'Message', message) });
+      if (!ok) return;
+      try {
+        await api('v1/config:rollback', { method: 'POST', body: { namespace: ns, toRelease: rel.number, expectedRevision: current.revision, message: message.value } });
+      } catch (e) { view.fail(e); }
+    };
+    poll(async () => {
+      try {
+        const r = await api(`v1/config:releases?${q({ namespace: ns, pageSize: 100 })}`, { signal });
+        view.show(r.releases, (rels) => {
+          let a = rels[1]?.number || '0';
+          let b = rels[0]?.number || '0';
+          return [
+            table([
+              { title: 'Release', cls: 'num', cell: (x) => h('strong', {}, x.number) },
+              { title: 'When', cell: (x) => when(x.time) },
+              { title: 'Author', cell: (x) => x.author },
+              { title: 'Message', cell: (x) => [x.message, x.rollbackOf !== '0' ? h('span', { class: 'badge' }, `rollback to ${x.rollbackOf}`) : ''] },
+              { title: 'Keys', cls: 'num', cell: (x) => String(x.changes.length) },
+              { title: 'Compare', cell: (x) => h('span', {}, h('label', { class: 'check' }, h('input', { type: 'radio', name: 'a', value: x.number, checked: x.number === a, onchange: () => { a = x.number; } }), 'from'), ' ', h('label', { class: 'check' }, h('input', { type: 'radio', name: 'b', value: x.number, checked: x.number === b, onchange: () => { b = x.number; } }), 'to')) },
+              { title: '', cell: (x) => (x === rels[0] ? h('span', { class: 'badge ok' }, 'current') : h('button', { type: 'button', onclick: () => rollback(x, rels[0]) }, 'Roll back to this…')) },
+            ], rels, 'No releases yet.'),
+            rels.length ? h('div', { class: 'actions' }, h('button', { type: 'button', class: 'primary', onclick: () => { location.hash = `#/config/${path(ns)}?${q({ tab: 'diff', from: a, to: b })}`; } }, 'Compare selected')) : null,
+          ];
+        });
+        setLive('polling');
+      } catch (e) { if (!signal.aborted) view.fail(e); }
+    }, 3000, signal);
+  },
+
+  async diff(ns, p, body, signal) {
+    const from = p.query.get('from') || '0';
+    const to = p.query.get('to') || '';
+    const a = h('input', { type: 'number', min: 0, value: from, 'aria-label': 'From release', size: 6 });
+    const b = h('input', { type: 'number', min: 0, value: to, 'aria-label': 'To release', size: 6 });
+    const view = area();
+    body.replaceChildren(h('form', { class: 'inline', onsubmit: (ev) => { ev.preventDefault(); location.hash = `#/config/${path(ns)}?${q({ tab: 'diff', from: a.value, to: b.value })}`; } },
+      h('label', {}, 'From release (0: empty)', a), h('label', {}, 'To release', b), h('button', { type: 'submit' }, 'Compare')), view);
+    if (!to) { view.replaceChildren(h('p', { class: 'muted' }, 'Pick two releases (or compare from the History tab).')); return; }
+    try {
+      const d = await api(`v1/config:diff?${q({ namespace: ns, fromRelease: from, toRelease: to })}`, { signal });
+      view.show(d, () => [h('p', {}, `From release ${from} to release ${to}:`), diffTable(d.changes)]);
+    } catch (e) { if (!signal.aborted) view.fail(e); }
+  },
+
+  async publish(ns, _p, body, signal) {
+    let snap = { entries: [], changedRevision: '0', release: '0' };
+    try { snap = (await api(`v1/config:snapshot?${q({ namespace: ns })}`, { signal })).snapshot; } catch (e) { body.replaceChildren(errorBox(e)); return; }
+    const existing = new Map(snap.entries.map((e) => [e.key, e.value]));
+    const rows = h('tbody', {});
+    const preview = h('div', { 'aria-live': 'polite' });
+    const author = h('input', { type: 'text', 'aria-label': 'Author', placeholder: 'you' });
+    const message = h('input', { type: 'text', 'aria-label': 'Message', placeholder: 'why', size: 40 });
+    const publishButton = h('button', { type: 'button', class: 'primary', disabled: true }, 'Publish');
+    let previewed = null;
+    const mutations = () => [...rows.children].map((tr) => {
+      const [key, value, del] = tr.querySelectorAll('input, textarea');
+      return { key: key.value.trim(), value: value.value, delete: del.checked };
+    }).filter((m) => m.key);
+    const changed = () => { previewed = null; publishButton.disabled = true; };
+    const keys = h('datalist', { id: 'ns-keys' }, [...existing.keys()].map((k) => h('option', { value: k })));
+    const addRow = () => {
+      const value = h('textarea', { 'aria-label': 'Value', rows: 2, oninput: changed });
+      const key = h('input', { type: 'text', list: 'ns-keys', 'aria-label': 'Key', oninput: changed, onchange: () => { if (existing.has(key.value) && !value.value) value.value = pretty(existing.get(key.value)); } });
+      const del = h('input', { type: 'checkbox', 'aria-label': 'Delete this key', onchange: changed });
+      rows.append(h('tr', {}, h('td', {}, key), h('td', {}, value), h('td', {}, h('label', { class: 'check' }, del, 'delete'))));
+      key.focus();
+    };
+    const send = async (dryRun) => {
+      const body = { namespace: ns, mutations: mutations(), author: author.value, message: message.value, dryRun, expectedRevision: snap.changedRevision };
+      const r = await api('v1/config:publish', { method: 'POST', body });
+      return r.release;
+    };
+    const previewButton = h('button', {
+      type: 'button', onclick: async () => {
+        try {
+          const rel = await send(true);
+          previewed = JSON.stringify(mutations());
+          publishButton.disabled = rel.changes.length === 0;
+          preview.replaceChildren(h('h2', {}, `Preview: release ${rel.number} would change`), diffTable(rel.changes, 'Nothing would change.'));
+        } catch (e) { preview.replaceChildren(errorBox(e)); }
+      },
+    }, 'Preview (dry run)');
+    publishButton.addEventListener('click', async () => {
+      if (previewed !== JSON.stringify(mutations())) { changed(); return; }
+      try {
+        await send(false);
+        location.hash = `#/config/${path(ns)}?${q({ tab: 'history' })}`;
+      } catch (e) { preview.replaceChildren(errorBox(e)); }
+    });
+    body.replaceChildren(
+      h('p', { class: 'muted' }, `Publishing makes one release of every change below, atomically, checked against the namespace's schema. Values are stored as typed: JSON text is that JSON value, anything else a string. Based on release ${snap.release}; if someone publishes first, publishing is refused and you preview again.`),
+      keys,
+      h('div', { class: 'scroll' }, h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Key'), h('th', {}, 'Value'), h('th', {}, ''))), rows)),
+      h('div', { class: 'actions' }, h('button', { type: 'button', onclick: addRow }, 'Add a key')),
+      h('div', { class: 'inline' }, h('label', {}, 'Author', author), h('label', {}, 'Message', message)),
+      h('div', { class: 'actions' }, previewButton, publishButton),
+      preview);
+    addRow();
+  },
+
+  async schema(ns, _p, body, signal) {
+    const view = area();
+    const text = h('textarea', { rows: 12, 'aria-label': 'JSON Schema' });
+    const save = h('button', {
+      type: 'button', class: 'primary', onclick: async () => {
+        const ok = await confirmDialog(`Set ${ns}'s schema?`, h('p', {}, text.value.trim() ? 'Every later publish must satisfy it; the current content is checked first.' : 'An empty schema removes it: any value will be accepted.'), 'Save schema', { danger: false });
+        if (!ok) return;
+        try { await api('v1/config:setSchema', { method: 'POST', body: { namespace: ns, schema: text.value } }); view.replaceChildren(h('p', { class: 'note' }, 'Saved.')); } catch (e) { view.fail(e); }
+      },
+    }, 'Save schema…');
+    body.replaceChildren(view, h('h2', {}, 'Edit'), text, h('div', { class: 'actions' }, save));
+    try {
+      const s = await api(`v1/config:schema?${q({ namespace: ns })}`, { signal });
+      text.value = pretty(s.schema);
+      view.show(s.schema, () => (s.schema ? h('pre', {}, pretty(s.schema)) : h('p', { class: 'muted' }, 'No schema: any value is accepted.')));
+    } catch (e) { if (!signal.aborted) view.fail(e); }
+  },
+
+  async status(ns, _p, body, signal) {
+    const view = area();
+    body.replaceChildren(h('p', { class: 'muted' }, 'What each instance that reports (the SDK does, after its callbacks) runs, and what it rejected and why.'), view);
+    poll(async () => {
+      try {
+        const s = await api(`v1/config:status?${q({ namespace: ns })}`, { signal });
+        view.show(s, () => [
+          h('p', {}, s.applied.map((c) => h('span', { class: 'badge ok' }, `release ${c.release}: ${c.instances} running`)), ' ',
+            s.rejected.map((c) => h('span', { class: 'badge bad' }, `release ${c.release}: ${c.instances} rejected`))),
+          table([
+            { title: 'Instance', cell: (i) => h('code', {}, i.instance) },
+            { title: 'Labels', cls: 'hide-narrow', cell: (i) => Object.entries(i.labels).map(([k, v]) => h('span', { class: 'badge' }, `${k}=${v}`)) },
+            { title: 'Runs release', cls: 'num', cell: (i) => i.appliedRelease },
+            { title: 'Rejected', cell: (i) => (i.rejectedRelease !== '0' ? h('span', { class: 'badge bad' }, `release ${i.rejectedRelease}: ${i.reason}`) : '') },
+            { title: 'Reported', cell: (i) => when(i.reportTime) },
+          ], s.instances, 'No instance has reported for this namespace.'),
+        ]);
+        setLive('polling');
+      } catch (e) { if (!signal.aborted) view.fail(e); }
+    }, 3000, signal);
+  },
+};
+
+// ---------- routing ----------
+
+const routes = [
+  [/^$/, overview, 'overview'],
+  [/^sessions$/, sessions, 'sessions'],
+  [/^sessions\/(.+)$/, sessionView, 'sessions'],
+  [/^locks$/, (p, s) => names('locks', p, s), 'locks'],
+  [/^locks\/(.+)$/, lockView, 'locks'],
+  [/^elections$/, (p, s) => names('elections', p, s), 'elections'],
+  [/^elections\/(.+)$/, electionView, 'elections'],
+  [/^config$/, namespaces, 'config'],
+  [/^config\/(.+)$/, namespaceView, 'config'],
+];
+
+let current = null;
+
+function route() {
+  current?.abort();
+  current = new AbortController();
+  const raw = location.hash.replace(/^#\/?/, '');
+  const [p, query = ''] = raw.split('?');
+  setLive('');
+  for (const [re, view, section] of routes) {
+    const m = re.exec(p);
+    if (!m) continue;
+    for (const a of document.querySelectorAll('nav a[data-section]')) {
+      if (a.dataset.section === section) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+    }
+    const rest = m[1] ? m[1].split('/').map(decodeURIComponent).join('/') : '';
+    Promise.resolve(view({ rest, query: new URLSearchParams(query) }, current.signal)).catch((e) => main.replaceChildren(errorBox(e)));
+    main.querySelector('h1')?.focus({ preventScroll: true });
+    document.title = `${main.querySelector('h1')?.textContent || 'coordd'} · coordd console`;
+    return;
+  }
+  main.replaceChildren(h('h1', {}, 'Not found'), h('p', {}, 'No such page. ', h('a', { href: '#/' }, 'Go to the overview.')));
+}
+
+// Relative times ("3s ago") move on by themselves, between data changes too.
+setInterval(() => {
+  for (const t of document.querySelectorAll('time[datetime]')) t.textContent = ago(t.dateTime);
+}, 1000);
+
+window.addEventListener('hashchange', route);
+updateSignin();
+route();
