@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -532,13 +531,4 @@ func (m *Manager) Count(ctx context.Context) (Counts, error) {
 // NamesIn returns the names of the elections that the entries among keys belong
 // to (a session's attached keys, session.Info.Keys: the elections it
 // leads or campaigns in), sorted and without repeats. Other keys are ignored.
-func (m *Manager) NamesIn(keys []string) []string {
-	var out []string
-	for _, k := range keys {
-		if name, ok := queue.NameOf(m.root, k); ok {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
+func (m *Manager) NamesIn(keys []string) []string { return queue.NamesIn(m.root, keys) }

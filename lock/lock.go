@@ -513,13 +513,4 @@ func (m *Manager) Count(ctx context.Context) (Counts, error) {
 // NamesIn returns the names of the locks that the entries among keys belong
 // to (a session's attached keys, session.Info.Keys: the locks it
 // holds or waits for), sorted and without repeats. Other keys are ignored.
-func (m *Manager) NamesIn(keys []string) []string {
-	var out []string
-	for _, k := range keys {
-		if name, ok := queue.NameOf(m.locks, k); ok {
-			out = append(out, name)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
+func (m *Manager) NamesIn(keys []string) []string { return queue.NamesIn(m.locks, keys) }

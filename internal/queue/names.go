@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -46,6 +47,20 @@ func Names(ctx context.Context, cli *clientv3.Client, root, prefix, after string
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 	return out, nil
+}
+
+// NamesIn returns the names whose queues under root hold an entry among
+// keys (a session's attached keys), sorted and without repeats; other keys
+// are ignored.
+func NamesIn(root string, keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if name, ok := NameOf(root, k); ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // NameOf returns the name whose queue holds key, an entry key under root
