@@ -161,13 +161,23 @@ async function follow(url, onResult, signal, onState) {
   }
 }
 
-/** poll runs fn now and every ms while the view lives and the tab shows. */
-function poll(fn, ms, signal) {
+/**
+ * poll runs fn now and every ms while the view lives and the tab shows. A
+ * failure is shown in the area `into` (else logged) and tried again at the
+ * next turn.
+ */
+function poll(fn, ms, signal, into) {
   let timer;
   const run = async () => {
     if (signal.aborted) return;
     if (!document.hidden) {
-      try { await fn(); } catch (e) { if (!signal.aborted) console.warn(e); }
+      try {
+        await fn();
+        if (into) setLive('polling');
+      } catch (e) {
+        if (signal.aborted) return;
+        if (into) into.fail(e); else console.warn(e);
+      }
     }
     if (!signal.aborted) timer = setTimeout(run, ms);
   };
@@ -314,29 +324,26 @@ async function sessions(_p, signal) {
   main.replaceChildren(h('h1', { tabindex: '-1' }, 'Sessions'),
     h('p', { class: 'muted' }, 'Every live session: who created it, where, and its time to live. Open one to see what it holds and close it.'), list);
   poll(async () => {
-    try {
-      const all = [];
-      let token = '';
-      do {
-        const page = await api(`v1/sessions?${q({ pageSize: 500, pageToken: token })}`, { signal });
-        all.push(...page.sessions);
-        token = page.nextPageToken;
-      } while (token && all.length < 5000);
-      list.show(all, (ss) => [
-        h('p', {}, `${ss.length}${token ? '+' : ''} live sessions`),
-        table([
-          { title: 'Session', cell: (s) => h('a', { href: `#/sessions/${s.id}` }, h('code', {}, s.id)) },
-          { title: 'Owner', cell: (s) => s.owner },
-          { title: 'Host', cell: (s) => s.hostname },
-          { title: 'Labels', cls: 'hide-narrow', cell: (s) => Object.entries(s.labels).map(([k, v]) => h('span', { class: 'badge' }, `${k}=${v}`)) },
-          { title: 'Principal', cls: 'hide-narrow', cell: (s) => s.principal },
-          { title: 'TTL', cls: 'num', cell: (s) => s.ttl },
-          { title: 'Created', cell: (s) => when(s.createTime) },
-        ], ss, 'No live sessions.'),
-      ]);
-      setLive('polling');
-    } catch (e) { if (!signal.aborted) list.fail(e); }
-  }, 3000, signal);
+    const all = [];
+    let token = '';
+    do {
+      const page = await api(`v1/sessions?${q({ pageSize: 500, pageToken: token })}`, { signal });
+      all.push(...page.sessions);
+      token = page.nextPageToken;
+    } while (token && all.length < 5000);
+    list.show(all, (ss) => [
+      h('p', {}, `${ss.length}${token ? '+' : ''} live sessions`),
+      table([
+        { title: 'Session', cell: (s) => h('a', { href: `#/sessions/${s.id}` }, h('code', {}, s.id)) },
+        { title: 'Owner', cell: (s) => s.owner },
+        { title: 'Host', cell: (s) => s.hostname },
+        { title: 'Labels', cls: 'hide-narrow', cell: (s) => Object.entries(s.labels).map(([k, v]) => h('span', { class: 'badge' }, `${k}=${v}`)) },
+        { title: 'Principal', cls: 'hide-narrow', cell: (s) => s.principal },
+        { title: 'TTL', cls: 'num', cell: (s) => s.ttl },
+        { title: 'Created', cell: (s) => when(s.createTime) },
+      ], ss, 'No live sessions.'),
+    ]);
+  }, 3000, signal, list);
 }
 
 async function sessionView(p, signal) {
@@ -398,16 +405,13 @@ function names(kind, p, signal) {
   main.replaceChildren(h('h1', { tabindex: '-1' }, title), form, list);
   let pageToken = p.query.get('page') || '';
   poll(async () => {
-    try {
-      const page = await api(`v1/${kind}?${q({ prefix, pageSize: 100, pageToken })}`, { signal });
-      list.show(page, () => [
-        table([{ title: 'Name', cell: (n) => h('a', { href: `#/${kind}/${path(n)}` }, n) }], page.names,
-          kind === 'locks' ? 'No lock is held or waited for under this prefix.' : 'No election has a leader or candidates under this prefix.'),
-        page.nextPageToken ? h('p', {}, h('a', { href: `#/${kind}?${q({ prefix, page: page.nextPageToken })}` }, 'Next page →')) : null,
-      ]);
-      setLive('polling');
-    } catch (e) { if (!signal.aborted) list.fail(e); }
-  }, 3000, signal);
+    const page = await api(`v1/${kind}?${q({ prefix, pageSize: 100, pageToken })}`, { signal });
+    list.show(page, () => [
+      table([{ title: 'Name', cell: (n) => h('a', { href: `#/${kind}/${path(n)}` }, n) }], page.names,
+        kind === 'locks' ? 'No lock is held or waited for under this prefix.' : 'No election has a leader or candidates under this prefix.'),
+      page.nextPageToken ? h('p', {}, h('a', { href: `#/${kind}?${q({ prefix, page: page.nextPageToken })}` }, 'Next page →')) : null,
+    ]);
+  }, 3000, signal, list);
 }
 
 async function lockView(p, signal) {
@@ -431,19 +435,16 @@ async function lockView(p, signal) {
     ...(holder ? [{ title: '', cell: (e) => h('button', { type: 'button', class: 'danger', onclick: () => release(e) }, 'Release…') }] : []),
   ];
   poll(async () => {
-    try {
-      const d = await api(`v1/locks/${path(name)}`, { signal });
-      const { revision, ...shown } = d;
-      state.show(shown, () => [
-        h('p', {}, d.limit > 1 ? `semaphore of ${d.limit}` : 'mutex (or read/write lock)', d.delayedUntil && Date.parse(d.delayedUntil) > Date.now() ? h('span', { class: 'badge warn' }, ` lock-delay until ${new Date(d.delayedUntil).toLocaleTimeString()}`) : ''),
-        h('h2', {}, `Holders (${d.holders.length})`),
-        table(entry(true), d.holders, 'Nobody holds it.'),
-        h('h2', {}, `Waiters, in the order they will be granted (${d.waiters.length})`),
-        table(entry(false), d.waiters.map((w, i) => ({ ...w, pos: i + 1 })), 'Nobody waits.'),
-      ]);
-      setLive('polling');
-    } catch (e) { if (!signal.aborted) state.fail(e); }
-  }, 1000, signal);
+    const d = await api(`v1/locks/${path(name)}`, { signal });
+    const { revision, ...shown } = d;
+    state.show(shown, () => [
+      h('p', {}, d.limit > 1 ? `semaphore of ${d.limit}` : 'mutex (or read/write lock)', d.delayedUntil && Date.parse(d.delayedUntil) > Date.now() ? h('span', { class: 'badge warn' }, ` lock-delay until ${new Date(d.delayedUntil).toLocaleTimeString()}`) : ''),
+      h('h2', {}, `Holders (${d.holders.length})`),
+      table(entry(true), d.holders, 'Nobody holds it.'),
+      h('h2', {}, `Waiters, in the order they will be granted (${d.waiters.length})`),
+      table(entry(false), d.waiters.map((w, i) => ({ ...w, pos: i + 1 })), 'Nobody waits.'),
+    ]);
+  }, 1000, signal, state);
 }
 
 const eventNames = {
@@ -507,15 +508,12 @@ async function namespaces(p, signal) {
       h('label', {}, 'Open or start a namespace', ns), h('button', { type: 'submit' }, 'Open')));
   const pageToken = p.query.get('page') || '';
   poll(async () => {
-    try {
-      const page = await api(`v1/config:namespaces?${q({ prefix, pageSize: 100, pageToken })}`, { signal });
-      list.show(page, () => [
-        table([{ title: 'Namespace', cell: (n) => h('a', { href: `#/config/${path(n)}` }, n) }], page.namespaces, 'No namespace has content under this prefix.'),
-        page.nextPageToken ? h('p', {}, h('a', { href: `#/config?${q({ prefix, page: page.nextPageToken })}` }, 'Next page →')) : null,
-      ]);
-      setLive('polling');
-    } catch (e) { if (!signal.aborted) list.fail(e); }
-  }, 5000, signal);
+    const page = await api(`v1/config:namespaces?${q({ prefix, pageSize: 100, pageToken })}`, { signal });
+    list.show(page, () => [
+      table([{ title: 'Namespace', cell: (n) => h('a', { href: `#/config/${path(n)}` }, n) }], page.namespaces, 'No namespace has content under this prefix.'),
+      page.nextPageToken ? h('p', {}, h('a', { href: `#/config?${q({ prefix, page: page.nextPageToken })}` }, 'Next page →')) : null,
+    ]);
+  }, 5000, signal, list);
 }
 
 function diffTable(changes, empty = 'No key changed.') {
@@ -582,27 +580,24 @@ const configTabs = {
       } catch (e) { view.fail(e); }
     };
     poll(async () => {
-      try {
-        const r = await api(`v1/config:releases?${q({ namespace: ns, pageSize: 100 })}`, { signal });
-        view.show(r.releases, (rels) => {
-          let a = rels[1]?.number || '0';
-          let b = rels[0]?.number || '0';
-          return [
-            table([
-              { title: 'Release', cls: 'num', cell: (x) => h('strong', {}, x.number) },
-              { title: 'When', cell: (x) => when(x.time) },
-              { title: 'Author', cell: (x) => x.author },
-              { title: 'Message', cell: (x) => [x.message, x.rollbackOf !== '0' ? h('span', { class: 'badge' }, `rollback to ${x.rollbackOf}`) : ''] },
-              { title: 'Keys', cls: 'num', cell: (x) => String(x.changes.length) },
-              { title: 'Compare', cell: (x) => h('span', {}, h('label', { class: 'check' }, h('input', { type: 'radio', name: 'a', value: x.number, checked: x.number === a, onchange: () => { a = x.number; } }), 'from'), ' ', h('label', { class: 'check' }, h('input', { type: 'radio', name: 'b', value: x.number, checked: x.number === b, onchange: () => { b = x.number; } }), 'to')) },
-              { title: '', cell: (x) => (x === rels[0] ? h('span', { class: 'badge ok' }, 'current') : h('button', { type: 'button', onclick: () => rollback(x, rels[0]) }, 'Roll back to this…')) },
-            ], rels, 'No releases yet.'),
-            rels.length ? h('div', { class: 'actions' }, h('button', { type: 'button', class: 'primary', onclick: () => { location.hash = `#/config/${path(ns)}?${q({ tab: 'diff', from: a, to: b })}`; } }, 'Compare selected')) : null,
-          ];
-        });
-        setLive('polling');
-      } catch (e) { if (!signal.aborted) view.fail(e); }
-    }, 3000, signal);
+      const r = await api(`v1/config:releases?${q({ namespace: ns, pageSize: 100 })}`, { signal });
+      view.show(r.releases, (rels) => {
+        let a = rels[1]?.number || '0';
+        let b = rels[0]?.number || '0';
+        return [
+          table([
+            { title: 'Release', cls: 'num', cell: (x) => h('strong', {}, x.number) },
+            { title: 'When', cell: (x) => when(x.time) },
+            { title: 'Author', cell: (x) => x.author },
+            { title: 'Message', cell: (x) => [x.message, x.rollbackOf !== '0' ? h('span', { class: 'badge' }, `rollback to ${x.rollbackOf}`) : ''] },
+            { title: 'Keys', cls: 'num', cell: (x) => String(x.changes.length) },
+            { title: 'Compare', cell: (x) => h('span', {}, h('label', { class: 'check' }, h('input', { type: 'radio', name: 'a', value: x.number, checked: x.number === a, onchange: () => { a = x.number; } }), 'from'), ' ', h('label', { class: 'check' }, h('input', { type: 'radio', name: 'b', value: x.number, checked: x.number === b, onchange: () => { b = x.number; } }), 'to')) },
+            { title: '', cell: (x) => (x === rels[0] ? h('span', { class: 'badge ok' }, 'current') : h('button', { type: 'button', onclick: () => rollback(x, rels[0]) }, 'Roll back to this…')) },
+          ], rels, 'No releases yet.'),
+          rels.length ? h('div', { class: 'actions' }, h('button', { type: 'button', class: 'primary', onclick: () => { location.hash = `#/config/${path(ns)}?${q({ tab: 'diff', from: a, to: b })}`; } }, 'Compare selected')) : null,
+        ];
+      });
+    }, 3000, signal, view);
   },
 
   async diff(ns, p, body, signal) {
@@ -698,22 +693,19 @@ const configTabs = {
     const view = area();
     body.replaceChildren(h('p', { class: 'muted' }, 'What each instance that reports (the SDK does, after its callbacks) runs, and what it rejected and why.'), view);
     poll(async () => {
-      try {
-        const s = await api(`v1/config:status?${q({ namespace: ns })}`, { signal });
-        view.show(s, () => [
-          h('p', {}, s.applied.map((c) => h('span', { class: 'badge ok' }, `release ${c.release}: ${c.instances} running`)), ' ',
-            s.rejected.map((c) => h('span', { class: 'badge bad' }, `release ${c.release}: ${c.instances} rejected`))),
-          table([
-            { title: 'Instance', cell: (i) => h('code', {}, i.instance) },
-            { title: 'Labels', cls: 'hide-narrow', cell: (i) => Object.entries(i.labels).map(([k, v]) => h('span', { class: 'badge' }, `${k}=${v}`)) },
-            { title: 'Runs release', cls: 'num', cell: (i) => i.appliedRelease },
-            { title: 'Rejected', cell: (i) => (i.rejectedRelease !== '0' ? h('span', { class: 'badge bad' }, `release ${i.rejectedRelease}: ${i.reason}`) : '') },
-            { title: 'Reported', cell: (i) => when(i.reportTime) },
-          ], s.instances, 'No instance has reported for this namespace.'),
-        ]);
-        setLive('polling');
-      } catch (e) { if (!signal.aborted) view.fail(e); }
-    }, 3000, signal);
+      const s = await api(`v1/config:status?${q({ namespace: ns })}`, { signal });
+      view.show(s, () => [
+        h('p', {}, s.applied.map((c) => h('span', { class: 'badge ok' }, `release ${c.release}: ${c.instances} running`)), ' ',
+          s.rejected.map((c) => h('span', { class: 'badge bad' }, `release ${c.release}: ${c.instances} rejected`))),
+        table([
+          { title: 'Instance', cell: (i) => h('code', {}, i.instance) },
+          { title: 'Labels', cls: 'hide-narrow', cell: (i) => Object.entries(i.labels).map(([k, v]) => h('span', { class: 'badge' }, `${k}=${v}`)) },
+          { title: 'Runs release', cls: 'num', cell: (i) => i.appliedRelease },
+          { title: 'Rejected', cell: (i) => (i.rejectedRelease !== '0' ? h('span', { class: 'badge bad' }, `release ${i.rejectedRelease}: ${i.reason}`) : '') },
+          { title: 'Reported', cell: (i) => when(i.reportTime) },
+        ], s.instances, 'No instance has reported for this namespace.'),
+      ]);
+    }, 3000, signal, view);
   },
 };
 
