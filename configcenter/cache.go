@@ -77,6 +77,11 @@ type space struct {
 	release int64
 	changed int64 // revision of the last release
 	content map[string]string
+	gray    *Gray // the running gray release, if any
+	grayRev int64 // the revision of the last gray change (0: none known)
+	// grayView caches, for the current revision, a release event as the
+	// running gray's instances see it.
+	grayView *Event
 }
 
 // NewCache returns a cache over store. Run must be running for it to serve.
@@ -241,15 +246,16 @@ func (c *Cache) loadHistory(ctx context.Context, rev int64) ([]Event, int64, map
 	return history[i:], oldest, nsOldest, nil
 }
 
-// applyKV applies one etcd key change under ns/ to spaces.
-func (c *Cache) applyKV(spaces map[string]*space, typ mvccpb.Event_EventType, kv *mvccpb.KeyValue) {
+// applyKV applies one etcd key change under ns/ to spaces. It returns
+// the namespace whose gray release changed, if the change was that.
+func (c *Cache) applyKV(spaces map[string]*space, typ mvccpb.Event_EventType, kv *mvccpb.KeyValue) (grayChanged string) {
 	rest, ok := strings.CutPrefix(string(kv.Key), c.store.root+"ns/")
 	if !ok {
-		return
+		return ""
 	}
 	esc, sub, ok := strings.Cut(rest, "/")
 	if !ok {
-		return
+		return ""
 	}
 	ns := names.Unescape(esc)
 	sp := spaces[ns]
@@ -270,7 +276,18 @@ func (c *Cache) applyKV(spaces map[string]*space, typ mvccpb.Event_EventType, kv
 		if json.Unmarshal(kv.Value, &m) == nil {
 			sp.release, sp.changed = m.Release, kv.ModRevision
 		}
+	case sub == "gray":
+		sp.gray, sp.grayRev = nil, kv.ModRevision
+		if typ == mvccpb.PUT {
+			// A record that does not decode runs no gray: its instances
+			// keep the normal content, which is never a leak.
+			if g, err := c.store.decodeGray(ns, string(kv.Key), kv.Value, kv.ModRevision); err == nil && g.Running() {
+				sp.gray = g
+			}
+		}
+		return ns
 	}
+	return ""
 }
 
 // follow watches the tree after c.rev until the watch ends. It reports
@@ -365,6 +382,7 @@ func (c *Cache) apply(rev int64, evs []*clientv3.Event) {
 	}
 	relBase := c.store.root + "rel/"
 	var changes []Event
+	grays := map[string]bool{} // namespaces whose gray changed
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
 		if k == c.store.restoredKey() && ev.Type == mvccpb.PUT && ev.Kv.Version == 1 {
@@ -392,12 +410,34 @@ func (c *Cache) apply(rev int64, evs []*clientv3.Event) {
 			changes = append(changes, Event{Type: EventChange, Revision: rev, Release: &r})
 			continue
 		}
-		c.applyKV(c.spaces, ev.Type, ev.Kv)
+		if ns := c.applyKV(c.spaces, ev.Type, ev.Kv); ns != "" {
+			grays[ns] = true
+		}
 	}
 	c.rev, c.live = rev, true
+	for ns := range grays {
+		// Whoever's gray changes starts over from a snapshot of what it
+		// now sees (a gray's start, change and end are one revision).
+		for sub := range c.subs[ns] {
+			if sub.who != nil && c.spaces[ns].grayFor(ns, sub.who) != sub.grays[ns] {
+				sub.resetToSnapshot()
+			}
+		}
+	}
 	for _, ev := range changes {
 		c.history = append(c.history, ev)
-		for sub := range c.subs[ev.Release.Namespace] {
+		ns := ev.Release.Namespace
+		for sub := range c.subs[ns] {
+			if g := sub.grays[ns]; g != 0 {
+				if sp := c.spaces[ns]; sp.gray != nil && sp.gray.Number == g {
+					sub.enqueue(sp.asGray(ev))
+				} else {
+					// Its gray changed: it is due a snapshot (never the
+					// normal release, which would undo the overrides).
+					sub.resetToSnapshot()
+				}
+				continue
+			}
 			sub.enqueue(ev)
 		}
 	}
@@ -494,13 +534,47 @@ func (c *Cache) waitRevision(ctx context.Context, rev int64, wait time.Duration)
 	}
 }
 
-// snapshotLocked copies a namespace's state. c.mu must be held.
-func (c *Cache) snapshotLocked(ns string) Snapshot {
+// snapshotLocked copies a namespace's state as the instance who sees it
+// (nil: the normal content). c.mu must be held.
+func (c *Cache) snapshotLocked(ns string, who *Identity) Snapshot {
 	s := Snapshot{Namespace: ns, Revision: c.rev, Content: map[string]string{}}
 	if sp := c.spaces[ns]; sp != nil {
-		s.Release, s.Changed, s.Content = sp.release, sp.changed, maps.Clone(sp.content)
+		s.Release, s.Changed = sp.release, sp.changed
+		if s.Gray = sp.grayFor(ns, who); s.Gray != 0 {
+			s.Content = sp.gray.apply(sp.content)
+		} else {
+			s.Content = maps.Clone(sp.content)
+		}
 	}
 	return s
+}
+
+// grayFor returns the number of the gray release the instance who sees in
+// namespace ns (0: none). sp may be nil.
+func (sp *space) grayFor(ns string, who *Identity) int64 {
+	if sp == nil || sp.gray == nil || who == nil || !sp.gray.Selector.Matches(ns, who) {
+		return 0
+	}
+	return sp.gray.Number
+}
+
+// asGray returns a release event as the running gray's instances see it:
+// without the keys the gray overrides. The result is shared by all of
+// them (events are read-only).
+func (sp *space) asGray(ev Event) Event {
+	if v := sp.grayView; v != nil && v.Revision == ev.Revision {
+		return *v
+	}
+	r := *ev.Release
+	r.Changes = nil
+	for _, ch := range ev.Release.Changes {
+		if !sp.gray.overrides(ch.Key) {
+			r.Changes = append(r.Changes, ch)
+		}
+	}
+	v := Event{Type: EventChange, Revision: ev.Revision, Release: &r, Gray: sp.gray.Number}
+	sp.grayView = &v
+	return v
 }
 
 // Snapshot returns a namespace's content from the cache, at a revision of
@@ -515,7 +589,7 @@ func (c *Cache) Snapshot(ctx context.Context, ns string, minRev int64) (Snapshot
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.snapshotLocked(ns), nil
+	return c.snapshotLocked(ns, nil), nil
 }
 
 // Poll waits until the namespace has a release newer than revision after,
@@ -536,7 +610,7 @@ func (c *Cache) Poll(ctx context.Context, ns string, after int64, wait time.Dura
 	defer timer.Stop()
 	for {
 		c.mu.RLock()
-		s := c.snapshotLocked(ns)
+		s := c.snapshotLocked(ns, nil)
 		advanced := c.advanced
 		c.mu.RUnlock()
 		if s.Changed > after {

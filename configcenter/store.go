@@ -82,9 +82,9 @@ func (s *Store) relKey(ns string, n int64) string {
 
 // Mutation is one change a release asks for.
 type Mutation struct {
-	Key    string
-	Value  string
-	Delete bool
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Delete bool   `json:"delete,omitempty"`
 }
 
 // Change is one key's change in a release: Old is nil for a new key, New
@@ -104,8 +104,10 @@ type Release struct {
 	Message   string    `json:"message,omitempty"`
 	Time      time.Time `json:"time"`
 	// RollbackOf is the release whose content this one restored, if any.
-	RollbackOf int64    `json:"rollback_of,omitempty"`
-	Changes    []Change `json:"changes"`
+	RollbackOf int64 `json:"rollback_of,omitempty"`
+	// PromotedGray is the gray release this one promoted, if any.
+	PromotedGray int64    `json:"promoted_gray,omitempty"`
+	Changes      []Change `json:"changes"`
 }
 
 // meta is the value of a namespace's meta key.
@@ -121,6 +123,9 @@ type Snapshot struct {
 	Content   map[string]string // key -> value; never nil
 	// Changed is the revision of the namespace's last release (0 if none).
 	Changed int64
+	// Gray is the gray release whose overrides Content includes, for the
+	// subscriber it was made for (0: none, the normal content).
+	Gray int64
 }
 
 // nsState is a namespace read at one revision.
@@ -129,6 +134,8 @@ type nsState struct {
 	metaRev   int64 // mod revision of the meta key (0: none)
 	schema    string
 	schemaRev int64
+	gray      *Gray // the last gray record (running or not); nil if none
+	grayRev   int64 // mod revision of the gray key (0: none)
 }
 
 // readNamespace reads a namespace's keys, meta and schema at rev (0: now).
@@ -145,7 +152,7 @@ func (s *Store) readNamespace(ctx context.Context, ns string, rev int64) (nsStat
 	if rev > 0 {
 		st.Revision = rev
 	}
-	kp, mk, sk := s.keyPrefix(ns), s.metaKey(ns), s.schemaKey(ns)
+	kp, mk, sk, gk := s.keyPrefix(ns), s.metaKey(ns), s.schemaKey(ns), s.grayKey(ns)
 	for _, kv := range resp.Kvs {
 		switch k := string(kv.Key); {
 		case strings.HasPrefix(k, kp):
@@ -158,6 +165,12 @@ func (s *Store) readNamespace(ctx context.Context, ns string, rev int64) (nsStat
 			st.Release, st.metaRev, st.Changed = m.Release, kv.ModRevision, kv.ModRevision
 		case k == sk:
 			st.schema, st.schemaRev = string(kv.Value), kv.ModRevision
+		case k == gk:
+			g, err := s.decodeGray(ns, k, kv.Value, kv.ModRevision)
+			if err != nil {
+				return nsState{}, err
+			}
+			st.gray, st.grayRev = g, kv.ModRevision
 		}
 	}
 	return st, nil
@@ -288,6 +301,13 @@ type commitRequest struct {
 	author, message string
 	dryRun          bool
 	rollbackOf      int64
+	// always commits extra even when the release changes nothing (no
+	// release is made then).
+	always bool
+	// extra returns more writes for the release's transaction.
+	extra func(cur nsState, rel Release) ([]clientv3.Op, error)
+	// promoteGray records in the release that it promotes the running gray.
+	promoteGray bool
 	// plan returns the mutations to make, given the namespace's current
 	// state; it runs again if the namespace changes before the commit.
 	plan func(ctx context.Context, cur nsState) ([]Mutation, error)
@@ -320,6 +340,9 @@ func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) 
 			return Release{}, err
 		}
 		rel := Release{Namespace: req.ns, Number: cur.Release + 1, Author: req.author, Message: req.message, Time: s.now().UTC(), RollbackOf: req.rollbackOf}
+		if req.promoteGray && cur.gray != nil {
+			rel.PromotedGray = cur.gray.Number
+		}
 		next := maps.Clone(cur.Content)
 		for _, m := range ms {
 			old, had := cur.Content[m.Key]
@@ -342,33 +365,52 @@ func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) 
 			}
 			rel.Changes = append(rel.Changes, c)
 		}
+		var ops []clientv3.Op
 		if len(rel.Changes) == 0 {
 			// Nothing to change: report the release in effect.
-			return Release{Namespace: req.ns, Number: cur.Release, Revision: cur.metaRev}, nil
-		}
-		if cur.schema != "" {
-			sch, err := compileSchema(cur.schema)
-			if err != nil {
-				return Release{}, fmt.Errorf("config: the stored schema of %q: %w", req.ns, err)
+			none := Release{Namespace: req.ns, Number: cur.Release, Revision: cur.metaRev, Author: rel.Author, Message: rel.Message, Time: rel.Time, PromotedGray: rel.PromotedGray}
+			if !req.always {
+				return none, nil
 			}
-			if err := validateContent(sch, next); err != nil {
+			rel = none
+		} else {
+			if cur.schema != "" {
+				sch, err := compileSchema(cur.schema)
+				if err != nil {
+					return Release{}, fmt.Errorf("config: the stored schema of %q: %w", req.ns, err)
+				}
+				if err := validateContent(sch, next); err != nil {
+					return Release{}, err
+				}
+				if g := cur.gray; g.Running() && !req.promoteGray {
+					if err := validateContent(sch, g.apply(next)); err != nil {
+						return Release{}, fmt.Errorf("with gray release %d running: %w", g.Number, err)
+					}
+				}
+			}
+			var size int
+			var err error
+			ops, size, err = s.releaseOps(req.ns, rel)
+			if err != nil {
 				return Release{}, err
 			}
+			if size > s.limits.MaxReleaseBytes {
+				return Release{}, fmt.Errorf("%w: the release writes %d bytes (its new values, and its record with old and new values), at most %d are allowed; split it",
+					ErrTooLarge, size, s.limits.MaxReleaseBytes)
+			}
 		}
-		ops, size, err := s.releaseOps(req.ns, rel)
-		if err != nil {
-			return Release{}, err
-		}
-		if size > s.limits.MaxReleaseBytes {
-			return Release{}, fmt.Errorf("%w: the release writes %d bytes (its new values, and its record with old and new values), at most %d are allowed; split it",
-				ErrTooLarge, size, s.limits.MaxReleaseBytes)
+		if req.extra != nil {
+			more, err := req.extra(cur, rel)
+			if err != nil {
+				return Release{}, err
+			}
+			ops = append(ops, more...)
 		}
 		if req.dryRun {
 			return rel, nil
 		}
 		resp, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(s.metaKey(req.ns)), "=", cur.metaRev),
-				clientv3.Compare(clientv3.ModRevision(s.schemaKey(req.ns)), "=", cur.schemaRev)).
+			If(s.unchanged(req.ns, cur)...).
 			Then(ops...).
 			Commit()
 		if err != nil {
@@ -511,6 +553,19 @@ func diff(a, b map[string]string) []Change {
 // Diff returns the key-level changes from release from to release to (0:
 // the empty namespace), sorted by key; either may be the older one.
 func (s *Store) Diff(ctx context.Context, ns string, from, to int64) ([]Change, error) {
+	return s.DiffRefs(ctx, ns, Ref{Number: from}, Ref{Number: to})
+}
+
+// Ref names a namespace's content: a normal release, or with Gray a gray
+// release (what its instances saw: its base release's content with its
+// overrides).
+type Ref struct {
+	Number int64
+	Gray   bool
+}
+
+// DiffRefs is Diff between any two releases, normal or gray.
+func (s *Store) DiffRefs(ctx context.Context, ns string, from, to Ref) ([]Change, error) {
 	if err := ValidateNamespace(ns); err != nil {
 		return nil, err
 	}
@@ -518,11 +573,17 @@ func (s *Store) Diff(ctx context.Context, ns string, from, to int64) ([]Change, 
 	if err != nil {
 		return nil, err
 	}
-	a, err := s.contentAt(ctx, ns, from, cur)
+	content := func(r Ref) (map[string]string, error) {
+		if r.Gray {
+			return s.grayContent(ctx, ns, r.Number, cur)
+		}
+		return s.contentAt(ctx, ns, r.Number, cur)
+	}
+	a, err := content(from)
 	if err != nil {
 		return nil, err
 	}
-	b, err := s.contentAt(ctx, ns, to, cur)
+	b, err := content(to)
 	if err != nil {
 		return nil, err
 	}
@@ -603,9 +664,15 @@ func (s *Store) SetSchema(ctx context.Context, ns, schema string) (int64, error)
 			if err := validateContent(sch, cur.Content); err != nil {
 				return 0, err
 			}
+			if g := cur.gray; g.Running() {
+				if err := validateContent(sch, g.apply(cur.Content)); err != nil {
+					return 0, fmt.Errorf("the content of gray release %d: %w", g.Number, err)
+				}
+			}
 		}
 		resp, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(s.metaKey(ns)), "=", cur.metaRev)).
+			If(clientv3.Compare(clientv3.ModRevision(s.metaKey(ns)), "=", cur.metaRev),
+				clientv3.Compare(clientv3.ModRevision(s.grayKey(ns)), "=", cur.grayRev)).
 			Then(op).
 			Commit()
 		if err != nil {

@@ -31,6 +31,10 @@ type Event struct {
 	// Cluster is etcd's cluster id (EventSnapshot): revisions compare only
 	// within one cluster.
 	Cluster uint64
+	// Gray (EventChange) is the gray release the subscriber runs in the
+	// release's namespace; the release is then as its instances see it,
+	// without the keys the gray overrides.
+	Gray int64
 }
 
 // Subscription is one subscriber's view of the cache. It is not safe for
@@ -38,6 +42,11 @@ type Event struct {
 type Subscription struct {
 	c          *Cache
 	namespaces []string
+	who        *Identity // nil: an anonymous subscriber, which no gray matches
+	// grays is, per namespace, the gray release the subscriber was last
+	// given (in a snapshot); read under c.mu, written under c.mu (read)
+	// and mu.
+	grays map[string]int64
 
 	mu       sync.Mutex
 	queue    []Event // CHANGE events not yet returned
@@ -59,15 +68,23 @@ const MaxNamespacesPerWatch = 64
 // and fails with ErrBehind if it does not: a subscriber is never sent
 // something older than what it has. Close the subscription when done.
 func (c *Cache) Subscribe(ctx context.Context, namespaces []string, from int64) (*Subscription, error) {
-	return c.SubscribeNotify(ctx, namespaces, from, make(chan struct{}, 1))
+	return c.SubscribeAs(ctx, namespaces, from, nil)
+}
+
+// SubscribeAs is Subscribe for the instance who: where a gray release of
+// its namespaces matches it, it sees the gray's content (see Gray). A
+// resume gets a snapshot instead of the releases since from when a gray
+// of its namespaces runs, or changed since from.
+func (c *Cache) SubscribeAs(ctx context.Context, namespaces []string, from int64, who *Identity) (*Subscription, error) {
+	return c.subscribe(ctx, namespaces, from, make(chan struct{}, 1), true, who)
 }
 
 // SubscribeNotify is Subscribe for a consumer that serves many
 // subscriptions from one goroutine: notify (buffered, and shared by them)
 // gets a value whenever one of them may have an event, and the consumer
 // collects events with TryNext instead of Next.
-func (c *Cache) SubscribeNotify(ctx context.Context, namespaces []string, from int64, notify chan struct{}) (*Subscription, error) {
-	return c.subscribe(ctx, namespaces, from, notify, true)
+func (c *Cache) SubscribeNotify(ctx context.Context, namespaces []string, from int64, notify chan struct{}, who *Identity) (*Subscription, error) {
+	return c.subscribe(ctx, namespaces, from, notify, true, who)
 }
 
 // catchUp waits (briefly) for the cache to reach etcd's current revision,
@@ -84,7 +101,7 @@ func (c *Cache) catchUp(ctx context.Context) {
 // subscribe is SubscribeNotify; with catchUp false, the caller has called
 // catchUp after this subscription was asked for (WatchMux does it once for
 // all the starts it handles together).
-func (c *Cache) subscribe(ctx context.Context, namespaces []string, from int64, notify chan struct{}, catchUp bool) (*Subscription, error) {
+func (c *Cache) subscribe(ctx context.Context, namespaces []string, from int64, notify chan struct{}, catchUp bool, who *Identity) (*Subscription, error) {
 	if len(namespaces) == 0 || len(namespaces) > MaxNamespacesPerWatch {
 		return nil, fmt.Errorf("%w: watch 1 to %d namespaces, not %d", ErrInvalid, MaxNamespacesPerWatch, len(namespaces))
 	}
@@ -108,12 +125,18 @@ func (c *Cache) subscribe(ctx context.Context, namespaces []string, from int64, 
 		// Start from the current state (see catchUp).
 		c.catchUp(ctx)
 	}
-	s := &Subscription{c: c, namespaces: namespaces, signal: notify}
+	if who != nil && who.Instance == "" {
+		who = nil
+	}
+	s := &Subscription{c: c, namespaces: namespaces, signal: notify, who: who, grays: map[string]int64{}}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	usable := from > 0 && from-1 >= c.oldest
 	for _, ns := range namespaces {
 		usable = usable && from-1 >= c.nsOldest[ns]
+		if sp := c.spaces[ns]; who != nil && sp != nil && (sp.gray != nil || sp.grayRev >= from) {
+			usable = false // what it saw then is not what the history says
+		}
 	}
 	if !usable {
 		s.snapshot = true
@@ -244,7 +267,9 @@ func (s *Subscription) take(bookmark bool) (Event, bool) {
 		s.snapshot, s.queue = false, nil
 		ev := Event{Type: EventSnapshot, Revision: s.c.rev, Cluster: s.c.cluster}
 		for _, ns := range s.namespaces {
-			ev.Snapshots = append(ev.Snapshots, s.c.snapshotLocked(ns))
+			snap := s.c.snapshotLocked(ns, s.who)
+			s.grays[ns] = snap.Gray
+			ev.Snapshots = append(ev.Snapshots, snap)
 		}
 		return ev, true
 	case len(s.queue) > 0:

@@ -101,6 +101,7 @@ type watchRequest struct {
 	stop       bool
 	namespaces []string
 	from       int64
+	who        *Identity
 }
 
 // NewWatchMux returns a WatchMux with no watches over c. Close it when
@@ -112,13 +113,14 @@ func NewWatchMux(c *Cache) *WatchMux {
 	}
 }
 
-// Start asks for a watch named id of namespaces from revision from, with
-// the meaning Cache.Subscribe gives them; it replaces a live watch named
+// Start asks for a watch named id of namespaces from revision from, for
+// the instance who (nil: anonymous), with the meaning Cache.SubscribeAs
+// gives them; it replaces a live watch named
 // id. It only queues the request: Next starts the watch, or returns a
 // batch with the reason it could not. Start fails with ErrInvalid, queueing
 // nothing, if MaxQueuedWatchRequests requests are already waiting.
-func (m *WatchMux) Start(id int64, namespaces []string, from int64) error {
-	return m.request(watchRequest{id: id, namespaces: namespaces, from: from})
+func (m *WatchMux) Start(id int64, namespaces []string, from int64, who *Identity) error {
+	return m.request(watchRequest{id: id, namespaces: namespaces, from: from, who: who})
 }
 
 // Stop asks for the watch named id to end; an unknown id is ignored. Like
@@ -210,7 +212,7 @@ func (m *WatchMux) handleRequests(ctx context.Context) error {
 		if r.stop {
 			continue
 		}
-		sub, err := m.c.subscribe(ctx, r.namespaces, r.from, m.notify, false)
+		sub, err := m.c.subscribe(ctx, r.namespaces, r.from, m.notify, false, r.who)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

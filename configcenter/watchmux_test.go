@@ -114,7 +114,7 @@ func TestWatchMuxRoundsAndBatches(t *testing.T) {
 		{5, "a", 0},        // a snapshot
 		{6, "a", a[3] + 1}, // as 2
 	} {
-		if err := m.Start(st.id, []string{st.ns}, st.from); err != nil {
+		if err := m.Start(st.id, []string{st.ns}, st.from, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -145,7 +145,7 @@ func TestWatchMuxRoundsAndBatches(t *testing.T) {
 	if err := m.Stop(2); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Start(7, []string{"b"}, 0); err != nil {
+	if err := m.Start(7, []string{"b"}, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := summarize(nextOf(t, m, false)).String(); got != "[7] SNAPSHOT b#3" {
@@ -154,7 +154,7 @@ func TestWatchMuxRoundsAndBatches(t *testing.T) {
 	put("a", 7)
 	releaseTo(t, m, "a", 7, 1, 5, 6)
 	// A refused restart still ends the watch it would have replaced.
-	if err := m.Start(1, []string{"a", "a"}, 0); err != nil {
+	if err := m.Start(1, []string{"a", "a"}, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := summarize(nextOf(t, m, false)).String(); got != "[1] refused" {
@@ -177,7 +177,7 @@ func TestWatchMuxBookmarksOverflowAndLimits(t *testing.T) {
 	m := configcenter.NewWatchMux(cache)
 	defer m.Close()
 	for id, ns := range map[int64]string{1: "a", 2: "b"} {
-		if err := m.Start(id, []string{ns}, 0); err != nil {
+		if err := m.Start(id, []string{ns}, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -215,7 +215,7 @@ func TestWatchMuxBookmarksOverflowAndLimits(t *testing.T) {
 			t.Fatalf("request %d: %v", i, err)
 		}
 	}
-	if err := idle.Start(3, []string{"a"}, 0); !errors.Is(err, configcenter.ErrInvalid) {
+	if err := idle.Start(3, []string{"a"}, 0, nil); !errors.Is(err, configcenter.ErrInvalid) {
 		t.Fatalf("one request too many: %v, want ErrInvalid", err)
 	}
 	cancelled, cancel := context.WithCancel(ctx)
@@ -243,7 +243,7 @@ func TestWatchMuxStartsSeeWritesBeforeThem(t *testing.T) {
 		lot := 1 + int(i%3) // one start, or several in one lot
 		for range lot {
 			id++
-			if err := m.Start(id, []string{"a"}, 0); err != nil {
+			if err := m.Start(id, []string{"a"}, 0, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
