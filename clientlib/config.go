@@ -29,11 +29,13 @@ type ConfigRelease struct {
 	Message    string
 	Time       time.Time
 	RollbackOf int64
-	Changes    []KeyChange
+	// PromotedGray is the gray release this one promoted, if any.
+	PromotedGray int64
+	Changes      []KeyChange
 }
 
 func releaseFrom(r *coorddv1.ConfigRelease) ConfigRelease {
-	out := ConfigRelease{Namespace: r.GetNamespace(), Number: r.GetNumber(), Revision: r.GetRevision(), Author: r.GetAuthor(), Message: r.GetMessage(), RollbackOf: r.GetRollbackOf(), Changes: changesFrom(r.GetChanges())}
+	out := ConfigRelease{Namespace: r.GetNamespace(), Number: r.GetNumber(), Revision: r.GetRevision(), Author: r.GetAuthor(), Message: r.GetMessage(), RollbackOf: r.GetRollbackOf(), PromotedGray: r.GetPromotedGray(), Changes: changesFrom(r.GetChanges())}
 	if r.GetTime() != nil {
 		out.Time = r.GetTime().AsTime()
 	}
@@ -113,7 +115,10 @@ type NamespaceSnapshot struct {
 	Release   int64
 	Revision  int64
 	Changed   int64 // revision of the last release
-	Values    map[string]string
+	// Gray (in a watch) is the gray release whose overrides Values include
+	// for the watcher; 0: none.
+	Gray   int64
+	Values map[string]string
 }
 
 // Snapshot reads a whole namespace, now (revision 0) or at a past
@@ -192,8 +197,13 @@ type InstanceApplyStatus struct {
 	Labels   map[string]string
 	Applied  int64
 	Rejected int64
-	Reason   string
-	Reported time.Time
+	// AppliedGray is the gray release it runs on top of Applied;
+	// RejectedGray the gray release of Rejected, if it refused a gray's
+	// content.
+	AppliedGray  int64
+	RejectedGray int64
+	Reason       string
+	Reported     time.Time
 }
 
 // ApplyStatus is what the live instances of a namespace run.
@@ -201,6 +211,9 @@ type ApplyStatus struct {
 	Instances []InstanceApplyStatus
 	Applied   map[int64]int // release -> instances running it
 	Rejected  map[int64]int // release -> instances that refused it
+	// AppliedGray and RejectedGray count the same per gray release.
+	AppliedGray  map[int64]int
+	RejectedGray map[int64]int
 }
 
 // AppliedStatus aggregates the instances' reports for a namespace.
@@ -209,9 +222,16 @@ func (cc *ConfigCenter) AppliedStatus(ctx context.Context, ns string) (ApplyStat
 	if err != nil {
 		return ApplyStatus{}, convert(ctx, err)
 	}
-	out := ApplyStatus{Applied: map[int64]int{}, Rejected: map[int64]int{}}
+	out := ApplyStatus{Applied: map[int64]int{}, Rejected: map[int64]int{}, AppliedGray: map[int64]int{}, RejectedGray: map[int64]int{}}
 	for _, in := range resp.GetInstances() {
-		out.Instances = append(out.Instances, InstanceApplyStatus{Instance: in.GetInstance(), Labels: in.GetLabels(), Applied: in.GetAppliedRelease(), Rejected: in.GetRejectedRelease(), Reason: in.GetReason(), Reported: in.GetReportTime().AsTime()})
+		out.Instances = append(out.Instances, InstanceApplyStatus{Instance: in.GetInstance(), Labels: in.GetLabels(), Applied: in.GetAppliedRelease(), Rejected: in.GetRejectedRelease(),
+			AppliedGray: in.GetAppliedGray(), RejectedGray: in.GetRejectedGray(), Reason: in.GetReason(), Reported: in.GetReportTime().AsTime()})
+	}
+	for _, rc := range resp.GetAppliedGray() {
+		out.AppliedGray[rc.GetRelease()] = int(rc.GetInstances())
+	}
+	for _, rc := range resp.GetRejectedGray() {
+		out.RejectedGray[rc.GetRelease()] = int(rc.GetInstances())
 	}
 	for _, rc := range resp.GetApplied() {
 		out.Applied[rc.GetRelease()] = int(rc.GetInstances())
@@ -228,6 +248,9 @@ type ConfigWatchEvent struct {
 	Revision  int64
 	Snapshots []NamespaceSnapshot // SNAPSHOT
 	Release   *ConfigRelease      // CHANGE
+	// Gray (CHANGE) is the gray release the watcher runs in the release's
+	// namespace; the changes then leave out the keys it overrides.
+	Gray int64
 }
 
 // Watch streams a config watch's messages as they come, from revision
@@ -236,7 +259,13 @@ type ConfigWatchEvent struct {
 // Programs that follow configuration use Subscribe, which resumes, keeps a
 // consistent snapshot and calls back on changes.
 func (cc *ConfigCenter) Watch(ctx context.Context, namespaces []string, from int64, fn func(ConfigWatchEvent) error) error {
-	st, err := cc.c.config.Watch(ctx, &coorddv1.WatchRequest{Namespaces: namespaces, FromRevision: from})
+	return cc.WatchAs(ctx, namespaces, from, "", nil, fn)
+}
+
+// WatchAs is Watch as the instance named instance with labels would watch:
+// where a gray release's selector matches it, it sees the gray content.
+func (cc *ConfigCenter) WatchAs(ctx context.Context, namespaces []string, from int64, instance string, labels map[string]string, fn func(ConfigWatchEvent) error) error {
+	st, err := cc.c.config.Watch(ctx, &coorddv1.WatchRequest{Namespaces: namespaces, FromRevision: from, Instance: instance, Labels: labels})
 	if err != nil {
 		return convert(ctx, err)
 	}
@@ -250,7 +279,7 @@ func (cc *ConfigCenter) Watch(ctx context.Context, namespaces []string, from int
 		case coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
 			ev.Type = "SNAPSHOT"
 			for _, s := range msg.GetSnapshots() {
-				ns := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Values: map[string]string{}}
+				ns := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Gray: s.GetGray(), Values: map[string]string{}}
 				for _, e := range s.GetEntries() {
 					ns.Values[e.GetKey()] = e.GetValue()
 				}
@@ -259,7 +288,7 @@ func (cc *ConfigCenter) Watch(ctx context.Context, namespaces []string, from int
 		case coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE:
 			ev.Type = "CHANGE"
 			r := releaseFrom(msg.GetRelease())
-			ev.Release = &r
+			ev.Release, ev.Gray = &r, msg.GetGray()
 		default:
 			ev.Type = "BOOKMARK"
 		}

@@ -33,6 +33,7 @@ type cacheFile struct {
 
 type cacheNamespace struct {
 	Release int64             `json:"release"`
+	Gray    int64             `json:"gray,omitempty"`
 	Values  map[string]string `json:"values"`
 }
 
@@ -56,12 +57,12 @@ func writeCacheFile(path string, s *ConfigSnapshot, namespaces []string, good ma
 	f := cacheFile{Format: 1, Cluster: s.cluster, Revision: s.revision, Namespaces: map[string]cacheNamespace{}}
 	for _, ns := range namespaces {
 		v := s.spaces[ns]
-		f.Namespaces[ns] = cacheNamespace{Release: v.release, Values: v.values}
+		f.Namespaces[ns] = cacheNamespace{Release: v.release, Gray: v.gray, Values: v.values}
 		if g := good[ns]; g != nil && g != v {
 			if f.Accepted == nil {
 				f.Accepted = map[string]cacheNamespace{}
 			}
-			f.Accepted[ns] = cacheNamespace{Release: g.release, Values: g.values}
+			f.Accepted[ns] = cacheNamespace{Release: g.release, Gray: g.gray, Values: g.values}
 		}
 	}
 	var err error
@@ -136,7 +137,7 @@ func readCacheFile(path string, namespaces []string) (*ConfigSnapshot, map[strin
 		if v.Values == nil {
 			v.Values = map[string]string{}
 		}
-		return &nsView{release: v.Release, values: v.Values}
+		return &nsView{release: v.Release, gray: v.Gray, values: v.Values}
 	}
 	s := &ConfigSnapshot{revision: f.Revision, cluster: f.Cluster, spaces: map[string]*nsView{}}
 	good := map[string]*nsView{}

@@ -42,13 +42,13 @@ func (r *reporter) applied(snap *ConfigSnapshot, rejected map[string]error) {
 		}
 		switch err, ok := rejected[ns]; {
 		case ok:
-			st.RejectedRelease, st.Reason = v.release, truncate(err.Error(), 1000)
-		case st.RejectedRelease != 0 && v.release <= st.RejectedRelease:
+			st.RejectedRelease, st.RejectedGray, st.Reason = v.release, v.gray, truncate(err.Error(), 1000)
+		case st.RejectedRelease != 0 && (v.release < st.RejectedRelease || v.release == st.RejectedRelease && v.gray == st.RejectedGray):
 			// The rejected release is still the latest (a relist, or another
 			// namespace changed): it stays rejected, nothing new applied.
 		default:
-			st.AppliedRelease = v.release
-			st.RejectedRelease, st.Reason = 0, ""
+			st.AppliedRelease, st.AppliedGray = v.release, v.gray
+			st.RejectedRelease, st.RejectedGray, st.Reason = 0, 0, ""
 		}
 	}
 	r.mu.Unlock()
@@ -82,7 +82,8 @@ func (r *reporter) run(ctx context.Context) {
 		r.mu.Lock()
 		var reports []*coorddv1.NamespaceApplyReport
 		for _, st := range r.state {
-			reports = append(reports, &coorddv1.NamespaceApplyReport{Namespace: st.Namespace, AppliedRelease: st.AppliedRelease, RejectedRelease: st.RejectedRelease, Reason: st.Reason})
+			reports = append(reports, &coorddv1.NamespaceApplyReport{Namespace: st.Namespace, AppliedRelease: st.AppliedRelease, RejectedRelease: st.RejectedRelease, Reason: st.Reason,
+				AppliedGray: st.AppliedGray, RejectedGray: st.RejectedGray})
 		}
 		r.mu.Unlock()
 		if len(reports) == 0 {

@@ -17,6 +17,7 @@ type ConfigSnapshot struct {
 
 type nsView struct {
 	release int64
+	gray    int64 // the gray release whose overrides values include (0: none)
 	changed int64 // the revision of the release (0 when not known)
 	values  map[string]string
 }
@@ -28,6 +29,16 @@ func (s *ConfigSnapshot) Revision() int64 { return s.revision }
 func (s *ConfigSnapshot) Release(ns string) int64 {
 	if v := s.spaces[ns]; v != nil {
 		return v.release
+	}
+	return 0
+}
+
+// Gray is the gray (canary) release of the namespace this instance runs in
+// the snapshot, on top of Release: its selector matched the instance named
+// with WithInstance. 0: none, the normal content.
+func (s *ConfigSnapshot) Gray(ns string) int64 {
+	if v := s.spaces[ns]; v != nil {
+		return v.gray
 	}
 	return 0
 }
@@ -61,7 +72,7 @@ func (s *ConfigSnapshot) Values(ns string) map[string]string {
 
 // viewCache lets the subscriptions of one client share namespace views: a
 // view is immutable, and a release committed at a given revision of a
-// cluster has one content (a restored backup reuses release numbers, but
+// cluster, with a given gray release or none, has one content (a restored backup reuses release numbers, but
 // not revisions if restored with --bump-revision, as the docs require).
 // It keeps the newest view per namespace.
 type viewCache struct {
@@ -99,13 +110,13 @@ func sameViews(a, b *ConfigSnapshot) bool {
 	return true
 }
 
-func (vc *viewCache) get(cluster, ns string, release, changed int64) *nsView {
+func (vc *viewCache) get(cluster, ns string, release, changed, gray int64) *nsView {
 	if cluster == "" || changed == 0 {
 		return nil // nothing to compare with
 	}
 	vc.mu.Lock()
 	defer vc.mu.Unlock()
-	if v := vc.latest[cluster+"\x00"+ns]; v != nil && v.release == release && v.changed == changed {
+	if v := vc.latest[cluster+"\x00"+ns]; v != nil && v.release == release && v.changed == changed && v.gray == gray {
 		return v
 	}
 	return nil
@@ -121,7 +132,7 @@ func (vc *viewCache) put(cluster, ns string, v *nsView) *nsView {
 	defer vc.mu.Unlock()
 	key := cluster + "\x00" + ns
 	if cur := vc.latest[key]; cur != nil && cur.changed >= v.changed {
-		if cur.changed == v.changed && cur.release == v.release {
+		if cur.changed == v.changed && cur.release == v.release && cur.gray == v.gray {
 			return cur
 		}
 		return v

@@ -309,11 +309,11 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse, memo map[*ConfigSnapsh
 			next.spaces[ns] = &nsView{values: map[string]string{}}
 		}
 		for _, ns := range msg.GetSnapshots() {
-			if v := s.c.views.get(msg.GetClusterId(), ns.GetNamespace(), ns.GetRelease(), ns.GetChangedRevision()); v != nil {
+			if v := s.c.views.get(msg.GetClusterId(), ns.GetNamespace(), ns.GetRelease(), ns.GetChangedRevision(), ns.GetGray()); v != nil {
 				next.spaces[ns.GetNamespace()] = v
 				continue
 			}
-			v := &nsView{release: ns.GetRelease(), changed: ns.GetChangedRevision(), values: make(map[string]string, len(ns.GetEntries()))}
+			v := &nsView{release: ns.GetRelease(), gray: ns.GetGray(), changed: ns.GetChangedRevision(), values: make(map[string]string, len(ns.GetEntries()))}
 			for _, e := range ns.GetEntries() {
 				v.values[e.GetKey()] = e.GetValue()
 			}
@@ -331,9 +331,12 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse, memo map[*ConfigSnapsh
 		}
 		// Subscriptions of one client share the views of one release of a
 		// namespace (a release's content is fixed within a cluster).
-		v := s.c.views.get(cur.cluster, r.GetNamespace(), r.GetNumber(), msg.GetRevision())
+		if old.gray != msg.GetGray() {
+			return applyGap // a gray's start, change or end comes as a snapshot
+		}
+		v := s.c.views.get(cur.cluster, r.GetNamespace(), r.GetNumber(), msg.GetRevision(), msg.GetGray())
 		if v == nil {
-			v = &nsView{release: r.GetNumber(), changed: msg.GetRevision(), values: maps.Clone(old.values)}
+			v = &nsView{release: r.GetNumber(), gray: msg.GetGray(), changed: msg.GetRevision(), values: maps.Clone(old.values)}
 			for _, ch := range r.GetChanges() {
 				if ch.NewValue == nil {
 					delete(v.values, ch.GetKey())

@@ -257,7 +257,8 @@ func (m *watchMux) stream(ctx context.Context) (got bool) {
 			if !e.sent {
 				e.sent, e.open = true, true
 				reqs = append(reqs, &coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Start{Start: &coorddv1.WatchManyStart{
-					WatchId: id, Namespaces: e.sub.namespaces, FromRevision: e.from}}})
+					WatchId: id, Namespaces: e.sub.namespaces, FromRevision: e.from,
+					Instance: e.sub.opts.instance, Labels: e.sub.opts.labels}}})
 			}
 		}
 		m.mu.Unlock()

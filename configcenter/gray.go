@@ -52,13 +52,15 @@ import (
 //     releases since its revision, when a gray of its namespaces runs or
 //     changed since then.
 
-// ErrGrayNotFound: the namespace runs no gray release (or not the one
-// named).
-var ErrGrayNotFound = kind.ReleaseNotFound.New("config: no such gray release")
-
-// ErrGrayRunning: a gray release already runs in the namespace; update,
-// promote or abandon it first.
-var ErrGrayRunning = kind.RevisionMismatch.New("config: a gray release is already running")
+// Gray release errors.
+var (
+	// ErrGrayNotFound: the namespace runs no gray release (or not the one
+	// named).
+	ErrGrayNotFound = kind.ReleaseNotFound.New("config: no such gray release")
+	// ErrGrayRunning: a gray release already runs in the namespace;
+	// update, promote or abandon it first.
+	ErrGrayRunning = kind.RevisionMismatch.New("config: a gray release is already running")
+)
 
 // Selector limits.
 const (
@@ -71,6 +73,21 @@ const (
 type Identity struct {
 	Instance string
 	Labels   map[string]string
+}
+
+func (who *Identity) validate() error {
+	if err := names.CheckRequestID(who.Instance); err != nil || len(who.Instance) > MaxInstanceBytes {
+		return fmt.Errorf("%w: instance id %q: 1-%d bytes of letters, digits and . _ : @ -", ErrInvalid, who.Instance, MaxInstanceBytes)
+	}
+	if len(who.Labels) > MaxStatusLabels {
+		return fmt.Errorf("%w: %d labels, at most %d are allowed", ErrInvalid, len(who.Labels), MaxStatusLabels)
+	}
+	for k, v := range who.Labels {
+		if err := validateText("label", k+v, 512); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // GraySelector chooses the instances a gray release reaches: an instance

@@ -38,9 +38,14 @@ type InstanceStatus struct {
 	Applied int64 `json:"applied"`
 	// Rejected is the last release it refused (failed to decode or
 	// validate), if newer than Applied; Reason says why.
-	Rejected int64     `json:"rejected,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Time     time.Time `json:"time"`
+	Rejected int64  `json:"rejected,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	// AppliedGray is the gray release the instance runs on top of Applied;
+	// RejectedGray the gray release of Rejected, if the content it refused
+	// was a gray's.
+	AppliedGray  int64     `json:"applied_gray,omitempty"`
+	RejectedGray int64     `json:"rejected_gray,omitempty"`
+	Time         time.Time `json:"time"`
 }
 
 // ApplyStatus aggregates the live reports of a namespace.
@@ -49,6 +54,9 @@ type ApplyStatus struct {
 	Instances []InstanceStatus // sorted by instance
 	Applied   map[int64]int    // release -> instances running it
 	Rejected  map[int64]int    // release -> instances that refused it
+	// AppliedGray and RejectedGray count the same per gray release.
+	AppliedGray  map[int64]int
+	RejectedGray map[int64]int
 }
 
 func (s *Store) statusPrefix(ns string) string {
@@ -74,7 +82,7 @@ func (s *Store) ReportStatus(ctx context.Context, ns string, st InstanceStatus) 
 	if err := validateText("reason", st.Reason, MaxReasonBytes); err != nil {
 		return err
 	}
-	if st.Applied < 0 || st.Rejected < 0 {
+	if st.Applied < 0 || st.Rejected < 0 || st.AppliedGray < 0 || st.RejectedGray < 0 {
 		return fmt.Errorf("%w: releases must not be negative", ErrInvalid)
 	}
 	st.Time = s.now().UTC()
@@ -98,7 +106,7 @@ func (s *Store) ApplyStatus(ctx context.Context, ns string) (ApplyStatus, error)
 	if err != nil {
 		return ApplyStatus{}, fmt.Errorf("config: status of %q: %w", ns, err)
 	}
-	out := ApplyStatus{Namespace: ns, Applied: map[int64]int{}, Rejected: map[int64]int{}}
+	out := ApplyStatus{Namespace: ns, Applied: map[int64]int{}, Rejected: map[int64]int{}, AppliedGray: map[int64]int{}, RejectedGray: map[int64]int{}}
 	now := s.now()
 	for _, kv := range resp.Kvs {
 		var st InstanceStatus
@@ -111,7 +119,13 @@ func (s *Store) ApplyStatus(ctx context.Context, ns string) (ApplyStatus, error)
 		st.Instance = strings.TrimPrefix(string(kv.Key), s.statusPrefix(ns))
 		out.Instances = append(out.Instances, st)
 		out.Applied[st.Applied]++
-		if st.Rejected > st.Applied {
+		if st.AppliedGray > 0 {
+			out.AppliedGray[st.AppliedGray]++
+		}
+		switch {
+		case st.RejectedGray > 0 && st.RejectedGray != st.AppliedGray:
+			out.RejectedGray[st.RejectedGray]++
+		case st.RejectedGray == 0 && st.Rejected > st.Applied:
 			out.Rejected[st.Rejected]++
 		}
 	}

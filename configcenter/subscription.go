@@ -118,15 +118,20 @@ func (c *Cache) subscribe(ctx context.Context, namespaces []string, from int64, 
 	if from < 0 {
 		return nil, fmt.Errorf("%w: revision %d is negative", ErrInvalid, from)
 	}
+	if who != nil && who.Instance == "" && len(who.Labels) == 0 {
+		who = nil
+	}
+	if who != nil {
+		if err := who.validate(); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.waitRevision(ctx, from-1, 3*time.Second); err != nil {
 		return nil, err
 	}
 	if from == 0 && catchUp {
 		// Start from the current state (see catchUp).
 		c.catchUp(ctx)
-	}
-	if who != nil && who.Instance == "" {
-		who = nil
 	}
 	s := &Subscription{c: c, namespaces: namespaces, signal: notify, who: who, grays: map[string]int64{}}
 	c.mu.Lock()

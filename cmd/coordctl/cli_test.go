@@ -308,6 +308,24 @@ func TestJSONOutputIsRESTs(t *testing.T) {
 	if out := must(t, ep, "config", "diff", "svc/prod", "1", "1", "-o", "json"); strings.TrimSpace(out) != "[]" {
 		t.Errorf("empty config diff = %q, want []", out)
 	}
+	gray := check(ref("v1GrayRelease"), "config", "gray", "create", "svc/prod", "--instance", "web-1", "--label", "zone=eu", "--set", "port=7070", "-m", "canary")
+	has(gray, "config gray create", "number", "selector", "overrides", "changes", "baseRelease")
+	check(ref("v1GrayRelease"), "config", "gray", "update", "svc/prod", "--instance", "web-1", "--percent", "10", "--expect-gray", "1")
+	exits(t, exitNotFound, ep, "config", "gray", "abandon", "svc/prod", "--expect-gray", "1")
+	exits(t, exitConflict, ep, "config", "gray", "create", "svc/prod", "--percent", "5", "--set", "x=1")
+	exits(t, exitUsage, ep, "config", "gray", "create", "svc/prod", "--set", "x=1")
+	if out := must(t, ep, "config", "gray", "get", "svc/prod"); !strings.Contains(out, "gray release 2 (update)") || !strings.Contains(out, "10% of instances") || !strings.Contains(out, "~ port = 7070") {
+		t.Errorf("config gray get:\n%s", out)
+	}
+	if out := must(t, ep, "config", "watch", "svc/prod", "--count", "1", "--instance", "web-1"); !strings.Contains(out, "+gray 2") {
+		t.Errorf("config watch --instance of a selected instance:\n%s", out)
+	}
+	if out := must(t, ep, "config", "diff", "svc/prod", "4", "g2"); !strings.Contains(out, "~ port = 7070") {
+		t.Errorf("config diff to a gray release:\n%s", out)
+	}
+	check(ref("v1GrayRelease"), "config", "gray", "abandon", "svc/prod")
+	check(arrayOf(ref("v1GrayRelease")), "config", "gray", "history", "svc/prod")
+	exits(t, exitNotFound, ep, "config", "gray", "get", "svc/prod")
 	has(check(ref("v1GetClusterStatusResponse"), "cluster", "status"), "cluster status", "revision", "members", "dbSizeBytes", "alarms", "quotaBackendBytes")
 	check(arrayOf(ref("v1Alarm")), "cluster", "alarms")
 	check(arrayOf(ref("v1DefragmentResponse")), "cluster", "defrag")

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/user"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -97,13 +98,13 @@ func (a *app) configCommand() *cobra.Command {
 	get, put, del := a.configGetCommand(), a.configPutCommand(), a.configDeleteCommand()
 	publish, snapshot, watch := a.configPublishCommand(), a.configSnapshotCommand(), a.configWatchCommand()
 	history, diff, rollback := a.configHistoryCommand(), a.configDiffCommand(), a.configRollbackCommand()
-	schema, status := a.configSchemaCommand(), a.configStatusCommand()
+	schema, status, gray := a.configSchemaCommand(), a.configStatusCommand(), a.configGrayCommand()
 	namespaces := a.listCommand("namespaces [PREFIX]", "List namespaces", namespaceNames)
 	for _, c := range []*cobra.Command{get, put, del, publish, snapshot, history, diff, rollback, schema, status, namespaces} {
 		c.ValidArgsFunction = a.completeFirst(namespaceNames, cobra.ShellCompDirectiveNoFileComp)
 	}
 	watch.ValidArgsFunction = a.completeEach(namespaceNames)
-	cmd.AddCommand(get, put, del, publish, snapshot, watch, history, diff, rollback, schema, status, namespaces)
+	cmd.AddCommand(get, put, del, publish, snapshot, watch, history, diff, rollback, schema, status, namespaces, gray)
 	return cmd
 }
 
@@ -278,6 +279,8 @@ func (a *app) configWatchCommand() *cobra.Command {
 	var from int64
 	var count int
 	var bookmarks bool
+	var instance string
+	var labels []string
 	watch := &cobra.Command{
 		Use:   "watch NAMESPACE...",
 		Short: "Follow namespaces: the snapshot, then every release (until interrupted, or --count messages)",
@@ -289,9 +292,20 @@ func (a *app) configWatchCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			lm := map[string]string{}
+			for _, l := range labels {
+				k, v, ok := strings.Cut(l, "=")
+				if !ok || k == "" {
+					return usagef("--label %q: want KEY=VALUE", l)
+				}
+				lm[k] = v
+			}
+			if len(lm) > 0 && instance == "" {
+				return usagef("--label needs --instance")
+			}
 			n := 0
 			stop := errors.New("enough")
-			err = c.Config().Watch(ctx, args, from, func(ev clientlib.ConfigWatchEvent) error {
+			err = c.Config().WatchAs(ctx, args, from, instance, lm, func(ev clientlib.ConfigWatchEvent) error {
 				if ev.Type == "BOOKMARK" && !bookmarks {
 					return nil
 				}
@@ -301,10 +315,16 @@ func (a *app) configWatchCommand() *cobra.Command {
 					text = fmt.Sprintf("%d SNAPSHOT", ev.Revision)
 					for _, s := range ev.Snapshots {
 						text += fmt.Sprintf(" %s@%d(%d keys)", s.Namespace, s.Release, len(s.Values))
+						if s.Gray != 0 {
+							text += fmt.Sprintf("+gray %d", s.Gray)
+						}
 					}
 				case "CHANGE":
 					r := ev.Release
 					text = fmt.Sprintf("%d CHANGE %s release %d by %s", ev.Revision, r.Namespace, r.Number, r.Author)
+					if ev.Gray != 0 {
+						text += fmt.Sprintf(" (under gray %d: the keys it overrides left out)", ev.Gray)
+					}
 					for _, ch := range r.Changes {
 						text += "\n  " + changeLine(ch)
 					}
@@ -328,6 +348,8 @@ func (a *app) configWatchCommand() *cobra.Command {
 	watch.Flags().Int64Var(&from, "from", 0, "resume from this revision (the last seen + 1)")
 	watch.Flags().IntVar(&count, "count", 0, "stop after this many messages")
 	watch.Flags().BoolVar(&bookmarks, "bookmarks", false, "also print bookmarks")
+	watch.Flags().StringVar(&instance, "instance", "", "watch as this instance id: see the gray release whose selector picks it")
+	watch.Flags().StringArrayVar(&labels, "label", nil, "with --instance, the instance's label KEY=VALUE (repeatable)")
 	return watch
 }
 

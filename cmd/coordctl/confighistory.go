@@ -39,16 +39,19 @@ func (a *app) configHistoryCommand() *cobra.Command {
 func (a *app) configDiffCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "diff NAMESPACE FROM TO",
-		Short: "Show the key changes between two releases (0 is the empty namespace)",
+		Short: "Show the key changes between two releases (0 is the empty namespace; gN is gray release N)",
 		Args:  cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			from, err1 := strconv.ParseInt(args[1], 10, 64)
-			to, err2 := strconv.ParseInt(args[2], 10, 64)
-			if err1 != nil || err2 != nil {
-				return usagef("FROM and TO are release numbers")
+			from, fromGray, err := parseRef(args[1])
+			if err != nil {
+				return err
+			}
+			to, toGray, err := parseRef(args[2])
+			if err != nil {
+				return err
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				changes, err := c.Config().Diff(ctx, args[0], from, to)
+				changes, err := c.Config().DiffGray(ctx, args[0], from, fromGray, to, toGray)
 				if err != nil {
 					return err
 				}
@@ -89,7 +92,7 @@ func (a *app) configRollbackCommand() *cobra.Command {
 func (a *app) configStatusCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "status NAMESPACE",
-		Short: "Show which release each instance runs or rejected",
+		Short: "Show which release (and gray release) each instance runs or rejected",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
@@ -100,11 +103,17 @@ func (a *app) configStatusCommand() *cobra.Command {
 				return a.print(applyStatusOut(st), func(w *bytes.Buffer) {
 					fmt.Fprintln(w, "INSTANCE\tAPPLIED\tREJECTED\tREPORTED\tREASON")
 					for _, in := range st.Instances {
-						rej := "-"
-						if in.Rejected > in.Applied {
+						applied, rej := strconv.FormatInt(in.Applied, 10), "-"
+						if in.AppliedGray != 0 {
+							applied += fmt.Sprintf("+g%d", in.AppliedGray)
+						}
+						switch {
+						case in.RejectedGray != 0 && in.RejectedGray != in.AppliedGray:
+							rej = fmt.Sprintf("%d+g%d", in.Rejected, in.RejectedGray)
+						case in.RejectedGray == 0 && in.Rejected > in.Applied:
 							rej = strconv.FormatInt(in.Rejected, 10)
 						}
-						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", in.Instance, in.Applied, rej, ts(in.Reported), in.Reason)
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", in.Instance, applied, rej, ts(in.Reported), in.Reason)
 					}
 				})
 			})

@@ -218,14 +218,15 @@ type electionEventJSON struct {
 
 // releaseJSON is REST's ConfigRelease.
 type releaseJSON struct {
-	Namespace  string       `json:"namespace"`
-	Number     string       `json:"number"`
-	Revision   string       `json:"revision"`
-	Author     string       `json:"author"`
-	Message    string       `json:"message"`
-	Time       string       `json:"time,omitempty"`
-	RollbackOf string       `json:"rollbackOf"`
-	Changes    []changeJSON `json:"changes"`
+	Namespace    string       `json:"namespace"`
+	Number       string       `json:"number"`
+	Revision     string       `json:"revision"`
+	Author       string       `json:"author"`
+	Message      string       `json:"message"`
+	Time         string       `json:"time,omitempty"`
+	RollbackOf   string       `json:"rollbackOf"`
+	Changes      []changeJSON `json:"changes"`
+	PromotedGray string       `json:"promotedGray"`
 }
 
 // changeJSON is REST's ConfigChange: oldValue is absent for an added key,
@@ -237,8 +238,9 @@ type changeJSON struct {
 }
 
 func releaseOut(r clientlib.ConfigRelease) releaseJSON {
-	return releaseJSON{Namespace: r.Namespace, Number: i64(r.Number), Revision: i64(r.Revision), Author: r.Author, Message: r.Message,
-		Time: timestamp(r.Time), RollbackOf: i64(r.RollbackOf), Changes: changesOut(r.Changes)}
+	out := releaseJSON{Namespace: r.Namespace, Number: i64(r.Number), Revision: i64(r.Revision), Author: r.Author, Message: r.Message,
+		Time: timestamp(r.Time), RollbackOf: i64(r.RollbackOf), Changes: changesOut(r.Changes), PromotedGray: i64(r.PromotedGray)}
+	return out
 }
 
 func releasesOut(rs []clientlib.ConfigRelease) []releaseJSON {
@@ -276,11 +278,12 @@ type snapshotJSON struct {
 	Release         string      `json:"release"`
 	Revision        string      `json:"revision"`
 	ChangedRevision string      `json:"changedRevision"`
+	Gray            string      `json:"gray"`
 	Entries         []entryJSON `json:"entries"`
 }
 
 func snapshotOut(s clientlib.NamespaceSnapshot) snapshotJSON {
-	out := snapshotJSON{Namespace: s.Namespace, Release: i64(s.Release), Revision: i64(s.Revision), ChangedRevision: i64(s.Changed), Entries: []entryJSON{}}
+	out := snapshotJSON{Namespace: s.Namespace, Release: i64(s.Release), Revision: i64(s.Revision), ChangedRevision: i64(s.Changed), Gray: i64(s.Gray), Entries: []entryJSON{}}
 	for _, k := range slices.Sorted(maps.Keys(s.Values)) {
 		out.Entries = append(out.Entries, entryJSON{Key: k, Value: s.Values[k]})
 	}
@@ -294,10 +297,11 @@ type watchJSON struct {
 	Revision  string         `json:"revision"`
 	Snapshots []snapshotJSON `json:"snapshots"`
 	Release   *releaseJSON   `json:"release,omitempty"`
+	Gray      string         `json:"gray"`
 }
 
 func watchOut(ev clientlib.ConfigWatchEvent) watchJSON {
-	out := watchJSON{Type: ev.Type, Revision: i64(ev.Revision), Snapshots: make([]snapshotJSON, 0, len(ev.Snapshots))}
+	out := watchJSON{Type: ev.Type, Revision: i64(ev.Revision), Snapshots: make([]snapshotJSON, 0, len(ev.Snapshots)), Gray: i64(ev.Gray)}
 	for _, s := range ev.Snapshots {
 		out.Snapshots = append(out.Snapshots, snapshotOut(s))
 	}
@@ -319,6 +323,9 @@ type applyStatusJSON struct {
 	Instances []instanceJSON     `json:"instances"`
 	Applied   []releaseCountJSON `json:"applied"`
 	Rejected  []releaseCountJSON `json:"rejected"`
+	// AppliedGray and RejectedGray count per gray release.
+	AppliedGray  []releaseCountJSON `json:"appliedGray"`
+	RejectedGray []releaseCountJSON `json:"rejectedGray"`
 }
 
 // instanceJSON is REST's InstanceApplyStatus.
@@ -329,6 +336,8 @@ type instanceJSON struct {
 	RejectedRelease string            `json:"rejectedRelease"`
 	Reason          string            `json:"reason"`
 	ReportTime      string            `json:"reportTime,omitempty"`
+	AppliedGray     string            `json:"appliedGray"`
+	RejectedGray    string            `json:"rejectedGray"`
 }
 
 // releaseCountJSON is REST's ReleaseCount.
@@ -345,10 +354,11 @@ func applyStatusOut(st clientlib.ApplyStatus) applyStatusJSON {
 		}
 		return out
 	}
-	out := applyStatusJSON{Instances: make([]instanceJSON, 0, len(st.Instances)), Applied: counts(st.Applied), Rejected: counts(st.Rejected)}
+	out := applyStatusJSON{Instances: make([]instanceJSON, 0, len(st.Instances)), Applied: counts(st.Applied), Rejected: counts(st.Rejected),
+		AppliedGray: counts(st.AppliedGray), RejectedGray: counts(st.RejectedGray)}
 	for _, in := range st.Instances {
 		out.Instances = append(out.Instances, instanceJSON{Instance: in.Instance, Labels: orEmpty(in.Labels), AppliedRelease: i64(in.Applied),
-			RejectedRelease: i64(in.Rejected), Reason: in.Reason, ReportTime: timestamp(in.Reported)})
+			RejectedRelease: i64(in.Rejected), Reason: in.Reason, ReportTime: timestamp(in.Reported), AppliedGray: i64(in.AppliedGray), RejectedGray: i64(in.RejectedGray)})
 	}
 	return out
 }

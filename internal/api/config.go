@@ -180,7 +180,8 @@ func (s *ConfigServer) ListReleases(ctx context.Context, req *coorddv1.ListRelea
 
 // Diff implements ConfigService.
 func (s *ConfigServer) Diff(ctx context.Context, req *coorddv1.DiffRequest) (*coorddv1.DiffResponse, error) {
-	changes, err := s.store.Diff(ctx, req.GetNamespace(), req.GetFromRelease(), req.GetToRelease())
+	changes, err := s.store.DiffRefs(ctx, req.GetNamespace(),
+		configcenter.Ref{Number: req.GetFromRelease(), Gray: req.GetFromGray()}, configcenter.Ref{Number: req.GetToRelease(), Gray: req.GetToGray()})
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +234,7 @@ func (s *ConfigServer) Watch(req *coorddv1.WatchRequest, stream coorddv1.ConfigS
 	defer cancel(nil)
 	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })
 	defer stop()
-	sub, err := s.cache.Subscribe(ctx, req.GetNamespaces(), req.GetFromRevision())
+	sub, err := s.cache.SubscribeAs(ctx, req.GetNamespaces(), req.GetFromRevision(), identityFrom(req.GetInstance(), req.GetLabels()))
 	if err != nil {
 		return stoppingOr(ctx, err)
 	}
@@ -265,7 +266,7 @@ func watchMessage(ev configcenter.Event) *coorddv1.WatchResponse {
 			msg.Snapshots = append(msg.Snapshots, snapshotProto(snap))
 		}
 	case configcenter.EventChange:
-		msg.Type, msg.Release = coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE, releaseProto(*ev.Release)
+		msg.Type, msg.Release, msg.Gray = coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE, releaseProto(*ev.Release), ev.Gray
 	default:
 		msg.Type = coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK
 	}
@@ -289,6 +290,8 @@ func releaseProto(r configcenter.Release) *coorddv1.ConfigRelease {
 		Message:    r.Message,
 		RollbackOf: r.RollbackOf,
 		Changes:    changesProto(r.Changes),
+
+		PromotedGray: r.PromotedGray,
 	}
 	if !r.Time.IsZero() {
 		out.Time = timestamppb.New(r.Time)
@@ -305,7 +308,7 @@ func changesProto(cs []configcenter.Change) []*coorddv1.ConfigChange {
 }
 
 func snapshotProto(s configcenter.Snapshot) *coorddv1.NamespaceSnapshot {
-	out := &coorddv1.NamespaceSnapshot{Namespace: s.Namespace, Release: s.Release, Revision: s.Revision, ChangedRevision: s.Changed}
+	out := &coorddv1.NamespaceSnapshot{Namespace: s.Namespace, Release: s.Release, Revision: s.Revision, ChangedRevision: s.Changed, Gray: s.Gray}
 	keys := make([]string, 0, len(s.Content))
 	for k := range s.Content {
 		keys = append(keys, k)
@@ -323,7 +326,10 @@ func (s *ConfigServer) ReportStatus(ctx context.Context, req *coorddv1.ReportSta
 		return nil, invalid("report 1 to 64 namespaces")
 	}
 	for _, n := range req.GetNamespaces() {
-		st := configcenter.InstanceStatus{Instance: req.GetInstance(), Labels: req.GetLabels(), Applied: n.GetAppliedRelease(), Rejected: n.GetRejectedRelease(), Reason: n.GetReason()}
+		st := configcenter.InstanceStatus{
+			Instance: req.GetInstance(), Labels: req.GetLabels(), Applied: n.GetAppliedRelease(), Rejected: n.GetRejectedRelease(), Reason: n.GetReason(),
+			AppliedGray: n.GetAppliedGray(), RejectedGray: n.GetRejectedGray(),
+		}
 		if err := s.store.ReportStatus(ctx, n.GetNamespace(), st); err != nil {
 			return nil, err
 		}
@@ -342,7 +348,7 @@ func (s *ConfigServer) GetApplyStatus(ctx context.Context, req *coorddv1.GetAppl
 	for _, in := range st.Instances {
 		resp.Instances = append(resp.Instances, &coorddv1.InstanceApplyStatus{
 			Instance: in.Instance, Labels: in.Labels, AppliedRelease: in.Applied, RejectedRelease: in.Rejected,
-			Reason: in.Reason, ReportTime: timestamppb.New(in.Time),
+			Reason: in.Reason, ReportTime: timestamppb.New(in.Time), AppliedGray: in.AppliedGray, RejectedGray: in.RejectedGray,
 		})
 	}
 	counts := func(m map[int64]int) []*coorddv1.ReleaseCount {
@@ -354,6 +360,7 @@ func (s *ConfigServer) GetApplyStatus(ctx context.Context, req *coorddv1.GetAppl
 		return out
 	}
 	resp.Applied, resp.Rejected = counts(st.Applied), counts(st.Rejected)
+	resp.AppliedGray, resp.RejectedGray = counts(st.AppliedGray), counts(st.RejectedGray)
 	return resp, nil
 }
 
@@ -409,7 +416,7 @@ func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcen
 			err = mux.Stop(req.GetStop().GetWatchId())
 		case req.GetStart() != nil:
 			st := req.GetStart()
-			err = mux.Start(st.GetWatchId(), st.GetNamespaces(), st.GetFromRevision())
+			err = mux.Start(st.GetWatchId(), st.GetNamespaces(), st.GetFromRevision(), identityFrom(st.GetInstance(), st.GetLabels()))
 		default:
 			err = invalid("a WatchMany request needs start or stop")
 		}

@@ -81,6 +81,67 @@ func (WatchEventType) EnumDescriptor() ([]byte, []int) {
 	return file_coordd_v1_config_proto_rawDescGZIP(), []int{0}
 }
 
+// GrayAction is what a gray record did.
+type GrayAction int32
+
+const (
+	// GRAY_ACTION_UNSPECIFIED is never sent.
+	GrayAction_GRAY_ACTION_UNSPECIFIED GrayAction = 0
+	// The gray started.
+	GrayAction_GRAY_ACTION_CREATE GrayAction = 1
+	// Its selector or overrides changed.
+	GrayAction_GRAY_ACTION_UPDATE GrayAction = 2
+	// Its overrides became a normal release; it ended.
+	GrayAction_GRAY_ACTION_PROMOTE GrayAction = 3
+	// It ended; its instances returned to the normal content.
+	GrayAction_GRAY_ACTION_ABANDON GrayAction = 4
+)
+
+// Enum value maps for GrayAction.
+var (
+	GrayAction_name = map[int32]string{
+		0: "GRAY_ACTION_UNSPECIFIED",
+		1: "GRAY_ACTION_CREATE",
+		2: "GRAY_ACTION_UPDATE",
+		3: "GRAY_ACTION_PROMOTE",
+		4: "GRAY_ACTION_ABANDON",
+	}
+	GrayAction_value = map[string]int32{
+		"GRAY_ACTION_UNSPECIFIED": 0,
+		"GRAY_ACTION_CREATE":      1,
+		"GRAY_ACTION_UPDATE":      2,
+		"GRAY_ACTION_PROMOTE":     3,
+		"GRAY_ACTION_ABANDON":     4,
+	}
+)
+
+func (x GrayAction) Enum() *GrayAction {
+	p := new(GrayAction)
+	*p = x
+	return p
+}
+
+func (x GrayAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GrayAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_coordd_v1_config_proto_enumTypes[1].Descriptor()
+}
+
+func (GrayAction) Type() protoreflect.EnumType {
+	return &file_coordd_v1_config_proto_enumTypes[1]
+}
+
+func (x GrayAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GrayAction.Descriptor instead.
+func (GrayAction) EnumDescriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
 // ConfigChange is one key's change: old_value is unset for a new key,
 // new_value for a deleted one.
 type ConfigChange struct {
@@ -165,8 +226,11 @@ type ConfigRelease struct {
 	Time *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=time,proto3" json:"time,omitempty"`
 	// rollback_of is the release whose content this one restored, if any.
 	RollbackOf int64 `protobuf:"varint,7,opt,name=rollback_of,json=rollbackOf,proto3" json:"rollback_of,omitempty"`
-	// changes are every key it changed, sorted as published.
-	Changes       []*ConfigChange `protobuf:"bytes,8,rep,name=changes,proto3" json:"changes,omitempty"`
+	// changes are every key it changed, sorted as published. In a watch, for
+	// a watcher running a gray release, without the keys the gray overrides.
+	Changes []*ConfigChange `protobuf:"bytes,8,rep,name=changes,proto3" json:"changes,omitempty"`
+	// promoted_gray is the gray release this one promoted, if any.
+	PromotedGray  int64 `protobuf:"varint,9,opt,name=promoted_gray,json=promotedGray,proto3" json:"promoted_gray,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -255,6 +319,13 @@ func (x *ConfigRelease) GetChanges() []*ConfigChange {
 		return x.Changes
 	}
 	return nil
+}
+
+func (x *ConfigRelease) GetPromotedGray() int64 {
+	if x != nil {
+		return x.PromotedGray
+	}
+	return 0
 }
 
 // ConfigMutation is one change a release asks for.
@@ -935,7 +1006,10 @@ type NamespaceSnapshot struct {
 	// changed_revision is the revision of the namespace's last release.
 	ChangedRevision int64 `protobuf:"varint,4,opt,name=changed_revision,json=changedRevision,proto3" json:"changed_revision,omitempty"`
 	// entries are every key, sorted.
-	Entries       []*ConfigEntry `protobuf:"bytes,5,rep,name=entries,proto3" json:"entries,omitempty"`
+	Entries []*ConfigEntry `protobuf:"bytes,5,rep,name=entries,proto3" json:"entries,omitempty"`
+	// gray (in a watch) is the gray release whose overrides entries include
+	// for this watcher; 0: none, the normal content.
+	Gray          int64 `protobuf:"varint,6,opt,name=gray,proto3" json:"gray,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1003,6 +1077,13 @@ func (x *NamespaceSnapshot) GetEntries() []*ConfigEntry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *NamespaceSnapshot) GetGray() int64 {
+	if x != nil {
+		return x.Gray
+	}
+	return 0
 }
 
 // SnapshotRequest reads a namespace.
@@ -1354,7 +1435,12 @@ type DiffRequest struct {
 	// from_release: 0 is the empty namespace.
 	FromRelease int64 `protobuf:"varint,2,opt,name=from_release,json=fromRelease,proto3" json:"from_release,omitempty"`
 	// to_release: 0 is the empty namespace.
-	ToRelease     int64 `protobuf:"varint,3,opt,name=to_release,json=toRelease,proto3" json:"to_release,omitempty"`
+	ToRelease int64 `protobuf:"varint,3,opt,name=to_release,json=toRelease,proto3" json:"to_release,omitempty"`
+	// from_gray makes from_release a gray release number: the content its
+	// instances saw (its base release with its overrides).
+	FromGray bool `protobuf:"varint,4,opt,name=from_gray,json=fromGray,proto3" json:"from_gray,omitempty"`
+	// to_gray: as from_gray, for to_release.
+	ToGray        bool `protobuf:"varint,5,opt,name=to_gray,json=toGray,proto3" json:"to_gray,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1408,6 +1494,20 @@ func (x *DiffRequest) GetToRelease() int64 {
 		return x.ToRelease
 	}
 	return 0
+}
+
+func (x *DiffRequest) GetFromGray() bool {
+	if x != nil {
+		return x.FromGray
+	}
+	return false
+}
+
+func (x *DiffRequest) GetToGray() bool {
+	if x != nil {
+		return x.ToGray
+	}
+	return false
 }
 
 // DiffResponse lists the changes from one release to the other.
@@ -1917,7 +2017,13 @@ type WatchRequest struct {
 	Namespaces []string `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
 	// from_revision resumes: pass the last received revision + 1. 0 starts
 	// with a snapshot.
-	FromRevision  int64 `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	FromRevision int64 `protobuf:"varint,2,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	// instance identifies the watcher (as in ReportStatusRequest), so that a
+	// gray release whose selector matches it (by instance or labels) reaches
+	// it. A watcher without one never sees a gray release.
+	Instance string `protobuf:"bytes,3,opt,name=instance,proto3" json:"instance,omitempty"`
+	// labels describe the watcher, for gray selectors: at most 16.
+	Labels        map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1966,6 +2072,20 @@ func (x *WatchRequest) GetFromRevision() int64 {
 	return 0
 }
 
+func (x *WatchRequest) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 // WatchResponse is one watch message.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1979,7 +2099,11 @@ type WatchResponse struct {
 	Release *ConfigRelease `protobuf:"bytes,4,opt,name=release,proto3" json:"release,omitempty"`
 	// cluster_id (SNAPSHOT) is etcd's cluster id, in hex: revisions compare
 	// only within one cluster.
-	ClusterId     string `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId string `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// gray (CHANGE) is the gray release this watcher runs in the release's
+	// namespace after it (0: none); the release's changes then leave out the
+	// keys the gray overrides.
+	Gray          int64 `protobuf:"varint,6,opt,name=gray,proto3" json:"gray,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2049,6 +2173,13 @@ func (x *WatchResponse) GetClusterId() string {
 	return ""
 }
 
+func (x *WatchResponse) GetGray() int64 {
+	if x != nil {
+		return x.Gray
+	}
+	return 0
+}
+
 // NamespaceApplyReport is what an instance runs for one namespace.
 type NamespaceApplyReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2060,7 +2191,13 @@ type NamespaceApplyReport struct {
 	// to decode or validate), if newer than applied_release.
 	RejectedRelease int64 `protobuf:"varint,3,opt,name=rejected_release,json=rejectedRelease,proto3" json:"rejected_release,omitempty"`
 	// reason says why it was refused.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// applied_gray is the gray release the instance runs on top of
+	// applied_release, if any.
+	AppliedGray int64 `protobuf:"varint,5,opt,name=applied_gray,json=appliedGray,proto3" json:"applied_gray,omitempty"`
+	// rejected_gray is the gray release of rejected_release, if the content
+	// it refused was a gray's.
+	RejectedGray  int64 `protobuf:"varint,6,opt,name=rejected_gray,json=rejectedGray,proto3" json:"rejected_gray,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2121,6 +2258,20 @@ func (x *NamespaceApplyReport) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *NamespaceApplyReport) GetAppliedGray() int64 {
+	if x != nil {
+		return x.AppliedGray
+	}
+	return 0
+}
+
+func (x *NamespaceApplyReport) GetRejectedGray() int64 {
+	if x != nil {
+		return x.RejectedGray
+	}
+	return 0
 }
 
 // ReportStatusRequest is an instance's report.
@@ -2285,7 +2436,11 @@ type InstanceApplyStatus struct {
 	// reason says why.
 	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	// report_time is when it last reported.
-	ReportTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	ReportTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=report_time,json=reportTime,proto3" json:"report_time,omitempty"`
+	// applied_gray is the gray release it runs on top of applied_release.
+	AppliedGray int64 `protobuf:"varint,7,opt,name=applied_gray,json=appliedGray,proto3" json:"applied_gray,omitempty"`
+	// rejected_gray is the gray release of rejected_release, if any.
+	RejectedGray  int64 `protobuf:"varint,8,opt,name=rejected_gray,json=rejectedGray,proto3" json:"rejected_gray,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2362,6 +2517,20 @@ func (x *InstanceApplyStatus) GetReportTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *InstanceApplyStatus) GetAppliedGray() int64 {
+	if x != nil {
+		return x.AppliedGray
+	}
+	return 0
+}
+
+func (x *InstanceApplyStatus) GetRejectedGray() int64 {
+	if x != nil {
+		return x.RejectedGray
+	}
+	return 0
+}
+
 // ReleaseCount is how many instances are on a release.
 type ReleaseCount struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2426,7 +2595,12 @@ type GetApplyStatusResponse struct {
 	// applied counts instances per release they run, newest first.
 	Applied []*ReleaseCount `protobuf:"bytes,2,rep,name=applied,proto3" json:"applied,omitempty"`
 	// rejected counts instances per release they refused, newest first.
-	Rejected      []*ReleaseCount `protobuf:"bytes,3,rep,name=rejected,proto3" json:"rejected,omitempty"`
+	Rejected []*ReleaseCount `protobuf:"bytes,3,rep,name=rejected,proto3" json:"rejected,omitempty"`
+	// applied_gray counts instances per gray release they run (release is
+	// the gray's number), newest first.
+	AppliedGray []*ReleaseCount `protobuf:"bytes,4,rep,name=applied_gray,json=appliedGray,proto3" json:"applied_gray,omitempty"`
+	// rejected_gray counts instances per gray release they refused.
+	RejectedGray  []*ReleaseCount `protobuf:"bytes,5,rep,name=rejected_gray,json=rejectedGray,proto3" json:"rejected_gray,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2478,6 +2652,20 @@ func (x *GetApplyStatusResponse) GetApplied() []*ReleaseCount {
 func (x *GetApplyStatusResponse) GetRejected() []*ReleaseCount {
 	if x != nil {
 		return x.Rejected
+	}
+	return nil
+}
+
+func (x *GetApplyStatusResponse) GetAppliedGray() []*ReleaseCount {
+	if x != nil {
+		return x.AppliedGray
+	}
+	return nil
+}
+
+func (x *GetApplyStatusResponse) GetRejectedGray() []*ReleaseCount {
+	if x != nil {
+		return x.RejectedGray
 	}
 	return nil
 }
@@ -2578,7 +2766,11 @@ type WatchManyStart struct {
 	// namespaces to watch: 1-64.
 	Namespaces []string `protobuf:"bytes,2,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
 	// from_revision: as in WatchRequest.
-	FromRevision  int64 `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	FromRevision int64 `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	// instance: as in WatchRequest.
+	Instance string `protobuf:"bytes,4,opt,name=instance,proto3" json:"instance,omitempty"`
+	// labels: as in WatchRequest.
+	Labels        map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2632,6 +2824,20 @@ func (x *WatchManyStart) GetFromRevision() int64 {
 		return x.FromRevision
 	}
 	return 0
+}
+
+func (x *WatchManyStart) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *WatchManyStart) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 // WatchManyStop ends a watch.
@@ -2755,6 +2961,965 @@ func (x *WatchManyResponse) GetErrorMessage() string {
 	return ""
 }
 
+// GraySelector chooses the watchers a gray release reaches: a watcher
+// matches if its instance is listed, or it carries every label given, or
+// it falls within the percentage (a stable hash of namespace and instance,
+// so raising the percentage only adds instances). At least one is required.
+type GraySelector struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// instances: instance ids, at most 1,000.
+	Instances []string `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	// labels a watcher must all carry, at most 16.
+	Labels map[string]string `protobuf:"bytes,2,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// percent of instances, 0-100.
+	Percent       int32 `protobuf:"varint,3,opt,name=percent,proto3" json:"percent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GraySelector) Reset() {
+	*x = GraySelector{}
+	mi := &file_coordd_v1_config_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GraySelector) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GraySelector) ProtoMessage() {}
+
+func (x *GraySelector) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GraySelector.ProtoReflect.Descriptor instead.
+func (*GraySelector) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *GraySelector) GetInstances() []string {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *GraySelector) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *GraySelector) GetPercent() int32 {
+	if x != nil {
+		return x.Percent
+	}
+	return 0
+}
+
+// GrayRelease is one change of a namespace's gray release, with the gray
+// as of that change.
+type GrayRelease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace is the namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// number: 1, 2, 3, … per namespace, a sequence of its own.
+	Number int64 `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	// action is what this record did.
+	Action GrayAction `protobuf:"varint,3,opt,name=action,proto3,enum=coordd.v1.GrayAction" json:"action,omitempty"`
+	// selector chooses the instances.
+	Selector *GraySelector `protobuf:"bytes,4,opt,name=selector,proto3" json:"selector,omitempty"`
+	// overrides are the keys the gray sets or deletes, sorted by key.
+	Overrides []*ConfigMutation `protobuf:"bytes,5,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	// base_release is the normal release in effect when it was made.
+	BaseRelease int64 `protobuf:"varint,6,opt,name=base_release,json=baseRelease,proto3" json:"base_release,omitempty"`
+	// changes: what a matching instance sees change against base_release
+	// (for an abandon, what it sees change back).
+	Changes []*ConfigChange `protobuf:"bytes,7,rep,name=changes,proto3" json:"changes,omitempty"`
+	// promoted_to is the normal release a promote made.
+	PromotedTo int64 `protobuf:"varint,8,opt,name=promoted_to,json=promotedTo,proto3" json:"promoted_to,omitempty"`
+	// author is who made it.
+	Author string `protobuf:"bytes,9,opt,name=author,proto3" json:"author,omitempty"`
+	// message says why.
+	Message string `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
+	// time is when it was made.
+	Time *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=time,proto3" json:"time,omitempty"`
+	// revision is the etcd revision it was committed at (0 for a dry run).
+	Revision      int64 `protobuf:"varint,12,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrayRelease) Reset() {
+	*x = GrayRelease{}
+	mi := &file_coordd_v1_config_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrayRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrayRelease) ProtoMessage() {}
+
+func (x *GrayRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrayRelease.ProtoReflect.Descriptor instead.
+func (*GrayRelease) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *GrayRelease) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GrayRelease) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *GrayRelease) GetAction() GrayAction {
+	if x != nil {
+		return x.Action
+	}
+	return GrayAction_GRAY_ACTION_UNSPECIFIED
+}
+
+func (x *GrayRelease) GetSelector() *GraySelector {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *GrayRelease) GetOverrides() []*ConfigMutation {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+func (x *GrayRelease) GetBaseRelease() int64 {
+	if x != nil {
+		return x.BaseRelease
+	}
+	return 0
+}
+
+func (x *GrayRelease) GetChanges() []*ConfigChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *GrayRelease) GetPromotedTo() int64 {
+	if x != nil {
+		return x.PromotedTo
+	}
+	return 0
+}
+
+func (x *GrayRelease) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *GrayRelease) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *GrayRelease) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *GrayRelease) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// CreateGrayRequest starts a gray release.
+type CreateGrayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// selector: required.
+	Selector *GraySelector `protobuf:"bytes,2,opt,name=selector,proto3" json:"selector,omitempty"`
+	// overrides: the keys to set or delete for the selected instances; at
+	// least one.
+	Overrides []*ConfigMutation `protobuf:"bytes,3,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	// author is recorded with it.
+	Author string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	// message is recorded with it.
+	Message string `protobuf:"bytes,5,opt,name=message,proto3" json:"message,omitempty"`
+	// dry_run validates and returns the record without writing it.
+	DryRun        bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateGrayRequest) Reset() {
+	*x = CreateGrayRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateGrayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateGrayRequest) ProtoMessage() {}
+
+func (x *CreateGrayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateGrayRequest.ProtoReflect.Descriptor instead.
+func (*CreateGrayRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CreateGrayRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CreateGrayRequest) GetSelector() *GraySelector {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *CreateGrayRequest) GetOverrides() []*ConfigMutation {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+func (x *CreateGrayRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *CreateGrayRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CreateGrayRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// CreateGrayResponse carries the new gray release.
+type CreateGrayResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gray is the record written.
+	Gray          *GrayRelease `protobuf:"bytes,1,opt,name=gray,proto3" json:"gray,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateGrayResponse) Reset() {
+	*x = CreateGrayResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateGrayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateGrayResponse) ProtoMessage() {}
+
+func (x *CreateGrayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateGrayResponse.ProtoReflect.Descriptor instead.
+func (*CreateGrayResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *CreateGrayResponse) GetGray() *GrayRelease {
+	if x != nil {
+		return x.Gray
+	}
+	return nil
+}
+
+// UpdateGrayRequest changes the running gray release.
+type UpdateGrayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// expected_gray, when set, is the gray number the caller means to change;
+	// another one running fails with NotFound.
+	ExpectedGray int64 `protobuf:"varint,2,opt,name=expected_gray,json=expectedGray,proto3" json:"expected_gray,omitempty"`
+	// selector replaces the selector; unset keeps it.
+	Selector *GraySelector `protobuf:"bytes,3,opt,name=selector,proto3" json:"selector,omitempty"`
+	// overrides, when any, replace the overrides.
+	Overrides []*ConfigMutation `protobuf:"bytes,4,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	// author is recorded with it.
+	Author string `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
+	// message is recorded with it.
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// dry_run: as in CreateGrayRequest.
+	DryRun        bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateGrayRequest) Reset() {
+	*x = UpdateGrayRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateGrayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateGrayRequest) ProtoMessage() {}
+
+func (x *UpdateGrayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateGrayRequest.ProtoReflect.Descriptor instead.
+func (*UpdateGrayRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *UpdateGrayRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *UpdateGrayRequest) GetExpectedGray() int64 {
+	if x != nil {
+		return x.ExpectedGray
+	}
+	return 0
+}
+
+func (x *UpdateGrayRequest) GetSelector() *GraySelector {
+	if x != nil {
+		return x.Selector
+	}
+	return nil
+}
+
+func (x *UpdateGrayRequest) GetOverrides() []*ConfigMutation {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+func (x *UpdateGrayRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *UpdateGrayRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *UpdateGrayRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// UpdateGrayResponse carries the updated gray release.
+type UpdateGrayResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gray is the record written.
+	Gray          *GrayRelease `protobuf:"bytes,1,opt,name=gray,proto3" json:"gray,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateGrayResponse) Reset() {
+	*x = UpdateGrayResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateGrayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateGrayResponse) ProtoMessage() {}
+
+func (x *UpdateGrayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateGrayResponse.ProtoReflect.Descriptor instead.
+func (*UpdateGrayResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *UpdateGrayResponse) GetGray() *GrayRelease {
+	if x != nil {
+		return x.Gray
+	}
+	return nil
+}
+
+// PromoteGrayRequest promotes the running gray release.
+type PromoteGrayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// expected_gray: as in UpdateGrayRequest.
+	ExpectedGray int64 `protobuf:"varint,2,opt,name=expected_gray,json=expectedGray,proto3" json:"expected_gray,omitempty"`
+	// author is recorded with the release.
+	Author string `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	// message is recorded with the release ("promote gray release" when
+	// empty).
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteGrayRequest) Reset() {
+	*x = PromoteGrayRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteGrayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteGrayRequest) ProtoMessage() {}
+
+func (x *PromoteGrayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteGrayRequest.ProtoReflect.Descriptor instead.
+func (*PromoteGrayRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *PromoteGrayRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PromoteGrayRequest) GetExpectedGray() int64 {
+	if x != nil {
+		return x.ExpectedGray
+	}
+	return 0
+}
+
+func (x *PromoteGrayRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *PromoteGrayRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// PromoteGrayResponse carries the ended gray and the release it made.
+type PromoteGrayResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gray is the promote record.
+	Gray *GrayRelease `protobuf:"bytes,1,opt,name=gray,proto3" json:"gray,omitempty"`
+	// release is the new normal release (with no changes, and the number in
+	// effect, if the overrides changed nothing).
+	Release       *ConfigRelease `protobuf:"bytes,2,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteGrayResponse) Reset() {
+	*x = PromoteGrayResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteGrayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteGrayResponse) ProtoMessage() {}
+
+func (x *PromoteGrayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteGrayResponse.ProtoReflect.Descriptor instead.
+func (*PromoteGrayResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *PromoteGrayResponse) GetGray() *GrayRelease {
+	if x != nil {
+		return x.Gray
+	}
+	return nil
+}
+
+func (x *PromoteGrayResponse) GetRelease() *ConfigRelease {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+// AbandonGrayRequest ends the running gray release.
+type AbandonGrayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// expected_gray: as in UpdateGrayRequest.
+	ExpectedGray int64 `protobuf:"varint,2,opt,name=expected_gray,json=expectedGray,proto3" json:"expected_gray,omitempty"`
+	// author is recorded with it.
+	Author string `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	// message is recorded with it.
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbandonGrayRequest) Reset() {
+	*x = AbandonGrayRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbandonGrayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbandonGrayRequest) ProtoMessage() {}
+
+func (x *AbandonGrayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbandonGrayRequest.ProtoReflect.Descriptor instead.
+func (*AbandonGrayRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *AbandonGrayRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *AbandonGrayRequest) GetExpectedGray() int64 {
+	if x != nil {
+		return x.ExpectedGray
+	}
+	return 0
+}
+
+func (x *AbandonGrayRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *AbandonGrayRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// AbandonGrayResponse carries the abandon record.
+type AbandonGrayResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gray is the record written.
+	Gray          *GrayRelease `protobuf:"bytes,1,opt,name=gray,proto3" json:"gray,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbandonGrayResponse) Reset() {
+	*x = AbandonGrayResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbandonGrayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbandonGrayResponse) ProtoMessage() {}
+
+func (x *AbandonGrayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbandonGrayResponse.ProtoReflect.Descriptor instead.
+func (*AbandonGrayResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *AbandonGrayResponse) GetGray() *GrayRelease {
+	if x != nil {
+		return x.Gray
+	}
+	return nil
+}
+
+// GetGrayRequest names a namespace.
+type GetGrayRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetGrayRequest) Reset() {
+	*x = GetGrayRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetGrayRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetGrayRequest) ProtoMessage() {}
+
+func (x *GetGrayRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetGrayRequest.ProtoReflect.Descriptor instead.
+func (*GetGrayRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *GetGrayRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+// GetGrayResponse carries the running gray release.
+type GetGrayResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// gray is the running gray's latest record.
+	Gray          *GrayRelease `protobuf:"bytes,1,opt,name=gray,proto3" json:"gray,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetGrayResponse) Reset() {
+	*x = GetGrayResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetGrayResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetGrayResponse) ProtoMessage() {}
+
+func (x *GetGrayResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetGrayResponse.ProtoReflect.Descriptor instead.
+func (*GetGrayResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *GetGrayResponse) GetGray() *GrayRelease {
+	if x != nil {
+		return x.Gray
+	}
+	return nil
+}
+
+// ListGrayReleasesRequest pages through a namespace's gray history.
+type ListGrayReleasesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// page_size: 1-100, 20 when zero.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// before lists records older than this number; 0 starts at the newest.
+	Before        int64 `protobuf:"varint,3,opt,name=before,proto3" json:"before,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGrayReleasesRequest) Reset() {
+	*x = ListGrayReleasesRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGrayReleasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGrayReleasesRequest) ProtoMessage() {}
+
+func (x *ListGrayReleasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGrayReleasesRequest.ProtoReflect.Descriptor instead.
+func (*ListGrayReleasesRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ListGrayReleasesRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListGrayReleasesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListGrayReleasesRequest) GetBefore() int64 {
+	if x != nil {
+		return x.Before
+	}
+	return 0
+}
+
+// ListGrayReleasesResponse carries gray records, newest first.
+type ListGrayReleasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// grays, newest first.
+	Grays []*GrayRelease `protobuf:"bytes,1,rep,name=grays,proto3" json:"grays,omitempty"`
+	// next_before fetches the next page; 0 on the last page.
+	NextBefore    int64 `protobuf:"varint,2,opt,name=next_before,json=nextBefore,proto3" json:"next_before,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGrayReleasesResponse) Reset() {
+	*x = ListGrayReleasesResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGrayReleasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGrayReleasesResponse) ProtoMessage() {}
+
+func (x *ListGrayReleasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGrayReleasesResponse.ProtoReflect.Descriptor instead.
+func (*ListGrayReleasesResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ListGrayReleasesResponse) GetGrays() []*GrayRelease {
+	if x != nil {
+		return x.Grays
+	}
+	return nil
+}
+
+func (x *ListGrayReleasesResponse) GetNextBefore() int64 {
+	if x != nil {
+		return x.NextBefore
+	}
+	return 0
+}
+
 var File_coordd_v1_config_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_config_proto_rawDesc = "" +
@@ -2767,7 +3932,7 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"_old_valueB\f\n" +
 	"\n" +
-	"_new_value\"\x97\x02\n" +
+	"_new_value\"\xbc\x02\n" +
 	"\rConfigRelease\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06number\x18\x02 \x01(\x03R\x06number\x12\x1a\n" +
@@ -2777,7 +3942,8 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x04time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1f\n" +
 	"\vrollback_of\x18\a \x01(\x03R\n" +
 	"rollbackOf\x121\n" +
-	"\achanges\x18\b \x03(\v2\x17.coordd.v1.ConfigChangeR\achanges\"P\n" +
+	"\achanges\x18\b \x03(\v2\x17.coordd.v1.ConfigChangeR\achanges\x12#\n" +
+	"\rpromoted_gray\x18\t \x01(\x03R\fpromotedGray\"P\n" +
 	"\x0eConfigMutation\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
@@ -2821,13 +3987,14 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\brevision\x18\x04 \x01(\x03R\brevision\"5\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xc4\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xd8\x01\n" +
 	"\x11NamespaceSnapshot\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\x03R\arelease\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12)\n" +
 	"\x10changed_revision\x18\x04 \x01(\x03R\x0fchangedRevision\x120\n" +
-	"\aentries\x18\x05 \x03(\v2\x16.coordd.v1.ConfigEntryR\aentries\"K\n" +
+	"\aentries\x18\x05 \x03(\v2\x16.coordd.v1.ConfigEntryR\aentries\x12\x12\n" +
+	"\x04gray\x18\x06 \x01(\x03R\x04gray\"K\n" +
 	"\x0fSnapshotRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"L\n" +
@@ -2847,12 +4014,14 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x14ListReleasesResponse\x124\n" +
 	"\breleases\x18\x01 \x03(\v2\x18.coordd.v1.ConfigReleaseR\breleases\x12\x1f\n" +
 	"\vnext_before\x18\x02 \x01(\x03R\n" +
-	"nextBefore\"m\n" +
+	"nextBefore\"\xa3\x01\n" +
 	"\vDiffRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12!\n" +
 	"\ffrom_release\x18\x02 \x01(\x03R\vfromRelease\x12\x1d\n" +
 	"\n" +
-	"to_release\x18\x03 \x01(\x03R\ttoRelease\"A\n" +
+	"to_release\x18\x03 \x01(\x03R\ttoRelease\x12\x1b\n" +
+	"\tfrom_gray\x18\x04 \x01(\bR\bfromGray\x12\x17\n" +
+	"\ato_gray\x18\x05 \x01(\bR\x06toGray\"A\n" +
 	"\fDiffResponse\x121\n" +
 	"\achanges\x18\x01 \x03(\v2\x17.coordd.v1.ConfigChangeR\achanges\"\xad\x01\n" +
 	"\x0fRollbackRequest\x12\x1c\n" +
@@ -2883,24 +4052,32 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +
 	"namespaces\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"S\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe7\x01\n" +
 	"\fWatchRequest\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +
 	"namespaces\x12#\n" +
-	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\"\xe9\x01\n" +
+	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x1a\n" +
+	"\binstance\x18\x03 \x01(\tR\binstance\x12;\n" +
+	"\x06labels\x18\x04 \x03(\v2#.coordd.v1.WatchRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfd\x01\n" +
 	"\rWatchResponse\x12-\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x19.coordd.v1.WatchEventTypeR\x04type\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12:\n" +
 	"\tsnapshots\x18\x03 \x03(\v2\x1c.coordd.v1.NamespaceSnapshotR\tsnapshots\x122\n" +
 	"\arelease\x18\x04 \x01(\v2\x18.coordd.v1.ConfigReleaseR\arelease\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x05 \x01(\tR\tclusterId\"\xa0\x01\n" +
+	"cluster_id\x18\x05 \x01(\tR\tclusterId\x12\x12\n" +
+	"\x04gray\x18\x06 \x01(\x03R\x04gray\"\xe8\x01\n" +
 	"\x14NamespaceApplyReport\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12'\n" +
 	"\x0fapplied_release\x18\x02 \x01(\x03R\x0eappliedRelease\x12)\n" +
 	"\x10rejected_release\x18\x03 \x01(\x03R\x0frejectedRelease\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xf1\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12!\n" +
+	"\fapplied_gray\x18\x05 \x01(\x03R\vappliedGray\x12#\n" +
+	"\rrejected_gray\x18\x06 \x01(\x03R\frejectedGray\"\xf1\x01\n" +
 	"\x13ReportStatusRequest\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12B\n" +
 	"\x06labels\x18\x02 \x03(\v2*.coordd.v1.ReportStatusRequest.LabelsEntryR\x06labels\x12?\n" +
@@ -2912,7 +4089,7 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x16\n" +
 	"\x14ReportStatusResponse\"5\n" +
 	"\x15GetApplyStatusRequest\x12\x1c\n" +
-	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"\xd9\x02\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"\xa1\x03\n" +
 	"\x13InstanceApplyStatus\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12B\n" +
 	"\x06labels\x18\x02 \x03(\v2*.coordd.v1.InstanceApplyStatus.LabelsEntryR\x06labels\x12'\n" +
@@ -2920,39 +4097,123 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x10rejected_release\x18\x04 \x01(\x03R\x0frejectedRelease\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12;\n" +
 	"\vreport_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"reportTime\x1a9\n" +
+	"reportTime\x12!\n" +
+	"\fapplied_gray\x18\a \x01(\x03R\vappliedGray\x12#\n" +
+	"\rrejected_gray\x18\b \x01(\x03R\frejectedGray\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
 	"\fReleaseCount\x12\x18\n" +
 	"\arelease\x18\x01 \x01(\x03R\arelease\x12\x1c\n" +
-	"\tinstances\x18\x02 \x01(\x05R\tinstances\"\xbe\x01\n" +
+	"\tinstances\x18\x02 \x01(\x05R\tinstances\"\xb8\x02\n" +
 	"\x16GetApplyStatusResponse\x12<\n" +
 	"\tinstances\x18\x01 \x03(\v2\x1e.coordd.v1.InstanceApplyStatusR\tinstances\x121\n" +
 	"\aapplied\x18\x02 \x03(\v2\x17.coordd.v1.ReleaseCountR\aapplied\x123\n" +
-	"\brejected\x18\x03 \x03(\v2\x17.coordd.v1.ReleaseCountR\brejected\"\x80\x01\n" +
+	"\brejected\x18\x03 \x03(\v2\x17.coordd.v1.ReleaseCountR\brejected\x12:\n" +
+	"\fapplied_gray\x18\x04 \x03(\v2\x17.coordd.v1.ReleaseCountR\vappliedGray\x12<\n" +
+	"\rrejected_gray\x18\x05 \x03(\v2\x17.coordd.v1.ReleaseCountR\frejectedGray\"\x80\x01\n" +
 	"\x10WatchManyRequest\x121\n" +
 	"\x05start\x18\x01 \x01(\v2\x19.coordd.v1.WatchManyStartH\x00R\x05start\x12.\n" +
 	"\x04stop\x18\x02 \x01(\v2\x18.coordd.v1.WatchManyStopH\x00R\x04stopB\t\n" +
-	"\arequest\"p\n" +
+	"\arequest\"\x86\x02\n" +
 	"\x0eWatchManyStart\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x02 \x03(\tR\n" +
 	"namespaces\x12#\n" +
-	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\"*\n" +
+	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\x12\x1a\n" +
+	"\binstance\x18\x04 \x01(\tR\binstance\x12=\n" +
+	"\x06labels\x18\x05 \x03(\v2%.coordd.v1.WatchManyStart.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"*\n" +
 	"\rWatchManyStop\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\"\xa8\x01\n" +
 	"\x11WatchManyResponse\x12\x1b\n" +
 	"\twatch_ids\x18\x01 \x03(\x03R\bwatchIds\x12.\n" +
 	"\x05event\x18\x02 \x01(\v2\x18.coordd.v1.WatchResponseR\x05event\x12!\n" +
 	"\ferror_reason\x18\x03 \x01(\tR\verrorReason\x12#\n" +
-	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage*\x8d\x01\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\"\xbe\x01\n" +
+	"\fGraySelector\x12\x1c\n" +
+	"\tinstances\x18\x01 \x03(\tR\tinstances\x12;\n" +
+	"\x06labels\x18\x02 \x03(\v2#.coordd.v1.GraySelector.LabelsEntryR\x06labels\x12\x18\n" +
+	"\apercent\x18\x03 \x01(\x05R\apercent\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x03\n" +
+	"\vGrayRelease\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06number\x18\x02 \x01(\x03R\x06number\x12-\n" +
+	"\x06action\x18\x03 \x01(\x0e2\x15.coordd.v1.GrayActionR\x06action\x123\n" +
+	"\bselector\x18\x04 \x01(\v2\x17.coordd.v1.GraySelectorR\bselector\x127\n" +
+	"\toverrides\x18\x05 \x03(\v2\x19.coordd.v1.ConfigMutationR\toverrides\x12!\n" +
+	"\fbase_release\x18\x06 \x01(\x03R\vbaseRelease\x121\n" +
+	"\achanges\x18\a \x03(\v2\x17.coordd.v1.ConfigChangeR\achanges\x12\x1f\n" +
+	"\vpromoted_to\x18\b \x01(\x03R\n" +
+	"promotedTo\x12\x16\n" +
+	"\x06author\x18\t \x01(\tR\x06author\x12\x18\n" +
+	"\amessage\x18\n" +
+	" \x01(\tR\amessage\x12.\n" +
+	"\x04time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1a\n" +
+	"\brevision\x18\f \x01(\x03R\brevision\"\xea\x01\n" +
+	"\x11CreateGrayRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x123\n" +
+	"\bselector\x18\x02 \x01(\v2\x17.coordd.v1.GraySelectorR\bselector\x127\n" +
+	"\toverrides\x18\x03 \x03(\v2\x19.coordd.v1.ConfigMutationR\toverrides\x12\x16\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\x12\x18\n" +
+	"\amessage\x18\x05 \x01(\tR\amessage\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"@\n" +
+	"\x12CreateGrayResponse\x12*\n" +
+	"\x04gray\x18\x01 \x01(\v2\x16.coordd.v1.GrayReleaseR\x04gray\"\x8f\x02\n" +
+	"\x11UpdateGrayRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12#\n" +
+	"\rexpected_gray\x18\x02 \x01(\x03R\fexpectedGray\x123\n" +
+	"\bselector\x18\x03 \x01(\v2\x17.coordd.v1.GraySelectorR\bselector\x127\n" +
+	"\toverrides\x18\x04 \x03(\v2\x19.coordd.v1.ConfigMutationR\toverrides\x12\x16\n" +
+	"\x06author\x18\x05 \x01(\tR\x06author\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"@\n" +
+	"\x12UpdateGrayResponse\x12*\n" +
+	"\x04gray\x18\x01 \x01(\v2\x16.coordd.v1.GrayReleaseR\x04gray\"\x89\x01\n" +
+	"\x12PromoteGrayRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12#\n" +
+	"\rexpected_gray\x18\x02 \x01(\x03R\fexpectedGray\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"u\n" +
+	"\x13PromoteGrayResponse\x12*\n" +
+	"\x04gray\x18\x01 \x01(\v2\x16.coordd.v1.GrayReleaseR\x04gray\x122\n" +
+	"\arelease\x18\x02 \x01(\v2\x18.coordd.v1.ConfigReleaseR\arelease\"\x89\x01\n" +
+	"\x12AbandonGrayRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12#\n" +
+	"\rexpected_gray\x18\x02 \x01(\x03R\fexpectedGray\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"A\n" +
+	"\x13AbandonGrayResponse\x12*\n" +
+	"\x04gray\x18\x01 \x01(\v2\x16.coordd.v1.GrayReleaseR\x04gray\".\n" +
+	"\x0eGetGrayRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"=\n" +
+	"\x0fGetGrayResponse\x12*\n" +
+	"\x04gray\x18\x01 \x01(\v2\x16.coordd.v1.GrayReleaseR\x04gray\"l\n" +
+	"\x17ListGrayReleasesRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x16\n" +
+	"\x06before\x18\x03 \x01(\x03R\x06before\"i\n" +
+	"\x18ListGrayReleasesResponse\x12,\n" +
+	"\x05grays\x18\x01 \x03(\v2\x16.coordd.v1.GrayReleaseR\x05grays\x12\x1f\n" +
+	"\vnext_before\x18\x02 \x01(\x03R\n" +
+	"nextBefore*\x8d\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19WATCH_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1b\n" +
 	"\x17WATCH_EVENT_TYPE_CHANGE\x10\x02\x12\x1d\n" +
-	"\x19WATCH_EVENT_TYPE_BOOKMARK\x10\x032\xe2\b\n" +
+	"\x19WATCH_EVENT_TYPE_BOOKMARK\x10\x03*\x8b\x01\n" +
+	"\n" +
+	"GrayAction\x12\x1b\n" +
+	"\x17GRAY_ACTION_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12GRAY_ACTION_CREATE\x10\x01\x12\x16\n" +
+	"\x12GRAY_ACTION_UPDATE\x10\x02\x12\x17\n" +
+	"\x13GRAY_ACTION_PROMOTE\x10\x03\x12\x17\n" +
+	"\x13GRAY_ACTION_ABANDON\x10\x042\xb3\f\n" +
 	"\rConfigService\x124\n" +
 	"\x03Put\x12\x15.coordd.v1.PutRequest\x1a\x16.coordd.v1.PutResponse\x12=\n" +
 	"\x06Delete\x12\x18.coordd.v1.DeleteRequest\x1a\x19.coordd.v1.DeleteResponse\x12@\n" +
@@ -2969,7 +4230,15 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\fReportStatus\x12\x1e.coordd.v1.ReportStatusRequest\x1a\x1f.coordd.v1.ReportStatusResponse\x12U\n" +
 	"\x0eGetApplyStatus\x12 .coordd.v1.GetApplyStatusRequest\x1a!.coordd.v1.GetApplyStatusResponse\x12J\n" +
 	"\tWatchMany\x12\x1b.coordd.v1.WatchManyRequest\x1a\x1c.coordd.v1.WatchManyResponse(\x010\x01\x12<\n" +
-	"\x05Watch\x12\x17.coordd.v1.WatchRequest\x1a\x18.coordd.v1.WatchResponse0\x01B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x05Watch\x12\x17.coordd.v1.WatchRequest\x1a\x18.coordd.v1.WatchResponse0\x01\x12I\n" +
+	"\n" +
+	"CreateGray\x12\x1c.coordd.v1.CreateGrayRequest\x1a\x1d.coordd.v1.CreateGrayResponse\x12I\n" +
+	"\n" +
+	"UpdateGray\x12\x1c.coordd.v1.UpdateGrayRequest\x1a\x1d.coordd.v1.UpdateGrayResponse\x12L\n" +
+	"\vPromoteGray\x12\x1d.coordd.v1.PromoteGrayRequest\x1a\x1e.coordd.v1.PromoteGrayResponse\x12L\n" +
+	"\vAbandonGray\x12\x1d.coordd.v1.AbandonGrayRequest\x1a\x1e.coordd.v1.AbandonGrayResponse\x12@\n" +
+	"\aGetGray\x12\x19.coordd.v1.GetGrayRequest\x1a\x1a.coordd.v1.GetGrayResponse\x12[\n" +
+	"\x10ListGrayReleases\x12\".coordd.v1.ListGrayReleasesRequest\x1a#.coordd.v1.ListGrayReleasesResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_config_proto_rawDescOnce sync.Once
@@ -2983,121 +4252,172 @@ func file_coordd_v1_config_proto_rawDescGZIP() []byte {
 	return file_coordd_v1_config_proto_rawDescData
 }
 
-var file_coordd_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_coordd_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_coordd_v1_config_proto_goTypes = []any{
-	(WatchEventType)(0),            // 0: coordd.v1.WatchEventType
-	(*ConfigChange)(nil),           // 1: coordd.v1.ConfigChange
-	(*ConfigRelease)(nil),          // 2: coordd.v1.ConfigRelease
-	(*ConfigMutation)(nil),         // 3: coordd.v1.ConfigMutation
-	(*PublishRequest)(nil),         // 4: coordd.v1.PublishRequest
-	(*PublishResponse)(nil),        // 5: coordd.v1.PublishResponse
-	(*PutRequest)(nil),             // 6: coordd.v1.PutRequest
-	(*PutResponse)(nil),            // 7: coordd.v1.PutResponse
-	(*DeleteRequest)(nil),          // 8: coordd.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 9: coordd.v1.DeleteResponse
-	(*GetRequest)(nil),             // 10: coordd.v1.GetRequest
-	(*GetResponse)(nil),            // 11: coordd.v1.GetResponse
-	(*ConfigEntry)(nil),            // 12: coordd.v1.ConfigEntry
-	(*NamespaceSnapshot)(nil),      // 13: coordd.v1.NamespaceSnapshot
-	(*SnapshotRequest)(nil),        // 14: coordd.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),       // 15: coordd.v1.SnapshotResponse
-	(*PollRequest)(nil),            // 16: coordd.v1.PollRequest
-	(*PollResponse)(nil),           // 17: coordd.v1.PollResponse
-	(*ListReleasesRequest)(nil),    // 18: coordd.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),   // 19: coordd.v1.ListReleasesResponse
-	(*DiffRequest)(nil),            // 20: coordd.v1.DiffRequest
-	(*DiffResponse)(nil),           // 21: coordd.v1.DiffResponse
-	(*RollbackRequest)(nil),        // 22: coordd.v1.RollbackRequest
-	(*RollbackResponse)(nil),       // 23: coordd.v1.RollbackResponse
-	(*GetSchemaRequest)(nil),       // 24: coordd.v1.GetSchemaRequest
-	(*GetSchemaResponse)(nil),      // 25: coordd.v1.GetSchemaResponse
-	(*SetSchemaRequest)(nil),       // 26: coordd.v1.SetSchemaRequest
-	(*SetSchemaResponse)(nil),      // 27: coordd.v1.SetSchemaResponse
-	(*ListNamespacesRequest)(nil),  // 28: coordd.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil), // 29: coordd.v1.ListNamespacesResponse
-	(*WatchRequest)(nil),           // 30: coordd.v1.WatchRequest
-	(*WatchResponse)(nil),          // 31: coordd.v1.WatchResponse
-	(*NamespaceApplyReport)(nil),   // 32: coordd.v1.NamespaceApplyReport
-	(*ReportStatusRequest)(nil),    // 33: coordd.v1.ReportStatusRequest
-	(*ReportStatusResponse)(nil),   // 34: coordd.v1.ReportStatusResponse
-	(*GetApplyStatusRequest)(nil),  // 35: coordd.v1.GetApplyStatusRequest
-	(*InstanceApplyStatus)(nil),    // 36: coordd.v1.InstanceApplyStatus
-	(*ReleaseCount)(nil),           // 37: coordd.v1.ReleaseCount
-	(*GetApplyStatusResponse)(nil), // 38: coordd.v1.GetApplyStatusResponse
-	(*WatchManyRequest)(nil),       // 39: coordd.v1.WatchManyRequest
-	(*WatchManyStart)(nil),         // 40: coordd.v1.WatchManyStart
-	(*WatchManyStop)(nil),          // 41: coordd.v1.WatchManyStop
-	(*WatchManyResponse)(nil),      // 42: coordd.v1.WatchManyResponse
-	nil,                            // 43: coordd.v1.ReportStatusRequest.LabelsEntry
-	nil,                            // 44: coordd.v1.InstanceApplyStatus.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 46: google.protobuf.Duration
+	(WatchEventType)(0),              // 0: coordd.v1.WatchEventType
+	(GrayAction)(0),                  // 1: coordd.v1.GrayAction
+	(*ConfigChange)(nil),             // 2: coordd.v1.ConfigChange
+	(*ConfigRelease)(nil),            // 3: coordd.v1.ConfigRelease
+	(*ConfigMutation)(nil),           // 4: coordd.v1.ConfigMutation
+	(*PublishRequest)(nil),           // 5: coordd.v1.PublishRequest
+	(*PublishResponse)(nil),          // 6: coordd.v1.PublishResponse
+	(*PutRequest)(nil),               // 7: coordd.v1.PutRequest
+	(*PutResponse)(nil),              // 8: coordd.v1.PutResponse
+	(*DeleteRequest)(nil),            // 9: coordd.v1.DeleteRequest
+	(*DeleteResponse)(nil),           // 10: coordd.v1.DeleteResponse
+	(*GetRequest)(nil),               // 11: coordd.v1.GetRequest
+	(*GetResponse)(nil),              // 12: coordd.v1.GetResponse
+	(*ConfigEntry)(nil),              // 13: coordd.v1.ConfigEntry
+	(*NamespaceSnapshot)(nil),        // 14: coordd.v1.NamespaceSnapshot
+	(*SnapshotRequest)(nil),          // 15: coordd.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),         // 16: coordd.v1.SnapshotResponse
+	(*PollRequest)(nil),              // 17: coordd.v1.PollRequest
+	(*PollResponse)(nil),             // 18: coordd.v1.PollResponse
+	(*ListReleasesRequest)(nil),      // 19: coordd.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),     // 20: coordd.v1.ListReleasesResponse
+	(*DiffRequest)(nil),              // 21: coordd.v1.DiffRequest
+	(*DiffResponse)(nil),             // 22: coordd.v1.DiffResponse
+	(*RollbackRequest)(nil),          // 23: coordd.v1.RollbackRequest
+	(*RollbackResponse)(nil),         // 24: coordd.v1.RollbackResponse
+	(*GetSchemaRequest)(nil),         // 25: coordd.v1.GetSchemaRequest
+	(*GetSchemaResponse)(nil),        // 26: coordd.v1.GetSchemaResponse
+	(*SetSchemaRequest)(nil),         // 27: coordd.v1.SetSchemaRequest
+	(*SetSchemaResponse)(nil),        // 28: coordd.v1.SetSchemaResponse
+	(*ListNamespacesRequest)(nil),    // 29: coordd.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),   // 30: coordd.v1.ListNamespacesResponse
+	(*WatchRequest)(nil),             // 31: coordd.v1.WatchRequest
+	(*WatchResponse)(nil),            // 32: coordd.v1.WatchResponse
+	(*NamespaceApplyReport)(nil),     // 33: coordd.v1.NamespaceApplyReport
+	(*ReportStatusRequest)(nil),      // 34: coordd.v1.ReportStatusRequest
+	(*ReportStatusResponse)(nil),     // 35: coordd.v1.ReportStatusResponse
+	(*GetApplyStatusRequest)(nil),    // 36: coordd.v1.GetApplyStatusRequest
+	(*InstanceApplyStatus)(nil),      // 37: coordd.v1.InstanceApplyStatus
+	(*ReleaseCount)(nil),             // 38: coordd.v1.ReleaseCount
+	(*GetApplyStatusResponse)(nil),   // 39: coordd.v1.GetApplyStatusResponse
+	(*WatchManyRequest)(nil),         // 40: coordd.v1.WatchManyRequest
+	(*WatchManyStart)(nil),           // 41: coordd.v1.WatchManyStart
+	(*WatchManyStop)(nil),            // 42: coordd.v1.WatchManyStop
+	(*WatchManyResponse)(nil),        // 43: coordd.v1.WatchManyResponse
+	(*GraySelector)(nil),             // 44: coordd.v1.GraySelector
+	(*GrayRelease)(nil),              // 45: coordd.v1.GrayRelease
+	(*CreateGrayRequest)(nil),        // 46: coordd.v1.CreateGrayRequest
+	(*CreateGrayResponse)(nil),       // 47: coordd.v1.CreateGrayResponse
+	(*UpdateGrayRequest)(nil),        // 48: coordd.v1.UpdateGrayRequest
+	(*UpdateGrayResponse)(nil),       // 49: coordd.v1.UpdateGrayResponse
+	(*PromoteGrayRequest)(nil),       // 50: coordd.v1.PromoteGrayRequest
+	(*PromoteGrayResponse)(nil),      // 51: coordd.v1.PromoteGrayResponse
+	(*AbandonGrayRequest)(nil),       // 52: coordd.v1.AbandonGrayRequest
+	(*AbandonGrayResponse)(nil),      // 53: coordd.v1.AbandonGrayResponse
+	(*GetGrayRequest)(nil),           // 54: coordd.v1.GetGrayRequest
+	(*GetGrayResponse)(nil),          // 55: coordd.v1.GetGrayResponse
+	(*ListGrayReleasesRequest)(nil),  // 56: coordd.v1.ListGrayReleasesRequest
+	(*ListGrayReleasesResponse)(nil), // 57: coordd.v1.ListGrayReleasesResponse
+	nil,                              // 58: coordd.v1.WatchRequest.LabelsEntry
+	nil,                              // 59: coordd.v1.ReportStatusRequest.LabelsEntry
+	nil,                              // 60: coordd.v1.InstanceApplyStatus.LabelsEntry
+	nil,                              // 61: coordd.v1.WatchManyStart.LabelsEntry
+	nil,                              // 62: coordd.v1.GraySelector.LabelsEntry
+	(*timestamppb.Timestamp)(nil),    // 63: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 64: google.protobuf.Duration
 }
 var file_coordd_v1_config_proto_depIdxs = []int32{
-	45, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
-	1,  // 1: coordd.v1.ConfigRelease.changes:type_name -> coordd.v1.ConfigChange
-	3,  // 2: coordd.v1.PublishRequest.mutations:type_name -> coordd.v1.ConfigMutation
-	2,  // 3: coordd.v1.PublishResponse.release:type_name -> coordd.v1.ConfigRelease
-	2,  // 4: coordd.v1.PutResponse.release:type_name -> coordd.v1.ConfigRelease
-	2,  // 5: coordd.v1.DeleteResponse.release:type_name -> coordd.v1.ConfigRelease
-	12, // 6: coordd.v1.NamespaceSnapshot.entries:type_name -> coordd.v1.ConfigEntry
-	13, // 7: coordd.v1.SnapshotResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
-	46, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
-	13, // 9: coordd.v1.PollResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
-	2,  // 10: coordd.v1.ListReleasesResponse.releases:type_name -> coordd.v1.ConfigRelease
-	1,  // 11: coordd.v1.DiffResponse.changes:type_name -> coordd.v1.ConfigChange
-	2,  // 12: coordd.v1.RollbackResponse.release:type_name -> coordd.v1.ConfigRelease
-	0,  // 13: coordd.v1.WatchResponse.type:type_name -> coordd.v1.WatchEventType
-	13, // 14: coordd.v1.WatchResponse.snapshots:type_name -> coordd.v1.NamespaceSnapshot
-	2,  // 15: coordd.v1.WatchResponse.release:type_name -> coordd.v1.ConfigRelease
-	43, // 16: coordd.v1.ReportStatusRequest.labels:type_name -> coordd.v1.ReportStatusRequest.LabelsEntry
-	32, // 17: coordd.v1.ReportStatusRequest.namespaces:type_name -> coordd.v1.NamespaceApplyReport
-	44, // 18: coordd.v1.InstanceApplyStatus.labels:type_name -> coordd.v1.InstanceApplyStatus.LabelsEntry
-	45, // 19: coordd.v1.InstanceApplyStatus.report_time:type_name -> google.protobuf.Timestamp
-	36, // 20: coordd.v1.GetApplyStatusResponse.instances:type_name -> coordd.v1.InstanceApplyStatus
-	37, // 21: coordd.v1.GetApplyStatusResponse.applied:type_name -> coordd.v1.ReleaseCount
-	37, // 22: coordd.v1.GetApplyStatusResponse.rejected:type_name -> coordd.v1.ReleaseCount
-	40, // 23: coordd.v1.WatchManyRequest.start:type_name -> coordd.v1.WatchManyStart
-	41, // 24: coordd.v1.WatchManyRequest.stop:type_name -> coordd.v1.WatchManyStop
-	31, // 25: coordd.v1.WatchManyResponse.event:type_name -> coordd.v1.WatchResponse
-	6,  // 26: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
-	8,  // 27: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
-	4,  // 28: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
-	10, // 29: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
-	14, // 30: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
-	16, // 31: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
-	18, // 32: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
-	20, // 33: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
-	22, // 34: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
-	24, // 35: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
-	26, // 36: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
-	28, // 37: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
-	33, // 38: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
-	35, // 39: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
-	39, // 40: coordd.v1.ConfigService.WatchMany:input_type -> coordd.v1.WatchManyRequest
-	30, // 41: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
-	7,  // 42: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
-	9,  // 43: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
-	5,  // 44: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
-	11, // 45: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
-	15, // 46: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
-	17, // 47: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
-	19, // 48: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
-	21, // 49: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
-	23, // 50: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
-	25, // 51: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
-	27, // 52: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
-	29, // 53: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
-	34, // 54: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
-	38, // 55: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
-	42, // 56: coordd.v1.ConfigService.WatchMany:output_type -> coordd.v1.WatchManyResponse
-	31, // 57: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
-	42, // [42:58] is the sub-list for method output_type
-	26, // [26:42] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	63, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
+	2,  // 1: coordd.v1.ConfigRelease.changes:type_name -> coordd.v1.ConfigChange
+	4,  // 2: coordd.v1.PublishRequest.mutations:type_name -> coordd.v1.ConfigMutation
+	3,  // 3: coordd.v1.PublishResponse.release:type_name -> coordd.v1.ConfigRelease
+	3,  // 4: coordd.v1.PutResponse.release:type_name -> coordd.v1.ConfigRelease
+	3,  // 5: coordd.v1.DeleteResponse.release:type_name -> coordd.v1.ConfigRelease
+	13, // 6: coordd.v1.NamespaceSnapshot.entries:type_name -> coordd.v1.ConfigEntry
+	14, // 7: coordd.v1.SnapshotResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
+	64, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
+	14, // 9: coordd.v1.PollResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
+	3,  // 10: coordd.v1.ListReleasesResponse.releases:type_name -> coordd.v1.ConfigRelease
+	2,  // 11: coordd.v1.DiffResponse.changes:type_name -> coordd.v1.ConfigChange
+	3,  // 12: coordd.v1.RollbackResponse.release:type_name -> coordd.v1.ConfigRelease
+	58, // 13: coordd.v1.WatchRequest.labels:type_name -> coordd.v1.WatchRequest.LabelsEntry
+	0,  // 14: coordd.v1.WatchResponse.type:type_name -> coordd.v1.WatchEventType
+	14, // 15: coordd.v1.WatchResponse.snapshots:type_name -> coordd.v1.NamespaceSnapshot
+	3,  // 16: coordd.v1.WatchResponse.release:type_name -> coordd.v1.ConfigRelease
+	59, // 17: coordd.v1.ReportStatusRequest.labels:type_name -> coordd.v1.ReportStatusRequest.LabelsEntry
+	33, // 18: coordd.v1.ReportStatusRequest.namespaces:type_name -> coordd.v1.NamespaceApplyReport
+	60, // 19: coordd.v1.InstanceApplyStatus.labels:type_name -> coordd.v1.InstanceApplyStatus.LabelsEntry
+	63, // 20: coordd.v1.InstanceApplyStatus.report_time:type_name -> google.protobuf.Timestamp
+	37, // 21: coordd.v1.GetApplyStatusResponse.instances:type_name -> coordd.v1.InstanceApplyStatus
+	38, // 22: coordd.v1.GetApplyStatusResponse.applied:type_name -> coordd.v1.ReleaseCount
+	38, // 23: coordd.v1.GetApplyStatusResponse.rejected:type_name -> coordd.v1.ReleaseCount
+	38, // 24: coordd.v1.GetApplyStatusResponse.applied_gray:type_name -> coordd.v1.ReleaseCount
+	38, // 25: coordd.v1.GetApplyStatusResponse.rejected_gray:type_name -> coordd.v1.ReleaseCount
+	41, // 26: coordd.v1.WatchManyRequest.start:type_name -> coordd.v1.WatchManyStart
+	42, // 27: coordd.v1.WatchManyRequest.stop:type_name -> coordd.v1.WatchManyStop
+	61, // 28: coordd.v1.WatchManyStart.labels:type_name -> coordd.v1.WatchManyStart.LabelsEntry
+	32, // 29: coordd.v1.WatchManyResponse.event:type_name -> coordd.v1.WatchResponse
+	62, // 30: coordd.v1.GraySelector.labels:type_name -> coordd.v1.GraySelector.LabelsEntry
+	1,  // 31: coordd.v1.GrayRelease.action:type_name -> coordd.v1.GrayAction
+	44, // 32: coordd.v1.GrayRelease.selector:type_name -> coordd.v1.GraySelector
+	4,  // 33: coordd.v1.GrayRelease.overrides:type_name -> coordd.v1.ConfigMutation
+	2,  // 34: coordd.v1.GrayRelease.changes:type_name -> coordd.v1.ConfigChange
+	63, // 35: coordd.v1.GrayRelease.time:type_name -> google.protobuf.Timestamp
+	44, // 36: coordd.v1.CreateGrayRequest.selector:type_name -> coordd.v1.GraySelector
+	4,  // 37: coordd.v1.CreateGrayRequest.overrides:type_name -> coordd.v1.ConfigMutation
+	45, // 38: coordd.v1.CreateGrayResponse.gray:type_name -> coordd.v1.GrayRelease
+	44, // 39: coordd.v1.UpdateGrayRequest.selector:type_name -> coordd.v1.GraySelector
+	4,  // 40: coordd.v1.UpdateGrayRequest.overrides:type_name -> coordd.v1.ConfigMutation
+	45, // 41: coordd.v1.UpdateGrayResponse.gray:type_name -> coordd.v1.GrayRelease
+	45, // 42: coordd.v1.PromoteGrayResponse.gray:type_name -> coordd.v1.GrayRelease
+	3,  // 43: coordd.v1.PromoteGrayResponse.release:type_name -> coordd.v1.ConfigRelease
+	45, // 44: coordd.v1.AbandonGrayResponse.gray:type_name -> coordd.v1.GrayRelease
+	45, // 45: coordd.v1.GetGrayResponse.gray:type_name -> coordd.v1.GrayRelease
+	45, // 46: coordd.v1.ListGrayReleasesResponse.grays:type_name -> coordd.v1.GrayRelease
+	7,  // 47: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
+	9,  // 48: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
+	5,  // 49: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
+	11, // 50: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
+	15, // 51: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
+	17, // 52: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
+	19, // 53: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
+	21, // 54: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
+	23, // 55: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
+	25, // 56: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
+	27, // 57: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
+	29, // 58: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
+	34, // 59: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
+	36, // 60: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
+	40, // 61: coordd.v1.ConfigService.WatchMany:input_type -> coordd.v1.WatchManyRequest
+	31, // 62: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
+	46, // 63: coordd.v1.ConfigService.CreateGray:input_type -> coordd.v1.CreateGrayRequest
+	48, // 64: coordd.v1.ConfigService.UpdateGray:input_type -> coordd.v1.UpdateGrayRequest
+	50, // 65: coordd.v1.ConfigService.PromoteGray:input_type -> coordd.v1.PromoteGrayRequest
+	52, // 66: coordd.v1.ConfigService.AbandonGray:input_type -> coordd.v1.AbandonGrayRequest
+	54, // 67: coordd.v1.ConfigService.GetGray:input_type -> coordd.v1.GetGrayRequest
+	56, // 68: coordd.v1.ConfigService.ListGrayReleases:input_type -> coordd.v1.ListGrayReleasesRequest
+	8,  // 69: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
+	10, // 70: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
+	6,  // 71: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
+	12, // 72: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
+	16, // 73: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
+	18, // 74: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
+	20, // 75: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
+	22, // 76: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
+	24, // 77: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
+	26, // 78: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
+	28, // 79: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
+	30, // 80: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
+	35, // 81: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
+	39, // 82: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
+	43, // 83: coordd.v1.ConfigService.WatchMany:output_type -> coordd.v1.WatchManyResponse
+	32, // 84: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
+	47, // 85: coordd.v1.ConfigService.CreateGray:output_type -> coordd.v1.CreateGrayResponse
+	49, // 86: coordd.v1.ConfigService.UpdateGray:output_type -> coordd.v1.UpdateGrayResponse
+	51, // 87: coordd.v1.ConfigService.PromoteGray:output_type -> coordd.v1.PromoteGrayResponse
+	53, // 88: coordd.v1.ConfigService.AbandonGray:output_type -> coordd.v1.AbandonGrayResponse
+	55, // 89: coordd.v1.ConfigService.GetGray:output_type -> coordd.v1.GetGrayResponse
+	57, // 90: coordd.v1.ConfigService.ListGrayReleases:output_type -> coordd.v1.ListGrayReleasesResponse
+	69, // [69:91] is the sub-list for method output_type
+	47, // [47:69] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_config_proto_init() }
@@ -3115,8 +4435,8 @@ func file_coordd_v1_config_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_config_proto_rawDesc), len(file_coordd_v1_config_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   44,
+			NumEnums:      2,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,22 +19,28 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ConfigService_Put_FullMethodName            = "/coordd.v1.ConfigService/Put"
-	ConfigService_Delete_FullMethodName         = "/coordd.v1.ConfigService/Delete"
-	ConfigService_Publish_FullMethodName        = "/coordd.v1.ConfigService/Publish"
-	ConfigService_Get_FullMethodName            = "/coordd.v1.ConfigService/Get"
-	ConfigService_Snapshot_FullMethodName       = "/coordd.v1.ConfigService/Snapshot"
-	ConfigService_Poll_FullMethodName           = "/coordd.v1.ConfigService/Poll"
-	ConfigService_ListReleases_FullMethodName   = "/coordd.v1.ConfigService/ListReleases"
-	ConfigService_Diff_FullMethodName           = "/coordd.v1.ConfigService/Diff"
-	ConfigService_Rollback_FullMethodName       = "/coordd.v1.ConfigService/Rollback"
-	ConfigService_GetSchema_FullMethodName      = "/coordd.v1.ConfigService/GetSchema"
-	ConfigService_SetSchema_FullMethodName      = "/coordd.v1.ConfigService/SetSchema"
-	ConfigService_ListNamespaces_FullMethodName = "/coordd.v1.ConfigService/ListNamespaces"
-	ConfigService_ReportStatus_FullMethodName   = "/coordd.v1.ConfigService/ReportStatus"
-	ConfigService_GetApplyStatus_FullMethodName = "/coordd.v1.ConfigService/GetApplyStatus"
-	ConfigService_WatchMany_FullMethodName      = "/coordd.v1.ConfigService/WatchMany"
-	ConfigService_Watch_FullMethodName          = "/coordd.v1.ConfigService/Watch"
+	ConfigService_Put_FullMethodName              = "/coordd.v1.ConfigService/Put"
+	ConfigService_Delete_FullMethodName           = "/coordd.v1.ConfigService/Delete"
+	ConfigService_Publish_FullMethodName          = "/coordd.v1.ConfigService/Publish"
+	ConfigService_Get_FullMethodName              = "/coordd.v1.ConfigService/Get"
+	ConfigService_Snapshot_FullMethodName         = "/coordd.v1.ConfigService/Snapshot"
+	ConfigService_Poll_FullMethodName             = "/coordd.v1.ConfigService/Poll"
+	ConfigService_ListReleases_FullMethodName     = "/coordd.v1.ConfigService/ListReleases"
+	ConfigService_Diff_FullMethodName             = "/coordd.v1.ConfigService/Diff"
+	ConfigService_Rollback_FullMethodName         = "/coordd.v1.ConfigService/Rollback"
+	ConfigService_GetSchema_FullMethodName        = "/coordd.v1.ConfigService/GetSchema"
+	ConfigService_SetSchema_FullMethodName        = "/coordd.v1.ConfigService/SetSchema"
+	ConfigService_ListNamespaces_FullMethodName   = "/coordd.v1.ConfigService/ListNamespaces"
+	ConfigService_ReportStatus_FullMethodName     = "/coordd.v1.ConfigService/ReportStatus"
+	ConfigService_GetApplyStatus_FullMethodName   = "/coordd.v1.ConfigService/GetApplyStatus"
+	ConfigService_WatchMany_FullMethodName        = "/coordd.v1.ConfigService/WatchMany"
+	ConfigService_Watch_FullMethodName            = "/coordd.v1.ConfigService/Watch"
+	ConfigService_CreateGray_FullMethodName       = "/coordd.v1.ConfigService/CreateGray"
+	ConfigService_UpdateGray_FullMethodName       = "/coordd.v1.ConfigService/UpdateGray"
+	ConfigService_PromoteGray_FullMethodName      = "/coordd.v1.ConfigService/PromoteGray"
+	ConfigService_AbandonGray_FullMethodName      = "/coordd.v1.ConfigService/AbandonGray"
+	ConfigService_GetGray_FullMethodName          = "/coordd.v1.ConfigService/GetGray"
+	ConfigService_ListGrayReleases_FullMethodName = "/coordd.v1.ConfigService/ListGrayReleases"
 )
 
 // ConfigServiceClient is the client API for ConfigService service.
@@ -103,6 +109,26 @@ type ConfigServiceClient interface {
 	// the resume revision is unusable), one CHANGE per release, BOOKMARK
 	// every few seconds while idle. Over REST it is newline-delimited JSON.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
+	// CreateGray starts a gray (canary) release: overrides that only the
+	// watchers its selector matches see, on top of the normal content. A
+	// namespace runs one at a time: a second fails with FailedPrecondition
+	// (REVISION_MISMATCH). Every create, update, promote and abandon is one
+	// transaction, numbered 1, 2, 3, … per namespace in the gray history.
+	CreateGray(ctx context.Context, in *CreateGrayRequest, opts ...grpc.CallOption) (*CreateGrayResponse, error)
+	// UpdateGray replaces the running gray's selector, overrides, or both.
+	// With none running it fails with NotFound (RELEASE_NOT_FOUND).
+	UpdateGray(ctx context.Context, in *UpdateGrayRequest, opts ...grpc.CallOption) (*UpdateGrayResponse, error)
+	// PromoteGray makes the running gray's overrides the next normal release
+	// and ends the gray, in one transaction: its instances' content does not
+	// change, everyone else gets the gray's changes.
+	PromoteGray(ctx context.Context, in *PromoteGrayRequest, opts ...grpc.CallOption) (*PromoteGrayResponse, error)
+	// AbandonGray ends the running gray: its instances return to the normal
+	// content.
+	AbandonGray(ctx context.Context, in *AbandonGrayRequest, opts ...grpc.CallOption) (*AbandonGrayResponse, error)
+	// GetGray returns the running gray release, NotFound if none runs.
+	GetGray(ctx context.Context, in *GetGrayRequest, opts ...grpc.CallOption) (*GetGrayResponse, error)
+	// ListGrayReleases lists the gray history, newest first.
+	ListGrayReleases(ctx context.Context, in *ListGrayReleasesRequest, opts ...grpc.CallOption) (*ListGrayReleasesResponse, error)
 }
 
 type configServiceClient struct {
@@ -285,6 +311,66 @@ func (c *configServiceClient) Watch(ctx context.Context, in *WatchRequest, opts 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ConfigService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
 
+func (c *configServiceClient) CreateGray(ctx context.Context, in *CreateGrayRequest, opts ...grpc.CallOption) (*CreateGrayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateGrayResponse)
+	err := c.cc.Invoke(ctx, ConfigService_CreateGray_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) UpdateGray(ctx context.Context, in *UpdateGrayRequest, opts ...grpc.CallOption) (*UpdateGrayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateGrayResponse)
+	err := c.cc.Invoke(ctx, ConfigService_UpdateGray_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) PromoteGray(ctx context.Context, in *PromoteGrayRequest, opts ...grpc.CallOption) (*PromoteGrayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PromoteGrayResponse)
+	err := c.cc.Invoke(ctx, ConfigService_PromoteGray_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) AbandonGray(ctx context.Context, in *AbandonGrayRequest, opts ...grpc.CallOption) (*AbandonGrayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbandonGrayResponse)
+	err := c.cc.Invoke(ctx, ConfigService_AbandonGray_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) GetGray(ctx context.Context, in *GetGrayRequest, opts ...grpc.CallOption) (*GetGrayResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetGrayResponse)
+	err := c.cc.Invoke(ctx, ConfigService_GetGray_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) ListGrayReleases(ctx context.Context, in *ListGrayReleasesRequest, opts ...grpc.CallOption) (*ListGrayReleasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGrayReleasesResponse)
+	err := c.cc.Invoke(ctx, ConfigService_ListGrayReleases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConfigServiceServer is the server API for ConfigService service.
 // All implementations must embed UnimplementedConfigServiceServer
 // for forward compatibility.
@@ -351,6 +437,26 @@ type ConfigServiceServer interface {
 	// the resume revision is unusable), one CHANGE per release, BOOKMARK
 	// every few seconds while idle. Over REST it is newline-delimited JSON.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
+	// CreateGray starts a gray (canary) release: overrides that only the
+	// watchers its selector matches see, on top of the normal content. A
+	// namespace runs one at a time: a second fails with FailedPrecondition
+	// (REVISION_MISMATCH). Every create, update, promote and abandon is one
+	// transaction, numbered 1, 2, 3, … per namespace in the gray history.
+	CreateGray(context.Context, *CreateGrayRequest) (*CreateGrayResponse, error)
+	// UpdateGray replaces the running gray's selector, overrides, or both.
+	// With none running it fails with NotFound (RELEASE_NOT_FOUND).
+	UpdateGray(context.Context, *UpdateGrayRequest) (*UpdateGrayResponse, error)
+	// PromoteGray makes the running gray's overrides the next normal release
+	// and ends the gray, in one transaction: its instances' content does not
+	// change, everyone else gets the gray's changes.
+	PromoteGray(context.Context, *PromoteGrayRequest) (*PromoteGrayResponse, error)
+	// AbandonGray ends the running gray: its instances return to the normal
+	// content.
+	AbandonGray(context.Context, *AbandonGrayRequest) (*AbandonGrayResponse, error)
+	// GetGray returns the running gray release, NotFound if none runs.
+	GetGray(context.Context, *GetGrayRequest) (*GetGrayResponse, error)
+	// ListGrayReleases lists the gray history, newest first.
+	ListGrayReleases(context.Context, *ListGrayReleasesRequest) (*ListGrayReleasesResponse, error)
 	mustEmbedUnimplementedConfigServiceServer()
 }
 
@@ -408,6 +514,24 @@ func (UnimplementedConfigServiceServer) WatchMany(grpc.BidiStreamingServer[Watch
 }
 func (UnimplementedConfigServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedConfigServiceServer) CreateGray(context.Context, *CreateGrayRequest) (*CreateGrayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateGray not implemented")
+}
+func (UnimplementedConfigServiceServer) UpdateGray(context.Context, *UpdateGrayRequest) (*UpdateGrayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateGray not implemented")
+}
+func (UnimplementedConfigServiceServer) PromoteGray(context.Context, *PromoteGrayRequest) (*PromoteGrayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PromoteGray not implemented")
+}
+func (UnimplementedConfigServiceServer) AbandonGray(context.Context, *AbandonGrayRequest) (*AbandonGrayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbandonGray not implemented")
+}
+func (UnimplementedConfigServiceServer) GetGray(context.Context, *GetGrayRequest) (*GetGrayResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetGray not implemented")
+}
+func (UnimplementedConfigServiceServer) ListGrayReleases(context.Context, *ListGrayReleasesRequest) (*ListGrayReleasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListGrayReleases not implemented")
 }
 func (UnimplementedConfigServiceServer) mustEmbedUnimplementedConfigServiceServer() {}
 func (UnimplementedConfigServiceServer) testEmbeddedByValue()                       {}
@@ -700,6 +824,114 @@ func _ConfigService_Watch_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ConfigService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
 
+func _ConfigService_CreateGray_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateGrayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).CreateGray(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_CreateGray_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).CreateGray(ctx, req.(*CreateGrayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_UpdateGray_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateGrayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).UpdateGray(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_UpdateGray_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).UpdateGray(ctx, req.(*UpdateGrayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_PromoteGray_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PromoteGrayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).PromoteGray(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_PromoteGray_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).PromoteGray(ctx, req.(*PromoteGrayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_AbandonGray_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbandonGrayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).AbandonGray(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_AbandonGray_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).AbandonGray(ctx, req.(*AbandonGrayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_GetGray_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetGrayRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).GetGray(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_GetGray_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).GetGray(ctx, req.(*GetGrayRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_ListGrayReleases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListGrayReleasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).ListGrayReleases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_ListGrayReleases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).ListGrayReleases(ctx, req.(*ListGrayReleasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConfigService_ServiceDesc is the grpc.ServiceDesc for ConfigService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -762,6 +994,30 @@ var ConfigService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetApplyStatus",
 			Handler:    _ConfigService_GetApplyStatus_Handler,
+		},
+		{
+			MethodName: "CreateGray",
+			Handler:    _ConfigService_CreateGray_Handler,
+		},
+		{
+			MethodName: "UpdateGray",
+			Handler:    _ConfigService_UpdateGray_Handler,
+		},
+		{
+			MethodName: "PromoteGray",
+			Handler:    _ConfigService_PromoteGray_Handler,
+		},
+		{
+			MethodName: "AbandonGray",
+			Handler:    _ConfigService_AbandonGray_Handler,
+		},
+		{
+			MethodName: "GetGray",
+			Handler:    _ConfigService_GetGray_Handler,
+		},
+		{
+			MethodName: "ListGrayReleases",
+			Handler:    _ConfigService_ListGrayReleases_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
