@@ -80,7 +80,9 @@ func (l *recipeRW) close() {
 // benchRWLocks compares coordd's read/write locks with etcd's recipe
 // (client/v3/experimental/recipes.RWMutex) on one daemon: 8 clients on one
 // lock, readers only, writers only and 90% readers, zero hold and think
-// time, plus the mutex (coordd's Lock) as the writers-only baseline.
+// time. coordd's write grant is its mutex (Lock), so the writers-only row
+// is the mutex. Hand-off is from a holder starting its release to a waiter
+// (one that asked before that release) getting its grant.
 func benchRWLocks(bin, tmp string) error {
 	d, err := startDaemon(bin, filepath.Join(tmp, "rwlocks"), strings.Fields(*coorddFlags)...)
 	if err != nil {
@@ -114,7 +116,7 @@ func benchRWLocks(bin, tmp string) error {
 		}},
 	}
 	fmt.Printf("\nread/write locks (8 clients on one lock, %s per peer and workload, zero hold and think time)\n", *lockD)
-	fmt.Printf("%-22s %-16s %10s %10s %10s %9s\n", "peer", "workload", "acq/s", "p50", "p99", "overlap")
+	fmt.Printf("%-22s %-16s %10s %10s %10s %13s %13s %9s\n", "peer", "workload", "acq/s", "p50", "p99", "hand-off p50", "hand-off p99", "overlap")
 	mixes := []struct {
 		name  string
 		reads float64
@@ -125,16 +127,23 @@ func benchRWLocks(bin, tmp string) error {
 			if err != nil {
 				return fmt.Errorf("%s, %s: %w", p.name, m.name, err)
 			}
-			fmt.Printf("%-22s %-16s %10.0f %8.2fms %8.2fms %9d\n", p.name, m.name, r.perSec, percentile(r.latUs, 50)/1000, percentile(r.latUs, 99)/1000, r.overlaps)
+			h50, h99 := "-", "-" // nobody waited: readers share
+			if len(r.handoffUs) > 0 {
+				h50, h99 = fmt.Sprintf("%.2fms", percentile(r.handoffUs, 50)/1000), fmt.Sprintf("%.2fms", percentile(r.handoffUs, 99)/1000)
+			}
+			fmt.Printf("%-22s %-16s %10.0f %8.2fms %8.2fms %13s %13s %9d\n", p.name, m.name, r.perSec, percentile(r.latUs, 50)/1000, percentile(r.latUs, 99)/1000, h50, h99, r.overlaps)
 		}
 	}
 	return nil
 }
 
 type rwRun struct {
-	perSec   float64
-	latUs    []float64 // acquire call latency
-	overlaps int64     // a writer holding with anyone, as the clients saw it
+	perSec float64
+	latUs  []float64 // acquire call latency
+	// handoffUs: a release's start -> the grant of a waiter that asked
+	// before it.
+	handoffUs []float64
+	overlaps  int64 // a writer holding with anyone, as the clients saw it
 }
 
 // runRW has n clients loop on one lock for d, each acquisition a read with
@@ -151,20 +160,23 @@ func runRW(p rwPeer, n int, reads float64, d time.Duration, tag string) (rwRun, 
 		cs[i] = c
 	}
 	var (
-		mu               sync.Mutex
-		lat              []float64
-		count            atomic.Int64
-		overlaps         atomic.Int64
-		readers, writers atomic.Int64
-		firstErr         error
-		wg               sync.WaitGroup
+		mu            sync.Mutex
+		lat, handoffs []float64
+		// unix nanos of the latest write and read release's start: a
+		// write release may unblock anyone, a read release only writers
+		lastWrite, lastRead atomic.Int64
+		count               atomic.Int64
+		overlaps            atomic.Int64
+		readers, writers    atomic.Int64
+		firstErr            error
+		wg                  sync.WaitGroup
 	)
 	deadline := time.Now().Add(d)
 	for _, c := range cs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var mine []float64
+			var mine, myHandoffs []float64
 			for time.Now().Before(deadline) {
 				read := rand.Float64() < reads
 				t0 := time.Now()
@@ -175,7 +187,15 @@ func runRW(p rwPeer, n int, reads float64, d time.Duration, tag string) (rwRun, 
 					mu.Unlock()
 					return
 				}
-				mine = append(mine, float64(time.Since(t0).Microseconds()))
+				t1 := time.Now()
+				mine = append(mine, float64(t1.Sub(t0).Microseconds()))
+				rel := lastWrite.Load()
+				if !read {
+					rel = max(rel, lastRead.Load())
+				}
+				if rel > t0.UnixNano() {
+					myHandoffs = append(myHandoffs, float64(t1.UnixNano()-rel)/1000)
+				}
 				if read {
 					if readers.Add(1) > 0 && writers.Load() > 0 {
 						overlaps.Add(1)
@@ -188,6 +208,11 @@ func runRW(p rwPeer, n int, reads float64, d time.Duration, tag string) (rwRun, 
 					writers.Add(-1)
 				}
 				count.Add(1)
+				if read {
+					lastRead.Store(time.Now().UnixNano())
+				} else {
+					lastWrite.Store(time.Now().UnixNano())
+				}
 				if err := release(); err != nil {
 					mu.Lock()
 					firstErr = err
@@ -196,7 +221,7 @@ func runRW(p rwPeer, n int, reads float64, d time.Duration, tag string) (rwRun, 
 				}
 			}
 			mu.Lock()
-			lat = append(lat, mine...)
+			lat, handoffs = append(lat, mine...), append(handoffs, myHandoffs...)
 			mu.Unlock()
 		}()
 	}
@@ -204,5 +229,5 @@ func runRW(p rwPeer, n int, reads float64, d time.Duration, tag string) (rwRun, 
 	if firstErr != nil {
 		return rwRun{}, firstErr
 	}
-	return rwRun{perSec: float64(count.Load()) / d.Seconds(), latUs: lat, overlaps: overlaps.Load()}, nil
+	return rwRun{perSec: float64(count.Load()) / d.Seconds(), latUs: lat, handoffUs: handoffs, overlaps: overlaps.Load()}, nil
 }
