@@ -64,6 +64,12 @@
 // includes every release finished before it subscribed, unless the cache
 // lags etcd by more than a second.
 //
+// Gray releases. A namespace may run one gray (canary) release: overrides
+// that only the subscribers its selector picks see (see Gray for its
+// guarantees). A subscriber that does not name itself, or is not picked,
+// is never sent an overridden value; create, update, promote and abandon
+// are each one transaction.
+//
 // # Non-guarantees
 //
 //   - The cache lags etcd by the time a watch event takes to arrive. Reads
