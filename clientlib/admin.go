@@ -239,6 +239,32 @@ func (a *Admin) DescribeLock(ctx context.Context, name string) (LockState, error
 	if err != nil {
 		return LockState{}, convert(ctx, err)
 	}
+	return lockStateFrom(resp), nil
+}
+
+// WatchLock calls fn with the lock's state at once and again after every
+// change of its holders, waiters or lock-delay (a burst may come as one
+// call), until ctx ends or fn fails; it returns fn's error, or ctx's. It
+// does not reconnect: a broken stream ends it with the error.
+func (a *Admin) WatchLock(ctx context.Context, name string, fn func(LockState) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := a.c.locks.WatchLock(ctx, &coorddv1.WatchLockRequest{Name: name})
+	if err != nil {
+		return convert(ctx, err)
+	}
+	for {
+		msg, err := st.Recv()
+		if err != nil {
+			return convert(ctx, err)
+		}
+		if err := fn(lockStateFrom(msg.GetLock())); err != nil {
+			return err
+		}
+	}
+}
+
+func lockStateFrom(resp *coorddv1.DescribeLockResponse) LockState {
 	st := LockState{Name: resp.GetName(), Limit: int(resp.GetLimit()), Revision: resp.GetRevision()}
 	if resp.GetDelayedUntil() != nil {
 		st.DelayedUntil = resp.GetDelayedUntil().AsTime()
@@ -256,5 +282,5 @@ func (a *Admin) DescribeLock(ctx context.Context, name string) (LockState, error
 	for _, e := range resp.GetWaiters() {
 		st.Waiters = append(st.Waiters, entry(e))
 	}
-	return st, nil
+	return st
 }

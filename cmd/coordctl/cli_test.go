@@ -256,6 +256,9 @@ func TestJSONOutputIsRESTs(t *testing.T) {
 		t.Errorf("lock status holders = %v, want the token %v", st["holders"], g["token"])
 	}
 	check(ref("v1DescribeLockResponse"), "lock", "status", "nobody/holds/this")
+	if w := check(ref("v1DescribeLockResponse"), "lock", "status", "jobs/nightly", "--watch", "--count", "1"); fmt.Sprint(w["holders"]) != fmt.Sprint(st["holders"]) {
+		t.Errorf("lock status --watch = %v, want the holders of lock status %v", w, st["holders"])
+	}
 	if rg := check(ref("v1LockGrant"), "lock", "acquire", "jobs/rw", "--session", id, "--read"); rg["read"] != true {
 		t.Errorf("lock acquire --read = %v, want a read grant", rg)
 	}

@@ -100,31 +100,52 @@ func (a *app) lockCommand() *cobra.Command {
 		},
 	}
 
+	var follow bool
+	var count int
 	status := &cobra.Command{
 		Use:   "status NAME",
-		Short: "Show a lock's holders and waiters",
+		Short: "Show a lock's holders and waiters (with --watch, again after every change)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				st, err := c.Admin().DescribeLock(ctx, args[0])
+			if !follow {
+				return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+					st, err := c.Admin().DescribeLock(ctx, args[0])
+					if err != nil {
+						return err
+					}
+					return a.print(lockStateOut(st), lockTable(st, false))
+				})
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			c, err := a.connect(ctx)
+			if err != nil {
+				return err
+			}
+			n := 0
+			stop := errors.New("enough")
+			err = c.Admin().WatchLock(ctx, args[0], func(st clientlib.LockState) error {
+				if a.output == "json" {
+					err = a.printLine(lockStateOut(st), "")
+				} else {
+					err = a.print(nil, lockTable(st, true))
+				}
 				if err != nil {
 					return err
 				}
-				return a.print(lockStateOut(st), func(w *bytes.Buffer) {
-					if !st.DelayedUntil.IsZero() {
-						fmt.Fprintf(w, "lock-delay until %s\n", ts(st.DelayedUntil))
-					}
-					fmt.Fprintln(w, "ROLE\tTOKEN\tSESSION\tOWNER\tHOST\tSINCE\tMETADATA")
-					for _, e := range st.Holders {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role("holder", e), e.Token, e.SessionID, e.Owner, e.Hostname, ts(e.Granted), e.Metadata)
-					}
-					for _, e := range st.Waiters {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role("waiter", e), e.Token, e.SessionID, e.Owner, e.Hostname, ts(e.Enqueued), e.Metadata)
-					}
-				})
+				if n++; count > 0 && n >= count {
+					return stop
+				}
+				return nil
 			})
+			if errors.Is(err, stop) || errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
 		},
 	}
+	status.Flags().BoolVarP(&follow, "watch", "w", false, "print the lock again after every change, until interrupted (or --count)")
+	status.Flags().IntVar(&count, "count", 0, "with --watch, stop after this many")
 
 	list := a.listCommand("list [PREFIX]", "List locks that have holders or waiters", lockNames)
 
@@ -158,6 +179,30 @@ func (a *app) lockCommand() *cobra.Command {
 	}
 	cmd.AddCommand(acquire, release, status, list, validate, a.lockRunCommand())
 	return cmd
+}
+
+// lockTable prints a lock's holders and waiters; with header, a line
+// first naming the revision (for --watch, which prints one per change).
+func lockTable(st clientlib.LockState, header bool) func(w *bytes.Buffer) {
+	return func(w *bytes.Buffer) {
+		if header {
+			fmt.Fprintf(w, "# %s at revision %d\n", st.Name, st.Revision)
+		}
+		if !st.DelayedUntil.IsZero() {
+			fmt.Fprintf(w, "lock-delay until %s\n", ts(st.DelayedUntil))
+		}
+		if header && len(st.Holders)+len(st.Waiters) == 0 {
+			fmt.Fprintln(w, "nobody holds or waits")
+			return
+		}
+		fmt.Fprintln(w, "ROLE\tTOKEN\tSESSION\tOWNER\tHOST\tSINCE\tMETADATA")
+		for _, e := range st.Holders {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role("holder", e), e.Token, e.SessionID, e.Owner, e.Hostname, ts(e.Granted), e.Metadata)
+		}
+		for _, e := range st.Waiters {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role("waiter", e), e.Token, e.SessionID, e.Owner, e.Hostname, ts(e.Enqueued), e.Metadata)
+		}
+	}
 }
 
 // runFlags are the flags lock run and elect run share.

@@ -131,7 +131,8 @@ async function follow(url, onResult, signal, onState) {
       if (!resp.ok) {
         let body = null;
         try { body = await resp.json(); } catch { /* not JSON */ }
-        throw new APIError(resp.status, body);
+        // A stream that fails before its first message answers {"error": {...}}.
+        throw new APIError(resp.status, body?.error || body);
       }
       onState('live');
       const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -434,8 +435,7 @@ async function lockView(p, signal) {
     { title: 'Metadata', cls: 'hide-narrow', cell: (e) => e.metadata },
     ...(holder ? [{ title: '', cell: (e) => h('button', { type: 'button', class: 'danger', onclick: () => release(e) }, 'Release…') }] : []),
   ];
-  poll(async () => {
-    const d = await api(`v1/locks/${path(name)}`, { signal });
+  const render = (d) => {
     const { revision, ...shown } = d;
     state.show(shown, () => [
       h('p', {}, d.limit > 1 ? `semaphore of ${d.limit}` : 'mutex (or read/write lock)', d.delayedUntil && Date.parse(d.delayedUntil) > Date.now() ? h('span', { class: 'badge warn' }, ` lock-delay until ${new Date(d.delayedUntil).toLocaleTimeString()}`) : ''),
@@ -444,7 +444,10 @@ async function lockView(p, signal) {
       h('h2', {}, `Waiters, in the order they will be granted (${d.waiters.length})`),
       table(entry(false), d.waiters.map((w, i) => ({ ...w, pos: i + 1 })), 'Nobody waits.'),
     ]);
-  }, 1000, signal, state);
+  };
+  // Live: the server sends the lock again after every change of it.
+  follow(() => `v1/locks:watch?${q({ name })}`, (r) => render(r.lock), signal,
+    (s, e) => { setLive(s, e); if (s === 'error') state.fail(e); });
 }
 
 const eventNames = {

@@ -149,6 +149,7 @@ var rpcTable = map[string]rpcRule{
 		return ownedRef{lock: m.GetName(), token: m.GetToken()}
 	}),
 	lockSvc + "DescribeLock": rule(auth.LockDescribe, named(auth.Lock, (*coorddv1.DescribeLockRequest).GetName)),
+	lockSvc + "WatchLock":    rule(auth.LockDescribe, named(auth.Lock, (*coorddv1.WatchLockRequest).GetName)),
 	lockSvc + "ListLocks":    rule(auth.LockDescribe, listed(auth.Lock, (*coorddv1.ListLocksRequest).GetPrefix)),
 	// Validating a token says whether it holds: a read of the lock or
 	// the election.

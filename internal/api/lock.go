@@ -19,6 +19,7 @@ type LockServer struct {
 	coorddv1.UnsafeLockServiceServer // compile errors when the service grows
 
 	m         *lock.Manager
+	stopped   context.Context   // done once the daemon stops: ends WatchLock streams
 	elections *election.Manager // fences by leadership term
 	sessions  *session.Manager  // to name holders' owners in DescribeLock
 	metrics   *Metrics
@@ -28,9 +29,10 @@ type LockServer struct {
 	TokensVisible func(ctx context.Context, lock string) bool
 }
 
-// NewLockServer returns the LockService adapter.
-func NewLockServer(m *lock.Manager, elections *election.Manager, sessions *session.Manager, metrics *Metrics) *LockServer {
-	return &LockServer{m: m, elections: elections, sessions: sessions, metrics: metrics}
+// NewLockServer returns the LockService adapter. WatchLock streams end
+// with ErrStopping once stopped is done.
+func NewLockServer(stopped context.Context, m *lock.Manager, elections *election.Manager, sessions *session.Manager, metrics *Metrics) *LockServer {
+	return &LockServer{stopped: stopped, m: m, elections: elections, sessions: sessions, metrics: metrics}
 }
 
 // fence picks what a fenced call's token must hold: the lock named lockName,
@@ -121,6 +123,23 @@ func (s *LockServer) DescribeLock(ctx context.Context, req *coorddv1.DescribeLoc
 	if err != nil {
 		return nil, err
 	}
+	return s.describeProto(ctx, d), nil
+}
+
+// WatchLock implements LockService.
+func (s *LockServer) WatchLock(req *coorddv1.WatchLockRequest, stream coorddv1.LockService_WatchLockServer) error {
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })
+	defer stop()
+	err := s.m.Watch(ctx, req.GetName(), func(d lock.Description) error {
+		return stream.Send(&coorddv1.WatchLockResponse{Lock: s.describeProto(ctx, d)})
+	})
+	return stoppingOr(ctx, err)
+}
+
+// describeProto is a lock's description as the caller may see it.
+func (s *LockServer) describeProto(ctx context.Context, d lock.Description) *coorddv1.DescribeLockResponse {
 	resp := &coorddv1.DescribeLockResponse{Name: d.Name, Limit: int32(d.Limit), Revision: d.Revision}
 	if !d.DelayedUntil.IsZero() {
 		resp.DelayedUntil = timestamppb.New(d.DelayedUntil)
@@ -131,12 +150,12 @@ func (s *LockServer) DescribeLock(ctx context.Context, req *coorddv1.DescribeLoc
 	for _, e := range d.Waiters {
 		resp.Waiters = append(resp.Waiters, s.entryProto(ctx, e))
 	}
-	if s.TokensVisible != nil && !s.TokensVisible(ctx, req.GetName()) {
+	if s.TokensVisible != nil && !s.TokensVisible(ctx, d.Name) {
 		for _, e := range append(resp.Holders, resp.Waiters...) {
 			e.Token = 0
 		}
 	}
-	return resp, nil
+	return resp
 }
 
 // ListLocks implements LockService.

@@ -257,7 +257,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		admin, _ := d.authz.Allows(p, auth.ClusterAdmin, auth.Resource{})
 		return read || admin
 	}
-	lockSvc := api.NewLockServer(d.locks, d.elections, sessions, apiMetrics)
+	lockSvc := api.NewLockServer(d.stopped, d.locks, d.elections, sessions, apiMetrics)
 	lockSvc.TokensVisible = func(ctx context.Context, name string) bool {
 		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.LockRelease, auth.Resource{Kind: auth.Lock, Name: name})
 		return ok

@@ -1,9 +1,12 @@
 package daemon_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -374,4 +377,114 @@ func etcdWatchers(t *testing.T) float64 {
 	}
 	t.Fatal("etcd_debugging_mvcc_watcher_total is not registered")
 	return 0
+}
+
+// TestWatchLock: a lock's watchers (SDK and REST) see every grant, wait
+// and release without polling, and open no etcd watch of their own.
+func TestWatchLock(t *testing.T) {
+	d := start(t, testConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	a, err := c.NewSession(ctx, clientlib.WithOwner("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.NewSession(ctx, clientlib.WithOwner("bob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := etcdWatchers(t)
+	states := make(chan clientlib.LockState, 64)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Admin().WatchLock(wctx, "watched/l", func(st clientlib.LockState) error { states <- st; return nil })
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("WatchLock ended with %v, want context.Canceled", err)
+		}
+	}()
+	// next waits for a state that says, in owners, who holds and who waits.
+	next := func(want string) clientlib.LockState {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case st := <-states:
+				var got []string
+				for _, h := range st.Holders {
+					got = append(got, "holds:"+h.Owner)
+				}
+				for _, w := range st.Waiters {
+					got = append(got, "waits:"+w.Owner)
+				}
+				if strings.Join(got, " ") == want {
+					return st
+				}
+			case <-timeout:
+				t.Fatalf("no lock state %q within 10s", want)
+			}
+		}
+	}
+	next("")
+	l, err := a.Lock(ctx, "watched/l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := next("holds:alice"); st.Holders[0].Token != l.Token() {
+		t.Fatalf("watched holder token %v, want %v", st.Holders[0].Token, l.Token())
+	}
+	got := make(chan *clientlib.Lock, 1)
+	go func() {
+		if l, err := b.Lock(ctx, "watched/l"); err == nil {
+			got <- l
+		}
+	}()
+	next("holds:alice waits:bob")
+	if after := etcdWatchers(t); after > before {
+		t.Fatalf("etcd watchers went from %v to %v with a lock watched; want no new ones", before, after)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next("holds:bob")
+	lb := <-got
+
+	// REST: the same stream as JSON lines.
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer rcancel()
+	req, _ := http.NewRequestWithContext(rctx, "GET", "http://"+d.HTTPAddr()+"/v1/locks:watch?name=watched/l", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	lines := bufio.NewScanner(resp.Body)
+	line := func() map[string]any {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("REST lock watch ended: %v", lines.Err())
+		}
+		var m struct {
+			Result struct {
+				Lock map[string]any `json:"lock"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("line %q: %v", lines.Text(), err)
+		}
+		return m.Result.Lock
+	}
+	if first := line(); fmt.Sprint(first["holders"]) == "[]" || first["name"] != "watched/l" {
+		t.Fatalf("first REST lock line: %v", first)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next("")
+	if after := line(); len(after["holders"].([]any)) != 0 {
+		t.Fatalf("REST lock line after the release: %v", after)
+	}
 }

@@ -707,6 +707,98 @@ func (x *DescribeLockRequest) GetName() string {
 	return ""
 }
 
+// WatchLockRequest names a lock to follow.
+type WatchLockRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the lock's name. Required.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchLockRequest) Reset() {
+	*x = WatchLockRequest{}
+	mi := &file_coordd_v1_lock_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchLockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchLockRequest) ProtoMessage() {}
+
+func (x *WatchLockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_lock_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchLockRequest.ProtoReflect.Descriptor instead.
+func (*WatchLockRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WatchLockRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// WatchLockResponse is one message of WatchLock.
+type WatchLockResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lock is the lock's state, as DescribeLock returns it.
+	Lock          *DescribeLockResponse `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchLockResponse) Reset() {
+	*x = WatchLockResponse{}
+	mi := &file_coordd_v1_lock_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchLockResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchLockResponse) ProtoMessage() {}
+
+func (x *WatchLockResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_lock_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchLockResponse.ProtoReflect.Descriptor instead.
+func (*WatchLockResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *WatchLockResponse) GetLock() *DescribeLockResponse {
+	if x != nil {
+		return x.Lock
+	}
+	return nil
+}
+
 // DescribeLockResponse is a lock's state at one revision.
 type DescribeLockResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -729,7 +821,7 @@ type DescribeLockResponse struct {
 
 func (x *DescribeLockResponse) Reset() {
 	*x = DescribeLockResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[9]
+	mi := &file_coordd_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +833,7 @@ func (x *DescribeLockResponse) String() string {
 func (*DescribeLockResponse) ProtoMessage() {}
 
 func (x *DescribeLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[9]
+	mi := &file_coordd_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +846,7 @@ func (x *DescribeLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeLockResponse.ProtoReflect.Descriptor instead.
 func (*DescribeLockResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DescribeLockResponse) GetName() string {
@@ -814,7 +906,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[10]
+	mi := &file_coordd_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +918,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[10]
+	mi := &file_coordd_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +931,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -876,7 +968,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[11]
+	mi := &file_coordd_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +980,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[11]
+	mi := &file_coordd_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +993,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListLocksResponse) GetNames() []string {
@@ -935,7 +1027,7 @@ type ValidateFenceRequest struct {
 
 func (x *ValidateFenceRequest) Reset() {
 	*x = ValidateFenceRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[12]
+	mi := &file_coordd_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1039,7 @@ func (x *ValidateFenceRequest) String() string {
 func (*ValidateFenceRequest) ProtoMessage() {}
 
 func (x *ValidateFenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[12]
+	mi := &file_coordd_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1052,7 @@ func (x *ValidateFenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateFenceRequest.ProtoReflect.Descriptor instead.
 func (*ValidateFenceRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ValidateFenceRequest) GetName() string {
@@ -993,7 +1085,7 @@ type ValidateFenceResponse struct {
 
 func (x *ValidateFenceResponse) Reset() {
 	*x = ValidateFenceResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[13]
+	mi := &file_coordd_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1097,7 @@ func (x *ValidateFenceResponse) String() string {
 func (*ValidateFenceResponse) ProtoMessage() {}
 
 func (x *ValidateFenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[13]
+	mi := &file_coordd_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1110,7 @@ func (x *ValidateFenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateFenceResponse.ProtoReflect.Descriptor instead.
 func (*ValidateFenceResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 // FencedPutRequest writes a key under a lock's token (or a leadership term).
@@ -1041,7 +1133,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[14]
+	mi := &file_coordd_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1145,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[14]
+	mi := &file_coordd_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1158,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FencedPutRequest) GetLock() string {
@@ -1115,7 +1207,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[15]
+	mi := &file_coordd_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1219,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[15]
+	mi := &file_coordd_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1232,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FencedPutResponse) GetRevision() int64 {
@@ -1168,7 +1260,7 @@ type FencedDeleteRequest struct {
 
 func (x *FencedDeleteRequest) Reset() {
 	*x = FencedDeleteRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[16]
+	mi := &file_coordd_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1272,7 @@ func (x *FencedDeleteRequest) String() string {
 func (*FencedDeleteRequest) ProtoMessage() {}
 
 func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[16]
+	mi := &file_coordd_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1285,7 @@ func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteRequest.ProtoReflect.Descriptor instead.
 func (*FencedDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FencedDeleteRequest) GetLock() string {
@@ -1235,7 +1327,7 @@ type FencedDeleteResponse struct {
 
 func (x *FencedDeleteResponse) Reset() {
 	*x = FencedDeleteResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[17]
+	mi := &file_coordd_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1339,7 @@ func (x *FencedDeleteResponse) String() string {
 func (*FencedDeleteResponse) ProtoMessage() {}
 
 func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[17]
+	mi := &file_coordd_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1352,7 @@ func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteResponse.ProtoReflect.Descriptor instead.
 func (*FencedDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FencedDeleteResponse) GetRevision() int64 {
@@ -1333,7 +1425,11 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"grant_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tgrantTime\x12\x12\n" +
 	"\x04read\x18\t \x01(\bR\x04read\")\n" +
 	"\x13DescribeLockRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xfd\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"&\n" +
+	"\x10WatchLockRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"H\n" +
+	"\x11WatchLockResponse\x123\n" +
+	"\x04lock\x18\x01 \x01(\v2\x1f.coordd.v1.DescribeLockResponseR\x04lock\"\xfd\x01\n" +
 	"\x14DescribeLockResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12.\n" +
@@ -1368,13 +1464,14 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1a\n" +
 	"\belection\x18\x04 \x01(\tR\belection\"2\n" +
 	"\x14FencedDeleteResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision2\xe2\x04\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision2\xac\x05\n" +
 	"\vLockService\x12@\n" +
 	"\aAcquire\x12\x19.coordd.v1.AcquireRequest\x1a\x1a.coordd.v1.AcquireResponse\x12I\n" +
 	"\n" +
 	"TryAcquire\x12\x1c.coordd.v1.TryAcquireRequest\x1a\x1d.coordd.v1.TryAcquireResponse\x12@\n" +
 	"\aRelease\x12\x19.coordd.v1.ReleaseRequest\x1a\x1a.coordd.v1.ReleaseResponse\x12O\n" +
-	"\fDescribeLock\x12\x1e.coordd.v1.DescribeLockRequest\x1a\x1f.coordd.v1.DescribeLockResponse\x12F\n" +
+	"\fDescribeLock\x12\x1e.coordd.v1.DescribeLockRequest\x1a\x1f.coordd.v1.DescribeLockResponse\x12H\n" +
+	"\tWatchLock\x12\x1b.coordd.v1.WatchLockRequest\x1a\x1c.coordd.v1.WatchLockResponse0\x01\x12F\n" +
 	"\tListLocks\x12\x1b.coordd.v1.ListLocksRequest\x1a\x1c.coordd.v1.ListLocksResponse\x12R\n" +
 	"\rValidateFence\x12\x1f.coordd.v1.ValidateFenceRequest\x1a .coordd.v1.ValidateFenceResponse\x12F\n" +
 	"\tFencedPut\x12\x1b.coordd.v1.FencedPutRequest\x1a\x1c.coordd.v1.FencedPutResponse\x12O\n" +
@@ -1392,7 +1489,7 @@ func file_coordd_v1_lock_proto_rawDescGZIP() []byte {
 	return file_coordd_v1_lock_proto_rawDescData
 }
 
-var file_coordd_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_coordd_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_coordd_v1_lock_proto_goTypes = []any{
 	(*LockGrant)(nil),             // 0: coordd.v1.LockGrant
 	(*AcquireRequest)(nil),        // 1: coordd.v1.AcquireRequest
@@ -1403,50 +1500,55 @@ var file_coordd_v1_lock_proto_goTypes = []any{
 	(*ReleaseResponse)(nil),       // 6: coordd.v1.ReleaseResponse
 	(*LockEntry)(nil),             // 7: coordd.v1.LockEntry
 	(*DescribeLockRequest)(nil),   // 8: coordd.v1.DescribeLockRequest
-	(*DescribeLockResponse)(nil),  // 9: coordd.v1.DescribeLockResponse
-	(*ListLocksRequest)(nil),      // 10: coordd.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),     // 11: coordd.v1.ListLocksResponse
-	(*ValidateFenceRequest)(nil),  // 12: coordd.v1.ValidateFenceRequest
-	(*ValidateFenceResponse)(nil), // 13: coordd.v1.ValidateFenceResponse
-	(*FencedPutRequest)(nil),      // 14: coordd.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),     // 15: coordd.v1.FencedPutResponse
-	(*FencedDeleteRequest)(nil),   // 16: coordd.v1.FencedDeleteRequest
-	(*FencedDeleteResponse)(nil),  // 17: coordd.v1.FencedDeleteResponse
-	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*WatchLockRequest)(nil),      // 9: coordd.v1.WatchLockRequest
+	(*WatchLockResponse)(nil),     // 10: coordd.v1.WatchLockResponse
+	(*DescribeLockResponse)(nil),  // 11: coordd.v1.DescribeLockResponse
+	(*ListLocksRequest)(nil),      // 12: coordd.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),     // 13: coordd.v1.ListLocksResponse
+	(*ValidateFenceRequest)(nil),  // 14: coordd.v1.ValidateFenceRequest
+	(*ValidateFenceResponse)(nil), // 15: coordd.v1.ValidateFenceResponse
+	(*FencedPutRequest)(nil),      // 16: coordd.v1.FencedPutRequest
+	(*FencedPutResponse)(nil),     // 17: coordd.v1.FencedPutResponse
+	(*FencedDeleteRequest)(nil),   // 18: coordd.v1.FencedDeleteRequest
+	(*FencedDeleteResponse)(nil),  // 19: coordd.v1.FencedDeleteResponse
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
 }
 var file_coordd_v1_lock_proto_depIdxs = []int32{
-	18, // 0: coordd.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	18, // 1: coordd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	20, // 0: coordd.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	20, // 1: coordd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 2: coordd.v1.AcquireResponse.grant:type_name -> coordd.v1.LockGrant
-	18, // 3: coordd.v1.TryAcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	20, // 3: coordd.v1.TryAcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 4: coordd.v1.TryAcquireResponse.grant:type_name -> coordd.v1.LockGrant
-	19, // 5: coordd.v1.LockEntry.enqueue_time:type_name -> google.protobuf.Timestamp
-	19, // 6: coordd.v1.LockEntry.grant_time:type_name -> google.protobuf.Timestamp
-	7,  // 7: coordd.v1.DescribeLockResponse.holders:type_name -> coordd.v1.LockEntry
-	7,  // 8: coordd.v1.DescribeLockResponse.waiters:type_name -> coordd.v1.LockEntry
-	19, // 9: coordd.v1.DescribeLockResponse.delayed_until:type_name -> google.protobuf.Timestamp
-	1,  // 10: coordd.v1.LockService.Acquire:input_type -> coordd.v1.AcquireRequest
-	3,  // 11: coordd.v1.LockService.TryAcquire:input_type -> coordd.v1.TryAcquireRequest
-	5,  // 12: coordd.v1.LockService.Release:input_type -> coordd.v1.ReleaseRequest
-	8,  // 13: coordd.v1.LockService.DescribeLock:input_type -> coordd.v1.DescribeLockRequest
-	10, // 14: coordd.v1.LockService.ListLocks:input_type -> coordd.v1.ListLocksRequest
-	12, // 15: coordd.v1.LockService.ValidateFence:input_type -> coordd.v1.ValidateFenceRequest
-	14, // 16: coordd.v1.LockService.FencedPut:input_type -> coordd.v1.FencedPutRequest
-	16, // 17: coordd.v1.LockService.FencedDelete:input_type -> coordd.v1.FencedDeleteRequest
-	2,  // 18: coordd.v1.LockService.Acquire:output_type -> coordd.v1.AcquireResponse
-	4,  // 19: coordd.v1.LockService.TryAcquire:output_type -> coordd.v1.TryAcquireResponse
-	6,  // 20: coordd.v1.LockService.Release:output_type -> coordd.v1.ReleaseResponse
-	9,  // 21: coordd.v1.LockService.DescribeLock:output_type -> coordd.v1.DescribeLockResponse
-	11, // 22: coordd.v1.LockService.ListLocks:output_type -> coordd.v1.ListLocksResponse
-	13, // 23: coordd.v1.LockService.ValidateFence:output_type -> coordd.v1.ValidateFenceResponse
-	15, // 24: coordd.v1.LockService.FencedPut:output_type -> coordd.v1.FencedPutResponse
-	17, // 25: coordd.v1.LockService.FencedDelete:output_type -> coordd.v1.FencedDeleteResponse
-	18, // [18:26] is the sub-list for method output_type
-	10, // [10:18] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	21, // 5: coordd.v1.LockEntry.enqueue_time:type_name -> google.protobuf.Timestamp
+	21, // 6: coordd.v1.LockEntry.grant_time:type_name -> google.protobuf.Timestamp
+	11, // 7: coordd.v1.WatchLockResponse.lock:type_name -> coordd.v1.DescribeLockResponse
+	7,  // 8: coordd.v1.DescribeLockResponse.holders:type_name -> coordd.v1.LockEntry
+	7,  // 9: coordd.v1.DescribeLockResponse.waiters:type_name -> coordd.v1.LockEntry
+	21, // 10: coordd.v1.DescribeLockResponse.delayed_until:type_name -> google.protobuf.Timestamp
+	1,  // 11: coordd.v1.LockService.Acquire:input_type -> coordd.v1.AcquireRequest
+	3,  // 12: coordd.v1.LockService.TryAcquire:input_type -> coordd.v1.TryAcquireRequest
+	5,  // 13: coordd.v1.LockService.Release:input_type -> coordd.v1.ReleaseRequest
+	8,  // 14: coordd.v1.LockService.DescribeLock:input_type -> coordd.v1.DescribeLockRequest
+	9,  // 15: coordd.v1.LockService.WatchLock:input_type -> coordd.v1.WatchLockRequest
+	12, // 16: coordd.v1.LockService.ListLocks:input_type -> coordd.v1.ListLocksRequest
+	14, // 17: coordd.v1.LockService.ValidateFence:input_type -> coordd.v1.ValidateFenceRequest
+	16, // 18: coordd.v1.LockService.FencedPut:input_type -> coordd.v1.FencedPutRequest
+	18, // 19: coordd.v1.LockService.FencedDelete:input_type -> coordd.v1.FencedDeleteRequest
+	2,  // 20: coordd.v1.LockService.Acquire:output_type -> coordd.v1.AcquireResponse
+	4,  // 21: coordd.v1.LockService.TryAcquire:output_type -> coordd.v1.TryAcquireResponse
+	6,  // 22: coordd.v1.LockService.Release:output_type -> coordd.v1.ReleaseResponse
+	11, // 23: coordd.v1.LockService.DescribeLock:output_type -> coordd.v1.DescribeLockResponse
+	10, // 24: coordd.v1.LockService.WatchLock:output_type -> coordd.v1.WatchLockResponse
+	13, // 25: coordd.v1.LockService.ListLocks:output_type -> coordd.v1.ListLocksResponse
+	15, // 26: coordd.v1.LockService.ValidateFence:output_type -> coordd.v1.ValidateFenceResponse
+	17, // 27: coordd.v1.LockService.FencedPut:output_type -> coordd.v1.FencedPutResponse
+	19, // 28: coordd.v1.LockService.FencedDelete:output_type -> coordd.v1.FencedDeleteResponse
+	20, // [20:29] is the sub-list for method output_type
+	11, // [11:20] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_lock_proto_init() }
@@ -1460,7 +1562,7 @@ func file_coordd_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_lock_proto_rawDesc), len(file_coordd_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -150,6 +150,34 @@ func local_request_LockService_DescribeLock_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
+var filter_LockService_WatchLock_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
+func request_LockService_WatchLock_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (LockService_WatchLockClient, runtime.ServerMetadata, error) {
+	var (
+		protoReq WatchLockRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_LockService_WatchLock_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	stream, err := client.WatchLock(ctx, &protoReq)
+	if err != nil {
+		return nil, metadata, err
+	}
+	header, err := stream.Header()
+	if err != nil {
+		return nil, metadata, err
+	}
+	metadata.HeaderMD = header
+	return stream, metadata, nil
+}
+
 var filter_LockService_ListLocks_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_LockService_ListLocks_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -352,6 +380,13 @@ func RegisterLockServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_LockService_DescribeLock_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+
+	mux.Handle(http.MethodGet, pattern_LockService_WatchLock_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
+		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+		return
+	})
 	mux.Handle(http.MethodGet, pattern_LockService_ListLocks_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -540,6 +575,23 @@ func RegisterLockServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux
 		}
 		forward_LockService_DescribeLock_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_LockService_WatchLock_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/coordd.v1.LockService/WatchLock", runtime.WithHTTPPathPattern("/v1/locks:watch"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_LockService_WatchLock_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LockService_WatchLock_0(annotatedContext, mux, outboundMarshaler, w, req, func() (proto.Message, error) { return resp.Recv() }, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_LockService_ListLocks_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -616,6 +668,7 @@ var (
 	pattern_LockService_TryAcquire_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "locks"}, "tryAcquire"))
 	pattern_LockService_Release_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "locks"}, "release"))
 	pattern_LockService_DescribeLock_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 3, 0, 4, 1, 5, 2}, []string{"v1", "locks", "name"}, ""))
+	pattern_LockService_WatchLock_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "locks"}, "watch"))
 	pattern_LockService_ListLocks_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "locks"}, ""))
 	pattern_LockService_ValidateFence_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "locks"}, "validateFence"))
 	pattern_LockService_FencedPut_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "kv"}, "fencedPut"))
@@ -627,6 +680,7 @@ var (
 	forward_LockService_TryAcquire_0    = runtime.ForwardResponseMessage
 	forward_LockService_Release_0       = runtime.ForwardResponseMessage
 	forward_LockService_DescribeLock_0  = runtime.ForwardResponseMessage
+	forward_LockService_WatchLock_0     = runtime.ForwardResponseStream
 	forward_LockService_ListLocks_0     = runtime.ForwardResponseMessage
 	forward_LockService_ValidateFence_0 = runtime.ForwardResponseMessage
 	forward_LockService_FencedPut_0     = runtime.ForwardResponseMessage

@@ -23,6 +23,7 @@ const (
 	LockService_TryAcquire_FullMethodName    = "/coordd.v1.LockService/TryAcquire"
 	LockService_Release_FullMethodName       = "/coordd.v1.LockService/Release"
 	LockService_DescribeLock_FullMethodName  = "/coordd.v1.LockService/DescribeLock"
+	LockService_WatchLock_FullMethodName     = "/coordd.v1.LockService/WatchLock"
 	LockService_ListLocks_FullMethodName     = "/coordd.v1.LockService/ListLocks"
 	LockService_ValidateFence_FullMethodName = "/coordd.v1.LockService/ValidateFence"
 	LockService_FencedPut_FullMethodName     = "/coordd.v1.LockService/FencedPut"
@@ -61,6 +62,12 @@ type LockServiceClient interface {
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// DescribeLock returns a lock's holders and waiters.
 	DescribeLock(ctx context.Context, in *DescribeLockRequest, opts ...grpc.CallOption) (*DescribeLockResponse, error)
+	// WatchLock streams a lock's description: at once, then again after
+	// every change of its holders, waiters or lock-delay (a burst of changes
+	// may come as one message, never older than any change in it), until the
+	// caller ends it. Each message is a DescribeLock read. Over REST it is
+	// newline-delimited JSON.
+	WatchLock(ctx context.Context, in *WatchLockRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchLockResponse], error)
 	// ListLocks returns the names of locks that have holders or waiters.
 	ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error)
 	// ValidateFence answers whether the token holds the lock now
@@ -122,6 +129,25 @@ func (c *lockServiceClient) DescribeLock(ctx context.Context, in *DescribeLockRe
 	}
 	return out, nil
 }
+
+func (c *lockServiceClient) WatchLock(ctx context.Context, in *WatchLockRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchLockResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &LockService_ServiceDesc.Streams[0], LockService_WatchLock_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchLockRequest, WatchLockResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LockService_WatchLockClient = grpc.ServerStreamingClient[WatchLockResponse]
 
 func (c *lockServiceClient) ListLocks(ctx context.Context, in *ListLocksRequest, opts ...grpc.CallOption) (*ListLocksResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -195,6 +221,12 @@ type LockServiceServer interface {
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// DescribeLock returns a lock's holders and waiters.
 	DescribeLock(context.Context, *DescribeLockRequest) (*DescribeLockResponse, error)
+	// WatchLock streams a lock's description: at once, then again after
+	// every change of its holders, waiters or lock-delay (a burst of changes
+	// may come as one message, never older than any change in it), until the
+	// caller ends it. Each message is a DescribeLock read. Over REST it is
+	// newline-delimited JSON.
+	WatchLock(*WatchLockRequest, grpc.ServerStreamingServer[WatchLockResponse]) error
 	// ListLocks returns the names of locks that have holders or waiters.
 	ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error)
 	// ValidateFence answers whether the token holds the lock now
@@ -228,6 +260,9 @@ func (UnimplementedLockServiceServer) Release(context.Context, *ReleaseRequest) 
 }
 func (UnimplementedLockServiceServer) DescribeLock(context.Context, *DescribeLockRequest) (*DescribeLockResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DescribeLock not implemented")
+}
+func (UnimplementedLockServiceServer) WatchLock(*WatchLockRequest, grpc.ServerStreamingServer[WatchLockResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchLock not implemented")
 }
 func (UnimplementedLockServiceServer) ListLocks(context.Context, *ListLocksRequest) (*ListLocksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListLocks not implemented")
@@ -333,6 +368,17 @@ func _LockService_DescribeLock_Handler(srv interface{}, ctx context.Context, dec
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _LockService_WatchLock_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchLockRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(LockServiceServer).WatchLock(m, &grpc.GenericServerStream[WatchLockRequest, WatchLockResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type LockService_WatchLockServer = grpc.ServerStreamingServer[WatchLockResponse]
 
 func _LockService_ListLocks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListLocksRequest)
@@ -446,6 +492,12 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _LockService_FencedDelete_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchLock",
+			Handler:       _LockService_WatchLock_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "coordd/v1/lock.proto",
 }
