@@ -150,12 +150,12 @@ type SessionInfo struct {
 	Hostname  string
 	Labels    map[string]string
 	Created   time.Time
-	Remaining time.Duration // filled by GetSession only
+	Remaining time.Duration // filled by GetSession and ListSessionsDetailed
 	// Principal owns the session (empty when coordd runs without a
 	// policy): only it, or a principal allowed cluster.admin, may use it.
 	Principal string
 	// Locks it holds or waits for and Elections it leads or campaigns in,
-	// sorted (filled by GetSession only).
+	// sorted (filled by GetSession and ListSessionsDetailed).
 	Locks, Elections []string
 }
 
@@ -185,10 +185,25 @@ func (a *Admin) GetSession(ctx context.Context, id string) (SessionInfo, error) 
 
 // ListSessions returns every live session, in id order.
 func (a *Admin) ListSessions(ctx context.Context) ([]SessionInfo, error) {
+	return a.listSessions(ctx, false)
+}
+
+// ListSessionsDetailed is ListSessions with each session's Remaining,
+// Locks and Elections filled in (the server reads each session's lease:
+// use it for tens or hundreds of sessions, not for a million).
+func (a *Admin) ListSessionsDetailed(ctx context.Context) ([]SessionInfo, error) {
+	return a.listSessions(ctx, true)
+}
+
+func (a *Admin) listSessions(ctx context.Context, detailed bool) ([]SessionInfo, error) {
 	var out []SessionInfo
 	token := ""
+	size := int32(1000)
+	if detailed {
+		size = 100
+	}
 	for {
-		resp, err := a.c.sessions.ListSessions(ctx, &coorddv1.ListSessionsRequest{PageSize: 1000, PageToken: token})
+		resp, err := a.c.sessions.ListSessions(ctx, &coorddv1.ListSessionsRequest{PageSize: size, PageToken: token, Detailed: detailed})
 		if err != nil {
 			return nil, convert(ctx, err)
 		}

@@ -198,6 +198,13 @@ func (m *Manager) Get(ctx context.Context, id ID) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	return m.Detail(ctx, info)
+}
+
+// Detail fills in a listed session's Remaining and Keys, with one read of
+// its lease. A session that ended since fails with ErrNotFound.
+func (m *Manager) Detail(ctx context.Context, info Info) (Info, error) {
+	id := info.ID
 	ttl, err := m.cli.TimeToLive(ctx, clientv3.LeaseID(id), clientv3.WithAttachedKeys())
 	if err != nil {
 		return Info{}, fmt.Errorf("session: time to live of %s: %w", id, err)

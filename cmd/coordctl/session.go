@@ -79,13 +79,18 @@ func (a *app) sessionCommand() *cobra.Command {
 	}
 	keepalive.Flags().DurationVar(&every, "every", 0, "renew repeatedly at this interval (for example a third of the TTL)")
 
+	var long bool
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List live sessions",
+		Short: "List live sessions (with -l, each one's time left and what it holds)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				ss, err := c.Admin().ListSessions(ctx)
+				list := c.Admin().ListSessions
+				if long {
+					list = c.Admin().ListSessionsDetailed
+				}
+				ss, err := list(ctx)
 				if err != nil {
 					return err
 				}
@@ -94,14 +99,23 @@ func (a *app) sessionCommand() *cobra.Command {
 					out = append(out, sessionOut(s))
 				}
 				return a.print(out, func(w *bytes.Buffer) {
-					fmt.Fprintln(w, "ID\tTTL\tOWNER\tHOST\tCREATED\tLABELS")
+					if !long {
+						fmt.Fprintln(w, "ID\tTTL\tOWNER\tHOST\tCREATED\tLABELS")
+						for _, s := range ss {
+							fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.TTL, s.Owner, s.Hostname, ts(s.Created), labelString(s.Labels))
+						}
+						return
+					}
+					fmt.Fprintln(w, "ID\tTTL\tLEFT\tOWNER\tHOST\tLOCKS\tELECTIONS\tLABELS")
 					for _, s := range ss {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.TTL, s.Owner, s.Hostname, ts(s.Created), labelString(s.Labels))
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.TTL, s.Remaining, s.Owner, s.Hostname,
+							orDash(strings.Join(s.Locks, ",")), orDash(strings.Join(s.Elections, ",")), labelString(s.Labels))
 					}
 				})
 			})
 		},
 	}
+	list.Flags().BoolVarP(&long, "long", "l", false, "also each session's time left and the locks and elections it holds or waits for (one lease read per session)")
 	get := &cobra.Command{
 		Use:   "get ID",
 		Short: "Describe a session, with its remaining TTL",
@@ -131,4 +145,12 @@ func (a *app) sessionCommand() *cobra.Command {
 	}
 	cmd.AddCommand(create, keepalive, list, get, closeCmd)
 	return cmd
+}
+
+// orDash is s, or "-" when empty (a table cell must not be blank).
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

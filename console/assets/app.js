@@ -320,30 +320,58 @@ function renderCluster(st) {
   ];
 }
 
-async function sessions(_p, signal) {
+async function sessions(p, signal) {
   const list = area();
+  const pageToken = p.query.get('page') || '';
   main.replaceChildren(h('h1', { tabindex: '-1' }, 'Sessions'),
-    h('p', { class: 'muted' }, 'Every live session: who created it, where, and its time to live. Open one to see what it holds and close it.'), list);
+    h('p', { class: 'muted' }, 'Every live session: who created it, where, its time to live and what it holds. Open one to close it.'), list);
+  // Time left counts down between reads; every read resets each session's
+  // deadline (a keep-alive moves it), without re-rendering the table.
+  const deadlines = new Map(); // session id -> deadline (ms)
+  const cells = new Map(); // session id -> its time-left cell
+  const tick = () => {
+    for (const [id, cell] of cells) {
+      if (!cell.isConnected) { cells.delete(id); continue; }
+      cell.textContent = `${Math.max(0, Math.round(((deadlines.get(id) || 0) - Date.now()) / 1000))}s`;
+    }
+  };
+  const left = (x) => {
+    const cell = h('span', { class: 'num', 'data-left': '' });
+    cells.set(x.id, cell);
+    return cell;
+  };
+  const t = setInterval(tick, 1000);
+  signal.addEventListener('abort', () => clearInterval(t), { once: true });
+  const holds = (s) => {
+    const items = [...s.locks.map((n) => ['locks', n]), ...s.elections.map((n) => ['elections', n])];
+    if (items.length === 0) return h('span', { class: 'muted' }, 'nothing');
+    return [...items.slice(0, 3).flatMap(([k, n], i) => [i ? ', ' : '', h('a', { href: `#/${k}/${path(n)}` }, n)]),
+      items.length > 3 ? h('a', { href: `#/sessions/${s.id}` }, ` +${items.length - 3} more`) : ''];
+  };
   poll(async () => {
-    const all = [];
-    let token = '';
-    do {
-      const page = await api(`v1/sessions?${q({ pageSize: 500, pageToken: token })}`, { signal });
-      all.push(...page.sessions);
-      token = page.nextPageToken;
-    } while (token && all.length < 5000);
-    list.show(all, (ss) => [
-      h('p', {}, `${ss.length}${token ? '+' : ''} live sessions`),
+    // A page of 100, each with its time left and holdings (one lease read
+    // per session on the server).
+    const page = await api(`v1/sessions?${q({ pageSize: 100, pageToken, detailed: true })}`, { signal });
+    for (const x of page.sessions) deadlines.set(x.id, Date.now() + seconds(x.remainingTtl) * 1000);
+    // Re-render when the sessions or what they hold change, not when only
+    // their time left does (it counts down by itself).
+    const shown = page.sessions.map(({ remainingTtl, ...rest }) => rest);
+    list.show({ shown, next: page.nextPageToken }, () => [
       table([
-        { title: 'Session', cell: (s) => h('a', { href: `#/sessions/${s.id}` }, h('code', {}, s.id)) },
-        { title: 'Owner', cell: (s) => s.owner },
-        { title: 'Host', cell: (s) => s.hostname },
-        { title: 'Labels', cls: 'hide-narrow', cell: (s) => Object.entries(s.labels).map(([k, v]) => h('span', { class: 'badge' }, `${k}=${v}`)) },
-        { title: 'Principal', cls: 'hide-narrow', cell: (s) => s.principal },
-        { title: 'TTL', cls: 'num', cell: (s) => s.ttl },
-        { title: 'Created', cell: (s) => when(s.createTime) },
-      ], ss, 'No live sessions.'),
+        { title: 'Session', cell: (x) => h('a', { href: `#/sessions/${x.id}` }, h('code', {}, x.id)) },
+        { title: 'Owner', cell: (x) => x.owner },
+        { title: 'Host', cls: 'hide-narrow', cell: (x) => x.hostname },
+        { title: 'Labels', cls: 'hide-narrow', cell: (x) => Object.entries(x.labels).map(([k, v]) => h('span', { class: 'badge' }, `${k}=${v}`)) },
+        { title: 'Principal', cls: 'hide-narrow', cell: (x) => x.principal },
+        { title: 'TTL', cls: 'num', cell: (x) => x.ttl },
+        { title: 'Time left', cls: 'num', cell: left },
+        { title: 'Holds and waits', cell: holds },
+        { title: 'Created', cls: 'hide-narrow', cell: (x) => when(x.createTime) },
+      ], page.sessions, 'No live sessions.'),
+      h('p', {}, pageToken ? h('a', { href: '#/sessions' }, '← First page') : '', pageToken && page.nextPageToken ? ' · ' : '',
+        page.nextPageToken ? h('a', { href: `#/sessions?${q({ page: page.nextPageToken })}` }, 'Next page →') : ''),
     ]);
+    tick();
   }, 3000, signal, list);
 }
 

@@ -136,6 +136,12 @@ func (s *SessionServer) ListSessions(ctx context.Context, req *coorddv1.ListSess
 	if err != nil {
 		return nil, err
 	}
+	if req.GetDetailed() && req.GetPageSize() == 0 {
+		size = 100
+	}
+	if req.GetDetailed() && size > 100 {
+		return nil, invalid("page_size of a detailed list must be 1 to 100")
+	}
 	var after session.ID
 	if tok := req.GetPageToken(); tok != "" {
 		id, err := session.ParseID(tok)
@@ -150,9 +156,24 @@ func (s *SessionServer) ListSessions(ctx context.Context, req *coorddv1.ListSess
 	}
 	resp := &coorddv1.ListSessionsResponse{Sessions: make([]*coorddv1.Session, 0, len(infos))}
 	for _, info := range infos {
-		if s.mayRead(ctx, info) {
-			resp.Sessions = append(resp.Sessions, sessionProto(info, false))
+		if !s.mayRead(ctx, info) {
+			continue
 		}
+		if !req.GetDetailed() {
+			resp.Sessions = append(resp.Sessions, sessionProto(info, false))
+			continue
+		}
+		info, err := s.m.Detail(ctx, info)
+		if errors.Is(err, session.ErrNotFound) {
+			continue // ended since the list was read
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := sessionProto(info, true)
+		out.Locks = nonNil(s.holdings.Locks.NamesIn(info.Keys))
+		out.Elections = nonNil(s.holdings.Elections.NamesIn(info.Keys))
+		resp.Sessions = append(resp.Sessions, out)
 	}
 	if more && len(infos) > 0 {
 		resp.NextPageToken = infos[len(infos)-1].ID.String()

@@ -215,6 +215,8 @@ func TestConsole(t *testing.T) {
 	// Sessions: the list, and one session with what it holds.
 	p.open("#/sessions")
 	p.see("main table", "billing-2")
+	p.see("main table", "orders/42") // what b holds, in the list
+	p.until("a time left counting in the list", `[...document.querySelectorAll('[data-left]')].some((c) => /^[1-9][0-9]*s$/.test(c.innerText))`)
 	p.screenshot("sessions")
 	p.open("#/sessions/" + b.ID())
 	p.see("main", "orders/42")

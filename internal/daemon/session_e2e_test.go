@@ -78,6 +78,16 @@ func TestSessionsThroughSDK(t *testing.T) {
 		info, err = c.Admin().GetSession(ctx, s.ID())
 		return err == nil && slices.Equal(info.Locks, []string{"jobs/a", "jobs/b", "jobs/c"}) && slices.Equal(info.Elections, []string{"leader/x", "leader/y"})
 	})
+	// A detailed list says the same of every session, with its time left.
+	detailed, err := c.Admin().ListSessionsDetailed(ctx)
+	if err != nil || len(detailed) != 2 {
+		t.Fatalf("ListSessionsDetailed = %+v, %v", detailed, err)
+	}
+	for _, d := range detailed {
+		if d.ID == s.ID() && (!slices.Equal(d.Locks, info.Locks) || !slices.Equal(d.Elections, info.Elections) || d.Remaining <= 0 || d.Remaining > d.TTL) {
+			t.Fatalf("ListSessionsDetailed of the session = %+v, want %v, %v and a time left", d, info.Locks, info.Elections)
+		}
+	}
 	stopWaiting()
 	waiting.Wait()
 
