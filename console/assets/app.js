@@ -555,7 +555,7 @@ function diffTable(changes, empty = 'No key changed.') {
   ], changes, empty));
 }
 
-const tabs = ['snapshot', 'history', 'diff', 'publish', 'schema', 'status'];
+const tabs = ['snapshot', 'history', 'diff', 'publish', 'gray', 'schema', 'status'];
 
 async function namespaceView(p, signal) {
   const ns = p.rest;
@@ -720,6 +720,97 @@ const configTabs = {
     } catch (e) { if (!signal.aborted) view.fail(e); }
   },
 
+  async gray(ns, _p, body, signal) {
+    const running = area();
+    const history = area();
+    const create = h('div', {});
+    body.replaceChildren(
+      h('p', { class: 'muted' }, 'A gray (canary) release gives some keys other values for the instances a selector picks (by instance id, labels, or a percentage), on top of the normal content. Watch the Status tab, then promote it (everyone gets it, as the next release) or abandon it.'),
+      h('h2', {}, 'Running'), running, create, h('h2', {}, 'Gray history'), history);
+    const who = (sel) => [
+      sel.instances.length ? `instances ${sel.instances.join(', ')}` : '',
+      Object.keys(sel.labels).length ? `labels ${Object.entries(sel.labels).map(([k, v]) => `${k}=${v}`).join(',')}` : '',
+      sel.percent ? `${sel.percent}% of instances` : '',
+    ].filter(Boolean).join('; or ');
+    const act = async (what, g) => {
+      const verb = what === 'promote' ? 'Promote' : 'Abandon';
+      const text = what === 'promote'
+        ? `Gray release ${g.number}'s overrides become the next release, for every instance, in one step; the instances that run it see no change. Everyone else gets:`
+        : `Gray release ${g.number} ends; the instances it picked (${who(g.selector)}) return to the normal content.`;
+      if (!await confirmDialog(`${verb} gray release ${g.number}?`, h('div', {}, h('p', {}, text), what === 'promote' ? diffTable(g.changes) : null), verb, { danger: what === 'abandon' })) return;
+      try {
+        await api(`v1/config:${what}Gray`, { method: 'POST', body: { namespace: ns, expectedGray: g.number } });
+        refresh();
+      } catch (e) { running.fail(e); }
+    };
+    const form = () => {
+      const instances = h('input', { type: 'text', 'aria-label': 'Instances', placeholder: 'web-1, web-2', size: 30 });
+      const labels = h('input', { type: 'text', 'aria-label': 'Labels', placeholder: 'zone=eu', size: 20 });
+      const percent = h('input', { type: 'number', min: 0, max: 100, value: 0, 'aria-label': 'Percent' });
+      const overrides = h('textarea', { rows: 4, cols: 50, 'aria-label': 'Overrides', placeholder: 'key=value, one per line; -key deletes it' });
+      const author = h('input', { type: 'text', 'aria-label': 'Author', placeholder: 'you' });
+      const message = h('input', { type: 'text', 'aria-label': 'Message', placeholder: 'why', size: 40 });
+      const out = h('div', { 'aria-live': 'polite' });
+      const request = (dryRun) => ({
+        namespace: ns, dryRun, author: author.value, message: message.value,
+        selector: {
+          instances: instances.value.split(',').map((x) => x.trim()).filter(Boolean),
+          labels: Object.fromEntries(labels.value.split(',').map((x) => x.trim()).filter(Boolean).map((x) => [x.split('=')[0], x.split('=').slice(1).join('=')])),
+          percent: Number(percent.value) || 0,
+        },
+        overrides: overrides.value.split('\n').map((l) => l.trim()).filter(Boolean)
+          .map((l) => (l.startsWith('-') ? { key: l.slice(1).trim(), delete: true } : { key: l.split('=')[0].trim(), value: l.split('=').slice(1).join('=') })),
+      });
+      const send = async (dryRun) => {
+        try {
+          const { gray: g } = await api('v1/config:createGray', { method: 'POST', body: request(dryRun) });
+          out.replaceChildren(h('p', {}, dryRun ? `Preview: gray release ${g.number} would give ${who(g.selector)}:` : `Gray release ${g.number} runs.`), diffTable(g.changes, 'No change.'));
+          if (!dryRun) refresh();
+        } catch (e) { out.replaceChildren(errorBox(e)); }
+      };
+      return h('form', { class: 'stack', onsubmit: (ev) => ev.preventDefault() },
+        h('h2', {}, 'Start a gray release'),
+        h('label', {}, 'Instances ', instances), h('label', {}, 'Labels (all must match) ', labels), h('label', {}, 'Percent ', percent),
+        h('label', {}, 'Overrides ', overrides), h('label', {}, 'Author ', author), h('label', {}, 'Message ', message),
+        h('div', { class: 'actions' }, h('button', { type: 'button', onclick: () => send(true) }, 'Preview (dry run)'), h('button', { type: 'button', class: 'primary', onclick: () => send(false) }, 'Start')),
+        out);
+    };
+    let formShown = false;
+    const refresh = async () => {
+      try {
+        const { gray: g } = await api(`v1/config:gray?${q({ namespace: ns })}`, { signal });
+        formShown = false;
+        create.replaceChildren();
+        running.show(g, () => [
+          h('p', {}, `Gray release ${g.number}, over release ${g.baseRelease}, for ${who(g.selector)} · ${g.author || 'no author'} · `, when(g.time), g.message ? ` · ${g.message}` : ''),
+          table([
+            { title: 'Key', cell: (m) => h('code', {}, m.key) },
+            { title: 'Gray value', cell: (m) => (m.delete ? h('span', { class: 'muted' }, '(deleted)') : h('pre', {}, pretty(m.value))) },
+          ], g.overrides, 'No overrides.'),
+          h('div', { class: 'actions' },
+            h('button', { type: 'button', class: 'primary', onclick: () => act('promote', g) }, 'Promote…'),
+            h('button', { type: 'button', class: 'danger', onclick: () => act('abandon', g) }, 'Abandon…')),
+        ]);
+      } catch (e) {
+        if (e.status !== 404) { running.fail(e); return; }
+        running.show(null, () => h('p', { class: 'muted' }, 'No gray release runs.'));
+        if (!formShown) { formShown = true; create.replaceChildren(form()); }
+      }
+      const hs = await api(`v1/config:grayReleases?${q({ namespace: ns })}`, { signal });
+      history.show(hs.grays, (gs) => table([
+        { title: 'Gray', cls: 'num', cell: (g) => g.number },
+        { title: 'Action', cell: (g) => g.action.replace('GRAY_ACTION_', '').toLowerCase() + (g.promotedTo !== '0' ? ` → release ${g.promotedTo}` : '') },
+        { title: 'Over release', cls: 'num', cell: (g) => g.baseRelease },
+        { title: 'For', cell: (g) => who(g.selector) },
+        { title: 'Overrides', cell: (g) => g.overrides.map((m) => h('code', {}, m.delete ? `-${m.key}` : `${m.key}=${m.value}`)).flatMap((x, i) => (i ? [' ', x] : [x])) },
+        { title: 'Author', cls: 'hide-narrow', cell: (g) => g.author },
+        { title: 'When', cell: (g) => when(g.time) },
+        { title: 'Message', cls: 'hide-narrow', cell: (g) => g.message },
+      ], gs, 'No gray release yet.'));
+    };
+    poll(refresh, 3000, signal, history);
+  },
+
   async status(ns, _p, body, signal) {
     const view = area();
     body.replaceChildren(h('p', { class: 'muted' }, 'What each instance that reports (the SDK does, after its callbacks) runs, and what it rejected and why.'), view);
@@ -727,12 +818,14 @@ const configTabs = {
       const s = await api(`v1/config:status?${q({ namespace: ns })}`, { signal });
       view.show(s, () => [
         h('p', {}, s.applied.map((c) => h('span', { class: 'badge ok' }, `release ${c.release}: ${c.instances} running`)), ' ',
-          s.rejected.map((c) => h('span', { class: 'badge bad' }, `release ${c.release}: ${c.instances} rejected`))),
+          s.rejected.map((c) => h('span', { class: 'badge bad' }, `release ${c.release}: ${c.instances} rejected`)), ' ',
+          s.appliedGray.map((c) => h('span', { class: 'badge warn' }, `gray ${c.release}: ${c.instances} running`)), ' ',
+          s.rejectedGray.map((c) => h('span', { class: 'badge bad' }, `gray ${c.release}: ${c.instances} rejected`))),
         table([
           { title: 'Instance', cell: (i) => h('code', {}, i.instance) },
           { title: 'Labels', cls: 'hide-narrow', cell: (i) => Object.entries(i.labels).map(([k, v]) => h('span', { class: 'badge' }, `${k}=${v}`)) },
-          { title: 'Runs release', cls: 'num', cell: (i) => i.appliedRelease },
-          { title: 'Rejected', cell: (i) => (i.rejectedRelease !== '0' ? h('span', { class: 'badge bad' }, `release ${i.rejectedRelease}: ${i.reason}`) : '') },
+          { title: 'Runs release', cls: 'num', cell: (i) => (i.appliedGray !== '0' ? `${i.appliedRelease} + gray ${i.appliedGray}` : i.appliedRelease) },
+          { title: 'Rejected', cell: (i) => (i.rejectedRelease !== '0' ? h('span', { class: 'badge bad' }, `release ${i.rejectedRelease}${i.rejectedGray !== '0' ? ` + gray ${i.rejectedGray}` : ''}: ${i.reason}`) : '') },
           { title: 'Reported', cell: (i) => when(i.reportTime) },
         ], s.instances, 'No instance has reported for this namespace.'),
       ]);

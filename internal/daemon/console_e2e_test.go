@@ -323,6 +323,40 @@ func TestConsole(t *testing.T) {
 		return v == `"7s"` && sub.Snapshot().Release(ns) == 4
 	})
 
+	// A gray release from the console reaches only the instance it picks;
+	// promoting it from the console gives it to everyone.
+	canary, err := cc.Subscribe(ctx, []string{ns}, clientlib.WithInstance("canary-1", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer canary.Close()
+	p.open("#/config/" + ns + "?tab=gray")
+	p.see("main", "No gray release runs.")
+	p.run("fill a gray release",
+		chromedp.SendKeys(chromedp.CSS(`main input[aria-label="Instances"]`), "canary-1"),
+		chromedp.SendKeys(chromedp.CSS(`main textarea[aria-label="Overrides"]`), `timeout="1s"`),
+		chromedp.Click(chromedp.Search(`//button[text()="Preview (dry run)"]`)))
+	p.see("main .diff", `"1s"`)
+	p.run("start it", chromedp.Click(chromedp.Search(`//button[text()="Start"]`)))
+	p.see("main", "Gray release 1, over release 4, for instances canary-1")
+	wait.For(t, "the picked instance to run the gray", func() bool {
+		v, _ := canary.Snapshot().Get(ns, "timeout")
+		return v == `"1s"` && canary.Snapshot().Gray(ns) == 1
+	})
+	if v, _ := sub.Snapshot().Get(ns, "timeout"); v != `"7s"` {
+		t.Fatalf("an instance the gray does not pick has timeout %s", v)
+	}
+	p.screenshot("config-gray")
+	p.run("promote", chromedp.Click(chromedp.Search(`//button[text()="Promote…"]`)))
+	p.see("dialog[open] .diff", `"1s"`)
+	p.confirm()
+	p.see("main", "No gray release runs.")
+	p.see("main table", "promote → release 5")
+	wait.For(t, "everyone to run the promoted release", func() bool {
+		v, _ := sub.Snapshot().Get(ns, "timeout")
+		return v == `"1s"` && sub.Snapshot().Release(ns) == 5
+	})
+
 	// Dark mode (the system's setting) gets its own colours.
 	if _, err := chromedp.Call(p.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
 		t.Fatal(err)
