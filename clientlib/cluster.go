@@ -230,3 +230,21 @@ func (a *Admin) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
 		}
 	}
 }
+
+// Identity is who coordd takes the caller to be.
+type Identity struct {
+	Principal string   // empty when anonymous
+	Groups    []string // its groups in the policy
+	Policy    bool     // a policy is in force (without one, anyone may do anything)
+}
+
+// WhoAmI asks coordd who the caller is: the principal its bearer token or
+// client certificate names. With a policy in force, an anonymous caller
+// gets ErrUnauthenticated.
+func (a *Admin) WhoAmI(ctx context.Context) (Identity, error) {
+	resp, err := a.c.cluster.WhoAmI(ctx, &coorddv1.WhoAmIRequest{})
+	if err != nil {
+		return Identity{}, convert(ctx, err)
+	}
+	return Identity{Principal: resp.GetPrincipal(), Groups: resp.GetGroups(), Policy: resp.GetPolicy()}, nil
+}

@@ -331,6 +331,10 @@ func TestJSONOutputIsRESTs(t *testing.T) {
 	exits(t, exitNotFound, ep, "config", "gray", "get", "svc/prod")
 	has(check(ref("v1GetClusterStatusResponse"), "cluster", "status"), "cluster status", "revision", "members", "dbSizeBytes", "alarms", "quotaBackendBytes")
 	check(arrayOf(ref("v1Alarm")), "cluster", "alarms")
+	has(check(ref("v1WhoAmIResponse"), "cluster", "whoami"), "cluster whoami", "principal", "groups", "policy")
+	if out := must(t, ep, "cluster", "whoami"); !strings.Contains(out, "anonymous; no policy is in force") {
+		t.Errorf("cluster whoami without a policy printed %q", out)
+	}
 	check(arrayOf(ref("v1DefragmentResponse")), "cluster", "defrag")
 	added := check(ref("v1AddMemberResponse"), "member", "add", "n9", "--peer-urls", "http://127.0.0.1:1")
 	has(added, "member add", "member", "initialCluster", "initialClusterState")

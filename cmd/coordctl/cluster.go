@@ -115,7 +115,37 @@ nothing while it defragments. --member NAME picks one of them by name.`,
 		},
 	}
 	defrag.Flags().StringVar(&member, "member", "", "defragment only the member of this name")
-	cmd.AddCommand(status, alarms, defrag)
+	whoami := &cobra.Command{
+		Use:   "whoami",
+		Short: "Who coordd takes you to be: the principal your token or certificate names, and its groups",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				id, err := c.Admin().WhoAmI(ctx)
+				if err != nil {
+					return err
+				}
+				return a.print(whoAmIOut(id), func(w *bytes.Buffer) {
+					switch {
+					case id.Principal == "" && !id.Policy:
+						fmt.Fprintln(w, "anonymous; no policy is in force, so anyone may do anything")
+					case id.Principal == "":
+						fmt.Fprintln(w, "anonymous")
+					default:
+						fmt.Fprintf(w, "%s", id.Principal)
+						if len(id.Groups) > 0 {
+							fmt.Fprintf(w, " (groups: %s)", strings.Join(id.Groups, ", "))
+						}
+						if !id.Policy {
+							fmt.Fprint(w, "; no policy is in force, so anyone may do anything")
+						}
+						fmt.Fprintln(w)
+					}
+				})
+			})
+		},
+	}
+	cmd.AddCommand(status, alarms, defrag, whoami)
 	return cmd
 }
 

@@ -443,6 +443,16 @@ func alarmsOut(as []clientlib.Alarm) []alarmJSON {
 	return out
 }
 
+type whoAmIJSON struct {
+	Principal string   `json:"principal"`
+	Groups    []string `json:"groups"`
+	Policy    bool     `json:"policy"`
+}
+
+func whoAmIOut(id clientlib.Identity) whoAmIJSON {
+	return whoAmIJSON{Principal: id.Principal, Groups: append([]string{}, id.Groups...), Policy: id.Policy}
+}
+
 type defragJSON struct {
 	MemberID          string `json:"memberId"`
 	MemberName        string `json:"memberName"`

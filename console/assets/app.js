@@ -10,6 +10,7 @@
 const main = document.getElementById('main');
 const live = document.getElementById('live');
 const signinButton = document.getElementById('signin');
+const whoami = document.getElementById('whoami');
 
 // The API is beside /ui/, wherever a proxy has put coordd: /coordd/ui/ →
 // /coordd/v1/.
@@ -267,6 +268,12 @@ function updateSignin() {
   const signedIn = !!sessionStorage.getItem(tokenKey);
   signinButton.textContent = signedIn ? 'Sign out' : 'Sign in';
   signinButton.onclick = signedIn ? () => { sessionStorage.removeItem(tokenKey); updateSignin(); route(); } : signIn;
+  whoami.textContent = '';
+  // Name the principal coordd sees (or say that no policy is in force).
+  api('v1/cluster:whoami').then((me) => {
+    whoami.textContent = me.policy ? `signed in as ${me.principal}` : 'open: no policy';
+    whoami.title = me.policy ? `groups: ${me.groups.join(', ') || 'none'}` : 'coordd runs without a policy: anyone who reaches it may do anything';
+  }, (e) => { whoami.textContent = e.status === 401 ? 'not signed in' : ''; });
 }
 
 // ---------- views ----------

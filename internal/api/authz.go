@@ -289,6 +289,12 @@ func (a Auth) policy(ctx context.Context, p auth.Principal, method string, msg a
 		if strings.HasPrefix(method, healthService) {
 			return nil // health checks carry no data
 		}
+		if method == whoAmI {
+			if p.IsAnonymous() {
+				return kind.Unauthenticated.New("auth: sign in (a bearer token or a client certificate) to be named")
+			}
+			return nil // anyone known may learn its own name
+		}
 		return kind.PermissionDenied.New(method + " is not in coordd's table of RPCs and actions: denied")
 	}
 	var names []auth.Resource

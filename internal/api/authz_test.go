@@ -35,12 +35,16 @@ func fullMethod(m protoreflect.MethodDescriptor) string {
 	return "/" + string(m.Parent().FullName()) + "/" + string(m.Name())
 }
 
-// Every RPC has a row in the table, and every row is an RPC.
+// Every RPC has a row in the table, and every row is an RPC; WhoAmI alone
+// is open to any authenticated caller (authorize says so by name).
 func TestEveryRPCIsInTheAuthTable(t *testing.T) {
 	seen := map[string]bool{}
 	for _, m := range coorddMethods(t) {
 		name := fullMethod(m)
 		seen[name] = true
+		if name == whoAmI {
+			continue
+		}
 		rule, ok := rpcTable[name]
 		if !ok {
 			t.Errorf("%s is not in rpcTable: say which action it is and which names it acts on", name)

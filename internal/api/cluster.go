@@ -19,6 +19,8 @@ type ClusterServer struct {
 
 	m       *cluster.Manager
 	version string
+	// Policy, when set, says whether a policy is in force (for WhoAmI).
+	Policy func() bool
 }
 
 // NewClusterServer returns the ClusterService adapter; version is coordd's.
@@ -184,4 +186,10 @@ func (s *ClusterServer) Defragment(ctx context.Context, _ *coorddv1.DefragmentRe
 		MemberId: hex(d.MemberID), MemberName: d.MemberName,
 		DbSizeBeforeBytes: d.SizeBefore, DbSizeAfterBytes: d.SizeAfter, TookMs: d.Took.Milliseconds(),
 	}, nil
+}
+
+// WhoAmI implements ClusterService.
+func (s *ClusterServer) WhoAmI(ctx context.Context, _ *coorddv1.WhoAmIRequest) (*coorddv1.WhoAmIResponse, error) {
+	p := PrincipalFrom(ctx)
+	return &coorddv1.WhoAmIResponse{Principal: p.Name, Groups: p.Groups, Policy: s.Policy != nil && s.Policy()}, nil
 }

@@ -157,6 +157,9 @@ func TestEveryRPCIsAuthorized(t *testing.T) {
 		if got := invoke(t, conn, m, ""); got != codes.Unauthenticated {
 			t.Errorf("%s without an identity: %s, want Unauthenticated", m.FullName(), got)
 		}
+		if m.Name() == "WhoAmI" {
+			continue // anyone known may ask its own name (below)
+		}
 		if got := invoke(t, conn, m, wrong); got != codes.PermissionDenied {
 			t.Errorf("%s as %s: %s, want PermissionDenied", m.FullName(), wrong, got)
 		}
@@ -168,6 +171,10 @@ func TestEveryRPCIsAuthorized(t *testing.T) {
 		if got := invoke(t, conn, m, "alice"); got == codes.Unauthenticated || got == codes.PermissionDenied || got == codes.Internal {
 			t.Errorf("%s as alice: %s, want it let in", m.FullName(), got)
 		}
+	}
+	// WhoAmI names whoever is known, and nobody else.
+	if me, err := newClientWithToken(t, d.GRPCAddr(), "bob").Admin().WhoAmI(t.Context()); err != nil || me.Principal != "bob" || !me.Policy {
+		t.Errorf("WhoAmI as bob = %+v, %v", me, err)
 	}
 
 	// REST: the gateway authenticates the HTTP request and the daemon

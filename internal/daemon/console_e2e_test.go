@@ -175,6 +175,7 @@ func TestConsole(t *testing.T) {
 	// Overview: the member, its role and health, live counts.
 	p.open("#/")
 	p.see("main table", "leader")
+	p.see("#whoami", "open: no policy")
 	p.see("main table", "healthy")
 	p.see(`[data-metric="coordd_sessions"]`, "2")
 	p.screenshot("overview")
@@ -394,6 +395,7 @@ func TestConsoleSignsInAndExplainsDenials(t *testing.T) {
 
 	p.open("#/locks/a/x")
 	p.see("main", "Sign in needed")
+	p.see("#whoami", "not signed in")
 	p.run("sign in as bob",
 		chromedp.Click(chromedp.CSS(`#signin`)),
 		chromedp.WaitVisible(chromedp.CSS(`dialog[open] input[type="password"]`)),
@@ -401,6 +403,7 @@ func TestConsoleSignsInAndExplainsDenials(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`dialog[open] button[value="ok"]`)))
 	p.see("main", "Not allowed")
 	p.see("main", "bob") // the reason names the principal
+	p.see("#whoami", "signed in as bob")
 	p.screenshot("denied")
 
 	p.run("sign out", chromedp.Click(chromedp.CSS(`#signin`)))

@@ -77,6 +77,109 @@ func (AlarmType) EnumDescriptor() ([]byte, []int) {
 	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{0}
 }
 
+// WhoAmIRequest is empty.
+type WhoAmIRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIRequest) Reset() {
+	*x = WhoAmIRequest{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIRequest) ProtoMessage() {}
+
+func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
+func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+// WhoAmIResponse names the caller.
+type WhoAmIResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// principal is the caller's name: from its bearer token or client
+	// certificate; empty when anonymous.
+	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// groups are the principal's groups in the policy.
+	Groups []string `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	// policy says whether a policy is in force; without one, everyone may do
+	// everything.
+	Policy        bool `protobuf:"varint,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIResponse) Reset() {
+	*x = WhoAmIResponse{}
+	mi := &file_coordd_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIResponse) ProtoMessage() {}
+
+func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
+func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WhoAmIResponse) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetGroups() []string {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *WhoAmIResponse) GetPolicy() bool {
+	if x != nil {
+		return x.Policy
+	}
+	return false
+}
+
 // Alarm is one active etcd alarm.
 type Alarm struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -92,7 +195,7 @@ type Alarm struct {
 
 func (x *Alarm) Reset() {
 	*x = Alarm{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[0]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -104,7 +207,7 @@ func (x *Alarm) String() string {
 func (*Alarm) ProtoMessage() {}
 
 func (x *Alarm) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[0]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -117,7 +220,7 @@ func (x *Alarm) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alarm.ProtoReflect.Descriptor instead.
 func (*Alarm) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Alarm) GetMemberId() string {
@@ -150,7 +253,7 @@ type ListAlarmsRequest struct {
 
 func (x *ListAlarmsRequest) Reset() {
 	*x = ListAlarmsRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[1]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +265,7 @@ func (x *ListAlarmsRequest) String() string {
 func (*ListAlarmsRequest) ProtoMessage() {}
 
 func (x *ListAlarmsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[1]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +278,7 @@ func (x *ListAlarmsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAlarmsRequest.ProtoReflect.Descriptor instead.
 func (*ListAlarmsRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 // ListAlarmsResponse lists the active alarms.
@@ -189,7 +292,7 @@ type ListAlarmsResponse struct {
 
 func (x *ListAlarmsResponse) Reset() {
 	*x = ListAlarmsResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[2]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -201,7 +304,7 @@ func (x *ListAlarmsResponse) String() string {
 func (*ListAlarmsResponse) ProtoMessage() {}
 
 func (x *ListAlarmsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[2]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -214,7 +317,7 @@ func (x *ListAlarmsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAlarmsResponse.ProtoReflect.Descriptor instead.
 func (*ListAlarmsResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListAlarmsResponse) GetAlarms() []*Alarm {
@@ -233,7 +336,7 @@ type DisarmAlarmsRequest struct {
 
 func (x *DisarmAlarmsRequest) Reset() {
 	*x = DisarmAlarmsRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[3]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -245,7 +348,7 @@ func (x *DisarmAlarmsRequest) String() string {
 func (*DisarmAlarmsRequest) ProtoMessage() {}
 
 func (x *DisarmAlarmsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[3]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -258,7 +361,7 @@ func (x *DisarmAlarmsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisarmAlarmsRequest.ProtoReflect.Descriptor instead.
 func (*DisarmAlarmsRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 // DisarmAlarmsResponse lists what was cleared.
@@ -272,7 +375,7 @@ type DisarmAlarmsResponse struct {
 
 func (x *DisarmAlarmsResponse) Reset() {
 	*x = DisarmAlarmsResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[4]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +387,7 @@ func (x *DisarmAlarmsResponse) String() string {
 func (*DisarmAlarmsResponse) ProtoMessage() {}
 
 func (x *DisarmAlarmsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[4]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +400,7 @@ func (x *DisarmAlarmsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisarmAlarmsResponse.ProtoReflect.Descriptor instead.
 func (*DisarmAlarmsResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DisarmAlarmsResponse) GetDisarmed() []*Alarm {
@@ -316,7 +419,7 @@ type DefragmentRequest struct {
 
 func (x *DefragmentRequest) Reset() {
 	*x = DefragmentRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[5]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +431,7 @@ func (x *DefragmentRequest) String() string {
 func (*DefragmentRequest) ProtoMessage() {}
 
 func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[5]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +444,7 @@ func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentRequest.ProtoReflect.Descriptor instead.
 func (*DefragmentRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 // DefragmentResponse reports one defragmentation.
@@ -363,7 +466,7 @@ type DefragmentResponse struct {
 
 func (x *DefragmentResponse) Reset() {
 	*x = DefragmentResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[6]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +478,7 @@ func (x *DefragmentResponse) String() string {
 func (*DefragmentResponse) ProtoMessage() {}
 
 func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[6]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +491,7 @@ func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentResponse.ProtoReflect.Descriptor instead.
 func (*DefragmentResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DefragmentResponse) GetMemberId() string {
@@ -435,7 +538,7 @@ type GetClusterStatusRequest struct {
 
 func (x *GetClusterStatusRequest) Reset() {
 	*x = GetClusterStatusRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[7]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +550,7 @@ func (x *GetClusterStatusRequest) String() string {
 func (*GetClusterStatusRequest) ProtoMessage() {}
 
 func (x *GetClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[7]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +563,7 @@ func (x *GetClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 // ClusterMember is one etcd member.
@@ -487,7 +590,7 @@ type ClusterMember struct {
 
 func (x *ClusterMember) Reset() {
 	*x = ClusterMember{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[8]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +602,7 @@ func (x *ClusterMember) String() string {
 func (*ClusterMember) ProtoMessage() {}
 
 func (x *ClusterMember) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[8]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +615,7 @@ func (x *ClusterMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMember.ProtoReflect.Descriptor instead.
 func (*ClusterMember) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClusterMember) GetId() string {
@@ -601,7 +704,7 @@ type MemberHealth struct {
 
 func (x *MemberHealth) Reset() {
 	*x = MemberHealth{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[9]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +716,7 @@ func (x *MemberHealth) String() string {
 func (*MemberHealth) ProtoMessage() {}
 
 func (x *MemberHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[9]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +729,7 @@ func (x *MemberHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberHealth.ProtoReflect.Descriptor instead.
 func (*MemberHealth) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MemberHealth) GetReportedAt() *timestamppb.Timestamp {
@@ -722,7 +825,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[10]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +837,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[10]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +850,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 // ListMembersResponse lists the members.
@@ -763,7 +866,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[11]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +878,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[11]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +891,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListMembersResponse) GetMembers() []*ClusterMember {
@@ -819,7 +922,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[12]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +934,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[12]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +947,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AddMemberRequest) GetName() string {
@@ -877,7 +980,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[13]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +992,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[13]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1005,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AddMemberResponse) GetMember() *ClusterMember {
@@ -937,7 +1040,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[14]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1052,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[14]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1065,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PromoteMemberRequest) GetMember() string {
@@ -983,7 +1086,7 @@ type PromoteMemberResponse struct {
 
 func (x *PromoteMemberResponse) Reset() {
 	*x = PromoteMemberResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[15]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1098,7 @@ func (x *PromoteMemberResponse) String() string {
 func (*PromoteMemberResponse) ProtoMessage() {}
 
 func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[15]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1111,7 @@ func (x *PromoteMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberResponse.ProtoReflect.Descriptor instead.
 func (*PromoteMemberResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PromoteMemberResponse) GetMember() *ClusterMember {
@@ -1029,7 +1132,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[16]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1144,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[16]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1157,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RemoveMemberRequest) GetMember() string {
@@ -1075,7 +1178,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[17]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1190,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[17]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1203,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RemoveMemberResponse) GetMember() *ClusterMember {
@@ -1145,7 +1248,7 @@ type GetClusterStatusResponse struct {
 
 func (x *GetClusterStatusResponse) Reset() {
 	*x = GetClusterStatusResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[18]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1260,7 @@ func (x *GetClusterStatusResponse) String() string {
 func (*GetClusterStatusResponse) ProtoMessage() {}
 
 func (x *GetClusterStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[18]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1273,7 @@ func (x *GetClusterStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterStatusResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetClusterStatusResponse) GetClusterId() string {
@@ -1266,7 +1369,7 @@ type SaveSnapshotRequest struct {
 
 func (x *SaveSnapshotRequest) Reset() {
 	*x = SaveSnapshotRequest{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[19]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1381,7 @@ func (x *SaveSnapshotRequest) String() string {
 func (*SaveSnapshotRequest) ProtoMessage() {}
 
 func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[19]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1394,7 @@ func (x *SaveSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 // SaveSnapshotResponse is a piece of the backup, in order.
@@ -1305,7 +1408,7 @@ type SaveSnapshotResponse struct {
 
 func (x *SaveSnapshotResponse) Reset() {
 	*x = SaveSnapshotResponse{}
-	mi := &file_coordd_v1_cluster_proto_msgTypes[20]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1420,7 @@ func (x *SaveSnapshotResponse) String() string {
 func (*SaveSnapshotResponse) ProtoMessage() {}
 
 func (x *SaveSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_cluster_proto_msgTypes[20]
+	mi := &file_coordd_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1433,7 @@ func (x *SaveSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SaveSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_coordd_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SaveSnapshotResponse) GetData() []byte {
@@ -1344,7 +1447,12 @@ var File_coordd_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17coordd/v1/cluster.proto\x12\tcoordd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"o\n" +
+	"\x17coordd/v1/cluster.proto\x12\tcoordd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
+	"\rWhoAmIRequest\"^\n" +
+	"\x0eWhoAmIResponse\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06groups\x18\x02 \x03(\tR\x06groups\x12\x16\n" +
+	"\x06policy\x18\x03 \x01(\bR\x06policy\"o\n" +
 	"\x05Alarm\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12\x1f\n" +
 	"\vmember_name\x18\x02 \x01(\tR\n" +
@@ -1431,7 +1539,7 @@ const file_coordd_v1_cluster_proto_rawDesc = "" +
 	"\tAlarmType\x12\x1a\n" +
 	"\x16ALARM_TYPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12ALARM_TYPE_NOSPACE\x10\x01\x12\x16\n" +
-	"\x12ALARM_TYPE_CORRUPT\x10\x022\xe2\x05\n" +
+	"\x12ALARM_TYPE_CORRUPT\x10\x022\xa1\x06\n" +
 	"\x0eClusterService\x12[\n" +
 	"\x10GetClusterStatus\x12\".coordd.v1.GetClusterStatusRequest\x1a#.coordd.v1.GetClusterStatusResponse\x12Q\n" +
 	"\fSaveSnapshot\x12\x1e.coordd.v1.SaveSnapshotRequest\x1a\x1f.coordd.v1.SaveSnapshotResponse0\x01\x12I\n" +
@@ -1443,7 +1551,8 @@ const file_coordd_v1_cluster_proto_rawDesc = "" +
 	"\vListMembers\x12\x1d.coordd.v1.ListMembersRequest\x1a\x1e.coordd.v1.ListMembersResponse\x12F\n" +
 	"\tAddMember\x12\x1b.coordd.v1.AddMemberRequest\x1a\x1c.coordd.v1.AddMemberResponse\x12R\n" +
 	"\rPromoteMember\x12\x1f.coordd.v1.PromoteMemberRequest\x1a .coordd.v1.PromoteMemberResponse\x12O\n" +
-	"\fRemoveMember\x12\x1e.coordd.v1.RemoveMemberRequest\x1a\x1f.coordd.v1.RemoveMemberResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\fRemoveMember\x12\x1e.coordd.v1.RemoveMemberRequest\x1a\x1f.coordd.v1.RemoveMemberResponse\x12=\n" +
+	"\x06WhoAmI\x12\x18.coordd.v1.WhoAmIRequest\x1a\x19.coordd.v1.WhoAmIResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_cluster_proto_rawDescOnce sync.Once
@@ -1458,65 +1567,69 @@ func file_coordd_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_coordd_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_coordd_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_coordd_v1_cluster_proto_goTypes = []any{
 	(AlarmType)(0),                   // 0: coordd.v1.AlarmType
-	(*Alarm)(nil),                    // 1: coordd.v1.Alarm
-	(*ListAlarmsRequest)(nil),        // 2: coordd.v1.ListAlarmsRequest
-	(*ListAlarmsResponse)(nil),       // 3: coordd.v1.ListAlarmsResponse
-	(*DisarmAlarmsRequest)(nil),      // 4: coordd.v1.DisarmAlarmsRequest
-	(*DisarmAlarmsResponse)(nil),     // 5: coordd.v1.DisarmAlarmsResponse
-	(*DefragmentRequest)(nil),        // 6: coordd.v1.DefragmentRequest
-	(*DefragmentResponse)(nil),       // 7: coordd.v1.DefragmentResponse
-	(*GetClusterStatusRequest)(nil),  // 8: coordd.v1.GetClusterStatusRequest
-	(*ClusterMember)(nil),            // 9: coordd.v1.ClusterMember
-	(*MemberHealth)(nil),             // 10: coordd.v1.MemberHealth
-	(*ListMembersRequest)(nil),       // 11: coordd.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),      // 12: coordd.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),         // 13: coordd.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),        // 14: coordd.v1.AddMemberResponse
-	(*PromoteMemberRequest)(nil),     // 15: coordd.v1.PromoteMemberRequest
-	(*PromoteMemberResponse)(nil),    // 16: coordd.v1.PromoteMemberResponse
-	(*RemoveMemberRequest)(nil),      // 17: coordd.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),     // 18: coordd.v1.RemoveMemberResponse
-	(*GetClusterStatusResponse)(nil), // 19: coordd.v1.GetClusterStatusResponse
-	(*SaveSnapshotRequest)(nil),      // 20: coordd.v1.SaveSnapshotRequest
-	(*SaveSnapshotResponse)(nil),     // 21: coordd.v1.SaveSnapshotResponse
-	(*timestamppb.Timestamp)(nil),    // 22: google.protobuf.Timestamp
+	(*WhoAmIRequest)(nil),            // 1: coordd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),           // 2: coordd.v1.WhoAmIResponse
+	(*Alarm)(nil),                    // 3: coordd.v1.Alarm
+	(*ListAlarmsRequest)(nil),        // 4: coordd.v1.ListAlarmsRequest
+	(*ListAlarmsResponse)(nil),       // 5: coordd.v1.ListAlarmsResponse
+	(*DisarmAlarmsRequest)(nil),      // 6: coordd.v1.DisarmAlarmsRequest
+	(*DisarmAlarmsResponse)(nil),     // 7: coordd.v1.DisarmAlarmsResponse
+	(*DefragmentRequest)(nil),        // 8: coordd.v1.DefragmentRequest
+	(*DefragmentResponse)(nil),       // 9: coordd.v1.DefragmentResponse
+	(*GetClusterStatusRequest)(nil),  // 10: coordd.v1.GetClusterStatusRequest
+	(*ClusterMember)(nil),            // 11: coordd.v1.ClusterMember
+	(*MemberHealth)(nil),             // 12: coordd.v1.MemberHealth
+	(*ListMembersRequest)(nil),       // 13: coordd.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),      // 14: coordd.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),         // 15: coordd.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),        // 16: coordd.v1.AddMemberResponse
+	(*PromoteMemberRequest)(nil),     // 17: coordd.v1.PromoteMemberRequest
+	(*PromoteMemberResponse)(nil),    // 18: coordd.v1.PromoteMemberResponse
+	(*RemoveMemberRequest)(nil),      // 19: coordd.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),     // 20: coordd.v1.RemoveMemberResponse
+	(*GetClusterStatusResponse)(nil), // 21: coordd.v1.GetClusterStatusResponse
+	(*SaveSnapshotRequest)(nil),      // 22: coordd.v1.SaveSnapshotRequest
+	(*SaveSnapshotResponse)(nil),     // 23: coordd.v1.SaveSnapshotResponse
+	(*timestamppb.Timestamp)(nil),    // 24: google.protobuf.Timestamp
 }
 var file_coordd_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: coordd.v1.Alarm.type:type_name -> coordd.v1.AlarmType
-	1,  // 1: coordd.v1.ListAlarmsResponse.alarms:type_name -> coordd.v1.Alarm
-	1,  // 2: coordd.v1.DisarmAlarmsResponse.disarmed:type_name -> coordd.v1.Alarm
-	10, // 3: coordd.v1.ClusterMember.health:type_name -> coordd.v1.MemberHealth
-	22, // 4: coordd.v1.MemberHealth.reported_at:type_name -> google.protobuf.Timestamp
-	1,  // 5: coordd.v1.MemberHealth.alarms:type_name -> coordd.v1.Alarm
-	9,  // 6: coordd.v1.ListMembersResponse.members:type_name -> coordd.v1.ClusterMember
-	9,  // 7: coordd.v1.AddMemberResponse.member:type_name -> coordd.v1.ClusterMember
-	9,  // 8: coordd.v1.PromoteMemberResponse.member:type_name -> coordd.v1.ClusterMember
-	9,  // 9: coordd.v1.RemoveMemberResponse.member:type_name -> coordd.v1.ClusterMember
-	9,  // 10: coordd.v1.GetClusterStatusResponse.members:type_name -> coordd.v1.ClusterMember
-	1,  // 11: coordd.v1.GetClusterStatusResponse.alarms:type_name -> coordd.v1.Alarm
-	8,  // 12: coordd.v1.ClusterService.GetClusterStatus:input_type -> coordd.v1.GetClusterStatusRequest
-	20, // 13: coordd.v1.ClusterService.SaveSnapshot:input_type -> coordd.v1.SaveSnapshotRequest
-	2,  // 14: coordd.v1.ClusterService.ListAlarms:input_type -> coordd.v1.ListAlarmsRequest
-	4,  // 15: coordd.v1.ClusterService.DisarmAlarms:input_type -> coordd.v1.DisarmAlarmsRequest
-	6,  // 16: coordd.v1.ClusterService.Defragment:input_type -> coordd.v1.DefragmentRequest
-	11, // 17: coordd.v1.ClusterService.ListMembers:input_type -> coordd.v1.ListMembersRequest
-	13, // 18: coordd.v1.ClusterService.AddMember:input_type -> coordd.v1.AddMemberRequest
-	15, // 19: coordd.v1.ClusterService.PromoteMember:input_type -> coordd.v1.PromoteMemberRequest
-	17, // 20: coordd.v1.ClusterService.RemoveMember:input_type -> coordd.v1.RemoveMemberRequest
-	19, // 21: coordd.v1.ClusterService.GetClusterStatus:output_type -> coordd.v1.GetClusterStatusResponse
-	21, // 22: coordd.v1.ClusterService.SaveSnapshot:output_type -> coordd.v1.SaveSnapshotResponse
-	3,  // 23: coordd.v1.ClusterService.ListAlarms:output_type -> coordd.v1.ListAlarmsResponse
-	5,  // 24: coordd.v1.ClusterService.DisarmAlarms:output_type -> coordd.v1.DisarmAlarmsResponse
-	7,  // 25: coordd.v1.ClusterService.Defragment:output_type -> coordd.v1.DefragmentResponse
-	12, // 26: coordd.v1.ClusterService.ListMembers:output_type -> coordd.v1.ListMembersResponse
-	14, // 27: coordd.v1.ClusterService.AddMember:output_type -> coordd.v1.AddMemberResponse
-	16, // 28: coordd.v1.ClusterService.PromoteMember:output_type -> coordd.v1.PromoteMemberResponse
-	18, // 29: coordd.v1.ClusterService.RemoveMember:output_type -> coordd.v1.RemoveMemberResponse
-	21, // [21:30] is the sub-list for method output_type
-	12, // [12:21] is the sub-list for method input_type
+	3,  // 1: coordd.v1.ListAlarmsResponse.alarms:type_name -> coordd.v1.Alarm
+	3,  // 2: coordd.v1.DisarmAlarmsResponse.disarmed:type_name -> coordd.v1.Alarm
+	12, // 3: coordd.v1.ClusterMember.health:type_name -> coordd.v1.MemberHealth
+	24, // 4: coordd.v1.MemberHealth.reported_at:type_name -> google.protobuf.Timestamp
+	3,  // 5: coordd.v1.MemberHealth.alarms:type_name -> coordd.v1.Alarm
+	11, // 6: coordd.v1.ListMembersResponse.members:type_name -> coordd.v1.ClusterMember
+	11, // 7: coordd.v1.AddMemberResponse.member:type_name -> coordd.v1.ClusterMember
+	11, // 8: coordd.v1.PromoteMemberResponse.member:type_name -> coordd.v1.ClusterMember
+	11, // 9: coordd.v1.RemoveMemberResponse.member:type_name -> coordd.v1.ClusterMember
+	11, // 10: coordd.v1.GetClusterStatusResponse.members:type_name -> coordd.v1.ClusterMember
+	3,  // 11: coordd.v1.GetClusterStatusResponse.alarms:type_name -> coordd.v1.Alarm
+	10, // 12: coordd.v1.ClusterService.GetClusterStatus:input_type -> coordd.v1.GetClusterStatusRequest
+	22, // 13: coordd.v1.ClusterService.SaveSnapshot:input_type -> coordd.v1.SaveSnapshotRequest
+	4,  // 14: coordd.v1.ClusterService.ListAlarms:input_type -> coordd.v1.ListAlarmsRequest
+	6,  // 15: coordd.v1.ClusterService.DisarmAlarms:input_type -> coordd.v1.DisarmAlarmsRequest
+	8,  // 16: coordd.v1.ClusterService.Defragment:input_type -> coordd.v1.DefragmentRequest
+	13, // 17: coordd.v1.ClusterService.ListMembers:input_type -> coordd.v1.ListMembersRequest
+	15, // 18: coordd.v1.ClusterService.AddMember:input_type -> coordd.v1.AddMemberRequest
+	17, // 19: coordd.v1.ClusterService.PromoteMember:input_type -> coordd.v1.PromoteMemberRequest
+	19, // 20: coordd.v1.ClusterService.RemoveMember:input_type -> coordd.v1.RemoveMemberRequest
+	1,  // 21: coordd.v1.ClusterService.WhoAmI:input_type -> coordd.v1.WhoAmIRequest
+	21, // 22: coordd.v1.ClusterService.GetClusterStatus:output_type -> coordd.v1.GetClusterStatusResponse
+	23, // 23: coordd.v1.ClusterService.SaveSnapshot:output_type -> coordd.v1.SaveSnapshotResponse
+	5,  // 24: coordd.v1.ClusterService.ListAlarms:output_type -> coordd.v1.ListAlarmsResponse
+	7,  // 25: coordd.v1.ClusterService.DisarmAlarms:output_type -> coordd.v1.DisarmAlarmsResponse
+	9,  // 26: coordd.v1.ClusterService.Defragment:output_type -> coordd.v1.DefragmentResponse
+	14, // 27: coordd.v1.ClusterService.ListMembers:output_type -> coordd.v1.ListMembersResponse
+	16, // 28: coordd.v1.ClusterService.AddMember:output_type -> coordd.v1.AddMemberResponse
+	18, // 29: coordd.v1.ClusterService.PromoteMember:output_type -> coordd.v1.PromoteMemberResponse
+	20, // 30: coordd.v1.ClusterService.RemoveMember:output_type -> coordd.v1.RemoveMemberResponse
+	2,  // 31: coordd.v1.ClusterService.WhoAmI:output_type -> coordd.v1.WhoAmIResponse
+	22, // [22:32] is the sub-list for method output_type
+	12, // [12:22] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -1533,7 +1646,7 @@ func file_coordd_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_cluster_proto_rawDesc), len(file_coordd_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

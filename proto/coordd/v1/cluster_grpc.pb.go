@@ -28,6 +28,7 @@ const (
 	ClusterService_AddMember_FullMethodName        = "/coordd.v1.ClusterService/AddMember"
 	ClusterService_PromoteMember_FullMethodName    = "/coordd.v1.ClusterService/PromoteMember"
 	ClusterService_RemoveMember_FullMethodName     = "/coordd.v1.ClusterService/RemoveMember"
+	ClusterService_WhoAmI_FullMethodName           = "/coordd.v1.ClusterService/WhoAmI"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -67,6 +68,9 @@ type ClusterServiceClient interface {
 	// voting member, for the leader while a learner is unpromoted, and when
 	// the members left would not have a quorum of started members.
 	RemoveMember(ctx context.Context, in *RemoveMemberRequest, opts ...grpc.CallOption) (*RemoveMemberResponse, error)
+	// WhoAmI names the caller as coordd's policy sees it. Any authenticated
+	// caller may ask (without a policy, anyone; the answer is then anonymous).
+	WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -176,6 +180,16 @@ func (c *clusterServiceClient) RemoveMember(ctx context.Context, in *RemoveMembe
 	return out, nil
 }
 
+func (c *clusterServiceClient) WhoAmI(ctx context.Context, in *WhoAmIRequest, opts ...grpc.CallOption) (*WhoAmIResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WhoAmIResponse)
+	err := c.cc.Invoke(ctx, ClusterService_WhoAmI_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -213,6 +227,9 @@ type ClusterServiceServer interface {
 	// voting member, for the leader while a learner is unpromoted, and when
 	// the members left would not have a quorum of started members.
 	RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error)
+	// WhoAmI names the caller as coordd's policy sees it. Any authenticated
+	// caller may ask (without a policy, anyone; the answer is then anonymous).
+	WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -249,6 +266,9 @@ func (UnimplementedClusterServiceServer) PromoteMember(context.Context, *Promote
 }
 func (UnimplementedClusterServiceServer) RemoveMember(context.Context, *RemoveMemberRequest) (*RemoveMemberResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveMember not implemented")
+}
+func (UnimplementedClusterServiceServer) WhoAmI(context.Context, *WhoAmIRequest) (*WhoAmIResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WhoAmI not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -426,6 +446,24 @@ func _ClusterService_RemoveMember_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_WhoAmI_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WhoAmIRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).WhoAmI(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_WhoAmI_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).WhoAmI(ctx, req.(*WhoAmIRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -464,6 +502,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveMember",
 			Handler:    _ClusterService_RemoveMember_Handler,
+		},
+		{
+			MethodName: "WhoAmI",
+			Handler:    _ClusterService_WhoAmI_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
