@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -183,4 +184,30 @@ func FuzzParseTokens(f *testing.F) {
 		}
 		toks.Lookup("t")
 	})
+}
+
+// A principal's groups are its token's and the policy's, once each.
+func TestGroupsComeFromTokensAndThePolicy(t *testing.T) {
+	open := auth.NewAuthorizer(nil)
+	if g, inForce := open.Groups(auth.Principal{Name: "worker-1", Groups: []string{"ops"}}); inForce || !slices.Equal(g, []string{"ops"}) {
+		t.Errorf("open mode: %v, %v; want the token's groups [ops], no policy", g, inForce)
+	}
+	pol, err := auth.ParsePolicy([]byte(examplePolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := auth.NewAuthorizer(pol)
+	for _, c := range []struct {
+		p    auth.Principal
+		want []string
+	}{
+		{auth.Principal{Name: "worker-1"}, []string{"batch"}},
+		{auth.Principal{Name: "worker-2", Groups: []string{"ops", "batch"}}, []string{"batch", "ops"}},
+		{auth.Principal{Name: "payments"}, nil},
+		{auth.Anonymous, nil},
+	} {
+		if g, inForce := a.Groups(c.p); !inForce || !slices.Equal(g, c.want) {
+			t.Errorf("Groups(%+v) = %v, %v; want %v, true", c.p, g, inForce, c.want)
+		}
+	}
 }

@@ -309,6 +309,22 @@ func NewAuthorizer(p *Policy) *Authorizer {
 // Open reports whether no policy is in force (everything is allowed).
 func (a *Authorizer) Open() bool { return a.policy.Load() == nil }
 
+// Groups returns p's groups, sorted: those its token gives it and those
+// the policy in force lists it in; and whether a policy is in force.
+func (a *Authorizer) Groups(p Principal) (groups []string, inForce bool) {
+	groups = slices.Clone(p.Groups)
+	pol := a.policy.Load()
+	if pol != nil && !p.IsAnonymous() {
+		for g, members := range pol.Groups {
+			if slices.Contains(members, p.Name) {
+				groups = append(groups, g)
+			}
+		}
+	}
+	slices.Sort(groups)
+	return slices.Compact(groups), pol != nil
+}
+
 // Load parses data and, if it is valid, puts it in force; if not, the
 // policy in force stays and the error says why.
 func (a *Authorizer) Load(data []byte) error {

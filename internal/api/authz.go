@@ -278,6 +278,9 @@ type rateLimited struct {
 func (e rateLimited) Unwrap() error             { return e.error }
 func (e rateLimited) RetryDelay() time.Duration { return e.after }
 
+// whoAmI is the one RPC any authenticated caller may make: it names them.
+const whoAmI = "/coordd.v1.ClusterService/WhoAmI"
+
 // policy checks the policy and session ownership (nothing in open mode).
 func (a Auth) policy(ctx context.Context, p auth.Principal, method string, msg any) error {
 	az, owners := a.Authz, a.Owners

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/coordd/coordd/auth"
 	"github.com/coordd/coordd/cluster"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
@@ -19,8 +20,9 @@ type ClusterServer struct {
 
 	m       *cluster.Manager
 	version string
-	// Policy, when set, says whether a policy is in force (for WhoAmI).
-	Policy func() bool
+	// Groups, when set, gives a principal's groups and whether a policy
+	// is in force (for WhoAmI); auth.Authorizer.Groups.
+	Groups func(auth.Principal) ([]string, bool)
 }
 
 // NewClusterServer returns the ClusterService adapter; version is coordd's.
@@ -191,5 +193,9 @@ func (s *ClusterServer) Defragment(ctx context.Context, _ *coorddv1.DefragmentRe
 // WhoAmI implements ClusterService.
 func (s *ClusterServer) WhoAmI(ctx context.Context, _ *coorddv1.WhoAmIRequest) (*coorddv1.WhoAmIResponse, error) {
 	p := PrincipalFrom(ctx)
-	return &coorddv1.WhoAmIResponse{Principal: p.Name, Groups: p.Groups, Policy: s.Policy != nil && s.Policy()}, nil
+	resp := &coorddv1.WhoAmIResponse{Principal: p.Name, Groups: p.Groups}
+	if s.Groups != nil {
+		resp.Groups, resp.Policy = s.Groups(p)
+	}
+	return resp, nil
 }

@@ -86,9 +86,6 @@ func UnaryRequireLeader(lost func() context.Context) grpc.UnaryServerInterceptor
 // while the member has no leader) is how clients learn it.
 const healthService = "/grpc.health.v1.Health/"
 
-// whoAmI is the one RPC any authenticated caller may make: it names them.
-const whoAmI = "/coordd.v1.ClusterService/WhoAmI"
-
 // StreamRequireLeader is UnaryRequireLeader for streams.
 func StreamRequireLeader(lost func() context.Context) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {

@@ -35,6 +35,8 @@ import (
 // alice may do anything to names under a/; bob may only use sessions and
 // read config under b/; carol is known but allowed nothing.
 const testPolicy = `
+groups:
+  readers: [bob]
 rules:
   - principals: [alice]
     actions: ["*"]
@@ -173,7 +175,7 @@ func TestEveryRPCIsAuthorized(t *testing.T) {
 		}
 	}
 	// WhoAmI names whoever is known, and nobody else.
-	if me, err := newClientWithToken(t, d.GRPCAddr(), "bob").Admin().WhoAmI(t.Context()); err != nil || me.Principal != "bob" || !me.Policy {
+	if me, err := newClientWithToken(t, d.GRPCAddr(), "bob").Admin().WhoAmI(t.Context()); err != nil || me.Principal != "bob" || !slices.Equal(me.Groups, []string{"readers"}) || !me.Policy {
 		t.Errorf("WhoAmI as bob = %+v, %v", me, err)
 	}
 

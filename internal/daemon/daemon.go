@@ -288,7 +288,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Endpoint: statusEndpoint, Local: local, KeyRoot: cfg.KeyRoot, Version: cfg.Version, HealthInterval: cfg.HealthInterval,
 	})
 	clusterSvc := api.NewClusterServer(clusterMgr, cfg.Version)
-	clusterSvc.Policy = func() bool { return !d.authz.Open() }
+	clusterSvc.Groups = d.authz.Groups
 	kvSvc := api.NewKVServer(d.stopped, kv.NewStore(d.cli, cfg.KeyRoot))
 	for _, srv := range servers {
 		coorddv1.RegisterKVServiceServer(srv, kvSvc)
