@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/peer"
@@ -37,6 +39,12 @@ type kaStream struct {
 
 	sendMu sync.Mutex // Send is not safe for concurrent use
 
+	// Renewals are sent in batches once the server says it takes them.
+	batches atomic.Bool
+	bmu     sync.Mutex
+	queued  []string      // session ids whose renewals wait for the next batch
+	kick    chan struct{} // signalled when queued grows
+
 	mu      sync.Mutex
 	members map[string]*kaMember // by session id
 	err     error                // why it broke; set before done closes
@@ -48,6 +56,10 @@ type kaMember struct {
 	s    *Session
 	acks chan *coorddv1.KeepAliveStreamResponse // its renewals' answers
 }
+
+// keepAliveBatchesHeader is the header with which a server says it takes
+// batches of renewals (api.KeepAliveBatchesHeader).
+const keepAliveBatchesHeader = "coordd-keepalive-batches"
 
 // errStreamIdle ends a shared stream that no session uses any more.
 var errStreamIdle = errors.New("coordd: keep-alive stream has no sessions left")
@@ -108,18 +120,79 @@ func (k *keepAlives) open(ctx context.Context) (*kaStream, error) {
 		cancel()
 		return nil, err
 	}
-	ks := &kaStream{k: k, st: st, cancel: cancel, members: map[string]*kaMember{}, done: make(chan struct{})}
+	ks := &kaStream{k: k, st: st, cancel: cancel, members: map[string]*kaMember{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	if pr, ok := peer.FromContext(st.Context()); ok && pr.Addr != nil {
 		ks.addr = pr.Addr.String()
 	}
 	k.receivers.Go(ks.receive)
+	k.receivers.Go(ks.sendBatches)
 	return ks, nil
+}
+
+// batchWindow is how long a batch of renewals stays open after its first
+// one: long enough for the renewals a client's sessions have aligned on
+// one tick (see aligned) to join, short beside any session's interval. A
+// renewal's local deadline counts from before it was queued, so the wait
+// costs no safety.
+const batchWindow = 2 * time.Millisecond
+
+// renew sends a renewal of session id: in the next batch if the server
+// takes batches, else on its own. A failure to send breaks the stream for
+// every session on it.
+func (ks *kaStream) renew(id string) error {
+	if !ks.batches.Load() {
+		return ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: id})
+	}
+	ks.bmu.Lock()
+	ks.queued = append(ks.queued, id)
+	ks.bmu.Unlock()
+	select {
+	case ks.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// sendBatches owns the batches: it sends the renewals queued within
+// batchWindow of the first as one request, until the stream breaks.
+func (ks *kaStream) sendBatches() {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	for {
+		select {
+		case <-ks.done:
+			return
+		case <-ks.kick:
+		}
+		t.Reset(batchWindow)
+		select {
+		case <-ks.done:
+			return
+		case <-t.C:
+		}
+		ks.bmu.Lock()
+		ids := ks.queued
+		ks.queued = nil
+		ks.bmu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		if err := ks.send(&coorddv1.KeepAliveStreamRequest{SessionIds: ids}); err != nil {
+			return // send broke the stream; every session sees it
+		}
+	}
 }
 
 // receive owns Recv: it routes answers to their sessions and reports of
 // ended holdings to every session (each keeps only its own), until the
 // stream fails.
 func (ks *kaStream) receive() {
+	// A server that takes batches says so in its header, which it sends
+	// at once (an older one sends it with its first answer).
+	if md, err := ks.st.Header(); err == nil && len(md.Get(keepAliveBatchesHeader)) > 0 {
+		ks.batches.Store(true)
+	}
 	for {
 		resp, err := ks.st.Recv()
 		if err != nil {
@@ -136,6 +209,19 @@ func (ks *kaStream) receive() {
 			for _, m := range ms {
 				m.s.holdingsEnded(ended)
 			}
+		}
+		if rs := resp.GetRenewals(); len(rs) > 0 {
+			ks.mu.Lock()
+			for _, r := range rs {
+				if m := ks.members[r.GetSessionId()]; m != nil {
+					select {
+					case m.acks <- &coorddv1.KeepAliveStreamResponse{SessionId: r.GetSessionId(), Ttl: r.GetTtl(), Gone: r.GetGone()}:
+					default: // an answer nobody waits for
+					}
+				}
+			}
+			ks.mu.Unlock()
+			continue
 		}
 		if resp.GetTtl() == nil && !resp.GetGone() {
 			continue

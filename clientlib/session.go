@@ -272,20 +272,41 @@ func safetyMargin(ttl time.Duration) time.Duration { return max(250*time.Millise
 // keep-alive: 2.2s for a 3s TTL, enough for an election with etcd's default
 // 1s election timeout (followers notice after 1-2s), 5.4s for 10s.
 func (s *Session) interval() time.Duration {
-	base := s.ttl / 3
-	if s.ttl < 6*time.Second {
-		base = s.ttl / 6
-	}
+	base := s.baseInterval()
 	return base - base/10 + rand.N(base/5+1)
 }
 
+// baseInterval is the pause between keep-alives before jitter.
+func (s *Session) baseInterval() time.Duration {
+	if s.ttl < 6*time.Second {
+		return s.ttl / 6
+	}
+	return s.ttl / 3
+}
+
+// alignTick is the wall-clock grid that renewals paused by about base are
+// aligned on: the longest of 250ms, 125ms, 62.5ms, ... that is at most a
+// sixteenth of base (0 below a millisecond). It depends on base alone, not
+// on a session's jittered interval, so a client's sessions of one TTL
+// renew on the same instants, and those of other TTLs on a grid that
+// nests in or around theirs.
+func alignTick(base time.Duration) time.Duration {
+	tick := 250 * time.Millisecond
+	for tick > base/16 && tick >= 2*time.Millisecond {
+		tick /= 2
+	}
+	if tick > base/16 {
+		return 0
+	}
+	return tick
+}
+
 // aligned is how long until the next renewal, due at due after a pause
-// of interval: moved earlier (never later) onto a tick of the wall clock,
-// a sixteenth of the interval long and at most 250ms, so that the
-// renewals of a client's many sessions go out together, in a few writes
-// on their shared stream, instead of one write each.
-func aligned(now, due time.Time, interval time.Duration) time.Duration {
-	tick := min(interval/16, 250*time.Millisecond)
+// of interval: moved earlier (never later) onto a tick of the wall clock
+// (see alignTick), so that the renewals of a client's many sessions go
+// out together, in a few batches on their shared stream, instead of one
+// message each.
+func aligned(now, due time.Time, interval, tick time.Duration) time.Duration {
 	if tick > 0 {
 		if t := due.Truncate(tick); t.Sub(now) > interval/2 {
 			due = t
@@ -492,18 +513,22 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			waiting = false
 			suspect.Stop()
 			s.extend(sent, resp.GetTtl().AsDuration())
-			timer.Reset(aligned(time.Now(), sent.Add(next), next))
+			timer.Reset(aligned(time.Now(), sent.Add(next), next, alignTick(s.baseInterval())))
 		case <-timer.C:
 			if waiting {
 				return errNoReply
 			}
 			next = s.interval()
 			sent = time.Now()
-			req := &coorddv1.KeepAliveStreamRequest{SessionId: s.id}
+			var err error
 			if first {
-				req.Watch, first = s.toName(true), false
+				// The first renewal on a stream names the holdings to watch.
+				err = ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: s.toName(true)})
+				first = false
+			} else {
+				err = ks.renew(s.id)
 			}
-			if err := ks.send(req); err != nil {
+			if err != nil {
 				return streamErr(err)
 			}
 			// An answer that does not come before the next renewal is due

@@ -33,6 +33,7 @@ type rpcRule struct {
 // session itself, or the grant or term a token names.
 type ownedRef struct {
 	session        string
+	batch          []string // more sessions (a batch of renewals)
 	lock, election string
 	token          int64
 }
@@ -42,6 +43,13 @@ func bySession[T any](id func(T) string) func(any) ownedRef {
 		m, _ := msg.(T)
 		return ownedRef{session: id(m)}
 	}
+}
+
+// renewedSessions names the sessions a keep-alive stream message renews
+// or watches: its session_id and its batch.
+func renewedSessions(msg any) ownedRef {
+	m, _ := msg.(*coorddv1.KeepAliveStreamRequest)
+	return ownedRef{session: m.GetSessionId(), batch: m.GetSessionIds()}
 }
 
 // byFence names the grant or term a fenced write's token is.
@@ -133,7 +141,7 @@ var rpcTable = map[string]rpcRule{
 	sessionSvc + "GetSession":      {action: auth.Session},
 	sessionSvc + "ListSessions":    {action: auth.Session},
 	sessionSvc + "KeepAlive":       {action: auth.Session, owned: bySession((*coorddv1.KeepAliveRequest).GetSessionId)},
-	sessionSvc + "KeepAliveStream": {action: auth.Session, owned: bySession((*coorddv1.KeepAliveStreamRequest).GetSessionId)},
+	sessionSvc + "KeepAliveStream": {action: auth.Session, owned: renewedSessions},
 	sessionSvc + "CloseSession":    {action: auth.Session, owned: bySession((*coorddv1.CloseSessionRequest).GetSessionId)},
 
 	lockSvc + "Acquire":    rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.AcquireRequest).GetName), bySession((*coorddv1.AcquireRequest).GetSessionId)),

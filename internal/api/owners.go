@@ -63,6 +63,11 @@ func (o *Owners) principal(ctx context.Context, id session.ID) (string, error) {
 // or term belongs to one p owns), or p may administer the cluster.
 // Something that does not exist is left to the call, which says so.
 func (o *Owners) check(ctx context.Context, az *auth.Authorizer, p auth.Principal, ref ownedRef) error {
+	for _, s := range ref.batch {
+		if err := o.check(ctx, az, p, ownedRef{session: s}); err != nil {
+			return err
+		}
+	}
 	var id session.ID
 	var err error
 	switch {

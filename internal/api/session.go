@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -206,10 +207,14 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 	defer renewals.Wait()
 	defer cancel()
 	renewed := make(chan sharedRenewal)
-	jobs := make(chan session.ID) // shared renewals, for the renewers
-	renewers := false             // started at the first shared request
+	jobs := make(chan renewJob) // shared renewals, for the renewers
+	renewers := false           // started at the first shared request
 	reqs := make(chan *coorddv1.KeepAliveStreamRequest)
 	recvErr := make(chan error, 1)
+	// Tell the client it may batch its renewals (session_ids).
+	if err := stream.SendHeader(metadata.Pairs(KeepAliveBatchesHeader, "1")); err != nil {
+		return err
+	}
 	// The receiver exits when Recv fails, which gRPC guarantees once this
 	// handler returns (the stream's context is then cancelled).
 	go func() {
@@ -251,9 +256,13 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 				return err
 			}
 		case req := <-reqs:
-			id, err := session.ParseID(req.GetSessionId())
+			job, err := parseRenewJob(req)
 			if err != nil {
 				return err
+			}
+			id := job.id
+			if len(req.GetWatch()) > 0 && req.GetSessionId() == "" {
+				return invalid("watch: name the holdings' session in session_id")
 			}
 			for _, h := range req.GetWatch() {
 				if err := w.add(ctx, id, h); err != nil {
@@ -274,7 +283,7 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 				// meanwhile (that frees renewers).
 				for handed := false; !handed; {
 					select {
-					case jobs <- id:
+					case jobs <- job:
 						handed = true
 					case r := <-renewed:
 						if r.err != nil {
@@ -310,13 +319,13 @@ const sharedRenewers = 64
 
 // renewer runs the renewals of a shared stream handed to it on jobs until
 // ctx ends.
-func (s *SessionServer) renewer(ctx context.Context, jobs <-chan session.ID, renewed chan<- sharedRenewal) {
+func (s *SessionServer) renewer(ctx context.Context, jobs <-chan renewJob, renewed chan<- sharedRenewal) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case id := <-jobs:
-			r := s.renewShared(ctx, id)
+		case job := <-jobs:
+			r := s.renewShared(ctx, job)
 			select {
 			case renewed <- r:
 			case <-ctx.Done():
@@ -333,19 +342,85 @@ type sharedRenewal struct {
 	err  error
 }
 
-// renewShared renews session id for a shared stream: a session that is
-// gone is answered as such instead of ending the stream (its other
-// sessions go on).
-func (s *SessionServer) renewShared(ctx context.Context, id session.ID) sharedRenewal {
+// KeepAliveBatchesHeader is the header metadata key with which
+// KeepAliveStream tells a client that it takes batches of renewals
+// (KeepAliveStreamRequest.session_ids).
+const KeepAliveBatchesHeader = "coordd-keepalive-batches"
+
+// renewJob is what one request on a keep-alive stream asks to renew: one
+// session (id), or a batch of them (batch; id is then the zero ID unless
+// session_id was set too, and it is renewed first).
+type renewJob struct {
+	id    session.ID
+	batch []session.ID
+}
+
+// parseRenewJob reads the sessions req names. A malformed id, or a batch
+// on a stream that is not shared, is InvalidArgument and ends the stream.
+func parseRenewJob(req *coorddv1.KeepAliveStreamRequest) (renewJob, error) {
+	var job renewJob
+	ids := req.GetSessionIds()
+	if len(ids) > 0 && !req.GetShared() {
+		return job, invalid("session_ids: a batch of renewals needs a shared stream (set shared)")
+	}
+	if len(ids) > 0 && req.GetWatchOnly() {
+		return job, invalid("session_ids: a watch_only request renews nothing")
+	}
+	if req.GetSessionId() != "" || len(ids) == 0 {
+		id, err := session.ParseID(req.GetSessionId())
+		if err != nil {
+			return job, err
+		}
+		job.id = id
+	}
+	job.batch = make([]session.ID, 0, len(ids))
+	for _, s := range ids {
+		id, err := session.ParseID(s)
+		if err != nil {
+			return job, err
+		}
+		job.batch = append(job.batch, id)
+	}
+	if job.id != 0 && len(job.batch) > 0 {
+		job.batch = append([]session.ID{job.id}, job.batch...)
+	}
+	return job, nil
+}
+
+// renewShared renews job's sessions for a shared stream: a session that
+// is gone is answered as such instead of ending the stream (its other
+// sessions go on). A batch is answered by one response.
+func (s *SessionServer) renewShared(ctx context.Context, job renewJob) sharedRenewal {
+	if len(job.batch) == 0 {
+		r, err := s.renewOne(ctx, job.id)
+		if err != nil {
+			return sharedRenewal{err: err}
+		}
+		return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{SessionId: r.GetSessionId(), Ttl: r.GetTtl(), Gone: r.GetGone()}}
+	}
+	resp := &coorddv1.KeepAliveStreamResponse{Renewals: make([]*coorddv1.Renewal, 0, len(job.batch))}
+	for _, id := range job.batch {
+		r, err := s.renewOne(ctx, id)
+		if err != nil {
+			return sharedRenewal{err: err}
+		}
+		resp.Renewals = append(resp.Renewals, r)
+	}
+	return sharedRenewal{resp: resp}
+}
+
+// renewOne renews session id: gone is an answer, other failures end the
+// stream.
+func (s *SessionServer) renewOne(ctx context.Context, id session.ID) (*coorddv1.Renewal, error) {
 	ttl, err := s.m.KeepAlive(ctx, id)
 	s.metrics.keepAlive(err)
 	switch {
 	case errors.Is(err, session.ErrNotFound):
-		return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{SessionId: id.String(), Gone: true}}
+		return &coorddv1.Renewal{SessionId: id.String(), Gone: true}, nil
 	case err != nil:
-		return sharedRenewal{err: err}
+		return nil, err
 	}
-	return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{SessionId: id.String(), Ttl: durationpb.New(ttl)}}
+	return &coorddv1.Renewal{SessionId: id.String(), Ttl: durationpb.New(ttl)}, nil
 }
 
 // holdingWatches are the holdings one KeepAliveStream watches. add and

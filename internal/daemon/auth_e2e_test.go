@@ -412,6 +412,22 @@ rules:
 	}
 	_, err = mallory.KeepAliveSession(ctx, s.ID())
 	denied("keeping alice's session alive", err)
+	// Nor in a batch of renewals with one of her own.
+	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	st, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(withToken(ctx, "mallory"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionIds: []string{ms.ID, s.ID()}, Shared: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = st.Recv(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "belongs to alice") {
+		t.Errorf("mallory renewing alice's session in a batch: %v; want PermissionDenied (the session belongs to alice)", err)
+	}
 	denied("closing alice's session", mallory.CloseSession(ctx, s.ID()))
 	_, err = mallory.Acquire(ctx, s.ID(), "shared/other")
 	denied("acquiring with alice's session", err)

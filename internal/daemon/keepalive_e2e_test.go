@@ -5,8 +5,15 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/api"
 	"github.com/coordd/coordd/internal/wait"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // A client's sessions are kept alive over one KeepAliveStream, however
@@ -67,5 +74,128 @@ func TestSessionsShareOneKeepAliveStream(t *testing.T) {
 	}
 	if got := streams() - before; got != 1 {
 		t.Fatalf("one session's end reopened the shared stream: %v streams, want 1", got)
+	}
+}
+
+// The renewals of a client's many sessions travel together: the server
+// reads a batch of them in one message and answers in one, so a member
+// serving many idle sessions handles a few messages per renewal tick
+// instead of one per session.
+func TestRenewalsTravelInBatches(t *testing.T) {
+	d := start(t, testConfig(t))
+	base := "http://" + d.HTTPAddr()
+	ctx := t.Context()
+	received := func() float64 {
+		return max(value(scrape(t, base), "coordd_grpc_server_msg_received_total", "grpc_method", "KeepAliveStream"), 0)
+	}
+	c := newClient(t, d.GRPCAddr())
+	const n = 200
+	var ss []*clientlib.Session
+	for range n {
+		s, err := c.NewSession(ctx, clientlib.WithTTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss = append(ss, s)
+	}
+	// Let every session renew once on the stream (the first renewal of
+	// each names its holdings, on its own), then count the messages it
+	// takes for every one of them to renew again.
+	renewedSince := func(at time.Time) func() bool {
+		return func() bool {
+			for _, s := range ss {
+				// A renewal sent after at moves the deadline past at + TTL - margin.
+				if !s.Deadline().After(at.Add(2700 * time.Millisecond)) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	wait.Within(t, 10*time.Second, "every session to renew", renewedSince(time.Now()))
+	before, t1 := received(), time.Now()
+	wait.Within(t, 10*time.Second, "every session to renew again", renewedSince(t1))
+	if got := received() - before; got >= n/2 {
+		t.Fatalf("the server read %v keep-alive messages while %d sessions renewed once each; want a few batches (< %d)", got, n, n/2)
+	}
+	for _, s := range ss {
+		if err := s.Err(); err != nil {
+			t.Fatalf("session %s ended with %v", s.ID(), err)
+		}
+	}
+}
+
+// The batch protocol itself: a batch is answered by one response naming
+// every session (a gone one as gone, without ending the stream), and a
+// batch on a stream that is not shared, or a malformed id in one, ends the
+// stream with InvalidArgument.
+func TestKeepAliveBatchProtocol(t *testing.T) {
+	d := start(t, testConfig(t))
+	ctx := t.Context()
+	c := newClient(t, d.GRPCAddr())
+	a, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Admin().CloseSession(ctx, b.ID()); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	open := func() coorddv1.SessionService_KeepAliveStreamClient {
+		st, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		md, err := st.Header()
+		if err != nil || len(md.Get(api.KeepAliveBatchesHeader)) == 0 {
+			t.Fatalf("stream header %v, %v: want %s", md, err, api.KeepAliveBatchesHeader)
+		}
+		return st
+	}
+	st := open()
+	if err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionIds: []string{a.ID(), b.ID()}, Shared: true}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*coorddv1.Renewal{}
+	for _, r := range resp.GetRenewals() {
+		got[r.GetSessionId()] = r
+	}
+	if len(got) != 2 || got[a.ID()].GetTtl().AsDuration() != 10*time.Second || got[a.ID()].GetGone() || !got[b.ID()].GetGone() {
+		t.Fatalf("batch answer %v: want %s renewed for 10s and %s gone", resp, a.ID(), b.ID())
+	}
+	// The stream goes on after a gone session.
+	if err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionIds: []string{a.ID()}, Shared: true}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := st.Recv(); err != nil || len(resp.GetRenewals()) != 1 {
+		t.Fatalf("second batch: %v, %v", resp, err)
+	}
+	for what, req := range map[string]*coorddv1.KeepAliveStreamRequest{
+		"a batch on a stream that is not shared": {SessionIds: []string{a.ID()}},
+		"a malformed id in a batch":              {SessionIds: []string{a.ID(), "nope"}, Shared: true},
+		"holdings without their session":         {SessionIds: []string{a.ID()}, Shared: true, Watch: []*coorddv1.Holding{{Kind: coorddv1.Holding_KIND_LOCK, Name: "x", Token: 1, RequestId: "r"}}},
+	} {
+		st := open()
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", what, err)
+		}
+	}
+	if err := a.Err(); err != nil {
+		t.Fatalf("session a ended with %v", err)
 	}
 }

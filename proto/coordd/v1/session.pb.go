@@ -74,7 +74,7 @@ func (x Holding_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Holding_Kind.Descriptor instead.
 func (Holding_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{10, 0}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{11, 0}
 }
 
 // Session describes a live session.
@@ -667,7 +667,12 @@ type KeepAliveStreamRequest struct {
 	// concurrently, so responses come in any order (each names its session),
 	// and a session that no longer exists is answered with gone set instead
 	// of ending the stream for the others.
-	Shared        bool `protobuf:"varint,4,opt,name=shared,proto3" json:"shared,omitempty"`
+	Shared bool `protobuf:"varint,4,opt,name=shared,proto3" json:"shared,omitempty"`
+	// session_ids renews these sessions as one batch, on a shared stream
+	// only (session_id may then be empty): one response answers them all, in
+	// renewals. A client with many sessions sends their renewals together,
+	// so the server reads, renews and answers them in one message each way.
+	SessionIds    []string `protobuf:"bytes,5,rep,name=session_ids,json=sessionIds,proto3" json:"session_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -730,6 +735,78 @@ func (x *KeepAliveStreamRequest) GetShared() bool {
 	return false
 }
 
+func (x *KeepAliveStreamRequest) GetSessionIds() []string {
+	if x != nil {
+		return x.SessionIds
+	}
+	return nil
+}
+
+// Renewal answers the renewal of one session of a batch.
+type Renewal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the session's id.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// ttl is the granted TTL, counted from when the server answered; unset
+	// when gone is set.
+	Ttl *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// gone says the session no longer exists: it ended, or never was.
+	Gone          bool `protobuf:"varint,3,opt,name=gone,proto3" json:"gone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Renewal) Reset() {
+	*x = Renewal{}
+	mi := &file_coordd_v1_session_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Renewal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Renewal) ProtoMessage() {}
+
+func (x *Renewal) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_session_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Renewal.ProtoReflect.Descriptor instead.
+func (*Renewal) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Renewal) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Renewal) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *Renewal) GetGone() bool {
+	if x != nil {
+		return x.Gone
+	}
+	return false
+}
+
 // Holding names a lock grant or a leadership term held by a session.
 type Holding struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -748,7 +825,7 @@ type Holding struct {
 
 func (x *Holding) Reset() {
 	*x = Holding{}
-	mi := &file_coordd_v1_session_proto_msgTypes[10]
+	mi := &file_coordd_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +837,7 @@ func (x *Holding) String() string {
 func (*Holding) ProtoMessage() {}
 
 func (x *Holding) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[10]
+	mi := &file_coordd_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +850,7 @@ func (x *Holding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holding.ProtoReflect.Descriptor instead.
 func (*Holding) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Holding) GetKind() Holding_Kind {
@@ -821,14 +898,17 @@ type KeepAliveStreamResponse struct {
 	Ended []*Holding `protobuf:"bytes,3,rep,name=ended,proto3" json:"ended,omitempty"`
 	// gone answers a shared request whose session no longer exists (ttl is
 	// unset): it ended, or never was.
-	Gone          bool `protobuf:"varint,4,opt,name=gone,proto3" json:"gone,omitempty"`
+	Gone bool `protobuf:"varint,4,opt,name=gone,proto3" json:"gone,omitempty"`
+	// renewals answers a request's session_ids, one per session, in any
+	// order (session_id and ttl are then unset).
+	Renewals      []*Renewal `protobuf:"bytes,5,rep,name=renewals,proto3" json:"renewals,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeepAliveStreamResponse) Reset() {
 	*x = KeepAliveStreamResponse{}
-	mi := &file_coordd_v1_session_proto_msgTypes[11]
+	mi := &file_coordd_v1_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +920,7 @@ func (x *KeepAliveStreamResponse) String() string {
 func (*KeepAliveStreamResponse) ProtoMessage() {}
 
 func (x *KeepAliveStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[11]
+	mi := &file_coordd_v1_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +933,7 @@ func (x *KeepAliveStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveStreamResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveStreamResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeepAliveStreamResponse) GetSessionId() string {
@@ -884,6 +964,13 @@ func (x *KeepAliveStreamResponse) GetGone() bool {
 	return false
 }
 
+func (x *KeepAliveStreamResponse) GetRenewals() []*Renewal {
+	if x != nil {
+		return x.Renewals
+	}
+	return nil
+}
+
 // CloseSessionRequest names the session to close.
 type CloseSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -895,7 +982,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_coordd_v1_session_proto_msgTypes[12]
+	mi := &file_coordd_v1_session_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +994,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[12]
+	mi := &file_coordd_v1_session_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1007,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{12}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -940,7 +1027,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_coordd_v1_session_proto_msgTypes[13]
+	mi := &file_coordd_v1_session_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1039,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[13]
+	mi := &file_coordd_v1_session_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1052,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{13}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{14}
 }
 
 var File_coordd_v1_session_proto protoreflect.FileDescriptor
@@ -1018,14 +1105,21 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\x11KeepAliveResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
-	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x98\x01\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xb9\x01\n" +
 	"\x16KeepAliveStreamRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12(\n" +
 	"\x05watch\x18\x02 \x03(\v2\x12.coordd.v1.HoldingR\x05watch\x12\x1d\n" +
 	"\n" +
 	"watch_only\x18\x03 \x01(\bR\twatchOnly\x12\x16\n" +
-	"\x06shared\x18\x04 \x01(\bR\x06shared\"\xbf\x01\n" +
+	"\x06shared\x18\x04 \x01(\bR\x06shared\x12\x1f\n" +
+	"\vsession_ids\x18\x05 \x03(\tR\n" +
+	"sessionIds\"i\n" +
+	"\aRenewal\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x12\n" +
+	"\x04gone\x18\x03 \x01(\bR\x04gone\"\xbf\x01\n" +
 	"\aHolding\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.coordd.v1.Holding.KindR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1035,13 +1129,14 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tKIND_LOCK\x10\x01\x12\x11\n" +
-	"\rKIND_ELECTION\x10\x02\"\xa3\x01\n" +
+	"\rKIND_ELECTION\x10\x02\"\xd3\x01\n" +
 	"\x17KeepAliveStreamResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12(\n" +
 	"\x05ended\x18\x03 \x03(\v2\x12.coordd.v1.HoldingR\x05ended\x12\x12\n" +
-	"\x04gone\x18\x04 \x01(\bR\x04gone\"4\n" +
+	"\x04gone\x18\x04 \x01(\bR\x04gone\x12.\n" +
+	"\brenewals\x18\x05 \x03(\v2\x12.coordd.v1.RenewalR\brenewals\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
@@ -1068,7 +1163,7 @@ func file_coordd_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_coordd_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordd_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_coordd_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_coordd_v1_session_proto_goTypes = []any{
 	(Holding_Kind)(0),               // 0: coordd.v1.Holding.Kind
 	(*Session)(nil),                 // 1: coordd.v1.Session
@@ -1081,47 +1176,50 @@ var file_coordd_v1_session_proto_goTypes = []any{
 	(*KeepAliveRequest)(nil),        // 8: coordd.v1.KeepAliveRequest
 	(*KeepAliveResponse)(nil),       // 9: coordd.v1.KeepAliveResponse
 	(*KeepAliveStreamRequest)(nil),  // 10: coordd.v1.KeepAliveStreamRequest
-	(*Holding)(nil),                 // 11: coordd.v1.Holding
-	(*KeepAliveStreamResponse)(nil), // 12: coordd.v1.KeepAliveStreamResponse
-	(*CloseSessionRequest)(nil),     // 13: coordd.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),    // 14: coordd.v1.CloseSessionResponse
-	nil,                             // 15: coordd.v1.Session.LabelsEntry
-	nil,                             // 16: coordd.v1.CreateSessionRequest.LabelsEntry
-	(*durationpb.Duration)(nil),     // 17: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 18: google.protobuf.Timestamp
+	(*Renewal)(nil),                 // 11: coordd.v1.Renewal
+	(*Holding)(nil),                 // 12: coordd.v1.Holding
+	(*KeepAliveStreamResponse)(nil), // 13: coordd.v1.KeepAliveStreamResponse
+	(*CloseSessionRequest)(nil),     // 14: coordd.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),    // 15: coordd.v1.CloseSessionResponse
+	nil,                             // 16: coordd.v1.Session.LabelsEntry
+	nil,                             // 17: coordd.v1.CreateSessionRequest.LabelsEntry
+	(*durationpb.Duration)(nil),     // 18: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
 }
 var file_coordd_v1_session_proto_depIdxs = []int32{
-	17, // 0: coordd.v1.Session.ttl:type_name -> google.protobuf.Duration
-	15, // 1: coordd.v1.Session.labels:type_name -> coordd.v1.Session.LabelsEntry
-	18, // 2: coordd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	17, // 3: coordd.v1.Session.remaining_ttl:type_name -> google.protobuf.Duration
-	17, // 4: coordd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	16, // 5: coordd.v1.CreateSessionRequest.labels:type_name -> coordd.v1.CreateSessionRequest.LabelsEntry
+	18, // 0: coordd.v1.Session.ttl:type_name -> google.protobuf.Duration
+	16, // 1: coordd.v1.Session.labels:type_name -> coordd.v1.Session.LabelsEntry
+	19, // 2: coordd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	18, // 3: coordd.v1.Session.remaining_ttl:type_name -> google.protobuf.Duration
+	18, // 4: coordd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	17, // 5: coordd.v1.CreateSessionRequest.labels:type_name -> coordd.v1.CreateSessionRequest.LabelsEntry
 	1,  // 6: coordd.v1.CreateSessionResponse.session:type_name -> coordd.v1.Session
 	1,  // 7: coordd.v1.GetSessionResponse.session:type_name -> coordd.v1.Session
 	1,  // 8: coordd.v1.ListSessionsResponse.sessions:type_name -> coordd.v1.Session
-	17, // 9: coordd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	11, // 10: coordd.v1.KeepAliveStreamRequest.watch:type_name -> coordd.v1.Holding
-	0,  // 11: coordd.v1.Holding.kind:type_name -> coordd.v1.Holding.Kind
-	17, // 12: coordd.v1.KeepAliveStreamResponse.ttl:type_name -> google.protobuf.Duration
-	11, // 13: coordd.v1.KeepAliveStreamResponse.ended:type_name -> coordd.v1.Holding
-	2,  // 14: coordd.v1.SessionService.CreateSession:input_type -> coordd.v1.CreateSessionRequest
-	4,  // 15: coordd.v1.SessionService.GetSession:input_type -> coordd.v1.GetSessionRequest
-	6,  // 16: coordd.v1.SessionService.ListSessions:input_type -> coordd.v1.ListSessionsRequest
-	8,  // 17: coordd.v1.SessionService.KeepAlive:input_type -> coordd.v1.KeepAliveRequest
-	10, // 18: coordd.v1.SessionService.KeepAliveStream:input_type -> coordd.v1.KeepAliveStreamRequest
-	13, // 19: coordd.v1.SessionService.CloseSession:input_type -> coordd.v1.CloseSessionRequest
-	3,  // 20: coordd.v1.SessionService.CreateSession:output_type -> coordd.v1.CreateSessionResponse
-	5,  // 21: coordd.v1.SessionService.GetSession:output_type -> coordd.v1.GetSessionResponse
-	7,  // 22: coordd.v1.SessionService.ListSessions:output_type -> coordd.v1.ListSessionsResponse
-	9,  // 23: coordd.v1.SessionService.KeepAlive:output_type -> coordd.v1.KeepAliveResponse
-	12, // 24: coordd.v1.SessionService.KeepAliveStream:output_type -> coordd.v1.KeepAliveStreamResponse
-	14, // 25: coordd.v1.SessionService.CloseSession:output_type -> coordd.v1.CloseSessionResponse
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	18, // 9: coordd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	12, // 10: coordd.v1.KeepAliveStreamRequest.watch:type_name -> coordd.v1.Holding
+	18, // 11: coordd.v1.Renewal.ttl:type_name -> google.protobuf.Duration
+	0,  // 12: coordd.v1.Holding.kind:type_name -> coordd.v1.Holding.Kind
+	18, // 13: coordd.v1.KeepAliveStreamResponse.ttl:type_name -> google.protobuf.Duration
+	12, // 14: coordd.v1.KeepAliveStreamResponse.ended:type_name -> coordd.v1.Holding
+	11, // 15: coordd.v1.KeepAliveStreamResponse.renewals:type_name -> coordd.v1.Renewal
+	2,  // 16: coordd.v1.SessionService.CreateSession:input_type -> coordd.v1.CreateSessionRequest
+	4,  // 17: coordd.v1.SessionService.GetSession:input_type -> coordd.v1.GetSessionRequest
+	6,  // 18: coordd.v1.SessionService.ListSessions:input_type -> coordd.v1.ListSessionsRequest
+	8,  // 19: coordd.v1.SessionService.KeepAlive:input_type -> coordd.v1.KeepAliveRequest
+	10, // 20: coordd.v1.SessionService.KeepAliveStream:input_type -> coordd.v1.KeepAliveStreamRequest
+	14, // 21: coordd.v1.SessionService.CloseSession:input_type -> coordd.v1.CloseSessionRequest
+	3,  // 22: coordd.v1.SessionService.CreateSession:output_type -> coordd.v1.CreateSessionResponse
+	5,  // 23: coordd.v1.SessionService.GetSession:output_type -> coordd.v1.GetSessionResponse
+	7,  // 24: coordd.v1.SessionService.ListSessions:output_type -> coordd.v1.ListSessionsResponse
+	9,  // 25: coordd.v1.SessionService.KeepAlive:output_type -> coordd.v1.KeepAliveResponse
+	13, // 26: coordd.v1.SessionService.KeepAliveStream:output_type -> coordd.v1.KeepAliveStreamResponse
+	15, // 27: coordd.v1.SessionService.CloseSession:output_type -> coordd.v1.CloseSessionResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_session_proto_init() }
@@ -1135,7 +1233,7 @@ func file_coordd_v1_session_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_session_proto_rawDesc), len(file_coordd_v1_session_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -61,7 +61,9 @@ type SessionServiceClient interface {
 	// named session no longer exists, and with Unavailable when the daemon
 	// stops. A stream whose requests set shared (the Go SDK's: one stream per
 	// client, carrying all of its sessions) is served differently: see
-	// KeepAliveStreamRequest.shared.
+	// KeepAliveStreamRequest.shared. A server that takes batches of renewals
+	// (KeepAliveStreamRequest.session_ids) says so in the stream's header
+	// metadata: coordd-keepalive-batches: 1.
 	KeepAliveStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveStreamRequest, KeepAliveStreamResponse], error)
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
@@ -172,7 +174,9 @@ type SessionServiceServer interface {
 	// named session no longer exists, and with Unavailable when the daemon
 	// stops. A stream whose requests set shared (the Go SDK's: one stream per
 	// client, carrying all of its sessions) is served differently: see
-	// KeepAliveStreamRequest.shared.
+	// KeepAliveStreamRequest.shared. A server that takes batches of renewals
+	// (KeepAliveStreamRequest.session_ids) says so in the stream's header
+	// metadata: coordd-keepalive-batches: 1.
 	KeepAliveStream(grpc.BidiStreamingServer[KeepAliveStreamRequest, KeepAliveStreamResponse]) error
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
