@@ -31,6 +31,9 @@ type held struct {
 // newHeld starts tracking holding (its request id and token as granted),
 // which ends with cause gone when the server reports it ended.
 func newHeld(s *Session, holding *coorddv1.Holding, gone error) *held {
+	if holding.GetRevision() < holding.GetToken() {
+		holding.Revision = 0 // not one at which it was alive: let the server read
+	}
 	h := &held{lost: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancelCause(s.ctx)
 	h.stop = context.AfterFunc(s.ctx, func() { h.lose(nil) })

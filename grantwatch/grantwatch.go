@@ -14,6 +14,11 @@
 //     deletion is never missed, also across restarts of the etcd watch (a
 //     restart checks every watched entry again).
 //   - An entry that still exists is never reported ended.
+//   - WatchFrom an entry known alive at a revision reads nothing from etcd
+//     when the member's watch has not dispatched past that revision, or
+//     remembers every deletion since it (the last few thousand per prefix,
+//     forgotten when the etcd watch restarts); otherwise it reads, as
+//     Watch does.
 //
 // Non-guarantees: a report reaches the subscriber after the deletion was
 // applied: another holder may already hold the lock by then (the gap is one
@@ -25,6 +30,7 @@ package grantwatch
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +51,48 @@ type Watcher struct {
 	// pos is, per watched prefix, the revision up to which every change
 	// has been dispatched; guarded by mu.
 	pos map[string]int64
+	// recent are, per watched prefix, the latest deletions dispatched;
+	// guarded by mu.
+	recent map[string]*deletions
+}
+
+// deletions remembers the latest deletions dispatched under one prefix
+// (up to recentDeletions of them), so that WatchFrom an entry known alive
+// at a recent revision needs no read of etcd.
+type deletions struct {
+	floor int64            // every deletion after floor, up to pos, is in byKey
+	byKey map[string]int64 // key -> revision of its latest deletion
+	order []deletion       // oldest first, to forget them in order
+}
+
+type deletion struct {
+	key string
+	rev int64
+}
+
+// recentDeletions is how many deletions a Watcher remembers per prefix:
+// at a few thousand grants a second, the last second or so, which is
+// what a holder that reports its grant right away needs.
+var recentDeletions = 4096 // a variable for tests
+
+// reset forgets everything: no deletion at or before floor is known.
+func (d *deletions) reset(floor int64) {
+	d.floor = floor
+	clear(d.byKey)
+	d.order = d.order[:0]
+}
+
+func (d *deletions) add(key string, rev int64) {
+	d.byKey[key] = rev
+	d.order = append(d.order, deletion{key, rev})
+	if len(d.order) > recentDeletions {
+		old := d.order[0]
+		d.order = d.order[1:]
+		d.floor = max(d.floor, old.rev)
+		if d.byKey[old.key] == old.rev {
+			delete(d.byKey, old.key)
+		}
+	}
 }
 
 type sub struct {
@@ -59,8 +107,12 @@ func (s *sub) end() { s.once.Do(s.ended) }
 // New returns a Watcher for entries under the given key prefixes. Watch
 // reports deletions only once Run runs.
 func New(cli *clientv3.Client, prefixes ...string) *Watcher {
-	return &Watcher{cli: cli, prefixes: prefixes, subs: make(map[string]map[*sub]struct{}),
-		feeds: make(map[string]map[*Feed]struct{}), pos: make(map[string]int64)}
+	w := &Watcher{cli: cli, prefixes: prefixes, subs: make(map[string]map[*sub]struct{}),
+		feeds: make(map[string]map[*Feed]struct{}), pos: make(map[string]int64), recent: make(map[string]*deletions)}
+	for _, p := range prefixes {
+		w.recent[p] = &deletions{byKey: make(map[string]int64)}
+	}
+	return w
 }
 
 // Watch reports, by calling ended once, the end of the entry at key that
@@ -71,6 +123,16 @@ func New(cli *clientv3.Client, prefixes ...string) *Watcher {
 // unless it was already running. Watch fails (and watches nothing) when
 // etcd cannot be read before ctx ends.
 func (w *Watcher) Watch(ctx context.Context, key string, createRev int64, ended func()) (stop func(), err error) {
+	return w.WatchFrom(ctx, key, createRev, 0, ended)
+}
+
+// WatchFrom is Watch of an entry the caller knows was alive at revision
+// aliveAt (at least createRev; 0 if unknown), e.g. the revision its grant
+// was observed at. When this member's watch has not dispatched past
+// aliveAt yet, or remembers every deletion since (the last few thousand),
+// it watches without reading etcd. aliveAt is trusted: a caller that
+// names one at which the entry did not exist may not hear of its end.
+func (w *Watcher) WatchFrom(ctx context.Context, key string, createRev, aliveAt int64, ended func()) (stop func(), err error) {
 	s := &sub{key: key, createRev: createRev, ended: ended}
 	// Register before reading: a deletion applied after the read is then
 	// seen by Run (its watch has not passed the read's revision yet: a
@@ -81,10 +143,18 @@ func (w *Watcher) Watch(ctx context.Context, key string, createRev int64, ended 
 		w.subs[key] = make(map[*sub]struct{})
 	}
 	w.subs[key][s] = struct{}{}
+	known, gone := w.knownLocked(key, aliveAt)
 	w.mu.Unlock()
 	stop = func() {
 		w.remove(s)
 		s.once.Do(func() {}) // no report after stop
+	}
+	if known {
+		if gone {
+			w.remove(s)
+			s.end()
+		}
+		return stop, nil
 	}
 	resp, err := w.cli.Get(ctx, key)
 	if err != nil {
@@ -96,6 +166,38 @@ func (w *Watcher) Watch(ctx context.Context, key string, createRev int64, ended 
 		s.end()
 	}
 	return stop, nil
+}
+
+// knownLocked says whether key, alive at aliveAt, was deleted
+// since is known without reading etcd (known), and if so, whether it was
+// (gone): every deletion after aliveAt is either still to be dispatched
+// to the subscriber just registered, or remembered. w.mu must be held.
+func (w *Watcher) knownLocked(key string, aliveAt int64) (known, gone bool) {
+	if aliveAt <= 0 {
+		return false, false
+	}
+	p := w.prefixOf(key)
+	if p == "" {
+		return false, false
+	}
+	if w.pos[p] <= aliveAt {
+		return true, false // nothing after aliveAt dispatched yet
+	}
+	d := w.recent[p]
+	if d.floor > aliveAt {
+		return false, false // deletions since aliveAt may be forgotten
+	}
+	return true, d.byKey[key] > aliveAt
+}
+
+// prefixOf returns the watched prefix key is under ("" if none).
+func (w *Watcher) prefixOf(key string) string {
+	for _, p := range w.prefixes {
+		if strings.HasPrefix(key, p) {
+			return p
+		}
+	}
+	return ""
 }
 
 func (w *Watcher) remove(s *sub) {
@@ -160,6 +262,9 @@ func (w *Watcher) start(ctx context.Context) (<-chan response, error) {
 					if resp.Created && resp.Err() == nil {
 						w.mu.Lock()
 						w.pos[p] = resp.Header.Revision
+						// Deletions between the last watch and this one
+						// were not seen: remember none before it.
+						w.recent[p].reset(resp.Header.Revision)
 						w.mu.Unlock()
 						created <- nil
 						continue
@@ -225,6 +330,7 @@ func (w *Watcher) changed(resp response) {
 	for _, ev := range resp.Events {
 		key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
 		if ev.Type == mvccpb.DELETE {
+			w.recent[resp.prefix].add(key, rev)
 			for s := range w.subs[key] {
 				if s.createRev < rev {
 					ended = append(ended, s)

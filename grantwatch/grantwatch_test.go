@@ -278,3 +278,101 @@ func TestFeedsUnderAPrefix(t *testing.T) {
 		t.Fatalf("delivered %v after Stop", evs)
 	}
 }
+
+// countingKV counts the reads a Watcher makes.
+type countingKV struct {
+	clientv3.KV
+	gets atomic.Int32
+}
+
+func (c *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	c.gets.Add(1)
+	return c.KV.Get(ctx, key, opts...)
+}
+
+// synced returns once w has dispatched every change made before it was
+// called (a marker's deletion is reported only after them).
+func synced(t *testing.T, cli *clientv3.Client, w *grantwatch.Watcher) {
+	t.Helper()
+	rev := put(t, cli, "/r/lock/sync-marker")
+	var seen counter
+	stop, err := w.Watch(t.Context(), "/r/lock/sync-marker", rev, seen.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	del(t, cli, "/r/lock/sync-marker")
+	wait.For(t, "the watcher to catch up", func() bool { return seen.get() == 1 })
+}
+
+// An entry known alive at a recent revision is watched without a read:
+// its deletion since is remembered (reported at once), its life goes on
+// otherwise (reported when it ends); one known alive only at a revision
+// older than what is remembered is read, as is one with no revision.
+func TestWatchFromARecentRevisionNeedsNoRead(t *testing.T) {
+	defer grantwatch.SetRecentDeletions(8)()
+	cli := start(t)
+	kv := &countingKV{KV: cli.KV}
+	cli.KV = kv
+	w := grantwatch.New(cli, "/r/lock/")
+	run(t, w)
+	synced(t, cli, w)
+
+	gone := put(t, cli, "/r/lock/gone")
+	alive := put(t, cli, "/r/lock/alive")
+	del(t, cli, "/r/lock/gone")
+	synced(t, cli, w) // the deletion is dispatched: only the memory knows it
+	reads := kv.gets.Load()
+	var g, a counter
+	stopG, err := w.WatchFrom(t.Context(), "/r/lock/gone", gone, gone, g.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopG()
+	stopA, err := w.WatchFrom(t.Context(), "/r/lock/alive", alive, alive, a.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopA()
+	if got := kv.gets.Load() - reads; got != 0 {
+		t.Fatalf("%d reads to watch entries known alive at a remembered revision, want 0", got)
+	}
+	if g.get() != 1 || a.get() != 0 {
+		t.Fatalf("reports: deleted entry %d, live entry %d; want 1, 0", g.get(), a.get())
+	}
+	del(t, cli, "/r/lock/alive")
+	wait.For(t, "the live entry's deletion reported", func() bool { return a.get() == 1 })
+
+	// More deletions than remembered since the revision named: read.
+	old := put(t, cli, "/r/lock/old")
+	del(t, cli, "/r/lock/old")
+	for i := range 10 {
+		put(t, cli, "/r/lock/churn/"+string(rune('a'+i)))
+	}
+	if _, err := cli.Delete(t.Context(), "/r/lock/churn/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	synced(t, cli, w)
+	reads = kv.gets.Load()
+	var o counter
+	stopO, err := w.WatchFrom(t.Context(), "/r/lock/old", old, old, o.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopO()
+	if got := kv.gets.Load() - reads; got != 1 || o.get() != 1 {
+		t.Fatalf("an entry deleted among forgotten deletions: %d reads, %d reports; want 1, 1", got, o.get())
+	}
+	// No revision: read, as Watch does.
+	kept := put(t, cli, "/r/lock/kept")
+	reads = kv.gets.Load()
+	var k counter
+	stopK, err := w.WatchFrom(t.Context(), "/r/lock/kept", kept, 0, k.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopK()
+	if got := kv.gets.Load() - reads; got != 1 || k.get() != 0 {
+		t.Fatalf("a watch without a revision: %d reads, %d reports; want 1, 0", got, k.get())
+	}
+}

@@ -459,11 +459,14 @@ func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Hol
 	if h.GetToken() <= 0 {
 		return invalid("watch: token must be positive")
 	}
+	if r := h.GetRevision(); r != 0 && r < h.GetToken() {
+		return invalid("watch: revision, when set, must be at least the token (a revision at which the holding was alive)")
+	}
 	if _, ok := w.stops[key]; ok {
 		return nil
 	}
 	report := &coorddv1.Holding{Kind: h.GetKind(), Name: h.GetName(), Token: h.GetToken(), RequestId: h.GetRequestId()}
-	stop, err := w.h.Watcher.Watch(ctx, key, h.GetToken(), func() {
+	stop, err := w.h.Watcher.WatchFrom(ctx, key, h.GetToken(), h.GetRevision(), func() {
 		w.mu.Lock()
 		w.ended = append(w.ended, report)
 		w.keys = append(w.keys, key)

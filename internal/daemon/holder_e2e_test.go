@@ -211,5 +211,17 @@ func TestHoldersAreToldOfOutsideEnds(t *testing.T) {
 		if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("a holding without a kind: %v, want InvalidArgument", err)
 		}
+		// A revision before the token is not one the holding was alive at.
+		st, err = coorddv1.NewSessionServiceClient(conn).KeepAliveStream(sctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		early := &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "told/x", Token: 9, RequestId: "r", Revision: 8}
+		if err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionId: s.ID(), Watch: []*coorddv1.Holding{early}, WatchOnly: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("a holding alive at a revision before its token: %v, want InvalidArgument", err)
+		}
 	})
 }

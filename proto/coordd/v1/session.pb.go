@@ -818,7 +818,14 @@ type Holding struct {
 	Token int64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// request_id is the acquisition's or the campaign's request id, as its
 	// grant returned it. Required.
-	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// revision is a revision at which the holding was alive: the revision of
+	// its grant (LockGrant.revision) or of its leadership
+	// (Leadership.revision). Optional: with it the server can usually watch
+	// the holding without reading it first. It is trusted: a client that
+	// names a revision at which its holding did not exist may not hear of
+	// its end. At least token when set.
+	Revision      int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -879,6 +886,13 @@ func (x *Holding) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *Holding) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 // KeepAliveStreamResponse answers one KeepAliveStreamRequest, or tells of
@@ -1119,13 +1133,14 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x12\n" +
-	"\x04gone\x18\x03 \x01(\bR\x04gone\"\xbf\x01\n" +
+	"\x04gone\x18\x03 \x01(\bR\x04gone\"\xdb\x01\n" +
 	"\aHolding\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.coordd.v1.Holding.KindR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x03R\x05token\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\">\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\">\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tKIND_LOCK\x10\x01\x12\x11\n" +
