@@ -136,6 +136,10 @@ func (k *keepAlives) open(ctx context.Context) (*kaStream, error) {
 // costs no safety.
 const batchWindow = 2 * time.Millisecond
 
+// maxBatch bounds the sessions one message renews (about 70 KiB of ids),
+// far below the server's message size limit.
+const maxBatch = 4096
+
 // renew sends a renewal of session id: in the next batch if the server
 // takes batches, else on its own. A failure to send breaks the stream for
 // every session on it.
@@ -175,11 +179,12 @@ func (ks *kaStream) sendBatches() {
 		ids := ks.queued
 		ks.queued = nil
 		ks.bmu.Unlock()
-		if len(ids) == 0 {
-			continue
-		}
-		if err := ks.send(&coorddv1.KeepAliveStreamRequest{SessionIds: ids}); err != nil {
-			return // send broke the stream; every session sees it
+		for len(ids) > 0 {
+			n := min(len(ids), maxBatch)
+			if err := ks.send(&coorddv1.KeepAliveStreamRequest{SessionIds: ids[:n]}); err != nil {
+				return // send broke the stream; every session sees it
+			}
+			ids = ids[n:]
 		}
 	}
 }

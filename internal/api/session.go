@@ -279,21 +279,23 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 						renewals.Go(func() { s.renewer(ctx, jobs, renewed) })
 					}
 				}
-				// Hand it to a renewer, answering finished renewals
-				// meanwhile (that frees renewers).
-				for handed := false; !handed; {
-					select {
-					case jobs <- job:
-						handed = true
-					case r := <-renewed:
-						if r.err != nil {
-							return r.err
+				// Hand it to renewers, a lot of a batch to each, answering
+				// finished renewals meanwhile (that frees renewers).
+				for _, job := range job.lots() {
+					for handed := false; !handed; {
+						select {
+						case jobs <- job:
+							handed = true
+						case r := <-renewed:
+							if r.err != nil {
+								return r.err
+							}
+							if err := stream.Send(r.resp); err != nil {
+								return err
+							}
+						case <-ctx.Done():
+							return ctx.Err()
 						}
-						if err := stream.Send(r.resp); err != nil {
-							return err
-						}
-					case <-ctx.Done():
-						return ctx.Err()
 					}
 				}
 				continue
@@ -353,6 +355,28 @@ const KeepAliveBatchesHeader = "coordd-keepalive-batches"
 type renewJob struct {
 	id    session.ID
 	batch []session.ID
+}
+
+// renewLot is how many sessions of a batch one renewer renews, one after
+// another, and answers in one response. Renewing on the etcd leader takes
+// microseconds; on another member each renewal is forwarded to it, a round
+// trip: lots keep a large batch's answer within a few of those, with the
+// lots renewed at once on sharedRenewers.
+const renewLot = 32
+
+// lots splits a batch into jobs of at most renewLot sessions (a job
+// naming one session is itself).
+func (j renewJob) lots() []renewJob {
+	if len(j.batch) <= renewLot {
+		return []renewJob{j}
+	}
+	out := make([]renewJob, 0, (len(j.batch)+renewLot-1)/renewLot)
+	for b := j.batch; len(b) > 0; {
+		n := min(len(b), renewLot)
+		out = append(out, renewJob{batch: b[:n:n]})
+		b = b[n:]
+	}
+	return out
 }
 
 // parseRenewJob reads the sessions req names. A malformed id, or a batch

@@ -126,7 +126,8 @@ func TestRenewalsTravelInBatches(t *testing.T) {
 }
 
 // The batch protocol itself: a batch is answered by one response naming
-// every session (a gone one as gone, without ending the stream), and a
+// every session (a gone one as gone, without ending the stream), a large
+// one by a few (lots of at most 32, renewed at once), and a
 // batch on a stream that is not shared, or a malformed id in one, ends the
 // stream with InvalidArgument.
 func TestKeepAliveBatchProtocol(t *testing.T) {
@@ -181,6 +182,35 @@ func TestKeepAliveBatchProtocol(t *testing.T) {
 	}
 	if resp, err := st.Recv(); err != nil || len(resp.GetRenewals()) != 1 {
 		t.Fatalf("second batch: %v, %v", resp, err)
+	}
+	// A large batch is renewed in lots, each answered on its own, every
+	// session once.
+	var many []string
+	for range 70 {
+		info, err := c.Admin().CreateSession(ctx, 10*time.Second, "", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		many = append(many, info.ID)
+	}
+	if err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionIds: many, Shared: true}); err != nil {
+		t.Fatal(err)
+	}
+	answered := map[string]bool{}
+	for responses := 0; len(answered) < len(many); responses++ {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(resp.GetRenewals()); n == 0 || n > 32 || responses > len(many) {
+			t.Fatalf("response %d to a batch of %d answers %d sessions, want 1 to 32 each", responses, len(many), n)
+		}
+		for _, r := range resp.GetRenewals() {
+			if answered[r.GetSessionId()] || r.GetGone() || r.GetTtl().AsDuration() != 10*time.Second {
+				t.Fatalf("renewal %v: answered twice, gone or with the wrong TTL", r)
+			}
+			answered[r.GetSessionId()] = true
+		}
 	}
 	for what, req := range map[string]*coorddv1.KeepAliveStreamRequest{
 		"a batch on a stream that is not shared": {SessionIds: []string{a.ID()}},

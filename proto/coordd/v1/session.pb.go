@@ -669,9 +669,10 @@ type KeepAliveStreamRequest struct {
 	// of ending the stream for the others.
 	Shared bool `protobuf:"varint,4,opt,name=shared,proto3" json:"shared,omitempty"`
 	// session_ids renews these sessions as one batch, on a shared stream
-	// only (session_id may then be empty): one response answers them all, in
-	// renewals. A client with many sessions sends their renewals together,
-	// so the server reads, renews and answers them in one message each way.
+	// only (session_id may then be empty): they are answered in renewals, by
+	// one response, or by a few for a large batch (each names its sessions).
+	// A client with many sessions sends their renewals together, so the
+	// server reads, renews and answers them in a message or a few each way.
 	SessionIds    []string `protobuf:"bytes,5,rep,name=session_ids,json=sessionIds,proto3" json:"session_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
