@@ -377,8 +377,17 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 		fmt.Printf("  %s: hand-off p50 / raw put:            %.2f (target <= 2)\n", w, ratio(percentile(h, 50), put50))
 		fmt.Printf("  %s: Mutex hand-off p99 / coordd p99:   %.1f (target >= 20)\n", w, ratio(percentile(m, 99), percentile(h, 99)))
 	}
-	fmt.Printf("  64 clients, 64 locks: coordd / Mutex cycles per second: %.2f\n",
+	// The performance issue's (#16) targets, each as coordd's figure
+	// against its line.
+	cyc, mcyc := percentile(c(co, "1 client (cycle)").cycleUs, 50), percentile(c("etcd concurrency.Mutex", "1 client (cycle)").cycleUs, 50)
+	fmt.Printf("  1 client: cycle p50 / raw put p50:                  %.2f (target <= 2.2)\n", ratio(cyc, put50))
+	fmt.Printf("  1 client: cycle p50 coordd / Mutex:                 %.2f (target <= 1)\n", ratio(cyc, mcyc))
+	for _, w := range []string{"2 clients, 1 lock", "8 clients, 1 lock"} {
+		fmt.Printf("  %s: acquisitions/s x raw put p50:      %.2f (target >= 0.9: one grant per commit time)\n", w, c(co, w).acqPerSec*put50/1e6)
+	}
+	fmt.Printf("  64 clients, 64 locks: coordd / Mutex cycles per second: %.2f (target >= 2)\n",
 		ratio(c(co, "64 clients, 64 locks").acqPerSec, c("etcd concurrency.Mutex", "64 clients, 64 locks").acqPerSec))
+	fmt.Printf("  64 clients, 64 locks: Jain's fairness index, worst round: %.3f (target >= 0.99)\n", c(co, "64 clients, 64 locks").jain)
 	if strings.Contains(grpcAddr, ",") {
 		return nil // the watcher gauge is per member: counted on one member only
 	}
