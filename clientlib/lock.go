@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -36,9 +37,10 @@ func Shared() LockOption { return func(o *lockOptions) { o.read = true } }
 // Every user of one lock must give the same n. Defaults to 1 (a mutex).
 func WithLimit(n int) LockOption { return func(o *lockOptions) { o.limit = n } }
 
-// WithRequestID sets the acquisition's idempotency key. The SDK picks a
-// random one by default and reuses it when it retries; set it to resume an
-// acquisition across process restarts of the same session.
+// WithRequestID sets the acquisition's idempotency key. By default the SDK
+// picks one (random, or the id of this session's last released
+// acquisition of the same lock) and reuses it when it retries; set it to
+// resume an acquisition across process restarts of the same session.
 func WithRequestID(id string) LockOption { return func(o *lockOptions) { o.requestID = id } }
 
 // WithLockDelay keeps the lock from the next waiter for d after this
@@ -60,6 +62,7 @@ type Lock struct {
 	token     fencing.Token
 	requestID string
 	read      bool
+	ownID     bool // the SDK chose requestID: it may use it again once released
 }
 
 // ErrLockReleased is the cause of a lock's Context after Release.
@@ -89,9 +92,13 @@ func (s *Session) TryLock(ctx context.Context, name string, opts ...LockOption) 
 }
 
 func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockOption) (*Lock, error) {
-	o := lockOptions{limit: 1, requestID: randomID()}
+	o := lockOptions{limit: 1}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	own := o.requestID == "" // the SDK's, not the caller's
+	if own {
+		o.requestID = s.ids.take(name, o.read)
 	}
 	// The call ends when the session does: a grant to a dead session is
 	// worthless.
@@ -112,7 +119,7 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 		return nil, err
 	}
 
-	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId(), read: grant.GetRead()}
+	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId(), read: grant.GetRead(), ownID: own}
 	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: name, Token: grant.GetToken(), RequestId: grant.GetRequestId(), Revision: grant.GetRevision()},
 		fmt.Errorf("%w: the server reports lock %q (token %d) released: by a Release from elsewhere (coordctl, an admin, another client with the token) or because its session was closed", ErrNotHolder, name, grant.GetToken()))
 	if s.Err() != nil {
@@ -166,7 +173,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	})
 	if n > 1 && errors.Is(err, ErrNotHolder) {
 		l.s.lg.Debug("coordd release: an earlier attempt released it", "name", l.name, "token", l.token, "attempts", n)
-		return nil // an earlier attempt released it; its answer was lost
+		err = nil // an earlier attempt released it; its answer was lost
+	}
+	if err == nil && l.ownID {
+		l.s.ids.giveBack(l.name, l.read, l.requestID)
 	}
 	return err
 }
@@ -214,6 +224,57 @@ func (c *Client) acquire(ctx context.Context, sessionID, name string, wait bool,
 	}
 	resp, err := c.locks.TryAcquire(ctx, &coorddv1.TryAcquireRequest{Name: name, SessionId: sessionID, Limit: int32(o.limit), RequestId: o.requestID, Metadata: o.metadata, LockDelay: delay, Read: o.read})
 	return resp.GetGrant(), err
+}
+
+// requestIDs keeps the request ids of a session's released locks, one per
+// lock name and mode, to use again for the next acquisition of that lock.
+// The waiter entry's key is made of the session and the request id, and
+// etcd's index keeps every key ever written until compaction: a key used
+// again adds a version to one index entry, a new key adds an entry that
+// every read of the lock's queue walks. A lock acquired and released by
+// the same sessions again and again would otherwise walk thousands of
+// dead keys per operation between compactions.
+//
+// An id is used again only after its Release succeeded: its entry is gone,
+// so the next acquisition with it creates a new entry (a new token), and a
+// late write of an earlier attempt that turns up meanwhile is taken over
+// as an idempotent retry of the new acquisition, which then owns it.
+type requestIDs struct {
+	mu   sync.Mutex
+	free map[requestIDKey]string
+}
+
+type requestIDKey struct {
+	name string
+	read bool
+}
+
+// maxFreeRequestIDs bounds the ids a session keeps.
+const maxFreeRequestIDs = 1024
+
+// take returns a released id of lock name in mode read, or a new one.
+func (r *requestIDs) take(name string, read bool) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := requestIDKey{name, read}
+	if id, ok := r.free[k]; ok {
+		delete(r.free, k)
+		return id
+	}
+	return randomID()
+}
+
+// giveBack keeps id, whose acquisition of lock name in mode read was
+// released, for the next one.
+func (r *requestIDs) giveBack(name string, read bool, id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.free == nil {
+		r.free = make(map[requestIDKey]string)
+	}
+	if len(r.free) < maxFreeRequestIDs {
+		r.free[requestIDKey{name, read}] = id
+	}
 }
 
 func randomID() string {

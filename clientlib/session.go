@@ -72,6 +72,8 @@ type Session struct {
 	holdings map[holdingID]*watchedHolding // guarded by hmu
 	pending  []*coorddv1.Holding           // not yet named on the current stream; guarded by hmu
 	announce chan struct{}                 // signalled when pending grows
+
+	ids requestIDs // request ids of released locks, to use again
 }
 
 // holdingID identifies a holding in server reports.

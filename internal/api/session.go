@@ -452,16 +452,24 @@ func (s *SessionServer) renewOne(ctx context.Context, id session.ID) (*coorddv1.
 // own, and they queue here until the stream takes them.
 type holdingWatches struct {
 	h     Holdings
-	stops map[string]func() // by entry key; stream goroutine only
-	ready chan struct{}     // signalled when ended grows
+	stops map[watchedEntry]func() // stream goroutine only
+	ready chan struct{}           // signalled when ended grows
 
 	mu    sync.Mutex
 	ended []*coorddv1.Holding
-	keys  []string // of ended, to forget their watches
+	keys  []watchedEntry // of ended, to forget their watches
+}
+
+// watchedEntry is one incarnation of an entry key: a key is written again
+// when a session acquires a lock again with the request id of a released
+// acquisition, and each incarnation's end is reported on its own.
+type watchedEntry struct {
+	key   string
+	token int64
 }
 
 func newHoldingWatches(h Holdings) *holdingWatches {
-	return &holdingWatches{h: h, stops: make(map[string]func()), ready: make(chan struct{}, 1)}
+	return &holdingWatches{h: h, stops: make(map[watchedEntry]func()), ready: make(chan struct{}, 1)}
 }
 
 // add starts watching h, a holding of session id, unless it is watched
@@ -486,14 +494,15 @@ func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Hol
 	if r := h.GetRevision(); r != 0 && r < h.GetToken() {
 		return invalid("watch: revision, when set, must be at least the token (a revision at which the holding was alive)")
 	}
-	if _, ok := w.stops[key]; ok {
+	we := watchedEntry{key, h.GetToken()}
+	if _, ok := w.stops[we]; ok {
 		return nil
 	}
 	report := &coorddv1.Holding{Kind: h.GetKind(), Name: h.GetName(), Token: h.GetToken(), RequestId: h.GetRequestId()}
 	stop, err := w.h.Watcher.WatchFrom(ctx, key, h.GetToken(), h.GetRevision(), func() {
 		w.mu.Lock()
 		w.ended = append(w.ended, report)
-		w.keys = append(w.keys, key)
+		w.keys = append(w.keys, we)
 		w.mu.Unlock()
 		select {
 		case w.ready <- struct{}{}:
@@ -503,7 +512,7 @@ func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Hol
 	if err != nil {
 		return err
 	}
-	w.stops[key] = stop
+	w.stops[we] = stop
 	return nil
 }
 

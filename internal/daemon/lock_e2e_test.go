@@ -488,3 +488,106 @@ func TestWatchLock(t *testing.T) {
 		t.Fatalf("REST lock line after the release: %v", after)
 	}
 }
+
+// A session that takes and releases one lock again and again uses one
+// request id, so one waiter key, for it (etcd's index grows by a version
+// of that key, not by a dead key per acquisition that every read of the
+// queue walks until compaction). Each acquisition is still a new grant
+// with a new token; held at once (a semaphore), or in another mode, or
+// after a release that failed, acquisitions get ids of their own.
+func TestReleasedRequestIDsAreUsedAgain(t *testing.T) {
+	d := start(t, testConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	s, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holderID := func(name string, token fencing.Token) string {
+		t.Helper()
+		st, err := c.Admin().DescribeLock(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range st.Holders {
+			if h.Token == token {
+				return h.RequestID
+			}
+		}
+		t.Fatalf("token %d does not hold %q: %+v", token, name, st)
+		return ""
+	}
+	l, err := s.Lock(ctx, "ids/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, firstToken := holderID("ids/x", l.Token()), l.Token()
+	for range 5 {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if l, err = s.Lock(ctx, "ids/x"); err != nil {
+			t.Fatal(err)
+		}
+		if id := holderID("ids/x", l.Token()); id != first {
+			t.Fatalf("acquisition after a release: request id %q, want the released one %q", id, first)
+		}
+	}
+	if l.Token() <= firstToken {
+		t.Fatalf("token %d after %d, want a new, larger one", l.Token(), firstToken)
+	}
+	if err := c.Admin().ValidateFence(ctx, clientlib.Fence{Lock: "ids/x", Token: firstToken}); !errors.Is(err, clientlib.ErrStaleToken) {
+		t.Fatalf("the first grant's token after its release: %v, want ErrStaleToken", err)
+	}
+	// Released from outside: the SDK's Release does not release it, and
+	// the id is not used again.
+	if err := c.Admin().Release(ctx, "ids/x", l.Token()); err != nil {
+		t.Fatal(err)
+	}
+	// (ErrNotHolder, or nil if the SDK was told of the release first.)
+	if err := l.Release(ctx); err != nil && !errors.Is(err, clientlib.ErrNotHolder) {
+		t.Fatalf("Release of a grant released from outside: %v, want ErrNotHolder or nil", err)
+	}
+	l, err = s.Lock(ctx, "ids/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := holderID("ids/x", l.Token()); id == first {
+		t.Fatalf("acquisition after a failed release used its request id %q again", id)
+	}
+	// Two grants of a semaphore held at once, and a read grant after a
+	// write grant, have ids of their own.
+	a, err := s.Lock(ctx, "ids/sem", clientlib.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, err = s.Lock(ctx, "ids/sem", clientlib.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Lock(ctx, "ids/sem", clientlib.WithLimit(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ia, ib := holderID("ids/sem", a.Token()), holderID("ids/sem", b.Token()); ia == ib {
+		t.Fatalf("two grants held at once share request id %q", ia)
+	}
+	w, err := s.Lock(ctx, "ids/rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wid := holderID("ids/rw", w.Token())
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.RLock(ctx, "ids/rw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := holderID("ids/rw", r.Token()); id == wid {
+		t.Fatalf("a read grant used the released write grant's request id %q", id)
+	}
+}
