@@ -17,9 +17,10 @@ type campaignOptions struct {
 	requestID string
 }
 
-// WithCampaignID sets the campaign's idempotency key. The SDK picks a
-// random one by default and reuses it when it retries; set it to resume a
-// candidacy across process restarts of the same session.
+// WithCampaignID sets the campaign's idempotency key. By default the SDK
+// picks one (random, or the id of this session's last resigned campaign in
+// the same election; see requestIDs) and reuses it when it retries; set it
+// to resume a candidacy across process restarts of the same session.
 func WithCampaignID(id string) CampaignOption {
 	return func(o *campaignOptions) { o.requestID = id }
 }
@@ -36,6 +37,7 @@ type Leadership struct {
 	name      string
 	term      fencing.Token
 	requestID string
+	ownID     bool // the SDK chose requestID: it may use it again once resigned
 }
 
 // Campaign runs for leader of the named election with value (what the
@@ -45,9 +47,13 @@ type Leadership struct {
 // twice. A session that already leads the election under another campaign
 // id gets ErrAlreadyLeader.
 func (s *Session) Campaign(ctx context.Context, name, value string, opts ...CampaignOption) (*Leadership, error) {
-	o := campaignOptions{requestID: randomID()}
+	o := campaignOptions{}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	own := o.requestID == "" // the SDK's, not the caller's
+	if own {
+		o.requestID = s.campaignIDs.take(name, false)
 	}
 	// The call ends when the session does.
 	cctx, cancel := context.WithCancel(ctx)
@@ -67,7 +73,7 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 		}
 		return nil, err
 	}
-	l := &Leadership{s: s, name: name, term: fencing.Token(got.GetTerm()), requestID: got.GetRequestId()}
+	l := &Leadership{s: s, name: name, term: fencing.Token(got.GetTerm()), requestID: got.GetRequestId(), ownID: own}
 	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: name, Token: got.GetTerm(), RequestId: got.GetRequestId(), Revision: got.GetRevision()},
 		fmt.Errorf("%w: the server reports the leadership of %q (term %d) ended: resigned from elsewhere (coordctl, an admin, another client with the term) or its session was closed", ErrNotLeader, name, got.GetTerm()))
 	if s.Err() != nil {
@@ -132,7 +138,10 @@ func (l *Leadership) Resign(ctx context.Context) error {
 		return err
 	})
 	if n > 1 && errors.Is(err, ErrNotLeader) {
-		return nil // an earlier attempt resigned; its answer was lost
+		err = nil // an earlier attempt resigned; its answer was lost
+	}
+	if err == nil && l.ownID {
+		l.s.campaignIDs.giveBack(l.name, false, l.requestID)
 	}
 	return err
 }

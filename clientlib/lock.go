@@ -226,8 +226,9 @@ func (c *Client) acquire(ctx context.Context, sessionID, name string, wait bool,
 	return resp.GetGrant(), err
 }
 
-// requestIDs keeps the request ids of a session's released locks, one per
-// lock name and mode, to use again for the next acquisition of that lock.
+// requestIDs keeps the request ids of a session's released locks (or
+// resigned campaigns), one per lock name and mode (per election), to use
+// again for the next acquisition of that lock (campaign in it).
 // The waiter entry's key is made of the session and the request id, and
 // etcd's index keeps every key ever written until compaction: a key used
 // again adds a version to one index entry, a new key adds an entry that

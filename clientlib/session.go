@@ -73,7 +73,8 @@ type Session struct {
 	pending  []*coorddv1.Holding           // not yet named on the current stream; guarded by hmu
 	announce chan struct{}                 // signalled when pending grows
 
-	ids requestIDs // request ids of released locks, to use again
+	ids         requestIDs // request ids of released locks, to use again
+	campaignIDs requestIDs // those of resigned campaigns
 }
 
 // holdingID identifies a holding in server reports.

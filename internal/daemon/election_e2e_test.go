@@ -686,3 +686,55 @@ func TestListElections(t *testing.T) {
 		t.Fatalf("bad prefix = %d %v", r.status, r.body)
 	}
 }
+
+// A session that campaigns and resigns again and again uses one campaign
+// id, so one candidate key, in an election (see the same for locks); a
+// campaign after a resignation that failed gets an id of its own.
+func TestResignedCampaignIDsAreUsedAgain(t *testing.T) {
+	d := start(t, testConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	s, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderID := func() string {
+		t.Helper()
+		l, err := c.Leader(ctx, "ids/e")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.RequestID
+	}
+	l, err := s.Campaign(ctx, "ids/e", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, firstTerm := leaderID(), l.Term()
+	for range 3 {
+		if err := l.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if l, err = s.Campaign(ctx, "ids/e", "a"); err != nil {
+			t.Fatal(err)
+		}
+		if id := leaderID(); id != first {
+			t.Fatalf("campaign after a resignation: id %q, want the resigned one %q", id, first)
+		}
+	}
+	if l.Term() <= firstTerm {
+		t.Fatalf("term %d after %d, want a new, larger one", l.Term(), firstTerm)
+	}
+	if err := c.Admin().Resign(ctx, "ids/e", l.Term()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Resign(ctx); err != nil && !errors.Is(err, clientlib.ErrNotLeader) {
+		t.Fatalf("Resign of a term resigned from outside: %v, want ErrNotLeader or nil", err)
+	}
+	if l, err = s.Campaign(ctx, "ids/e", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if id := leaderID(); id == first {
+		t.Fatalf("campaign after a failed resignation used its id %q again", id)
+	}
+}
