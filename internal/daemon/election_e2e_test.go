@@ -731,7 +731,7 @@ func TestResignedCampaignIDsAreUsedAgain(t *testing.T) {
 	if err := l.Resign(ctx); err != nil && !errors.Is(err, clientlib.ErrNotLeader) {
 		t.Fatalf("Resign of a term resigned from outside: %v, want ErrNotLeader or nil", err)
 	}
-	if l, err = s.Campaign(ctx, "ids/e", "a"); err != nil {
+	if _, err = s.Campaign(ctx, "ids/e", "a"); err != nil {
 		t.Fatal(err)
 	}
 	if id := leaderID(); id == first {
