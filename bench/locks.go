@@ -95,13 +95,14 @@ func coorddPeer(name, addr string, tc *tls.Config) lockPeer {
 }
 
 type coorddLocker struct {
-	c    *clientlib.Client
-	s    *clientlib.Session
-	name string
+	c        *clientlib.Client
+	s        *clientlib.Session
+	name     string
+	freshIDs bool // a new request id per acquisition (see benchSustained)
 }
 
 func (l *coorddLocker) acquire(ctx context.Context) (func(context.Context) error, error) {
-	lk, err := l.s.Lock(ctx, l.name)
+	lk, err := l.s.Lock(ctx, l.name, l.lockOpts()...)
 	if err != nil {
 		return nil, err
 	}
