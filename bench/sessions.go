@@ -162,14 +162,20 @@ func benchSessions(bin, tmp string) error {
 // daemon's RSS and its CPU (user + system) as a share of one core.
 func benchIdleSessions(bin, tmp string) error {
 	const clients, ttl = 10, 30 * time.Second
-	fmt.Printf("idle sessions (%d clients, TTL %s, kept alive by the SDK; measured over one TTL)\n", clients, ttl)
-	fmt.Printf("%-10s %12s %12s %14s %12s\n", "sessions", "RSS before", "RSS idle", "per session", "CPU (core)")
+	fmt.Printf("idle sessions (%d clients, TTL %s, kept alive by the SDK; measured over one TTL; per session and CPU over none: beyond a daemon with the same clients and no sessions)\n", clients, ttl)
+	fmt.Printf("%-10s %12s %12s %14s %12s %16s\n", "sessions", "RSS before", "RSS idle", "per session", "CPU (core)", "CPU over none")
+	// The daemon and its clients with no sessions: what idling costs
+	// anyway, subtracted from the others for the cost of the sessions.
+	var base idleBase
+	if err := idleRun(bin, filepath.Join(tmp, "idle-0"), 0, clients, ttl, &base); err != nil {
+		return err
+	}
 	for _, f := range strings.Split(*idleSessions, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
 			return fmt.Errorf("-idle-sessions %q: want positive counts", *idleSessions)
 		}
-		if err := idleRun(bin, filepath.Join(tmp, fmt.Sprintf("idle-%d", n)), n, clients, ttl); err != nil {
+		if err := idleRun(bin, filepath.Join(tmp, fmt.Sprintf("idle-%d", n)), n, clients, ttl, &base); err != nil {
 			// A count the daemon cannot hold is a result, not the end.
 			fmt.Printf("%-10d not held: %v\n", n, err)
 		}
@@ -177,7 +183,15 @@ func benchIdleSessions(bin, tmp string) error {
 	return nil
 }
 
-func idleRun(bin, dir string, n, clients int, ttl time.Duration) error {
+// idleBase is the run without sessions.
+type idleBase struct {
+	grewKiB int64   // RSS growth, KiB
+	cpu     float64 // share of a core
+}
+
+// idleRun measures n sessions idling on a fresh daemon; with n = 0 it
+// fills base, otherwise it prints the figures beside base's.
+func idleRun(bin, dir string, n, clients int, ttl time.Duration, base *idleBase) error {
 	d, err := startDaemon(bin, dir)
 	if err != nil {
 		return err
@@ -241,7 +255,13 @@ func idleRun(bin, dir string, n, clients int, ttl time.Duration) error {
 			lost++
 		}
 	}
-	fmt.Printf("%-10d %10.1fMiB %10.1fMiB %12.1fKiB %11.1f%%", n, float64(before)/1024, float64(idle)/1024, float64(idle-before)/float64(n), 100*cpu)
+	if n == 0 {
+		base.grewKiB, base.cpu = int64(idle-before), cpu
+		fmt.Printf("%-10s %10.1fMiB %10.1fMiB %14s %11.1f%%\n", "none", float64(before)/1024, float64(idle)/1024, "-", 100*cpu)
+		return nil
+	}
+	fmt.Printf("%-10d %10.1fMiB %10.1fMiB %12.1fKiB %11.1f%% %15.1f%%", n, float64(before)/1024, float64(idle)/1024,
+		float64(int64(idle-before)-base.grewKiB)/float64(n), 100*cpu, 100*(cpu-base.cpu))
 	if lost > 0 {
 		fmt.Printf("   (%d sessions lost while idle)", lost)
 	}
