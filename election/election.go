@@ -54,7 +54,8 @@ type Manager struct {
 	dels *grantwatch.Watcher // wakes waiting candidates
 	txns *groupcommit.Committer
 
-	bg queue.Background // background writes (election times, clean-ups)
+	bg  queue.Background // background writes (election times, clean-ups)
+	ids queue.IDs        // request ids made up for callers that named none
 }
 
 // NewManager returns a Manager that keeps elections under root+"election/".
@@ -205,6 +206,9 @@ func validateRequest(req *Request) error {
 // session that already leads under another request id is refused with
 // ErrAlreadyLeader instead of waiting for itself.
 func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error) {
+	if req.RequestID == "" && req.Session > 0 && validateName(req.Name) == nil {
+		req.RequestID = m.ids.Take(int64(req.Session), req.Name, false, func(id string) string { return m.candidateKey(req.Name, req.Session, id) })
+	}
 	if err := validateRequest(&req); err != nil {
 		return Leadership{}, err
 	}
@@ -410,6 +414,7 @@ func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, h
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
 	}
+	m.ids.Released(key)
 	return nil
 }
 

@@ -44,11 +44,16 @@ type entry struct {
 }
 
 func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, error) {
+	if req.RequestID == "" && req.Session > 0 && validateName(req.Name) == nil {
+		req.RequestID = m.ids.Take(int64(req.Session), req.Name, req.Read, func(id string) string { return m.waiterKey(req.Name, req.Session, id) })
+	}
 	if err := validateRequest(&req); err != nil {
 		return Grant{}, err
 	}
 	e, holders, delay, err := m.enqueue(ctx, req, !wait && req.Limit == 1 && !req.Read)
 	if errors.Is(err, errNotEnqueued) {
+		// Nothing was written: an id made up for this call may serve the next.
+		m.ids.Released(m.waiterKey(req.Name, req.Session, req.RequestID))
 		if lim, ok := limitOf(holders); ok && lim != req.Limit {
 			return Grant{}, fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit)
 		}

@@ -61,7 +61,8 @@ type Manager struct {
 	dels  *grantwatch.Watcher // wakes waiters
 	txns  *groupcommit.Committer
 
-	bg queue.Background // background writes (grant times, clean-ups)
+	bg  queue.Background // background writes (grant times, clean-ups)
+	ids queue.IDs        // request ids made up for callers that named none
 }
 
 // NewManager returns a Manager that keeps locks under root+"lock/" and
@@ -239,6 +240,7 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
 	}
+	m.ids.Released(key)
 	return nil
 }
 

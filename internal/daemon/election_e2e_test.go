@@ -738,3 +738,29 @@ func TestResignedCampaignIDsAreUsedAgain(t *testing.T) {
 		t.Fatalf("campaign after a failed resignation used its id %q again", id)
 	}
 }
+
+// A REST candidate that names no request id gets one the server picks and,
+// after resigning (by term, as curl would), the same one for its next
+// campaign in the election, with a new term.
+func TestServerPickedCampaignIDsAreUsedAgainOverHTTP(t *testing.T) {
+	d := start(t, testConfig(t))
+	base := "http://" + d.HTTPAddr()
+	r := call(t, "POST", base+"/v1/sessions", `{"ttl":"30s"}`)
+	sid := r.body["session"].(map[string]any)["id"].(string)
+	campaign := func() (requestID, term string) {
+		t.Helper()
+		r := call(t, "POST", base+"/v1/elections:campaign", fmt.Sprintf(`{"name":"rest/ids","sessionId":%q,"value":"v"}`, sid))
+		if r.status != 200 {
+			t.Fatalf("campaign = %d %v", r.status, r.body)
+		}
+		l := r.body["leadership"].(map[string]any)
+		return l["requestId"].(string), l["term"].(string)
+	}
+	first, t1 := campaign()
+	if r := call(t, "POST", base+"/v1/elections:resign", fmt.Sprintf(`{"name":"rest/ids","term":%q}`, t1)); r.status != 200 {
+		t.Fatalf("resign = %d %v", r.status, r.body)
+	}
+	if again, t2 := campaign(); again != first || t2 == t1 {
+		t.Fatalf("after resigning: request id %q term %s, want the picked id %q again with a new term (was %s)", again, t2, first, t1)
+	}
+}

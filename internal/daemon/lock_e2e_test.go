@@ -591,3 +591,57 @@ func TestReleasedRequestIDsAreUsedAgain(t *testing.T) {
 		t.Fatalf("a read grant used the released write grant's request id %q", id)
 	}
 }
+
+// A REST caller that names no request id gets one the server picks; after
+// its release (by token, as curl would) the same session's next
+// acquisition of the lock gets the same id again, with a new token. An id
+// the caller chose is never handed to anyone else, and a release of
+// another session's grant frees nothing for this one.
+func TestServerPickedRequestIDsAreUsedAgainOverHTTP(t *testing.T) {
+	d := start(t, testConfig(t))
+	base := "http://" + d.HTTPAddr()
+	newSession := func() string {
+		r := call(t, "POST", base+"/v1/sessions", `{"ttl":"30s"}`)
+		return r.body["session"].(map[string]any)["id"].(string)
+	}
+	s1, s2 := newSession(), newSession()
+	acquire := func(session, extra string) (requestID, token string) {
+		t.Helper()
+		r := call(t, "POST", base+"/v1/locks:acquire", fmt.Sprintf(`{"name":"rest/ids","sessionId":%q%s}`, session, extra))
+		if r.status != 200 {
+			t.Fatalf("acquire = %d %v", r.status, r.body)
+		}
+		g := r.body["grant"].(map[string]any)
+		return g["requestId"].(string), g["token"].(string)
+	}
+	release := func(token string) {
+		t.Helper()
+		if r := call(t, "POST", base+"/v1/locks:release", fmt.Sprintf(`{"name":"rest/ids","token":%q}`, token)); r.status != 200 {
+			t.Fatalf("release = %d %v", r.status, r.body)
+		}
+	}
+	first, t1 := acquire(s1, "")
+	release(t1)
+	again, t2 := acquire(s1, "")
+	if again != first || t2 == t1 {
+		t.Fatalf("after a release: request id %q token %s, want the picked id %q again with a new token (was %s)", again, t2, first, t1)
+	}
+	release(t2)
+	// Another session gets an id of its own.
+	other, t3 := acquire(s2, "")
+	if other == first {
+		t.Fatalf("session 2 got session 1's released id %q", other)
+	}
+	release(t3)
+	// An id the caller chose is not the server's to use again.
+	chosen, t4 := acquire(s1, `,"requestId":"mine-1"`)
+	if chosen != "mine-1" {
+		t.Fatalf("chosen id came back as %q", chosen)
+	}
+	release(t4)
+	if id, t5 := acquire(s1, ""); id == "mine-1" {
+		t.Fatalf("the server handed out the caller's own id %q", id)
+	} else {
+		release(t5)
+	}
+}

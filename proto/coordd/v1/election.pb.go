@@ -195,7 +195,10 @@ type CampaignRequest struct {
 	Value string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
 	// request_id makes the call idempotent: a retry with the same session
 	// and request id continues the same candidacy, keeping its first value.
-	// 1-64 bytes of [A-Za-z0-9._:@-]; the server picks one when empty.
+	// 1-64 bytes of [A-Za-z0-9._:@-]; the server picks one when empty (after
+	// this member saw a resignation of a campaign whose id it picked, the
+	// same one for the same session and election). Once a term is resigned,
+	// its id starts a new candidacy.
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// wait bounds the wait; when unset the call waits as long as its own
 	// deadline allows.

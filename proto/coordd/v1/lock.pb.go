@@ -131,7 +131,10 @@ type AcquireRequest struct {
 	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	// request_id makes the call idempotent: a retry with the same session
 	// and request id returns the same grant. 1-64 bytes of [A-Za-z0-9._:@-];
-	// the server picks one when empty.
+	// the server picks one when empty (after this member released a grant
+	// whose id it picked, the same one for the same session, lock and mode,
+	// so a lock taken in a loop writes one etcd key again). Once a grant is
+	// released, its id starts a new acquisition with a new token.
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// metadata is shown by DescribeLock: who holds the lock and why. At most
 	// 1024 bytes.

@@ -1,0 +1,39 @@
+package queue_test
+
+import (
+	"testing"
+
+	"github.com/coordd/coordd/internal/queue"
+)
+
+// An id made up by Take comes back from Take only after its entry was
+// released, and only for the same session, name and mode; a key Take did
+// not make is never freed.
+func TestIDsAreUsedAgainOnlyAfterTheirRelease(t *testing.T) {
+	var p queue.IDs
+	key := func(id string) string { return "q/1/" + id }
+	a := p.Take(1, "x", false, key)
+	if b := p.Take(1, "x", false, key); b == a {
+		t.Fatalf("an id still in use (%q) was handed out again", a)
+	}
+	p.Released("q/1/chosen-by-the-caller")
+	if c := p.Take(1, "x", false, key); c == "chosen-by-the-caller" {
+		t.Fatal("an id Take did not make up was handed out")
+	}
+	p.Released(key(a))
+	for _, other := range []struct {
+		session int64
+		name    string
+		read    bool
+	}{{2, "x", false}, {1, "y", false}, {1, "x", true}} {
+		if id := p.Take(other.session, other.name, other.read, key); id == a {
+			t.Fatalf("session %d, name %q, read %v got another's released id %q", other.session, other.name, other.read, id)
+		}
+	}
+	if id := p.Take(1, "x", false, key); id != a {
+		t.Fatalf("after its release: %q, want %q again", id, a)
+	}
+	if id := p.Take(1, "x", false, key); id == a {
+		t.Fatalf("a released id (%q) was handed out twice", a)
+	}
+}
