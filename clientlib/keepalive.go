@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,11 +40,12 @@ type kaStream struct {
 
 	sendMu sync.Mutex // Send is not safe for concurrent use
 
-	// Renewals are sent in batches once the server says it takes them.
-	batches atomic.Bool
-	bmu     sync.Mutex
-	queued  []string      // session ids whose renewals wait for the next batch
-	kick    chan struct{} // signalled when queued grows
+	// Renewals are sent in batches of at most maxBatch (0: one by one)
+	// once the server says it takes them, and how many fit in a message.
+	maxBatch atomic.Int64
+	bmu      sync.Mutex
+	queued   []string      // session ids whose renewals wait for the next batch
+	kick     chan struct{} // signalled when queued grows
 
 	mu      sync.Mutex
 	members map[string]*kaMember // by session id
@@ -137,14 +139,14 @@ func (k *keepAlives) open(ctx context.Context) (*kaStream, error) {
 const batchWindow = 2 * time.Millisecond
 
 // maxBatch bounds the sessions one message renews (about 70 KiB of ids),
-// far below the server's message size limit.
+// whatever the server says fits.
 const maxBatch = 4096
 
 // renew sends a renewal of session id: in the next batch if the server
 // takes batches, else on its own. A failure to send breaks the stream for
 // every session on it.
 func (ks *kaStream) renew(id string) error {
-	if !ks.batches.Load() {
+	if ks.maxBatch.Load() <= 1 {
 		return ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: id})
 	}
 	ks.bmu.Lock()
@@ -180,7 +182,7 @@ func (ks *kaStream) sendBatches() {
 		ks.queued = nil
 		ks.bmu.Unlock()
 		for len(ids) > 0 {
-			n := min(len(ids), maxBatch)
+			n := min(len(ids), int(ks.maxBatch.Load()))
 			if err := ks.send(&coorddv1.KeepAliveStreamRequest{SessionIds: ids[:n]}); err != nil {
 				return // send broke the stream; every session sees it
 			}
@@ -193,10 +195,15 @@ func (ks *kaStream) sendBatches() {
 // ended holdings to every session (each keeps only its own), until the
 // stream fails.
 func (ks *kaStream) receive() {
-	// A server that takes batches says so in its header, which it sends
-	// at once (an older one sends it with its first answer).
-	if md, err := ks.st.Header(); err == nil && len(md.Get(keepAliveBatchesHeader)) > 0 {
-		ks.batches.Store(true)
+	// A server that takes batches says so in its header, with how many
+	// sessions fit in one; it sends the header at once (an older one
+	// sends it with its first answer).
+	if md, err := ks.st.Header(); err == nil {
+		if v := md.Get(keepAliveBatchesHeader); len(v) > 0 {
+			if n, err := strconv.Atoi(v[0]); err == nil && n > 1 {
+				ks.maxBatch.Store(int64(min(n, maxBatch)))
+			}
+		}
 	}
 	for {
 		resp, err := ks.st.Recv()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/clientlib"
@@ -18,14 +19,20 @@ import (
 )
 
 // olderSessions speaks the keep-alive protocol of a server that predates
-// batches of renewals: it never says it takes them, and renews the one
-// session each request names. It counts what it is sent.
+// batches of renewals (header empty): it never says it takes them, and
+// renews the one session each request names; or, with header set, that of
+// a server that takes batches of at most that many sessions. It counts
+// what it is sent.
 type olderSessions struct {
 	coorddv1.UnimplementedSessionServiceServer
+	header string
 
 	next     atomic.Int64
 	renewals atomic.Int64
 	batches  atomic.Int64
+
+	mu      sync.Mutex
+	largest int // sessions in the largest batch
 }
 
 func (o *olderSessions) CreateSession(_ context.Context, req *coorddv1.CreateSessionRequest) (*coorddv1.CreateSessionResponse, error) {
@@ -38,13 +45,29 @@ func (o *olderSessions) CloseSession(context.Context, *coorddv1.CloseSessionRequ
 }
 
 func (o *olderSessions) KeepAliveStream(st coorddv1.SessionService_KeepAliveStreamServer) error {
+	if o.header != "" {
+		if err := st.SendHeader(metadata.Pairs("coordd-keepalive-batches", o.header)); err != nil {
+			return err
+		}
+	}
 	for {
 		req, err := st.Recv()
 		if err != nil {
 			return nil
 		}
-		if len(req.GetSessionIds()) > 0 {
+		if ids := req.GetSessionIds(); len(ids) > 0 {
 			o.batches.Add(1) // an older server would not see them at all
+			o.mu.Lock()
+			o.largest = max(o.largest, len(ids))
+			o.mu.Unlock()
+			resp := &coorddv1.KeepAliveStreamResponse{}
+			for _, id := range ids {
+				resp.Renewals = append(resp.Renewals, &coorddv1.Renewal{SessionId: id, Ttl: durationpb.New(3 * time.Second)})
+			}
+			if err := st.Send(resp); err != nil {
+				return err
+			}
+			continue
 		}
 		if req.GetWatchOnly() {
 			continue
@@ -56,17 +79,16 @@ func (o *olderSessions) KeepAliveStream(st coorddv1.SessionService_KeepAliveStre
 	}
 }
 
-// An SDK talking to a server that does not take batches of renewals (one
-// from before them) renews each session in a message of its own, and its
-// sessions live on.
-func TestSessionsRenewOneByOneOnAnOlderServer(t *testing.T) {
+// serve starts o on loopback and returns a client of it with n sessions
+// of TTL 3s, and waits until every session renewed twice.
+func serve(t *testing.T, o *olderSessions, n int) []*clientlib.Session {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	old := &olderSessions{}
-	coorddv1.RegisterSessionServiceServer(srv, old)
+	coorddv1.RegisterSessionServiceServer(srv, o)
 	var served sync.WaitGroup
 	served.Go(func() { _ = srv.Serve(lis) })
 	t.Cleanup(func() { srv.Stop(); served.Wait() })
@@ -76,14 +98,15 @@ func TestSessionsRenewOneByOneOnAnOlderServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = c.Close() }()
+	t.Cleanup(func() { _ = c.Close() })
 	var ss []*clientlib.Session
-	for range 20 {
+	for range n {
 		s, err := c.NewSession(ctx, clientlib.WithTTL(3*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ss = append(ss, s)
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
 	}
 	at := time.Now()
 	wait.Within(t, 10*time.Second, "every session to renew twice", func() bool {
@@ -96,13 +119,33 @@ func TestSessionsRenewOneByOneOnAnOlderServer(t *testing.T) {
 		}
 		return true
 	})
-	if n := old.batches.Load(); n > 0 {
-		t.Fatalf("the SDK sent %d batches of renewals to a server that never said it takes them", n)
-	}
 	for _, s := range ss {
 		if err := s.Err(); err != nil {
 			t.Fatalf("session %s ended with %v", s.ID(), err)
 		}
-		_ = s.Close(ctx)
+	}
+	return ss
+}
+
+// An SDK talking to a server that does not take batches of renewals (one
+// from before them) renews each session in a message of its own, and its
+// sessions live on.
+func TestSessionsRenewOneByOneOnAnOlderServer(t *testing.T) {
+	old := &olderSessions{}
+	serve(t, old, 20)
+	if n := old.batches.Load(); n > 0 {
+		t.Fatalf("the SDK sent %d batches of renewals to a server that never said it takes them", n)
+	}
+}
+
+// A batch holds no more sessions than the server says fit in a message.
+func TestBatchesHoldNoMoreThanTheServerTakes(t *testing.T) {
+	small := &olderSessions{header: "3"}
+	serve(t, small, 60)
+	small.mu.Lock()
+	n := small.largest
+	small.mu.Unlock()
+	if n < 2 || n > 3 {
+		t.Fatalf("the largest batch named %d sessions; the server takes 3 (and batches of 2 or 3 should have gone)", n)
 	}
 }

@@ -206,41 +206,60 @@ func validateRequest(req *Request) error {
 // session that already leads under another request id is refused with
 // ErrAlreadyLeader instead of waiting for itself.
 func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error) {
-	if req.RequestID == "" && req.Session > 0 && validateName(req.Name) == nil {
-		req.RequestID = m.ids.Take(int64(req.Session), req.Name, false, func(id string) string { return m.candidateKey(req.Name, req.Session, id) })
+	picked := req.RequestID == "" && req.Session > 0 && validateName(req.Name) == nil
+	var reused bool
+	keyOf := func(id string) string { return m.candidateKey(req.Name, req.Session, id) }
+	if picked {
+		req.RequestID, reused = m.ids.Take(int64(req.Session), req.Name, false, false, keyOf)
 	}
 	if err := validateRequest(&req); err != nil {
 		return Leadership{}, err
 	}
 	q := m.queue(req.Name)
-	key := m.candidateKey(req.Name, req.Session, req.RequestID)
-	c := candidate{Attempt: names.NewRequestID(), RequestID: req.RequestID, Value: req.Value, Enqueued: m.now().UTC()}
-	val, err := json.Marshal(c)
-	if err != nil {
-		return Leadership{}, err
-	}
-	value := string(val)
-	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
-		Name:    q,
-		Creates: true,
-		If:      []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-		Then:    []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(req.Session))), queue.HeadsOp(q, 1)},
-		Else:    []clientv3.Op{clientv3.OpGet(key), queue.HeadsOp(q, 1)},
-	})
-	if err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return Leadership{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
+	var (
+		key, value string
+		c          candidate
+		head       []*mvccpb.KeyValue
+		l          Leadership
+		readAt     int64 // the revision of the transaction's read of head
+	)
+	for attempt := 1; ; attempt++ {
+		key = keyOf(req.RequestID)
+		c = candidate{Attempt: names.NewRequestID(), RequestID: req.RequestID, Value: req.Value, Enqueued: m.now().UTC()}
+		val, err := json.Marshal(c)
+		if err != nil {
+			return Leadership{}, err
 		}
-		// The put may have committed although the answer was lost, or may
-		// still commit later: remove it if it is, or becomes, exactly ours.
-		queue.RemoveLate(m.cli, &m.bg, key, value)
-		return Leadership{}, fmt.Errorf("election: campaign %q: %w", req.Name, err)
-	}
-	head := resp.Responses[1].GetResponseRange().Kvs
-	l := Leadership{Name: req.Name, Key: key, Value: req.Value, Session: req.Session, RequestID: req.RequestID}
-	if resp.Succeeded {
-		l.Term = fencing.Token(resp.Header.Revision)
-	} else {
+		value = string(val)
+		resp, err := m.txns.Commit(ctx, groupcommit.Txn{
+			Name:    q,
+			Creates: true,
+			If:      []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+			Then:    []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(req.Session))), queue.HeadsOp(q, 1)},
+			Else:    []clientv3.Op{clientv3.OpGet(key), queue.HeadsOp(q, 1)},
+		})
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return Leadership{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
+			}
+			// The put may have committed although the answer was lost, or may
+			// still commit later: remove it if it is, or becomes, exactly ours.
+			queue.RemoveLate(m.cli, &m.bg, key, value)
+			return Leadership{}, fmt.Errorf("election: campaign %q: %w", req.Name, err)
+		}
+		head, readAt = resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision
+		l = Leadership{Name: req.Name, Key: key, Value: req.Value, Session: req.Session, RequestID: req.RequestID}
+		if resp.Succeeded {
+			l.Term = fencing.Token(resp.Header.Revision)
+			break
+		}
+		if reused {
+			// An id the server picked again, which another call of the
+			// session named meanwhile: never join that candidacy; start
+			// anew under an id nobody has (see queue.IDs).
+			req.RequestID, reused = m.ids.Take(int64(req.Session), req.Name, false, true, keyOf)
+			continue
+		}
 		// An idempotent retry: take the candidacy over, keeping its value,
 		// proclamations and times.
 		kv := resp.Responses[0].GetResponseRange().Kvs[0]
@@ -258,7 +277,12 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		if err != nil {
 			return Leadership{}, fmt.Errorf("election: campaign %q: %w", req.Name, err)
 		}
-		if !ok {
+		if ok {
+			break
+		}
+		// The candidacy vanished before the take-over (a clean-up of a
+		// failed earlier attempt removed it): create it anew.
+		if attempt >= 3 {
 			return Leadership{}, fmt.Errorf("%w: the candidacy %s ended while it was retried", ErrSessionNotFound, req.RequestID)
 		}
 	}
@@ -267,7 +291,7 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		return Leadership{}, err
 	}
 	if len(head) > 0 && string(head[0].Key) == key {
-		l.Revision = resp.Header.Revision
+		l.Revision = readAt
 		return l, nil
 	}
 	own := fmt.Sprintf("%s%016x/", q, uint64(req.Session))

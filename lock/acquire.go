@@ -44,13 +44,22 @@ type entry struct {
 }
 
 func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, error) {
-	if req.RequestID == "" && req.Session > 0 && validateName(req.Name) == nil {
-		req.RequestID = m.ids.Take(int64(req.Session), req.Name, req.Read, func(id string) string { return m.waiterKey(req.Name, req.Session, id) })
+	picked := req.RequestID == "" && req.Session > 0 && validateName(req.Name) == nil
+	var reused bool
+	key := func(id string) string { return m.waiterKey(req.Name, req.Session, id) }
+	if picked {
+		req.RequestID, reused = m.ids.Take(int64(req.Session), req.Name, req.Read, false, key)
 	}
 	if err := validateRequest(&req); err != nil {
 		return Grant{}, err
 	}
-	e, holders, delay, err := m.enqueue(ctx, req, !wait && req.Limit == 1 && !req.Read)
+	e, holders, delay, err := m.enqueue(ctx, req, !wait && req.Limit == 1 && !req.Read, reused)
+	if errors.Is(err, errIDInUse) {
+		// Another call of the session named the id meanwhile: never join
+		// it; start anew under an id nobody has.
+		req.RequestID, _ = m.ids.Take(int64(req.Session), req.Name, req.Read, true, key)
+		e, holders, delay, err = m.enqueue(ctx, req, !wait && req.Limit == 1 && !req.Read, false)
+	}
 	if errors.Is(err, errNotEnqueued) {
 		// Nothing was written: an id made up for this call may serve the next.
 		m.ids.Released(m.waiterKey(req.Name, req.Session, req.RequestID))
@@ -158,6 +167,10 @@ func heldOf(req Request, heads []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 // errNotEnqueued: a mutex try-lock found the queue busy and wrote nothing.
 var errNotEnqueued = errors.New("lock: not enqueued")
 
+// errIDInUse: an entry with a request id the server picked again already
+// exists (see queue.IDs); nothing was written.
+var errIDInUse = errors.New("lock: request id in use")
+
 // enqueue puts this call's waiter entry into the queue (or takes over the
 // entry of an earlier call with the same request id) and returns it with
 // the lock's first Limit entries and its lock-delay state. An uncontended
@@ -165,8 +178,28 @@ var errNotEnqueued = errors.New("lock: not enqueued")
 //
 // onlyIfEmpty (a mutex try-lock) enqueues only into an empty queue, so a
 // refused try-lock writes nothing that others would have to wait behind;
-// it returns errNotEnqueued then.
-func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (entry, []*mvccpb.KeyValue, delayState, error) {
+// it returns errNotEnqueued then. mustCreate (a request id the server
+// picked again) refuses to take an existing entry over: errIDInUse.
+//
+// An entry that vanishes between the transaction and its take-over (a
+// clean-up of a failed earlier attempt removed it) is created anew.
+func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty, mustCreate bool) (entry, []*mvccpb.KeyValue, delayState, error) {
+	for attempt := 1; ; attempt++ {
+		e, holders, delay, err := m.enqueueOnce(ctx, req, onlyIfEmpty, mustCreate)
+		if errors.Is(err, errEntryVanished) && attempt < 3 {
+			continue
+		}
+		if errors.Is(err, errEntryVanished) {
+			err = fmt.Errorf("%w: the acquisition %s ended while it was retried", ErrSessionNotFound, req.RequestID)
+		}
+		return e, holders, delay, err
+	}
+}
+
+// errEntryVanished: the entry to take over was gone by the take-over.
+var errEntryVanished = errors.New("lock: entry vanished")
+
+func (m *Manager) enqueueOnce(ctx context.Context, req Request, onlyIfEmpty, mustCreate bool) (entry, []*mvccpb.KeyValue, delayState, error) {
 	q := m.queue(req.Name)
 	e := entry{key: m.waiterKey(req.Name, req.Session, req.RequestID)}
 	e.w = waiter{Attempt: names.NewRequestID(), Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC(), Read: req.Read}
@@ -213,6 +246,9 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 	if len(mine) == 0 {
 		return entry{}, holders, delay, errNotEnqueued // only with onlyIfEmpty
 	}
+	if mustCreate {
+		return entry{}, holders, delay, errIDInUse
+	}
 	// An idempotent retry: take the entry over, keeping its enqueue time,
 	// so that a failing earlier call can no longer remove it.
 	kv := mine[0]
@@ -235,7 +271,7 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty bool) (e
 		return entry{}, nil, delayState{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
 	}
 	if !ok {
-		return entry{}, nil, delayState{}, fmt.Errorf("%w: the acquisition %s ended while it was retried", ErrSessionNotFound, req.RequestID)
+		return entry{}, nil, delayState{}, errEntryVanished
 	}
 	return e, holders, delay, nil
 }

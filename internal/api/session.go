@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 
 	"google.golang.org/grpc/metadata"
@@ -67,6 +68,9 @@ type SessionServer struct {
 	// them out (so a page may hold fewer than page_size sessions while a
 	// next_page_token follows).
 	SeesAll func(ctx context.Context) bool
+	// MaxRequestBytes is the server's limit on one message (0: gRPC's
+	// default), which bounds a batch of renewals.
+	MaxRequestBytes int
 }
 
 // mayRead reports whether the caller may read info.
@@ -211,8 +215,9 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 	renewers := false           // started at the first shared request
 	reqs := make(chan *coorddv1.KeepAliveStreamRequest)
 	recvErr := make(chan error, 1)
-	// Tell the client it may batch its renewals (session_ids).
-	if err := stream.SendHeader(metadata.Pairs(KeepAliveBatchesHeader, "1")); err != nil {
+	// Tell the client it may batch its renewals (session_ids), and how
+	// many fit in one message.
+	if err := stream.SendHeader(metadata.Pairs(KeepAliveBatchesHeader, strconv.Itoa(s.maxBatch()))); err != nil {
 		return err
 	}
 	// The receiver exits when Recv fails, which gRPC guarantees once this
@@ -346,8 +351,19 @@ type sharedRenewal struct {
 
 // KeepAliveBatchesHeader is the header metadata key with which
 // KeepAliveStream tells a client that it takes batches of renewals
-// (KeepAliveStreamRequest.session_ids).
+// (KeepAliveStreamRequest.session_ids), and how many sessions one batch
+// may name: its value is that number.
 const KeepAliveBatchesHeader = "coordd-keepalive-batches"
+
+// maxBatch is how many session ids fit in one keep-alive stream message
+// within MaxRequestBytes (an id takes 18 bytes on the wire), at most 4096.
+func (s *SessionServer) maxBatch() int {
+	limit := s.MaxRequestBytes
+	if limit <= 0 {
+		limit = 4 << 20 // gRPC's default
+	}
+	return max(1, min(4096, (limit-64)/18))
+}
 
 // renewJob is what one request on a keep-alive stream asks to renew: one
 // session (id), or a batch of them (batch; id is then the zero ID unless
@@ -357,11 +373,12 @@ type renewJob struct {
 	batch []session.ID
 }
 
-// renewLot is how many sessions of a batch one renewer renews, one after
-// another, and answers in one response. Renewing on the etcd leader takes
-// microseconds; on another member each renewal is forwarded to it, a round
-// trip: lots keep a large batch's answer within a few of those, with the
-// lots renewed at once on sharedRenewers.
+// renewLot is how many sessions of a batch one renewer renews and answers
+// in one response. Renewing on the etcd leader takes microseconds; on
+// another member each renewal is forwarded to it, a round trip, so a lot's
+// sessions are renewed at once, and a large batch's lots on as many
+// renewers (sharedRenewers): a batch is answered within about one round
+// trip to the leader.
 const renewLot = 32
 
 // lots splits a batch into jobs of at most renewLot sessions (a job
@@ -422,15 +439,19 @@ func (s *SessionServer) renewShared(ctx context.Context, job renewJob) sharedRen
 		}
 		return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{SessionId: r.GetSessionId(), Ttl: r.GetTtl(), Gone: r.GetGone()}}
 	}
-	resp := &coorddv1.KeepAliveStreamResponse{Renewals: make([]*coorddv1.Renewal, 0, len(job.batch))}
-	for _, id := range job.batch {
-		r, err := s.renewOne(ctx, id)
+	rs := make([]*coorddv1.Renewal, len(job.batch))
+	errs := make([]error, len(job.batch))
+	var wg sync.WaitGroup
+	for i, id := range job.batch {
+		wg.Go(func() { rs[i], errs[i] = s.renewOne(ctx, id) })
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
 			return sharedRenewal{err: err}
 		}
-		resp.Renewals = append(resp.Renewals, r)
 	}
-	return sharedRenewal{resp: resp}
+	return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{Renewals: rs}}
 }
 
 // renewOne renews session id: gone is an answer, other failures end the

@@ -251,6 +251,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.elections = election.NewManager(d.cli, cfg.KeyRoot, holdings, d.txns)
 	d.owners.Sessions, d.owners.Locks, d.owners.Elections = sessions, d.locks, d.elections
 	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), apiMetrics)
+	sessionSvc.MaxRequestBytes = cfg.MaxRequestBytes
 	sessionSvc.SeesAll = func(ctx context.Context) bool {
 		p := api.PrincipalFrom(ctx)
 		read, _ := d.authz.Allows(p, auth.ClusterRead, auth.Resource{})

@@ -760,7 +760,21 @@ func TestServerPickedCampaignIDsAreUsedAgainOverHTTP(t *testing.T) {
 	if r := call(t, "POST", base+"/v1/elections:resign", fmt.Sprintf(`{"name":"rest/ids","term":%q}`, t1)); r.status != 200 {
 		t.Fatalf("resign = %d %v", r.status, r.body)
 	}
-	if again, t2 := campaign(); again != first || t2 == t1 {
+	again, t2 := campaign()
+	if again != first || t2 == t1 {
 		t.Fatalf("after resigning: request id %q term %s, want the picked id %q again with a new term (was %s)", again, t2, first, t1)
+	}
+	if r := call(t, "POST", base+"/v1/elections:resign", fmt.Sprintf(`{"name":"rest/ids","term":%q}`, t2)); r.status != 200 {
+		t.Fatalf("resign = %d %v", r.status, r.body)
+	}
+	// The caller names the picked id itself: a campaign naming none must
+	// not join that candidacy (it is the session's own: ALREADY_LEADER).
+	r = call(t, "POST", base+"/v1/elections:campaign", fmt.Sprintf(`{"name":"rest/ids","sessionId":%q,"value":"v","requestId":%q}`, sid, first))
+	if r.status != 200 {
+		t.Fatalf("campaign naming the id = %d %v", r.status, r.body)
+	}
+	r = call(t, "POST", base+"/v1/elections:campaign", fmt.Sprintf(`{"name":"rest/ids","sessionId":%q,"value":"w"}`, sid))
+	if r.status == 200 || reason(r) != "ALREADY_LEADER" {
+		t.Fatalf("campaign naming no id while the session leads under the picked id: %d %v, want ALREADY_LEADER", r.status, r.body)
 	}
 }

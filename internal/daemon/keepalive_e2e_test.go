@@ -2,6 +2,9 @@ package daemon_test
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,5 +230,47 @@ func TestKeepAliveBatchProtocol(t *testing.T) {
 	}
 	if err := a.Err(); err != nil {
 		t.Fatalf("session a ended with %v", err)
+	}
+}
+
+// The server says in the stream header how many sessions one batch may
+// name under its message limit, and a batch of that many fits: at the
+// least limit allowed (4 KiB), 224.
+func TestBatchesFitTheMessageLimit(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxRequestBytes = 4096
+	cfg.ConfigLimits.MaxValueBytes = 2048
+	d := start(t, cfg)
+	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	st, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := st.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.Join(md.Get(api.KeepAliveBatchesHeader), ""))
+	if err != nil || n != 224 {
+		t.Fatalf("header %s = %v (%v), want 224", api.KeepAliveBatchesHeader, md.Get(api.KeepAliveBatchesHeader), err)
+	}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%016x", 0xfff0000+i) // no such sessions: answered gone
+	}
+	if err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionIds: ids, Shared: true}); err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for got < n {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatalf("a batch of the %d sessions the header allows: %v", n, err)
+		}
+		got += len(resp.GetRenewals())
 	}
 }

@@ -639,9 +639,18 @@ func TestServerPickedRequestIDsAreUsedAgainOverHTTP(t *testing.T) {
 		t.Fatalf("chosen id came back as %q", chosen)
 	}
 	release(t4)
-	if id, t5 := acquire(s1, ""); id == "mine-1" {
-		t.Fatalf("the server handed out the caller's own id %q", id)
-	} else {
-		release(t5)
+	picked, t5 := acquire(s1, "")
+	if picked == "mine-1" {
+		t.Fatalf("the server handed out the caller's own id %q", picked)
 	}
+	release(t5)
+	// The caller now names the id the server picked for it (its own to
+	// reuse): a later call of the session that names none must not join
+	// that acquisition, though the server would have picked that id again.
+	_, t6 := acquire(s1, fmt.Sprintf(`,"requestId":%q`, picked))
+	r := call(t, "POST", base+"/v1/locks:tryAcquire", fmt.Sprintf(`{"name":"rest/ids","sessionId":%q}`, s1))
+	if r.status != 409 || reason(r) != "LOCK_HELD" {
+		t.Fatalf("try-lock naming no id while the session holds the lock under the picked id: %d %v, want 409 LOCK_HELD (not the holder's grant, token %s)", r.status, r.body, t6)
+	}
+	release(t6)
 }

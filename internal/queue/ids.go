@@ -43,23 +43,28 @@ type issuedID struct {
 const maxIDs = 100_000
 
 // Take returns an id for a call of session on name (read: a read grant)
-// that named none: one released before, or a new one. key maps an id to
-// the entry key it makes, by which Released recognizes it.
-func (p *IDs) Take(session int64, name string, read bool, key func(id string) string) string {
+// that named none: one released before (reused), or a new one (fresh
+// asks for a new one). key maps an id to the entry key it makes, by which
+// Released recognizes it.
+//
+// A reused id must start a new entry: if its key exists when the call
+// writes, another call of the session named the id itself meanwhile, and
+// the call must not join that one's acquisition: it takes a fresh id.
+func (p *IDs) Take(session int64, name string, read, fresh bool, key func(id string) string) (id string, reused bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := idSlot{session, name, read}
-	id, ok := p.free[s]
-	if ok {
+	id, reused = p.free[s]
+	if reused && !fresh {
 		delete(p.free, s)
 	} else {
-		id = names.NewRequestID()
+		id, reused = names.NewRequestID(), false
 	}
 	if p.issued == nil || len(p.issued) >= maxIDs {
 		p.issued = make(map[string]issuedID)
 	}
 	p.issued[key(id)] = issuedID{s, id}
-	return id
+	return id, reused
 }
 
 // Released tells p that the entry at key is gone: released by a
