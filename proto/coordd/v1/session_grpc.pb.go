@@ -63,7 +63,8 @@ type SessionServiceClient interface {
 	// client, carrying all of its sessions) is served differently: see
 	// KeepAliveStreamRequest.shared. A server that takes batches of renewals
 	// (KeepAliveStreamRequest.session_ids) says so in the stream's header
-	// metadata: coordd-keepalive-batches: 1.
+	// metadata, with how many sessions one batch may name:
+	// coordd-keepalive-batches: 224 (for example).
 	KeepAliveStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveStreamRequest, KeepAliveStreamResponse], error)
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
@@ -176,7 +177,8 @@ type SessionServiceServer interface {
 	// client, carrying all of its sessions) is served differently: see
 	// KeepAliveStreamRequest.shared. A server that takes batches of renewals
 	// (KeepAliveStreamRequest.session_ids) says so in the stream's header
-	// metadata: coordd-keepalive-batches: 1.
+	// metadata, with how many sessions one batch may name:
+	// coordd-keepalive-batches: 224 (for example).
 	KeepAliveStream(grpc.BidiStreamingServer[KeepAliveStreamRequest, KeepAliveStreamResponse]) error
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
