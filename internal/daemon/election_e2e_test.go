@@ -745,8 +745,7 @@ func TestResignedCampaignIDsAreUsedAgain(t *testing.T) {
 func TestServerPickedCampaignIDsAreUsedAgainOverHTTP(t *testing.T) {
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
-	r := call(t, "POST", base+"/v1/sessions", `{"ttl":"30s"}`)
-	sid := r.body["session"].(map[string]any)["id"].(string)
+	sid := restSession(t, base)
 	campaign := func() (requestID, term string) {
 		t.Helper()
 		r := call(t, "POST", base+"/v1/elections:campaign", fmt.Sprintf(`{"name":"rest/ids","sessionId":%q,"value":"v"}`, sid))
@@ -769,7 +768,7 @@ func TestServerPickedCampaignIDsAreUsedAgainOverHTTP(t *testing.T) {
 	}
 	// The caller names the picked id itself: a campaign naming none must
 	// not join that candidacy (it is the session's own: ALREADY_LEADER).
-	r = call(t, "POST", base+"/v1/elections:campaign", fmt.Sprintf(`{"name":"rest/ids","sessionId":%q,"value":"v","requestId":%q}`, sid, first))
+	r := call(t, "POST", base+"/v1/elections:campaign", fmt.Sprintf(`{"name":"rest/ids","sessionId":%q,"value":"v","requestId":%q}`, sid, first))
 	if r.status != 200 {
 		t.Fatalf("campaign naming the id = %d %v", r.status, r.body)
 	}

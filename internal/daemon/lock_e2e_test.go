@@ -202,11 +202,7 @@ func TestLockExpiryFencesTheOldHolder(t *testing.T) {
 func TestLocksOverHTTP(t *testing.T) {
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
-	newSession := func() string {
-		r := call(t, "POST", base+"/v1/sessions", `{"ttl":"30s"}`)
-		return r.body["session"].(map[string]any)["id"].(string)
-	}
-	s1, s2 := newSession(), newSession()
+	s1, s2 := restSession(t, base), restSession(t, base)
 
 	r := call(t, "POST", base+"/v1/locks:acquire", fmt.Sprintf(`{"name":"reports/daily","sessionId":%q,"metadata":"curl"}`, s1))
 	if r.status != 200 {
@@ -600,11 +596,7 @@ func TestReleasedRequestIDsAreUsedAgain(t *testing.T) {
 func TestServerPickedRequestIDsAreUsedAgainOverHTTP(t *testing.T) {
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
-	newSession := func() string {
-		r := call(t, "POST", base+"/v1/sessions", `{"ttl":"30s"}`)
-		return r.body["session"].(map[string]any)["id"].(string)
-	}
-	s1, s2 := newSession(), newSession()
+	s1, s2 := restSession(t, base), restSession(t, base)
 	acquire := func(session, extra string) (requestID, token string) {
 		t.Helper()
 		r := call(t, "POST", base+"/v1/locks:acquire", fmt.Sprintf(`{"name":"rest/ids","sessionId":%q%s}`, session, extra))

@@ -10,6 +10,16 @@ import (
 	"testing"
 )
 
+// restSession creates a session of TTL 30s over REST and returns its id.
+func restSession(t *testing.T, base string) string {
+	t.Helper()
+	r := call(t, "POST", base+"/v1/sessions", `{"ttl":"30s"}`)
+	if r.status != 200 {
+		t.Fatalf("create session = %d %v", r.status, r.body)
+	}
+	return r.body["session"].(map[string]any)["id"].(string)
+}
+
 // Locks, elections and namespaces share one name rule over REST: a name
 // that a client or proxy could normalise into another is refused with
 // INVALID_ARGUMENT and creates nothing, and a valid one reads back under
@@ -17,8 +27,7 @@ import (
 func TestRESTNameRule(t *testing.T) {
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
-	r := call(t, "POST", base+"/v1/sessions", `{"ttl":"30s"}`)
-	s := r.body["session"].(map[string]any)["id"].(string)
+	s := restSession(t, base)
 
 	for _, name := range []string{"../etc/passwd", "a/../b", "./a", "/leading", "trailing/", "a//b", ".", "a b"} {
 		for _, c := range []struct{ path, body string }{
@@ -42,7 +51,7 @@ func TestRESTNameRule(t *testing.T) {
 	if r := call(t, "POST", base+"/v1/locks:acquire", fmt.Sprintf(`{"name":%q,"sessionId":%q}`, name, s)); r.status != 200 {
 		t.Fatalf("acquire %q = %d %v", name, r.status, r.body)
 	}
-	r = call(t, "GET", base+"/v1/locks/"+name, "")
+	r := call(t, "GET", base+"/v1/locks/"+name, "")
 	if r.status != 200 || r.body["name"] != name || len(r.body["holders"].([]any)) != 1 {
 		t.Fatalf("GET /v1/locks/%s = %d %v, want the lock with its holder", name, r.status, r.body)
 	}
