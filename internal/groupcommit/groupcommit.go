@@ -3,7 +3,8 @@
 // mutations cost one Raft proposal, one fsync and one apply instead of N.
 //
 // A batch is whatever queued while the previous batch was in flight: there
-// is no timer, so an idle member commits a lone transaction at once. Each
+// is no timer, so an idle member commits a lone transaction at once, from
+// the caller's own goroutine (no hand-off to the committer and back). Each
 // caller's transaction becomes one nested transaction (etcd's OpTxn) of the
 // batch, with its own compares and branches, and gets back exactly the
 // response it would have had alone, except that every transaction of a
@@ -77,6 +78,7 @@ type Committer struct {
 
 	mu      sync.Mutex
 	pending []*call
+	busy    bool // a batch is in flight (the committer's, or a caller's lone one)
 	closed  bool
 	wake    chan struct{} // one token: pending may be non-empty
 
@@ -85,6 +87,8 @@ type Committer struct {
 	done    chan struct{} // closed when run returns
 	batches atomic.Int64
 	txns    atomic.Int64
+
+	beforeAlone func() // tests: runs as a caller's lone transaction starts
 }
 
 type call struct {
@@ -140,18 +144,22 @@ func (c *Committer) Commit(ctx context.Context, t Txn) (*clientv3.TxnResponse, e
 		c.txns.Add(1)
 		return alone(ctx, c.cli, t)
 	}
-	cl := &call{ctx: ctx, txn: t, size: size(t), done: make(chan struct{})}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
+	if !c.busy && len(c.pending) == 0 {
+		// Idle: this transaction is the batch. What arrives meanwhile
+		// queues for the next one.
+		c.busy = true
+		c.mu.Unlock()
+		return c.commitAlone(ctx, t)
+	}
+	cl := &call{ctx: ctx, txn: t, size: size(t), done: make(chan struct{})}
 	c.pending = append(c.pending, cl)
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	c.poke()
 	select {
 	case <-cl.done:
 		return cl.resp, cl.err
@@ -176,12 +184,60 @@ func (c *Committer) run() {
 		case <-c.wake:
 		}
 		for {
-			batch := c.take()
-			if len(batch) == 0 {
+			batch, ok := c.next()
+			if !ok {
 				break
 			}
 			c.commit(batch)
+			c.mu.Lock()
+			c.busy = false
+			c.mu.Unlock()
 		}
+	}
+}
+
+// next takes the next batch and marks it in flight, unless one is in
+// flight already (a caller's lone transaction, whose end pokes the loop)
+// or nothing is queued.
+func (c *Committer) next() ([]*call, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.busy {
+		return nil, false
+	}
+	batch := c.takeLocked()
+	c.busy = len(batch) > 0
+	return batch, c.busy
+}
+
+// commitAlone commits t, a batch of one, in the caller's goroutine (busy
+// is set), then lets the committer send what queued meanwhile. Close
+// cancels it as it cancels a batch.
+func (c *Committer) commitAlone(ctx context.Context, t Txn) (*clientv3.TxnResponse, error) {
+	c.batches.Add(1)
+	c.txns.Add(1)
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.stop, cancel)
+	if c.beforeAlone != nil {
+		c.beforeAlone()
+	}
+	resp, err := alone(ctx, c.cli, t)
+	stop()
+	cancel()
+	c.mu.Lock()
+	c.busy = false
+	queued := len(c.pending) > 0
+	c.mu.Unlock()
+	if queued {
+		c.poke()
+	}
+	return resp, err
+}
+
+func (c *Committer) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -191,6 +247,10 @@ func (c *Committer) run() {
 func (c *Committer) take() []*call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.takeLocked()
+}
+
+func (c *Committer) takeLocked() []*call {
 	var batch []*call
 	names := map[string]bool{}
 	bytes := 0

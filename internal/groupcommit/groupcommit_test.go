@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 func client(t *testing.T) *clientv3.Client {
@@ -165,6 +167,74 @@ func TestConcurrentMutationsOfOneNameGetDistinctRevisions(t *testing.T) {
 		t.Errorf("%d batches for %d transactions: nothing was merged", batches, txns)
 	}
 	t.Logf("%d transactions in %d batches", txns, batches)
+}
+
+// An idle committer sends a lone transaction from its caller's goroutine
+// at once; what arrives while it is in flight waits and goes as one batch
+// after it, at a later revision.
+func TestALoneTransactionGoesAtOnceAndWhatQueuesBehindItIsOneBatch(t *testing.T) {
+	cli := client(t)
+	c := New(cli)
+	defer c.Close()
+	inFlight, proceed := make(chan struct{}), make(chan struct{})
+	c.beforeAlone = func() {
+		close(inFlight)
+		<-proceed
+	}
+	first := make(chan *clientv3.TxnResponse, 1)
+	go func() {
+		resp, err := c.Commit(t.Context(), put("lock-0", "0/1"))
+		if err != nil {
+			t.Error(err)
+		}
+		first <- resp
+	}()
+	select {
+	case <-inFlight:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an idle committer's lone transaction was not sent from its caller's goroutine")
+	}
+	c.beforeAlone = nil // only the committer's own batch follows
+	const behind = 3
+	resps := make(chan *clientv3.TxnResponse, behind)
+	for i := range behind {
+		go func() {
+			resp, err := c.Commit(t.Context(), put(fmt.Sprint("lock-", i+1), fmt.Sprint(i+1, "/1")))
+			if err != nil {
+				t.Error(err)
+			}
+			resps <- resp
+		}()
+	}
+	wait.For(t, "the calls behind the lone one to queue", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.pending) == behind
+	})
+	close(proceed)
+	lone := <-first
+	revs := map[int64]bool{}
+	for range behind {
+		resp := <-resps
+		if resp == nil || !resp.Succeeded {
+			t.Fatalf("a queued call: %v", resp)
+		}
+		revs[resp.Header.Revision] = true
+	}
+	if lone == nil || !lone.Succeeded {
+		t.Fatalf("the lone call: %v", lone)
+	}
+	if len(revs) != 1 {
+		t.Errorf("the calls that queued behind the lone one committed at revisions %v: not one batch", revs)
+	}
+	for rev := range revs {
+		if rev <= lone.Header.Revision {
+			t.Errorf("the batch at revision %d, not after the lone call's %d", rev, lone.Header.Revision)
+		}
+	}
+	if b, n := c.Stats(); b != 2 || n != behind+1 {
+		t.Errorf("stats: %d batches, %d transactions; want 2, %d", b, n, behind+1)
+	}
 }
 
 // A session (lease) that is gone refuses the whole batch in etcd; only its
