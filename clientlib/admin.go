@@ -71,7 +71,7 @@ func (a *Admin) acquire(ctx context.Context, sessionID, name string, wait bool, 
 	for _, opt := range opts {
 		opt(&o)
 	}
-	g, err := a.c.acquire(ctx, sessionID, name, wait, o)
+	g, err := a.c.acquire(ctx, sessionID, name, wait, 0, o) // no stream follows an admin grant
 	if err != nil {
 		return LockGrant{}, convert(ctx, err)
 	}

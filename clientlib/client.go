@@ -81,6 +81,7 @@ type Client struct {
 	cancel context.CancelFunc
 	probes sync.WaitGroup
 	probed atomic.Int64 // health checks sent to avoided endpoints (for tests)
+	named  atomic.Int64 // holdings named on keep-alive streams (for tests)
 	// revokes are closings of sessions given up on (see revoke); added
 	// under mu while !closed, so Close can wait for them.
 	revokes sync.WaitGroup

@@ -28,16 +28,29 @@ type held struct {
 	ended bool // given up or lost
 }
 
+// followedOn is the stream id to pass to newHeld: the one a grant request
+// named, if the server follows the grant on it.
+func followedOn(stream uint64, followed bool) uint64 {
+	if !followed {
+		return 0
+	}
+	return stream
+}
+
 // newHeld starts tracking holding (its request id and token as granted),
 // which ends with cause gone when the server reports it ended.
-func newHeld(s *Session, holding *coorddv1.Holding, gone error) *held {
+func newHeld(s *Session, holding *coorddv1.Holding, gone error, followedOn uint64) *held {
 	if holding.GetRevision() < holding.GetToken() {
 		holding.Revision = 0 // not one at which it was alive: let the server read
 	}
 	h := &held{lost: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancelCause(s.ctx)
 	h.stop = context.AfterFunc(s.ctx, func() { h.lose(nil) })
-	h.unwatch = s.watch(holding, func() { h.lose(gone) })
+	var ended bool
+	h.unwatch, ended = s.watch(holding, func() { h.lose(gone) }, followedOn)
+	if ended {
+		h.lose(gone)
+	}
 	return h
 }
 

@@ -43,9 +43,16 @@ type kaStream struct {
 	// Renewals are sent in batches of at most maxBatch (0: one by one)
 	// once the server says it takes them, and how many fit in a message.
 	maxBatch atomic.Int64
-	bmu      sync.Mutex
-	queued   []string      // session ids whose renewals wait for the next batch
-	kick     chan struct{} // signalled when queued grows
+	// serverID is the stream's id on its member (its header says it; 0 from
+	// a server that follows no grants): grants made there may be followed
+	// on this stream from the start (keepalive_stream).
+	serverID atomic.Uint64
+
+	rmu    sync.Mutex
+	recent recentEnds // the latest holdings reported ended; guarded by rmu
+	bmu    sync.Mutex
+	queued []string      // session ids whose renewals wait for the next batch
+	kick   chan struct{} // signalled when queued grows
 
 	mu      sync.Mutex
 	members map[string]*kaMember // by session id
@@ -62,6 +69,44 @@ type kaMember struct {
 // keepAliveBatchesHeader is the header with which a server says it takes
 // batches of renewals (api.KeepAliveBatchesHeader).
 const keepAliveBatchesHeader = "coordd-keepalive-batches"
+
+// keepAliveStreamHeader is the header with which a server names the
+// stream, for grants to follow on it (api.KeepAliveStreamHeader).
+const keepAliveStreamHeader = "coordd-keepalive-stream"
+
+// recentEnds remembers the last maxRecentEnds holdings a stream reported
+// ended.
+type recentEnds struct {
+	set   map[holdingID]struct{}
+	order []holdingID
+}
+
+// maxRecentEnds bounds recentEnds: a grant's answer and the report of its
+// end cross within a round trip, so a few hundred reports cover any burst.
+const maxRecentEnds = 1024
+
+func (r *recentEnds) add(id holdingID) {
+	if r.set == nil {
+		r.set = make(map[holdingID]struct{})
+	}
+	if _, ok := r.set[id]; ok {
+		return
+	}
+	if len(r.order) == maxRecentEnds {
+		delete(r.set, r.order[0])
+		r.order = r.order[1:]
+	}
+	r.set[id] = struct{}{}
+	r.order = append(r.order, id)
+}
+
+// endedRecently reports whether the stream reported id ended lately.
+func (ks *kaStream) endedRecently(id holdingID) bool {
+	ks.rmu.Lock()
+	defer ks.rmu.Unlock()
+	_, ok := ks.recent.set[id]
+	return ok
+}
 
 // errStreamIdle ends a shared stream that no session uses any more.
 var errStreamIdle = errors.New("coordd: keep-alive stream has no sessions left")
@@ -204,6 +249,11 @@ func (ks *kaStream) receive() {
 				ks.maxBatch.Store(int64(min(n, maxBatch)))
 			}
 		}
+		if v := md.Get(keepAliveStreamHeader); len(v) > 0 {
+			if n, err := strconv.ParseUint(v[0], 10, 64); err == nil {
+				ks.serverID.Store(n)
+			}
+		}
 	}
 	for {
 		resp, err := ks.st.Recv()
@@ -212,6 +262,14 @@ func (ks *kaStream) receive() {
 			return
 		}
 		if ended := resp.GetEnded(); len(ended) > 0 {
+			// Remembered before they are handed out: a grant followed from
+			// the start may be added to its session only after its end was
+			// reported (Session.watch looks here).
+			ks.rmu.Lock()
+			for _, h := range ended {
+				ks.recent.add(holdingID{kind: h.GetKind(), name: h.GetName(), token: h.GetToken()})
+			}
+			ks.rmu.Unlock()
 			ks.mu.Lock()
 			ms := make([]*kaMember, 0, len(ks.members))
 			for _, m := range ks.members {

@@ -72,6 +72,11 @@ type Session struct {
 	holdings map[holdingID]*watchedHolding // guarded by hmu
 	pending  []*coorddv1.Holding           // not yet named on the current stream; guarded by hmu
 	announce chan struct{}                 // signalled when pending grows
+	// named is the stream on which the holdings were named (its first
+	// renewal named them all) while the session is on it; nil otherwise.
+	// A grant that the server follows on it from the start (followed) need
+	// not be named there; guarded by hmu.
+	named *kaStream
 
 	ids         requestIDs // request ids of released locks, to use again
 	campaignIDs requestIDs // those of resigned campaigns
@@ -325,18 +330,33 @@ const minReplyWait = time.Second
 
 // watch asks the server, on the keep-alive stream (this one and every
 // later one), to report the end of h; ended runs once it does (on the
-// stream's receiving goroutine; it must not block). unwatch forgets h: call
-// it once h is given up or lost.
-func (s *Session) watch(h *coorddv1.Holding, ended func()) (unwatch func()) {
+// stream's receiving goroutine, or here; it must not block). followedOn is
+// the server's id of the stream that already follows h since its grant
+// (the grant said followed), or 0: on that stream, while the session's
+// holdings are named on it, h is not named again (a new stream names
+// every holding). unwatch forgets h: call it once h is given up or lost.
+// gone says that h was reported ended already: ended will not run.
+func (s *Session) watch(h *coorddv1.Holding, ended func(), followedOn uint64) (unwatch func(), gone bool) {
 	id := holdingID{kind: h.GetKind(), name: h.GetName(), token: h.GetToken()}
 	w := &watchedHolding{proto: h, ended: ended}
 	s.hmu.Lock()
 	s.holdings[id] = w
-	s.pending = append(s.pending, h)
+	followed := followedOn != 0 && s.named != nil && s.named.serverID.Load() == followedOn
+	if !followed {
+		s.pending = append(s.pending, h)
+	}
+	// The server may have reported h's end on that stream before h was
+	// added here: the stream remembers its latest reports.
+	gone = followed && s.named.endedRecently(id)
+	if gone {
+		delete(s.holdings, id)
+	}
 	s.hmu.Unlock()
-	select {
-	case s.announce <- struct{}{}:
-	default:
+	if !followed {
+		select {
+		case s.announce <- struct{}{}:
+		default:
+		}
 	}
 	return func() {
 		s.hmu.Lock()
@@ -344,7 +364,19 @@ func (s *Session) watch(h *coorddv1.Holding, ended func()) (unwatch func()) {
 		if s.holdings[id] == w {
 			delete(s.holdings, id)
 		}
+	}, gone
+}
+
+// followStream is the server's id of the stream on which the session's
+// holdings are named, for a grant to be followed on from the start (and a
+// release to stop that): 0 if there is none or the server gives none.
+func (s *Session) followStream() uint64 {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if s.named == nil {
+		return 0
 	}
+	return s.named.serverID.Load()
 }
 
 // holdingsEnded handles the server's report that holdings ended.
@@ -366,8 +398,9 @@ func (s *Session) holdingsEnded(ended []*coorddv1.Holding) {
 }
 
 // toName returns the holdings to name on the stream: all of them on a new
-// stream, else those added since the last call.
-func (s *Session) toName(all bool) []*coorddv1.Holding {
+// stream (which is then the stream they are named on), else those added
+// since the last call.
+func (s *Session) toName(all bool, on *kaStream) []*coorddv1.Holding {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	if !all {
@@ -376,6 +409,7 @@ func (s *Session) toName(all bool) []*coorddv1.Holding {
 		return p
 	}
 	s.pending = nil
+	s.named = on
 	out := make([]*coorddv1.Holding, 0, len(s.holdings))
 	for _, w := range s.holdings {
 		out = append(out, w.proto)
@@ -441,6 +475,13 @@ func (s *Session) stream(ctx context.Context) (err error) {
 		return convert(ctx, err)
 	}
 	defer ks.leave(m)
+	defer func() {
+		s.hmu.Lock()
+		if s.named == ks {
+			s.named = nil
+		}
+		s.hmu.Unlock()
+	}()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer func() {
@@ -501,10 +542,11 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			if first {
 				continue // the first keep-alive names them all
 			}
-			if w := s.toName(false); len(w) > 0 {
+			if w := s.toName(false, ks); len(w) > 0 {
 				if err := ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: w, WatchOnly: true}); err != nil {
 					return streamErr(err)
 				}
+				s.c.named.Add(int64(len(w)))
 			}
 		case resp := <-m.acks:
 			if resp.GetGone() {
@@ -526,7 +568,9 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			var err error
 			if first {
 				// The first renewal on a stream names the holdings to watch.
-				err = ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: s.toName(true)})
+				all := s.toName(true, ks)
+				err = ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: all})
+				s.c.named.Add(int64(len(all)))
 				first = false
 			} else {
 				err = ks.renew(s.id)

@@ -19,6 +19,10 @@ type ElectionServer struct {
 	sessions *session.Manager // to name leaders' and candidates' owners
 	stopped  context.Context  // done once the daemon stops
 	metrics  *Metrics
+
+	// Streams, when set, lets a leadership be followed on its leader's
+	// shared keep-alive stream from the moment it is won (keepalive_stream).
+	Streams *KeepAliveStreams
 }
 
 // NewElectionServer returns the ElectionService adapter. Observe streams
@@ -46,14 +50,20 @@ func (s *ElectionServer) Campaign(ctx context.Context, req *coorddv1.CampaignReq
 		return nil, err
 	}
 	s.metrics.leaderChanged()
-	return &coorddv1.CampaignResponse{Leadership: &coorddv1.Leadership{
+	out := &coorddv1.Leadership{
 		Name:      l.Name,
 		Term:      int64(l.Term),
 		Value:     l.Value,
 		SessionId: l.Session.String(),
 		RequestId: l.RequestID,
 		Revision:  l.Revision,
-	}}, nil
+	}
+	if stream := req.GetKeepaliveStream(); stream != 0 {
+		out.Followed = s.Streams.follow(ctx, stream, l.Session, &coorddv1.Holding{
+			Kind: coorddv1.Holding_KIND_ELECTION, Name: l.Name, Token: int64(l.Term), RequestId: l.RequestID, Revision: l.Revision,
+		})
+	}
+	return &coorddv1.CampaignResponse{Leadership: out}, nil
 }
 
 // Proclaim implements ElectionService.
@@ -74,6 +84,9 @@ func (s *ElectionServer) Resign(ctx context.Context, req *coorddv1.ResignRequest
 			return nil, err
 		}
 		hint = election.Hint{Session: id, RequestID: req.GetRequestId()}
+		if stream := req.GetKeepaliveStream(); stream != 0 && hint.RequestID != "" {
+			s.Streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: req.GetName(), Token: req.GetTerm(), RequestId: hint.RequestID})
+		}
 	}
 	if err := s.m.Resign(ctx, req.GetName(), fencing.Token(req.GetTerm()), hint); err != nil {
 		return nil, err

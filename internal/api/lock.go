@@ -23,6 +23,9 @@ type LockServer struct {
 	elections *election.Manager // fences by leadership term
 	sessions  *session.Manager  // to name holders' owners in DescribeLock
 	metrics   *Metrics
+	// Streams, when set, lets a grant be followed on its holder's shared
+	// keep-alive stream from the moment it is made (keepalive_stream).
+	Streams *KeepAliveStreams
 	// TokensVisible, when set, says whether the caller may see a lock's
 	// tokens in DescribeLock (under a policy: those allowed to release
 	// it); they are zero otherwise.
@@ -84,7 +87,7 @@ func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) 
 		return nil, err
 	}
 	s.metrics.granted(time.Since(start), g.DelayWaited)
-	return &coorddv1.AcquireResponse{Grant: grantProto(g)}, nil
+	return &coorddv1.AcquireResponse{Grant: s.followed(ctx, req.GetKeepaliveStream(), g)}, nil
 }
 
 // TryAcquire implements LockService.
@@ -98,7 +101,7 @@ func (s *LockServer) TryAcquire(ctx context.Context, req *coorddv1.TryAcquireReq
 		return nil, err
 	}
 	s.metrics.granted(-1, g.DelayWaited)
-	return &coorddv1.TryAcquireResponse{Grant: grantProto(g)}, nil
+	return &coorddv1.TryAcquireResponse{Grant: s.followed(ctx, req.GetKeepaliveStream(), g)}, nil
 }
 
 // Release implements LockService.
@@ -110,6 +113,9 @@ func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) 
 			return nil, err
 		}
 		hint = lock.Hint{Session: id, RequestID: req.GetRequestId()}
+		if stream := req.GetKeepaliveStream(); stream != 0 && hint.RequestID != "" {
+			s.Streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: req.GetName(), Token: req.GetToken(), RequestId: hint.RequestID})
+		}
 	}
 	if err := s.m.Release(ctx, req.GetName(), fencing.Token(req.GetToken()), hint); err != nil {
 		return nil, err
@@ -207,6 +213,18 @@ func (s *LockServer) FencedDelete(ctx context.Context, req *coorddv1.FencedDelet
 		return nil, err
 	}
 	return &coorddv1.FencedDeleteResponse{Revision: rev}, nil
+}
+
+// followed returns g's proto, followed on the caller's keep-alive stream
+// if it named one that this member serves.
+func (s *LockServer) followed(ctx context.Context, stream uint64, g lock.Grant) *coorddv1.LockGrant {
+	out := grantProto(g)
+	if stream != 0 {
+		out.Followed = s.Streams.follow(ctx, stream, g.Session, &coorddv1.Holding{
+			Kind: coorddv1.Holding_KIND_LOCK, Name: g.Name, Token: int64(g.Token), RequestId: g.RequestID, Revision: g.Revision,
+		})
+	}
+	return out
 }
 
 func grantProto(g lock.Grant) *coorddv1.LockGrant {

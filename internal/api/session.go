@@ -68,6 +68,10 @@ type SessionServer struct {
 	// them out (so a page may hold fewer than page_size sessions while a
 	// next_page_token follows).
 	SeesAll func(ctx context.Context) bool
+	// Streams, when set, registers the shared streams so that grants on
+	// this member are followed on them from the moment they are made (the
+	// Lock and Election servers share it).
+	Streams *KeepAliveStreams
 	// MaxRequestBytes is the server's limit on one message (0: gRPC's
 	// default), which bounds a batch of renewals.
 	MaxRequestBytes int
@@ -215,9 +219,17 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 	renewers := false           // started at the first shared request
 	reqs := make(chan *coorddv1.KeepAliveStreamRequest)
 	recvErr := make(chan error, 1)
+	w := newHoldingWatches(s.holdings)
+	defer w.stopAll()
+	sid, unregister := s.Streams.register(ctx, w)
+	defer unregister()
 	// Tell the client it may batch its renewals (session_ids), and how
-	// many fit in one message.
-	if err := stream.SendHeader(metadata.Pairs(KeepAliveBatchesHeader, strconv.Itoa(s.maxBatch()))); err != nil {
+	// many fit in one message; and the stream's id, for grants to follow.
+	md := metadata.Pairs(KeepAliveBatchesHeader, strconv.Itoa(s.maxBatch()))
+	if sid != 0 {
+		md.Set(KeepAliveStreamHeader, strconv.FormatUint(sid, 10))
+	}
+	if err := stream.SendHeader(md); err != nil {
 		return err
 	}
 	// The receiver exits when Recv fails, which gRPC guarantees once this
@@ -236,8 +248,6 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 			}
 		}
 	}()
-	w := newHoldingWatches(s.holdings)
-	defer w.stopAll()
 	for {
 		select {
 		case <-s.stopping:
@@ -468,13 +478,18 @@ func (s *SessionServer) renewOne(ctx context.Context, id session.ID) (*coorddv1.
 	return &coorddv1.Renewal{SessionId: id.String(), Ttl: durationpb.New(ttl)}, nil
 }
 
-// holdingWatches are the holdings one KeepAliveStream watches. add and
-// stopAll run on the stream's goroutine; grantwatch reports ends from its
-// own, and they queue here until the stream takes them.
+// holdingWatches are the holdings one KeepAliveStream watches: named by
+// the client on the stream (the stream's goroutine calls add), or followed
+// from their grant (KeepAliveStreams: the granting call's goroutine calls
+// add, the releasing one remove). grantwatch reports ends from its own
+// goroutine, and they queue here until the stream takes them.
 type holdingWatches struct {
 	h     Holdings
-	stops map[watchedEntry]func() // stream goroutine only
-	ready chan struct{}           // signalled when ended grows
+	ready chan struct{} // signalled when ended grows
+
+	smu    sync.Mutex
+	stops  map[watchedEntry]func() // guarded by smu
+	closed bool                    // stopAll ran; guarded by smu
 
 	mu    sync.Mutex
 	ended []*coorddv1.Holding
@@ -493,9 +508,8 @@ func newHoldingWatches(h Holdings) *holdingWatches {
 	return &holdingWatches{h: h, stops: make(map[watchedEntry]func()), ready: make(chan struct{}, 1)}
 }
 
-// add starts watching h, a holding of session id, unless it is watched
-// already. A holding that has already ended is reported at once.
-func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Holding) error {
+// entry returns the entry that h, a holding of session id, names.
+func (w *holdingWatches) entry(id session.ID, h *coorddv1.Holding) (watchedEntry, error) {
 	var key string
 	var err error
 	switch h.GetKind() {
@@ -504,23 +518,36 @@ func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Hol
 	case coorddv1.Holding_KIND_ELECTION:
 		key, err = w.h.Elections.CandidateKey(h.GetName(), id, h.GetRequestId())
 	default:
-		return invalid("watch: kind must be KIND_LOCK or KIND_ELECTION")
+		return watchedEntry{}, invalid("watch: kind must be KIND_LOCK or KIND_ELECTION")
 	}
 	if err != nil {
-		return err
+		return watchedEntry{}, err
 	}
 	if h.GetToken() <= 0 {
-		return invalid("watch: token must be positive")
+		return watchedEntry{}, invalid("watch: token must be positive")
+	}
+	return watchedEntry{key, h.GetToken()}, nil
+}
+
+// add starts watching h, a holding of session id, unless it is watched
+// already. A holding that has already ended is reported at once.
+func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Holding) error {
+	we, err := w.entry(id, h)
+	if err != nil {
+		return err
 	}
 	if r := h.GetRevision(); r != 0 && r < h.GetToken() {
 		return invalid("watch: revision, when set, must be at least the token (a revision at which the holding was alive)")
 	}
-	we := watchedEntry{key, h.GetToken()}
-	if _, ok := w.stops[we]; ok {
+	w.smu.Lock()
+	_, watched := w.stops[we]
+	closed := w.closed
+	w.smu.Unlock()
+	if watched || closed {
 		return nil
 	}
 	report := &coorddv1.Holding{Kind: h.GetKind(), Name: h.GetName(), Token: h.GetToken(), RequestId: h.GetRequestId()}
-	stop, err := w.h.Watcher.WatchFrom(ctx, key, h.GetToken(), h.GetRevision(), func() {
+	stop, err := w.h.Watcher.WatchFrom(ctx, we.key, h.GetToken(), h.GetRevision(), func() {
 		w.mu.Lock()
 		w.ended = append(w.ended, report)
 		w.keys = append(w.keys, we)
@@ -533,8 +560,54 @@ func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Hol
 	if err != nil {
 		return err
 	}
-	w.stops[we] = stop
+	w.smu.Lock()
+	_, watched = w.stops[we] // added meanwhile by another call
+	keep := !watched && !w.closed
+	if keep {
+		w.stops[we] = stop
+	}
+	w.smu.Unlock()
+	if !keep {
+		stop()
+	}
 	return nil
+}
+
+// follows reports whether h, a holding of session id, is watched.
+func (w *holdingWatches) follows(id session.ID, h *coorddv1.Holding) bool {
+	we, err := w.entry(id, h)
+	if err != nil {
+		return false
+	}
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	_, ok := w.stops[we]
+	return ok
+}
+
+// remove stops watching h, a holding of session id, and drops its end if
+// that is queued already: its holder gives it up and needs no report.
+func (w *holdingWatches) remove(id session.ID, h *coorddv1.Holding) {
+	we, err := w.entry(id, h)
+	if err != nil {
+		return
+	}
+	w.smu.Lock()
+	stop := w.stops[we]
+	delete(w.stops, we)
+	w.smu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := 0; i < len(w.keys); i++ {
+		if w.keys[i] == we {
+			w.keys = append(w.keys[:i], w.keys[i+1:]...)
+			w.ended = append(w.ended[:i], w.ended[i+1:]...)
+			i--
+		}
+	}
 }
 
 // take returns the holdings that ended since the last call and forgets
@@ -544,14 +617,22 @@ func (w *holdingWatches) take() []*coorddv1.Holding {
 	ended, keys := w.ended, w.keys
 	w.ended, w.keys = nil, nil
 	w.mu.Unlock()
+	w.smu.Lock()
 	for _, k := range keys {
 		delete(w.stops, k)
 	}
+	w.smu.Unlock()
 	return ended
 }
 
+// stopAll stops every watch; later adds watch nothing.
 func (w *holdingWatches) stopAll() {
-	for _, stop := range w.stops {
+	w.smu.Lock()
+	w.closed = true
+	stops := w.stops
+	w.stops = nil
+	w.smu.Unlock()
+	for _, stop := range stops {
 		stop()
 	}
 }

@@ -251,6 +251,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.elections = election.NewManager(d.cli, cfg.KeyRoot, holdings, d.txns)
 	d.owners.Sessions, d.owners.Locks, d.owners.Elections = sessions, d.locks, d.elections
 	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), apiMetrics)
+	streams := api.NewKeepAliveStreams() // grants followed on their holders' keep-alive streams
+	sessionSvc.Streams = streams
 	sessionSvc.MaxRequestBytes = cfg.MaxRequestBytes
 	sessionSvc.SeesAll = func(ctx context.Context) bool {
 		p := api.PrincipalFrom(ctx)
@@ -259,11 +261,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return read || admin
 	}
 	lockSvc := api.NewLockServer(d.stopped, d.locks, d.elections, sessions, apiMetrics)
+	lockSvc.Streams = streams
 	lockSvc.TokensVisible = func(ctx context.Context, name string) bool {
 		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.LockRelease, auth.Resource{Kind: auth.Lock, Name: name})
 		return ok
 	}
 	electionSvc := api.NewElectionServer(d.stopped, d.elections, sessions, apiMetrics)
+	electionSvc.Streams = streams
 	for _, srv := range servers {
 		coorddv1.RegisterSessionServiceServer(srv, sessionSvc)
 		coorddv1.RegisterLockServiceServer(srv, lockSvc)

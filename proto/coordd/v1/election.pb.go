@@ -105,7 +105,11 @@ type Leadership struct {
 	// this same leadership.
 	RequestId string `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// revision is the etcd revision at which leadership was observed.
-	Revision      int64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	// followed says that the campaign's keepalive_stream follows the
+	// leadership: its end from outside is reported on that stream without
+	// the client naming it. Set by Campaign only.
+	Followed      bool `protobuf:"varint,7,opt,name=followed,proto3" json:"followed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -182,6 +186,13 @@ func (x *Leadership) GetRevision() int64 {
 	return 0
 }
 
+func (x *Leadership) GetFollowed() bool {
+	if x != nil {
+		return x.Followed
+	}
+	return false
+}
+
 // CampaignRequest joins an election and waits to lead it.
 type CampaignRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -202,9 +213,16 @@ type CampaignRequest struct {
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// wait bounds the wait; when unset the call waits as long as its own
 	// deadline allows.
-	Wait          *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Wait *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	// keepalive_stream, when set, is the id of the caller's shared
+	// KeepAliveStream on this member (its header coordd-keepalive-stream
+	// tells it): the leadership is followed on that stream from the moment it is
+	// made, its end reported there as if the stream had named it in watch,
+	// and the client need not name it. A stream this member does not serve,
+	// or that another principal opened, is ignored (Leadership.followed is then false).
+	KeepaliveStream uint64 `protobuf:"varint,6,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CampaignRequest) Reset() {
@@ -270,6 +288,13 @@ func (x *CampaignRequest) GetWait() *durationpb.Duration {
 		return x.Wait
 	}
 	return nil
+}
+
+func (x *CampaignRequest) GetKeepaliveStream() uint64 {
+	if x != nil {
+		return x.KeepaliveStream
+	}
+	return 0
 }
 
 // CampaignResponse carries the leadership.
@@ -440,9 +465,14 @@ type ResignRequest struct {
 	// wrong pair only fails with NOT_LEADER.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// request_id: see session_id.
-	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// keepalive_stream, when set with session_id and request_id, is the
+	// leader's KeepAliveStream that follows the leadership (see
+	// CampaignRequest): the stream stops following it first and does not
+	// report this resignation to it.
+	KeepaliveStream uint64 `protobuf:"varint,5,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ResignRequest) Reset() {
@@ -501,6 +531,13 @@ func (x *ResignRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *ResignRequest) GetKeepaliveStream() uint64 {
+	if x != nil {
+		return x.KeepaliveStream
+	}
+	return 0
 }
 
 // ResignResponse is empty: the leadership ended.
@@ -1268,7 +1305,7 @@ var File_coordd_v1_election_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_election_proto_rawDesc = "" +
 	"\n" +
-	"\x18coordd/v1/election.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x01\n" +
+	"\x18coordd/v1/election.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x01\n" +
 	"\n" +
 	"Leadership\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -1278,7 +1315,8 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"session_id\x18\x04 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\x1a\n" +
-	"\brevision\x18\x06 \x01(\x03R\brevision\"\xa8\x01\n" +
+	"\brevision\x18\x06 \x01(\x03R\brevision\x12\x1a\n" +
+	"\bfollowed\x18\a \x01(\bR\bfollowed\"\xd3\x01\n" +
 	"\x0fCampaignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -1286,7 +1324,8 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\tR\x05value\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12-\n" +
-	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"I\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12)\n" +
+	"\x10keepalive_stream\x18\x06 \x01(\x04R\x0fkeepaliveStream\"I\n" +
 	"\x10CampaignResponse\x125\n" +
 	"\n" +
 	"leadership\x18\x01 \x01(\v2\x15.coordd.v1.LeadershipR\n" +
@@ -1296,14 +1335,15 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\tR\x05value\".\n" +
 	"\x10ProclaimResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"u\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"\xa0\x01\n" +
 	"\rResignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"\x10\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12)\n" +
+	"\x10keepalive_stream\x18\x05 \x01(\x04R\x0fkeepaliveStream\"\x10\n" +
 	"\x0eResignResponse\"\xfa\x01\n" +
 	"\x0eElectionLeader\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x03R\x04term\x12\x14\n" +

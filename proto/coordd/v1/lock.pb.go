@@ -40,7 +40,11 @@ type LockGrant struct {
 	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	// read marks a shared (read) grant: other read grants may be held at the
 	// same time, never a write grant; fenced writes need a write grant.
-	Read          bool `protobuf:"varint,6,opt,name=read,proto3" json:"read,omitempty"`
+	Read bool `protobuf:"varint,6,opt,name=read,proto3" json:"read,omitempty"`
+	// followed says that the request's keepalive_stream follows the grant:
+	// its end from outside (a release by another caller, a closed session)
+	// is reported on that stream without the client naming it.
+	Followed      bool `protobuf:"varint,7,opt,name=followed,proto3" json:"followed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -117,6 +121,13 @@ func (x *LockGrant) GetRead() bool {
 	return false
 }
 
+func (x *LockGrant) GetFollowed() bool {
+	if x != nil {
+		return x.Followed
+	}
+	return false
+}
+
 // AcquireRequest asks for a lock and waits for it.
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -150,9 +161,16 @@ type AcquireRequest struct {
 	// read grants are held together, a write grant (read unset) alone. The
 	// queue is FIFO across modes: a reader waits for the writers queued
 	// before it, and a queued writer keeps later readers out.
-	Read          bool `protobuf:"varint,8,opt,name=read,proto3" json:"read,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Read bool `protobuf:"varint,8,opt,name=read,proto3" json:"read,omitempty"`
+	// keepalive_stream, when set, is the id of the caller's shared
+	// KeepAliveStream on this member (its header coordd-keepalive-stream
+	// tells it): the grant is followed on that stream from the moment it is
+	// made, its end reported there as if the stream had named it in watch,
+	// and the client need not name it. A stream this member does not serve,
+	// or that another principal opened, is ignored (followed is then false).
+	KeepaliveStream uint64 `protobuf:"varint,9,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
@@ -241,6 +259,13 @@ func (x *AcquireRequest) GetRead() bool {
 	return false
 }
 
+func (x *AcquireRequest) GetKeepaliveStream() uint64 {
+	if x != nil {
+		return x.KeepaliveStream
+	}
+	return 0
+}
+
 // AcquireResponse carries the grant.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -303,9 +328,11 @@ type TryAcquireRequest struct {
 	// lock_delay: as in AcquireRequest.
 	LockDelay *durationpb.Duration `protobuf:"bytes,6,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	// read: as in AcquireRequest.
-	Read          bool `protobuf:"varint,7,opt,name=read,proto3" json:"read,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Read bool `protobuf:"varint,7,opt,name=read,proto3" json:"read,omitempty"`
+	// keepalive_stream: as in AcquireRequest.
+	KeepaliveStream uint64 `protobuf:"varint,8,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TryAcquireRequest) Reset() {
@@ -387,6 +414,13 @@ func (x *TryAcquireRequest) GetRead() bool {
 	return false
 }
 
+func (x *TryAcquireRequest) GetKeepaliveStream() uint64 {
+	if x != nil {
+		return x.KeepaliveStream
+	}
+	return 0
+}
+
 // TryAcquireResponse carries the grant.
 type TryAcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -444,9 +478,14 @@ type ReleaseRequest struct {
 	// save the server a read. A wrong pair only fails with NOT_HOLDER.
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// request_id: see session_id.
-	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// keepalive_stream, when set with session_id and request_id, is the
+	// holder's KeepAliveStream that follows the grant (see AcquireRequest):
+	// the holder gives the grant up, so the stream stops following it first
+	// and does not report this release to it.
+	KeepaliveStream uint64 `protobuf:"varint,5,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReleaseRequest) Reset() {
@@ -505,6 +544,13 @@ func (x *ReleaseRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *ReleaseRequest) GetKeepaliveStream() uint64 {
+	if x != nil {
+		return x.KeepaliveStream
+	}
+	return 0
 }
 
 // ReleaseResponse is empty: the grant is gone.
@@ -1369,7 +1415,7 @@ var File_coordd_v1_lock_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x14coordd/v1/lock.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa3\x01\n" +
+	"\x14coordd/v1/lock.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x01\n" +
 	"\tLockGrant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12\x1d\n" +
@@ -1378,7 +1424,8 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x03R\brevision\x12\x12\n" +
-	"\x04read\x18\x06 \x01(\bR\x04read\"\x91\x02\n" +
+	"\x04read\x18\x06 \x01(\bR\x04read\x12\x1a\n" +
+	"\bfollowed\x18\a \x01(\bR\bfollowed\"\xbc\x02\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -1390,9 +1437,10 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x128\n" +
 	"\n" +
 	"lock_delay\x18\a \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x12\n" +
-	"\x04read\x18\b \x01(\bR\x04read\"=\n" +
+	"\x04read\x18\b \x01(\bR\x04read\x12)\n" +
+	"\x10keepalive_stream\x18\t \x01(\x04R\x0fkeepaliveStream\"=\n" +
 	"\x0fAcquireResponse\x12*\n" +
-	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\xe5\x01\n" +
+	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\x90\x02\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -1403,16 +1451,18 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\bmetadata\x18\x05 \x01(\tR\bmetadata\x128\n" +
 	"\n" +
 	"lock_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x12\n" +
-	"\x04read\x18\a \x01(\bR\x04read\"@\n" +
+	"\x04read\x18\a \x01(\bR\x04read\x12)\n" +
+	"\x10keepalive_stream\x18\b \x01(\x04R\x0fkeepaliveStream\"@\n" +
 	"\x12TryAcquireResponse\x12*\n" +
-	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"x\n" +
+	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\xa3\x01\n" +
 	"\x0eReleaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x04 \x01(\tR\trequestId\"\x11\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\x12)\n" +
+	"\x10keepalive_stream\x18\x05 \x01(\x04R\x0fkeepaliveStream\"\x11\n" +
 	"\x0fReleaseResponse\"\xbb\x02\n" +
 	"\tLockEntry\x12\x1d\n" +
 	"\n" +

@@ -64,7 +64,11 @@ type SessionServiceClient interface {
 	// KeepAliveStreamRequest.shared. A server that takes batches of renewals
 	// (KeepAliveStreamRequest.session_ids) says so in the stream's header
 	// metadata, with how many sessions one batch may name:
-	// coordd-keepalive-batches: 224 (for example).
+	// coordd-keepalive-batches: 224 (for example). It also names the stream,
+	// coordd-keepalive-stream: 6021936107226912513 (unique on its member), so
+	// that Acquire, TryAcquire and Campaign on that member can have it follow
+	// their grants from the moment they are made (keepalive_stream), and
+	// Release and Resign by the holder can have it stop first.
 	KeepAliveStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveStreamRequest, KeepAliveStreamResponse], error)
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
@@ -178,7 +182,11 @@ type SessionServiceServer interface {
 	// KeepAliveStreamRequest.shared. A server that takes batches of renewals
 	// (KeepAliveStreamRequest.session_ids) says so in the stream's header
 	// metadata, with how many sessions one batch may name:
-	// coordd-keepalive-batches: 224 (for example).
+	// coordd-keepalive-batches: 224 (for example). It also names the stream,
+	// coordd-keepalive-stream: 6021936107226912513 (unique on its member), so
+	// that Acquire, TryAcquire and Campaign on that member can have it follow
+	// their grants from the moment they are made (keepalive_stream), and
+	// Release and Resign by the holder can have it stop first.
 	KeepAliveStream(grpc.BidiStreamingServer[KeepAliveStreamRequest, KeepAliveStreamResponse]) error
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)

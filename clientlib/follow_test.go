@@ -1,0 +1,36 @@
+package clientlib
+
+import (
+	"testing"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+)
+
+// A grant the server follows from the start may have its end reported on
+// the stream before the grant's answer reaches its session: the stream
+// remembers the reports, and watch finds it there. A grant followed on a
+// stream other than the one its session's holdings are named on is named
+// (pending) instead.
+func TestAFollowedGrantReportedEndedBeforeItsAnswerIsLost(t *testing.T) {
+	ks := &kaStream{}
+	ks.serverID.Store(7)
+	s := &Session{holdings: map[holdingID]*watchedHolding{}, announce: make(chan struct{}, 1), named: ks}
+	h := &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "x", Token: 42, RequestId: "r"}
+	ks.recent.add(holdingID{kind: h.GetKind(), name: h.GetName(), token: h.GetToken()})
+
+	if _, gone := s.watch(h, func() {}, 7); !gone {
+		t.Fatal("a followed grant whose end the stream reported is not seen as gone")
+	}
+	if len(s.holdings) != 0 || len(s.pending) != 0 {
+		t.Fatalf("a gone grant is kept (%d) or named (%d)", len(s.holdings), len(s.pending))
+	}
+
+	other := &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "y", Token: 43, RequestId: "r"}
+	if _, gone := s.watch(other, func() {}, 7); gone || len(s.pending) != 0 || len(s.holdings) != 1 {
+		t.Fatalf("a live followed grant: gone %v, %d named, %d kept; want kept, not named", gone, len(s.pending), len(s.holdings))
+	}
+	moved := &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "z", Token: 44, RequestId: "r"}
+	if _, gone := s.watch(moved, func() {}, 8); gone || len(s.pending) != 1 {
+		t.Fatalf("a grant followed on another stream: gone %v, %d named; want it named here", gone, len(s.pending))
+	}
+}
