@@ -85,7 +85,7 @@ func lockPeers(grpcAddr, etcdURL string) []lockPeer {
 			}
 			return &noopLocker{call: func(ctx context.Context) error { _, err := c.Admin().WhoAmI(ctx); return err }, stop: func() { _ = c.Close() }}, nil
 		}, true},
-		{"etcd floor: 2 reads", func(ctx context.Context, _ string) (locker, error) {
+		{"etcd floor: 2 reads", func(context.Context, string) (locker, error) {
 			cli, err := newEtcd()
 			if err != nil {
 				return nil, err
