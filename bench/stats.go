@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 type result struct{ coorddP50, coorddP99, etcdP50, etcdP99 []float64 }
@@ -71,3 +74,16 @@ func percentile(xs []float64, p float64) float64 {
 }
 
 func median(xs []float64) float64 { return percentile(xs, 50) }
+
+// rawPuts times n raw etcd puts one after another, in microseconds.
+func rawPuts(ctx context.Context, raw *clientv3.Client, n int) ([]float64, error) {
+	lat := make([]float64, 0, n)
+	for range n {
+		t0 := time.Now()
+		if _, err := raw.Put(ctx, "/bench/raw-put", "x"); err != nil {
+			return nil, err
+		}
+		lat = append(lat, float64(time.Since(t0).Microseconds()))
+	}
+	return lat, nil
+}
