@@ -62,9 +62,9 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 	defer stop()
 
 	var got *coorddv1.Leadership
-	stream := s.followStream()
+	follow := s.followStream()
 	_, err := s.c.retry(cctx, 0, func(ctx context.Context) error {
-		resp, err := s.c.elections.Campaign(ctx, &coorddv1.CampaignRequest{Name: name, SessionId: s.id, Value: value, RequestId: o.requestID, KeepaliveStream: stream})
+		resp, err := s.c.elections.Campaign(ctx, &coorddv1.CampaignRequest{Name: name, SessionId: s.id, Value: value, RequestId: o.requestID, KeepaliveStream: follow.stream})
 		got = resp.GetLeadership()
 		return err
 	})
@@ -77,7 +77,7 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 	l := &Leadership{s: s, name: name, term: fencing.Token(got.GetTerm()), requestID: got.GetRequestId(), ownID: own}
 	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: name, Token: got.GetTerm(), RequestId: got.GetRequestId(), Revision: got.GetRevision()},
 		fmt.Errorf("%w: the server reports the leadership of %q (term %d) ended: resigned from elsewhere (coordctl, an admin, another client with the term) or its session was closed", ErrNotLeader, name, got.GetTerm()),
-		followedOn(stream, got.GetFollowed()))
+		followedOn(follow, got.GetFollowed()))
 	if s.Err() != nil {
 		// The session ended while the answer was on its way.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseAttempt)
@@ -134,7 +134,7 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	if !l.giveUp(ErrResigned) {
 		return nil
 	}
-	req := &coorddv1.ResignRequest{Name: l.name, Term: int64(l.term), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream()}
+	req := &coorddv1.ResignRequest{Name: l.name, Term: int64(l.term), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream}
 	n, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
 		_, err := l.s.c.elections.Resign(ctx, req)
 		return err

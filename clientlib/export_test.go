@@ -21,4 +21,4 @@ func (c *Client) Named() int64 { return c.named.Load() }
 
 // FollowStream is the server's id of the stream on which s's holdings are
 // named (0 until its first renewal named them).
-func (s *Session) FollowStream() uint64 { return s.followStream() }
+func (s *Session) FollowStream() uint64 { return s.followStream().stream }

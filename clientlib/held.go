@@ -14,40 +14,51 @@ import (
 
 // held is what a held lock and a leadership share: a context that ends
 // with the session, on loss or when given up, and a channel closed on
-// loss. The session's keep-alive stream asks the server to report its
-// end (see Session.watch), so a release or resignation from outside ends
-// it too.
+// loss. The server reports its end on the session's keep-alive stream
+// (the stream follows it from its grant, or the session names it there:
+// see Session.watch), so a release or resignation from outside ends it
+// too.
 type held struct {
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	lost    chan struct{}
-	stop    func() bool // stops watching the session
-	unwatch func()      // stops the server-side watch
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
 
-	mu    sync.Mutex
-	ended bool // given up or lost
+	mu      sync.Mutex
+	ended   bool        // given up or lost
+	stop    func() bool // stops watching the session; set once newHeld has it
+	unwatch func()      // forgets the holding on the stream; set once newHeld has it
 }
 
-// followedOn is the stream id to pass to newHeld: the one a grant request
+// followedOn is what to pass to newHeld: the stream a grant request
 // named, if the server follows the grant on it.
-func followedOn(stream uint64, followed bool) uint64 {
+func followedOn(f following, followed bool) following {
 	if !followed {
-		return 0
+		return following{}
 	}
-	return stream
+	return f
 }
 
 // newHeld starts tracking holding (its request id and token as granted),
 // which ends with cause gone when the server reports it ended.
-func newHeld(s *Session, holding *coorddv1.Holding, gone error, followedOn uint64) *held {
+func newHeld(s *Session, holding *coorddv1.Holding, gone error, on following) *held {
 	if holding.GetRevision() < holding.GetToken() {
 		holding.Revision = 0 // not one at which it was alive: let the server read
 	}
 	h := &held{lost: make(chan struct{})}
 	h.ctx, h.cancel = context.WithCancelCause(s.ctx)
-	h.stop = context.AfterFunc(s.ctx, func() { h.lose(nil) })
-	var ended bool
-	h.unwatch, ended = s.watch(holding, func() { h.lose(gone) }, followedOn)
+	// Either may end h before newHeld has stored what undoes them: the
+	// session may be over already, and the stream may report the end as
+	// soon as watch has added it.
+	stop := context.AfterFunc(s.ctx, func() { h.lose(nil) })
+	unwatch, ended := s.watch(holding, func() { h.lose(gone) }, on)
+	h.mu.Lock()
+	h.stop, h.unwatch = stop, unwatch
+	over := h.ended
+	h.mu.Unlock()
+	if over {
+		stop()
+		unwatch()
+	}
 	if ended {
 		h.lose(gone)
 	}
@@ -63,11 +74,22 @@ func (h *held) giveUp(cause error) bool {
 		return false
 	}
 	h.ended = true
+	stop, unwatch := h.stop, h.unwatch
 	h.mu.Unlock()
-	h.stop()
-	h.unwatch()
+	h.undo(stop, unwatch)
 	h.cancel(cause)
 	return true
+}
+
+// undo stops what newHeld started, once it has stored it (else newHeld
+// does, seeing ended).
+func (h *held) undo(stop func() bool, unwatch func()) {
+	if stop != nil {
+		stop()
+	}
+	if unwatch != nil {
+		unwatch()
+	}
 }
 
 // lose ends h because it was lost (cause; nil when the session ended,
@@ -80,9 +102,9 @@ func (h *held) lose(cause error) {
 	}
 	h.ended = true
 	close(h.lost)
+	stop, unwatch := h.stop, h.unwatch
 	h.mu.Unlock()
-	h.stop()
-	h.unwatch()
+	h.undo(stop, unwatch)
 	h.cancel(cause)
 }
 

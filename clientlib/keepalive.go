@@ -75,14 +75,17 @@ const keepAliveBatchesHeader = "coordd-keepalive-batches"
 const keepAliveStreamHeader = "coordd-keepalive-stream"
 
 // recentEnds remembers the last maxRecentEnds holdings a stream reported
-// ended.
+// ended, and how many older ones it forgot.
 type recentEnds struct {
-	set   map[holdingID]struct{}
-	order []holdingID
+	set     map[holdingID]struct{}
+	order   []holdingID
+	evicted int64
 }
 
-// maxRecentEnds bounds recentEnds: a grant's answer and the report of its
-// end cross within a round trip, so a few hundred reports cover any burst.
+// maxRecentEnds bounds recentEnds. A grant's answer and the report of its
+// end cross within a round trip; should more reports than this arrive
+// meanwhile, the grant is named on the stream as if it were not followed
+// (see Session.watch), so the bound costs a message, never a report.
 const maxRecentEnds = 1024
 
 func (r *recentEnds) add(id holdingID) {
@@ -95,9 +98,17 @@ func (r *recentEnds) add(id holdingID) {
 	if len(r.order) == maxRecentEnds {
 		delete(r.set, r.order[0])
 		r.order = r.order[1:]
+		r.evicted++
 	}
 	r.set[id] = struct{}{}
 	r.order = append(r.order, id)
+}
+
+// evictions is how many reports the stream has forgotten so far.
+func (ks *kaStream) evictions() int64 {
+	ks.rmu.Lock()
+	defer ks.rmu.Unlock()
+	return ks.recent.evicted
 }
 
 // endedRecently reports whether the stream reported id ended lately.

@@ -108,9 +108,9 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 	defer stop()
 
 	var grant *coorddv1.LockGrant
-	stream := s.followStream()
+	follow := s.followStream()
 	_, err := s.c.retry(cctx, 0, func(ctx context.Context) (err error) {
-		grant, err = s.c.acquire(ctx, s.id, name, wait, stream, o)
+		grant, err = s.c.acquire(ctx, s.id, name, wait, follow.stream, o)
 		return err
 	})
 	if err != nil {
@@ -123,7 +123,7 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId(), read: grant.GetRead(), ownID: own}
 	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: name, Token: grant.GetToken(), RequestId: grant.GetRequestId(), Revision: grant.GetRevision()},
 		fmt.Errorf("%w: the server reports lock %q (token %d) released: by a Release from elsewhere (coordctl, an admin, another client with the token) or because its session was closed", ErrNotHolder, name, grant.GetToken()),
-		followedOn(stream, grant.GetFollowed()))
+		followedOn(follow, grant.GetFollowed()))
 	if s.Err() != nil {
 		// The session ended while the grant was on its way. Try to hand the
 		// lock back, briefly: the server may be the reason the session ended.
@@ -168,7 +168,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !l.giveUp(ErrLockReleased) {
 		return nil
 	}
-	req := &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream()}
+	req := &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream}
 	n, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
 		_, err := l.s.c.locks.Release(ctx, req)
 		return err

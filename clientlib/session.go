@@ -330,18 +330,19 @@ const minReplyWait = time.Second
 
 // watch asks the server, on the keep-alive stream (this one and every
 // later one), to report the end of h; ended runs once it does (on the
-// stream's receiving goroutine, or here; it must not block). followedOn is
-// the server's id of the stream that already follows h since its grant
-// (the grant said followed), or 0: on that stream, while the session's
-// holdings are named on it, h is not named again (a new stream names
-// every holding). unwatch forgets h: call it once h is given up or lost.
-// gone says that h was reported ended already: ended will not run.
-func (s *Session) watch(h *coorddv1.Holding, ended func(), followedOn uint64) (unwatch func(), gone bool) {
+// stream's receiving goroutine; it must not block). on is the stream that
+// already follows h since its grant (the grant said followed), or zero:
+// on that stream, while the session's holdings are named on it and it has
+// forgotten none of its reports since the grant was asked for, h is not
+// named again (a new stream names every holding). unwatch forgets h: call
+// it once h is given up or lost. gone says that the stream reported h
+// ended before it was added here: ended does not run then.
+func (s *Session) watch(h *coorddv1.Holding, ended func(), on following) (unwatch func(), gone bool) {
 	id := holdingID{kind: h.GetKind(), name: h.GetName(), token: h.GetToken()}
 	w := &watchedHolding{proto: h, ended: ended}
 	s.hmu.Lock()
 	s.holdings[id] = w
-	followed := followedOn != 0 && s.named != nil && s.named.serverID.Load() == followedOn
+	followed := on.stream != 0 && s.named != nil && s.named.serverID.Load() == on.stream && s.named.evictions() == on.evicted
 	if !followed {
 		s.pending = append(s.pending, h)
 	}
@@ -367,16 +368,24 @@ func (s *Session) watch(h *coorddv1.Holding, ended func(), followedOn uint64) (u
 	}, gone
 }
 
-// followStream is the server's id of the stream on which the session's
-// holdings are named, for a grant to be followed on from the start (and a
-// release to stop that): 0 if there is none or the server gives none.
-func (s *Session) followStream() uint64 {
+// following names the stream on which a grant is to be followed from the
+// start: the server's id of it (0: none) and how many of its reports it
+// had forgotten when the grant was asked for.
+type following struct {
+	stream  uint64
+	evicted int64
+}
+
+// followStream is the stream on which the session's holdings are named,
+// for a grant to be followed on from the start (and a release to stop
+// that): zero if there is none or the server gives it no id.
+func (s *Session) followStream() following {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	if s.named == nil {
-		return 0
+		return following{}
 	}
-	return s.named.serverID.Load()
+	return following{stream: s.named.serverID.Load(), evicted: s.named.evictions()}
 }
 
 // holdingsEnded handles the server's report that holdings ended.

@@ -34,10 +34,9 @@ type KeepAliveStreams struct {
 	byID map[uint64]*followingStream
 }
 
-// followingStream is one registered stream: its watches, the principal
-// that opened it and the stream's context (its watches live as long).
+// followingStream is one registered stream: its watches and the
+// principal that opened it.
 type followingStream struct {
-	ctx       context.Context
 	principal string
 	w         *holdingWatches
 }
@@ -53,7 +52,7 @@ func (k *KeepAliveStreams) register(ctx context.Context, w *holdingWatches) (uin
 	if k == nil {
 		return 0, func() {}
 	}
-	fs := &followingStream{ctx: ctx, principal: PrincipalFrom(ctx).Name, w: w}
+	fs := &followingStream{principal: PrincipalFrom(ctx).Name, w: w}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	id := rand.Uint64()
@@ -85,17 +84,21 @@ func (k *KeepAliveStreams) stream(ctx context.Context, id uint64) *followingStre
 // follow has stream id follow h, a holding of session sess just granted,
 // and reports whether it does. It never fails the call that made the
 // grant: a stream that is gone, another principal's, or a watch that
-// cannot start is only "not followed", and the client names h itself.
+// cannot start (the read it may need fails or outlasts ctx, the call's)
+// is only "not followed", and the client names h itself.
 func (k *KeepAliveStreams) follow(ctx context.Context, id uint64, sess session.ID, h *coorddv1.Holding) bool {
 	fs := k.stream(ctx, id)
 	if fs == nil {
 		return false
 	}
-	return fs.w.add(fs.ctx, sess, h) == nil && fs.w.follows(sess, h)
+	return fs.w.add(ctx, sess, h) == nil && fs.w.follows(sess, h)
 }
 
 // unfollow has stream id stop following h (its holder gives it up) before
-// the release is committed, so the stream does not report it.
+// the release is committed, so the stream does not report it. Should the
+// release then fail, the stream no longer follows h: a holder that keeps
+// it names it on the stream again (the Go SDK gives h up before it sends
+// the release, whatever its outcome).
 func (k *KeepAliveStreams) unfollow(ctx context.Context, id uint64, sess session.ID, h *coorddv1.Holding) {
 	if fs := k.stream(ctx, id); fs != nil {
 		fs.w.remove(sess, h)

@@ -539,11 +539,12 @@ func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Hol
 	if r := h.GetRevision(); r != 0 && r < h.GetToken() {
 		return invalid("watch: revision, when set, must be at least the token (a revision at which the holding was alive)")
 	}
+	// smu is held until the watch is stored: an end reported at once (or
+	// right after the watch starts) is then taken only after that, and
+	// forgets it (take), instead of leaving it behind.
 	w.smu.Lock()
-	_, watched := w.stops[we]
-	closed := w.closed
-	w.smu.Unlock()
-	if watched || closed {
+	defer w.smu.Unlock()
+	if _, watched := w.stops[we]; watched || w.closed {
 		return nil
 	}
 	report := &coorddv1.Holding{Kind: h.GetKind(), Name: h.GetName(), Token: h.GetToken(), RequestId: h.GetRequestId()}
@@ -560,16 +561,7 @@ func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Hol
 	if err != nil {
 		return err
 	}
-	w.smu.Lock()
-	_, watched = w.stops[we] // added meanwhile by another call
-	keep := !watched && !w.closed
-	if keep {
-		w.stops[we] = stop
-	}
-	w.smu.Unlock()
-	if !keep {
-		stop()
-	}
+	w.stops[we] = stop
 	return nil
 }
 

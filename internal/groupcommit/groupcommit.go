@@ -116,8 +116,9 @@ func Direct(cli *clientv3.Client) *Committer {
 }
 
 // Close fails the transactions not yet sent with ErrClosed, cancels the
-// batch in flight and waits for the committer to stop. Call it once the
-// callers are done, before closing the etcd client.
+// batch in flight and waits for the committer to stop (a caller's lone
+// transaction is cancelled too, but ends in its caller's goroutine). Call
+// it once the callers are done, before closing the etcd client.
 func (c *Committer) Close() {
 	if c == nil || c.direct {
 		return

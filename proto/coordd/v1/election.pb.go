@@ -470,6 +470,8 @@ type ResignRequest struct {
 	// leader's KeepAliveStream that follows the leadership (see
 	// CampaignRequest): the stream stops following it first and does not
 	// report this resignation to it.
+	// If the call then fails, the stream no longer follows it: a holder that
+	// keeps it names it on the stream again (KeepAliveStreamRequest.watch).
 	KeepaliveStream uint64 `protobuf:"varint,5,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache

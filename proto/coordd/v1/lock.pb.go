@@ -483,6 +483,8 @@ type ReleaseRequest struct {
 	// holder's KeepAliveStream that follows the grant (see AcquireRequest):
 	// the holder gives the grant up, so the stream stops following it first
 	// and does not report this release to it.
+	// If the call then fails, the stream no longer follows it: a holder that
+	// keeps it names it on the stream again (KeepAliveStreamRequest.watch).
 	KeepaliveStream uint64 `protobuf:"varint,5,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
