@@ -115,6 +115,10 @@ func (l *noopLocker) acquire(ctx context.Context) (func(context.Context) error, 
 
 func (l *noopLocker) close() { l.stop() }
 
+// runs says whether p takes part in a workload of clients on locks: a
+// floor, which excludes nobody, only where every lock has one client.
+func (p lockPeer) runs(clients, locks int) bool { return !p.floor || clients == locks }
+
 // coorddPeer makes SDK clients of the coordd at addr (comma-separated
 // for several members; over TLS with tc, if set), each with its own
 // session.
@@ -341,8 +345,8 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 		for wi, w := range workloads {
 			for i := range peers {
 				p := peers[(i+round)%len(peers)]
-				if p.floor && w.clients != w.locks {
-					continue // it excludes nobody
+				if !p.runs(w.clients, w.locks) {
+					continue
 				}
 				var profiled chan error
 				if *lockProfile != "" && round == 0 && w.locks == 64 && p.name == "coordd SDK" {
@@ -392,7 +396,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 	}
 	for _, w := range workloads {
 		for _, p := range peers {
-			if p.floor && w.clients != w.locks {
+			if !p.runs(w.clients, w.locks) {
 				continue
 			}
 			r := results[key{p.name, w.name}]

@@ -406,17 +406,21 @@ func (s *Session) holdingsEnded(ended []*coorddv1.Holding) {
 	}
 }
 
-// toName returns the holdings to name on the stream: all of them on a new
-// stream (which is then the stream they are named on), else those added
-// since the last call.
-func (s *Session) toName(all bool, on *kaStream) []*coorddv1.Holding {
+// toName returns the holdings added since the last call, to name on the
+// stream they are named on.
+func (s *Session) toName() []*coorddv1.Holding {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
-	if !all {
-		p := s.pending
-		s.pending = nil
-		return p
-	}
+	p := s.pending
+	s.pending = nil
+	return p
+}
+
+// nameAllOn returns every holding, to name on a new stream, on, which is
+// then the stream they are named on.
+func (s *Session) nameAllOn(on *kaStream) []*coorddv1.Holding {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
 	s.pending = nil
 	s.named = on
 	out := make([]*coorddv1.Holding, 0, len(s.holdings))
@@ -551,7 +555,7 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			if first {
 				continue // the first keep-alive names them all
 			}
-			if w := s.toName(false, ks); len(w) > 0 {
+			if w := s.toName(); len(w) > 0 {
 				if err := ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: w, WatchOnly: true}); err != nil {
 					return streamErr(err)
 				}
@@ -577,7 +581,7 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			var err error
 			if first {
 				// The first renewal on a stream names the holdings to watch.
-				all := s.toName(true, ks)
+				all := s.nameAllOn(ks)
 				err = ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: all})
 				s.c.named.Add(int64(len(all)))
 				first = false

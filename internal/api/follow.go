@@ -91,7 +91,8 @@ func (k *KeepAliveStreams) follow(ctx context.Context, id uint64, sess session.I
 	if fs == nil {
 		return false
 	}
-	return fs.w.add(ctx, sess, h) == nil && fs.w.follows(sess, h)
+	watched, err := fs.w.add(ctx, sess, h)
+	return err == nil && watched
 }
 
 // unfollow has stream id stop following h (its holder gives it up) before

@@ -2,14 +2,10 @@ package api
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/auth"
-	"github.com/coordd/coordd/grantwatch"
-	"github.com/coordd/coordd/internal/etcdtest"
-	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
 )
@@ -18,19 +14,8 @@ import (
 // while it is registered; a holder's remove drops an end that is queued
 // already, so the holder is not told of its own release.
 func TestAStreamFollowsOnlyItsPrincipalsGrants(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
-	cli := etcdtest.Start(t).Client(t)
-	w := grantwatch.New(cli, "/t/lock/")
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	wg.Go(func() { w.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
-	locks := lock.NewManager(cli, "/t/", w, nil)
-	defer locks.Close()
-	hw := newHoldingWatches(Holdings{Watcher: w, Locks: locks})
-	defer hw.stopAll()
+	cli, locks, hw := watchesOnEtcd(t)
+	ctx := t.Context()
 
 	as := func(name string) context.Context {
 		return context.WithValue(ctx, principalKey{}, auth.Principal{Name: name})

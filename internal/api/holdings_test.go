@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/lock"
@@ -13,24 +15,37 @@ import (
 	"github.com/coordd/coordd/session"
 )
 
-// An entry key written again (a session acquiring a lock again with the
-// request id of a released acquisition) is watched again, even while the
-// end of its earlier incarnation waits to be sent: each incarnation's end
-// is reported.
-func TestAnEntryWrittenAgainIsWatchedAgain(t *testing.T) {
+// watchesOnEtcd starts etcd, a grantwatch.Watcher over its lock entries
+// and a lock.Manager, and returns a holdingWatches on them; all stop when
+// the test ends.
+func watchesOnEtcd(t *testing.T) (*clientv3.Client, *lock.Manager, *holdingWatches) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}
 	cli := etcdtest.Start(t).Client(t)
 	w := grantwatch.New(cli, "/t/lock/")
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { w.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
 	locks := lock.NewManager(cli, "/t/", w, nil)
-	defer locks.Close()
 	hw := newHoldingWatches(Holdings{Watcher: w, Locks: locks})
-	defer hw.stopAll()
+	t.Cleanup(func() {
+		hw.stopAll()
+		locks.Close()
+		cancel()
+		wg.Wait()
+	})
+	return cli, locks, hw
+}
+
+// An entry key written again (a session acquiring a lock again with the
+// request id of a released acquisition) is watched again, even while the
+// end of its earlier incarnation waits to be sent: each incarnation's end
+// is reported.
+func TestAnEntryWrittenAgainIsWatchedAgain(t *testing.T) {
+	cli, locks, hw := watchesOnEtcd(t)
+	ctx := t.Context()
 
 	id := session.ID(0x1234)
 	key, err := locks.EntryKey("x", id, "r1")
@@ -51,7 +66,7 @@ func TestAnEntryWrittenAgainIsWatchedAgain(t *testing.T) {
 	}
 	watch := func(token int64) {
 		h := &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "x", Token: token, RequestId: "r1"}
-		if err := hw.add(ctx, id, h); err != nil {
+		if _, err := hw.add(ctx, id, h); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -280,7 +280,7 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 				return invalid("watch: name the holdings' session in session_id")
 			}
 			for _, h := range req.GetWatch() {
-				if err := w.add(ctx, id, h); err != nil {
+				if _, err := w.add(ctx, id, h); err != nil {
 					return err
 				}
 			}
@@ -530,14 +530,15 @@ func (w *holdingWatches) entry(id session.ID, h *coorddv1.Holding) (watchedEntry
 }
 
 // add starts watching h, a holding of session id, unless it is watched
-// already. A holding that has already ended is reported at once.
-func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Holding) error {
+// already, and reports whether it is watched now (not once stopAll ran).
+// A holding that has already ended is reported at once.
+func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Holding) (bool, error) {
 	we, err := w.entry(id, h)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if r := h.GetRevision(); r != 0 && r < h.GetToken() {
-		return invalid("watch: revision, when set, must be at least the token (a revision at which the holding was alive)")
+		return false, invalid("watch: revision, when set, must be at least the token (a revision at which the holding was alive)")
 	}
 	// smu is held until the watch is stored: an end reported at once (or
 	// right after the watch starts) is then taken only after that, and
@@ -545,7 +546,7 @@ func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Hol
 	w.smu.Lock()
 	defer w.smu.Unlock()
 	if _, watched := w.stops[we]; watched || w.closed {
-		return nil
+		return !w.closed, nil
 	}
 	report := &coorddv1.Holding{Kind: h.GetKind(), Name: h.GetName(), Token: h.GetToken(), RequestId: h.GetRequestId()}
 	stop, err := w.h.Watcher.WatchFrom(ctx, we.key, h.GetToken(), h.GetRevision(), func() {
@@ -559,22 +560,10 @@ func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Hol
 		}
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	w.stops[we] = stop
-	return nil
-}
-
-// follows reports whether h, a holding of session id, is watched.
-func (w *holdingWatches) follows(id session.ID, h *coorddv1.Holding) bool {
-	we, err := w.entry(id, h)
-	if err != nil {
-		return false
-	}
-	w.smu.Lock()
-	defer w.smu.Unlock()
-	_, ok := w.stops[we]
-	return ok
+	return true, nil
 }
 
 // remove stops watching h, a holding of session id, and drops its end if

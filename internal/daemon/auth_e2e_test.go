@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -124,11 +123,7 @@ func TestEveryRPCIsAuthorized(t *testing.T) {
 	cfg := authConfig(t, testPolicy)
 	cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
 	d := start(t, cfg)
-	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := dialRaw(t, d.GRPCAddr())
 	var methods []protoreflect.MethodDescriptor
 	_ = coorddv1.File_coordd_v1_session_proto
 	protoregistry.GlobalFiles.RangeFilesByPackage("coordd.v1", func(fd protoreflect.FileDescriptor) bool {
@@ -413,11 +408,7 @@ rules:
 	_, err = mallory.KeepAliveSession(ctx, s.ID())
 	denied("keeping alice's session alive", err)
 	// Nor in a batch of renewals with one of her own.
-	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := dialRaw(t, d.GRPCAddr())
 	st, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(withToken(ctx, "mallory"))
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/internal/daemon"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -192,11 +190,7 @@ func TestConfigWatchSurvivesAnotherMemberStopping(t *testing.T) {
 	watched := (leader + 1) % 3
 	writer := (leader + 2) % 3
 	dial := func(d *daemon.Daemon) coorddv1.ConfigServiceClient {
-		conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
+		conn := dialRaw(t, d.GRPCAddr())
 		return coorddv1.NewConfigServiceClient(conn)
 	}
 	wc, pc := dial(ds[watched]), dial(ds[writer])
@@ -254,11 +248,7 @@ func TestConfigWatchSurvivesAnotherMemberStopping(t *testing.T) {
 // a revision gets exactly the releases after it.
 func TestWatchMany(t *testing.T) {
 	d := start(t, configTestConfig(t))
-	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialRaw(t, d.GRPCAddr())
 	c := coorddv1.NewConfigServiceClient(conn)
 	ctx := t.Context()
 	put := func(v string) int64 {

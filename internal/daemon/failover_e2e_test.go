@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/coordd/coordd/clientlib"
@@ -178,11 +176,7 @@ func newSessionRetrying(ctx context.Context, c *clientlib.Client) (*clientlib.Se
 // healthOf is d's gRPC health status.
 func healthOf(t *testing.T, d *daemon.Daemon) healthpb.HealthCheckResponse_ServingStatus {
 	t.Helper()
-	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
+	conn := dialRaw(t, d.GRPCAddr())
 	resp, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatalf("health check: %v", err)

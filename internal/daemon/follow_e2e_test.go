@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/api"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -30,11 +27,7 @@ func TestGrantsAreFollowedOnTheStreamTheyName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialRaw(t, d.GRPCAddr())
 	locks, elections := coorddv1.NewLockServiceClient(conn), coorddv1.NewElectionServiceClient(conn)
 	st, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(ctx)
 	if err != nil {

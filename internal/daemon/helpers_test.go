@@ -9,6 +9,8 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/daemon"
@@ -77,3 +79,16 @@ func newClient(t *testing.T, endpoints ...string) *clientlib.Client {
 }
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}
+
+// dialRaw is a plain gRPC connection to addr (no SDK, no credentials),
+// closed when the test ends: for tests that speak the API's messages
+// themselves.
+func dialRaw(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}

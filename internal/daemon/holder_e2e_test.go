@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/clientlib"
@@ -182,11 +180,7 @@ func TestHoldersAreToldOfOutsideEnds(t *testing.T) {
 	// is reported at once (what a client reconnecting after a release
 	// sees), and a malformed one ends the stream with InvalidArgument.
 	t.Run("keep-alive stream", func(t *testing.T) {
-		conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = conn.Close() }()
+		conn := dialRaw(t, d.GRPCAddr())
 		s := newSession(t)
 		sctx, cancel := context.WithTimeout(ctx, toldWithin)
 		defer cancel()

@@ -8,9 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/clientlib"
@@ -140,11 +138,7 @@ func TestKeepAliveBatchProtocol(t *testing.T) {
 	if err := c.Admin().CloseSession(ctx, b.ID()); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialRaw(t, d.GRPCAddr())
 	open := func() coorddv1.SessionService_KeepAliveStreamClient {
 		st, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(ctx)
 		if err != nil {
@@ -233,11 +227,7 @@ func TestBatchesFitTheMessageLimit(t *testing.T) {
 	cfg.MaxRequestBytes = 4096
 	cfg.ConfigLimits.MaxValueBytes = 2048
 	d := start(t, cfg)
-	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialRaw(t, d.GRPCAddr())
 	st, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(t.Context())
 	if err != nil {
 		t.Fatal(err)

@@ -12,9 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/clientlib"
@@ -139,11 +137,7 @@ func TestSessionsThroughSDK(t *testing.T) {
 // the daemon lives on.
 func TestKeepAliveStreamTooLarge(t *testing.T) {
 	d := start(t, testConfig(t))
-	conn, err := grpc.NewClient(d.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	conn := dialRaw(t, d.GRPCAddr())
 	st, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(t.Context())
 	if err != nil {
 		t.Fatal(err)

@@ -242,15 +242,10 @@ func (c *Committer) poke() {
 	}
 }
 
-// take removes the next batch from the queue: calls in arrival order, at
-// most one that Creates per Name, at most MaxBatch and about maxBatchBytes. Calls whose
-// caller gave up are dropped (nothing was sent for them).
-func (c *Committer) take() []*call {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.takeLocked()
-}
-
+// takeLocked removes the next batch from the queue: calls in arrival
+// order, at most one that Creates per Name, at most MaxBatch and about
+// maxBatchBytes. Calls whose caller gave up are dropped (nothing was sent
+// for them). c.mu must be held.
 func (c *Committer) takeLocked() []*call {
 	var batch []*call
 	names := map[string]bool{}

@@ -49,6 +49,13 @@ func queued(cli *clientv3.Client, txns ...Txn) (*Committer, []*call) {
 	return c, calls
 }
 
+// take is takeLocked under the lock, as the loop's next takes it.
+func (c *Committer) take() []*call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.takeLocked()
+}
+
 func TestABatchIsOneTransactionWithEachCallersOwnAnswer(t *testing.T) {
 	cli := client(t)
 	if _, err := cli.Put(t.Context(), "taken", "x"); err != nil {
