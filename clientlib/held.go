@@ -101,10 +101,12 @@ func (h *held) lose(cause error) {
 		return
 	}
 	h.ended = true
-	close(h.lost)
 	stop, unwatch := h.stop, h.unwatch
 	h.mu.Unlock()
+	// Forgotten first: once lost is closed, nothing of h stays behind
+	// (or newHeld, which undoes what lose could not, has not returned yet).
 	h.undo(stop, unwatch)
+	close(h.lost)
 	h.cancel(cause)
 }
 
