@@ -37,9 +37,12 @@ type Cache struct {
 	cli   *clientv3.Client
 	opts  CacheOptions
 
-	ready chan struct{} // closed once the first load is done
-	done  chan struct{} // closed when Run returns
-	nudge chan struct{} // asks the watch for its progress now
+	ready     chan struct{} // closed once the first load is done
+	readyOnce sync.Once
+	// beforeWatch, when set (by tests), runs before each etcd watch opens.
+	beforeWatch func()
+	done        chan struct{} // closed when Run returns
+	nudge       chan struct{} // asks the watch for its progress now
 
 	mu      sync.RWMutex
 	cluster uint64 // etcd's cluster id
@@ -109,6 +112,13 @@ func NewCache(store *Store, opts CacheOptions) *Cache {
 // ends. It reloads from a fresh read when its watch is compacted away (and
 // resets every subscriber to a snapshot), and reopens a broken watch where
 // it left off.
+//
+// A load opens its watch first, at etcd's current revision, and reads the
+// tree at the revision the watch starts from: such a watch is caught up
+// from the start, so etcd answers its progress requests at once. (A watch
+// from an older revision is not, until etcd's background sync reaches it
+// up to 100 ms later; meanwhile every subscription that must start from
+// the current state would wait for it.)
 func (c *Cache) Run(ctx context.Context) {
 	defer close(c.done)
 	backoff := 50 * time.Millisecond
@@ -123,14 +133,11 @@ func (c *Cache) Run(ctx context.Context) {
 			return true
 		}
 	}
-	for !c.load(ctx) {
-		if !pause() {
-			return
-		}
-	}
-	close(c.ready)
+	load := true // the next watch starts with a fresh read
 	for ctx.Err() == nil {
-		if c.follow(ctx) {
+		progressed, reload := c.follow(ctx, load)
+		load = reload
+		if progressed {
 			backoff = 50 * time.Millisecond
 			continue
 		}
@@ -140,15 +147,14 @@ func (c *Cache) Run(ctx context.Context) {
 	}
 }
 
-// load reads every namespace at one revision and replaces the cache's
+// load reads every namespace at revision rev and replaces the cache's
 // state with it, resetting subscribers. It reports success.
-func (c *Cache) load(ctx context.Context) bool {
+func (c *Cache) load(ctx context.Context, rev int64) bool {
 	base := c.store.root + "ns/"
-	resp, err := c.cli.Get(ctx, base, clientv3.WithPrefix())
+	resp, err := c.cli.Get(ctx, base, clientv3.WithPrefix(), clientv3.WithRev(rev))
 	if err != nil {
 		return false
 	}
-	rev := resp.Header.Revision
 	// Further pages at the same revision.
 	kvs := resp.Kvs
 	for resp.More {
@@ -290,15 +296,36 @@ func (c *Cache) applyKV(spaces map[string]*space, typ mvccpb.Event_EventType, kv
 	return ""
 }
 
-// follow watches the tree after c.rev until the watch ends. It reports
-// whether it made progress (so the caller retries at once).
-func (c *Cache) follow(ctx context.Context) bool {
-	c.mu.RLock()
-	from := c.rev + 1
-	c.mu.RUnlock()
+// follow watches the tree until the watch ends: with load, from etcd's
+// current revision after reading the tree there; else after c.rev. It
+// reports whether it made progress (so the caller retries at once), and
+// whether the next watch must start with a fresh read (this one could not
+// load, or fell behind etcd's compacted history).
+func (c *Cache) follow(ctx context.Context, load bool) (progressed, reload bool) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := c.cli.Watch(wctx, c.store.root, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithProgressNotify()}
+	if load {
+		opts = append(opts, clientv3.WithCreatedNotify())
+	} else {
+		c.mu.RLock()
+		opts = append(opts, clientv3.WithRev(c.rev+1))
+		c.mu.RUnlock()
+	}
+	if c.beforeWatch != nil {
+		c.beforeWatch()
+	}
+	wch := c.cli.Watch(wctx, c.store.root, opts...)
+	if load {
+		// The watch sends what follows the revision its creation reports
+		// (and perhaps a little before it, which apply skips): the tree
+		// read there joins it without a gap.
+		wr, ok := <-wch
+		if !ok || wr.Err() != nil || !wr.Created || !c.load(ctx, wr.Header.Revision) {
+			return false, true
+		}
+		c.readyOnce.Do(func() { close(c.ready) })
+	}
 	// Ask for progress regularly, so the revision (and bookmarks) advance
 	// while nothing changes.
 	go func() {
@@ -315,13 +342,12 @@ func (c *Cache) follow(ctx context.Context) bool {
 			_ = c.cli.RequestProgress(wctx)
 		}
 	}()
-	progressed := false
 	for wr := range wch {
 		if wr.CompactRevision != 0 {
 			// The cache fell behind etcd's history: start over from a
 			// fresh read; subscribers get snapshots.
 			c.setLive(false)
-			return c.load(ctx)
+			return true, true
 		}
 		if wr.Err() != nil {
 			break
@@ -343,7 +369,7 @@ func (c *Cache) follow(ctx context.Context) bool {
 		}
 	}
 	c.setLive(false)
-	return progressed && ctx.Err() == nil
+	return progressed && ctx.Err() == nil, false
 }
 
 func (c *Cache) setLive(v bool) {

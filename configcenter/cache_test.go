@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/wait"
 )
 
 // startCache runs a cache over e's store until the test ends.
@@ -444,5 +445,47 @@ func TestHistorySurvivesRestart(t *testing.T) {
 	defer sub.Close()
 	if ev, err := sub.Next(ctx); err != nil || ev.Type != configcenter.EventSnapshot || ev.Snapshots[0].Release != 6 || ev.Cluster == 0 {
 		t.Fatalf("resumed across pruned history: %+v, %v; want a snapshot at release 6", ev, err)
+	}
+}
+
+// A cache that starts while etcd is being written (here: one config
+// release and one unrelated key, landing between its read of the tree and
+// its watch, if it read first) is at etcd's current revision as soon as it
+// is loaded: a subscription that must start from the current state needs
+// no progress from its watch, which etcd would give only once its
+// background sync caught the watch up (up to 100 ms later).
+func TestACacheIsCurrentOnceLoaded(t *testing.T) {
+	e := newEnv(t, configcenter.Limits{})
+	ctx := t.Context()
+	if _, err := e.s.Put(ctx, "app", "k", "v1", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	c := configcenter.NewCache(e.s, configcenter.CacheOptions{Progress: time.Hour})
+	var wrote int64
+	configcenter.SetBeforeWatch(c, func() {
+		if wrote != 0 {
+			return
+		}
+		if _, err := e.s.Put(ctx, "app", "k", "v2", 0, "", ""); err != nil {
+			t.Error(err)
+		}
+		resp, err := e.cli.Put(ctx, "unrelated", "x")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		wrote = resp.Header.Revision
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wait.For(t, "the cache's first load", func() bool { return !c.Stats().AdvancedAt.IsZero() })
+	if st := c.Stats(); st.Revision < wrote {
+		t.Fatalf("loaded at revision %d, behind the revision %d written before its watch opened: a subscription from the current state waits for etcd to sync the watch", st.Revision, wrote)
+	}
+	snap, err := c.Snapshot(ctx, "app", wrote)
+	if err != nil || snap.Content["k"] != "v2" {
+		t.Fatalf("snapshot at the revision written before the watch: %+v, %v; want k=v2", snap, err)
 	}
 }
