@@ -128,9 +128,11 @@ func (m *model) apply(ev configcenter.Event) {
 // or a snapshot that restarts it, and end equal to the store.
 func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 	e := newEnv(t, configcenter.Limits{HistoryReleases: 1000})
-	cache := e.startCache(t, configcenter.CacheOptions{History: 40, QueueLimit: 64, Bookmark: 50 * time.Millisecond, Progress: 20 * time.Millisecond})
+	opts := configcenter.CacheOptions{History: 40, QueueLimit: 64, Bookmark: 50 * time.Millisecond, Progress: 20 * time.Millisecond}
+	cache := e.startCache(t, opts)
 	ctx := t.Context()
 	namespaces := []string{"app/a", "app/b", "shared"}
+	midway := make(chan struct{}) // closed once a sixth of the writes are done
 	tr := &truth{contents: map[string]map[int64]map[string]string{}, records: map[string]map[int64]configcenter.Release{}}
 
 	writerDone := make(chan struct{})
@@ -138,6 +140,9 @@ func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 		defer close(writerDone)
 		rng := rand.New(rand.NewPCG(3, 4))
 		for i := range 300 {
+			if i == 50 {
+				close(midway)
+			}
 			ns := namespaces[rng.IntN(len(namespaces))]
 			var r configcenter.Release
 			var err error
@@ -184,7 +189,7 @@ func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 		}
 	}()
 
-	const subscribers = 5
+	const subscribers = 6
 	var wg sync.WaitGroup
 	models := make([]*model, subscribers)
 	for i := range subscribers {
@@ -196,12 +201,20 @@ func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(i), 9))
 			slow := i == 0 // overflows its queue
 			away := i == 1 // stays away longer than the history reaches
+			// Each time on a new cache, started while the writer writes:
+			// its read of the tree must join its watch without a gap.
+			fresh := i == 5
 			for {
 				from := int64(0)
 				if m.rev > 0 {
 					from = m.rev + 1
 				}
-				sub, err := cache.Subscribe(ctx, namespaces, from)
+				c := cache
+				if fresh {
+					<-midway
+					c = e.startCache(t, opts)
+				}
+				sub, err := c.Subscribe(ctx, namespaces, from)
 				if err != nil {
 					t.Errorf("%s: Subscribe: %v", m.who, err)
 					return
