@@ -54,7 +54,8 @@ func benchAuth(bin, tmp string) error {
 		name string
 		addr string
 		tls  *tls.Config
-	}{{"open, plaintext", open.grpcAddr, nil}, {"mTLS + policy", secured.grpcAddr, certs.client}}
+		d    *daemon
+	}{{"open, plaintext", open.grpcAddr, nil, open}, {"mTLS + policy", secured.grpcAddr, certs.client, secured}}
 	fmt.Printf("\nauth overhead (%d rounds, %s per peer per workload and round)\n", *lockRounds, *lockD)
 	fmt.Printf("%-18s %-22s %10s %10s %10s\n", "peer", "workload", "p50", "p99", "ops/s")
 	type key struct{ peer, workload string }
@@ -68,7 +69,7 @@ func benchAuth(bin, tmp string) error {
 				name           string
 				clients, locks int
 			}{{"1 client (cycle)", 1, 1}, {"16 clients, 16 locks", 16, 16}} {
-				r, err := runLocks(p, w.clients, w.locks, *lockD, fmt.Sprintf("auth-r%d-%d", round, w.clients))
+				r, err := runLocks(p, w.clients, w.locks, *lockD, fmt.Sprintf("auth-r%d-%d", round, w.clients), tg.d.cpuSeconds)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", p.name, w.name, err)
 				}

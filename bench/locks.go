@@ -207,11 +207,17 @@ type lockRun struct {
 	acqPerSec float64
 	jain      float64
 	overlaps  int64
+	// CPU per acquisition (one acquire and one release): the servers'
+	// (every coordd process, whose embedded etcd also serves etcd's
+	// recipes) and this process's (the clients'), in microseconds; and how
+	// busy the machine's CPUs were, in percent.
+	serverUs, clientUs, busy float64
 }
 
 // runLocks has `clients` clients, spread evenly over `locks` lock names,
-// loop acquire -> release for d with zero hold and think time.
-func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string) (lockRun, error) {
+// loop acquire -> release for d with zero hold and think time. serverCPU
+// (see benchLocks) times the servers' CPU during the loop.
+func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string, serverCPU func() float64) (lockRun, error) {
 	ctx := context.Background()
 	ls := make([]locker, clients)
 	for i := range ls {
@@ -241,6 +247,7 @@ func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string) (lock
 		wg       sync.WaitGroup
 		firstErr error
 	)
+	cpu0 := takeCPU(serverCPU)
 	end := time.Now().Add(d)
 	for i, l := range ls {
 		wg.Add(1)
@@ -285,6 +292,7 @@ func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string) (lock
 		}()
 	}
 	wg.Wait()
+	cpu1 := takeCPU(serverCPU)
 	if firstErr != nil {
 		return lockRun{}, firstErr
 	}
@@ -295,6 +303,7 @@ func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string) (lock
 		sumSq += float64(c) * float64(c)
 	}
 	r.acqPerSec = total / d.Seconds()
+	r.serverUs, r.clientUs, r.busy = cpu1.since(cpu0, total)
 	if sumSq > 0 {
 		r.jain = total * total / (float64(len(counts)) * sumSq)
 	}
@@ -305,8 +314,9 @@ func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string) (lock
 }
 
 // benchLocks runs the lock workloads for every peer on the same etcd and
-// prints them with the ratios the targets use.
-func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
+// prints them with the ratios the targets use. serverCPU is the CPU time
+// the servers (the coordd processes) have used so far, in seconds.
+func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d time.Duration) error {
 	raw, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(etcdURL, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
@@ -366,7 +376,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 					b0, _ = metric(httpAddr, "coordd_group_commit_batches_total")
 					n0, _ = metric(httpAddr, "coordd_group_commit_changes_total")
 				}
-				r, err := runLocks(p, w.clients, w.locks, d, fmt.Sprintf("r%d-w%d", round, wi))
+				r, err := runLocks(p, w.clients, w.locks, d, fmt.Sprintf("r%d-w%d", round, wi), serverCPU)
 				if coordd && err == nil {
 					b1, _ := metric(httpAddr, "coordd_group_commit_batches_total")
 					n1, _ := metric(httpAddr, "coordd_group_commit_changes_total")
@@ -390,6 +400,8 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 					acc.jain = r.jain // the worst round
 				}
 				acc.overlaps += r.overlaps
+				n := float64(*lockRounds)
+				acc.serverUs, acc.clientUs, acc.busy = acc.serverUs+r.serverUs/n, acc.clientUs+r.clientUs/n, acc.busy+r.busy/n
 				results[k] = acc
 			}
 		}
@@ -412,6 +424,11 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 		}
 	}
 
+	fmt.Printf("CPU per acquisition (acquire + release) under 64 clients on 64 locks, mean of rounds: servers (coordd processes, whose etcd serves the recipes too) + clients (this process):\n")
+	for _, p := range peers {
+		r := results[key{p.name, "64 clients, 64 locks"}]
+		fmt.Printf("  %-24s %6.0fus + %4.0fus = %6.0fus; machine's CPUs %3.0f%% busy\n", p.name, r.serverUs, r.clientUs, r.serverUs+r.clientUs, r.busy)
+	}
 	fmt.Printf("coordd's mean group-commit batch (lock changes per etcd transaction, per round; the member of -lock-members 3 given first):")
 	for _, w := range workloads {
 		fmt.Printf(" %s:", w.name)
@@ -451,6 +468,9 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, d time.Duration) error {
 	fmt.Printf("  64 clients, 64 locks: coordd / coordd's floor:      %.2f; Mutex / etcd's floor (2 serializable reads): %.2f\n",
 		ratio(c(co, "64 clients, 64 locks").acqPerSec, c("coordd floor: 2 no-ops", "64 clients, 64 locks").acqPerSec),
 		ratio(c("etcd concurrency.Mutex", "64 clients, 64 locks").acqPerSec, c("etcd floor: 2 reads", "64 clients, 64 locks").acqPerSec))
+	cr, mr := c(co, "64 clients, 64 locks"), c("etcd concurrency.Mutex", "64 clients, 64 locks")
+	fmt.Printf("  64 clients, 64 locks: CPU per acquisition, Mutex / coordd: %.2f (on a machine whose CPUs are saturated, the most cycles/s coordd / Mutex can reach; busy: coordd %.0f%%, Mutex %.0f%%)\n",
+		ratio(mr.serverUs+mr.clientUs, cr.serverUs+cr.clientUs), cr.busy, mr.busy)
 	fmt.Printf("  64 clients, 64 locks: Jain's fairness index, worst round: %.3f (target >= 0.99)\n", c(co, "64 clients, 64 locks").jain)
 	if strings.Contains(grpcAddr, ",") {
 		return nil // the watcher gauge is per member: counted on one member only

@@ -114,7 +114,14 @@ func run() error {
 				grpcs, etcds = append(grpcs, d.grpcAddr), append(etcds, d.etcdURL)
 			}
 			fmt.Printf("(%d members, each its own coordd process; clients are given every member)\n", len(ds))
-			if err := benchLocks(strings.Join(grpcs, ","), ds[0].httpAddr, strings.Join(etcds, ","), *lockD); err != nil {
+			serverCPU := func() float64 {
+				sum := 0.0
+				for _, d := range ds {
+					sum += d.cpuSeconds()
+				}
+				return sum
+			}
+			if err := benchLocks(strings.Join(grpcs, ","), ds[0].httpAddr, strings.Join(etcds, ","), serverCPU, *lockD); err != nil {
 				return err
 			}
 		} else {
@@ -123,7 +130,7 @@ func run() error {
 				return err
 			}
 			defer d.stop()
-			if err := benchLocks(d.grpcAddr, d.httpAddr, d.etcdURL, *lockD); err != nil {
+			if err := benchLocks(d.grpcAddr, d.httpAddr, d.etcdURL, d.cpuSeconds, *lockD); err != nil {
 				return err
 			}
 		}

@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -86,4 +90,43 @@ func rawPuts(ctx context.Context, raw *clientv3.Client, n int) ([]float64, error
 		lat = append(lat, float64(time.Since(t0).Microseconds()))
 	}
 	return lat, nil
+}
+
+// cpuMark is a moment's CPU counters: the servers' and this process's CPU
+// time, and the machine's busy and total CPU time, in seconds.
+type cpuMark struct{ server, self, busy, total float64 }
+
+// takeCPU reads the counters now (the machine's from /proc/stat; zero
+// where it cannot be read).
+func takeCPU(serverCPU func() float64) cpuMark {
+	m := cpuMark{server: serverCPU()}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		m.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	if raw, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(raw), "\n")
+		f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+		for i := 1; i < len(f) && i <= 8; i++ {
+			v, _ := strconv.ParseFloat(f[i], 64)
+			m.total += v / 100
+			if i != 4 && i != 5 { // idle, iowait
+				m.busy += v / 100
+			}
+		}
+	}
+	return m
+}
+
+// since returns, for the n operations done since `from`, the servers' and
+// this process's CPU per operation in microseconds, and how busy the
+// machine was in percent.
+func (m cpuMark) since(from cpuMark, n float64) (serverUs, selfUs, busyPct float64) {
+	if n > 0 {
+		serverUs, selfUs = (m.server-from.server)/n*1e6, (m.self-from.self)/n*1e6
+	}
+	if dt := m.total - from.total; dt > 0 {
+		busyPct = (m.busy - from.busy) / dt * 100
+	}
+	return serverUs, selfUs, busyPct
 }
