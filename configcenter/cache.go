@@ -39,10 +39,8 @@ type Cache struct {
 
 	ready     chan struct{} // closed once the first load is done
 	readyOnce sync.Once
-	// beforeWatch, when set (by tests), runs before each etcd watch opens.
-	beforeWatch func()
-	done        chan struct{} // closed when Run returns
-	nudge       chan struct{} // asks the watch for its progress now
+	done      chan struct{} // closed when Run returns
+	nudge     chan struct{} // asks the watch for its progress now
 
 	mu      sync.RWMutex
 	cluster uint64 // etcd's cluster id
@@ -58,6 +56,9 @@ type Cache struct {
 	advanced chan struct{}                         // closed and replaced whenever rev grows
 	// advancedAt is when rev last grew (or the cache was loaded).
 	advancedAt time.Time
+
+	// beforeWatch, when set (by tests), runs before each etcd watch opens.
+	beforeWatch func()
 }
 
 // CacheOptions tune a Cache. Zero values mean the defaults.
@@ -113,12 +114,15 @@ func NewCache(store *Store, opts CacheOptions) *Cache {
 // resets every subscriber to a snapshot), and reopens a broken watch where
 // it left off.
 //
-// A load opens its watch first, at etcd's current revision, and reads the
-// tree at the revision the watch starts from: such a watch is caught up
-// from the start, so etcd answers its progress requests at once. (A watch
-// from an older revision is not, until etcd's background sync reaches it
-// up to 100 ms later; meanwhile every subscription that must start from
-// the current state would wait for it.)
+// A load opens its watch first, at the serving etcd member's current
+// revision, and reads the tree at the revision the watch starts from: such
+// a watch is caught up (synced) from the start. etcd answers a progress
+// request only while every watch on the request's gRPC stream is synced; a
+// watch from an older revision is not until etcd's background sync reaches
+// it, up to 100 ms later, and meanwhile every subscription that must start
+// from the current state would wait. (The cache's watch shares its stream
+// with the client's other watches of the same context metadata, so one of
+// those that starts from an old revision can still delay it that long.)
 func (c *Cache) Run(ctx context.Context) {
 	defer close(c.done)
 	backoff := 50 * time.Millisecond
@@ -133,10 +137,10 @@ func (c *Cache) Run(ctx context.Context) {
 			return true
 		}
 	}
-	load := true // the next watch starts with a fresh read
+	fresh := true // the next watch starts with a fresh read
 	for ctx.Err() == nil {
-		progressed, reload := c.follow(ctx, load)
-		load = reload
+		progressed, reload := c.follow(ctx, fresh)
+		fresh = reload
 		if progressed {
 			backoff = 50 * time.Millisecond
 			continue
@@ -296,16 +300,17 @@ func (c *Cache) applyKV(spaces map[string]*space, typ mvccpb.Event_EventType, kv
 	return ""
 }
 
-// follow watches the tree until the watch ends: with load, from etcd's
-// current revision after reading the tree there; else after c.rev. It
-// reports whether it made progress (so the caller retries at once), and
-// whether the next watch must start with a fresh read (this one could not
-// load, or fell behind etcd's compacted history).
-func (c *Cache) follow(ctx context.Context, load bool) (progressed, reload bool) {
+// follow watches the tree until the watch ends: when fresh, from the
+// member's current revision after reading the tree there; else after
+// c.rev. It reports whether it made progress (so the caller retries at
+// once: a watch compacted away counts, its reload is due now), and whether
+// the next watch must start with a fresh read (this one could not read
+// the tree, or fell behind etcd's compacted history).
+func (c *Cache) follow(ctx context.Context, fresh bool) (progressed, reload bool) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithProgressNotify()}
-	if load {
+	if fresh {
 		opts = append(opts, clientv3.WithCreatedNotify())
 	} else {
 		c.mu.RLock()
@@ -316,7 +321,7 @@ func (c *Cache) follow(ctx context.Context, load bool) (progressed, reload bool)
 		c.beforeWatch()
 	}
 	wch := c.cli.Watch(wctx, c.store.root, opts...)
-	if load {
+	if fresh {
 		// The watch sends what follows the revision its creation reports
 		// (and perhaps a little before it, which apply skips): the tree
 		// read there joins it without a gap.
@@ -526,8 +531,9 @@ func (c *Cache) waitRevision(ctx context.Context, rev int64, wait time.Duration)
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	// etcd drops a progress request while the watch is not yet synced (as
-	// right after it starts), so the nudge is repeated until the cache
+	// etcd drops a progress request while a watch on its stream is not
+	// synced (the cache's own after a reopen from its revision, or another
+	// watch sharing the stream), so the nudge is repeated until the cache
 	// gets there.
 	renudge := time.NewTicker(nudgeEvery)
 	defer renudge.Stop()

@@ -17,12 +17,18 @@ import (
 // startCache runs a cache over e's store until the test ends.
 func (e env) startCache(t *testing.T, opts configcenter.CacheOptions) *configcenter.Cache {
 	t.Helper()
-	c := configcenter.NewCache(e.s, opts)
+	c, stop := runCache(e, opts)
+	t.Cleanup(stop)
+	return c
+}
+
+// runCache runs a cache over e's store until stop is called.
+func runCache(e env, opts configcenter.CacheOptions) (c *configcenter.Cache, stop func()) {
+	c = configcenter.NewCache(e.s, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return c
+	return c, func() { cancel(); <-done }
 }
 
 // truth records the content of every release the writer made.
@@ -209,13 +215,14 @@ func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 				if m.rev > 0 {
 					from = m.rev + 1
 				}
-				c := cache
+				c, stop := cache, func() {}
 				if fresh {
 					<-midway
-					c = e.startCache(t, opts)
+					c, stop = runCache(e, opts)
 				}
 				sub, err := c.Subscribe(ctx, namespaces, from)
 				if err != nil {
+					stop()
 					t.Errorf("%s: Subscribe: %v", m.who, err)
 					return
 				}
@@ -230,6 +237,7 @@ func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 					if err != nil {
 						t.Errorf("%s: Next: %v", m.who, err)
 						sub.Close()
+						stop()
 						return
 					}
 					m.apply(ev)
@@ -238,6 +246,7 @@ func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 					}
 				}
 				sub.Close()
+				stop()
 				if away {
 					time.Sleep(500 * time.Millisecond)
 				}
@@ -271,15 +280,17 @@ func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Bookmarks keep coming, so the wait is bounded as a whole.
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		for m.rev < storeRev-1 || !level(m, final) {
-			nctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			ev, err := sub.Next(nctx)
-			cancel()
+			ev, err := sub.Next(lctx)
 			if err != nil {
+				cancel()
 				t.Fatalf("%s: did not catch up: %v (at %d, store at %d)", m.who, err, m.rev, storeRev)
 			}
 			m.apply(ev)
 		}
+		cancel()
 		sub.Close()
 		t.Logf("%s: %d releases and %d snapshots seen", m.who, m.changes, m.snaps)
 	}
