@@ -17,18 +17,17 @@ import (
 // startCache runs a cache over e's store until the test ends.
 func (e env) startCache(t *testing.T, opts configcenter.CacheOptions) *configcenter.Cache {
 	t.Helper()
-	c, stop := runCache(e, opts)
-	t.Cleanup(stop)
+	c := configcenter.NewCache(e.s, opts)
+	t.Cleanup(runCache(c))
 	return c
 }
 
-// runCache runs a cache over e's store until stop is called.
-func runCache(e env, opts configcenter.CacheOptions) (c *configcenter.Cache, stop func()) {
-	c = configcenter.NewCache(e.s, opts)
+// runCache runs c until stop is called.
+func runCache(c *configcenter.Cache) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); c.Run(ctx) }()
-	return c, func() { cancel(); <-done }
+	return func() { cancel(); <-done }
 }
 
 // truth records the content of every release the writer made.
@@ -218,7 +217,8 @@ func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 				c, stop := cache, func() {}
 				if fresh {
 					<-midway
-					c, stop = runCache(e, opts)
+					c = configcenter.NewCache(e.s, opts)
+					stop = runCache(c)
 				}
 				sub, err := c.Subscribe(ctx, namespaces, from)
 				if err != nil {
@@ -500,10 +500,7 @@ func TestACacheIsCurrentOnceLoaded(t *testing.T) {
 		}
 		wrote = resp.Header.Revision
 	})
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); c.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(runCache(c))
 	wait.For(t, "the cache's first load", func() bool { return !c.Stats().AdvancedAt.IsZero() })
 	if st := c.Stats(); st.Revision < wrote {
 		t.Fatalf("loaded at revision %d, behind the revision %d written before its watch opened: a subscription from the current state waits for etcd to sync the watch", st.Revision, wrote)
