@@ -12,6 +12,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/coordd/coordd/internal/names"
 )
@@ -120,9 +121,8 @@ func NewCache(store *Store, opts CacheOptions) *Cache {
 // request only while every watch on the request's gRPC stream is synced; a
 // watch from an older revision is not until etcd's background sync reaches
 // it, up to 100 ms later, and meanwhile every subscription that must start
-// from the current state would wait. (The cache's watch shares its stream
-// with the client's other watches of the same context metadata, so one of
-// those that starts from an old revision can still delay it that long.)
+// from the current state would wait. The cache's watch has a gRPC stream of
+// its own (see ownStream), so no other watch of the client delays it so.
 func (c *Cache) Run(ctx context.Context) {
 	defer close(c.done)
 	backoff := 50 * time.Millisecond
@@ -307,7 +307,7 @@ func (c *Cache) applyKV(spaces map[string]*space, typ mvccpb.Event_EventType, kv
 // the next watch must start with a fresh read (this one could not read
 // the tree, or fell behind etcd's compacted history).
 func (c *Cache) follow(ctx context.Context, fresh bool) (progressed, reload bool) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithCancel(ownStream(clientv3.WithRequireLeader(ctx)))
 	defer cancel()
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithProgressNotify()}
 	if fresh {
@@ -375,6 +375,18 @@ func (c *Cache) follow(ctx context.Context, fresh bool) (progressed, reload bool
 	}
 	c.setLive(false)
 	return progressed && ctx.Err() == nil, false
+}
+
+// ownStream gives the cache's watch a gRPC watch stream of its own. etcd's
+// client puts watches whose contexts carry the same outgoing metadata on
+// one stream, and etcd answers a progress request only once every watch on
+// that stream is synced: an election observer or a KV watch resuming from
+// an old revision (same metadata: they too require a leader) would hold up
+// the progress that a subscription from the current state waits for, until
+// etcd's background sync reached it, up to 100 ms later. The metadata is
+// also sent to etcd, which ignores it.
+func ownStream(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "coordd-watch", "config-cache")
 }
 
 func (c *Cache) setLive(v bool) {
@@ -532,9 +544,8 @@ func (c *Cache) waitRevision(ctx context.Context, rev int64, wait time.Duration)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	// etcd drops a progress request while a watch on its stream is not
-	// synced (the cache's own after a reopen from its revision, or another
-	// watch sharing the stream), so the nudge is repeated until the cache
-	// gets there.
+	// synced (the cache's own, after a reopen from its revision), so the
+	// nudge is repeated until the cache gets there.
 	renudge := time.NewTicker(nudgeEvery)
 	defer renudge.Stop()
 	nudge := true

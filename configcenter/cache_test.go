@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/internal/wait"
 )
@@ -509,4 +512,42 @@ func TestACacheIsCurrentOnceLoaded(t *testing.T) {
 	if err != nil || snap.Content["k"] != "v2" {
 		t.Fatalf("snapshot at the revision written before the watch: %+v, %v; want k=v2", snap, err)
 	}
+}
+
+// The cache's watch runs on an etcd watch stream of its own, not on the
+// one its client shares among every watch that requires a leader (election
+// observers, KV watches): etcd answers progress only once every watch on a
+// stream is synced, so one of those resuming from an old revision would
+// hold up every subscription that starts from the current state.
+func TestACacheWatchesOnAStreamOfItsOwn(t *testing.T) {
+	e := newEnv(t, configcenter.Limits{})
+	before := watchStreams(t)
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(t.Context()))
+	defer cancel()
+	other := e.cli.Watch(ctx, "other", clientv3.WithCreatedNotify())
+	if wr := <-other; !wr.Created {
+		t.Fatalf("the other watch: %+v", wr)
+	}
+	c := e.startCache(t, configcenter.CacheOptions{})
+	wait.For(t, "the cache's first load", func() bool { return !c.Stats().AdvancedAt.IsZero() })
+	if n := watchStreams(t) - before; n != 2 {
+		t.Fatalf("etcd serves %d new watch streams for a leader-requiring watch and the cache; want 2 (the cache's own)", n)
+	}
+}
+
+// watchStreams reads etcd's gauge of the watch streams it serves (in this
+// process: the tests' members are embedded).
+func watchStreams(t *testing.T) int {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "etcd_debugging_mvcc_watch_stream_total" {
+			return int(mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+	t.Fatal("etcd's watch stream gauge is not registered")
+	return 0
 }
