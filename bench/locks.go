@@ -210,8 +210,9 @@ type lockRun struct {
 	// CPU per acquisition (one acquire and one release): the servers'
 	// (every coordd process, whose embedded etcd also serves etcd's
 	// recipes) and this process's (the clients'), in microseconds; and how
-	// busy the machine's CPUs were, in percent.
-	serverUs, clientUs, busy float64
+	// busy the machine's CPUs were and how much of their time was stolen
+	// by the hypervisor, in percent.
+	serverUs, clientUs, busy, steal float64
 }
 
 // runLocks has `clients` clients, spread evenly over `locks` lock names,
@@ -304,6 +305,7 @@ func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string, serve
 	}
 	r.acqPerSec = total / d.Seconds()
 	r.serverUs, r.clientUs, r.busy = cpu1.since(cpu0, total)
+	r.steal = cpu1.stealPct(cpu0)
 	if sumSq > 0 {
 		r.jain = total * total / (float64(len(counts)) * sumSq)
 	}
@@ -402,6 +404,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 				acc.overlaps += r.overlaps
 				n := float64(*lockRounds)
 				acc.serverUs, acc.clientUs, acc.busy = acc.serverUs+r.serverUs/n, acc.clientUs+r.clientUs/n, acc.busy+r.busy/n
+				acc.steal += r.steal / n
 				results[k] = acc
 			}
 		}
@@ -427,7 +430,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 	fmt.Printf("CPU per acquisition (acquire + release) under 64 clients on 64 locks, mean of rounds: servers (coordd processes, whose etcd serves the recipes too) + clients (this process):\n")
 	for _, p := range peers {
 		r := results[key{p.name, "64 clients, 64 locks"}]
-		fmt.Printf("  %-24s %6.0fus + %4.0fus = %6.0fus; machine's CPUs %3.0f%% busy\n", p.name, r.serverUs, r.clientUs, r.serverUs+r.clientUs, r.busy)
+		fmt.Printf("  %-24s %6.0fus + %4.0fus = %6.0fus; machine's CPUs %3.0f%% busy, %3.0f%% stolen\n", p.name, r.serverUs, r.clientUs, r.serverUs+r.clientUs, r.busy, r.steal)
 	}
 	fmt.Printf("coordd's mean group-commit batch (lock changes per etcd transaction, per round; the member of -lock-members 3 given first):")
 	for _, w := range workloads {

@@ -84,6 +84,15 @@ func run() error {
 		return fmt.Errorf("build coordd: %w", err)
 	}
 	fmt.Printf("coordd bench  %s  cpus=%d  rounds=%d ops=%d\n\n", time.Now().Format(time.RFC3339), runtime.NumCPU(), *rounds, *ops)
+	// On a shared virtual machine the hypervisor may run other guests on
+	// these CPUs; every server and client here then waits, and the
+	// figures are slower and noisier than the same run on a quiet one.
+	noServers := func() float64 { return 0 }
+	start := takeCPU(noServers)
+	defer func() {
+		fmt.Printf("\nCPU steal over this run: %.0f%% of the machine's CPU time (time the hypervisor ran other guests on these CPUs; compare figures across runs only at a similar steal)\n",
+			takeCPU(noServers).stealPct(start))
+	}()
 
 	if *only == "soak" {
 		return benchSoak(bin, tmp)

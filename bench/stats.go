@@ -93,8 +93,10 @@ func rawPuts(ctx context.Context, raw *clientv3.Client, n int) ([]float64, error
 }
 
 // cpuMark is a moment's CPU counters: the servers' and this process's CPU
-// time, and the machine's busy and total CPU time, in seconds.
-type cpuMark struct{ server, self, busy, total float64 }
+// time, and the machine's busy, stolen and total CPU time, in seconds.
+// Steal is time the hypervisor gave the machine's virtual CPUs to other
+// guests: neither busy here nor idle, and every process waited through it.
+type cpuMark struct{ server, self, busy, steal, total float64 }
 
 // takeCPU reads the counters now (the machine's from /proc/stat; zero
 // where it cannot be read).
@@ -110,12 +112,25 @@ func takeCPU(serverCPU func() float64) cpuMark {
 		for i := 1; i < len(f) && i <= 8; i++ {
 			v, _ := strconv.ParseFloat(f[i], 64)
 			m.total += v / 100
-			if i != 4 && i != 5 { // idle, iowait
+			switch i {
+			case 4, 5: // idle, iowait
+			case 8:
+				m.steal += v / 100
+			default:
 				m.busy += v / 100
 			}
 		}
 	}
 	return m
+}
+
+// stealPct is the share of the machine's CPU time stolen since from, in
+// percent.
+func (m cpuMark) stealPct(from cpuMark) float64 {
+	if dt := m.total - from.total; dt > 0 {
+		return (m.steal - from.steal) / dt * 100
+	}
+	return 0
 }
 
 // since returns, for the n operations done since `from`, the servers' and
