@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/internal/wait"
@@ -518,36 +519,62 @@ func TestACacheIsCurrentOnceLoaded(t *testing.T) {
 // one its client shares among every watch that requires a leader (election
 // observers, KV watches): etcd answers progress only once every watch on a
 // stream is synced, so one of those resuming from an old revision would
-// hold up every subscription that starts from the current state.
+// hold up every subscription that starts from the current state. etcd's
+// client puts watches on one stream by their contexts' outgoing metadata,
+// and asks for progress on the stream of the context it is given: the test
+// records both.
 func TestACacheWatchesOnAStreamOfItsOwn(t *testing.T) {
 	e := newEnv(t, configcenter.Limits{})
-	before := watchStreams(t)
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(t.Context()))
-	defer cancel()
-	other := e.cli.Watch(ctx, "other", clientv3.WithCreatedNotify())
-	if wr := <-other; !wr.Created {
-		t.Fatalf("the other watch: %+v", wr)
+	rec := &streamRecorder{Watcher: e.cli.Watcher}
+	e.cli.Watcher = rec
+	e.startCache(t, configcenter.CacheOptions{Progress: 10 * time.Millisecond})
+	wait.For(t, "the cache to ask for progress", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.progress) > 0
+	})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	shared := stream(clientv3.WithRequireLeader(t.Context()))
+	for _, w := range rec.watches {
+		if w == shared {
+			t.Fatalf("the cache watches on the stream of every leader-requiring watch (%s)", w)
+		}
 	}
-	c := e.startCache(t, configcenter.CacheOptions{})
-	wait.For(t, "the cache's first load", func() bool { return !c.Stats().AdvancedAt.IsZero() })
-	if n := watchStreams(t) - before; n != 2 {
-		t.Fatalf("etcd serves %d new watch streams for a leader-requiring watch and the cache; want 2 (the cache's own)", n)
+	for _, p := range rec.progress {
+		if !slices.Contains(rec.watches, p) {
+			t.Fatalf("the cache asks for progress on stream %s, not its watch's %v", p, rec.watches)
+		}
 	}
 }
 
-// watchStreams reads etcd's gauge of the watch streams it serves (in this
-// process: the tests' members are embedded).
-func watchStreams(t *testing.T) int {
-	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "etcd_debugging_mvcc_watch_stream_total" {
-			return int(mf.GetMetric()[0].GetGauge().GetValue())
-		}
-	}
-	t.Fatal("etcd's watch stream gauge is not registered")
-	return 0
+// streamRecorder records which etcd watch stream each watch and progress
+// request goes to.
+type streamRecorder struct {
+	clientv3.Watcher
+	mu       sync.Mutex
+	watches  []string
+	progress []string
+}
+
+func (r *streamRecorder) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	r.mu.Lock()
+	r.watches = append(r.watches, stream(ctx))
+	r.mu.Unlock()
+	return r.Watcher.Watch(ctx, key, opts...)
+}
+
+func (r *streamRecorder) RequestProgress(ctx context.Context) error {
+	r.mu.Lock()
+	r.progress = append(r.progress, stream(ctx))
+	r.mu.Unlock()
+	return r.Watcher.RequestProgress(ctx)
+}
+
+// stream names the watch stream etcd's client uses for ctx: one per
+// distinct outgoing metadata, printed as a plain map (grpc's MD hides its
+// values when printed).
+func stream(ctx context.Context) string {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	return fmt.Sprintf("%+v", map[string][]string(md))
 }
