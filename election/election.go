@@ -43,6 +43,11 @@ var (
 	ErrAlreadyLeader = kind.AlreadyLeader.New("election: this session already leads")
 )
 
+// errCandidacyNewer: the candidacy of the call's session and request id was
+// written after the call began, so it may not be the call's to take over;
+// nothing was written, and a retry takes it over if it is (Unavailable).
+var errCandidacyNewer = kind.Unavailable.New("election: the campaign's candidacy was written after this call began")
+
 // MaxValueBytes bounds a candidate's value.
 const MaxValueBytes = 64 << 10
 
@@ -56,6 +61,8 @@ type Manager struct {
 
 	bg  queue.Background // background writes (election times, clean-ups)
 	ids queue.IDs        // request ids made up for callers that named none
+
+	beforeCampaign func() // tests: runs before each campaign transaction
 }
 
 // NewManager returns a Manager that keeps elections under root+"election/".
@@ -223,6 +230,12 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		l          Leadership
 		readAt     int64 // the revision of the transaction's read of head
 	)
+	// A candidacy is taken over only if it was written before the call
+	// began (see lock.Manager's enqueue): one written later may be an
+	// earlier attempt's, still in flight, or a later campaign's under the
+	// same id, which an attempt stuck in etcd must never take over and
+	// then remove.
+	began := m.txns.Revision()
 	for attempt := 1; ; attempt++ {
 		key = keyOf(req.RequestID)
 		c = candidate{Attempt: names.NewRequestID(), RequestID: req.RequestID, Value: req.Value, Enqueued: m.now().UTC()}
@@ -231,6 +244,9 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 			return Leadership{}, err
 		}
 		value = string(val)
+		if m.beforeCampaign != nil {
+			m.beforeCampaign()
+		}
 		resp, err := m.txns.Commit(ctx, groupcommit.Txn{
 			Name:    q,
 			Creates: true,
@@ -263,6 +279,9 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		// An idempotent retry: take the candidacy over, keeping its value,
 		// proclamations and times.
 		kv := resp.Responses[0].GetResponseRange().Kvs[0]
+		if kv.CreateRevision > began {
+			return Leadership{}, fmt.Errorf("%w (election %q, request %s: by an earlier attempt still in flight, or a later campaign under the same id); retry", errCandidacyNewer, req.Name, req.RequestID)
+		}
 		l.Term = fencing.Token(kv.CreateRevision)
 		var prev candidate
 		if json.Unmarshal(kv.Value, &prev) == nil {

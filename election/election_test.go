@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/groupcommit"
+	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/wait"
 	"github.com/coordd/coordd/session"
 )
@@ -223,6 +225,62 @@ func TestCampaignIsIdempotentAndRefusesToWaitForItself(t *testing.T) {
 	}
 	if c, _, _ := e.m.Candidates(ctx, "x"); len(c) != 0 {
 		t.Fatalf("timed-out Campaign left candidates %+v", c)
+	}
+}
+
+// A campaign attempt whose transaction reaches etcd only after a later
+// campaign wrote the candidacy of the same session and request id (the
+// attempt was stuck in etcd while its caller retried, led, resigned and
+// used the id again) must not take that candidacy over, nor remove it when
+// it fails for its long-gone caller: it fails with Unavailable, and the
+// later campaign keeps its place, its value and its term.
+func TestAStaleCampaignNeverTakesOverALaterCandidacy(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	leader, err := e.m.Campaign(ctx, election.Request{Name: "x", Session: e.session(t, 30), Value: "leader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := election.Request{Name: "x", Session: e.session(t, 30), RequestID: "c-1", Value: "stale"}
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	election.SetBeforeCampaign(e.m, func() {
+		if first.CompareAndSwap(false, true) { // the stale attempt only
+			close(paused)
+			<-resume
+		}
+	})
+	staleCtx, cancelStale := context.WithCancel(ctx)
+	defer cancelStale()
+	stale := e.campaign(staleCtx, req)
+	<-paused
+	req.Value = "later"
+	later := e.campaign(ctx, req)
+	e.waitCandidates(t, "x", 1)
+	c, _, err := e.m.Candidates(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := c[0].Term
+	close(resume)
+	select {
+	case r := <-stale:
+		if !errors.Is(r.err, kind.Unavailable) {
+			t.Fatalf("the stale attempt = %+v, %v; want Unavailable (retry)", r.l, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stale attempt still runs: it took the later campaign's candidacy over")
+	}
+	if err := e.m.Resign(ctx, "x", leader.Term, election.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-later:
+		if r.err != nil || r.l.Term != term || r.l.Value != "later" {
+			t.Fatalf("the later campaign = %+v, %v; want to lead in term %d with its own value", r.l, r.err, term)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the later campaign was not elected")
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/groupcommit"
+	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/names"
 	"github.com/coordd/coordd/internal/queue"
 )
@@ -53,12 +54,13 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	if err := validateRequest(&req); err != nil {
 		return Grant{}, err
 	}
-	e, holders, delay, err := m.enqueue(ctx, req, !wait && req.Limit == 1 && !req.Read, reused)
+	began := m.txns.Revision()
+	e, holders, delay, err := m.enqueue(ctx, req, began, !wait && req.Limit == 1 && !req.Read, reused)
 	if errors.Is(err, errIDInUse) {
 		// Another call of the session named the id meanwhile: never join
 		// it; start anew under an id nobody has.
 		req.RequestID, _ = m.ids.Take(int64(req.Session), req.Name, req.Read, true, key)
-		e, holders, delay, err = m.enqueue(ctx, req, !wait && req.Limit == 1 && !req.Read, false)
+		e, holders, delay, err = m.enqueue(ctx, req, began, !wait && req.Limit == 1 && !req.Read, false)
 	}
 	if errors.Is(err, errNotEnqueued) {
 		// Nothing was written: an id made up for this call may serve the next.
@@ -171,6 +173,11 @@ var errNotEnqueued = errors.New("lock: not enqueued")
 // exists (see queue.IDs); nothing was written.
 var errIDInUse = errors.New("lock: request id in use")
 
+// errEntryNewer: the entry of the call's session and request id was
+// written after the call began, so it may not be the call's to take over;
+// nothing was written, and a retry takes it over if it is (see enqueue).
+var errEntryNewer = kind.Unavailable.New("lock: the acquisition's entry was written after this call began")
+
 // enqueue puts this call's waiter entry into the queue (or takes over the
 // entry of an earlier call with the same request id) and returns it with
 // the lock's first Limit entries and its lock-delay state. An uncontended
@@ -183,9 +190,20 @@ var errIDInUse = errors.New("lock: request id in use")
 //
 // An entry that vanishes between the transaction and its take-over (a
 // clean-up of a failed earlier attempt removed it) is created anew.
-func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty, mustCreate bool) (entry, []*mvccpb.KeyValue, delayState, error) {
+//
+// An entry is taken over only if it was written before the call began
+// (its create revision at most began, the newest revision the member had
+// seen then): a retry finds what its earlier attempts wrote. One written
+// later may be an earlier attempt's, still in flight when the call began,
+// or, once the id's grant was released and the id used again, a later
+// acquisition's: an attempt stuck in etcd while its caller retried and
+// went on must never take over, and then remove, the grant of the
+// acquisition that followed. The call fails with errEntryNewer (Unavailable)
+// instead; its transaction raised the member's revision past the entry,
+// so a retry takes over an entry that is its own.
+func (m *Manager) enqueue(ctx context.Context, req Request, began int64, onlyIfEmpty, mustCreate bool) (entry, []*mvccpb.KeyValue, delayState, error) {
 	for attempt := 1; ; attempt++ {
-		e, holders, delay, err := m.enqueueOnce(ctx, req, onlyIfEmpty, mustCreate)
+		e, holders, delay, err := m.enqueueOnce(ctx, req, began, onlyIfEmpty, mustCreate)
 		if errors.Is(err, errEntryVanished) && attempt < 3 {
 			continue
 		}
@@ -199,7 +217,7 @@ func (m *Manager) enqueue(ctx context.Context, req Request, onlyIfEmpty, mustCre
 // errEntryVanished: the entry to take over was gone by the take-over.
 var errEntryVanished = errors.New("lock: entry vanished")
 
-func (m *Manager) enqueueOnce(ctx context.Context, req Request, onlyIfEmpty, mustCreate bool) (entry, []*mvccpb.KeyValue, delayState, error) {
+func (m *Manager) enqueueOnce(ctx context.Context, req Request, began int64, onlyIfEmpty, mustCreate bool) (entry, []*mvccpb.KeyValue, delayState, error) {
 	q := m.queue(req.Name)
 	e := entry{key: m.waiterKey(req.Name, req.Session, req.RequestID)}
 	e.w = waiter{Attempt: names.NewRequestID(), Limit: req.Limit, RequestID: req.RequestID, Metadata: req.Metadata, Enqueued: m.now().UTC(), Read: req.Read}
@@ -218,6 +236,9 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, onlyIfEmpty, mus
 	if onlyIfEmpty {
 		// True only if no key at all is under the queue prefix.
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix())
+	}
+	if m.beforeEnqueue != nil {
+		m.beforeEnqueue()
 	}
 	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
 		Name:    q,
@@ -252,6 +273,9 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, onlyIfEmpty, mus
 	// An idempotent retry: take the entry over, keeping its enqueue time,
 	// so that a failing earlier call can no longer remove it.
 	kv := mine[0]
+	if kv.CreateRevision > began {
+		return entry{}, nil, delayState{}, fmt.Errorf("%w (lock %q, request %s: by an earlier attempt still in flight, or a later acquisition under the same id); retry", errEntryNewer, req.Name, req.RequestID)
+	}
 	e.rev = kv.CreateRevision
 	var prev waiter
 	if json.Unmarshal(kv.Value, &prev) == nil {

@@ -63,6 +63,8 @@ type Manager struct {
 
 	bg  queue.Background // background writes (grant times, clean-ups)
 	ids queue.IDs        // request ids made up for callers that named none
+
+	beforeEnqueue func() // tests: runs before each enqueue transaction
 }
 
 // NewManager returns a Manager that keeps locks under root+"lock/" and

@@ -17,6 +17,7 @@ import (
 	"github.com/coordd/coordd/grantwatch"
 	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/groupcommit"
+	"github.com/coordd/coordd/internal/kind"
 	"github.com/coordd/coordd/internal/wait"
 	"github.com/coordd/coordd/lock"
 	"github.com/coordd/coordd/session"
@@ -43,6 +44,20 @@ func newEnv(t *testing.T) env {
 	m := lock.NewManager(cli, "/coordd/", w, txns)
 	t.Cleanup(func() { m.Close(); txns.Close(); cancel(); <-done })
 	return env{m: m, cli: cli}
+}
+
+// member returns another Manager on e's etcd, as another coordd member
+// has: its own holdings watch and committer.
+func (e env) member(t *testing.T) *lock.Manager {
+	t.Helper()
+	w := grantwatch.New(e.cli, "/coordd/lock/")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	txns := groupcommit.New(e.cli)
+	m := lock.NewManager(e.cli, "/coordd/", w, txns)
+	t.Cleanup(func() { m.Close(); txns.Close(); cancel(); <-done })
+	return m
 }
 
 // session grants a lease of ttl seconds that nobody keeps alive.
@@ -822,6 +837,140 @@ func TestRetryTakesOverTheEntry(t *testing.T) {
 	case g := <-retry:
 		if g.Token <= holder.Token {
 			t.Fatalf("retry token %d", g.Token)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the retry was not granted")
+	}
+}
+
+// An attempt whose transaction reaches etcd only after a later
+// acquisition wrote the entry of the same session and request id (the
+// attempt was stuck in etcd while its caller retried, was granted,
+// released, and used the id again) must not take that entry over: it
+// would hold the later acquisition's place and remove it when it fails
+// for its long-gone caller. It fails with Unavailable instead, and the
+// later acquisition keeps its entry and is granted.
+func TestAStaleAttemptNeverTakesOverALaterEntry(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	holder, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := lock.Request{Name: "l", Session: e.session(t, 60), RequestID: "job-42"}
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	lock.SetBeforeEnqueue(e.m, func() {
+		if first.CompareAndSwap(false, true) { // the stale attempt only
+			close(paused)
+			<-resume
+		}
+	})
+	staleCtx, cancelStale := context.WithCancel(ctx)
+	defer cancelStale()
+	stale := make(chan error, 1)
+	go func() {
+		_, err := e.m.Acquire(staleCtx, req)
+		stale <- err
+	}()
+	<-paused
+	later := make(chan lock.Grant, 1)
+	go func() {
+		g, err := e.m.Acquire(ctx, req)
+		if err != nil {
+			t.Errorf("the later acquisition: %v", err)
+		}
+		later <- g
+	}()
+	var entry int64
+	wait.For(t, "the later acquisition to queue", func() bool {
+		resp, err := e.cli.Get(ctx, "/coordd/lock/l/q/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil || len(resp.Kvs) != 2 {
+			return false
+		}
+		entry = resp.Kvs[1].CreateRevision
+		return true
+	})
+	close(resume)
+	select {
+	case err := <-stale:
+		if !errors.Is(err, kind.Unavailable) {
+			t.Fatalf("the stale attempt = %v, want Unavailable (retry)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stale attempt still runs: it took the later acquisition's entry over")
+	}
+	if err := e.m.Release(ctx, "l", holder.Token, lock.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-later:
+		if int64(g.Token) != entry {
+			t.Fatalf("the later acquisition was granted token %d, want its entry's %d", g.Token, entry)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the later acquisition was not granted")
+	}
+}
+
+// A retry that reaches another member, which has not yet seen the entry
+// its earlier attempt wrote, is refused once (the entry is newer than
+// anything that member knew of as the call began), and takes the entry
+// over when retried there.
+func TestARetryOnAnotherMemberTakesOverAfterOneRefusal(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	other := e.member(t)
+	holder, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := lock.Request{Name: "l", Session: e.session(t, 60), RequestID: "job-7"}
+	firstCtx, cancelFirst := context.WithCancel(ctx)
+	defer cancelFirst()
+	first := make(chan error, 1)
+	go func() {
+		_, err := e.m.Acquire(firstCtx, req)
+		first <- err
+	}()
+	var entry int64
+	wait.For(t, "the first attempt to queue", func() bool {
+		d, err := e.m.Describe(ctx, "l")
+		if err != nil || len(d.Waiters) != 1 {
+			return false
+		}
+		entry = int64(d.Waiters[0].Token)
+		return true
+	})
+	refusedCtx, cancelRefused := context.WithTimeout(ctx, 10*time.Second)
+	_, err = other.Acquire(refusedCtx, req)
+	cancelRefused()
+	if !errors.Is(err, kind.Unavailable) {
+		t.Fatalf("the retry on a member that saw nothing yet = %v, want Unavailable (retry)", err)
+	}
+	retry := make(chan lock.Grant, 1)
+	go func() {
+		g, err := other.Acquire(ctx, req)
+		if err != nil {
+			t.Errorf("the retry: %v", err)
+		}
+		retry <- g
+	}()
+	wait.For(t, "the retry to take the entry over", func() bool {
+		resp, err := e.cli.Get(ctx, "/coordd/lock/l/q/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		return err == nil && len(resp.Kvs) == 2 && resp.Kvs[1].Version > 1
+	})
+	cancelFirst()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first attempt = %v", err)
+	}
+	if err := e.m.Release(ctx, "l", holder.Token, lock.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-retry:
+		if int64(g.Token) != entry {
+			t.Fatalf("the retry was granted token %d, want its entry's %d", g.Token, entry)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the retry was not granted")

@@ -87,6 +87,7 @@ type Committer struct {
 	done    chan struct{} // closed when run returns
 	batches atomic.Int64
 	txns    atomic.Int64
+	seen    atomic.Int64 // the newest revision etcd answered with
 
 	beforeAlone func() // tests: runs as a caller's lone transaction starts
 }
@@ -136,6 +137,27 @@ func (c *Committer) Stats() (batches, txns int64) {
 	return c.batches.Load(), c.txns.Load()
 }
 
+// Revision is the newest etcd revision of any answer the committer has
+// had (0 before the first). It never decreases. A change that etcd commits
+// after a caller reads Revision has a higher revision, so a key whose
+// create revision is above what a call read when it began was written
+// after the call began. (The converse does not hold: the committer may not
+// yet have seen the revision of a key written before.)
+func (c *Committer) Revision() int64 { return c.seen.Load() }
+
+// saw records the revision of an answer.
+func (c *Committer) saw(resp *clientv3.TxnResponse) {
+	if resp == nil || resp.Header == nil {
+		return
+	}
+	for rev := resp.Header.Revision; ; {
+		cur := c.seen.Load()
+		if rev <= cur || c.seen.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
+
 // Commit commits t, batched with whatever else is queued, and returns its
 // own response: Succeeded and Responses as t alone would have them, the
 // Header of the batch. It returns ctx's error if ctx ends first.
@@ -143,7 +165,7 @@ func (c *Committer) Commit(ctx context.Context, t Txn) (*clientv3.TxnResponse, e
 	if c.direct {
 		c.batches.Add(1)
 		c.txns.Add(1)
-		return alone(ctx, c.cli, t)
+		return c.alone(ctx, t)
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -222,7 +244,7 @@ func (c *Committer) commitAlone(ctx context.Context, t Txn) (*clientv3.TxnRespon
 	if c.beforeAlone != nil {
 		c.beforeAlone()
 	}
-	resp, err := alone(ctx, c.cli, t)
+	resp, err := c.alone(ctx, t)
 	stop()
 	cancel()
 	c.mu.Lock()
@@ -282,7 +304,7 @@ func (c *Committer) commit(batch []*call) {
 	c.txns.Add(int64(len(batch)))
 	if len(batch) == 1 {
 		cl := batch[0]
-		cl.finish(alone(ctx, c.cli, cl.txn))
+		cl.finish(c.alone(ctx, cl.txn))
 		return
 	}
 	ops := make([]clientv3.Op, len(batch))
@@ -291,6 +313,7 @@ func (c *Committer) commit(batch []*call) {
 	}
 	resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
 	if err == nil {
+		c.saw(resp)
 		for i, cl := range batch {
 			r := resp.Responses[i].GetResponseTxn()
 			r.Header = resp.Header
@@ -315,7 +338,7 @@ func (c *Committer) commit(batch []*call) {
 			defer cancel()
 			stop := context.AfterFunc(c.stop, cancel) // Close does not wait for it
 			defer stop()
-			cl.finish(alone(ctx, c.cli, cl.txn))
+			cl.finish(c.alone(ctx, cl.txn))
 		}()
 	}
 	wg.Wait()
@@ -362,8 +385,13 @@ func refusedWhole(err error) bool {
 	return false
 }
 
-func alone(ctx context.Context, cli *clientv3.Client, t Txn) (*clientv3.TxnResponse, error) {
-	return cli.Txn(ctx).If(t.If...).Then(t.Then...).Else(t.Else...).Commit()
+// alone commits t as a transaction of its own.
+func (c *Committer) alone(ctx context.Context, t Txn) (*clientv3.TxnResponse, error) {
+	resp, err := c.cli.Txn(ctx).If(t.If...).Then(t.Then...).Else(t.Else...).Commit()
+	if err == nil {
+		c.saw(resp)
+	}
+	return resp, err
 }
 
 func (cl *call) finish(resp *clientv3.TxnResponse, err error) {

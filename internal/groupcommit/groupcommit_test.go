@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -325,5 +326,54 @@ func TestBatchesAreBounded(t *testing.T) {
 	}
 	if b := c.take(); len(b) != 6 || b[0] != calls[MaxBatch] || b[5] != calls[MaxBatch+5] {
 		t.Fatalf("second batch: %d calls, want the 6 left in order", len(b))
+	}
+}
+
+// Revision follows the newest revision etcd answered with, on every path:
+// a lone transaction, a batch, a batch refused and retried one by one,
+// and a transaction whose compare failed; it never goes back.
+func TestRevisionIsTheNewestAnswered(t *testing.T) {
+	cli := client(t)
+	ctx := t.Context()
+	c := New(cli)
+	defer c.Close()
+	if c.Revision() != 0 {
+		t.Fatalf("revision %d before any answer", c.Revision())
+	}
+	resp, err := c.Commit(ctx, put("a", "a/1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Revision() != resp.Header.Revision {
+		t.Fatalf("revision %d after a lone transaction answered at %d", c.Revision(), resp.Header.Revision)
+	}
+	if resp, err = c.Commit(ctx, put("a", "a/1")); err != nil || resp.Succeeded {
+		t.Fatalf("a second create of a/1: %v, %v", resp, err)
+	}
+	if c.Revision() != resp.Header.Revision {
+		t.Fatalf("revision %d after a failed compare answered at %d", c.Revision(), resp.Header.Revision)
+	}
+	// A batch (built as the loop builds it) whose whole is refused, one of
+	// its transactions naming a lease that does not exist.
+	bc, calls := queued(cli, put("b", "b/1"), put("c", "c/1", clientv3.WithLease(12345)), put("d", "d/1"))
+	bc.commit(bc.take())
+	newest := int64(0)
+	for _, cl := range calls {
+		if cl.resp != nil {
+			newest = max(newest, cl.resp.Header.Revision)
+		}
+	}
+	if newest == 0 || bc.Revision() != newest {
+		t.Fatalf("revision %d after a refused batch retried alone, newest answer %d", bc.Revision(), newest)
+	}
+	bc.saw(&clientv3.TxnResponse{Header: &etcdserverpb.ResponseHeader{Revision: 1}})
+	if bc.Revision() != newest {
+		t.Fatalf("revision went back to %d", bc.Revision())
+	}
+	// A batch that etcd takes whole.
+	bc, calls = queued(cli, put("e", "e/1"), put("f", "f/1"))
+	bc.commit(bc.take())
+	if calls[0].err != nil || bc.Revision() != calls[0].resp.Header.Revision {
+		t.Fatalf("revision %d after a batch answered at %v (%v)", bc.Revision(), calls[0].resp, calls[0].err)
 	}
 }
