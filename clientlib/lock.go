@@ -239,9 +239,12 @@ func (c *Client) acquire(ctx context.Context, sessionID, name string, wait bool,
 // dead keys per operation between compactions.
 //
 // An id is used again only after its Release succeeded: its entry is gone,
-// so the next acquisition with it creates a new entry (a new token), and a
-// late write of an earlier attempt that turns up meanwhile is taken over
-// as an idempotent retry of the new acquisition, which then owns it.
+// so the next acquisition with it creates a new entry (a new token). A
+// late write of an earlier attempt that turns up before the new
+// acquisition writes is taken over by it (possibly after one UNAVAILABLE,
+// which the SDK retries), and owns it then; an earlier attempt that turns
+// up after the new acquisition wrote its entry is refused by the server
+// and never takes that entry over.
 type requestIDs struct {
 	mu   sync.Mutex
 	free map[requestIDKey]string

@@ -210,10 +210,10 @@ type CampaignRequest struct {
 	// this member saw a resignation of a campaign whose id it picked, the
 	// same one for the same session and election). Once a term is resigned,
 	// its id starts a new candidacy. A retry that reaches a member before
-	// the member has seen its earlier attempt's candidacy (or an old attempt
-	// that reaches etcd after a later campaign under the id began) fails
-	// with UNAVAILABLE and changes nothing; a retry after it continues the
-	// candidacy.
+	// the member has seen its earlier attempt's candidacy (once on each such
+	// member), or an old attempt that reaches etcd after a later campaign
+	// under the id began, fails with UNAVAILABLE and changes nothing; a
+	// retry on that member continues the candidacy.
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// wait bounds the wait; when unset the call waits as long as its own
 	// deadline allows.

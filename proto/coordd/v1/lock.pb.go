@@ -147,9 +147,10 @@ type AcquireRequest struct {
 	// so a lock taken in a loop writes one etcd key again). Once a grant is
 	// released, its id starts a new acquisition with a new token. A retry
 	// that reaches a member before the member has seen its earlier
-	// attempt's entry (or an old attempt that reaches etcd after a later
-	// acquisition under the id began) fails with UNAVAILABLE and changes
-	// nothing; a retry after it gets the grant.
+	// attempt's entry (once on each such member), or an old attempt that
+	// reaches etcd after a later acquisition under the id began, fails with
+	// UNAVAILABLE and changes nothing; a retry on that member gets the
+	// grant.
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// metadata is shown by DescribeLock: who holds the lock and why. At most
 	// 1024 bytes.
