@@ -54,7 +54,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	if err := validateRequest(&req); err != nil {
 		return Grant{}, err
 	}
-	began := m.txns.Revision()
+	began := m.txns.Began(ctx)
 	e, holders, delay, err := m.enqueue(ctx, req, began, !wait && req.Limit == 1 && !req.Read, reused)
 	if errors.Is(err, errIDInUse) {
 		// Another call of the session named the id meanwhile: never join

@@ -42,13 +42,16 @@
 //     late, so a proposal held up in a paused leader cannot leave an entry
 //     nobody waits for. An idempotent retry of the same request takes the
 //     entry over, so the call it replaces cannot remove it. Only an entry
-//     written before the call began is taken over: an attempt that reaches
-//     etcd after a later acquisition under the same request id wrote its
-//     entry (the attempt was stuck while its caller retried, was granted,
-//     released and used the id again) fails with Unavailable instead of
-//     taking that acquisition's place. A retry that reaches a member
-//     before that member has seen its earlier attempt's entry is refused
-//     so once; retried, it takes the entry over.
+//     written before the call began (in the daemon: before it reached the
+//     member, see groupcommit.Committer.Arrived) is taken over: an attempt
+//     that reaches etcd after a later acquisition under the same request
+//     id wrote its entry (the attempt was stuck while its caller retried,
+//     was granted, released and used the id again) fails with Unavailable
+//     instead of taking that acquisition's place. A retry that reaches a
+//     member before that member has seen its earlier attempt's entry is
+//     refused so once (on each such member); retried there, it takes the
+//     entry over. Not covered: a request delayed on the network so long
+//     that it reaches the member after the later acquisition wrote.
 //   - A lock may ask for a lock-delay: after a holder's session ends without
 //     a Release, the next grant (to a waiter, or to whoever acquires later)
 //     comes only once the delay has passed, counted from when that grant

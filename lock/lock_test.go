@@ -26,8 +26,9 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type env struct {
-	m   *lock.Manager
-	cli *clientv3.Client
+	m    *lock.Manager
+	cli  *clientv3.Client
+	txns *groupcommit.Committer
 }
 
 func newEnv(t *testing.T) env {
@@ -43,7 +44,7 @@ func newEnv(t *testing.T) env {
 	txns := groupcommit.New(cli)
 	m := lock.NewManager(cli, "/coordd/", w, txns)
 	t.Cleanup(func() { m.Close(); txns.Close(); cancel(); <-done })
-	return env{m: m, cli: cli}
+	return env{m: m, cli: cli, txns: txns}
 }
 
 // member returns another Manager on e's etcd, as another coordd member
@@ -899,6 +900,54 @@ func TestAStaleAttemptNeverTakesOverALaterEntry(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stale attempt still runs: it took the later acquisition's entry over")
+	}
+	if err := e.m.Release(ctx, "l", holder.Token, lock.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-later:
+		if int64(g.Token) != entry {
+			t.Fatalf("the later acquisition was granted token %d, want its entry's %d", g.Token, entry)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the later acquisition was not granted")
+	}
+}
+
+// A call counts from its arrival at the member (the daemon notes it before
+// authentication, which may read etcd and wait): one that arrived before a
+// later acquisition under its request id wrote its entry never takes that
+// entry over, however much the member has seen since.
+func TestACallCountsFromItsArrival(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	holder, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := lock.Request{Name: "l", Session: e.session(t, 60), RequestID: "job-9"}
+	arrived := e.txns.Arrived(ctx)
+	later := make(chan lock.Grant, 1)
+	go func() {
+		g, err := e.m.Acquire(ctx, req)
+		if err != nil {
+			t.Errorf("the later acquisition: %v", err)
+		}
+		later <- g
+	}()
+	var entry int64
+	wait.For(t, "the later acquisition to queue", func() bool {
+		d, err := e.m.Describe(ctx, "l")
+		if err != nil || len(d.Waiters) != 1 {
+			return false
+		}
+		entry = int64(d.Waiters[0].Token)
+		return true
+	})
+	staleCtx, cancel := context.WithTimeout(arrived, 10*time.Second)
+	defer cancel()
+	if _, err := e.m.Acquire(staleCtx, req); !errors.Is(err, kind.Unavailable) {
+		t.Fatalf("a call that arrived before the later acquisition = %v, want Unavailable (retry)", err)
 	}
 	if err := e.m.Release(ctx, "l", holder.Token, lock.Hint{}); err != nil {
 		t.Fatal(err)

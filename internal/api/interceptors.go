@@ -15,6 +15,16 @@ import (
 	"google.golang.org/grpc"
 )
 
+// UnaryArrival notes in each call's context that the call arrived now, with
+// arrived (groupcommit.Committer.Arrived), before any other interceptor can
+// make it wait: an acquisition or campaign takes over only an entry written
+// before it arrived.
+func UnaryArrival(arrived func(context.Context) context.Context) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return handler(arrived(ctx), req)
+	}
+}
+
 // UnaryErrors maps handler errors through ToStatus, logs each error once
 // (Internal at error level, the rest at debug), and turns a panic into
 // Internal so no request can crash the daemon.

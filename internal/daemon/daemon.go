@@ -188,6 +188,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	registry := prometheus.NewRegistry()
 	apiMetrics := api.NewMetrics(registry)
 	d.owners = &api.Owners{} // its managers are set below, before serving
+	// Concurrent lock and election mutations share etcd transactions.
+	d.txns = groupcommit.Direct(d.cli)
+	if !cfg.NoGroupCommit {
+		d.txns = groupcommit.New(d.cli)
+	}
 	var limits *auth.Limits
 	if cfg.RateLimit > 0 || cfg.PublishRate > 0 {
 		limits = &auth.Limits{
@@ -203,7 +208,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			d.lg.Error("audit log not written", zap.Error(err))
 		}}
 		return []grpc.ServerOption{
-			grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(a), api.UnaryRequireLeader(d.leader.Lost)),
+			grpc.ChainUnaryInterceptor(api.UnaryArrival(d.txns.Arrived), metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(a), api.UnaryRequireLeader(d.leader.Lost)),
 			grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(a), api.StreamRequireLeader(d.leader.Lost)),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 			grpc.ForceServerCodecV2(api.Codec()), // protobuf, and messages marshaled once for many streams
@@ -247,11 +252,6 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// member when a lock grant or leadership it watches ends, and every
 	// waiter when an entry ahead of it goes.
 	holdings := grantwatch.New(d.cli, cfg.KeyRoot+"lock/", cfg.KeyRoot+"election/")
-	// Concurrent lock and election mutations share etcd transactions.
-	d.txns = groupcommit.Direct(d.cli)
-	if !cfg.NoGroupCommit {
-		d.txns = groupcommit.New(d.cli)
-	}
 	d.locks = lock.NewManager(d.cli, cfg.KeyRoot, holdings, d.txns)
 	d.elections = election.NewManager(d.cli, cfg.KeyRoot, holdings, d.txns)
 	d.owners.Sessions, d.owners.Locks, d.owners.Elections = sessions, d.locks, d.elections
@@ -686,6 +686,7 @@ func (d *Daemon) closeStartup() {
 			_ = l.Close()
 		}
 	}
+	d.txns.Close() // its committer's goroutine, if it was started
 	_ = d.closeBackend()
 }
 

@@ -145,6 +145,26 @@ func (c *Committer) Stats() (batches, txns int64) {
 // yet have seen the revision of a key written before.)
 func (c *Committer) Revision() int64 { return c.seen.Load() }
 
+// arrivedKey keys, in a call's context, Revision as the call arrived.
+type arrivedKey struct{}
+
+// Arrived returns ctx noting Revision now as the moment its call arrived,
+// for Began: a call that waits between its arrival and its transaction
+// (for authentication's reads, say) still counts from its arrival.
+func (c *Committer) Arrived(ctx context.Context) context.Context {
+	return context.WithValue(ctx, arrivedKey{}, c.Revision())
+}
+
+// Began is the revision ctx's call began at: the one Arrived noted, or
+// Revision now. A key whose create revision is above it was written after
+// the call began.
+func (c *Committer) Began(ctx context.Context) int64 {
+	if rev, ok := ctx.Value(arrivedKey{}).(int64); ok {
+		return rev
+	}
+	return c.Revision()
+}
+
 // saw records the revision of an answer.
 func (c *Committer) saw(resp *clientv3.TxnResponse) {
 	if resp == nil || resp.Header == nil {
