@@ -235,7 +235,7 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 	// earlier attempt's, still in flight, or a later campaign's under the
 	// same id, which an attempt stuck in etcd must never take over and
 	// then remove.
-	began := m.txns.Revision()
+	began := m.txns.Began(ctx)
 	for attempt := 1; ; attempt++ {
 		key = keyOf(req.RequestID)
 		c = candidate{Attempt: names.NewRequestID(), RequestID: req.RequestID, Value: req.Value, Enqueued: m.now().UTC()}
