@@ -844,6 +844,62 @@ func TestRetryTakesOverTheEntry(t *testing.T) {
 	}
 }
 
+// hold takes lock name for a session of its own, so that others queue.
+func (e env) hold(t *testing.T, name string) lock.Grant {
+	t.Helper()
+	g, err := e.m.Acquire(t.Context(), lock.Request{Name: name, Session: e.session(t, 60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// acquireLater runs m.Acquire(req) in the background, until the test
+// ends; the grant comes on the channel (an error fails the test).
+func acquireLater(t *testing.T, m *lock.Manager, req lock.Request, what string) <-chan lock.Grant {
+	ch := make(chan lock.Grant, 1)
+	go func() {
+		g, err := m.Acquire(t.Context(), req)
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+		ch <- g
+	}()
+	return ch
+}
+
+// waiterToken waits until name has exactly one waiter and returns its
+// token (its entry's create revision).
+func (e env) waiterToken(t *testing.T, name, what string) int64 {
+	t.Helper()
+	var token int64
+	wait.For(t, what, func() bool {
+		d, err := e.m.Describe(t.Context(), name)
+		if err != nil || len(d.Waiters) != 1 {
+			return false
+		}
+		token = int64(d.Waiters[0].Token)
+		return true
+	})
+	return token
+}
+
+// releaseAndExpect releases holder and expects the grant on ch, with token.
+func (e env) releaseAndExpect(t *testing.T, holder lock.Grant, ch <-chan lock.Grant, token int64, what string) {
+	t.Helper()
+	if err := e.m.Release(t.Context(), holder.Name, holder.Token, lock.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-ch:
+		if int64(g.Token) != token {
+			t.Fatalf("%s was granted token %d, want its entry's %d", what, g.Token, token)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s was not granted", what)
+	}
+}
+
 // An attempt whose transaction reaches etcd only after a later
 // acquisition wrote the entry of the same session and request id (the
 // attempt was stuck in etcd while its caller retried, was granted,
@@ -854,10 +910,7 @@ func TestRetryTakesOverTheEntry(t *testing.T) {
 func TestAStaleAttemptNeverTakesOverALaterEntry(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	holder, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := e.hold(t, "l")
 	req := lock.Request{Name: "l", Session: e.session(t, 60), RequestID: "job-42"}
 	paused, resume := make(chan struct{}), make(chan struct{})
 	var first atomic.Bool
@@ -875,23 +928,8 @@ func TestAStaleAttemptNeverTakesOverALaterEntry(t *testing.T) {
 		stale <- err
 	}()
 	<-paused
-	later := make(chan lock.Grant, 1)
-	go func() {
-		g, err := e.m.Acquire(ctx, req)
-		if err != nil {
-			t.Errorf("the later acquisition: %v", err)
-		}
-		later <- g
-	}()
-	var entry int64
-	wait.For(t, "the later acquisition to queue", func() bool {
-		resp, err := e.cli.Get(ctx, "/coordd/lock/l/q/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-		if err != nil || len(resp.Kvs) != 2 {
-			return false
-		}
-		entry = resp.Kvs[1].CreateRevision
-		return true
-	})
+	later := acquireLater(t, e.m, req, "the later acquisition")
+	entry := e.waiterToken(t, "l", "the later acquisition to queue")
 	close(resume)
 	select {
 	case err := <-stale:
@@ -901,17 +939,7 @@ func TestAStaleAttemptNeverTakesOverALaterEntry(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stale attempt still runs: it took the later acquisition's entry over")
 	}
-	if err := e.m.Release(ctx, "l", holder.Token, lock.Hint{}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case g := <-later:
-		if int64(g.Token) != entry {
-			t.Fatalf("the later acquisition was granted token %d, want its entry's %d", g.Token, entry)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the later acquisition was not granted")
-	}
+	e.releaseAndExpect(t, holder, later, entry, "the later acquisition")
 }
 
 // A call counts from its arrival at the member (the daemon notes it before
@@ -921,45 +949,17 @@ func TestAStaleAttemptNeverTakesOverALaterEntry(t *testing.T) {
 func TestACallCountsFromItsArrival(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	holder, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := e.hold(t, "l")
 	req := lock.Request{Name: "l", Session: e.session(t, 60), RequestID: "job-9"}
 	arrived := e.txns.Arrived(ctx)
-	later := make(chan lock.Grant, 1)
-	go func() {
-		g, err := e.m.Acquire(ctx, req)
-		if err != nil {
-			t.Errorf("the later acquisition: %v", err)
-		}
-		later <- g
-	}()
-	var entry int64
-	wait.For(t, "the later acquisition to queue", func() bool {
-		d, err := e.m.Describe(ctx, "l")
-		if err != nil || len(d.Waiters) != 1 {
-			return false
-		}
-		entry = int64(d.Waiters[0].Token)
-		return true
-	})
+	later := acquireLater(t, e.m, req, "the later acquisition")
+	entry := e.waiterToken(t, "l", "the later acquisition to queue")
 	staleCtx, cancel := context.WithTimeout(arrived, 10*time.Second)
 	defer cancel()
 	if _, err := e.m.Acquire(staleCtx, req); !errors.Is(err, kind.Unavailable) {
 		t.Fatalf("a call that arrived before the later acquisition = %v, want Unavailable (retry)", err)
 	}
-	if err := e.m.Release(ctx, "l", holder.Token, lock.Hint{}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case g := <-later:
-		if int64(g.Token) != entry {
-			t.Fatalf("the later acquisition was granted token %d, want its entry's %d", g.Token, entry)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the later acquisition was not granted")
-	}
+	e.releaseAndExpect(t, holder, later, entry, "the later acquisition")
 }
 
 // A retry that reaches another member, which has not yet seen the entry
@@ -970,10 +970,7 @@ func TestARetryOnAnotherMemberTakesOverAfterOneRefusal(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
 	other := e.member(t)
-	holder, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := e.hold(t, "l")
 	req := lock.Request{Name: "l", Session: e.session(t, 60), RequestID: "job-7"}
 	firstCtx, cancelFirst := context.WithCancel(ctx)
 	defer cancelFirst()
@@ -982,29 +979,14 @@ func TestARetryOnAnotherMemberTakesOverAfterOneRefusal(t *testing.T) {
 		_, err := e.m.Acquire(firstCtx, req)
 		first <- err
 	}()
-	var entry int64
-	wait.For(t, "the first attempt to queue", func() bool {
-		d, err := e.m.Describe(ctx, "l")
-		if err != nil || len(d.Waiters) != 1 {
-			return false
-		}
-		entry = int64(d.Waiters[0].Token)
-		return true
-	})
+	entry := e.waiterToken(t, "l", "the first attempt to queue")
 	refusedCtx, cancelRefused := context.WithTimeout(ctx, 10*time.Second)
-	_, err = other.Acquire(refusedCtx, req)
+	_, err := other.Acquire(refusedCtx, req)
 	cancelRefused()
 	if !errors.Is(err, kind.Unavailable) {
 		t.Fatalf("the retry on a member that saw nothing yet = %v, want Unavailable (retry)", err)
 	}
-	retry := make(chan lock.Grant, 1)
-	go func() {
-		g, err := other.Acquire(ctx, req)
-		if err != nil {
-			t.Errorf("the retry: %v", err)
-		}
-		retry <- g
-	}()
+	retry := acquireLater(t, other, req, "the retry")
 	wait.For(t, "the retry to take the entry over", func() bool {
 		resp, err := e.cli.Get(ctx, "/coordd/lock/l/q/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		return err == nil && len(resp.Kvs) == 2 && resp.Kvs[1].Version > 1
@@ -1013,17 +995,7 @@ func TestARetryOnAnotherMemberTakesOverAfterOneRefusal(t *testing.T) {
 	if err := <-first; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the first attempt = %v", err)
 	}
-	if err := e.m.Release(ctx, "l", holder.Token, lock.Hint{}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case g := <-retry:
-		if int64(g.Token) != entry {
-			t.Fatalf("the retry was granted token %d, want its entry's %d", g.Token, entry)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the retry was not granted")
-	}
+	e.releaseAndExpect(t, holder, retry, entry, "the retry")
 }
 
 // Lock-delay with nobody waiting: the holder's session expires unnoticed;
