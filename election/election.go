@@ -409,10 +409,12 @@ type Hint struct {
 
 // Resign ends term's leadership; the next candidate leads at the same
 // revision. It fails with ErrNotLeader unless term leads the election (so
-// a retried Resign never removes a newer leader). With a hint (the SDK
-// always gives one) it is one transaction: it compares that the hinted
-// campaign's key has term as its create revision and that no candidate
-// key is older; without one, the campaign is read first.
+// a retried Resign never removes a newer leader). With a hint naming a
+// session and a request id (the SDK always gives one) it is one
+// transaction: it compares that the hinted campaign's key has term as its
+// create revision and that no candidate key is older; without one, the
+// campaign is read first, and a hint naming only a session must name the
+// term's session or the resignation fails with ErrNotLeader.
 func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, hint Hint) error {
 	if err := validateTerm(name, term); err != nil {
 		return err
@@ -434,6 +436,9 @@ func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, h
 		}
 		if !leads {
 			return fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
+		}
+		if hint.Session > 0 && session.ID(kv.Lease) != hint.Session {
+			return fmt.Errorf("%w: term %d of %q is not a term of session %s", ErrNotLeader, term, name, hint.Session)
 		}
 		key, lease = string(kv.Key), clientv3.LeaseID(kv.Lease)
 	}

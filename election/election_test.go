@@ -137,6 +137,9 @@ func TestCampaignProclaimResign(t *testing.T) {
 	if err := e.m.Resign(ctx, "jobs", a.Term, waiting); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Resign of the leader's term naming another campaign = %v, want ErrNotLeader", err)
 	}
+	if err := e.m.Resign(ctx, "jobs", a.Term, election.Hint{Session: cands[0].Session}); !errors.Is(err, election.ErrNotLeader) {
+		t.Fatalf("Resign of the leader's term naming another session and no request id = %v, want ErrNotLeader", err)
+	}
 	if c, _, err := e.m.Candidates(ctx, "jobs"); err != nil || len(c) != 2 {
 		t.Fatalf("candidates after refused resignations: %+v, %v", c, err)
 	}

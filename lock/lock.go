@@ -203,9 +203,11 @@ type Hint struct {
 // that grant no longer exists (released, or its session ended): a late or
 // retried release never removes a newer holder.
 //
-// hint, when not zero, names the grant's session and request id; it saves
-// the read that finds the grant's key. A wrong hint only makes the release
-// fail with ErrNotHolder.
+// hint, when it names a session and a request id, names the grant's key;
+// it saves the read that finds it. A hint that names only a session makes
+// the release remove the grant only if it belongs to that session. A
+// wrong hint only makes the release fail with ErrNotHolder: it never
+// removes another session's grant.
 func (m *Manager) Release(ctx context.Context, name string, token fencing.Token, hint Hint) error {
 	if err := validateName(name); err != nil {
 		return err
@@ -223,6 +225,9 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 		h, err := m.holder(ctx, name, token)
 		if err != nil {
 			return err
+		}
+		if hint.Session > 0 && h.session != hint.Session {
+			return fmt.Errorf("%w: token %d of lock %q is not a grant of session %s", ErrNotHolder, token, name, hint.Session)
 		}
 		key = h.key
 	}
@@ -249,6 +254,7 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 // holderState is what one linearizable read says about a token.
 type holderState struct {
 	key     string // the waiter key whose create revision is the token; "" if none
+	session session.ID // the session whose lease the key is bound to
 	granted bool   // the key is among the first limit keys and not inside a lock-delay
 	read    bool   // a shared (read) grant or wait
 }
@@ -271,7 +277,7 @@ func (m *Manager) holder(ctx context.Context, name string, token fencing.Token) 
 	}
 	// Granted if the key is among the first Limit keys in queue order; a
 	// reader, if no writer is ahead of it.
-	h := holderState{key: string(kv.Key), granted: place <= max(w.Limit, 1), read: w.Read}
+	h := holderState{key: string(kv.Key), session: session.ID(kv.Lease), granted: place <= max(w.Limit, 1), read: w.Read}
 	if w.Read && !h.granted {
 		// Read after the snapshot: entries only join behind, and writers
 		// ahead only leave, so a reader granted now stays granted.

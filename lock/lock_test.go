@@ -328,8 +328,17 @@ func TestLateReleaseNeverRemovesNewerHolder(t *testing.T) {
 	if err := e.m.Release(ctx, "l", first.Token, lock.Hint{Session: s, RequestID: second.RequestID}); !errors.Is(err, lock.ErrNotHolder) {
 		t.Fatalf("release with a mismatched hint = %v, want ErrNotHolder", err)
 	}
+	// A hint naming another session and no request id removes nothing:
+	// the grant must belong to the session named.
+	other := e.session(t, 60)
+	if err := e.m.Release(ctx, "l", second.Token, lock.Hint{Session: other}); !errors.Is(err, lock.ErrNotHolder) {
+		t.Fatalf("release naming another session = %v, want ErrNotHolder", err)
+	}
 	if err := e.m.ValidateFence(ctx, "l", second.Token); err != nil {
 		t.Fatalf("newer holder lost the lock to a late release: %v", err)
+	}
+	if err := e.m.Release(ctx, "l", second.Token, lock.Hint{Session: s}); err != nil {
+		t.Fatalf("release naming the grant's own session and no request id: %v", err)
 	}
 }
 

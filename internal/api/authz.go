@@ -146,12 +146,13 @@ var rpcTable = map[string]rpcRule{
 
 	lockSvc + "Acquire":    rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.AcquireRequest).GetName), bySession((*coorddv1.AcquireRequest).GetSessionId)),
 	lockSvc + "TryAcquire": rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.TryAcquireRequest).GetName), bySession((*coorddv1.TryAcquireRequest).GetSessionId)),
-	// A release names its session (the SDK always does, and then the
-	// release can only remove that session's grant), or else the grant's
-	// session is read.
+	// A release that names its session and request id (the SDK always
+	// does) can only remove that session's entry, so the session is
+	// checked; any other release acts on whoever holds the token, so the
+	// grant's session is read and checked, whatever session it names.
 	lockSvc + "Release": rule(auth.LockRelease, named(auth.Lock, (*coorddv1.ReleaseRequest).GetName), func(msg any) ownedRef {
 		m, _ := msg.(*coorddv1.ReleaseRequest)
-		if m.GetSessionId() != "" {
+		if m.GetSessionId() != "" && m.GetRequestId() != "" {
 			return ownedRef{session: m.GetSessionId()}
 		}
 		return ownedRef{lock: m.GetName(), token: m.GetToken()}
@@ -183,11 +184,11 @@ var rpcTable = map[string]rpcRule{
 		m, _ := msg.(*coorddv1.ProclaimRequest)
 		return ownedRef{election: m.GetName(), token: m.GetTerm()}
 	}),
-	// As Release: the hinted session, whose key the resignation compares,
-	// or else the term's.
+	// As Release: the hinted session and request id, whose key the
+	// resignation compares, or else the term's session.
 	electionSvc + "Resign": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.ResignRequest).GetName), func(msg any) ownedRef {
 		m, _ := msg.(*coorddv1.ResignRequest)
-		if m.GetSessionId() != "" {
+		if m.GetSessionId() != "" && m.GetRequestId() != "" {
 			return ownedRef{session: m.GetSessionId()}
 		}
 		return ownedRef{election: m.GetName(), token: m.GetTerm()}

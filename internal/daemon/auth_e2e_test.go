@@ -405,6 +405,12 @@ rules:
 			t.Errorf("mallory %s: %v; want PermissionDenied (the session belongs to alice)", what, err)
 		}
 	}
+	deniedRaw := func(what string, err error) {
+		t.Helper()
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "belongs to alice") {
+			t.Errorf("mallory %s: %v; want PermissionDenied (the session belongs to alice)", what, err)
+		}
+	}
 	_, err = mallory.KeepAliveSession(ctx, s.ID())
 	denied("keeping alice's session alive", err)
 	// Nor in a batch of renewals with one of her own.
@@ -427,6 +433,23 @@ rules:
 	denied("releasing alice's grant by its token", mallory.Release(ctx, "shared/l", l.Token()))
 	denied("resigning alice's term", mallory.Resign(ctx, "shared/e", lead.Term()))
 	denied("proclaiming in alice's term", mallory.Proclaim(ctx, "shared/e", lead.Term(), "mallory"))
+	// A release or resignation that names some session (her own, one
+	// that does not exist) and no request id acts on whoever holds the
+	// token: the grant's own session is checked, over gRPC and REST.
+	for _, sid := range []string{ms.ID, "1", "ffffffffffff"} {
+		_, err = coorddv1.NewLockServiceClient(conn).Release(withToken(ctx, "mallory"), &coorddv1.ReleaseRequest{Name: "shared/l", Token: int64(l.Token()), SessionId: sid})
+		deniedRaw("releasing alice's grant naming session "+sid+" over gRPC", err)
+		_, err = coorddv1.NewElectionServiceClient(conn).Resign(withToken(ctx, "mallory"), &coorddv1.ResignRequest{Name: "shared/e", Term: int64(lead.Term()), SessionId: sid})
+		deniedRaw("resigning alice's term naming session "+sid+" over gRPC", err)
+		for _, c := range []struct{ path, body string }{
+			{"/v1/locks:release", fmt.Sprintf(`{"name":"shared/l","token":"%d","sessionId":%q}`, l.Token(), sid)},
+			{"/v1/elections:resign", fmt.Sprintf(`{"name":"shared/e","term":"%d","sessionId":%q}`, lead.Term(), sid)},
+		} {
+			if code, body := httpAs(t, "POST", "http://"+d.HTTPAddr()+c.path, "mallory", c.body); code != http.StatusForbidden || !strings.Contains(body, "belongs to alice") {
+				t.Errorf("mallory POST %s %s: %d %s; want 403 (the session belongs to alice)", c.path, c.body, code, body)
+			}
+		}
+	}
 	_, err = mallory.FencedPut(ctx, l.Fence(), "shared/k", []byte("mallory"))
 	denied("writing with alice's lock token", err)
 	_, err = mallory.FencedDelete(ctx, clientlib.Fence{Election: "shared/e", Token: lead.Term()}, "shared/k")
@@ -440,6 +463,9 @@ rules:
 	}
 	if _, err := root.GetSession(ctx, s.ID()); err != nil {
 		t.Fatalf("alice's session after mallory's attempts: %v", err)
+	}
+	if ld, err := newClientWithToken(t, d.GRPCAddr(), "root").Leader(ctx, "shared/e"); err != nil || ld.Term != lead.Term() {
+		t.Fatalf("alice's term after mallory's attempts: %+v, %v", ld, err)
 	}
 	// eve may describe the lock but not release it: she sees no tokens...
 	eve := newClientWithToken(t, d.GRPCAddr(), "eve").Admin()
