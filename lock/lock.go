@@ -253,10 +253,10 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 
 // holderState is what one linearizable read says about a token.
 type holderState struct {
-	key     string // the waiter key whose create revision is the token; "" if none
+	key     string     // the waiter key whose create revision is the token; "" if none
 	session session.ID // the session whose lease the key is bound to
-	granted bool   // the key is among the first limit keys and not inside a lock-delay
-	read    bool   // a shared (read) grant or wait
+	granted bool       // the key is among the first limit keys and not inside a lock-delay
+	read    bool       // a shared (read) grant or wait
 }
 
 // holder finds the waiter key that token names and whether it holds the
