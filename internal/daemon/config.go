@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -37,9 +40,12 @@ type Config struct {
 	// member accepts only peers presenting a certificate signed by
 	// PeerTLS.CAFile.
 	PeerTLS PeerTLS
-	// EtcdClientURL is the embedded etcd's own client listener. It must be
-	// loopback or a unix socket: it serves etcd's unfenced lock and election
-	// APIs, which bypass coordd's checks.
+	// EtcdClientURL is the embedded etcd's own client listener. It serves
+	// etcd's raw KV and its unfenced lock and election APIs without any of
+	// coordd's checks, so it must be a unix socket (default
+	// unix://<DataDir>/run/etcd.sock: a 0700 directory, a 0600 socket,
+	// reachable only by the daemon's own user) or, when no authentication
+	// is configured, a loopback URL (reachable by every local user).
 	EtcdClientURL  string
 	HeartbeatMs    uint // raft heartbeat interval
 	ElectionMs     uint // raft election timeout
@@ -148,6 +154,11 @@ type Config struct {
 type PeerTLS struct {
 	CertFile, KeyFile string
 	CAFile            string
+	// AllowedCNs, when set, admits only peers whose certificate's common
+	// name is one of these: needed when PeerTLS.CAFile also signs other
+	// certificates (API clients', say), which would otherwise be
+	// accepted on the peer port.
+	AllowedCNs []string
 }
 
 // On reports whether peer TLS is configured.
@@ -157,7 +168,6 @@ func (p PeerTLS) On() bool { return p.CertFile != "" || p.KeyFile != "" || p.CAF
 const (
 	DefaultGRPCAddr        = "127.0.0.1:7420"
 	DefaultHTTPAddr        = "127.0.0.1:7421"
-	DefaultEtcdClientURL   = "http://127.0.0.1:7422"
 	DefaultPeerURL         = "http://127.0.0.1:7423"
 	DefaultDataDir         = "coordd-data"
 	DefaultName            = "coordd"
@@ -180,7 +190,9 @@ func (cfg Config) withDefaults() Config {
 	def(&cfg.Name, DefaultName)
 	def(&cfg.InitialClusterState, "new")
 	def(&cfg.InitialClusterToken, DefaultClusterToken)
-	def(&cfg.EtcdClientURL, DefaultEtcdClientURL)
+	if cfg.EtcdClientURL == "" {
+		cfg.EtcdClientURL = defaultEtcdClientURL(cfg.DataDir)
+	}
 	def(&cfg.GRPCAddr, DefaultGRPCAddr)
 	def(&cfg.HTTPAddr, DefaultHTTPAddr)
 	def(&cfg.KeyRoot, DefaultKeyRoot)
@@ -291,9 +303,17 @@ func (cfg Config) validate(restoring bool) error {
 	}
 	if err := checkLoopbackURL(cfg.EtcdClientURL); err != nil {
 		add("--etcd-client-url: %v", err)
+	} else if cfg.authenticates() && !isUnixURL(cfg.EtcdClientURL) {
+		add("--etcd-client-url %q: with authentication on (--token-file, --client-ca-file or --policy-file) the embedded etcd's client listener must be a unix:// socket (the default, %s): on a TCP port any local user could reach etcd and bypass the policy", cfg.EtcdClientURL, defaultEtcdClientURL(cfg.DataDir))
+	}
+	if u, err := url.Parse(cfg.EtcdClientURL); err == nil && isUnixURL(cfg.EtcdClientURL) && len(u.Host+u.Path) > maxUnixSocketPath {
+		add("--etcd-client-url %q: a unix socket path may have at most %d bytes; give a shorter --data-dir or a shorter unix:// path", cfg.EtcdClientURL, maxUnixSocketPath)
 	}
 	if p := cfg.PeerTLS; p.On() && (p.CertFile == "" || p.KeyFile == "" || p.CAFile == "") {
 		add("peer TLS needs all of --peer-cert-file, --peer-key-file and --peer-ca-file (the CA that signs every member's peer certificate)")
+	}
+	if p := cfg.PeerTLS; p.On() && len(p.AllowedCNs) == 0 && cfg.TLSFiles != nil && cfg.TLSFiles.ClientCAFile != "" && sameFile(p.CAFile, cfg.TLSFiles.ClientCAFile) {
+		add("--peer-ca-file is also --client-ca-file: every API client certificate would be accepted on the peer port as a member; give the members a CA of their own, or name the members' certificates with --peer-allowed-cn")
 	}
 	// A restore only writes the data dir: it needs the peer URLs as the
 	// member will start with, not the certificates.
@@ -359,6 +379,47 @@ func parseHTTPURL(s string) (*url.URL, error) {
 		return nil, fmt.Errorf("needs host:port: %w", err)
 	}
 	return u, nil
+}
+
+// maxUnixSocketPath is the longest path Linux takes for a unix socket
+// (sun_path is 108 bytes, with its terminating NUL).
+const maxUnixSocketPath = 107
+
+// defaultEtcdClientURL is the embedded etcd's client socket: in a
+// directory of the data dir that only the daemon's user may enter.
+func defaultEtcdClientURL(dataDir string) string {
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
+	}
+	return "unix://" + filepath.Join(dataDir, "run", "etcd.sock")
+}
+
+func isUnixURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "unix" || u.Scheme == "unixs")
+}
+
+// authenticates reports whether callers must say who they are: then the
+// policy must not be bypassable through etcd's own port.
+func (cfg Config) authenticates() bool {
+	return cfg.TokenFile != "" || cfg.PolicyFile != "" || (cfg.TLSFiles != nil && cfg.TLSFiles.ClientCAFile != "") ||
+		(cfg.TLS != nil && cfg.TLS.ClientAuth != tls.NoClientCert)
+}
+
+// sameFile reports whether two paths name the same file, or files with
+// the same contents (two copies of one CA bundle).
+func sameFile(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	ia, errA := os.Stat(a)
+	ib, errB := os.Stat(b)
+	if errA == nil && errB == nil && os.SameFile(ia, ib) {
+		return true
+	}
+	da, errA := os.ReadFile(a)
+	db, errB := os.ReadFile(b)
+	return errA == nil && errB == nil && bytes.Equal(bytes.TrimSpace(da), bytes.TrimSpace(db))
 }
 
 // checkLoopbackURL accepts http(s) URLs on a loopback IP or localhost, and

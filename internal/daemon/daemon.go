@@ -500,9 +500,13 @@ func (d *Daemon) logReady() {
 	}
 	if d.etcd != nil {
 		dir, _ := filepath.Abs(d.cfg.DataDir)
+		reach := " (this host only)"
+		if isUnixURL(d.cfg.EtcdClientURL) {
+			reach = " (this user only)"
+		}
 		fields = append(fields,
 			zap.String("data-dir", dir),
-			zap.String("etcd-client", d.cfg.EtcdClientURL+" (this host only)"),
+			zap.String("etcd-client", d.cfg.EtcdClientURL+reach),
 			zap.Strings("etcd-peers", d.cfg.ListenPeerURLs),
 			zap.Int("members", len(d.etcd.Server.Cluster().Members())))
 	} else {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -53,11 +54,27 @@ func startEmbedded(ctx context.Context, cfg Config, quiet *atomic.Bool) (*embed.
 		return nil, nil, err
 	}
 	ecfg.AdvertiseClientUrls = ecfg.ListenClientUrls
+	socket := unixSocketPath(ecfg.ListenClientUrls[0])
+	if socket != "" {
+		// The socket's directory is the daemon user's alone, so no other
+		// local user can reach the socket, even in the moment before its
+		// own mode is narrowed below.
+		if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
+			return nil, nil, fmt.Errorf("etcd client socket: %w", err)
+		}
+		if runDir, _ := filepath.Abs(filepath.Join(cfg.DataDir, "run")); filepath.Dir(socket) == runDir {
+			if err := os.Chmod(runDir, 0o700); err != nil {
+				return nil, nil, fmt.Errorf("etcd client socket: %w", err)
+			}
+		}
+	}
 	if cfg.PeerTLS.On() {
-		// A CA makes etcd require and verify every peer's certificate.
+		// A CA makes etcd require and verify every peer's certificate;
+		// allowed CNs narrow it to the members' own.
 		ecfg.PeerTLSInfo = transport.TLSInfo{
 			CertFile: cfg.PeerTLS.CertFile, KeyFile: cfg.PeerTLS.KeyFile,
 			TrustedCAFile: cfg.PeerTLS.CAFile, ClientCertAuth: true,
+			AllowedCNs: cfg.PeerTLS.AllowedCNs,
 		}
 	}
 
@@ -93,7 +110,23 @@ func startEmbedded(ctx context.Context, cfg Config, quiet *atomic.Bool) (*embed.
 		e.Close()
 		return nil, nil, fmt.Errorf("embedded etcd not ready: %w", ctx.Err())
 	}
+	if socket != "" {
+		if err := os.Chmod(socket, 0o600); err != nil {
+			e.Server.HardStop()
+			e.Close()
+			return nil, nil, fmt.Errorf("etcd client socket: %w", err)
+		}
+	}
 	return e, v3client.New(e.Server), nil
+}
+
+// unixSocketPath is the file of a unix:// listener URL ("" for others),
+// as etcd reads it.
+func unixSocketPath(u url.URL) string {
+	if u.Scheme != "unix" && u.Scheme != "unixs" {
+		return ""
+	}
+	return u.Host + u.Path
 }
 
 // connectExternal connects to an existing etcd cluster.

@@ -18,6 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	dialUnixProbe()
 	goleak.VerifyTestMain(m,
 		// etcd's peer health probes keep idle HTTP connections between
 		// members that embed.Etcd.Close does not close; they show up only in
@@ -36,7 +37,7 @@ func testConfig(t *testing.T) daemon.Config {
 	return daemon.Config{
 		DataDir:         t.TempDir(),
 		Name:            "n1",
-		EtcdClientURL:   freeport.URL(t),
+		EtcdClientURL:   freeport.Socket(t),
 		ListenPeerURLs:  []string{freeport.URL(t)},
 		GRPCAddr:        "127.0.0.1:0",
 		HTTPAddr:        "127.0.0.1:0",

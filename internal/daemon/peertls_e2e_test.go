@@ -19,9 +19,11 @@ import (
 // Peer TLS: three embedded members whose peer traffic is TLS with
 // certificates from one CA form a cluster, serve, and elect a new etcd
 // leader when the leader member crashes. Their peer listeners refuse
-// plaintext, a client without a certificate and one whose certificate
-// another CA signed, and answer one from the members' CA (so the refusals
-// are about the certificate, not a listener that refuses everything).
+// plaintext, a client without a certificate, one whose certificate
+// another CA signed and one the members' CA signed under a name that is
+// not a member's (--peer-allowed-cn), and answer a member's certificate
+// (so the refusals are about the certificate, not a listener that refuses
+// everything).
 func TestPeerTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
@@ -37,6 +39,8 @@ func TestPeerTLS(t *testing.T) {
 			CertFile: writeFile(t, dir, fmt.Sprintf("peer-%d.pem", n), cert),
 			KeyFile:  writeFile(t, dir, fmt.Sprintf("peer-%d-key.pem", n), key),
 			CAFile:   caFile,
+			// The CA below signs an API client's certificate too.
+			AllowedCNs: []string{"member-0", "member-1", "member-2"},
 		}
 		n++
 		// Behind a proxy (for the crash below), TLS end to end through it.
@@ -86,7 +90,10 @@ func TestPeerTLS(t *testing.T) {
 	if err := get(pair(issue(t, other, testcerts.Options{CommonName: "intruder", Peer: true}))); err == nil {
 		t.Error("a peer whose certificate another CA signed was answered")
 	}
-	if err := get(pair(issue(t, ca, testcerts.Options{CommonName: "member-x", Peer: true}))); err != nil {
+	if err := get(pair(issue(t, ca, testcerts.Options{CommonName: "api-client"}))); err == nil {
+		t.Error("an API client whose certificate the members' CA signed, under another name, was answered")
+	}
+	if err := get(pair(issue(t, ca, testcerts.Options{CommonName: "member-1", Peer: true}))); err != nil {
 		t.Fatalf("a peer with a certificate from the members' CA: %v", err)
 	}
 

@@ -131,3 +131,17 @@ func bindable(port int) bool {
 	_ = l.Close() // a probe only: it was bound, which is the answer
 	return true
 }
+
+// Socket returns "unix://<path>" for a unix socket in a fresh directory of
+// its own, removed when the test ends. The path is short (under /tmp, not
+// under the test's own temp dir, whose name grows with the test's), since
+// a unix socket's path may have at most 107 bytes.
+func Socket(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "cdd")
+	if err != nil {
+		tb.Fatalf("freeport: %v", err)
+	}
+	tb.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return "unix://" + dir + "/etcd.sock"
+}
