@@ -101,12 +101,18 @@ func problemsOf(errs *multierror.Error, kind error) error {
 	}
 	v := &ValidationError{kind: kind}
 	for _, err := range errs.Errors {
-		var p *Problem
-		if errors.As(err, &p) {
-			v.problems = append(v.problems, p)
-		} else {
-			v.problems = append(v.problems, &Problem{Message: err.Error()})
+		if len(v.problems) == MaxProblems {
+			v.problems = append(v.problems, &Problem{Message: fmt.Sprintf("and %d more problems (only the first %d are reported)", len(errs.Errors)-MaxProblems, MaxProblems)})
+			break
 		}
+		var p *Problem
+		if !errors.As(err, &p) {
+			p = &Problem{Message: err.Error()}
+		}
+		if len(p.Message) > maxProblemBytes {
+			p = &Problem{Key: p.Key, Message: strings.ToValidUTF8(p.Message[:maxProblemBytes], "") + "..."}
+		}
+		v.problems = append(v.problems, p)
 	}
 	return v
 }

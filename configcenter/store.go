@@ -649,6 +649,9 @@ func (s *Store) SetSchema(ctx context.Context, ns, schema string) (int64, error)
 	op := clientv3.OpDelete(s.schemaKey(ns))
 	var sch *jsonschema.Schema
 	if schema != "" {
+		if err := checkSchemaLimits(schema); err != nil {
+			return 0, err
+		}
 		var err error
 		if sch, err = compileSchema(schema); err != nil {
 			return 0, err
