@@ -26,7 +26,7 @@ const (
 	// runs over every branch it could take, plus the pairs "uniqueItems"
 	// compares and the values an "enum" is compared with. A namespace of
 	// 100 keys with a schema of a few keywords each takes a few hundred.
-	MaxValidationSteps = 200_000
+	MaxValidationSteps = 100_000
 	// maxCostDepth bounds the count's own recursion: a "$ref" chain that
 	// goes deeper without moving into the value never ends in the
 	// validator either.
