@@ -28,8 +28,12 @@ const (
 	forwardedPrincipal = "x-coordd-principal"
 	forwardedGroups    = "x-coordd-groups"
 	forwardedError     = "x-coordd-auth-error"
-	forwardedSource    = "x-coordd-source" // the HTTP client's address
+	forwardedSource    = "x-coordd-source"     // the HTTP client's address
+	forwardedRequestID = "x-coordd-request-id" // its X-Request-Id header
 )
+
+// maxRequestIDBytes bounds the X-Request-Id an audit line records.
+const maxRequestIDBytes = 128
 
 // Authenticator finds a call's principal: a bearer token (the
 // "authorization: Bearer ..." metadata or HTTP header), checked against the
@@ -71,6 +75,27 @@ func (a *Authenticator) Principal(ctx context.Context) (auth.Principal, error) {
 		}
 	}
 	return a.principal(md.Get("authorization"), cert)
+}
+
+// Origin implements Authn. On the public server the source is the gRPC
+// peer's address and there is no transport request id: metadata a client
+// sends (x-coordd-source, x-request-id) is never trusted. On the internal
+// server they are what the gateway observed of the HTTP request.
+func (a *Authenticator) Origin(ctx context.Context) (source, requestID string) {
+	if a.Forwarded {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get(forwardedSource); len(v) == 1 {
+			source = v[0]
+		}
+		if v := md.Get(forwardedRequestID); len(v) == 1 {
+			requestID = v[0]
+		}
+		return source, requestID
+	}
+	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
+		source = pr.Addr.String()
+	}
+	return source, ""
 }
 
 // HTTPPrincipal is Principal for a REST request.
@@ -115,14 +140,32 @@ func (a *Authenticator) principal(authorization []string, cert *x509.Certificate
 // ForwardedMetadata is what the REST gateway sends to the internal server
 // for r: the principal it authenticated, or why it could not.
 func (a *Authenticator) ForwardedMetadata(r *http.Request) metadata.MD {
+	md := metadata.Pairs(forwardedSource, r.RemoteAddr)
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		md.Set(forwardedRequestID, printable(id, maxRequestIDBytes))
+	}
 	p, err := a.HTTPPrincipal(r)
 	switch {
 	case err != nil:
-		return metadata.Pairs(forwardedError, err.Error(), forwardedSource, r.RemoteAddr)
-	case p.IsAnonymous():
-		return metadata.Pairs(forwardedSource, r.RemoteAddr)
+		md.Set(forwardedError, err.Error())
+	case !p.IsAnonymous():
+		md.Set(forwardedPrincipal, p.Name)
+		md.Set(forwardedGroups, strings.Join(p.Groups, ","))
 	}
-	return metadata.Pairs(forwardedPrincipal, p.Name, forwardedGroups, strings.Join(p.Groups, ","), forwardedSource, r.RemoteAddr)
+	return md
+}
+
+// printable is s cut to at most n bytes of printable ASCII (others become
+// '?'), so an audit line records a header as a header, not as whatever
+// bytes a client chose.
+func printable(s string, n int) string {
+	b := []byte(s[:min(len(s), n)])
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	return string(b)
 }
 
 // IsForwardedHeader reports whether an HTTP header would reach the

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/coordd/coordd/auth"
@@ -244,6 +242,9 @@ var rpcTable = map[string]rpcRule{
 // Authn finds the principal of a call (see authn.go).
 type Authn interface {
 	Principal(ctx context.Context) (auth.Principal, error)
+	// Origin is where a call came from and the request id its transport
+	// carried, as the daemon observed them, for the audit log.
+	Origin(ctx context.Context) (source, requestID string)
 }
 
 // principalKey carries the call's principal in its context.
@@ -366,7 +367,11 @@ func (a Auth) audit(ctx context.Context, p auth.Principal, method string, msg an
 	if !refused && (!known || !writes(method, rule)) {
 		return
 	}
-	r := auth.Record{Time: time.Now().UTC(), Principal: p.Name, Source: source(ctx), RPC: method, Action: rule.action, Result: "OK", RequestID: requestID(ctx, msg)}
+	src, reqID := a.Authn.Origin(ctx)
+	if m, ok := msg.(interface{ GetRequestId() string }); ok && m.GetRequestId() != "" {
+		reqID = m.GetRequestId() // the request's own
+	}
+	r := auth.Record{Time: time.Now().UTC(), Principal: p.Name, Source: src, RPC: method, Action: rule.action, Result: "OK", RequestID: reqID}
 	if err != nil {
 		r.Result, r.Reason = st.Code().String(), st.Message()
 	}
@@ -382,34 +387,6 @@ func (a Auth) audit(ctx context.Context, p auth.Principal, method string, msg an
 	if werr := a.Audit.Write(r); werr != nil && a.AuditFailed != nil {
 		a.AuditFailed(werr)
 	}
-}
-
-// source is the caller's address: the HTTP client's for REST calls (the
-// gateway forwards it), else the gRPC peer's.
-func source(ctx context.Context) string {
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(forwardedSource); len(v) == 1 {
-			return v[0]
-		}
-	}
-	if pr, ok := peer.FromContext(ctx); ok && pr.Addr != nil {
-		return pr.Addr.String()
-	}
-	return ""
-}
-
-// requestID is the request's own request_id field, or the caller's
-// x-request-id metadata (REST: the X-Request-Id header).
-func requestID(ctx context.Context, msg any) string {
-	if m, ok := msg.(interface{ GetRequestId() string }); ok && m.GetRequestId() != "" {
-		return m.GetRequestId()
-	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get("x-request-id"); len(v) > 0 {
-			return v[0]
-		}
-	}
-	return ""
 }
 
 // UnaryAuth authenticates every call (an identity that fails to check is

@@ -557,3 +557,59 @@ func TestRateLimits(t *testing.T) {
 		t.Errorf("coordd_rate_limited_total: principal %v (want at least 1), namespace %v (want at least 2)", p, ns)
 	}
 }
+
+// An audit line's source and transport request id are what the daemon
+// observed: over gRPC the peer's address and no request id, whatever
+// metadata the client sends (x-coordd-source, x-request-id); over REST
+// the HTTP client's address and its X-Request-Id header, which the
+// gateway passes in memory.
+func TestAuditRecordsWhatTheDaemonObserved(t *testing.T) {
+	cfg := authConfig(t, testPolicy)
+	cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
+	d := start(t, cfg)
+	ctx := metadata.AppendToOutgoingContext(withToken(t.Context(), "alice"),
+		"x-coordd-source", "6.6.6.6:666", "x-request-id", "forged-id", "x-coordd-request-id", "forged-too")
+	if _, err := coorddv1.NewConfigServiceClient(dialRaw(t, d.GRPCAddr())).Put(ctx, &coorddv1.PutRequest{Namespace: "a/grpc", Key: "k", Value: "v"}); err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), "POST", "http://"+d.HTTPAddr()+"/v1/config:put", strings.NewReader(`{"namespace":"a/rest","key":"k","value":"v"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testTokens["alice"])
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Request-Id", "deploy-42")
+	req.Header.Set("Grpc-Metadata-X-Coordd-Source", "6.6.6.6:666")
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("REST put: %s", resp.Status)
+	}
+	data, err := os.ReadFile(cfg.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]auth.Record{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r auth.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		for _, res := range r.Resources {
+			seen[res] = r
+		}
+	}
+	for res, wantID := range map[string]string{"namespace:a/grpc": "", "namespace:a/rest": "deploy-42"} {
+		r, ok := seen[res]
+		if !ok {
+			t.Errorf("no audit line for %s in\n%s", res, data)
+			continue
+		}
+		if !strings.HasPrefix(r.Source, "127.0.0.1:") || r.RequestID != wantID {
+			t.Errorf("audit line for %s: source %q, request id %q; want 127.0.0.1:<port> and %q", res, r.Source, r.RequestID, wantID)
+		}
+	}
+}
