@@ -12,9 +12,9 @@
 // must be 1 to 64):
 //
 //	curl -s -X POST localhost:7421/v1/config:put \
-//	  -d '{"namespace":"demo/app","key":"greeting","value":"\"hello again\""}'
+//	  --json '{"namespace":"demo/app","key":"greeting","value":"\"hello again\""}'
 //	curl -s -X POST localhost:7421/v1/config:put \
-//	  -d '{"namespace":"demo/app","key":"workers","value":"0"}'
+//	  --json '{"namespace":"demo/app","key":"workers","value":"0"}'
 //
 // Ctrl-C, or kill with its PID from another shell, stops it.
 package main

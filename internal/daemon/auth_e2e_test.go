@@ -202,6 +202,9 @@ func TestEveryRPCIsAuthorized(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if c.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		for k, v := range c.headers {
 			req.Header.Set(k, v)
 		}
@@ -258,6 +261,9 @@ func httpAs(t *testing.T, method, url, principal, body string) (int, string) {
 	req, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if principal != "" {
 		req.Header.Set("Authorization", "Bearer "+testTokens[principal])

@@ -112,6 +112,16 @@ type Config struct {
 	RateBurst    int
 	PublishRate  float64
 	PublishBurst int
+	// HTTPAllowedOrigins are the origins ("https://console.example.com",
+	// or "*") whose pages may call the REST API from a browser besides
+	// coordd's own; HTTPAllowedHosts the host names a browser may reach
+	// coordd by over plaintext HTTP besides IP addresses and localhost.
+	// See gateway.BrowserPolicy.
+	HTTPAllowedOrigins []string
+	HTTPAllowedHosts   []string
+	// HTTPBodyTimeout bounds how long a REST client may take to send a
+	// request body (default 30 s); past it the connection is closed.
+	HTTPBodyTimeout time.Duration
 	// PublicMetrics serves /metrics and /openapi.json to anyone, also under
 	// a policy (else they need cluster.read).
 	PublicMetrics bool
@@ -291,6 +301,19 @@ func (cfg Config) validate(restoring bool) error {
 	}
 	if cfg.TLSFiles != nil && cfg.TLSFiles.ClientCAFile != "" && cfg.TLS == nil {
 		add("--client-ca-file needs --tls-cert-file and --tls-key-file")
+	}
+	for _, o := range cfg.HTTPAllowedOrigins {
+		if u, err := url.Parse(o); o != "*" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" || u.RawQuery != "") {
+			add("--http-allowed-origins %q: want an origin such as https://console.example.com (scheme and host, optional port, no path), or *", o)
+		}
+	}
+	if cfg.HTTPBodyTimeout < 0 {
+		add("--http-body-timeout %s must not be negative", cfg.HTTPBodyTimeout)
+	}
+	for _, h := range cfg.HTTPAllowedHosts {
+		if h == "" || strings.ContainsAny(h, ":/ ") {
+			add("--http-allowed-hosts %q: want a host name without port, such as coordd.internal", h)
+		}
 	}
 	if err := cfg.AutoDefrag.Validate(); err != nil {
 		add("--auto-defrag-free-ratio: %v", err)

@@ -334,6 +334,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	handler, err := gateway.New(context.WithoutCancel(ctx), gateway.Options{
 		Conn:            d.gwConn,
 		MaxRequestBytes: int64(cfg.MaxRequestBytes),
+		BodyTimeout:     cfg.HTTPBodyTimeout,
 		Ready:           d.Ready,
 		Gatherer:        prometheus.Gatherers{prometheus.DefaultGatherer, registry},
 		Pprof:           cfg.EnablePprof,
@@ -342,6 +343,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		Guard:           d.guardHTTP,
 		ReadyNote:       d.authNote,
 		Console:         ui,
+		Browsers:        gateway.BrowserPolicy{AllowedOrigins: cfg.HTTPAllowedOrigins, AllowedHosts: cfg.HTTPAllowedHosts},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

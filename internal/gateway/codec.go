@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -55,6 +56,12 @@ func (c *codec) NewDecoder(r io.Reader) runtime.Decoder {
 		if err := d.Decode(&raw); err != nil {
 			return err
 		}
+		if _, err := d.Token(); !errors.Is(err, io.EOF) {
+			return errors.New("the request body has more after its JSON value: send exactly one JSON object")
+		}
+		if err := checkDuplicateKeys(raw); err != nil {
+			return err
+		}
 		if m, ok := v.(proto.Message); ok {
 			var err error
 			if raw, err = normalizeDurations(raw, m.ProtoReflect().Descriptor()); err != nil {
@@ -63,6 +70,55 @@ func (c *codec) NewDecoder(r io.Reader) runtime.Decoder {
 		}
 		return c.Unmarshal(raw, v) // JSONPb's: codec does not change decoding
 	})
+}
+
+// checkDuplicateKeys refuses a JSON value in which an object names a key
+// twice: which one counts would depend on the decoder (protojson refuses
+// some, a re-encoding keeps the last).
+func checkDuplicateKeys(raw json.RawMessage) error {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	type frame struct {
+		object  bool
+		keys    map[string]bool
+		wantKey bool
+	}
+	var stack []*frame
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return nil // a syntax error: the decoder reports it
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.wantKey {
+			if k, ok := tok.(string); ok {
+				if top.keys[k] {
+					return fmt.Errorf("the request body names %q twice in one object", k)
+				}
+				top.keys[k], top.wantKey = true, false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, keys: map[string]bool{}, wantKey: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: the enclosing object wants its next key.
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].wantKey = true
+		}
+	}
 }
 
 const durationName = "google.protobuf.Duration"

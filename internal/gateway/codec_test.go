@@ -53,6 +53,29 @@ func TestCodecDurations(t *testing.T) {
 	if err := decode(t, `{"name":"a","bogus":1}`, &req); err == nil {
 		t.Error("unknown field accepted")
 	}
+	// One JSON object, each key once: trailing content and a key given
+	// twice (which a duration rewrite would quietly collapse) are refused,
+	// in nested objects too; the same key in sibling objects is fine.
+	for _, bad := range []string{
+		`{"name":"a"} {"name":"b"}`,
+		`{"name":"a"}x`,
+		`{"name":"a","name":"b"}`,
+		`{"name":"a","wait":"1m","wait":"2m"}`,
+	} {
+		var req coorddv1.AcquireRequest
+		if err := decode(t, bad, &req); err == nil {
+			t.Errorf("%s accepted as %v", bad, &req)
+		}
+	}
+	if err := checkDuplicateKeys([]byte(`{"a":{"k":1,"k":2}}`)); err == nil {
+		t.Error("a key twice in a nested object accepted")
+	}
+	if err := checkDuplicateKeys([]byte(`{"a":[{"k":1},{"k":2}],"b":{"k":[1,{"k":2}]},"c":"k"}`)); err != nil {
+		t.Errorf("the same key in different objects refused: %v", err)
+	}
+	if err := decode(t, "{\"name\":\"a\",\"wait\":\"1m\"}\n\t ", &req); err != nil {
+		t.Errorf("trailing white space refused: %v", err)
+	}
 	// Rewriting a duration must not launder invalid UTF-8 into U+FFFD.
 	if err := decode(t, "{\"name\":\"a\",\"wait\":\"1m\",\"metadata\":\"\xff\"}", &req); err == nil {
 		t.Errorf("invalid UTF-8 beside a Go duration accepted as %q", req.GetMetadata())

@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http/pprof"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +33,10 @@ type Options struct {
 	Conn *grpc.ClientConn
 	// MaxRequestBytes caps a request body; larger bodies get 413.
 	MaxRequestBytes int64
+	// BodyTimeout bounds how long a client may take to send a request
+	// body (0: 30 s), so a slow sender cannot hold a connection and a
+	// handler indefinitely.
+	BodyTimeout time.Duration
 	// Ready reports whether the daemon can serve requests (etcd has a
 	// leader and answers). It backs /readyz.
 	Ready func(ctx context.Context) error
@@ -54,6 +60,10 @@ type Options struct {
 	// with /ui stripped); / and /ui redirect to it. Its files are public:
 	// the data it shows comes through /v1/ with the caller's own token.
 	Console http.Handler
+	// Browsers says which other origins and host names browsers may use
+	// (see guardBrowsers); the zero value allows coordd's own origin,
+	// reached by IP address or localhost.
+	Browsers BrowserPolicy
 }
 
 // New returns the daemon's HTTP handler.
@@ -89,7 +99,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", limitBody(opts.MaxRequestBytes, gw))
+	mux.Handle("/v1/", limitBody(opts.MaxRequestBytes, cmp.Or(opts.BodyTimeout, 30*time.Second), gw))
 	// A failed write of a response means the client is gone: there is no
 	// one left to tell, here and in writeStatus.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -143,7 +153,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(coorddv1.OpenAPI)
 	})))
-	return mux, nil
+	return guardBrowsers(opts.Browsers, mux), nil
 }
 
 type bodyKey struct{}
@@ -154,6 +164,7 @@ type countingBody struct {
 	io.ReadCloser
 	max      int64
 	exceeded atomic.Bool
+	read     func() // called once, when the whole body is read
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
@@ -162,16 +173,32 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	if errors.As(err, &tooLarge) {
 		b.exceeded.Store(true)
 	}
+	if errors.Is(err, io.EOF) && b.read != nil {
+		// The whole body is read: lift its deadline. (After any other
+		// error it stays, so that the server, discarding the rest of the
+		// body before it reuses the connection, gives up too.)
+		b.read()
+		b.read = nil
+	}
 	return n, err
 }
 
-func limitBody(limit int64, next http.Handler) http.Handler {
+// limitBody caps a request body at limit bytes and the time to send it at
+// timeout; the deadline is lifted once the body is read, so that a
+// streaming response is not cut off by it.
+func limitBody(limit int64, timeout time.Duration, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > limit {
 			writeStatus(w, http.StatusRequestEntityTooLarge, tooLarge(limit))
 			return
 		}
 		body := &countingBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit), max: limit}
+		if hasBody(r) {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
+				body.read = func() { _ = rc.SetReadDeadline(time.Time{}) }
+			}
+		}
 		r.Body = body
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyKey{}, body)))
 	})
