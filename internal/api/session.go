@@ -68,6 +68,9 @@ type SessionServer struct {
 	// them out (so a page may hold fewer than page_size sessions while a
 	// next_page_token follows).
 	SeesAll func(ctx context.Context) bool
+	// pages seals ListSessions' page tokens (see SetPageTokenKey); nil:
+	// a token is the last session id read, in the clear.
+	pages *pageSealer
 	// Streams, when set, registers the shared streams so that grants on
 	// this member are followed on them from the moment they are made (the
 	// Lock and Election servers share it).
@@ -78,6 +81,18 @@ type SessionServer struct {
 }
 
 // mayRead reports whether the caller may read info.
+// SetPageTokenKey makes ListSessions seal its page tokens with key
+// (PageTokenKeyBytes long, the same on every member), so that a token does
+// not name a session the caller may not see.
+func (s *SessionServer) SetPageTokenKey(key []byte) error {
+	p, err := newPageSealer(key)
+	if err != nil {
+		return err
+	}
+	s.pages = p
+	return nil
+}
+
 func (s *SessionServer) mayRead(ctx context.Context, info session.Info) bool {
 	return s.SeesAll == nil || s.SeesAll(ctx) || (info.Principal != "" && info.Principal == PrincipalFrom(ctx).Name)
 }
@@ -153,7 +168,13 @@ func (s *SessionServer) ListSessions(ctx context.Context, req *coorddv1.ListSess
 	}
 	var after session.ID
 	if tok := req.GetPageToken(); tok != "" {
-		id, err := session.ParseID(tok)
+		var id session.ID
+		var err error
+		if s.pages != nil {
+			id, err = s.pages.open(tok)
+		} else {
+			id, err = session.ParseID(tok)
+		}
 		if err != nil {
 			return nil, invalid("page_token is not a token from a previous ListSessions response")
 		}
@@ -185,7 +206,12 @@ func (s *SessionServer) ListSessions(ctx context.Context, req *coorddv1.ListSess
 		resp.Sessions = append(resp.Sessions, out)
 	}
 	if more && len(infos) > 0 {
-		resp.NextPageToken = infos[len(infos)-1].ID.String()
+		last := infos[len(infos)-1].ID
+		if s.pages != nil {
+			resp.NextPageToken = s.pages.seal(last)
+		} else {
+			resp.NextPageToken = last.String()
+		}
 	}
 	return resp, nil
 }

@@ -405,6 +405,24 @@ rules:
 	if list, err := root.ListSessions(ctx); err != nil || len(list) != 2 {
 		t.Errorf("root listing sessions: %+v, %v; want alice's and mallory's", list, err)
 	}
+	// Page by page, mallory finds her session, and no page token names
+	// alice's (the token after a page that read it is sealed).
+	var mine []string
+	for tok, pages := "", 0; pages == 0 || tok != ""; pages++ {
+		resp, err := coorddv1.NewSessionServiceClient(dialRaw(t, d.GRPCAddr())).ListSessions(withToken(ctx, "mallory"), &coorddv1.ListSessionsRequest{PageSize: 1, PageToken: tok})
+		if err != nil || pages > 3 {
+			t.Fatalf("mallory listing page %d: %v", pages, err)
+		}
+		for _, ses := range resp.GetSessions() {
+			mine = append(mine, ses.GetId())
+		}
+		if tok = resp.GetNextPageToken(); strings.Contains(tok, s.ID()) || strings.Contains(tok, ms.ID) {
+			t.Errorf("a page token names a session: %q", tok)
+		}
+	}
+	if len(mine) != 1 || mine[0] != ms.ID {
+		t.Errorf("mallory's sessions, page by page: %v; want %s", mine, ms.ID)
+	}
 	denied := func(what string, err error) {
 		t.Helper()
 		if !errors.Is(err, clientlib.ErrPermissionDenied) || !strings.Contains(err.Error(), "belongs to alice") {

@@ -259,6 +259,13 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	streams := api.NewKeepAliveStreams() // grants followed on their holders' keep-alive streams
 	sessionSvc.Streams = streams
 	sessionSvc.MaxRequestBytes = cfg.MaxRequestBytes
+	pageKey, err := pageTokenKey(ctx, d.cli, cfg.KeyRoot)
+	if err != nil {
+		return nil, err
+	}
+	if err := sessionSvc.SetPageTokenKey(pageKey); err != nil {
+		return nil, err
+	}
 	sessionSvc.SeesAll = func(ctx context.Context) bool {
 		p := api.PrincipalFrom(ctx)
 		read, _ := d.authz.Allows(p, auth.ClusterRead, auth.Resource{})
