@@ -85,6 +85,10 @@ var (
 	// ErrRateLimited: the caller's principal, or the config namespace, is
 	// over its rate limit; nothing changed. The message says when to retry.
 	ErrRateLimited = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_RATE_LIMITED, "rate limited")
+	// ErrQuotaExceeded: the caller's principal holds as many live
+	// sessions, or has as many acquisitions and campaigns waiting, as the
+	// daemon allows; nothing changed. Close sessions or let waits end.
+	ErrQuotaExceeded = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED, "quota exceeded")
 )
 
 // Sentinel errors the SDK raises itself, without a server reason.

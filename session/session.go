@@ -2,6 +2,8 @@ package session
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +35,9 @@ var (
 	// ErrTooLarge is returned by Create when the owner, hostname or labels
 	// exceed their size limits. Nothing is changed.
 	ErrTooLarge = kind.TooLarge.New("session: value too large")
+	// ErrQuota is returned by Create when the session's principal already
+	// holds as many live sessions as LimitPerPrincipal allows.
+	ErrQuota = kind.QuotaExceeded.New("session: quota exceeded")
 )
 
 // ID identifies a session. It is the id of the session's etcd lease, written
@@ -102,8 +107,11 @@ type record struct {
 type Manager struct {
 	cli    *clientv3.Client
 	prefix string // "<root>session/"
+	owners string // "<root>session-owners/": one key per session of a principal
 	now    func() time.Time
 	renew  Renewer
+	// perPrincipal bounds each principal's live sessions; 0 is no bound.
+	perPrincipal int
 }
 
 // Renewer renews the lease id once and returns its granted TTL in
@@ -119,7 +127,22 @@ func (m *Manager) RenewWith(r Renewer) { m.renew = r }
 // NewManager returns a Manager that keeps session metadata under
 // root+"session/". root is coordd's key root, for example "/coordd/".
 func NewManager(cli *clientv3.Client, root string) *Manager {
-	return &Manager{cli: cli, prefix: root + "session/", now: time.Now}
+	return &Manager{cli: cli, prefix: root + "session/", owners: root + "session-owners/", now: time.Now}
+}
+
+// LimitPerPrincipal makes Create refuse, with ErrQuota, a session for a
+// principal that already holds n live sessions in the cluster (0: no
+// limit). Sessions created without a principal are not counted. Each
+// session of a principal then carries one more key, bound to its lease,
+// so counting costs a read of that principal's keys only. Creations
+// racing on several members may exceed n by as many as race.
+func (m *Manager) LimitPerPrincipal(n int) { m.perPrincipal = n }
+
+// ownersPrefix is where a principal's sessions are counted: its name is
+// hashed, so any name makes one flat key.
+func (m *Manager) ownersPrefix(principal string) string {
+	sum := sha256.Sum256([]byte(principal))
+	return m.owners + hex.EncodeToString(sum[:16]) + "/"
 }
 
 func (m *Manager) key(id ID) string { return m.prefix + id.String() }
@@ -130,6 +153,16 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 	ttl, err := ValidateSpec(spec)
 	if err != nil {
 		return Info{}, err
+	}
+	counted := m.perPrincipal > 0 && spec.Principal != ""
+	if counted {
+		resp, err := m.cli.Get(ctx, m.ownersPrefix(spec.Principal), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return Info{}, fmt.Errorf("session: count %s's sessions: %w", spec.Principal, err)
+		}
+		if resp.Count >= int64(m.perPrincipal) {
+			return Info{}, fmt.Errorf("%w: principal %s holds %d live sessions, the most it may (--max-sessions-per-principal); close some, or let them expire", ErrQuota, spec.Principal, resp.Count)
+		}
 	}
 	secs := int64(ttl / time.Second)
 	lease, err := m.cli.Grant(ctx, secs)
@@ -150,7 +183,11 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("session: encode metadata: %w", err)
 	}
-	if _, err := m.cli.Put(ctx, m.key(info.ID), string(val), clientv3.WithLease(lease.ID)); err != nil {
+	ops := []clientv3.Op{clientv3.OpPut(m.key(info.ID), string(val), clientv3.WithLease(lease.ID))}
+	if counted {
+		ops = append(ops, clientv3.OpPut(m.ownersPrefix(spec.Principal)+info.ID.String(), "", clientv3.WithLease(lease.ID)))
+	}
+	if _, err := m.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 		// Do not leave a lease without metadata behind; it would expire on
 		// its own, but nobody could see or close it by id in the meantime.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

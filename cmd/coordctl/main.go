@@ -169,7 +169,8 @@ func exitCode(err error) int {
 		errors.Is(err, clientlib.ErrNotLeader), errors.Is(err, clientlib.ErrRevisionMismatch), errors.Is(err, clientlib.ErrLimitMismatch),
 		errors.Is(err, clientlib.ErrAlreadyLeader), errors.Is(err, clientlib.ErrMemberChangeRefused):
 		return exitConflict
-	case errors.Is(err, clientlib.ErrUnavailable), errors.Is(err, clientlib.ErrNoSpace), errors.Is(err, clientlib.ErrRateLimited):
+	case errors.Is(err, clientlib.ErrUnavailable), errors.Is(err, clientlib.ErrNoSpace), errors.Is(err, clientlib.ErrRateLimited),
+		errors.Is(err, clientlib.ErrQuotaExceeded):
 		return exitUnavailable
 	case errors.Is(err, clientlib.ErrUnauthenticated), errors.Is(err, clientlib.ErrPermissionDenied):
 		return exitDenied

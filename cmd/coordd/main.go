@@ -165,6 +165,8 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.StringVar(&cfg.AuditLog, "audit-log", "", `write every call that changes something, and every refused call, as a JSON line to this file (rotated) or "-" (stderr)`)
 	f.IntVar(&cfg.AuditMaxMB, "audit-log-max-mb", 100, "rotate the audit log at this size")
 	f.IntVar(&cfg.AuditKeep, "audit-log-keep", 10, "rotated audit logs to keep")
+	f.IntVar(&cfg.MaxSessionsPerPrincipal, "max-sessions-per-principal", daemon.DefaultMaxSessionsPerPrincipal, "live sessions each authenticated principal may hold in the cluster (negative: no limit)")
+	f.IntVar(&cfg.MaxWaitersPerPrincipal, "max-waiters-per-principal", daemon.DefaultMaxWaitersPerPrincipal, "lock acquisitions and campaigns each authenticated principal may have in progress on this member (negative: no limit)")
 	f.Float64Var(&cfg.RateLimit, "rate-limit", 0, "calls that change something each authenticated principal may make per second (0: no limit)")
 	f.IntVar(&cfg.RateBurst, "rate-limit-burst", 0, "calls a principal may make at once above --rate-limit (default twice the rate)")
 	f.Float64Var(&cfg.PublishRate, "publish-rate", 0, "config releases per second each namespace may get, whoever publishes: the release-storm guard (0: no limit)")

@@ -20,6 +20,9 @@ type ElectionServer struct {
 	stopped  context.Context  // done once the daemon stops
 	metrics  *Metrics
 
+	// Waiters, when set, bounds each principal's campaigns in progress on
+	// this member (shared with LockServer's acquisitions).
+	Waiters *Waiters
 	// Streams, when set, lets a leadership be followed on its leader's
 	// shared keep-alive stream from the moment it is won (keepalive_stream).
 	Streams *KeepAliveStreams
@@ -45,6 +48,11 @@ func (s *ElectionServer) Campaign(ctx context.Context, req *coorddv1.CampaignReq
 		ctx, cancel = context.WithTimeout(ctx, w.AsDuration())
 		defer cancel()
 	}
+	done, err := s.Waiters.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	l, err := s.m.Campaign(ctx, election.Request{Name: req.GetName(), Session: id, Value: req.GetValue(), RequestID: req.GetRequestId()})
 	if err != nil {
 		return nil, err

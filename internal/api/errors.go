@@ -63,6 +63,7 @@ var errorTable = []struct {
 	{kind.Unauthenticated, codes.Unauthenticated, coorddv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED},
 	{kind.PermissionDenied, codes.PermissionDenied, coorddv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED},
 	{kind.RateLimited, codes.ResourceExhausted, coorddv1.ErrorReason_ERROR_REASON_RATE_LIMITED},
+	{kind.QuotaExceeded, codes.ResourceExhausted, coorddv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED},
 }
 
 // ReasonString returns the ErrorInfo reason for r: its name without the

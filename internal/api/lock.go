@@ -30,6 +30,9 @@ type LockServer struct {
 	// tokens in DescribeLock (under a policy: those allowed to release
 	// it); they are zero otherwise.
 	TokensVisible func(ctx context.Context, lock string) bool
+	// Waiters, when set, bounds each principal's acquisitions in
+	// progress on this member (shared with ElectionServer's campaigns).
+	Waiters *Waiters
 }
 
 // NewLockServer returns the LockService adapter. WatchLock streams end
@@ -81,6 +84,11 @@ func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) 
 		ctx, cancel = context.WithTimeout(ctx, w.AsDuration())
 		defer cancel()
 	}
+	done, err := s.Waiters.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	start := time.Now()
 	g, err := s.m.Acquire(ctx, lr)
 	if err != nil {

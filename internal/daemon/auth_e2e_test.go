@@ -637,3 +637,83 @@ func TestAuditRecordsWhatTheDaemonObserved(t *testing.T) {
 		}
 	}
 }
+
+// Per-principal quotas: a principal at its live-session bound cannot
+// create another (gRPC and REST: QUOTA_EXCEEDED, 429) until one ends,
+// while another principal can; a principal at its bound of waiting
+// acquisitions and campaigns on a member is refused another at once,
+// and let in again once one ends. Refused calls change nothing.
+func TestPrincipalQuotas(t *testing.T) {
+	cfg := authConfig(t, testPolicy+"  - principals: [bob]\n    actions: [session]\n")
+	cfg.MaxSessionsPerPrincipal, cfg.MaxWaitersPerPrincipal = 3, 2
+	d := start(t, cfg)
+	ctx := t.Context()
+	alice := newClientWithToken(t, d.GRPCAddr(), "alice").Admin()
+	var ids []string
+	for range 3 {
+		s, err := alice.CreateSession(ctx, 30*time.Second, "", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	if _, err := alice.CreateSession(ctx, 30*time.Second, "", "", nil); !errors.Is(err, clientlib.ErrQuotaExceeded) || !strings.Contains(err.Error(), "--max-sessions-per-principal") {
+		t.Fatalf("alice's fourth session: %v; want QUOTA_EXCEEDED", err)
+	}
+	if code, body := httpAs(t, "POST", "http://"+d.HTTPAddr()+"/v1/sessions", "alice", `{"ttl":"30s"}`); code != http.StatusTooManyRequests || !strings.Contains(body, "QUOTA_EXCEEDED") {
+		t.Errorf("alice's fourth session over REST: %d %s; want 429 QUOTA_EXCEEDED", code, body)
+	}
+	if list, err := newClientWithToken(t, d.GRPCAddr(), "alice").Admin().ListSessions(ctx); err != nil || len(list) != 3 {
+		t.Errorf("alice's sessions after the refusals: %d, %v; want 3", len(list), err)
+	}
+	if _, err := newClientWithToken(t, d.GRPCAddr(), "bob").Admin().CreateSession(ctx, 30*time.Second, "", "", nil); err != nil {
+		t.Errorf("bob's session while alice is at her bound: %v", err)
+	}
+	if err := alice.CloseSession(ctx, ids[2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.CreateSession(ctx, 30*time.Second, "", "", nil); err != nil {
+		t.Fatalf("alice's session after closing one: %v", err)
+	}
+
+	// Waiters: ids[0] holds a/w, two acquisitions by ids[1] wait; ids[0]
+	// leads a/e2, so that a campaign by ids[1] would wait if let in.
+	if _, err := alice.Acquire(ctx, ids[0], "a/w"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Campaign(ctx, ids[0], "a/e2", "leader"); err != nil {
+		t.Fatal(err)
+	}
+	waiting, stop := context.WithCancel(ctx)
+	defer stop()
+	waits := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			_, err := alice.Acquire(waiting, ids[1], "a/w", clientlib.WithRequestID(fmt.Sprintf("wait-%d", i)))
+			waits <- err
+		}()
+	}
+	third := func() error {
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		_, err := alice.Campaign(short, ids[1], "a/e2", "x")
+		if err == nil {
+			t.Fatal("a campaign with nobody leading did not wait: the test needs a held election")
+		}
+		return err
+	}
+	wait.For(t, "two acquisitions waiting", func() bool {
+		desc, err := alice.DescribeLock(ctx, "a/w")
+		return err == nil && len(desc.Waiters) == 2
+	})
+	if err := third(); !errors.Is(err, clientlib.ErrQuotaExceeded) || !strings.Contains(err.Error(), "--max-waiters-per-principal") {
+		t.Fatalf("a third waiting call: %v; want QUOTA_EXCEEDED", err)
+	}
+	stop()
+	for range 2 {
+		<-waits
+	}
+	wait.For(t, "a call let in again once the waits ended", func() bool {
+		return errors.Is(third(), context.DeadlineExceeded)
+	})
+}

@@ -112,6 +112,14 @@ type Config struct {
 	RateBurst    int
 	PublishRate  float64
 	PublishBurst int
+	// MaxSessionsPerPrincipal bounds each authenticated principal's live
+	// sessions in the cluster; MaxWaitersPerPrincipal its lock
+	// acquisitions and campaigns in progress on this member. Past them a
+	// call is refused with QUOTA_EXCEEDED. Zero means the default
+	// (DefaultMaxSessionsPerPrincipal, DefaultMaxWaitersPerPrincipal);
+	// negative, no limit.
+	MaxSessionsPerPrincipal int
+	MaxWaitersPerPrincipal  int
 	// HTTPAllowedOrigins are the origins ("https://console.example.com",
 	// or "*") whose pages may call the REST API from a browser besides
 	// coordd's own; HTTPAllowedHosts the host names a browser may reach
@@ -185,6 +193,10 @@ const (
 	DefaultMaxRequestBytes = 1 << 20
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultClusterToken    = "coordd"
+	// Per-principal quotas: generous, so that only a runaway or hostile
+	// client meets them.
+	DefaultMaxSessionsPerPrincipal = 10_000
+	DefaultMaxWaitersPerPrincipal  = 10_000
 	// DefaultQuotaBackendBytes is etcd's own default database quota, 2 GiB.
 	DefaultQuotaBackendBytes = 2 << 30
 )
@@ -202,6 +214,12 @@ func (cfg Config) withDefaults() Config {
 	def(&cfg.InitialClusterToken, DefaultClusterToken)
 	if cfg.EtcdClientURL == "" {
 		cfg.EtcdClientURL = defaultEtcdClientURL(cfg.DataDir)
+	}
+	if cfg.MaxSessionsPerPrincipal == 0 {
+		cfg.MaxSessionsPerPrincipal = DefaultMaxSessionsPerPrincipal
+	}
+	if cfg.MaxWaitersPerPrincipal == 0 {
+		cfg.MaxWaitersPerPrincipal = DefaultMaxWaitersPerPrincipal
 	}
 	def(&cfg.GRPCAddr, DefaultGRPCAddr)
 	def(&cfg.HTTPAddr, DefaultHTTPAddr)

@@ -245,6 +245,8 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	d.gwSrv = grpc.NewServer(serverOpts(&api.Authenticator{Forwarded: true})...)
 	servers := []*grpc.Server{d.grpcSrv, d.gwSrv}
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
+	sessions.LimitPerPrincipal(max(cfg.MaxSessionsPerPrincipal, 0))
+	waiters := &api.Waiters{Max: max(cfg.MaxWaitersPerPrincipal, 0)}
 	if d.etcd != nil {
 		sessions.RenewWith(renewer(d.etcd.Server))
 	}
@@ -274,12 +276,14 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	lockSvc := api.NewLockServer(d.stopped, d.locks, d.elections, sessions, apiMetrics)
 	lockSvc.Streams = streams
+	lockSvc.Waiters = waiters
 	lockSvc.TokensVisible = func(ctx context.Context, name string) bool {
 		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.LockRelease, auth.Resource{Kind: auth.Lock, Name: name})
 		return ok
 	}
 	electionSvc := api.NewElectionServer(d.stopped, d.elections, sessions, apiMetrics)
 	electionSvc.Streams = streams
+	electionSvc.Waiters = waiters
 	for _, srv := range servers {
 		coorddv1.RegisterSessionServiceServer(srv, sessionSvc)
 		coorddv1.RegisterLockServiceServer(srv, lockSvc)

@@ -82,6 +82,9 @@ var (
 	PermissionDenied = &Kind{"permission denied"}
 	// RateLimited: the caller or the namespace is over its rate; nothing changed.
 	RateLimited = &Kind{"rate limited"}
+	// QuotaExceeded: the caller holds as many sessions, or has as many
+	// calls waiting, as it may; nothing changed.
+	QuotaExceeded = &Kind{"quota exceeded"}
 )
 
 // All lists every kind, for tests that check each one is mapped.
@@ -90,4 +93,5 @@ var All = []*Kind{
 	Held, StaleToken, NotHolder, NotLeader, LimitMismatch, AlreadyLeader,
 	ValidationFailed, RevisionMismatch, Compacted, Unavailable,
 	MemberNotFound, MemberChangeRefused, Unauthenticated, PermissionDenied, RateLimited,
+	QuotaExceeded,
 }

@@ -80,6 +80,8 @@ const (
 	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 24
 	// The caller (its principal) or the config namespace is over its rate limit (--rate-limit, --publish-rate); nothing changed. A google.rpc.RetryInfo detail says when to retry (ResourceExhausted, HTTP 429).
 	ErrorReason_ERROR_REASON_RATE_LIMITED ErrorReason = 25
+	// The caller's principal already holds as many live sessions (--max-sessions-per-principal, in the cluster), or has as many lock acquisitions and campaigns waiting on this member (--max-waiters-per-principal), as it may; nothing changed. Close sessions or let waits end, then retry (ResourceExhausted, HTTP 429).
+	ErrorReason_ERROR_REASON_QUOTA_EXCEEDED ErrorReason = 26
 )
 
 // Enum value maps for ErrorReason.
@@ -111,6 +113,7 @@ var (
 		23: "ERROR_REASON_UNAUTHENTICATED",
 		24: "ERROR_REASON_PERMISSION_DENIED",
 		25: "ERROR_REASON_RATE_LIMITED",
+		26: "ERROR_REASON_QUOTA_EXCEEDED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -139,6 +142,7 @@ var (
 		"ERROR_REASON_UNAUTHENTICATED":       23,
 		"ERROR_REASON_PERMISSION_DENIED":     24,
 		"ERROR_REASON_RATE_LIMITED":          25,
+		"ERROR_REASON_QUOTA_EXCEEDED":        26,
 	}
 )
 
@@ -173,7 +177,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xda\x06\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xfb\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -201,7 +205,8 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\"ERROR_REASON_MEMBER_CHANGE_REFUSED\x10\x16\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x17\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x18\x12\x1d\n" +
-	"\x19ERROR_REASON_RATE_LIMITED\x10\x19B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x19ERROR_REASON_RATE_LIMITED\x10\x19\x12\x1f\n" +
+	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\x1aB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once
