@@ -53,11 +53,12 @@ const MaxValueBytes = 64 << 10
 
 // Manager runs elections. It is safe for concurrent use.
 type Manager struct {
-	cli  *clientv3.Client
-	root string // "<root>election/"
-	now  func() time.Time
-	dels *grantwatch.Watcher // wakes waiting candidates
-	txns *groupcommit.Committer
+	cli   *clientv3.Client
+	root  string // "<root>election/"
+	now   func() time.Time
+	dels  *grantwatch.Watcher // wakes waiting candidates
+	waits *queue.Waiters      // candidates waiting on this member, woken by dels
+	txns  *groupcommit.Committer
 
 	bg  queue.Background // background writes (election times, clean-ups)
 	ids queue.IDs        // request ids made up for callers that named none
@@ -74,7 +75,7 @@ func NewManager(cli *clientv3.Client, root string, w *grantwatch.Watcher, c *gro
 	if c == nil {
 		c = groupcommit.Direct(cli)
 	}
-	return &Manager{cli: cli, root: root + "election/", now: time.Now, dels: w, txns: c}
+	return &Manager{cli: cli, root: root + "election/", now: time.Now, dels: w, waits: queue.NewWaiters(cli, w, queue.WaitersOptions{}), txns: c}
 }
 
 // Close cancels background writes, waits for them and starts no new ones.
@@ -318,7 +319,7 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		return fail(fmt.Errorf("%w: %q (request %s); waiting would never end, resign first",
 			ErrAlreadyLeader, req.Name, strings.TrimPrefix(string(head[0].Key), own)))
 	}
-	rev, err := queue.Wait(ctx, m.cli, m.dels, queue.NewTurn(q, key, int64(l.Term), 1, head))
+	rev, err := m.waits.Wait(ctx, queue.NewTurn(q, key, int64(l.Term), 1, head))
 	if errors.Is(err, queue.ErrEntryGone) {
 		err = fmt.Errorf("%w: the candidate's session ended while it waited", ErrSessionNotFound)
 	}

@@ -123,7 +123,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	if req.Read {
 		t.Blocks = isWriter // readers ahead share the lock with this one
 	}
-	rev, err := queue.Wait(ctx, m.cli, m.dels, t)
+	rev, err := m.waits.Wait(ctx, t)
 	if errors.Is(err, queue.ErrEntryGone) {
 		err = fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
 	}

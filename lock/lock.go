@@ -59,6 +59,7 @@ type Manager struct {
 	kv    string // "<root>kv/"
 	now   func() time.Time
 	dels  *grantwatch.Watcher // wakes waiters
+	waits *queue.Waiters      // waiters on this member, woken by dels
 	txns  *groupcommit.Committer
 
 	bg  queue.Background // background writes (grant times, clean-ups)
@@ -77,7 +78,10 @@ func NewManager(cli *clientv3.Client, root string, w *grantwatch.Watcher, c *gro
 	if c == nil {
 		c = groupcommit.Direct(cli)
 	}
-	return &Manager{cli: cli, locks: root + "lock/", kv: root + "kv/", now: time.Now, dels: w, txns: c}
+	// Readers wait only for writers; a waiter hears of a holder that
+	// went away only if it asked for a lock-delay.
+	waits := queue.NewWaiters(cli, w, queue.WaitersOptions{Exclusive: isWriter, Notable: func(kv *mvccpb.KeyValue) bool { return delayOf(kv.Value) > 0 }})
+	return &Manager{cli: cli, locks: root + "lock/", kv: root + "kv/", now: time.Now, dels: w, waits: waits, txns: c}
 }
 
 // Close cancels background writes (grant times, clean-ups of failed

@@ -1,19 +1,21 @@
 // Package queue is the FIFO core that locks and elections share: a queue of
 // lease-bound entries under one etcd prefix, ordered by create revision,
-// whose first few entries are granted. It waits for an entry's turn with
-// one read and then the member's shared watch (grantwatch), opening no
-// etcd watch per waiter, and removes entries whose caller gave up.
+// whose first few entries are granted. It waits for entries' turns with
+// one member-local copy of each queue's order, kept current by the
+// member's shared watch (grantwatch; see Waiters), opening no etcd watch
+// and reading nothing per waiter, and removes entries whose caller gave
+// up.
 //
 // Guarantees: Wait reports a turn only once fewer than the limit of
 // entries created before this one remain, as of the returned revision, and
 // only while the entry itself is alive at that revision; events delivered
-// twice change nothing.
+// twice change nothing. A deletion costs O(1) plus O(1) per waiter it
+// grants, whatever the queue's length.
 package queue
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -21,33 +23,33 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/grantwatch"
 )
 
 // ErrEntryGone is returned by Wait when the waiting entry was deleted:
 // its session ended (or someone removed it).
 var ErrEntryGone = errors.New("queue: the entry was deleted while it waited")
 
-// Turn is one entry's wait for its turn.
+// Turn is one entry's wait for its turn (see Waiters.Wait).
 type Turn struct {
 	prefix string // the queue's key prefix
 	key    string // the entry's key
 	rev    int64  // the entry's create revision
 	limit  int    // how many entries at the head are granted
-	// holders are the entries ahead (that hold this one back) when last
-	// seen: any of them holds, or may come to hold, before this one.
-	holders map[string]*mvccpb.KeyValue
-	// Gone lists the entries ahead of this one that went away while it
-	// waited, in the order seen (for lock-delay and the like: those that
-	// held are among them).
+	// heads are the queue's first entries as the caller read them when it
+	// enqueued, until the wait registers.
+	heads []*mvccpb.KeyValue
+	// Gone lists the Notable entries (see WaitersOptions) ahead of this
+	// one that went away while it waited (for lock-delay: a holder that
+	// asked for one).
 	Gone []Gone
 	// Blocks, when set, says which entries ahead hold this one back (a
-	// reader waits only for writers); nil: every entry ahead does.
+	// reader waits only for writers); nil: every entry ahead does. It
+	// must be the Waiters' Exclusive.
 	Blocks func(*mvccpb.KeyValue) bool
 }
 
-// Gone is a granted entry that went away at Rev (0 if the exact revision
-// was not seen, e.g. it vanished while the watch was being reopened).
+// Gone is an entry that went away at Rev (0 if the exact revision was
+// not seen, e.g. it vanished while the watch was being reopened).
 type Gone struct {
 	KV  *mvccpb.KeyValue
 	Rev int64
@@ -57,118 +59,7 @@ type Gone struct {
 // in the queue under prefix, whose first limit entries are granted. heads
 // are the queue's first entries as last read.
 func NewTurn(prefix, key string, rev int64, limit int, heads []*mvccpb.KeyValue) *Turn {
-	t := &Turn{prefix: prefix, key: key, rev: rev, limit: limit, holders: map[string]*mvccpb.KeyValue{}}
-	for _, kv := range heads {
-		if string(kv.Key) != key {
-			t.holders[string(kv.Key)] = kv
-		}
-	}
-	return t
-}
-
-// Wait blocks until fewer than limit entries (of those t.Blocks counts)
-// are ahead of t's entry and
-// returns the revision at which that became true. It fails with
-// ErrEntryGone as soon as the entry itself goes away (its session ended),
-// and with ctx's error when ctx ends. Deletions come from w, the member's
-// one watch over every queue (it must run): a waiting entry opens no etcd
-// watch of its own.
-func Wait(ctx context.Context, cli *clientv3.Client, w *grantwatch.Watcher, t *Turn) (int64, error) {
-	d, _ := w.Subscribe(t.prefix, false)
-	defer d.Stop()
-	for {
-		rev, err := waitTurn(ctx, cli, d, t)
-		if !errors.Is(err, errRecount) {
-			return rev, err
-		}
-	}
-}
-
-// errRecount: the member's watch restarted, deletions may have been
-// missed; read the queue again.
-var errRecount = errors.New("queue: watch restarted; count again")
-
-// waitTurn reads the entries ahead at the current revision C (d was
-// subscribed before, so every later deletion arrives through it), then
-// follows their deletions with no further reads. The entries ahead are
-// tracked by key, so a deletion delivered twice changes nothing, and those
-// at or below C are already in the read.
-func waitTurn(ctx context.Context, cli *clientv3.Client, d *grantwatch.Feed, t *Turn) (int64, error) {
-	resp, err := cli.Get(ctx, t.prefix, clientv3.WithPrefix(), clientv3.WithMaxCreateRev(t.rev),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-	if err != nil {
-		return 0, fmt.Errorf("queue: wait: %w", err)
-	}
-	c := resp.Header.Revision
-	ahead := map[string]*mvccpb.KeyValue{}
-	var order []*mvccpb.KeyValue // ahead, in queue order
-	mine := false
-	for _, kv := range resp.Kvs {
-		if string(kv.Key) == t.key && kv.CreateRevision == t.rev {
-			mine = true
-			continue
-		}
-		if t.Blocks != nil && !t.Blocks(kv) {
-			continue // ahead, but does not hold this entry back
-		}
-		ahead[string(kv.Key)] = kv
-		order = append(order, kv)
-	}
-	if !mine {
-		return 0, ErrEntryGone
-	}
-	// Holders that went away while nobody counted.
-	for k, kv := range t.holders {
-		if _, ok := ahead[k]; !ok {
-			t.Gone = append(t.Gone, Gone{KV: kv})
-		}
-	}
-	limit := t.limit
-	refreshHolders := func() {
-		clear(t.holders)
-		for _, kv := range order {
-			if _, ok := ahead[string(kv.Key)]; ok {
-				t.holders[string(kv.Key)] = kv
-			}
-		}
-	}
-	refreshHolders()
-	if len(ahead) < limit {
-		return c, nil
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-d.Ready():
-		}
-		deleted, restarted := d.Take()
-		if restarted != 0 {
-			return 0, errRecount
-		}
-		var last int64
-		for _, ev := range deleted {
-			key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
-			if rev <= c {
-				continue // in the read already
-			}
-			if key == t.key {
-				return 0, ErrEntryGone
-			}
-			if _, ok := ahead[key]; !ok {
-				continue // not ahead of us, or seen already
-			}
-			delete(ahead, key)
-			if kv, ok := t.holders[key]; ok {
-				t.Gone = append(t.Gone, Gone{KV: kv, Rev: rev})
-			}
-			last = rev
-		}
-		if last != 0 && len(ahead) < limit {
-			return last, nil
-		}
-		refreshHolders()
-	}
+	return &Turn{prefix: prefix, key: key, rev: rev, limit: limit, heads: heads}
 }
 
 // lateWriteWindow is how long RemoveLate waits for a write whose outcome

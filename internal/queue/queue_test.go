@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
@@ -40,6 +41,12 @@ func setup(t *testing.T, keys ...string) (cli *clientv3.Client, revs map[string]
 	return cli, revs, w
 }
 
+// waiters waits with every entry notable, so that Gone lists every entry
+// that went ahead.
+func waiters(cli *clientv3.Client, w *grantwatch.Watcher) *queue.Waiters {
+	return queue.NewWaiters(cli, w, queue.WaitersOptions{Notable: func(*mvccpb.KeyValue) bool { return true }})
+}
+
 func heads(t *testing.T, cli *clientv3.Client, limit int64) *clientv3.GetResponse {
 	t.Helper()
 	resp, err := cli.Get(t.Context(), "/q/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(limit))
@@ -55,7 +62,7 @@ func TestWaitForTheEntriesAhead(t *testing.T) {
 	done := make(chan int64, 1)
 	errc := make(chan error, 1)
 	go func() {
-		rev, err := queue.Wait(t.Context(), cli, w, turn)
+		rev, err := waiters(cli, w).Wait(t.Context(), turn)
 		errc <- err
 		done <- rev
 	}()
@@ -89,7 +96,7 @@ func TestWaitFailsWhenTheEntryGoes(t *testing.T) {
 	turn := queue.NewTurn("/q/", "/q/b", revs["b"], 1, heads(t, cli, 1).Kvs)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := queue.Wait(t.Context(), cli, w, turn)
+		_, err := waiters(cli, w).Wait(t.Context(), turn)
 		errc <- err
 	}()
 	if _, err := cli.Delete(t.Context(), "/q/b"); err != nil {
@@ -105,7 +112,7 @@ func TestWaitEndsWithCtx(t *testing.T) {
 	turn := queue.NewTurn("/q/", "/q/b", revs["b"], 1, heads(t, cli, 1).Kvs)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := queue.Wait(ctx, cli, w, turn); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := waiters(cli, w).Wait(ctx, turn); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait = %v, want DeadlineExceeded", err)
 	}
 }
