@@ -22,7 +22,6 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
 )
 
 // ErrEntryGone is returned by Wait when the waiting entry was deleted:

@@ -121,7 +121,7 @@ type waiting struct {
 	// heads are the Notable entries ahead as the caller read them, until
 	// the mirror is loaded to compare them with.
 	heads []*mvccpb.KeyValue
-	node   *node  // its entry in the mirror, once seen
+	node  *node // its entry in the mirror, once seen
 }
 
 // node is one queue entry in a mirror, in create revision order.
