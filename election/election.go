@@ -261,7 +261,7 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 			}
 			// The put may have committed although the answer was lost, or may
 			// still commit later: remove it if it is, or becomes, exactly ours.
-			queue.RemoveLate(m.cli, &m.bg, key, value)
+			queue.RemoveLate(m.cli, m.dels, &m.bg, key, value)
 			return Leadership{}, fmt.Errorf("election: campaign %q: %w", req.Name, err)
 		}
 		head, readAt = resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision

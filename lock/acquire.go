@@ -253,7 +253,7 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, began int64, onl
 		}
 		// The put may have committed although the answer was lost, or may
 		// still commit later: remove it if it is, or becomes, exactly ours.
-		queue.RemoveLate(m.cli, &m.bg, e.key, e.value)
+		queue.RemoveLate(m.cli, m.dels, &m.bg, e.key, e.value)
 		return entry{}, nil, delayState{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
 	}
 	holders := heldOf(req, resp.Responses[1].GetResponseRange().Kvs)

@@ -16,12 +16,15 @@ package queue
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/grantwatch"
 )
 
 // ErrEntryGone is returned by Wait when the waiting entry was deleted:
@@ -75,50 +78,59 @@ const lateWriteWindow = 30 * time.Second
 // the late write would leave an entry that nobody waits for, and that
 // every later waiter queues behind (a ghost that lasts as long as its
 // session). Only an entry with exactly this call's value is removed, so a
-// retry that took the entry over keeps it.
-func RemoveLate(cli *clientv3.Client, bg *Background, key, value string) {
+// retry that took the entry over keeps it. It follows key through w, the
+// member's shared watch of the queue (which must cover key's queue), and
+// opens no etcd watch of its own: under load many calls may be in this
+// state at once.
+func RemoveLate(cli *clientv3.Client, w *grantwatch.Watcher, bg *Background, key, value string) {
 	bg.Go(func(stop context.Context) {
 		ctx, cancel := context.WithTimeout(stop, lateWriteWindow)
 		defer cancel()
+		f, _ := w.Subscribe(key[:strings.LastIndex(key, "/")+1], true)
+		defer f.Stop()
 		for ctx.Err() == nil {
-			if removeLate(ctx, cli, key, value) {
+			// Subscribed before the compare: a put after it arrives on f.
+			resp, err := cli.Txn(ctx).
+				If(clientv3.Compare(clientv3.Value(key), "=", value)).
+				Then(clientv3.OpDelete(key)).
+				Commit()
+			if err == nil && resp.Succeeded {
 				return
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			if !waitForValue(ctx, f, key, value, resp.Header.Revision) {
+				return // the window ended
 			}
 		}
 	})
 }
 
-// removeLate deletes key if it has value, else watches for it to get value
-// until ctx ends. It reports whether it is done (false: retry).
-func removeLate(ctx context.Context, cli *clientv3.Client, key, value string) bool {
-	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(key), "=", value)).
-		Then(clientv3.OpDelete(key)).
-		Commit()
-	if err != nil {
-		return false
-	}
-	if resp.Succeeded {
-		return true
-	}
-	// Not there (yet): watch from just after the state the compare saw.
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for wr := range cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterDelete()) {
-		if wr.Err() != nil {
+// waitForValue waits until f delivers a put of key with value after
+// revision after (true), or the watch restarted and the state must be
+// read again (true), or ctx ends (false).
+func waitForValue(ctx context.Context, f *grantwatch.Feed, key, value string, after int64) bool {
+	for {
+		select {
+		case <-ctx.Done():
 			return false
+		case <-f.Ready():
 		}
-		for _, ev := range wr.Events {
-			if string(ev.Kv.Value) == value {
-				return removeLate(ctx, cli, key, value)
+		evs, restarted := f.Take()
+		if restarted != 0 {
+			return true
+		}
+		for _, ev := range evs {
+			if ev.Type == mvccpb.PUT && ev.Kv.ModRevision > after && string(ev.Kv.Key) == key && string(ev.Kv.Value) == value {
+				return true
 			}
 		}
 	}
-	return ctx.Err() != nil // the window ended: done
 }
 
 // Remove deletes the entry key if its value is still value, also when ctx

@@ -136,11 +136,11 @@ func TestRemoveOnlyWhatItWrote(t *testing.T) {
 // lands, so it leaves no entry that nobody waits for; an entry with
 // another value (a retry that took it over) is kept.
 func TestRemoveLateRemovesAWriteThatLandsLater(t *testing.T) {
-	cli, _, _ := setup(t)
+	cli, _, w := setup(t)
 	var bg queue.Background
 	defer bg.Close()
-	queue.RemoveLate(cli, &bg, "/q/late", "mine")
-	queue.RemoveLate(cli, &bg, "/q/taken", "mine")
+	queue.RemoveLate(cli, w, &bg, "/q/late", "mine")
+	queue.RemoveLate(cli, w, &bg, "/q/taken", "mine")
 	if _, err := cli.Put(t.Context(), "/q/taken", "the retry's"); err != nil {
 		t.Fatal(err)
 	}
