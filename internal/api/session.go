@@ -80,7 +80,6 @@ type SessionServer struct {
 	MaxRequestBytes int
 }
 
-// mayRead reports whether the caller may read info.
 // SetPageTokenKey makes ListSessions seal its page tokens with key
 // (PageTokenKeyBytes long, the same on every member), so that a token does
 // not name a session the caller may not see.
@@ -93,6 +92,7 @@ func (s *SessionServer) SetPageTokenKey(key []byte) error {
 	return nil
 }
 
+// mayRead reports whether the caller may read info.
 func (s *SessionServer) mayRead(ctx context.Context, info session.Info) bool {
 	return s.SeesAll == nil || s.SeesAll(ctx) || (info.Principal != "" && info.Principal == PrincipalFrom(ctx).Name)
 }

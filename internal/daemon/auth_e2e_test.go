@@ -711,7 +711,9 @@ func TestPrincipalQuotas(t *testing.T) {
 	}
 	stop()
 	for range 2 {
-		<-waits
+		if err := <-waits; !errors.Is(err, context.Canceled) {
+			t.Errorf("a waiting acquisition, cancelled: %v", err)
+		}
 	}
 	wait.For(t, "a call let in again once the waits ended", func() bool {
 		return errors.Is(third(), context.DeadlineExceeded)

@@ -389,7 +389,7 @@ func (m *mirror) remove(n *node, rev int64) {
 // check tells n's waiter, if any, that its turn came at rev, if it did.
 func (m *mirror) check(n *node, rev int64) {
 	wt := n.waiter
-	if wt == nil || !((wt.shared && n.inEx) || (!wt.shared && n.inAll)) {
+	if wt == nil || (wt.shared && !n.inEx) || (!wt.shared && !n.inAll) {
 		return
 	}
 	n.waiter = nil
