@@ -80,6 +80,13 @@ func TestEtcdClientPortIsTheDaemonUsersAlone(t *testing.T) {
 		t.Log("not root: the other-user check is skipped (the modes above are what it relies on)")
 	} else {
 		probe := asNobody(t)
+		// A data dir others may enter (as one made by hand often is):
+		// the run directory and the socket alone must keep them out.
+		for _, p := range []string{filepath.Dir(cfg.DataDir), cfg.DataDir} {
+			if err := os.Chmod(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if code := probe(socket); code != 3 {
 			t.Errorf("another local user dialing the etcd client socket: exit %d, want 3 (permission denied)", code)
 		}
