@@ -162,8 +162,18 @@ type mirror struct {
 	// waiters counts registered waiters (pending or on a node).
 	waiters int
 	// notable are the Notable entries that went away, while a waiter that
+	// was behind them may still need to hear of it; past trimAt of them,
+	// those no waiter needs are dropped.
+	trimAt int
 	// was behind them may still need to hear of it.
-	notable []Gone
+	notable []noted
+}
+
+// noted is a Notable entry that went away, and the revision at which the
+// mirror learned it (its deletion's, or the load's that missed it).
+type noted struct {
+	Gone
+	at int64
 }
 
 func newMirror(ws *Waiters, id mirrorID) *mirror {
@@ -250,7 +260,7 @@ func (m *mirror) load(ctx context.Context) error {
 		if o.waiter != nil {
 			m.finish(o.waiter, outcome{err: ErrEntryGone})
 		}
-		m.noteGone(o.kv, 0)
+		m.noteGone(o.kv, 0, rev)
 	}
 	m.settlePending()
 	return nil
@@ -331,7 +341,7 @@ func (m *mirror) remove(n *node, rev int64) {
 	if n.waiter != nil {
 		m.finish(n.waiter, outcome{err: ErrEntryGone})
 	}
-	m.noteGone(n.kv, rev)
+	m.noteGone(n.kv, rev, rev)
 	if n.inAll {
 		m.nAll--
 		if m.allEnd == n {
@@ -402,8 +412,8 @@ func (m *mirror) finish(wt *waiting, o outcome) {
 	if o.err == nil {
 		o.gone = wt.gone
 		for _, g := range m.notable {
-			if g.KV.CreateRevision < wt.rev && (g.Rev == 0 || g.Rev > wt.rev) {
-				o.gone = append(o.gone, g)
+			if g.KV.CreateRevision < wt.rev && g.at > wt.rev {
+				o.gone = append(o.gone, g.Gone)
 			}
 		}
 	}
@@ -412,13 +422,42 @@ func (m *mirror) finish(wt *waiting, o outcome) {
 	wt.done <- o
 }
 
-// noteGone remembers a Notable entry that went at rev (0: unknown), while
-// some waiter behind it waits.
-func (m *mirror) noteGone(kv *mvccpb.KeyValue, rev int64) {
+// noteGone remembers a Notable entry that went at rev (0: unknown), as
+// the mirror learned at revision at, while some waiter behind it waits.
+func (m *mirror) noteGone(kv *mvccpb.KeyValue, rev, at int64) {
 	if m.ws.opts.Notable == nil || m.waiters == 0 || !m.ws.opts.Notable(kv) {
 		return
 	}
-	m.notable = append(m.notable, Gone{KV: kv, Rev: rev})
+	m.notable = append(m.notable, noted{Gone{KV: kv, Rev: rev}, at})
+	if len(m.notable) < max(m.trimAt, 256) {
+		return
+	}
+	// Only waiters created before an entry went need to hear of it: drop
+	// what went before the oldest waiter. The oldest waiter is pending or
+	// the first with a node in queue order.
+	oldest := int64(-1)
+	for _, wt := range m.pending {
+		if oldest < 0 || wt.rev < oldest {
+			oldest = wt.rev
+		}
+	}
+	for n := m.head; n != nil; n = n.next {
+		if n.waiter != nil {
+			if oldest < 0 || n.waiter.rev < oldest {
+				oldest = n.waiter.rev
+			}
+			break
+		}
+	}
+	kept := m.notable[:0]
+	for _, g := range m.notable {
+		if oldest < 0 || g.at > oldest {
+			kept = append(kept, g)
+		}
+	}
+	clear(m.notable[len(kept):])
+	m.notable = kept
+	m.trimAt = 2 * len(kept)
 }
 
 // register adds wt: on its node if the mirror has it (and tells it at once
@@ -486,7 +525,7 @@ func (m *mirror) settlePending() {
 		m.finish(wt, outcome{err: ErrEntryGone})
 	}
 	if m.waiters == 0 {
-		m.notable = nil
+		m.notable, m.trimAt = nil, 0
 	}
 }
 
@@ -509,7 +548,7 @@ func (m *mirror) unregister(wt *waiting) {
 	wt.node = nil
 	m.waiters--
 	if m.waiters == 0 {
-		m.notable = nil
+		m.notable, m.trimAt = nil, 0
 	}
 }
 
