@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -574,6 +573,11 @@ func benchWatches(grpcAddr, httpAddr string, raw *clientv3.Client) error {
 
 // etcdWatchers reads etcd's gauge of open watchers from coordd's /metrics.
 func etcdWatchers(httpAddr string) (float64, error) {
+	return gauge(httpAddr, "etcd_debugging_mvcc_watcher_total")
+}
+
+// gauge reads one unlabelled metric from coordd's /metrics.
+func gauge(httpAddr, name string) (float64, error) {
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		return 0, err
@@ -584,18 +588,23 @@ func etcdWatchers(httpAddr string) (float64, error) {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, "etcd_debugging_mvcc_watcher_total "); ok {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			return strconv.ParseFloat(strings.TrimSpace(v), 64)
 		}
 	}
-	return 0, errors.New("no etcd_debugging_mvcc_watcher_total in /metrics")
+	return 0, fmt.Errorf("no %s in /metrics", name)
 }
 
 // cpuProfile writes a CPU profile of the coordd at httpAddr (run with
 // --enable-pprof), taken over the whole seconds of d, to file.
 func cpuProfile(httpAddr string, d time.Duration, file string) error {
 	secs := max(1, int(d.Seconds()))
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", httpAddr, secs))
+	return saveURL(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", httpAddr, secs), file)
+}
+
+// saveURL writes what a GET of url answers to file.
+func saveURL(url, file string) error {
+	resp, err := http.Get(url)
 	if err != nil {
 		return err
 	}

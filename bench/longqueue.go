@@ -5,9 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -66,8 +63,15 @@ func benchLongQueue(bin, tmp string) error {
 	before, heap0, stack0 := d.rssKiB(), memstat(d.httpAddr, "go_memstats_heap_inuse_bytes"), memstat(d.httpAddr, "go_memstats_stack_inuse_bytes")
 
 	var granted atomic.Int64
-	var firstErr error
-	var errOnce sync.Once
+	// The first error of any waiter (read while others may still fail).
+	var failed atomic.Pointer[error]
+	fail := func(err error) { failed.CompareAndSwap(nil, &err) }
+	firstErr := func() error {
+		if e := failed.Load(); e != nil {
+			return *e
+		}
+		return nil
+	}
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range n {
@@ -80,7 +84,7 @@ func benchLongQueue(bin, tmp string) error {
 				err = l.Release(ctx)
 			}
 			if err != nil {
-				errOnce.Do(func() { firstErr = err })
+				fail(err)
 			}
 		}()
 	}
@@ -92,9 +96,9 @@ func benchLongQueue(bin, tmp string) error {
 		if len(desc.Waiters) >= n {
 			break
 		}
-		if firstErr != nil {
-			fmt.Printf("  coordd: a waiter failed after %d of %d were enqueued: %v\n", len(desc.Waiters), n, firstErr)
-			return firstErr
+		if err := firstErr(); err != nil {
+			fmt.Printf("  coordd: a waiter failed after %d of %d were enqueued: %v\n", len(desc.Waiters), n, err)
+			return err
 		}
 		time.Sleep(200 * time.Millisecond) // polling a bench's progress, not a test
 	}
@@ -139,8 +143,8 @@ func benchLongQueue(bin, tmp string) error {
 	close(drained)
 	<-putsDone
 	cpu := d.cpuSeconds() - cpu0
-	if firstErr != nil {
-		return firstErr
+	if err := firstErr(); err != nil {
+		return err
 	}
 	if *queueProfile != "" {
 		if err := <-profiled; err != nil {
@@ -185,7 +189,7 @@ func benchLongQueue(bin, tmp string) error {
 			mu := concurrency.NewMutex(es[i], "/bench/long-queue")
 			waiting.Add(1)
 			if err := mu.Lock(ctx); err != nil {
-				errOnce.Do(func() { firstErr = err })
+				fail(err)
 				return
 			}
 			_ = mu.Unlock(ctx)
@@ -209,8 +213,8 @@ func benchLongQueue(bin, tmp string) error {
 		return err
 	}
 	ewg.Wait()
-	if firstErr != nil && !errors.Is(firstErr, context.Canceled) {
-		return firstErr
+	if err := firstErr(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
 	}
 	etcdRate := float64(m) / time.Since(drain).Seconds()
 	fmt.Printf("  etcd Mutex recipe, %d waiters: drained at %.0f grants/s; coordd/etcd %.1fx\n", m, etcdRate, rate/etcdRate)
@@ -219,39 +223,11 @@ func benchLongQueue(bin, tmp string) error {
 
 // heapProfile writes coordd's heap profile to file.
 func heapProfile(httpAddr, file string) error {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/heap", httpAddr))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s", resp.Status)
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	return saveURL(fmt.Sprintf("http://%s/debug/pprof/heap", httpAddr), file)
 }
 
-// memstat reads one of coordd's Go memory gauges from /metrics (0 if it
-// cannot).
+// memstat reads one of coordd's Go memory gauges (0 if it cannot).
 func memstat(httpAddr, name string) float64 {
-	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", httpAddr))
-	if err != nil {
-		return 0
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
-		}
-	}
-	return 0
+	v, _ := gauge(httpAddr, name)
+	return v
 }

@@ -71,11 +71,8 @@ func validateContent(sch *jsonschema.Schema, content map[string]string) error {
 		}
 		doc[k] = v
 	}
-	if steps, err := validationCost(sch, doc, MaxValidationSteps); err != nil {
-		if steps <= MaxValidationSteps {
-			steps = MaxValidationSteps + 1
-		}
-		return fmt.Errorf("%w: validating this content against the namespace's schema could take more than %d steps (at least %d counted before stopping): its branches multiply over the values' depth, or uniqueItems over a long array; simplify the schema or the values", ErrInvalid, MaxValidationSteps, steps)
+	if err := checkValidationCost(sch, doc, MaxValidationSteps); err != nil {
+		return fmt.Errorf("%w: validating this content against the namespace's schema could take more than %d steps: its branches multiply over the values' depth, or uniqueItems over a long array; simplify the schema or the values", ErrInvalid, MaxValidationSteps)
 	}
 	if err := sch.Validate(doc); err != nil {
 		var ve *jsonschema.ValidationError

@@ -69,14 +69,13 @@ func checkSchemaLimits(text string) error {
 	}
 }
 
-// validationCost counts, up to limit, the steps validating doc against sch
-// could take: every (schema, value) pair reachable through every
-// applicator, whichever branch would pass, so it is an upper bound on the
-// validator's visits. It fails with errTooComplex past limit.
-func validationCost(sch *jsonschema.Schema, doc any, limit int) (int, error) {
+// checkValidationCost counts, up to limit, the steps validating doc
+// against sch could take: every (schema, value) pair reachable through
+// every applicator, whichever branch would pass, so it is an upper bound
+// on the validator's visits. It fails with errTooComplex past limit.
+func checkValidationCost(sch *jsonschema.Schema, doc any, limit int) error {
 	c := costCounter{limit: limit}
-	err := c.visit(sch, doc, 0)
-	return c.steps, err
+	return c.visit(sch, doc, 0)
 }
 
 type costCounter struct {
@@ -106,15 +105,12 @@ func (c *costCounter) visit(s *jsonschema.Schema, v any, depth int) error {
 			return err
 		}
 	}
-	same := []*jsonschema.Schema{s.Ref, s.RecursiveRef, s.Not, s.If, s.Then, s.Else, s.ContentSchema}
+	var dynamic *jsonschema.Schema
 	if s.DynamicRef != nil {
-		same = append(same, s.DynamicRef.Ref)
+		dynamic = s.DynamicRef.Ref
 	}
-	same = append(same, s.AllOf...)
-	same = append(same, s.AnyOf...)
-	same = append(same, s.OneOf...)
-	for _, sub := range same {
-		if err := c.visit(sub, v, depth+1); err != nil {
+	for _, subs := range [][]*jsonschema.Schema{{s.Ref, s.RecursiveRef, dynamic, s.Not, s.If, s.Then, s.Else, s.ContentSchema}, s.AllOf, s.AnyOf, s.OneOf} {
+		if err := c.visitAll(subs, v, depth); err != nil {
 			return err
 		}
 	}
@@ -133,18 +129,17 @@ func (c *costCounter) visitObject(s *jsonschema.Schema, v map[string]any, depth 
 		if err := c.visit(s.PropertyNames, k, depth+1); err != nil {
 			return err
 		}
-		subs := []*jsonschema.Schema{s.Properties[k], s.UnevaluatedProperties, schemaOf(s.AdditionalProperties)}
+		if err := c.visitAll([]*jsonschema.Schema{s.Properties[k], s.UnevaluatedProperties, schemaOf(s.AdditionalProperties)}, child, depth); err != nil {
+			return err
+		}
 		for re, sub := range s.PatternProperties {
 			if err := c.add(1); err != nil {
 				return err
 			}
 			if re.MatchString(k) {
-				subs = append(subs, sub)
-			}
-		}
-		for _, sub := range subs {
-			if err := c.visit(sub, child, depth+1); err != nil {
-				return err
+				if err := c.visit(sub, child, depth+1); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -176,16 +171,23 @@ func (c *costCounter) visitArray(s *jsonschema.Schema, v []any, depth int) error
 		prefix = items
 	}
 	for i, child := range v {
-		subs := []*jsonschema.Schema{s.Items2020, schemaOf(s.Items), s.Contains, s.UnevaluatedItems}
+		positional := schemaOf(s.AdditionalItems)
 		if i < len(prefix) {
-			subs = append(subs, prefix[i])
-		} else {
-			subs = append(subs, schemaOf(s.AdditionalItems))
+			positional = prefix[i]
 		}
-		for _, sub := range subs {
-			if err := c.visit(sub, child, depth+1); err != nil {
-				return err
-			}
+		if err := c.visitAll([]*jsonschema.Schema{s.Items2020, schemaOf(s.Items), s.Contains, s.UnevaluatedItems, positional}, child, depth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// visitAll visits each of subs (nil ones cost nothing) on v, one level
+// deeper than depth.
+func (c *costCounter) visitAll(subs []*jsonschema.Schema, v any, depth int) error {
+	for _, sub := range subs {
+		if err := c.visit(sub, v, depth+1); err != nil {
+			return err
 		}
 	}
 	return nil

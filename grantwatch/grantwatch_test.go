@@ -279,17 +279,6 @@ func TestFeedsUnderAPrefix(t *testing.T) {
 	}
 }
 
-// countingKV counts the reads a Watcher makes.
-type countingKV struct {
-	clientv3.KV
-	gets atomic.Int32
-}
-
-func (c *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	c.gets.Add(1)
-	return c.KV.Get(ctx, key, opts...)
-}
-
 // synced returns once w has dispatched every change made before it was
 // called (a marker's deletion is reported only after them).
 func synced(t *testing.T, cli *clientv3.Client, w *grantwatch.Watcher) {
@@ -312,8 +301,7 @@ func synced(t *testing.T, cli *clientv3.Client, w *grantwatch.Watcher) {
 func TestWatchFromARecentRevisionNeedsNoRead(t *testing.T) {
 	defer grantwatch.SetRecentDeletions(8)()
 	cli := start(t)
-	kv := &countingKV{KV: cli.KV}
-	cli.KV = kv
+	gets := etcdtest.CountGets(cli)
 	w := grantwatch.New(cli, "/r/lock/")
 	run(t, w)
 	synced(t, cli, w)
@@ -322,7 +310,7 @@ func TestWatchFromARecentRevisionNeedsNoRead(t *testing.T) {
 	alive := put(t, cli, "/r/lock/alive")
 	del(t, cli, "/r/lock/gone")
 	synced(t, cli, w) // the deletion is dispatched: only the memory knows it
-	reads := kv.gets.Load()
+	reads := gets.Load()
 	var g, a counter
 	stopG, err := w.WatchFrom(t.Context(), "/r/lock/gone", gone, gone, g.ended)
 	if err != nil {
@@ -334,7 +322,7 @@ func TestWatchFromARecentRevisionNeedsNoRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopA()
-	if got := kv.gets.Load() - reads; got != 0 {
+	if got := gets.Load() - reads; got != 0 {
 		t.Fatalf("%d reads to watch entries known alive at a remembered revision, want 0", got)
 	}
 	if g.get() != 1 || a.get() != 0 {
@@ -353,26 +341,26 @@ func TestWatchFromARecentRevisionNeedsNoRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	synced(t, cli, w)
-	reads = kv.gets.Load()
+	reads = gets.Load()
 	var o counter
 	stopO, err := w.WatchFrom(t.Context(), "/r/lock/old", old, old, o.ended)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stopO()
-	if got := kv.gets.Load() - reads; got != 1 || o.get() != 1 {
+	if got := gets.Load() - reads; got != 1 || o.get() != 1 {
 		t.Fatalf("an entry deleted among forgotten deletions: %d reads, %d reports; want 1, 1", got, o.get())
 	}
 	// No revision: read, as Watch does.
 	kept := put(t, cli, "/r/lock/kept")
-	reads = kv.gets.Load()
+	reads = gets.Load()
 	var k counter
 	stopK, err := w.WatchFrom(t.Context(), "/r/lock/kept", kept, 0, k.ended)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stopK()
-	if got := kv.gets.Load() - reads; got != 1 || k.get() != 0 {
+	if got := gets.Load() - reads; got != 1 || k.get() != 0 {
 		t.Fatalf("a watch without a revision: %d reads, %d reports; want 1, 0", got, k.get())
 	}
 }

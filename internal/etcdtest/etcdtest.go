@@ -4,7 +4,9 @@
 package etcdtest
 
 import (
+	"context"
 	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,4 +83,22 @@ func mustURL(tb testing.TB, s string) url.URL {
 		tb.Fatalf("etcdtest: %v", err)
 	}
 	return *u
+}
+
+// CountGets makes cli count the reads made through it (Get calls), and
+// returns the count. Call it before handing cli to what is measured.
+func CountGets(cli *clientv3.Client) *atomic.Int64 {
+	kv := &countingKV{KV: cli.KV}
+	cli.KV = kv
+	return &kv.gets
+}
+
+type countingKV struct {
+	clientv3.KV
+	gets atomic.Int64
+}
+
+func (c *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	c.gets.Add(1)
+	return c.KV.Get(ctx, key, opts...)
 }

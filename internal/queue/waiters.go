@@ -321,17 +321,7 @@ func (m *mirror) append(n *node, rev int64) {
 		m.head = n
 	}
 	m.tail = n
-	if m.nAll < m.id.limit {
-		n.inAll, m.allEnd = true, n
-		m.nAll++
-	}
-	if m.nEx < m.id.limit {
-		n.inEx, m.exEnd = true, n
-		if n.exclusive {
-			m.nEx++
-		}
-	}
-	m.check(n, rev)
+	m.grow(rev)
 }
 
 // remove takes n out at revision rev, moves the zones' ends past it, and
@@ -367,33 +357,33 @@ func (m *mirror) remove(n *node, rev int64) {
 		m.tail = n.prev
 	}
 	n.prev, n.next = nil, nil
-	// Grow the zones again: each node enters each zone once.
-	for m.nAll < m.id.limit {
-		c := m.head
-		if m.allEnd != nil {
-			c = m.allEnd.next
-		}
-		if c == nil {
-			break
-		}
+	m.grow(rev)
+}
+
+// grow extends each zone that is not full over the nodes after its end,
+// telling the waiters whose turn that is (at rev). Each node enters each
+// zone once, so growing costs O(1) per node over the mirror's life.
+func (m *mirror) grow(rev int64) {
+	for c := m.after(m.allEnd); c != nil && m.nAll < m.id.limit; c = c.next {
 		c.inAll, m.allEnd = true, c
 		m.nAll++
 		m.check(c, rev)
 	}
-	for m.nEx < m.id.limit {
-		c := m.head
-		if m.exEnd != nil {
-			c = m.exEnd.next
-		}
-		if c == nil {
-			break
-		}
+	for c := m.after(m.exEnd); c != nil && m.nEx < m.id.limit; c = c.next {
 		c.inEx, m.exEnd = true, c
 		if c.exclusive {
 			m.nEx++
 		}
 		m.check(c, rev)
 	}
+}
+
+// after is the node after a zone's end: the head for an empty zone.
+func (m *mirror) after(end *node) *node {
+	if end == nil {
+		return m.head
+	}
+	return end.next
 }
 
 // check tells n's waiter, if any, that its turn came at rev, if it did.

@@ -1,29 +1,16 @@
 package queue_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/etcdtest"
 	"github.com/coordd/coordd/internal/queue"
 )
-
-// countingKV counts the reads made through a client.
-type countingKV struct {
-	clientv3.KV
-	gets atomic.Int64
-}
-
-func (c *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	c.gets.Add(1)
-	return c.KV.Get(ctx, key, opts...)
-}
 
 // Many waiters on one queue cost the member one read in all, not one
 // each, and each deletion grants exactly the next waiter, in queue order,
@@ -37,8 +24,7 @@ func TestManyWaitersShareOneRead(t *testing.T) {
 		keys[i] = fmt.Sprintf("e%04d", i)
 	}
 	cli, revs, w := setup(t, keys...)
-	kv := &countingKV{KV: cli.KV}
-	cli.KV = kv
+	gets := etcdtest.CountGets(cli)
 	ws := queue.NewWaiters(cli, w, queue.WaitersOptions{})
 	type turn struct {
 		i   int
@@ -63,7 +49,7 @@ func TestManyWaitersShareOneRead(t *testing.T) {
 			t.Fatalf("after deleting %s: waiter %d's turn at %d (%v); want waiter %d's at %d", keys[i], got.i, got.rev, got.err, i+1, del.Header.Revision)
 		}
 	}
-	if reads := kv.gets.Load(); reads > 3 {
+	if reads := gets.Load(); reads > 3 {
 		t.Errorf("%d waiters read etcd %d times; want one read (a few if the watch restarted)", n, reads)
 	}
 }
@@ -81,10 +67,11 @@ func TestReadersAndWritersTakeTurns(t *testing.T) {
 		if k[0] == 'r' {
 			turn.Blocks = writer
 		}
-		results[k] = make(chan error, 1)
+		result := make(chan error, 1)
+		results[k] = result
 		go func() {
 			_, err := ws.Wait(t.Context(), turn)
-			results[k] <- err
+			result <- err
 		}()
 	}
 	probes := 0
