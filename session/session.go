@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -100,6 +101,10 @@ type record struct {
 	Labels     map[string]string `json:"labels,omitempty"`
 	Principal  string            `json:"principal,omitempty"`
 	Created    time.Time         `json:"created"`
+	// EndedBy names the member whose Clock ended the session; the record
+	// stays until that member revokes the lease (a moment). A record with
+	// it is a session that has ended.
+	EndedBy string `json:"ended_by,omitempty"`
 }
 
 // Manager creates, renews, lists and closes sessions. It is safe for
@@ -110,6 +115,7 @@ type Manager struct {
 	owners string // "<root>session-owners/": one key per session of a principal
 	now    func() time.Time
 	renew  Renewer
+	clock  *Clock
 	// perPrincipal bounds each principal's live sessions; 0 is no bound.
 	perPrincipal int
 }
@@ -123,6 +129,12 @@ type Renewer func(ctx context.Context, id clientv3.LeaseID) (int64, error)
 // stream of the etcd client (for the embedded member: its own lessor, or
 // its etcd leader's, without a stream per renewal). Call it before use.
 func (m *Manager) RenewWith(r Renewer) { m.renew = r }
+
+// UseClock makes the sessions' time coordd's own (see Clock): Create
+// gives the etcd lease BackstopTTL, KeepAlive renews through c, Get
+// reports c's remaining time. Without it a session's time is its etcd
+// lease's, with etcd's flaws (package doc). Call it before use.
+func (m *Manager) UseClock(c *Clock) { m.clock = c }
 
 // NewManager returns a Manager that keeps session metadata under
 // root+"session/". root is coordd's key root, for example "/coordd/".
@@ -165,13 +177,17 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 		}
 	}
 	secs := int64(ttl / time.Second)
-	lease, err := m.cli.Grant(ctx, secs)
+	leaseTTL := secs
+	if m.clock != nil {
+		leaseTTL = int64(BackstopTTL(ttl) / time.Second)
+	}
+	lease, err := m.cli.Grant(ctx, leaseTTL)
 	if err != nil {
 		return Info{}, fmt.Errorf("session: grant lease: %w", err)
 	}
 	info := Info{
 		ID:       ID(lease.ID),
-		TTL:      time.Duration(lease.TTL) * time.Second,
+		TTL:      time.Duration(secs) * time.Second,
 		Owner:    spec.Owner,
 		Hostname: spec.Hostname,
 		Labels:   spec.Labels,
@@ -179,7 +195,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 
 		Principal: spec.Principal,
 	}
-	val, err := json.Marshal(record{TTLSeconds: lease.TTL, Owner: info.Owner, Hostname: info.Hostname, Labels: info.Labels, Principal: info.Principal, Created: info.Created})
+	val, err := json.Marshal(record{TTLSeconds: secs, Owner: info.Owner, Hostname: info.Hostname, Labels: info.Labels, Principal: info.Principal, Created: info.Created})
 	if err != nil {
 		return Info{}, fmt.Errorf("session: encode metadata: %w", err)
 	}
@@ -201,6 +217,13 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 // KeepAlive renews the session once and returns its granted TTL, counted
 // from now. It returns ErrNotFound when the session has ended.
 func (m *Manager) KeepAlive(ctx context.Context, id ID) (time.Duration, error) {
+	if m.clock != nil {
+		ttls, errs, err := m.clock.Renew(ctx, []ID{id})
+		if err != nil {
+			return 0, fmt.Errorf("session: keep-alive %s: %w", id, err)
+		}
+		return ttls[0], errs[0]
+	}
 	renew := m.renew
 	if renew == nil {
 		renew = func(ctx context.Context, id clientv3.LeaseID) (int64, error) {
@@ -219,6 +242,31 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID) (time.Duration, error) {
 		return 0, fmt.Errorf("session: keep-alive %s: %w", id, err)
 	}
 	return time.Duration(ttl) * time.Second, nil
+}
+
+// KeepAliveAll renews the sessions ids at once: with a Clock, in one
+// write. It returns each one's TTL or error (wrapping ErrNotFound for a
+// session that has ended); err instead when none could be renewed.
+func (m *Manager) KeepAliveAll(ctx context.Context, ids []ID) (ttls []time.Duration, errs []error, err error) {
+	if m.clock != nil {
+		ttls, errs, err = m.clock.Renew(ctx, ids)
+		if err != nil {
+			return nil, nil, fmt.Errorf("session: keep-alive: %w", err)
+		}
+		return ttls, errs, nil
+	}
+	ttls, errs = make([]time.Duration, len(ids)), make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { ttls[i], errs[i] = m.KeepAlive(ctx, id) })
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil && !errors.Is(e, ErrNotFound) {
+			return nil, nil, e
+		}
+	}
+	return ttls, errs, nil
 }
 
 // Get returns a live session with its remaining TTL. It returns ErrNotFound
@@ -252,6 +300,13 @@ func (m *Manager) Detail(ctx context.Context, info Info) (Info, error) {
 		return Info{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	info.Remaining = time.Duration(ttl.TTL) * time.Second
+	if m.clock != nil {
+		// The lease is the backstop; the session's time is the clock's.
+		info.Remaining = min(info.Remaining, info.TTL)
+		if left, ok := m.clock.Remaining(id); ok {
+			info.Remaining = left.Truncate(time.Second)
+		}
+	}
 	for _, k := range ttl.Keys {
 		info.Keys = append(info.Keys, string(k))
 	}
@@ -282,6 +337,9 @@ func (m *Manager) List(ctx context.Context, after ID, limit int) ([]Info, bool, 
 			return nil, false, fmt.Errorf("session: list: unexpected key %q", kv.Key)
 		}
 		info, err := decode(id, kv.Value)
+		if errors.Is(err, ErrNotFound) {
+			continue // ended a moment ago
+		}
 		if err != nil {
 			return nil, false, err
 		}
@@ -307,6 +365,9 @@ func decode(id ID, val []byte) (Info, error) {
 	var r record
 	if err := json.Unmarshal(val, &r); err != nil {
 		return Info{}, fmt.Errorf("session: decode metadata of %s: %w", id, err)
+	}
+	if r.EndedBy != "" {
+		return Info{}, fmt.Errorf("%w: %s (ended)", ErrNotFound, id)
 	}
 	return Info{
 		ID:       id,

@@ -475,16 +475,21 @@ func (s *SessionServer) renewShared(ctx context.Context, job renewJob) sharedRen
 		}
 		return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{SessionId: r.GetSessionId(), Ttl: r.GetTtl(), Gone: r.GetGone()}}
 	}
-	rs := make([]*coorddv1.Renewal, len(job.batch))
-	errs := make([]error, len(job.batch))
-	var wg sync.WaitGroup
-	for i, id := range job.batch {
-		wg.Go(func() { rs[i], errs[i] = s.renewOne(ctx, id) })
+	ttls, errs, err := s.m.KeepAliveAll(ctx, job.batch)
+	if err != nil {
+		s.metrics.keepAlive(err)
+		return sharedRenewal{err: err}
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return sharedRenewal{err: err}
+	rs := make([]*coorddv1.Renewal, len(job.batch))
+	for i, id := range job.batch {
+		s.metrics.keepAlive(errs[i])
+		switch {
+		case errors.Is(errs[i], session.ErrNotFound):
+			rs[i] = &coorddv1.Renewal{SessionId: id.String(), Gone: true}
+		case errs[i] != nil:
+			return sharedRenewal{err: errs[i]}
+		default:
+			rs[i] = &coorddv1.Renewal{SessionId: id.String(), Ttl: durationpb.New(ttls[i])}
 		}
 	}
 	return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{Renewals: rs}}

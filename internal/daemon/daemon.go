@@ -5,6 +5,8 @@ package daemon
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,6 +65,7 @@ type Daemon struct {
 	// The config watch cache and the holdings watch (grantwatch) run
 	// from Start until Stop, which cancels them with stopBackground.
 	configCache    *configcenter.Cache
+	clock          *session.Clock
 	stopBackground context.CancelFunc
 	leader         *leaderWatch
 
@@ -247,9 +250,16 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
 	sessions.LimitPerPrincipal(max(cfg.MaxSessionsPerPrincipal, 0))
 	waiters := &api.Waiters{Max: max(cfg.MaxWaitersPerPrincipal, 0)}
+	var renew session.Renewer
+	member := randomMemberName()
 	if d.etcd != nil {
-		sessions.RenewWith(renewer(d.etcd.Server))
+		renew = renewer(d.etcd.Server)
+		sessions.RenewWith(renew)
+		member = fmt.Sprintf("%x", uint64(d.etcd.Server.MemberID()))
 	}
+	// coordd keeps the sessions' time, not etcd's lessor (session.Clock).
+	d.clock = session.NewClock(d.cli, cfg.KeyRoot, member, renew, d.lg.Named("sessions"))
+	sessions.UseClock(d.clock)
 	// One etcd watch per prefix tells every keep-alive stream of this
 	// member when a lock grant or leadership it watches ends, and every
 	// waiter when an entry ahead of it goes.
@@ -407,6 +417,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	go func() {
 		defer d.wg.Done()
 		d.configCache.Run(bgCtx)
+	}()
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.clock.Run(bgCtx)
 	}()
 	go func() {
 		defer d.wg.Done()
@@ -738,4 +753,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return werr
 	}
 	return serr
+}
+
+// randomMemberName names a member of an external etcd cluster in the
+// session renewals it writes (an embedded member uses its etcd id).
+func randomMemberName() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand never fails on Linux
+	return "x" + hex.EncodeToString(b)
 }

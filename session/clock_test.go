@@ -1,0 +1,144 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/wait"
+)
+
+// member is one coordd member's sessions: a Manager on its own Clock.
+type member struct {
+	m     *Manager
+	clock *Clock
+}
+
+// startMember runs a clock named name until the test ends.
+func startMember(t *testing.T, cli *clientv3.Client, name string, setup func(*Clock)) member {
+	t.Helper()
+	c := NewClock(cli, "/coordd/", name, nil, nil)
+	if setup != nil {
+		setup(c)
+	}
+	m := NewManager(cli, "/coordd/")
+	m.UseClock(c)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return member{m, c}
+}
+
+func startEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	return etcdtest.Start(t).Client(t)
+}
+
+// A session nobody renews ends one TTL after its last renewal, not
+// earlier, and a renewal after that says it is gone.
+func TestClockEndsUnrenewedSessions(t *testing.T) {
+	cli := startEtcd(t)
+	a := startMember(t, cli, "a", nil)
+	ctx := t.Context()
+	info, err := a.m.Create(ctx, Spec{TTL: 2 * time.Second, Owner: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := cli.TimeToLive(ctx, clientv3.LeaseID(info.ID))
+	if err != nil || lease.GrantedTTL != int64(BackstopTTL(2*time.Second)/time.Second) {
+		t.Fatalf("etcd lease = %+v, %v; want the backstop TTL %s", lease, err, BackstopTTL(2*time.Second))
+	}
+	// A key bound to the session, as a lock holder's is.
+	if _, err := cli.Put(ctx, "/coordd/lock/x/holder", "", clientv3.WithLease(clientv3.LeaseID(info.ID))); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	if ttl, err := a.m.KeepAlive(ctx, info.ID); err != nil || ttl != 2*time.Second {
+		t.Fatalf("KeepAlive = %s, %v", ttl, err)
+	}
+	wait.Within(t, 10*time.Second, "the session to end", func() bool {
+		resp, err := cli.Get(ctx, "/coordd/lock/x/holder")
+		return err == nil && len(resp.Kvs) == 0
+	})
+	took := time.Since(sent)
+	if took < 2*time.Second || took > 3*time.Second {
+		t.Fatalf("the session ended %s after its last renewal was sent; want within [TTL, TTL+1s] = [2s, 3s]", took)
+	}
+	if _, err := a.m.KeepAlive(ctx, info.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("KeepAlive after the end = %v, want ErrNotFound", err)
+	}
+	if _, err := a.m.Get(ctx, info.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after the end = %v, want ErrNotFound", err)
+	}
+	t.Logf("ended %s after the last renewal was sent (TTL 2s)", took.Round(time.Millisecond))
+}
+
+// A member that stopped seeing renewals (paused, or its watch stalled)
+// cannot end a session that another member kept renewing: its ending
+// transaction's compare fails. With the compare switched off, it does end
+// it: the check that this test can fail.
+func TestStalledMemberCannotEndRenewedSession(t *testing.T) {
+	for _, fenced := range []bool{true, false} {
+		name := "fenced"
+		if !fenced {
+			name = "unfenced"
+		}
+		t.Run(name, func(t *testing.T) {
+			cli := startEtcd(t)
+			a := startMember(t, cli, "a", nil)
+			var stall sync.Mutex // held: b's watch applies nothing
+			b := startMember(t, cli, "b", func(c *Clock) {
+				c.beforeApply = func() { stall.Lock(); stall.Unlock() } //nolint:staticcheck // waits for the stall to end
+				c.noFence = !fenced
+			})
+			ctx := t.Context()
+			info, err := a.m.Create(ctx, Spec{TTL: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// b has seen the session before it stalls.
+			wait.Within(t, 5*time.Second, "b to see the session", func() bool { _, ok := b.clock.Remaining(info.ID); return ok })
+			stall.Lock()
+			stalled := true
+			defer func() {
+				if stalled {
+					stall.Unlock()
+				}
+			}()
+			// a renews every 400 ms for three TTLs while b sees nothing.
+			var gone error
+			for end := time.Now().Add(6 * time.Second); time.Now().Before(end) && gone == nil; {
+				if _, err := a.m.KeepAlive(ctx, info.ID); err != nil {
+					gone = err
+				}
+				time.Sleep(400 * time.Millisecond) // the renewal interval itself
+			}
+			stall.Unlock()
+			stalled = false
+			if _, err := a.m.KeepAlive(ctx, info.ID); err != nil && gone == nil {
+				gone = err
+			}
+			if fenced && gone != nil {
+				t.Fatalf("a renewed session was ended by a member that had not seen its renewals: %v", gone)
+			}
+			if !fenced && !errors.Is(gone, ErrNotFound) {
+				t.Fatalf("without the compare, the stalled member should have ended the renewed session; renewals say %v", gone)
+			}
+		})
+	}
+}
