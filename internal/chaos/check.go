@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -16,32 +15,9 @@ import (
 type Violation struct {
 	Checker string
 	What    string
-	// Known, when set, explains the violation by a known limitation
-	// outside coordd (see KnownEarlyRevocation); it is reported, not
-	// failed.
-	Known string
 }
 
-func (v Violation) String() string {
-	if v.Known != "" {
-		return v.Checker + ": " + v.What + " [known: " + v.Known + "]"
-	}
-	return v.Checker + ": " + v.What
-}
-
-// KnownEarlyRevocation explains an overlap of holders' views that follows
-// a pause of the etcd-leader member: on resuming, etcd's lessor revokes the
-// leases whose expiry passed in its own view from before the pause, though
-// the interim leader renewed them. etcd's guard against a stale leader
-// (ensureLeadership, etcd issues #12528 and #15247) trusts a member whose
-// raft ticks are recent, and a resumed process ticks at once. The holder's
-// session then ends on the server before the SDK's local deadline; fenced
-// writes still refuse the old holder.
-const KnownEarlyRevocation = "etcd revoked the session early after its leader member was paused (etcd #15247: a resumed leader revokes by pre-pause expiry times)"
-
-// earlyRevocationWindow is how soon after a member resumed an overlap is
-// taken for KnownEarlyRevocation.
-const earlyRevocationWindow = 3 * time.Second
+func (v Violation) String() string { return v.Checker + ": " + v.What }
 
 // Write is one write of a fenced key as etcd applied it.
 type Write struct {
@@ -50,9 +26,8 @@ type Write struct {
 }
 
 // Check runs every checker over the records of kind and the applied writes
-// of its fenced key, in revision order. resumed lists when paused members
-// were resumed (Unix nanoseconds), to tell KnownEarlyRevocation apart.
-func Check(kind string, recs []Record, writes []Write, resumed []int64, timeout time.Duration) []Violation {
+// of its fenced key, in revision order.
+func Check(kind string, recs []Record, writes []Write, timeout time.Duration) []Violation {
 	var own []Record
 	for _, r := range recs {
 		if r.Kind == kind {
@@ -62,7 +37,7 @@ func Check(kind string, recs []Record, writes []Write, resumed []int64, timeout 
 	var out []Violation
 	out = append(out, CheckLinearizable(kind, own, timeout)...)
 	out = append(out, CheckWriteOrder(kind, own, writes)...)
-	out = append(out, CheckViews(kind, own, resumed)...)
+	out = append(out, CheckViews(kind, own)...)
 	return out
 }
 
@@ -167,22 +142,12 @@ func CheckWriteOrder(kind string, recs []Record, writes []Write) []Violation {
 
 // CheckViews checks that no two grants were held at once in their holders'
 // own (SDK) view: each view ends before the next one begins. For an
-// election this is "never two leaders". An overlap whose earlier holder
-// learnt from the server that its session or its grant was gone (not by
-// its own release), with the later grant made within 3s after a member in
-// resumed was resumed, is marked KnownEarlyRevocation. So is one whose
-// earlier holder never heard (its view ended by its own release or
-// deadline) but whose session the server is later found not to have: the
-// SDK was renewing it, so the server revoked it early.
-func CheckViews(kind string, recs []Record, resumed []int64) []Violation {
+// election this is "never two leaders".
+func CheckViews(kind string, recs []Record) []Violation {
 	var views []Record
-	revoked := map[string]int64{} // sessions the server dropped, when the SDK learnt it
 	for _, r := range recs {
-		switch {
-		case r.Op == OpView:
+		if r.Op == OpView {
 			views = append(views, r)
-		case r.Op == OpSessionEnd && endedByServer(r.Err):
-			revoked[r.Session] = r.Return
 		}
 	}
 	slices.SortFunc(views, func(a, b Record) int { return cmp.Compare(a.Token, b.Token) })
@@ -195,24 +160,9 @@ func CheckViews(kind string, recs []Record, resumed []int64) []Violation {
 		}
 		cur := views[i]
 		if cur.Call < prev.Return {
-			v := Violation{Checker: "overlap-" + kind, What: fmt.Sprintf("%s held token %d until %s after %s's token %d began",
-				prev.Worker, prev.Token, time.Duration(prev.Return-cur.Call).Round(time.Microsecond), cur.Worker, cur.Token)}
-			at, dropped := revoked[prev.Session]
-			told := endedByServer(prev.Err) || prev.Err == "" && dropped && at >= cur.Call && at-cur.Call <= int64(earlyRevocationWindow)
-			if told && slices.ContainsFunc(resumed, func(r int64) bool {
-				return r <= cur.Call && cur.Call-r <= int64(earlyRevocationWindow)
-			}) {
-				v.Known = KnownEarlyRevocation
-			}
-			out = append(out, v)
+			out = append(out, Violation{Checker: "overlap-" + kind, What: fmt.Sprintf("%s held token %d until %s after %s's token %d began",
+				prev.Worker, prev.Token, time.Duration(prev.Return-cur.Call).Round(time.Microsecond), cur.Worker, cur.Token)})
 		}
 	}
 	return out
-}
-
-// endedByServer reports whether a view's end cause says the server ended
-// it: the session gone, or the grant reported released (the matrix makes no
-// outside releases, so that is an expiry too).
-func endedByServer(cause string) bool {
-	return strings.Contains(cause, "session not found") || strings.Contains(cause, "the server reports")
 }

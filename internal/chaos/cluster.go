@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -131,6 +132,51 @@ func (c *Cluster) Leader(ctx context.Context) (int, error) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// MoveLeader hands etcd's leadership from its leader to the next running
+// member (etcd's MoveLeader).
+func (c *Cluster) MoveLeader(ctx context.Context) error {
+	i, err := c.Leader(ctx)
+	if err != nil {
+		return err
+	}
+	lead := c.Members[i]
+	for k := 1; k < len(c.Members); k++ {
+		next := c.Members[(i+k)%len(c.Members)]
+		if !next.Running() {
+			continue
+		}
+		id, err := next.memberID(ctx)
+		if err != nil {
+			return err
+		}
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{lead.EtcdURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = cli.Close() }()
+		mctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err = cli.MoveLeader(mctx, id)
+		return err
+	}
+	return errors.New("no running member to hand etcd's leadership to")
+}
+
+func (m *Member) memberID(ctx context.Context) (uint64, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.EtcdURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = cli.Close() }()
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := cli.Status(sctx, m.EtcdURL)
+	if err != nil {
+		return 0, err
+	}
+	return st.Header.MemberId, nil
 }
 
 func (m *Member) isLeader(ctx context.Context) (bool, error) {

@@ -105,11 +105,18 @@ func (w *worker) stop() {
 
 // fault is one row of the matrix: inject starts the fault and returns
 // what ends it.
+// The faults whose figures the session clock answers for (issue 35).
+const (
+	pausedLeader = "SIGSTOP of the etcd-leader member past the election timeout and the TTL"
+	movingLeader = "kill -9 of the lock holder while etcd's leadership moves every TTL/2"
+)
+
 type fault struct {
 	name   string
 	kind   string // the kind whose fail-over it measures
 	target string // "member", "holder" or "storage"
 	inject func(t *testing.T) (end func(), victim string)
+	lasts  time.Duration // how long the fault lasts, if not its target's default
 }
 
 // TestFaultMatrix runs a real three-member cluster (separate coordd
@@ -234,6 +241,25 @@ func TestFaultMatrix(t *testing.T) {
 		t.Fatalf("holder %q is no worker", owner)
 		return nil
 	}
+	// killHolding kills the lock holder while it holds the lock (a holder
+	// may release between the look and the kill: then it is started again
+	// and another try made).
+	killHolding := func(t *testing.T) *worker {
+		for try := 0; ; try++ {
+			w := holderOf(t, chaos.KindLock)
+			w.kill()
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			st, err := admin.Admin().DescribeLock(ctx, chaos.LockName)
+			cancel()
+			if err == nil && len(st.Holders) > 0 && st.Holders[0].Owner == w.id {
+				return w
+			}
+			if try == 20 {
+				t.Fatalf("could not kill the lock holder while it held the lock in 20 tries (last: %v)", err)
+			}
+			w.start(t)
+		}
+	}
 	restart := func(t *testing.T, ms ...*chaos.Member) {
 		for _, m := range ms {
 			if err := m.Restart(); err != nil {
@@ -251,8 +277,10 @@ func TestFaultMatrix(t *testing.T) {
 			m := leader(t)
 			m.Kill()
 			return func() { restart(t, m) }, ""
-		}},
-		{"SIGSTOP of the etcd-leader member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
+		}, 0},
+		// Past the election timeout and the sessions' TTL: a resumed
+		// etcd leader revokes the leases its own clock says expired.
+		{name: pausedLeader, kind: chaos.KindLock, target: "member", lasts: ttl + 2*time.Second, inject: func(t *testing.T) (func(), string) {
 			m := leader(t)
 			m.Pause()
 			return m.Resume, ""
@@ -261,43 +289,73 @@ func TestFaultMatrix(t *testing.T) {
 			m := leader(t)
 			m.Partition()
 			return m.Heal, ""
-		}},
+		}, 0},
 		{"kill -9 of a follower member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
 			l := leader(t)
 			m := c.Members[(slices.Index(c.Members, l)+1)%len(c.Members)]
 			m.Kill()
 			return func() { restart(t, m) }, ""
-		}},
+		}, 0},
 		{"kill -9 of every member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
 			for _, m := range c.Members {
 				m.Kill()
 			}
 			return func() { restart(t, c.Members...) }, ""
-		}},
+		}, 0},
 		{"SIGSTOP of the lock holder", chaos.KindLock, "holder", func(t *testing.T) (func(), string) {
 			w := holderOf(t, chaos.KindLock)
 			w.signal(syscall.SIGSTOP)
 			return func() { w.signal(syscall.SIGCONT) }, w.id
-		}},
+		}, 0},
 		{"kill -9 of the lock holder", chaos.KindLock, "holder", func(t *testing.T) (func(), string) {
 			w := holderOf(t, chaos.KindLock)
 			w.kill()
 			return func() { w.start(t) }, w.id
+		}, 0},
+		// etcd gives a lease its whole TTL back whenever its leadership
+		// moves; coordd's session clock must not.
+		{name: movingLeader, kind: chaos.KindLock, target: "holder", lasts: 4 * ttl, inject: func(t *testing.T) (func(), string) {
+			w := killHolding(t)
+			ctx, cancel := context.WithCancel(t.Context())
+			moved := make(chan error, 1)
+			go func() {
+				tick := time.NewTicker(ttl / 2)
+				defer tick.Stop()
+				for {
+					select {
+					case <-ctx.Done():
+						moved <- nil
+						return
+					case <-tick.C:
+						if err := c.MoveLeader(ctx); err != nil && ctx.Err() == nil {
+							moved <- err
+							return
+						}
+					}
+				}
+			}()
+			return func() {
+				cancel()
+				if err := <-moved; err != nil {
+					t.Errorf("moving etcd's leadership: %v", err)
+				}
+				w.start(t)
+			}, w.id
 		}},
 		{"SIGSTOP of the elected leader", chaos.KindElection, "holder", func(t *testing.T) (func(), string) {
 			w := holderOf(t, chaos.KindElection)
 			w.signal(syscall.SIGSTOP)
 			return func() { w.signal(syscall.SIGCONT) }, w.id
-		}},
+		}, 0},
 		{"kill -9 of the elected leader", chaos.KindElection, "holder", func(t *testing.T) (func(), string) {
 			w := holderOf(t, chaos.KindElection)
 			w.kill()
 			return func() { w.start(t) }, w.id
-		}},
+		}, 0},
 		{"database full (etcd's quota, NOSPACE)", chaos.KindLock, "storage", func(t *testing.T) (func(), string) {
 			fillDatabase(t, admin)
 			return func() { makeRoom(t, c) }, ""
-		}},
+		}, 0},
 	}
 	if only := os.Getenv("COORDD_CHAOS_FAULTS"); only != "" {
 		// Run only the faults whose name contains one of the comma-separated words.
@@ -322,6 +380,9 @@ func TestFaultMatrix(t *testing.T) {
 			d := outage
 			if f.target == "holder" {
 				d = ttl + time.Second // past the session: others take over meanwhile
+			}
+			if f.lasts > 0 {
+				d = f.lasts
 			}
 			if f.target == "storage" {
 				start = time.Now() // grants go on while it fills: measure from full
@@ -364,13 +425,41 @@ func TestFaultMatrix(t *testing.T) {
 		t.Logf("%-40s at %6.2fs (unix %d ms, ended %d ms): next %s grant after %s, first accepted operation after %s", w.f.name, time.Duration(w.start-began.UnixNano()).Seconds(),
 			w.start/1e6, w.end/1e6, w.f.kind, took.Round(time.Millisecond), back.Round(time.Millisecond))
 	}
-	var resumed []int64
+	// Session time (issue 35). After a dead holder, the next grant within
+	// TTL + 1 s however often etcd's leadership moved; after a paused etcd
+	// leader resumed, no session ended by the server while its SDK still
+	// had time (its end's cause is "session not found", not its own
+	// deadline), counted from the pause to 3 s after the resume.
 	for _, w := range windows {
-		if strings.HasPrefix(w.f.name, "SIGSTOP of the etcd") {
-			resumed = append(resumed, w.end)
+		switch w.f.name {
+		case movingLeader:
+			next := time.Duration(-1)
+			for _, r := range recs {
+				if r.Kind == w.f.kind && r.Worker != w.victim && r.Op == chaos.OpAcquire && r.Token > 0 && r.Return >= w.start {
+					if d := time.Duration(r.Return - w.start); next < 0 || d < next {
+						next = d
+					}
+				}
+			}
+			t.Logf("%s: next grant %s after the kill (target: TTL + 1s = %s)", w.f.name, next.Round(time.Millisecond), ttl+time.Second)
+			if next < 0 || next > ttl+time.Second {
+				t.Errorf("%s: next grant %s after the kill, want at most TTL + 1s = %s", w.f.name, next.Round(time.Millisecond), ttl+time.Second)
+			}
+		case pausedLeader:
+			ended := 0
+			for _, r := range recs {
+				if r.Op == chaos.OpSessionEnd && strings.Contains(r.Err, "session not found") && r.Return >= w.start && r.Return <= w.end+int64(3*time.Second) {
+					ended++
+					t.Logf("%s: %s's session %s ended by the server at unix %d ms: %s", w.f.name, r.Worker, r.Session, r.Return/1e6, r.Err)
+				}
+			}
+			t.Logf("%s: %d sessions renewed within their TTL were ended", w.f.name, ended)
+			if ended > 0 {
+				t.Errorf("%s: %d sessions renewed within their TTL were ended", w.f.name, ended)
+			}
 		}
 	}
-	violations, known := 0, 0
+	violations := 0
 	violate := func(v chaos.Violation) {
 		violations++
 		if violations <= 30 { // a sabotaged run finds hundreds
@@ -395,12 +484,7 @@ func TestFaultMatrix(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d grants, %d fenced writes (%d refused as stale), %d applied", kind, n, puts, refused, len(writes))
-		for _, v := range chaos.Check(kind, recs, writes, resumed, time.Minute) {
-			if v.Known != "" {
-				known++
-				t.Logf("%s", v)
-				continue
-			}
+		for _, v := range chaos.Check(kind, recs, writes, time.Minute) {
 			violate(v)
 		}
 	}
@@ -422,7 +506,7 @@ func TestFaultMatrix(t *testing.T) {
 	if violations > 30 {
 		t.Errorf("... %d violations in all", violations)
 	}
-	t.Logf("%d violations, %d explained by known etcd limitations", violations, known)
+	t.Logf("%d violations", violations)
 	if sabotage != "" {
 		t.Logf("sabotage %q: %d violations found", sabotage, violations)
 	}
