@@ -87,14 +87,11 @@
 // session the SDK gave up on stays on the server (for at most its TTL once
 // etcd has a leader); a release from outside is told after the fact, when
 // the next holder may already hold the lock; and a paused holder can act
-// after its session ended, whatever the SDK does. Nor does the local
-// deadline hold against etcd revoking a lease early: when the etcd-leader
-// member's process is paused (SIGSTOP, a frozen VM) and resumes, etcd may
-// revoke leases by expiry times from before the pause although another
-// leader renewed them meanwhile (etcd issues #12528, #15247), so the next
-// holder can be granted up to the pause's length before this one's
-// Context ends; the fault matrix (internal/chaos) sees it and fencing
-// refuses the old holder's writes. A lock protects a resource only if the
+// after its session ended, whatever the SDK does. The local deadline
+// holds also when etcd's leadership moves or its leader member is paused:
+// the server keeps the sessions' time itself (docs/sessions.md). The
+// fault matrix (internal/chaos) checks it, and fencing still refuses an old
+// holder's late writes. A lock protects a resource only if the
 // resource checks the token (fencing.Guard, fencing.Middleware, or the
 // lock's own [Lock.Put]).
 //

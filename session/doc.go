@@ -6,21 +6,28 @@
 // session (Close, or expiry after its TTL without a keep-alive) releases all
 // of them in one etcd operation.
 //
+// A session's time is coordd's, not etcd's (Clock, docs/sessions.md): a
+// renewal is a write every member sees, each member ends a session it has
+// not seen renewed for its TTL, with a transaction that fails if any
+// renewal was committed after what it saw, and the etcd lease is only a
+// backstop (BackstopTTL). The daemon always uses a Clock; a Manager without
+// one has etcd's lease semantics (for tests and tools).
+//
 // Guarantees:
 //   - A session lives at least its TTL after the last keep-alive the server
-//     answered: etcd expires a lease only after its TTL has run out.
-//   - With lease checkpointing enabled (the daemon enables it for its
-//     embedded etcd; an external cluster has its own setting), a session
-//     with more than etcd's checkpoint interval (5 minutes) left keeps its
-//     remaining TTL across an etcd leader change.
+//     answered, and is never ended by a member that missed a renewal (a
+//     paused, partitioned or lagging member, an etcd leader resumed after
+//     a pause).
+//   - A session nobody renews ends within its TTL plus a transaction (plus
+//     Clock.Stagger if the member that renewed it last is gone, plus the
+//     time until etcd has a leader), however often etcd's leadership moves.
 //
 // Non-guarantees:
-//   - A session may outlive its TTL: a new etcd leader extends every lease by
-//     up to one election timeout, a session with less than 5 minutes left
-//     may get its full TTL back on a leader change, and expiry is checked
-//     periodically. Clients
-//     must stop acting on a session at their own local deadline, which the Go
-//     SDK computes conservatively.
+//   - A member that starts, or whose watch fell behind etcd's compaction,
+//     counts every session as renewed at that moment: a dead session may
+//     outlive its TTL by up to one TTL then.
+//   - With no coordd member running, sessions end with their etcd lease,
+//     BackstopTTL after their last renewal.
 //   - Session ids are etcd lease ids. KeepAlive and Close act on any lease of
 //     the etcd cluster; when coordd shares an external etcd cluster, leases
 //     made by other programs are not protected from coordd callers.
