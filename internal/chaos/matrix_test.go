@@ -272,6 +272,7 @@ func TestFaultMatrix(t *testing.T) {
 			}
 		}
 	}
+	rawLeases, rawRevoked := 0, 0 // etcd's own leases through a paused leader
 	faults := []fault{
 		{"kill -9 of the etcd-leader member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
 			m := leader(t)
@@ -280,10 +281,27 @@ func TestFaultMatrix(t *testing.T) {
 		}, 0},
 		// Past the election timeout and the sessions' TTL: a resumed
 		// etcd leader revokes the leases its own clock says expired.
+		// Beside coordd's sessions, a raw etcd lease of the same TTL, kept
+		// alive through a follower all along, shows what etcd's lessor
+		// does (etcd issue 15247): counted, not failed.
 		{name: pausedLeader, kind: chaos.KindLock, target: "member", lasts: ttl + 2*time.Second, inject: func(t *testing.T) (func(), string) {
 			m := leader(t)
+			var follower *chaos.Member
+			for _, o := range c.Members {
+				if o != m {
+					follower = o
+					break
+				}
+			}
+			raw := keepRawLease(t, follower.EtcdURL, ttl)
 			m.Pause()
-			return m.Resume, ""
+			return func() {
+				m.Resume()
+				rawLeases++
+				if raw() {
+					rawRevoked++
+				}
+			}, ""
 		}},
 		{"partition of the etcd-leader member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
 			m := leader(t)
@@ -454,6 +472,7 @@ func TestFaultMatrix(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %d sessions renewed within their TTL were ended", w.f.name, ended)
+			t.Logf("%s: raw etcd leases of the same TTL, kept alive through a follower, revoked when the leader resumed: %d of %d", w.f.name, rawRevoked, rawLeases)
 			if ended > 0 {
 				t.Errorf("%s: %d sessions renewed within their TTL were ended", w.f.name, ended)
 			}
@@ -509,6 +528,55 @@ func TestFaultMatrix(t *testing.T) {
 	t.Logf("%d violations", violations)
 	if sabotage != "" {
 		t.Logf("sabotage %q: %d violations found", sabotage, violations)
+	}
+}
+
+// keepRawLease grants an etcd lease of ttl on the member at url and keeps
+// it alive from a client of that member alone. The function it returns,
+// called right after the resume, waits twice the TTL for the lease to end,
+// reports whether it ended after the call (a lease that ended before
+// counts as not revoked by the resume), and stops.
+func keepRawLease(t *testing.T, url string, ttl time.Duration) func() (revoked bool) {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	lease, err := cli.Grant(ctx, int64(ttl/time.Second))
+	if err != nil {
+		t.Fatalf("raw etcd lease: %v", err)
+	}
+	alive, err := cli.KeepAlive(ctx, lease.ID)
+	if err != nil {
+		t.Fatalf("raw etcd lease: %v", err)
+	}
+	// The keep-alive channel closes when etcd reports the lease gone.
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		for range alive { //nolint:revive // drains the keep-alive answers
+		}
+	}()
+	return func() bool {
+		defer func() {
+			cancel()
+			<-ended
+			_ = cli.Close()
+		}()
+		select {
+		case <-ended:
+			return false // during the pause: the keep-alives did not get through
+		default:
+		}
+		select {
+		case <-ended:
+		case <-time.After(2 * ttl):
+		}
+		tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer tcancel()
+		resp, err := cli.TimeToLive(tctx, lease.ID)
+		return err == nil && resp.TTL < 0
 	}
 }
 
