@@ -15,8 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/internal/kind"
 )
 
 // Clock keeps coordd's session time, so that a session ends one TTL after
@@ -34,7 +34,7 @@ import (
 // transaction fails and the member looks again. The transaction marks the
 // record ended; the member then revokes the session's etcd lease, which
 // deletes its keys (lock holders, waiters, candidacies) at once. The etcd
-// lease is a backstop: its TTL is BackstopTTL(TTL) and members renew it
+// lease is a backstop: its TTL is BackstopTTL and members renew it
 // every third of that, so etcd ends a session on its own only when no
 // member runs.
 //
@@ -67,6 +67,11 @@ type Clock struct {
 	lg      *zap.Logger
 	renew   Renewer // the backstop lease's renewals
 
+	// Ended, if set, is told how many sessions this member ended for want
+	// of renewals, each time it ends some (for a metric). Set it before
+	// Run.
+	Ended func(n int)
+
 	// Stagger is how long a member waits past a session's deadline before
 	// it ends a session that another member renewed last (that member
 	// ends it first; this one only if that one is gone).
@@ -78,12 +83,18 @@ type Clock struct {
 	advanced chan struct{} // closed and replaced when view advances
 	due      dueHeap
 	wake     chan struct{} // the ender's: the earliest deadline moved
-	stopped  chan struct{} // closed when Run returns
+	// backstop are sessions whose etcd lease is due for renewal, for
+	// renewLeases (woken by backstopKick).
+	backstop     []ID
+	backstopKick chan struct{}
+	stopped      chan struct{} // closed when Run returns
 
 	fmu     sync.Mutex
 	pending []ID
 	batch   *flushBatch   // what the next put carries
 	kick    chan struct{} // the flusher's: pending is not empty
+
+	backstopExtra time.Duration // BackstopTTL's minute
 
 	// hooks for tests
 	beforeApply func() // runs before each watch response is applied
@@ -120,7 +131,7 @@ type flushBatch struct {
 // expired on its clock (etcd issue 15247); members renew the lease every
 // third of this, so a pause shorter than two thirds of it (40 s and more)
 // cannot end a session.
-func BackstopTTL(ttl time.Duration) time.Duration { return ttl + time.Minute }
+func (c *Clock) BackstopTTL(ttl time.Duration) time.Duration { return ttl + c.backstopExtra }
 
 // maxFlush bounds the ids one put carries (17 bytes each: 280 KiB).
 const maxFlush = 16384
@@ -143,8 +154,8 @@ func NewClock(cli *clientv3.Client, root, member string, renew Renewer, lg *zap.
 	}
 	return &Clock{
 		cli: cli, key: root + "session-clock", records: root + "session/", member: member, lg: lg, renew: renew,
-		Stagger: 500 * time.Millisecond, entries: map[ID]*entry{}, advanced: make(chan struct{}),
-		wake: make(chan struct{}, 1), stopped: make(chan struct{}), kick: make(chan struct{}, 1),
+		Stagger: 500 * time.Millisecond, backstopExtra: time.Minute, entries: map[ID]*entry{}, advanced: make(chan struct{}),
+		wake: make(chan struct{}, 1), backstopKick: make(chan struct{}, 1), stopped: make(chan struct{}), kick: make(chan struct{}, 1),
 		batch: &flushBatch{done: make(chan struct{})},
 	}
 }
@@ -157,10 +168,11 @@ func (c *Clock) Run(ctx context.Context) {
 	wg.Go(func() { c.follow(ctx) })
 	wg.Go(func() { c.flush(ctx) })
 	wg.Go(func() { c.end(ctx) })
+	wg.Go(func() { c.renewLeases(ctx) })
 	wg.Wait()
 }
 
-var errStopped = status.Error(codes.Unavailable, "session clock: stopping")
+var errStopped = kind.Unavailable.New("session clock: this member is stopping")
 
 // Renew renews the sessions ids and returns, for each, its TTL or an error
 // (one wrapping ErrNotFound for a session that has ended). err is set
@@ -174,7 +186,6 @@ func (c *Clock) Renew(ctx context.Context, ids []ID) (ttls []time.Duration, errs
 		return nil, nil, err
 	}
 	ttls, errs = make([]time.Duration, len(ids)), make([]error, len(ids))
-	var backstop []*entry
 	now := time.Now()
 	c.mu.Lock()
 	for i, id := range ids {
@@ -185,38 +196,70 @@ func (c *Clock) Renew(ctx context.Context, ids []ID) (ttls []time.Duration, errs
 		}
 		ttls[i] = e.ttl
 		if !now.Before(e.etcdNext) {
-			e.etcdNext = now.Add(time.Second) // one renewal at a time
-			backstop = append(backstop, e)
+			e.etcdNext = now.Add(time.Minute) // set again once renewed
+			c.backstop = append(c.backstop, id)
 		}
 	}
+	kick := len(c.backstop) > 0
 	c.mu.Unlock()
-	for _, e := range backstop {
-		granted, rerr := c.renew(ctx, clientv3.LeaseID(e.id))
-		c.mu.Lock()
-		switch {
-		case rerr == nil:
-			e.etcdNext = now.Add(time.Duration(granted) * time.Second / 3)
-		case errors.Is(rerr, rpctypes.ErrLeaseNotFound):
-			i := indexOf(ids, e.id)
-			errs[i], ttls[i] = fmt.Errorf("%w: %s", ErrNotFound, e.id), 0
+	if kick {
+		select {
+		case c.backstopKick <- struct{}{}:
 		default:
-			e.etcdNext = time.Time{}
-		}
-		c.mu.Unlock()
-		if rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
-			return nil, nil, fmt.Errorf("session: renew the etcd lease of %s: %w", e.id, rerr)
 		}
 	}
 	return ttls, errs, nil
 }
 
-func indexOf(ids []ID, id ID) int {
-	for i, x := range ids {
-		if x == id {
-			return i
+// backstopRenewers is how many etcd lease renewals renewLeases runs at
+// once (one forwarded to the etcd leader takes a round trip).
+const backstopRenewers = 16
+
+// renewLeases renews the etcd leases of the sessions queued in backstop
+// until ctx ends, off the renewals' path: a lease has a minute to spare.
+func (c *Clock) renewLeases(ctx context.Context) {
+	sem := make(chan struct{}, backstopRenewers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.backstopKick:
+		}
+		c.mu.Lock()
+		ids := c.backstop
+		c.backstop = nil
+		c.mu.Unlock()
+		for _, id := range ids {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				granted, err := c.renew(ctx, clientv3.LeaseID(id))
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				e := c.entries[id]
+				if e == nil {
+					return
+				}
+				switch {
+				case err == nil:
+					e.etcdNext = time.Now().Add(time.Duration(granted) * time.Second / 3)
+				case errors.Is(err, rpctypes.ErrLeaseNotFound):
+					// Its record goes with it: the watch removes the entry.
+				default:
+					e.etcdNext = time.Time{} // at its next renewal
+					if ctx.Err() == nil {
+						c.lg.Warn("session clock: renewing a session's etcd lease failed; retried at its next renewal", zap.Stringer("session", id), zap.Error(err))
+					}
+				}
+			})
 		}
 	}
-	return -1
 }
 
 // Remaining returns how long this member will wait before it ends session
@@ -416,7 +459,7 @@ func (c *Clock) load(ctx context.Context) (int64, error) {
 		}
 		e.ttl, e.recRev, e.renewed, e.home = time.Duration(rec.TTLSeconds)*time.Second, kv.ModRevision, now, ""
 		c.markEnded(e, rec, now)
-		c.schedule(e, now)
+		c.schedule(e)
 	}
 	for id := range c.entries {
 		if !seen[id] {
@@ -490,7 +533,7 @@ func (c *Clock) apply(events []*clientv3.Event) {
 			}
 			e.ttl, e.recRev = time.Duration(rec.TTLSeconds)*time.Second, kv.ModRevision
 			c.markEnded(e, rec, now)
-			c.schedule(e, now)
+			c.schedule(e)
 		}
 	}
 	c.advance(last)
@@ -520,7 +563,7 @@ func (c *Clock) deadline(e *entry) time.Time {
 
 // schedule makes sure e is in due, no later than its deadline; c.mu is
 // held.
-func (c *Clock) schedule(e *entry, now time.Time) {
+func (c *Clock) schedule(e *entry) {
 	if e.ended && e.revoke.IsZero() {
 		return
 	}
@@ -594,13 +637,13 @@ func (c *Clock) takeDue(now time.Time) (overdue []overdueSession, revoke []ID, v
 			continue // gone
 		}
 		if at := c.deadline(e); at.After(now) {
-			c.schedule(e, now) // renewed since it was queued
+			c.schedule(e) // renewed since it was queued
 			continue
 		}
 		if e.ended {
 			revoke = append(revoke, e.id)
 			e.revoke = now.Add(time.Second) // again, until its record goes
-			c.schedule(e, now)
+			c.schedule(e)
 			continue
 		}
 		overdue = append(overdue, overdueSession{e.id, e.ttl, e.recRev})
@@ -647,6 +690,9 @@ func (c *Clock) endSessions(ctx context.Context, overdue []overdueSession, view 
 		}
 	}
 	c.mu.Unlock()
+	if c.Ended != nil {
+		c.Ended(len(overdue))
+	}
 	for _, s := range overdue {
 		c.lg.Info("session ended: not renewed within its TTL", zap.Stringer("session", s.id), zap.Duration("ttl", s.ttl))
 		c.revokeLease(ctx, s.id)

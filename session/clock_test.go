@@ -60,8 +60,8 @@ func TestClockEndsUnrenewedSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease, err := cli.TimeToLive(ctx, clientv3.LeaseID(info.ID))
-	if err != nil || lease.GrantedTTL != int64(BackstopTTL(2*time.Second)/time.Second) {
-		t.Fatalf("etcd lease = %+v, %v; want the backstop TTL %s", lease, err, BackstopTTL(2*time.Second))
+	if err != nil || lease.GrantedTTL != int64(a.clock.BackstopTTL(2*time.Second)/time.Second) {
+		t.Fatalf("etcd lease = %+v, %v; want the backstop TTL %s", lease, err, a.clock.BackstopTTL(2*time.Second))
 	}
 	// A key bound to the session, as a lock holder's is.
 	if _, err := cli.Put(ctx, "/coordd/lock/x/holder", "", clientv3.WithLease(clientv3.LeaseID(info.ID))); err != nil {
@@ -140,5 +140,28 @@ func TestStalledMemberCannotEndRenewedSession(t *testing.T) {
 				t.Fatalf("without the compare, the stalled member should have ended the renewed session; renewals say %v", gone)
 			}
 		})
+	}
+}
+
+// A session kept alive longer than its etcd lease's TTL lives on: members
+// renew the backstop lease too. (Here the backstop is the TTL + 1 s, so
+// a session renewed for 8 s would end at 3 s without those renewals.)
+func TestBackstopLeaseIsRenewed(t *testing.T) {
+	cli := startEtcd(t)
+	a := startMember(t, cli, "a", func(c *Clock) { c.backstopExtra = time.Second })
+	ctx := t.Context()
+	info, err := a.m.Create(ctx, Spec{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); {
+		if _, err := a.m.KeepAlive(ctx, info.ID); err != nil {
+			t.Fatalf("KeepAlive: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond) // the renewal interval itself
+	}
+	lease, err := cli.TimeToLive(ctx, clientv3.LeaseID(info.ID))
+	if err != nil || lease.TTL <= 0 {
+		t.Fatalf("the etcd lease of a renewed session: %+v, %v", lease, err)
 	}
 }

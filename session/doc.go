@@ -10,7 +10,7 @@
 // renewal is a write every member sees, each member ends a session it has
 // not seen renewed for its TTL, with a transaction that fails if any
 // renewal was committed after what it saw, and the etcd lease is only a
-// backstop (BackstopTTL). The daemon always uses a Clock; a Manager without
+// backstop (Clock.BackstopTTL). The daemon always uses a Clock; a Manager without
 // one has etcd's lease semantics (for tests and tools).
 //
 // Guarantees:
@@ -27,7 +27,7 @@
 //     counts every session as renewed at that moment: a dead session may
 //     outlive its TTL by up to one TTL then.
 //   - With no coordd member running, sessions end with their etcd lease,
-//     BackstopTTL after their last renewal.
+//     Clock.BackstopTTL after their last renewal.
 //   - Session ids are etcd lease ids. KeepAlive and Close act on any lease of
 //     the etcd cluster; when coordd shares an external etcd cluster, leases
 //     made by other programs are not protected from coordd callers.

@@ -131,7 +131,7 @@ type Renewer func(ctx context.Context, id clientv3.LeaseID) (int64, error)
 func (m *Manager) RenewWith(r Renewer) { m.renew = r }
 
 // UseClock makes the sessions' time coordd's own (see Clock): Create
-// gives the etcd lease BackstopTTL, KeepAlive renews through c, Get
+// gives the etcd lease Clock.BackstopTTL, KeepAlive renews through c, Get
 // reports c's remaining time. Without it a session's time is its etcd
 // lease's, with etcd's flaws (package doc). Call it before use.
 func (m *Manager) UseClock(c *Clock) { m.clock = c }
@@ -179,7 +179,7 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 	secs := int64(ttl / time.Second)
 	leaseTTL := secs
 	if m.clock != nil {
-		leaseTTL = int64(BackstopTTL(ttl) / time.Second)
+		leaseTTL = int64(m.clock.BackstopTTL(ttl) / time.Second)
 	}
 	lease, err := m.cli.Grant(ctx, leaseTTL)
 	if err != nil {

@@ -259,6 +259,12 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	// coordd keeps the sessions' time, not etcd's lessor (session.Clock).
 	d.clock = session.NewClock(d.cli, cfg.KeyRoot, member, renew, d.lg.Named("sessions"))
+	ended := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "coordd_sessions_ended_total",
+		Help: "Sessions this member ended because no member saw them renewed within their TTL (coordd's session clock).",
+	})
+	registry.MustRegister(ended)
+	d.clock.Ended = func(n int) { ended.Add(float64(n)) }
 	sessions.UseClock(d.clock)
 	// One etcd watch per prefix tells every keep-alive stream of this
 	// member when a lock grant or leadership it watches ends, and every

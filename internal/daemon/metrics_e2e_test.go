@@ -153,6 +153,17 @@ func TestCoorddMetrics(t *testing.T) {
 	if _, err := c.Admin().KeepAliveSession(ctx, b.ID()); !errors.Is(err, clientlib.ErrSessionNotFound) {
 		t.Fatalf("keep-alive of a closed session: %v", err)
 	}
+	// A session nobody renews is ended by this member's session clock.
+	dead, err := c.Admin().CreateSession(ctx, 2*time.Second, "dead", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.Within(t, 10*time.Second, "the unrenewed session to be ended", func() bool {
+		return value(scrape(t, base), "coordd_sessions_ended_total") == 1
+	})
+	if _, err := c.Admin().GetSession(ctx, dead.ID); !errors.Is(err, clientlib.ErrSessionNotFound) {
+		t.Fatalf("the ended session: %v", err)
+	}
 	f := scrape(t, base)
 	if v := value(f, "coordd_lock_delay_waits_total"); v != 1 {
 		t.Errorf("coordd_lock_delay_waits_total = %v, want 1", v)
