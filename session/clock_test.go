@@ -52,6 +52,7 @@ func startEtcd(t *testing.T) *clientv3.Client {
 // A session nobody renews ends one TTL after its last renewal, not
 // earlier, and a renewal after that says it is gone.
 func TestClockEndsUnrenewedSessions(t *testing.T) {
+	t.Parallel()
 	cli := startEtcd(t)
 	a := startMember(t, cli, "a", nil)
 	ctx := t.Context()
@@ -93,12 +94,14 @@ func TestClockEndsUnrenewedSessions(t *testing.T) {
 // transaction's compare fails. With the compare switched off, it does end
 // it: the check that this test can fail.
 func TestStalledMemberCannotEndRenewedSession(t *testing.T) {
+	t.Parallel()
 	for _, fenced := range []bool{true, false} {
 		name := "fenced"
 		if !fenced {
 			name = "unfenced"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			cli := startEtcd(t)
 			a := startMember(t, cli, "a", nil)
 			var stall sync.Mutex // held: b's watch applies nothing
@@ -147,6 +150,7 @@ func TestStalledMemberCannotEndRenewedSession(t *testing.T) {
 // renew the backstop lease too. (Here the backstop is the TTL + 1 s, so
 // a session renewed for 8 s would end at 3 s without those renewals.)
 func TestBackstopLeaseIsRenewed(t *testing.T) {
+	t.Parallel()
 	cli := startEtcd(t)
 	a := startMember(t, cli, "a", func(c *Clock) { c.backstopExtra = time.Second })
 	ctx := t.Context()
