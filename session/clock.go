@@ -601,9 +601,7 @@ func (c *Clock) end(ctx context.Context) {
 			c.endSessions(ctx, overdue[:n], view)
 			overdue = overdue[n:]
 		}
-		for _, id := range revoke {
-			c.revokeLease(ctx, id)
-		}
+		c.revokeLeases(ctx, revoke)
 		wait := time.Hour
 		if !next.IsZero() {
 			wait = max(time.Until(next), 0)
@@ -693,10 +691,31 @@ func (c *Clock) endSessions(ctx context.Context, overdue []overdueSession, view 
 	if c.Ended != nil {
 		c.Ended(len(overdue))
 	}
-	for _, s := range overdue {
+	ids := make([]ID, len(overdue))
+	for i, s := range overdue {
 		c.lg.Info("session ended: not renewed within its TTL", zap.Stringer("session", s.id), zap.Duration("ttl", s.ttl))
-		c.revokeLease(ctx, s.id)
+		ids[i] = s.id
 	}
+	c.revokeLeases(ctx, ids)
+}
+
+// revokers is how many lease revokes one member sends at once: many
+// sessions ending together (a fleet of clients gone) are not revoked one
+// round trip after another.
+const revokers = 16
+
+// revokeLeases revokes the leases ids, revokers at a time.
+func (c *Clock) revokeLeases(ctx context.Context, ids []ID) {
+	sem := make(chan struct{}, revokers)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			c.revokeLease(ctx, id)
+		})
+	}
+	wg.Wait()
 }
 
 func (c *Clock) revokeLease(ctx context.Context, id ID) {

@@ -169,3 +169,51 @@ func TestBackstopLeaseIsRenewed(t *testing.T) {
 		t.Fatalf("the etcd lease of a renewed session: %+v, %v", lease, err)
 	}
 }
+
+// Sessions that die together (a fleet of clients gone) all end on time:
+// several ending transactions (maxEnd sessions each) and their revokes at
+// once. Their renewals went as one write.
+func TestManySessionsEndTogether(t *testing.T) {
+	t.Parallel()
+	cli := startEtcd(t)
+	a := startMember(t, cli, "a", nil)
+	ctx := t.Context()
+	const n = 2*maxEnd + 50
+	const ttl = 4 * time.Second // long enough to create them all first
+	ids := make([]ID, n)
+	for i := range ids {
+		info, err := a.m.Create(ctx, Spec{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = info.ID
+	}
+	puts := func() int64 {
+		resp, err := cli.Get(ctx, "/coordd/session-clock")
+		if err != nil || len(resp.Kvs) == 0 {
+			return 0
+		}
+		return resp.Kvs[0].Version
+	}
+	before := puts()
+	sent := time.Now()
+	ttls, errs, err := a.m.KeepAliveAll(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ids {
+		if errs[i] != nil || ttls[i] != ttl {
+			t.Fatalf("renewal %d: %s, %v", i, ttls[i], errs[i])
+		}
+	}
+	if d := puts() - before; d != 1 {
+		t.Fatalf("%d renewals in one call took %d writes, want 1", n, d)
+	}
+	wait.Within(t, 10*time.Second, "every session to end", func() bool {
+		resp, err := cli.Get(ctx, "/coordd/session/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 0
+	})
+	if took := time.Since(sent); took > ttl+time.Second {
+		t.Fatalf("the last of %d sessions ended %s after their renewal was sent; want at most TTL+1s = %s", n, took, ttl+time.Second)
+	}
+}
