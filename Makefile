@@ -85,10 +85,13 @@ check-breaking: tools
 # Faults, repeated. First the fault matrix (internal/chaos): a cluster of
 # three coordd processes behind TCP proxies, lock workers and election
 # candidates as processes, and each fault ROUNDS times with etcd's default
-# raft timing: kill -9, SIGSTOP and partition of the etcd-leader member,
-# kill -9 of a follower and of every member, SIGSTOP and kill -9 of a lock
-# holder and of a leader, a full database (NOSPACE); then porcupine, write-order and overlap checks,
-# and fail-over times. SABOTAGE=unfenced (raw etcd writes) or
+# raft timing: kill -9, SIGSTOP (past the TTL) and partition of the
+# etcd-leader member, kill -9 of a follower and of every member, SIGSTOP and
+# kill -9 of a lock holder and of a leader, kill -9 of a lock holder while
+# etcd's leadership moves every TTL/2, a full database (NOSPACE); then
+# porcupine, write-order and overlap checks, fail-over times, the next
+# grant after the dead holder (at most TTL + 1 s) and the sessions a
+# resumed leader ended (none). SABOTAGE=unfenced (raw etcd writes) or
 # SABOTAGE=deadline (holders trust their grant a TTL too long) or
 # SABOTAGE=torn (each config release written as two) switches a
 # mechanism off: the run must then fail. FAULTS=a,b runs only the faults
