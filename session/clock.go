@@ -671,7 +671,11 @@ func (c *Clock) endSessions(ctx context.Context, overdue []overdueSession, view 
 		v, _ := json.Marshal(record{TTLSeconds: int64(s.ttl / time.Second), EndedBy: c.member})
 		ops = append(ops, clientv3.OpPut(key, string(v), clientv3.WithIgnoreLease()))
 	}
-	resp, err := c.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	// Bounded: without a quorum the member looks again later rather than
+	// wait here.
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	resp, err := c.cli.Txn(tctx).If(cmps...).Then(ops...).Commit()
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			c.lg.Warn("session clock: ending overdue sessions failed; retrying", zap.Int("sessions", len(overdue)), zap.Error(err))
@@ -719,7 +723,9 @@ func (c *Clock) revokeLeases(ctx context.Context, ids []ID) {
 }
 
 func (c *Clock) revokeLease(ctx context.Context, id ID) {
-	if _, err := c.cli.Revoke(ctx, clientv3.LeaseID(id)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && ctx.Err() == nil {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.cli.Revoke(rctx, clientv3.LeaseID(id)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) && ctx.Err() == nil {
 		c.lg.Warn("session clock: revoking an ended session's lease failed; a member retries", zap.Stringer("session", id), zap.Error(err))
 	}
 }
