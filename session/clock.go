@@ -178,6 +178,9 @@ var errStopped = kind.Unavailable.New("session clock: this member is stopping")
 // (one wrapping ErrNotFound for a session that has ended). err is set
 // instead when nothing could be renewed (etcd unavailable, ctx ended).
 func (c *Clock) Renew(ctx context.Context, ids []ID) (ttls []time.Duration, errs []error, err error) {
+	if len(ids) == 0 {
+		return nil, nil, nil
+	}
 	rev, err := c.commit(ctx, ids)
 	if err != nil {
 		return nil, nil, err
@@ -239,7 +242,9 @@ func (c *Clock) renewLeases(ctx context.Context) {
 			}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				granted, err := c.renew(ctx, clientv3.LeaseID(id))
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				granted, err := c.renew(rctx, clientv3.LeaseID(id))
+				cancel()
 				c.mu.Lock()
 				defer c.mu.Unlock()
 				e := c.entries[id]
@@ -489,6 +494,10 @@ func (c *Clock) markEnded(e *entry, r record, now time.Time) {
 		return
 	}
 	e.ended = true
+	// Revoked at once by the member that ended it (again, if it
+	// restarted before its revoke went through), a second later by the
+	// others if still there.
+	e.revoke = now
 	if r.EndedBy != c.member {
 		e.revoke = now.Add(time.Second)
 	}
@@ -512,6 +521,7 @@ func (c *Clock) apply(events []*clientv3.Event) {
 			for _, id := range ids {
 				if e := c.entries[id]; e != nil && !e.ended {
 					e.renewed, e.home = now, member
+					c.schedule(e) // earlier, if it now waits no Stagger
 				}
 			}
 		case strings.HasPrefix(key, c.records):
@@ -688,7 +698,7 @@ func (c *Clock) endSessions(ctx context.Context, overdue []overdueSession, view 
 	c.mu.Lock()
 	for _, s := range overdue {
 		if e := c.entries[s.id]; e != nil {
-			e.ended = true
+			e.ended, e.revoke = true, time.Now().Add(time.Second) // a retry, if the revoke below fails
 		}
 	}
 	c.mu.Unlock()

@@ -217,3 +217,29 @@ func TestManySessionsEndTogether(t *testing.T) {
 		t.Fatalf("the last of %d sessions ended %s after their renewal was sent; want at most TTL+1s = %s", n, took, ttl+time.Second)
 	}
 }
+
+// A member that ended a session and stopped before revoking its lease
+// revokes it when it starts again (with no other member to do it).
+func TestEndedSessionIsRevokedAfterARestart(t *testing.T) {
+	t.Parallel()
+	cli := startEtcd(t)
+	ctx := t.Context()
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ID(lease.ID)
+	// What the ending transaction leaves: the record marked ended, still
+	// bound to the lease, and the session's keys.
+	if _, err := cli.Put(ctx, "/coordd/session/"+id.String(), `{"ttl_seconds":2,"ended_by":"a"}`, clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "/coordd/lock/x/holder", "", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	startMember(t, cli, "a", nil)
+	wait.Within(t, 5*time.Second, "the ended session's lease to be revoked", func() bool {
+		resp, err := cli.Get(ctx, "/coordd/lock/x/holder")
+		return err == nil && len(resp.Kvs) == 0
+	})
+}
