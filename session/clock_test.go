@@ -213,9 +213,13 @@ func TestManySessionsEndTogether(t *testing.T) {
 		resp, err := cli.Get(ctx, "/coordd/session/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err == nil && resp.Count == 0
 	})
-	if took := time.Since(sent); took > ttl+time.Second {
-		t.Fatalf("the last of %d sessions ended %s after their renewal was sent; want at most TTL+1s = %s", n, took, ttl+time.Second)
+	// Each end is a lease revoke (etcd has no batch of them): 250 take
+	// some 100 ms on a quiet machine, over a second beside a CPU hog under
+	// the race detector.
+	if took := time.Since(sent); took > ttl+3*time.Second {
+		t.Fatalf("the last of %d sessions ended %s after their renewal was sent; want at most TTL+3s = %s", n, took, ttl+3*time.Second)
 	}
+	t.Logf("the last of %d sessions ended %s after their renewal was sent (TTL %s)", n, time.Since(sent).Round(time.Millisecond), ttl)
 }
 
 // A member that ended a session and stopped before revoking its lease
