@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,7 +110,7 @@ type entry struct {
 	home    string    // the member that renewed it last ("" unknown)
 	recRev  int64     // its record's mod revision
 	ended   bool      // its record is marked ended; the lease revoke is due
-	revoke  time.Time // ended by another member: revoke from here if still there
+	revoke  time.Time // ended: when this member revokes the lease (again) if still there
 
 	etcdNext time.Time // when this member renews the backstop lease next
 
@@ -141,13 +142,7 @@ const maxFlush = 16384
 // etcd lease (nil: a keep-alive of cli). Run it before use.
 func NewClock(cli *clientv3.Client, root, member string, renew Renewer, lg *zap.Logger) *Clock {
 	if renew == nil {
-		renew = func(ctx context.Context, id clientv3.LeaseID) (int64, error) {
-			resp, err := cli.KeepAliveOnce(ctx, id)
-			if err != nil {
-				return 0, err
-			}
-			return resp.TTL, nil
-		}
+		renew = keepAliveOnce(cli)
 	}
 	if lg == nil {
 		lg = zap.NewNop()
@@ -221,9 +216,6 @@ const backstopRenewers = 16
 // renewLeases renews the etcd leases of the sessions queued in backstop
 // until ctx ends, off the renewals' path: a lease has a minute to spare.
 func (c *Clock) renewLeases(ctx context.Context) {
-	sem := make(chan struct{}, backstopRenewers)
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -234,35 +226,31 @@ func (c *Clock) renewLeases(ctx context.Context) {
 		ids := c.backstop
 		c.backstop = nil
 		c.mu.Unlock()
-		for _, id := range ids {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				granted, err := c.renew(rctx, clientv3.LeaseID(id))
-				cancel()
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				e := c.entries[id]
-				if e == nil {
-					return
-				}
-				switch {
-				case err == nil:
-					e.etcdNext = time.Now().Add(time.Duration(granted) * time.Second / 3)
-				case errors.Is(err, rpctypes.ErrLeaseNotFound):
-					// Its record goes with it: the watch removes the entry.
-				default:
-					e.etcdNext = time.Time{} // at its next renewal
-					if ctx.Err() == nil {
-						c.lg.Warn("session clock: renewing a session's etcd lease failed; retried at its next renewal", zap.Stringer("session", id), zap.Error(err))
-					}
-				}
-			})
+		each(ids, backstopRenewers, func(id ID) { c.renewLease(ctx, id) })
+	}
+}
+
+// renewLease renews the etcd lease of session id and notes when it is due
+// again.
+func (c *Clock) renewLease(ctx context.Context, id ID) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	granted, err := c.renew(rctx, clientv3.LeaseID(id))
+	cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[id]
+	if e == nil {
+		return
+	}
+	switch {
+	case err == nil:
+		e.etcdNext = time.Now().Add(time.Duration(granted) * time.Second / 3)
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		// Its record goes with it: the watch removes the entry.
+	default:
+		e.etcdNext = time.Time{} // at its next renewal
+		if ctx.Err() == nil {
+			c.lg.Warn("session clock: renewing a session's etcd lease failed; retried at its next renewal", zap.Stringer("session", id), zap.Error(err))
 		}
 	}
 }
@@ -330,6 +318,10 @@ func (c *Clock) flush(ctx context.Context) {
 			if len(ids) == 0 {
 				break
 			}
+			// A session renewed by several calls at once goes once: a put
+			// carries at most each live session, however often it is renewed.
+			slices.Sort(ids)
+			ids = slices.Compact(ids)
 			resp, err := c.cli.Put(ctx, c.key, encodeRenewals(c.member, ids))
 			if err != nil {
 				if !whole { // the rest of this batch fails with it
@@ -368,19 +360,11 @@ func encodeRenewals(member string, ids []ID) string {
 }
 
 func decodeRenewals(v []byte) (member string, ids []ID) {
-	s := string(v)
-	sp := strings.IndexByte(s, ' ')
-	if sp < 0 {
+	member, list, ok := strings.Cut(string(v), " ")
+	if !ok {
 		return "", nil
 	}
-	member, s = s[:sp], s[sp+1:]
-	for s != "" {
-		part := s
-		if i := strings.IndexByte(s, ','); i >= 0 {
-			part, s = s[:i], s[i+1:]
-		} else {
-			s = ""
-		}
+	for part := range strings.SplitSeq(list, ",") {
 		if n, err := strconv.ParseUint(part, 16, 64); err == nil {
 			ids = append(ids, ID(n))
 		}
@@ -458,13 +442,10 @@ func (c *Clock) load(ctx context.Context) (int64, error) {
 		}
 		seen[id] = true
 		e := c.entries[id]
-		if e == nil {
-			e = &entry{id: id}
-			c.entries[id] = e
+		if e != nil {
+			e.renewed, e.home = now, "" // what happened before is unknown
 		}
-		e.ttl, e.recRev, e.renewed, e.home = time.Duration(rec.TTLSeconds)*time.Second, kv.ModRevision, now, ""
-		c.markEnded(e, rec, now)
-		c.schedule(e)
+		c.noteRecord(id, rec, kv.ModRevision, now)
 	}
 	for id := range c.entries {
 		if !seen[id] {
@@ -487,8 +468,20 @@ func (c *Clock) parseRecord(kv *mvccpb.KeyValue) (ID, record, bool) {
 	return id, r, true
 }
 
-// markEnded notes a record marked ended: by another member, this one
-// revokes the lease a second later if it is still there then.
+// noteRecord notes session id's record (at revision rev), seen at now: a
+// new session counts as renewed then. c.mu is held.
+func (c *Clock) noteRecord(id ID, r record, rev int64, now time.Time) {
+	e := c.entries[id]
+	if e == nil {
+		e = &entry{id: id, renewed: now}
+		c.entries[id] = e
+	}
+	e.ttl, e.recRev = time.Duration(r.TTLSeconds)*time.Second, rev
+	c.markEnded(e, r, now)
+	c.schedule(e)
+}
+
+// markEnded notes a record marked ended.
 func (c *Clock) markEnded(e *entry, r record, now time.Time) {
 	if r.EndedBy == "" || e.ended {
 		return
@@ -532,18 +525,9 @@ func (c *Clock) apply(events []*clientv3.Event) {
 				}
 				continue
 			}
-			id, rec, ok := c.parseRecord(kv)
-			if !ok {
-				continue
+			if id, rec, ok := c.parseRecord(kv); ok {
+				c.noteRecord(id, rec, kv.ModRevision, now)
 			}
-			e := c.entries[id]
-			if e == nil {
-				e = &entry{id: id, renewed: now}
-				c.entries[id] = e
-			}
-			e.ttl, e.recRev = time.Duration(rec.TTLSeconds)*time.Second, kv.ModRevision
-			c.markEnded(e, rec, now)
-			c.schedule(e)
 		}
 	}
 	c.advance(last)
@@ -574,9 +558,6 @@ func (c *Clock) deadline(e *entry) time.Time {
 // schedule makes sure e is in due, no later than its deadline; c.mu is
 // held.
 func (c *Clock) schedule(e *entry) {
-	if e.ended && e.revoke.IsZero() {
-		return
-	}
 	at := c.deadline(e)
 	if e.queued && !at.Before(e.at) {
 		return
@@ -720,13 +701,19 @@ const revokers = 16
 
 // revokeLeases revokes the leases ids, revokers at a time.
 func (c *Clock) revokeLeases(ctx context.Context, ids []ID) {
-	sem := make(chan struct{}, revokers)
+	each(ids, revokers, func(id ID) { c.revokeLease(ctx, id) })
+}
+
+// each calls fn for every id, at most n at once, and returns when all
+// have returned.
+func each(ids []ID, n int, fn func(ID)) {
+	sem := make(chan struct{}, n)
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c.revokeLease(ctx, id)
+			fn(id)
 		})
 	}
 	wg.Wait()

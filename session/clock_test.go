@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -208,6 +210,13 @@ func TestManySessionsEndTogether(t *testing.T) {
 	}
 	if d := puts() - before; d != 1 {
 		t.Fatalf("%d renewals in one call took %d writes, want 1", n, d)
+	}
+	// The same session renewed many times at once is written once.
+	if _, _, err := a.m.KeepAliveAll(ctx, slices.Repeat(ids[:1], 100)); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := cli.Get(ctx, "/coordd/session-clock"); err != nil || len(resp.Kvs) != 1 || strings.Count(string(resp.Kvs[0].Value), ",") != 0 {
+		t.Fatalf("one session renewed 100 times at once wrote %v, %v; want it once", resp, err)
 	}
 	wait.Within(t, 10*time.Second, "every session to end", func() bool {
 		resp, err := cli.Get(ctx, "/coordd/session/", clientv3.WithPrefix(), clientv3.WithCountOnly())

@@ -136,6 +136,17 @@ func (m *Manager) RenewWith(r Renewer) { m.renew = r }
 // lease's, with etcd's flaws (package doc). Call it before use.
 func (m *Manager) UseClock(c *Clock) { m.clock = c }
 
+// keepAliveOnce renews a lease with one keep-alive of cli.
+func keepAliveOnce(cli *clientv3.Client) Renewer {
+	return func(ctx context.Context, id clientv3.LeaseID) (int64, error) {
+		resp, err := cli.KeepAliveOnce(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		return resp.TTL, nil
+	}
+}
+
 // NewManager returns a Manager that keeps session metadata under
 // root+"session/". root is coordd's key root, for example "/coordd/".
 func NewManager(cli *clientv3.Client, root string) *Manager {
@@ -185,6 +196,9 @@ func (m *Manager) Create(ctx context.Context, spec Spec) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("session: grant lease: %w", err)
 	}
+	if m.clock == nil {
+		secs = lease.TTL // what etcd granted (at least its minimum)
+	}
 	info := Info{
 		ID:       ID(lease.ID),
 		TTL:      time.Duration(secs) * time.Second,
@@ -226,13 +240,7 @@ func (m *Manager) KeepAlive(ctx context.Context, id ID) (time.Duration, error) {
 	}
 	renew := m.renew
 	if renew == nil {
-		renew = func(ctx context.Context, id clientv3.LeaseID) (int64, error) {
-			resp, err := m.cli.KeepAliveOnce(ctx, id)
-			if err != nil {
-				return 0, err
-			}
-			return resp.TTL, nil
-		}
+		renew = keepAliveOnce(m.cli)
 	}
 	ttl, err := renew(ctx, clientv3.LeaseID(id))
 	if err != nil {
