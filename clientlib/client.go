@@ -55,6 +55,13 @@ type Config struct {
 	// Logger receives the SDK's warnings (keep-alive retries, lost
 	// sessions). Optional, defaults to discarding them.
 	Logger *slog.Logger
+	// UnaryCalls sends every lock and election call as its own unary RPC.
+	// By default they are pipelined on one stream per client
+	// (SessionService.Calls), which costs both sides less per call; the
+	// SDK falls back to unary RPCs by itself against a server without the
+	// stream. For comparisons, and for proxies that pass no
+	// bidirectional streams.
+	UnaryCalls bool
 }
 
 // Client is a connection to a coordd cluster. It is safe for concurrent
@@ -71,6 +78,7 @@ type Client struct {
 	kv         coorddv1.KVServiceClient
 	mux        *watchMux   // carries the config subscriptions
 	keepAlives *keepAlives // carries the sessions' keep-alives
+	calls      *calls      // carries the lock and election calls
 	views      viewCache   // namespace views shared by the subscriptions
 	lg         *slog.Logger
 
@@ -202,8 +210,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c.conn = conn
 	c.sessions = coorddv1.NewSessionServiceClient(conn)
-	c.locks = coorddv1.NewLockServiceClient(conn)
-	c.elections = coorddv1.NewElectionServiceClient(conn)
+	c.calls = &calls{c: c, off: cfg.UnaryCalls}
+	c.locks = lockCalls{coorddv1.NewLockServiceClient(conn), c.calls}
+	c.elections = electionCalls{coorddv1.NewElectionServiceClient(conn), c.calls}
 	c.config = coorddv1.NewConfigServiceClient(conn)
 	c.cluster = coorddv1.NewClusterServiceClient(conn)
 	c.kv = coorddv1.NewKVServiceClient(conn)
@@ -241,6 +250,7 @@ func (c *Client) Close() error {
 	cancel()
 	c.cancel()
 	c.keepAlives.shutdown()
+	c.calls.shutdown()
 	c.probes.Wait()
 	c.revokes.Wait()
 	c.mux.shutdown()
@@ -249,6 +259,14 @@ func (c *Client) Close() error {
 		return nil
 	}
 	return err
+}
+
+// silentContext is cancelled when the client next leaves an endpoint that
+// stopped answering (see avoid).
+func (c *Client) silentContext() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.silent
 }
 
 // movedContext is cancelled when the client next gives up on an endpoint.

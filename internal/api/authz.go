@@ -25,6 +25,11 @@ type rpcRule struct {
 	// on: only that session's principal (or one allowed cluster.admin)
 	// may make it.
 	owned func(msg any) ownedRef
+	// perCall says that each message of the stream is a call of another
+	// RPC (SessionService.Calls), which the stream's handler runs through
+	// the unary interceptors, so it is authorized, rate limited and
+	// audited as that RPC: the stream itself only authenticates.
+	perCall bool
 }
 
 // ownedRef is what a request acts on that belongs to a session: the
@@ -141,6 +146,7 @@ var rpcTable = map[string]rpcRule{
 	sessionSvc + "KeepAlive":       {action: auth.Session, owned: bySession((*coorddv1.KeepAliveRequest).GetSessionId)},
 	sessionSvc + "KeepAliveStream": {action: auth.Session, owned: renewedSessions},
 	sessionSvc + "CloseSession":    {action: auth.Session, owned: bySession((*coorddv1.CloseSessionRequest).GetSessionId)},
+	sessionSvc + "Calls":           {action: auth.Session, perCall: true},
 
 	lockSvc + "Acquire":    rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.AcquireRequest).GetName), bySession((*coorddv1.AcquireRequest).GetSessionId)),
 	lockSvc + "TryAcquire": rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.TryAcquireRequest).GetName), bySession((*coorddv1.TryAcquireRequest).GetSessionId)),
@@ -394,7 +400,11 @@ func (a Auth) audit(ctx context.Context, p auth.Principal, method string, msg an
 // ownership, and audits it. Place it inside UnaryErrors.
 func UnaryAuth(a Auth) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		p, err := a.Authn.Principal(ctx)
+		// A call on a Calls stream was authenticated with its stream.
+		p, known := ctx.Value(principalKey{}).(auth.Principal)
+		if !known {
+			p, err = a.Authn.Principal(ctx)
+		}
 		if err == nil {
 			err = a.authorize(ctx, p, info.FullMethod, req)
 		}
@@ -416,6 +426,9 @@ func StreamAuth(a Auth) grpc.StreamServerInterceptor {
 			return err
 		}
 		ctx := context.WithValue(ss.Context(), principalKey{}, p)
+		if rpcTable[info.FullMethod].perCall {
+			return handler(srv, &ctxStream{ServerStream: ss, ctx: ctx})
+		}
 		return handler(srv, &authStream{
 			ServerStream: ss, ctx: ctx,
 			check: func(msg any) error {

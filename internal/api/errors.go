@@ -89,7 +89,7 @@ func NewStatus(code codes.Code, reason coorddv1.ErrorReason, msg string) *status
 // Order: context errors first (a cancel passes through untouched; a
 // deadline, the caller's own or a wait's, gets the DEADLINE_EXCEEDED
 // reason); then the domain table; a status that already carries a coordd
-// ErrorInfo is kept; etcd's availability and capacity errors become
+// ErrorInfo is kept, as are CANCELLED and UNIMPLEMENTED; etcd's availability and capacity errors become
 // Unavailable with a fixed message (the detail is only logged); anything
 // else is Internal.
 func ToStatus(err error) (st *status.Status, internal bool) {
@@ -129,7 +129,9 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 			if strings.Contains(s.Message(), "not supported for learner") {
 				return errLearner(), false
 			}
-		case codes.Canceled:
+		case codes.Canceled, codes.Unimplemented:
+			// Unimplemented: a part this server does not serve (gRPC says
+			// the same of a method it does not know).
 			return s, false
 		}
 	}

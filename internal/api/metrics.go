@@ -30,6 +30,7 @@ type Metrics struct {
 	configReleases  *prometheus.CounterVec
 	statusReports   prometheus.Counter
 	rateLimits      *prometheus.CounterVec
+	streamCalls     prometheus.Counter
 }
 
 // Fenced write results, the values of coordd_fenced_writes_total's
@@ -77,8 +78,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		rateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordd_rate_limited_total", Help: "Calls this member refused for rate, by limit: principal (--rate-limit) or namespace (--publish-rate)."},
 			[]string{"limit"}),
+		streamCalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "coordd_stream_calls_total",
+			Help: "Lock and election calls this member took on Calls streams (the Go SDK pipelines them there); the rest came as unary RPCs."}),
 	}
-	reg.MustRegister(m.sessionsCreated, m.sessionsClosed, m.sessionExpiries, m.grants, m.lockWait, m.delayWaits,
+	reg.MustRegister(m.streamCalls, m.sessionsCreated, m.sessionsClosed, m.sessionExpiries, m.grants, m.lockWait, m.delayWaits,
 		m.fencedWrites, m.leaderChanges, m.observers, m.configReleases, m.statusReports, m.rateLimits)
 	m.rateLimits.WithLabelValues("principal")
 	m.rateLimits.WithLabelValues("namespace")
@@ -90,6 +94,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.configReleases.WithLabelValues(op)
 	}
 	return m
+}
+
+func (m *Metrics) streamCall() {
+	if m != nil {
+		m.streamCalls.Inc()
+	}
 }
 
 func (m *Metrics) sessionCreated() {

@@ -78,6 +78,8 @@ type SessionServer struct {
 	// MaxRequestBytes is the server's limit on one message (0: gRPC's
 	// default), which bounds a batch of renewals.
 	MaxRequestBytes int
+	// CallStream serves the Calls stream; nil ends it with UNIMPLEMENTED.
+	CallStream *CallServer
 }
 
 // SetPageTokenKey makes ListSessions seal its page tokens with key
@@ -647,6 +649,11 @@ func (w *holdingWatches) stopAll() {
 	for _, stop := range stops {
 		stop()
 	}
+}
+
+// Calls implements SessionService: see CallServer.
+func (s *SessionServer) Calls(stream coorddv1.SessionService_CallsServer) error {
+	return s.CallStream.Serve(stream)
 }
 
 // CloseSession implements SessionService.

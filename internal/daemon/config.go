@@ -67,6 +67,10 @@ type Config struct {
 	// internal/groupcommit): for comparisons, and a way out should
 	// batching misbehave.
 	NoGroupCommit bool
+	// NoCallStream ends every SessionService.Calls stream with
+	// UNIMPLEMENTED, so that clients send each call as its own unary RPC
+	// (for comparisons, and to test the SDK's fallback).
+	NoCallStream bool
 
 	// Compaction of etcd's history (see cluster.Compaction for what it
 	// keeps). The embedded member runs etcd's own compactor on the etcd

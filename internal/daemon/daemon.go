@@ -206,12 +206,20 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// Two servers share every service: the public one on --grpc-addr,
 	// and an in-memory one that only the REST gateway reaches, which
 	// trusts the identity the gateway authenticated from the HTTP request.
-	serverOpts := func(an api.Authn) []grpc.ServerOption {
-		a := api.Auth{Authn: an, Authz: d.authz, Owners: d.owners, Limits: limits, Metrics: apiMetrics, Audit: d.audit, AuditFailed: func(err error) {
+	authOf := func(an api.Authn) api.Auth {
+		return api.Auth{Authn: an, Authz: d.authz, Owners: d.owners, Limits: limits, Metrics: apiMetrics, Audit: d.audit, AuditFailed: func(err error) {
 			d.lg.Error("audit log not written", zap.Error(err))
 		}}
+	}
+	// Unary calls, and each call on a Calls stream (api.CallServer), run
+	// through these.
+	unary := func(an api.Authn) []grpc.UnaryServerInterceptor {
+		return []grpc.UnaryServerInterceptor{api.UnaryArrival(d.txns.Arrived), metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(authOf(an)), api.UnaryRequireLeader(d.leader.Lost)}
+	}
+	serverOpts := func(an api.Authn) []grpc.ServerOption {
+		a := authOf(an)
 		return []grpc.ServerOption{
-			grpc.ChainUnaryInterceptor(api.UnaryArrival(d.txns.Arrived), metrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(a), api.UnaryRequireLeader(d.leader.Lost)),
+			grpc.ChainUnaryInterceptor(unary(an)...),
 			grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(a), api.StreamRequireLeader(d.leader.Lost)),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 			grpc.ForceServerCodecV2(api.Codec()), // protobuf, and messages marshaled once for many streams
@@ -300,6 +308,9 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	electionSvc := api.NewElectionServer(d.stopped, d.elections, sessions, apiMetrics)
 	electionSvc.Streams = streams
 	electionSvc.Waiters = waiters
+	// The SDK's calls with its sessions, pipelined on one stream per
+	// client; each runs as the public server's unary RPC of its name.
+	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, unary(d.authn), apiMetrics, d.stopped.Done(), cfg.NoCallStream)
 	for _, srv := range servers {
 		coorddv1.RegisterSessionServiceServer(srv, sessionSvc)
 		coorddv1.RegisterLockServiceServer(srv, lockSvc)

@@ -9,6 +9,7 @@ package coorddv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	anypb "google.golang.org/protobuf/types/known/anypb"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -74,8 +75,560 @@ func (x Holding_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Holding_Kind.Descriptor instead.
 func (Holding_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{11, 0}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{15, 0}
 }
+
+// CallsRequest is one call on a Calls stream, or the cancellation of one.
+type CallsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// call_id names the call: its answer carries the same id. Ids are the
+	// client's, unique among its calls in flight on the stream. Required
+	// (non-zero).
+	CallId uint64 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// call is the request of the unary RPC of the same name.
+	//
+	// Types that are valid to be assigned to Call:
+	//
+	//	*CallsRequest_Acquire
+	//	*CallsRequest_TryAcquire
+	//	*CallsRequest_Release
+	//	*CallsRequest_Campaign
+	//	*CallsRequest_Proclaim
+	//	*CallsRequest_Resign
+	//	*CallsRequest_ValidateFence
+	//	*CallsRequest_FencedPut
+	//	*CallsRequest_FencedDelete
+	//	*CallsRequest_Cancel
+	Call          isCallsRequest_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallsRequest) Reset() {
+	*x = CallsRequest{}
+	mi := &file_coordd_v1_session_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallsRequest) ProtoMessage() {}
+
+func (x *CallsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_session_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallsRequest.ProtoReflect.Descriptor instead.
+func (*CallsRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CallsRequest) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *CallsRequest) GetCall() isCallsRequest_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *CallsRequest) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *CallsRequest) GetTryAcquire() *TryAcquireRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_TryAcquire); ok {
+			return x.TryAcquire
+		}
+	}
+	return nil
+}
+
+func (x *CallsRequest) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *CallsRequest) GetCampaign() *CampaignRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_Campaign); ok {
+			return x.Campaign
+		}
+	}
+	return nil
+}
+
+func (x *CallsRequest) GetProclaim() *ProclaimRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_Proclaim); ok {
+			return x.Proclaim
+		}
+	}
+	return nil
+}
+
+func (x *CallsRequest) GetResign() *ResignRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_Resign); ok {
+			return x.Resign
+		}
+	}
+	return nil
+}
+
+func (x *CallsRequest) GetValidateFence() *ValidateFenceRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_ValidateFence); ok {
+			return x.ValidateFence
+		}
+	}
+	return nil
+}
+
+func (x *CallsRequest) GetFencedPut() *FencedPutRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_FencedPut); ok {
+			return x.FencedPut
+		}
+	}
+	return nil
+}
+
+func (x *CallsRequest) GetFencedDelete() *FencedDeleteRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_FencedDelete); ok {
+			return x.FencedDelete
+		}
+	}
+	return nil
+}
+
+func (x *CallsRequest) GetCancel() *CancelCall {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+type isCallsRequest_Call interface {
+	isCallsRequest_Call()
+}
+
+type CallsRequest_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
+}
+
+type CallsRequest_TryAcquire struct {
+	TryAcquire *TryAcquireRequest `protobuf:"bytes,3,opt,name=try_acquire,json=tryAcquire,proto3,oneof"`
+}
+
+type CallsRequest_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,4,opt,name=release,proto3,oneof"`
+}
+
+type CallsRequest_Campaign struct {
+	Campaign *CampaignRequest `protobuf:"bytes,5,opt,name=campaign,proto3,oneof"`
+}
+
+type CallsRequest_Proclaim struct {
+	Proclaim *ProclaimRequest `protobuf:"bytes,6,opt,name=proclaim,proto3,oneof"`
+}
+
+type CallsRequest_Resign struct {
+	Resign *ResignRequest `protobuf:"bytes,7,opt,name=resign,proto3,oneof"`
+}
+
+type CallsRequest_ValidateFence struct {
+	ValidateFence *ValidateFenceRequest `protobuf:"bytes,8,opt,name=validate_fence,json=validateFence,proto3,oneof"`
+}
+
+type CallsRequest_FencedPut struct {
+	FencedPut *FencedPutRequest `protobuf:"bytes,9,opt,name=fenced_put,json=fencedPut,proto3,oneof"`
+}
+
+type CallsRequest_FencedDelete struct {
+	FencedDelete *FencedDeleteRequest `protobuf:"bytes,10,opt,name=fenced_delete,json=fencedDelete,proto3,oneof"`
+}
+
+type CallsRequest_Cancel struct {
+	// cancel cancels the call in flight named by call_id, as a client
+	// cancels a unary call: it then answers with CANCELLED, unless it
+	// finished first. A cancel of a call not in flight does nothing.
+	Cancel *CancelCall `protobuf:"bytes,11,opt,name=cancel,proto3,oneof"`
+}
+
+func (*CallsRequest_Acquire) isCallsRequest_Call() {}
+
+func (*CallsRequest_TryAcquire) isCallsRequest_Call() {}
+
+func (*CallsRequest_Release) isCallsRequest_Call() {}
+
+func (*CallsRequest_Campaign) isCallsRequest_Call() {}
+
+func (*CallsRequest_Proclaim) isCallsRequest_Call() {}
+
+func (*CallsRequest_Resign) isCallsRequest_Call() {}
+
+func (*CallsRequest_ValidateFence) isCallsRequest_Call() {}
+
+func (*CallsRequest_FencedPut) isCallsRequest_Call() {}
+
+func (*CallsRequest_FencedDelete) isCallsRequest_Call() {}
+
+func (*CallsRequest_Cancel) isCallsRequest_Call() {}
+
+// CancelCall cancels a call in flight on a Calls stream.
+type CancelCall struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelCall) Reset() {
+	*x = CancelCall{}
+	mi := &file_coordd_v1_session_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelCall) ProtoMessage() {}
+
+func (x *CancelCall) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_session_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelCall.ProtoReflect.Descriptor instead.
+func (*CancelCall) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{1}
+}
+
+// CallStatus is a failed call's status, as gRPC's google.rpc.Status: its
+// code, message and details (ErrorInfo with coordd's reason, RetryInfo,
+// BadRequest), exactly as the unary RPC would have failed.
+type CallStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is the gRPC status code.
+	Code int32 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	// message is the error's message.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// details are the status details.
+	Details       []*anypb.Any `protobuf:"bytes,3,rep,name=details,proto3" json:"details,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallStatus) Reset() {
+	*x = CallStatus{}
+	mi := &file_coordd_v1_session_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallStatus) ProtoMessage() {}
+
+func (x *CallStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_session_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallStatus.ProtoReflect.Descriptor instead.
+func (*CallStatus) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CallStatus) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CallStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CallStatus) GetDetails() []*anypb.Any {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+// CallsResponse answers one CallsRequest.
+type CallsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// call_id is the answered call's id.
+	CallId uint64 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// result is the call's response, or error when it failed.
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*CallsResponse_Error
+	//	*CallsResponse_Acquire
+	//	*CallsResponse_TryAcquire
+	//	*CallsResponse_Release
+	//	*CallsResponse_Campaign
+	//	*CallsResponse_Proclaim
+	//	*CallsResponse_Resign
+	//	*CallsResponse_ValidateFence
+	//	*CallsResponse_FencedPut
+	//	*CallsResponse_FencedDelete
+	Result        isCallsResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallsResponse) Reset() {
+	*x = CallsResponse{}
+	mi := &file_coordd_v1_session_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallsResponse) ProtoMessage() {}
+
+func (x *CallsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_session_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallsResponse.ProtoReflect.Descriptor instead.
+func (*CallsResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CallsResponse) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *CallsResponse) GetResult() isCallsResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *CallsResponse) GetError() *CallStatus {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+func (x *CallsResponse) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *CallsResponse) GetTryAcquire() *TryAcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_TryAcquire); ok {
+			return x.TryAcquire
+		}
+	}
+	return nil
+}
+
+func (x *CallsResponse) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *CallsResponse) GetCampaign() *CampaignResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_Campaign); ok {
+			return x.Campaign
+		}
+	}
+	return nil
+}
+
+func (x *CallsResponse) GetProclaim() *ProclaimResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_Proclaim); ok {
+			return x.Proclaim
+		}
+	}
+	return nil
+}
+
+func (x *CallsResponse) GetResign() *ResignResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_Resign); ok {
+			return x.Resign
+		}
+	}
+	return nil
+}
+
+func (x *CallsResponse) GetValidateFence() *ValidateFenceResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_ValidateFence); ok {
+			return x.ValidateFence
+		}
+	}
+	return nil
+}
+
+func (x *CallsResponse) GetFencedPut() *FencedPutResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_FencedPut); ok {
+			return x.FencedPut
+		}
+	}
+	return nil
+}
+
+func (x *CallsResponse) GetFencedDelete() *FencedDeleteResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_FencedDelete); ok {
+			return x.FencedDelete
+		}
+	}
+	return nil
+}
+
+type isCallsResponse_Result interface {
+	isCallsResponse_Result()
+}
+
+type CallsResponse_Error struct {
+	Error *CallStatus `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+type CallsResponse_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,3,opt,name=acquire,proto3,oneof"`
+}
+
+type CallsResponse_TryAcquire struct {
+	TryAcquire *TryAcquireResponse `protobuf:"bytes,4,opt,name=try_acquire,json=tryAcquire,proto3,oneof"`
+}
+
+type CallsResponse_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,5,opt,name=release,proto3,oneof"`
+}
+
+type CallsResponse_Campaign struct {
+	Campaign *CampaignResponse `protobuf:"bytes,6,opt,name=campaign,proto3,oneof"`
+}
+
+type CallsResponse_Proclaim struct {
+	Proclaim *ProclaimResponse `protobuf:"bytes,7,opt,name=proclaim,proto3,oneof"`
+}
+
+type CallsResponse_Resign struct {
+	Resign *ResignResponse `protobuf:"bytes,8,opt,name=resign,proto3,oneof"`
+}
+
+type CallsResponse_ValidateFence struct {
+	ValidateFence *ValidateFenceResponse `protobuf:"bytes,9,opt,name=validate_fence,json=validateFence,proto3,oneof"`
+}
+
+type CallsResponse_FencedPut struct {
+	FencedPut *FencedPutResponse `protobuf:"bytes,10,opt,name=fenced_put,json=fencedPut,proto3,oneof"`
+}
+
+type CallsResponse_FencedDelete struct {
+	FencedDelete *FencedDeleteResponse `protobuf:"bytes,11,opt,name=fenced_delete,json=fencedDelete,proto3,oneof"`
+}
+
+func (*CallsResponse_Error) isCallsResponse_Result() {}
+
+func (*CallsResponse_Acquire) isCallsResponse_Result() {}
+
+func (*CallsResponse_TryAcquire) isCallsResponse_Result() {}
+
+func (*CallsResponse_Release) isCallsResponse_Result() {}
+
+func (*CallsResponse_Campaign) isCallsResponse_Result() {}
+
+func (*CallsResponse_Proclaim) isCallsResponse_Result() {}
+
+func (*CallsResponse_Resign) isCallsResponse_Result() {}
+
+func (*CallsResponse_ValidateFence) isCallsResponse_Result() {}
+
+func (*CallsResponse_FencedPut) isCallsResponse_Result() {}
+
+func (*CallsResponse_FencedDelete) isCallsResponse_Result() {}
 
 // Session describes a live session.
 type Session struct {
@@ -114,7 +667,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_coordd_v1_session_proto_msgTypes[0]
+	mi := &file_coordd_v1_session_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -126,7 +679,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[0]
+	mi := &file_coordd_v1_session_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -139,7 +692,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{0}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Session) GetId() string {
@@ -231,7 +784,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_coordd_v1_session_proto_msgTypes[1]
+	mi := &file_coordd_v1_session_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +796,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[1]
+	mi := &file_coordd_v1_session_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +809,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{1}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateSessionRequest) GetTtl() *durationpb.Duration {
@@ -298,7 +851,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_coordd_v1_session_proto_msgTypes[2]
+	mi := &file_coordd_v1_session_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +863,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[2]
+	mi := &file_coordd_v1_session_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +876,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{2}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateSessionResponse) GetSession() *Session {
@@ -344,7 +897,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_coordd_v1_session_proto_msgTypes[3]
+	mi := &file_coordd_v1_session_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +909,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[3]
+	mi := &file_coordd_v1_session_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +922,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{3}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -390,7 +943,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_coordd_v1_session_proto_msgTypes[4]
+	mi := &file_coordd_v1_session_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +955,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[4]
+	mi := &file_coordd_v1_session_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +968,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{4}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -443,7 +996,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_coordd_v1_session_proto_msgTypes[5]
+	mi := &file_coordd_v1_session_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +1008,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[5]
+	mi := &file_coordd_v1_session_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +1021,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{5}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListSessionsRequest) GetPageSize() int32 {
@@ -506,7 +1059,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_coordd_v1_session_proto_msgTypes[6]
+	mi := &file_coordd_v1_session_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +1071,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[6]
+	mi := &file_coordd_v1_session_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +1084,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{6}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -559,7 +1112,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_coordd_v1_session_proto_msgTypes[7]
+	mi := &file_coordd_v1_session_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +1124,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[7]
+	mi := &file_coordd_v1_session_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +1137,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{7}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KeepAliveRequest) GetSessionId() string {
@@ -607,7 +1160,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_coordd_v1_session_proto_msgTypes[8]
+	mi := &file_coordd_v1_session_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +1172,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[8]
+	mi := &file_coordd_v1_session_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +1185,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{8}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *KeepAliveResponse) GetSessionId() string {
@@ -680,7 +1233,7 @@ type KeepAliveStreamRequest struct {
 
 func (x *KeepAliveStreamRequest) Reset() {
 	*x = KeepAliveStreamRequest{}
-	mi := &file_coordd_v1_session_proto_msgTypes[9]
+	mi := &file_coordd_v1_session_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +1245,7 @@ func (x *KeepAliveStreamRequest) String() string {
 func (*KeepAliveStreamRequest) ProtoMessage() {}
 
 func (x *KeepAliveStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[9]
+	mi := &file_coordd_v1_session_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +1258,7 @@ func (x *KeepAliveStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveStreamRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveStreamRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{9}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KeepAliveStreamRequest) GetSessionId() string {
@@ -759,7 +1312,7 @@ type Renewal struct {
 
 func (x *Renewal) Reset() {
 	*x = Renewal{}
-	mi := &file_coordd_v1_session_proto_msgTypes[10]
+	mi := &file_coordd_v1_session_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +1324,7 @@ func (x *Renewal) String() string {
 func (*Renewal) ProtoMessage() {}
 
 func (x *Renewal) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[10]
+	mi := &file_coordd_v1_session_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +1337,7 @@ func (x *Renewal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Renewal.ProtoReflect.Descriptor instead.
 func (*Renewal) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{10}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Renewal) GetSessionId() string {
@@ -833,7 +1386,7 @@ type Holding struct {
 
 func (x *Holding) Reset() {
 	*x = Holding{}
-	mi := &file_coordd_v1_session_proto_msgTypes[11]
+	mi := &file_coordd_v1_session_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +1398,7 @@ func (x *Holding) String() string {
 func (*Holding) ProtoMessage() {}
 
 func (x *Holding) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[11]
+	mi := &file_coordd_v1_session_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +1411,7 @@ func (x *Holding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holding.ProtoReflect.Descriptor instead.
 func (*Holding) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{11}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Holding) GetKind() Holding_Kind {
@@ -923,7 +1476,7 @@ type KeepAliveStreamResponse struct {
 
 func (x *KeepAliveStreamResponse) Reset() {
 	*x = KeepAliveStreamResponse{}
-	mi := &file_coordd_v1_session_proto_msgTypes[12]
+	mi := &file_coordd_v1_session_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1488,7 @@ func (x *KeepAliveStreamResponse) String() string {
 func (*KeepAliveStreamResponse) ProtoMessage() {}
 
 func (x *KeepAliveStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[12]
+	mi := &file_coordd_v1_session_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1501,7 @@ func (x *KeepAliveStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveStreamResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveStreamResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{12}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *KeepAliveStreamResponse) GetSessionId() string {
@@ -997,7 +1550,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_coordd_v1_session_proto_msgTypes[13]
+	mi := &file_coordd_v1_session_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1562,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[13]
+	mi := &file_coordd_v1_session_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1575,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{13}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1042,7 +1595,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_coordd_v1_session_proto_msgTypes[14]
+	mi := &file_coordd_v1_session_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1607,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_session_proto_msgTypes[14]
+	mi := &file_coordd_v1_session_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,14 +1620,53 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_session_proto_rawDescGZIP(), []int{14}
+	return file_coordd_v1_session_proto_rawDescGZIP(), []int{18}
 }
 
 var File_coordd_v1_session_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x17coordd/v1/session.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xba\x03\n" +
+	"\x17coordd/v1/session.proto\x12\tcoordd.v1\x1a\x18coordd/v1/election.proto\x1a\x14coordd/v1/lock.proto\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x05\n" +
+	"\fCallsRequest\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\x125\n" +
+	"\aacquire\x18\x02 \x01(\v2\x19.coordd.v1.AcquireRequestH\x00R\aacquire\x12?\n" +
+	"\vtry_acquire\x18\x03 \x01(\v2\x1c.coordd.v1.TryAcquireRequestH\x00R\n" +
+	"tryAcquire\x125\n" +
+	"\arelease\x18\x04 \x01(\v2\x19.coordd.v1.ReleaseRequestH\x00R\arelease\x128\n" +
+	"\bcampaign\x18\x05 \x01(\v2\x1a.coordd.v1.CampaignRequestH\x00R\bcampaign\x128\n" +
+	"\bproclaim\x18\x06 \x01(\v2\x1a.coordd.v1.ProclaimRequestH\x00R\bproclaim\x122\n" +
+	"\x06resign\x18\a \x01(\v2\x18.coordd.v1.ResignRequestH\x00R\x06resign\x12H\n" +
+	"\x0evalidate_fence\x18\b \x01(\v2\x1f.coordd.v1.ValidateFenceRequestH\x00R\rvalidateFence\x12<\n" +
+	"\n" +
+	"fenced_put\x18\t \x01(\v2\x1b.coordd.v1.FencedPutRequestH\x00R\tfencedPut\x12E\n" +
+	"\rfenced_delete\x18\n" +
+	" \x01(\v2\x1e.coordd.v1.FencedDeleteRequestH\x00R\ffencedDelete\x12/\n" +
+	"\x06cancel\x18\v \x01(\v2\x15.coordd.v1.CancelCallH\x00R\x06cancelB\x06\n" +
+	"\x04call\"\f\n" +
+	"\n" +
+	"CancelCall\"j\n" +
+	"\n" +
+	"CallStatus\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
+	"\adetails\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\adetails\"\x90\x05\n" +
+	"\rCallsResponse\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12-\n" +
+	"\x05error\x18\x02 \x01(\v2\x15.coordd.v1.CallStatusH\x00R\x05error\x126\n" +
+	"\aacquire\x18\x03 \x01(\v2\x1a.coordd.v1.AcquireResponseH\x00R\aacquire\x12@\n" +
+	"\vtry_acquire\x18\x04 \x01(\v2\x1d.coordd.v1.TryAcquireResponseH\x00R\n" +
+	"tryAcquire\x126\n" +
+	"\arelease\x18\x05 \x01(\v2\x1a.coordd.v1.ReleaseResponseH\x00R\arelease\x129\n" +
+	"\bcampaign\x18\x06 \x01(\v2\x1b.coordd.v1.CampaignResponseH\x00R\bcampaign\x129\n" +
+	"\bproclaim\x18\a \x01(\v2\x1b.coordd.v1.ProclaimResponseH\x00R\bproclaim\x123\n" +
+	"\x06resign\x18\b \x01(\v2\x19.coordd.v1.ResignResponseH\x00R\x06resign\x12I\n" +
+	"\x0evalidate_fence\x18\t \x01(\v2 .coordd.v1.ValidateFenceResponseH\x00R\rvalidateFence\x12=\n" +
+	"\n" +
+	"fenced_put\x18\n" +
+	" \x01(\v2\x1c.coordd.v1.FencedPutResponseH\x00R\tfencedPut\x12F\n" +
+	"\rfenced_delete\x18\v \x01(\v2\x1f.coordd.v1.FencedDeleteResponseH\x00R\ffencedDeleteB\b\n" +
+	"\x06result\"\xba\x03\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
@@ -1156,7 +1748,7 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
-	"\x14CloseSessionResponse2\xf7\x03\n" +
+	"\x14CloseSessionResponse2\xb7\x04\n" +
 	"\x0eSessionService\x12R\n" +
 	"\rCreateSession\x12\x1f.coordd.v1.CreateSessionRequest\x1a .coordd.v1.CreateSessionResponse\x12I\n" +
 	"\n" +
@@ -1164,7 +1756,8 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\fListSessions\x12\x1e.coordd.v1.ListSessionsRequest\x1a\x1f.coordd.v1.ListSessionsResponse\x12F\n" +
 	"\tKeepAlive\x12\x1b.coordd.v1.KeepAliveRequest\x1a\x1c.coordd.v1.KeepAliveResponse\x12\\\n" +
 	"\x0fKeepAliveStream\x12!.coordd.v1.KeepAliveStreamRequest\x1a\".coordd.v1.KeepAliveStreamResponse(\x010\x01\x12O\n" +
-	"\fCloseSession\x12\x1e.coordd.v1.CloseSessionRequest\x1a\x1f.coordd.v1.CloseSessionResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\fCloseSession\x12\x1e.coordd.v1.CloseSessionRequest\x1a\x1f.coordd.v1.CloseSessionResponse\x12>\n" +
+	"\x05Calls\x12\x17.coordd.v1.CallsRequest\x1a\x18.coordd.v1.CallsResponse(\x010\x01B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_session_proto_rawDescOnce sync.Once
@@ -1179,63 +1772,109 @@ func file_coordd_v1_session_proto_rawDescGZIP() []byte {
 }
 
 var file_coordd_v1_session_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordd_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_coordd_v1_session_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_coordd_v1_session_proto_goTypes = []any{
 	(Holding_Kind)(0),               // 0: coordd.v1.Holding.Kind
-	(*Session)(nil),                 // 1: coordd.v1.Session
-	(*CreateSessionRequest)(nil),    // 2: coordd.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),   // 3: coordd.v1.CreateSessionResponse
-	(*GetSessionRequest)(nil),       // 4: coordd.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),      // 5: coordd.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),     // 6: coordd.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),    // 7: coordd.v1.ListSessionsResponse
-	(*KeepAliveRequest)(nil),        // 8: coordd.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),       // 9: coordd.v1.KeepAliveResponse
-	(*KeepAliveStreamRequest)(nil),  // 10: coordd.v1.KeepAliveStreamRequest
-	(*Renewal)(nil),                 // 11: coordd.v1.Renewal
-	(*Holding)(nil),                 // 12: coordd.v1.Holding
-	(*KeepAliveStreamResponse)(nil), // 13: coordd.v1.KeepAliveStreamResponse
-	(*CloseSessionRequest)(nil),     // 14: coordd.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),    // 15: coordd.v1.CloseSessionResponse
-	nil,                             // 16: coordd.v1.Session.LabelsEntry
-	nil,                             // 17: coordd.v1.CreateSessionRequest.LabelsEntry
-	(*durationpb.Duration)(nil),     // 18: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 19: google.protobuf.Timestamp
+	(*CallsRequest)(nil),            // 1: coordd.v1.CallsRequest
+	(*CancelCall)(nil),              // 2: coordd.v1.CancelCall
+	(*CallStatus)(nil),              // 3: coordd.v1.CallStatus
+	(*CallsResponse)(nil),           // 4: coordd.v1.CallsResponse
+	(*Session)(nil),                 // 5: coordd.v1.Session
+	(*CreateSessionRequest)(nil),    // 6: coordd.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),   // 7: coordd.v1.CreateSessionResponse
+	(*GetSessionRequest)(nil),       // 8: coordd.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),      // 9: coordd.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),     // 10: coordd.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),    // 11: coordd.v1.ListSessionsResponse
+	(*KeepAliveRequest)(nil),        // 12: coordd.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),       // 13: coordd.v1.KeepAliveResponse
+	(*KeepAliveStreamRequest)(nil),  // 14: coordd.v1.KeepAliveStreamRequest
+	(*Renewal)(nil),                 // 15: coordd.v1.Renewal
+	(*Holding)(nil),                 // 16: coordd.v1.Holding
+	(*KeepAliveStreamResponse)(nil), // 17: coordd.v1.KeepAliveStreamResponse
+	(*CloseSessionRequest)(nil),     // 18: coordd.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),    // 19: coordd.v1.CloseSessionResponse
+	nil,                             // 20: coordd.v1.Session.LabelsEntry
+	nil,                             // 21: coordd.v1.CreateSessionRequest.LabelsEntry
+	(*AcquireRequest)(nil),          // 22: coordd.v1.AcquireRequest
+	(*TryAcquireRequest)(nil),       // 23: coordd.v1.TryAcquireRequest
+	(*ReleaseRequest)(nil),          // 24: coordd.v1.ReleaseRequest
+	(*CampaignRequest)(nil),         // 25: coordd.v1.CampaignRequest
+	(*ProclaimRequest)(nil),         // 26: coordd.v1.ProclaimRequest
+	(*ResignRequest)(nil),           // 27: coordd.v1.ResignRequest
+	(*ValidateFenceRequest)(nil),    // 28: coordd.v1.ValidateFenceRequest
+	(*FencedPutRequest)(nil),        // 29: coordd.v1.FencedPutRequest
+	(*FencedDeleteRequest)(nil),     // 30: coordd.v1.FencedDeleteRequest
+	(*anypb.Any)(nil),               // 31: google.protobuf.Any
+	(*AcquireResponse)(nil),         // 32: coordd.v1.AcquireResponse
+	(*TryAcquireResponse)(nil),      // 33: coordd.v1.TryAcquireResponse
+	(*ReleaseResponse)(nil),         // 34: coordd.v1.ReleaseResponse
+	(*CampaignResponse)(nil),        // 35: coordd.v1.CampaignResponse
+	(*ProclaimResponse)(nil),        // 36: coordd.v1.ProclaimResponse
+	(*ResignResponse)(nil),          // 37: coordd.v1.ResignResponse
+	(*ValidateFenceResponse)(nil),   // 38: coordd.v1.ValidateFenceResponse
+	(*FencedPutResponse)(nil),       // 39: coordd.v1.FencedPutResponse
+	(*FencedDeleteResponse)(nil),    // 40: coordd.v1.FencedDeleteResponse
+	(*durationpb.Duration)(nil),     // 41: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 42: google.protobuf.Timestamp
 }
 var file_coordd_v1_session_proto_depIdxs = []int32{
-	18, // 0: coordd.v1.Session.ttl:type_name -> google.protobuf.Duration
-	16, // 1: coordd.v1.Session.labels:type_name -> coordd.v1.Session.LabelsEntry
-	19, // 2: coordd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	18, // 3: coordd.v1.Session.remaining_ttl:type_name -> google.protobuf.Duration
-	18, // 4: coordd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	17, // 5: coordd.v1.CreateSessionRequest.labels:type_name -> coordd.v1.CreateSessionRequest.LabelsEntry
-	1,  // 6: coordd.v1.CreateSessionResponse.session:type_name -> coordd.v1.Session
-	1,  // 7: coordd.v1.GetSessionResponse.session:type_name -> coordd.v1.Session
-	1,  // 8: coordd.v1.ListSessionsResponse.sessions:type_name -> coordd.v1.Session
-	18, // 9: coordd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	12, // 10: coordd.v1.KeepAliveStreamRequest.watch:type_name -> coordd.v1.Holding
-	18, // 11: coordd.v1.Renewal.ttl:type_name -> google.protobuf.Duration
-	0,  // 12: coordd.v1.Holding.kind:type_name -> coordd.v1.Holding.Kind
-	18, // 13: coordd.v1.KeepAliveStreamResponse.ttl:type_name -> google.protobuf.Duration
-	12, // 14: coordd.v1.KeepAliveStreamResponse.ended:type_name -> coordd.v1.Holding
-	11, // 15: coordd.v1.KeepAliveStreamResponse.renewals:type_name -> coordd.v1.Renewal
-	2,  // 16: coordd.v1.SessionService.CreateSession:input_type -> coordd.v1.CreateSessionRequest
-	4,  // 17: coordd.v1.SessionService.GetSession:input_type -> coordd.v1.GetSessionRequest
-	6,  // 18: coordd.v1.SessionService.ListSessions:input_type -> coordd.v1.ListSessionsRequest
-	8,  // 19: coordd.v1.SessionService.KeepAlive:input_type -> coordd.v1.KeepAliveRequest
-	10, // 20: coordd.v1.SessionService.KeepAliveStream:input_type -> coordd.v1.KeepAliveStreamRequest
-	14, // 21: coordd.v1.SessionService.CloseSession:input_type -> coordd.v1.CloseSessionRequest
-	3,  // 22: coordd.v1.SessionService.CreateSession:output_type -> coordd.v1.CreateSessionResponse
-	5,  // 23: coordd.v1.SessionService.GetSession:output_type -> coordd.v1.GetSessionResponse
-	7,  // 24: coordd.v1.SessionService.ListSessions:output_type -> coordd.v1.ListSessionsResponse
-	9,  // 25: coordd.v1.SessionService.KeepAlive:output_type -> coordd.v1.KeepAliveResponse
-	13, // 26: coordd.v1.SessionService.KeepAliveStream:output_type -> coordd.v1.KeepAliveStreamResponse
-	15, // 27: coordd.v1.SessionService.CloseSession:output_type -> coordd.v1.CloseSessionResponse
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	22, // 0: coordd.v1.CallsRequest.acquire:type_name -> coordd.v1.AcquireRequest
+	23, // 1: coordd.v1.CallsRequest.try_acquire:type_name -> coordd.v1.TryAcquireRequest
+	24, // 2: coordd.v1.CallsRequest.release:type_name -> coordd.v1.ReleaseRequest
+	25, // 3: coordd.v1.CallsRequest.campaign:type_name -> coordd.v1.CampaignRequest
+	26, // 4: coordd.v1.CallsRequest.proclaim:type_name -> coordd.v1.ProclaimRequest
+	27, // 5: coordd.v1.CallsRequest.resign:type_name -> coordd.v1.ResignRequest
+	28, // 6: coordd.v1.CallsRequest.validate_fence:type_name -> coordd.v1.ValidateFenceRequest
+	29, // 7: coordd.v1.CallsRequest.fenced_put:type_name -> coordd.v1.FencedPutRequest
+	30, // 8: coordd.v1.CallsRequest.fenced_delete:type_name -> coordd.v1.FencedDeleteRequest
+	2,  // 9: coordd.v1.CallsRequest.cancel:type_name -> coordd.v1.CancelCall
+	31, // 10: coordd.v1.CallStatus.details:type_name -> google.protobuf.Any
+	3,  // 11: coordd.v1.CallsResponse.error:type_name -> coordd.v1.CallStatus
+	32, // 12: coordd.v1.CallsResponse.acquire:type_name -> coordd.v1.AcquireResponse
+	33, // 13: coordd.v1.CallsResponse.try_acquire:type_name -> coordd.v1.TryAcquireResponse
+	34, // 14: coordd.v1.CallsResponse.release:type_name -> coordd.v1.ReleaseResponse
+	35, // 15: coordd.v1.CallsResponse.campaign:type_name -> coordd.v1.CampaignResponse
+	36, // 16: coordd.v1.CallsResponse.proclaim:type_name -> coordd.v1.ProclaimResponse
+	37, // 17: coordd.v1.CallsResponse.resign:type_name -> coordd.v1.ResignResponse
+	38, // 18: coordd.v1.CallsResponse.validate_fence:type_name -> coordd.v1.ValidateFenceResponse
+	39, // 19: coordd.v1.CallsResponse.fenced_put:type_name -> coordd.v1.FencedPutResponse
+	40, // 20: coordd.v1.CallsResponse.fenced_delete:type_name -> coordd.v1.FencedDeleteResponse
+	41, // 21: coordd.v1.Session.ttl:type_name -> google.protobuf.Duration
+	20, // 22: coordd.v1.Session.labels:type_name -> coordd.v1.Session.LabelsEntry
+	42, // 23: coordd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	41, // 24: coordd.v1.Session.remaining_ttl:type_name -> google.protobuf.Duration
+	41, // 25: coordd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	21, // 26: coordd.v1.CreateSessionRequest.labels:type_name -> coordd.v1.CreateSessionRequest.LabelsEntry
+	5,  // 27: coordd.v1.CreateSessionResponse.session:type_name -> coordd.v1.Session
+	5,  // 28: coordd.v1.GetSessionResponse.session:type_name -> coordd.v1.Session
+	5,  // 29: coordd.v1.ListSessionsResponse.sessions:type_name -> coordd.v1.Session
+	41, // 30: coordd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	16, // 31: coordd.v1.KeepAliveStreamRequest.watch:type_name -> coordd.v1.Holding
+	41, // 32: coordd.v1.Renewal.ttl:type_name -> google.protobuf.Duration
+	0,  // 33: coordd.v1.Holding.kind:type_name -> coordd.v1.Holding.Kind
+	41, // 34: coordd.v1.KeepAliveStreamResponse.ttl:type_name -> google.protobuf.Duration
+	16, // 35: coordd.v1.KeepAliveStreamResponse.ended:type_name -> coordd.v1.Holding
+	15, // 36: coordd.v1.KeepAliveStreamResponse.renewals:type_name -> coordd.v1.Renewal
+	6,  // 37: coordd.v1.SessionService.CreateSession:input_type -> coordd.v1.CreateSessionRequest
+	8,  // 38: coordd.v1.SessionService.GetSession:input_type -> coordd.v1.GetSessionRequest
+	10, // 39: coordd.v1.SessionService.ListSessions:input_type -> coordd.v1.ListSessionsRequest
+	12, // 40: coordd.v1.SessionService.KeepAlive:input_type -> coordd.v1.KeepAliveRequest
+	14, // 41: coordd.v1.SessionService.KeepAliveStream:input_type -> coordd.v1.KeepAliveStreamRequest
+	18, // 42: coordd.v1.SessionService.CloseSession:input_type -> coordd.v1.CloseSessionRequest
+	1,  // 43: coordd.v1.SessionService.Calls:input_type -> coordd.v1.CallsRequest
+	7,  // 44: coordd.v1.SessionService.CreateSession:output_type -> coordd.v1.CreateSessionResponse
+	9,  // 45: coordd.v1.SessionService.GetSession:output_type -> coordd.v1.GetSessionResponse
+	11, // 46: coordd.v1.SessionService.ListSessions:output_type -> coordd.v1.ListSessionsResponse
+	13, // 47: coordd.v1.SessionService.KeepAlive:output_type -> coordd.v1.KeepAliveResponse
+	17, // 48: coordd.v1.SessionService.KeepAliveStream:output_type -> coordd.v1.KeepAliveStreamResponse
+	19, // 49: coordd.v1.SessionService.CloseSession:output_type -> coordd.v1.CloseSessionResponse
+	4,  // 50: coordd.v1.SessionService.Calls:output_type -> coordd.v1.CallsResponse
+	44, // [44:51] is the sub-list for method output_type
+	37, // [37:44] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_session_proto_init() }
@@ -1243,13 +1882,39 @@ func file_coordd_v1_session_proto_init() {
 	if File_coordd_v1_session_proto != nil {
 		return
 	}
+	file_coordd_v1_election_proto_init()
+	file_coordd_v1_lock_proto_init()
+	file_coordd_v1_session_proto_msgTypes[0].OneofWrappers = []any{
+		(*CallsRequest_Acquire)(nil),
+		(*CallsRequest_TryAcquire)(nil),
+		(*CallsRequest_Release)(nil),
+		(*CallsRequest_Campaign)(nil),
+		(*CallsRequest_Proclaim)(nil),
+		(*CallsRequest_Resign)(nil),
+		(*CallsRequest_ValidateFence)(nil),
+		(*CallsRequest_FencedPut)(nil),
+		(*CallsRequest_FencedDelete)(nil),
+		(*CallsRequest_Cancel)(nil),
+	}
+	file_coordd_v1_session_proto_msgTypes[3].OneofWrappers = []any{
+		(*CallsResponse_Error)(nil),
+		(*CallsResponse_Acquire)(nil),
+		(*CallsResponse_TryAcquire)(nil),
+		(*CallsResponse_Release)(nil),
+		(*CallsResponse_Campaign)(nil),
+		(*CallsResponse_Proclaim)(nil),
+		(*CallsResponse_Resign)(nil),
+		(*CallsResponse_ValidateFence)(nil),
+		(*CallsResponse_FencedPut)(nil),
+		(*CallsResponse_FencedDelete)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_session_proto_rawDesc), len(file_coordd_v1_session_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

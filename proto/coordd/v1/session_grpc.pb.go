@@ -25,6 +25,7 @@ const (
 	SessionService_KeepAlive_FullMethodName       = "/coordd.v1.SessionService/KeepAlive"
 	SessionService_KeepAliveStream_FullMethodName = "/coordd.v1.SessionService/KeepAliveStream"
 	SessionService_CloseSession_FullMethodName    = "/coordd.v1.SessionService/CloseSession"
+	SessionService_Calls_FullMethodName           = "/coordd.v1.SessionService/Calls"
 )
 
 // SessionServiceClient is the client API for SessionService service.
@@ -72,6 +73,24 @@ type SessionServiceClient interface {
 	KeepAliveStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveStreamRequest, KeepAliveStreamResponse], error)
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
+	// Calls carries a client's calls with its sessions over one long-lived
+	// stream: Acquire, TryAcquire, Release, Campaign, Proclaim, Resign,
+	// ValidateFence, FencedPut and FencedDelete, each as the request of the
+	// unary RPC of the same name inside a CallsRequest with a call id. Calls
+	// are pipelined: the server runs each as it arrives, many at once, and
+	// answers each as it finishes (CallsResponse, same call id), in any
+	// order, so a waiting Acquire holds up nothing else. Each call is
+	// authorized, rate limited, audited and timed as its unary RPC is, and
+	// has the same outcome and guarantees; a failed call answers with its
+	// status and leaves the stream open. A call in flight when the stream
+	// ends (cancelled, broken, the daemon stopping) is cancelled, and its
+	// outcome is unknown to the client, as after a lost unary answer: retry
+	// it with the same request id. The caller is authenticated once, when
+	// the stream opens. The server sends its header metadata at once; a
+	// server started without the stream (coordd --no-call-stream) ends it
+	// with UNIMPLEMENTED, and clients then use the unary RPCs. The Go SDK
+	// opens one such stream per client; REST has no route to it.
+	Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallsRequest, CallsResponse], error)
 }
 
 type sessionServiceClient struct {
@@ -145,6 +164,19 @@ func (c *sessionServiceClient) CloseSession(ctx context.Context, in *CloseSessio
 	return out, nil
 }
 
+func (c *sessionServiceClient) Calls(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CallsRequest, CallsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SessionService_ServiceDesc.Streams[1], SessionService_Calls_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CallsRequest, CallsResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_CallsClient = grpc.BidiStreamingClient[CallsRequest, CallsResponse]
+
 // SessionServiceServer is the server API for SessionService service.
 // All implementations must embed UnimplementedSessionServiceServer
 // for forward compatibility.
@@ -190,6 +222,24 @@ type SessionServiceServer interface {
 	KeepAliveStream(grpc.BidiStreamingServer[KeepAliveStreamRequest, KeepAliveStreamResponse]) error
 	// CloseSession ends a session now and releases everything attached to it.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
+	// Calls carries a client's calls with its sessions over one long-lived
+	// stream: Acquire, TryAcquire, Release, Campaign, Proclaim, Resign,
+	// ValidateFence, FencedPut and FencedDelete, each as the request of the
+	// unary RPC of the same name inside a CallsRequest with a call id. Calls
+	// are pipelined: the server runs each as it arrives, many at once, and
+	// answers each as it finishes (CallsResponse, same call id), in any
+	// order, so a waiting Acquire holds up nothing else. Each call is
+	// authorized, rate limited, audited and timed as its unary RPC is, and
+	// has the same outcome and guarantees; a failed call answers with its
+	// status and leaves the stream open. A call in flight when the stream
+	// ends (cancelled, broken, the daemon stopping) is cancelled, and its
+	// outcome is unknown to the client, as after a lost unary answer: retry
+	// it with the same request id. The caller is authenticated once, when
+	// the stream opens. The server sends its header metadata at once; a
+	// server started without the stream (coordd --no-call-stream) ends it
+	// with UNIMPLEMENTED, and clients then use the unary RPCs. The Go SDK
+	// opens one such stream per client; REST has no route to it.
+	Calls(grpc.BidiStreamingServer[CallsRequest, CallsResponse]) error
 	mustEmbedUnimplementedSessionServiceServer()
 }
 
@@ -217,6 +267,9 @@ func (UnimplementedSessionServiceServer) KeepAliveStream(grpc.BidiStreamingServe
 }
 func (UnimplementedSessionServiceServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
+}
+func (UnimplementedSessionServiceServer) Calls(grpc.BidiStreamingServer[CallsRequest, CallsResponse]) error {
+	return status.Error(codes.Unimplemented, "method Calls not implemented")
 }
 func (UnimplementedSessionServiceServer) mustEmbedUnimplementedSessionServiceServer() {}
 func (UnimplementedSessionServiceServer) testEmbeddedByValue()                        {}
@@ -336,6 +389,13 @@ func _SessionService_CloseSession_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SessionService_Calls_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SessionServiceServer).Calls(&grpc.GenericServerStream[CallsRequest, CallsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SessionService_CallsServer = grpc.BidiStreamingServer[CallsRequest, CallsResponse]
+
 // SessionService_ServiceDesc is the grpc.ServiceDesc for SessionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -368,6 +428,12 @@ var SessionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "KeepAliveStream",
 			Handler:       _SessionService_KeepAliveStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Calls",
+			Handler:       _SessionService_Calls_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

@@ -1,0 +1,301 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/internal/kind"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+)
+
+// CallServer serves SessionService.Calls: the calls a client makes with
+// its sessions, pipelined over one stream. Each call runs on its own
+// goroutine through the same unary interceptors, and the same handler, as
+// the unary RPC of its name, so it is authorized, rate limited, audited,
+// timed and answered exactly as that RPC would be; only the transport is
+// shared. What a call saves against its unary RPC is the HTTP/2 stream,
+// its headers and trailers, and authenticating the caller again.
+//
+// Guarantees: every call is answered once, with its call id, unless the
+// stream ends first; a call's failure answers that call and leaves the
+// stream open; calls in flight when the stream ends are cancelled (their
+// outcome is unknown to the client, as after a lost unary answer). No
+// guarantee of order between calls in flight at once.
+type CallServer struct {
+	routes   map[callCase]callRoute
+	stopping <-chan struct{}
+	disabled bool
+	metrics  *Metrics
+}
+
+// callCase names the kind of call a request carries.
+type callCase int
+
+const (
+	callAcquire callCase = iota + 1
+	callTryAcquire
+	callRelease
+	callCampaign
+	callProclaim
+	callResign
+	callValidateFence
+	callFencedPut
+	callFencedDelete
+)
+
+// callRoute is how one kind of call runs: its unary RPC's full method
+// name, and the interceptors wrapped around that RPC's handler.
+type callRoute struct {
+	method string
+	run    grpc.UnaryHandler
+}
+
+// CallsHeader is the header metadata key with which a server says, as soon
+// as a Calls stream opens, that it serves calls on it (value "1").
+const CallsHeader = "coordd-calls"
+
+// maxCallsInFlight bounds the calls one stream runs at once; more are
+// answered RATE_LIMITED at once (the SDK keeps under it, and sends unary
+// RPCs beyond). Waiting acquisitions and campaigns count against it, and
+// per principal against Waiters as their unary RPCs do.
+const maxCallsInFlight = 4096
+
+// NewCallServer returns the Calls server for locks and elections: each
+// call runs through interceptors (outermost first), as the unary RPC of
+// its name would on the server whose interceptors they are. A disabled
+// server ends every Calls stream with UNIMPLEMENTED, so clients fall back
+// to unary RPCs (coordd --no-call-stream). Streams end with ErrStopping
+// once stopping is closed.
+func NewCallServer(locks *LockServer, elections *ElectionServer, interceptors []grpc.UnaryServerInterceptor, metrics *Metrics, stopping <-chan struct{}, disabled bool) *CallServer {
+	handlers := map[callCase]struct {
+		method string
+		h      grpc.UnaryHandler
+	}{
+		callAcquire: {lockSvc + "Acquire", func(ctx context.Context, m any) (any, error) {
+			return locks.Acquire(ctx, m.(*coorddv1.AcquireRequest))
+		}},
+		callTryAcquire: {lockSvc + "TryAcquire", func(ctx context.Context, m any) (any, error) {
+			return locks.TryAcquire(ctx, m.(*coorddv1.TryAcquireRequest))
+		}},
+		callRelease: {lockSvc + "Release", func(ctx context.Context, m any) (any, error) {
+			return locks.Release(ctx, m.(*coorddv1.ReleaseRequest))
+		}},
+		callValidateFence: {lockSvc + "ValidateFence", func(ctx context.Context, m any) (any, error) {
+			return locks.ValidateFence(ctx, m.(*coorddv1.ValidateFenceRequest))
+		}},
+		callFencedPut: {lockSvc + "FencedPut", func(ctx context.Context, m any) (any, error) {
+			return locks.FencedPut(ctx, m.(*coorddv1.FencedPutRequest))
+		}},
+		callFencedDelete: {lockSvc + "FencedDelete", func(ctx context.Context, m any) (any, error) {
+			return locks.FencedDelete(ctx, m.(*coorddv1.FencedDeleteRequest))
+		}},
+		callCampaign: {electionSvc + "Campaign", func(ctx context.Context, m any) (any, error) {
+			return elections.Campaign(ctx, m.(*coorddv1.CampaignRequest))
+		}},
+		callProclaim: {electionSvc + "Proclaim", func(ctx context.Context, m any) (any, error) {
+			return elections.Proclaim(ctx, m.(*coorddv1.ProclaimRequest))
+		}},
+		callResign: {electionSvc + "Resign", func(ctx context.Context, m any) (any, error) {
+			return elections.Resign(ctx, m.(*coorddv1.ResignRequest))
+		}},
+	}
+	s := &CallServer{routes: make(map[callCase]callRoute, len(handlers)), stopping: stopping, disabled: disabled, metrics: metrics}
+	for c, h := range handlers {
+		s.routes[c] = callRoute{method: h.method, run: chainUnary(interceptors, h.method, h.h)}
+	}
+	return s
+}
+
+// chainUnary wraps h, the handler of method, in interceptors (the first
+// outermost), as grpc.ChainUnaryInterceptor does for a unary call.
+func chainUnary(interceptors []grpc.UnaryServerInterceptor, method string, h grpc.UnaryHandler) grpc.UnaryHandler {
+	info := &grpc.UnaryServerInfo{FullMethod: method}
+	for i := len(interceptors) - 1; i >= 0; i-- {
+		in, next := interceptors[i], h
+		h = func(ctx context.Context, req any) (any, error) { return in(ctx, req, info, next) }
+	}
+	return h
+}
+
+// route returns what req asks to run and its request message.
+func route(req *coorddv1.CallsRequest) (callCase, any) {
+	switch c := req.GetCall().(type) {
+	case *coorddv1.CallsRequest_Acquire:
+		return callAcquire, c.Acquire
+	case *coorddv1.CallsRequest_TryAcquire:
+		return callTryAcquire, c.TryAcquire
+	case *coorddv1.CallsRequest_Release:
+		return callRelease, c.Release
+	case *coorddv1.CallsRequest_ValidateFence:
+		return callValidateFence, c.ValidateFence
+	case *coorddv1.CallsRequest_FencedPut:
+		return callFencedPut, c.FencedPut
+	case *coorddv1.CallsRequest_FencedDelete:
+		return callFencedDelete, c.FencedDelete
+	case *coorddv1.CallsRequest_Campaign:
+		return callCampaign, c.Campaign
+	case *coorddv1.CallsRequest_Proclaim:
+		return callProclaim, c.Proclaim
+	case *coorddv1.CallsRequest_Resign:
+		return callResign, c.Resign
+	}
+	return 0, nil
+}
+
+// Serve serves one Calls stream until the client ends it, it breaks, or
+// the daemon stops; it returns once every call it started has returned.
+func (s *CallServer) Serve(stream coorddv1.SessionService_CallsServer) error {
+	if s == nil || s.disabled {
+		return status.Error(codes.Unimplemented, "coordd: this server takes no calls on a stream (it runs with --no-call-stream); use the unary RPCs")
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	cs := &callStream{stream: stream, inflight: make(map[uint64]context.CancelFunc)}
+	defer cs.calls.Wait() // every call returns once ctx ends
+	defer cancel()
+	if err := stream.SendHeader(metadata.Pairs(CallsHeader, "1")); err != nil {
+		return err
+	}
+	reqs := make(chan *coorddv1.CallsRequest)
+	recvErr := make(chan error, 1)
+	// The receiver exits when Recv fails, which gRPC guarantees once this
+	// handler returns (the stream's context is then cancelled).
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-s.stopping:
+			return ErrStopping
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case req := <-reqs:
+			s.start(ctx, cs, req)
+		}
+	}
+}
+
+// callStream is the state of one Calls stream.
+type callStream struct {
+	stream coorddv1.SessionService_CallsServer
+	calls  sync.WaitGroup // the stream's calls in flight
+
+	sendMu sync.Mutex // Send is not safe for concurrent use
+
+	mu       sync.Mutex
+	inflight map[uint64]context.CancelFunc // by call id
+}
+
+// start runs req's call on its own goroutine, or answers at once when it
+// is a cancellation or cannot run.
+func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.CallsRequest) {
+	id := req.GetCallId()
+	if _, ok := req.GetCall().(*coorddv1.CallsRequest_Cancel); ok {
+		cs.mu.Lock()
+		stop := cs.inflight[id]
+		cs.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+		return
+	}
+	c, msg := route(req)
+	r, ok := s.routes[c]
+	switch {
+	case id == 0:
+		cs.answer(id, nil, invalid("call_id is required (non-zero)"))
+		return
+	case !ok:
+		cs.answer(id, nil, invalid("call: name one of acquire, try_acquire, release, campaign, proclaim, resign, validate_fence, fenced_put, fenced_delete, cancel"))
+		return
+	}
+	cctx, stop := context.WithCancel(ctx)
+	cs.mu.Lock()
+	_, dup := cs.inflight[id]
+	full := len(cs.inflight) >= maxCallsInFlight
+	if !dup && !full {
+		cs.inflight[id] = stop
+	}
+	cs.mu.Unlock()
+	switch {
+	case dup:
+		stop()
+		cs.answer(id, nil, invalid("call_id: a call with this id is in flight on the stream"))
+		return
+	case full:
+		stop()
+		cs.answer(id, nil, kind.RateLimited.New("coordd: 4096 calls are in flight on this stream; wait for some to finish or use another stream"))
+		return
+	}
+	s.metrics.streamCall()
+	cs.calls.Go(func() {
+		resp, err := r.run(cctx, msg)
+		cs.mu.Lock()
+		delete(cs.inflight, id)
+		cs.mu.Unlock()
+		stop()
+		cs.answer(id, resp, err)
+	})
+}
+
+// answer sends a call's outcome. A stream that cannot send any more is
+// ending: its receiver sees that too, and the handler returns.
+func (cs *callStream) answer(id uint64, resp any, err error) {
+	out := &coorddv1.CallsResponse{CallId: id}
+	if err != nil {
+		// Errors from the interceptors are statuses already; a refusal
+		// before them (start) is mapped here.
+		st, ok := status.FromError(err)
+		if !ok {
+			st, _ = ToStatus(err)
+		}
+		p := st.Proto()
+		out.Result = &coorddv1.CallsResponse_Error{Error: &coorddv1.CallStatus{Code: p.GetCode(), Message: p.GetMessage(), Details: p.GetDetails()}}
+	} else {
+		switch r := resp.(type) {
+		case *coorddv1.AcquireResponse:
+			out.Result = &coorddv1.CallsResponse_Acquire{Acquire: r}
+		case *coorddv1.TryAcquireResponse:
+			out.Result = &coorddv1.CallsResponse_TryAcquire{TryAcquire: r}
+		case *coorddv1.ReleaseResponse:
+			out.Result = &coorddv1.CallsResponse_Release{Release: r}
+		case *coorddv1.ValidateFenceResponse:
+			out.Result = &coorddv1.CallsResponse_ValidateFence{ValidateFence: r}
+		case *coorddv1.FencedPutResponse:
+			out.Result = &coorddv1.CallsResponse_FencedPut{FencedPut: r}
+		case *coorddv1.FencedDeleteResponse:
+			out.Result = &coorddv1.CallsResponse_FencedDelete{FencedDelete: r}
+		case *coorddv1.CampaignResponse:
+			out.Result = &coorddv1.CallsResponse_Campaign{Campaign: r}
+		case *coorddv1.ProclaimResponse:
+			out.Result = &coorddv1.CallsResponse_Proclaim{Proclaim: r}
+		case *coorddv1.ResignResponse:
+			out.Result = &coorddv1.CallsResponse_Resign{Resign: r}
+		}
+	}
+	cs.sendMu.Lock()
+	defer cs.sendMu.Unlock()
+	_ = cs.stream.Send(out) // a failed Send ends the stream; Recv reports it
+}
