@@ -2,7 +2,7 @@
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test test-short screenshots generate check-generated tools lint check-tidy check-breaking chaos bench fuzz release
+.PHONY: all build test test-short screenshots generate check-generated tools lint check-tidy check-breaking chaos bench bench-peers fuzz release
 
 all: build
 
@@ -110,6 +110,12 @@ chaos:
 # Benchmarks: coordd beside raw etcd in one run, printed as ratios.
 bench:
 	go run ./bench
+
+# The other systems the lock and election benchmarks run beside coordd:
+# Debian's ZooKeeper 3.8 and Redis (each started by the bench, on loopback).
+bench-peers:
+	@test -f /usr/share/java/zookeeper.jar && command -v redis-server >/dev/null || { \
+		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); $$SUDO apt-get update -q && $$SUDO apt-get install -y -q zookeeper redis-server; }
 
 # Fuzz the request validation, 30s per target (FUZZTIME=5m for longer).
 FUZZTIME ?= 30s

@@ -64,7 +64,7 @@ func benchAuth(bin, tmp string) error {
 	for round := range *lockRounds {
 		for i := range targets {
 			tg := targets[(i+round)%len(targets)]
-			p := coorddPeer(tg.name, tg.addr, tg.tls)
+			p := coorddPeer(tg.name, tg.addr, tg.tls, false)
 			for _, w := range []struct {
 				name           string
 				clients, locks int

@@ -75,7 +75,7 @@ func electionPeers(grpcAddr, etcdURL, name string) []electionPeer {
 		return clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	}
 	etcdPrefix := "/bench-election/" + name
-	return []electionPeer{
+	peers := []electionPeer{
 		{
 			name: "coordd SDK",
 			candidate: func(ttl int) (elector, error) {
@@ -168,6 +168,10 @@ func electionPeers(grpcAddr, etcdURL, name string) []electionPeer {
 			child: "etcd," + etcdURL + "," + name,
 		},
 	}
+	if outsiders.zk != nil {
+		peers = append(peers, zkElectionPeer(outsiders.zk, name))
+	}
+	return peers
 }
 
 // waitQueued polls until n candidates are in line. It polls back to back,
@@ -348,8 +352,11 @@ func runCampaignChild(spec string) {
 	ttl, _ := strconv.Atoi(parts[3])
 	peers := electionPeers(parts[1], parts[1], parts[2])
 	p := peers[0]
-	if parts[0] == "etcd" {
+	switch parts[0] {
+	case "etcd":
 		p = peers[1]
+	case "zk":
+		p = zkElectionPeer(&outsider{addr: parts[1]}, parts[2])
 	}
 	e, err := p.candidate(ttl)
 	if err == nil {
@@ -450,6 +457,11 @@ func benchElections(grpcAddr, etcdURL string) error {
 	fmt.Printf("  resign call p50 coordd / etcd recipe:     %.2f (the recipe's resign is one delete, measured beside coordd's)\n", percentile(resign[co], 50)/percentile(resign[et], 50))
 	fmt.Printf("  proclaim->observer p50 coordd / etcd:     %.2f\n", percentile(proclaim[co], 50)/percentile(proclaim[et], 50))
 	fmt.Printf("  crash fail-over max - TTL:                %+.0fms (target <= +200ms); etcd's recipe: %+.0fms\n", (maxOf(fail[co])-ttl)/1000, (maxOf(fail[et])-ttl)/1000)
+	if zl := "ZooKeeper leader latch"; len(handover[zl]) > 0 {
+		fmt.Printf("  hand-over p50 coordd / ZooKeeper latch:   %.2f (target <= 1); resign call: %.2f; proclaim->observer: %.2f; crash fail-over max - TTL (session timeout): %+.0fms\n",
+			percentile(handover[co], 50)/percentile(handover[zl], 50), percentile(resign[co], 50)/percentile(resign[zl], 50),
+			percentile(proclaim[co], 50)/percentile(proclaim[zl], 50), (maxOf(fail[zl])-ttl)/1000)
+	}
 	return nil
 }
 

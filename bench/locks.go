@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,15 +40,29 @@ type lockPeer struct {
 	// could reach over the same transport. It runs only where every lock
 	// has one client.
 	floor bool
+	// serverCPU, when set, is the CPU time its server has used so far, in
+	// seconds (an outsider's); else the coordd processes', whose etcd
+	// serves etcd's recipes too.
+	serverCPU func() float64
 }
+
+// The peers the targets compare.
+const (
+	coorddSDK   = "coordd SDK"
+	coorddUnary = "coordd SDK, unary calls"
+	etcdMutex   = "etcd concurrency.Mutex"
+	zkLock      = "ZooKeeper lock recipe"
+	redisLock   = "Redis redsync"
+)
 
 func lockPeers(grpcAddr, etcdURL string) []lockPeer {
 	newEtcd := func() (*clientv3.Client, error) {
 		return clientv3.New(clientv3.Config{Endpoints: strings.Split(etcdURL, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	}
-	return []lockPeer{
-		coorddPeer("coordd SDK", grpcAddr, nil),
-		{"etcd concurrency.Mutex", func(_ context.Context, name string) (locker, error) {
+	peers := []lockPeer{
+		coorddPeer(coorddSDK, grpcAddr, nil, false),
+		coorddPeer(coorddUnary, grpcAddr, nil, true),
+		{name: etcdMutex, newClient: func(_ context.Context, name string) (locker, error) {
 			cli, err := newEtcd()
 			if err != nil {
 				return nil, err
@@ -58,8 +73,8 @@ func lockPeers(grpcAddr, etcdURL string) []lockPeer {
 				return nil, err
 			}
 			return &mutexLocker{cli: cli, s: s, m: concurrency.NewMutex(s, "/bench/mutex/"+name)}, nil
-		}, false},
-		{"etcd v3lock gRPC", func(ctx context.Context, name string) (locker, error) {
+		}},
+		{name: "etcd v3lock gRPC", newClient: func(ctx context.Context, name string) (locker, error) {
 			cli, err := newEtcd()
 			if err != nil {
 				return nil, err
@@ -76,15 +91,23 @@ func lockPeers(grpcAddr, etcdURL string) []lockPeer {
 				return nil, err
 			}
 			return &v3lockLocker{cli: cli, lc: v3lockpb.NewLockClient(cli.ActiveConnection()), lease: int64(l.ID), name: "/bench/v3lock/" + name, stop: cancel}, nil
-		}, false},
-		{"coordd floor: 2 no-ops", func(ctx context.Context, _ string) (locker, error) {
+		}},
+	}
+	if outsiders.zk != nil {
+		peers = append(peers, zkLockPeer(outsiders.zk))
+	}
+	if outsiders.redis != nil {
+		peers = append(peers, redisLockPeer(outsiders.redis))
+	}
+	return append(peers, []lockPeer{
+		{name: "coordd floor: 2 no-ops", floor: true, newClient: func(ctx context.Context, _ string) (locker, error) {
 			c, err := clientlib.New(ctx, clientlib.Config{Endpoints: strings.Split(grpcAddr, ",")})
 			if err != nil {
 				return nil, err
 			}
 			return &noopLocker{call: func(ctx context.Context) error { _, err := c.Admin().WhoAmI(ctx); return err }, stop: func() { _ = c.Close() }}, nil
-		}, true},
-		{"etcd floor: 2 reads", func(context.Context, string) (locker, error) {
+		}},
+		{name: "etcd floor: 2 reads", floor: true, newClient: func(context.Context, string) (locker, error) {
 			cli, err := newEtcd()
 			if err != nil {
 				return nil, err
@@ -93,8 +116,18 @@ func lockPeers(grpcAddr, etcdURL string) []lockPeer {
 				_, err := cli.Get(ctx, "/bench/floor", clientv3.WithSerializable())
 				return err
 			}, stop: func() { _ = cli.Close() }}, nil
-		}, true},
+		}},
+	}...)
+}
+
+// peerNamed is the peer of that name among peers.
+func peerNamed(peers []lockPeer, name string) lockPeer {
+	for _, p := range peers {
+		if p.name == name {
+			return p
+		}
 	}
+	panic("bench: no lock peer " + name)
 }
 
 // noopLocker is a floor peer's client: acquire and release are one call
@@ -120,10 +153,11 @@ func (p lockPeer) runs(clients, locks int) bool { return !p.floor || clients == 
 
 // coorddPeer makes SDK clients of the coordd at addr (comma-separated
 // for several members; over TLS with tc, if set), each with its own
-// session.
-func coorddPeer(name, addr string, tc *tls.Config) lockPeer {
-	return lockPeer{name, func(ctx context.Context, lockName string) (locker, error) {
-		c, err := clientlib.New(ctx, clientlib.Config{Endpoints: strings.Split(addr, ","), TLS: tc})
+// session; with unary, each sends its calls as unary RPCs instead of
+// pipelining them on its Calls stream.
+func coorddPeer(name, addr string, tc *tls.Config, unary bool) lockPeer {
+	return lockPeer{name: name, newClient: func(ctx context.Context, lockName string) (locker, error) {
+		c, err := clientlib.New(ctx, clientlib.Config{Endpoints: strings.Split(addr, ","), TLS: tc, UnaryCalls: unary})
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +167,7 @@ func coorddPeer(name, addr string, tc *tls.Config) lockPeer {
 			return nil, err
 		}
 		return &coorddLocker{c: c, s: s, name: lockName}, nil
-	}, false}
+	}}
 }
 
 type coorddLocker struct {
@@ -219,6 +253,9 @@ type lockRun struct {
 // (see benchLocks) times the servers' CPU during the loop.
 func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string, serverCPU func() float64) (lockRun, error) {
 	ctx := context.Background()
+	if p.serverCPU != nil {
+		serverCPU = p.serverCPU
+	}
 	ls := make([]locker, clients)
 	for i := range ls {
 		l, err := p.newClient(ctx, fmt.Sprintf("%s-%d", tag, i%locks))
@@ -360,7 +397,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 					continue
 				}
 				var profiled chan error
-				if *lockProfile != "" && round == 0 && w.locks == 64 && p.name == "coordd SDK" {
+				if *lockProfile != "" && round == 0 && w.locks == 64 && p.name == coorddSDK {
 					profiled = make(chan error, 1)
 					go func() { profiled <- cpuProfile(httpAddr, d, *lockProfile) }()
 				}
@@ -371,7 +408,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 					}
 					beside = append(beside, puts...)
 				}
-				coordd := p.name == "coordd SDK"
+				coordd := p.name == coorddSDK
 				var b0, n0 float64
 				if coordd {
 					b0, _ = metric(httpAddr, "coordd_group_commit_batches_total")
@@ -426,7 +463,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 		}
 	}
 
-	fmt.Printf("CPU per acquisition (acquire + release) under 64 clients on 64 locks, mean of rounds: servers (coordd processes, whose etcd serves the recipes too) + clients (this process):\n")
+	fmt.Printf("CPU per acquisition (acquire + release) under 64 clients on 64 locks, mean of rounds: servers (coordd processes, whose etcd serves etcd's recipes too; ZooKeeper's and Redis's own processes) + clients (this process):\n")
 	for _, p := range peers {
 		r := results[key{p.name, "64 clients, 64 locks"}]
 		fmt.Printf("  %-24s %6.0fus + %4.0fus = %6.0fus; machine's CPUs %3.0f%% busy, %3.0f%% stolen\n", p.name, r.serverUs, r.clientUs, r.serverUs+r.clientUs, r.busy, r.steal)
@@ -442,7 +479,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 
 	c := func(p, w string) lockRun { return results[key{p, w}] }
 	ratio := func(a, b float64) float64 { return a / b }
-	co := "coordd SDK"
+	co := coorddSDK
 	put50 = percentile(beside, 50)
 	fmt.Printf("\ntargets (raw put p50 %.0fus, timed before each peer's uncontended cycles, %d puts):\n", put50, len(beside))
 	fmt.Printf("  uncontended cycle p50 / two raw puts:              %.2f (target <= 1.3)\n", ratio(percentile(c(co, "1 client (cycle)").cycleUs, 50), 2*put50))
@@ -474,10 +511,39 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 	fmt.Printf("  64 clients, 64 locks: CPU per acquisition, Mutex / coordd: %.2f (on a machine whose CPUs are saturated, the most cycles/s coordd / Mutex can reach; busy: coordd %.0f%%, Mutex %.0f%%)\n",
 		ratio(mr.serverUs+mr.clientUs, cr.serverUs+cr.clientUs), cr.busy, mr.busy)
 	fmt.Printf("  64 clients, 64 locks: Jain's fairness index, worst round: %.3f (target >= 0.99)\n", c(co, "64 clients, 64 locks").jain)
+	printOutsiderTargets(c, func(name string) bool { return slices.ContainsFunc(peers, func(p lockPeer) bool { return p.name == name }) })
 	if strings.Contains(grpcAddr, ",") {
 		return nil // the watcher gauge is per member: counted on one member only
 	}
 	return benchWatches(grpcAddr, httpAddr, raw)
+}
+
+// printOutsiderTargets prints the targets of issue #34: coordd beside
+// ZooKeeper, Redis and its own unary calls (has says which peers ran).
+func printOutsiderTargets(c func(peer, workload string) lockRun, has func(string) bool) {
+	const many = "64 clients, 64 locks"
+	cpu := func(p string) float64 { r := c(p, many); return r.serverUs + r.clientUs }
+	fmt.Printf("  64 clients, 64 locks: CPU per acquisition, pipelined / unary calls: %.2f (target <= 0.6; %.0fus against %.0fus)\n",
+		cpu(coorddSDK)/cpu(coorddUnary), cpu(coorddSDK), cpu(coorddUnary))
+	fmt.Printf("  64 clients, 64 locks: coordd / Mutex cycles per second: %.2f (target >= 1.5)\n", c(coorddSDK, many).acqPerSec/c(etcdMutex, many).acqPerSec)
+	for _, o := range []struct{ peer, short string }{{zkLock, "ZooKeeper"}, {redisLock, "Redis"}} {
+		if !has(o.peer) {
+			continue
+		}
+		target := func(s string) string {
+			if o.peer == zkLock {
+				return " (target " + s + ")"
+			}
+			return ""
+		}
+		fmt.Printf("  64 clients, 64 locks: coordd / %s cycles per second: %.2f%s; CPU per acquisition %s / coordd: %.2f\n",
+			o.short, c(coorddSDK, many).acqPerSec/c(o.peer, many).acqPerSec, target(">= 1.0"), o.short, cpu(o.peer)/cpu(coorddSDK))
+		for _, w := range []string{"2 clients, 1 lock", "8 clients, 1 lock"} {
+			fmt.Printf("  %s: acquisitions/s coordd / %s: %.2f%s; hand-off p99 %.1fms against %.1fms\n", w, o.short,
+				c(coorddSDK, w).acqPerSec/c(o.peer, w).acqPerSec, target(">= 1.0"), percentile(c(coorddSDK, w).handoffUs, 99)/1000, percentile(c(o.peer, w).handoffUs, 99)/1000)
+		}
+		fmt.Printf("  1 client: cycle p50 coordd / %s: %.2f\n", o.short, percentile(c(coorddSDK, "1 client (cycle)").cycleUs, 50)/percentile(c(o.peer, "1 client (cycle)").cycleUs, 50))
+	}
 }
 
 // benchWatches counts the etcd watches opened for n lock waiters on one

@@ -109,6 +109,11 @@ func run() error {
 	if *only == "long-queue" {
 		return benchLongQueue(bin, tmp)
 	}
+	if *only == "all" || *only == "locks" || *only == "elections" {
+		// ZooKeeper and Redis, each its own process, beside coordd in the
+		// lock and election tables.
+		defer startOutsiders(filepath.Join(tmp, "outsiders"))()
+	}
 	if *only == "all" || *only == "sessions" {
 		if err := benchSessions(bin, tmp); err != nil {
 			return err

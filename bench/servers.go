@@ -111,8 +111,11 @@ func startDaemon(bin, dir string, extra ...string) (*daemon, error) {
 }
 
 // cpuSeconds is the daemon's CPU time so far (user + system), or -1.
-func (d *daemon) cpuSeconds() float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", d.cmd.Process.Pid))
+func (d *daemon) cpuSeconds() float64 { return procCPUSeconds(d.cmd.Process.Pid) }
+
+// procCPUSeconds is process pid's CPU time so far (user + system), or -1.
+func procCPUSeconds(pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return -1
 	}

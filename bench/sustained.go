@@ -41,10 +41,10 @@ func benchSustained(bin, tmp string) error {
 		ctx := context.Background()
 		var l locker
 		if p.mutex {
-			l, err = lockPeers(d.grpcAddr, d.etcdURL)[1].newClient(ctx, "sustained")
+			l, err = peerNamed(lockPeers(d.grpcAddr, d.etcdURL), etcdMutex).newClient(ctx, "sustained")
 		} else {
 			var cl locker
-			cl, err = coorddPeer(p.name, d.grpcAddr, nil).newClient(ctx, "sustained")
+			cl, err = coorddPeer(p.name, d.grpcAddr, nil, false).newClient(ctx, "sustained")
 			if cl != nil {
 				cl.(*coorddLocker).freshIDs = p.fresh
 			}

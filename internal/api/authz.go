@@ -28,7 +28,8 @@ type rpcRule struct {
 	// perCall says that each message of the stream is a call of another
 	// RPC (SessionService.Calls), which the stream's handler runs through
 	// the unary interceptors, so it is authorized, rate limited and
-	// audited as that RPC: the stream itself only authenticates.
+	// audited as that RPC: the stream itself is authenticated, and
+	// authorized for its action, once, as it opens.
 	perCall bool
 }
 
@@ -427,6 +428,12 @@ func StreamAuth(a Auth) grpc.StreamServerInterceptor {
 		}
 		ctx := context.WithValue(ss.Context(), principalKey{}, p)
 		if rpcTable[info.FullMethod].perCall {
+			// The stream needs its own action (session: every call on it is
+			// one of a session's); each call is then checked on its own.
+			if err := a.policy(ctx, p, info.FullMethod, nil); err != nil {
+				a.audit(ctx, p, info.FullMethod, nil, err)
+				return err
+			}
 			return handler(srv, &ctxStream{ServerStream: ss, ctx: ctx})
 		}
 		return handler(srv, &authStream{

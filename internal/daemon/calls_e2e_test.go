@@ -2,13 +2,19 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/coordd/coordd/auth"
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -191,5 +197,88 @@ func TestCallsArePipelined(t *testing.T) {
 	}
 	if _, err := st.Recv(); err == nil {
 		t.Fatal("the stream went on after the client closed its side")
+	}
+}
+
+// TestCallsAreAuthorizedOneByOne: under a policy, each call on a Calls
+// stream is authorized and audited as its unary RPC; a refused call
+// answers PERMISSION_DENIED and the stream serves the next one.
+func TestCallsAreAuthorizedOneByOne(t *testing.T) {
+	t.Parallel()
+	cfg := authConfig(t, testPolicy)
+	cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
+	d := start(t, cfg)
+	conn := dialRaw(t, d.GRPCAddr())
+	sessions := coorddv1.NewSessionServiceClient(conn)
+	as := func(p string) context.Context { return withToken(t.Context(), p) }
+	newSession := func(p string) string {
+		resp, err := sessions.CreateSession(as(p), &coorddv1.CreateSessionRequest{Ttl: durationpb.New(10 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetSession().GetId()
+	}
+	aliceSession, bobSession := newSession("alice"), newSession("bob")
+	grant, err := coorddv1.NewLockServiceClient(conn).Acquire(as("alice"), &coorddv1.AcquireRequest{Name: "a/x", SessionId: aliceSession, RequestId: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := grant.GetGrant().GetToken()
+	call := func(st coorddv1.SessionService_CallsClient, req *coorddv1.CallsRequest) *coorddv1.CallsResponse {
+		t.Helper()
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatalf("the stream ended: %v", err)
+		}
+		if r.GetCallId() != req.GetCallId() {
+			t.Fatalf("answer to call %d names call %d", req.GetCallId(), r.GetCallId())
+		}
+		return r
+	}
+	bob, err := sessions.Calls(as("bob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// bob may hold sessions, not locks: not a/x, and not alice's grant.
+	if r := call(bob, &coorddv1.CallsRequest{CallId: 1, Call: &coorddv1.CallsRequest_TryAcquire{TryAcquire: &coorddv1.TryAcquireRequest{Name: "a/x", SessionId: bobSession, RequestId: "b"}}}); codes.Code(r.GetError().GetCode()) != codes.PermissionDenied {
+		t.Fatalf("bob's TryAcquire on the stream = %v, want PERMISSION_DENIED", r)
+	}
+	if r := call(bob, &coorddv1.CallsRequest{CallId: 2, Call: &coorddv1.CallsRequest_Release{Release: &coorddv1.ReleaseRequest{Name: "a/x", Token: token}}}); codes.Code(r.GetError().GetCode()) != codes.PermissionDenied {
+		t.Fatalf("bob's Release of alice's grant on the stream = %v, want PERMISSION_DENIED", r)
+	}
+	alice, err := sessions.Calls(as("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := call(alice, &coorddv1.CallsRequest{CallId: 1, Call: &coorddv1.CallsRequest_Release{Release: &coorddv1.ReleaseRequest{Name: "a/x", Token: token, SessionId: aliceSession, RequestId: "r"}}}); r.GetError() != nil {
+		t.Fatalf("alice's Release on the stream = %v", r)
+	}
+	// Only with a session action may one open the stream at all.
+	carol, err := sessions.Calls(as("carol"))
+	if err == nil {
+		_, err = carol.Recv()
+	}
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("carol's Calls stream = %v, want PERMISSION_DENIED", err)
+	}
+	// The audit log names each call by its RPC, as if it were unary.
+	raw, err := os.ReadFile(cfg.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var released, refused bool
+	for line := range strings.Lines(string(raw)) {
+		var r auth.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		released = released || r.RPC == "/coordd.v1.LockService/Release" && r.Principal == "alice" && r.Result == "OK"
+		refused = refused || r.RPC == "/coordd.v1.LockService/Release" && r.Principal == "bob" && r.Result == "PermissionDenied"
+	}
+	if !released || !refused {
+		t.Fatalf("audit log (alice's release %v, bob's refusal %v):\n%s", released, refused, raw)
 	}
 }
