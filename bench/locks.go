@@ -511,7 +511,9 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 	fmt.Printf("  64 clients, 64 locks: CPU per acquisition, Mutex / coordd: %.2f (on a machine whose CPUs are saturated, the most cycles/s coordd / Mutex can reach; busy: coordd %.0f%%, Mutex %.0f%%)\n",
 		ratio(mr.serverUs+mr.clientUs, cr.serverUs+cr.clientUs), cr.busy, mr.busy)
 	fmt.Printf("  64 clients, 64 locks: Jain's fairness index, worst round: %.3f (target >= 0.99)\n", c(co, "64 clients, 64 locks").jain)
-	printOutsiderTargets(c, func(name string) bool { return slices.ContainsFunc(peers, func(p lockPeer) bool { return p.name == name }) })
+	printOutsiderTargets(c, func(name string) bool {
+		return slices.ContainsFunc(peers, func(p lockPeer) bool { return p.name == name })
+	})
 	if strings.Contains(grpcAddr, ",") {
 		return nil // the watcher gauge is per member: counted on one member only
 	}
