@@ -33,6 +33,9 @@ type CallServer struct {
 	stopping <-chan struct{}
 	disabled bool
 	metrics  *Metrics
+
+	work  chan func() // calls for idle workers (unbuffered)
+	spawn sync.Once   // starts the workers at the first call
 }
 
 // callCase names the kind of call a request carries.
@@ -106,7 +109,7 @@ func NewCallServer(locks *LockServer, elections *ElectionServer, interceptors []
 			return elections.Resign(ctx, m.(*coorddv1.ResignRequest))
 		}},
 	}
-	s := &CallServer{routes: make(map[callCase]callRoute, len(handlers)), stopping: stopping, disabled: disabled, metrics: metrics}
+	s := &CallServer{routes: make(map[callCase]callRoute, len(handlers)), stopping: stopping, disabled: disabled, metrics: metrics, work: make(chan func())}
 	for c, h := range handlers {
 		s.routes[c] = callRoute{method: h.method, run: chainUnary(interceptors, h.method, h.h)}
 	}
@@ -159,13 +162,14 @@ func (s *CallServer) Serve(stream coorddv1.SessionService_CallsServer) error {
 	cs := &callStream{stream: stream, inflight: make(map[uint64]context.CancelFunc)}
 	defer cs.calls.Wait() // every call returns once ctx ends
 	defer cancel()
+	defer cs.close()
 	if err := stream.SendHeader(metadata.Pairs(CallsHeader, "1")); err != nil {
 		return err
 	}
-	reqs := make(chan *coorddv1.CallsRequest)
 	recvErr := make(chan error, 1)
-	// The receiver exits when Recv fails, which gRPC guarantees once this
-	// handler returns (the stream's context is then cancelled).
+	// The receiver starts each call as it arrives. It exits when Recv
+	// fails, which gRPC guarantees once this handler returns (the stream's
+	// context is then cancelled).
 	go func() {
 		for {
 			req, err := stream.Recv()
@@ -173,27 +177,19 @@ func (s *CallServer) Serve(stream coorddv1.SessionService_CallsServer) error {
 				recvErr <- err
 				return
 			}
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case <-s.stopping:
-			return ErrStopping
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-recvErr:
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		case req := <-reqs:
 			s.start(ctx, cs, req)
 		}
+	}()
+	select {
+	case <-s.stopping:
+		return ErrStopping
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-recvErr:
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
 	}
 }
 
@@ -206,6 +202,14 @@ type callStream struct {
 
 	mu       sync.Mutex
 	inflight map[uint64]context.CancelFunc // by call id
+	closed   bool                          // the handler is returning: start no more calls
+}
+
+// close makes start refuse further calls, so that calls.Wait may begin.
+func (cs *callStream) close() {
+	cs.mu.Lock()
+	cs.closed = true
+	cs.mu.Unlock()
 }
 
 // start runs req's call on its own goroutine, or answers at once when it
@@ -233,13 +237,18 @@ func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.Ca
 	}
 	cctx, stop := context.WithCancel(ctx)
 	cs.mu.Lock()
+	closed := cs.closed
 	_, dup := cs.inflight[id]
 	full := len(cs.inflight) >= maxCallsInFlight
-	if !dup && !full {
+	if !closed && !dup && !full {
 		cs.inflight[id] = stop
+		cs.calls.Add(1) // before Wait can begin (close)
 	}
 	cs.mu.Unlock()
 	switch {
+	case closed:
+		stop()
+		return // the stream is ending: nobody reads an answer
 	case dup:
 		stop()
 		cs.answer(id, nil, invalid("call_id: a call with this id is in flight on the stream"))
@@ -250,7 +259,8 @@ func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.Ca
 		return
 	}
 	s.metrics.streamCall()
-	cs.calls.Go(func() {
+	s.run(func() {
+		defer cs.calls.Done()
 		resp, err := r.run(cctx, msg)
 		cs.mu.Lock()
 		delete(cs.inflight, id)
@@ -258,6 +268,47 @@ func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.Ca
 		stop()
 		cs.answer(id, resp, err)
 	})
+}
+
+// run runs call on an idle worker, or on a new goroutine when none is
+// idle. Workers live as long as the server and keep the stacks they grew
+// through the interceptors and etcd's client: a new goroutine per call
+// grows its stack anew (runtime.newstack was 6 % of the daemon's CPU
+// under 64 clients on 64 locks).
+func (s *CallServer) run(call func()) {
+	select {
+	case s.work <- call:
+		return
+	default:
+	}
+	s.spawn.Do(func() {
+		for range callWorkers {
+			go s.worker()
+		}
+	})
+	select {
+	case s.work <- call:
+	default:
+		go call()
+	}
+}
+
+// callWorkers is how many long-lived workers run calls. A waiting
+// acquisition holds its worker; calls beyond the idle workers run on new
+// goroutines.
+const callWorkers = 16
+
+// worker runs calls handed to it. It exits when the server is stopping
+// (calls started after that run on new goroutines, and end at once).
+func (s *CallServer) worker() {
+	for {
+		select {
+		case <-s.stopping:
+			return
+		case call := <-s.work:
+			call()
+		}
+	}
 }
 
 // answer sends a call's outcome. A stream that cannot send any more is
