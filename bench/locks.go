@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -414,7 +415,23 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 					b0, _ = metric(httpAddr, "coordd_group_commit_batches_total")
 					n0, _ = metric(httpAddr, "coordd_group_commit_changes_total")
 				}
+				var clientProfile *os.File
+				if profiled != nil {
+					// The clients' side: this process, over the same run.
+					if clientProfile, err = os.Create(*lockProfile + ".clients"); err != nil {
+						return err
+					}
+					if err := pprof.StartCPUProfile(clientProfile); err != nil {
+						return err
+					}
+				}
 				r, err := runLocks(p, w.clients, w.locks, d, fmt.Sprintf("r%d-w%d", round, wi), serverCPU)
+				if clientProfile != nil {
+					pprof.StopCPUProfile()
+					if err := clientProfile.Close(); err != nil {
+						return err
+					}
+				}
 				if coordd && err == nil {
 					b1, _ := metric(httpAddr, "coordd_group_commit_batches_total")
 					n1, _ := metric(httpAddr, "coordd_group_commit_changes_total")
@@ -424,7 +441,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 					if perr := <-profiled; perr != nil {
 						return fmt.Errorf("CPU profile: %w", perr)
 					}
-					fmt.Printf("(CPU profile of coordd during %s: %s)\n", w.name, *lockProfile)
+					fmt.Printf("(CPU profile of coordd during %s: %s; of the clients: %[2]s.clients)\n", w.name, *lockProfile)
 				}
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", p.name, w.name, err)

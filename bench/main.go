@@ -33,7 +33,7 @@ var (
 	lockRounds     = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
 	lockMembers    = flag.Int("lock-members", 1, "embedded members of the cluster the lock workloads run on (1 or 3; 3 are three coordd processes)")
 	coorddFlags    = flag.String("coordd-flags", "", "extra coordd flags for the lock and election daemons (e.g. \"--no-group-commit\" to compare)")
-	lockProfile    = flag.String("lock-profile", "", "write a CPU profile of coordd during the SDK's first 64-clients-on-64-locks run to this file (go tool pprof)")
+	lockProfile    = flag.String("lock-profile", "", "write a CPU profile of coordd during the SDK's first 64-clients-on-64-locks run to this file, and of the clients to this file.clients (go tool pprof)")
 	electionRounds = flag.Int("election-rounds", 3, "rounds of the election workloads; peers alternate order each round")
 	electionOps    = flag.Int("election-ops", 100, "hand-overs and proclamations per peer per round")
 	failovers      = flag.Int("failovers", 3, "crash fail-overs per peer")

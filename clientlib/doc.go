@@ -23,6 +23,19 @@
 // serves all three uses, is safe for concurrent use, and is closed once,
 // when the program is done with it.
 //
+// A Client's lock and election calls (Lock, TryLock, Release, Campaign,
+// Proclaim, Resign, Validate and the fenced Put and Delete) are pipelined
+// on one stream (SessionService.Calls) to the endpoint in use: many in
+// flight at once, each answered as it finishes. The server runs each as
+// the unary RPC of its name, so outcomes, errors and the retries above are
+// the same; a call in flight when the stream breaks ends with
+// ErrUnavailable (outcome unknown) and is retried as after a lost answer.
+// The stream follows the client when it moves: new calls go to the new
+// endpoint at once, calls in flight finish where they began (or end with
+// ErrUnavailable when that member went silent). Against a server without
+// the stream (coordd --no-call-stream, or one that predates it), or with
+// Config.UnaryCalls, calls are unary RPCs.
+//
 //	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{"127.0.0.1:7420"}})
 //	if err != nil { ... }
 //	defer c.Close()
