@@ -119,6 +119,17 @@ const (
 	probeTimeout = time.Second
 )
 
+// Flow-control windows, fixed: gRPC's estimate of the bandwidth-delay
+// product sends a ping for about every round trip that carries data, and
+// the SDK's traffic is round trips of small messages, where those pings
+// (and their acks) cost about as many writes and reads as the calls
+// themselves. The windows are what the estimate grows to for a large
+// snapshot over a long link.
+const (
+	staticStreamWindow = 8 << 20
+	staticConnWindow   = 16 << 20
+)
+
 var schemeSeq atomic.Int64
 
 // New connects to coordd and waits, up to cfg.DialTimeout or until ctx ends,
@@ -189,6 +200,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{"shuffleAddressList":true}}]}`),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WithStaticStreamWindowSize(staticStreamWindow), grpc.WithStaticConnWindowSize(staticConnWindow),
 		// Large namespaces make large snapshots.
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(64<<20)),
 		grpc.WithUnaryInterceptor(c.leaveSilent),

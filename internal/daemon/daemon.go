@@ -222,6 +222,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			grpc.ChainUnaryInterceptor(unary(an)...),
 			grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(a), api.StreamRequireLeader(d.leader.Lost)),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+			// Fixed flow-control windows: the bandwidth-delay estimate
+			// sends a ping for about every round trip that carries data,
+			// as many writes and reads as the calls themselves on a
+			// connection of small requests and answers.
+			grpc.StaticStreamWindowSize(8 << 20), grpc.StaticConnWindowSize(16 << 20),
 			grpc.ForceServerCodecV2(api.Codec()), // protobuf, and messages marshaled once for many streams
 			// Idle watch connections are the common case: keep the read buffer
 			// small. (grpc-go releases the write buffer after each flush by

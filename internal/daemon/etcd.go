@@ -21,6 +21,7 @@ import (
 	"go.etcd.io/etcd/server/v3/lease"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -139,6 +140,9 @@ func connectExternal(ctx context.Context, cfg Config) (*clientv3.Client, error) 
 		DialKeepAliveTimeout: 5 * time.Second,
 		Context:              context.WithoutCancel(ctx),
 		Logger:               cfg.Logger.Named("etcd-client").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
+		// Fixed windows, as coordd's own server: no bandwidth-delay
+		// pings beside every round trip (see serverOpts).
+		DialOptions: []grpc.DialOption{grpc.WithStaticStreamWindowSize(8 << 20), grpc.WithStaticConnWindowSize(16 << 20)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %v: %w", cfg.EtcdEndpoints, err)
