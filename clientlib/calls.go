@@ -72,14 +72,14 @@ func errStreamBroke(cause error) error {
 }
 
 // do runs req's call on the stream: ok is false when it should go as a
-// unary RPC instead (see calls).
-func (k *calls) do(ctx context.Context, req *coorddv1.CallsRequest) (resp *coorddv1.CallsResponse, err error, ok bool) {
+// unary RPC instead (see calls), and err is then nil.
+func (k *calls) do(ctx context.Context, req *coorddv1.CallsRequest) (resp *coorddv1.CallsResponse, ok bool, err error) {
 	if k.off {
-		return nil, nil, false
+		return nil, false, nil
 	}
 	cs, err := k.stream(ctx)
 	if cs == nil {
-		return nil, err, err != nil
+		return nil, err != nil, err
 	}
 	id := k.ids.Add(1)
 	req.CallId = id
@@ -91,15 +91,15 @@ func (k *calls) do(ctx context.Context, req *coorddv1.CallsRequest) (resp *coord
 			// The client moved meanwhile: take the next stream.
 			cs.mu.Unlock()
 			if cs, err = k.stream(ctx); cs == nil {
-				return nil, err, err != nil
+				return nil, err != nil, err
 			}
 			continue
 		case cs.err != nil:
 			cs.mu.Unlock()
-			return nil, errStreamBroke(cs.err), true
+			return nil, true, errStreamBroke(cs.err)
 		case len(cs.pending) >= maxPipelined:
 			cs.mu.Unlock()
-			return nil, nil, false
+			return nil, false, nil
 		}
 		cs.pending[id] = answer
 		cs.mu.Unlock()
@@ -107,32 +107,35 @@ func (k *calls) do(ctx context.Context, req *coorddv1.CallsRequest) (resp *coord
 	}
 	if err := cs.send(req); err != nil {
 		cs.forget(id)
-		return nil, errStreamBroke(err), true
+		return nil, true, errStreamBroke(err)
 	}
 	select {
 	case r := <-answer:
-		if e := r.GetError(); e != nil {
-			return nil, status.ErrorProto(&spb.Status{Code: e.GetCode(), Message: e.GetMessage(), Details: e.GetDetails()}), true
-		}
-		return r, nil, true
+		return answered(r)
 	case <-cs.done:
 		// An answer may have arrived just before the stream broke.
 		select {
 		case r := <-answer:
-			if e := r.GetError(); e != nil {
-				return nil, status.ErrorProto(&spb.Status{Code: e.GetCode(), Message: e.GetMessage(), Details: e.GetDetails()}), true
-			}
-			return r, nil, true
+			return answered(r)
 		default:
 		}
-		return nil, errStreamBroke(cs.cause()), true
+		return nil, true, errStreamBroke(cs.cause())
 	case <-ctx.Done():
 		cs.forget(id)
 		// As a unary call cancels its HTTP/2 stream; the server cancels
 		// the call unless it finished already.
 		_ = cs.send(&coorddv1.CallsRequest{CallId: id, Call: &coorddv1.CallsRequest_Cancel{Cancel: &coorddv1.CancelCall{}}})
-		return nil, status.FromContextError(ctx.Err()).Err(), true
+		return nil, true, status.FromContextError(ctx.Err()).Err()
 	}
+}
+
+// answered is a call's outcome from its answer: the response, or the
+// error as the unary RPC would have returned it.
+func answered(r *coorddv1.CallsResponse) (*coorddv1.CallsResponse, bool, error) {
+	if e := r.GetError(); e != nil {
+		return nil, true, status.ErrorProto(&spb.Status{Code: e.GetCode(), Message: e.GetMessage(), Details: e.GetDetails()})
+	}
+	return r, true, nil
 }
 
 // stream returns the open stream, opening one if there is none: nil, nil
@@ -342,42 +345,42 @@ type lockCalls struct {
 }
 
 func (l lockCalls) Acquire(ctx context.Context, req *coorddv1.AcquireRequest, opts ...grpc.CallOption) (*coorddv1.AcquireResponse, error) {
-	if r, err, ok := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Acquire{Acquire: req}}); ok {
+	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Acquire{Acquire: req}}); ok {
 		return r.GetAcquire(), err
 	}
 	return l.LockServiceClient.Acquire(ctx, req, opts...)
 }
 
 func (l lockCalls) TryAcquire(ctx context.Context, req *coorddv1.TryAcquireRequest, opts ...grpc.CallOption) (*coorddv1.TryAcquireResponse, error) {
-	if r, err, ok := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_TryAcquire{TryAcquire: req}}); ok {
+	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_TryAcquire{TryAcquire: req}}); ok {
 		return r.GetTryAcquire(), err
 	}
 	return l.LockServiceClient.TryAcquire(ctx, req, opts...)
 }
 
 func (l lockCalls) Release(ctx context.Context, req *coorddv1.ReleaseRequest, opts ...grpc.CallOption) (*coorddv1.ReleaseResponse, error) {
-	if r, err, ok := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Release{Release: req}}); ok {
+	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Release{Release: req}}); ok {
 		return r.GetRelease(), err
 	}
 	return l.LockServiceClient.Release(ctx, req, opts...)
 }
 
 func (l lockCalls) ValidateFence(ctx context.Context, req *coorddv1.ValidateFenceRequest, opts ...grpc.CallOption) (*coorddv1.ValidateFenceResponse, error) {
-	if r, err, ok := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_ValidateFence{ValidateFence: req}}); ok {
+	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_ValidateFence{ValidateFence: req}}); ok {
 		return r.GetValidateFence(), err
 	}
 	return l.LockServiceClient.ValidateFence(ctx, req, opts...)
 }
 
 func (l lockCalls) FencedPut(ctx context.Context, req *coorddv1.FencedPutRequest, opts ...grpc.CallOption) (*coorddv1.FencedPutResponse, error) {
-	if r, err, ok := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_FencedPut{FencedPut: req}}); ok {
+	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_FencedPut{FencedPut: req}}); ok {
 		return r.GetFencedPut(), err
 	}
 	return l.LockServiceClient.FencedPut(ctx, req, opts...)
 }
 
 func (l lockCalls) FencedDelete(ctx context.Context, req *coorddv1.FencedDeleteRequest, opts ...grpc.CallOption) (*coorddv1.FencedDeleteResponse, error) {
-	if r, err, ok := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_FencedDelete{FencedDelete: req}}); ok {
+	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_FencedDelete{FencedDelete: req}}); ok {
 		return r.GetFencedDelete(), err
 	}
 	return l.LockServiceClient.FencedDelete(ctx, req, opts...)
@@ -391,21 +394,21 @@ type electionCalls struct {
 }
 
 func (e electionCalls) Campaign(ctx context.Context, req *coorddv1.CampaignRequest, opts ...grpc.CallOption) (*coorddv1.CampaignResponse, error) {
-	if r, err, ok := e.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Campaign{Campaign: req}}); ok {
+	if r, ok, err := e.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Campaign{Campaign: req}}); ok {
 		return r.GetCampaign(), err
 	}
 	return e.ElectionServiceClient.Campaign(ctx, req, opts...)
 }
 
 func (e electionCalls) Proclaim(ctx context.Context, req *coorddv1.ProclaimRequest, opts ...grpc.CallOption) (*coorddv1.ProclaimResponse, error) {
-	if r, err, ok := e.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Proclaim{Proclaim: req}}); ok {
+	if r, ok, err := e.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Proclaim{Proclaim: req}}); ok {
 		return r.GetProclaim(), err
 	}
 	return e.ElectionServiceClient.Proclaim(ctx, req, opts...)
 }
 
 func (e electionCalls) Resign(ctx context.Context, req *coorddv1.ResignRequest, opts ...grpc.CallOption) (*coorddv1.ResignResponse, error) {
-	if r, err, ok := e.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Resign{Resign: req}}); ok {
+	if r, ok, err := e.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Resign{Resign: req}}); ok {
 		return r.GetResign(), err
 	}
 	return e.ElectionServiceClient.Resign(ctx, req, opts...)
