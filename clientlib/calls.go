@@ -23,8 +23,10 @@ import (
 // would: the server runs it as that RPC, and a call in flight when the
 // stream breaks ends with codes.Unavailable (outcome unknown), which the
 // SDK's retries treat as a lost answer. Against a server without the
-// stream (UNIMPLEMENTED), with Config.UnaryCalls, or with maxPipelined
-// calls in flight already, calls go as unary RPCs.
+// stream (UNIMPLEMENTED), for a principal the policy does not let open it
+// (PERMISSION_DENIED: it lacks the session action), with
+// Config.UnaryCalls, or with maxPipelined calls in flight already, calls
+// go as unary RPCs.
 type calls struct {
 	c   *Client
 	off bool // Config.UnaryCalls
@@ -34,8 +36,9 @@ type calls struct {
 	mu      sync.Mutex
 	cur     *callStream   // the open stream, or nil
 	opening chan struct{} // closed when the open under way ends; nil if none
-	// unaryUntil: the server said it has no Calls stream; until then,
-	// calls go as unary RPCs (the client may move to a member that has).
+	// unaryUntil: the server refused the Calls stream; until then, calls
+	// go as unary RPCs (the client may move to a member that has it, or
+	// the policy may change).
 	unaryUntil time.Time
 
 	receivers sync.WaitGroup // every stream's receiver
@@ -46,7 +49,7 @@ type calls struct {
 const maxPipelined = 4096
 
 // unsupportedFor is how long a client sends unary RPCs after a member
-// said it has no Calls stream, before it asks again.
+// refused the Calls stream, before it asks again.
 const unsupportedFor = time.Minute
 
 // callStream is one open Calls stream.
@@ -207,7 +210,11 @@ func (k *calls) open(ctx context.Context) (cs *callStream, unsupported bool, err
 	}
 	if err != nil {
 		cancel()
-		return nil, status.Code(err) == codes.Unimplemented, err
+		// A principal without the session action may not open the stream
+		// (an operator allowed only to release): its unary calls are
+		// authorized one by one.
+		code := status.Code(err)
+		return nil, code == codes.Unimplemented || code == codes.PermissionDenied, err
 	}
 	cs = &callStream{k: k, st: st, cancel: cancel, pending: map[uint64]chan *coorddv1.CallsResponse{}, done: make(chan struct{})}
 	// When the client leaves this member, new calls go on a new stream

@@ -282,3 +282,40 @@ func TestCallsAreAuthorizedOneByOne(t *testing.T) {
 		t.Fatalf("audit log (alice's release %v, bob's refusal %v):\n%s", released, refused, raw)
 	}
 }
+
+// TestCallsWithoutTheSessionAction: a principal allowed to release
+// others' locks but not to hold sessions (an operator) may not open a
+// Calls stream; the SDK sends its calls as unary RPCs, which the policy
+// judges one by one.
+func TestCallsWithoutTheSessionAction(t *testing.T) {
+	t.Parallel()
+	d := start(t, authConfig(t, `
+rules:
+  - principals: [alice]
+    actions: ["*"]
+    locks: ["a/*"]
+  - principals: [carol]
+    actions: [lock.release, lock.describe]
+    locks: ["a/*"]
+  - principals: [carol]
+    actions: [cluster.admin]
+`))
+	alice := newClientWithToken(t, d.GRPCAddr(), "alice")
+	s, err := alice.NewSession(t.Context(), clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Lock(t.Context(), "a/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	carol := newClientWithToken(t, d.GRPCAddr(), "carol")
+	if err := carol.Admin().Release(t.Context(), "a/x", l.Token()); err != nil {
+		t.Fatalf("carol's release of a/x: %v", err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("alice was not told her lock was released")
+	}
+}
