@@ -344,7 +344,9 @@ func (a *app) connect(ctx context.Context) (*clientlib.Client, error) {
 
 // dial connects a new client to endpoints, with the TLS flags.
 func (a *app) dial(ctx context.Context, endpoints []string) (*clientlib.Client, error) {
-	cfg := clientlib.Config{Endpoints: endpoints, DialTimeout: a.timeout, NoWait: a.noWait}
+	// A command makes a call or a few, one after another: a unary RPC
+	// each costs less than opening the SDK's call stream first.
+	cfg := clientlib.Config{Endpoints: endpoints, DialTimeout: a.timeout, NoWait: a.noWait, UnaryCalls: true}
 	if a.cacert != "" || a.cert != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if a.cacert != "" {
