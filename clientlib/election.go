@@ -76,7 +76,9 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 	}
 	l := &Leadership{s: s, name: name, term: fencing.Token(got.GetTerm()), requestID: got.GetRequestId(), ownID: own}
 	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: name, Token: got.GetTerm(), RequestId: got.GetRequestId(), Revision: got.GetRevision()},
-		fmt.Errorf("%w: the server reports the leadership of %q (term %d) ended: resigned from elsewhere (coordctl, an admin, another client with the term) or its session was closed", ErrNotLeader, name, got.GetTerm()),
+		func() error {
+			return fmt.Errorf("%w: the server reports the leadership of %q (term %d) ended: resigned from elsewhere (coordctl, an admin, another client with the term) or its session was closed", ErrNotLeader, name, got.GetTerm())
+		},
 		followedOn(follow, got.GetFollowed()))
 	if s.Err() != nil {
 		// The session ended while the answer was on its way.

@@ -55,7 +55,7 @@ func TestAHoldingEndedWhileItStartsEndsOnce(t *testing.T) {
 	cancel(errors.New("session over"))
 	s := &Session{ctx: ctx, holdings: map[holdingID]*watchedHolding{}, announce: make(chan struct{}, 1)}
 	for i := range 200 {
-		h := newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "x", Token: int64(i + 1), RequestId: "r"}, errors.New("gone"), following{})
+		h := newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "x", Token: int64(i + 1), RequestId: "r"}, func() error { return errors.New("gone") }, following{})
 		select {
 		case <-h.lost:
 		case <-time.After(10 * time.Second):

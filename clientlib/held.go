@@ -39,8 +39,9 @@ func followedOn(f following, followed bool) following {
 }
 
 // newHeld starts tracking holding (its request id and token as granted),
-// which ends with cause gone when the server reports it ended.
-func newHeld(s *Session, holding *coorddv1.Holding, gone error, on following) *held {
+// which ends with cause gone() when the server reports it ended (built
+// then: most holdings are given up, and never need it).
+func newHeld(s *Session, holding *coorddv1.Holding, gone func() error, on following) *held {
 	if holding.GetRevision() < holding.GetToken() {
 		holding.Revision = 0 // not one at which it was alive: let the server read
 	}
@@ -50,7 +51,7 @@ func newHeld(s *Session, holding *coorddv1.Holding, gone error, on following) *h
 	// session may be over already, and the stream may report the end as
 	// soon as watch has added it.
 	stop := context.AfterFunc(s.ctx, func() { h.lose(nil) })
-	unwatch, ended := s.watch(holding, func() { h.lose(gone) }, on)
+	unwatch, ended := s.watch(holding, func() { h.lose(gone()) }, on)
 	h.mu.Lock()
 	h.stop, h.unwatch = stop, unwatch
 	over := h.ended
@@ -60,7 +61,7 @@ func newHeld(s *Session, holding *coorddv1.Holding, gone error, on following) *h
 		unwatch()
 	}
 	if ended {
-		h.lose(gone)
+		h.lose(gone())
 	}
 	return h
 }

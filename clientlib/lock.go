@@ -122,7 +122,9 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 
 	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId(), read: grant.GetRead(), ownID: own}
 	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: name, Token: grant.GetToken(), RequestId: grant.GetRequestId(), Revision: grant.GetRevision()},
-		fmt.Errorf("%w: the server reports lock %q (token %d) released: by a Release from elsewhere (coordctl, an admin, another client with the token) or because its session was closed", ErrNotHolder, name, grant.GetToken()),
+		func() error {
+			return fmt.Errorf("%w: the server reports lock %q (token %d) released: by a Release from elsewhere (coordctl, an admin, another client with the token) or because its session was closed", ErrNotHolder, name, grant.GetToken())
+		},
 		followedOn(follow, grant.GetFollowed()))
 	if s.Err() != nil {
 		// The session ended while the grant was on its way. Try to hand the
