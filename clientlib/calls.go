@@ -57,7 +57,6 @@ type callStream struct {
 	k      *calls
 	st     grpc.BidiStreamingClient[coorddv1.CallsRequest, coorddv1.CallsResponse]
 	cancel context.CancelFunc
-	stop   func() bool // stops watching for the client moving
 
 	sendMu sync.Mutex // Send is not safe for concurrent use
 
@@ -66,6 +65,7 @@ type callStream struct {
 	retired bool                                    // takes no new calls; closes once pending is empty
 	err     error                                   // why it broke; set before done closes
 	done    chan struct{}
+	stop    func() // stops watching for the client moving; nil until set
 }
 
 // errStreamBroke answers the calls in flight on a Calls stream that broke:
@@ -224,7 +224,13 @@ func (k *calls) open(ctx context.Context) (cs *callStream, unsupported bool, err
 	silent := c.silentContext()
 	stopMoved := context.AfterFunc(moved, cs.retire)
 	stopSilent := context.AfterFunc(silent, func() { cs.fail(errLeftSilent) })
-	cs.stop = func() bool { return stopMoved() && stopSilent() }
+	cs.mu.Lock()
+	cs.stop = func() { stopMoved(); stopSilent() }
+	failed := cs.err != nil // either may have run already
+	cs.mu.Unlock()
+	if failed {
+		cs.stop()
+	}
 	k.receivers.Go(cs.receive)
 	return cs, false, nil
 }
@@ -317,10 +323,13 @@ func (cs *callStream) fail(err error) {
 		cs.err = err
 		close(cs.done)
 	}
+	stop := cs.stop
 	cs.mu.Unlock()
 	if first {
 		cs.cancel()
-		cs.stop()
+		if stop != nil {
+			stop() // else open calls it once set
+		}
 	}
 }
 
