@@ -212,8 +212,9 @@ func (cs *callStream) close() {
 	cs.mu.Unlock()
 }
 
-// start runs req's call on its own goroutine, or answers at once when it
-// is a cancellation or cannot run.
+// start runs req's call on a worker, or answers at once when it is a
+// cancellation or cannot run. Every answer is sent before the handler
+// returns: each counts in cs.calls, which the handler waits for.
 func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.CallsRequest) {
 	id := req.GetCallId()
 	if _, ok := req.GetCall().(*coorddv1.CallsRequest_Cancel); ok {
@@ -226,36 +227,36 @@ func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.Ca
 		return
 	}
 	c, msg := route(req)
-	r, ok := s.routes[c]
+	r, known := s.routes[c]
+	var refusal error
 	switch {
 	case id == 0:
-		cs.answer(id, nil, invalid("call_id is required (non-zero)"))
-		return
-	case !ok:
-		cs.answer(id, nil, invalid("call: name one of acquire, try_acquire, release, campaign, proclaim, resign, validate_fence, fenced_put, fenced_delete, cancel"))
-		return
+		refusal = invalid("call_id is required (non-zero)")
+	case !known:
+		refusal = invalid("call: name one of acquire, try_acquire, release, campaign, proclaim, resign, validate_fence, fenced_put, fenced_delete, cancel")
 	}
 	cctx, stop := context.WithCancel(ctx)
 	cs.mu.Lock()
-	closed := cs.closed
-	_, dup := cs.inflight[id]
-	full := len(cs.inflight) >= maxCallsInFlight
-	if !closed && !dup && !full {
-		cs.inflight[id] = stop
-		cs.calls.Add(1) // before Wait can begin (close)
-	}
-	cs.mu.Unlock()
-	switch {
-	case closed:
+	if cs.closed {
+		cs.mu.Unlock()
 		stop()
 		return // the stream is ending: nobody reads an answer
-	case dup:
+	}
+	cs.calls.Add(1) // before Wait can begin (close); done once answered
+	if refusal == nil {
+		if _, dup := cs.inflight[id]; dup {
+			refusal = invalid("call_id: a call with this id is in flight on the stream")
+		} else if len(cs.inflight) >= maxCallsInFlight {
+			refusal = kind.RateLimited.New("coordd: 4096 calls are in flight on this stream; wait for some to finish or use another stream")
+		} else {
+			cs.inflight[id] = stop
+		}
+	}
+	cs.mu.Unlock()
+	if refusal != nil {
 		stop()
-		cs.answer(id, nil, invalid("call_id: a call with this id is in flight on the stream"))
-		return
-	case full:
-		stop()
-		cs.answer(id, nil, kind.RateLimited.New("coordd: 4096 calls are in flight on this stream; wait for some to finish or use another stream"))
+		cs.answer(id, nil, refusal)
+		cs.calls.Done()
 		return
 	}
 	s.metrics.streamCall()
