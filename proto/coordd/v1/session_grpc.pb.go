@@ -33,15 +33,17 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // SessionService manages sessions: the liveness unit that every lock and
-// candidacy hangs off. A session is an etcd lease plus metadata. While its
-// owner keeps it alive, everything attached to it stays; when the owner stops
-// (crash, partition, Close), the session ends and everything attached to it is
-// released at once.
+// candidacy hangs off. A session is a record in etcd whose time coordd's
+// members keep themselves (the etcd lease under it is a backstop a minute
+// longer than its TTL). While its owner keeps it alive, everything attached
+// to it stays; when the owner stops (crash, partition, Close), the session
+// ends and everything attached to it is released at once.
 //
 // Guarantee: the server never ends a session earlier than its TTL after the
-// last keep-alive it answered. It may end it later (by up to one etcd leader
-// election), so clients must treat their own local deadline, not the server,
-// as the moment they stop acting as holders.
+// last keep-alive it answered. It may end it later (by a fraction of a
+// second while a member with an etcd quorum runs; not before one does), so
+// clients must treat their own local deadline, not the server, as the
+// moment they stop acting as holders.
 type SessionServiceClient interface {
 	// CreateSession grants a new session with the requested TTL.
 	CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*CreateSessionResponse, error)
@@ -182,15 +184,17 @@ type SessionService_CallsClient = grpc.BidiStreamingClient[CallsRequest, CallsRe
 // for forward compatibility.
 //
 // SessionService manages sessions: the liveness unit that every lock and
-// candidacy hangs off. A session is an etcd lease plus metadata. While its
-// owner keeps it alive, everything attached to it stays; when the owner stops
-// (crash, partition, Close), the session ends and everything attached to it is
-// released at once.
+// candidacy hangs off. A session is a record in etcd whose time coordd's
+// members keep themselves (the etcd lease under it is a backstop a minute
+// longer than its TTL). While its owner keeps it alive, everything attached
+// to it stays; when the owner stops (crash, partition, Close), the session
+// ends and everything attached to it is released at once.
 //
 // Guarantee: the server never ends a session earlier than its TTL after the
-// last keep-alive it answered. It may end it later (by up to one etcd leader
-// election), so clients must treat their own local deadline, not the server,
-// as the moment they stop acting as holders.
+// last keep-alive it answered. It may end it later (by a fraction of a
+// second while a member with an etcd quorum runs; not before one does), so
+// clients must treat their own local deadline, not the server, as the
+// moment they stop acting as holders.
 type SessionServiceServer interface {
 	// CreateSession grants a new session with the requested TTL.
 	CreateSession(context.Context, *CreateSessionRequest) (*CreateSessionResponse, error)
