@@ -457,7 +457,7 @@ func benchElections(grpcAddr, etcdURL string) error {
 	fmt.Printf("  resign call p50 coordd / etcd recipe:     %.2f (the recipe's resign is one delete, measured beside coordd's)\n", percentile(resign[co], 50)/percentile(resign[et], 50))
 	fmt.Printf("  proclaim->observer p50 coordd / etcd:     %.2f\n", percentile(proclaim[co], 50)/percentile(proclaim[et], 50))
 	fmt.Printf("  crash fail-over max - TTL:                %+.0fms (target <= +200ms); etcd's recipe: %+.0fms\n", (maxOf(fail[co])-ttl)/1000, (maxOf(fail[et])-ttl)/1000)
-	if zl := "ZooKeeper leader latch"; len(handover[zl]) > 0 {
+	if zl := zkLatch; len(handover[zl]) > 0 {
 		fmt.Printf("  hand-over p50 coordd / ZooKeeper latch:   %.2f (target <= 1); resign call: %.2f; proclaim->observer: %.2f; crash fail-over max - TTL (session timeout): %+.0fms\n",
 			percentile(handover[co], 50)/percentile(handover[zl], 50), percentile(resign[co], 50)/percentile(resign[zl], 50),
 			percentile(proclaim[co], 50)/percentile(proclaim[zl], 50), (maxOf(fail[zl])-ttl)/1000)

@@ -174,7 +174,7 @@ func (quietZK) Printf(string, ...any) {}
 // zkLockPeer is go-zookeeper's lock recipe (an ephemeral sequential node
 // per waiter, each watching the one before it), one session per client.
 func zkLockPeer(o *outsider) lockPeer {
-	return lockPeer{name: "ZooKeeper lock recipe", serverCPU: o.cpuSeconds, newClient: func(_ context.Context, name string) (locker, error) {
+	return lockPeer{name: zkLock, serverCPU: o.cpuSeconds, newClient: func(_ context.Context, name string) (locker, error) {
 		c, err := zkConnect(o.addr, 30*time.Second)
 		if err != nil {
 			return nil, err
@@ -204,7 +204,7 @@ const redisRetryDelay = time.Millisecond
 // redisLockPeer is redsync (SET NX PX, and a Lua compare-and-delete to
 // release) on one Redis; a waiter polls every redisRetryDelay.
 func redisLockPeer(o *outsider) lockPeer {
-	return lockPeer{name: "Redis redsync", serverCPU: o.cpuSeconds, newClient: func(_ context.Context, name string) (locker, error) {
+	return lockPeer{name: redisLock, serverCPU: o.cpuSeconds, newClient: func(_ context.Context, name string) (locker, error) {
 		c := goredislib.NewClient(&goredislib.Options{Addr: o.addr})
 		rs := redsync.New(goredis.NewPool(c))
 		m := rs.NewMutex("bench/redis/"+name, redsync.WithExpiry(30*time.Second), redsync.WithTries(math.MaxInt32), redsync.WithRetryDelay(redisRetryDelay))
@@ -243,10 +243,13 @@ type zkElector struct {
 	node string
 }
 
+// zkLatch names the ZooKeeper election peer.
+const zkLatch = "ZooKeeper leader latch"
+
 func zkElectionPeer(o *outsider, name string) electionPeer {
 	path := "/bench/zk-election/" + strings.ReplaceAll(name, "/", "_")
 	return electionPeer{
-		name: "ZooKeeper leader latch",
+		name: zkLatch,
 		candidate: func(ttl int) (elector, error) {
 			c, err := zkConnect(o.addr, time.Duration(ttl)*time.Second)
 			if err != nil {

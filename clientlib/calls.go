@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
@@ -90,16 +91,14 @@ func (k *calls) do(ctx context.Context, req *coorddv1.CallsRequest) (resp *coord
 	for {
 		cs.mu.Lock()
 		switch {
-		case cs.retired && cs.err == nil:
-			// The client moved meanwhile: take the next stream.
+		case cs.retired || cs.err != nil:
+			// It broke, or the client moved, before the call was sent:
+			// take the next stream.
 			cs.mu.Unlock()
 			if cs, err = k.stream(ctx); cs == nil {
 				return nil, err != nil, err
 			}
 			continue
-		case cs.err != nil:
-			cs.mu.Unlock()
-			return nil, true, errStreamBroke(cs.err)
 		case len(cs.pending) >= maxPipelined:
 			cs.mu.Unlock()
 			return nil, false, nil
@@ -353,6 +352,20 @@ func (k *calls) shutdown() {
 	k.receivers.Wait()
 }
 
+// pipelined makes the call req on the Calls stream, or as its unary RPC
+// (unary) when the stream cannot take it.
+func pipelined[Req, Resp proto.Message](ctx context.Context, k *calls, req Req, unary func(context.Context, Req, ...grpc.CallOption) (Resp, error), opts []grpc.CallOption) (Resp, error) {
+	r, ok, err := k.do(ctx, coorddv1.NewCall(0, req))
+	if !ok {
+		return unary(ctx, req, opts...)
+	}
+	var resp Resp
+	if err == nil {
+		resp, _ = r.Response().(Resp)
+	}
+	return resp, err
+}
+
 // lockCalls is the client's LockService: the calls with a session go on
 // the Calls stream when it can.
 type lockCalls struct {
@@ -361,45 +374,27 @@ type lockCalls struct {
 }
 
 func (l lockCalls) Acquire(ctx context.Context, req *coorddv1.AcquireRequest, opts ...grpc.CallOption) (*coorddv1.AcquireResponse, error) {
-	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Acquire{Acquire: req}}); ok {
-		return r.GetAcquire(), err
-	}
-	return l.LockServiceClient.Acquire(ctx, req, opts...)
+	return pipelined(ctx, l.k, req, l.LockServiceClient.Acquire, opts)
 }
 
 func (l lockCalls) TryAcquire(ctx context.Context, req *coorddv1.TryAcquireRequest, opts ...grpc.CallOption) (*coorddv1.TryAcquireResponse, error) {
-	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_TryAcquire{TryAcquire: req}}); ok {
-		return r.GetTryAcquire(), err
-	}
-	return l.LockServiceClient.TryAcquire(ctx, req, opts...)
+	return pipelined(ctx, l.k, req, l.LockServiceClient.TryAcquire, opts)
 }
 
 func (l lockCalls) Release(ctx context.Context, req *coorddv1.ReleaseRequest, opts ...grpc.CallOption) (*coorddv1.ReleaseResponse, error) {
-	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Release{Release: req}}); ok {
-		return r.GetRelease(), err
-	}
-	return l.LockServiceClient.Release(ctx, req, opts...)
+	return pipelined(ctx, l.k, req, l.LockServiceClient.Release, opts)
 }
 
 func (l lockCalls) ValidateFence(ctx context.Context, req *coorddv1.ValidateFenceRequest, opts ...grpc.CallOption) (*coorddv1.ValidateFenceResponse, error) {
-	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_ValidateFence{ValidateFence: req}}); ok {
-		return r.GetValidateFence(), err
-	}
-	return l.LockServiceClient.ValidateFence(ctx, req, opts...)
+	return pipelined(ctx, l.k, req, l.LockServiceClient.ValidateFence, opts)
 }
 
 func (l lockCalls) FencedPut(ctx context.Context, req *coorddv1.FencedPutRequest, opts ...grpc.CallOption) (*coorddv1.FencedPutResponse, error) {
-	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_FencedPut{FencedPut: req}}); ok {
-		return r.GetFencedPut(), err
-	}
-	return l.LockServiceClient.FencedPut(ctx, req, opts...)
+	return pipelined(ctx, l.k, req, l.LockServiceClient.FencedPut, opts)
 }
 
 func (l lockCalls) FencedDelete(ctx context.Context, req *coorddv1.FencedDeleteRequest, opts ...grpc.CallOption) (*coorddv1.FencedDeleteResponse, error) {
-	if r, ok, err := l.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_FencedDelete{FencedDelete: req}}); ok {
-		return r.GetFencedDelete(), err
-	}
-	return l.LockServiceClient.FencedDelete(ctx, req, opts...)
+	return pipelined(ctx, l.k, req, l.LockServiceClient.FencedDelete, opts)
 }
 
 // electionCalls is the client's ElectionService: the calls with a session
@@ -410,22 +405,13 @@ type electionCalls struct {
 }
 
 func (e electionCalls) Campaign(ctx context.Context, req *coorddv1.CampaignRequest, opts ...grpc.CallOption) (*coorddv1.CampaignResponse, error) {
-	if r, ok, err := e.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Campaign{Campaign: req}}); ok {
-		return r.GetCampaign(), err
-	}
-	return e.ElectionServiceClient.Campaign(ctx, req, opts...)
+	return pipelined(ctx, e.k, req, e.ElectionServiceClient.Campaign, opts)
 }
 
 func (e electionCalls) Proclaim(ctx context.Context, req *coorddv1.ProclaimRequest, opts ...grpc.CallOption) (*coorddv1.ProclaimResponse, error) {
-	if r, ok, err := e.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Proclaim{Proclaim: req}}); ok {
-		return r.GetProclaim(), err
-	}
-	return e.ElectionServiceClient.Proclaim(ctx, req, opts...)
+	return pipelined(ctx, e.k, req, e.ElectionServiceClient.Proclaim, opts)
 }
 
 func (e electionCalls) Resign(ctx context.Context, req *coorddv1.ResignRequest, opts ...grpc.CallOption) (*coorddv1.ResignResponse, error) {
-	if r, ok, err := e.k.do(ctx, &coorddv1.CallsRequest{Call: &coorddv1.CallsRequest_Resign{Resign: req}}); ok {
-		return r.GetResign(), err
-	}
-	return e.ElectionServiceClient.Resign(ctx, req, opts...)
+	return pipelined(ctx, e.k, req, e.ElectionServiceClient.Resign, opts)
 }

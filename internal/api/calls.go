@@ -10,15 +10,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/coordd/coordd/internal/kind"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // CallServer serves SessionService.Calls: the calls a client makes with
-// its sessions, pipelined over one stream. Each call runs on its own
-// goroutine through the same unary interceptors, and the same handler, as
-// the unary RPC of its name, so it is authorized, rate limited, audited,
+// its sessions, pipelined over one stream. Each call runs, on a worker,
+// through the same unary interceptors, and the same handler, as the unary
+// RPC whose request it carries, so it is authorized, rate limited, audited,
 // timed and answered exactly as that RPC would be; only the transport is
 // shared. What a call saves against its unary RPC is the HTTP/2 stream,
 // its headers and trailers, and authenticating the caller again.
@@ -29,7 +31,7 @@ import (
 // outcome is unknown to the client, as after a lost unary answer). No
 // guarantee of order between calls in flight at once.
 type CallServer struct {
-	routes   map[callCase]callRoute
+	routes   map[protoreflect.FullName]callRoute // by request type
 	stopping <-chan struct{}
 	disabled bool
 	metrics  *Metrics
@@ -38,26 +40,17 @@ type CallServer struct {
 	spawn sync.Once   // starts the workers at the first call
 }
 
-// callCase names the kind of call a request carries.
-type callCase int
-
-const (
-	callAcquire callCase = iota + 1
-	callTryAcquire
-	callRelease
-	callCampaign
-	callProclaim
-	callResign
-	callValidateFence
-	callFencedPut
-	callFencedDelete
-)
-
 // callRoute is how one kind of call runs: its unary RPC's full method
 // name, and the interceptors wrapped around that RPC's handler.
 type callRoute struct {
 	method string
 	run    grpc.UnaryHandler
+}
+
+// routeOf is the route of method, served by h, keyed by h's request type.
+func routeOf[Req proto.Message, Resp any](method string, h func(context.Context, Req) (Resp, error)) (protoreflect.FullName, callRoute) {
+	var req Req // a nil message still has its descriptor
+	return req.ProtoReflect().Descriptor().FullName(), callRoute{method, func(ctx context.Context, m any) (any, error) { return h(ctx, m.(Req)) }}
 }
 
 // CallsHeader is the header metadata key with which a server says, as soon
@@ -77,42 +70,20 @@ const maxCallsInFlight = 4096
 // to unary RPCs (coordd --no-call-stream). Streams end with ErrStopping
 // once stopping is closed.
 func NewCallServer(locks *LockServer, elections *ElectionServer, interceptors []grpc.UnaryServerInterceptor, metrics *Metrics, stopping <-chan struct{}, disabled bool) *CallServer {
-	handlers := map[callCase]struct {
-		method string
-		h      grpc.UnaryHandler
-	}{
-		callAcquire: {lockSvc + "Acquire", func(ctx context.Context, m any) (any, error) {
-			return locks.Acquire(ctx, m.(*coorddv1.AcquireRequest))
-		}},
-		callTryAcquire: {lockSvc + "TryAcquire", func(ctx context.Context, m any) (any, error) {
-			return locks.TryAcquire(ctx, m.(*coorddv1.TryAcquireRequest))
-		}},
-		callRelease: {lockSvc + "Release", func(ctx context.Context, m any) (any, error) {
-			return locks.Release(ctx, m.(*coorddv1.ReleaseRequest))
-		}},
-		callValidateFence: {lockSvc + "ValidateFence", func(ctx context.Context, m any) (any, error) {
-			return locks.ValidateFence(ctx, m.(*coorddv1.ValidateFenceRequest))
-		}},
-		callFencedPut: {lockSvc + "FencedPut", func(ctx context.Context, m any) (any, error) {
-			return locks.FencedPut(ctx, m.(*coorddv1.FencedPutRequest))
-		}},
-		callFencedDelete: {lockSvc + "FencedDelete", func(ctx context.Context, m any) (any, error) {
-			return locks.FencedDelete(ctx, m.(*coorddv1.FencedDeleteRequest))
-		}},
-		callCampaign: {electionSvc + "Campaign", func(ctx context.Context, m any) (any, error) {
-			return elections.Campaign(ctx, m.(*coorddv1.CampaignRequest))
-		}},
-		callProclaim: {electionSvc + "Proclaim", func(ctx context.Context, m any) (any, error) {
-			return elections.Proclaim(ctx, m.(*coorddv1.ProclaimRequest))
-		}},
-		callResign: {electionSvc + "Resign", func(ctx context.Context, m any) (any, error) {
-			return elections.Resign(ctx, m.(*coorddv1.ResignRequest))
-		}},
+	s := &CallServer{routes: map[protoreflect.FullName]callRoute{}, stopping: stopping, disabled: disabled, metrics: metrics, work: make(chan func())}
+	add := func(req protoreflect.FullName, r callRoute) {
+		r.run = chainUnary(interceptors, r.method, r.run)
+		s.routes[req] = r
 	}
-	s := &CallServer{routes: make(map[callCase]callRoute, len(handlers)), stopping: stopping, disabled: disabled, metrics: metrics, work: make(chan func())}
-	for c, h := range handlers {
-		s.routes[c] = callRoute{method: h.method, run: chainUnary(interceptors, h.method, h.h)}
-	}
+	add(routeOf(coorddv1.LockService_Acquire_FullMethodName, locks.Acquire))
+	add(routeOf(coorddv1.LockService_TryAcquire_FullMethodName, locks.TryAcquire))
+	add(routeOf(coorddv1.LockService_Release_FullMethodName, locks.Release))
+	add(routeOf(coorddv1.LockService_ValidateFence_FullMethodName, locks.ValidateFence))
+	add(routeOf(coorddv1.LockService_FencedPut_FullMethodName, locks.FencedPut))
+	add(routeOf(coorddv1.LockService_FencedDelete_FullMethodName, locks.FencedDelete))
+	add(routeOf(coorddv1.ElectionService_Campaign_FullMethodName, elections.Campaign))
+	add(routeOf(coorddv1.ElectionService_Proclaim_FullMethodName, elections.Proclaim))
+	add(routeOf(coorddv1.ElectionService_Resign_FullMethodName, elections.Resign))
 	return s
 }
 
@@ -125,31 +96,6 @@ func chainUnary(interceptors []grpc.UnaryServerInterceptor, method string, h grp
 		h = func(ctx context.Context, req any) (any, error) { return in(ctx, req, info, next) }
 	}
 	return h
-}
-
-// route returns what req asks to run and its request message.
-func route(req *coorddv1.CallsRequest) (callCase, any) {
-	switch c := req.GetCall().(type) {
-	case *coorddv1.CallsRequest_Acquire:
-		return callAcquire, c.Acquire
-	case *coorddv1.CallsRequest_TryAcquire:
-		return callTryAcquire, c.TryAcquire
-	case *coorddv1.CallsRequest_Release:
-		return callRelease, c.Release
-	case *coorddv1.CallsRequest_ValidateFence:
-		return callValidateFence, c.ValidateFence
-	case *coorddv1.CallsRequest_FencedPut:
-		return callFencedPut, c.FencedPut
-	case *coorddv1.CallsRequest_FencedDelete:
-		return callFencedDelete, c.FencedDelete
-	case *coorddv1.CallsRequest_Campaign:
-		return callCampaign, c.Campaign
-	case *coorddv1.CallsRequest_Proclaim:
-		return callProclaim, c.Proclaim
-	case *coorddv1.CallsRequest_Resign:
-		return callResign, c.Resign
-	}
-	return 0, nil
 }
 
 // Serve serves one Calls stream until the client ends it, it breaks, or
@@ -217,7 +163,7 @@ func (cs *callStream) close() {
 // returns: each counts in cs.calls, which the handler waits for.
 func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.CallsRequest) {
 	id := req.GetCallId()
-	if _, ok := req.GetCall().(*coorddv1.CallsRequest_Cancel); ok {
+	if req.GetCancel() != nil {
 		cs.mu.Lock()
 		stop := cs.inflight[id]
 		cs.mu.Unlock()
@@ -226,8 +172,12 @@ func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.Ca
 		}
 		return
 	}
-	c, msg := route(req)
-	r, known := s.routes[c]
+	msg := req.Request()
+	var r callRoute
+	known := false
+	if msg != nil {
+		r, known = s.routes[msg.ProtoReflect().Descriptor().FullName()]
+	}
 	var refusal error
 	switch {
 	case id == 0:
@@ -315,8 +265,14 @@ func (s *CallServer) worker() {
 // answer sends a call's outcome. A stream that cannot send any more is
 // ending: its receiver sees that too, and the handler returns.
 func (cs *callStream) answer(id uint64, resp any, err error) {
-	out := &coorddv1.CallsResponse{CallId: id}
-	if err != nil {
+	var out *coorddv1.CallsResponse
+	if m, ok := resp.(proto.Message); ok && err == nil {
+		out = coorddv1.NewAnswer(id, m)
+	}
+	if out == nil {
+		if err == nil {
+			err = errInternal().Err() // a route answered with no response of its RPC
+		}
 		// Errors from the interceptors are statuses already; a refusal
 		// before them (start) is mapped here.
 		st, ok := status.FromError(err)
@@ -324,28 +280,7 @@ func (cs *callStream) answer(id uint64, resp any, err error) {
 			st, _ = ToStatus(err)
 		}
 		p := st.Proto()
-		out.Result = &coorddv1.CallsResponse_Error{Error: &coorddv1.CallStatus{Code: p.GetCode(), Message: p.GetMessage(), Details: p.GetDetails()}}
-	} else {
-		switch r := resp.(type) {
-		case *coorddv1.AcquireResponse:
-			out.Result = &coorddv1.CallsResponse_Acquire{Acquire: r}
-		case *coorddv1.TryAcquireResponse:
-			out.Result = &coorddv1.CallsResponse_TryAcquire{TryAcquire: r}
-		case *coorddv1.ReleaseResponse:
-			out.Result = &coorddv1.CallsResponse_Release{Release: r}
-		case *coorddv1.ValidateFenceResponse:
-			out.Result = &coorddv1.CallsResponse_ValidateFence{ValidateFence: r}
-		case *coorddv1.FencedPutResponse:
-			out.Result = &coorddv1.CallsResponse_FencedPut{FencedPut: r}
-		case *coorddv1.FencedDeleteResponse:
-			out.Result = &coorddv1.CallsResponse_FencedDelete{FencedDelete: r}
-		case *coorddv1.CampaignResponse:
-			out.Result = &coorddv1.CallsResponse_Campaign{Campaign: r}
-		case *coorddv1.ProclaimResponse:
-			out.Result = &coorddv1.CallsResponse_Proclaim{Proclaim: r}
-		case *coorddv1.ResignResponse:
-			out.Result = &coorddv1.CallsResponse_Resign{Resign: r}
-		}
+		out = &coorddv1.CallsResponse{CallId: id, Result: &coorddv1.CallsResponse_Error{Error: &coorddv1.CallStatus{Code: p.GetCode(), Message: p.GetMessage(), Details: p.GetDetails()}}}
 	}
 	cs.sendMu.Lock()
 	defer cs.sendMu.Unlock()

@@ -5,44 +5,56 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
-// Every call a CallsRequest can carry has a route, to the unary RPC of its
-// name, and its response has a place in CallsResponse: a call added to
-// the proto and not to the server fails here, not in a client.
+// Every call a CallsRequest can carry has a route, to the unary RPC whose
+// request it is, and that RPC's response has a place in CallsResponse: a
+// call added to the proto and not to the server fails here, not in a
+// client.
 func TestEveryCallHasARoute(t *testing.T) {
 	s := NewCallServer(&LockServer{}, &ElectionServer{}, nil, nil, nil, false)
-	req := (&coorddv1.CallsRequest{}).ProtoReflect()
-	oneof := req.Descriptor().Oneofs().ByName("call")
-	resp := (&coorddv1.CallsResponse{}).ProtoReflect().Descriptor().Oneofs().ByName("result")
-	seen := map[callCase]bool{}
-	for i := range oneof.Fields().Len() {
-		f := oneof.Fields().Get(i)
+	fields := (&coorddv1.CallsRequest{}).ProtoReflect().Descriptor().Oneofs().ByName("call").Fields()
+	calls := 0
+	for i := range fields.Len() {
+		f := fields.Get(i)
 		if f.Name() == "cancel" {
 			continue
 		}
-		msg := req.Type().New()
-		msg.Set(f, protoreflect.ValueOfMessage(msg.NewField(f).Message()))
-		c, inner := route(msg.Interface().(*coorddv1.CallsRequest))
-		r, ok := s.routes[c]
-		if !ok || inner == nil {
+		calls++
+		r, ok := s.routes[f.Message().FullName()]
+		if !ok {
 			t.Fatalf("call %s has no route", f.Name())
 		}
-		if seen[c] {
-			t.Fatalf("call %s shares a route", f.Name())
-		}
-		seen[c] = true
 		// The route's RPC is the one this request is for.
-		if rpc := "/" + strings.TrimSuffix(string(f.Message().Name()), "Request"); !strings.HasSuffix(r.method, rpc) {
-			t.Fatalf("call %s (%s) routes to %s", f.Name(), f.Message().Name(), r.method)
+		name := strings.ReplaceAll(strings.TrimPrefix(r.method, "/"), "/", ".")
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
+		if err != nil {
+			t.Fatalf("call %s routes to %s: %v", f.Name(), r.method, err)
 		}
-		if resp.Fields().ByName(f.Name()) == nil {
-			t.Fatalf("call %s has no field in CallsResponse.result", f.Name())
+		m := d.(protoreflect.MethodDescriptor)
+		if m.Input().FullName() != f.Message().FullName() {
+			t.Fatalf("call %s (%s) routes to %s, which takes %s", f.Name(), f.Message().FullName(), r.method, m.Input().FullName())
+		}
+		resp, err := protoregistry.GlobalTypes.FindMessageByName(m.Output().FullName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if coorddv1.NewAnswer(1, resp.New().Interface()) == nil {
+			t.Fatalf("%s's response %s has no field in CallsResponse.result", r.method, m.Output().FullName())
+		}
+		in, err := protoregistry.GlobalTypes.FindMessageByName(f.Message().FullName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := coorddv1.NewCall(1, in.New().Interface())
+		if req == nil || req.Request().ProtoReflect().Descriptor() != f.Message() {
+			t.Fatalf("call %s does not wrap and unwrap", f.Name())
 		}
 	}
-	if len(seen) != len(s.routes) {
-		t.Fatalf("%d calls in the proto, %d routes", len(seen), len(s.routes))
+	if calls != len(s.routes) {
+		t.Fatalf("%d calls in the proto, %d routes", calls, len(s.routes))
 	}
 }

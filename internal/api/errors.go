@@ -89,9 +89,9 @@ func NewStatus(code codes.Code, reason coorddv1.ErrorReason, msg string) *status
 // Order: context errors first (a cancel passes through untouched; a
 // deadline, the caller's own or a wait's, gets the DEADLINE_EXCEEDED
 // reason); then the domain table; a status that already carries a coordd
-// ErrorInfo is kept, as are CANCELLED and UNIMPLEMENTED; etcd's availability and capacity errors become
-// Unavailable with a fixed message (the detail is only logged); anything
-// else is Internal.
+// ErrorInfo is kept, as are CANCELLED and UNIMPLEMENTED; etcd's
+// availability and capacity errors become Unavailable with a fixed message
+// (the detail is only logged); anything else is Internal.
 func ToStatus(err error) (st *status.Status, internal bool) {
 	switch {
 	case errors.Is(err, context.Canceled):

@@ -123,6 +123,17 @@ func exerciseSessionCalls(t *testing.T, c *clientlib.Client) int {
 	return 11
 }
 
+// rawSession creates a session of 10s through the API itself, as ctx's
+// caller, and returns its id.
+func rawSession(ctx context.Context, t *testing.T, sessions coorddv1.SessionServiceClient) string {
+	t.Helper()
+	resp, err := sessions.CreateSession(ctx, &coorddv1.CreateSessionRequest{Ttl: durationpb.New(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetSession().GetId()
+}
+
 // TestCallsArePipelined speaks the Calls stream itself: a call that waits
 // holds up none sent after it, failures answer their call and leave the
 // stream open, and a cancel withdraws a waiting call.
@@ -132,14 +143,7 @@ func TestCallsArePipelined(t *testing.T) {
 	conn := dialRaw(t, d.GRPCAddr())
 	sessions := coorddv1.NewSessionServiceClient(conn)
 	ctx := t.Context()
-	newSession := func() string {
-		resp, err := sessions.CreateSession(ctx, &coorddv1.CreateSessionRequest{Ttl: durationpb.New(10 * time.Second)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.GetSession().GetId()
-	}
-	holder, waiter := newSession(), newSession()
+	holder, waiter := rawSession(ctx, t, sessions), rawSession(ctx, t, sessions)
 	if _, err := coorddv1.NewLockServiceClient(conn).Acquire(ctx, &coorddv1.AcquireRequest{Name: "pipe/held", SessionId: holder, RequestId: "h"}); err != nil {
 		t.Fatal(err)
 	}
@@ -211,14 +215,7 @@ func TestCallsAreAuthorizedOneByOne(t *testing.T) {
 	conn := dialRaw(t, d.GRPCAddr())
 	sessions := coorddv1.NewSessionServiceClient(conn)
 	as := func(p string) context.Context { return withToken(t.Context(), p) }
-	newSession := func(p string) string {
-		resp, err := sessions.CreateSession(as(p), &coorddv1.CreateSessionRequest{Ttl: durationpb.New(10 * time.Second)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.GetSession().GetId()
-	}
-	aliceSession, bobSession := newSession("alice"), newSession("bob")
+	aliceSession, bobSession := rawSession(as("alice"), t, sessions), rawSession(as("bob"), t, sessions)
 	grant, err := coorddv1.NewLockServiceClient(conn).Acquire(as("alice"), &coorddv1.AcquireRequest{Name: "a/x", SessionId: aliceSession, RequestId: "r"})
 	if err != nil {
 		t.Fatal(err)

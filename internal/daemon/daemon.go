@@ -126,6 +126,16 @@ func grpcMetrics() *grpcprom.ServerMetrics {
 	return serverMetrics
 }
 
+// HTTP/2 flow-control windows of coordd's gRPC server and of its client
+// of an external etcd, fixed: gRPC's bandwidth-delay estimate sends a ping
+// for about every round trip that carries data, as many writes and reads
+// as the calls themselves on a connection of small requests and answers.
+// They are what the estimate grows to for a large message on a long link.
+const (
+	streamWindow = 8 << 20
+	connWindow   = 16 << 20
+)
+
 // Start starts etcd (or connects to it) and the listeners, and returns once
 // they serve. An embedded etcd is ready by then; an external one may not be
 // reachable yet, which Ready (and /readyz) reports. ctx bounds start-up only.
@@ -222,11 +232,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			grpc.ChainUnaryInterceptor(unary(an)...),
 			grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(a), api.StreamRequireLeader(d.leader.Lost)),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
-			// Fixed flow-control windows: the bandwidth-delay estimate
-			// sends a ping for about every round trip that carries data,
-			// as many writes and reads as the calls themselves on a
-			// connection of small requests and answers.
-			grpc.StaticStreamWindowSize(8 << 20), grpc.StaticConnWindowSize(16 << 20),
+			grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(connWindow),
 			grpc.ForceServerCodecV2(api.Codec()), // protobuf, and messages marshaled once for many streams
 			// Idle watch connections are the common case: keep the read buffer
 			// small. (grpc-go releases the write buffer after each flush by

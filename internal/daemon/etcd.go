@@ -140,9 +140,7 @@ func connectExternal(ctx context.Context, cfg Config) (*clientv3.Client, error) 
 		DialKeepAliveTimeout: 5 * time.Second,
 		Context:              context.WithoutCancel(ctx),
 		Logger:               cfg.Logger.Named("etcd-client").WithOptions(zap.IncreaseLevel(zap.WarnLevel)),
-		// Fixed windows, as coordd's own server: no bandwidth-delay
-		// pings beside every round trip (see serverOpts).
-		DialOptions: []grpc.DialOption{grpc.WithStaticStreamWindowSize(8 << 20), grpc.WithStaticConnWindowSize(16 << 20)},
+		DialOptions:          []grpc.DialOption{grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %v: %w", cfg.EtcdEndpoints, err)
