@@ -54,6 +54,18 @@ type Timing struct {
 	Heartbeat, Election time.Duration
 }
 
+// LogTail returns the last n lines of the member's log (the warnings and
+// errors of every run of it), for a failed test to print: the log goes
+// with the test's temporary directory.
+func (m *Member) LogTail(n int) string {
+	raw, err := os.ReadFile(m.log)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
 // StartCluster starts n coordd processes (the binary bin) that form one
 // cluster, and stops them when the test ends. Each member's log goes to
 // <dir>/<name>.log.

@@ -409,7 +409,7 @@ func TestFaultMatrix(t *testing.T) {
 			end()
 			windows = append(windows, window{f, victim, start.UnixNano(), time.Now().UnixNano()})
 			if !waitFor(60*time.Second, func() bool { return grants(f.kind) > before+2 }) {
-				diagnose(t, admin, workers)
+				diagnose(t, c, admin, workers)
 				t.Fatalf("round %d, %s: no grants for 60s after the fault ended", round+1, f.name)
 			}
 		}
@@ -746,9 +746,13 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	return true
 }
 
-// diagnose logs the lock's and the election's state and has every worker
-// print its goroutines (SIGQUIT) to stderr.
-func diagnose(t *testing.T, admin *clientlib.Client, workers []*worker) {
+// diagnose logs the lock's and the election's state and the tail of every
+// member's log, and has every worker print its goroutines (SIGQUIT) to
+// stderr.
+func diagnose(t *testing.T, c *chaos.Cluster, admin *clientlib.Client, workers []*worker) {
+	for _, m := range c.Members {
+		t.Logf("member %s, its log's last lines:\n%s", m.Name, m.LogTail(40))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	st, err := admin.Admin().DescribeLock(ctx, chaos.LockName)
