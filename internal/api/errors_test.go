@@ -9,6 +9,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -177,5 +178,40 @@ func TestDomainSentinelsMapToTheirReason(t *testing.T) {
 				t.Fatalf("ToStatus(%v) = %s %q internal=%v, want reason %q", tt.err, st.Code(), reasonOf(st), internal, tt.reason)
 			}
 		})
+	}
+}
+
+// fakeStream is a server stream with only a context.
+type fakeStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (f fakeStream) Context() context.Context { return f.ctx }
+
+// A stream handler that fails because its client left (a send on the
+// closing transport) ends Canceled and logs nothing at error level; the
+// same failure while the client is there is an internal error, logged.
+func TestStreamErrorsAfterTheClientLeft(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	interceptor := StreamErrors(zap.New(core))
+	info := &grpc.StreamServerInfo{FullMethod: "/coordd.v1.SessionService/KeepAliveStream"}
+	closing := func(any, grpc.ServerStream) error {
+		return errors.New("connection error: desc = \"transport is closing\"")
+	}
+
+	left, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := interceptor(nil, fakeStream{ctx: left}, info, closing); status.Code(err) != codes.Canceled {
+		t.Fatalf("after the client left: %v, want Canceled", err)
+	}
+	if n := logs.Len(); n != 0 {
+		t.Fatalf("after the client left: %d error lines logged, want none: %v", n, logs.All())
+	}
+	if err := interceptor(nil, fakeStream{ctx: t.Context()}, info, closing); status.Code(err) != codes.Internal {
+		t.Fatalf("with the client there: %v, want Internal", err)
+	}
+	if n := logs.Len(); n != 1 {
+		t.Fatalf("with the client there: %d error lines logged, want 1", n)
 	}
 }

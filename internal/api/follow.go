@@ -46,6 +46,13 @@ func NewKeepAliveStreams() *KeepAliveStreams {
 	return &KeepAliveStreams{byID: map[uint64]*followingStream{}}
 }
 
+// Len is how many streams are registered.
+func (k *KeepAliveStreams) Len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.byID)
+}
+
 // register adds a stream and returns its id (never 0) and how to take it
 // off again. A nil registry registers nothing and returns 0.
 func (k *KeepAliveStreams) register(ctx context.Context, w *holdingWatches) (uint64, func()) {

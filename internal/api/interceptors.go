@@ -54,6 +54,12 @@ func StreamErrors(lg *zap.Logger) grpc.StreamServerInterceptor {
 			}
 		}()
 		if err = handler(srv, ss); err != nil {
+			if cerr := ss.Context().Err(); cerr != nil {
+				// The client left (it cancelled the stream or closed its
+				// connection): what the handler ran into then, such as a
+				// send on the closing transport, is its leaving.
+				err = cerr
+			}
 			err = mapAndLog(lg, info.FullMethod, err)
 		}
 		return err

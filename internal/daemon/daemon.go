@@ -88,6 +88,7 @@ type Daemon struct {
 	serving   atomic.Bool // Start finished: the listeners serve
 	hasLeader atomic.Bool // the etcd member has a leader (true with external etcd)
 	learner   atomic.Bool // the etcd member is a learner: it serves no client requests
+	leads     atomic.Bool // the etcd member leads etcd (never with external etcd)
 	// stopped is done once Stop begins: streams end, waits give up.
 	stopped     context.Context
 	markStopped context.CancelFunc
@@ -189,6 +190,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d.leader.onLearner = func(l bool) {
 		d.learner.Store(l)
+		d.updateHealth()
+	}
+	d.leader.onLeads = func(l bool) {
+		d.leads.Store(l)
 		d.updateHealth()
 	}
 	bindToLeader(d.cli, d.leader)
@@ -295,6 +300,10 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), apiMetrics)
 	streams := api.NewKeepAliveStreams() // grants followed on their holders' keep-alive streams
 	sessionSvc.Streams = streams
+	registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "coordd_keepalive_streams",
+		Help: "Shared keep-alive streams open on this member: one per SDK client with sessions here (clients prefer the member that leads etcd).",
+	}, func() float64 { return float64(streams.Len()) }))
 	sessionSvc.MaxRequestBytes = cfg.MaxRequestBytes
 	pageKey, err := pageTokenKey(ctx, d.cli, cfg.KeyRoot)
 	if err != nil {
@@ -531,8 +540,10 @@ func (d *Daemon) measure() cluster.Health {
 // updateHealth sets the gRPC health status: SERVING once the daemon
 // serves and while its etcd member has a leader (always, with an external
 // etcd) and is not a learner, NOT_SERVING otherwise. Clients probe it to decide when a member
-// they gave up on can be used again. After Stop's health.Shutdown it stays
-// NOT_SERVING.
+// they gave up on can be used again. The status of
+// coorddv1.LeaderHealthService is SERVING while, on top of that, the
+// embedded member leads etcd (the SDK prefers that member). After Stop's
+// health.Shutdown both stay NOT_SERVING.
 func (d *Daemon) updateHealth() {
 	d.healthMu.Lock()
 	defer d.healthMu.Unlock()
@@ -541,6 +552,14 @@ func (d *Daemon) updateHealth() {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	d.health.SetServingStatus("", st)
+	if d.etcd == nil {
+		return // no member of ours leads: the leader's service stays unknown
+	}
+	lead := healthpb.HealthCheckResponse_NOT_SERVING
+	if st == healthpb.HealthCheckResponse_SERVING && d.leads.Load() {
+		lead = healthpb.HealthCheckResponse_SERVING
+	}
+	d.health.SetServingStatus(coorddv1.LeaderHealthService, lead)
 }
 
 // logReady tells an operator, on the first screen, where everything is and

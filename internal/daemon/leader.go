@@ -28,6 +28,9 @@ type leaderWatch struct {
 	// onLearner is told when the member becomes or stops being a learner
 	// (added, not yet promoted: it serves no client requests).
 	onLearner func(learner bool)
+	// onLeads is told when the member becomes or stops being etcd's
+	// leader (first at the first tick when it leads).
+	onLeads func(leads bool)
 
 	mu     sync.Mutex
 	ctx    context.Context // cancelled while leaderless past grace
@@ -71,7 +74,7 @@ func (w *leaderWatch) run(stop <-chan struct{}) {
 	defer t.Stop()
 	var since time.Time // when the leader went missing; zero while there is one
 	last := w.etcd.Server.Leader()
-	learner := false
+	learner, leads := false, false
 	for {
 		select {
 		case <-stop:
@@ -88,6 +91,12 @@ func (w *leaderWatch) run(stop <-chan struct{}) {
 		if lead != last {
 			last = lead
 			w.leaderChanged()
+		}
+		if l := lead != 0 && lead == w.etcd.Server.MemberID(); l != leads {
+			leads = l
+			if w.onLeads != nil {
+				w.onLeads(l)
+			}
 		}
 		if lead != 0 {
 			if !since.IsZero() && w.onLeader != nil {
