@@ -183,12 +183,15 @@ func (k *calls) stream(ctx context.Context) (*callStream, error) {
 }
 
 // open starts a stream and its receiver. The stream lives until it
-// breaks, the client moves to another member, or the client closes;
+// breaks, the client moves to another member (leaving one, or moving to
+// the one that leads etcd), or the client closes;
 // opening gives up when ctx ends. unsupported: the server has no Calls
 // stream.
 func (k *calls) open(ctx context.Context) (cs *callStream, unsupported bool, err error) {
 	c := k.c
-	moved := c.movedContext()
+	c.mu.Lock()
+	moved, rerouted := c.moved, c.rerouted
+	c.mu.Unlock()
 	sctx, cancel := context.WithCancel(c.ctx)
 	stop := context.AfterFunc(ctx, cancel)
 	st, err := c.sessions.Calls(sctx)
@@ -222,9 +225,10 @@ func (k *calls) open(ctx context.Context) (cs *callStream, unsupported bool, err
 	// flight end at once, as unary ones do (Client.leaveSilent).
 	silent := c.silentContext()
 	stopMoved := context.AfterFunc(moved, cs.retire)
+	stopRerouted := context.AfterFunc(rerouted, cs.retire)
 	stopSilent := context.AfterFunc(silent, func() { cs.fail(errLeftSilent) })
 	cs.mu.Lock()
-	cs.stop = func() { stopMoved(); stopSilent() }
+	cs.stop = func() { stopMoved(); stopRerouted(); stopSilent() }
 	failed := cs.err != nil // either may have run already
 	cs.mu.Unlock()
 	if failed {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -36,7 +37,8 @@ const DefaultDialTimeout = 5 * time.Second
 type Config struct {
 	// Endpoints are coordd gRPC addresses (host:port). Required. The client
 	// connects to one and fails over to the others when it becomes
-	// unreachable.
+	// unreachable. With more than one, it prefers the member whose etcd
+	// member leads (see AnyMember).
 	Endpoints []string
 	// TLS, when set, connects over TLS. Nil means plaintext. For mutual
 	// TLS, put the client certificate in TLS.Certificates.
@@ -62,6 +64,18 @@ type Config struct {
 	// stream. For comparisons, and for proxies that pass no
 	// bidirectional streams.
 	UnaryCalls bool
+	// AnyMember keeps the client on whichever member it connected to. By
+	// default a client given several endpoints moves its calls and
+	// keep-alives to the member whose embedded etcd member leads (it asks
+	// each member's health service, coorddv1.LeaderHealthService): every
+	// write goes through etcd's leader, so there they cost one hop less,
+	// and a client is not slower than another for having drawn a follower.
+	// It follows the leadership within a round trip of the member's report
+	// (checked every 50ms) when it moves. Config watches and observations
+	// already open stay where they are. Set AnyMember to spread clients
+	// over the members instead (mostly readers, many of them), or against
+	// an external etcd (where no member leads, it changes nothing).
+	AnyMember bool
 }
 
 // Client is a connection to a coordd cluster. It is safe for concurrent
@@ -69,7 +83,8 @@ type Config struct {
 type Client struct {
 	conn       *grpc.ClientConn
 	resolver   *manual.Resolver
-	endpoints  []string
+	endpoints  []string                    // in this client's own random order
+	addrs      map[string]resolver.Address // by endpoint, as given to the resolver
 	sessions   coorddv1.SessionServiceClient
 	locks      coorddv1.LockServiceClient
 	elections  coorddv1.ElectionServiceClient
@@ -104,11 +119,19 @@ type Client struct {
 	// waiting on a member that may never answer. Guarded by mu.
 	silent      context.Context
 	silentEnded context.CancelFunc
+	// rerouted is cancelled (and replaced) whenever the client moves to
+	// the member that leads etcd (see prefer): the call stream and the
+	// keep-alive stream move with it, unary calls in flight finish where
+	// they are. Guarded by mu.
+	rerouted      context.Context
+	reroutedEnded context.CancelFunc
+	reroutes      atomic.Int64 // moves to the leading member (for tests)
 
-	mu      sync.Mutex
-	live    map[*Session]struct{} // sessions whose keep-alive loop runs
-	avoided map[string]struct{}   // endpoints left out until a probe finds them serving
-	closed  bool
+	mu        sync.Mutex
+	live      map[*Session]struct{} // sessions whose keep-alive loop runs
+	avoided   map[string]struct{}   // endpoints left out until a probe finds them serving
+	preferred string                // the endpoint of the member leading etcd, when known
+	closed    bool
 }
 
 // Probing an avoided endpoint: the first probe after probeFirst, then
@@ -145,10 +168,14 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	// A manual resolver hands every endpoint to pick_first, which connects
-	// to one and moves to the next when it fails.
+	// to the first and moves to the next when it fails. Each client takes
+	// them in its own random order, so clients spread over the members.
 	r := manual.NewBuilderWithScheme(fmt.Sprintf("coordd-%d", schemeSeq.Add(1)))
-	eps := make([]resolver.Endpoint, 0, len(cfg.Endpoints))
-	for _, a := range cfg.Endpoints {
+	endpoints := slices.Clone(cfg.Endpoints)
+	rand.Shuffle(len(endpoints), func(i, j int) { endpoints[i], endpoints[j] = endpoints[j], endpoints[i] })
+	addrs := make(map[string]resolver.Address, len(endpoints))
+	eps := make([]resolver.Endpoint, 0, len(endpoints))
+	for _, a := range endpoints {
 		addr := resolver.Address{Addr: a}
 		if cfg.TLS != nil && cfg.TLS.ServerName == "" {
 			// Verify each endpoint's certificate against its own host,
@@ -157,6 +184,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 				addr.ServerName = host
 			}
 		}
+		addrs[a] = addr
 		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{addr}})
 	}
 	r.InitialState(resolver.State{Endpoints: eps})
@@ -188,7 +216,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		resolver:  r,
-		endpoints: slices.Clone(cfg.Endpoints),
+		endpoints: endpoints,
+		addrs:     addrs,
 		lg:        cfg.Logger,
 		probeDial: probeDial,
 		live:      map[*Session]struct{}{},
@@ -198,7 +227,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		grpc.WithResolvers(r),
 		grpc.WithContextDialer(dial),
 		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{"shuffleAddressList":true}}]}`),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{}}]}`),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.WithStaticStreamWindowSize(staticStreamWindow), grpc.WithStaticConnWindowSize(staticConnWindow),
 		// Large namespaces make large snapshots.
@@ -232,8 +261,13 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.moved, c.movedEnded = context.WithCancel(c.ctx)
 	c.silent, c.silentEnded = context.WithCancel(c.ctx)
+	c.rerouted, c.reroutedEnded = context.WithCancel(c.ctx)
 	c.mux = newWatchMux(c)
 	c.keepAlives = &keepAlives{c: c}
+	if len(endpoints) > 1 && !cfg.AnyMember {
+		c.probes.Add(1)
+		go c.followLeader()
+	}
 	return c, nil
 }
 
@@ -444,17 +478,23 @@ func (c *Client) readmit(endpoint string) {
 }
 
 // updateAddressesLocked hands the resolver every endpoint not avoided, or
-// all of them when every one is.
+// all of them when every one is; the preferred one (the member leading
+// etcd) first, when it is not avoided.
 func (c *Client) updateAddressesLocked() {
 	var eps []resolver.Endpoint
+	add := func(a string) { eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{c.addrs[a]}}) }
+	_, avoided := c.avoided[c.preferred]
+	if c.preferred != "" && !avoided {
+		add(c.preferred)
+	}
 	for _, a := range c.endpoints {
-		if _, ok := c.avoided[a]; !ok {
-			eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
+		if _, ok := c.avoided[a]; !ok && a != c.preferred {
+			add(a)
 		}
 	}
 	if len(eps) == 0 {
 		for _, a := range c.endpoints {
-			eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{{Addr: a}}})
+			add(a)
 		}
 	}
 	c.resolver.UpdateState(resolver.State{Endpoints: eps})

@@ -5,7 +5,11 @@
 // A [Client] connects to one or more coordd endpoints and fails over
 // between them; [New] waits up to Config.DialTimeout (5s by default) for a
 // first endpoint to answer. It uses one endpoint at a time, picked at
-// random, and moves on when that one cannot be reached, when a keep-alive
+// random, and moves to the member whose etcd member leads as soon as that
+// member's health service says it leads (every write goes through etcd's
+// leader, so there a lock cycle costs a network hop less, and every client
+// of a cluster waits the same; Config.AnyMember turns this off). It moves
+// on when the endpoint in use cannot be reached, when a keep-alive
 // or a config watch through it goes unanswered (at least 1s), or at once
 // when a keep-alive unanswered for 200ms is followed by a health check
 // left unanswered for 300ms (the member is paused, cut off or gone; a live

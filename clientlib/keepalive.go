@@ -354,7 +354,7 @@ func (ks *kaStream) fail(err error) {
 		return
 	}
 	ks.cancel()
-	if !errors.Is(err, errStreamIdle) && ks.k.c.ctx.Err() == nil && ks.addr != "" {
+	if !errors.Is(err, errStreamIdle) && !errors.Is(err, errRerouted) && ks.k.c.ctx.Err() == nil && ks.addr != "" {
 		ks.k.c.avoid(ks.addr, errors.Is(err, errSilent))
 	}
 }
@@ -392,6 +392,18 @@ func (ks *kaStream) leave(m *kaMember) {
 		if k.cur == ks {
 			k.cur = nil
 		}
+	}
+}
+
+// reroute breaks the current stream when the client moves to the member
+// that leads etcd: its sessions rejoin a new one there at once.
+func (k *keepAlives) reroute() {
+	k.mu.Lock()
+	ks := k.cur
+	k.cur = nil
+	k.mu.Unlock()
+	if ks != nil {
+		ks.fail(errRerouted)
 	}
 }
 

@@ -444,6 +444,9 @@ func (s *Session) keepAlive(ctx context.Context) {
 			s.end(fmt.Errorf("%w (the server no longer has it)", ErrSessionNotFound))
 			return
 		}
+		if errors.Is(err, errRerouted) {
+			continue // at once, on the member the client moved to
+		}
 		s.lg.Warn("coordd keep-alive failed; retrying", "err", err, "deadline-in", s.untilDeadline().Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
