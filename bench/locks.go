@@ -19,8 +19,12 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/coordd/coordd/clientlib"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // locker is one benchmark client's view of one lock implementation.
@@ -355,7 +359,8 @@ func runLocks(p lockPeer, clients, locks int, d time.Duration, tag string, serve
 // benchLocks runs the lock workloads for every peer on the same etcd and
 // prints them with the ratios the targets use. serverCPU is the CPU time
 // the servers (the coordd processes) have used so far, in seconds.
-func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d time.Duration) error {
+func benchLocks(grpcAddr string, httpAddrs []string, etcdURL string, serverCPU func() float64, d time.Duration) error {
+	httpAddr := httpAddrs[0]
 	raw, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(etcdURL, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
@@ -400,7 +405,9 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 				var profiled chan error
 				if *lockProfile != "" && round == 0 && w.locks == 64 && p.name == coorddSDK {
 					profiled = make(chan error, 1)
-					go func() { profiled <- cpuProfile(httpAddr, d, *lockProfile) }()
+					// Of the member the clients use: the one that leads etcd.
+					at := leadingMember(strings.Split(grpcAddr, ","), httpAddrs)
+					go func() { profiled <- cpuProfile(at, d, *lockProfile) }()
 				}
 				if w.clients == 1 {
 					puts, err := rawPuts(ctx, raw, 300)
@@ -412,8 +419,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 				coordd := p.name == coorddSDK
 				var b0, n0 float64
 				if coordd {
-					b0, _ = metric(httpAddr, "coordd_group_commit_batches_total")
-					n0, _ = metric(httpAddr, "coordd_group_commit_changes_total")
+					b0, n0 = sumMetric(httpAddrs, "coordd_group_commit_batches_total"), sumMetric(httpAddrs, "coordd_group_commit_changes_total")
 				}
 				var clientProfile *os.File
 				if profiled != nil {
@@ -433,8 +439,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 					}
 				}
 				if coordd && err == nil {
-					b1, _ := metric(httpAddr, "coordd_group_commit_batches_total")
-					n1, _ := metric(httpAddr, "coordd_group_commit_changes_total")
+					b1, n1 := sumMetric(httpAddrs, "coordd_group_commit_batches_total"), sumMetric(httpAddrs, "coordd_group_commit_changes_total")
 					batchSize[w.name] = append(batchSize[w.name], (n1-n0)/max(b1-b0, 1))
 				}
 				if profiled != nil {
@@ -485,7 +490,7 @@ func benchLocks(grpcAddr, httpAddr, etcdURL string, serverCPU func() float64, d 
 		r := results[key{p.name, "64 clients, 64 locks"}]
 		fmt.Printf("  %-24s %6.0fus + %4.0fus = %6.0fus; machine's CPUs %3.0f%% busy, %3.0f%% stolen\n", p.name, r.serverUs, r.clientUs, r.serverUs+r.clientUs, r.busy, r.steal)
 	}
-	fmt.Printf("coordd's mean group-commit batch (lock changes per etcd transaction, per round; the member of -lock-members 3 given first):")
+	fmt.Printf("coordd's mean group-commit batch (lock changes per etcd transaction, per round, over every member):")
 	for _, w := range workloads {
 		fmt.Printf(" %s:", w.name)
 		for _, b := range batchSize[w.name] {
@@ -678,6 +683,38 @@ func gauge(httpAddr, name string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s in /metrics", name)
+}
+
+// sumMetric is the sum of a metric over the members at httpAddrs (those
+// that answer).
+func sumMetric(httpAddrs []string, name string) float64 {
+	sum := 0.0
+	for _, a := range httpAddrs {
+		if v, err := metric(a, name); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// leadingMember is the HTTP address of the member whose health service
+// says it leads etcd (where the SDK's clients gather), or the first one's
+// when none says so.
+func leadingMember(grpcAddrs, httpAddrs []string) string {
+	for i, a := range grpcAddrs {
+		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: coorddv1.LeaderHealthService})
+		cancel()
+		_ = conn.Close() // asked once; nothing to report
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return httpAddrs[i]
+		}
+	}
+	return httpAddrs[0]
 }
 
 // cpuProfile writes a CPU profile of the coordd at httpAddr (run with

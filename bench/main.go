@@ -125,10 +125,10 @@ func run() error {
 			if err != nil {
 				return err
 			}
-			var grpcs, etcds []string
+			var grpcs, https, etcds []string
 			for _, d := range ds {
 				defer d.stop()
-				grpcs, etcds = append(grpcs, d.grpcAddr), append(etcds, d.etcdURL)
+				grpcs, https, etcds = append(grpcs, d.grpcAddr), append(https, d.httpAddr), append(etcds, d.etcdURL)
 			}
 			fmt.Printf("(%d members, each its own coordd process; clients are given every member)\n", len(ds))
 			serverCPU := func() float64 {
@@ -138,7 +138,7 @@ func run() error {
 				}
 				return sum
 			}
-			if err := benchLocks(strings.Join(grpcs, ","), ds[0].httpAddr, strings.Join(etcds, ","), serverCPU, *lockD); err != nil {
+			if err := benchLocks(strings.Join(grpcs, ","), https, strings.Join(etcds, ","), serverCPU, *lockD); err != nil {
 				return err
 			}
 		} else {
@@ -147,7 +147,7 @@ func run() error {
 				return err
 			}
 			defer d.stop()
-			if err := benchLocks(d.grpcAddr, d.httpAddr, d.etcdURL, d.cpuSeconds, *lockD); err != nil {
+			if err := benchLocks(d.grpcAddr, []string{d.httpAddr}, d.etcdURL, d.cpuSeconds, *lockD); err != nil {
 				return err
 			}
 		}
