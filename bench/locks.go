@@ -406,7 +406,7 @@ func benchLocks(grpcAddr string, httpAddrs []string, etcdURL string, serverCPU f
 				if *lockProfile != "" && round == 0 && w.locks == 64 && p.name == coorddSDK {
 					profiled = make(chan error, 1)
 					// Of the member the clients use: the one that leads etcd.
-					at := leadingMember(strings.Split(grpcAddr, ","), httpAddrs)
+					at := httpAddrs[max(leaderIndex(strings.Split(grpcAddr, ",")), 0)]
 					go func() { profiled <- cpuProfile(at, d, *lockProfile) }()
 				}
 				if w.clients == 1 {
@@ -697,10 +697,9 @@ func sumMetric(httpAddrs []string, name string) float64 {
 	return sum
 }
 
-// leadingMember is the HTTP address of the member whose health service
-// says it leads etcd (where the SDK's clients gather), or the first one's
-// when none says so.
-func leadingMember(grpcAddrs, httpAddrs []string) string {
+// leaderIndex is the index of the member (by gRPC address) whose health
+// service says it leads etcd, or -1 when none says so.
+func leaderIndex(grpcAddrs []string) int {
 	for i, a := range grpcAddrs {
 		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -711,10 +710,10 @@ func leadingMember(grpcAddrs, httpAddrs []string) string {
 		cancel()
 		_ = conn.Close() // asked once; nothing to report
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return httpAddrs[i]
+			return i
 		}
 	}
-	return httpAddrs[0]
+	return -1
 }
 
 // cpuProfile writes a CPU profile of the coordd at httpAddr (run with

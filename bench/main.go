@@ -19,28 +19,31 @@ import (
 )
 
 var (
-	rounds         = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
-	ops            = flag.Int("ops", 300, "operations per peer per round")
-	starts         = flag.Int("starts", 5, "cold starts to measure")
-	only           = flag.String("only", "all", "which part to run: all, sessions, locks, rwlocks, elections, config, config-sdk, gray, console, or soak, auth, idle-sessions, sustained or long-queue (not part of all)")
-	idleProfile    = flag.String("idle-profile", "", "write a CPU profile of coordd while the first -idle-sessions count idles to this file (go tool pprof)")
-	idleSessions   = flag.String("idle-sessions", "10000,50000", "idle session counts of -only idle-sessions (10 clients, TTL 30s)")
-	soakD          = flag.Duration("soak-duration", 10*time.Minute, "how long each soak run lasts")
-	soakWindowD    = flag.Duration("soak-window", time.Minute, "the soak's measuring window")
-	soakCompare    = flag.Bool("soak-compare", true, "run the soak a second time with compaction off")
-	soakFlags      = flag.String("soak-coordd-flags", "", "extra coordd flags for the soak's first run (e.g. \"--compaction-retention 10s\")")
-	lockD          = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer and round")
-	lockRounds     = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
-	lockMembers    = flag.Int("lock-members", 1, "embedded members of the cluster the lock workloads run on (1 or 3; 3 are three coordd processes)")
-	coorddFlags    = flag.String("coordd-flags", "", "extra coordd flags for the lock and election daemons (e.g. \"--no-group-commit\" to compare)")
-	lockProfile    = flag.String("lock-profile", "", "write a CPU profile of coordd during the SDK's first 64-clients-on-64-locks run to this file, and of the clients to this file.clients (go tool pprof)")
-	electionRounds = flag.Int("election-rounds", 3, "rounds of the election workloads; peers alternate order each round")
-	electionOps    = flag.Int("election-ops", 100, "hand-overs and proclamations per peer per round")
-	failovers      = flag.Int("failovers", 3, "crash fail-overs per peer")
-	configK        = flag.String("config-subscribers", "100,1000", "subscriber counts of the config fan-out benchmark")
-	sdkSubs        = flag.Int("sdk-subscriptions", 1000, "subscriptions (each its own client) of the config SDK benchmark")
-	configPubs     = flag.Int("config-publishes", 50, "publishes per subscriber count and peer")
-	failoverTTL    = flag.Int("failover-ttl", 2, "session TTL in seconds for the crash fail-overs")
+	rounds              = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
+	ops                 = flag.Int("ops", 300, "operations per peer per round")
+	starts              = flag.Int("starts", 5, "cold starts to measure")
+	only                = flag.String("only", "all", "which part to run: all, sessions, locks, rwlocks, elections, config, config-sdk, gray, console, or soak, auth, idle-sessions, sustained or long-queue (not part of all)")
+	idleProfile         = flag.String("idle-profile", "", "write a CPU profile of coordd while the first -idle-sessions count idles to this file (go tool pprof)")
+	idleSessions        = flag.String("idle-sessions", "10000,50000", "idle session counts of -only idle-sessions (10 clients, TTL 30s)")
+	soakD               = flag.Duration("soak-duration", 10*time.Minute, "how long each soak run lasts")
+	soakWindowD         = flag.Duration("soak-window", time.Minute, "the soak's measuring window")
+	soakCompare         = flag.Bool("soak-compare", true, "run the soak a second time with compaction off")
+	soakFlags           = flag.String("soak-coordd-flags", "", "extra coordd flags for the soak's first run (e.g. \"--compaction-retention 10s\")")
+	lockD               = flag.Duration("lock-duration", 3*time.Second, "how long each lock workload runs per peer and round")
+	lockRounds          = flag.Int("lock-rounds", 2, "rounds of the lock workloads; peers rotate order each round")
+	lockMembers         = flag.Int("lock-members", 1, "embedded members of the cluster the lock workloads run on (1 or 3; 3 are three coordd processes)")
+	coorddFlags         = flag.String("coordd-flags", "", "extra coordd flags for the lock and election daemons (e.g. \"--no-group-commit\" to compare)")
+	lockProfile         = flag.String("lock-profile", "", "write a CPU profile of coordd during the SDK's first 64-clients-on-64-locks run to this file, and of the clients to this file.clients (go tool pprof)")
+	electionRounds      = flag.Int("election-rounds", 3, "rounds of the election workloads; peers alternate order each round")
+	electionOps         = flag.Int("election-ops", 100, "hand-overs and proclamations per peer per round")
+	failovers           = flag.Int("failovers", 3, "crash fail-overs per peer")
+	configK             = flag.String("config-subscribers", "100,1000", "subscriber counts of the config fan-out benchmark")
+	sdkSubs             = flag.Int("sdk-subscriptions", 1000, "subscriptions (each its own client) of the config SDK benchmark")
+	configPubs          = flag.Int("config-publishes", 50, "publishes per subscriber count and peer")
+	configMembers       = flag.Int("config-members", 1, "members of the cluster -only config runs on: 1 (the one-member tables) or 3 (subscribers spread over three coordd processes, beside raw etcd watches spread the same way)")
+	configClusterK      = flag.String("config-cluster-subscribers", "1000", "subscriber counts of the config fan-out with -config-members 3")
+	configClusterRounds = flag.Int("config-cluster-rounds", 3, "rounds of the config fan-out with -config-members 3")
+	failoverTTL         = flag.Int("failover-ttl", 2, "session TTL in seconds for the crash fail-overs")
 	// campaignChild makes this binary a process that leads an election until
 	// killed: -campaign-child kind,endpoint,name,ttl.
 	campaignChild = flag.String("campaign-child", "", "internal: lead an election until killed")
@@ -158,7 +161,11 @@ func run() error {
 		}
 	}
 	if *only == "all" || *only == "config" {
-		if err := benchConfig(bin, tmp); err != nil {
+		if *configMembers > 1 {
+			if err := benchConfigCluster(bin, tmp, *configMembers); err != nil {
+				return err
+			}
+		} else if err := benchConfig(bin, tmp); err != nil {
 			return err
 		}
 	}
