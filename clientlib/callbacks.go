@@ -32,13 +32,15 @@ type callback struct {
 	fn     func(ConfigChange) error // an error rejects the release (bindings)
 }
 
+// register adds cb. s.cbs is never modified in place, only replaced, so
+// the dispatcher reads it without copying.
 func (s *Subscription) register(cb *callback) (unregister func()) {
 	s.mu.Lock()
-	s.cbs = append(s.cbs, cb)
+	s.cbs = append(slices.Clip(s.cbs), cb)
 	s.mu.Unlock()
 	return func() {
 		s.mu.Lock()
-		s.cbs = slices.DeleteFunc(s.cbs, func(c *callback) bool { return c == cb })
+		s.cbs = slices.DeleteFunc(slices.Clone(s.cbs), func(c *callback) bool { return c == cb })
 		s.mu.Unlock()
 	}
 }
@@ -132,7 +134,7 @@ func (d *dispatcher) run(ctx context.Context) {
 // the namespaces whose release a callback (a binding) rejected, with why.
 func (d *dispatcher) dispatch(old, cur *ConfigSnapshot) map[string]error {
 	d.s.mu.Lock()
-	cbs := slices.Clone(d.s.cbs)
+	cbs := d.s.cbs // replaced, never modified (see register)
 	d.s.mu.Unlock()
 	var rejected map[string]error
 	for _, cb := range cbs {
@@ -140,7 +142,14 @@ func (d *dispatcher) dispatch(old, cur *ConfigSnapshot) map[string]error {
 		if a == nil || b == nil || a == b {
 			continue
 		}
-		keys := diffKeys(a.values, b.values, cb.filter)
+		var keys []KeyChange
+		if b.from != 0 && b.from == a.release && b.gray == a.gray && old.cluster != "" && old.cluster == cur.cluster {
+			// b is a's release plus one release's changes (a release's
+			// content is fixed within a cluster): only those keys differ.
+			keys = changedKeys(a.values, b.values, b.keys, cb.filter)
+		} else {
+			keys = diffKeys(a.values, b.values, cb.filter)
+		}
 		if len(keys) == 0 {
 			continue
 		}
@@ -166,6 +175,30 @@ func (d *dispatcher) call(cb *callback, ch ConfigChange) (err error) {
 	return cb.fn(ch)
 }
 
+// changedKeys is diffKeys for maps that can differ only in keys.
+func changedKeys(a, b map[string]string, keys []string, keep func(string) bool) []KeyChange {
+	var out []KeyChange
+	for _, k := range keys {
+		if !keep(k) {
+			continue
+		}
+		ov, had := a[k]
+		nv, has := b[k]
+		switch {
+		case had && !has:
+			out = append(out, KeyChange{Key: k, Old: &ov})
+		case !had && has:
+			out = append(out, KeyChange{Key: k, New: &nv})
+		case had && nv != ov:
+			out = append(out, KeyChange{Key: k, Old: &ov, New: &nv})
+		}
+	}
+	slices.SortFunc(out, func(x, y KeyChange) int { return strings.Compare(x.Key, y.Key) })
+	return out
+}
+
+// diffKeys lists the keys kept by keep whose values differ between a and
+// b, sorted.
 func diffKeys(a, b map[string]string, keep func(string) bool) []KeyChange {
 	var out []KeyChange
 	for k, ov := range a {

@@ -20,6 +20,12 @@ type nsView struct {
 	gray    int64 // the gray release whose overrides values include (0: none)
 	changed int64 // the revision of the release (0 when not known)
 	values  map[string]string
+	// from is the release whose values this view's were made from by
+	// applying this release's changes (0: made from a whole snapshot), and
+	// keys the keys those changes touched: the callbacks of a subscriber
+	// that saw release from diff those keys only, not the whole namespace.
+	from int64
+	keys []string
 }
 
 // Revision is the etcd revision the snapshot is consistent at.

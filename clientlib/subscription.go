@@ -336,13 +336,15 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse, memo map[*ConfigSnapsh
 		}
 		v := s.c.views.get(cur.cluster, r.GetNamespace(), r.GetNumber(), msg.GetRevision(), msg.GetGray())
 		if v == nil {
-			v = &nsView{release: r.GetNumber(), gray: msg.GetGray(), changed: msg.GetRevision(), values: maps.Clone(old.values)}
+			v = &nsView{release: r.GetNumber(), gray: msg.GetGray(), changed: msg.GetRevision(), values: maps.Clone(old.values),
+				from: old.release, keys: make([]string, 0, len(r.GetChanges()))}
 			for _, ch := range r.GetChanges() {
 				if ch.NewValue == nil {
 					delete(v.values, ch.GetKey())
 				} else {
 					v.values[ch.GetKey()] = ch.GetNewValue()
 				}
+				v.keys = append(v.keys, ch.GetKey())
 			}
 			v = s.c.views.put(cur.cluster, r.GetNamespace(), v)
 		}

@@ -625,3 +625,98 @@ func TestBindStartsFromTheLastAcceptedReleaseAfterARestart(t *testing.T) {
 	}
 	wait.Within(t, 5*time.Second, "the next good release", func() bool { return b.Load().Port == 9090 })
 }
+
+// A callback is told exactly the keys that changed, with their old and
+// new values: from the release it saw to the next one (the changes that
+// release lists), and across several releases it missed while it was busy
+// (the two states compared). A key set to the value it had is no change.
+func TestCallbacksGetTheChangedKeys(t *testing.T) {
+	d := start(t, configTestConfig(t))
+	ctx := t.Context()
+	c := newClient(t, d.GRPCAddr())
+	set := func(kvs ...string) clientlib.ConfigRelease {
+		t.Helper()
+		var ms []clientlib.ConfigMutation
+		for i := 0; i+1 < len(kvs); i += 2 {
+			if kvs[i+1] == "-" {
+				ms = append(ms, clientlib.ConfigMutation{Key: kvs[i], Delete: true})
+			} else {
+				ms = append(ms, clientlib.ConfigMutation{Key: kvs[i], Value: kvs[i+1]})
+			}
+		}
+		r, err := c.Config().Publish(ctx, "app", ms, clientlib.PublishOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	set("a", "1", "b", "1", "c", "1")
+	sub, err := c.Config().Subscribe(ctx, []string{"app"}, fast...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	seen := make(chan clientlib.ConfigChange, 16)
+	hold := make(chan struct{})    // closed: callbacks run freely
+	blocked := make(chan struct{}) // closed once a callback waits on hold
+	var holding atomic.Bool
+	sub.OnNamespace("app", func(ch clientlib.ConfigChange) {
+		if holding.CompareAndSwap(true, false) {
+			close(blocked)
+			<-hold
+		}
+		seen <- ch
+	})
+	str := func(p *string) string {
+		if p == nil {
+			return "nil"
+		}
+		return *p
+	}
+	describe := func(ch clientlib.ConfigChange) string {
+		var parts []string
+		for _, k := range ch.Keys {
+			parts = append(parts, fmt.Sprintf("%s:%s>%s", k.Key, str(k.Old), str(k.New)))
+		}
+		return strings.Join(parts, " ")
+	}
+	next := func(what string) clientlib.ConfigChange {
+		t.Helper()
+		select {
+		case ch := <-seen:
+			return ch
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no callback for %s within 5s", what)
+			return clientlib.ConfigChange{}
+		}
+	}
+
+	// One release after the one the callback saw.
+	r := set("a", "2", "b", "-", "c", "1", "d", "1")
+	ch := next("one release")
+	if got, want := describe(ch), "a:1>2 b:1>nil d:nil>1"; got != want || ch.Release != r.Number {
+		t.Fatalf("one release: keys %q at release %d, want %q at %d", got, ch.Release, want, r.Number)
+	}
+
+	// Two releases while the callback is busy with a third: it then sees
+	// both at once, from what it last saw (a changed and changed back: no
+	// change; e came and went).
+	holding.Store(true)
+	set("e", "1")
+	select {
+	case <-blocked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no callback for e within 5s")
+	}
+	set("a", "3", "e", "-")
+	r = set("c", "2", "a", "2")
+	wait.Within(t, 5*time.Second, "the subscription to get the last release", func() bool { return sub.Snapshot().Release("app") == r.Number })
+	close(hold)
+	if got, want := describe(next("the release it was busy with")), "e:nil>1"; got != want {
+		t.Fatalf("the release it was busy with: keys %q, want %q", got, want)
+	}
+	ch = next("the releases made while it was busy")
+	if got, want := describe(ch), "c:1>2 e:1>nil"; got != want || ch.Release != r.Number {
+		t.Fatalf("after the releases made while it was busy: keys %q at release %d, want %q at %d", got, ch.Release, want, r.Number)
+	}
+}
