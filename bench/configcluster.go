@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,6 +164,7 @@ func (f *etcdClusterFanout) close() {
 // subscriber's member, and the set-up time.
 type clusterFanoutRun struct {
 	byMember map[int][]float64 // microseconds
+	first    []float64         // the first publish's deliveries, microseconds
 	setup    time.Duration
 	missed   int       // deliveries not seen within the wait (should be 0)
 	last     []float64 // per publish: its last delivery, microseconds
@@ -207,8 +210,11 @@ func runClusterFanout(p clusterFanout, k, n int, every time.Duration) (clusterFa
 		if v != cur {
 			return
 		}
-		m := p.memberOf(i)
-		r.byMember[m] = append(r.byMember[m], float64(at.Sub(t0).Microseconds()))
+		m, us := p.memberOf(i), float64(at.Sub(t0).Microseconds())
+		r.byMember[m] = append(r.byMember[m], us)
+		if len(r.last) == 0 {
+			r.first = append(r.first, us)
+		}
 		if got++; got == k {
 			done <- struct{}{}
 		}
@@ -280,7 +286,7 @@ func benchConfigCluster(bin, tmp string, members int) error {
 	const clients, every = 10, 50 * time.Millisecond
 	fmt.Printf("\nconfig fan-out on %d members (each its own coordd process): K subscribers of one key on %d clients, client c on member c%%%d; "+
 		"subscribers opened all at once; %d updates %s apart published through m0; etcd's leader: %s\n", members, clients, members, *configPubs, every, leader)
-	fmt.Printf("%-34s %6s %5s %9s %9s   %-40s %9s  %s\n", "peer", "K", "round", "p50", "p99", "p99 by subscriber's member", "set-up", "slowest publish (its last delivery)")
+	fmt.Printf("%-34s %6s %5s %9s %9s   %-40s %9s  %-20s %s\n", "peer", "K", "round", "p50", "p99", "p99 by subscriber's member", "set-up", "first publish p99", "slowest publish (its last delivery)")
 	const (
 		sdkSpread = "coordd SDK, spread over members"
 		sdkLeader = "coordd SDK, every endpoint given"
@@ -310,7 +316,17 @@ func benchConfigCluster(bin, tmp string, members int) error {
 				if err != nil {
 					return err
 				}
+				stopProfiles := func() error { return nil }
+				if *configProfile != "" && round == 0 && k == ks[len(ks)-1] && name == sdkSpread {
+					if stopProfiles, err = profileFanout(ds[0].httpAddr, k, *configProfile); err != nil {
+						p.close()
+						return err
+					}
+				}
 				r, err := runClusterFanout(p, k, *configPubs, every)
+				if perr := stopProfiles(); perr != nil && err == nil {
+					err = perr
+				}
 				p.close()
 				if err != nil {
 					return fmt.Errorf("%s, K=%d, round %d: %w", name, k, round, err)
@@ -323,8 +339,8 @@ func benchConfigCluster(bin, tmp string, members int) error {
 					}
 				}
 				all := r.all()
-				fmt.Printf("%-34s %6d %5d %7.2fms %7.2fms   %-40s %7.0fms  %s\n", name, k, round, percentile(all, 50)/1000, percentile(all, 99)/1000,
-					strings.Join(by, "  "), float64(r.setup.Microseconds())/1000, r.slowest())
+				fmt.Printf("%-34s %6d %5d %7.2fms %7.2fms   %-40s %7.0fms  %18.1fms  %s\n", name, k, round, percentile(all, 50)/1000, percentile(all, 99)/1000,
+					strings.Join(by, "  "), float64(r.setup.Microseconds())/1000, percentile(r.first, 99)/1000, r.slowest())
 			}
 		}
 	}
@@ -349,4 +365,31 @@ func benchConfigCluster(bin, tmp string, members int) error {
 		}
 	}
 	return nil
+}
+
+// profileFanout starts CPU profiles of member m0 (at httpAddr) and of the
+// clients (this process) over a fan-out run; the returned func ends the
+// clients' and waits for m0's. The run's set-up comes first: the profiles
+// last long enough for the set-up and the publishes.
+func profileFanout(httpAddr string, k int, file string) (func() error, error) {
+	d := time.Duration(*configPubs)*60*time.Millisecond + time.Duration(k)*100*time.Microsecond + time.Second
+	server := make(chan error, 1)
+	go func() { server <- cpuProfile(httpAddr, d, file) }()
+	clients, err := os.Create(file + ".clients")
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(clients); err != nil {
+		_ = clients.Close() // not written to; the profile's error is the one to report
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		err := clients.Close()
+		if serr := <-server; serr != nil {
+			return serr
+		}
+		fmt.Printf("(CPU profile of m0 during the first spread run at K=%d: %s; of the clients: %[2]s.clients)\n", k, file)
+		return err
+	}, nil
 }

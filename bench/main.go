@@ -43,6 +43,7 @@ var (
 	configMembers       = flag.Int("config-members", 1, "members of the cluster -only config runs on: 1 (the one-member tables) or 3 (subscribers spread over three coordd processes, beside raw etcd watches spread the same way)")
 	configClusterK      = flag.String("config-cluster-subscribers", "1000", "subscriber counts of the config fan-out with -config-members 3")
 	configClusterRounds = flag.Int("config-cluster-rounds", 3, "rounds of the config fan-out with -config-members 3")
+	configProfile       = flag.String("config-profile", "", "with -config-members 3: write a CPU profile of member m0 during the first spread run at the largest K to this file, and of the clients to this file.clients (go tool pprof)")
 	failoverTTL         = flag.Int("failover-ttl", 2, "session TTL in seconds for the crash fail-overs")
 	// campaignChild makes this binary a process that leads an election until
 	// killed: -campaign-child kind,endpoint,name,ttl.
