@@ -167,14 +167,55 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	endpoints, addrs := endpointAddresses(cfg)
 	// A manual resolver hands every endpoint to pick_first, which connects
-	// to the first and moves to the next when it fails. Each client takes
-	// them in its own random order, so clients spread over the members.
+	// to the first and moves to the next when it fails.
 	r := manual.NewBuilderWithScheme(fmt.Sprintf("coordd-%d", schemeSeq.Add(1)))
+	eps := make([]resolver.Endpoint, 0, len(endpoints))
+	for _, a := range endpoints {
+		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{addrs[a]}})
+	}
+	r.InitialState(resolver.State{Endpoints: eps})
+	transport, perCall, err := dialOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		resolver:  r,
+		endpoints: endpoints,
+		addrs:     addrs,
+		lg:        cfg.Logger,
+		probeDial: transport,
+		live:      map[*Session]struct{}{},
+		avoided:   map[string]struct{}{},
+	}
+	conn, err := grpc.NewClient(r.Scheme()+":///coordd", slices.Concat(transport, perCall, []grpc.DialOption{
+		grpc.WithResolvers(r),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{}}]}`),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.WithStaticStreamWindowSize(staticStreamWindow), grpc.WithStaticConnWindowSize(staticConnWindow),
+		// Large namespaces make large snapshots.
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(64<<20)),
+		grpc.WithUnaryInterceptor(c.leaveSilent),
+	})...)
+	if err != nil {
+		return nil, fmt.Errorf("coordd: %w", err)
+	}
+	if err := waitConnected(ctx, conn, cfg); err != nil {
+		_ = conn.Close() // never used; the dial's failure is the error to return
+		return nil, err
+	}
+	c.start(ctx, conn, cfg)
+	return c, nil
+}
+
+// endpointAddresses returns the endpoints in this client's own random
+// order (so that clients spread over the members) and the address the
+// resolver is given for each.
+func endpointAddresses(cfg Config) ([]string, map[string]resolver.Address) {
 	endpoints := slices.Clone(cfg.Endpoints)
 	rand.Shuffle(len(endpoints), func(i, j int) { endpoints[i], endpoints[j] = endpoints[j], endpoints[i] })
 	addrs := make(map[string]resolver.Address, len(endpoints))
-	eps := make([]resolver.Endpoint, 0, len(endpoints))
 	for _, a := range endpoints {
 		addr := resolver.Address{Addr: a}
 		if cfg.TLS != nil && cfg.TLS.ServerName == "" {
@@ -185,9 +226,14 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			}
 		}
 		addrs[a] = addr
-		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{addr}})
 	}
-	r.InitialState(resolver.State{Endpoints: eps})
+	return endpoints, addrs
+}
+
+// dialOptions returns how to reach an endpoint (the dialer and the
+// transport credentials, which probes use too) and the per-call
+// credentials (the bearer token, refused in plaintext off loopback).
+func dialOptions(cfg Config) (transport, perCall []grpc.DialOption, err error) {
 	// Dial through endpointConn so a call's peer address names the endpoint
 	// as configured, even when it is a host name.
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
@@ -197,58 +243,44 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		return endpointConn{Conn: conn, ep: endpointAddr(addr)}, nil
 	}
-
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
-	probeDial := []grpc.DialOption{grpc.WithContextDialer(dial), grpc.WithTransportCredentials(creds)}
-	var tokenOpt []grpc.DialOption
-	if cfg.BearerToken != "" {
-		if cfg.TLS == nil {
-			for _, ep := range cfg.Endpoints {
-				if !isLoopback(ep) {
-					return nil, fmt.Errorf("%w: a bearer token is sent only over TLS (Config.TLS) or to a loopback endpoint, not in plaintext to %s", ErrInvalidArgument, ep)
-				}
+	transport = []grpc.DialOption{grpc.WithContextDialer(dial), grpc.WithTransportCredentials(creds)}
+	if cfg.BearerToken == "" {
+		return transport, nil, nil
+	}
+	if cfg.TLS == nil {
+		for _, ep := range cfg.Endpoints {
+			if !isLoopback(ep) {
+				return nil, nil, fmt.Errorf("%w: a bearer token is sent only over TLS (Config.TLS) or to a loopback endpoint, not in plaintext to %s", ErrInvalidArgument, ep)
 			}
 		}
-		tokenOpt = append(tokenOpt, grpc.WithPerRPCCredentials(bearer(cfg.BearerToken)))
 	}
-	c := &Client{
-		resolver:  r,
-		endpoints: endpoints,
-		addrs:     addrs,
-		lg:        cfg.Logger,
-		probeDial: probeDial,
-		live:      map[*Session]struct{}{},
-		avoided:   map[string]struct{}{},
-	}
-	conn, err := grpc.NewClient(r.Scheme()+":///coordd", append(tokenOpt,
-		grpc.WithResolvers(r),
-		grpc.WithContextDialer(dial),
-		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"pick_first":{}}]}`),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.WithStaticStreamWindowSize(staticStreamWindow), grpc.WithStaticConnWindowSize(staticConnWindow),
-		// Large namespaces make large snapshots.
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(64<<20)),
-		grpc.WithUnaryInterceptor(c.leaveSilent),
-	)...)
-	if err != nil {
-		return nil, fmt.Errorf("coordd: %w", err)
-	}
+	return transport, []grpc.DialOption{grpc.WithPerRPCCredentials(bearer(cfg.BearerToken))}, nil
+}
+
+// waitConnected waits until conn is connected to an endpoint, up to
+// cfg.DialTimeout or until ctx ends (at once with cfg.NoWait).
+func waitConnected(ctx context.Context, conn *grpc.ClientConn, cfg Config) error {
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	conn.Connect()
 	for st := conn.GetState(); st != connectivity.Ready && !cfg.NoWait; st = conn.GetState() {
 		if !conn.WaitForStateChange(dctx, st) {
-			_ = conn.Close() // never used; the dial's failure is the error to return
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
-			return nil, fmt.Errorf("%w: no endpoint of %v answered within %s%s", ErrUnavailable, cfg.Endpoints, cfg.DialTimeout, diagnoseTLS(cfg))
+			return fmt.Errorf("%w: no endpoint of %v answered within %s%s", ErrUnavailable, cfg.Endpoints, cfg.DialTimeout, diagnoseTLS(cfg))
 		}
 	}
+	return nil
+}
+
+// start sets the client up on its connection and starts what runs in its
+// background: the search for the member that leads etcd.
+func (c *Client) start(ctx context.Context, conn *grpc.ClientConn, cfg Config) {
 	c.conn = conn
 	c.sessions = coorddv1.NewSessionServiceClient(conn)
 	c.calls = &calls{c: c, off: cfg.UnaryCalls}
@@ -264,11 +296,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c.rerouted, c.reroutedEnded = context.WithCancel(c.ctx)
 	c.mux = newWatchMux(c)
 	c.keepAlives = &keepAlives{c: c}
-	if len(endpoints) > 1 && !cfg.AnyMember {
+	if len(c.endpoints) > 1 && !cfg.AnyMember {
 		c.probes.Add(1)
 		go c.followLeader()
 	}
-	return c, nil
 }
 
 // closeSessionsTimeout bounds how long Close tries to close the client's
