@@ -89,16 +89,18 @@ func newDispatcher(s *Subscription) *dispatcher {
 	return d
 }
 
+// run is the dispatcher's loop, until ctx ends. It waits on one channel
+// (changed): what else it must notice (ctx's end, errors to report) wakes
+// it there too, since a wait on one channel costs a fraction of a select
+// and a client with many subscriptions wakes each for every release.
 func (d *dispatcher) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
+	stop := context.AfterFunc(ctx, d.s.wake)
+	defer stop()
+	for range d.s.changed {
+		if ctx.Err() != nil {
 			return
-		case err := <-d.s.errs:
-			d.s.report(err)
-			continue
-		case <-d.s.changed:
 		}
+		d.reportErrors()
 		cur := d.s.snap.Load()
 		var rejected map[string]error
 		if cur != d.delivered {
@@ -126,6 +128,19 @@ func (d *dispatcher) run(ctx context.Context) {
 		}
 		if d.s.reporter != nil {
 			d.s.reporter.applied(cur, rejected)
+		}
+	}
+}
+
+// reportErrors reports the errors found off the dispatcher (see
+// Subscription.refuse), without waiting.
+func (d *dispatcher) reportErrors() {
+	for {
+		select {
+		case err := <-d.s.errs:
+			d.s.report(err)
+		default:
+			return
 		}
 	}
 }

@@ -394,6 +394,7 @@ func (s *Subscription) refuse(err error) {
 	case s.errs <- err:
 	default:
 	}
+	s.wake() // the dispatcher reports it
 }
 
 // OnError registers a function called (on the dispatcher goroutine) with
