@@ -58,8 +58,10 @@ func (c *Client) followLeader() {
 		switch leads, addr, err := c.watchLeader(); {
 		case c.ctx.Err() != nil:
 			return
+		case leads && status.Code(err) == codes.Canceled:
+			wait = 0 // the client moved while on the leading member: watch where it is now
 		case leads:
-			wait = 0 // the watch ended while the member led (a move, a broken stream): watch again
+			wait = leaderSearchFirst // the stream broke while the member led: watch again, without spinning
 		case status.Code(err) == codes.Unimplemented, errors.Is(err, errLeaderUnknown):
 			wait = leaderUnknownWait
 		case err != nil:
