@@ -1,17 +1,20 @@
 package daemon_test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/tcpproxy"
 	"github.com/coordd/coordd/internal/testcerts"
 	"github.com/coordd/coordd/internal/tlsfiles"
 )
@@ -165,4 +168,56 @@ func mustPair(t *testing.T, cert, key []byte) tls.Certificate {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// A client over TLS that verifies each endpoint against its own host (no
+// ServerName) keeps verifying it after a fail-over: the endpoints it turns
+// to are dialled with their own names, not the channel's made-up
+// authority, which no certificate names. (They were: after a member went
+// silent, the client could reach no other.) One member behind two
+// proxies stands for two members; the one in use is partitioned.
+func TestTLSFailoverVerifiesTheNextEndpoint(t *testing.T) {
+	ca := newCA(t, "coordd test CA")
+	srvCert, srvKey := issue(t, ca, testcerts.Options{CommonName: "coordd", Server: true})
+	pair, err := tls.X509KeyPair(srvCert, srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	d := start(t, cfg)
+	proxies := []*tcpproxy.Proxy{tcpproxy.Start(t, d.GRPCAddr()), tcpproxy.Start(t, d.GRPCAddr())}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	ctx := t.Context()
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{proxies[0].Addr(), proxies[1].Addr()},
+		TLS: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := c.NewSession(ctx, clientlib.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inUse := slices.IndexFunc(proxies, func(p *tcpproxy.Proxy) bool { return p.Active() > 0 })
+	if inUse < 0 {
+		t.Fatal("no proxy carries the client's connection")
+	}
+	proxies[inUse].Freeze()
+	t.Cleanup(proxies[inUse].Thaw)
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l, err := s.Lock(lctx, "after-failover")
+	if err != nil {
+		t.Fatalf("Lock after the endpoint in use went silent: %v (the client could not verify the other endpoint?)", err)
+	}
+	if err := l.Release(lctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+		t.Fatal("the session ended across the fail-over")
+	default:
+	}
 }
