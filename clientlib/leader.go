@@ -40,6 +40,10 @@ const (
 	// member that does not report which member leads (an external etcd, a
 	// server older than the report).
 	leaderUnknownWait = time.Minute
+	// minRerouteGap spaces the client's moves: a leadership that flaps
+	// moves each client at most once a second (a move reopens its
+	// keep-alive stream, and every session renews on the new one).
+	minRerouteGap = time.Second
 )
 
 // errRerouted ends the keep-alive stream when the client moves to the
@@ -51,6 +55,7 @@ var errRerouted = errors.New("coordd: the client moved to the member that leads 
 func (c *Client) followLeader() {
 	defer c.probes.Done()
 	wait := time.Duration(0)
+	var moved time.Time // the last move
 	for {
 		if c.sleep(wait) {
 			return
@@ -68,8 +73,11 @@ func (c *Client) followLeader() {
 			wait = max(leaderSearchFirst, min(2*wait, leaderSearchEvery))
 		default:
 			if ep := c.findLeader(addr); ep != "" {
+				if c.sleep(minRerouteGap - time.Since(moved)) {
+					return
+				}
 				c.prefer(ep)
-				wait = 0
+				moved, wait = time.Now(), 0
 				continue
 			}
 			wait = max(leaderSearchFirst, min(2*wait, leaderSearchEvery))
