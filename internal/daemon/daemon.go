@@ -89,6 +89,9 @@ type Daemon struct {
 	hasLeader atomic.Bool // the etcd member has a leader (true with external etcd)
 	learner   atomic.Bool // the etcd member is a learner: it serves no client requests
 	leads     atomic.Bool // the etcd member leads etcd (never with external etcd)
+	// registry holds coordd's own metrics; /metrics serves it with the
+	// default registry's (etcd's, gRPC's and Go's).
+	registry *prometheus.Registry
 	// stopped is done once Stop begins: streams end, waits give up.
 	stopped     context.Context
 	markStopped context.CancelFunc
@@ -204,6 +207,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// coordd's own metrics, on this daemon's registry (several daemons
 	// may share a test process); etcd's and gRPC's are on the default one.
 	registry := prometheus.NewRegistry()
+	d.registry = registry
 	apiMetrics := api.NewMetrics(registry)
 	d.owners = &api.Owners{} // its managers are set below, before serving
 	// Concurrent lock and election mutations share etcd transactions.

@@ -43,7 +43,7 @@ func TestClientFollowsTheMemberThatLeads(t *testing.T) {
 	grants := func() []float64 {
 		out := make([]float64, len(ds))
 		for i, d := range ds {
-			out[i] = value(scrape(t, "http://"+d.HTTPAddr()), "coordd_lock_grants_total")
+			out[i] = d.Metric("coordd_lock_grants_total")
 		}
 		return out
 	}
@@ -55,7 +55,7 @@ func TestClientFollowsTheMemberThatLeads(t *testing.T) {
 			return false
 		}
 		for i, d := range ds {
-			if n := value(scrape(t, "http://"+d.HTTPAddr()), "coordd_keepalive_streams"); (i == l) != (n == 1) {
+			if n := d.Metric("coordd_keepalive_streams"); (i == l) != (n == 1) {
 				last = fmt.Sprintf("%v keep-alive streams on member %s", n, d.Config().Name)
 				return false
 			}
