@@ -131,13 +131,23 @@ func (f *sdkFanout) subscribe(ctx context.Context, k int, seen func(string)) err
 }
 
 // subscribeAll opens k subscriptions at once and returns when every one
-// has its first snapshot.
-func (f *sdkFanout) subscribeAll(ctx context.Context, k int) error {
+// has its first snapshot. With seen set, subscription i reports each value
+// of key k to seen(i, value).
+func (f *sdkFanout) subscribeAll(ctx context.Context, k int, seen func(i int, value string)) error {
 	subs := make([]*clientlib.Subscription, k)
 	err := all(k, func(i int) error {
 		sub, err := f.clis[i%len(f.clis)].Config().Subscribe(ctx, []string{f.ns}, clientlib.WithoutStatusReports())
+		if err != nil {
+			return err
+		}
 		subs[i] = sub
-		return err
+		if seen != nil {
+			sub.OnKey(f.ns, "k", func(ch clientlib.ConfigChange) {
+				v, _ := ch.Snapshot.Get(f.ns, "k")
+				seen(i, v)
+			})
+		}
+		return nil
 	})
 	for _, s := range subs {
 		if s != nil {
@@ -196,13 +206,19 @@ func (f *etcdFanout) subscribe(ctx context.Context, k int, seen func(string)) er
 }
 
 // subscribeAll opens k watches at once and returns when etcd has
-// confirmed every one.
-func (f *etcdFanout) subscribeAll(ctx context.Context, k int) error {
+// confirmed every one. With seen set, watch i reports each value put to
+// seen(i, value).
+func (f *etcdFanout) subscribeAll(ctx context.Context, k int, seen func(i int, value string)) error {
 	return all(k, func(i int) error {
 		wch := f.clis[i%len(f.clis)].Watch(ctx, f.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 		wr := <-wch
 		go func() {
-			for range wch { // until ctx ends
+			for wr := range wch { // until ctx ends
+				for _, ev := range wr.Events {
+					if seen != nil {
+						seen(i, string(ev.Kv.Value))
+					}
+				}
 			}
 		}()
 		return wr.Err()
@@ -431,7 +447,7 @@ func benchConfig(bin, tmp string) error {
 			return err
 		}
 		var p interface {
-			subscribeAll(ctx context.Context, k int) error
+			subscribeAll(ctx context.Context, k int, seen func(int, string)) error
 			close()
 		}
 		if i == 0 {
@@ -445,7 +461,7 @@ func benchConfig(bin, tmp string) error {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		t0 := time.Now()
-		err = p.subscribeAll(ctx, kmax)
+		err = p.subscribeAll(ctx, kmax, nil)
 		setupAll[name] = time.Since(t0)
 		cancel()
 		p.close()

@@ -27,10 +27,10 @@ import (
 
 // clusterFanout is one peer: subscribers spread over members.
 type clusterFanout interface {
-	// subscribe opens k subscribers at once, the i-th on the member
+	// subscribeAll opens k subscribers at once, the i-th on the member
 	// memberOf(i) names, whose deliveries go to seen(i, value); it returns
 	// once every one is established.
-	subscribe(ctx context.Context, k int, seen func(i int, value string)) error
+	subscribeAll(ctx context.Context, k int, seen func(i int, value string)) error
 	// memberOf is the index of the member subscriber i is on.
 	memberOf(i int) int
 	publish(ctx context.Context, value string) error
@@ -42,15 +42,13 @@ type clusterFanout interface {
 // With everywhere set, every client is given every member and goes where
 // the SDK takes it (the member that leads etcd).
 type sdkClusterFanout struct {
-	clis       []*clientlib.Client
-	subs       []*clientlib.Subscription
+	*sdkFanout
 	members    int
 	everywhere bool
-	ns         string
 }
 
 func newSDKClusterFanout(ctx context.Context, addrs []string, ns string, clients int, everywhere bool) (*sdkClusterFanout, error) {
-	f := &sdkClusterFanout{ns: ns, members: len(addrs), everywhere: everywhere}
+	f := &sdkClusterFanout{sdkFanout: &sdkFanout{ns: ns}, members: len(addrs), everywhere: everywhere}
 	for c := range clients {
 		eps := []string{addrs[c%len(addrs)]}
 		if everywhere {
@@ -73,53 +71,16 @@ func (f *sdkClusterFanout) memberOf(i int) int {
 	return (i % len(f.clis)) % f.members
 }
 
-func (f *sdkClusterFanout) subscribe(ctx context.Context, k int, seen func(int, string)) error {
-	subs := make([]*clientlib.Subscription, k)
-	err := all(k, func(i int) error {
-		sub, err := f.clis[i%len(f.clis)].Config().Subscribe(ctx, []string{f.ns}, clientlib.WithoutStatusReports())
-		if err != nil {
-			return err
-		}
-		subs[i] = sub
-		sub.OnKey(f.ns, "k", func(ch clientlib.ConfigChange) {
-			v, _ := ch.Snapshot.Get(f.ns, "k")
-			seen(i, v)
-		})
-		return nil
-	})
-	for _, s := range subs {
-		if s != nil {
-			f.subs = append(f.subs, s)
-		}
-	}
-	return err
-}
-
-func (f *sdkClusterFanout) publish(ctx context.Context, value string) error {
-	_, err := f.clis[0].Config().Put(ctx, f.ns, "k", value, clientlib.PublishOptions{})
-	return err
-}
-
-func (f *sdkClusterFanout) close() {
-	for _, s := range f.subs {
-		s.Close()
-	}
-	for _, c := range f.clis {
-		_ = c.Close()
-	}
-}
-
 // etcdClusterFanout: raw clientv3 watches of one prefix, client c on
 // member c % members, watch i on client i % clients; puts through the
 // first client (on the first member).
 type etcdClusterFanout struct {
-	clis    []*clientv3.Client
+	*etcdFanout
 	members int
-	prefix  string
 }
 
 func newEtcdClusterFanout(urls []string, prefix string, clients int) (*etcdClusterFanout, error) {
-	f := &etcdClusterFanout{prefix: prefix, members: len(urls)}
+	f := &etcdClusterFanout{etcdFanout: &etcdFanout{prefix: prefix}, members: len(urls)}
 	for c := range clients {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{urls[c%len(urls)]}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
@@ -132,34 +93,6 @@ func newEtcdClusterFanout(urls []string, prefix string, clients int) (*etcdClust
 }
 
 func (f *etcdClusterFanout) memberOf(i int) int { return (i % len(f.clis)) % f.members }
-
-func (f *etcdClusterFanout) subscribe(ctx context.Context, k int, seen func(int, string)) error {
-	return all(k, func(i int) error {
-		wch := f.clis[i%len(f.clis)].Watch(ctx, f.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-		if wr := <-wch; wr.Err() != nil {
-			return wr.Err()
-		}
-		go func() {
-			for wr := range wch { // until ctx ends
-				for _, ev := range wr.Events {
-					seen(i, string(ev.Kv.Value))
-				}
-			}
-		}()
-		return nil
-	})
-}
-
-func (f *etcdClusterFanout) publish(ctx context.Context, value string) error {
-	_, err := f.clis[0].Put(ctx, f.prefix+"k", value)
-	return err
-}
-
-func (f *etcdClusterFanout) close() {
-	for _, c := range f.clis {
-		_ = c.Close()
-	}
-}
 
 // clusterFanoutRun is one round of one peer: delivery latencies by the
 // subscriber's member, and the set-up time.
@@ -228,7 +161,7 @@ func runClusterFanout(p clusterFanout, k, n int, every time.Duration) (clusterFa
 		}
 	}
 	t1 := time.Now()
-	if err := p.subscribe(ctx, k, seen); err != nil {
+	if err := p.subscribeAll(ctx, k, seen); err != nil {
 		return r, err
 	}
 	r.setup = time.Since(t1)

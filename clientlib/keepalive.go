@@ -397,25 +397,23 @@ func (ks *kaStream) leave(m *kaMember) {
 
 // reroute breaks the current stream when the client moves to the member
 // that leads etcd: its sessions rejoin a new one there at once.
-func (k *keepAlives) reroute() {
-	k.mu.Lock()
-	ks := k.cur
-	k.cur = nil
-	k.mu.Unlock()
-	if ks != nil {
-		ks.fail(errRerouted)
-	}
-}
+func (k *keepAlives) reroute() { k.breakCurrent(errRerouted) }
 
 // shutdown breaks the current stream and waits for every stream's
 // receiver (Client.Close, once no session uses them).
 func (k *keepAlives) shutdown() {
+	k.breakCurrent(errStreamIdle)
+	k.receivers.Wait()
+}
+
+// breakCurrent takes the current stream, if any, out of use and breaks it
+// with err.
+func (k *keepAlives) breakCurrent(err error) {
 	k.mu.Lock()
 	ks := k.cur
 	k.cur = nil
 	k.mu.Unlock()
 	if ks != nil {
-		ks.fail(errStreamIdle)
+		ks.fail(err)
 	}
-	k.receivers.Wait()
 }

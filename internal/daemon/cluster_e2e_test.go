@@ -88,6 +88,16 @@ func startCluster(t *testing.T, n int, opts ...func(*daemon.Config)) []*daemon.D
 	return startConfigs(t, clusterConfigs(t, n, opts...))
 }
 
+// grpcAddrs are the members' gRPC addresses, in order: a client's
+// endpoints for the whole cluster.
+func grpcAddrs(ds []*daemon.Daemon) []string {
+	addrs := make([]string, len(ds))
+	for i, d := range ds {
+		addrs[i] = d.GRPCAddr()
+	}
+	return addrs
+}
+
 // clusterConfigs returns the configurations of an n-member cluster.
 func clusterConfigs(t *testing.T, n int, opts ...func(*daemon.Config)) []daemon.Config {
 	t.Helper()

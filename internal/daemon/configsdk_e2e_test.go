@@ -317,10 +317,7 @@ func TestSubscribersSurviveAMemberStopping(t *testing.T) {
 		t.Skip("starts a three-member cluster")
 	}
 	ds := startCluster(t, 3)
-	var endpoints []string
-	for _, d := range ds {
-		endpoints = append(endpoints, d.GRPCAddr())
-	}
+	endpoints := grpcAddrs(ds)
 	ctx := t.Context()
 	writer := newClient(t, endpoints...)
 	stop := make(chan struct{})

@@ -229,10 +229,7 @@ func TestGivenUpSessionIsClosedWhenQuorumReturns(t *testing.T) {
 	const ttl = 5 * time.Second
 	var peers []*tcpproxy.Proxy
 	ds := startCluster(t, 3, peerProxies(t, &peers))
-	var endpoints []string
-	for _, d := range ds {
-		endpoints = append(endpoints, d.GRPCAddr())
-	}
+	endpoints := grpcAddrs(ds)
 	ctx := t.Context()
 	holder, waiter := newClient(t, endpoints...), newClient(t, endpoints...)
 	hs, err := holder.NewSession(ctx, clientlib.WithTTL(ttl))

@@ -98,10 +98,7 @@ func TestRestoreDrill(t *testing.T) {
 		t.Fatalf("restore onto a data dir in use: %v, want a refusal", err)
 	}
 	ds := startConfigs(t, cfgs)
-	var eps []string
-	for _, d := range ds {
-		eps = append(eps, d.GRPCAddr())
-	}
+	eps := grpcAddrs(ds)
 	nc := newClient(t, eps...)
 
 	// The snapshot's session is gone, and what it held is free.
