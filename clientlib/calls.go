@@ -223,12 +223,12 @@ func (k *calls) open(ctx context.Context) (cs *callStream, unsupported bool, err
 	// (to the member it uses now), and this one closes once its calls are
 	// answered; when it left because the member went silent, the calls in
 	// flight end at once, as unary ones do (Client.leaveSilent).
-	silent := c.silentContext()
+	silent, leave := c.joinSilent()
 	stopMoved := context.AfterFunc(moved, cs.retire)
 	stopRerouted := context.AfterFunc(rerouted, cs.retire)
-	stopSilent := context.AfterFunc(silent, func() { cs.fail(errLeftSilent) })
+	stopSilent := context.AfterFunc(silent.ctx, func() { cs.fail(errLeftSilent) })
 	cs.mu.Lock()
-	cs.stop = func() { stopMoved(); stopRerouted(); stopSilent() }
+	cs.stop = func() { stopMoved(); stopRerouted(); stopSilent(); leave() }
 	failed := cs.err != nil // either may have run already
 	cs.mu.Unlock()
 	if failed {

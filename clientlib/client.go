@@ -113,12 +113,14 @@ type Client struct {
 	// by mu.
 	moved      context.Context
 	movedEnded context.CancelFunc
-	// silent is cancelled (and replaced) whenever the client leaves an
-	// endpoint that stopped answering altogether (see avoid); every unary
-	// call in flight then ends with ErrUnavailable at once instead of
-	// waiting on a member that may never answer. Guarded by mu.
-	silent      context.Context
-	silentEnded context.CancelFunc
+	// silent holds the calls sent to the member in use (see callGroup):
+	// it is ended (and replaced) whenever the client leaves an endpoint
+	// that stopped answering altogether (see avoid); every unary call in
+	// flight then ends with ErrUnavailable at once instead of waiting on a
+	// member that may never answer. A move to the leading member (see
+	// prefer) replaces it too, and the calls left behind are watched on
+	// their own (see watchLeftBehind). Guarded by mu.
+	silent *callGroup
 	// rerouted is cancelled (and replaced) whenever the client moves to
 	// the member that leads etcd (see prefer): the call stream and the
 	// keep-alive stream move with it, unary calls in flight finish where
@@ -292,7 +294,7 @@ func (c *Client) start(ctx context.Context, conn *grpc.ClientConn, cfg Config) {
 	// The client outlives New's ctx; Close ends what runs under c.ctx.
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.moved, c.movedEnded = context.WithCancel(c.ctx)
-	c.silent, c.silentEnded = context.WithCancel(c.ctx)
+	c.silent = newCallGroup(c.ctx)
 	c.rerouted, c.reroutedEnded = context.WithCancel(c.ctx)
 	c.mux = newWatchMux(c)
 	c.keepAlives = &keepAlives{c: c}
@@ -338,12 +340,29 @@ func (c *Client) Close() error {
 	return err
 }
 
-// silentContext is cancelled when the client next leaves an endpoint that
-// stopped answering (see avoid).
-func (c *Client) silentContext() context.Context {
+// callGroup is the calls in flight on one member: unary calls and call
+// streams join it when they start and leave it when they end, and they
+// end with errLeftSilent once the group is ended (the member stopped
+// answering).
+type callGroup struct {
+	ctx      context.Context // cancelled when the group is ended
+	end      context.CancelFunc
+	inFlight atomic.Int64
+}
+
+func newCallGroup(parent context.Context) *callGroup {
+	ctx, cancel := context.WithCancel(parent)
+	return &callGroup{ctx: ctx, end: cancel}
+}
+
+// joinSilent adds a call to the group of the member in use; the call
+// calls leave when it ends.
+func (c *Client) joinSilent() (g *callGroup, leave func()) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.silent
+	g = c.silent
+	c.mu.Unlock()
+	g.inFlight.Add(1)
+	return g, func() { g.inFlight.Add(-1) }
 }
 
 // movedContext is cancelled when the client next gives up on an endpoint.
@@ -414,8 +433,8 @@ func (c *Client) avoid(endpoint string, silent bool) {
 	c.movedEnded()
 	c.moved, c.movedEnded = context.WithCancel(c.ctx)
 	if silent {
-		c.silentEnded()
-		c.silent, c.silentEnded = context.WithCancel(c.ctx)
+		c.silent.end()
+		c.silent = newCallGroup(c.ctx)
 	}
 	c.probes.Add(1)
 	go func() {
@@ -435,12 +454,11 @@ var errLeftSilent = errors.New("coordd: the member stopped answering and the cli
 // codes.Unavailable; whether it took effect is unknown, as after any lost
 // answer. Idempotent calls retry (see retry); others return ErrUnavailable.
 func (c *Client) leaveSilent(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	c.mu.Lock()
-	silent := c.silent
-	c.mu.Unlock()
+	silent, leave := c.joinSilent()
+	defer leave()
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(silent, func() { cancel(errLeftSilent) })
+	stop := context.AfterFunc(silent.ctx, func() { cancel(errLeftSilent) })
 	defer stop()
 	err := invoker(cctx, method, req, reply, cc, opts...)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errLeftSilent) {

@@ -22,3 +22,8 @@ func (c *Client) Named() int64 { return c.named.Load() }
 // FollowStream is the server's id of the stream on which s's holdings are
 // named (0 until its first renewal named them).
 func (s *Session) FollowStream() uint64 { return s.followStream().stream }
+
+// MoveTo is prefer, for the external tests: it moves the client from the
+// endpoint it uses to endpoint as finding the member that leads etcd there
+// would.
+func (c *Client) MoveTo(endpoint, from string) { c.prefer(endpoint, from) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/freeport"
+	"github.com/coordd/coordd/internal/tcpproxy"
 	"github.com/coordd/coordd/internal/wait"
 )
 
@@ -55,4 +56,81 @@ func TestAvoidedEndpointComesBackWhenItServes(t *testing.T) {
 	if !c.Avoided(dead) {
 		t.Fatal("the dead endpoint was readmitted, but nothing answers there")
 	}
+}
+
+// A client that moves to the member leading etcd leaves its calls in
+// flight to finish where they are; when that member then stops answering,
+// they end (and a lock acquire retries on the member the client uses)
+// instead of waiting for their deadline: the keep-alive stream, which
+// would notice the silence, moved with the client.
+func TestCallsLeftBehindEndWhenTheirMemberGoesSilent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("uses the in-process daemon")
+	}
+	live := endpoints[0]
+	proxy := tcpproxy.Start(t, live)
+	hc, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{live}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hc.Close() })
+	holder, err := hc.NewSession(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := holder.Lock(t.Context(), "left-behind")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{live, proxy.Addr()}, AnyMember: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	// The client uses the proxy: the live endpoint is left out until its
+	// probe readmits it, behind the proxy the client is connected to.
+	c.Avoid(live)
+	s, err := c.NewSession(t.Context(), clientlib.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if proxy.Active() == 0 {
+		t.Fatal("the client does not use the proxy")
+	}
+	wait.Within(t, 5*time.Second, "the live endpoint readmitted", func() bool { return !c.Avoided(live) })
+
+	type result struct {
+		l   *clientlib.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	go func() {
+		l, err := s.Lock(ctx, "left-behind")
+		got <- result{l, err}
+	}()
+	wait.Within(t, 5*time.Second, "the acquire waiting behind the holder", func() bool {
+		st, err := hc.Admin().DescribeLock(t.Context(), "left-behind")
+		return err == nil && len(st.Waiters) == 1
+	})
+	proxy.Freeze()
+	t.Cleanup(proxy.Thaw)
+	c.MoveTo(live, proxy.Addr())
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("Lock left behind on the silent member: %v after %s", r.err, time.Since(released).Round(time.Millisecond))
+	}
+	took := time.Since(released)
+	if r.l.Token() <= held.Token() {
+		t.Fatalf("token %d after the holder's %d", r.l.Token(), held.Token())
+	}
+	if s.Err() != nil {
+		t.Fatalf("session lost across the move: %v", s.Err())
+	}
+	t.Logf("the acquire left behind was granted on the other member %s after the release", took.Round(time.Millisecond))
 }

@@ -76,7 +76,7 @@ func (c *Client) followLeader() {
 				if c.sleep(minRerouteGap - time.Since(moved)) {
 					return
 				}
-				c.prefer(ep)
+				c.prefer(ep, addr)
 				moved, wait = time.Now(), 0
 				continue
 			}
@@ -157,11 +157,12 @@ func (c *Client) leads(endpoint string) bool {
 	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 }
 
-// prefer moves the client to endpoint, the member leading etcd: new calls
-// go there once it is connected (they wait meanwhile), the call stream and
-// the keep-alive stream follow, unary calls in flight finish where they
-// are. The other endpoints stay behind it for fail-over.
-func (c *Client) prefer(endpoint string) {
+// prefer moves the client from the endpoint it uses to endpoint, the
+// member leading etcd: new calls go there once it is connected (they wait
+// meanwhile), the call stream and the keep-alive stream follow, calls in
+// flight finish where they are, watched by watchLeftBehind. The other
+// endpoints stay behind it for fail-over.
+func (c *Client) prefer(endpoint, from string) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -177,6 +178,53 @@ func (c *Client) prefer(endpoint string) {
 	c.reroutedEnded()
 	c.rerouted, c.reroutedEnded = context.WithCancel(c.ctx)
 	c.reroutes.Add(1)
+	left := c.silent
+	c.silent = newCallGroup(c.ctx)
+	c.probes.Add(1)
 	c.mu.Unlock()
+	go c.watchLeftBehind(from, left)
 	c.keepAlives.reroute()
+}
+
+// leftBehindEvery paces the health checks of a member the client moved
+// away from while calls are still in flight there.
+const leftBehindEvery = 500 * time.Millisecond
+
+// watchLeftBehind watches the member the client moved away from while
+// calls sent there are in flight (a lock acquire waiting its turn may wait
+// for minutes). The keep-alive stream, which notices a member that stops
+// answering, moved with the client; without this, a member paused or cut
+// off after the move would leave those calls waiting for their deadline.
+// It asks the member, on a connection of its own, for a health check
+// every leftBehindEvery; one unanswered within probeTimeout ends the calls
+// as when the client leaves a silent member (see avoid): unary ones with
+// ErrUnavailable or a retry, those on the call stream likewise. It returns
+// once no call is left there, or the client closes.
+func (c *Client) watchLeftBehind(endpoint string, left *callGroup) {
+	defer c.probes.Done()
+	if endpoint == "" {
+		return
+	}
+	if c.sleep(leftBehindEvery) || left.inFlight.Load() == 0 {
+		return
+	}
+	conn, err := grpc.NewClient("passthrough:///"+endpoint, c.probeDial...)
+	if err != nil {
+		return // cannot happen with a valid target
+	}
+	defer func() { _ = conn.Close() }() // a probe connection; nothing to report
+	health := healthpb.NewHealthClient(conn)
+	for {
+		ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
+		_, err := health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		cancel()
+		if c.ctx.Err() == nil && status.Code(err) == codes.DeadlineExceeded {
+			c.lg.Warn("coordd: the member the client moved away from stopped answering; its calls in flight end", "endpoint", endpoint)
+			left.end()
+			return
+		}
+		if c.sleep(leftBehindEvery) || left.inFlight.Load() == 0 {
+			return
+		}
+	}
 }

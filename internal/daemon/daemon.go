@@ -195,6 +195,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		d.learner.Store(l)
 		d.updateHealth()
 	}
+	d.leads.Store(d.leader.led)
 	d.leader.onLeads = func(l bool) {
 		d.leads.Store(l)
 		d.updateHealth()

@@ -29,8 +29,12 @@ type leaderWatch struct {
 	// (added, not yet promoted: it serves no client requests).
 	onLearner func(learner bool)
 	// onLeads is told when the member becomes or stops being etcd's
-	// leader (first at the first tick when it leads).
+	// leader, from the state in led on.
 	onLeads func(leads bool)
+	// led is whether the member led when the watch was made: the daemon
+	// starts its health status from it, so a member that leads says so
+	// from its first answer.
+	led bool
 
 	mu     sync.Mutex
 	ctx    context.Context // cancelled while leaderless past grace
@@ -43,6 +47,10 @@ type leaderWatch struct {
 
 func newLeaderWatch(e *embed.Etcd, grace time.Duration) *leaderWatch {
 	w := &leaderWatch{etcd: e, grace: grace}
+	if e != nil {
+		lead := e.Server.Leader()
+		w.led = lead != 0 && lead == e.Server.MemberID()
+	}
 	w.ctx, w.cancel = context.WithCancelCause(context.Background())
 	w.changed, w.cancelChanged = context.WithCancel(context.Background())
 	return w
@@ -74,7 +82,7 @@ func (w *leaderWatch) run(stop <-chan struct{}) {
 	defer t.Stop()
 	var since time.Time // when the leader went missing; zero while there is one
 	last := w.etcd.Server.Leader()
-	learner, leads := false, false
+	learner, leads := false, w.led
 	for {
 		select {
 		case <-stop:
