@@ -129,6 +129,13 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 			if strings.Contains(s.Message(), "not supported for learner") {
 				return errLearner(), false
 			}
+		case codes.Unknown:
+			// etcd's raft stopped under a request (the member is going
+			// down); etcd's error table does not map it, so it arrives
+			// as Unknown with raft's message.
+			if strings.HasSuffix(s.Message(), raftStopped) {
+				return errEtcdUnavailable(), false
+			}
 		case codes.Canceled, codes.Unimplemented:
 			// Unimplemented: a part this server does not serve (gRPC says
 			// the same of a method it does not know).
@@ -148,6 +155,10 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 	}
 	return errInternal(), true
 }
+
+// raftStopped is raft.ErrStopped's message: the same in every etcd release
+// since v3.0.
+const raftStopped = "raft: stopped"
 
 // errEtcdOverloaded: etcd refused a request because too many are in
 // flight (its applied index trails its committed one); a retry after a

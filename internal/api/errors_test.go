@@ -55,6 +55,8 @@ func TestToStatus(t *testing.T) {
 		{"etcd overloaded", rpctypes.ErrGRPCRequestTooManyRequests, codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		// As the etcd client returns it (found closing 10,000 sessions at once).
 		{"etcd overloaded, client error", fmt.Errorf("session: close 1: %w", rpctypes.ErrTooManyRequests), codes.Unavailable, "UNAVAILABLE", false, 503, false},
+		// As the in-process etcd client returns it while its member stops.
+		{"etcd raft stopped", fmt.Errorf("session: grant lease: %w", status.Error(codes.Unknown, "raft: stopped")), codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		{"adapter status kept", NewStatus(codes.ResourceExhausted, 3, "message too large").Err(), codes.ResourceExhausted, "REQUEST_TOO_LARGE", false, 429, false},
 		{"unexpected", errors.New("boom: disk on fire"), codes.Internal, "INTERNAL", true, 500, false},
 		{"compacted", NewStatus(codes.OutOfRange, 12, "compacted").Err(), codes.OutOfRange, "COMPACTED", false, 410, true},

@@ -48,7 +48,12 @@ rules:
     namespaces: ["b/*"]
 `
 
-var testTokens = map[string]string{"alice": "alice-token-0123456789", "bob": "bob-token-0123456789", "carol": "carol-token-0123456789"}
+// testTokens are the principals every test daemon with authentication
+// knows (read only: the tests run in parallel).
+var testTokens = map[string]string{
+	"alice": "alice-token-0123456789", "bob": "bob-token-0123456789", "carol": "carol-token-0123456789",
+	"mallory": "mallory-token-0123456789", "root": "root-token-0123456789", "eve": "eve-token-0123456789",
+}
 
 // authConfig is a daemon with testTokens and policy.
 func authConfig(t *testing.T, policy string) daemon.Config {
@@ -120,6 +125,7 @@ func invoke(t *testing.T, conn *grpc.ClientConn, m protoreflect.MethodDescriptor
 // PERMISSION_DENIED, and with one it allows, let in. The denied calls
 // change nothing in etcd.
 func TestEveryRPCIsAuthorized(t *testing.T) {
+	t.Parallel()
 	cfg := authConfig(t, testPolicy)
 	cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
 	d := start(t, cfg)
@@ -293,6 +299,7 @@ func newClientWithToken(t *testing.T, endpoint, principal string) *clientlib.Cli
 // A policy reload takes effect for new calls without dropping streams;
 // a policy that does not validate is refused and the old one stays.
 func TestPolicyReload(t *testing.T) {
+	t.Parallel()
 	cfg := authConfig(t, testPolicy)
 	d := start(t, cfg)
 	alice := newClientWithToken(t, d.GRPCAddr(), "alice")
@@ -353,6 +360,7 @@ func TestPolicyReload(t *testing.T) {
 // and does not see its tokens unless it may release the lock. A principal
 // allowed cluster.admin may.
 func TestSessionsBelongToTheirPrincipal(t *testing.T) {
+	t.Parallel()
 	policy := `
 rules:
   - principals: [alice, mallory]
@@ -368,8 +376,6 @@ rules:
     locks: ["*"]
     elections: ["*"]
 `
-	testTokens["mallory"], testTokens["root"], testTokens["eve"] = "mallory-token-0123456789", "root-token-0123456789", "eve-token-0123456789"
-	t.Cleanup(func() { delete(testTokens, "mallory"); delete(testTokens, "root"); delete(testTokens, "eve") })
 	d := start(t, authConfig(t, policy))
 	ctx := t.Context()
 	alice := newClientWithToken(t, d.GRPCAddr(), "alice")
@@ -514,6 +520,7 @@ rules:
 // with RATE_LIMITED (HTTP 429) and a retry hint, changing nothing; others
 // are not held up; once the hint has passed the call goes through.
 func TestRateLimits(t *testing.T) {
+	t.Parallel()
 	cfg := authConfig(t, testPolicy+"  - principals: [bob]\n    actions: [config.write]\n    namespaces: [\"a/*\"]\n")
 	cfg.RateLimit, cfg.RateBurst = 2, 3
 	cfg.PublishRate, cfg.PublishBurst = 1, 2
@@ -588,6 +595,7 @@ func TestRateLimits(t *testing.T) {
 // the HTTP client's address and its X-Request-Id header, which the
 // gateway passes in memory.
 func TestAuditRecordsWhatTheDaemonObserved(t *testing.T) {
+	t.Parallel()
 	cfg := authConfig(t, testPolicy)
 	cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
 	d := start(t, cfg)
@@ -644,6 +652,7 @@ func TestAuditRecordsWhatTheDaemonObserved(t *testing.T) {
 // acquisitions and campaigns on a member is refused another at once,
 // and let in again once one ends. Refused calls change nothing.
 func TestPrincipalQuotas(t *testing.T) {
+	t.Parallel()
 	cfg := authConfig(t, testPolicy+"  - principals: [bob]\n    actions: [session]\n")
 	cfg.MaxSessionsPerPrincipal, cfg.MaxWaitersPerPrincipal = 3, 2
 	d := start(t, cfg)

@@ -18,6 +18,7 @@ import (
 // allowed origins. curl-like clients (no browser headers) are unaffected.
 // Nothing a refused request asked for happens.
 func TestBrowsersCannotActForOtherSites(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.HTTPAllowedOrigins = []string{"https://console.example.com"}
 	cfg.HTTPAllowedHosts = []string{"coordd.internal"}
@@ -110,6 +111,7 @@ func TestBrowsersCannotActForOtherSites(t *testing.T) {
 // A client that sends its request body too slowly is cut off at
 // HTTPBodyTimeout instead of holding a connection and a handler forever.
 func TestSlowBodiesAreCutOff(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.HTTPBodyTimeout = 300 * time.Millisecond
 	d := start(t, cfg)

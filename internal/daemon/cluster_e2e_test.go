@@ -26,6 +26,7 @@ import (
 // Session expiry: with keep-alives black-holed, Done closes no later than
 // the local deadline, and the server drops the session only after its TTL.
 func TestSessionExpiry(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	proxy := tcpproxy.Start(t, d.GRPCAddr())
 	c := newClient(t, proxy.Addr())
@@ -182,6 +183,7 @@ func startConfigs(t *testing.T, cfgs []daemon.Config) []*daemon.Daemon {
 // local deadline. The member either stops (its connections close) or is
 // partitioned (it stops answering, connections stay open).
 func TestThreeMemberFailover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts three-member clusters")
 	}
@@ -248,6 +250,7 @@ func TestThreeMemberFailover(t *testing.T) {
 // session past a checkpoint, move the etcd leader, see the remaining TTL
 // kept) would take over 5 minutes; this checks the switch instead.
 func TestLeaseCheckpointingEnabled(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	gates := d.Etcd().Server.Cfg.ServerFeatureGate
 	for _, f := range []featuregate.Feature{features.LeaseCheckpoint, features.LeaseCheckpointPersist} {
@@ -260,6 +263,7 @@ func TestLeaseCheckpointingEnabled(t *testing.T) {
 // External etcd: coordd as a stateless API layer over a separately started
 // etcd, with two daemons sharing it.
 func TestExternalEtcd(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}
@@ -295,6 +299,7 @@ func TestExternalEtcd(t *testing.T) {
 // one lock through the others. Safety holds throughout: no two holders
 // overlap, and the guard never sees a token out of order.
 func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}
@@ -368,6 +373,7 @@ func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
 // in-process client skips etcd's own require-leader check, so the daemon
 // watches for leader loss itself.
 func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}

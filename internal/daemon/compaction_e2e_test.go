@@ -20,6 +20,7 @@ import (
 
 // The embedded member compacts by default, keeping 10 seconds of history.
 func TestCompactionIsOnByDefault(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	ec := d.Etcd().Config()
 	if ec.AutoCompactionMode != cluster.CompactionPeriodic || ec.AutoCompactionRetention != "10s" {
@@ -34,6 +35,7 @@ func TestCompactionIsOnByDefault(t *testing.T) {
 // election observer resuming from a compacted revision starts from the
 // current leader; lock tokens keep growing.
 func TestCompactionKeepsWhatCoorddNeeds(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.Compaction = cluster.Compaction{Mode: cluster.CompactionPeriodic, Retention: "1s"}
 	d := start(t, cfg)
@@ -132,6 +134,7 @@ func TestCompactionKeepsWhatCoorddNeeds(t *testing.T) {
 
 // Over an external etcd, coordd compacts when told to.
 func TestCompactionOfAnExternalEtcd(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}
@@ -169,6 +172,7 @@ func waitCompacted(t *testing.T, endpoints []string, rev int64) {
 // free after compaction defragments itself and gives the space back.
 // (Checked to fail with AutoDefrag left zero: the file keeps its size.)
 func TestAutoDefragGivesSpaceBack(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.Compaction = cluster.Compaction{Mode: cluster.CompactionOff}
 	cfg.AutoDefrag = cluster.AutoDefrag{FreeRatio: 0.5, MinFree: 1 << 20, Every: 50 * time.Millisecond}

@@ -18,6 +18,7 @@ import (
 )
 
 func TestConfigOverHTTP(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	d := start(t, cfg)
 	base := "http://" + d.HTTPAddr()
@@ -177,6 +178,7 @@ func compact(t *testing.T, url, rev string) {
 // A watcher on one member keeps receiving every release, in order, while
 // another member (etcd's leader, when it is not the watcher's) stops.
 func TestConfigWatchSurvivesAnotherMemberStopping(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}
@@ -247,6 +249,7 @@ func TestConfigWatchSurvivesAnotherMemberStopping(t *testing.T) {
 // start is answered in-stream and the stream goes on; a watch resumed from
 // a revision gets exactly the releases after it.
 func TestWatchMany(t *testing.T) {
+	t.Parallel()
 	d := start(t, configTestConfig(t))
 	conn := dialRaw(t, d.GRPCAddr())
 	c := coorddv1.NewConfigServiceClient(conn)

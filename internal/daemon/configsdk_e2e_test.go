@@ -47,6 +47,7 @@ type svcConfig struct {
 }
 
 func TestConfigThroughSDK(t *testing.T) {
+	t.Parallel()
 	d := start(t, configTestConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
@@ -239,6 +240,7 @@ func (o *observer) check(snap *clientlib.ConfigSnapshot) {
 // storm: every subscriber shows only complete releases, never an older one,
 // and ends equal to the store.
 func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd and the daemon")
 	}
@@ -313,6 +315,7 @@ func (s *storm) lastRelease() int64 {
 // TestSubscribersSurviveAMemberStopping: the same across a stopped member
 // of a three-member cluster (the one the subscribers use first).
 func TestSubscribersSurviveAMemberStopping(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}
@@ -364,6 +367,7 @@ func TestSubscribersSurviveAMemberStopping(t *testing.T) {
 // than the cache's history happen (and etcd compacts) comes back with a
 // snapshot, and its callbacks fire once per real difference.
 func TestCompactionWhileDisconnected(t *testing.T) {
+	t.Parallel()
 	cfg := configTestConfig(t)
 	cfg.ConfigCache.History = 4
 	d := start(t, cfg)
@@ -428,6 +432,7 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 // file at once, marked stale, and converges when coordd comes up; callbacks
 // fire only for what really changed.
 func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd and the daemon")
 	}
@@ -520,6 +525,7 @@ func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
 // subscription goes on; a very slow one sees coalesced changes, and the
 // snapshot stays current meanwhile.
 func TestPanickingAndSlowCallbacks(t *testing.T) {
+	t.Parallel()
 	d := start(t, configTestConfig(t))
 	ctx := t.Context()
 	c := newClient(t, d.GRPCAddr())
@@ -565,6 +571,7 @@ func TestPanickingAndSlowCallbacks(t *testing.T) {
 // the last release it accepted before the restart (kept in its cache
 // file), instead of failing to start.
 func TestBindStartsFromTheLastAcceptedReleaseAfterARestart(t *testing.T) {
+	t.Parallel()
 	d := start(t, configTestConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
@@ -628,6 +635,7 @@ func TestBindStartsFromTheLastAcceptedReleaseAfterARestart(t *testing.T) {
 // release lists), and across several releases it missed while it was busy
 // (the two states compared). A key set to the value it had is no change.
 func TestCallbacksGetTheChangedKeys(t *testing.T) {
+	t.Parallel()
 	d := start(t, configTestConfig(t))
 	ctx := t.Context()
 	c := newClient(t, d.GRPCAddr())

@@ -157,6 +157,7 @@ func (p *page) screenshot(name string) {
 }
 
 func TestConsole(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	d := start(t, cfg)
 	c := newClient(t, d.GRPCAddr())
@@ -379,6 +380,7 @@ func TestConsole(t *testing.T) {
 // /coordd/, as an operator's ingress might: every URL the console uses is
 // relative, streams included.
 func TestConsoleSignsInAndExplainsDenials(t *testing.T) {
+	t.Parallel()
 	cfg := authConfig(t, testPolicy)
 	d := start(t, cfg)
 	target, err := url.Parse("http://" + d.HTTPAddr())
@@ -429,6 +431,7 @@ func TestConsoleSignsInAndExplainsDenials(t *testing.T) {
 // The console is served under /ui/, / and /ui lead to it with relative
 // redirects, and --no-console turns it off.
 func TestConsoleRoutes(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	noRedirect := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, path := range []string{"/", "/ui"} {

@@ -89,8 +89,8 @@ type Daemon struct {
 	hasLeader atomic.Bool // the etcd member has a leader (true with external etcd)
 	learner   atomic.Bool // the etcd member is a learner: it serves no client requests
 	leads     atomic.Bool // the etcd member leads etcd (never with external etcd)
-	// registry holds coordd's own metrics; /metrics serves it with the
-	// default registry's (etcd's, gRPC's and Go's).
+	// registry holds coordd's own metrics (its gRPC server's among them);
+	// /metrics serves it with the default registry's (etcd's and Go's).
 	registry *prometheus.Registry
 	// stopped is done once Stop begins: streams end, waits give up.
 	stopped     context.Context
@@ -112,22 +112,15 @@ type Daemon struct {
 	alarms         []cluster.Alarm
 }
 
-// serverMetrics are registered once per process on the registry etcd uses,
-// so several daemons in one test process share them.
-var (
-	metricsOnce   sync.Once
-	serverMetrics *grpcprom.ServerMetrics
-)
-
-func grpcMetrics() *grpcprom.ServerMetrics {
-	metricsOnce.Do(func() {
-		// Namespaced: etcd registers grpc_server_* for its own listener.
-		serverMetrics = grpcprom.NewServerMetrics(
-			grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("coordd")),
-			grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace("coordd")))
-		prometheus.MustRegister(serverMetrics)
-	})
-	return serverMetrics
+// grpcMetrics are the daemon's gRPC server metrics, on its own registry
+// (namespaced: etcd registers grpc_server_* for its own listener on the
+// default one), so that each daemon in a process counts its own calls.
+func grpcMetrics(registry prometheus.Registerer) *grpcprom.ServerMetrics {
+	m := grpcprom.NewServerMetrics(
+		grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("coordd")),
+		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace("coordd")))
+	registry.MustRegister(m)
+	return m
 }
 
 // HTTP/2 flow-control windows of coordd's gRPC server and of its client
@@ -204,11 +197,11 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := d.loadAuth(); err != nil {
 		return nil, err
 	}
-	metrics := grpcMetrics()
 	// coordd's own metrics, on this daemon's registry (several daemons
-	// may share a test process); etcd's and gRPC's are on the default one.
+	// may share a test process); etcd's and Go's are on the default one.
 	registry := prometheus.NewRegistry()
 	d.registry = registry
+	metrics := grpcMetrics(registry)
 	apiMetrics := api.NewMetrics(registry)
 	d.owners = &api.Owners{} // its managers are set below, before serving
 	// Concurrent lock and election mutations share etcd transactions.
@@ -652,21 +645,35 @@ func (d *Daemon) etcdStopReason() error {
 	d.stopReasonOnce.Do(func() {
 		d.stopReason = errors.New("embedded etcd stopped on its own (see its log above)")
 		srv := d.etcd.Server
-		if !srv.IsMemberExist(srv.MemberID()) || removedByPeers(srv) {
+		if !srv.IsMemberExist(srv.MemberID()) {
 			d.stopReason = ErrMemberRemoved
+			return
+		}
+		// A busy machine may leave a peer's answer late: ask a few times
+		// while none answers.
+		for range 5 {
+			removed, answered := removedByPeers(srv)
+			if removed {
+				d.stopReason = ErrMemberRemoved
+			}
+			if answered {
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	})
 	return d.stopReason
 }
 
 // removedByPeers asks the other members (their peer listener's member
-// list) whether this member is still one of them.
-func removedByPeers(srv *etcdserver.EtcdServer) bool {
+// list) whether this member is still one of them; answered is false when
+// none answered.
+func removedByPeers(srv *etcdserver.EtcdServer) (removed, answered bool) {
 	hc := &http.Client{Timeout: time.Second}
 	if info := srv.Cfg.PeerTLSInfo; !info.Empty() {
 		tc, err := info.ClientConfig()
 		if err != nil {
-			return false
+			return false, false
 		}
 		hc.Transport = &http.Transport{TLSClientConfig: tc}
 	}
@@ -686,10 +693,10 @@ func removedByPeers(srv *etcdserver.EtcdServer) bool {
 			if err != nil || len(members) == 0 {
 				continue
 			}
-			return !slices.ContainsFunc(members, func(o membership.Member) bool { return o.ID == srv.MemberID() })
+			return !slices.ContainsFunc(members, func(o membership.Member) bool { return o.ID == srv.MemberID() }), true
 		}
 	}
-	return false
+	return false, false
 }
 
 // ErrMemberRemoved is Wait's error once this daemon's etcd member has been

@@ -22,6 +22,7 @@ import (
 )
 
 func TestElectionsThroughSDK(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
@@ -133,6 +134,7 @@ func TestElectionsThroughSDK(t *testing.T) {
 }
 
 func TestElectionsOverHTTP(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
 	r := call(t, "POST", base+"/v1/sessions", `{"ttl":"30s","owner":"curl"}`)
@@ -277,6 +279,7 @@ func (l *appendLog) outOfOrder() int {
 // term guard must reject it. And every leader's context must end before
 // the next leader is elected.
 func TestNeverTwoLeaders(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	const candidates = 3
 	var (
@@ -446,6 +449,7 @@ func leading(loops ...*leaderLoop) (fencing.Token, int) {
 // ends during the outage; a new session is elected after). Either way a
 // leader works again afterwards, and no append is accepted out of order.
 func TestRunElectionSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd and the daemon")
 	}
@@ -509,6 +513,7 @@ func TestRunElectionSurvivesRestart(t *testing.T) {
 // leader under two RunElection loops connected to all three members: a
 // leader works again afterwards, and no append is accepted out of order.
 func TestRunElectionSurvivesEtcdLeaderLoss(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}
@@ -550,6 +555,7 @@ func TestRunElectionSurvivesEtcdLeaderLoss(t *testing.T) {
 // reconnects and resumes after the last revision it delivered: the
 // changes made while it was away arrive once each, in order.
 func TestObserveResumesAcrossRestart(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd and the daemon")
 	}
@@ -618,6 +624,7 @@ func TestObserveResumesAcrossRestart(t *testing.T) {
 // returned nil (its work done, leadership resigned), the callback's error
 // when it failed.
 func TestRunElectionDemotedCause(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	boom := errors.New("boom")
@@ -642,6 +649,7 @@ func TestRunElectionDemotedCause(t *testing.T) {
 // Elections with a leader or candidates are listed by prefix, over REST
 // and the SDK, in pages that do not overlap; a resigned election is gone.
 func TestListElections(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	s, err := c.NewSession(t.Context(), clientlib.WithTTL(10*time.Second))
@@ -691,6 +699,7 @@ func TestListElections(t *testing.T) {
 // id, so one candidate key, in an election (see the same for locks); a
 // campaign after a resignation that failed gets an id of its own.
 func TestResignedCampaignIDsAreUsedAgain(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
@@ -743,6 +752,7 @@ func TestResignedCampaignIDsAreUsedAgain(t *testing.T) {
 // after resigning (by term, as curl would), the same one for its next
 // campaign in the election, with a new term.
 func TestServerPickedCampaignIDsAreUsedAgainOverHTTP(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
 	sid := restSession(t, base)

@@ -52,6 +52,7 @@ func dialUnixProbe() {
 // same place is reachable by that user (so the refusal is the
 // permissions'). Under authentication a TCP etcd port is refused at start.
 func TestEtcdClientPortIsTheDaemonUsersAlone(t *testing.T) {
+	t.Parallel()
 	cfg := authConfig(t, testPolicy)
 	cfg.EtcdClientURL = "" // the default
 	start(t, cfg)
@@ -160,6 +161,7 @@ func asNobody(t *testing.T) func(socket string) int {
 // certificate would be a member's on the peer port: refused at start
 // unless the members' certificates are named with PeerTLS.AllowedCNs.
 func TestPeerCAThatSignsClientsNeedsAllowedNames(t *testing.T) {
+	t.Parallel()
 	ca := newCA(t, "one CA for all")
 	dir := t.TempDir()
 	caFile := writeFile(t, dir, "ca.pem", ca.PEM)

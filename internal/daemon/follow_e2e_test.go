@@ -20,6 +20,7 @@ func reqID(name string) string { return "r-" + strings.ReplaceAll(name, "/", "."
 // and the holder's own release or resignation that names the stream is
 // not reported to it. A stream the member does not serve follows nothing.
 func TestGrantsAreFollowedOnTheStreamTheyName(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	ctx := t.Context()
 	c := newClient(t, d.GRPCAddr())

@@ -76,6 +76,7 @@ func (a *grayApp) holds(t *testing.T, key, value string, gray int64) {
 // daemon restart and normal releases; promote and abandon reach everyone;
 // history and diff include it.
 func TestGrayReleaseEndToEnd(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd and the daemon")
 	}

@@ -28,6 +28,7 @@ const toldWithin = 5 * time.Second
 // coordctl, curl) ends the holder's context: the server reports it on the
 // holder's keep-alive stream.
 func TestHoldersAreToldOfOutsideEnds(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	holder := newClient(t, d.GRPCAddr())
 	admin := newClient(t, d.GRPCAddr())

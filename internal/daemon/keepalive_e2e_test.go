@@ -36,6 +36,7 @@ func renewedSince(at time.Time, ttl time.Duration, ss []*clientlib.Session) func
 // session); a session the server no longer has is told so on that stream
 // and ends alone, while the others renew on, on the same stream.
 func TestSessionsShareOneKeepAliveStream(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
 	ctx := t.Context()
@@ -86,6 +87,7 @@ func TestSessionsShareOneKeepAliveStream(t *testing.T) {
 // serving many idle sessions handles a few messages per renewal tick
 // instead of one per session.
 func TestRenewalsTravelInBatches(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
 	ctx := t.Context()
@@ -124,6 +126,7 @@ func TestRenewalsTravelInBatches(t *testing.T) {
 // batch on a stream that is not shared, or a malformed id in one, ends the
 // stream with InvalidArgument.
 func TestKeepAliveBatchProtocol(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	ctx := t.Context()
 	c := newClient(t, d.GRPCAddr())
@@ -223,6 +226,7 @@ func TestKeepAliveBatchProtocol(t *testing.T) {
 // name under its message limit, and a batch of that many fits: at the
 // least limit allowed (4 KiB), 224.
 func TestBatchesFitTheMessageLimit(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.MaxRequestBytes = 4096
 	cfg.ConfigLimits.MaxValueBytes = 2048

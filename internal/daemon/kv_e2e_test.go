@@ -19,6 +19,7 @@ import (
 // from a revision with every put and delete in order and nothing a stale
 // token tried; bad input and a compacted revision get clear errors.
 func TestFencedKVReads(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	d := start(t, cfg)
 	base := "http://" + d.HTTPAddr()

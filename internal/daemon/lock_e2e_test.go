@@ -22,6 +22,7 @@ import (
 )
 
 func TestLocksThroughSDK(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
@@ -92,6 +93,7 @@ func TestLocksThroughSDK(t *testing.T) {
 // protected by fencing.Guard. No write is accepted out of token order and
 // no two holders overlap.
 func TestLockMutualExclusionThroughSDK(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	const clients, rounds = 6, 10
 	var (
@@ -136,6 +138,7 @@ func TestLockMutualExclusionThroughSDK(t *testing.T) {
 // after the old session's TTL; the old holder's late writes are rejected by
 // the guard and by fenced puts.
 func TestLockExpiryFencesTheOldHolder(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	proxy := tcpproxy.Start(t, d.GRPCAddr())
 	holderClient := newClient(t, proxy.Addr())
@@ -200,6 +203,7 @@ func TestLockExpiryFencesTheOldHolder(t *testing.T) {
 }
 
 func TestLocksOverHTTP(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
 	s1, s2 := restSession(t, base), restSession(t, base)
@@ -271,6 +275,7 @@ func TestLocksOverHTTP(t *testing.T) {
 // move), and a release still reaches the next waiter, a resignation every
 // observer.
 func TestWaitersAndObserversOpenNoWatchOfTheirOwn(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
@@ -378,6 +383,7 @@ func etcdWatchers(t *testing.T) float64 {
 // TestWatchLock: a lock's watchers (SDK and REST) see every grant, wait
 // and release without polling, and open no etcd watch of their own.
 func TestWatchLock(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
@@ -501,6 +507,7 @@ func TestWatchLock(t *testing.T) {
 // with a new token; held at once (a semaphore), or in another mode, or
 // after a release that failed, acquisitions get ids of their own.
 func TestReleasedRequestIDsAreUsedAgain(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
@@ -603,6 +610,7 @@ func TestReleasedRequestIDsAreUsedAgain(t *testing.T) {
 // the caller chose is never handed to anyone else, and a release of
 // another session's grant frees nothing for this one.
 func TestServerPickedRequestIDsAreUsedAgainOverHTTP(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
 	s1, s2 := restSession(t, base), restSession(t, base)

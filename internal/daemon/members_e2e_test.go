@@ -99,6 +99,7 @@ func (l *lockLoad) finish(t *testing.T) {
 // changed. Adding voters directly would fail grants: a second voter that
 // has not started yet leaves the first without a quorum.
 func TestGrowAndShrinkUnderLoad(t *testing.T) {
+	t.Parallel()
 	first := testConfig(t)
 	d1 := start(t, first)
 	admin := newClient(t, d1.GRPCAddr()).Admin()

@@ -65,6 +65,7 @@ next:
 // read from etcd. Every coordd_ metric /metrics exports is in the README's
 // table, and every metric in the table is exported.
 func TestCoorddMetrics(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
 	c := newClient(t, d.GRPCAddr())

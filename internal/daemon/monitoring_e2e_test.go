@@ -43,6 +43,7 @@ func exported(fams map[string]*dto.MetricFamily, name string) bool {
 // Every expression of the Grafana dashboard and of the alert rules names
 // metrics that a running coordd exports, so neither silently shows nothing.
 func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	s, err := c.NewSession(t.Context(), clientlib.WithTTL(10*time.Second))
@@ -106,6 +107,7 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 // Debian's prometheus package, which CI installs (COORDD_REQUIRE_TOOLS=1
 // turns a missing promtool into a failure).
 func TestAlertRules(t *testing.T) {
+	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		if os.Getenv("COORDD_REQUIRE_TOOLS") != "" {

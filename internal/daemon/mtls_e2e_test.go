@@ -52,6 +52,7 @@ func writeFile(t *testing.T, dir, name string, data []byte) string {
 // certificate, an untrusted or an expired one: refused, saying so. A
 // reloaded server certificate serves new connections.
 func TestMutualTLS(t *testing.T) {
+	t.Parallel()
 	ca, other := newCA(t, "coordd test CA"), newCA(t, "someone else's CA")
 	dir := t.TempDir()
 	srvCert, srvKey := issue(t, ca, testcerts.Options{CommonName: "coordd", Server: true})
@@ -177,6 +178,7 @@ func mustPair(t *testing.T, cert, key []byte) tls.Certificate {
 // silent, the client could reach no other.) One member behind two
 // proxies stands for two members; the one in use is partitioned.
 func TestTLSFailoverVerifiesTheNextEndpoint(t *testing.T) {
+	t.Parallel()
 	ca := newCA(t, "coordd test CA")
 	srvCert, srvKey := issue(t, ca, testcerts.Options{CommonName: "coordd", Server: true})
 	pair, err := tls.X509KeyPair(srvCert, srvKey)

@@ -25,6 +25,7 @@ import (
 // (so the refusals are about the certificate, not a listener that refuses
 // everything).
 func TestPeerTLS(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}

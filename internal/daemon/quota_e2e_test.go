@@ -22,6 +22,7 @@ import (
 // session closes keep working. Compaction, defragmentation and disarming
 // bring it back.
 func TestQuotaFullDatabase(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.QuotaBackendBytes = 4 << 20
 	d := start(t, cfg)

@@ -25,6 +25,7 @@ func restSession(t *testing.T, base string) string {
 // INVALID_ARGUMENT and creates nothing, and a valid one reads back under
 // the same name.
 func TestRESTNameRule(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
 	s := restSession(t, base)
@@ -60,6 +61,7 @@ func TestRESTNameRule(t *testing.T) {
 // Durations in bodies take Go's syntax as well as seconds; every response
 // and every stream line ends with a newline.
 func TestRESTDurationsAndNewlines(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
 	for in, want := range map[string]string{"1m": "60s", "90s": "90s", "1h": "3600s", "2.5s": "3s"} {

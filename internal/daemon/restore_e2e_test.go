@@ -22,6 +22,7 @@ import (
 // see the snapshot's releases, and a watch from before the restore starts
 // with a snapshot of them.
 func TestRestoreDrill(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd and a three-member cluster")
 	}
@@ -146,6 +147,7 @@ func TestRestoreDrill(t *testing.T) {
 // A truncated or corrupt snapshot, or a missing one, is refused and leaves
 // no data dir behind.
 func TestRestoreRefusesBadSnapshots(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	dir := t.TempDir()

@@ -22,6 +22,7 @@ import (
 // below fails: after a move at the latest, it is on a member that does not
 // lead.)
 func TestClientFollowsTheMemberThatLeads(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}

@@ -16,6 +16,7 @@ import (
 // together, a writer waits for them and holds alone, REST shows each
 // entry's mode, and a read grant cannot make fenced writes.
 func TestReadWriteLocksThroughSDKAndREST(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
 	c := newClient(t, d.GRPCAddr())

@@ -22,6 +22,7 @@ import (
 )
 
 func TestSessionsThroughSDK(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
@@ -136,6 +137,7 @@ func TestSessionsThroughSDK(t *testing.T) {
 // gRPC's own ResourceExhausted (the SDK maps it to ErrRequestTooLarge), and
 // the daemon lives on.
 func TestKeepAliveStreamTooLarge(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	conn := dialRaw(t, d.GRPCAddr())
 	st, err := coorddv1.NewSessionServiceClient(conn).KeepAliveStream(t.Context())
@@ -157,6 +159,7 @@ func TestKeepAliveStreamTooLarge(t *testing.T) {
 // A session whose server side was closed behind its back ends at once with
 // ErrSessionNotFound, long before its local deadline.
 func TestSessionLostWhenClosedElsewhere(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	s, err := c.NewSession(t.Context(), clientlib.WithTTL(6*time.Second))
@@ -228,6 +231,7 @@ func reason(r httpResult) string {
 }
 
 func TestSessionsOverHTTP(t *testing.T) {
+	t.Parallel()
 	d := start(t, testConfig(t))
 	base := "http://" + d.HTTPAddr()
 
@@ -313,6 +317,7 @@ func manyLabels(n int) string {
 
 // A restarted daemon on the same data dir still has a live session.
 func TestRestartKeepsSession(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd and the daemon")
 	}
@@ -338,6 +343,7 @@ func TestRestartKeepsSession(t *testing.T) {
 }
 
 func TestInvalidConfig(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.EtcdClientURL = "http://0.0.0.0:2379"
 	cfg.KeyRoot = "coordd"

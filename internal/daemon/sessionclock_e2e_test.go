@@ -17,6 +17,7 @@ import (
 // while etcd's leadership moves every TTL/2: etcd would give its lease the
 // whole TTL back at each move (issue 35: 15.9 s for a 3 s TTL).
 func TestDeadSessionEndsOnTimeWhileEtcdLeadershipMoves(t *testing.T) {
+	t.Parallel()
 	ds := startCluster(t, 3)
 	ctx := t.Context()
 	const ttl = 2 * time.Second

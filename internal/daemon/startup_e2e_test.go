@@ -23,6 +23,7 @@ import (
 // A second daemon on a data dir in use fails at once and says so, instead
 // of blocking inside etcd while it holds its ports.
 func TestDataDirInUse(t *testing.T) {
+	t.Parallel()
 	first := testConfig(t)
 	start(t, first)
 
@@ -51,6 +52,7 @@ func TestDataDirInUse(t *testing.T) {
 // A taken port fails the start before etcd has created anything in the
 // data dir, so fixing the port and starting again is a first start.
 func TestTakenPortLeavesTheDataDirUntouched(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts the daemon")
 	}
@@ -85,6 +87,7 @@ func TestTakenPortLeavesTheDataDirUntouched(t *testing.T) {
 // request timeout (5 s + two election timeouts) for a leadership hand-off
 // that members which are stopping themselves cannot take.
 func TestClusterStopsTogetherQuickly(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}
@@ -140,6 +143,7 @@ func TestClusterStopsTogetherQuickly(t *testing.T) {
 // everything is, and neither etcd's warnings about coordd's deliberate
 // choices nor a client's unknown session id fill it with etcd dumps.
 func TestLogIsQuietAndSaysWhereThingsAre(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	core, logs := zapobserver.New(zap.InfoLevel)
 	cfg.Logger = zap.New(core)
@@ -193,6 +197,7 @@ func TestLogIsQuietAndSaysWhereThingsAre(t *testing.T) {
 // connections away at once (so clients try another member instead of
 // hanging), and cancelling the start (SIGTERM) ends it promptly.
 func TestStartingMemberRefusesAndCancels(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}

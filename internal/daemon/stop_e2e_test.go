@@ -20,6 +20,7 @@ import (
 // A graceful stop ends open keep-alive streams at once (with Unavailable)
 // instead of waiting out the shutdown timeout for them.
 func TestStopEndsStreams(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t)
 	cfg.ShutdownTimeout = time.Minute
 	d := start(t, cfg)
@@ -48,6 +49,7 @@ func TestStopEndsStreams(t *testing.T) {
 // With a certificate, both listeners serve TLS; the SDK connects with TLS
 // and the REST gateway still reaches the gRPC listener.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	cert, pool := selfSigned(t)
 	cfg := testConfig(t)
 	cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
