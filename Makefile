@@ -15,10 +15,14 @@ build:
 # The web console's browser tests (headless Chromium: apt-get install
 # chromium; without it they skip, unless COORDD_REQUIRE_TOOLS=1 as in CI)
 # write a PNG of every console page into SCREENSHOTS.
+# Tests that own their etcd or daemon run in parallel, PARALLEL at a time
+# per package: they wait on disks and timers more than they compute, so 4
+# on 2 cores keeps both busy.
 COUNT ?= 1
+PARALLEL ?= 4
 SCREENSHOTS ?= $(BIN)/screenshots
 test:
-	COORDD_SCREENSHOTS=$(SCREENSHOTS) go test -race -count=$(COUNT) -timeout 15m ./...
+	COORDD_SCREENSHOTS=$(SCREENSHOTS) go test -race -count=$(COUNT) -parallel $(PARALLEL) -timeout 15m ./...
 
 # Only the console's browser tests, and their screenshots in SCREENSHOTS
 # (docs/console.png, the README's picture, is a copy of lock.png).

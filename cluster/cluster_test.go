@@ -18,6 +18,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestStatusAndSnapshot(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}
@@ -58,6 +59,7 @@ func TestStatusAndSnapshot(t *testing.T) {
 }
 
 func TestAlarmsAndDefragment(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}

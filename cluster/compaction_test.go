@@ -9,6 +9,7 @@ import (
 )
 
 func TestCompactionSettings(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		c               cluster.Compaction
 		mode, retention string // as etcd takes them
@@ -43,6 +44,7 @@ func TestCompactionSettings(t *testing.T) {
 }
 
 func TestRevisionsFindTheCompactionRevision(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}

@@ -136,6 +136,7 @@ func (m *model) apply(ev configcenter.Event) {
 // namespace, a gap-free sequence of complete releases equal to the store's,
 // or a snapshot that restarts it, and end equal to the store.
 func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{HistoryReleases: 1000})
 	opts := configcenter.CacheOptions{History: 40, QueueLimit: 64, Bookmark: 50 * time.Millisecond, Progress: 20 * time.Millisecond}
 	cache := e.startCache(t, opts)
@@ -328,6 +329,7 @@ func dedupe(ms []configcenter.Mutation) []configcenter.Mutation {
 // does not slow the others, its queue stays bounded, and when it reads
 // again it gets a snapshot of the current state.
 func TestStalledSubscriberIsResetNotWaitedFor(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	cache := e.startCache(t, configcenter.CacheOptions{QueueLimit: 4})
 	ctx := t.Context()
@@ -370,6 +372,7 @@ func TestStalledSubscriberIsResetNotWaitedFor(t *testing.T) {
 // snapshot when the history reaches back; bookmarks advance idle ones;
 // Poll returns on a newer release or after its wait.
 func TestResumeAndPoll(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	cache := e.startCache(t, configcenter.CacheOptions{Bookmark: 20 * time.Millisecond, Progress: 10 * time.Millisecond})
 	ctx := t.Context()
@@ -439,6 +442,7 @@ func TestResumeAndPoll(t *testing.T) {
 // subscriber resumes without a snapshot; but not across a namespace's
 // pruned releases.
 func TestHistorySurvivesRestart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{HistoryReleases: 3})
 	ctx := t.Context()
 	var revs []int64
@@ -483,6 +487,7 @@ func TestHistorySurvivesRestart(t *testing.T) {
 // no progress from its watch, which etcd would give only once its
 // background sync caught the watch up (up to 100 ms later).
 func TestACacheIsCurrentOnceLoaded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	ctx := t.Context()
 	if _, err := e.s.Put(ctx, "app", "k", "v1", 0, "", ""); err != nil {
@@ -524,6 +529,7 @@ func TestACacheIsCurrentOnceLoaded(t *testing.T) {
 // and asks for progress on the stream of the context it is given: the test
 // records both.
 func TestACacheWatchesOnAStreamOfItsOwn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	rec := &streamRecorder{Watcher: e.cli.Watcher}
 	e.cli.Watcher = rec

@@ -122,6 +122,7 @@ func (f *follower) eventsAfter(rev int64) []configcenter.Event {
 // same events, others never do; normal releases reach both; update,
 // promote and abandon each switch every subscriber at one revision.
 func TestGrayReleases(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	ctx := t.Context()
 	c := e.startCache(t, configcenter.CacheOptions{})
@@ -267,6 +268,7 @@ func TestGrayReleases(t *testing.T) {
 // TestGrayValidation: bad selectors and content that breaks the schema
 // change nothing.
 func TestGrayValidation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	ctx := t.Context()
 	const ns = "v"
@@ -319,6 +321,7 @@ func TestGrayValidation(t *testing.T) {
 // TestGrayPercentIsStableAndProportionate: a percentage selects about that
 // share of instances, and raising it only adds instances.
 func TestGrayPercentIsStableAndProportionate(t *testing.T) {
+	t.Parallel()
 	const n = 20000
 	ten, twenty := configcenter.GraySelector{Percent: 10}, configcenter.GraySelector{Percent: 20}
 	in10, in20 := 0, 0

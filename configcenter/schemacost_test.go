@@ -24,6 +24,7 @@ func nested(depth int) string {
 // Without the bound, the anyOf schema with a 24-deep value would take
 // minutes and tens of GiB in the validator (20 deep: 26 s, 6.3 GiB).
 func TestSchemaValidationIsBounded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	ctx := t.Context()
 	bomb := `{"type":"object","additionalProperties":{"$ref":"#/$defs/n"},

@@ -41,6 +41,7 @@ func (e env) rev(t *testing.T) int64 {
 func ptr(s string) *string { return &s }
 
 func TestPublishAndRead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	ctx := t.Context()
 	snap, err := e.s.Snapshot(ctx, "payments/prod", 0)
@@ -105,6 +106,7 @@ func TestPublishAndRead(t *testing.T) {
 }
 
 func TestCompareAndSet(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	ctx := t.Context()
 	r1, err := e.s.Put(ctx, "app", "a", "1", 0, "", "")
@@ -125,6 +127,7 @@ func TestCompareAndSet(t *testing.T) {
 }
 
 func TestBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{MaxValueBytes: 16, MaxKeysPerRelease: 3, MaxReleaseBytes: 200})
 	ctx := t.Context()
 	if _, err := e.s.Put(ctx, "app", "ok", "1", 0, "", ""); err != nil {
@@ -204,6 +207,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 }
 
 func TestHistoryDiffRollback(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{HistoryReleases: 3})
 	ctx := t.Context()
 	for _, ms := range [][]configcenter.Mutation{

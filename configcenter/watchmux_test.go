@@ -79,6 +79,7 @@ func releaseTo(t *testing.T, m *configcenter.WatchMux, ns string, n int64, want 
 // a refused start is a batch of its own and the others go on, and a stop or
 // a refused restart ends a watch.
 func TestWatchMuxRoundsAndBatches(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	cache := e.startCache(t, configcenter.CacheOptions{Bookmark: time.Hour})
 	ctx := t.Context()
@@ -171,6 +172,7 @@ func TestWatchMuxRoundsAndBatches(t *testing.T) {
 // snapshot while the mux is not read; requests past the limit are refused;
 // Next ends with its context.
 func TestWatchMuxBookmarksOverflowAndLimits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	cache := e.startCache(t, configcenter.CacheOptions{QueueLimit: 4, Bookmark: 50 * time.Millisecond, Progress: time.Hour})
 	ctx := t.Context()
@@ -231,6 +233,7 @@ func TestWatchMuxBookmarksOverflowAndLimits(t *testing.T) {
 // of it yet (the mux reads etcd's revision once per lot and waits for the
 // cache to get there).
 func TestWatchMuxStartsSeeWritesBeforeThem(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, configcenter.Limits{})
 	cache := e.startCache(t, configcenter.CacheOptions{Bookmark: time.Hour})
 	m := configcenter.NewWatchMux(cache)

@@ -93,6 +93,7 @@ func (e env) waitCandidates(t *testing.T, name string, n int) {
 }
 
 func TestCampaignProclaimResign(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	if _, _, err := e.m.Leader(ctx, "jobs"); !errors.Is(err, election.ErrNoLeader) {
@@ -178,6 +179,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 }
 
 func TestWaitingCandidateWhoseSessionDiesFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	if _, err := e.m.Campaign(ctx, election.Request{Name: "x", Session: e.session(t, 30)}); err != nil {
@@ -203,6 +205,7 @@ func TestWaitingCandidateWhoseSessionDiesFailsAtOnce(t *testing.T) {
 }
 
 func TestCampaignIsIdempotentAndRefusesToWaitForItself(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	s := e.session(t, 30)
@@ -238,6 +241,7 @@ func TestCampaignIsIdempotentAndRefusesToWaitForItself(t *testing.T) {
 // it fails for its long-gone caller: it fails with Unavailable, and the
 // later campaign keeps its place, its value and its term.
 func TestAStaleCampaignNeverTakesOverALaterCandidacy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	leader, err := e.m.Campaign(ctx, election.Request{Name: "x", Session: e.session(t, 30), Value: "leader"})
@@ -288,6 +292,7 @@ func TestAStaleCampaignNeverTakesOverALaterCandidacy(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	s := e.session(t, 30)
@@ -450,6 +455,7 @@ func (r *recorder) lastRev() int64 {
 // and RESIGNED/EXPIRED as they happened; after the compaction it must
 // restart from the current state.
 func TestObserveStorm(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	const name = "storm"
@@ -618,6 +624,7 @@ func (e env) rev(t *testing.T) int64 {
 // Observe from revision 1 replays the election's history from its start,
 // not the current state (etcd reads "revision 0" as the current one).
 func TestObserveFromOneReplaysHistory(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	first, err := e.m.Campaign(ctx, election.Request{Name: "replay", Session: e.session(t, 60), Value: "a"})

@@ -58,6 +58,7 @@ func (c *counter) ended()     { c.n.Add(1) }
 func (c *counter) get() int32 { return c.n.Load() }
 
 func TestDeletionIsReportedOnceAndOnlyForTheWatchedEntry(t *testing.T) {
+	t.Parallel()
 	cli := start(t)
 	w := grantwatch.New(cli, "/r/lock/", "/r/election/")
 	run(t, w)
@@ -106,6 +107,7 @@ func TestDeletionIsReportedOnceAndOnlyForTheWatchedEntry(t *testing.T) {
 }
 
 func TestAnEntryAlreadyGoneIsReportedAtOnce(t *testing.T) {
+	t.Parallel()
 	cli := start(t)
 	w := grantwatch.New(cli, "/r/lock/")
 	run(t, w)
@@ -132,6 +134,7 @@ func TestAnEntryAlreadyGoneIsReportedAtOnce(t *testing.T) {
 }
 
 func TestLeaseExpiryIsReported(t *testing.T) {
+	t.Parallel()
 	cli := start(t)
 	w := grantwatch.New(cli, "/r/lock/")
 	run(t, w)
@@ -152,6 +155,7 @@ func TestLeaseExpiryIsReported(t *testing.T) {
 // A deletion made while no etcd watch runs (before Run, or between a
 // failed watch and its restart) is found when the watch starts.
 func TestDeletionBeforeTheWatchStartsIsFound(t *testing.T) {
+	t.Parallel()
 	cli := start(t)
 	w := grantwatch.New(cli, "/r/lock/")
 	rev := put(t, cli, "/r/lock/early")
@@ -167,6 +171,7 @@ func TestDeletionBeforeTheWatchStartsIsFound(t *testing.T) {
 }
 
 func TestStopEndsReports(t *testing.T) {
+	t.Parallel()
 	cli := start(t)
 	w := grantwatch.New(cli, "/r/lock/")
 	run(t, w)
@@ -197,6 +202,7 @@ func TestStopEndsReports(t *testing.T) {
 // afresh); a Feed subscribed later is positioned at or after what was
 // already dispatched; Stop ends deliveries.
 func TestFeedsUnderAPrefix(t *testing.T) {
+	t.Parallel()
 	cli := start(t)
 	w := grantwatch.New(cli, "/r/lock/")
 	d, _ := w.Subscribe("/r/lock/a/q/", false)
@@ -299,6 +305,7 @@ func synced(t *testing.T, cli *clientv3.Client, w *grantwatch.Watcher) {
 // otherwise (reported when it ends); one known alive only at a revision
 // older than what is remembered is read, as is one with no revision.
 func TestWatchFromARecentRevisionNeedsNoRead(t *testing.T) {
+	// Not parallel: it changes a package setting.
 	defer grantwatch.SetRecentDeletions(8)()
 	cli := start(t)
 	gets := etcdtest.CountGets(cli)

@@ -89,6 +89,7 @@ func (e env) keys(t *testing.T) int64 {
 }
 
 func TestAcquireDescribeRelease(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	s := e.session(t, 60)
@@ -124,6 +125,7 @@ func TestAcquireDescribeRelease(t *testing.T) {
 // to a resource protected by fencing.Guard. No two hold at once, tokens
 // rise with every grant, and the guard never has to reject a write.
 func TestMutualExclusionUnderContention(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const clients, rounds = 8, 15
 	var (
@@ -184,6 +186,7 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 }
 
 func TestWaitersAreGrantedInOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	holder, err := e.m.Acquire(ctx, lock.Request{Name: "fifo", Session: e.session(t, 60)})
@@ -231,6 +234,7 @@ func TestWaitersAreGrantedInOrder(t *testing.T) {
 // etcd pitfall: a waiter whose lease died while queued was told it held
 // the lock. Here it fails at once, long before its wait runs out.
 func TestWaiterWhoseSessionDiesFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	if _, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)}); err != nil {
@@ -266,6 +270,7 @@ func TestWaiterWhoseSessionDiesFailsAtOnce(t *testing.T) {
 // A timed-out or refused acquire leaves no waiter key behind (etcd
 // pitfall: orphaned waiter keys that others queue behind).
 func TestFailedAcquiresLeaveNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	if _, err := e.m.Acquire(ctx, lock.Request{Name: "busy", Session: e.session(t, 60)}); err != nil {
@@ -300,6 +305,7 @@ func TestFailedAcquiresLeaveNothing(t *testing.T) {
 // etcd pitfall: a retried unlock deleted a newer holder. Release is fenced
 // by the token.
 func TestLateReleaseNeverRemovesNewerHolder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	s := e.session(t, 60)
@@ -345,6 +351,7 @@ func TestLateReleaseNeverRemovesNewerHolder(t *testing.T) {
 // etcd pitfall: lock "a" was blocked by any key under "a/". Here "a" and
 // "a/b" are independent locks.
 func TestNamesDoNotCollide(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	for _, name := range []string{"a", "a/b", "a/b/c", "ab"} {
@@ -367,6 +374,7 @@ func TestNamesDoNotCollide(t *testing.T) {
 }
 
 func TestIdempotentAcquire(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	s := e.session(t, 60)
@@ -402,6 +410,7 @@ func TestIdempotentAcquire(t *testing.T) {
 }
 
 func TestSemaphore(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	var grants []lock.Grant
@@ -447,6 +456,7 @@ func TestSemaphore(t *testing.T) {
 }
 
 func TestFencedWrites(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	holder, err := e.m.Acquire(ctx, lock.Request{Name: "db", Session: e.session(t, 60)})
@@ -501,6 +511,7 @@ func TestFencedWrites(t *testing.T) {
 // lock only once the holder's TTL has run out, and the old holder's late
 // writes are rejected by the guard and by fenced puts.
 func TestExpiryHandsOver(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	oldSession := e.session(t, 2)
@@ -532,6 +543,7 @@ func TestExpiryHandsOver(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	s := e.session(t, 60)
@@ -569,6 +581,7 @@ func TestBadInput(t *testing.T) {
 // release), the next waiter is granted only once the delay has passed, and
 // Describe shows the lock as delayed meanwhile.
 func TestLockDelayAfterExpiry(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	const delay = time.Second
@@ -638,6 +651,7 @@ func TestLockDelayAfterExpiry(t *testing.T) {
 
 // A clean release hands over at once, whatever the lock-delay.
 func TestLockDelaySkippedOnRelease(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	old, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60), LockDelay: time.Minute})
@@ -670,6 +684,7 @@ func TestLockDelaySkippedOnRelease(t *testing.T) {
 // Describe says since when each holder holds the lock: its enqueue time if
 // it was granted at once, else when its wait ended.
 func TestDescribeSince(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	first, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
@@ -706,6 +721,7 @@ func TestDescribeSince(t *testing.T) {
 // A fenced write racing with the release of its token never lands after
 // the release: the check and the write are one transaction.
 func TestFencedPutRacingRelease(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	s := e.session(t, 60)
@@ -765,6 +781,7 @@ func TestFencedPutRacingRelease(t *testing.T) {
 // waiter gives up, the next acquirer still waits for the delay's end, and a
 // try-lock is refused meanwhile.
 func TestLockDelayOutlivesAWaiterThatGivesUp(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	if _, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 2), LockDelay: 3 * time.Second}); err != nil {
@@ -802,6 +819,7 @@ func TestLockDelayOutlivesAWaiterThatGivesUp(t *testing.T) {
 // An idempotent retry takes over the waiter entry: the earlier call giving
 // up afterwards does not remove it, and the retry is granted.
 func TestRetryTakesOverTheEntry(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	holder, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
@@ -923,6 +941,7 @@ func (e env) releaseAndExpect(t *testing.T, holder lock.Grant, ch <-chan lock.Gr
 // for its long-gone caller. It fails with Unavailable instead, and the
 // later acquisition keeps its entry and is granted.
 func TestAStaleAttemptNeverTakesOverALaterEntry(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	holder := e.hold(t, "l")
@@ -962,6 +981,7 @@ func TestAStaleAttemptNeverTakesOverALaterEntry(t *testing.T) {
 // later acquisition under its request id wrote its entry never takes that
 // entry over, however much the member has seen since.
 func TestACallCountsFromItsArrival(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	holder := e.hold(t, "l")
@@ -982,6 +1002,7 @@ func TestACallCountsFromItsArrival(t *testing.T) {
 // anything that member knew of as the call began), and takes the entry
 // over when retried there.
 func TestARetryOnAnotherMemberTakesOverAfterOneRefusal(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	other := e.member(t)
@@ -1016,6 +1037,7 @@ func TestARetryOnAnotherMemberTakesOverAfterOneRefusal(t *testing.T) {
 // Lock-delay with nobody waiting: the holder's session expires unnoticed;
 // whoever acquires afterwards still waits the delay.
 func TestLockDelayWithNobodyWaiting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	old := e.session(t, 2)

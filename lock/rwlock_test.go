@@ -18,6 +18,7 @@ import (
 // starves. Describe shows each entry's mode; only a write grant may make
 // fenced writes.
 func TestReadersShareWritersWaitInOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	acquire := func(read bool) (lock.Grant, error) {
@@ -117,6 +118,7 @@ func TestReadersShareWritersWaitInOrder(t *testing.T) {
 // with anyone, readers do hold together, and every grant of a writer has
 // a token greater than every grant before it.
 func TestNoWriterOverlapsAnyHolder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const clients, rounds = 8, 12
 	var (
@@ -181,6 +183,7 @@ func TestNoWriterOverlapsAnyHolder(t *testing.T) {
 // A writer that waited behind several readers sits out the lock-delay of
 // any of them that ended without a release, not only the first's.
 func TestWriterSitsOutTheLockDelayOfAnyReaderAhead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	r1, err := e.m.Acquire(ctx, lock.Request{Name: "rw", Session: e.session(t, 60), Read: true})
@@ -213,6 +216,7 @@ func TestWriterSitsOutTheLockDelayOfAnyReaderAhead(t *testing.T) {
 // A retried acquisition keeps its mode, and a session never waits for
 // its own read grant.
 func TestRetriesKeepTheirModeAndNobodyWaitsForItself(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := t.Context()
 	other, mine := e.session(t, 60), e.session(t, 60)

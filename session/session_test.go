@@ -21,6 +21,7 @@ func newManager(t *testing.T) (*session.Manager, *clientv3.Client) {
 }
 
 func TestLifecycle(t *testing.T) {
+	t.Parallel()
 	m, cli := newManager(t)
 	ctx := t.Context()
 
@@ -70,6 +71,7 @@ func TestLifecycle(t *testing.T) {
 }
 
 func TestListPages(t *testing.T) {
+	t.Parallel()
 	m, _ := newManager(t)
 	ctx := t.Context()
 	want := map[session.ID]bool{}
@@ -110,6 +112,7 @@ func TestListPages(t *testing.T) {
 }
 
 func TestBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
 	m, cli := newManager(t)
 	ctx := t.Context()
 	before, err := cli.Get(ctx, "x")
@@ -135,6 +138,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 }
 
 func TestExpiry(t *testing.T) {
+	t.Parallel()
 	m, _ := newManager(t)
 	ctx := t.Context()
 	s, err := m.Create(ctx, session.Spec{TTL: session.MinTTL})

@@ -10,6 +10,7 @@ import (
 )
 
 func TestValidateSpec(t *testing.T) {
+	t.Parallel()
 	manyLabels := map[string]string{}
 	for i := range session.MaxLabels + 1 {
 		manyLabels[strings.Repeat("k", i+1)] = "v"
@@ -59,6 +60,7 @@ func TestValidateSpec(t *testing.T) {
 }
 
 func TestParseID(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		want    session.ID

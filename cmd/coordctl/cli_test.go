@@ -21,12 +21,14 @@ import (
 const unreachable = "127.0.0.1:1"
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	if out := must(t, unreachable, "--version"); !strings.HasPrefix(out, "coordctl version ") {
 		t.Errorf("coordctl --version = %q", out)
 	}
 }
 
 func TestUnknownSubcommandIsAUsageError(t *testing.T) {
+	t.Parallel()
 	for _, group := range [][]string{nil, {"session"}, {"lock"}, {"elect"}, {"config"}, {"cluster"}, {"member"}, {"snapshot"}} {
 		path := strings.Join(append([]string{"coordctl"}, group...), " ")
 		code, out, errOut := ctl(t, unreachable, "", append(group, "bogus")...)
@@ -46,6 +48,7 @@ func TestUnknownSubcommandIsAUsageError(t *testing.T) {
 }
 
 func TestCompletionOfAnUnsupportedShellIsAUsageError(t *testing.T) {
+	t.Parallel()
 	errOut := exits(t, exitUsage, unreachable, "completion", "tcsh")
 	for _, want := range []string{`unsupported shell "tcsh"`, "bash", "zsh", "fish", "powershell"} {
 		if !strings.Contains(errOut, want) {
@@ -58,6 +61,7 @@ func TestCompletionOfAnUnsupportedShellIsAUsageError(t *testing.T) {
 }
 
 func TestElectCandidates(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	ep := d.GRPCAddr
 	session := func() string {
@@ -218,6 +222,7 @@ func conform(defs map[string]*schema, s *schema, v any, path string) []string {
 // against the REST API's OpenAPI definition of the same object: REST's
 // field names, int64s as strings, no nulls (an empty list is []).
 func TestJSONOutputIsRESTs(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	ep := d.GRPCAddr
 	defs := restDefinitions(t)
@@ -368,6 +373,7 @@ func errorOf(t *testing.T, errOut string) errorBodyJSON {
 }
 
 func TestErrorsAreJSONWithJSONOutput(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	ep := d.GRPCAddr
 	for _, c := range []struct {
@@ -460,6 +466,7 @@ func complete(t *testing.T, endpoint string, args ...string) ([]string, string) 
 }
 
 func TestNamesCompleteFromTheServer(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	ep := d.GRPCAddr
 	var s struct{ ID string }

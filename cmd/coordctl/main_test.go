@@ -56,6 +56,7 @@ func jsonOf(t *testing.T, s string, v any) {
 }
 
 func TestSessionCommands(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	ep := d.GRPCAddr
 	var s struct{ ID, TTL, Owner string }
@@ -78,6 +79,7 @@ func TestSessionCommands(t *testing.T) {
 }
 
 func TestLockCommands(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	ep := d.GRPCAddr
 	var s struct{ ID string }
@@ -116,6 +118,7 @@ func TestLockCommands(t *testing.T) {
 }
 
 func TestLockRunPassesTheTokenAndTheExitCode(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	out := filepath.Join(t.TempDir(), "env")
 	code, stdout, stderr := ctl(t, d.GRPCAddr, "", "lock", "run", "deploy", "--ttl", "5s", "--",
@@ -143,6 +146,7 @@ func TestLockRunPassesTheTokenAndTheExitCode(t *testing.T) {
 // SIGKILL before the session's local deadline stops it; it must be dead
 // before anyone else is granted the lock, and coordctl exits 125.
 func TestLockRunStopsTheCommandWhenTheLockIsLost(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	proxy := tcpproxy.Start(t, d.GRPCAddr)
 	dir := t.TempDir()
@@ -195,6 +199,7 @@ func TestLockRunStopsTheCommandWhenTheLockIsLost(t *testing.T) {
 }
 
 func TestElectCommands(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	ep := d.GRPCAddr
 	var s struct{ ID string }
@@ -261,6 +266,7 @@ func TestElectCommands(t *testing.T) {
 }
 
 func TestConfigCommands(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	ep := d.GRPCAddr
 	code, out, errOut := ctl(t, ep, `{"port": 8080, "name": "web", "gone": null}`, "config", "publish", "svc/prod", "-f", "-", "-m", "first", "--author", "ana")
@@ -317,6 +323,7 @@ func TestConfigCommands(t *testing.T) {
 }
 
 func TestClusterCommands(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	var st struct {
 		ClusterID string `json:"clusterId"`
@@ -348,6 +355,7 @@ func TestClusterCommands(t *testing.T) {
 }
 
 func TestExitCodes(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	exits(t, exitUsage, d.GRPCAddr, "no-such-command")
 	exits(t, exitUsage, d.GRPCAddr, "-o", "yaml", "session", "list")
@@ -359,6 +367,7 @@ func TestExitCodes(t *testing.T) {
 // (the holder is told at once), and coordctl campaigns again and reruns it
 // with a greater term instead of exiting 125.
 func TestElectRunAgainAfterALoss(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	ep := d.GRPCAddr
 	dir := t.TempDir()

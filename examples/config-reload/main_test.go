@@ -36,6 +36,7 @@ func (b *syncBuffer) String() string {
 // The example starts with the defaults, prints each accepted change, and
 // rejects (and reports) an invalid release, keeping the last good value.
 func TestConfigReload(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	var out syncBuffer

@@ -105,6 +105,7 @@ func getStatus(t *testing.T, url string) status {
 // TTL; the other takes over. When the paused one wakes, its late write is
 // refused, and no increment is lost.
 func TestPausedWorkerIsFenced(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	srv := httptest.NewServer((&store{}).handler())
 	defer srv.Close()
@@ -156,6 +157,7 @@ func TestPausedWorkerIsFenced(t *testing.T) {
 // A worker started before coordd and the store waits for both (saying
 // so) instead of failing on the first refused connection, then works.
 func TestWorkerWaitsForCoorddAndStore(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	d.Stop() // its address now refuses connections, until Restart
 	bin := build(t)
@@ -183,6 +185,7 @@ func TestWorkerWaitsForCoorddAndStore(t *testing.T) {
 
 // A worker gives up after -wait when nothing answers.
 func TestWorkerGivesUp(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the example")
 	}

@@ -39,6 +39,7 @@ var leading = regexp.MustCompile(`leading \(term (\d+)\)`)
 // leader and the other takes over within the session TTL (plus etcd's
 // expiry check), with a higher term.
 func TestFailOverOnKill(t *testing.T) {
+	t.Parallel()
 	d := coorddtest.Start(t)
 	bin := filepath.Join(t.TempDir(), "leader-worker")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
