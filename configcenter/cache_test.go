@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,6 +37,7 @@ func runCache(c *configcenter.Cache) (stop func()) {
 
 // truth records the content of every release the writer made.
 type truth struct {
+	n        atomic.Int64 // releases recorded
 	mu       sync.Mutex
 	contents map[string]map[int64]map[string]string // ns -> release -> content
 	records  map[string]map[int64]configcenter.Release
@@ -50,6 +52,7 @@ func (tr *truth) record(ns string, r configcenter.Release, content map[string]st
 	}
 	tr.contents[ns][r.Number] = content
 	tr.records[ns][r.Number] = r
+	tr.n.Add(1)
 }
 
 // content returns a release's content, waiting a little for the writer to
@@ -247,19 +250,20 @@ func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 					}
 					m.apply(ev)
 					if slow {
-						time.Sleep(50 * time.Millisecond)
+						// A sixteenth of its queue behind after each
+						// event, however slow the machine.
+						tr.awaitMore(int64(opts.QueueLimit)/16, writerDone)
 					}
 				}
 				sub.Close()
 				stop()
 				if away {
-					time.Sleep(500 * time.Millisecond)
+					// Away until more releases than the cache's history
+					// holds were made (however slow the machine), or the
+					// writer is done.
+					tr.awaitMore(int64(opts.History)+1, writerDone)
 				}
-				select {
-				case <-writerDone:
-					finished = true
-				default:
-				}
+				finished = closed(writerDone)
 				if finished {
 					return
 				}
@@ -301,6 +305,23 @@ func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 	}
 	if models[0].snaps < 2 || models[1].snaps < 2 {
 		t.Errorf("the slow and the away subscriber were not reset to snapshots (%d, %d snapshots)", models[0].snaps, models[1].snaps)
+	}
+}
+
+// awaitMore waits until n more releases are recorded, or done is closed.
+func (tr *truth) awaitMore(n int64, done <-chan struct{}) {
+	from := tr.n.Load()
+	for tr.n.Load() < from+n && !closed(done) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 

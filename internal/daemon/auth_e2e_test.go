@@ -521,9 +521,11 @@ rules:
 // are not held up; once the hint has passed the call goes through.
 func TestRateLimits(t *testing.T) {
 	t.Parallel()
-	cfg := authConfig(t, testPolicy+"  - principals: [bob]\n    actions: [config.write]\n    namespaces: [\"a/*\"]\n")
-	cfg.RateLimit, cfg.RateBurst = 2, 3
-	cfg.PublishRate, cfg.PublishBurst = 1, 2
+	cfg := authConfig(t, testPolicy+"  - principals: [bob, carol]\n    actions: [config.write]\n    namespaces: [\"a/*\"]\n")
+	// Slow refills (one token per 20 s and per 4 s), so that a busy
+	// machine's slow calls cannot earn a token back within a burst.
+	cfg.RateLimit, cfg.RateBurst = 0.05, 3
+	cfg.PublishRate, cfg.PublishBurst = 0.25, 2
 	d := start(t, cfg)
 	ctx := t.Context()
 	alice := newClientWithToken(t, d.GRPCAddr(), "alice").Admin()
@@ -550,7 +552,7 @@ func TestRateLimits(t *testing.T) {
 	if _, err := alice.DescribeLock(ctx, "a/l0"); err != nil {
 		t.Fatalf("a read while over the rate: %v", err)
 	}
-	// Releases per namespace, whoever publishes: burst 2 at 1/s.
+	// Releases per namespace, whoever publishes: burst 2 at 0.25/s.
 	if _, err := bob.Config().Put(ctx, "a/ns", "k", "v1", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -572,8 +574,10 @@ func TestRateLimits(t *testing.T) {
 		t.Fatalf("bob in another namespace while alice and a/ns are over their rates: %v", err)
 	}
 	// Once a token is back, the release goes through.
-	wait.Within(t, 5*time.Second, "the namespace's bucket to refill", func() bool {
-		_, err := bob.Config().Put(ctx, "a/ns", "k", "v5", clientlib.PublishOptions{})
+	// (carol's put: bob has spent his own burst.)
+	carol := newClientWithToken(t, d.GRPCAddr(), "carol")
+	wait.Within(t, 15*time.Second, "the namespace's bucket to refill", func() bool {
+		_, err := carol.Config().Put(ctx, "a/ns", "k", "v5", clientlib.PublishOptions{})
 		return err == nil
 	})
 	_, metrics := httpAs(t, "GET", "http://"+d.HTTPAddr()+"/metrics", "alice", "")

@@ -35,7 +35,8 @@ func chaosCrashes(t *testing.T) int {
 // (p99 target) of each crash. With the SDK's former margin (1 s) and
 // renewal period (TTL/3), 8 sessions were lost in 5 crashes.
 func TestChaosLeaderCrashes(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long something takes (fail-over, a stop,
+	// a start), which tests running beside it would stretch.
 	crashes := chaosCrashes(t)
 	var peers []*tcpproxy.Proxy
 	ds := startCluster(t, 3, productionRaft, peerProxies(t, &peers), func(cfg *daemon.Config) {

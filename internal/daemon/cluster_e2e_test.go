@@ -175,6 +175,19 @@ func startConfigs(t *testing.T, cfgs []daemon.Config) []*daemon.Daemon {
 	if len(errs) > 0 {
 		t.Fatalf("cluster start: %v", errors.Join(errs...))
 	}
+	// A member serves once its etcd has joined, which may be before it
+	// has heard of a leader (a slow election on a busy machine): wait for
+	// each to say it has one, so the test's first call is not refused.
+	for i, d := range ds {
+		if cfgs[i].TLS != nil {
+			continue
+		}
+		health := healthpb.NewHealthClient(dialRaw(t, d.GRPCAddr()))
+		wait.Within(t, 30*time.Second, cfgs[i].Name+" to have an etcd leader", func() bool {
+			resp, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+			return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+		})
+	}
 	return ds
 }
 

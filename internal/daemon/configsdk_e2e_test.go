@@ -432,7 +432,8 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 // file at once, marked stale, and converges when coordd comes up; callbacks
 // fire only for what really changed.
 func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long something takes (fail-over, a stop,
+	// a start), which tests running beside it would stretch.
 	if testing.Short() {
 		t.Skip("starts etcd and the daemon")
 	}

@@ -38,7 +38,8 @@ func productionRaft(cfg *daemon.Config) {
 // leadership over and its peer and client links are reset and refuse new
 // connections, as after kill -9.
 func TestSDKFailsOverWhenTheLeaderMemberCrashes(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long something takes (fail-over, a stop,
+	// a start), which tests running beside it would stretch.
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}
@@ -224,7 +225,8 @@ func crashMember(d *daemon.Daemon, peer, client *tcpproxy.Proxy) {
 // holder that is gone: etcd gives every lease its whole TTL again when a
 // leader is elected after the outage.
 func TestGivenUpSessionIsClosedWhenQuorumReturns(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long something takes (fail-over, a stop,
+	// a start), which tests running beside it would stretch.
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}
@@ -294,7 +296,8 @@ func TestGivenUpSessionIsClosedWhenQuorumReturns(t *testing.T) {
 // own 10s deadline (without the check, it waits for it), and the session
 // goes on through the other endpoint.
 func TestCallsOnASilentMemberEndWhenTheClientLeaves(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long something takes (fail-over, a stop,
+	// a start), which tests running beside it would stretch.
 	d := start(t, testConfig(t))
 	a, b := tcpproxy.Start(t, d.GRPCAddr()), tcpproxy.Start(t, d.GRPCAddr())
 	c := newClient(t, a.Addr(), b.Addr())

@@ -275,7 +275,8 @@ func TestLocksOverHTTP(t *testing.T) {
 // move), and a release still reaches the next waiter, a resignation every
 // observer.
 func TestWaitersAndObserversOpenNoWatchOfTheirOwn(t *testing.T) {
-	t.Parallel()
+	// Not parallel: etcd counts watchers process-wide, over every member
+	// the tests run.
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()

@@ -22,7 +22,8 @@ import (
 // below fails: after a move at the latest, it is on a member that does not
 // lead.)
 func TestClientFollowsTheMemberThatLeads(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long something takes (fail-over, a stop,
+	// a start), which tests running beside it would stretch.
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}

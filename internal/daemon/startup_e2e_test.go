@@ -87,7 +87,8 @@ func TestTakenPortLeavesTheDataDirUntouched(t *testing.T) {
 // request timeout (5 s + two election timeouts) for a leadership hand-off
 // that members which are stopping themselves cannot take.
 func TestClusterStopsTogetherQuickly(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long something takes (fail-over, a stop,
+	// a start), which tests running beside it would stretch.
 	if testing.Short() {
 		t.Skip("starts a three-member cluster")
 	}
@@ -197,7 +198,8 @@ func TestLogIsQuietAndSaysWhereThingsAre(t *testing.T) {
 // connections away at once (so clients try another member instead of
 // hanging), and cancelling the start (SIGTERM) ends it promptly.
 func TestStartingMemberRefusesAndCancels(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds how long something takes (fail-over, a stop,
+	// a start), which tests running beside it would stretch.
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}
