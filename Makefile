@@ -132,7 +132,7 @@ fuzz:
 
 # Release archives in dist/ (emptied first): coordd and coordctl for each of
 # PLATFORMS, static (CGO_ENABLED=0) and -trimpath, in
-# dist/coordd_<version>_<os>_<arch>/ with README.md, one .tar.gz of each,
+# dist/coordd_<version>_<os>_<arch>/ with README.md and LICENSE, one .tar.gz of each,
 # and dist/SHA256SUMS of the tarballs (check: cd dist && sha256sum -c
 # SHA256SUMS). VERSION is stamped into both (`coordd --version`,
 # `coordctl --version`).
@@ -146,7 +146,7 @@ release:
 	  echo "dist/$$d.tar.gz"; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w -X main.version=$$v" -o dist/$$d/coordd ./cmd/coordd; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w -X main.version=$$v" -o dist/$$d/coordctl ./cmd/coordctl; \
-	  cp README.md dist/$$d/; \
+	  cp README.md LICENSE dist/$$d/; \
 	  tar -C dist -czf dist/$$d.tar.gz $$d; \
 	done
 	cd dist && sha256sum *.tar.gz > SHA256SUMS

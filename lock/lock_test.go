@@ -842,7 +842,7 @@ func TestRetryTakesOverTheEntry(t *testing.T) {
 	go func() {
 		// A retry may be refused once (Unavailable, nothing written)
 		// while this member has not yet seen the first call's entry
-		// (README, Guarantees): retried as the SDK does.
+		// (docs/guarantees.md): retried as the SDK does.
 		g, err := e.m.Acquire(ctx, req)
 		for try := 0; errors.Is(err, kind.Unavailable) && try < 10; try++ {
 			g, err = e.m.Acquire(ctx, req)

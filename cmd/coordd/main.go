@@ -160,7 +160,7 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.StringVar(&tlsKey, "tls-key-file", "", "private key of --tls-cert-file (PEM)")
 	f.StringVar(&clientCA, "client-ca-file", "", "require and verify client certificates signed by a CA in this bundle (PEM), on gRPC and HTTPS (mutual TLS)")
 	f.StringVar(&cfg.IdentityFrom, "identity-from", "cn", `where a client certificate names its principal: "cn" (common name) or "uri" (first URI SAN, e.g. spiffe://...)`)
-	f.StringVar(&cfg.TokenFile, "token-file", "", "bearer tokens (their SHA-256 hashes) and the principals they name (YAML; see README, Securing coordd); reloaded on SIGHUP")
+	f.StringVar(&cfg.TokenFile, "token-file", "", "bearer tokens (their SHA-256 hashes) and the principals they name (YAML; see docs/security.md); reloaded on SIGHUP")
 	f.StringVar(&cfg.PolicyFile, "policy-file", "", "authorization policy (YAML): who may do what on which locks, elections, namespaces and keys; deny by default; without one coordd runs open; reloaded on SIGHUP")
 	f.StringVar(&cfg.AuditLog, "audit-log", "", `write every call that changes something, and every refused call, as a JSON line to this file (rotated) or "-" (stderr)`)
 	f.IntVar(&cfg.AuditMaxMB, "audit-log-max-mb", 100, "rotate the audit log at this size")

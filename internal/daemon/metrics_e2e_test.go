@@ -62,7 +62,7 @@ next:
 // coordd's own metrics count what happens: sessions, grants and waits,
 // lock-delay, fenced writes by result, leaders and observers, config
 // releases, subscribers and status reports, and the cluster-wide state
-// read from etcd. Every coordd_ metric /metrics exports is in the README's
+// read from etcd. Every coordd_ metric /metrics exports is in docs/operations.md's
 // table, and every metric in the table is exported.
 func TestCoorddMetrics(t *testing.T) {
 	t.Parallel()
@@ -176,8 +176,9 @@ func TestCoorddMetrics(t *testing.T) {
 		t.Errorf("coordd_sessions_closed_total = %v, want 1", v)
 	}
 
-	// The README's table and /metrics name the same coordd_ metrics.
-	readme, err := os.ReadFile("../../README.md")
+	// The operations guide's table and /metrics name the same coordd_
+	// metrics.
+	readme, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +189,7 @@ func TestCoorddMetrics(t *testing.T) {
 			section = section[:j+3]
 		}
 	} else {
-		t.Fatal("README has no ## Metrics section")
+		t.Fatal("docs/operations.md has no ## Metrics section")
 	}
 	documented := map[string]bool{}
 	for _, m := range regexp.MustCompile("(?m)^\\| `(coordd_[a-z_]+)`").FindAllStringSubmatch(section, -1) {
@@ -196,12 +197,12 @@ func TestCoorddMetrics(t *testing.T) {
 	}
 	for name := range f {
 		if strings.HasPrefix(name, "coordd_") && !strings.HasPrefix(name, "coordd_grpc_") && !documented[name] {
-			t.Errorf("%s is exported but not in the README's metrics table", name)
+			t.Errorf("%s is exported but not in the metrics table of docs/operations.md", name)
 		}
 	}
 	for name := range documented {
 		if _, ok := f[name]; !ok && !strings.HasPrefix(name, "coordd_grpc_") {
-			t.Errorf("%s is in the README's metrics table but not exported", name)
+			t.Errorf("%s is in the metrics table of docs/operations.md but not exported", name)
 		}
 	}
 }
