@@ -120,7 +120,7 @@ func publishLatency(addr string, tc *tls.Config, n int) ([]float64, error) {
 	out := make([]float64, 0, n)
 	for i := range n {
 		t0 := time.Now()
-		if _, err := c.Config().Put(ctx, "bench/auth", "k", fmt.Sprint(i), clientlib.PublishOptions{}); err != nil {
+		if _, err := c.ConfigCenter().Put(ctx, "bench/auth", "k", fmt.Sprint(i), clientlib.PublishOptions{}); err != nil {
 			return nil, err
 		}
 		out = append(out, float64(time.Since(t0).Microseconds()))

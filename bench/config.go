@@ -117,7 +117,7 @@ func newSDKFanout(addr, ns string, clients int) (*sdkFanout, error) {
 
 func (f *sdkFanout) subscribe(ctx context.Context, k int, seen func(string)) error {
 	for i := range k {
-		sub, err := f.clis[i%len(f.clis)].Config().Subscribe(ctx, []string{f.ns}, clientlib.WithoutStatusReports())
+		sub, err := f.clis[i%len(f.clis)].ConfigCenter().Subscribe(ctx, []string{f.ns}, clientlib.WithoutStatusReports())
 		if err != nil {
 			return err
 		}
@@ -136,7 +136,7 @@ func (f *sdkFanout) subscribe(ctx context.Context, k int, seen func(string)) err
 func (f *sdkFanout) subscribeAll(ctx context.Context, k int, seen func(i int, value string)) error {
 	subs := make([]*clientlib.Subscription, k)
 	err := all(k, func(i int) error {
-		sub, err := f.clis[i%len(f.clis)].Config().Subscribe(ctx, []string{f.ns}, clientlib.WithoutStatusReports())
+		sub, err := f.clis[i%len(f.clis)].ConfigCenter().Subscribe(ctx, []string{f.ns}, clientlib.WithoutStatusReports())
 		if err != nil {
 			return err
 		}
@@ -158,7 +158,7 @@ func (f *sdkFanout) subscribeAll(ctx context.Context, k int, seen func(i int, va
 }
 
 func (f *sdkFanout) publish(ctx context.Context, value string) error {
-	_, err := f.clis[0].Config().Put(ctx, f.ns, "k", value, clientlib.PublishOptions{})
+	_, err := f.clis[0].ConfigCenter().Put(ctx, f.ns, "k", value, clientlib.PublishOptions{})
 	return err
 }
 

@@ -29,7 +29,7 @@ func benchConfigSDK(bin, tmp string) error {
 		return err
 	}
 	defer func() { _ = writer.Close() }()
-	if _, err := writer.Config().Put(ctx, "bench/sdk", "k", "start", clientlib.PublishOptions{}); err != nil {
+	if _, err := writer.ConfigCenter().Put(ctx, "bench/sdk", "k", "start", clientlib.PublishOptions{}); err != nil {
 		return err
 	}
 
@@ -52,7 +52,7 @@ func benchConfigSDK(bin, tmp string) error {
 			return err
 		}
 		clis = append(clis, c)
-		sub, err := c.Config().Subscribe(ctx, []string{"bench/sdk"}, clientlib.WithStallTimeout(20*time.Second))
+		sub, err := c.ConfigCenter().Subscribe(ctx, []string{"bench/sdk"}, clientlib.WithStallTimeout(20*time.Second))
 		if err != nil {
 			return err
 		}
@@ -88,7 +88,7 @@ func benchConfigSDK(bin, tmp string) error {
 		want, t0 = v, time.Now()
 		mu.Unlock()
 		got.Store(0)
-		if _, err := writer.Config().Put(ctx, "bench/sdk", "k", v, clientlib.PublishOptions{}); err != nil {
+		if _, err := writer.ConfigCenter().Put(ctx, "bench/sdk", "k", v, clientlib.PublishOptions{}); err != nil {
 			return err
 		}
 		select {
@@ -140,7 +140,7 @@ func benchConfigSDK(bin, tmp string) error {
 	runtime.ReadMemStats(&s0)
 	var more []*clientlib.Subscription
 	for range n {
-		sub, err := shared.Config().Subscribe(ctx, []string{"bench/sdk"})
+		sub, err := shared.ConfigCenter().Subscribe(ctx, []string{"bench/sdk"})
 		if err != nil {
 			return err
 		}

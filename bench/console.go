@@ -75,7 +75,7 @@ func benchConsole(bin, tmp string) error {
 		for k := range keys {
 			ms = append(ms, clientlib.ConfigMutation{Key: fmt.Sprintf("key%02d", k), Value: fmt.Sprintf(`{"n":%d,"service":"svc-%d"}`, k, i)})
 		}
-		if _, err := c.Config().Publish(ctx, fmt.Sprintf("svc/%03d", i), ms, clientlib.PublishOptions{}); err != nil {
+		if _, err := c.ConfigCenter().Publish(ctx, fmt.Sprintf("svc/%03d", i), ms, clientlib.PublishOptions{}); err != nil {
 			return err
 		}
 	}

@@ -31,7 +31,7 @@ func benchGray(bin, tmp string) error {
 		return err
 	}
 	defer func() { _ = writer.Close() }()
-	if _, err := writer.Config().Put(ctx, ns, "k", "normal-0", clientlib.PublishOptions{}); err != nil {
+	if _, err := writer.ConfigCenter().Put(ctx, ns, "k", "normal-0", clientlib.PublishOptions{}); err != nil {
 		return err
 	}
 	var (
@@ -68,7 +68,7 @@ func benchGray(bin, tmp string) error {
 		for j := range perClient {
 			canary := (i*perClient+j)%2 == 0
 			lane := map[bool]string{true: "canary", false: "stable"}[canary]
-			s, err := c.Config().Subscribe(ctx, []string{ns}, clientlib.WithInstance(fmt.Sprintf("%s-%d-%d", lane, i, j), map[string]string{"lane": lane}),
+			s, err := c.ConfigCenter().Subscribe(ctx, []string{ns}, clientlib.WithInstance(fmt.Sprintf("%s-%d-%d", lane, i, j), map[string]string{"lane": lane}),
 				clientlib.WithoutStatusReports())
 			if err != nil {
 				return err
@@ -114,7 +114,7 @@ func benchGray(bin, tmp string) error {
 	for r := 1; r <= rounds; r++ {
 		normal := fmt.Sprintf("normal-%d", r-1)
 		l, err := measure(fmt.Sprintf("gray-%d", r), len(subs)/2, func() error {
-			_, err := writer.Config().CreateGray(ctx, ns, lane, []clientlib.ConfigMutation{{Key: "k", Value: fmt.Sprintf("gray-%d", r)}}, clientlib.GrayOptions{})
+			_, err := writer.ConfigCenter().CreateGray(ctx, ns, lane, []clientlib.ConfigMutation{{Key: "k", Value: fmt.Sprintf("gray-%d", r)}}, clientlib.GrayOptions{})
 			return err
 		})
 		if err != nil {
@@ -122,14 +122,14 @@ func benchGray(bin, tmp string) error {
 		}
 		create = append(create, l...)
 		if l, err = measure(normal, len(subs)/2, func() error {
-			_, err := writer.Config().AbandonGray(ctx, ns, clientlib.GrayOptions{})
+			_, err := writer.ConfigCenter().AbandonGray(ctx, ns, clientlib.GrayOptions{})
 			return err
 		}); err != nil {
 			return err
 		}
 		abandon = append(abandon, l...)
 		if l, err = measure(fmt.Sprintf("normal-%d", r), len(subs), func() error {
-			_, err := writer.Config().Put(ctx, ns, "k", fmt.Sprintf("normal-%d", r), clientlib.PublishOptions{})
+			_, err := writer.ConfigCenter().Put(ctx, ns, "k", fmt.Sprintf("normal-%d", r), clientlib.PublishOptions{})
 			return err
 		}); err != nil {
 			return err

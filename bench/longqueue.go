@@ -129,7 +129,7 @@ func benchLongQueue(bin, tmp string) error {
 			default:
 			}
 			t0 := time.Now()
-			if _, err := cs[1].Config().Put(ctx, "bench/unrelated", "k", strconv.Itoa(i), clientlib.PublishOptions{}); err != nil {
+			if _, err := cs[1].ConfigCenter().Put(ctx, "bench/unrelated", "k", strconv.Itoa(i), clientlib.PublishOptions{}); err != nil {
 				return
 			}
 			putLat = append(putLat, time.Since(t0))

@@ -193,7 +193,7 @@ func soak(d *daemon) ([]soakWindow, error) {
 			return nil, err
 		}
 		clients = append(clients, sc)
-		sub, err := sc.Config().Subscribe(ctx, []string{"soak/config"})
+		sub, err := sc.ConfigCenter().Subscribe(ctx, []string{"soak/config"})
 		if err != nil {
 			return nil, err
 		}
@@ -203,7 +203,7 @@ func soak(d *daemon) ([]soakWindow, error) {
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for n := 0; ctx.Err() == nil; n++ {
-			_, err := c.Config().Publish(ctx, "soak/config", []clientlib.ConfigMutation{{Key: "n", Value: strconv.Itoa(n)}}, clientlib.PublishOptions{})
+			_, err := c.ConfigCenter().Publish(ctx, "soak/config", []clientlib.ConfigMutation{{Key: "n", Value: strconv.Itoa(n)}}, clientlib.PublishOptions{})
 			fail(err)
 			select {
 			case <-ctx.Done():

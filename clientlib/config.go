@@ -8,7 +8,7 @@ import (
 )
 
 // ConfigCenter reads, writes and follows the config center: namespaces of
-// keys, published as numbered releases. It is obtained from Client.Config,
+// keys, published as numbered releases. It is obtained from Client.ConfigCenter,
 // shares the Client's connection, and is safe for concurrent use.
 //
 // Writes (Put, Delete, Publish, Rollback) each make one release, atomically;
@@ -17,8 +17,8 @@ import (
 // (Releases tells).
 type ConfigCenter struct{ c *Client }
 
-// Config returns the config center's calls.
-func (c *Client) Config() *ConfigCenter { return &ConfigCenter{c: c} }
+// ConfigCenter returns the config center's calls.
+func (c *Client) ConfigCenter() *ConfigCenter { return &ConfigCenter{c: c} }
 
 // ConfigRelease is one published change of a namespace.
 type ConfigRelease struct {

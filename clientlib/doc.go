@@ -48,7 +48,7 @@
 // server's reason: errors.Is(err, clientlib.ErrSessionNotFound).
 //
 // The Client's own methods are what programs use: sessions, locks,
-// elections. [Client.Config] holds the config center's calls, and
+// elections. [Client.ConfigCenter] holds the config center's calls, and
 // [Client.Admin] the raw calls by session id, token and term that tools
 // such as coordctl need; they keep nothing alive.
 //
@@ -58,7 +58,7 @@
 // SDK renews it in the background (every TTL/3, jittered) and tells the
 // program, through Done, Context and Err, when it can no longer be sure
 // the session is alive. A [Lock] ([Session.Lock], [Session.TryLock],
-// [WithLock]) is held by a session and carries a fencing token (package
+// [RunLocked]) is held by a session and carries a fencing token (package
 // fencing); its Context ends when the lock is released or lost, no later
 // than the session's local deadline.
 //
@@ -66,7 +66,7 @@
 //	if err != nil { ... }
 //	defer s.Close(context.Background())
 //
-//	err = clientlib.WithLock(ctx, s, "reports/daily", func(ctx context.Context, l *clientlib.Lock) error {
+//	err = clientlib.RunLocked(ctx, s, "reports/daily", func(ctx context.Context, l *clientlib.Lock) error {
 //		return db.Write(ctx, row, l.Token()) // stop when ctx ends; the resource checks the token
 //	})
 //
@@ -157,7 +157,7 @@
 // Writes go through [ConfigCenter.Publish], [ConfigCenter.Put] and
 // [ConfigCenter.Rollback].
 //
-//	sub, err := c.Config().Subscribe(ctx, []string{"payments/prod"},
+//	sub, err := c.ConfigCenter().Subscribe(ctx, []string{"payments/prod"},
 //		clientlib.WithCacheFile("/var/lib/myapp/config.json")) // start even while coordd is down
 //	if err != nil { ... }
 //	defer sub.Close()

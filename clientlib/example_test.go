@@ -78,9 +78,9 @@ func ExampleSession_Lock() {
 	// after release: true
 }
 
-// WithLock for the common case: the lock is released when fn returns. The
+// RunLocked for the common case: the lock is released when fn returns. The
 // resource checks the token with a fencing.Guard.
-func ExampleWithLock() {
+func ExampleRunLocked() {
 	ctx := context.Background()
 	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints})
 	if err != nil {
@@ -94,7 +94,7 @@ func ExampleWithLock() {
 	defer func() { _ = s.Close(context.Background()) }()
 
 	var guard fencing.Guard // normally inside the service that owns the resource
-	err = clientlib.WithLock(ctx, s, "inventory/rebalance", func(ctx context.Context, l *clientlib.Lock) error {
+	err = clientlib.RunLocked(ctx, s, "inventory/rebalance", func(ctx context.Context, l *clientlib.Lock) error {
 		return guard.Do("inventory", l.Token(), func() error {
 			fmt.Println("rebalancing") // ... write to the resource; stop when ctx is done ...
 			return ctx.Err()
@@ -160,7 +160,7 @@ func ExampleConfigCenter_Subscribe() {
 	}
 	defer func() { _ = c.Close() }()
 
-	rel, err := c.Config().Publish(ctx, "payments/prod", []clientlib.ConfigMutation{
+	rel, err := c.ConfigCenter().Publish(ctx, "payments/prod", []clientlib.ConfigMutation{
 		{Key: "timeout", Value: `"2s"`},
 		{Key: "retries", Value: "5"},
 	}, clientlib.PublishOptions{Author: "alice", Message: "faster retries"})
@@ -168,7 +168,7 @@ func ExampleConfigCenter_Subscribe() {
 		log.Fatal(err)
 	}
 
-	sub, err := c.Config().Subscribe(ctx, []string{"payments/prod"}, clientlib.WithoutStatusReports())
+	sub, err := c.ConfigCenter().Subscribe(ctx, []string{"payments/prod"}, clientlib.WithoutStatusReports())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -30,7 +30,7 @@ type lockOptions struct {
 // together, a write grant (any acquisition without Shared) alone. The queue
 // is FIFO across modes: a reader waits for the writers queued before it,
 // and a queued writer keeps later readers out. Only for mutexes (no
-// WithLimit). RLock and WithRLock use it.
+// WithLimit). RLock and RunReadLocked use it.
 func Shared() LockOption { return func(o *lockOptions) { o.read = true } }
 
 // WithLimit makes the lock a semaphore that n sessions may hold at once.
@@ -185,11 +185,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// WithLock runs fn while holding the named lock and releases it after, also
+// RunLocked runs fn while holding the named lock and releases it after, also
 // when fn fails or panics. fn's context ends when the lock is lost; fn must
 // stop then, and pass the lock's Token to every access of the protected
 // resource (or write through the lock's fenced Put and Delete).
-func WithLock(ctx context.Context, s *Session, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) (err error) {
+func RunLocked(ctx context.Context, s *Session, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) (err error) {
 	l, err := s.Lock(ctx, name, opts...)
 	if err != nil {
 		return err
@@ -210,10 +210,10 @@ func WithLock(ctx context.Context, s *Session, name string, fn func(ctx context.
 	return fn(fctx, l)
 }
 
-// WithRLock runs fn while holding a read grant of the named read/write
-// lock, as WithLock does with a write grant.
-func WithRLock(ctx context.Context, s *Session, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
-	return WithLock(ctx, s, name, fn, append(opts, Shared())...)
+// RunReadLocked runs fn while holding a read grant of the named read/write
+// lock, as RunLocked does with a write grant.
+func RunReadLocked(ctx context.Context, s *Session, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	return RunLocked(ctx, s, name, fn, append(opts, Shared())...)
 }
 
 // acquire sends one Acquire (wait) or TryAcquire call.

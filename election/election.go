@@ -401,13 +401,6 @@ func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token,
 	}
 }
 
-// Hint names a campaign by its session and request id, which saves a
-// read (see Resign).
-type Hint struct {
-	Session   session.ID
-	RequestID string
-}
-
 // Resign ends term's leadership; the next candidate leads at the same
 // revision. It fails with ErrNotLeader unless term leads the election (so
 // a retried Resign never removes a newer leader). With a hint naming a
@@ -416,7 +409,7 @@ type Hint struct {
 // create revision and that no candidate key is older; without one, the
 // campaign is read first, and a hint naming only a session must name the
 // term's session or the resignation fails with ErrNotLeader.
-func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, hint Hint) error {
+func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, hint session.Hint) error {
 	if err := validateTerm(name, term); err != nil {
 		return err
 	}

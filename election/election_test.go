@@ -129,8 +129,8 @@ func TestCampaignProclaimResign(t *testing.T) {
 	// A waiting candidate cannot resign, with or without naming its
 	// campaign (one transaction then compares that nobody is ahead), and
 	// the leader's term with another campaign's name resigns nothing.
-	waiting := election.Hint{Session: cands[0].Session, RequestID: cands[0].RequestID}
-	for _, h := range []election.Hint{{}, waiting} {
+	waiting := session.Hint{Session: cands[0].Session, RequestID: cands[0].RequestID}
+	for _, h := range []session.Hint{{}, waiting} {
 		if err := e.m.Resign(ctx, "jobs", cands[0].Term, h); !errors.Is(err, election.ErrNotLeader) {
 			t.Fatalf("Resign by a waiting candidate (hint %+v) = %v, want ErrNotLeader", h, err)
 		}
@@ -138,7 +138,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 	if err := e.m.Resign(ctx, "jobs", a.Term, waiting); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Resign of the leader's term naming another campaign = %v, want ErrNotLeader", err)
 	}
-	if err := e.m.Resign(ctx, "jobs", a.Term, election.Hint{Session: cands[0].Session}); !errors.Is(err, election.ErrNotLeader) {
+	if err := e.m.Resign(ctx, "jobs", a.Term, session.Hint{Session: cands[0].Session}); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Resign of the leader's term naming another session and no request id = %v, want ErrNotLeader", err)
 	}
 	if c, _, err := e.m.Candidates(ctx, "jobs"); err != nil || len(c) != 2 {
@@ -148,7 +148,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 		t.Fatalf("ValidateFence of the leader: %v", err)
 	}
 
-	if err := e.m.Resign(ctx, "jobs", a.Term, election.Hint{Session: a.Session, RequestID: a.RequestID}); err != nil {
+	if err := e.m.Resign(ctx, "jobs", a.Term, session.Hint{Session: a.Session, RequestID: a.RequestID}); err != nil {
 		t.Fatalf("Resign: %v", err)
 	}
 	b := <-bc
@@ -156,7 +156,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 		t.Fatalf("next Campaign = %+v, %v", b.l, b.err)
 	}
 	// The old term can do nothing any more.
-	if err := e.m.Resign(ctx, "jobs", a.Term, election.Hint{}); !errors.Is(err, election.ErrNotLeader) {
+	if err := e.m.Resign(ctx, "jobs", a.Term, session.Hint{}); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("second Resign = %v, want ErrNotLeader", err)
 	}
 	if _, err := e.m.Proclaim(ctx, "jobs", a.Term, "late"); !errors.Is(err, election.ErrNotLeader) {
@@ -278,7 +278,7 @@ func TestAStaleCampaignNeverTakesOverALaterCandidacy(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stale attempt still runs: it took the later campaign's candidacy over")
 	}
-	if err := e.m.Resign(ctx, "x", leader.Term, election.Hint{}); err != nil {
+	if err := e.m.Resign(ctx, "x", leader.Term, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -512,7 +512,7 @@ func TestObserveStorm(t *testing.T) {
 				}
 				if rng.IntN(2) == 0 {
 					resigned[r.l.Term] = true
-					if err := e.m.Resign(ctx, name, r.l.Term, election.Hint{}); err != nil {
+					if err := e.m.Resign(ctx, name, r.l.Term, session.Hint{}); err != nil {
 						t.Fatalf("Resign: %v", err)
 					}
 				} else {
@@ -535,7 +535,7 @@ func TestObserveStorm(t *testing.T) {
 		wait.For(t, "the observer to show the marker "+tag, func() bool { return rec.caughtUp(state{term: l.Term, value: tag}) })
 		return func() {
 			resigned[l.Term] = true
-			if err := e.m.Resign(ctx, name, l.Term, election.Hint{}); err != nil {
+			if err := e.m.Resign(ctx, name, l.Term, session.Hint{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -634,7 +634,7 @@ func TestObserveFromOneReplaysHistory(t *testing.T) {
 	if _, err := e.m.Proclaim(ctx, "replay", first.Term, "a2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Resign(ctx, "replay", first.Term, election.Hint{}); err != nil {
+	if err := e.m.Resign(ctx, "replay", first.Term, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	end := e.rev(t)

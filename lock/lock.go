@@ -197,12 +197,6 @@ func (m *Manager) EntryKey(name string, sess session.ID, requestID string) (stri
 	return m.waiterKey(name, sess, requestID), nil
 }
 
-// Hint names a grant's session and request id (see Release).
-type Hint struct {
-	Session   session.ID
-	RequestID string
-}
-
 // Release gives up the grant that token names. It returns ErrNotHolder if
 // that grant no longer exists (released, or its session ended): a late or
 // retried release never removes a newer holder.
@@ -212,7 +206,7 @@ type Hint struct {
 // the release remove the grant only if it belongs to that session. A
 // wrong hint only makes the release fail with ErrNotHolder: it never
 // removes another session's grant.
-func (m *Manager) Release(ctx context.Context, name string, token fencing.Token, hint Hint) error {
+func (m *Manager) Release(ctx context.Context, name string, token fencing.Token, hint session.Hint) error {
 	if err := validateName(name); err != nil {
 		return err
 	}

@@ -110,7 +110,7 @@ func TestAcquireDescribeRelease(t *testing.T) {
 	if err := e.m.ValidateFence(ctx, "jobs/nightly", g.Token); err != nil {
 		t.Fatalf("ValidateFence of the holder: %v", err)
 	}
-	if err := e.m.Release(ctx, "jobs/nightly", g.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "jobs/nightly", g.Token, session.Hint{}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	if n := e.keys(t); n != 0 {
@@ -160,9 +160,9 @@ func TestMutualExclusionUnderContention(t *testing.T) {
 				}
 				inside.Add(-1)
 				// Half the releases name the grant by hint, half by token alone.
-				hint := lock.Hint{}
+				hint := session.Hint{}
 				if r%2 == 0 {
-					hint = lock.Hint{Session: s, RequestID: g.RequestID}
+					hint = session.Hint{Session: s, RequestID: g.RequestID}
 				}
 				if err := e.m.Release(t.Context(), "counter", g.Token, hint); err != nil {
 					t.Errorf("client %d: Release: %v", c, err)
@@ -207,7 +207,7 @@ func TestWaitersAreGrantedInOrder(t *testing.T) {
 				return
 			}
 			order <- i
-			if err := e.m.Release(ctx, "fifo", g.Token, lock.Hint{}); err != nil {
+			if err := e.m.Release(ctx, "fifo", g.Token, session.Hint{}); err != nil {
 				t.Errorf("waiter %d release: %v", i, err)
 			}
 		}()
@@ -217,7 +217,7 @@ func TestWaitersAreGrantedInOrder(t *testing.T) {
 			return err == nil && len(d.Waiters) == i+1
 		})
 	}
-	if err := e.m.Release(ctx, "fifo", holder.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "fifo", holder.Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
@@ -313,7 +313,7 @@ func TestLateReleaseNeverRemovesNewerHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Release(ctx, "l", first.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "l", first.Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	// The same session takes the lock again, then the first release is retried.
@@ -324,26 +324,26 @@ func TestLateReleaseNeverRemovesNewerHolder(t *testing.T) {
 	if second.Token <= first.Token {
 		t.Fatalf("second grant token %d not above first %d", second.Token, first.Token)
 	}
-	if err := e.m.Release(ctx, "l", first.Token, lock.Hint{}); !errors.Is(err, lock.ErrNotHolder) {
+	if err := e.m.Release(ctx, "l", first.Token, session.Hint{}); !errors.Is(err, lock.ErrNotHolder) {
 		t.Fatalf("late release = %v, want ErrNotHolder", err)
 	}
-	if err := e.m.Release(ctx, "l", first.Token, lock.Hint{Session: s, RequestID: first.RequestID}); !errors.Is(err, lock.ErrNotHolder) {
+	if err := e.m.Release(ctx, "l", first.Token, session.Hint{Session: s, RequestID: first.RequestID}); !errors.Is(err, lock.ErrNotHolder) {
 		t.Fatalf("late release by hint = %v, want ErrNotHolder", err)
 	}
 	// A hint naming the newer grant with the old token removes nothing either.
-	if err := e.m.Release(ctx, "l", first.Token, lock.Hint{Session: s, RequestID: second.RequestID}); !errors.Is(err, lock.ErrNotHolder) {
+	if err := e.m.Release(ctx, "l", first.Token, session.Hint{Session: s, RequestID: second.RequestID}); !errors.Is(err, lock.ErrNotHolder) {
 		t.Fatalf("release with a mismatched hint = %v, want ErrNotHolder", err)
 	}
 	// A hint naming another session and no request id removes nothing:
 	// the grant must belong to the session named.
 	other := e.session(t, 60)
-	if err := e.m.Release(ctx, "l", second.Token, lock.Hint{Session: other}); !errors.Is(err, lock.ErrNotHolder) {
+	if err := e.m.Release(ctx, "l", second.Token, session.Hint{Session: other}); !errors.Is(err, lock.ErrNotHolder) {
 		t.Fatalf("release naming another session = %v, want ErrNotHolder", err)
 	}
 	if err := e.m.ValidateFence(ctx, "l", second.Token); err != nil {
 		t.Fatalf("newer holder lost the lock to a late release: %v", err)
 	}
-	if err := e.m.Release(ctx, "l", second.Token, lock.Hint{Session: s}); err != nil {
+	if err := e.m.Release(ctx, "l", second.Token, session.Hint{Session: s}); err != nil {
 		t.Fatalf("release naming the grant's own session and no request id: %v", err)
 	}
 }
@@ -447,7 +447,7 @@ func TestSemaphore(t *testing.T) {
 		d, err := e.m.Describe(ctx, "pool")
 		return err == nil && len(d.Waiters) == 1
 	})
-	if err := e.m.Release(ctx, "pool", grants[1].Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "pool", grants[1].Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	if g := <-done; g.Token <= grants[2].Token {
@@ -488,7 +488,7 @@ func TestFencedWrites(t *testing.T) {
 	if _, err := e.m.FencedPut(ctx, e.m, "db", waiterToken, "config/primary", "node-2"); !errors.Is(err, lock.ErrStaleToken) {
 		t.Fatalf("FencedPut by a waiter = %v, want ErrStaleToken", err)
 	}
-	if err := e.m.Release(ctx, "db", holder.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "db", holder.Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	next := <-waiting
@@ -566,7 +566,7 @@ func TestBadInput(t *testing.T) {
 	if _, err := e.m.Acquire(ctx, lock.Request{Name: "ok", Session: s, Metadata: string(make([]byte, lock.MaxMetadataBytes+1))}); !errors.Is(err, lock.ErrTooLarge) {
 		t.Errorf("oversized metadata = %v, want ErrTooLarge", err)
 	}
-	if err := e.m.Release(ctx, "ok", 0, lock.Hint{}); !errors.Is(err, lock.ErrInvalid) {
+	if err := e.m.Release(ctx, "ok", 0, session.Hint{}); !errors.Is(err, lock.ErrInvalid) {
 		t.Errorf("Release token 0 = %v, want ErrInvalid", err)
 	}
 	if _, err := e.m.FencedPut(ctx, e.m, "ok", 5, "", "v"); !errors.Is(err, lock.ErrInvalid) {
@@ -668,7 +668,7 @@ func TestLockDelaySkippedOnRelease(t *testing.T) {
 		d, err := e.m.Describe(ctx, "l")
 		return err == nil && len(d.Waiters) == 1
 	})
-	if err := e.m.Release(ctx, "l", old.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "l", old.Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -706,7 +706,7 @@ func TestDescribeSince(t *testing.T) {
 		return err == nil && len(d.Waiters) == 1 && d.Waiters[0].Since.IsZero()
 	})
 	released := time.Now()
-	if err := e.m.Release(ctx, "l", first.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "l", first.Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -864,7 +864,7 @@ func TestRetryTakesOverTheEntry(t *testing.T) {
 	if n := e.keys(t); n != 2 {
 		t.Fatalf("%d waiter keys after the first call gave up, want the holder's and the retry's", n)
 	}
-	if err := e.m.Release(ctx, "l", holder.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "l", holder.Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -920,7 +920,7 @@ func (e env) waiterToken(t *testing.T, name, what string) int64 {
 // releaseAndExpect releases holder and expects the grant on ch, with token.
 func (e env) releaseAndExpect(t *testing.T, holder lock.Grant, ch <-chan lock.Grant, token int64, what string) {
 	t.Helper()
-	if err := e.m.Release(t.Context(), holder.Name, holder.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(t.Context(), holder.Name, holder.Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -1064,7 +1064,7 @@ func TestLockDelayWithNobodyWaiting(t *testing.T) {
 	if err != nil || len(d.Holders) != 1 {
 		t.Fatalf("Describe = %+v, %v", d, err)
 	}
-	if err := e.m.Release(ctx, "l", d.Holders[0].Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "l", d.Holders[0].Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "l", Session: next, RequestID: "again"}); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordd/coordd/internal/wait"
 	"github.com/coordd/coordd/lock"
+	"github.com/coordd/coordd/session"
 )
 
 // Readers share a lock, a writer holds it alone, and the queue is FIFO
@@ -80,11 +81,11 @@ func TestReadersShareWritersWaitInOrder(t *testing.T) {
 		default:
 		}
 	}
-	if err := e.m.Release(ctx, "rw", r1.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "rw", r1.Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	notYet(1, 2, "one of two readers released")
-	if err := e.m.Release(ctx, "rw", r2.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "rw", r2.Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	rw := <-w
@@ -96,7 +97,7 @@ func TestReadersShareWritersWaitInOrder(t *testing.T) {
 	}
 	w = make(chan result, 1) // its grant is in: nothing more may come
 	notYet(1, 1, "the writer holds")
-	if err := e.m.Release(ctx, "rw", rw.g.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "rw", rw.g.Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-r3; r.err != nil || !r.g.Read || r.g.Token <= rw.g.Token {
@@ -164,7 +165,7 @@ func TestNoWriterOverlapsAnyHolder(t *testing.T) {
 					writers--
 				}
 				mu.Unlock()
-				if err := e.m.Release(context.WithoutCancel(t.Context()), "rw", g.Token, lock.Hint{}); err != nil {
+				if err := e.m.Release(context.WithoutCancel(t.Context()), "rw", g.Token, session.Hint{}); err != nil {
 					t.Errorf("client %d: release: %v", c, err)
 					return
 				}
@@ -205,7 +206,7 @@ func TestWriterSitsOutTheLockDelayOfAnyReaderAhead(t *testing.T) {
 		d, err := e.m.Describe(ctx, "rw")
 		return err == nil && len(d.Holders) == 1 && len(d.Waiters) == 1
 	})
-	if err := e.m.Release(ctx, "rw", r1.Token, lock.Hint{}); err != nil {
+	if err := e.m.Release(ctx, "rw", r1.Token, session.Hint{}); err != nil {
 		t.Fatal(err)
 	}
 	if g := <-w; g.DelayWaited <= 0 {

@@ -48,6 +48,16 @@ type ID int64
 // String returns the id as 16 lower-case hexadecimal digits.
 func (id ID) String() string { return fmt.Sprintf("%016x", uint64(id)) }
 
+// Hint names an entry a session made under a lock or election name (an
+// acquisition, a campaign) by the session and the request id that made it.
+// A release or resignation given one goes straight to the entry's key
+// instead of reading the queue to find it; a wrong hint only makes it fail
+// (see lock.Manager.Release and election.Manager.Resign).
+type Hint struct {
+	Session   ID
+	RequestID string
+}
+
 // ParseID parses an id written as 1 to 16 hexadecimal digits. It returns an
 // error wrapping ErrInvalid for anything else, including zero.
 func ParseID(s string) (ID, error) {

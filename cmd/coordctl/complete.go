@@ -32,7 +32,7 @@ func electionNames(ctx context.Context, c *clientlib.Client, prefix string) ([]s
 }
 
 func namespaceNames(ctx context.Context, c *clientlib.Client, prefix string) ([]string, error) {
-	return c.Config().Namespaces(ctx, prefix)
+	return c.ConfigCenter().Namespaces(ctx, prefix)
 }
 
 // listCommand lists the names list returns for an optional prefix, one a

@@ -143,7 +143,7 @@ func (a *app) configGetCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				v, mod, err := c.Config().Get(ctx, args[0], args[1], revision)
+				v, mod, err := c.ConfigCenter().Get(ctx, args[0], args[1], revision)
 				if err != nil {
 					return err
 				}
@@ -171,7 +171,7 @@ func (a *app) configPutCommand() *cobra.Command {
 				value = string(data)
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				r, err := c.Config().Put(ctx, args[0], args[1], value, rf.options())
+				r, err := c.ConfigCenter().Put(ctx, args[0], args[1], value, rf.options())
 				if err != nil {
 					return err
 				}
@@ -191,7 +191,7 @@ func (a *app) configDeleteCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				r, err := c.Config().Delete(ctx, args[0], args[1], rf.options())
+				r, err := c.ConfigCenter().Delete(ctx, args[0], args[1], rf.options())
 				if err != nil {
 					return err
 				}
@@ -230,7 +230,7 @@ With --raw, string members are stored without their quotes.`,
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
 				o := rf.options()
 				o.DryRun = dryRun
-				r, err := c.Config().Publish(ctx, args[0], ms, o)
+				r, err := c.ConfigCenter().Publish(ctx, args[0], ms, o)
 				if err != nil {
 					return err
 				}
@@ -253,7 +253,7 @@ func (a *app) configSnapshotCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				s, err := c.Config().Snapshot(ctx, args[0], revision)
+				s, err := c.ConfigCenter().Snapshot(ctx, args[0], revision)
 				if err != nil {
 					return err
 				}
@@ -305,7 +305,7 @@ func (a *app) configWatchCommand() *cobra.Command {
 			}
 			n := 0
 			stop := errors.New("enough")
-			err = c.Config().WatchAs(ctx, args, from, instance, lm, func(ev clientlib.ConfigWatchEvent) error {
+			err = c.ConfigCenter().WatchAs(ctx, args, from, instance, lm, func(ev clientlib.ConfigWatchEvent) error {
 				if ev.Type == "BOOKMARK" && !bookmarks {
 					return nil
 				}
@@ -364,15 +364,15 @@ func (a *app) configSchemaCommand() *cobra.Command {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
 				switch {
 				case remove:
-					return c.Config().SetSchema(ctx, args[0], "")
+					return c.ConfigCenter().SetSchema(ctx, args[0], "")
 				case setFile != "":
 					data, err := a.readInput(setFile)
 					if err != nil {
 						return err
 					}
-					return c.Config().SetSchema(ctx, args[0], string(data))
+					return c.ConfigCenter().SetSchema(ctx, args[0], string(data))
 				}
-				s, err := c.Config().Schema(ctx, args[0])
+				s, err := c.ConfigCenter().Schema(ctx, args[0])
 				if err != nil {
 					return err
 				}

@@ -220,7 +220,7 @@ One runs per namespace at a time.`,
 				return usagef("say what it changes: --set, --delete or -f")
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				g, err := c.Config().CreateGray(ctx, args[0], *sel, ms, create.options())
+				g, err := c.ConfigCenter().CreateGray(ctx, args[0], *sel, ms, create.options())
 				if err != nil {
 					return err
 				}
@@ -248,7 +248,7 @@ One runs per namespace at a time.`,
 				return usagef("give a new selector (--instance, --label, --percent) or new overrides (--set, --delete, -f)")
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				g, err := c.Config().UpdateGray(ctx, args[0], sel, ms, update.options())
+				g, err := c.ConfigCenter().UpdateGray(ctx, args[0], sel, ms, update.options())
 				if err != nil {
 					return err
 				}
@@ -265,7 +265,7 @@ One runs per namespace at a time.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				g, _, err := c.Config().PromoteGray(ctx, args[0], promote.options())
+				g, _, err := c.ConfigCenter().PromoteGray(ctx, args[0], promote.options())
 				if err != nil {
 					return err
 				}
@@ -281,7 +281,7 @@ One runs per namespace at a time.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				g, err := c.Config().AbandonGray(ctx, args[0], abandon.options())
+				g, err := c.ConfigCenter().AbandonGray(ctx, args[0], abandon.options())
 				if err != nil {
 					return err
 				}
@@ -297,7 +297,7 @@ One runs per namespace at a time.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				g, err := c.Config().Gray(ctx, args[0])
+				g, err := c.ConfigCenter().Gray(ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -313,7 +313,7 @@ One runs per namespace at a time.`,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				gs, err := c.Config().GrayReleases(ctx, args[0], 0, limit)
+				gs, err := c.ConfigCenter().GrayReleases(ctx, args[0], 0, limit)
 				if err != nil {
 					return err
 				}

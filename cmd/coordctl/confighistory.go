@@ -19,7 +19,7 @@ func (a *app) configHistoryCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				rels, err := c.Config().Releases(ctx, args[0], 0, limit)
+				rels, err := c.ConfigCenter().Releases(ctx, args[0], 0, limit)
 				if err != nil {
 					return err
 				}
@@ -51,7 +51,7 @@ func (a *app) configDiffCommand() *cobra.Command {
 				return err
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				changes, err := c.Config().DiffGray(ctx, args[0], from, fromGray, to, toGray)
+				changes, err := c.ConfigCenter().DiffGray(ctx, args[0], from, fromGray, to, toGray)
 				if err != nil {
 					return err
 				}
@@ -77,7 +77,7 @@ func (a *app) configRollbackCommand() *cobra.Command {
 				return usagef("RELEASE is a release number")
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				r, err := c.Config().Rollback(ctx, args[0], to, rf.options())
+				r, err := c.ConfigCenter().Rollback(ctx, args[0], to, rf.options())
 				if err != nil {
 					return err
 				}
@@ -96,7 +96,7 @@ func (a *app) configStatusCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				st, err := c.Config().AppliedStatus(ctx, args[0])
+				st, err := c.ConfigCenter().AppliedStatus(ctx, args[0])
 				if err != nil {
 					return err
 				}

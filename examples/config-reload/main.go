@@ -81,7 +81,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, namespace, cach
 	if cacheFile != "" {
 		opts = append(opts, clientlib.WithCacheFile(cacheFile))
 	}
-	sub, err := c.Config().Subscribe(ctx, []string{namespace}, opts...)
+	sub, err := c.ConfigCenter().Subscribe(ctx, []string{namespace}, opts...)
 	if err != nil {
 		return err
 	}

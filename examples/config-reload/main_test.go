@@ -52,16 +52,16 @@ func TestConfigReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	if _, err := c.Config().Publish(ctx, "demo/app", []clientlib.ConfigMutation{{Key: "greeting", Value: `"hi"`}, {Key: "workers", Value: "8"}}, clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Publish(ctx, "demo/app", []clientlib.ConfigMutation{{Key: "greeting", Value: `"hi"`}, {Key: "workers", Value: "8"}}, clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, "the change", func() bool { return strings.Contains(out.String(), `changed: greeting="hi" workers=8`) })
-	if _, err := c.Config().Put(ctx, "demo/app", "workers", "0", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Put(ctx, "demo/app", "workers", "0", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, "the rejection", func() bool { return strings.Contains(out.String(), "rejected:") })
 	wait.For(t, "the server to see the rejection", func() bool {
-		st, err := c.Config().AppliedStatus(ctx, "demo/app")
+		st, err := c.ConfigCenter().AppliedStatus(ctx, "demo/app")
 		return err == nil && st.Rejected[2] == 1 && st.Applied[1] == 1
 	})
 	cancel()

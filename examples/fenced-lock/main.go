@@ -198,7 +198,7 @@ func runWorker(ctx context.Context, out io.Writer, cfg workerConfig) error {
 		if err != nil {
 			return err
 		}
-		err = clientlib.WithLock(ctx, sess, "examples/counter", func(lctx context.Context, l *clientlib.Lock) error {
+		err = clientlib.RunLocked(ctx, sess, "examples/counter", func(lctx context.Context, l *clientlib.Lock) error {
 			token := l.Token()
 			v, err := readCounter(lctx, cfg.store, token)
 			if errors.Is(err, errStale) {

@@ -85,13 +85,13 @@ func (s *ElectionServer) Proclaim(ctx context.Context, req *coorddv1.ProclaimReq
 
 // Resign implements ElectionService.
 func (s *ElectionServer) Resign(ctx context.Context, req *coorddv1.ResignRequest) (*coorddv1.ResignResponse, error) {
-	var hint election.Hint
+	var hint session.Hint
 	if req.GetSessionId() != "" {
 		id, err := session.ParseID(req.GetSessionId())
 		if err != nil {
 			return nil, err
 		}
-		hint = election.Hint{Session: id, RequestID: req.GetRequestId()}
+		hint = session.Hint{Session: id, RequestID: req.GetRequestId()}
 		if stream := req.GetKeepaliveStream(); stream != 0 && hint.RequestID != "" {
 			s.Streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: req.GetName(), Token: req.GetTerm(), RequestId: hint.RequestID})
 		}

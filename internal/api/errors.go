@@ -20,10 +20,10 @@ import (
 // the daemon is shutting down. Clients retry on another member.
 var ErrStopping = kind.Unavailable.New("coordd: daemon is stopping; retry on another member")
 
-// ErrNoLeader is returned to callers whose call is ended because this
+// ErrNoQuorum is returned to callers whose call is ended because this
 // member's etcd has had no leader for too long (it is cut off from its
 // peers). Clients retry on another member.
-var ErrNoLeader = kind.Unavailable.New("coordd: this member's etcd has no leader (no quorum); retry on another member")
+var ErrNoQuorum = kind.Unavailable.New("coordd: this member's etcd has no leader (no quorum); retry on another member")
 
 // ErrLeaderChanged is returned to callers whose request to etcd was in
 // flight when this member's etcd leader changed: a request forwarded to a

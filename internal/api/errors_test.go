@@ -169,7 +169,7 @@ func TestDomainSentinelsMapToTheirReason(t *testing.T) {
 		{configcenter.ErrBehind, "UNAVAILABLE"},
 		{configcenter.ErrStopped, "UNAVAILABLE"},
 		{ErrStopping, "UNAVAILABLE"},
-		{ErrNoLeader, "UNAVAILABLE"},
+		{ErrNoQuorum, "UNAVAILABLE"},
 		{ErrLeaderChanged, "UNAVAILABLE"},
 		{invalid("page_size must be 1 to 100"), "INVALID_ARGUMENT"},
 	}

@@ -80,7 +80,7 @@ func errInternal() *status.Status {
 	return NewStatus(codes.Internal, coorddv1.ErrorReason_ERROR_REASON_INTERNAL, "internal error; the daemon logged the details")
 }
 
-// UnaryRequireLeader ends a call with ErrNoLeader when lost() is (or
+// UnaryRequireLeader ends a call with ErrNoQuorum when lost() is (or
 // becomes) done: the member lost its etcd leader, and waiting on it would
 // hang. Place it inside UnaryErrors so the error gets its status.
 func UnaryRequireLeader(lost func() context.Context) grpc.UnaryServerInterceptor {
@@ -117,18 +117,18 @@ func StreamRequireLeader(lost func() context.Context) grpc.StreamServerIntercept
 }
 
 // requireLeader derives a context that ends when lost does, and returns a
-// func that turns the call's error into ErrNoLeader if that is why it ended
+// func that turns the call's error into ErrNoQuorum if that is why it ended
 // (and releases the context).
 func requireLeader(ctx, lost context.Context) (context.Context, func(error) error, error) {
 	if lost.Err() != nil {
-		return nil, nil, ErrNoLeader
+		return nil, nil, ErrNoQuorum
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(lost, func() { cancel(ErrNoLeader) })
+	stop := context.AfterFunc(lost, func() { cancel(ErrNoQuorum) })
 	return ctx, func(err error) error {
 		stop()
-		if err != nil && errors.Is(context.Cause(ctx), ErrNoLeader) {
-			err = ErrNoLeader
+		if err != nil && errors.Is(context.Cause(ctx), ErrNoQuorum) {
+			err = ErrNoQuorum
 		}
 		cancel(nil)
 		return err

@@ -114,13 +114,13 @@ func (s *LockServer) TryAcquire(ctx context.Context, req *coorddv1.TryAcquireReq
 
 // Release implements LockService.
 func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) (*coorddv1.ReleaseResponse, error) {
-	var hint lock.Hint
+	var hint session.Hint
 	if req.GetSessionId() != "" {
 		id, err := session.ParseID(req.GetSessionId())
 		if err != nil {
 			return nil, err
 		}
-		hint = lock.Hint{Session: id, RequestID: req.GetRequestId()}
+		hint = session.Hint{Session: id, RequestID: req.GetRequestId()}
 		if stream := req.GetKeepaliveStream(); stream != 0 && hint.RequestID != "" {
 			s.Streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: req.GetName(), Token: req.GetToken(), RequestId: hint.RequestID})
 		}

@@ -38,7 +38,7 @@ func runPublisher(ctx context.Context, c *clientlib.Client, rec *recorder, sabot
 		}
 		var err error
 		for _, muts := range releases {
-			if _, err = c.Config().Publish(pctx, ConfigNamespace, muts, clientlib.PublishOptions{}); err != nil {
+			if _, err = c.ConfigCenter().Publish(pctx, ConfigNamespace, muts, clientlib.PublishOptions{}); err != nil {
 				break
 			}
 		}
@@ -58,7 +58,7 @@ func runSubscriber(ctx context.Context, c *clientlib.Client, rec *recorder) erro
 	var sub *clientlib.Subscription
 	for {
 		var err error
-		sub, err = c.Config().Subscribe(ctx, []string{ConfigNamespace}, clientlib.WithStartTimeout(5*time.Second))
+		sub, err = c.ConfigCenter().Subscribe(ctx, []string{ConfigNamespace}, clientlib.WithStartTimeout(5*time.Second))
 		if err == nil {
 			break
 		}

@@ -175,7 +175,7 @@ func hold(ctx context.Context, lg *slog.Logger, cfg WorkerConfig, rec *recorder,
 		end, why = at, fmt.Sprint(context.Cause(h.Context()))
 	}
 	rec.add(Record{Op: OpView, Token: token, Call: start, Return: end, Session: sess.ID(), Err: why})
-	// Give the grant up for as long as the session lives (as WithLock
+	// Give the grant up for as long as the session lives (as RunLocked
 	// does): a holder that walked away from a grant its live session still
 	// holds would block everyone behind it.
 	rctx, cancel := context.WithCancel(sess.Context())

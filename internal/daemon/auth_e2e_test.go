@@ -231,7 +231,7 @@ func TestEveryRPCIsAuthorized(t *testing.T) {
 
 	// The audit log has a line for every refused call and every call
 	// that changed something, and releases name the principal as author.
-	rel, err := newClientWithToken(t, d.GRPCAddr(), "alice").Config().Put(t.Context(), "a/audit", "k", "v", clientlib.PublishOptions{Author: "deploy-bot"})
+	rel, err := newClientWithToken(t, d.GRPCAddr(), "alice").ConfigCenter().Put(t.Context(), "a/audit", "k", "v", clientlib.PublishOptions{Author: "deploy-bot"})
 	if err != nil || rel.Author != "alice (deploy-bot)" {
 		t.Errorf("a release by alice: author %q, %v; want alice (deploy-bot)", rel.Author, err)
 	}
@@ -309,7 +309,7 @@ func TestPolicyReload(t *testing.T) {
 	if _, ok := <-obs.Events(); !ok {
 		t.Fatalf("observe as alice: %v", obs.Err())
 	}
-	if _, err := bob.Config().Put(ctx, "a/ns", "k", "v", clientlib.PublishOptions{}); !errors.Is(err, clientlib.ErrPermissionDenied) {
+	if _, err := bob.ConfigCenter().Put(ctx, "a/ns", "k", "v", clientlib.PublishOptions{}); !errors.Is(err, clientlib.ErrPermissionDenied) {
 		t.Fatalf("bob writing a/ns before the reload: %v", err)
 	}
 	granted := testPolicy + "  - principals: [bob]\n    actions: [config.write]\n    namespaces: [\"a/*\"]\n"
@@ -319,7 +319,7 @@ func TestPolicyReload(t *testing.T) {
 	if err := d.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bob.Config().Put(ctx, "a/ns", "k", "v", clientlib.PublishOptions{}); err != nil {
+	if _, err := bob.ConfigCenter().Put(ctx, "a/ns", "k", "v", clientlib.PublishOptions{}); err != nil {
 		t.Fatalf("bob writing a/ns after the reload: %v", err)
 	}
 	if err := os.WriteFile(cfg.PolicyFile, []byte("rules:\n  - principals: [bob]\n    actions: [everything]\n"), 0o600); err != nil {
@@ -328,7 +328,7 @@ func TestPolicyReload(t *testing.T) {
 	if err := d.Reload(); err == nil || !strings.Contains(err.Error(), "unknown action") {
 		t.Fatalf("a bad policy reloaded: %v", err)
 	}
-	if _, err := bob.Config().Put(ctx, "a/ns", "k", "v2", clientlib.PublishOptions{}); err != nil {
+	if _, err := bob.ConfigCenter().Put(ctx, "a/ns", "k", "v2", clientlib.PublishOptions{}); err != nil {
 		t.Fatalf("after a refused reload the policy in force changed: %v", err)
 	}
 	// The stream opened before both reloads is still there.
@@ -553,13 +553,13 @@ func TestRateLimits(t *testing.T) {
 		t.Fatalf("a read while over the rate: %v", err)
 	}
 	// Releases per namespace, whoever publishes: burst 2 at 0.25/s.
-	if _, err := bob.Config().Put(ctx, "a/ns", "k", "v1", clientlib.PublishOptions{}); err != nil {
+	if _, err := bob.ConfigCenter().Put(ctx, "a/ns", "k", "v1", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bob.Config().Put(ctx, "a/ns", "k", "v2", clientlib.PublishOptions{}); err != nil {
+	if _, err := bob.ConfigCenter().Put(ctx, "a/ns", "k", "v2", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = bob.Config().Put(ctx, "a/ns", "k", "v3", clientlib.PublishOptions{})
+	_, err = bob.ConfigCenter().Put(ctx, "a/ns", "k", "v3", clientlib.PublishOptions{})
 	if !errors.Is(err, clientlib.ErrRateLimited) || !strings.Contains(err.Error(), "namespace a/ns") {
 		t.Fatalf("a 3rd release of a/ns in a burst of 2: %v; want ErrRateLimited naming the namespace", err)
 	}
@@ -570,14 +570,14 @@ func TestRateLimits(t *testing.T) {
 	}
 	// bob has his own bucket (the refusals above took nothing from it),
 	// and another namespace its own.
-	if _, err := bob.Config().Put(ctx, "a/b1", "k", "v", clientlib.PublishOptions{}); err != nil {
+	if _, err := bob.ConfigCenter().Put(ctx, "a/b1", "k", "v", clientlib.PublishOptions{}); err != nil {
 		t.Fatalf("bob in another namespace while alice and a/ns are over their rates: %v", err)
 	}
 	// Once a token is back, the release goes through.
 	// (carol's put: bob has spent his own burst.)
 	carol := newClientWithToken(t, d.GRPCAddr(), "carol")
 	wait.Within(t, 15*time.Second, "the namespace's bucket to refill", func() bool {
-		_, err := carol.Config().Put(ctx, "a/ns", "k", "v5", clientlib.PublishOptions{})
+		_, err := carol.ConfigCenter().Put(ctx, "a/ns", "k", "v5", clientlib.PublishOptions{})
 		return err == nil
 	})
 	_, metrics := httpAs(t, "GET", "http://"+d.HTTPAddr()+"/metrics", "alice", "")

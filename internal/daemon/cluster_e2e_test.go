@@ -348,7 +348,7 @@ func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				err := clientlib.WithLock(ctx, s, "contended", func(_ context.Context, l *clientlib.Lock) error {
+				err := clientlib.RunLocked(ctx, s, "contended", func(_ context.Context, l *clientlib.Lock) error {
 					token := l.Token()
 					if inside.Add(1) > 1 {
 						overlaps.Add(1)

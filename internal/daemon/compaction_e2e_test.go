@@ -43,13 +43,13 @@ func TestCompactionKeepsWhatCoorddNeeds(t *testing.T) {
 	ctx := t.Context()
 	const ns = "compaction/app"
 
-	first, err := c.Config().Put(ctx, ns, "k", "1", clientlib.PublishOptions{})
+	first, err := c.ConfigCenter().Put(ctx, ns, "k", "1", clientlib.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := tcpproxy.Start(t, d.GRPCAddr())
 	sc := newClient(t, proxy.Addr())
-	sub, err := sc.Config().Subscribe(ctx, []string{ns}, fast...)
+	sub, err := sc.ConfigCenter().Subscribe(ctx, []string{ns}, fast...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestCompactionKeepsWhatCoorddNeeds(t *testing.T) {
 	proxy.Down() // the subscriber is cut off from here on
 	var last clientlib.ConfigRelease
 	for _, v := range []string{"2", "3", "4", "5"} {
-		if last, err = c.Config().Put(ctx, ns, "k", v, clientlib.PublishOptions{Message: "set " + v}); err != nil {
+		if last, err = c.ConfigCenter().Put(ctx, ns, "k", v, clientlib.PublishOptions{Message: "set " + v}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,18 +91,18 @@ func TestCompactionKeepsWhatCoorddNeeds(t *testing.T) {
 	waitCompacted(t, []string{cfg.EtcdClientURL}, last.Revision)
 
 	// History, diff and rollback.
-	rels, err := c.Config().Releases(ctx, ns, 0, 10)
+	rels, err := c.ConfigCenter().Releases(ctx, ns, 0, 10)
 	if err != nil || len(rels) != 5 {
 		t.Fatalf("release history after compaction: %d releases, %v; want 5", len(rels), err)
 	}
-	changes, err := c.Config().Diff(ctx, ns, first.Number, last.Number)
+	changes, err := c.ConfigCenter().Diff(ctx, ns, first.Number, last.Number)
 	if err != nil || len(changes) != 1 || changes[0].Key != "k" {
 		t.Fatalf("diff of compacted releases: %+v, %v", changes, err)
 	}
-	if _, err := c.Config().Rollback(ctx, ns, first.Number, clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Rollback(ctx, ns, first.Number, clientlib.PublishOptions{}); err != nil {
 		t.Fatalf("rollback to a release whose revision is compacted: %v", err)
 	}
-	rolled, err := c.Config().Snapshot(ctx, ns, 0)
+	rolled, err := c.ConfigCenter().Snapshot(ctx, ns, 0)
 	if err != nil || rolled.Values["k"] != "1" {
 		t.Fatalf("after rollback: %+v, %v; want k=1", rolled.Values, err)
 	}
@@ -144,11 +144,11 @@ func TestCompactionOfAnExternalEtcd(t *testing.T) {
 	cfg.Compaction = cluster.Compaction{Mode: cluster.CompactionPeriodic, Retention: "1s"}
 	d := start(t, cfg)
 	c := newClient(t, d.GRPCAddr())
-	rel, err := c.Config().Put(t.Context(), "external/app", "k", "v", clientlib.PublishOptions{})
+	rel, err := c.ConfigCenter().Put(t.Context(), "external/app", "k", "v", clientlib.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Config().Put(t.Context(), "external/app", "k", "w", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Put(t.Context(), "external/app", "k", "w", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitCompacted(t, []string{m.ClientURL}, rel.Revision)

@@ -51,16 +51,16 @@ func TestConfigThroughSDK(t *testing.T) {
 	d := start(t, configTestConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
-	if _, err := c.Config().Publish(ctx, "svc/prod", []clientlib.ConfigMutation{
+	if _, err := c.ConfigCenter().Publish(ctx, "svc/prod", []clientlib.ConfigMutation{
 		{Key: "port", Value: "8080"}, {Key: "name", Value: `"web"`}, {Key: "limits", Value: `{"rps": 10}`},
 	}, clientlib.PublishOptions{Author: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	if _, err := c.Config().Subscribe(ctx, []string{"bad//ns"}, fast...); !errors.Is(err, clientlib.ErrInvalidArgument) || time.Since(t0) > 5*time.Second {
+	if _, err := c.ConfigCenter().Subscribe(ctx, []string{"bad//ns"}, fast...); !errors.Is(err, clientlib.ErrInvalidArgument) || time.Since(t0) > 5*time.Second {
 		t.Fatalf("Subscribe to a bad namespace = %v after %s; want ErrInvalidArgument at once", err, time.Since(t0))
 	}
-	sub, err := c.Config().Subscribe(ctx, []string{"svc/prod", "svc/yaml"}, append(fast, clientlib.WithInstance("test-1", map[string]string{"zone": "a"}))...)
+	sub, err := c.ConfigCenter().Subscribe(ctx, []string{"svc/prod", "svc/yaml"}, append(fast, clientlib.WithInstance("test-1", map[string]string{"zone": "a"}))...)
 	if err != nil {
 		t.Fatalf("Subscribe: %v", err)
 	}
@@ -98,12 +98,12 @@ func TestConfigThroughSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Bind YAML: %v", err)
 	}
-	if _, err := c.Config().Put(ctx, "svc/yaml", "app.yaml", "port: 9090\nname: api\nlimits:\n  rps: 5\n", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Put(ctx, "svc/yaml", "app.yaml", "port: 9090\nname: api\nlimits:\n  rps: 5\n", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	wait.Within(t, 5*time.Second, "the YAML binding", func() bool { return doc.Load().Port == 9090 && doc.Load().Limits.RPS == 5 })
 
-	if _, err := c.Config().Put(ctx, "svc/prod", "port", "8081", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Put(ctx, "svc/prod", "port", "8081", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	wait.Within(t, 5*time.Second, "port 8081", func() bool { return b.Load().Port == 8081 })
@@ -115,7 +115,7 @@ func TestConfigThroughSDK(t *testing.T) {
 
 	// A release the binding refuses: the last good value stays, the
 	// refusal is reported to OnError and to the server.
-	bad, err := c.Config().Put(ctx, "svc/prod", "port", "0", clientlib.PublishOptions{})
+	bad, err := c.ConfigCenter().Put(ctx, "svc/prod", "port", "0", clientlib.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,15 +124,15 @@ func TestConfigThroughSDK(t *testing.T) {
 		t.Fatalf("after a bad release: value %+v, error %v", b.Load(), errs[0])
 	}
 	wait.Within(t, 5*time.Second, "the server to count the rejection", func() bool {
-		st, err := c.Config().AppliedStatus(ctx, "svc/prod")
+		st, err := c.ConfigCenter().AppliedStatus(ctx, "svc/prod")
 		return err == nil && len(st.Instances) == 1 && st.Instances[0].Instance == "test-1" &&
 			st.Instances[0].Rejected == bad.Number && st.Applied[2] == 1 && st.Rejected[bad.Number] == 1
 	})
 	// A schema failure lists every problem.
-	if err := c.Config().SetSchema(ctx, "svc/prod", `{"type":"object","properties":{"port":{"type":"integer"},"name":{"type":"string"}}}`); err != nil {
+	if err := c.ConfigCenter().SetSchema(ctx, "svc/prod", `{"type":"object","properties":{"port":{"type":"integer"},"name":{"type":"string"}}}`); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Config().Publish(ctx, "svc/prod", []clientlib.ConfigMutation{{Key: "port", Value: `"x"`}, {Key: "name", Value: "7"}}, clientlib.PublishOptions{})
+	_, err = c.ConfigCenter().Publish(ctx, "svc/prod", []clientlib.ConfigMutation{{Key: "port", Value: `"x"`}, {Key: "name", Value: "7"}}, clientlib.PublishOptions{})
 	var cerr *clientlib.Error
 	if !errors.Is(err, clientlib.ErrValidationFailed) || !errors.As(err, &cerr) || len(cerr.Problems) != 2 {
 		t.Fatalf("publish against the schema = %v", err)
@@ -177,7 +177,7 @@ func runStorm(ctx context.Context, c *clientlib.Client, ns string, stop <-chan s
 			for {
 				// A retry whose first attempt landed sets the same values
 				// again: no second release.
-				r, err = c.Config().Publish(ctx, ns, ms, clientlib.PublishOptions{})
+				r, err = c.ConfigCenter().Publish(ctx, ns, ms, clientlib.PublishOptions{})
 				if err == nil || ctx.Err() != nil {
 					break
 				}
@@ -260,7 +260,7 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 	// share a stream and, in the same state, their snapshots.
 	clients := []*clientlib.Client{newClient(t, cfg.GRPCAddr), newClient(t, cfg.GRPCAddr)}
 	for i := range 4 {
-		sub, err := clients[i/2].Config().Subscribe(ctx, []string{"storm"}, fast...)
+		sub, err := clients[i/2].ConfigCenter().Subscribe(ctx, []string{"storm"}, fast...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,7 +291,7 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 	wait.Within(t, 20*time.Second, "releases after the restart", func() bool { sample(); return s.lastRelease() > before+20 })
 	close(stop)
 	<-s.done
-	final, err := writer.Config().Snapshot(ctx, "storm", 0)
+	final, err := writer.ConfigCenter().Snapshot(ctx, "storm", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func TestSubscribersSurviveAMemberStopping(t *testing.T) {
 		// random (the SDK shuffles its endpoints), so the stopped member
 		// serves at least one subscriber in about 70% of runs; the others
 		// check that a member's stop is invisible to those it did not serve.
-		sub, err := newClient(t, endpoints...).Config().Subscribe(ctx, []string{"storm"}, fast...)
+		sub, err := newClient(t, endpoints...).ConfigCenter().Subscribe(ctx, []string{"storm"}, fast...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -350,7 +350,7 @@ func TestSubscribersSurviveAMemberStopping(t *testing.T) {
 	wait.Within(t, 20*time.Second, "releases after the stop", func() bool { return s.lastRelease() > before+20 })
 	close(stop)
 	<-s.done
-	final, err := writer.Config().Snapshot(ctx, "storm", 0)
+	final, err := writer.ConfigCenter().Snapshot(ctx, "storm", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,14 +375,14 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 	writer := newClient(t, d.GRPCAddr())
 	put := func(key, value string) {
 		t.Helper()
-		if _, err := writer.Config().Put(ctx, "app", key, value, clientlib.PublishOptions{}); err != nil {
+		if _, err := writer.ConfigCenter().Put(ctx, "app", key, value, clientlib.PublishOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	put("a", "1")
 	put("c", "1")
 	proxy := tcpproxy.Start(t, d.GRPCAddr())
-	sub, err := newClient(t, proxy.Addr()).Config().Subscribe(ctx, []string{"app"}, fast...)
+	sub, err := newClient(t, proxy.Addr()).ConfigCenter().Subscribe(ctx, []string{"app"}, fast...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,10 +398,10 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 		put("a", fmt.Sprint(i))
 	}
 	put("b", "x")
-	if _, err := writer.Config().Delete(ctx, "app", "b", clientlib.PublishOptions{}); err != nil {
+	if _, err := writer.ConfigCenter().Delete(ctx, "app", "b", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := writer.Config().Snapshot(ctx, "app", 0)
+	snap, err := writer.ConfigCenter().Snapshot(ctx, "app", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,14 +446,14 @@ func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, cfg.GRPCAddr)
-	if _, err := c.Config().Publish(ctx, "app", []clientlib.ConfigMutation{{Key: "a", Value: "1"}, {Key: "b", Value: "1"}}, clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Publish(ctx, "app", []clientlib.ConfigMutation{{Key: "a", Value: "1"}, {Key: "b", Value: "1"}}, clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := c.Config().Subscribe(ctx, []string{"app"}, append(fast, clientlib.WithCacheFile(cache))...)
+	sub, err := c.ConfigCenter().Subscribe(ctx, []string{"app"}, append(fast, clientlib.WithCacheFile(cache))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Config().Put(ctx, "app", "a", "2", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Put(ctx, "app", "a", "2", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	wait.Within(t, 5*time.Second, "the cache file", func() bool {
@@ -472,7 +472,7 @@ func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = app.Close() })
 	t0 := time.Now()
-	sub, err = app.Config().Subscribe(ctx, []string{"app"}, append(fast, clientlib.WithCacheFile(cache), clientlib.WithStartTimeout(300*time.Millisecond))...)
+	sub, err = app.ConfigCenter().Subscribe(ctx, []string{"app"}, append(fast, clientlib.WithCacheFile(cache), clientlib.WithStartTimeout(300*time.Millisecond))...)
 	if err != nil {
 		t.Fatalf("Subscribe from the cache file: %v", err)
 	}
@@ -493,7 +493,7 @@ func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
 			t.Errorf("Stop: %v", err)
 		}
 	})
-	if _, err := c.Config().Put(ctx, "app", "b", "2", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Put(ctx, "app", "b", "2", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	wait.Within(t, 10*time.Second, "convergence", func() bool {
@@ -502,7 +502,7 @@ func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
 	})
 	// Callbacks run in order: once the marker's change is seen, so is
 	// every change before it.
-	if _, err := c.Config().Put(ctx, "app", "marker", "1", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Put(ctx, "app", "marker", "1", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	keysSeen := func() []string {
@@ -530,7 +530,7 @@ func TestPanickingAndSlowCallbacks(t *testing.T) {
 	d := start(t, configTestConfig(t))
 	ctx := t.Context()
 	c := newClient(t, d.GRPCAddr())
-	sub, err := c.Config().Subscribe(ctx, []string{"app"}, fast...)
+	sub, err := c.ConfigCenter().Subscribe(ctx, []string{"app"}, fast...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,7 +551,7 @@ func TestPanickingAndSlowCallbacks(t *testing.T) {
 		lastSeen.Store(v)
 	})
 	for i := range 50 {
-		if _, err := c.Config().Put(ctx, "app", "k", fmt.Sprint(i), clientlib.PublishOptions{}); err != nil {
+		if _, err := c.ConfigCenter().Put(ctx, "app", "k", fmt.Sprint(i), clientlib.PublishOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -586,12 +586,12 @@ func TestBindStartsFromTheLastAcceptedReleaseAfterARestart(t *testing.T) {
 		}
 		return nil
 	})
-	good, err := c.Config().Put(ctx, "bind/app", "port", "8080", clientlib.PublishOptions{})
+	good, err := c.ConfigCenter().Put(ctx, "bind/app", "port", "8080", clientlib.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	bind := func() (*clientlib.Subscription, *clientlib.Binding[appConfig], error) {
-		sub, err := c.Config().Subscribe(ctx, []string{"bind/app"}, append(fast, clientlib.WithCacheFile(cache))...)
+		sub, err := c.ConfigCenter().Subscribe(ctx, []string{"bind/app"}, append(fast, clientlib.WithCacheFile(cache))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -602,7 +602,7 @@ func TestBindStartsFromTheLastAcceptedReleaseAfterARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad, err := c.Config().Put(ctx, "bind/app", "port", "0", clientlib.PublishOptions{})
+	bad, err := c.ConfigCenter().Put(ctx, "bind/app", "port", "0", clientlib.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -625,7 +625,7 @@ func TestBindStartsFromTheLastAcceptedReleaseAfterARestart(t *testing.T) {
 		t.Fatalf("bound %+v from release %d, want port 8080 from release %d", b.Load(), b.Release(), good.Number)
 	}
 	// A good release is taken as usual.
-	if _, err := c.Config().Put(ctx, "bind/app", "port", "9090", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Put(ctx, "bind/app", "port", "9090", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	wait.Within(t, 5*time.Second, "the next good release", func() bool { return b.Load().Port == 9090 })
@@ -650,14 +650,14 @@ func TestCallbacksGetTheChangedKeys(t *testing.T) {
 				ms = append(ms, clientlib.ConfigMutation{Key: kvs[i], Value: kvs[i+1]})
 			}
 		}
-		r, err := c.Config().Publish(ctx, "app", ms, clientlib.PublishOptions{})
+		r, err := c.ConfigCenter().Publish(ctx, "app", ms, clientlib.PublishOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
 	set("a", "1", "b", "1", "c", "1")
-	sub, err := c.Config().Subscribe(ctx, []string{"app"}, fast...)
+	sub, err := c.ConfigCenter().Subscribe(ctx, []string{"app"}, fast...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -270,7 +270,7 @@ func TestConsole(t *testing.T) {
 
 	// Config: two releases and their diff; a rollback from the console
 	// reaches an SDK subscriber as a new release.
-	cc := c.Config()
+	cc := c.ConfigCenter()
 	ns := "payments/prod"
 	if _, err := cc.Publish(ctx, ns, []clientlib.ConfigMutation{{Key: "timeout", Value: `"10s"`}, {Key: "limits", Value: `{"rps":100,"burst":20}`}}, clientlib.PublishOptions{Author: "ann", Message: "first"}); err != nil {
 		t.Fatal(err)
@@ -421,7 +421,7 @@ func TestConsoleSignsInAndExplainsDenials(t *testing.T) {
 	// release published elsewhere.
 	p.open("#/config/a/ns")
 	p.see("main", "The namespace is empty.")
-	if _, err := newClientWithToken(t, d.GRPCAddr(), "alice").Config().Put(t.Context(), "a/ns", "k", `"v1"`, clientlib.PublishOptions{}); err != nil {
+	if _, err := newClientWithToken(t, d.GRPCAddr(), "alice").ConfigCenter().Put(t.Context(), "a/ns", "k", `"v1"`, clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	p.see("main table", `"v1"`)

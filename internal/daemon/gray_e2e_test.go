@@ -32,7 +32,7 @@ type grayApp struct {
 
 func newGrayApp(t *testing.T, c *clientlib.Client, ns, instance string, labels map[string]string) *grayApp {
 	t.Helper()
-	sub, err := c.Config().Subscribe(t.Context(), []string{ns}, append(fast, clientlib.WithInstance(instance, labels))...)
+	sub, err := c.ConfigCenter().Subscribe(t.Context(), []string{ns}, append(fast, clientlib.WithInstance(instance, labels))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestGrayReleaseEndToEnd(t *testing.T) {
 	base := "http://" + cfg.HTTPAddr
 	admin := newClient(t, cfg.GRPCAddr)
 	const ns = "shop/checkout"
-	if _, err := admin.Config().Publish(ctx, ns, []clientlib.ConfigMutation{
+	if _, err := admin.ConfigCenter().Publish(ctx, ns, []clientlib.ConfigMutation{
 		{Key: "flag", Value: `"off"`}, {Key: "timeout", Value: `"5s"`}, {Key: "retries", Value: "3"},
 	}, clientlib.PublishOptions{Author: "ops"}); err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestGrayReleaseEndToEnd(t *testing.T) {
 
 	// Who runs it, who refused it.
 	wait.Within(t, 15*time.Second, "the applied status to show the gray", func() bool {
-		st, err := admin.Config().AppliedStatus(ctx, ns)
+		st, err := admin.ConfigCenter().AppliedStatus(ctx, ns)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +152,7 @@ func TestGrayReleaseEndToEnd(t *testing.T) {
 	})
 
 	// A normal release reaches everyone; the gray's key stays overridden.
-	if _, err := admin.Config().Publish(ctx, ns, []clientlib.ConfigMutation{{Key: "timeout", Value: `"10s"`}, {Key: "flag", Value: `"off2"`}}, clientlib.PublishOptions{}); err != nil {
+	if _, err := admin.ConfigCenter().Publish(ctx, ns, []clientlib.ConfigMutation{{Key: "timeout", Value: `"10s"`}, {Key: "flag", Value: `"off2"`}}, clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	canary.holds(t, "timeout", `"10s"`, 1)
@@ -166,7 +166,7 @@ func TestGrayReleaseEndToEnd(t *testing.T) {
 	if d, err = daemon.Start(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Config().Put(ctx, ns, "retries", "4", clientlib.PublishOptions{}); err != nil {
+	if _, err := admin.ConfigCenter().Put(ctx, ns, "retries", "4", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	canary.holds(t, "retries", "4", 1)
@@ -226,7 +226,7 @@ func TestGrayReleaseEndToEnd(t *testing.T) {
 	}
 
 	// Promote: everyone runs it, as a normal release.
-	pg, rel, err := admin.Config().PromoteGray(ctx, ns, clientlib.GrayOptions{ExpectedGray: 1, Author: "ana"})
+	pg, rel, err := admin.ConfigCenter().PromoteGray(ctx, ns, clientlib.GrayOptions{ExpectedGray: 1, Author: "ana"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,17 +236,17 @@ func TestGrayReleaseEndToEnd(t *testing.T) {
 	for _, a := range []*grayApp{canary, plain, eu, late} {
 		a.holds(t, "flag", `"on"`, 0)
 	}
-	if _, err := admin.Config().Gray(ctx, ns); !errors.Is(err, clientlib.ErrReleaseNotFound) {
+	if _, err := admin.ConfigCenter().Gray(ctx, ns); !errors.Is(err, clientlib.ErrReleaseNotFound) {
 		t.Fatalf("the gray after its promote: %v, want ErrReleaseNotFound", err)
 	}
 
 	// Abandon: a gray for pod-2 only, then its end.
-	if _, err := admin.Config().CreateGray(ctx, ns, clientlib.GraySelector{Instances: []string{"pod-2"}},
+	if _, err := admin.ConfigCenter().CreateGray(ctx, ns, clientlib.GraySelector{Instances: []string{"pod-2"}},
 		[]clientlib.ConfigMutation{{Key: "retries", Value: "9"}}, clientlib.GrayOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	plain.holds(t, "retries", "9", 3)
-	if _, err := admin.Config().AbandonGray(ctx, ns, clientlib.GrayOptions{Message: "too many"}); err != nil {
+	if _, err := admin.ConfigCenter().AbandonGray(ctx, ns, clientlib.GrayOptions{Message: "too many"}); err != nil {
 		t.Fatal(err)
 	}
 	plain.holds(t, "retries", "4", 0)
@@ -257,14 +257,14 @@ func TestGrayReleaseEndToEnd(t *testing.T) {
 	}
 
 	// History and diff include the gray releases.
-	hist, err := admin.Config().GrayReleases(ctx, ns, 0, 10)
+	hist, err := admin.ConfigCenter().GrayReleases(ctx, ns, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(hist) != 4 || hist[0].Action != "abandon" || hist[1].Action != "create" || hist[2].Action != "promote" || hist[3].Action != "create" {
 		t.Fatalf("gray history: %+v", hist)
 	}
-	changes, err := admin.Config().DiffGray(ctx, ns, 1, false, 1, true)
+	changes, err := admin.ConfigCenter().DiffGray(ctx, ns, 1, false, 1, true)
 	if err != nil {
 		t.Fatal(err)
 	}

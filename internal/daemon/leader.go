@@ -64,7 +64,7 @@ func (w *leaderWatch) leaderChanged() {
 	w.changed, w.cancelChanged = context.WithCancel(context.Background())
 }
 
-// Lost returns a context that is cancelled (with api.ErrNoLeader) once the
+// Lost returns a context that is cancelled (with api.ErrNoQuorum) once the
 // member has been without a leader for longer than the grace period.
 func (w *leaderWatch) Lost() context.Context {
 	w.mu.Lock()
@@ -126,7 +126,7 @@ func (w *leaderWatch) run(stop <-chan struct{}) {
 		}
 		if time.Since(since) > w.grace {
 			w.mu.Lock()
-			w.cancel(api.ErrNoLeader)
+			w.cancel(api.ErrNoQuorum)
 			w.mu.Unlock()
 		}
 	}

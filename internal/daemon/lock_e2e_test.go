@@ -68,17 +68,17 @@ func TestLocksThroughSDK(t *testing.T) {
 	}
 
 	var seen fencing.Token
-	err = clientlib.WithLock(ctx, b, "orders/compaction", func(ctx context.Context, l *clientlib.Lock) error {
+	err = clientlib.RunLocked(ctx, b, "orders/compaction", func(ctx context.Context, l *clientlib.Lock) error {
 		token := l.Token()
 		seen = token
 		_, err := c.Admin().FencedPut(ctx, clientlib.Fence{Lock: "orders/compaction", Token: token}, "orders/last-compaction", []byte("done"))
 		return err
 	})
 	if err != nil || seen <= l.Token() {
-		t.Fatalf("WithLock = %v, token %d (previous %d)", err, seen, l.Token())
+		t.Fatalf("RunLocked = %v, token %d (previous %d)", err, seen, l.Token())
 	}
 	if _, err := c.Admin().FencedPut(ctx, clientlib.Fence{Lock: "orders/compaction", Token: seen}, "orders/last-compaction", []byte("late")); !errors.Is(err, clientlib.ErrStaleToken) {
-		t.Fatalf("FencedPut after WithLock returned = %v, want ErrStaleToken", err)
+		t.Fatalf("FencedPut after RunLocked returned = %v, want ErrStaleToken", err)
 	}
 	if _, err := a.Lock(ctx, "pool", clientlib.WithLimit(2)); err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestLockMutualExclusionThroughSDK(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range rounds {
-				err := clientlib.WithLock(t.Context(), s, "shared", func(_ context.Context, l *clientlib.Lock) error {
+				err := clientlib.RunLocked(t.Context(), s, "shared", func(_ context.Context, l *clientlib.Lock) error {
 					token := l.Token()
 					if inside.Add(1) > 1 {
 						overlaps.Add(1)

@@ -101,10 +101,10 @@ func TestCoorddMetrics(t *testing.T) {
 	}
 	obs := c.Observe(ctx, "m/election")
 	<-obs.Events()
-	if _, err := c.Config().Put(ctx, "m/app", "k", "v1", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Put(ctx, "m/app", "k", "v1", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := c.Config().Subscribe(ctx, []string{"m/app"}, clientlib.WithInstance("i-1", nil))
+	sub, err := c.ConfigCenter().Subscribe(ctx, []string{"m/app"}, clientlib.WithInstance("i-1", nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func TestQuotaFullDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Config().Put(ctx, "quota/app", "small", "kept", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Put(ctx, "quota/app", "small", "kept", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -88,7 +88,7 @@ func TestQuotaFullDatabase(t *testing.T) {
 	}
 
 	// What still works.
-	if v, _, err := c.Config().Get(ctx, "quota/app", "small", 0); err != nil || v != "kept" {
+	if v, _, err := c.ConfigCenter().Get(ctx, "quota/app", "small", 0); err != nil || v != "kept" {
 		t.Fatalf("read on a full database: %q, %v", v, err)
 	}
 	if err := held.Release(ctx); err != nil {

@@ -43,7 +43,7 @@ func TestRestoreDrill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Config().Put(ctx, "drill/app", "k", "at-snapshot", clientlib.PublishOptions{}); err != nil {
+	if _, err := c.ConfigCenter().Put(ctx, "drill/app", "k", "at-snapshot", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "backup.db")
@@ -76,7 +76,7 @@ func TestRestoreDrill(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	lost, err := c.Config().Put(ctx, "drill/app", "k", "after-snapshot", clientlib.PublishOptions{})
+	lost, err := c.ConfigCenter().Put(ctx, "drill/app", "k", "after-snapshot", clientlib.PublishOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +128,14 @@ func TestRestoreDrill(t *testing.T) {
 
 	// Config: the snapshot's content; a watch from before the restore
 	// starts with a snapshot.
-	if v, _, err := nc.Config().Get(ctx, "drill/app", "k", 0); err != nil || v != "at-snapshot" {
+	if v, _, err := nc.ConfigCenter().Get(ctx, "drill/app", "k", 0); err != nil || v != "at-snapshot" {
 		t.Fatalf("config after the restore: %q, %v; want the snapshot's value", v, err)
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
 	var first clientlib.ConfigWatchEvent
 	errStop := errors.New("stop")
-	err = nc.Config().Watch(wctx, []string{"drill/app"}, lost.Revision, func(ev clientlib.ConfigWatchEvent) error {
+	err = nc.ConfigCenter().Watch(wctx, []string{"drill/app"}, lost.Revision, func(ev clientlib.ConfigWatchEvent) error {
 		first = ev
 		return errStop
 	})

@@ -49,9 +49,9 @@ func TestReadWriteLocksThroughSDKAndREST(t *testing.T) {
 
 	wrote := make(chan error, 1)
 	go func() {
-		wrote <- clientlib.WithLock(ctx, w, "rw/db", func(ctx context.Context, l *clientlib.Lock) error {
+		wrote <- clientlib.RunLocked(ctx, w, "rw/db", func(ctx context.Context, l *clientlib.Lock) error {
 			if l.Read() {
-				return errors.New("WithLock gave a read grant")
+				return errors.New("RunLocked gave a read grant")
 			}
 			_, err := l.Put(ctx, "rw/k", []byte("written"))
 			return err
@@ -74,9 +74,9 @@ func TestReadWriteLocksThroughSDKAndREST(t *testing.T) {
 	// A reader after the queued writer waits for it (FIFO across modes).
 	read := make(chan error, 1)
 	go func() {
-		read <- clientlib.WithRLock(ctx, b, "rw/db", func(ctx context.Context, l *clientlib.Lock) error {
+		read <- clientlib.RunReadLocked(ctx, b, "rw/db", func(ctx context.Context, l *clientlib.Lock) error {
 			if !l.Read() {
-				return errors.New("WithRLock gave a write grant")
+				return errors.New("RunReadLocked gave a write grant")
 			}
 			kv, _, err := c.KV().Get(ctx, "rw/k", 0)
 			if err != nil || string(kv.Value) != "written" {
