@@ -340,10 +340,16 @@ func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
 	ctx, stop := context.WithCancel(t.Context())
 	for i := range clients {
 		c := newClient(t, endpoints...)
-		s, err := c.NewSession(t.Context(), clientlib.WithTTL(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+		// A busy machine may move etcd's leadership under the first call:
+		// that is refused as unavailable, and a user tries again.
+		var s *clientlib.Session
+		wait.Within(t, 10*time.Second, "a session", func() bool {
+			var err error
+			if s, err = c.NewSession(t.Context(), clientlib.WithTTL(5*time.Second)); err != nil && !errors.Is(err, clientlib.ErrUnavailable) {
+				t.Fatal(err)
+			}
+			return err == nil
+		})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

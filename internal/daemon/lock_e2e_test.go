@@ -384,7 +384,8 @@ func etcdWatchers(t *testing.T) float64 {
 // TestWatchLock: a lock's watchers (SDK and REST) see every grant, wait
 // and release without polling, and open no etcd watch of their own.
 func TestWatchLock(t *testing.T) {
-	t.Parallel()
+	// Not parallel: etcd counts watchers process-wide, over every member
+	// the tests run.
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()

@@ -188,6 +188,9 @@ func TestLogIsQuietAndSaysWhereThingsAre(t *testing.T) {
 	// Other warnings may come from a busy machine (a slow read); none may
 	// be about these requests.
 	for _, e := range logs.All()[before:] {
+		if e.Message == "apply request took too long" {
+			continue // etcd's note of a slow apply: the machine, not these requests
+		}
 		if _, dump := e.ContextMap()["request"]; dump || strings.Contains(fmt.Sprint(e.ContextMap()), "lease not found") {
 			t.Errorf("log entry for a client's unknown session: %s %v", e.Message, e.ContextMap())
 		}
