@@ -27,7 +27,7 @@ test:
 # Only the console's browser tests, and their screenshots in SCREENSHOTS
 # (docs/console.png, the README's picture, is a copy of lock.png).
 screenshots:
-	COORDD_SCREENSHOTS=$(SCREENSHOTS) go test -count=1 -run 'TestConsole' -v ./internal/daemon
+	COORDD_SCREENSHOTS=$(SCREENSHOTS) go test -count=1 -run 'TestConsole' -v ./internal/server/daemon
 
 # Unit tests only: skips everything that starts etcd, except the one
 # in-process daemon that clientlib's Examples run against.
@@ -86,7 +86,7 @@ check-breaking: tools
 	echo "buf breaking --against '$$against'"; \
 	buf breaking --against "$$against"
 
-# Faults, repeated. First the fault matrix (internal/chaos): a cluster of
+# Faults, repeated. First the fault matrix (internal/testkit/chaos): a cluster of
 # three coordd processes behind TCP proxies, lock workers and election
 # candidates as processes, and each fault ROUNDS times with etcd's default
 # raft timing: kill -9, SIGSTOP (past the TTL) and partition of the
@@ -108,8 +108,8 @@ CRASHES ?= 20
 SABOTAGE ?=
 FAULTS ?=
 chaos:
-	COORDD_CHAOS_ROUNDS=$(ROUNDS) COORDD_CHAOS_PRODUCTION=1 COORDD_CHAOS_SABOTAGE=$(SABOTAGE) COORDD_CHAOS_FAULTS=$(FAULTS) go test -count=1 -timeout 60m -run 'TestFaultMatrix' -v ./internal/chaos
-	COORDD_CHAOS_CRASHES=$(CRASHES) go test -race -count=1 -timeout 30m -run 'TestChaos' -v ./internal/daemon
+	COORDD_CHAOS_ROUNDS=$(ROUNDS) COORDD_CHAOS_PRODUCTION=1 COORDD_CHAOS_SABOTAGE=$(SABOTAGE) COORDD_CHAOS_FAULTS=$(FAULTS) go test -count=1 -timeout 60m -run 'TestFaultMatrix' -v ./internal/testkit/chaos
+	COORDD_CHAOS_CRASHES=$(CRASHES) go test -race -count=1 -timeout 30m -run 'TestChaos' -v ./internal/server/daemon
 
 # Benchmarks: coordd beside raw etcd in one run, printed as ratios.
 bench:

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/testcerts"
+	"github.com/coordd/coordd/internal/testkit/testcerts"
 )
 
 // benchAuth measures what security costs: the same lock and config

@@ -107,7 +107,7 @@
 // after its session ended, whatever the SDK does. The local deadline
 // holds also when etcd's leadership moves or its leader member is paused:
 // the server keeps the sessions' time itself (docs/sessions.md). The
-// fault matrix (internal/chaos) checks it, and fencing still refuses an old
+// fault matrix (internal/testkit/chaos) checks it, and fencing still refuses an old
 // holder's late writes. A lock protects a resource only if the
 // resource checks the token (fencing.Guard, fencing.Middleware, or the
 // lock's own [Lock.Put]).

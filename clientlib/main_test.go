@@ -11,8 +11,8 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
-	"github.com/coordd/coordd/internal/daemon"
-	"github.com/coordd/coordd/internal/freeport"
+	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/testkit/freeport"
 )
 
 // endpoints are the gRPC addresses of the in-process daemon that the

@@ -12,7 +12,7 @@
 // member cut off from the others reports its own, possibly stale, view of
 // the leader and the members.
 //
-// The package holds no gRPC or proto types; internal/api adapts
+// The package holds no gRPC or proto types; internal/server/api adapts
 // it to coordd.v1.ClusterService.
 package cluster
 

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/coordd/coordd/cluster"
-	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/testkit/etcdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/coordd/coordd/cluster"
-	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/testkit/etcdtest"
 )
 
 func TestCompactionSettings(t *testing.T) {

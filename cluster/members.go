@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/coordd/coordd/internal/kind"
+	"github.com/coordd/coordd/internal/base/kind"
 )
 
 // Membership errors. Each leaves the cluster as it was.

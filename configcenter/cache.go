@@ -14,7 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/coordd/coordd/internal/names"
+	"github.com/coordd/coordd/internal/base/names"
 )
 
 // Cache is a member's watch cache of the whole config tree: one etcd watch

@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
-	"github.com/coordd/coordd/internal/kind"
+	"github.com/coordd/coordd/internal/base/kind"
 )
 
 // Sentinel errors. Callers test them with errors.Is.

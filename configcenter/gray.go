@@ -13,8 +13,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/kind"
-	"github.com/coordd/coordd/internal/names"
+	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/names"
 )
 
 // Gray (canary) releases.

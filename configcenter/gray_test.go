@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/internal/wait"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // follower applies a subscription's events to the content it believes in,

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
-	"github.com/coordd/coordd/internal/configvalue"
+	"github.com/coordd/coordd/internal/base/configvalue"
 )
 
 // A namespace's JSON Schema validates the namespace as one JSON object:

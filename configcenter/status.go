@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/names"
+	"github.com/coordd/coordd/internal/base/names"
 )
 
 // Applied-status feedback: each subscribed instance reports, per

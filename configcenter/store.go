@@ -16,7 +16,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/names"
+	"github.com/coordd/coordd/internal/base/names"
 )
 
 // Store reads and writes namespaces in etcd. It is safe for concurrent

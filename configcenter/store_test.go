@@ -10,7 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/testkit/etcdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
-	"github.com/coordd/coordd/internal/names"
+	"github.com/coordd/coordd/internal/base/names"
 )
 
 // Limits bound what one namespace and one release may hold. The zero value

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/coordd/coordd/internal/names"
+	"github.com/coordd/coordd/internal/base/names"
 )
 
 // FuzzValidateWrite checks that namespace and mutation validation never

@@ -15,11 +15,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/grantwatch"
-	"github.com/coordd/coordd/internal/groupcommit"
-	"github.com/coordd/coordd/internal/kind"
-	"github.com/coordd/coordd/internal/names"
-	"github.com/coordd/coordd/internal/queue"
+	"github.com/coordd/coordd/internal/base/grantwatch"
+	"github.com/coordd/coordd/internal/base/groupcommit"
+	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/names"
+	"github.com/coordd/coordd/internal/base/queue"
 	"github.com/coordd/coordd/session"
 )
 

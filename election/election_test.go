@@ -17,11 +17,11 @@ import (
 
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/grantwatch"
-	"github.com/coordd/coordd/internal/etcdtest"
-	"github.com/coordd/coordd/internal/groupcommit"
-	"github.com/coordd/coordd/internal/kind"
-	"github.com/coordd/coordd/internal/wait"
+	"github.com/coordd/coordd/internal/base/grantwatch"
+	"github.com/coordd/coordd/internal/base/groupcommit"
+	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/testkit/etcdtest"
+	"github.com/coordd/coordd/internal/testkit/wait"
 	"github.com/coordd/coordd/session"
 )
 

@@ -24,7 +24,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/kind"
+	"github.com/coordd/coordd/internal/base/kind"
 )
 
 // Sentinel errors. Callers test them with errors.Is.

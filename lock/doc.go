@@ -27,7 +27,7 @@
 //     hold a lock, and grants happen in queue (create revision) order.
 //   - Tokens of one lock strictly increase from grant to grant (they are
 //     etcd revisions). Grants of different locks committed in one batch
-//     (internal/groupcommit) share a revision: a token names a grant only
+//     (internal/base/groupcommit) share a revision: a token names a grant only
 //     together with its lock's name.
 //   - A grant is reported only while the waiter's own key is alive; a waiter
 //     whose session ends while it waits fails at once with

@@ -14,11 +14,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/grantwatch"
-	"github.com/coordd/coordd/internal/etcdtest"
-	"github.com/coordd/coordd/internal/groupcommit"
-	"github.com/coordd/coordd/internal/kind"
-	"github.com/coordd/coordd/internal/wait"
+	"github.com/coordd/coordd/internal/base/grantwatch"
+	"github.com/coordd/coordd/internal/base/groupcommit"
+	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/testkit/etcdtest"
+	"github.com/coordd/coordd/internal/testkit/wait"
 	"github.com/coordd/coordd/lock"
 	"github.com/coordd/coordd/session"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/wait"
+	"github.com/coordd/coordd/internal/testkit/wait"
 	"github.com/coordd/coordd/lock"
 	"github.com/coordd/coordd/session"
 )

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"github.com/coordd/coordd/internal/names"
+	"github.com/coordd/coordd/internal/base/names"
 	"github.com/coordd/coordd/kv"
 )
 

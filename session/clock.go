@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/coordd/coordd/internal/kind"
+	"github.com/coordd/coordd/internal/base/kind"
 )
 
 // Clock keeps coordd's session time, so that a session ends one TTL after

@@ -14,7 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/kind"
+	"github.com/coordd/coordd/internal/base/kind"
 )
 
 // TTL bounds. MinTTL keeps keep-alive traffic sane and stays above etcd's own

@@ -7,7 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/etcdtest"
+	"github.com/coordd/coordd/internal/testkit/etcdtest"
 	"github.com/coordd/coordd/session"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/wait"
+	"github.com/coordd/coordd/internal/testkit/coorddtest"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // unreachable is an endpoint nobody answers on.

@@ -25,8 +25,8 @@ import (
 
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/internal/daemon"
-	"github.com/coordd/coordd/internal/tlsfiles"
+	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/server/tlsfiles"
 )
 
 func main() {

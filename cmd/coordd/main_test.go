@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/coordd/coordd/internal/freeport"
+	"github.com/coordd/coordd/internal/testkit/freeport"
 )
 
 // TestMain doubles as the coordd binary when COORDD_TEST_RUN_MAIN is set, so

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/coordd/coordd/internal/daemon"
+	"github.com/coordd/coordd/internal/server/daemon"
 )
 
 // restoreCommand is coordd restore: a member's data dir from a snapshot.

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/coorddtest"
-	"github.com/coordd/coordd/internal/wait"
+	"github.com/coordd/coordd/internal/testkit/coorddtest"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // syncBuffer is a bytes.Buffer safe for the example's goroutines.

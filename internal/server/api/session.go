@@ -1,0 +1,698 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/internal/base/grantwatch"
+	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/lock"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"github.com/coordd/coordd/session"
+)
+
+// List page sizes.
+const (
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
+
+// pageSize turns a request's page_size into a limit: the default for zero,
+// InvalidArgument outside 1..maxPageSize.
+func pageSize(n int32) (int, error) {
+	switch {
+	case n == 0:
+		return defaultPageSize, nil
+	case n < 0 || n > maxPageSize:
+		return 0, invalid("page_size must be between 1 and 1000")
+	}
+	return int(n), nil
+}
+
+// namesPage asks list for one page of names after pageToken (one more
+// than the page holds, to know whether another follows) and returns the
+// page and the next page's token.
+func namesPage(n int32, pageToken string, list func(after string, limit int) ([]string, error)) ([]string, string, error) {
+	size, err := pageSize(n)
+	if err != nil {
+		return nil, "", err
+	}
+	names, err := list(pageToken, size+1)
+	if err != nil || len(names) <= size {
+		return names, "", err
+	}
+	return names[:size], names[size-1], nil
+}
+
+// SessionServer adapts session.Manager to coordd.v1.SessionService.
+type SessionServer struct {
+	coorddv1.UnsafeSessionServiceServer // compile errors when the service grows
+
+	m        *session.Manager
+	holdings Holdings
+	stopping <-chan struct{}
+	metrics  *Metrics
+
+	// SeesAll, when set, says whether the caller may read every session
+	// (an operator); others read only the sessions they created:
+	// GetSession of another's is PermissionDenied, ListSessions leaves
+	// them out (so a page may hold fewer than page_size sessions while a
+	// next_page_token follows).
+	SeesAll func(ctx context.Context) bool
+	// pages seals ListSessions' page tokens (see SetPageTokenKey); nil:
+	// a token is the last session id read, in the clear.
+	pages *pageSealer
+	// Streams, when set, registers the shared streams so that grants on
+	// this member are followed on them from the moment they are made (the
+	// Lock and Election servers share it).
+	Streams *KeepAliveStreams
+	// MaxRequestBytes is the server's limit on one message (0: gRPC's
+	// default), which bounds a batch of renewals.
+	MaxRequestBytes int
+	// CallStream serves the Calls stream; nil ends it with UNIMPLEMENTED.
+	CallStream *CallServer
+}
+
+// SetPageTokenKey makes ListSessions seal its page tokens with key
+// (PageTokenKeyBytes long, the same on every member), so that a token does
+// not name a session the caller may not see.
+func (s *SessionServer) SetPageTokenKey(key []byte) error {
+	p, err := newPageSealer(key)
+	if err != nil {
+		return err
+	}
+	s.pages = p
+	return nil
+}
+
+// mayRead reports whether the caller may read info.
+func (s *SessionServer) mayRead(ctx context.Context, info session.Info) bool {
+	return s.SeesAll == nil || s.SeesAll(ctx) || (info.Principal != "" && info.Principal == PrincipalFrom(ctx).Name)
+}
+
+// Holdings is what KeepAliveStream needs to watch a session's holdings:
+// where their entries live and a watcher of those entries. All three are
+// required.
+type Holdings struct {
+	Watcher   *grantwatch.Watcher
+	Locks     *lock.Manager
+	Elections *election.Manager
+}
+
+// NewSessionServer returns the SessionService adapter. Streams end with
+// ErrStopping once stopping is closed.
+func NewSessionServer(m *session.Manager, h Holdings, stopping <-chan struct{}, metrics *Metrics) *SessionServer {
+	return &SessionServer{m: m, holdings: h, stopping: stopping, metrics: metrics}
+}
+
+// CreateSession implements SessionService.
+func (s *SessionServer) CreateSession(ctx context.Context, req *coorddv1.CreateSessionRequest) (*coorddv1.CreateSessionResponse, error) {
+	if req.GetTtl() == nil {
+		return nil, invalid("ttl is required (for example \"10s\")")
+	}
+	if err := req.GetTtl().CheckValid(); err != nil {
+		return nil, invalid("ttl: " + err.Error())
+	}
+	info, err := s.m.Create(ctx, session.Spec{
+		TTL:      req.GetTtl().AsDuration(),
+		Owner:    req.GetOwner(),
+		Hostname: req.GetHostname(),
+		Labels:   req.GetLabels(),
+
+		Principal: PrincipalFrom(ctx).Name,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.sessionCreated()
+	return &coorddv1.CreateSessionResponse{Session: sessionProto(info, false)}, nil
+}
+
+// GetSession implements SessionService.
+func (s *SessionServer) GetSession(ctx context.Context, req *coorddv1.GetSessionRequest) (*coorddv1.GetSessionResponse, error) {
+	id, err := session.ParseID(req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.mayRead(ctx, info) {
+		return nil, kind.PermissionDenied.New(fmt.Sprintf("auth: session %s is not %s's: only its owner, or a principal allowed cluster.read, may read it", id, PrincipalFrom(ctx).Name))
+	}
+	out := sessionProto(info, true)
+	out.Locks = nonNil(s.holdings.Locks.NamesIn(info.Keys))
+	out.Elections = nonNil(s.holdings.Elections.NamesIn(info.Keys))
+	return &coorddv1.GetSessionResponse{Session: out}, nil
+}
+
+// ListSessions implements SessionService.
+func (s *SessionServer) ListSessions(ctx context.Context, req *coorddv1.ListSessionsRequest) (*coorddv1.ListSessionsResponse, error) {
+	size, err := pageSize(req.GetPageSize())
+	if err != nil {
+		return nil, err
+	}
+	if req.GetDetailed() && req.GetPageSize() == 0 {
+		size = 100
+	}
+	if req.GetDetailed() && size > 100 {
+		return nil, invalid("page_size of a detailed list must be 1 to 100")
+	}
+	var after session.ID
+	if tok := req.GetPageToken(); tok != "" {
+		var id session.ID
+		var err error
+		if s.pages != nil {
+			id, err = s.pages.open(tok)
+		} else {
+			id, err = session.ParseID(tok)
+		}
+		if err != nil {
+			return nil, invalid("page_token is not a token from a previous ListSessions response")
+		}
+		after = id
+	}
+	infos, more, err := s.m.List(ctx, after, size)
+	if err != nil {
+		return nil, err
+	}
+	resp := &coorddv1.ListSessionsResponse{Sessions: make([]*coorddv1.Session, 0, len(infos))}
+	for _, info := range infos {
+		if !s.mayRead(ctx, info) {
+			continue
+		}
+		if !req.GetDetailed() {
+			resp.Sessions = append(resp.Sessions, sessionProto(info, false))
+			continue
+		}
+		info, err := s.m.Detail(ctx, info)
+		if errors.Is(err, session.ErrNotFound) {
+			continue // ended since the list was read
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := sessionProto(info, true)
+		out.Locks = nonNil(s.holdings.Locks.NamesIn(info.Keys))
+		out.Elections = nonNil(s.holdings.Elections.NamesIn(info.Keys))
+		resp.Sessions = append(resp.Sessions, out)
+	}
+	if more && len(infos) > 0 {
+		last := infos[len(infos)-1].ID
+		if s.pages != nil {
+			resp.NextPageToken = s.pages.seal(last)
+		} else {
+			resp.NextPageToken = last.String()
+		}
+	}
+	return resp, nil
+}
+
+// KeepAlive implements SessionService.
+func (s *SessionServer) KeepAlive(ctx context.Context, req *coorddv1.KeepAliveRequest) (*coorddv1.KeepAliveResponse, error) {
+	id, err := session.ParseID(req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := s.m.KeepAlive(ctx, id)
+	s.metrics.keepAlive(err)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.KeepAliveResponse{SessionId: id.String(), Ttl: durationpb.New(ttl)}, nil
+}
+
+// KeepAliveStream implements SessionService. Requests are answered one at a
+// time, in order, except shared ones (many sessions on one stream, the Go
+// SDK's), which sharedRenewers renew at once and answer as they finish;
+// watched holdings that end are pushed between answers.
+func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAliveStreamServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	// Shared renewals (below) run on renewers that end with ctx.
+	var renewals sync.WaitGroup
+	defer renewals.Wait()
+	defer cancel()
+	renewed := make(chan sharedRenewal)
+	jobs := make(chan renewJob) // shared renewals, for the renewers
+	renewers := false           // started at the first shared request
+	reqs := make(chan *coorddv1.KeepAliveStreamRequest)
+	recvErr := make(chan error, 1)
+	w := newHoldingWatches(s.holdings)
+	defer w.stopAll()
+	sid, unregister := s.Streams.register(ctx, w)
+	defer unregister()
+	// Tell the client it may batch its renewals (session_ids), and how
+	// many fit in one message; and the stream's id, for grants to follow.
+	md := metadata.Pairs(KeepAliveBatchesHeader, strconv.Itoa(s.maxBatch()))
+	if sid != 0 {
+		md.Set(KeepAliveStreamHeader, strconv.FormatUint(sid, 10))
+	}
+	if err := stream.SendHeader(md); err != nil {
+		return err
+	}
+	// The receiver exits when Recv fails, which gRPC guarantees once this
+	// handler returns (the stream's context is then cancelled).
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-s.stopping:
+			return ErrStopping
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-w.ready:
+			if ended := w.take(); len(ended) > 0 {
+				if err := stream.Send(&coorddv1.KeepAliveStreamResponse{Ended: ended}); err != nil {
+					return err
+				}
+			}
+		case r := <-renewed:
+			if r.err != nil {
+				return r.err
+			}
+			if err := stream.Send(r.resp); err != nil {
+				return err
+			}
+		case req := <-reqs:
+			job, err := parseRenewJob(req)
+			if err != nil {
+				return err
+			}
+			id := job.id
+			if len(req.GetWatch()) > 0 && req.GetSessionId() == "" {
+				return invalid("watch: name the holdings' session in session_id")
+			}
+			for _, h := range req.GetWatch() {
+				if _, err := w.add(ctx, id, h); err != nil {
+					return err
+				}
+			}
+			if req.GetWatchOnly() {
+				continue
+			}
+			if req.GetShared() {
+				if !renewers {
+					renewers = true
+					for range sharedRenewers {
+						renewals.Go(func() { s.renewer(ctx, jobs, renewed) })
+					}
+				}
+				// Hand it to renewers, a lot of a batch to each, answering
+				// finished renewals meanwhile (that frees renewers).
+				for _, job := range job.lots() {
+					for handed := false; !handed; {
+						select {
+						case jobs <- job:
+							handed = true
+						case r := <-renewed:
+							if r.err != nil {
+								return r.err
+							}
+							if err := stream.Send(r.resp); err != nil {
+								return err
+							}
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+					}
+				}
+				continue
+			}
+			ttl, err := s.m.KeepAlive(ctx, id)
+			s.metrics.keepAlive(err)
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(&coorddv1.KeepAliveStreamResponse{SessionId: id.String(), Ttl: durationpb.New(ttl)}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// sharedRenewers is how many renewals one shared keep-alive stream runs
+// at once, on as many goroutines that live as long as the stream (a
+// renewal on the etcd leader takes microseconds; one forwarded to it, a
+// round trip). More requests wait, and the stream's flow control pushes
+// back on the client.
+const sharedRenewers = 64
+
+// renewer runs the renewals of a shared stream handed to it on jobs until
+// ctx ends.
+func (s *SessionServer) renewer(ctx context.Context, jobs <-chan renewJob, renewed chan<- sharedRenewal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case job := <-jobs:
+			r := s.renewShared(ctx, job)
+			select {
+			case renewed <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// sharedRenewal is the outcome of one renewal on a shared stream: the
+// response to send, or the error that ends the stream.
+type sharedRenewal struct {
+	resp *coorddv1.KeepAliveStreamResponse
+	err  error
+}
+
+// KeepAliveBatchesHeader is the header metadata key with which
+// KeepAliveStream tells a client that it takes batches of renewals
+// (KeepAliveStreamRequest.session_ids), and how many sessions one batch
+// may name: its value is that number.
+const KeepAliveBatchesHeader = "coordd-keepalive-batches"
+
+// maxBatch is how many session ids fit in one keep-alive stream message
+// within MaxRequestBytes (an id takes 18 bytes on the wire), at most 4096.
+func (s *SessionServer) maxBatch() int {
+	limit := s.MaxRequestBytes
+	if limit <= 0 {
+		limit = 4 << 20 // gRPC's default
+	}
+	return max(1, min(4096, (limit-64)/18))
+}
+
+// renewJob is what one request on a keep-alive stream asks to renew: one
+// session (id), or a batch of them (batch; id is then the zero ID unless
+// session_id was set too, and it is renewed first).
+type renewJob struct {
+	id    session.ID
+	batch []session.ID
+}
+
+// renewLot is how many sessions of a batch one renewer renews and answers
+// in one response. Renewing on the etcd leader takes microseconds; on
+// another member each renewal is forwarded to it, a round trip, so a lot's
+// sessions are renewed at once, and a large batch's lots on as many
+// renewers (sharedRenewers): a batch is answered within about one round
+// trip to the leader.
+const renewLot = 32
+
+// lots splits a batch into jobs of at most renewLot sessions (a job
+// naming one session is itself).
+func (j renewJob) lots() []renewJob {
+	if len(j.batch) <= renewLot {
+		return []renewJob{j}
+	}
+	out := make([]renewJob, 0, (len(j.batch)+renewLot-1)/renewLot)
+	for b := j.batch; len(b) > 0; {
+		n := min(len(b), renewLot)
+		out = append(out, renewJob{batch: b[:n:n]})
+		b = b[n:]
+	}
+	return out
+}
+
+// parseRenewJob reads the sessions req names. A malformed id, or a batch
+// on a stream that is not shared, is InvalidArgument and ends the stream.
+func parseRenewJob(req *coorddv1.KeepAliveStreamRequest) (renewJob, error) {
+	var job renewJob
+	ids := req.GetSessionIds()
+	if len(ids) > 0 && !req.GetShared() {
+		return job, invalid("session_ids: a batch of renewals needs a shared stream (set shared)")
+	}
+	if len(ids) > 0 && req.GetWatchOnly() {
+		return job, invalid("session_ids: a watch_only request renews nothing")
+	}
+	if req.GetSessionId() != "" || len(ids) == 0 {
+		id, err := session.ParseID(req.GetSessionId())
+		if err != nil {
+			return job, err
+		}
+		job.id = id
+	}
+	job.batch = make([]session.ID, 0, len(ids))
+	for _, s := range ids {
+		id, err := session.ParseID(s)
+		if err != nil {
+			return job, err
+		}
+		job.batch = append(job.batch, id)
+	}
+	if job.id != 0 && len(job.batch) > 0 {
+		job.batch = append([]session.ID{job.id}, job.batch...)
+	}
+	return job, nil
+}
+
+// renewShared renews job's sessions for a shared stream: a session that
+// is gone is answered as such instead of ending the stream (its other
+// sessions go on). A batch is answered by one response.
+func (s *SessionServer) renewShared(ctx context.Context, job renewJob) sharedRenewal {
+	if len(job.batch) == 0 {
+		r, err := s.renewOne(ctx, job.id)
+		if err != nil {
+			return sharedRenewal{err: err}
+		}
+		return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{SessionId: r.GetSessionId(), Ttl: r.GetTtl(), Gone: r.GetGone()}}
+	}
+	ttls, errs, err := s.m.KeepAliveAll(ctx, job.batch)
+	if err != nil {
+		s.metrics.keepAlive(err)
+		return sharedRenewal{err: err}
+	}
+	rs := make([]*coorddv1.Renewal, len(job.batch))
+	for i, id := range job.batch {
+		s.metrics.keepAlive(errs[i])
+		switch {
+		case errors.Is(errs[i], session.ErrNotFound):
+			rs[i] = &coorddv1.Renewal{SessionId: id.String(), Gone: true}
+		case errs[i] != nil:
+			return sharedRenewal{err: errs[i]}
+		default:
+			rs[i] = &coorddv1.Renewal{SessionId: id.String(), Ttl: durationpb.New(ttls[i])}
+		}
+	}
+	return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{Renewals: rs}}
+}
+
+// renewOne renews session id: gone is an answer, other failures end the
+// stream.
+func (s *SessionServer) renewOne(ctx context.Context, id session.ID) (*coorddv1.Renewal, error) {
+	ttl, err := s.m.KeepAlive(ctx, id)
+	s.metrics.keepAlive(err)
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		return &coorddv1.Renewal{SessionId: id.String(), Gone: true}, nil
+	case err != nil:
+		return nil, err
+	}
+	return &coorddv1.Renewal{SessionId: id.String(), Ttl: durationpb.New(ttl)}, nil
+}
+
+// holdingWatches are the holdings one KeepAliveStream watches: named by
+// the client on the stream (the stream's goroutine calls add), or followed
+// from their grant (KeepAliveStreams: the granting call's goroutine calls
+// add, the releasing one remove). grantwatch reports ends from its own
+// goroutine, and they queue here until the stream takes them.
+type holdingWatches struct {
+	h     Holdings
+	ready chan struct{} // signalled when ended grows
+
+	smu    sync.Mutex
+	stops  map[watchedEntry]func() // guarded by smu
+	closed bool                    // stopAll ran; guarded by smu
+
+	mu    sync.Mutex
+	ended []*coorddv1.Holding
+	keys  []watchedEntry // of ended, to forget their watches
+}
+
+// watchedEntry is one incarnation of an entry key: a key is written again
+// when a session acquires a lock again with the request id of a released
+// acquisition, and each incarnation's end is reported on its own.
+type watchedEntry struct {
+	key   string
+	token int64
+}
+
+func newHoldingWatches(h Holdings) *holdingWatches {
+	return &holdingWatches{h: h, stops: make(map[watchedEntry]func()), ready: make(chan struct{}, 1)}
+}
+
+// entry returns the entry that h, a holding of session id, names.
+func (w *holdingWatches) entry(id session.ID, h *coorddv1.Holding) (watchedEntry, error) {
+	var key string
+	var err error
+	switch h.GetKind() {
+	case coorddv1.Holding_KIND_LOCK:
+		key, err = w.h.Locks.EntryKey(h.GetName(), id, h.GetRequestId())
+	case coorddv1.Holding_KIND_ELECTION:
+		key, err = w.h.Elections.CandidateKey(h.GetName(), id, h.GetRequestId())
+	default:
+		return watchedEntry{}, invalid("watch: kind must be KIND_LOCK or KIND_ELECTION")
+	}
+	if err != nil {
+		return watchedEntry{}, err
+	}
+	if h.GetToken() <= 0 {
+		return watchedEntry{}, invalid("watch: token must be positive")
+	}
+	return watchedEntry{key, h.GetToken()}, nil
+}
+
+// add starts watching h, a holding of session id, unless it is watched
+// already, and reports whether it is watched now (not once stopAll ran).
+// A holding that has already ended is reported at once.
+func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Holding) (bool, error) {
+	we, err := w.entry(id, h)
+	if err != nil {
+		return false, err
+	}
+	if r := h.GetRevision(); r != 0 && r < h.GetToken() {
+		return false, invalid("watch: revision, when set, must be at least the token (a revision at which the holding was alive)")
+	}
+	// smu is held until the watch is stored: an end reported at once (or
+	// right after the watch starts) is then taken only after that, and
+	// forgets it (take), instead of leaving it behind.
+	w.smu.Lock()
+	defer w.smu.Unlock()
+	if _, watched := w.stops[we]; watched || w.closed {
+		return !w.closed, nil
+	}
+	report := &coorddv1.Holding{Kind: h.GetKind(), Name: h.GetName(), Token: h.GetToken(), RequestId: h.GetRequestId()}
+	stop, err := w.h.Watcher.WatchFrom(ctx, we.key, h.GetToken(), h.GetRevision(), func() {
+		w.mu.Lock()
+		w.ended = append(w.ended, report)
+		w.keys = append(w.keys, we)
+		w.mu.Unlock()
+		select {
+		case w.ready <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return false, err
+	}
+	w.stops[we] = stop
+	return true, nil
+}
+
+// remove stops watching h, a holding of session id, and drops its end if
+// that is queued already: its holder gives it up and needs no report.
+func (w *holdingWatches) remove(id session.ID, h *coorddv1.Holding) {
+	we, err := w.entry(id, h)
+	if err != nil {
+		return
+	}
+	w.smu.Lock()
+	stop := w.stops[we]
+	delete(w.stops, we)
+	w.smu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := 0; i < len(w.keys); i++ {
+		if w.keys[i] == we {
+			w.keys = append(w.keys[:i], w.keys[i+1:]...)
+			w.ended = append(w.ended[:i], w.ended[i+1:]...)
+			i--
+		}
+	}
+}
+
+// take returns the holdings that ended since the last call and forgets
+// their watches, so that naming one again watches it anew.
+func (w *holdingWatches) take() []*coorddv1.Holding {
+	w.mu.Lock()
+	ended, keys := w.ended, w.keys
+	w.ended, w.keys = nil, nil
+	w.mu.Unlock()
+	w.smu.Lock()
+	for _, k := range keys {
+		delete(w.stops, k)
+	}
+	w.smu.Unlock()
+	return ended
+}
+
+// stopAll stops every watch; later adds watch nothing.
+func (w *holdingWatches) stopAll() {
+	w.smu.Lock()
+	w.closed = true
+	stops := w.stops
+	w.stops = nil
+	w.smu.Unlock()
+	for _, stop := range stops {
+		stop()
+	}
+}
+
+// Calls implements SessionService: see CallServer.
+func (s *SessionServer) Calls(stream coorddv1.SessionService_CallsServer) error {
+	return s.CallStream.Serve(stream)
+}
+
+// CloseSession implements SessionService.
+func (s *SessionServer) CloseSession(ctx context.Context, req *coorddv1.CloseSessionRequest) (*coorddv1.CloseSessionResponse, error) {
+	id, err := session.ParseID(req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.m.Close(ctx, id); err != nil {
+		return nil, err
+	}
+	s.metrics.sessionClosed()
+	return &coorddv1.CloseSessionResponse{}, nil
+}
+
+func sessionProto(info session.Info, withRemaining bool) *coorddv1.Session {
+	out := &coorddv1.Session{
+		Id:         info.ID.String(),
+		Ttl:        durationpb.New(info.TTL),
+		Owner:      info.Owner,
+		Hostname:   info.Hostname,
+		Labels:     info.Labels,
+		CreateTime: timestamppb.New(info.Created),
+		Principal:  info.Principal,
+	}
+	if withRemaining {
+		out.RemainingTtl = durationpb.New(info.Remaining)
+	}
+	return out
+}
+
+// nonNil makes an empty list [] rather than null in JSON.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// invalid reports a malformed request detected by an adapter; the status
+// table maps it like any other invalid argument.
+func invalid(msg string) error { return kind.Invalid.New(msg) }

@@ -1,0 +1,463 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/pkg/v3/featuregate"
+	"go.etcd.io/etcd/server/v3/features"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/testkit/etcdtest"
+	"github.com/coordd/coordd/internal/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/testkit/wait"
+)
+
+// Session expiry: with keep-alives black-holed, Done closes no later than
+// the local deadline, and the server drops the session only after its TTL.
+func TestSessionExpiry(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	proxy := tcpproxy.Start(t, d.GRPCAddr())
+	c := newClient(t, proxy.Addr())
+	direct := newClient(t, d.GRPCAddr())
+
+	s, err := c.NewSession(t.Context(), clientlib.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for one acknowledged keep-alive, then cut the network.
+	first := s.Deadline()
+	wait.Within(t, 5*time.Second, "a first keep-alive", func() bool { return s.Deadline().After(first) })
+	proxy.Freeze()
+	frozenAt := time.Now()
+
+	var lastAckSent time.Time
+	select {
+	case <-s.Done():
+		deadline := s.Deadline()
+		if late := time.Since(deadline); late > 100*time.Millisecond {
+			t.Fatalf("Done closed %s after the local deadline", late)
+		}
+		// The last acknowledged keep-alive was sent before the cut, so the
+		// deadline must fall at least the margin before cut + TTL.
+		if latest := frozenAt.Add(s.TTL() - margin(s.TTL())); deadline.After(latest) {
+			t.Fatalf("local deadline %s after cut+TTL-margin: the safety margin is missing", deadline.Sub(latest))
+		}
+		lastAckSent = deadline.Add(-s.TTL() + margin(s.TTL()))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed 10s after the network was cut")
+	}
+	if !errors.Is(s.Err(), clientlib.ErrSessionExpired) {
+		t.Fatalf("Err = %v, want ErrSessionExpired", s.Err())
+	}
+	// The server must still have the session at the local deadline: that is
+	// the whole point of the margin.
+	if _, err := direct.Admin().GetSession(t.Context(), s.ID()); err != nil {
+		t.Fatalf("server dropped the session before the SDK's local deadline: %v", err)
+	}
+	wait.Within(t, 10*time.Second, "the server to drop the session", func() bool {
+		_, err := direct.Admin().GetSession(t.Context(), s.ID())
+		return errors.Is(err, clientlib.ErrSessionNotFound)
+	})
+	if alive := time.Since(lastAckSent); alive < s.TTL() {
+		t.Fatalf("server dropped the session %s after the last keep-alive was sent, before its %s TTL", alive, s.TTL())
+	}
+	t.Logf("network cut at +0; Done at local deadline; server dropped the session %s after the cut", time.Since(frozenAt).Round(time.Millisecond))
+	proxy.Thaw()
+}
+
+// margin is the SDK's safety margin for a TTL (clientlib's doc):
+// the local deadline falls this long before send time + TTL.
+func margin(ttl time.Duration) time.Duration { return max(250*time.Millisecond, ttl/10) }
+
+// startCluster starts n members that form one cluster. They start
+// concurrently because a member's Start returns only once the cluster has a
+// leader, which needs a quorum.
+func startCluster(t *testing.T, n int, opts ...func(*daemon.Config)) []*daemon.Daemon {
+	t.Helper()
+	return startConfigs(t, clusterConfigs(t, n, opts...))
+}
+
+// grpcAddrs are the members' gRPC addresses, in order: a client's
+// endpoints for the whole cluster.
+func grpcAddrs(ds []*daemon.Daemon) []string {
+	addrs := make([]string, len(ds))
+	for i, d := range ds {
+		addrs[i] = d.GRPCAddr()
+	}
+	return addrs
+}
+
+// clusterConfigs returns the configurations of an n-member cluster.
+func clusterConfigs(t *testing.T, n int, opts ...func(*daemon.Config)) []daemon.Config {
+	t.Helper()
+	cfgs := make([]daemon.Config, n)
+	var members []string
+	for i := range cfgs {
+		cfgs[i] = testConfig(t)
+		for _, o := range opts {
+			o(&cfgs[i])
+		}
+		cfgs[i].Name = fmt.Sprintf("m%d", i)
+		peerURL := cfgs[i].ListenPeerURLs[0]
+		if len(cfgs[i].AdvertisePeerURLs) > 0 {
+			peerURL = cfgs[i].AdvertisePeerURLs[0]
+		}
+		members = append(members, cfgs[i].Name+"="+peerURL)
+	}
+	for i := range cfgs {
+		cfgs[i].InitialCluster = strings.Join(members, ",")
+	}
+	return cfgs
+}
+
+// startConfigs starts the members of a cluster at once (each waits for a
+// quorum) and stops them, at once too, when the test ends: a member of a
+// cluster takes a second to stop (etcd gives its peer listener that long
+// to go idle, which raft's streams never do), so one after another they
+// cost the suite two seconds more per cluster.
+func startConfigs(t *testing.T, cfgs []daemon.Config) []*daemon.Daemon {
+	t.Helper()
+	type started struct {
+		i   int
+		d   *daemon.Daemon
+		err error
+	}
+	ds := make([]*daemon.Daemon, len(cfgs))
+	starts := make(chan started, len(cfgs))
+	// Bounds start-up only: members that cannot reach each other fail
+	// the test instead of waiting for a quorum until the test times out.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for i := range cfgs {
+		go func() {
+			d, err := daemon.Start(ctx, cfgs[i])
+			starts <- started{i, d, err}
+		}()
+	}
+	// Every member that started is stopped when the test ends, also when
+	// another failed: a member left running would outlive its data dir.
+	var errs []error
+	for range cfgs {
+		s := <-starts
+		if s.err != nil {
+			errs = append(errs, s.err)
+			cancel() // the others would wait for a quorum forever
+			continue
+		}
+		ds[s.i] = s.d
+	}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for i, d := range ds {
+			if d == nil {
+				continue
+			}
+			wg.Go(func() {
+				if err := d.Stop(context.Background()); err != nil {
+					t.Errorf("Stop %s: %v", cfgs[i].Name, err)
+				}
+			})
+		}
+		wg.Wait()
+	})
+	if len(errs) > 0 {
+		t.Fatalf("cluster start: %v", errors.Join(errs...))
+	}
+	// A member serves once its etcd has joined, which may be before it
+	// has heard of a leader (a slow election on a busy machine): wait for
+	// each to say it has one, so the test's first call is not refused.
+	for i, d := range ds {
+		if cfgs[i].TLS != nil {
+			continue
+		}
+		health := healthpb.NewHealthClient(dialRaw(t, d.GRPCAddr()))
+		wait.Within(t, 30*time.Second, cfgs[i].Name+" to have an etcd leader", func() bool {
+			resp, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
+			return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+		})
+	}
+	return ds
+}
+
+// Three members: a session kept alive through one member survives that
+// member failing, because the SDK renews through another member before its
+// local deadline. The member either stops (its connections close) or is
+// partitioned (it stops answering, connections stay open).
+func TestThreeMemberFailover(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts three-member clusters")
+	}
+	faults := []struct {
+		name  string
+		fault func(t *testing.T, d *daemon.Daemon, p *tcpproxy.Proxy)
+	}{
+		{"member stops", func(t *testing.T, d *daemon.Daemon, _ *tcpproxy.Proxy) {
+			if err := d.Stop(context.Background()); err != nil {
+				t.Fatalf("stopping the member: %v", err)
+			}
+		}},
+		{"member partitioned", func(_ *testing.T, _ *daemon.Daemon, p *tcpproxy.Proxy) { p.Freeze() }},
+	}
+	for _, tt := range faults {
+		t.Run(tt.name, func(t *testing.T) {
+			ds := startCluster(t, 3)
+			proxies := make([]*tcpproxy.Proxy, len(ds))
+			var endpoints []string
+			for i, d := range ds {
+				proxies[i] = tcpproxy.Start(t, d.GRPCAddr())
+				endpoints = append(endpoints, proxies[i].Addr())
+			}
+			c := newClient(t, endpoints...)
+			s, err := c.NewSession(t.Context(), clientlib.WithTTL(6*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			victim := -1
+			for i, p := range proxies {
+				if p.Active() > 0 {
+					victim = i
+				}
+			}
+			if victim < 0 {
+				t.Fatal("the client has no connection through any proxy")
+			}
+			tt.fault(t, ds[victim], proxies[victim])
+			faultAt := time.Now()
+			// A keep-alive sent after the fault and acknowledged proves the
+			// failover.
+			wait.Within(t, 15*time.Second, "a keep-alive through another member", func() bool {
+				select {
+				case <-s.Done():
+					t.Fatalf("session lost after member %d failed: %v", victim, s.Err())
+				default:
+				}
+				return s.Deadline().After(faultAt.Add(s.TTL() - margin(s.TTL())))
+			})
+			t.Logf("failed over from member %d within %s", victim, time.Since(faultAt).Round(time.Millisecond))
+			if _, err := c.Admin().GetSession(t.Context(), s.ID()); err != nil {
+				t.Fatalf("GetSession after failover: %v", err)
+			}
+			proxies[victim].Thaw()
+			if err := s.Close(t.Context()); err != nil {
+				t.Fatalf("Close after failover: %v", err)
+			}
+		})
+	}
+}
+
+// Lease checkpointing is on in the running member. etcd 3.7's embed package
+// fixes the checkpoint interval at 5 minutes, so a behavioural test (age a
+// session past a checkpoint, move the etcd leader, see the remaining TTL
+// kept) would take over 5 minutes; this checks the switch instead.
+func TestLeaseCheckpointingEnabled(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	gates := d.Etcd().Server.Cfg.ServerFeatureGate
+	for _, f := range []featuregate.Feature{features.LeaseCheckpoint, features.LeaseCheckpointPersist} {
+		if !gates.Enabled(f) {
+			t.Errorf("etcd feature gate %s is off", f)
+		}
+	}
+}
+
+// External etcd: coordd as a stateless API layer over a separately started
+// etcd, with two daemons sharing it.
+func TestExternalEtcd(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	m := etcdtest.Start(t)
+	var ds []*daemon.Daemon
+	for range 2 {
+		cfg := testConfig(t)
+		cfg.EtcdEndpoints = []string{m.ClientURL}
+		ds = append(ds, start(t, cfg))
+	}
+	if ds[0].Etcd() != nil {
+		t.Fatal("daemon embedded etcd despite EtcdEndpoints")
+	}
+	a, b := newClient(t, ds[0].GRPCAddr()), newClient(t, ds[1].GRPCAddr())
+	s, err := a.NewSession(t.Context(), clientlib.WithTTL(5*time.Second), clientlib.WithOwner("ext"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.Admin().GetSession(t.Context(), s.ID())
+	if err != nil || info.Owner != "ext" {
+		t.Fatalf("session created through one daemon, read through the other: %+v, %v", info, err)
+	}
+	resp, err := m.Client(t).Get(t.Context(), "/coordd/session/"+s.ID())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("session metadata not in the external etcd: %v, %v", resp, err)
+	}
+	if err := s.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Three members: stop the etcd leader's member while clients contend for
+// one lock through the others. Safety holds throughout: no two holders
+// overlap, and the guard never sees a token out of order.
+func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a three-member cluster")
+	}
+	ds := startCluster(t, 3)
+	var leader int
+	for i, d := range ds {
+		if d.Etcd().Server.Leader() == d.Etcd().Server.MemberID() {
+			leader = i
+		}
+	}
+	var endpoints []string
+	for i, d := range ds {
+		if i != leader {
+			endpoints = append(endpoints, d.GRPCAddr())
+		}
+	}
+	const clients = 4
+	var (
+		guard            fencing.Guard
+		inside, overlaps atomic.Int32
+		grants           atomic.Int32
+		stale            atomic.Int32
+		wg               sync.WaitGroup
+	)
+	ctx, stop := context.WithCancel(t.Context())
+	for i := range clients {
+		c := newClient(t, endpoints...)
+		// A busy machine may move etcd's leadership under the first call:
+		// that is refused as unavailable, and a user tries again.
+		var s *clientlib.Session
+		wait.Within(t, 10*time.Second, "a session", func() bool {
+			var err error
+			if s, err = c.NewSession(t.Context(), clientlib.WithTTL(5*time.Second)); err != nil && !errors.Is(err, clientlib.ErrUnavailable) {
+				t.Fatal(err)
+			}
+			return err == nil
+		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				err := clientlib.RunLocked(ctx, s, "contended", func(_ context.Context, l *clientlib.Lock) error {
+					token := l.Token()
+					if inside.Add(1) > 1 {
+						overlaps.Add(1)
+					}
+					defer inside.Add(-1)
+					grants.Add(1)
+					if err := guard.Check("contended", token); err != nil {
+						stale.Add(1)
+					}
+					return nil
+				})
+				if err != nil && ctx.Err() == nil && !errors.Is(err, clientlib.ErrUnavailable) {
+					t.Logf("client %d: %v (retrying)", i, err)
+				}
+			}
+		}()
+	}
+	wait.Within(t, 10*time.Second, "contention to start", func() bool { return grants.Load() > 20 })
+	before := grants.Load()
+	if err := ds[leader].Stop(context.Background()); err != nil {
+		t.Fatalf("stopping the leader's member: %v", err)
+	}
+	wait.Within(t, 20*time.Second, "grants to continue under the new leader", func() bool { return grants.Load() > before+20 })
+	stop()
+	wg.Wait()
+	if overlaps.Load() != 0 || stale.Load() != 0 {
+		t.Fatalf("%d overlapping holders, %d tokens out of order, in %d grants", overlaps.Load(), stale.Load(), grants.Load())
+	}
+	t.Logf("%d grants, %d before the leader stopped; no overlap, tokens in order", grants.Load(), before)
+}
+
+// A member cut off from its peers (here: the other two stopped) says so in
+// its gRPC health (NOT_SERVING), and must not leave lock waiters hanging on it: they fail with Unavailable within a few
+// election timeouts, so clients retry elsewhere. The embedded etcd's
+// in-process client skips etcd's own require-leader check, so the daemon
+// watches for leader loss itself.
+func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a three-member cluster")
+	}
+	ds := startCluster(t, 3)
+	survivor := ds[2]
+	if st := healthOf(t, survivor); st != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health of a member with a leader = %s, want SERVING", st)
+	}
+	base := "http://" + survivor.HTTPAddr()
+	newSession := func() string {
+		r := call(t, "POST", base+"/v1/sessions", `{"ttl":"60s"}`)
+		if r.status != 200 {
+			t.Fatalf("create session = %d %v", r.status, r.body)
+		}
+		return r.body["session"].(map[string]any)["id"].(string)
+	}
+	holder, waiter := newSession(), newSession()
+	if r := call(t, "POST", base+"/v1/locks:acquire", fmt.Sprintf(`{"name":"q","sessionId":%q}`, holder)); r.status != 200 {
+		t.Fatalf("acquire = %d %v", r.status, r.body)
+	}
+	done := make(chan int, 1)
+	go func() {
+		// Not call(): it may not Fatal outside the test goroutine.
+		hc := &http.Client{Timeout: time.Minute}
+		resp, err := hc.Post(base+"/v1/locks:acquire", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"name":"q","sessionId":%q,"wait":"60s"}`, waiter)))
+		if err != nil {
+			done <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	wait.Within(t, 10*time.Second, "the waiter to queue", func() bool {
+		r := call(t, "GET", base+"/v1/locks/q", "")
+		w, _ := r.body["waiters"].([]any)
+		return len(w) == 1
+	})
+	for _, d := range ds[:2] {
+		if err := d.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost := time.Now()
+	select {
+	case status := <-done:
+		if status != http.StatusServiceUnavailable {
+			t.Fatalf("waiter on a member without quorum = %d, want 503", status)
+		}
+		t.Logf("waiter failed %s after the member lost quorum", time.Since(lost).Round(time.Millisecond))
+	case <-time.After(15 * time.Second):
+		t.Fatal("waiter still hanging 15s after its member lost quorum")
+	}
+	// Its gRPC health says so (clients probe it before using the member
+	// again); health calls are not refused for the missing leader.
+	if st := healthOf(t, survivor); st != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health of a member without quorum = %s, want NOT_SERVING", st)
+	}
+	// Stopping a member without quorum must not hang on clean-ups that
+	// cannot reach etcd.
+	stopStart := time.Now()
+	if err := survivor.Stop(context.Background()); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+	if took := time.Since(stopStart); took > 10*time.Second {
+		t.Errorf("stopping the member without quorum took %s", took)
+	}
+}

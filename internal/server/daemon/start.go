@@ -1,0 +1,485 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/coordd/coordd/auth"
+	"github.com/coordd/coordd/cluster"
+	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/console"
+	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/internal/base/grantwatch"
+	"github.com/coordd/coordd/internal/base/groupcommit"
+	"github.com/coordd/coordd/internal/server/api"
+	"github.com/coordd/coordd/internal/server/gateway"
+	"github.com/coordd/coordd/kv"
+	"github.com/coordd/coordd/lock"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"github.com/coordd/coordd/session"
+)
+
+// Start starts etcd (or connects to it) and the listeners, and returns once
+// they serve. An embedded etcd is ready by then; an external one may not be
+// reachable yet, which Ready (and /readyz) reports. ctx bounds start-up only.
+//
+// The steps, in order: claim the data dir and the ports (everything that
+// can fail fast, before etcd touches the data dir), start or reach etcd,
+// follow its leadership, load the policy, build the gRPC servers and the
+// services behind them, build the HTTP side, then serve.
+func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(false); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	d := &Daemon{cfg: cfg, lg: cfg.Logger, serveErr: make(chan error, 2)}
+	d.stopped, d.markStopped = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			d.closeStartup()
+		}
+	}()
+	if err := d.claim(); err != nil {
+		return nil, err
+	}
+	if d.embedded() {
+		d.etcd, d.cli, err = startEmbedded(ctx, cfg, &d.quietEtcd)
+	} else {
+		d.cli, err = connectExternal(ctx, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.followLeader()
+	if err := d.loadAuth(); err != nil {
+		return nil, err
+	}
+	p := d.newServers()
+	if err := d.registerCoordination(ctx, p); err != nil {
+		return nil, err
+	}
+	if err := d.registerConfigAndCluster(ctx, p); err != nil {
+		return nil, err
+	}
+	if err := d.newHTTP(ctx, p); err != nil {
+		return nil, err
+	}
+	d.serve(p)
+	d.serving.Store(true)
+	d.updateHealth()
+	d.logReady()
+	return d, nil
+}
+
+// embedded reports whether the daemon runs its own etcd member.
+func (d *Daemon) embedded() bool { return len(d.cfg.EtcdEndpoints) == 0 }
+
+// parts are what Start's steps build for the later ones; they live only
+// until the daemon serves.
+type parts struct {
+	registry *prometheus.Registry // coordd's own metrics
+	grpc     *grpcprom.ServerMetrics
+	api      *api.Metrics
+	// unary is the interceptor chain of unary calls (and of each call on
+	// a Calls stream) for callers authenticated by an.
+	unary    func(an api.Authn) []grpc.UnaryServerInterceptor
+	servers  []*grpc.Server // the public one, then the gateway's
+	sessions *session.Manager
+	holdings *grantwatch.Watcher
+	cluster  *cluster.Manager
+}
+
+// claim takes the data dir (embedded etcd) and the gRPC and HTTP ports.
+// A data dir in use or a taken port fails here and leaves etcd's data
+// untouched (the data dir and its lock file may have been created). Until
+// the listeners are served, connections to them are closed at once.
+func (d *Daemon) claim() (err error) {
+	if d.embedded() {
+		if d.dirLock, err = lockDataDir(d.cfg.DataDir); err != nil {
+			return err
+		}
+	}
+	if d.grpcLis, err = net.Listen("tcp", d.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("gRPC listener (--grpc-addr): %w", err)
+	}
+	if d.httpLis, err = net.Listen("tcp", d.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("HTTP listener (--http-addr): %w", err)
+	}
+	d.refusers = []*refuser{refuse(d.grpcLis), refuse(d.httpLis)}
+	return nil
+}
+
+// followLeader sets up the watch of the embedded member's leadership:
+// calls end once the member has had no leader for three election timeouts
+// (as etcd's own require-leader check), and the health status follows
+// whether it has a leader, is a learner, and leads.
+func (d *Daemon) followLeader() {
+	d.leader = newLeaderWatch(d.etcd, 3*time.Duration(d.cfg.ElectionMs)*time.Millisecond)
+	d.hasLeader.Store(true)
+	d.leader.onLeader = func(has bool) {
+		d.hasLeader.Store(has)
+		d.updateHealth()
+	}
+	d.leader.onLearner = func(l bool) {
+		d.learner.Store(l)
+		d.updateHealth()
+	}
+	d.leads.Store(d.leader.led)
+	d.leader.onLeads = func(l bool) {
+		d.leads.Store(l)
+		d.updateHealth()
+	}
+	bindToLeader(d.cli, d.leader)
+}
+
+// newServers builds the two gRPC servers every service is registered on:
+// the public one on --grpc-addr, and an in-memory one that only the REST
+// gateway reaches, which trusts the identity the gateway authenticated
+// from the HTTP request. Both run the same interceptors.
+func (d *Daemon) newServers() *parts {
+	cfg := d.cfg
+	// coordd's own metrics, on this daemon's registry (several daemons
+	// may share a test process); etcd's and Go's are on the default one.
+	p := &parts{registry: prometheus.NewRegistry()}
+	d.registry = p.registry
+	p.grpc = grpcMetrics(p.registry)
+	p.api = api.NewMetrics(p.registry)
+	d.owners = &api.Owners{} // its managers are set by registerCoordination, before serving
+	// Concurrent lock and election mutations share etcd transactions.
+	d.txns = groupcommit.Direct(d.cli)
+	if !cfg.NoGroupCommit {
+		d.txns = groupcommit.New(d.cli)
+	}
+	var limits *auth.Limits
+	if cfg.RateLimit > 0 || cfg.PublishRate > 0 {
+		limits = &auth.Limits{
+			PerPrincipal: rate.Limit(cfg.RateLimit), PrincipalBurst: cfg.RateBurst,
+			PublishPerSpace: rate.Limit(cfg.PublishRate), PublishSpaceBurst: cfg.PublishBurst,
+		}
+	}
+	authOf := func(an api.Authn) api.Auth {
+		return api.Auth{Authn: an, Authz: d.authz, Owners: d.owners, Limits: limits, Metrics: p.api, Audit: d.audit, AuditFailed: func(err error) {
+			d.lg.Error("audit log not written", zap.Error(err))
+		}}
+	}
+	p.unary = func(an api.Authn) []grpc.UnaryServerInterceptor {
+		return []grpc.UnaryServerInterceptor{api.UnaryArrival(d.txns.Arrived), p.grpc.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(authOf(an)), api.UnaryRequireLeader(d.leader.Lost)}
+	}
+	serverOpts := func(an api.Authn) []grpc.ServerOption {
+		return append([]grpc.ServerOption{
+			grpc.ChainUnaryInterceptor(p.unary(an)...),
+			grpc.ChainStreamInterceptor(p.grpc.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(authOf(an)), api.StreamRequireLeader(d.leader.Lost)),
+			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
+		}, serverTuning()...)
+	}
+	publicOpts := serverOpts(d.authn)
+	if cfg.TLS != nil {
+		publicOpts = append(publicOpts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	d.grpcSrv = grpc.NewServer(publicOpts...)
+	d.gwSrv = grpc.NewServer(serverOpts(&api.Authenticator{Forwarded: true})...)
+	p.servers = []*grpc.Server{d.grpcSrv, d.gwSrv}
+	return p
+}
+
+// serverTuning is how both gRPC servers handle connections and streams.
+func serverTuning() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(connWindow),
+		grpc.ForceServerCodecV2(api.Codec()), // protobuf, and messages marshaled once for many streams
+		// Idle watch connections are the common case: keep the read buffer
+		// small. (grpc-go releases the write buffer after each flush by
+		// default; the SharedWriteBuffer(true) that asked for it is
+		// deprecated.)
+		grpc.ReadBufferSize(8 << 10),
+		grpc.MaxConcurrentStreams(10000),
+		// Handlers run on long-lived workers while one is free (else
+		// on a new goroutine, which pays to grow its stack through
+		// the interceptors and etcd's client). A stream holds its
+		// worker for its whole life, so once more long-lived streams
+		// (keep-alives, watches) are open than there are workers,
+		// calls run on new goroutines as without this option: under
+		// 64 clients on 64 locks that growth was 6-9 % of the
+		// daemon's CPU, yet 256 workers saved no measurable CPU per
+		// call, so the workers stay few.
+		grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.ConnectionTimeout(10 * time.Second),
+		// A forced stop still waits for handlers to return (their
+		// contexts are cancelled), so nothing touches etcd after it is
+		// closed.
+		grpc.WaitForHandlers(true),
+	}
+}
+
+// registerCoordination builds sessions (kept on coordd's session clock),
+// locks and elections, and registers their services on both servers.
+func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
+	cfg := d.cfg
+	sessions := session.NewManager(d.cli, cfg.KeyRoot)
+	sessions.LimitPerPrincipal(max(cfg.MaxSessionsPerPrincipal, 0))
+	waiters := &api.Waiters{Max: max(cfg.MaxWaitersPerPrincipal, 0)}
+	var renew session.Renewer
+	member := randomMemberName()
+	if d.etcd != nil {
+		renew = renewer(d.etcd.Server)
+		sessions.RenewWith(renew)
+		member = fmt.Sprintf("%x", uint64(d.etcd.Server.MemberID()))
+	}
+	// coordd keeps the sessions' time, not etcd's lessor (session.Clock).
+	d.clock = session.NewClock(d.cli, cfg.KeyRoot, member, renew, d.lg.Named("sessions"))
+	ended := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "coordd_sessions_ended_total",
+		Help: "Sessions this member ended because no member saw them renewed within their TTL (coordd's session clock).",
+	})
+	p.registry.MustRegister(ended)
+	d.clock.Ended = func(n int) { ended.Add(float64(n)) }
+	sessions.UseClock(d.clock)
+	// One etcd watch per prefix tells every keep-alive stream of this
+	// member when a lock grant or leadership it watches ends, and every
+	// waiter when an entry ahead of it goes.
+	p.holdings = grantwatch.New(d.cli, cfg.KeyRoot+"lock/", cfg.KeyRoot+"election/")
+	d.locks = lock.NewManager(d.cli, cfg.KeyRoot, p.holdings, d.txns)
+	d.elections = election.NewManager(d.cli, cfg.KeyRoot, p.holdings, d.txns)
+	d.owners.Sessions, d.owners.Locks, d.owners.Elections = sessions, d.locks, d.elections
+	p.sessions = sessions
+	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: p.holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), p.api)
+	streams := api.NewKeepAliveStreams() // grants followed on their holders' keep-alive streams
+	sessionSvc.Streams = streams
+	p.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "coordd_keepalive_streams",
+		Help: "Shared keep-alive streams open on this member: one per SDK client with sessions here (clients prefer the member that leads etcd).",
+	}, func() float64 { return float64(streams.Len()) }))
+	sessionSvc.MaxRequestBytes = cfg.MaxRequestBytes
+	pageKey, err := pageTokenKey(ctx, d.cli, cfg.KeyRoot)
+	if err != nil {
+		return err
+	}
+	if err := sessionSvc.SetPageTokenKey(pageKey); err != nil {
+		return err
+	}
+	sessionSvc.SeesAll = func(ctx context.Context) bool {
+		p := api.PrincipalFrom(ctx)
+		read, _ := d.authz.Allows(p, auth.ClusterRead, auth.Resource{})
+		admin, _ := d.authz.Allows(p, auth.ClusterAdmin, auth.Resource{})
+		return read || admin
+	}
+	lockSvc := api.NewLockServer(d.stopped, d.locks, d.elections, sessions, p.api)
+	lockSvc.Streams = streams
+	lockSvc.Waiters = waiters
+	lockSvc.TokensVisible = func(ctx context.Context, name string) bool {
+		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.LockRelease, auth.Resource{Kind: auth.Lock, Name: name})
+		return ok
+	}
+	electionSvc := api.NewElectionServer(d.stopped, d.elections, sessions, p.api)
+	electionSvc.Streams = streams
+	electionSvc.Waiters = waiters
+	// The SDK's calls with its sessions, pipelined on one stream per
+	// client; each runs as the public server's unary RPC of its name.
+	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, p.unary(d.authn), p.api, d.stopped.Done(), cfg.NoCallStream)
+	for _, srv := range p.servers {
+		coorddv1.RegisterSessionServiceServer(srv, sessionSvc)
+		coorddv1.RegisterLockServiceServer(srv, lockSvc)
+		coorddv1.RegisterElectionServiceServer(srv, electionSvc)
+	}
+	return nil
+}
+
+// registerConfigAndCluster builds the config center, the cluster's
+// management and the fenced KV, registers their services and the health
+// service, and the collector of the cluster-wide state metrics.
+func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
+	cfg := d.cfg
+	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
+	if d.embedded() {
+		// After a restore (see Restore), before serving anyone and before
+		// the config cache loads.
+		if err := endRestoredSessions(ctx, cfg.DataDir, d.cli, d.lg, configStore.MarkRestored); err != nil {
+			return err
+		}
+	}
+	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
+	configSvc := api.NewConfigServer(d.stopped, configStore, d.configCache, p.api)
+	statusEndpoint, local := cfg.EtcdClientURL, cluster.Local{}
+	if d.etcd != nil {
+		local = cluster.Local{MemberID: uint64(d.etcd.Server.MemberID()), Quota: cfg.QuotaBackendBytes, Defragment: d.etcd.Server.Defragment, Measure: d.measure}
+	} else {
+		statusEndpoint = d.cli.Endpoints()[0]
+	}
+	p.cluster = cluster.NewManager(d.cli, cluster.Options{
+		Endpoint: statusEndpoint, Local: local, KeyRoot: cfg.KeyRoot, Version: cfg.Version, HealthInterval: cfg.HealthInterval,
+	})
+	clusterSvc := api.NewClusterServer(p.cluster, cfg.Version)
+	clusterSvc.Groups = d.authz.Groups
+	kvSvc := api.NewKVServer(d.stopped, kv.NewStore(d.cli, cfg.KeyRoot))
+	for _, srv := range p.servers {
+		coorddv1.RegisterKVServiceServer(srv, kvSvc)
+		coorddv1.RegisterConfigServiceServer(srv, configSvc)
+		coorddv1.RegisterClusterServiceServer(srv, clusterSvc)
+	}
+	state := stateSources{
+		sessions: p.sessions, locks: d.locks, elections: d.elections, cache: d.configCache, cluster: p.cluster,
+		alarms: d.currentAlarms, lg: d.lg.Named("metrics"), commits: d.txns,
+	}
+	if d.etcd != nil {
+		state.quota = cfg.QuotaBackendBytes
+		state.learner = func() bool { return isLearner(d.etcd) }
+	}
+	p.registry.MustRegister(newStateCollector(state))
+	d.health = health.NewServer()
+	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
+	p.grpc.InitializeMetrics(d.grpcSrv)
+	return nil
+}
+
+// newHTTP builds the HTTP side: the REST gateway (which reaches the
+// internal gRPC server in memory, so every interceptor applies to REST as
+// to gRPC), /metrics, the health endpoints and the console.
+func (d *Daemon) newHTTP(ctx context.Context, p *parts) (err error) {
+	cfg := d.cfg
+	d.gwLis = bufconn.Listen(1 << 20)
+	d.gwConn, err = grpc.NewClient("passthrough:///coordd-gateway",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return d.gwLis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("gateway connection: %w", err)
+	}
+	var ui http.Handler
+	if !cfg.NoConsole {
+		ui = console.Handler()
+	}
+	handler, err := gateway.New(context.WithoutCancel(ctx), gateway.Options{
+		Conn:            d.gwConn,
+		MaxRequestBytes: int64(cfg.MaxRequestBytes),
+		BodyTimeout:     cfg.HTTPBodyTimeout,
+		Ready:           d.Ready,
+		Gatherer:        prometheus.Gatherers{prometheus.DefaultGatherer, p.registry},
+		Pprof:           cfg.EnablePprof,
+		Forward:         d.authn.ForwardedMetadata,
+		Forged:          api.IsForwardedHeader,
+		Guard:           d.guardHTTP,
+		ReadyNote:       d.authNote,
+		Console:         ui,
+		Browsers:        gateway.BrowserPolicy{AllowedOrigins: cfg.HTTPAllowedOrigins, AllowedHosts: cfg.HTTPAllowedHosts},
+	})
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	d.httpSrv = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		TLSConfig:         cfg.TLS,
+		ErrorLog:          zap.NewStdLog(d.lg.Named("http")),
+	}
+	return nil
+}
+
+// spawn runs f on a goroutine that Stop waits for (d.wg).
+func (d *Daemon) spawn(f func()) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
+	}()
+}
+
+// serve starts the background work (each on a goroutine Stop waits for,
+// under a context Stop cancels) and the servers.
+func (d *Daemon) serve(p *parts) {
+	cfg := d.cfg
+	d.stopRefusing()
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	d.stopBackground = stopBackground
+	d.spawn(func() { d.leader.run(d.stopped.Done()) })
+	d.spawn(func() { d.watchAlarms(bgCtx) })
+	if d.embedded() {
+		d.spawn(func() { p.cluster.RunHealthReports(bgCtx, cfg.HealthInterval, cfg.Version, d.lg.Named("health")) })
+		if cfg.AutoDefrag.On() {
+			d.spawn(func() { p.cluster.RunAutoDefrag(bgCtx, cfg.AutoDefrag, d.lg.Named("defrag")) })
+		}
+	} else if !cfg.Compaction.Off() {
+		// An embedded member compacts itself (on the etcd leader).
+		d.spawn(func() {
+			if err := cluster.RunCompactor(bgCtx, d.cli, cfg.Compaction, d.lg.Named("compactor")); err != nil {
+				d.lg.Error("etcd compaction is off", zap.Error(err)) // validated at start: cannot happen
+			}
+		})
+	}
+	d.spawn(func() { d.configCache.Run(bgCtx) })
+	d.spawn(func() { d.clock.Run(bgCtx) })
+	d.spawn(func() { p.holdings.Run(bgCtx) })
+	if cfg.Reload != nil {
+		d.spawn(func() { d.reloadOnSignal(bgCtx, cfg.Reload) })
+	}
+	d.spawn(func() {
+		if err := d.grpcSrv.Serve(d.grpcLis); err != nil {
+			d.serveErr <- fmt.Errorf("gRPC server: %w", err)
+		}
+	})
+	d.spawn(func() {
+		if err := d.gwSrv.Serve(d.gwLis); err != nil {
+			d.serveErr <- fmt.Errorf("gateway's gRPC server: %w", err)
+		}
+	})
+	d.spawn(func() {
+		var err error
+		if cfg.TLS != nil {
+			err = d.httpSrv.ServeTLS(d.httpLis, "", "")
+		} else {
+			err = d.httpSrv.Serve(d.httpLis)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.serveErr <- fmt.Errorf("HTTP server: %w", err)
+		}
+	})
+	if d.embedded() {
+		// A member removed from the cluster stops its etcd: stop with it
+		// rather than serve calls that would wait on a stopped server.
+		// Not in d.wg: it may call Stop, which waits for d.wg.
+		go func() {
+			select {
+			case <-d.etcd.Server.StopNotify():
+				d.lg.Error("the embedded etcd stopped; stopping coordd", zap.Error(d.etcdStopReason()))
+				_ = d.Stop(context.Background()) // its result is Stop's callers' to report
+			case <-d.stopped.Done():
+			}
+		}()
+	}
+}
+
+// reloadOnSignal reloads the TLS certificates, the token file and the
+// policy each time reload fires, until ctx ends.
+func (d *Daemon) reloadOnSignal(ctx context.Context, reload <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reload:
+			if err := d.Reload(); err != nil {
+				d.lg.Error("reload refused; what was in force stays", zap.Error(err))
+			} else {
+				d.lg.Info("reloaded the TLS certificates, the token file and the policy")
+			}
+		}
+	}
+}
