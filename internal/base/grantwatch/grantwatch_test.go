@@ -371,3 +371,38 @@ func TestWatchFromARecentRevisionNeedsNoRead(t *testing.T) {
 		t.Fatalf("a watch without a revision: %d reads, %d reports; want 1, 0", got, k.get())
 	}
 }
+
+// A Set reports each ended entry once, with its report, after Ready; an
+// entry removed before its end is taken is not reported; adding one that
+// is watched already watches nothing more; after Close nothing is added.
+func TestSetReportsEachEndOnce(t *testing.T) {
+	t.Parallel()
+	cli := start(t)
+	w := grantwatch.New(cli, "/s/lock/")
+	run(t, w)
+	set := grantwatch.NewSet[string](w)
+	t.Cleanup(set.Close)
+	a := grantwatch.Entry{Key: "/s/lock/a", Token: put(t, cli, "/s/lock/a")}
+	b := grantwatch.Entry{Key: "/s/lock/b", Token: put(t, cli, "/s/lock/b")}
+	for _, e := range []grantwatch.Entry{a, b, a} {
+		if ok, err := set.Add(t.Context(), e, 0, e.Key); err != nil || !ok {
+			t.Fatalf("Add %s = %v, %v", e.Key, ok, err)
+		}
+	}
+	del(t, cli, "/s/lock/a")
+	<-set.Ready()
+	if got := set.Take(); len(got) != 1 || got[0] != "/s/lock/a" {
+		t.Fatalf("Take after a's end = %v, want [/s/lock/a] once", got)
+	}
+	// b ends, but is removed (given up) before its end is taken.
+	del(t, cli, "/s/lock/b")
+	<-set.Ready()
+	set.Remove(b)
+	if got := set.Take(); len(got) != 0 {
+		t.Fatalf("Take after b was removed = %v, want nothing", got)
+	}
+	set.Close()
+	if ok, err := set.Add(t.Context(), grantwatch.Entry{Key: "/s/lock/c", Token: put(t, cli, "/s/lock/c")}, 0, "c"); ok || err != nil {
+		t.Fatalf("Add after Close = %v, %v; want false, nil", ok, err)
+	}
+}

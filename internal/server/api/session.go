@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -234,17 +233,14 @@ func (s *SessionServer) KeepAlive(ctx context.Context, req *coorddv1.KeepAliveRe
 
 // KeepAliveStream implements SessionService. Requests are answered one at a
 // time, in order, except shared ones (many sessions on one stream, the Go
-// SDK's), which sharedRenewers renew at once and answer as they finish;
+// SDK's), which session.Batches renews in lots at once and answers as they finish;
 // watched holdings that end are pushed between answers.
 func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAliveStreamServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
-	// Shared renewals (below) run on renewers that end with ctx.
-	var renewals sync.WaitGroup
-	defer renewals.Wait()
+	// Shared renewals (below) run on workers that end with ctx.
+	batches := s.m.NewBatches(ctx, s.metrics.keepAlive)
+	defer batches.Wait()
 	defer cancel()
-	renewed := make(chan sharedRenewal)
-	jobs := make(chan renewJob) // shared renewals, for the renewers
-	renewers := false           // started at the first shared request
 	reqs := make(chan *coorddv1.KeepAliveStreamRequest)
 	recvErr := make(chan error, 1)
 	w := newHoldingWatches(s.holdings)
@@ -291,11 +287,8 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 					return err
 				}
 			}
-		case r := <-renewed:
-			if r.err != nil {
-				return r.err
-			}
-			if err := stream.Send(r.resp); err != nil {
+		case r := <-batches.Out():
+			if err := sendLot(stream, r); err != nil {
 				return err
 			}
 		case req := <-reqs:
@@ -316,24 +309,15 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 				continue
 			}
 			if req.GetShared() {
-				if !renewers {
-					renewers = true
-					for range sharedRenewers {
-						renewals.Go(func() { s.renewer(ctx, jobs, renewed) })
-					}
-				}
-				// Hand it to renewers, a lot of a batch to each, answering
-				// finished renewals meanwhile (that frees renewers).
-				for _, job := range job.lots() {
+				// Hand it to the workers, a lot at a time, answering
+				// finished lots meanwhile (that frees workers).
+				for _, lot := range session.Lots(job.id, job.batch) {
 					for handed := false; !handed; {
 						select {
-						case jobs <- job:
+						case batches.In() <- lot:
 							handed = true
-						case r := <-renewed:
-							if r.err != nil {
-								return r.err
-							}
-							if err := stream.Send(r.resp); err != nil {
+						case r := <-batches.Out():
+							if err := sendLot(stream, r); err != nil {
 								return err
 							}
 						case <-ctx.Done():
@@ -355,36 +339,29 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 	}
 }
 
-// sharedRenewers is how many renewals one shared keep-alive stream runs
-// at once, on as many goroutines that live as long as the stream (a
-// renewal on the etcd leader takes microseconds; one forwarded to it, a
-// round trip). More requests wait, and the stream's flow control pushes
-// back on the client.
-const sharedRenewers = 64
-
-// renewer runs the renewals of a shared stream handed to it on jobs until
-// ctx ends.
-func (s *SessionServer) renewer(ctx context.Context, jobs <-chan renewJob, renewed chan<- sharedRenewal) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case job := <-jobs:
-			r := s.renewShared(ctx, job)
-			select {
-			case renewed <- r:
-			case <-ctx.Done():
-				return
-			}
+// sendLot answers a lot of a shared stream: one session as the answer to
+// its request, a batch's as one message of renewals. A failure other than
+// a gone session ends the stream.
+func sendLot(stream coorddv1.SessionService_KeepAliveStreamServer, r session.LotResult) error {
+	if r.Err != nil {
+		return r.Err
+	}
+	if r.Single {
+		one := r.Renewals[0]
+		resp := &coorddv1.KeepAliveStreamResponse{SessionId: one.ID.String(), Gone: one.Gone}
+		if !one.Gone {
+			resp.Ttl = durationpb.New(one.TTL)
+		}
+		return stream.Send(resp)
+	}
+	rs := make([]*coorddv1.Renewal, len(r.Renewals))
+	for i, one := range r.Renewals {
+		rs[i] = &coorddv1.Renewal{SessionId: one.ID.String(), Gone: one.Gone}
+		if !one.Gone {
+			rs[i].Ttl = durationpb.New(one.TTL)
 		}
 	}
-}
-
-// sharedRenewal is the outcome of one renewal on a shared stream: the
-// response to send, or the error that ends the stream.
-type sharedRenewal struct {
-	resp *coorddv1.KeepAliveStreamResponse
-	err  error
+	return stream.Send(&coorddv1.KeepAliveStreamResponse{Renewals: rs})
 }
 
 // KeepAliveBatchesHeader is the header metadata key with which
@@ -409,29 +386,6 @@ func (s *SessionServer) maxBatch() int {
 type renewJob struct {
 	id    session.ID
 	batch []session.ID
-}
-
-// renewLot is how many sessions of a batch one renewer renews and answers
-// in one response. Renewing on the etcd leader takes microseconds; on
-// another member each renewal is forwarded to it, a round trip, so a lot's
-// sessions are renewed at once, and a large batch's lots on as many
-// renewers (sharedRenewers): a batch is answered within about one round
-// trip to the leader.
-const renewLot = 32
-
-// lots splits a batch into jobs of at most renewLot sessions (a job
-// naming one session is itself).
-func (j renewJob) lots() []renewJob {
-	if len(j.batch) <= renewLot {
-		return []renewJob{j}
-	}
-	out := make([]renewJob, 0, (len(j.batch)+renewLot-1)/renewLot)
-	for b := j.batch; len(b) > 0; {
-		n := min(len(b), renewLot)
-		out = append(out, renewJob{batch: b[:n:n]})
-		b = b[n:]
-	}
-	return out
 }
 
 // parseRenewJob reads the sessions req names. A malformed id, or a batch
@@ -460,89 +414,27 @@ func parseRenewJob(req *coorddv1.KeepAliveStreamRequest) (renewJob, error) {
 		}
 		job.batch = append(job.batch, id)
 	}
-	if job.id != 0 && len(job.batch) > 0 {
-		job.batch = append([]session.ID{job.id}, job.batch...)
-	}
 	return job, nil
 }
 
-// renewShared renews job's sessions for a shared stream: a session that
-// is gone is answered as such instead of ending the stream (its other
-// sessions go on). A batch is answered by one response.
-func (s *SessionServer) renewShared(ctx context.Context, job renewJob) sharedRenewal {
-	if len(job.batch) == 0 {
-		r, err := s.renewOne(ctx, job.id)
-		if err != nil {
-			return sharedRenewal{err: err}
-		}
-		return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{SessionId: r.GetSessionId(), Ttl: r.GetTtl(), Gone: r.GetGone()}}
-	}
-	ttls, errs, err := s.m.KeepAliveAll(ctx, job.batch)
-	if err != nil {
-		s.metrics.keepAlive(err)
-		return sharedRenewal{err: err}
-	}
-	rs := make([]*coorddv1.Renewal, len(job.batch))
-	for i, id := range job.batch {
-		s.metrics.keepAlive(errs[i])
-		switch {
-		case errors.Is(errs[i], session.ErrNotFound):
-			rs[i] = &coorddv1.Renewal{SessionId: id.String(), Gone: true}
-		case errs[i] != nil:
-			return sharedRenewal{err: errs[i]}
-		default:
-			rs[i] = &coorddv1.Renewal{SessionId: id.String(), Ttl: durationpb.New(ttls[i])}
-		}
-	}
-	return sharedRenewal{resp: &coorddv1.KeepAliveStreamResponse{Renewals: rs}}
-}
-
-// renewOne renews session id: gone is an answer, other failures end the
-// stream.
-func (s *SessionServer) renewOne(ctx context.Context, id session.ID) (*coorddv1.Renewal, error) {
-	ttl, err := s.m.KeepAlive(ctx, id)
-	s.metrics.keepAlive(err)
-	switch {
-	case errors.Is(err, session.ErrNotFound):
-		return &coorddv1.Renewal{SessionId: id.String(), Gone: true}, nil
-	case err != nil:
-		return nil, err
-	}
-	return &coorddv1.Renewal{SessionId: id.String(), Ttl: durationpb.New(ttl)}, nil
-}
-
-// holdingWatches are the holdings one KeepAliveStream watches: named by
-// the client on the stream (the stream's goroutine calls add), or followed
-// from their grant (KeepAliveStreams: the granting call's goroutine calls
-// add, the releasing one remove). grantwatch reports ends from its own
-// goroutine, and they queue here until the stream takes them.
+// holdingWatches are the holdings one KeepAliveStream watches (a
+// grantwatch.Set): named by the client on the stream (the stream's
+// goroutine calls add), or followed from their grant (KeepAliveStreams:
+// the granting call's goroutine calls add, the releasing one remove). This
+// adapter turns a holding into the entry it names and back.
 type holdingWatches struct {
-	h     Holdings
-	ready chan struct{} // signalled when ended grows
-
-	smu    sync.Mutex
-	stops  map[watchedEntry]func() // guarded by smu
-	closed bool                    // stopAll ran; guarded by smu
-
-	mu    sync.Mutex
-	ended []*coorddv1.Holding
-	keys  []watchedEntry // of ended, to forget their watches
-}
-
-// watchedEntry is one incarnation of an entry key: a key is written again
-// when a session acquires a lock again with the request id of a released
-// acquisition, and each incarnation's end is reported on its own.
-type watchedEntry struct {
-	key   string
-	token int64
+	h Holdings
+	*grantwatch.Set[*coorddv1.Holding]
+	ready <-chan struct{} // the set's Ready
 }
 
 func newHoldingWatches(h Holdings) *holdingWatches {
-	return &holdingWatches{h: h, stops: make(map[watchedEntry]func()), ready: make(chan struct{}, 1)}
+	set := grantwatch.NewSet[*coorddv1.Holding](h.Watcher)
+	return &holdingWatches{h: h, Set: set, ready: set.Ready()}
 }
 
 // entry returns the entry that h, a holding of session id, names.
-func (w *holdingWatches) entry(id session.ID, h *coorddv1.Holding) (watchedEntry, error) {
+func (w *holdingWatches) entry(id session.ID, h *coorddv1.Holding) (grantwatch.Entry, error) {
 	var key string
 	var err error
 	switch h.GetKind() {
@@ -551,105 +443,45 @@ func (w *holdingWatches) entry(id session.ID, h *coorddv1.Holding) (watchedEntry
 	case coorddv1.Holding_KIND_ELECTION:
 		key, err = w.h.Elections.CandidateKey(h.GetName(), id, h.GetRequestId())
 	default:
-		return watchedEntry{}, invalid("watch: kind must be KIND_LOCK or KIND_ELECTION")
+		return grantwatch.Entry{}, invalid("watch: kind must be KIND_LOCK or KIND_ELECTION")
 	}
 	if err != nil {
-		return watchedEntry{}, err
+		return grantwatch.Entry{}, err
 	}
 	if h.GetToken() <= 0 {
-		return watchedEntry{}, invalid("watch: token must be positive")
+		return grantwatch.Entry{}, invalid("watch: token must be positive")
 	}
-	return watchedEntry{key, h.GetToken()}, nil
+	return grantwatch.Entry{Key: key, Token: h.GetToken()}, nil
 }
 
 // add starts watching h, a holding of session id, unless it is watched
 // already, and reports whether it is watched now (not once stopAll ran).
 // A holding that has already ended is reported at once.
 func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Holding) (bool, error) {
-	we, err := w.entry(id, h)
+	e, err := w.entry(id, h)
 	if err != nil {
 		return false, err
 	}
 	if r := h.GetRevision(); r != 0 && r < h.GetToken() {
 		return false, invalid("watch: revision, when set, must be at least the token (a revision at which the holding was alive)")
 	}
-	// smu is held until the watch is stored: an end reported at once (or
-	// right after the watch starts) is then taken only after that, and
-	// forgets it (take), instead of leaving it behind.
-	w.smu.Lock()
-	defer w.smu.Unlock()
-	if _, watched := w.stops[we]; watched || w.closed {
-		return !w.closed, nil
-	}
 	report := &coorddv1.Holding{Kind: h.GetKind(), Name: h.GetName(), Token: h.GetToken(), RequestId: h.GetRequestId()}
-	stop, err := w.h.Watcher.WatchFrom(ctx, we.key, h.GetToken(), h.GetRevision(), func() {
-		w.mu.Lock()
-		w.ended = append(w.ended, report)
-		w.keys = append(w.keys, we)
-		w.mu.Unlock()
-		select {
-		case w.ready <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		return false, err
-	}
-	w.stops[we] = stop
-	return true, nil
+	return w.Add(ctx, e, h.GetRevision(), report)
 }
 
 // remove stops watching h, a holding of session id, and drops its end if
 // that is queued already: its holder gives it up and needs no report.
 func (w *holdingWatches) remove(id session.ID, h *coorddv1.Holding) {
-	we, err := w.entry(id, h)
-	if err != nil {
-		return
-	}
-	w.smu.Lock()
-	stop := w.stops[we]
-	delete(w.stops, we)
-	w.smu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for i := 0; i < len(w.keys); i++ {
-		if w.keys[i] == we {
-			w.keys = append(w.keys[:i], w.keys[i+1:]...)
-			w.ended = append(w.ended[:i], w.ended[i+1:]...)
-			i--
-		}
+	if e, err := w.entry(id, h); err == nil {
+		w.Remove(e)
 	}
 }
 
-// take returns the holdings that ended since the last call and forgets
-// their watches, so that naming one again watches it anew.
-func (w *holdingWatches) take() []*coorddv1.Holding {
-	w.mu.Lock()
-	ended, keys := w.ended, w.keys
-	w.ended, w.keys = nil, nil
-	w.mu.Unlock()
-	w.smu.Lock()
-	for _, k := range keys {
-		delete(w.stops, k)
-	}
-	w.smu.Unlock()
-	return ended
-}
+// take returns the holdings that ended since the last call.
+func (w *holdingWatches) take() []*coorddv1.Holding { return w.Take() }
 
 // stopAll stops every watch; later adds watch nothing.
-func (w *holdingWatches) stopAll() {
-	w.smu.Lock()
-	w.closed = true
-	stops := w.stops
-	w.stops = nil
-	w.smu.Unlock()
-	for _, stop := range stops {
-		stop()
-	}
-}
+func (w *holdingWatches) stopAll() { w.Close() }
 
 // Calls implements SessionService: see CallServer.
 func (s *SessionServer) Calls(stream coorddv1.SessionService_CallsServer) error {

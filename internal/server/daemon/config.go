@@ -340,9 +340,15 @@ func (cfg Config) validate(restoring bool) error {
 	if err := cfg.AutoDefrag.Validate(); err != nil {
 		add("--auto-defrag-free-ratio: %v", err)
 	}
-	if len(cfg.EtcdEndpoints) > 0 {
-		return errs.ErrorOrNil()
+	if len(cfg.EtcdEndpoints) == 0 {
+		cfg.validateMember(restoring, add)
 	}
+	return errs.ErrorOrNil()
+}
+
+// validateMember checks the flags of the embedded etcd member (none apply
+// with an external etcd), adding each problem found with add.
+func (cfg Config) validateMember(restoring bool, add func(format string, args ...any)) {
 	if cfg.InitialClusterState != "new" && cfg.InitialClusterState != "existing" {
 		add("--initial-cluster-state %q must be new or existing", cfg.InitialClusterState)
 	}
@@ -396,7 +402,6 @@ func (cfg Config) validate(restoring bool) error {
 	if !found {
 		add("--initial-cluster %q has no member named %q (--name)", cfg.InitialCluster, cfg.Name)
 	}
-	return errs.ErrorOrNil()
 }
 
 // listErrors formats configuration problems for a terminal: one alone on
