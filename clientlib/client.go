@@ -103,8 +103,7 @@ type Client struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	probes sync.WaitGroup
-	probed atomic.Int64 // health checks sent to avoided endpoints (for tests)
-	named  atomic.Int64 // holdings named on keep-alive streams (for tests)
+	stats  stats // see Stats
 	// revokes are closings of sessions given up on (see revoke); added
 	// under mu while !closed, so Close can wait for them.
 	revokes sync.WaitGroup
@@ -127,13 +126,35 @@ type Client struct {
 	// they are. Guarded by mu.
 	rerouted      context.Context
 	reroutedEnded context.CancelFunc
-	reroutes      atomic.Int64 // moves to the leading member (for tests)
 
 	mu        sync.Mutex
 	live      map[*Session]struct{} // sessions whose keep-alive loop runs
 	avoided   map[string]struct{}   // endpoints left out until a probe finds them serving
 	preferred string                // the endpoint of the member leading etcd, when known
 	closed    bool
+}
+
+// Stats counts what a client did since New: for logs and dashboards, and
+// for tests that check the SDK did (or did not do) something. The counts
+// only grow.
+type Stats struct {
+	// Moves is how many times the client moved to the member that leads
+	// etcd (see Config.AnyMember).
+	Moves int64
+	// Probes is how many health checks it sent to endpoints it left out
+	// because they stopped answering.
+	Probes int64
+	// HoldingsNamed is how many holdings (lock grants, terms) its sessions
+	// named on keep-alive streams so that the member reports their end;
+	// grants the member follows from the start are not named.
+	HoldingsNamed int64
+}
+
+type stats struct{ moves, probes, named atomic.Int64 }
+
+// Stats returns what the client did since New.
+func (c *Client) Stats() Stats {
+	return Stats{Moves: c.stats.moves.Load(), Probes: c.stats.probes.Load(), HoldingsNamed: c.stats.named.Load()}
 }
 
 // Probing an avoided endpoint: the first probe after probeFirst, then
@@ -493,7 +514,7 @@ func (c *Client) probe(endpoint string) bool {
 			return false
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
-		c.probed.Add(1)
+		c.stats.probes.Add(1)
 		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
 		cancel()
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {

@@ -12,13 +12,6 @@ func (c *Client) Avoided(endpoint string) bool {
 	return ok
 }
 
-// Probed is how many health checks the client has sent to avoided endpoints.
-func (c *Client) Probed() int64 { return c.probed.Load() }
-
-// Named is how many holdings the client has named on its keep-alive
-// streams (grants the server follows from the start are not).
-func (c *Client) Named() int64 { return c.named.Load() }
-
 // FollowStream is the server's id of the stream on which s's holdings are
 // named (0 until its first renewal named them).
 func (s *Session) FollowStream() uint64 { return s.followStream().stream }

@@ -50,9 +50,9 @@ func TestAvoidedEndpointComesBackWhenItServes(t *testing.T) {
 	t.Logf("NewSession succeeded %s after the live endpoint was left out", took.Round(time.Millisecond))
 
 	// The dead endpoint, once left out, stays out while nothing answers.
-	probed := c.Probed()
+	probed := c.Stats().Probes
 	c.Avoid(dead)
-	wait.Within(t, 5*time.Second, "three probes of the dead endpoint", func() bool { return c.Probed() >= probed+3 })
+	wait.Within(t, 5*time.Second, "three probes of the dead endpoint", func() bool { return c.Stats().Probes >= probed+3 })
 	if !c.Avoided(dead) {
 		t.Fatal("the dead endpoint was readmitted, but nothing answers there")
 	}

@@ -30,7 +30,7 @@ func TestGrantsOnTheStreamsMemberAreNotNamed(t *testing.T) {
 	}
 	defer func() { _ = s.Close(ctx) }()
 	wait.For(t, "the session's holdings to be named on its stream", func() bool { return s.FollowStream() != 0 })
-	named := c.Named()
+	named := c.Stats().HoldingsNamed
 	for range 3 {
 		l, err := s.Lock(ctx, "followed/lock")
 		if err != nil {
@@ -48,7 +48,7 @@ func TestGrantsOnTheStreamsMemberAreNotNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Named() - named; got != 0 {
+	if got := c.Stats().HoldingsNamed - named; got != 0 {
 		t.Errorf("%d grants named on the stream; want none (the server follows them)", got)
 	}
 	if err := c.Admin().Release(ctx, "followed/lock", l.Token()); err != nil {

@@ -177,7 +177,7 @@ func (c *Client) prefer(endpoint, from string) {
 	c.updateAddressesLocked()
 	c.reroutedEnded()
 	c.rerouted, c.reroutedEnded = context.WithCancel(c.ctx)
-	c.reroutes.Add(1)
+	c.stats.moves.Add(1)
 	left := c.silent
 	c.silent = newCallGroup(c.ctx)
 	c.probes.Add(1)

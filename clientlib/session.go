@@ -562,7 +562,7 @@ func (s *Session) stream(ctx context.Context) (err error) {
 				if err := ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: w, WatchOnly: true}); err != nil {
 					return streamErr(err)
 				}
-				s.c.named.Add(int64(len(w)))
+				s.c.stats.named.Add(int64(len(w)))
 			}
 		case resp := <-m.acks:
 			if resp.GetGone() {
@@ -586,7 +586,7 @@ func (s *Session) stream(ctx context.Context) (err error) {
 				// The first renewal on a stream names the holdings to watch.
 				all := s.nameAllOn(ks)
 				err = ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: all})
-				s.c.named.Add(int64(len(all)))
+				s.c.stats.named.Add(int64(len(all)))
 				first = false
 			} else {
 				err = ks.renew(s.id)

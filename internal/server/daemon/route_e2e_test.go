@@ -96,9 +96,13 @@ func TestClientFollowsTheMemberThatLeads(t *testing.T) {
 		wait.Within(t, 10*time.Second, what, onLeader)
 	}
 	within("the client's keep-alives and calls on the member that leads")
+	moves := c.Stats().Moves
 	for range 2 {
 		moveEtcdLeader(t, ds)
 		within("the client to follow etcd's leadership to another member")
+	}
+	if got := c.Stats().Moves - moves; got < 2 {
+		t.Errorf("Stats().Moves grew by %d over two leadership moves, want at least 2", got)
 	}
 	select {
 	case <-held.Lost():
