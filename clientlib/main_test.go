@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/testkit/daemontest"
 	"github.com/coordd/coordd/internal/testkit/freeport"
 )
 
@@ -44,19 +45,8 @@ func (w withDaemon) Run() int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d, err := daemon.Start(ctx, daemon.Config{
-		DataDir:         filepath.Join(dir, "data"),
-		Name:            "examples",
-		EtcdClientURL:   "unix://" + filepath.Join(dir, "etcd-client.sock"),
-		ListenPeerURLs:  []string{fmt.Sprintf("http://127.0.0.1:%d", peer)},
-		GRPCAddr:        "127.0.0.1:0",
-		HTTPAddr:        "127.0.0.1:0",
-		HeartbeatMs:     10,
-		ElectionMs:      100,
-		UnsafeNoFsync:   true,
-		ShutdownTimeout: 5 * time.Second,
-		Logger:          zap.NewNop(),
-	})
+	d, err := daemon.Start(ctx, daemontest.Config(filepath.Join(dir, "data"), "unix://"+filepath.Join(dir, "etcd-client.sock"),
+		fmt.Sprintf("http://127.0.0.1:%d", peer), zap.NewNop()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the examples' daemon:", err)
 		return 1

@@ -19,9 +19,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestStatusAndSnapshot(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	member := etcdtest.Start(t)
 	cli := member.Client(t)
 	id := uint64(member.Etcd.Server.MemberID())
@@ -60,9 +57,6 @@ func TestStatusAndSnapshot(t *testing.T) {
 
 func TestAlarmsAndDefragment(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	member := etcdtest.Start(t)
 	cli := member.Client(t)
 	id := uint64(member.Etcd.Server.MemberID())

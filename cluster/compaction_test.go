@@ -45,9 +45,6 @@ func TestCompactionSettings(t *testing.T) {
 
 func TestRevisionsFindTheCompactionRevision(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	member := etcdtest.Start(t)
 	cli := member.Client(t)
 	m := cluster.NewManager(cli, cluster.Options{Endpoint: member.ClientURL, KeyRoot: "/coordd/"})

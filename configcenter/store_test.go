@@ -22,9 +22,6 @@ type env struct {
 
 func newEnv(t *testing.T, limits configcenter.Limits) env {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	cli := etcdtest.Start(t).Client(t)
 	return env{s: configcenter.NewStore(cli, "/coordd/", limits), cli: cli}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // batch is what the tests compare of a WatchBatch.
@@ -97,9 +98,8 @@ func TestWatchMuxRoundsAndBatches(t *testing.T) {
 	}
 	b1 := put("b", 1)
 	put("b", 2)
-	for last := put("b", 3); cache.Revision() < last; {
-		time.Sleep(time.Millisecond) // every release in the cache's history
-	}
+	last := put("b", 3)
+	wait.For(t, "every release in the cache's history", func() bool { return cache.Revision() >= last })
 
 	m := configcenter.NewWatchMux(cache)
 	defer m.Close()
@@ -201,9 +201,7 @@ func TestWatchMuxBookmarksOverflowAndLimits(t *testing.T) {
 		}
 		last = r.Revision
 	}
-	for cache.Revision() < last {
-		time.Sleep(time.Millisecond)
-	}
+	wait.For(t, "the cache to reach the last release", func() bool { return cache.Revision() >= last })
 	if got := summarize(nextOf(t, m, false)).String(); got != "[1] SNAPSHOT a#10" {
 		t.Fatalf("after an overflow: %s, want a snapshot at release 10", got)
 	}

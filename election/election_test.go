@@ -17,7 +17,6 @@ import (
 
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/base/groupcommit"
 	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
@@ -34,17 +33,11 @@ type env struct {
 
 func newEnv(t *testing.T) env {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	cli := etcdtest.Start(t).Client(t)
-	w := grantwatch.New(cli, "/coordd/election/")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
+	w := etcdtest.Watcher(t, cli, "/coordd/election/")
 	txns := groupcommit.New(cli)
 	m := election.NewManager(cli, "/coordd/", w, txns)
-	t.Cleanup(func() { m.Close(); txns.Close(); cancel(); <-done })
+	t.Cleanup(func() { m.Close(); txns.Close() })
 	return env{m: m, cli: cli}
 }
 

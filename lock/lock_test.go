@@ -14,7 +14,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/base/groupcommit"
 	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
@@ -33,17 +32,11 @@ type env struct {
 
 func newEnv(t *testing.T) env {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	cli := etcdtest.Start(t).Client(t)
-	w := grantwatch.New(cli, "/coordd/lock/")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
+	w := etcdtest.Watcher(t, cli, "/coordd/lock/")
 	txns := groupcommit.New(cli)
 	m := lock.NewManager(cli, "/coordd/", w, txns)
-	t.Cleanup(func() { m.Close(); txns.Close(); cancel(); <-done })
+	t.Cleanup(func() { m.Close(); txns.Close() })
 	return env{m: m, cli: cli, txns: txns}
 }
 
@@ -51,13 +44,10 @@ func newEnv(t *testing.T) env {
 // has: its own holdings watch and committer.
 func (e env) member(t *testing.T) *lock.Manager {
 	t.Helper()
-	w := grantwatch.New(e.cli, "/coordd/lock/")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
+	w := etcdtest.Watcher(t, e.cli, "/coordd/lock/")
 	txns := groupcommit.New(e.cli)
 	m := lock.NewManager(e.cli, "/coordd/", w, txns)
-	t.Cleanup(func() { m.Close(); txns.Close(); cancel(); <-done })
+	t.Cleanup(func() { m.Close(); txns.Close() })
 	return m
 }
 

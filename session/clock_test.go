@@ -45,9 +45,6 @@ func startMember(t *testing.T, cli *clientv3.Client, name string, setup func(*Cl
 
 func startEtcd(t *testing.T) *clientv3.Client {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	return etcdtest.Start(t).Client(t)
 }
 

@@ -13,9 +13,6 @@ import (
 
 func newManager(t *testing.T) (*session.Manager, *clientv3.Client) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	cli := etcdtest.Start(t).Client(t)
 	return session.NewManager(cli, "/coordd/"), cli
 }

@@ -29,9 +29,6 @@ func run(t *testing.T, w *grantwatch.Watcher) {
 
 func start(t *testing.T) *clientv3.Client {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	return etcdtest.Start(t).Client(t)
 }
 

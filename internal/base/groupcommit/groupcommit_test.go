@@ -18,9 +18,6 @@ import (
 
 func client(t *testing.T) *clientv3.Client {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	return etcdtest.Start(t).Client(t)
 }
 

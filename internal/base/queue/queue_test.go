@@ -20,9 +20,6 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func setup(t *testing.T, keys ...string) (cli *clientv3.Client, revs map[string]int64, w *grantwatch.Watcher) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	cli = etcdtest.Start(t).Client(t)
 	// The member's shared watch, as the daemon runs it.
 	w = grantwatch.New(cli, "/q/")

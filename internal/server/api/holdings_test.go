@@ -20,9 +20,6 @@ import (
 // the test ends.
 func watchesOnEtcd(t *testing.T) (*clientv3.Client, *lock.Manager, *holdingWatches) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	cli := etcdtest.Start(t).Client(t)
 	w := grantwatch.New(cli, "/t/lock/")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -129,6 +129,9 @@ func clusterConfigs(t *testing.T, n int, opts ...func(*daemon.Config)) []daemon.
 // cost the suite two seconds more per cluster.
 func startConfigs(t *testing.T, cfgs []daemon.Config) []*daemon.Daemon {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a cluster (not in -short mode)")
+	}
 	type started struct {
 		i   int
 		d   *daemon.Daemon
@@ -197,9 +200,6 @@ func startConfigs(t *testing.T, cfgs []daemon.Config) []*daemon.Daemon {
 // partitioned (it stops answering, connections stay open).
 func TestThreeMemberFailover(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts three-member clusters")
-	}
 	faults := []struct {
 		name  string
 		fault func(t *testing.T, d *daemon.Daemon, p *tcpproxy.Proxy)
@@ -277,9 +277,6 @@ func TestLeaseCheckpointingEnabled(t *testing.T) {
 // etcd, with two daemons sharing it.
 func TestExternalEtcd(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	m := etcdtest.Start(t)
 	var ds []*daemon.Daemon
 	for range 2 {
@@ -313,9 +310,6 @@ func TestExternalEtcd(t *testing.T) {
 // overlap, and the guard never sees a token out of order.
 func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
 	ds := startCluster(t, 3)
 	var leader int
 	for i, d := range ds {
@@ -393,9 +387,6 @@ func TestLockSafetyWhenTheLeaderStops(t *testing.T) {
 // watches for leader loss itself.
 func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
 	ds := startCluster(t, 3)
 	survivor := ds[2]
 	if st := healthOf(t, survivor); st != healthpb.HealthCheckResponse_SERVING {

@@ -135,9 +135,6 @@ func TestCompactionKeepsWhatCoorddNeeds(t *testing.T) {
 // Over an external etcd, coordd compacts when told to.
 func TestCompactionOfAnExternalEtcd(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
 	m := etcdtest.Start(t)
 	cfg := testConfig(t)
 	cfg.EtcdEndpoints = []string{m.ClientURL}

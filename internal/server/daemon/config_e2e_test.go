@@ -179,9 +179,6 @@ func compact(t *testing.T, url, rev string) {
 // another member (etcd's leader, when it is not the watcher's) stops.
 func TestConfigWatchSurvivesAnotherMemberStopping(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
 	ds := startCluster(t, 3)
 	leader := 0
 	for i, d := range ds {

@@ -316,9 +316,6 @@ func (s *storm) lastRelease() int64 {
 // of a three-member cluster (the one the subscribers use first).
 func TestSubscribersSurviveAMemberStopping(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
 	ds := startCluster(t, 3)
 	endpoints := grpcAddrs(ds)
 	ctx := t.Context()

@@ -514,9 +514,6 @@ func TestRunElectionSurvivesRestart(t *testing.T) {
 // leader works again afterwards, and no append is accepted out of order.
 func TestRunElectionSurvivesEtcdLeaderLoss(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
 	ds := startCluster(t, 3)
 	var endpoints []string
 	leader := 0

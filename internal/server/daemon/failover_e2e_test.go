@@ -40,9 +40,6 @@ func productionRaft(cfg *daemon.Config) {
 func TestSDKFailsOverWhenTheLeaderMemberCrashes(t *testing.T) {
 	// Not parallel: it bounds how long something takes (fail-over, a stop,
 	// a start), which tests running beside it would stretch.
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
 	var peers []*tcpproxy.Proxy
 	ds := startCluster(t, 3, productionRaft, peerProxies(t, &peers))
 	leader := etcdLeader(t, ds)
@@ -227,9 +224,6 @@ func crashMember(d *daemon.Daemon, peer, client *tcpproxy.Proxy) {
 func TestGivenUpSessionIsClosedWhenQuorumReturns(t *testing.T) {
 	// Not parallel: it bounds how long something takes (fail-over, a stop,
 	// a start), which tests running beside it would stretch.
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
 	const ttl = 5 * time.Second
 	var peers []*tcpproxy.Proxy
 	ds := startCluster(t, 3, peerProxies(t, &peers))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/testkit/daemontest"
 	"github.com/coordd/coordd/internal/testkit/freeport"
 )
 
@@ -34,19 +35,7 @@ func TestMain(m *testing.M) {
 // raft ticks and fsync off.
 func testConfig(t *testing.T) daemon.Config {
 	t.Helper()
-	return daemon.Config{
-		DataDir:         t.TempDir(),
-		Name:            "n1",
-		EtcdClientURL:   freeport.Socket(t),
-		ListenPeerURLs:  []string{freeport.URL(t)},
-		GRPCAddr:        "127.0.0.1:0",
-		HTTPAddr:        "127.0.0.1:0",
-		HeartbeatMs:     10,
-		ElectionMs:      100,
-		UnsafeNoFsync:   true,
-		ShutdownTimeout: 5 * time.Second,
-		Logger:          zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)),
-	}
+	return daemontest.Config(t.TempDir(), freeport.Socket(t), freeport.URL(t), zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
 }
 
 // start starts a daemon and stops it when the test ends.

@@ -26,9 +26,6 @@ import (
 // everything).
 func TestPeerTLS(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
 	ca, other := newCA(t, "coordd peer CA"), newCA(t, "someone else's CA")
 	dir := t.TempDir()
 	caFile := writeFile(t, dir, "peer-ca.pem", ca.PEM)

@@ -23,9 +23,6 @@ import (
 // with a snapshot of them.
 func TestRestoreDrill(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd and a three-member cluster")
-	}
 	old := start(t, testConfig(t))
 	c := newClient(t, old.GRPCAddr())
 	ctx := t.Context()

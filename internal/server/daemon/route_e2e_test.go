@@ -24,9 +24,6 @@ import (
 func TestClientFollowsTheMemberThatLeads(t *testing.T) {
 	// Not parallel: it bounds how long something takes (fail-over, a stop,
 	// a start), which tests running beside it would stretch.
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
 	ds := startCluster(t, 3)
 	eps := grpcAddrs(ds)
 	ctx := t.Context()

@@ -318,9 +318,6 @@ func manyLabels(n int) string {
 // A restarted daemon on the same data dir still has a live session.
 func TestRestartKeepsSession(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd and the daemon")
-	}
 	cfg := testConfig(t)
 	d, err := daemon.Start(t.Context(), cfg)
 	if err != nil {

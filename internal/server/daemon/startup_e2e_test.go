@@ -53,9 +53,6 @@ func TestDataDirInUse(t *testing.T) {
 // data dir, so fixing the port and starting again is a first start.
 func TestTakenPortLeavesTheDataDirUntouched(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts the daemon")
-	}
 	taken, err := net.Listen("tcp", freeport.Addr(t))
 	if err != nil {
 		t.Fatal(err)
@@ -89,9 +86,6 @@ func TestTakenPortLeavesTheDataDirUntouched(t *testing.T) {
 func TestClusterStopsTogetherQuickly(t *testing.T) {
 	// Not parallel: it bounds how long something takes (fail-over, a stop,
 	// a start), which tests running beside it would stretch.
-	if testing.Short() {
-		t.Skip("starts a three-member cluster")
-	}
 	ds := startCluster(t, 3)
 
 	// The leader stopped alone hands leadership over: another member leads

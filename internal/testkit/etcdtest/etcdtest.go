@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/testkit/freeport"
 )
 
@@ -42,9 +43,14 @@ func Config(tb testing.TB) *embed.Config {
 	return cfg
 }
 
-// Start starts a single-member etcd and stops it when the test ends.
+// Start starts a single-member etcd and stops it when the test ends. In
+// short mode (go test -short) it skips the test instead: every test that
+// needs etcd gets it here, so none needs a skip of its own.
 func Start(tb testing.TB) *Member {
 	tb.Helper()
+	if testing.Short() {
+		tb.Skip("starts etcd (not in -short mode)")
+	}
 	cfg := Config(tb)
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -101,4 +107,16 @@ type countingKV struct {
 func (c *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	c.gets.Add(1)
 	return c.KV.Get(ctx, key, opts...)
+}
+
+// Watcher runs a grantwatch.Watcher of prefixes on cli (as a coordd member
+// runs one per prefix) until the test ends.
+func Watcher(tb testing.TB, cli *clientv3.Client, prefixes ...string) *grantwatch.Watcher {
+	tb.Helper()
+	w := grantwatch.New(cli, prefixes...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	tb.Cleanup(func() { cancel(); <-done })
+	return w
 }
