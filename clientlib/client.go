@@ -500,6 +500,17 @@ func (c *Client) silentMember(ctx context.Context, addr string) bool {
 	return status.Code(err) == codes.DeadlineExceeded && ctx.Err() != nil && p.Addr != nil && p.Addr.String() == addr
 }
 
+// reportSilent sends sent on silent (without blocking) when the member at
+// addr leaves a health check unanswered (see silentMember).
+func (c *Client) reportSilent(ctx context.Context, addr string, sent time.Time, silent chan<- time.Time) {
+	if c.silentMember(ctx, addr) {
+		select {
+		case silent <- sent:
+		default:
+		}
+	}
+}
+
 // probe checks endpoint until it answers SERVING (true) or the client is
 // closed (false).
 func (c *Client) probe(endpoint string) bool {

@@ -137,36 +137,14 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 			}
 			continue
 		}
-		term := lead.Term()
-		if o.onElected != nil {
-			o.onElected(term)
-		}
-		ferr := runLeader(ctx, lead, fn)
-		lost := context.Cause(lead.Context()) // nil while still leading
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
-		if rerr := lead.Resign(rctx); rerr != nil {
-			// The leadership stays with this session until it ends.
-			c.lg.Warn("coordd: resign", "election", name, "term", term, "error", rerr)
-		}
-		cancel()
-		cause := lost
-		switch {
-		case cause != nil:
-		case ctx.Err() != nil:
-			cause = ctx.Err()
-		case ferr != nil:
-			cause = ferr
-		}
-		if o.onDemoted != nil {
-			o.onDemoted(term, cause)
-		}
+		lost, ferr := c.leadTerm(ctx, name, lead, fn, o)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case lost != nil:
 			backoff = o.minBackoff // campaign again at once
 		case ferr != nil:
-			c.lg.Warn("coordd: leader callback failed", "election", name, "term", term, "error", ferr)
+			c.lg.Warn("coordd: leader callback failed", "election", name, "term", lead.Term(), "error", ferr)
 			if err := pause(); err != nil {
 				return err
 			}
@@ -174,6 +152,36 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 			return nil
 		}
 	}
+}
+
+// leadTerm runs fn for lead's term, resigns the term, and tells onElected
+// and onDemoted. lost is why the leadership ended before fn returned (nil
+// if it still led then); ferr is fn's error.
+func (c *Client) leadTerm(ctx context.Context, name string, lead *Leadership, fn func(ctx context.Context, lead *Leadership) error, o electionOptions) (lost, ferr error) {
+	term := lead.Term()
+	if o.onElected != nil {
+		o.onElected(term)
+	}
+	ferr = runLeader(ctx, lead, fn)
+	lost = context.Cause(lead.Context()) // nil while still leading
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
+	if rerr := lead.Resign(rctx); rerr != nil {
+		// The leadership stays with this session until it ends.
+		c.lg.Warn("coordd: resign", "election", name, "term", term, "error", rerr)
+	}
+	cancel()
+	cause := lost
+	switch {
+	case cause != nil:
+	case ctx.Err() != nil:
+		cause = ctx.Err()
+	case ferr != nil:
+		cause = ferr
+	}
+	if o.onDemoted != nil {
+		o.onDemoted(term, cause)
+	}
+	return lost, ferr
 }
 
 // runLeader runs fn with a context that ends with ctx or the leadership,

@@ -491,13 +491,7 @@ func (s *Session) stream(ctx context.Context) (err error) {
 		return convert(ctx, err)
 	}
 	defer ks.leave(m)
-	defer func() {
-		s.hmu.Lock()
-		if s.named == ks {
-			s.named = nil
-		}
-		s.hmu.Unlock()
-	}()
+	defer s.forgetStream(ks)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer func() {
@@ -505,16 +499,7 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			ks.fail(err)
 		}
 	}()
-	// streamErr is why the shared stream broke, for this session. A server
-	// that predates shared streams ends one with NotFound for any gone
-	// session: only the session it names is gone.
-	streamErr := func(err error) error {
-		err = convert(sctx, err)
-		if errors.Is(err, ErrSessionNotFound) && !strings.Contains(err.Error(), s.id) {
-			return fmt.Errorf("%w: the keep-alive stream ended for another session", ErrUnavailable)
-		}
-		return err
-	}
+	streamErr := func(err error) error { return s.streamErr(sctx, err) }
 	addr := ks.addr // the member the stream talks to
 	// Liveness checks run under sctx and are waited for before returning.
 	var checks sync.WaitGroup
@@ -542,14 +527,7 @@ func (s *Session) stream(ctx context.Context) (err error) {
 				continue
 			}
 			checked := sent
-			checks.Go(func() {
-				if s.c.silentMember(sctx, addr) {
-					select {
-					case silent <- checked:
-					default:
-					}
-				}
-			})
+			checks.Go(func() { s.c.reportSilent(sctx, addr, checked, silent) })
 		case at := <-silent:
 			if waiting && at.Equal(sent) {
 				return errSilent
@@ -558,11 +536,8 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			if first {
 				continue // the first keep-alive names them all
 			}
-			if w := s.toName(); len(w) > 0 {
-				if err := ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: w, WatchOnly: true}); err != nil {
-					return streamErr(err)
-				}
-				s.c.stats.named.Add(int64(len(w)))
+			if err := s.nameNewOn(ks); err != nil {
+				return streamErr(err)
 			}
 		case resp := <-m.acks:
 			if resp.GetGone() {
@@ -581,19 +556,10 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			}
 			next = s.interval()
 			sent = time.Now()
-			var err error
-			if first {
-				// The first renewal on a stream names the holdings to watch.
-				all := s.nameAllOn(ks)
-				err = ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: all})
-				s.c.stats.named.Add(int64(len(all)))
-				first = false
-			} else {
-				err = ks.renew(s.id)
-			}
-			if err != nil {
+			if err := s.renewOn(ks, first); err != nil {
 				return streamErr(err)
 			}
+			first = false
 			// An answer that does not come before the next renewal is due
 			// (at least minReplyWait), or before the deadline, abandons this
 			// stream for a new one.
@@ -602,4 +568,51 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			timer.Reset(min(max(next, minReplyWait), max(s.untilDeadline(), 0)))
 		}
 	}
+}
+
+// forgetStream drops ks as the stream the session's holdings are named
+// on, when it is.
+func (s *Session) forgetStream(ks *kaStream) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if s.named == ks {
+		s.named = nil
+	}
+}
+
+// streamErr is why the shared stream broke, for this session. A server
+// that predates shared streams ends one with NotFound for any gone
+// session: only the session it names is gone.
+func (s *Session) streamErr(ctx context.Context, err error) error {
+	err = convert(ctx, err)
+	if errors.Is(err, ErrSessionNotFound) && !strings.Contains(err.Error(), s.id) {
+		return fmt.Errorf("%w: the keep-alive stream ended for another session", ErrUnavailable)
+	}
+	return err
+}
+
+// renewOn sends the session's renewal on ks; the first on a stream also
+// names every holding the member is to watch there.
+func (s *Session) renewOn(ks *kaStream, first bool) error {
+	if !first {
+		return ks.renew(s.id)
+	}
+	all := s.nameAllOn(ks)
+	err := ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: all})
+	s.c.stats.named.Add(int64(len(all)))
+	return err
+}
+
+// nameNewOn names on ks the holdings gained since the stream's first
+// renewal (a watch-only request; nothing if there are none).
+func (s *Session) nameNewOn(ks *kaStream) error {
+	w := s.toName()
+	if len(w) == 0 {
+		return nil
+	}
+	if err := ks.send(&coorddv1.KeepAliveStreamRequest{SessionId: s.id, Watch: w, WatchOnly: true}); err != nil {
+		return err
+	}
+	s.c.stats.named.Add(int64(len(w)))
+	return nil
 }

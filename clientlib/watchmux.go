@@ -204,17 +204,7 @@ func (m *watchMux) stream(ctx context.Context) (got bool) {
 	end := func() { endOnce.Do(func() { close(ended) }) }
 	go func() { // the reader; exits when the stream ends
 		defer end()
-		for {
-			msg, err := st.Recv()
-			if err != nil {
-				return
-			}
-			select {
-			case msgs <- msg:
-			case <-sctx.Done():
-				return
-			}
-		}
+		forward(sctx, st.Recv, msgs)
 	}()
 	// The sender works through a queue, so this goroutine never blocks in
 	// Send and keeps taking messages: the two sides can never wait on each
@@ -243,25 +233,10 @@ func (m *watchMux) stream(ctx context.Context) (got bool) {
 	}()
 	for {
 		// Queue what is due: stops, and starts of new or restarted watches.
-		m.mu.Lock()
-		if len(m.entries) == 0 {
-			m.mu.Unlock()
+		reqs, idle := m.due()
+		if idle {
 			return got
 		}
-		var reqs []*coorddv1.WatchManyRequest
-		for _, id := range m.stops {
-			reqs = append(reqs, &coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Stop{Stop: &coorddv1.WatchManyStop{WatchId: id}}})
-		}
-		m.stops = nil
-		for id, e := range m.entries {
-			if !e.sent {
-				e.sent, e.open = true, true
-				reqs = append(reqs, &coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Start{Start: &coorddv1.WatchManyStart{
-					WatchId: id, Namespaces: e.sub.namespaces, FromRevision: e.from,
-					Instance: e.sub.opts.instance, Labels: e.sub.opts.labels}}})
-			}
-		}
-		m.mu.Unlock()
 		if len(reqs) > 0 {
 			qmu.Lock()
 			queue = append(queue, reqs...)
@@ -289,6 +264,45 @@ func (m *watchMux) stream(ctx context.Context) (got bool) {
 			}
 		}
 	}
+}
+
+// forward sends what recv returns on out until recv fails or ctx ends.
+func forward[T any](ctx context.Context, recv func() (T, error), out chan<- T) {
+	for {
+		msg, err := recv()
+		if err != nil {
+			return
+		}
+		select {
+		case out <- msg:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// due returns the requests to send now: stops, and starts of new or
+// restarted watches (marked sent and open). idle is true when no
+// subscription is left, and the stream is to end.
+func (m *watchMux) due() (reqs []*coorddv1.WatchManyRequest, idle bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.entries) == 0 {
+		return nil, true
+	}
+	for _, id := range m.stops {
+		reqs = append(reqs, &coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Stop{Stop: &coorddv1.WatchManyStop{WatchId: id}}})
+	}
+	m.stops = nil
+	for id, e := range m.entries {
+		if !e.sent {
+			e.sent, e.open = true, true
+			reqs = append(reqs, &coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Start{Start: &coorddv1.WatchManyStart{
+				WatchId: id, Namespaces: e.sub.namespaces, FromRevision: e.from,
+				Instance: e.sub.opts.instance, Labels: e.sub.opts.labels}}})
+		}
+	}
+	return reqs, false
 }
 
 // deliver hands msg to the watches it names. It reports whether it carried

@@ -343,28 +343,8 @@ func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) 
 		if req.promoteGray && cur.gray != nil {
 			rel.PromotedGray = cur.gray.Number
 		}
-		next := maps.Clone(cur.Content)
-		for _, m := range ms {
-			old, had := cur.Content[m.Key]
-			c := Change{Key: m.Key}
-			if had {
-				c.Old = &old
-			}
-			if m.Delete {
-				if !had {
-					continue
-				}
-				delete(next, m.Key)
-			} else {
-				if had && old == m.Value {
-					continue
-				}
-				v := m.Value
-				c.New = &v
-				next[m.Key] = v
-			}
-			rel.Changes = append(rel.Changes, c)
-		}
+		var next map[string]string
+		rel.Changes, next = applyMutations(cur.Content, ms)
 		var ops []clientv3.Op
 		if len(rel.Changes) == 0 {
 			// Nothing to change: report the release in effect.
@@ -374,19 +354,8 @@ func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) 
 			}
 			rel = none
 		} else {
-			if cur.schema != "" {
-				sch, err := compileSchema(cur.schema)
-				if err != nil {
-					return Release{}, fmt.Errorf("config: the stored schema of %q: %w", req.ns, err)
-				}
-				if err := validateContent(sch, next); err != nil {
-					return Release{}, err
-				}
-				if g := cur.gray; g.Running() && !req.promoteGray {
-					if err := validateContent(sch, g.apply(next)); err != nil {
-						return Release{}, fmt.Errorf("with gray release %d running: %w", g.Number, err)
-					}
-				}
+			if err := checkSchema(req, cur, next); err != nil {
+				return Release{}, err
 			}
 			var size int
 			var err error
@@ -423,6 +392,58 @@ func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) 
 		// Another release (or a schema change) got in first: plan again on
 		// the new state, where an expected revision no longer matches.
 	}
+}
+
+// applyMutations applies ms to content: it returns the changes they make
+// (a delete of a missing key, or a put of the value a key has, is none)
+// and the content after them. content itself is not changed.
+func applyMutations(content map[string]string, ms []Mutation) ([]Change, map[string]string) {
+	var changes []Change
+	next := maps.Clone(content)
+	for _, m := range ms {
+		old, had := content[m.Key]
+		c := Change{Key: m.Key}
+		if had {
+			c.Old = &old
+		}
+		if m.Delete {
+			if !had {
+				continue
+			}
+			delete(next, m.Key)
+		} else {
+			if had && old == m.Value {
+				continue
+			}
+			v := m.Value
+			c.New = &v
+			next[m.Key] = v
+		}
+		changes = append(changes, c)
+	}
+	return changes, next
+}
+
+// checkSchema validates next, the namespace's content after the release,
+// against its schema (if it has one), and so does the content a running
+// gray release would show on top of it, unless the release promotes it.
+func checkSchema(req commitRequest, cur nsState, next map[string]string) error {
+	if cur.schema == "" {
+		return nil
+	}
+	sch, err := compileSchema(cur.schema)
+	if err != nil {
+		return fmt.Errorf("config: the stored schema of %q: %w", req.ns, err)
+	}
+	if err := validateContent(sch, next); err != nil {
+		return err
+	}
+	if g := cur.gray; g.Running() && !req.promoteGray {
+		if err := validateContent(sch, g.apply(next)); err != nil {
+			return fmt.Errorf("with gray release %d running: %w", g.Number, err)
+		}
+	}
+	return nil
 }
 
 // releaseOps are the writes of one release: the keys, the meta key, the

@@ -277,25 +277,10 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 			req.RequestID, reused = m.ids.Take(int64(req.Session), req.Name, false, true, keyOf)
 			continue
 		}
-		// An idempotent retry: take the candidacy over, keeping its value,
-		// proclamations and times.
-		kv := resp.Responses[0].GetResponseRange().Kvs[0]
-		if kv.CreateRevision > began {
-			return Leadership{}, fmt.Errorf("%w (election %q, request %s: by an earlier attempt still in flight, or a later campaign under the same id); retry", errCandidacyNewer, req.Name, req.RequestID)
-		}
-		l.Term = fencing.Token(kv.CreateRevision)
-		var prev candidate
-		if json.Unmarshal(kv.Value, &prev) == nil {
-			c.Value, c.Proclaims, c.Enqueued, c.Elected = prev.Value, prev.Proclaims, prev.Enqueued, prev.Elected
-			l.Value = prev.Value
-		}
-		if val, err = json.Marshal(c); err != nil {
+		// An idempotent retry: take the candidacy over.
+		var ok bool
+		if value, ok, err = m.takeOverCandidacy(ctx, req, began, resp.Responses[0].GetResponseRange().Kvs[0], &c, &l); err != nil {
 			return Leadership{}, err
-		}
-		value = string(val)
-		ok, err := queue.TakeOver(ctx, m.cli, key, int64(l.Term), value)
-		if err != nil {
-			return Leadership{}, fmt.Errorf("election: campaign %q: %w", req.Name, err)
 		}
 		if ok {
 			break
@@ -306,20 +291,29 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 			return Leadership{}, fmt.Errorf("%w: the candidacy %s ended while it was retried", ErrSessionNotFound, req.RequestID)
 		}
 	}
-	fail := func(err error) (Leadership, error) {
-		queue.Remove(ctx, m.cli, &m.bg, key, value)
-		return Leadership{}, err
-	}
 	if len(head) > 0 && string(head[0].Key) == key {
 		l.Revision = readAt
 		return l, nil
+	}
+	return m.awaitTurn(ctx, req, l, c, value, head)
+}
+
+// awaitTurn waits until the candidacy l (written as value, its record c)
+// leads, behind head, the candidates ahead of it when it was written.
+// A candidacy behind its own session's leadership would wait forever: it
+// is refused with ErrAlreadyLeader. One that fails is removed.
+func (m *Manager) awaitTurn(ctx context.Context, req Request, l Leadership, c candidate, value string, head []*mvccpb.KeyValue) (Leadership, error) {
+	q := m.queue(req.Name)
+	fail := func(err error) (Leadership, error) {
+		queue.Remove(ctx, m.cli, &m.bg, l.Key, value)
+		return Leadership{}, err
 	}
 	own := fmt.Sprintf("%s%016x/", q, uint64(req.Session))
 	if len(head) > 0 && strings.HasPrefix(string(head[0].Key), own) {
 		return fail(fmt.Errorf("%w: %q (request %s); waiting would never end, resign first",
 			ErrAlreadyLeader, req.Name, strings.TrimPrefix(string(head[0].Key), own)))
 	}
-	rev, err := m.waits.Wait(ctx, queue.NewTurn(q, key, int64(l.Term), 1, head))
+	rev, err := m.waits.Wait(ctx, queue.NewTurn(q, l.Key, int64(l.Term), 1, head))
 	if errors.Is(err, queue.ErrEntryGone) {
 		err = fmt.Errorf("%w: the candidate's session ended while it waited", ErrSessionNotFound)
 	}
@@ -329,9 +323,34 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 	l.Revision = rev
 	c.Elected = m.now().UTC()
 	if val, err := json.Marshal(c); err == nil {
-		queue.Restamp(&m.bg, m.cli, key, value, string(val))
+		queue.Restamp(&m.bg, m.cli, l.Key, value, string(val))
 	}
 	return l, nil
+}
+
+// takeOverCandidacy takes over kv, the candidacy an earlier attempt of
+// the same request wrote, for this attempt (c, l): it keeps its value,
+// proclamations and times, and writes c over it. It refuses one written
+// after the call began (an attempt still in flight, or a later campaign
+// under the same id). ok is false when the candidacy vanished first.
+func (m *Manager) takeOverCandidacy(ctx context.Context, req Request, began int64, kv *mvccpb.KeyValue, c *candidate, l *Leadership) (value string, ok bool, err error) {
+	if kv.CreateRevision > began {
+		return "", false, fmt.Errorf("%w (election %q, request %s: by an earlier attempt still in flight, or a later campaign under the same id); retry", errCandidacyNewer, req.Name, req.RequestID)
+	}
+	l.Term = fencing.Token(kv.CreateRevision)
+	var prev candidate
+	if json.Unmarshal(kv.Value, &prev) == nil {
+		c.Value, c.Proclaims, c.Enqueued, c.Elected = prev.Value, prev.Proclaims, prev.Enqueued, prev.Elected
+		l.Value = prev.Value
+	}
+	val, err := json.Marshal(c)
+	if err != nil {
+		return "", false, err
+	}
+	if ok, err = queue.TakeOver(ctx, m.cli, l.Key, int64(l.Term), string(val)); err != nil {
+		return "", false, fmt.Errorf("election: campaign %q: %w", req.Name, err)
+	}
+	return string(val), ok, nil
 }
 
 // TermSession returns the session of the candidate whose term (or

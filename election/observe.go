@@ -88,27 +88,9 @@ func (m *Manager) Observe(ctx context.Context, name string, from int64, send fun
 	// through the member's shared watch.
 	feed, pos := m.dels.Subscribe(prefix, true)
 	defer feed.Stop()
-	rev := int64(0) // the revision o reflects
-	resumed := false
-	switch {
-	case from == 1:
-		// Before revision 1 nothing existed: replay everything (etcd
-		// would read "revision 0" as the current one).
-		resumed = true
-	case from > 1:
-		resp, err := m.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from-1))
-		switch {
-		case errors.Is(err, rpctypes.ErrCompacted):
-			// Start from the current state below.
-		case errors.Is(err, rpctypes.ErrFutureRev):
-			return fmt.Errorf("%w: revision %d is in the future", ErrInvalid, from)
-		case err != nil:
-			return fmt.Errorf("election: observe %q: %w", name, err)
-		default:
-			o.load(resp.Kvs)
-			rev = from - 1
-			resumed = true
-		}
+	rev, resumed, err := m.resumeAt(ctx, name, o, from) // rev: the revision o reflects
+	if err != nil {
+		return err
 	}
 	resync := func() error {
 		resp, err := m.cli.Get(ctx, prefix, clientv3.WithPrefix())
@@ -176,6 +158,33 @@ func (m *Manager) Observe(ctx context.Context, name string, from int64, send fun
 			return err
 		}
 	}
+}
+
+// resumeAt loads into o the election as it was just before revision from,
+// when from names one that can be read: resumed is then true and rev is
+// from-1 (from 1: nothing existed, rev 0). From 0, or a compacted from,
+// resumed is false and the observer starts from the current state.
+func (m *Manager) resumeAt(ctx context.Context, name string, o *observer, from int64) (rev int64, resumed bool, err error) {
+	switch {
+	case from == 1:
+		// Before revision 1 nothing existed: replay everything (etcd
+		// would read "revision 0" as the current one).
+		return 0, true, nil
+	case from > 1:
+		resp, err := m.cli.Get(ctx, m.prefix(name), clientv3.WithPrefix(), clientv3.WithRev(from-1))
+		switch {
+		case errors.Is(err, rpctypes.ErrCompacted):
+			// Start from the current state.
+		case errors.Is(err, rpctypes.ErrFutureRev):
+			return 0, false, fmt.Errorf("%w: revision %d is in the future", ErrInvalid, from)
+		case err != nil:
+			return 0, false, fmt.Errorf("election: observe %q: %w", name, err)
+		default:
+			o.load(resp.Kvs)
+			return from - 1, true, nil
+		}
+	}
+	return 0, false, nil
 }
 
 // catchUp watches the election after *rev and sends its events until it

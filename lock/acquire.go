@@ -104,25 +104,10 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	if !wait {
 		return fail(fmt.Errorf("%w: %q", ErrHeld, req.Name))
 	}
-	// A mutex already held by this same session under another request
-	// would make this waiter wait for itself forever.
-	// So would a reader queued behind a writer that waits for this
-	// session's own read grant, and a writer behind it: a writer learns
-	// from its enqueue only the head, so it reads the readers that hold.
-	if !req.Read && req.Limit == 1 && len(holders) > 0 && isReader(holders[0]) {
-		resp, err := m.cli.Get(ctx, m.queue(req.Name), clientv3.WithPrefix(), clientv3.WithMaxCreateRev(e.rev-1),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-		if err != nil {
-			return fail(fmt.Errorf("lock: acquire %q: %w", req.Name, err))
-		}
-		holders = resp.Kvs[:granted(resp.Kvs, 1)]
+	holders, err = m.checkNotWaitingForItself(ctx, req, e, holders)
+	if err != nil {
+		return fail(err)
 	}
-	own := m.queue(req.Name) + fmt.Sprintf("%016x/", uint64(req.Session))
-	if i := slices.IndexFunc(holders, func(kv *mvccpb.KeyValue) bool { return strings.HasPrefix(string(kv.Key), own) }); req.Limit == 1 && i >= 0 {
-		return fail(fmt.Errorf("%w by this same session under request %[3]s: waiting for %[2]q would wait for itself forever; release it first",
-			ErrHeld, req.Name, strings.TrimPrefix(string(holders[i].Key), own)))
-	}
-
 	t := queue.NewTurn(m.queue(req.Name), e.key, e.rev, req.Limit, holders)
 	if req.Read {
 		t.Blocks = isWriter // readers ahead share the lock with this one
@@ -142,6 +127,30 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	e.w.Granted = m.now().UTC()
 	m.markGranted(e)
 	return g, nil
+}
+
+// checkNotWaitingForItself fails with ErrHeld when waiting would wait for
+// the request's own session: a mutex already held by this same session
+// under another request would make this waiter wait for itself forever.
+// So would a reader queued behind a writer that waits for this session's
+// own read grant, and a writer behind it: a writer learns from its enqueue
+// only the head, so it reads the readers that hold. It returns the holders
+// ahead of e, read again in that case.
+func (m *Manager) checkNotWaitingForItself(ctx context.Context, req Request, e entry, holders []*mvccpb.KeyValue) ([]*mvccpb.KeyValue, error) {
+	if !req.Read && req.Limit == 1 && len(holders) > 0 && isReader(holders[0]) {
+		resp, err := m.cli.Get(ctx, m.queue(req.Name), clientv3.WithPrefix(), clientv3.WithMaxCreateRev(e.rev-1),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err != nil {
+			return nil, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
+		}
+		holders = resp.Kvs[:granted(resp.Kvs, 1)]
+	}
+	own := m.queue(req.Name) + fmt.Sprintf("%016x/", uint64(req.Session))
+	if i := slices.IndexFunc(holders, func(kv *mvccpb.KeyValue) bool { return strings.HasPrefix(string(kv.Key), own) }); req.Limit == 1 && i >= 0 {
+		return nil, fmt.Errorf("%w by this same session under request %[3]s: waiting for %[2]q would wait for itself forever; release it first",
+			ErrHeld, req.Name, strings.TrimPrefix(string(holders[i].Key), own))
+	}
+	return holders, nil
 }
 
 func modeName(read bool) string {

@@ -292,51 +292,56 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 				return err
 			}
 		case req := <-reqs:
-			job, err := parseRenewJob(req)
-			if err != nil {
-				return err
-			}
-			id := job.id
-			if len(req.GetWatch()) > 0 && req.GetSessionId() == "" {
-				return invalid("watch: name the holdings' session in session_id")
-			}
-			for _, h := range req.GetWatch() {
-				if _, err := w.add(ctx, id, h); err != nil {
-					return err
-				}
-			}
-			if req.GetWatchOnly() {
-				continue
-			}
-			if req.GetShared() {
-				// Hand it to the workers, a lot at a time, answering
-				// finished lots meanwhile (that frees workers).
-				for _, lot := range session.Lots(job.id, job.batch) {
-					for handed := false; !handed; {
-						select {
-						case batches.In() <- lot:
-							handed = true
-						case r := <-batches.Out():
-							if err := sendLot(stream, r); err != nil {
-								return err
-							}
-						case <-ctx.Done():
-							return ctx.Err()
-						}
-					}
-				}
-				continue
-			}
-			ttl, err := s.m.KeepAlive(ctx, id)
-			s.metrics.keepAlive(err)
-			if err != nil {
-				return err
-			}
-			if err := stream.Send(&coorddv1.KeepAliveStreamResponse{SessionId: id.String(), Ttl: durationpb.New(ttl)}); err != nil {
+			if err := s.keepAliveRequest(ctx, stream, w, batches, req); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// keepAliveRequest serves one request of a keep-alive stream: it watches
+// the holdings the request names, then renews its session, or hands a
+// shared stream's renewals to batches a lot at a time (answering the lots
+// that finish meanwhile, which frees workers). An error ends the stream.
+func (s *SessionServer) keepAliveRequest(ctx context.Context, stream coorddv1.SessionService_KeepAliveStreamServer, w *holdingWatches, batches *session.Batches, req *coorddv1.KeepAliveStreamRequest) error {
+	job, err := parseRenewJob(req)
+	if err != nil {
+		return err
+	}
+	if len(req.GetWatch()) > 0 && req.GetSessionId() == "" {
+		return invalid("watch: name the holdings' session in session_id")
+	}
+	for _, h := range req.GetWatch() {
+		if _, err := w.add(ctx, job.id, h); err != nil {
+			return err
+		}
+	}
+	switch {
+	case req.GetWatchOnly():
+		return nil
+	case req.GetShared():
+		for _, lot := range session.Lots(job.id, job.batch) {
+			for handed := false; !handed; {
+				select {
+				case batches.In() <- lot:
+					handed = true
+				case r := <-batches.Out():
+					if err := sendLot(stream, r); err != nil {
+						return err
+					}
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		return nil
+	}
+	ttl, err := s.m.KeepAlive(ctx, job.id)
+	s.metrics.keepAlive(err)
+	if err != nil {
+		return err
+	}
+	return stream.Send(&coorddv1.KeepAliveStreamResponse{SessionId: job.id.String(), Ttl: durationpb.New(ttl)})
 }
 
 // sendLot answers a lot of a shared stream: one session as the answer to

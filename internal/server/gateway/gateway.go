@@ -68,6 +68,60 @@ type Options struct {
 
 // New returns the daemon's HTTP handler.
 func New(ctx context.Context, opts Options) (http.Handler, error) {
+	gw, err := restGateway(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", limitBody(opts.MaxRequestBytes, cmp.Or(opts.BodyTimeout, 30*time.Second), gw))
+	// A failed write of a response means the client is gone: there is no
+	// one left to tell, here and in writeStatus.
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := opts.Ready(r.Context()); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+		if opts.ReadyNote != nil {
+			if note := opts.ReadyNote(); note != "" {
+				_, _ = io.WriteString(w, note+"\n")
+			}
+		}
+	})
+	guard := func(h http.Handler) http.Handler { return guarded(opts.Guard, h) }
+	mux.Handle("GET /metrics", guard(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})))
+	if opts.Pprof {
+		mux.Handle("GET /debug/pprof/", guard(http.HandlerFunc(pprof.Index)))
+		mux.Handle("GET /debug/pprof/cmdline", guard(http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("GET /debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("GET /debug/pprof/symbol", guard(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("GET /debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace)))
+	}
+	if opts.Console != nil {
+		mux.Handle("GET /ui/", http.StripPrefix("/ui", opts.Console))
+		// Relative redirects, so that a path prefix in front of coordd
+		// (a reverse proxy's /coordd/) is kept.
+		toUI := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Location", "ui/") // not http.Redirect: it makes the URL absolute
+			w.WriteHeader(http.StatusFound)
+		})
+		mux.Handle("GET /ui", toUI)
+		mux.Handle("GET /{$}", toUI)
+	}
+	mux.Handle("GET /openapi.json", guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(coorddv1.OpenAPI)
+	})))
+	return guardBrowsers(opts.Browsers, mux), nil
+}
+
+// restGateway is grpc-gateway's mux of every service's REST routes, over
+// opts.Conn, with coordd's codec and error pages, the identity the request
+// authenticated forwarded, and headers that would forge one dropped.
+func restGateway(ctx context.Context, opts Options) (*runtime.ServeMux, error) {
 	muxOpts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, newCodec()),
 		runtime.WithErrorHandler(writeError),
@@ -97,63 +151,23 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 			return nil, err
 		}
 	}
+	return gw, nil
+}
 
-	mux := http.NewServeMux()
-	mux.Handle("/v1/", limitBody(opts.MaxRequestBytes, cmp.Or(opts.BodyTimeout, 30*time.Second), gw))
-	// A failed write of a response means the client is gone: there is no
-	// one left to tell, here and in writeStatus.
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := opts.Ready(r.Context()); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+// guarded serves h only to requests that check lets through (all, when
+// check is nil); others get the error check returns, as a status.
+func guarded(check func(*http.Request) error, h http.Handler) http.Handler {
+	if check == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := check(r); err != nil {
+			st, _ := api.ToStatus(err)
+			writeStatus(w, runtime.HTTPStatusFromCode(st.Code()), st)
 			return
 		}
-		_, _ = io.WriteString(w, "ok\n")
-		if opts.ReadyNote != nil {
-			if note := opts.ReadyNote(); note != "" {
-				_, _ = io.WriteString(w, note+"\n")
-			}
-		}
+		h.ServeHTTP(w, r)
 	})
-	guard := func(h http.Handler) http.Handler {
-		if opts.Guard == nil {
-			return h
-		}
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if err := opts.Guard(r); err != nil {
-				st, _ := api.ToStatus(err)
-				writeStatus(w, runtime.HTTPStatusFromCode(st.Code()), st)
-				return
-			}
-			h.ServeHTTP(w, r)
-		})
-	}
-	mux.Handle("GET /metrics", guard(promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})))
-	if opts.Pprof {
-		mux.Handle("GET /debug/pprof/", guard(http.HandlerFunc(pprof.Index)))
-		mux.Handle("GET /debug/pprof/cmdline", guard(http.HandlerFunc(pprof.Cmdline)))
-		mux.Handle("GET /debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile)))
-		mux.Handle("GET /debug/pprof/symbol", guard(http.HandlerFunc(pprof.Symbol)))
-		mux.Handle("GET /debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace)))
-	}
-	if opts.Console != nil {
-		mux.Handle("GET /ui/", http.StripPrefix("/ui", opts.Console))
-		// Relative redirects, so that a path prefix in front of coordd
-		// (a reverse proxy's /coordd/) is kept.
-		toUI := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Location", "ui/") // not http.Redirect: it makes the URL absolute
-			w.WriteHeader(http.StatusFound)
-		})
-		mux.Handle("GET /ui", toUI)
-		mux.Handle("GET /{$}", toUI)
-	}
-	mux.Handle("GET /openapi.json", guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(coorddv1.OpenAPI)
-	})))
-	return guardBrowsers(opts.Browsers, mux), nil
 }
 
 type bodyKey struct{}
