@@ -15,7 +15,6 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/testkit/freeport"
 	"github.com/coordd/coordd/internal/testkit/tcpproxy"
 	"github.com/coordd/coordd/internal/testkit/wait"
@@ -450,15 +449,11 @@ func leading(loops ...*leaderLoop) (fencing.Token, int) {
 // leader works again afterwards, and no append is accepted out of order.
 func TestRunElectionSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd and the daemon")
-	}
 	cfg := testConfig(t)
 	cfg.GRPCAddr = freeport.Addr(t)
-	d, err := daemon.Start(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Stopped at the test's end even after a failure (start); the restart
+	// below stops it earlier, which Stop allows (it is idempotent).
+	d := start(t, cfg)
 	log := &appendLog{}
 	a := &leaderLoop{log: log, appends: map[fencing.Token]int{}}
 	b := &leaderLoop{log: log, appends: map[fencing.Token]int{}}
@@ -476,9 +471,7 @@ func TestRunElectionSurvivesRestart(t *testing.T) {
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if d, err = daemon.Start(t.Context(), cfg); err != nil {
-		t.Fatal(err)
-	}
+	d = start(t, cfg)
 	wait.Within(t, 20*time.Second, "a leader to work after a quick restart", working(term, n))
 	t.Logf("quick restart: term %d before, %d after", term, func() fencing.Token { t, _ := leading(a, b); return t }())
 
@@ -495,9 +488,7 @@ func TestRunElectionSurvivesRestart(t *testing.T) {
 		return a.demoted+b.demoted > 0
 	})
 	_, n = leading(a, b)
-	if d, err = daemon.Start(t.Context(), cfg); err != nil {
-		t.Fatal(err)
-	}
+	d = start(t, cfg)
 	wait.Within(t, 20*time.Second, "a new leader to work after a long outage", working(term, n))
 	stop()
 	wg.Wait()
@@ -553,15 +544,11 @@ func TestRunElectionSurvivesEtcdLeaderLoss(t *testing.T) {
 // changes made while it was away arrive once each, in order.
 func TestObserveResumesAcrossRestart(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd and the daemon")
-	}
 	cfg := testConfig(t)
 	cfg.GRPCAddr = freeport.Addr(t)
-	d, err := daemon.Start(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Stopped at the test's end even after a failure (start); the restart
+	// below stops it earlier, which Stop allows (it is idempotent).
+	d := start(t, cfg)
 	ctx := t.Context()
 	c := newClient(t, cfg.GRPCAddr)
 	sess, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second))
@@ -595,14 +582,7 @@ func TestObserveResumesAcrossRestart(t *testing.T) {
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if d, err = daemon.Start(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	d = start(t, cfg)
 	// Changes made while the observer reconnects.
 	for _, v := range []string{"v2", "v3"} {
 		if err := l.Proclaim(ctx, v); err != nil {

@@ -319,10 +319,9 @@ func manyLabels(n int) string {
 func TestRestartKeepsSession(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
-	d, err := daemon.Start(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Stopped at the test's end even after a failure (start); the restart
+	// below stops it earlier, which Stop allows (it is idempotent).
+	d := start(t, cfg)
 	r := call(t, "POST", "http://"+d.HTTPAddr()+"/v1/sessions", `{"ttl":"60s","owner":"survivor"}`)
 	if r.status != 200 {
 		t.Fatalf("create = %d %v", r.status, r.body)
