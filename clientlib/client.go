@@ -315,7 +315,7 @@ func (c *Client) start(ctx context.Context, conn *grpc.ClientConn, cfg Config) {
 	// The client outlives New's ctx; Close ends what runs under c.ctx.
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.moved, c.movedEnded = context.WithCancel(c.ctx)
-	c.silent = newCallGroup(c.ctx)
+	c.silent = newCallGroup()
 	c.rerouted, c.reroutedEnded = context.WithCancel(c.ctx)
 	c.mux = newWatchMux(c)
 	c.keepAlives = &keepAlives{c: c}
@@ -364,20 +364,22 @@ func (c *Client) Close() error {
 // callGroup is the calls in flight on one member: unary calls and call
 // streams join it when they start and leave it when they end, and they
 // end with errLeftSilent once the group is ended (the member stopped
-// answering).
+// answering). A group's context has no parent: a group the client moved
+// away from is simply dropped once its calls are done, and Close ends
+// calls by closing the connection, not as a silent member.
 type callGroup struct {
 	ctx      context.Context // cancelled when the group is ended
 	end      context.CancelFunc
 	inFlight atomic.Int64
 }
 
-func newCallGroup(parent context.Context) *callGroup {
-	ctx, cancel := context.WithCancel(parent)
+func newCallGroup() *callGroup {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &callGroup{ctx: ctx, end: cancel}
 }
 
-// joinSilent adds a call to the group of the member in use; the call
-// calls leave when it ends.
+// joinSilent adds a call to the group of the member in use; the caller
+// calls leave when the call ends.
 func (c *Client) joinSilent() (g *callGroup, leave func()) {
 	c.mu.Lock()
 	g = c.silent
@@ -455,7 +457,7 @@ func (c *Client) avoid(endpoint string, silent bool) {
 	c.moved, c.movedEnded = context.WithCancel(c.ctx)
 	if silent {
 		c.silent.end()
-		c.silent = newCallGroup(c.ctx)
+		c.silent = newCallGroup()
 	}
 	c.probes.Add(1)
 	go func() {

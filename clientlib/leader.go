@@ -179,7 +179,7 @@ func (c *Client) prefer(endpoint, from string) {
 	c.rerouted, c.reroutedEnded = context.WithCancel(c.ctx)
 	c.stats.moves.Add(1)
 	left := c.silent
-	c.silent = newCallGroup(c.ctx)
+	c.silent = newCallGroup()
 	c.probes.Add(1)
 	c.mu.Unlock()
 	go c.watchLeftBehind(from, left)
