@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -51,13 +52,18 @@ func layerOf(t *testing.T, pkg string) int {
 	return -1
 }
 
+// goList is `go list -json ./...` of the module, run once for both tests.
+var goList = sync.OnceValues(func() ([]byte, error) {
+	cmd := exec.Command("go", "list", "-json", "./...")
+	cmd.Dir = "../.."
+	return cmd.Output()
+})
+
 // graph is the module's packages and, for each, the module packages its
 // non-test code imports.
 func graph(t *testing.T) map[string][]string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-json", "./...")
-	cmd.Dir = "../.."
-	out, err := cmd.Output()
+	out, err := goList()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}

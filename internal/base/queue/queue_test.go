@@ -22,11 +22,7 @@ func setup(t *testing.T, keys ...string) (cli *clientv3.Client, revs map[string]
 	t.Helper()
 	cli = etcdtest.Start(t).Client(t)
 	// The member's shared watch, as the daemon runs it.
-	w = grantwatch.New(cli, "/q/")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	w = etcdtest.Watcher(t, cli, "/q/")
 	revs = map[string]int64{}
 	for _, k := range keys {
 		resp, err := cli.Put(t.Context(), "/q/"+k, k)

@@ -50,14 +50,14 @@ func TestAStreamFollowsOnlyItsPrincipalsGrants(t *testing.T) {
 	}
 	release(mine)
 	select {
-	case <-hw.ready:
+	case <-hw.Ready():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the release of a followed grant was not reported within 10s")
 	}
 	// Its end is queued; the holder's remove (as a Release naming the
 	// stream does, had it come first) drops it.
 	streams.unfollow(as("alice"), id, sess, mine)
-	if got := hw.take(); len(got) != 0 {
+	if got := hw.Take(); len(got) != 0 {
 		t.Errorf("ended %v after the holder's remove; want nothing", got)
 	}
 	unregister()

@@ -1,14 +1,11 @@
 package api
 
 import (
-	"context"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -21,17 +18,12 @@ import (
 func watchesOnEtcd(t *testing.T) (*clientv3.Client, *lock.Manager, *holdingWatches) {
 	t.Helper()
 	cli := etcdtest.Start(t).Client(t)
-	w := grantwatch.New(cli, "/t/lock/")
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { w.Run(ctx) })
+	w := etcdtest.Watcher(t, cli, "/t/lock/")
 	locks := lock.NewManager(cli, "/t/", w, nil)
 	hw := newHoldingWatches(Holdings{Watcher: w, Locks: locks})
 	t.Cleanup(func() {
-		hw.stopAll()
+		hw.Close()
 		locks.Close()
-		cancel()
-		wg.Wait()
 	})
 	return cli, locks, hw
 }
@@ -69,7 +61,7 @@ func TestAnEntryWrittenAgainIsWatchedAgain(t *testing.T) {
 	}
 	ready := func() {
 		select {
-		case <-hw.ready:
+		case <-hw.Ready():
 		case <-time.After(10 * time.Second):
 			t.Fatal("no end reported within 10s")
 		}
@@ -80,12 +72,12 @@ func TestAnEntryWrittenAgainIsWatchedAgain(t *testing.T) {
 	ready() // the first incarnation's end waits to be taken
 	second := write()
 	watch(second)
-	if got := hw.take(); len(got) != 1 || got[0].GetToken() != first {
+	if got := hw.Take(); len(got) != 1 || got[0].GetToken() != first {
 		t.Fatalf("ended %v, want token %d", got, first)
 	}
 	remove()
 	ready()
-	if got := hw.take(); len(got) != 1 || got[0].GetToken() != second {
+	if got := hw.Take(); len(got) != 1 || got[0].GetToken() != second {
 		t.Fatalf("ended %v, want token %d: the key written again was not watched", got, second)
 	}
 }

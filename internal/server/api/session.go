@@ -244,7 +244,7 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 	reqs := make(chan *coorddv1.KeepAliveStreamRequest)
 	recvErr := make(chan error, 1)
 	w := newHoldingWatches(s.holdings)
-	defer w.stopAll()
+	defer w.Close()
 	sid, unregister := s.Streams.register(ctx, w)
 	defer unregister()
 	// Tell the client it may batch its renewals (session_ids), and how
@@ -281,8 +281,8 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 				return nil
 			}
 			return err
-		case <-w.ready:
-			if ended := w.take(); len(ended) > 0 {
+		case <-w.Ready():
+			if ended := w.Take(); len(ended) > 0 {
 				if err := stream.Send(&coorddv1.KeepAliveStreamResponse{Ended: ended}); err != nil {
 					return err
 				}
@@ -430,12 +430,10 @@ func parseRenewJob(req *coorddv1.KeepAliveStreamRequest) (renewJob, error) {
 type holdingWatches struct {
 	h Holdings
 	*grantwatch.Set[*coorddv1.Holding]
-	ready <-chan struct{} // the set's Ready
 }
 
 func newHoldingWatches(h Holdings) *holdingWatches {
-	set := grantwatch.NewSet[*coorddv1.Holding](h.Watcher)
-	return &holdingWatches{h: h, Set: set, ready: set.Ready()}
+	return &holdingWatches{h: h, Set: grantwatch.NewSet[*coorddv1.Holding](h.Watcher)}
 }
 
 // entry returns the entry that h, a holding of session id, names.
@@ -460,7 +458,7 @@ func (w *holdingWatches) entry(id session.ID, h *coorddv1.Holding) (grantwatch.E
 }
 
 // add starts watching h, a holding of session id, unless it is watched
-// already, and reports whether it is watched now (not once stopAll ran).
+// already, and reports whether it is watched now (not once Close ran).
 // A holding that has already ended is reported at once.
 func (w *holdingWatches) add(ctx context.Context, id session.ID, h *coorddv1.Holding) (bool, error) {
 	e, err := w.entry(id, h)
@@ -481,12 +479,6 @@ func (w *holdingWatches) remove(id session.ID, h *coorddv1.Holding) {
 		w.Remove(e)
 	}
 }
-
-// take returns the holdings that ended since the last call.
-func (w *holdingWatches) take() []*coorddv1.Holding { return w.Take() }
-
-// stopAll stops every watch; later adds watch nothing.
-func (w *holdingWatches) stopAll() { w.Close() }
 
 // Calls implements SessionService: see CallServer.
 func (s *SessionServer) Calls(stream coorddv1.SessionService_CallsServer) error {

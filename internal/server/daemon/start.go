@@ -94,9 +94,9 @@ func (d *Daemon) embedded() bool { return len(d.cfg.EtcdEndpoints) == 0 }
 // parts are what Start's steps build for the later ones; they live only
 // until the daemon serves.
 type parts struct {
-	registry *prometheus.Registry // coordd's own metrics
-	grpc     *grpcprom.ServerMetrics
-	api      *api.Metrics
+	registry   *prometheus.Registry    // coordd's own metrics
+	rpcMetrics *grpcprom.ServerMetrics // the gRPC servers' own
+	apiMetrics *api.Metrics            // the adapters'
 	// unary is the interceptor chain of unary calls (and of each call on
 	// a Calls stream) for callers authenticated by an.
 	unary    func(an api.Authn) []grpc.UnaryServerInterceptor
@@ -159,8 +159,8 @@ func (d *Daemon) newServers() *parts {
 	// may share a test process); etcd's and Go's are on the default one.
 	p := &parts{registry: prometheus.NewRegistry()}
 	d.registry = p.registry
-	p.grpc = grpcMetrics(p.registry)
-	p.api = api.NewMetrics(p.registry)
+	p.rpcMetrics = grpcMetrics(p.registry)
+	p.apiMetrics = api.NewMetrics(p.registry)
 	d.owners = &api.Owners{} // its managers are set by registerCoordination, before serving
 	// Concurrent lock and election mutations share etcd transactions.
 	d.txns = groupcommit.Direct(d.cli)
@@ -175,17 +175,17 @@ func (d *Daemon) newServers() *parts {
 		}
 	}
 	authOf := func(an api.Authn) api.Auth {
-		return api.Auth{Authn: an, Authz: d.authz, Owners: d.owners, Limits: limits, Metrics: p.api, Audit: d.audit, AuditFailed: func(err error) {
+		return api.Auth{Authn: an, Authz: d.authz, Owners: d.owners, Limits: limits, Metrics: p.apiMetrics, Audit: d.audit, AuditFailed: func(err error) {
 			d.lg.Error("audit log not written", zap.Error(err))
 		}}
 	}
 	p.unary = func(an api.Authn) []grpc.UnaryServerInterceptor {
-		return []grpc.UnaryServerInterceptor{api.UnaryArrival(d.txns.Arrived), p.grpc.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(authOf(an)), api.UnaryRequireLeader(d.leader.Lost)}
+		return []grpc.UnaryServerInterceptor{api.UnaryArrival(d.txns.Arrived), p.rpcMetrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(authOf(an)), api.UnaryRequireLeader(d.leader.Lost)}
 	}
 	serverOpts := func(an api.Authn) []grpc.ServerOption {
 		return append([]grpc.ServerOption{
 			grpc.ChainUnaryInterceptor(p.unary(an)...),
-			grpc.ChainStreamInterceptor(p.grpc.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(authOf(an)), api.StreamRequireLeader(d.leader.Lost)),
+			grpc.ChainStreamInterceptor(p.rpcMetrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(authOf(an)), api.StreamRequireLeader(d.leader.Lost)),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		}, serverTuning()...)
 	}
@@ -261,7 +261,7 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	d.elections = election.NewManager(d.cli, cfg.KeyRoot, p.holdings, d.txns)
 	d.owners.Sessions, d.owners.Locks, d.owners.Elections = sessions, d.locks, d.elections
 	p.sessions = sessions
-	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: p.holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), p.api)
+	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: p.holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), p.apiMetrics)
 	streams := api.NewKeepAliveStreams() // grants followed on their holders' keep-alive streams
 	sessionSvc.Streams = streams
 	p.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -282,19 +282,19 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 		admin, _ := d.authz.Allows(p, auth.ClusterAdmin, auth.Resource{})
 		return read || admin
 	}
-	lockSvc := api.NewLockServer(d.stopped, d.locks, d.elections, sessions, p.api)
+	lockSvc := api.NewLockServer(d.stopped, d.locks, d.elections, sessions, p.apiMetrics)
 	lockSvc.Streams = streams
 	lockSvc.Waiters = waiters
 	lockSvc.TokensVisible = func(ctx context.Context, name string) bool {
 		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.LockRelease, auth.Resource{Kind: auth.Lock, Name: name})
 		return ok
 	}
-	electionSvc := api.NewElectionServer(d.stopped, d.elections, sessions, p.api)
+	electionSvc := api.NewElectionServer(d.stopped, d.elections, sessions, p.apiMetrics)
 	electionSvc.Streams = streams
 	electionSvc.Waiters = waiters
 	// The SDK's calls with its sessions, pipelined on one stream per
 	// client; each runs as the public server's unary RPC of its name.
-	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, p.unary(d.authn), p.api, d.stopped.Done(), cfg.NoCallStream)
+	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, p.unary(d.authn), p.apiMetrics, d.stopped.Done(), cfg.NoCallStream)
 	for _, srv := range p.servers {
 		coorddv1.RegisterSessionServiceServer(srv, sessionSvc)
 		coorddv1.RegisterLockServiceServer(srv, lockSvc)
@@ -317,7 +317,7 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 		}
 	}
 	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
-	configSvc := api.NewConfigServer(d.stopped, configStore, d.configCache, p.api)
+	configSvc := api.NewConfigServer(d.stopped, configStore, d.configCache, p.apiMetrics)
 	statusEndpoint, local := cfg.EtcdClientURL, cluster.Local{}
 	if d.etcd != nil {
 		local = cluster.Local{MemberID: uint64(d.etcd.Server.MemberID()), Quota: cfg.QuotaBackendBytes, Defragment: d.etcd.Server.Defragment, Measure: d.measure}
@@ -346,7 +346,7 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 	p.registry.MustRegister(newStateCollector(state))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
-	p.grpc.InitializeMetrics(d.grpcSrv)
+	p.rpcMetrics.InitializeMetrics(d.grpcSrv)
 	return nil
 }
 
