@@ -275,7 +275,7 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	d = start(t, cfg)
+	start(t, cfg)
 	before := s.lastRelease()
 	wait.Within(t, 20*time.Second, "releases after the restart", func() bool { sample(); return s.lastRelease() > before+20 })
 	close(stop)

@@ -582,7 +582,7 @@ func TestObserveResumesAcrossRestart(t *testing.T) {
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	d = start(t, cfg)
+	start(t, cfg)
 	// Changes made while the observer reconnects.
 	for _, v := range []string{"v2", "v3"} {
 		if err := l.Proclaim(ctx, v); err != nil {
