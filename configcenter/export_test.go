@@ -1,5 +1,13 @@
 package configcenter
 
+import "context"
+
 // SetBeforeWatch makes c call f before each etcd watch it opens. Call it
 // before Run.
 func SetBeforeWatch(c *Cache, f func()) { c.beforeWatch = f }
+
+// SetLocalCopyAt makes s plan its first attempt at every release on the
+// namespace as it was at revision rev: a member's copy that is behind.
+func SetLocalCopyAt(s *Store, rev int64) {
+	s.readLocal = func(ctx context.Context, ns string) (nsState, error) { return s.readNamespace(ctx, ns, rev) }
+}

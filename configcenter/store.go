@@ -41,11 +41,18 @@ type Store struct {
 	root   string // "<root>config/"
 	limits Limits
 	now    func() time.Time
+	// readLocal reads a namespace from the member's own copy, which may be
+	// behind (see commit); tests replace it with a copy that is.
+	readLocal func(ctx context.Context, ns string) (nsState, error)
 }
 
 // NewStore returns a Store that keeps namespaces under root+"config/".
 func NewStore(cli *clientv3.Client, root string, limits Limits) *Store {
-	return &Store{cli: cli, root: root + "config/", limits: limits.withDefaults(), now: time.Now}
+	s := &Store{cli: cli, root: root + "config/", limits: limits.withDefaults(), now: time.Now}
+	s.readLocal = func(ctx context.Context, ns string) (nsState, error) {
+		return s.readNamespace(ctx, ns, 0, clientv3.WithSerializable())
+	}
+	return s
 }
 
 // MarkRestored records that etcd was restored from a snapshot: the
@@ -139,8 +146,8 @@ type nsState struct {
 }
 
 // readNamespace reads a namespace's keys, meta and schema at rev (0: now).
-func (s *Store) readNamespace(ctx context.Context, ns string, rev int64) (nsState, error) {
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+func (s *Store) readNamespace(ctx context.Context, ns string, rev int64, more ...clientv3.OpOption) (nsState, error) {
+	opts := append([]clientv3.OpOption{clientv3.WithPrefix()}, more...)
 	if rev > 0 {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
@@ -316,6 +323,14 @@ type commitRequest struct {
 // commit reads the namespace, plans the release, validates it and commits
 // it guarded by the namespace's revision, retrying the whole step if
 // another release got in first (unless the caller expected a revision).
+//
+// The first attempt plans on the member's own copy of the namespace (a
+// serializable read: no round trip to etcd's leader), which may be behind.
+// Only a committed transaction is answered from that copy, and the
+// transaction's guard (the meta, schema and gray keys' mod revisions) makes
+// it fail if the copy was behind. Every other outcome (a refusal, nothing
+// to change, a dry run, a lost guard) is decided again on a linearizable
+// read, so no answer rests on a copy that was behind.
 func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) {
 	if err := validateText("author", req.author, MaxAuthorBytes); err != nil {
 		return Release{}, err
@@ -326,57 +341,24 @@ func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) 
 	if req.expected < 0 {
 		return Release{}, fmt.Errorf("%w: expected revision %d is negative", ErrInvalid, req.expected)
 	}
-	for {
-		cur, err := s.readNamespace(ctx, req.ns, 0)
+	for linearizable := false; ; linearizable = true {
+		read := s.readLocal
+		if linearizable {
+			read = func(ctx context.Context, ns string) (nsState, error) { return s.readNamespace(ctx, ns, 0) }
+		}
+		cur, err := read(ctx, req.ns)
 		if err != nil {
-			return Release{}, err
-		}
-		if req.expected > 0 && cur.metaRev > req.expected {
-			return Release{}, fmt.Errorf("%w: %q changed at revision %d (release %d), after the expected revision %d",
-				ErrRevisionMismatch, req.ns, cur.metaRev, cur.Release, req.expected)
-		}
-		ms, err := req.plan(ctx, cur)
-		if err != nil {
-			return Release{}, err
-		}
-		rel := Release{Namespace: req.ns, Number: cur.Release + 1, Author: req.author, Message: req.message, Time: s.now().UTC(), RollbackOf: req.rollbackOf}
-		if req.promoteGray && cur.gray != nil {
-			rel.PromotedGray = cur.gray.Number
-		}
-		var next map[string]string
-		rel.Changes, next = applyMutations(cur.Content, ms)
-		var ops []clientv3.Op
-		if len(rel.Changes) == 0 {
-			// Nothing to change: report the release in effect.
-			none := Release{Namespace: req.ns, Number: cur.Release, Revision: cur.metaRev, Author: rel.Author, Message: rel.Message, Time: rel.Time, PromotedGray: rel.PromotedGray}
-			if !req.always {
-				return none, nil
-			}
-			rel = none
-		} else {
-			if err := checkSchema(req, cur, next); err != nil {
+			if linearizable {
 				return Release{}, err
 			}
-			var size int
-			var err error
-			ops, size, err = s.releaseOps(req.ns, rel)
-			if err != nil {
-				return Release{}, err
-			}
-			if size > s.limits.MaxReleaseBytes {
-				return Release{}, fmt.Errorf("%w: the release writes %d bytes (its new values, and its record with old and new values), at most %d are allowed; split it",
-					ErrTooLarge, size, s.limits.MaxReleaseBytes)
-			}
+			continue
 		}
-		if req.extra != nil {
-			more, err := req.extra(cur, rel)
-			if err != nil {
-				return Release{}, err
+		rel, ops, answer, err := s.planRelease(ctx, req, cur)
+		if err != nil || answer {
+			if linearizable {
+				return rel, err
 			}
-			ops = append(ops, more...)
-		}
-		if req.dryRun {
-			return rel, nil
+			continue
 		}
 		resp, err := s.cli.Txn(ctx).
 			If(s.unchanged(req.ns, cur)...).
@@ -389,9 +371,59 @@ func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) 
 			rel.Revision = resp.Header.Revision
 			return rel, nil
 		}
-		// Another release (or a schema change) got in first: plan again on
-		// the new state, where an expected revision no longer matches.
+		// Another release (or a schema change) got in first, or the copy
+		// was behind: plan again on the current state, where an expected
+		// revision no longer matches.
 	}
+}
+
+// planRelease plans req's release on cur: the release and its writes, or
+// answer set when the release is the answer without a commit (it changes
+// nothing, or it is a dry run).
+func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState) (rel Release, ops []clientv3.Op, answer bool, err error) {
+	if req.expected > 0 && cur.metaRev > req.expected {
+		return Release{}, nil, false, fmt.Errorf("%w: %q changed at revision %d (release %d), after the expected revision %d",
+			ErrRevisionMismatch, req.ns, cur.metaRev, cur.Release, req.expected)
+	}
+	ms, err := req.plan(ctx, cur)
+	if err != nil {
+		return Release{}, nil, false, err
+	}
+	rel = Release{Namespace: req.ns, Number: cur.Release + 1, Author: req.author, Message: req.message, Time: s.now().UTC(), RollbackOf: req.rollbackOf}
+	if req.promoteGray && cur.gray != nil {
+		rel.PromotedGray = cur.gray.Number
+	}
+	var next map[string]string
+	rel.Changes, next = applyMutations(cur.Content, ms)
+	if len(rel.Changes) == 0 {
+		// Nothing to change: report the release in effect.
+		none := Release{Namespace: req.ns, Number: cur.Release, Revision: cur.metaRev, Author: rel.Author, Message: rel.Message, Time: rel.Time, PromotedGray: rel.PromotedGray}
+		if !req.always {
+			return none, nil, true, nil
+		}
+		rel = none
+	} else {
+		if err := checkSchema(req, cur, next); err != nil {
+			return Release{}, nil, false, err
+		}
+		var size int
+		ops, size, err = s.releaseOps(req.ns, rel)
+		if err != nil {
+			return Release{}, nil, false, err
+		}
+		if size > s.limits.MaxReleaseBytes {
+			return Release{}, nil, false, fmt.Errorf("%w: the release writes %d bytes (its new values, and its record with old and new values), at most %d are allowed; split it",
+				ErrTooLarge, size, s.limits.MaxReleaseBytes)
+		}
+	}
+	if req.extra != nil {
+		more, err := req.extra(cur, rel)
+		if err != nil {
+			return Release{}, nil, false, err
+		}
+		ops = append(ops, more...)
+	}
+	return rel, ops, req.dryRun, nil
 }
 
 // applyMutations applies ms to content: it returns the changes they make

@@ -267,3 +267,56 @@ func sameChanges(a, b []configcenter.Change) bool {
 }
 
 var _ = context.Background
+
+// TestReleasesPlannedOnACopyThatIsBehind: a release's first attempt plans
+// on the member's own copy of the namespace, which may be behind. Nothing
+// answered may rest on that copy: a change the copy already shows is still
+// made, a schema the copy still has does not refuse, an expected revision
+// is checked against the current state, and releases stay numbered without
+// gaps.
+func TestReleasesPlannedOnACopyThatIsBehind(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	ctx := t.Context()
+	const ns = "behind"
+	strict := `{"type":"object","additionalProperties":{"type":"integer"}}`
+	if _, err := e.s.SetSchema(ctx, ns, strict); err != nil {
+		t.Fatal(err)
+	}
+	r1, err := e.s.Put(ctx, ns, "port", "80", 0, "ana", "")
+	if err != nil || r1.Number != 1 {
+		t.Fatalf("release 1 = %+v, %v", r1, err)
+	}
+	// From here on every first attempt sees release 1 under the strict
+	// schema.
+	configcenter.SetLocalCopyAt(e.s, r1.Revision)
+	if _, err := e.s.SetSchema(ctx, ns, `{"type":"object"}`); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := e.s.Put(ctx, ns, "port", `"eighty"`, 0, "ana", "a value only the current schema allows")
+	if err != nil || r2.Number != 2 {
+		t.Fatalf("a put the stale schema refuses: %+v, %v; want release 2", r2, err)
+	}
+	r3, err := e.s.Put(ctx, ns, "port", "80", 0, "ana", "the value the copy still shows")
+	if err != nil || r3.Number != 3 || len(r3.Changes) != 1 {
+		t.Fatalf("a put of the copy's value = %+v, %v; want release 3 with one change", r3, err)
+	}
+	if _, err := e.s.Put(ctx, ns, "port", "81", r2.Revision, "ana", ""); !errors.Is(err, configcenter.ErrRevisionMismatch) {
+		t.Fatalf("a put expecting release 2's revision after release 3: %v; want ErrRevisionMismatch", err)
+	}
+	r4, err := e.s.Put(ctx, ns, "port", "81", r3.Revision, "ana", "")
+	if err != nil || r4.Number != 4 {
+		t.Fatalf("a put expecting the current revision = %+v, %v; want release 4", r4, err)
+	}
+	same, err := e.s.Put(ctx, ns, "port", "81", 0, "ana", "")
+	if err != nil || same.Number != 4 || len(same.Changes) != 0 || same.Revision != r4.Revision {
+		t.Fatalf("a put of the current value = %+v, %v; want release 4 in effect, nothing changed", same, err)
+	}
+	if _, err := e.s.Delete(ctx, ns, "gone", 0, "ana", ""); !errors.Is(err, configcenter.ErrKeyNotFound) {
+		t.Fatalf("deleting a missing key: %v", err)
+	}
+	snap, err := e.s.Snapshot(ctx, ns, 0)
+	if err != nil || snap.Release != 4 || snap.Content["port"] != "81" {
+		t.Fatalf("snapshot = %+v, %v; want release 4, port 81", snap, err)
+	}
+}
