@@ -133,14 +133,16 @@ func (d *dispatcher) run(ctx context.Context) {
 }
 
 // reportErrors reports the errors found off the dispatcher (see
-// Subscription.refuse), without waiting.
+// Subscription.refuse), without waiting. Most wakes carry none: a counter
+// spares them a look at the channel.
 func (d *dispatcher) reportErrors() {
-	for {
+	for d.s.errsSent.Load() > 0 {
 		select {
 		case err := <-d.s.errs:
+			d.s.errsSent.Add(-1)
 			d.s.report(err)
 		default:
-			return
+			return // counted, not yet in the channel: the sender wakes us again
 		}
 	}
 }

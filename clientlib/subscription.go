@@ -120,6 +120,7 @@ type Subscription struct {
 	nsKey    string        // the namespace list, as a key
 	changed  chan struct{} // wakes the dispatcher
 	errs     chan error    // problems found off the dispatcher, reported on it
+	errsSent atomic.Int32  // errors put in errs: the dispatcher looks in errs only then
 	refused  chan error    // the server refused the watch (bad namespaces)
 	first    chan struct{} // closed at the first server snapshot
 	firstOK  sync.Once
@@ -390,9 +391,11 @@ func (s *Subscription) refuse(err error) {
 	case s.refused <- err:
 	default:
 	}
+	s.errsSent.Add(1) // before the send: the count is never below what errs holds
 	select {
 	case s.errs <- err:
 	default:
+		s.errsSent.Add(-1)
 	}
 	s.wake() // the dispatcher reports it
 }

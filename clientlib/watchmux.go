@@ -26,6 +26,11 @@ type watchMux struct {
 	mu      sync.Mutex
 	entries map[int64]*muxEntry // by watch id
 	stops   []int64             // watches to stop on the current stream
+	// starts are the watches to start on the current stream: new ones,
+	// restarted ones, and every one when a stream opens. due sends them
+	// without looking at the others, so a client with many subscriptions
+	// pays per start, not per subscription, for each message.
+	starts  []int64
 	nextID  int64
 	running bool
 	closed  bool
@@ -67,6 +72,7 @@ func (m *watchMux) add(sub *Subscription) (int64, bool) {
 	}
 	m.nextID++
 	m.entries[m.nextID] = &muxEntry{sub: sub}
+	m.starts = append(m.starts, m.nextID)
 	if !m.running {
 		m.running = true
 		m.done = make(chan struct{})
@@ -110,6 +116,7 @@ func (m *watchMux) restart(id, from int64) {
 	defer m.mu.Unlock()
 	if e := m.entries[id]; e != nil {
 		e.from, e.sent, e.resyncing = from, false, from == 0
+		m.starts = append(m.starts, id)
 		m.poke()
 	}
 }
@@ -152,8 +159,10 @@ func (m *watchMux) run(ctx context.Context, done chan struct{}) {
 		}
 		m.mu.Lock()
 		idle := len(m.entries) == 0
-		for _, e := range m.entries {
+		m.starts = m.starts[:0]
+		for id, e := range m.entries {
 			e.sent, e.open = false, false
+			m.starts = append(m.starts, id)
 			e.sub.setStatus(func(st *SubscriptionStatus) {
 				if st.State == StateLive {
 					st.State = StateStale
@@ -294,14 +303,15 @@ func (m *watchMux) due() (reqs []*coorddv1.WatchManyRequest, idle bool) {
 		reqs = append(reqs, &coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Stop{Stop: &coorddv1.WatchManyStop{WatchId: id}}})
 	}
 	m.stops = nil
-	for id, e := range m.entries {
-		if !e.sent {
+	for _, id := range m.starts {
+		if e := m.entries[id]; e != nil && !e.sent { // not removed, nor listed twice
 			e.sent, e.open = true, true
 			reqs = append(reqs, &coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Start{Start: &coorddv1.WatchManyStart{
 				WatchId: id, Namespaces: e.sub.namespaces, FromRevision: e.from,
 				Instance: e.sub.opts.instance, Labels: e.sub.opts.labels}}})
 		}
 	}
+	m.starts = m.starts[:0]
 	return reqs, false
 }
 
