@@ -66,6 +66,34 @@ var errorTable = []struct {
 	{kind.QuotaExceeded, codes.ResourceExhausted, coorddv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED},
 }
 
+// codeReasons are the reasons REST bodies give statuses that carry no coordd
+// ErrorInfo: those raised before coordd saw the call (the transport's, a
+// caller's cancel). The gateway's own routing errors give UNKNOWN_ROUTE.
+var codeReasons = map[codes.Code]coorddv1.ErrorReason{
+	codes.Canceled:          coorddv1.ErrorReason_ERROR_REASON_CANCELLED,
+	codes.InvalidArgument:   coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT,
+	codes.DeadlineExceeded:  coorddv1.ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED,
+	codes.ResourceExhausted: coorddv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE, // gRPC's message size limit
+	codes.Unimplemented:     coorddv1.ErrorReason_ERROR_REASON_UNIMPLEMENTED,
+	codes.Unavailable:       coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE,
+	codes.Unauthenticated:   coorddv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED,
+	codes.PermissionDenied:  coorddv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED,
+}
+
+// Reason is st's coordd reason: its ErrorInfo's, or else the one its code
+// stands for (codeReasons), or INTERNAL.
+func Reason(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain {
+			return info.Reason
+		}
+	}
+	if r, ok := codeReasons[st.Code()]; ok {
+		return ReasonString(r)
+	}
+	return ReasonString(coorddv1.ErrorReason_ERROR_REASON_INTERNAL)
+}
+
 // ReasonString returns the ErrorInfo reason for r: its name without the
 // ERROR_REASON_ prefix.
 func ReasonString(r coorddv1.ErrorReason) string {

@@ -117,6 +117,10 @@ func TestErrorTableCoversEveryKindAndReason(t *testing.T) {
 		coorddv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE: true,
 		coorddv1.ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED: true,
 		coorddv1.ErrorReason_ERROR_REASON_NO_SPACE:          true,
+		coorddv1.ErrorReason_ERROR_REASON_UNKNOWN_ROUTE:     true,
+	}
+	for _, r := range codeReasons {
+		sent[r] = true
 	}
 	for _, row := range errorTable {
 		rows[row.kind]++

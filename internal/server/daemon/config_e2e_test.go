@@ -149,7 +149,8 @@ func TestConfigOverHTTP(t *testing.T) {
 }
 
 func violations(r httpResult) int {
-	details, _ := r.body["details"].([]any)
+	e, _ := r.body["error"].(map[string]any)
+	details, _ := e["details"].([]any)
 	for _, d := range details {
 		if m, ok := d.(map[string]any); ok && m["@type"] == "type.googleapis.com/google.rpc.BadRequest" {
 			return len(m["fieldViolations"].([]any))

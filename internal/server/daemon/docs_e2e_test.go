@@ -124,4 +124,4 @@ kill() { command kill "$@" 2>/dev/null || true; }
 
 // badOutput is what no walk-through should print: an internal error, an
 // unimplemented call or method, an unknown route, a missing command.
-var badOutput = regexp.MustCompile(`"code":\s*1[23]\b|no such endpoint|"message":\s*"Not Found"|command not found|INTERNAL`)
+var badOutput = regexp.MustCompile(`"status":\s*"UNIMPLEMENTED"|UNKNOWN_ROUTE|no such endpoint|"message":\s*"Not Found"|command not found|INTERNAL`)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -132,7 +131,7 @@ func TestGrayReleaseEndToEnd(t *testing.T) {
 	if got := bound.Load().Flag; got != "off" {
 		t.Fatalf("the binding that refuses the gray holds %q", got)
 	}
-	if r := call(t, "POST", base+"/v1/config:createGray", `{"namespace":"`+ns+`","selector":{"percent":10},"overrides":[{"key":"x","value":"1"}]}`); r.status != http.StatusBadRequest || !strings.Contains(fmt.Sprint(r.body["details"]), "REVISION_MISMATCH") {
+	if r := call(t, "POST", base+"/v1/config:createGray", `{"namespace":"`+ns+`","selector":{"percent":10},"overrides":[{"key":"x","value":"1"}]}`); r.status != http.StatusBadRequest || reason(r) != "REVISION_MISMATCH" {
 		t.Fatalf("a second gray = %d %v, want FailedPrecondition (REVISION_MISMATCH)", r.status, r.body)
 	}
 

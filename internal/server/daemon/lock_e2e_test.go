@@ -253,7 +253,7 @@ func TestLocksOverHTTP(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := call(t, tt.method, base+tt.path, tt.body)
 			if r.status != tt.status || reason(r) != tt.reason {
-				t.Fatalf("%s %s = %d %q (%v), want %d %q", tt.method, tt.path, r.status, reason(r), r.body["message"], tt.status, tt.reason)
+				t.Fatalf("%s %s = %d %q (%v), want %d %q", tt.method, tt.path, r.status, reason(r), message(r), tt.status, tt.reason)
 			}
 		})
 	}

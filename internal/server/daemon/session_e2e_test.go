@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -214,20 +215,33 @@ func call(t *testing.T, method, url, body string) httpResult {
 	return r
 }
 
-// reason is the ErrorInfo reason of an error body: a status, or for a
-// stream that failed before its first message, {"error": status}.
+// reason is the reason of a REST error body,
+// {"error":{"code","status","reason","message","details"}}, or "" for a
+// body that is not one. The reason at the top must be the one in the
+// body's ErrorInfo, if it has one, and the code the response's status.
 func reason(r httpResult) string {
-	body := r.body
-	if inner, ok := body["error"].(map[string]any); ok {
-		body = inner
+	e, ok := r.body["error"].(map[string]any)
+	if !ok {
+		return ""
 	}
-	details, _ := body["details"].([]any)
+	top, _ := e["reason"].(string)
+	if code, _ := e["code"].(float64); int(code) != r.status {
+		return fmt.Sprintf("(body code %v, response %d)", e["code"], r.status)
+	}
+	details, _ := e["details"].([]any)
 	for _, d := range details {
-		if m, ok := d.(map[string]any); ok && m["domain"] == "coordd" {
-			return m["reason"].(string)
+		if m, ok := d.(map[string]any); ok && m["domain"] == "coordd" && m["reason"] != top {
+			return fmt.Sprintf("(reason %q at the top, %q in the ErrorInfo)", top, m["reason"])
 		}
 	}
-	return ""
+	return top
+}
+
+// message is the message of a REST error body.
+func message(r httpResult) string {
+	e, _ := r.body["error"].(map[string]any)
+	m, _ := e["message"].(string)
+	return m
 }
 
 func TestSessionsOverHTTP(t *testing.T) {
@@ -285,13 +299,13 @@ func TestSessionsOverHTTP(t *testing.T) {
 		{"close unknown", "DELETE", "/v1/sessions/00000000000000ff", "", 404, "SESSION_NOT_FOUND"},
 		{"bad page size", "GET", "/v1/sessions?pageSize=5000", "", 400, "INVALID_ARGUMENT"},
 		{"bad page token", "GET", "/v1/sessions?pageToken=zz", "", 400, "INVALID_ARGUMENT"},
-		{"wrong method", "PUT", "/v1/sessions", `{}`, 405, ""},
+		{"wrong method", "PUT", "/v1/sessions", `{}`, 405, "UNKNOWN_ROUTE"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
 			r := call(t, tt.method, base+tt.path, tt.body)
 			if r.status != tt.status || reason(r) != tt.reason {
-				t.Fatalf("%s %s = %d %q (%v), want %d %q", tt.method, tt.path, r.status, reason(r), r.body["message"], tt.status, tt.reason)
+				t.Fatalf("%s %s = %d %q (%v), want %d %q", tt.method, tt.path, r.status, reason(r), message(r), tt.status, tt.reason)
 			}
 		})
 	}

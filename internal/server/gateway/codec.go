@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -35,8 +38,12 @@ func newCodec() *codec {
 	}}
 }
 
-// Marshal ends the JSON with a newline.
+// Marshal ends the JSON with a newline. An error that ends a stream gets
+// the body every REST error has (restError).
 func (c *codec) Marshal(v any) ([]byte, error) {
+	if b, ok := streamError(v); ok {
+		return append(b, '\n'), nil
+	}
 	b, err := c.JSONPb.Marshal(v)
 	if err != nil {
 		return nil, err
@@ -54,6 +61,10 @@ func (c *codec) NewDecoder(r io.Reader) runtime.Decoder {
 	return runtime.DecoderFunc(func(v any) error {
 		var raw json.RawMessage
 		if err := d.Decode(&raw); err != nil {
+			var syntax *json.SyntaxError
+			if errors.As(err, &syntax) {
+				return fmt.Errorf("the request body is not valid JSON at byte %d: %w", syntax.Offset, err)
+			}
 			return err
 		}
 		if _, err := d.Token(); !errors.Is(err, io.EOF) {
@@ -191,21 +202,42 @@ func rewriteMessage(v any, md protoreflect.MessageDescriptor) bool {
 	return changed
 }
 
-// rewriteValue rewrites v of message type md: a Duration string in Go's
-// syntax becomes protobuf's, any other message is walked.
+// rewriteValue rewrites v of message type md: a Duration in Go's syntax
+// ("1m30s") or as a number of seconds (30, "30", "1.5") becomes protobuf's
+// form; any other message is walked.
 func rewriteValue(v any, md protoreflect.MessageDescriptor) (any, bool) {
 	if md.FullName() != durationName {
 		return v, rewriteMessage(v, md)
 	}
-	s, ok := v.(string)
+	var s string
+	switch t := v.(type) {
+	case string:
+		s = t
+	case json.Number:
+		s = t.String()
+	default:
+		return v, false
+	}
+	d, ok := parseDuration(s)
 	if !ok {
 		return v, false
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return v, false
-	}
 	return protoDuration(d), true
+}
+
+// parseDuration reads Go's duration syntax, or a plain number of seconds.
+func parseDuration(s string) (time.Duration, bool) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return d, true
+	}
+	secs, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(secs) || math.IsInf(secs, 0) || math.Abs(secs) > math.MaxInt64/float64(time.Second) {
+		return 0, false
+	}
+	if strings.ContainsAny(s, "xXpPeE_") || strings.TrimSpace(s) != s {
+		return 0, false // only plain decimals: "30", "1.5", "-2"
+	}
+	return time.Duration(secs * float64(time.Second)), true
 }
 
 // protoDuration formats d as protobuf's JSON Duration: seconds with up to

@@ -27,6 +27,9 @@ func TestCodecDurations(t *testing.T) {
 		{`"1h30m"`, 90 * time.Minute},
 		{`"250ms"`, 250 * time.Millisecond},
 		{`"0"`, 0},
+		{`60`, time.Minute},
+		{`"60"`, time.Minute},
+		{`1.5`, 1500 * time.Millisecond},
 	} {
 		var req coorddv1.AcquireRequest
 		if err := decode(t, `{"name":"a","wait":`+tt.in+`,"lockDelay":`+tt.in+`}`, &req); err != nil {
@@ -43,7 +46,7 @@ func TestCodecDurations(t *testing.T) {
 			t.Errorf("name = %q after rewriting %s", req.GetName(), tt.in)
 		}
 	}
-	for _, bad := range []string{`"soon"`, `"1x"`, `60`, `{}`} {
+	for _, bad := range []string{`"soon"`, `"1x"`, `"1e3"`, `true`, `{}`} {
 		var req coorddv1.AcquireRequest
 		if err := decode(t, `{"wait":`+bad+`}`, &req); err == nil {
 			t.Errorf("wait %s accepted as %s", bad, req.GetWait().AsDuration())

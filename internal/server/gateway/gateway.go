@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/coordd/coordd/internal/server/api"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -122,6 +121,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 // opts.Conn, with coordd's codec and error pages, the identity the request
 // authenticated forwarded, and headers that would forge one dropped.
 func restGateway(ctx context.Context, opts Options) (*runtime.ServeMux, error) {
+	useDurationQueryParser()
 	muxOpts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, newCodec()),
 		runtime.WithErrorHandler(writeError),
@@ -235,7 +235,7 @@ func writeError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w
 	if st.Code() == codes.InvalidArgument && len(st.Details()) == 0 {
 		// The gateway itself rejected the request (malformed JSON, unknown
 		// field, bad path parameter): give it the coordd reason too.
-		st = api.NewStatus(codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, st.Message())
+		st = api.NewStatus(codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, requestError(st.Message()))
 	}
 	writeStatus(w, api.HTTPStatus(st, runtime.HTTPStatusFromCode), st)
 }
@@ -250,17 +250,11 @@ func routingError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w
 	case http.StatusNotFound:
 		msg = "no such endpoint: " + r.URL.Path
 	}
-	writeStatus(w, httpStatus, status.New(code, msg))
+	writeStatus(w, httpStatus, api.NewStatus(code, coorddv1.ErrorReason_ERROR_REASON_UNKNOWN_ROUTE, msg))
 }
 
-var statusMarshaler = protojson.MarshalOptions{}
-
 func writeStatus(w http.ResponseWriter, httpStatus int, st *status.Status) {
-	body, err := statusMarshaler.Marshal(st.Proto())
-	if err != nil {
-		body = []byte(`{"code":13,"message":"failed to encode error"}`)
-		httpStatus = http.StatusInternalServerError
-	}
+	body := errorBody(httpStatus, st)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(httpStatus)

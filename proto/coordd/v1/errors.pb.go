@@ -25,6 +25,9 @@ const (
 // returns carries a google.rpc.ErrorInfo detail with domain "coordd" and, as its
 // reason, the value's name without the ERROR_REASON_ prefix (for example
 // "SESSION_NOT_FOUND"). Clients branch on the reason, never on the message.
+// REST error bodies carry the reason at the top as well
+// ({"error":{"code":409,"status":"ABORTED","reason":"STALE_TOKEN",...}}), also
+// for errors raised before coordd sees the call (an unknown route, a cancel).
 type ErrorReason int32
 
 const (
@@ -82,6 +85,12 @@ const (
 	ErrorReason_ERROR_REASON_RATE_LIMITED ErrorReason = 25
 	// The caller's principal already holds as many live sessions (--max-sessions-per-principal, in the cluster), or has as many lock acquisitions and campaigns waiting on this member (--max-waiters-per-principal), as it may; nothing changed. Close sessions or let waits end, then retry (ResourceExhausted, HTTP 429).
 	ErrorReason_ERROR_REASON_QUOTA_EXCEEDED ErrorReason = 26
+	// The caller cancelled the call; whether it took effect is unknown (Canceled, HTTP 499). Sent only in REST bodies: over gRPC a cancel carries no detail.
+	ErrorReason_ERROR_REASON_CANCELLED ErrorReason = 27
+	// No REST route has this path, or the route does not take this method (NotFound, 404, or Unimplemented, 405). Sent only in REST bodies.
+	ErrorReason_ERROR_REASON_UNKNOWN_ROUTE ErrorReason = 28
+	// The server does not offer the call: an older server, or a feature switched off (Unimplemented, 501).
+	ErrorReason_ERROR_REASON_UNIMPLEMENTED ErrorReason = 29
 )
 
 // Enum value maps for ErrorReason.
@@ -114,6 +123,9 @@ var (
 		24: "ERROR_REASON_PERMISSION_DENIED",
 		25: "ERROR_REASON_RATE_LIMITED",
 		26: "ERROR_REASON_QUOTA_EXCEEDED",
+		27: "ERROR_REASON_CANCELLED",
+		28: "ERROR_REASON_UNKNOWN_ROUTE",
+		29: "ERROR_REASON_UNIMPLEMENTED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -143,6 +155,9 @@ var (
 		"ERROR_REASON_PERMISSION_DENIED":     24,
 		"ERROR_REASON_RATE_LIMITED":          25,
 		"ERROR_REASON_QUOTA_EXCEEDED":        26,
+		"ERROR_REASON_CANCELLED":             27,
+		"ERROR_REASON_UNKNOWN_ROUTE":         28,
+		"ERROR_REASON_UNIMPLEMENTED":         29,
 	}
 )
 
@@ -177,7 +192,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xfb\x06\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xd7\a\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -206,7 +221,10 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x17\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x18\x12\x1d\n" +
 	"\x19ERROR_REASON_RATE_LIMITED\x10\x19\x12\x1f\n" +
-	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\x1aB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\x1a\x12\x1a\n" +
+	"\x16ERROR_REASON_CANCELLED\x10\x1b\x12\x1e\n" +
+	"\x1aERROR_REASON_UNKNOWN_ROUTE\x10\x1c\x12\x1e\n" +
+	"\x1aERROR_REASON_UNIMPLEMENTED\x10\x1dB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once
