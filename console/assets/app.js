@@ -76,12 +76,14 @@ const seconds = (d) => (d ? Number.parseFloat(d) : 0); // "30s" → 30
 
 // ---------- the API ----------
 
+/** APIError is a REST error: {"error":{code, status, reason, message, details}}. */
 class APIError extends Error {
   constructor(status, body) {
-    super(body?.message || `HTTP ${status}`);
+    const e = body?.error || body;
+    super(e?.message || `HTTP ${status}`);
     this.status = status;
-    this.code = body?.code;
-    this.reason = body?.details?.find((d) => d.reason)?.reason || '';
+    this.code = e?.status || '';
+    this.reason = e?.reason || '';
   }
 }
 
@@ -133,7 +135,7 @@ async function follow(url, onResult, signal, onState) {
         let body = null;
         try { body = await resp.json(); } catch { /* not JSON */ }
         // A stream that fails before its first message answers {"error": {...}}.
-        throw new APIError(resp.status, body?.error || body);
+        throw new APIError(resp.status, body);
       }
       onState('live');
       const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -148,7 +150,7 @@ async function follow(url, onResult, signal, onState) {
           buf = buf.slice(i + 1);
           if (!line) continue;
           const msg = JSON.parse(line);
-          if (msg.error) throw new APIError(500, msg.error);
+          if (msg.error) throw new APIError(msg.error.code || 500, msg);
           delay = 500;
           onResult(msg.result);
         }
@@ -203,9 +205,15 @@ function errorBox(e) {
   return h('div', { class: 'error', role: 'alert' }, h('strong', {}, 'Error: '), sentence(`${e.message}${reason}`));
 }
 
+/**
+ * setLive says how fresh the view is: a live stream, or for views that poll
+ * the time of the last answer (the view refreshes itself every few seconds).
+ */
 function setLive(state, e) {
   live.className = state === 'reconnecting' || state === 'error' ? 'bad' : '';
-  live.textContent = { live: '● live', reconnecting: `○ reconnecting… ${e?.message || ''}`, error: `○ stopped: ${e?.message || ''}`, polling: '● updating' }[state] || '';
+  const at = new Date().toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  live.textContent = { live: '● live', reconnecting: `○ reconnecting… ${e?.message || ''}`, error: `○ stopped: ${e?.message || ''}`, polling: `● updated ${at}` }[state] || '';
+  live.title = state === 'polling' ? 'This page asks coordd again every few seconds.' : '';
 }
 
 /**
@@ -213,13 +221,15 @@ function setLive(state, e) {
  * render when the data did not change, so focus and scroll stay put.
  */
 function area(props) {
-  const el = h('div', props || {});
+  // Until its first answer an area says it is loading: no view paints blank.
+  const el = h('div', props || {}, h('p', { class: 'muted loading', role: 'status' }, 'Loading…'));
   let last = null;
   el.show = (data, render) => {
     const key = JSON.stringify(data);
     if (key === last) return;
     last = key;
-    el.replaceChildren(...[render(data)].flat());
+    // A render may leave out a part with null (no next page): not a child.
+    el.replaceChildren(...[render(data)].flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
   };
   el.fail = (e) => { last = null; el.replaceChildren(errorBox(e)); };
   return el;

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"testing"
@@ -466,4 +467,70 @@ func TestConsoleRoutes(t *testing.T) {
 			t.Fatalf("--no-console: GET %s: %d, want 404", path, resp.StatusCode)
 		}
 	}
+}
+
+// Every page paints more than its heading at once (a loading state until
+// its first answer), and once loaded shows no stray "null" or
+// "undefined"; views that poll say when they last heard from coordd.
+func TestConsoleEveryPagePaints(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	s, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second), clientlib.WithOwner("painter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lock(ctx, "orders/1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Campaign(ctx, "sched", "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"1", "2"} {
+		if _, err := c.ConfigCenter().Put(ctx, "app/prod", "limit", v, clientlib.PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := openConsole(t, "http://"+d.HTTPAddr()+"/ui/")
+	p.open("#/")
+	routes := []string{"#/sessions", "#/sessions/" + s.ID(), "#/locks", "#/locks/orders/1", "#/elections", "#/elections/sched", "#/config", "#/config/app/prod"}
+	for _, tab := range []string{"history", "diff&from=1&to=2", "publish", "gray", "schema", "status", "snapshot"} {
+		routes = append(routes, "#/config/app/prod?tab="+tab)
+	}
+	routes = append(routes, "#/")
+	for _, route := range routes {
+		// The first paint: what main holds right after the view puts its
+		// heading in, before any answer can arrive (a mutation observer
+		// runs before the next task).
+		p.run("go to "+route, chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => {
+			window.firstPaint = null;
+			const main = document.querySelector('main');
+			new MutationObserver((_, obs) => {
+				const h1 = main.querySelector('h1');
+				if (!h1) return;
+				window.firstPaint = main.innerText.replace(h1.innerText, '').trim();
+				obs.disconnect();
+			}).observe(main, { childList: true, subtree: true });
+			location.hash = %q;
+		})()`, route)))
+		p.until("the first paint of "+route, `window.firstPaint !== null`)
+		first, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`window.firstPaint`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == "" {
+			t.Errorf("%s: the first paint is its heading alone (no loading state)", route)
+		}
+		p.until(route+" loaded", `!document.querySelector('main .loading')`)
+		text, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.querySelector('main').innerText`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := regexp.MustCompile(`\bnull\b|\bundefined\b|\[object Object\]|NaN`).FindString(text); m != "" {
+			t.Errorf("%s shows %q:\n%s", route, m, text)
+		}
+	}
+	// The overview polls: it says when it last heard from coordd.
+	p.see("#live", "updated ")
 }
