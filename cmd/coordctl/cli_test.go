@@ -509,3 +509,23 @@ func TestNamesCompleteFromTheServer(t *testing.T) {
 		t.Errorf("completion without coordd took %s", took)
 	}
 }
+
+// A publish file that is not one JSON object says what it holds instead,
+// in the user's terms (no Go type names).
+func TestPublishFileThatIsNotAnObject(t *testing.T) {
+	for file, want := range map[string]string{
+		`["a"]`:        "it holds an array",
+		`"x"`:          "it holds a string",
+		``:             "it holds nothing",
+		`{"a": 1,}`:    "not valid JSON at byte 9",
+		`{"a": "b"} x`: "", // trailing text after the object is ignored, as before
+	} {
+		ms, err := mutationsFromJSON([]byte(file), false)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%q: %v", file, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "Go value")):
+			t.Errorf("%q: %v (%d mutations); want an error saying %q", file, err, len(ms), want)
+		}
+	}
+}

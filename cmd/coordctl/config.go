@@ -55,15 +55,41 @@ func (a *app) readInput(path string) ([]byte, error) {
 	return os.ReadFile(path)
 }
 
+// jsonKind names what a JSON text holds, for a message.
+func jsonKind(t []byte) string {
+	switch {
+	case len(t) == 0:
+		return "nothing"
+	case t[0] == '[':
+		return "an array"
+	case t[0] == '"':
+		return "a string"
+	case t[0] == 't' || t[0] == 'f':
+		return "a boolean"
+	case t[0] == 'n':
+		return "null"
+	case t[0] == '-' || t[0] >= '0' && t[0] <= '9':
+		return "a number"
+	}
+	return "text that is not JSON"
+}
+
 // mutationsFromJSON reads a publish file: a JSON object whose members are
 // the keys to set, each value stored as its JSON text (a string with its
 // quotes), or with raw a string stored as it is; null deletes the key.
 func mutationsFromJSON(data []byte, raw bool) ([]clientlib.ConfigMutation, error) {
 	var doc map[string]json.RawMessage
+	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
+		return nil, usagef("the publish file must be one JSON object of keys and values, such as {\"timeout\": \"5s\"}; it holds %s", jsonKind(t))
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := dec.Decode(&doc); err != nil {
-		return nil, usagef("the publish file must be one JSON object of keys: %v", err)
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return nil, usagef("the publish file is not valid JSON at byte %d: %v", syntax.Offset, err)
+		}
+		return nil, usagef("the publish file must be one JSON object of keys and values: %v", err)
 	}
 	keys := make([]string, 0, len(doc))
 	for k := range doc {
