@@ -199,7 +199,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		eps = append(eps, resolver.Endpoint{Addresses: []resolver.Address{addrs[a]}})
 	}
 	r.InitialState(resolver.State{Endpoints: eps})
-	transport, perCall, err := dialOptions(cfg)
+	var lastDialErr atomic.Pointer[error]
+	transport, perCall, err := dialOptions(cfg, &lastDialErr)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +225,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordd: %w", err)
 	}
-	if err := waitConnected(ctx, conn, cfg); err != nil {
+	if err := waitConnected(ctx, conn, cfg, &lastDialErr); err != nil {
 		_ = conn.Close() // never used; the dial's failure is the error to return
 		return nil, err
 	}
@@ -255,13 +256,15 @@ func endpointAddresses(cfg Config) ([]string, map[string]resolver.Address) {
 
 // dialOptions returns how to reach an endpoint (the dialer and the
 // transport credentials, which probes use too) and the per-call
-// credentials (the bearer token, refused in plaintext off loopback).
-func dialOptions(cfg Config) (transport, perCall []grpc.DialOption, err error) {
+// credentials (the bearer token, refused in plaintext off loopback). A
+// failed dial is kept in lastErr, for the message when none succeeds.
+func dialOptions(cfg Config, lastErr *atomic.Pointer[error]) (transport, perCall []grpc.DialOption, err error) {
 	// Dial through endpointConn so a call's peer address names the endpoint
 	// as configured, even when it is a host name.
 	dial := func(ctx context.Context, addr string) (net.Conn, error) {
 		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 		if err != nil {
+			lastErr.Store(&err)
 			return nil, err
 		}
 		return endpointConn{Conn: conn, ep: endpointAddr(addr)}, nil
@@ -285,8 +288,9 @@ func dialOptions(cfg Config) (transport, perCall []grpc.DialOption, err error) {
 }
 
 // waitConnected waits until conn is connected to an endpoint, up to
-// cfg.DialTimeout or until ctx ends (at once with cfg.NoWait).
-func waitConnected(ctx context.Context, conn *grpc.ClientConn, cfg Config) error {
+// cfg.DialTimeout or until ctx ends (at once with cfg.NoWait). Its error
+// names the last failed dial, if there was one.
+func waitConnected(ctx context.Context, conn *grpc.ClientConn, cfg Config, lastDialErr *atomic.Pointer[error]) error {
 	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	conn.Connect()
@@ -295,7 +299,11 @@ func waitConnected(ctx context.Context, conn *grpc.ClientConn, cfg Config) error
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return fmt.Errorf("%w: no endpoint of %v answered within %s%s", ErrUnavailable, cfg.Endpoints, cfg.DialTimeout, diagnoseTLS(cfg))
+			last := ""
+			if e := lastDialErr.Load(); e != nil {
+				last = fmt.Sprintf(" (last attempt: %v)", *e)
+			}
+			return fmt.Errorf("%w: no endpoint of %v answered within %s%s%s", ErrUnavailable, cfg.Endpoints, cfg.DialTimeout, last, diagnoseTLS(cfg))
 		}
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/testkit/coorddtest"
+	"github.com/coordd/coordd/internal/testkit/freeport"
 	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
@@ -527,5 +528,18 @@ func TestPublishFileThatIsNotAnObject(t *testing.T) {
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "Go value")):
 			t.Errorf("%q: %v (%d mutations); want an error saying %q", file, err, len(ms), want)
 		}
+	}
+}
+
+// Against a stopped daemon (nothing listens at the endpoint) a command
+// fails at once, says so, and asks whether coordd runs, instead of waiting
+// its --timeout.
+func TestStoppedDaemonFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	stopped := freeport.Addr(t) // reserved, then released: nothing listens
+	t0 := time.Now()
+	errOut := exits(t, exitUnavailable, stopped, "--timeout", "20s", "session", "list")
+	if took := time.Since(t0); took > 5*time.Second || !strings.Contains(errOut, "connection refused") || !strings.Contains(errOut, "is coordd running") {
+		t.Errorf("after %s: %q; want at once, saying the connection was refused and asking whether coordd runs", took, errOut)
 	}
 }

@@ -51,6 +51,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -342,8 +343,13 @@ func (a *app) connect(ctx context.Context) (*clientlib.Client, error) {
 	return c, nil
 }
 
-// dial connects a new client to endpoints, with the TLS flags.
+// dial connects a new client to endpoints, with the TLS flags. When every
+// endpoint refuses a connection, nothing listens there: it says so at
+// once instead of waiting --timeout for a daemon that is not running.
 func (a *app) dial(ctx context.Context, endpoints []string) (*clientlib.Client, error) {
+	if err := refusedEverywhere(ctx, endpoints); err != nil {
+		return nil, err
+	}
 	// A command makes a call or a few, one after another: a unary RPC
 	// each costs less than opening the SDK's call stream first.
 	cfg := clientlib.Config{Endpoints: endpoints, DialTimeout: a.timeout, NoWait: a.noWait, UnaryCalls: true}
@@ -371,6 +377,24 @@ func (a *app) dial(ctx context.Context, endpoints []string) (*clientlib.Client, 
 	}
 	cfg.BearerToken = a.token
 	return clientlib.New(ctx, cfg)
+}
+
+// refusedEverywhere returns an error if every endpoint refused a TCP
+// connection. Any other outcome (an answer, a timeout, a name that does
+// not resolve yet) leaves it to the client, which waits up to --timeout.
+func refusedEverywhere(ctx context.Context, endpoints []string) error {
+	for _, ep := range endpoints {
+		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", ep)
+		if err == nil {
+			_ = conn.Close() // a probe: the client dials its own connections
+			return nil
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: nothing listens at %s (connection refused): is coordd running there? (endpoints come from --endpoints or COORDD_ENDPOINTS)",
+		clientlib.ErrUnavailable, strings.Join(endpoints, ", "))
 }
 
 // call runs fn with a connected client and a context bounded by --timeout.

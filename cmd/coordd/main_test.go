@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,7 +92,7 @@ func TestCommandEnvAndSignal(t *testing.T) {
 		err := kill(cmd, exited)
 		t.Fatalf("coordd did not stop within 20s of SIGTERM (killed: %v):\n%s", err, logs.String())
 	}
-	for _, want := range []string{`"msg":"coordd is ready"`, `"msg":"coordd stopped"`} {
+	for _, want := range []string{`"msg":"coordd is ready","pid":` + strconv.Itoa(cmd.Process.Pid), `"msg":"coordd stopped"`} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("JSON logs lack %s:\n%s", want, logs.String())
 		}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -168,6 +169,7 @@ func (d *Daemon) logReady() {
 		scheme = "https"
 	}
 	fields := []zap.Field{
+		zap.Int("pid", os.Getpid()), // under "go run", $! is the go tool's
 		zap.String("grpc", d.GRPCAddr()),
 		zap.String("http", scheme+"://"+d.HTTPAddr()),
 	}
