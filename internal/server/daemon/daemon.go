@@ -380,6 +380,9 @@ func (d *Daemon) closeStartup() {
 		}
 	}
 	d.txns.Close() // its committer's goroutine, if it was started
+	if d.dirLock != nil {
+		d.dirLock.discard = true
+	}
 	_ = d.closeBackend()
 }
 

@@ -13,7 +13,15 @@ import (
 // dataDirLock is an exclusive lock on a data dir, held from before etcd
 // opens it until after etcd has closed it. The kernel drops it when the
 // process dies, so a crash never leaves a stale lock behind.
-type dataDirLock struct{ f *os.File }
+type dataDirLock struct {
+	f       *os.File
+	dir     string
+	created bool // this start made dir: it did not exist before
+	// discard asks unlock to remove dir if this start made it and etcd
+	// never wrote a member to it (etcd/member; a start that failed): nothing is left
+	// behind but what a retry would make again.
+	discard bool
+}
 
 // ErrDataDirInUse means that another process holds the data dir.
 var ErrDataDirInUse = errors.New("data dir in use")
@@ -22,6 +30,8 @@ var ErrDataDirInUse = errors.New("data dir in use")
 // Without it, a second coordd on the same dir would block forever inside
 // etcd (opening its database) while holding its ports.
 func lockDataDir(dir string) (*dataDirLock, error) {
+	_, statErr := os.Stat(dir)
+	created := errors.Is(statErr, os.ErrNotExist)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -49,13 +59,19 @@ func lockDataDir(dir string) (*dataDirLock, error) {
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
-	return &dataDirLock{f: f}, nil
+	return &dataDirLock{f: f, dir: dir, created: created}, nil
 }
 
 // unlock releases the lock. It is safe on a nil lock.
 func (l *dataDirLock) unlock() {
 	if l == nil {
 		return
+	}
+	if l.discard && l.created {
+		// Removed while still locked, so no other coordd has it yet.
+		if _, err := os.Stat(filepath.Join(l.dir, "etcd", "member")); errors.Is(err, os.ErrNotExist) {
+			_ = os.RemoveAll(l.dir) // best effort: a retry would use it as it is
+		}
 	}
 	// Closing the last descriptor drops the flock. The file holds only the
 	// PID, for the message of a second coordd: a failed close loses nothing.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -27,6 +28,28 @@ import (
 
 	"github.com/coordd/coordd/session"
 )
+
+// nameListener names the flag of the etcd listener that err (from
+// embed.StartEtcd) failed to open, as the gRPC and HTTP listeners' errors
+// do; any other error is returned as it is.
+func nameListener(err error, ecfg *embed.Config) error {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "listen" || op.Addr == nil {
+		return err
+	}
+	addr := op.Addr.String()
+	for _, flag := range []struct {
+		name string
+		urls []url.URL
+	}{{"--listen-peer-urls", ecfg.ListenPeerUrls}, {"--etcd-client-url", ecfg.ListenClientUrls}} {
+		for _, u := range flag.urls {
+			if u.Host == addr || u.Path != "" && u.Path == addr {
+				return fmt.Errorf("etcd's listener %s (%s): %w", u.String(), flag.name, err)
+			}
+		}
+	}
+	return err
+}
 
 // startEmbedded starts this daemon's etcd member and returns it with an
 // in-process client (direct calls, no socket).
@@ -95,7 +118,7 @@ func startEmbedded(ctx context.Context, cfg Config, quiet *atomic.Bool) (*embed.
 
 	e, err := embed.StartEtcd(ecfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("start embedded etcd: %w", err)
+		return nil, nil, fmt.Errorf("start embedded etcd: %w", nameListener(err, ecfg))
 	}
 	// Before it is ready (a member waits for its cluster's quorum), etcd's
 	// Close waits for client listeners that only start once it is ready:

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/testkit/daemontest"
 	"github.com/coordd/coordd/internal/testkit/freeport"
 )
 
@@ -256,5 +258,50 @@ func TestStartingMemberRefusesAndCancels(t *testing.T) {
 		t.Logf("start cancelled after %s: %v", time.Since(begin).Round(time.Millisecond), err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("a cancelled start did not return within 10s")
+	}
+}
+
+// An etcd port that is taken names its flag, as the gRPC and HTTP ports
+// do, and a start that fails leaves no data dir behind that it made
+// itself (only its lock file would be in it).
+func TestTakenEtcdPortNamesItsFlag(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", freeport.Addr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = taken.Close() })
+	url := "http://" + taken.Addr().String()
+	for _, c := range []struct {
+		flag             string
+		clientURL, peers string
+	}{
+		{"--listen-peer-urls", freeport.Socket(t), url},
+		{"--etcd-client-url", url, freeport.URL(t)},
+	} {
+		dir := filepath.Join(t.TempDir(), "fresh")
+		cfg := daemontest.Config(dir, c.clientURL, c.peers, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
+		d, err := daemon.Start(t.Context(), cfg)
+		if err == nil {
+			_ = d.Stop(context.Background())
+			t.Fatalf("%s: started on a taken port", c.flag)
+		}
+		if !strings.Contains(err.Error(), c.flag) || !strings.Contains(err.Error(), "address already in use") {
+			t.Errorf("%s taken: %v; want the flag named", c.flag, err)
+		}
+		if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
+			entries, _ := os.ReadDir(dir)
+			t.Errorf("%s taken: the data dir the failed start made is left behind (%v): %v", c.flag, serr, entries)
+		}
+	}
+	// A data dir that was there before the failed start stays.
+	dir := t.TempDir()
+	cfg := daemontest.Config(dir, freeport.Socket(t), url, zaptest.NewLogger(t, zaptest.Level(zap.ErrorLevel)))
+	if d, err := daemon.Start(t.Context(), cfg); err == nil {
+		_ = d.Stop(context.Background())
+		t.Fatal("started on a taken peer port")
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Errorf("a data dir that existed before the failed start: %v", err)
 	}
 }
