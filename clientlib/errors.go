@@ -89,6 +89,16 @@ var (
 	// sessions, or has as many acquisitions and campaigns waiting, as the
 	// daemon allows; nothing changed. Close sessions or let waits end.
 	ErrQuotaExceeded = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED, "quota exceeded")
+	// ErrCancelled: the call was cancelled before coordd answered it, by
+	// the caller (over REST, the connection closed) or by the daemon
+	// stopping. A call that changes state may or may not have taken effect.
+	ErrCancelled = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_CANCELLED, "cancelled")
+	// ErrUnknownRoute: a REST request named no route coordd serves (a
+	// wrong path or method). Go callers meet it only through a proxy.
+	ErrUnknownRoute = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_UNKNOWN_ROUTE, "unknown route")
+	// ErrUnimplemented: the daemon does not serve this call (an older
+	// daemon, or one started without the feature).
+	ErrUnimplemented = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_UNIMPLEMENTED, "not implemented by this daemon")
 )
 
 // Sentinel errors the SDK raises itself, without a server reason.
