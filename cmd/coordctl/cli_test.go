@@ -543,3 +543,26 @@ func TestStoppedDaemonFailsAtOnce(t *testing.T) {
 		t.Errorf("after %s: %q; want at once, saying the connection was refused and asking whether coordd runs", took, errOut)
 	}
 }
+
+// A table with no rows says so in a sentence instead of printing a bare
+// header.
+func TestEmptyResultsSaySo(t *testing.T) {
+	t.Parallel()
+	ep := coorddtest.Start(t).GRPCAddr
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"elect", "candidates", "x"}, "no candidate waits in x"},
+		{[]string{"config", "status", "a/b"}, "no instance has reported on a/b (subscribers report unless they opt out)"},
+		{[]string{"config", "history", "a/b"}, "a/b has no release yet"},
+		{[]string{"config", "gray", "history", "a/b"}, "a/b has had no gray release"},
+		{[]string{"session", "list"}, "no live session"},
+		{[]string{"lock", "status", "x"}, "nobody holds or waits"},
+		{[]string{"kv", "list"}, "no key"},
+	} {
+		if out := must(t, ep, c.args...); strings.TrimSpace(out) != c.want {
+			t.Errorf("%v = %q, want %q", c.args, out, c.want)
+		}
+	}
+}

@@ -318,6 +318,10 @@ One runs per namespace at a time.`,
 					return err
 				}
 				return a.print(graysOut(gs), func(w *bytes.Buffer) {
+					if len(gs) == 0 {
+						fmt.Fprintf(w, "%s has had no gray release\n", args[0])
+						return
+					}
 					fmt.Fprintln(w, "GRAY\tACTION\tREVISION\tTIME\tAUTHOR\tOVER\tFOR\tOVERRIDES\tMESSAGE")
 					for _, g := range gs {
 						fmt.Fprintf(w, "g%d\t%s\t%d\t%s\t%s\t%d\t%s\t%d\t%s\n", g.Number, g.Action, g.Revision, ts(g.Time), g.Author, g.BaseRelease, selectorText(g.Selector), len(g.Overrides), g.Message)

@@ -24,6 +24,10 @@ func (a *app) configHistoryCommand() *cobra.Command {
 					return err
 				}
 				return a.print(releasesOut(rels), func(w *bytes.Buffer) {
+					if len(rels) == 0 {
+						fmt.Fprintf(w, "%s has no release yet\n", args[0])
+						return
+					}
 					fmt.Fprintln(w, "RELEASE\tREVISION\tTIME\tAUTHOR\tCHANGES\tMESSAGE")
 					for _, r := range rels {
 						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\n", r.Number, r.Revision, ts(r.Time), r.Author, len(r.Changes), r.Message)
@@ -101,6 +105,10 @@ func (a *app) configStatusCommand() *cobra.Command {
 					return err
 				}
 				return a.print(applyStatusOut(st), func(w *bytes.Buffer) {
+					if len(st.Instances) == 0 {
+						fmt.Fprintf(w, "no instance has reported on %s (subscribers report unless they opt out)\n", args[0])
+						return
+					}
 					fmt.Fprintln(w, "INSTANCE\tAPPLIED\tREJECTED\tREPORTED\tREASON")
 					for _, in := range st.Instances {
 						applied, rej := strconv.FormatInt(in.Applied, 10), "-"

@@ -109,6 +109,10 @@ func (a *app) electCommand() *cobra.Command {
 					return err
 				}
 				return a.print(candidatesOut(cands), func(w *bytes.Buffer) {
+					if len(cands) == 0 {
+						fmt.Fprintf(w, "no candidate waits in %s\n", args[0])
+						return
+					}
 					fmt.Fprintln(w, "#\tTERM\tVALUE\tSESSION\tOWNER\tHOST\tSINCE")
 					for i, c := range cands {
 						fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, c.Term, c.Value, c.SessionID, c.Owner, c.Hostname, ts(c.Enqueued))

@@ -94,6 +94,10 @@ func (a *app) kvCommand() *cobra.Command {
 					out = append(out, keyValueOut(kv))
 				}
 				return a.print(out, func(w *bytes.Buffer) {
+					if len(all) == 0 {
+						fmt.Fprintln(w, "no key")
+						return
+					}
 					fmt.Fprintln(w, "KEY\tMOD-REVISION\tVERSION\tVALUE")
 					for _, kv := range all {
 						fmt.Fprintf(w, "%s\t%d\t%d\t%s\n", kv.Key, kv.ModRevision, kv.Version, printable(kv.Value))

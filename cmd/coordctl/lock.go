@@ -191,7 +191,7 @@ func lockTable(st clientlib.LockState, header bool) func(w *bytes.Buffer) {
 		if !st.DelayedUntil.IsZero() {
 			fmt.Fprintf(w, "lock-delay until %s\n", ts(st.DelayedUntil))
 		}
-		if header && len(st.Holders)+len(st.Waiters) == 0 {
+		if len(st.Holders)+len(st.Waiters) == 0 {
 			fmt.Fprintln(w, "nobody holds or waits")
 			return
 		}

@@ -99,6 +99,10 @@ func (a *app) sessionCommand() *cobra.Command {
 					out = append(out, sessionOut(s))
 				}
 				return a.print(out, func(w *bytes.Buffer) {
+					if len(ss) == 0 {
+						fmt.Fprintln(w, "no live session")
+						return
+					}
 					if !long {
 						fmt.Fprintln(w, "ID\tTTL\tOWNER\tHOST\tCREATED\tLABELS")
 						for _, s := range ss {
