@@ -104,9 +104,19 @@ func (a *Admin) ListElections(ctx context.Context, prefix string) ([]string, err
 }
 
 // Campaign campaigns for the session sessionID (which the caller keeps
-// alive) and returns the term once it leads.
-func (a *Admin) Campaign(ctx context.Context, sessionID, name, value string) (fencing.Token, error) {
-	resp, err := a.c.elections.Campaign(ctx, &coorddv1.CampaignRequest{Name: name, SessionId: sessionID, Value: value, RequestId: randomID()})
+// alive) and returns the term once it leads. Each call is a new campaign
+// (a random id) unless WithCampaignID names one: a retry with the same
+// session and id, after a timeout or a lost answer, resumes that campaign
+// (or returns its term) instead of queueing a second candidacy.
+func (a *Admin) Campaign(ctx context.Context, sessionID, name, value string, opts ...CampaignOption) (fencing.Token, error) {
+	var o campaignOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.requestID == "" {
+		o.requestID = randomID()
+	}
+	resp, err := a.c.elections.Campaign(ctx, &coorddv1.CampaignRequest{Name: name, SessionId: sessionID, Value: value, RequestId: o.requestID})
 	if err != nil {
 		return 0, convert(ctx, err)
 	}

@@ -16,7 +16,7 @@ import (
 func (a *app) electCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "elect", Short: "Campaign, proclaim, resign, see leaders and candidates, follow leaders; run a command only while leading"}
 
-	var sessionID string
+	var sessionID, requestID string
 	var wait time.Duration
 	campaign := &cobra.Command{
 		Use:   "campaign NAME VALUE --session ID",
@@ -32,7 +32,11 @@ func (a *app) electCommand() *cobra.Command {
 			}
 			ctx, cancel := waitCtx(cmd.Context(), wait)
 			defer cancel()
-			term, err := c.Admin().Campaign(ctx, sessionID, args[0], args[1])
+			var opts []clientlib.CampaignOption
+			if requestID != "" {
+				opts = append(opts, clientlib.WithCampaignID(requestID))
+			}
+			term, err := c.Admin().Campaign(ctx, sessionID, args[0], args[1], opts...)
 			if err != nil {
 				return err
 			}
@@ -43,6 +47,7 @@ func (a *app) electCommand() *cobra.Command {
 	}
 	campaign.Flags().StringVar(&sessionID, "session", "", "the candidate's session (required)")
 	campaign.Flags().DurationVar(&wait, "wait", 0, "give up after this long (exit 124); 0 waits as long as it takes")
+	campaign.Flags().StringVar(&requestID, "request-id", "", "the campaign's idempotency key: run again with the same session and id after a --wait ran out or an answer was lost, and it resumes that campaign (or prints its term) instead of queueing another")
 
 	proclaim := &cobra.Command{
 		Use:   "proclaim NAME TERM VALUE",

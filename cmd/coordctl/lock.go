@@ -44,6 +44,7 @@ func (a *app) lockCommand() *cobra.Command {
 
 	var (
 		sessionID, metadata string
+		requestID           string
 		wait, lockDelay     time.Duration
 		limit               int
 		try, read           bool
@@ -70,6 +71,9 @@ func (a *app) lockCommand() *cobra.Command {
 			if read {
 				opts = append(opts, clientlib.Shared())
 			}
+			if requestID != "" {
+				opts = append(opts, clientlib.WithRequestID(requestID))
+			}
 			g, err := acquire(ctx, sessionID, args[0], opts...)
 			if err != nil {
 				return err
@@ -85,6 +89,7 @@ func (a *app) lockCommand() *cobra.Command {
 	acquire.Flags().IntVarP(&limit, "limit", "n", 1, "holders allowed at once (a semaphore when > 1)")
 	acquire.Flags().StringVar(&metadata, "metadata", "", "note shown by lock status")
 	acquire.Flags().DurationVar(&lockDelay, "lock-delay", 0, "keep the lock from others this long after the session expires")
+	acquire.Flags().StringVar(&requestID, "request-id", "", "the acquisition's idempotency key: run again with the same session and id after a --wait ran out or an answer was lost, and it resumes that wait (or prints the grant it already has) instead of queueing again")
 	acquire.Flags().BoolVar(&read, "read", false, "take a read grant of a read/write lock: shared with other readers, never with a writer")
 
 	release := &cobra.Command{
