@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -128,12 +130,34 @@ func (cc *ConfigCenter) Snapshot(ctx context.Context, ns string, revision int64)
 	if err != nil {
 		return NamespaceSnapshot{}, convert(ctx, err)
 	}
-	s := resp.GetSnapshot()
+	return snapshotFrom(resp.GetSnapshot()), nil
+}
+
+// Poll waits until the namespace has a release after afterRevision (pass
+// the last snapshot's Changed), or wait passes (0: the server's default of
+// 30 s; at most 5 m; the server adds up to wait/16 of jitter), and returns
+// the namespace's snapshot and whether it changed. It is the long poll for
+// callers that cannot hold a stream; Subscribe is the SDK's way to follow
+// a namespace. ctx must allow more than wait.
+func (cc *ConfigCenter) Poll(ctx context.Context, ns string, afterRevision int64, wait time.Duration) (NamespaceSnapshot, bool, error) {
+	req := &coorddv1.PollRequest{Namespace: ns, AfterRevision: afterRevision}
+	if wait > 0 {
+		req.Wait = durationpb.New(wait)
+	}
+	resp, err := cc.c.config.Poll(ctx, req)
+	if err != nil {
+		return NamespaceSnapshot{}, false, convert(ctx, err)
+	}
+	return snapshotFrom(resp.GetSnapshot()), resp.GetModified(), nil
+}
+
+// snapshotFrom is the SDK's form of a snapshot message.
+func snapshotFrom(s *coorddv1.NamespaceSnapshot) NamespaceSnapshot {
 	out := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Values: map[string]string{}}
 	for _, e := range s.GetEntries() {
 		out.Values[e.GetKey()] = e.GetValue()
 	}
-	return out, nil
+	return out
 }
 
 // Releases lists up to n releases of a namespace, newest first,

@@ -12,6 +12,7 @@ import (
 	"os/user"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -123,14 +124,15 @@ func (a *app) configCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Read, write, publish, watch, inspect history of, roll back and validate config namespaces"}
 	get, put, del := a.configGetCommand(), a.configPutCommand(), a.configDeleteCommand()
 	publish, snapshot, watch := a.configPublishCommand(), a.configSnapshotCommand(), a.configWatchCommand()
+	poll := a.configPollCommand()
 	history, diff, rollback := a.configHistoryCommand(), a.configDiffCommand(), a.configRollbackCommand()
 	schema, status, gray := a.configSchemaCommand(), a.configStatusCommand(), a.configGrayCommand()
 	namespaces := a.listCommand("namespaces [PREFIX]", "List namespaces", namespaceNames)
-	for _, c := range []*cobra.Command{get, put, del, publish, snapshot, history, diff, rollback, schema, status, namespaces} {
+	for _, c := range []*cobra.Command{get, put, del, publish, snapshot, poll, history, diff, rollback, schema, status, namespaces} {
 		c.ValidArgsFunction = a.completeFirst(namespaceNames, cobra.ShellCompDirectiveNoFileComp)
 	}
 	watch.ValidArgsFunction = a.completeEach(namespaceNames)
-	cmd.AddCommand(get, put, del, publish, snapshot, watch, history, diff, rollback, schema, status, namespaces, gray)
+	cmd.AddCommand(get, put, del, publish, snapshot, poll, watch, history, diff, rollback, schema, status, namespaces, gray)
 	return cmd
 }
 
@@ -283,22 +285,75 @@ func (a *app) configSnapshotCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.print(snapshotOut(s), func(w *bytes.Buffer) {
-					fmt.Fprintf(w, "# %s release %d at revision %d\n", s.Namespace, s.Release, s.Revision)
-					keys := make([]string, 0, len(s.Values))
-					for k := range s.Values {
-						keys = append(keys, k)
-					}
-					slices.Sort(keys)
-					for _, k := range keys {
-						fmt.Fprintf(w, "%s\t%s\n", k, s.Values[k])
-					}
-				})
+				return a.print(snapshotOut(s), snapshotTable(s))
 			})
 		},
 	}
 	snapshot.Flags().Int64Var(&revision, "revision", 0, "read at this past revision")
 	return snapshot
+}
+
+// snapshotTable prints a snapshot as its header line and its keys in order.
+func snapshotTable(s clientlib.NamespaceSnapshot) func(w *bytes.Buffer) {
+	return func(w *bytes.Buffer) {
+		fmt.Fprintf(w, "# %s release %d at revision %d\n", s.Namespace, s.Release, s.Revision)
+		keys := make([]string, 0, len(s.Values))
+		for k := range s.Values {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "%s\t%s\n", k, s.Values[k])
+		}
+	}
+}
+
+func (a *app) configPollCommand() *cobra.Command {
+	var after int64
+	var wait time.Duration
+	poll := &cobra.Command{
+		Use:   "poll NAMESPACE --after REVISION",
+		Short: "Wait for a release after a revision, then print the snapshot (exit 124 if none came within --wait)",
+		Long: `Wait until NAMESPACE has a release after --after (the changedRevision
+of the last snapshot you read; 0 answers at once), then print its snapshot
+as config snapshot does. If no release comes within --wait, print nothing
+and exit 124, so that a shell loop polls again:
+
+  rev=0
+  while :; do
+    out=$(coordctl config poll app --after "$rev" -o json) || { [ $? = 124 ] && continue; exit 1; }
+    rev=$(printf '%s' "$out" | jq -r .changedRevision)
+    # ... apply $out ...
+  done
+
+A program that can hold a stream follows the namespace with config watch
+or the SDK's Subscribe instead.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if wait <= 0 {
+				return usagef("--wait must be positive (at most 5m)")
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			// The server answers within wait plus its jitter (wait/16);
+			// the call's own deadline leaves room for both and the trip.
+			ctx, cancel := context.WithTimeout(cmd.Context(), wait+wait/8+10*time.Second)
+			defer cancel()
+			s, modified, err := c.ConfigCenter().Poll(ctx, args[0], after, wait)
+			if err != nil {
+				return err
+			}
+			if !modified {
+				return withCode(exitTimeout, fmt.Errorf("%s had no release after revision %d within %s", args[0], after, wait))
+			}
+			return a.print(snapshotOut(s), snapshotTable(s))
+		},
+	}
+	poll.Flags().Int64Var(&after, "after", 0, "answer once the namespace has a release after this revision (the last snapshot's changedRevision)")
+	poll.Flags().DurationVar(&wait, "wait", 30*time.Second, "how long the server waits for a release (at most 5m)")
+	return poll
 }
 
 func (a *app) configWatchCommand() *cobra.Command {
