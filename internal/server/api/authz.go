@@ -309,6 +309,17 @@ func (a Auth) policy(ctx context.Context, p auth.Principal, method string, msg a
 		if strings.HasPrefix(method, healthService) {
 			return nil // health checks carry no data
 		}
+		if IsReflection(method) {
+			// The schema, as /openapi.json gives it: to whoever may read
+			// the cluster's state.
+			if ok, why := az.Allows(p, auth.ClusterRead, auth.Resource{}); !ok {
+				if p.IsAnonymous() {
+					return kind.Unauthenticated.New("auth: " + why)
+				}
+				return kind.PermissionDenied.New("auth: " + why + " (server reflection needs cluster.read)")
+			}
+			return nil
+		}
 		if method == whoAmI {
 			if p.IsAnonymous() {
 				return kind.Unauthenticated.New("auth: sign in (a bearer token or a client certificate) to be named")

@@ -102,11 +102,22 @@ func UnaryRequireLeader(lost func() context.Context) grpc.UnaryServerInterceptor
 // while the member has no leader) is how clients learn it.
 const healthService = "/grpc.health.v1.Health/"
 
+// IsReflection reports whether method is gRPC server reflection's (v1 or
+// v1alpha): what grpcurl and other tools ask for the services and
+// messages. It reads only the daemon's compiled-in schema.
+func IsReflection(method string) bool {
+	return strings.HasPrefix(method, "/grpc.reflection.v1.ServerReflection/") ||
+		strings.HasPrefix(method, "/grpc.reflection.v1alpha.ServerReflection/")
+}
+
 // StreamRequireLeader is UnaryRequireLeader for streams.
 func StreamRequireLeader(lost func() context.Context) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if strings.HasPrefix(info.FullMethod, healthService) {
 			return handler(srv, ss) // Watch reports NOT_SERVING itself
+		}
+		if IsReflection(info.FullMethod) {
+			return handler(srv, ss) // the schema needs no etcd
 		}
 		ctx, done, err := requireLeader(ss.Context(), lost())
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/coordd/coordd/auth"
@@ -346,6 +347,9 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 	p.registry.MustRegister(newStateCollector(state))
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
+	// Server reflection, for grpcurl and other generic tools (under a
+	// policy, to principals with cluster.read, as /openapi.json).
+	reflection.Register(d.grpcSrv)
 	p.rpcMetrics.InitializeMetrics(d.grpcSrv)
 	return nil
 }
