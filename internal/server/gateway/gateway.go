@@ -151,6 +151,9 @@ func restGateway(ctx context.Context, opts Options) (*runtime.ServeMux, error) {
 			return nil, err
 		}
 	}
+	if err := handleSnapshot(gw, opts.Conn); err != nil {
+		return nil, err
+	}
 	return gw, nil
 }
 
