@@ -566,3 +566,64 @@ func TestEmptyResultsSaySo(t *testing.T) {
 		}
 	}
 }
+
+// --request-id makes lock acquire and elect campaign idempotent: run again
+// with the same session and id, each returns the grant or term it already
+// has instead of queueing behind it.
+func TestRequestIDResumes(t *testing.T) {
+	t.Parallel()
+	ep := coorddtest.Start(t).GRPCAddr
+	var s struct{ ID string }
+	jsonOf(t, must(t, ep, "session", "create", "-o", "json"), &s)
+	var first, again struct{ Token, Term, RequestID string }
+	jsonOf(t, must(t, ep, "lock", "acquire", "x", "--session", s.ID, "--request-id", "job-7", "-o", "json"), &first)
+	jsonOf(t, must(t, ep, "lock", "acquire", "x", "--session", s.ID, "--request-id", "job-7", "--wait", "5s", "-o", "json"), &again)
+	if first.Token == "" || again.Token != first.Token || first.RequestID != "job-7" {
+		t.Errorf("lock acquire twice with one request id: %+v then %+v, want one grant with request id job-7", first, again)
+	}
+	if out := must(t, ep, "lock", "status", "x", "-o", "json"); strings.Count(out, s.ID) != 1 {
+		t.Errorf("lock status after the retry holds the session more than once: %s", out)
+	}
+	jsonOf(t, must(t, ep, "elect", "campaign", "jobs", "host-1", "--session", s.ID, "--request-id", "c-1", "-o", "json"), &first)
+	jsonOf(t, must(t, ep, "elect", "campaign", "jobs", "host-1", "--session", s.ID, "--request-id", "c-1", "--wait", "5s", "-o", "json"), &again)
+	if first.Term == "" || again.Term != first.Term {
+		t.Errorf("elect campaign twice with one request id: %+v then %+v, want one term", first, again)
+	}
+}
+
+// config poll answers with the snapshot once a release after --after
+// exists, and exits 124 with nothing on stdout when none came in --wait.
+func TestConfigPoll(t *testing.T) {
+	t.Parallel()
+	ep := coorddtest.Start(t).GRPCAddr
+	must(t, ep, "config", "put", "app/prod", "k", "v1")
+	var snap struct {
+		Release         string `json:"release"`
+		ChangedRevision string `json:"changedRevision"`
+		Entries         []struct{ Key, Value string }
+	}
+	jsonOf(t, must(t, ep, "config", "poll", "app/prod", "-o", "json"), &snap)
+	if snap.Release != "1" || len(snap.Entries) != 1 || snap.Entries[0].Value != "v1" {
+		t.Fatalf("config poll --after 0 = %+v, want release 1 with k=v1", snap)
+	}
+	code, out, errOut := ctl(t, ep, "", "config", "poll", "app/prod", "--after", snap.ChangedRevision, "--wait", "300ms")
+	if code != 124 || out != "" || !strings.Contains(errOut, "no release after revision "+snap.ChangedRevision) {
+		t.Fatalf("config poll with nothing new = %d %q %q, want 124, no output and a sentence saying so", code, out, errOut)
+	}
+
+	// A release while the poll waits ends it with that release.
+	done := make(chan string, 1)
+	go func() {
+		_, out, errOut := ctl(t, ep, "", "config", "poll", "app/prod", "--after", snap.ChangedRevision, "--wait", "1m")
+		done <- out + errOut
+	}()
+	must(t, ep, "config", "put", "app/prod", "k", "v2")
+	select {
+	case got := <-done:
+		if !strings.Contains(got, "release 2") || !slices.Contains(strings.Fields(got), "v2") {
+			t.Fatalf("config poll across a release printed %q, want release 2 with k=v2", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("config poll did not answer within 30 s of a release")
+	}
+}
