@@ -269,7 +269,27 @@ func (m *Member) Kill() {
 	<-exited
 }
 
-// Restart starts a killed member again on its data.
+// Stop stops the member gracefully (SIGTERM: coordd finishes the calls in
+// flight and leaves), killing it if it has not stopped within 15s, and
+// waits for it to be gone.
+func (m *Member) Stop() {
+	m.mu.Lock()
+	cmd, exited := m.cmd, m.exited
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// Restart starts a killed or stopped member again on its data.
 func (m *Member) Restart() error { return m.start() }
 
 // Pause stops the member's process (SIGSTOP); Resume continues it.
@@ -299,22 +319,7 @@ func (m *Member) Heal() { m.Peer.Thaw(); m.Client.Thaw() }
 func (c *Cluster) stop() {
 	var wg sync.WaitGroup
 	for _, m := range c.Members {
-		m.mu.Lock()
-		cmd, exited := m.cmd, m.exited
-		m.mu.Unlock()
-		if cmd == nil {
-			continue
-		}
-		wg.Go(func() {
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(15 * time.Second):
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-		})
+		wg.Go(m.Stop)
 	}
 	wg.Wait()
 }

@@ -109,6 +109,10 @@ func (w *worker) stop() {
 const (
 	pausedLeader = "SIGSTOP of the etcd-leader member past the election timeout and the TTL"
 	movingLeader = "kill -9 of the lock holder while etcd's leadership moves every TTL/2"
+	// The upgrade path (deploy/helm/coordd/README.md): every member in
+	// turn stopped gracefully, started again and waited for, as a
+	// StatefulSet's rolling update does. No session may end meanwhile.
+	rollingRestart = "rolling restart of every member, one at a time (SIGTERM, start, ready)"
 )
 
 type fault struct {
@@ -370,6 +374,13 @@ func TestFaultMatrix(t *testing.T) {
 			w.kill()
 			return func() { w.start(t) }, w.id
 		}, 0},
+		{name: rollingRestart, kind: chaos.KindLock, target: "member", lasts: time.Millisecond, inject: func(t *testing.T) (func(), string) {
+			for _, m := range c.Members {
+				m.Stop()
+				restart(t, m)
+			}
+			return func() {}, ""
+		}},
 		{"database full (etcd's quota, NOSPACE)", chaos.KindLock, "storage", func(t *testing.T) (func(), string) {
 			fillDatabase(t, admin)
 			return func() { makeRoom(t, c) }, ""
@@ -475,6 +486,19 @@ func TestFaultMatrix(t *testing.T) {
 			t.Logf("%s: raw etcd leases of the same TTL, kept alive through a follower, revoked when the leader resumed: %d of %d", w.f.name, rawRevoked, rawLeases)
 			if ended > 0 {
 				t.Errorf("%s: %d sessions renewed within their TTL were ended", w.f.name, ended)
+			}
+		case rollingRestart:
+			// Sessions a worker closed itself (the run's end) are no loss.
+			ended := 0
+			for _, r := range recs {
+				if r.Op == chaos.OpSessionEnd && !strings.Contains(r.Err, "session closed") && r.Return >= w.start && r.Return <= w.end+int64(time.Second) {
+					ended++
+					t.Logf("%s: %s's session %s ended at unix %d ms: %s", w.f.name, r.Worker, r.Session, r.Return/1e6, r.Err)
+				}
+			}
+			t.Logf("%s: took %s, %d sessions ended", w.f.name, time.Duration(w.end-w.start).Round(time.Millisecond), ended)
+			if ended > 0 {
+				t.Errorf("%s: %d sessions ended; a rolling restart must keep every session", w.f.name, ended)
 			}
 		}
 	}
