@@ -2,7 +2,7 @@
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test test-short screenshots generate check-generated tools lint check-tidy check-breaking chaos bench bench-peers fuzz release
+.PHONY: check-helm all build test test-short screenshots generate check-generated tools lint check-tidy check-breaking chaos bench bench-peers fuzz release
 
 all: build
 
@@ -40,6 +40,7 @@ test-short:
 tools:
 	cd tools/buf && go build -o $(BIN)/ tool
 	cd tools/golangci-lint && go build -o $(BIN)/ tool
+	cd tools/helm && go build -o $(BIN)/ tool ./kubecheck
 	go build -o $(BIN)/ tool
 
 # Regenerate the Go code and the OpenAPI document from proto/.
@@ -85,6 +86,21 @@ check-breaking: tools
 	fi; \
 	echo "buf breaking --against '$$against'"; \
 	buf breaking --against "$$against"
+
+# CI: the Helm chart (deploy/helm/coordd) lints and renders with its
+# defaults and with each file of its ci/ values, and what it renders is
+# checked against the Kubernetes API's types (tools/helm/kubecheck, whose
+# own tests show it finds the mistakes it looks for).
+HELM_CHART := deploy/helm/coordd
+check-helm: tools
+	cd tools/helm && go test -count=1 ./kubecheck
+	@set -e; for values in "" $(wildcard $(HELM_CHART)/ci/*.yaml); do \
+	  opt=$${values:+-f $$values}; \
+	  echo "helm lint --strict $(HELM_CHART) $$opt"; \
+	  helm lint --strict --quiet $(HELM_CHART) $$opt; \
+	  echo "helm template coordd $(HELM_CHART) $$opt | kubecheck"; \
+	  helm template coordd $(HELM_CHART) --namespace coordd $$opt | kubecheck; \
+	done
 
 # Faults, repeated. First the fault matrix (internal/testkit/chaos): a cluster of
 # three coordd processes behind TCP proxies, lock workers and election
