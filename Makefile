@@ -2,7 +2,7 @@
 BIN := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
-.PHONY: check-helm all build test test-short screenshots generate check-generated tools lint check-tidy check-breaking chaos bench bench-peers fuzz release
+.PHONY: check-helm generate-clients all build test test-short screenshots generate check-generated tools lint check-tidy check-breaking chaos bench bench-peers fuzz release
 
 all: build
 
@@ -49,10 +49,18 @@ generate: tools
 	buf lint
 	buf generate
 
+# The clients beyond Go, generated from proto/ too (committed): TypeScript
+# with Debian's protoc and protoc-gen-es from the client's npm packages
+# (npm ci first). Needs: apt-get install protobuf-compiler libprotobuf-dev.
+generate-clients:
+	test -d clients/typescript/node_modules || (cd clients/typescript && npm ci --no-audit --no-fund)
+	clients/typescript/generate.sh
+
 # CI: fail when the committed generated code differs from a fresh generation.
-check-generated: generate
-	@git diff --exit-code -- proto || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- proto)" || { git status --porcelain -- proto; echo "generated code is stale: run 'make generate' and commit"; exit 1; }
+GENERATED := proto clients/typescript/src/gen
+check-generated: generate generate-clients
+	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run 'make generate generate-clients' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "generated code is stale: run 'make generate generate-clients' and commit"; exit 1; }
 
 # gofmt, go vet, then golangci-lint (pinned, built by `make tools`; its
 # linters and formatters are configured in .golangci.yml).

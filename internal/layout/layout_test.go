@@ -36,7 +36,7 @@ var layers = []struct {
 	{"the Go SDK", []string{"clientlib"}},
 	{"the server", []string{"internal/server/"}},
 	{"test support", []string{"internal/testkit/", "internal/layout"}},
-	{"commands, bench, examples", []string{"cmd/", "bench", "examples/"}},
+	{"commands, bench, examples, other clients", []string{"cmd/", "bench", "examples/", "clients"}},
 }
 
 func layerOf(t *testing.T, pkg string) int {
