@@ -31,10 +31,12 @@ func need(t *testing.T, why string, ok bool) {
 	t.Skip(why)
 }
 
-// run runs a command in dir with the daemon's addresses and fails the
-// test with its output if it fails.
-func run(t *testing.T, ctx context.Context, d *coorddtest.Daemon, dir string, name string, args ...string) {
+// run runs a command in dir with the daemon's addresses, for at most
+// 5 minutes, and fails the test with its output if it fails.
+func run(t *testing.T, d *coorddtest.Daemon, dir string, name string, args ...string) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "COORDD_ENDPOINT="+d.GRPCAddr, "COORDD_HTTP="+d.HTTPAddr)
@@ -53,11 +55,9 @@ func TestTypeScriptClient(t *testing.T) {
 	_, npmErr := exec.LookPath("npm")
 	need(t, "Node.js and npm are not installed", nodeErr == nil && npmErr == nil)
 	d := coorddtest.Start(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
 	dir := "typescript"
 	if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil {
-		run(t, ctx, d, dir, "npm", "ci", "--no-audit", "--no-fund")
+		run(t, d, dir, "npm", "ci", "--no-audit", "--no-fund")
 	}
-	run(t, ctx, d, dir, "npm", "test") // it builds first
+	run(t, d, dir, "npm", "test") // it builds first
 }
