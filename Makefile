@@ -49,15 +49,17 @@ generate: tools
 	buf lint
 	buf generate
 
-# The clients beyond Go, generated from proto/ too (committed): TypeScript
-# with Debian's protoc and protoc-gen-es from the client's npm packages
-# (npm ci first). Needs: apt-get install protobuf-compiler libprotobuf-dev.
+# The clients beyond Go, generated from proto/ too (committed): Python with
+# Debian's protoc and grpc_python_plugin, TypeScript with protoc-gen-es
+# from the client's npm packages (npm ci first). Needs: apt-get install
+# protobuf-compiler protobuf-compiler-grpc libprotobuf-dev.
 generate-clients:
+	clients/python/generate.sh
 	test -d clients/typescript/node_modules || (cd clients/typescript && npm ci --no-audit --no-fund)
 	clients/typescript/generate.sh
 
 # CI: fail when the committed generated code differs from a fresh generation.
-GENERATED := proto clients/typescript/src/gen
+GENERATED := proto clients/python/coordd/v1 clients/python/coordd/rpc clients/typescript/src/gen
 check-generated: generate generate-clients
 	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run 'make generate generate-clients' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "generated code is stale: run 'make generate generate-clients' and commit"; exit 1; }

@@ -1,5 +1,5 @@
 // Package clients_test runs the test suites of the clients beyond Go
-// (clients/typescript; clients/python when it lands) against a real coordd, as part of
+// (clients/python, clients/typescript) against a real coordd, as part of
 // make test. Each suite gets the daemon's gRPC address in COORDD_ENDPOINT
 // and its HTTP address in COORDD_HTTP.
 //
@@ -60,4 +60,14 @@ func TestTypeScriptClient(t *testing.T) {
 		run(t, d, dir, "npm", "ci", "--no-audit", "--no-fund")
 	}
 	run(t, d, dir, "npm", "test") // it builds first
+}
+
+// The Python client's unittest suite, with Debian's python3.
+func TestPythonClient(t *testing.T) {
+	t.Parallel()
+	python := "/usr/bin/python3"
+	err := exec.Command(python, "-c", "import grpc, google.protobuf").Run()
+	need(t, "Debian's python3 with python3-grpcio and python3-protobuf is not installed (apt-get install python3-grpcio python3-protobuf)", err == nil)
+	d := coorddtest.Start(t)
+	run(t, d, "python", python, "-m", "unittest", "discover", "-s", "tests", "-v")
 }
