@@ -131,9 +131,11 @@ func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 // Resign gives the leadership up, retrying while coordd or etcd is
 // unavailable until ctx ends; the next candidate leads at once. It returns
 // ErrNotLeader if the server no longer had this term (its session ended
-// first). Calling it again returns nil.
+// first). Calling it again after it succeeded returns nil; after it
+// failed (ctx ended first, or an error), calling it again tries again.
 func (l *Leadership) Resign(ctx context.Context) error {
-	if !l.giveUp(ErrResigned) {
+	tell, again := l.giveUp(ErrResigned)
+	if !tell {
 		return nil
 	}
 	req := &coorddv1.ResignRequest{Name: l.name, Term: int64(l.term), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream}
@@ -141,9 +143,10 @@ func (l *Leadership) Resign(ctx context.Context) error {
 		_, err := l.s.c.elections.Resign(ctx, req)
 		return err
 	})
-	if n > 1 && errors.Is(err, ErrNotLeader) {
+	if (n > 1 || again) && errors.Is(err, ErrNotLeader) {
 		err = nil // an earlier attempt resigned; its answer was lost
 	}
+	l.told(err)
 	if err == nil && l.ownID {
 		l.s.campaignIDs.giveBack(l.name, false, l.requestID)
 	}

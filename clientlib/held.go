@@ -25,6 +25,7 @@ type held struct {
 
 	mu      sync.Mutex
 	ended   bool        // given up or lost
+	untold  bool        // given up, but telling the server failed: the next give-up tries again
 	stop    func() bool // stops watching the session; set once newHeld has it
 	unwatch func()      // forgets the holding on the stream; set once newHeld has it
 }
@@ -67,19 +68,37 @@ func newHeld(s *Session, holding *coorddv1.Holding, gone func() error, on follow
 }
 
 // giveUp ends h because its holder gives it up, with cause as the
-// context's cause. It reports whether this call ended it.
-func (h *held) giveUp(cause error) bool {
+// context's cause. It reports whether the caller is to tell the server
+// (tell): when this call ended it, or when an earlier give-up failed to
+// tell it (see told); again says which. A failed call may still have
+// reached the server, so a repeated one that finds the grant gone is done.
+func (h *held) giveUp(cause error) (tell, again bool) {
 	h.mu.Lock()
 	if h.ended {
+		again := h.untold
+		h.untold = false
 		h.mu.Unlock()
-		return false
+		return again, again
 	}
 	h.ended = true
 	stop, unwatch := h.stop, h.unwatch
 	h.mu.Unlock()
 	h.undo(stop, unwatch)
 	h.cancel(cause)
-	return true
+	return true, false
+}
+
+// told records how telling the server of a give-up went: after a failure
+// (ctx ended first, the server refused or failed), the next give-up
+// tries again, so a release that failed can be repeated rather than leave
+// the grant to the session's end.
+func (h *held) told(err error) {
+	if err == nil {
+		return
+	}
+	h.mu.Lock()
+	h.untold = true
+	h.mu.Unlock()
 }
 
 // undo stops what newHeld started, once it has stored it (else newHeld

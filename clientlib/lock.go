@@ -164,10 +164,13 @@ const releaseAttempt = 2 * time.Second
 
 // Release gives the lock up, retrying while coordd or etcd is unavailable
 // until ctx ends. It returns ErrNotHolder if the server no longer had this
-// grant (its session ended first). Calling it again returns nil. If it
-// fails, the lock stays held until the session ends or Release succeeds.
+// grant (its session ended first). Its Context ends at the first call.
+// If it fails, the server holds the lock for the session until the
+// session ends or a Release succeeds: calling it again tries again.
+// Calling it again after it succeeded returns nil.
 func (l *Lock) Release(ctx context.Context) error {
-	if !l.giveUp(ErrLockReleased) {
+	tell, again := l.giveUp(ErrLockReleased)
+	if !tell {
 		return nil
 	}
 	req := &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream}
@@ -175,10 +178,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		_, err := l.s.c.locks.Release(ctx, req)
 		return err
 	})
-	if n > 1 && errors.Is(err, ErrNotHolder) {
+	if (n > 1 || again) && errors.Is(err, ErrNotHolder) {
 		l.s.lg.Debug("coordd release: an earlier attempt released it", "name", l.name, "token", l.token, "attempts", n)
 		err = nil // an earlier attempt released it; its answer was lost
 	}
+	l.told(err)
 	if err == nil && l.ownID {
 		l.s.ids.giveBack(l.name, l.read, l.requestID)
 	}

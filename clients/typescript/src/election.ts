@@ -155,10 +155,13 @@ export class Leadership extends Held {
   /**
    * Gives the leadership up; `signal` aborts first (reason RESIGNED) and
    * the next candidate leads at once. Rejects with NOT_LEADER if the
-   * server no longer had this term. Calling it again resolves at once.
+   * server no longer had this term. If it fails otherwise, calling it
+   * again tries again; after it succeeded, calling it again resolves at
+   * once. `opts.signal` ends the call and its retries early.
    */
-  async resign(): Promise<void> {
-    if (!this.giveUp("RESIGNED", `coordd: the leadership of "${this.name}" was resigned`)) return;
+  async resign(opts: { signal?: AbortSignal } = {}): Promise<void> {
+    const tell = this.giveUp("RESIGNED", `coordd: the leadership of "${this.name}" was resigned`);
+    if (!tell) return;
     let attempts = 0;
     try {
       await this.conn.call(
@@ -169,10 +172,13 @@ export class Leadership extends Held {
             o,
           );
         },
-        { idempotent: true, timeoutMs: 2000, retryForMs: this.session.ttlMs },
+        { idempotent: true, timeoutMs: 2000, retryForMs: this.session.ttlMs, signal: opts.signal },
       );
     } catch (e) {
-      if (!(attempts > 1 && CoorddError.is(e, "NOT_LEADER"))) throw e;
+      if (!((attempts > 1 || tell === "again") && CoorddError.is(e, "NOT_LEADER"))) {
+        this.told(false);
+        throw e;
+      }
     }
     this.onResigned(this.requestId);
   }

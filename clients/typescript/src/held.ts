@@ -13,6 +13,8 @@ export abstract class Held {
   private readonly ac = new AbortController();
   private readonly stopSession: () => void;
   private lostError: CoorddError | undefined;
+  /** Given up, but telling the server failed: the next give-up tries again. */
+  private untold = false;
 
   protected constructor(
     protected readonly conn: Conn,
@@ -40,12 +42,25 @@ export abstract class Held {
     return this.lostError;
   }
 
-  /** Ends the holding because its holder gives it up; false if it had already ended. */
-  protected giveUp(reason: ReasonName, message: string): boolean {
-    if (this.ac.signal.aborted) return false;
+  /**
+   * Ends the holding because its holder gives it up. Says whether to tell
+   * the server: "first" when this call ended it, "again" when an earlier
+   * give-up failed to tell it (see told), false otherwise.
+   */
+  protected giveUp(reason: ReasonName, message: string): "first" | "again" | false {
+    if (this.ac.signal.aborted) {
+      if (!this.untold) return false;
+      this.untold = false;
+      return "again";
+    }
     this.stopSession();
     this.ac.abort(new CoorddError(reason, message));
-    return true;
+    return "first";
+  }
+
+  /** Records whether telling the server of a give-up worked. */
+  protected told(ok: boolean): void {
+    this.untold = !ok;
   }
 
   /** Ends the holding because it was lost. */

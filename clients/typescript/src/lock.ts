@@ -101,12 +101,17 @@ export class Lock extends Held {
    * Gives the lock up; `signal` aborts first (reason LOCK_RELEASED).
    * Retried while coordd is unavailable, with the grant's token, so it
    * never removes a newer holder. Rejects with NOT_HOLDER if the server no
-   * longer had the grant (its session ended first). Calling it again, or
-   * after the lock was lost (`signal` already aborted), resolves at once
+   * longer had the grant (its session ended first). If it fails
+   * otherwise, the server holds the lock for the session until the session
+   * ends or a release succeeds: calling it again tries again. Calling it
+   * again after it succeeded, or after the lock was lost, resolves at once
    * without a call: a lost grant goes with its session on the server.
+   * `opts.signal` ends the call and its retries early (it then rejects with
+   * the signal's reason, and may be called again).
    */
-  async release(): Promise<void> {
-    if (!this.giveUp("LOCK_RELEASED", `coordd: lock "${this.name}" released`)) return;
+  async release(opts: { signal?: AbortSignal } = {}): Promise<void> {
+    const tell = this.giveUp("LOCK_RELEASED", `coordd: lock "${this.name}" released`);
+    if (!tell) return;
     let attempts = 0;
     try {
       await this.conn.call(
@@ -117,11 +122,14 @@ export class Lock extends Held {
             o,
           );
         },
-        { idempotent: true, timeoutMs: 2000, retryForMs: this.session.ttlMs },
+        { idempotent: true, timeoutMs: 2000, retryForMs: this.session.ttlMs, signal: opts.signal },
       );
     } catch (e) {
-      // An earlier attempt released it and its answer was lost.
-      if (!(attempts > 1 && CoorddError.is(e, "NOT_HOLDER"))) throw e;
+      // An earlier attempt (or call) released it and its answer was lost.
+      if (!((attempts > 1 || tell === "again") && CoorddError.is(e, "NOT_HOLDER"))) {
+        this.told(false);
+        throw e;
+      }
     }
     this.onReleased(this.requestId);
   }

@@ -68,3 +68,47 @@ export async function within<T>(ms: number, what: string, p: Promise<T>): Promis
     clearTimeout(timer);
   }
 }
+
+/**
+ * A loopback TCP proxy to target ("host:port") whose traffic a test can
+ * cut off: down() closes every connection and refuses new ones, up()
+ * accepts again. close() stops it.
+ */
+export async function startProxy(target: string) {
+  const net = await import("node:net");
+  const [host, port] = [target.slice(0, target.lastIndexOf(":")), Number(target.slice(target.lastIndexOf(":") + 1))];
+  const sockets = new Set<import("node:net").Socket>();
+  let down = false;
+  const server = net.createServer((c) => {
+    if (down) {
+      c.destroy();
+      return;
+    }
+    const u = net.connect(port, host);
+    for (const s of [c, u]) {
+      sockets.add(s);
+      s.on("close", () => sockets.delete(s));
+      s.on("error", () => {});
+    }
+    c.pipe(u).pipe(c);
+    c.on("close", () => u.destroy());
+    u.on("close", () => c.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const addr = server.address() as import("node:net").AddressInfo;
+  return {
+    endpoint: `127.0.0.1:${addr.port}`,
+    down() {
+      down = true;
+      for (const s of sockets) s.destroy();
+    },
+    up() {
+      down = false;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}

@@ -1,7 +1,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { CoorddError, Reason } from "../src/index.js";
-import { abortedAt, rawClients, unique, useDaemon, within } from "./helpers.js";
+import { Client } from "../src/index.js";
+import { abortedAt, rawClients, startProxy, unique, useDaemon, within } from "./helpers.js";
 
 const d = useDaemon();
 
@@ -201,4 +202,33 @@ test("closing a session aborts its signal and its locks, and frees them on the s
   await assert.rejects(a.lock(name), reasonOf(Reason.SESSION_CLOSED));
   await (await b.tryLock(name)).release();
   await b.close();
+});
+
+test("a release or resign that failed can be repeated; the grant stays with the session meanwhile", async (t) => {
+  const proxy = await startProxy(d.endpoint());
+  const via = new Client({ endpoints: [proxy.endpoint] });
+  t.after(async () => {
+    await via.close();
+    await proxy.close();
+  });
+  const name = unique("again");
+  const s = await via.session({ ttl: 30 });
+  const lock = await s.lock(name);
+  const lead = await s.campaign(name, "v");
+  proxy.down(); // nothing the holder sends arrives
+  await assert.rejects(lock.release({ signal: AbortSignal.timeout(300) }));
+  await assert.rejects(lead.resign({ signal: AbortSignal.timeout(300) }));
+  assert.equal(lock.signal.aborted, true, "the holder stops acting at the first release");
+  const other = await d.client().session({ ttl: 10 });
+  await assert.rejects(other.tryLock(name), reasonOf(Reason.LOCK_HELD));
+  assert.equal((await d.client().leader(name))?.term, lead.term);
+  proxy.up();
+  await lock.release();
+  await lead.resign();
+  await (await other.tryLock(name)).release();
+  assert.equal(await d.client().leader(name), undefined);
+  await lock.release(); // after a success: nothing to do
+  await lead.resign();
+  await other.close();
+  await s.close();
 });

@@ -159,9 +159,11 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 			}
 		case codes.Unknown:
 			// etcd's raft stopped under a request (the member is going
-			// down); etcd's error table does not map it, so it arrives
-			// as Unknown with raft's message.
-			if strings.HasSuffix(s.Message(), raftStopped) {
+			// down), or dropped its proposal (the leader is handing its
+			// leadership over, as a leader stopped gracefully does, or
+			// there is none); etcd's error table maps neither, so they
+			// arrive as Unknown with raft's message.
+			if strings.HasSuffix(s.Message(), raftStopped) || strings.HasSuffix(s.Message(), raftProposalDropped) {
 				return errEtcdUnavailable(), false
 			}
 		case codes.Canceled, codes.Unimplemented:
@@ -187,6 +189,10 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 // raftStopped is raft.ErrStopped's message: the same in every etcd release
 // since v3.0.
 const raftStopped = "raft: stopped"
+
+// raftProposalDropped is raft.ErrProposalDropped's message, the same
+// since etcd v3.3.
+const raftProposalDropped = "raft proposal dropped"
 
 // errEtcdOverloaded: etcd refused a request because too many are in
 // flight (its applied index trails its committed one); a retry after a

@@ -8,6 +8,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/raft/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -57,6 +58,7 @@ func TestToStatus(t *testing.T) {
 		{"etcd overloaded, client error", fmt.Errorf("session: close 1: %w", rpctypes.ErrTooManyRequests), codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		// As the in-process etcd client returns it while its member stops.
 		{"etcd raft stopped", fmt.Errorf("session: grant lease: %w", status.Error(codes.Unknown, "raft: stopped")), codes.Unavailable, "UNAVAILABLE", false, 503, false},
+		{"etcd raft proposal dropped", fmt.Errorf("lock: release: %w", status.Error(codes.Unknown, "raft proposal dropped")), codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		{"adapter status kept", NewStatus(codes.ResourceExhausted, 3, "message too large").Err(), codes.ResourceExhausted, "REQUEST_TOO_LARGE", false, 429, false},
 		{"unexpected", errors.New("boom: disk on fire"), codes.Internal, "INTERNAL", true, 500, false},
 		{"compacted", NewStatus(codes.OutOfRange, 12, "compacted").Err(), codes.OutOfRange, "COMPACTED", false, 410, true},
@@ -219,5 +221,21 @@ func TestStreamErrorsAfterTheClientLeft(t *testing.T) {
 	}
 	if n := logs.Len(); n != 1 {
 		t.Fatalf("with the client there: %d error lines logged, want 1", n)
+	}
+}
+
+// The Unknown errors mapped by message are raft's own: a raft upgrade that
+// renamed them would turn a member's graceful stop into INTERNAL errors.
+func TestRaftMessagesAreRafts(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{raft.ErrStopped, raftStopped},
+		{raft.ErrProposalDropped, raftProposalDropped},
+	} {
+		if c.err.Error() != c.want {
+			t.Errorf("raft's message is %q, the mapping expects %q", c.err.Error(), c.want)
+		}
 	}
 }

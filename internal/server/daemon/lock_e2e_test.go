@@ -606,6 +606,77 @@ func TestReleasedRequestIDsAreUsedAgain(t *testing.T) {
 	}
 }
 
+// A Release (or Resign) that failed can be repeated: the first call ends
+// the holder's context, the grant stays with the session on the server,
+// and the next call releases it. (Before, the second call returned nil
+// and did nothing, leaving the lock to the session's end: a worker whose
+// release met a member's graceful stop then blocked everyone behind it.)
+func TestAFailedReleaseCanBeRepeated(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	proxy := tcpproxy.Start(t, d.GRPCAddr())
+	holder := newClient(t, proxy.Addr())
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	s, err := holder.NewSession(ctx, clientlib.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Lock(ctx, "again/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, err := s.Campaign(ctx, "again/e", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The holder's member out of reach: nothing it sends arrives.
+	proxy.Down()
+	brief := func() context.Context {
+		bctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		t.Cleanup(cancel)
+		return bctx
+	}
+	if err := l.Release(brief()); err == nil {
+		t.Fatal("Release through a dead proxy succeeded; the test needs it to fail")
+	}
+	if err := lead.Resign(brief()); err == nil {
+		t.Fatal("Resign through a dead proxy succeeded; the test needs it to fail")
+	}
+	if l.Context().Err() == nil || lead.Context().Err() == nil {
+		t.Fatal("the lock's or the leadership's context lives on after Release or Resign")
+	}
+	if _, err := other.TryLock(ctx, "again/x"); !errors.Is(err, clientlib.ErrLockHeld) {
+		t.Fatalf("TryLock after the failed release: %v, want ErrLockHeld (the server still holds it)", err)
+	}
+	if ld, err := c.Leader(ctx, "again/e"); err != nil || ld.Term != lead.Term() {
+		t.Fatalf("leader after the failed resign: %+v, %v; want term %d still", ld, err, lead.Term())
+	}
+	proxy.Up()
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release again: %v", err)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatalf("Resign again: %v", err)
+	}
+	if _, err := other.TryLock(ctx, "again/x"); err != nil {
+		t.Fatalf("TryLock after the repeated release: %v, want the lock", err)
+	}
+	if _, err := c.Leader(ctx, "again/e"); !errors.Is(err, clientlib.ErrNoLeader) {
+		t.Fatalf("leader after the repeated resign: %v, want ErrNoLeader", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release after a successful one: %v, want nil", err)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatalf("Resign after a successful one: %v, want nil", err)
+	}
+}
+
 // A REST caller that names no request id gets one the server picks; after
 // its release (by token, as curl would) the same session's next
 // acquisition of the lock gets the same id again, with a new token. An id

@@ -60,6 +60,7 @@ func runWorker(kind string) int {
 type worker struct {
 	id, kind string
 	env      []string
+	dir      string // its history, its log and its stderr (a goroutine dump) are here
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -70,16 +71,22 @@ func (w *worker) start(t *testing.T) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), w.env...)
-	cmd.Stderr = os.Stderr
+	stderr, err := os.OpenFile(w.stderrFile(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }() // killed workers are part of the plan
+	go func() { _ = cmd.Wait(); _ = stderr.Close(); close(exited) }() // killed workers are part of the plan
 	w.mu.Lock()
 	w.cmd, w.exited = cmd, exited
 	w.mu.Unlock()
 }
+
+func (w *worker) stderrFile() string { return filepath.Join(w.dir, w.id+".stderr") }
 
 func (w *worker) signal(sig syscall.Signal) {
 	w.mu.Lock()
@@ -175,7 +182,7 @@ func TestFaultMatrix(t *testing.T) {
 	for i, kind := range []string{chaos.KindLock, chaos.KindLock, chaos.KindLock, chaos.KindElection, chaos.KindElection,
 		chaos.KindPublisher, chaos.KindSubscriber, chaos.KindSubscriber} {
 		id := fmt.Sprintf("%s-%d", kind, i)
-		w := &worker{id: id, kind: kind, env: []string{
+		w := &worker{id: id, kind: kind, dir: histDir, env: []string{
 			"COORDD_CHAOS_WORKER=" + kind, "COORDD_CHAOS_ID=" + id,
 			"COORDD_CHAOS_ENDPOINTS=" + strings.Join(c.ClientEndpoints(), ","),
 			"COORDD_CHAOS_HISTORY=" + filepath.Join(histDir, id+".jsonl"),
@@ -770,26 +777,58 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	return true
 }
 
-// diagnose logs the lock's and the election's state and the tail of every
-// member's log, and has every worker print its goroutines (SIGQUIT) to
-// stderr.
+// diagnose logs the lock's and the election's state, the tail of every
+// member's log, and each lock holder's and leader's own log and goroutines
+// (a Go process prints them on SIGQUIT, then exits).
 func diagnose(t *testing.T, c *chaos.Cluster, admin *clientlib.Client, workers []*worker) {
 	for _, m := range c.Members {
-		t.Logf("member %s, its log's last lines:\n%s", m.Name, m.LogTail(40))
+		t.Logf("member %s, its log's last lines:\n%s", m.Name, m.LogTail(15))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	holders := map[string]bool{}
 	st, err := admin.Admin().DescribeLock(ctx, chaos.LockName)
 	t.Logf("lock: %+v (%v)", st, err)
+	if err == nil {
+		for _, h := range st.Holders {
+			holders[h.Owner] = true
+		}
+	}
 	cands, err := admin.Candidates(ctx, chaos.ElectionName)
 	t.Logf("election candidates: %+v (%v)", cands, err)
+	if ld, err := admin.Leader(ctx, chaos.ElectionName); err == nil {
+		holders[ld.Owner] = true
+	}
 	for _, w := range workers {
-		w.signal(syscall.SIGQUIT) // a Go process prints its goroutines and exits
+		w.signal(syscall.SIGQUIT)
 	}
 	for _, w := range workers {
 		select {
 		case <-w.exited:
 		case <-time.After(5 * time.Second):
 		}
+		if !holders[w.id] {
+			continue
+		}
+		sdkLog, _ := os.ReadFile(filepath.Join(w.dir, w.id+".log"))
+		dump, _ := os.ReadFile(w.stderrFile())
+		t.Logf("holder %s, its SDK log's last lines:\n%s\nits goroutines in coordd's code:\n%s", w.id, lastLines(sdkLog, 30), ownGoroutines(dump))
 	}
+}
+
+// ownGoroutines keeps the goroutines of a dump whose stacks pass through
+// coordd's packages.
+func ownGoroutines(dump []byte) string {
+	var keep []string
+	for _, g := range strings.Split(string(dump), "\n\n") {
+		if strings.Contains(g, "github.com/coordd/coordd/") {
+			keep = append(keep, g)
+		}
+	}
+	return strings.Join(keep, "\n\n")
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -182,15 +182,21 @@ func hold(ctx context.Context, lg *slog.Logger, cfg WorkerConfig, rec *recorder,
 	defer cancel()
 	stopRelease := context.AfterFunc(ctx, cancel)
 	defer stopRelease()
-	var err error
-	switch g := h.(type) {
-	case *clientlib.Lock:
-		err = g.Release(rctx)
-	case *clientlib.Leadership:
-		err = g.Resign(rctx)
-	}
-	if err != nil { // not held any more, or the session ended
-		lg.Info("giving the grant up failed", "token", token, "err", err)
+	// A release that failed (a member stopping under it) is repeated
+	// until it succeeds or the grant is gone.
+	for rctx.Err() == nil {
+		var err error
+		switch g := h.(type) {
+		case *clientlib.Lock:
+			err = g.Release(rctx)
+		case *clientlib.Leadership:
+			err = g.Resign(rctx)
+		}
+		if err == nil || errors.Is(err, clientlib.ErrNotHolder) || errors.Is(err, clientlib.ErrNotLeader) {
+			return
+		}
+		lg.Info("giving the grant up failed; trying again", "token", token, "err", err)
+		pause(rctx, 100*time.Millisecond)
 	}
 }
 
