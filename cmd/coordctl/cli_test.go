@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -625,5 +626,61 @@ func TestConfigPoll(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("config poll did not answer within 30 s of a release")
+	}
+}
+
+// config render: --once renders and exits; a render that fails says the
+// file was kept and exits non-zero; without --once it follows releases
+// and runs the command after each change.
+func TestConfigRender(t *testing.T) {
+	t.Parallel()
+	ep := coorddtest.Start(t).GRPCAddr
+	dir := t.TempDir()
+	tmpl, out, ran := filepath.Join(dir, "app.tmpl"), filepath.Join(dir, "app.conf"), filepath.Join(dir, "ran")
+	if err := os.WriteFile(tmpl, []byte(`port={{ key "web" "port" }}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must(t, ep, "config", "put", "web", "port", "8080")
+	if got := must(t, ep, "config", "render", "--template", tmpl, "--out", out, "--once", "--mode", "0640"); !strings.Contains(got, "rendered "+out+" (web release 1)") {
+		t.Fatalf("render --once printed %q", got)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "port=8080\n" {
+		t.Fatalf("rendered %q", b)
+	}
+	if fi, _ := os.Stat(out); fi.Mode().Perm() != 0o640 {
+		t.Errorf("--mode 0640 gave %v", fi.Mode().Perm())
+	}
+	must(t, ep, "config", "delete", "web", "port")
+	code, _, errOut := ctl(t, ep, "", "config", "render", "--template", tmpl, "--out", out, "--once")
+	if code == 0 || !strings.Contains(errOut, `key "port" is not in namespace web`) || !strings.Contains(errOut, "kept as it was") {
+		t.Fatalf("a failing render --once = %d %q", code, errOut)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "port=8080\n" {
+		t.Fatalf("a failing render changed the file to %q", b)
+	}
+	if errOut := exits(t, exitUsage, ep, "config", "render", "--out", out); !strings.Contains(errOut, "--template and --out are both needed") {
+		t.Errorf("render without --template: %q", errOut)
+	}
+
+	// Following: each release renders, the command runs after each change.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	var stdout, stderr strings.Builder
+	wg.Go(func() {
+		var o, e bytes.Buffer
+		run(ctx, []string{"--endpoints", ep, "config", "render", "--template", tmpl, "--out", out, "--exec", "echo x >> " + ran, "--debounce", "10ms"}, strings.NewReader(""), &o, &e)
+		stdout.WriteString(o.String())
+		stderr.WriteString(e.String())
+	})
+	must(t, ep, "config", "put", "web", "port", "9090")
+	read := func(p string) string { b, _ := os.ReadFile(p); return string(b) }
+	wait.Within(t, 10*time.Second, "the render of release 3", func() bool { return read(out) == "port=9090\n" && read(ran) == "x\n" })
+	must(t, ep, "config", "put", "web", "port", "9191")
+	wait.Within(t, 10*time.Second, "the render of release 4", func() bool { return read(out) == "port=9191\n" && read(ran) == "x\nx\n" })
+	cancel()
+	wg.Wait()
+	if !strings.Contains(stdout.String(), "rendered "+out+" (web release 4); ran the command") {
+		t.Errorf("render's output:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
 }
