@@ -684,3 +684,94 @@ func TestConfigRender(t *testing.T) {
 		t.Errorf("render's output:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
 }
+
+// config export and import: every namespace with its schema to one file,
+// a dry run that prints the diff and changes nothing, then an import that
+// makes the other cluster's namespaces exactly the file's (a key only the
+// target had is deleted, unless --merge), one release each.
+func TestConfigExportImport(t *testing.T) {
+	t.Parallel()
+	src, dst := coorddtest.Start(t).GRPCAddr, coorddtest.Start(t).GRPCAddr
+	dir := t.TempDir()
+	file := filepath.Join(dir, "export.json")
+	schema := filepath.Join(dir, "schema.json")
+	if err := os.WriteFile(schema, []byte(`{"type":"object","properties":{"port":{"type":"integer","maximum":65535}}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must(t, src, "config", "put", "shop/web", "port", "8080")
+	must(t, src, "config", "put", "shop/web", "color", "blue")
+	must(t, src, "config", "schema", "shop/web", "--set", schema)
+	must(t, src, "config", "put", "shop/db", "url", "postgres://a")
+	must(t, src, "config", "put", "other/x", "k", "v")
+	must(t, src, "config", "export", "--prefix", "shop/", "--out", file)
+	var exp struct {
+		Format     string
+		Revision   int64
+		Namespaces []struct {
+			Name    string
+			Release int64
+			Values  map[string]string
+			Schema  string
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsonOf(t, string(b), &exp)
+	if exp.Format != "coordd-config-export/1" || len(exp.Namespaces) != 2 || exp.Namespaces[0].Name != "shop/db" || exp.Namespaces[1].Name != "shop/web" ||
+		exp.Namespaces[1].Values["port"] != "8080" || exp.Namespaces[1].Values["color"] != "blue" || !strings.Contains(exp.Namespaces[1].Schema, "65535") {
+		t.Fatalf("export: %s", b)
+	}
+
+	// The target has a key the export lacks, and a value the export's
+	// schema refuses (so the schema can only be set after the release).
+	must(t, dst, "config", "put", "shop/web", "port", "none")
+	must(t, dst, "config", "put", "shop/web", "legacy", "1")
+	dry := must(t, dst, "config", "import", file, "--dry-run")
+	for _, want := range []string{"shop/db: would change 1 keys", "+ url = postgres://a", "shop/web: would change 3 keys, and its schema", "~ port = 8080 (was none)", "+ color = blue", "- legacy (was 1)"} {
+		if !strings.Contains(dry, want) {
+			t.Errorf("dry run lacks %q:\n%s", want, dry)
+		}
+	}
+	if got := must(t, dst, "config", "get", "shop/web", "port"); strings.TrimSpace(got) != "none" {
+		t.Fatalf("a dry run changed port to %q", got)
+	}
+	if got := must(t, dst, "config", "import", file); !strings.Contains(got, "shop/web: release 3 at revision") || !strings.Contains(got, "shop/db: release 1") {
+		t.Fatalf("import printed:\n%s", got)
+	}
+	var snap struct {
+		Release string
+		Entries []struct{ Key, Value string }
+	}
+	jsonOf(t, must(t, dst, "config", "snapshot", "shop/web", "-o", "json"), &snap)
+	got := map[string]string{}
+	for _, e := range snap.Entries {
+		got[e.Key] = e.Value
+	}
+	if snap.Release != "3" || len(got) != 2 || got["port"] != "8080" || got["color"] != "blue" {
+		t.Fatalf("shop/web after the import: release %s, %v; want release 3 with exactly the export's port=8080 color=blue", snap.Release, got)
+	}
+	if s := must(t, dst, "config", "schema", "shop/web"); !strings.Contains(s, "65535") {
+		t.Errorf("the schema was not imported: %q", s)
+	}
+	// Imported again: nothing to do; with --merge a key of the target stays.
+	if again := must(t, dst, "config", "import", file); !strings.Contains(again, "shop/web: unchanged") || !strings.Contains(again, "shop/db: unchanged") {
+		t.Errorf("a second import:\n%s", again)
+	}
+	must(t, dst, "config", "put", "shop/db", "pool", "5")
+	must(t, dst, "config", "import", file, "--merge", "--namespace", "shop/db")
+	if got := must(t, dst, "config", "get", "shop/db", "pool"); strings.TrimSpace(got) != "5" {
+		t.Errorf("--merge dropped a key of the target: %q", got)
+	}
+	if errOut := exits(t, exitUsage, dst, "config", "import", file, "--namespace", "nope"); !strings.Contains(errOut, "has no namespace nope") {
+		t.Errorf("--namespace of a namespace not in the file: %q", errOut)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"format":"something-else","namespaces":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if errOut := exits(t, exitUsage, dst, "config", "import", bad); !strings.Contains(errOut, "not a coordd config export") {
+		t.Errorf("import of a foreign file: %q", errOut)
+	}
+}

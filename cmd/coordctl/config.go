@@ -121,10 +121,11 @@ func mutationsFromJSON(data []byte, raw bool) ([]clientlib.ConfigMutation, error
 }
 
 func (a *app) configCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "config", Short: "Read, write, publish, watch, render, inspect history of, roll back and validate config namespaces"}
+	cmd := &cobra.Command{Use: "config", Short: "Read, write, publish, watch, render, export, import, inspect history of, roll back and validate config namespaces"}
 	get, put, del := a.configGetCommand(), a.configPutCommand(), a.configDeleteCommand()
 	publish, snapshot, watch := a.configPublishCommand(), a.configSnapshotCommand(), a.configWatchCommand()
 	poll, render := a.configPollCommand(), a.configRenderCommand()
+	export, imp := a.configExportCommand(), a.configImportCommand()
 	history, diff, rollback := a.configHistoryCommand(), a.configDiffCommand(), a.configRollbackCommand()
 	schema, status, gray := a.configSchemaCommand(), a.configStatusCommand(), a.configGrayCommand()
 	namespaces := a.listCommand("namespaces [PREFIX]", "List namespaces", namespaceNames)
@@ -132,7 +133,8 @@ func (a *app) configCommand() *cobra.Command {
 		c.ValidArgsFunction = a.completeFirst(namespaceNames, cobra.ShellCompDirectiveNoFileComp)
 	}
 	watch.ValidArgsFunction = a.completeEach(namespaceNames)
-	cmd.AddCommand(get, put, del, publish, snapshot, poll, watch, history, diff, rollback, schema, status, namespaces, gray, render)
+	export.ValidArgsFunction = a.completeEach(namespaceNames)
+	cmd.AddCommand(get, put, del, publish, snapshot, poll, watch, history, diff, rollback, schema, status, namespaces, gray, render, export, imp)
 	return cmd
 }
 

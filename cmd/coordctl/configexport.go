@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/coordd/coordd/clientlib"
+)
+
+func (a *app) configExportCommand() *cobra.Command {
+	var out string
+	var prefixes []string
+	cmd := &cobra.Command{
+		Use:   "export [NAMESPACE...] [--prefix P]... --out FILE",
+		Short: "Write namespaces (values and schemas) to one JSON file, all as of one revision",
+		Long: `Write namespaces to one JSON file, for config import into another cluster
+(or back into this one): each namespace's values, its release number and
+its JSON Schema, all as of one etcd revision, however many releases others
+make meanwhile. Name namespaces, or --prefix P for every namespace
+starting with P; neither exports every namespace. --out - writes to
+stdout.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return usagef("--out FILE is needed (- for stdout)")
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				names := args
+				for _, p := range prefixes {
+					more, err := c.ConfigCenter().Namespaces(ctx, p)
+					if err != nil {
+						return err
+					}
+					names = append(names, more...)
+				}
+				if len(args) == 0 && len(prefixes) == 0 {
+					names = nil // every namespace
+				}
+				exp, err := c.ConfigCenter().Export(ctx, names)
+				if err != nil {
+					return err
+				}
+				data, err := json.MarshalIndent(exp, "", "  ")
+				if err != nil {
+					return err
+				}
+				data = append(data, '\n')
+				if out == "-" {
+					_, err := a.stdout.Write(data)
+					return err
+				}
+				if err := writeFileAtomically(out, data); err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(a.stderr, "exported %d namespaces as of revision %d to %s\n", len(exp.Namespaces), exp.Revision, out)
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "the file to write (- for stdout)")
+	cmd.Flags().StringSliceVar(&prefixes, "prefix", nil, "export every namespace starting with this")
+	_ = cmd.MarkFlagFilename("out")
+	return cmd
+}
+
+// importJSON is one namespace's import under -o json.
+type importJSON struct {
+	Namespace     string       `json:"namespace"`
+	Changes       []changeJSON `json:"changes"`
+	SchemaChanged bool         `json:"schemaChanged"`
+	Release       string       `json:"release"` // "0": none made
+	Revision      string       `json:"revision"`
+}
+
+func (a *app) configImportCommand() *cobra.Command {
+	var rf releaseFlags
+	var dryRun, merge bool
+	var only []string
+	cmd := &cobra.Command{
+		Use:   "import FILE [--dry-run] [--merge] [--namespace NS]...",
+		Short: "Make namespaces what an export file says: one release per namespace (--dry-run prints the diff)",
+		Long: `Make each namespace of a config export file what the file says: one
+release per namespace with every change at once, and the file's schema.
+By default a namespace becomes exactly the file's content (keys it has
+that the file lacks are deleted); --merge keeps them. Each release is a
+compare-and-set against what import read, so a publish made meanwhile
+fails the import (exit 4) rather than being overwritten. --dry-run prints
+what would change and writes nothing. --namespace imports only those
+namespaces of the file. FILE - reads stdin. Namespaces are imported one
+after another: on an error, those printed before it were imported.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := a.readInput(args[0])
+			if err != nil {
+				return err
+			}
+			var exp clientlib.ConfigExport
+			dec := json.NewDecoder(bytes.NewReader(data))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&exp); err != nil {
+				return usagef("%s is not a coordd config export: %v", args[0], err)
+			}
+			if exp.Format != clientlib.ExportFormat {
+				return usagef("%s is not a coordd config export (its format is %q, want %q)", args[0], exp.Format, clientlib.ExportFormat)
+			}
+			if len(only) > 0 {
+				var missing []string
+				for _, ns := range only {
+					if !slices.ContainsFunc(exp.Namespaces, func(n clientlib.ExportedNamespace) bool { return n.Name == ns }) {
+						missing = append(missing, ns)
+					}
+				}
+				if len(missing) > 0 {
+					return usagef("%s has no namespace %s", args[0], strings.Join(missing, ", "))
+				}
+				exp.Namespaces = slices.DeleteFunc(exp.Namespaces, func(n clientlib.ExportedNamespace) bool { return !slices.Contains(only, n.Name) })
+			}
+			o := rf.options()
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				results, err := c.ConfigCenter().Import(ctx, exp, clientlib.ImportOptions{DryRun: dryRun, Merge: merge, Author: o.Author, Message: cmp.Or(o.Message, "imported from "+filepath.Base(args[0]))})
+				if perr := a.printImport(results, dryRun); perr != nil {
+					return errors.Join(err, perr)
+				}
+				return err
+			})
+		},
+	}
+	rf.add(cmd)
+	_ = cmd.Flags().MarkHidden("expect") // each namespace is compared with what import read
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change; write nothing")
+	cmd.Flags().BoolVar(&merge, "merge", false, "keep keys the namespace has that the file lacks")
+	cmd.Flags().StringSliceVar(&only, "namespace", nil, "import only this namespace of the file")
+	return cmd
+}
+
+func (a *app) printImport(results []clientlib.ImportResult, dryRun bool) error {
+	out := make([]importJSON, 0, len(results))
+	for _, r := range results {
+		out = append(out, importJSON{Namespace: r.Namespace, Changes: changesOut(r.Changes), SchemaChanged: r.SchemaChanged, Release: i64(r.Release.Number), Revision: i64(r.Release.Revision)})
+	}
+	return a.print(out, func(w *bytes.Buffer) {
+		for _, r := range results {
+			schema := ""
+			if r.SchemaChanged {
+				schema = ", and its schema"
+			}
+			switch {
+			case len(r.Changes) == 0 && !r.SchemaChanged:
+				fmt.Fprintf(w, "%s: unchanged\n", r.Namespace)
+				continue
+			case dryRun:
+				fmt.Fprintf(w, "%s: would change %d keys%s\n", r.Namespace, len(r.Changes), schema)
+			case len(r.Changes) == 0:
+				fmt.Fprintf(w, "%s: schema set, content unchanged\n", r.Namespace)
+			default:
+				fmt.Fprintf(w, "%s: release %d at revision %d, %d keys changed%s\n", r.Namespace, r.Release.Number, r.Release.Revision, len(r.Changes), schema)
+			}
+			for _, ch := range r.Changes {
+				fmt.Fprintln(w, "  "+changeLine(ch))
+			}
+		}
+		if len(results) == 0 {
+			fmt.Fprintln(w, "nothing imported: the file has no namespace")
+		}
+	})
+}
+
+// writeFileAtomically writes data beside path, syncs it and renames it
+// over path: a reader sees the old file or the new one.
+func writeFileAtomically(path string, data []byte) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(data); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
