@@ -775,3 +775,31 @@ func TestConfigExportImport(t *testing.T) {
 		t.Errorf("import of a foreign file: %q", errOut)
 	}
 }
+
+// verify: a healthy daemon passes (exit 0) with its figures; sabotaged it
+// fails with exit 7 and names the violations.
+func TestVerify(t *testing.T) {
+	t.Parallel()
+	ep := coorddtest.Start(t).GRPCAddr
+	out := must(t, ep, "verify", "--duration", "1s")
+	for _, want := range []string{"verify PASSED", "lock:", "election:", "refused by the fence", "no violation"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("verify's report lacks %q:\n%s", want, out)
+		}
+	}
+	var rep struct {
+		Passed bool
+		Lock   struct{ Grants, LateWrites, LateRefused int }
+	}
+	jsonOf(t, must(t, ep, "verify", "--duration", "1s", "--candidates", "0", "-o", "json"), &rep)
+	if !rep.Passed || rep.Lock.Grants == 0 || rep.Lock.LateRefused != rep.Lock.LateWrites {
+		t.Errorf("verify -o json: %+v", rep)
+	}
+	code, out, errOut := ctl(t, ep, "", "verify", "--duration", "1s", "--sabotage", "unfenced")
+	if code != exitViolation || !strings.Contains(out, "verify FAILED") || !strings.Contains(out, "violation:") || !strings.Contains(errOut, "violations") {
+		t.Errorf("sabotaged verify = %d\n%s\n%s", code, out, errOut)
+	}
+	if errOut := exits(t, exitUsage, ep, "verify", "--sabotage", "other"); !strings.Contains(errOut, `the only mode is "unfenced"`) {
+		t.Errorf("verify --sabotage other: %q", errOut)
+	}
+}

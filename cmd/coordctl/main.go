@@ -14,6 +14,7 @@
 //	     over a rate limit: retry later
 //	6    not allowed: no identity, an unknown token, or the policy (or the
 //	     owner of a session) denies the call
+//	7    verify: the cluster failed the check (a violation was found)
 //	124  a wait timed out (--wait)
 //	125  run: the lock or leadership was lost while the command ran; the
 //	     command was stopped
@@ -74,6 +75,7 @@ const (
 	exitConflict    = 4
 	exitUnavailable = 5
 	exitDenied      = 6
+	exitViolation   = 7
 	exitTimeout     = 124
 	exitLost        = 125
 )
@@ -280,7 +282,7 @@ election names and config namespaces.`,
 	f.StringVar(&a.cert, "cert", "", "client certificate for TLS (PEM)")
 	f.StringVar(&a.key, "key", "", "private key of --cert (PEM)")
 	f.StringVar(&a.token, "token", os.Getenv("COORDD_TOKEN"), "bearer token naming your principal (env COORDD_TOKEN); sent only over TLS or to loopback")
-	root.AddCommand(a.sessionCommand(), a.lockCommand(), a.electCommand(), a.configCommand(), a.kvCommand(), a.clusterCommand(), a.memberCommand(), a.snapshotCommand())
+	root.AddCommand(a.sessionCommand(), a.lockCommand(), a.electCommand(), a.configCommand(), a.kvCommand(), a.clusterCommand(), a.memberCommand(), a.snapshotCommand(), a.verifyCommand())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{msg: err.Error()} })
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)

@@ -17,7 +17,8 @@
 //     fenced writes with their outcome (ok, stale, unknown), and its own
 //     view of each grant (until its release, the end of its context, or its
 //     session's local deadline, whichever comes first).
-//   - Check: porcupine (github.com/anishathalye/porcupine) checks that the
+//   - Check (fencing/history's checkers, which coordctl verify runs against
+//     live clusters too): porcupine (github.com/anishathalye/porcupine) checks that the
 //     grants and fenced writes are linearizable under a model in which
 //     tokens strictly increase and a write is accepted only with the token
 //     of a grant already made and not older than the last accepted write;

@@ -10,52 +10,37 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/coordd/coordd/fencing/history"
 )
 
-// Kinds of holdings the workers take.
+// The history's types are fencing/history's.
+type (
+	// Record is history.Record: one operation of one worker.
+	Record = history.Record
+	// Violation is history.Violation.
+	Violation = history.Violation
+	// Write is history.Write: one write of a fenced key as etcd applied it.
+	Write = history.Write
+)
+
+// Kinds, ops and results, as fencing/history names them.
 const (
-	KindLock     = "lock"
-	KindElection = "election"
+	KindLock      = history.KindLock
+	KindElection  = history.KindElection
+	OpAcquire     = history.OpAcquire
+	OpPut         = history.OpPut
+	OpView        = history.OpView
+	OpSessionEnd  = history.OpSessionEnd
+	ResultOK      = history.ResultOK
+	ResultStale   = history.ResultStale
+	ResultUnknown = history.ResultUnknown
 )
 
-// Ops a worker records.
-const (
-	// OpAcquire is a Lock or Campaign call: Token is the grant (0 when it
-	// failed).
-	OpAcquire = "acquire"
-	// OpPut is a fenced write of Token; Result says how it ended.
-	OpPut = "put"
-	// OpView is the holder's own view of one grant: from when the grant
-	// was received (Call) to when the SDK stopped calling it held
-	// (Return): its release, the end of its context (Err says why), or
-	// the session's local deadline, whichever came first.
-	OpView = "view"
-	// OpSessionEnd is the end of a worker's session, as its SDK saw it
-	// (Return; Err is the cause: the server no longer had it, it expired
-	// locally, or it was closed).
-	OpSessionEnd = "session-end"
-)
-
-// Results of a put.
-const (
-	ResultOK      = "ok"
-	ResultStale   = "stale"   // refused: the token no longer holds
-	ResultUnknown = "unknown" // no answer: it may or may not have been applied
-)
-
-// Record is one operation of one worker, written as a JSON line when it
-// ends. Times are Unix nanoseconds on the host's wall clock, which every
-// process of a run shares.
-type Record struct {
-	Worker  string `json:"worker"`
-	Kind    string `json:"kind"`
-	Session string `json:"session,omitempty"`
-	Op      string `json:"op"`
-	Token   int64  `json:"token,omitempty"`
-	Result  string `json:"result,omitempty"`
-	Err     string `json:"err,omitempty"`
-	Call    int64  `json:"call"`
-	Return  int64  `json:"return"`
+// Check runs fencing/history's checkers over the records of kind and the
+// applied writes of its fenced key.
+func Check(kind string, recs []Record, writes []Write, timeout time.Duration) []Violation {
+	return history.Check(kind, recs, writes, timeout)
 }
 
 // recorder appends records to a worker's history file, one line each,

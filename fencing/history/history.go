@@ -1,4 +1,17 @@
-package chaos
+// Package history records what clients of a lock or an election saw
+// (grants with their tokens, fenced writes and how they ended, each
+// holder's own view of its grant) and checks such a history for the
+// violations fencing exists to prevent: porcupine for linearizability of
+// grants and fenced writes, the order of the writes the resource applied,
+// and overlaps of the holders' views (two holders, two leaders).
+//
+// The fault matrix (internal/testkit/chaos) checks its workers' histories
+// with it, and coordctl verify a live cluster's.
+//
+// A history that passes is evidence, not proof: the checks see only the
+// operations recorded, and an overlap of views is measured on the shared
+// clock, so clocks that disagree by more than the overlap hide it.
+package history
 
 import (
 	"cmp"
@@ -10,6 +23,52 @@ import (
 
 	"github.com/anishathalye/porcupine"
 )
+
+// Kinds of holdings.
+const (
+	KindLock     = "lock"
+	KindElection = "election"
+)
+
+// Ops a client records.
+const (
+	// OpAcquire is a Lock or Campaign call: Token is the grant (0 when it
+	// failed).
+	OpAcquire = "acquire"
+	// OpPut is a fenced write of Token; Result says how it ended.
+	OpPut = "put"
+	// OpView is the holder's own view of one grant: from when the grant
+	// was received (Call) to when the SDK stopped calling it held
+	// (Return): its release, the end of its context (Err says why), or
+	// the session's local deadline, whichever came first.
+	OpView = "view"
+	// OpSessionEnd is the end of a worker's session, as its SDK saw it
+	// (Return; Err is the cause: the server no longer had it, it expired
+	// locally, or it was closed).
+	OpSessionEnd = "session-end"
+)
+
+// Results of a put.
+const (
+	ResultOK      = "ok"
+	ResultStale   = "stale"   // refused: the token no longer holds
+	ResultUnknown = "unknown" // no answer: it may or may not have been applied
+)
+
+// Record is one operation of one client (a worker). Times are Unix
+// nanoseconds on a clock every client of the history shares (one host's
+// wall clock, or one process's).
+type Record struct {
+	Worker  string `json:"worker"`
+	Kind    string `json:"kind"`
+	Session string `json:"session,omitempty"`
+	Op      string `json:"op"`
+	Token   int64  `json:"token,omitempty"`
+	Result  string `json:"result,omitempty"`
+	Err     string `json:"err,omitempty"`
+	Call    int64  `json:"call"`
+	Return  int64  `json:"return"`
+}
 
 // Violation is one safety violation a checker found.
 type Violation struct {
