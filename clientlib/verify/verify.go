@@ -344,7 +344,9 @@ func (r *run) write(ctx context.Context, kind, id string, token int64, put func(
 		rec.Result = history.ResultStale
 	default:
 		rec.Result = history.ResultUnknown
-		r.fail(kind, err)
+		if ctx.Err() == nil { // not the run's end
+			r.fail(kind, err)
+		}
 	}
 	r.add(rec)
 }

@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/clientlib/verify"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
@@ -450,5 +451,44 @@ func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
 	}
 	if took := time.Since(stopStart); took > 10*time.Second {
 		t.Errorf("stopping the member without quorum took %s", took)
+	}
+}
+
+// coordctl verify's check (clientlib/verify) passes across the stop of the
+// member that leads etcd in the middle of the run, and its report shows
+// the fail-over as the longest gap between grants.
+func TestVerifyPassesAcrossTheLeadersStop(t *testing.T) {
+	t.Parallel()
+	ds := startCluster(t, 3)
+	leader := etcdLeader(t, ds)
+	c := newClient(t, grpcAddrs(ds)...)
+	type result struct {
+		rep verify.Report
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := verify.Run(t.Context(), c, verify.Options{Duration: 6 * time.Second, TTL: 3 * time.Second})
+		done <- result{rep, err}
+	}()
+	// Stop the leader's member once the run has made grants.
+	wait.Within(t, 10*time.Second, "verify's first grants", func() bool {
+		st, err := c.Admin().ListLocks(t.Context(), "coordd-verify/")
+		return err == nil && len(st) > 0
+	})
+	if err := ds[leader].Stop(context.Background()); err != nil {
+		t.Fatalf("stopping the leader's member: %v", err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Logf("across the leader's stop: lock %d grants, longest gap %s; election %d grants, longest gap %s; errors %v %v",
+		r.rep.Lock.Grants, r.rep.Lock.LongestGap, r.rep.Election.Grants, r.rep.Election.LongestGap, r.rep.Lock.Errors, r.rep.Election.Errors)
+	if !r.rep.Passed {
+		t.Fatalf("verify failed across the leader's stop: %v", r.rep.Violations)
+	}
+	if r.rep.Lock.Grants < 10 || r.rep.Election.Grants < 10 {
+		t.Errorf("too few grants to say anything: %+v", r.rep)
 	}
 }
