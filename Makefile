@@ -10,8 +10,8 @@ build:
 	go build ./...
 
 # The full suite: real embedded etcd, the real daemon, race detector, goleak.
-# COUNT=2 runs every test twice in a row (CI does, so that a test which
-# passes by luck fails before it lands).
+# COUNT=N runs every test N times in a row (beside stress-ng --cpu 2, so
+# that a test which passes by luck fails before it lands; CI runs it once).
 # The web console's browser tests (headless Chromium: apt-get install
 # chromium; without it they skip, unless COORDD_REQUIRE_TOOLS=1 as in CI)
 # write a PNG of every console page into SCREENSHOTS.
