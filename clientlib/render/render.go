@@ -119,11 +119,11 @@ type Result struct {
 type Renderer struct {
 	c    *clientlib.Client
 	opts Options
-	tmpl *template.Template
 
-	mu  sync.Mutex
-	sub *clientlib.Subscription
-	nss []string // what sub follows, sorted
+	mu   sync.Mutex
+	tmpl *template.Template // replaced by Reload
+	sub  *clientlib.Subscription
+	nss  []string // what sub follows, sorted
 	// wake is signalled by the subscription's callbacks.
 	wake chan struct{}
 }
@@ -173,7 +173,23 @@ func (r *Renderer) parse() error {
 	if err != nil {
 		return fmt.Errorf("render: %w", err)
 	}
+	r.mu.Lock()
 	r.tmpl = t
+	r.mu.Unlock()
+	return nil
+}
+
+// Reload reads the template file again (as consul-template does on
+// SIGHUP) and has Run render with it at once. A template that no longer
+// parses is refused with its error, and the one before stays in use.
+func (r *Renderer) Reload() error {
+	if err := r.parse(); err != nil {
+		return err
+	}
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -286,7 +302,9 @@ func (r *Renderer) execute(ctx context.Context) rendered {
 			snap, stale = sub.Snapshot(), sub.Status().State != clientlib.StateLive
 		}
 		rd := &reader{snap: snap, followed: followed, read: map[string]bool{}}
+		r.mu.Lock()
 		t, err := r.tmpl.Clone()
+		r.mu.Unlock()
 		if err != nil {
 			return rendered{Result: Result{Err: err}}
 		}

@@ -304,3 +304,45 @@ func TestRenderOnce(t *testing.T) {
 		t.Error("New with a template that does not parse succeeded")
 	}
 }
+
+// Reload reads the template again and renders with it at once; one that
+// does not parse is refused and the one before stays.
+func TestRenderReload(t *testing.T) {
+	c := start(t)
+	dir := t.TempDir()
+	tmpl, out := filepath.Join(dir, "t"), filepath.Join(dir, "out")
+	writeFile(t, tmpl, `a={{ key "reload" "k" }}`)
+	put(t, c, "reload", "k", "1")
+	var rs results
+	r, err := render.New(c, render.Options{Template: tmpl, Out: out, Debounce: 10 * time.Millisecond, OnResult: rs.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	wait.Within(t, 10*time.Second, "the first render", func() bool { return len(rs.list()) == 1 })
+	writeFile(t, tmpl, `b={{ key "reload" "k" }}`)
+	if err := r.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	wait.Within(t, 10*time.Second, "the render with the new template", func() bool { return len(rs.list()) == 2 })
+	if got := readFile(t, out); got != "b=1" {
+		t.Fatalf("after Reload: %q, want b=1", got)
+	}
+	writeFile(t, tmpl, `{{ broken`)
+	if err := r.Reload(); err == nil {
+		t.Fatal("Reload of a template that does not parse succeeded")
+	}
+	put(t, c, "reload", "k", "2")
+	wait.Within(t, 10*time.Second, "the render of release 2", func() bool { return rs.last().Releases["reload"] == 2 })
+	if got := readFile(t, out); got != "b=2" {
+		t.Fatalf("after a refused Reload and a release: %q, want b=2 (the template before)", got)
+	}
+}

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -94,7 +98,7 @@ Example:
       --exec 'systemctl reload app' --cache-file /var/cache/app.render
 
 One line per render goes to stdout (-o json: one JSON object); the
-command's own output goes to stderr.`,
+command's own output goes to stderr. SIGHUP reads the template again.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Template == "" || o.Out == "" {
@@ -145,7 +149,28 @@ command's own output goes to stderr.`,
 				}
 				return printErr
 			}
-			if err := r.Run(cmd.Context()); err != nil {
+			// SIGHUP reads the template again, as consul-template does.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			var wg sync.WaitGroup
+			defer func() { cancel(); wg.Wait() }()
+			wg.Go(func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-hup:
+						if err := r.Reload(); err != nil {
+							_, _ = fmt.Fprintf(a.stderr, "SIGHUP: %s; rendering with the template before\n", strings.TrimPrefix(err.Error(), "render: "))
+						} else {
+							_, _ = fmt.Fprintln(a.stderr, "SIGHUP: read the template again")
+						}
+					}
+				}
+			})
+			if err := r.Run(ctx); err != nil {
 				return err
 			}
 			return printErr
