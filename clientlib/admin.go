@@ -78,6 +78,26 @@ func (a *Admin) acquire(ctx context.Context, sessionID, name string, wait bool, 
 	return LockGrant{Name: g.GetName(), Token: fencing.Token(g.GetToken()), SessionID: g.GetSessionId(), RequestID: g.GetRequestId(), Revision: g.GetRevision(), Read: g.GetRead()}, nil
 }
 
+// AcquireAll takes every named lock for the session sessionID, all or
+// none, as Session.LockAll does, and returns the grants sorted by name. It
+// is not retried (see Acquire); a retry by the caller with the same
+// WithRequestID resumes the same grants.
+func (a *Admin) AcquireAll(ctx context.Context, sessionID string, names []string, opts ...LockOption) ([]LockGrant, error) {
+	o := lockOptions{limit: 1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	resp, err := a.c.locks.AcquireAll(ctx, &coorddv1.AcquireAllRequest{Names: names, SessionId: sessionID, RequestId: o.requestID, Metadata: o.metadata})
+	if err != nil {
+		return nil, convert(ctx, err)
+	}
+	out := make([]LockGrant, 0, len(resp.GetGrants()))
+	for _, g := range resp.GetGrants() {
+		out = append(out, LockGrant{Name: g.GetName(), Token: fencing.Token(g.GetToken()), SessionID: g.GetSessionId(), RequestID: g.GetRequestId(), Revision: g.GetRevision()})
+	}
+	return out, nil
+}
+
 // Release gives up the grant that token names; ErrNotHolder if it holds
 // nothing.
 func (a *Admin) Release(ctx context.Context, name string, token fencing.Token) error {

@@ -120,12 +120,7 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 		return nil, err
 	}
 
-	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId(), read: grant.GetRead(), ownID: own}
-	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: name, Token: grant.GetToken(), RequestId: grant.GetRequestId(), Revision: grant.GetRevision()},
-		func() error {
-			return fmt.Errorf("%w: the server reports lock %q (token %d) released: by a Release from elsewhere (coordctl, an admin, another client with the token) or because its session was closed", ErrNotHolder, name, grant.GetToken())
-		},
-		followedOn(follow, grant.GetFollowed()))
+	l := s.heldLock(name, grant, follow, own)
 	if s.Err() != nil {
 		// The session ended while the grant was on its way. Try to hand the
 		// lock back, briefly: the server may be the reason the session ended.
@@ -135,6 +130,17 @@ func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockO
 		return nil, s.Err()
 	}
 	return l, nil
+}
+
+// heldLock tracks a grant the server made to s.
+func (s *Session) heldLock(name string, grant *coorddv1.LockGrant, follow following, own bool) *Lock {
+	l := &Lock{s: s, name: name, token: fencing.Token(grant.GetToken()), requestID: grant.GetRequestId(), read: grant.GetRead(), ownID: own}
+	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: name, Token: grant.GetToken(), RequestId: grant.GetRequestId(), Revision: grant.GetRevision()},
+		func() error {
+			return fmt.Errorf("%w: the server reports lock %q (token %d) released: by a Release from elsewhere (coordctl, an admin, another client with the token) or because its session was closed", ErrNotHolder, name, grant.GetToken())
+		},
+		followedOn(follow, grant.GetFollowed()))
+	return l
 }
 
 // Name is the lock's name.

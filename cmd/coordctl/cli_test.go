@@ -803,3 +803,27 @@ func TestVerify(t *testing.T) {
 		t.Errorf("verify --sabotage other: %q", errOut)
 	}
 }
+
+// lock acquire-all: one grant per lock, sorted by name; --wait running out
+// behind a held lock exits 124 and leaves none of the set held.
+func TestLockAcquireAll(t *testing.T) {
+	t.Parallel()
+	ep := coorddtest.Start(t).GRPCAddr
+	session := func() string {
+		var s struct{ ID string }
+		jsonOf(t, must(t, ep, "session", "create", "-o", "json"), &s)
+		return s.ID
+	}
+	s1, s2 := session(), session()
+	out := must(t, ep, "lock", "acquire-all", "jobs/b", "jobs/a", "--session", s1)
+	if !strings.Contains(out, "jobs/a") || strings.Index(out, "jobs/a") > strings.Index(out, "jobs/b") {
+		t.Fatalf("acquire-all printed:\n%s", out)
+	}
+	code, _, errOut := ctl(t, ep, "", "lock", "acquire-all", "jobs/c", "jobs/b", "--session", s2, "--wait", "200ms")
+	if code != exitTimeout {
+		t.Fatalf("acquire-all behind a held lock = %d %s, want %d", code, errOut, exitTimeout)
+	}
+	if st := must(t, ep, "lock", "status", "jobs/c", "-o", "json"); strings.Contains(st, s2) {
+		t.Errorf("the failed set left jobs/c with session %s: %s", s2, st)
+	}
+}

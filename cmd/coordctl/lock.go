@@ -92,6 +92,54 @@ func (a *app) lockCommand() *cobra.Command {
 	acquire.Flags().StringVar(&requestID, "request-id", "", "the acquisition's idempotency key: run again with the same session and id after a --wait ran out or an answer was lost, and it resumes that wait (or prints the grant it already has) instead of queueing again")
 	acquire.Flags().BoolVar(&read, "read", false, "take a read grant of a read/write lock: shared with other readers, never with a writer")
 
+	var allSession, allRequestID, allMetadata string
+	var allWait time.Duration
+	acquireAll := &cobra.Command{
+		Use:   "acquire-all NAME... --session ID",
+		Short: "Take several locks for a session, all or none, without deadlock; prints a token per lock",
+		Long: `Take every named lock for the session, all or none, in one request: the
+server queues for them in the order of their names, so acquire-all calls
+for overlapping sets never deadlock each other, and each lock's queue
+stays first come, first served. It prints one grant (one fencing token)
+per lock, sorted by name. If --wait runs out (exit 124) or a lock cannot
+be had, none of them stays held or queued. Release each with lock release,
+or all with the session (session close).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if allSession == "" {
+				return usagef("--session is required (see coordctl session create)")
+			}
+			c, err := a.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := waitCtx(cmd.Context(), allWait)
+			defer cancel()
+			opts := []clientlib.LockOption{clientlib.WithMetadata(allMetadata)}
+			if allRequestID != "" {
+				opts = append(opts, clientlib.WithRequestID(allRequestID))
+			}
+			gs, err := c.Admin().AcquireAll(ctx, allSession, args, opts...)
+			if err != nil {
+				return err
+			}
+			out := make([]grantJSON, 0, len(gs))
+			for _, g := range gs {
+				out = append(out, grantOut(g))
+			}
+			return a.print(out, func(w *bytes.Buffer) {
+				fmt.Fprintln(w, "NAME\tTOKEN\tSESSION")
+				for _, g := range gs {
+					fmt.Fprintf(w, "%s\t%s\t%s\n", g.Name, g.Token, g.SessionID)
+				}
+			})
+		},
+	}
+	acquireAll.Flags().StringVar(&allSession, "session", "", "the holding session (required)")
+	acquireAll.Flags().DurationVar(&allWait, "wait", 0, "give up after this long (exit 124), leaving none held; 0 waits as long as it takes")
+	acquireAll.Flags().StringVar(&allMetadata, "metadata", "", "note shown by lock status on each lock")
+	acquireAll.Flags().StringVar(&allRequestID, "request-id", "", "the set's idempotency key: run again with the same session and id and it resumes the same grants")
+
 	release := &cobra.Command{
 		Use:   "release NAME TOKEN",
 		Short: "Give up the grant a token names",
@@ -182,7 +230,8 @@ func (a *app) lockCommand() *cobra.Command {
 	for _, c := range []*cobra.Command{acquire, release, status, list, validate} {
 		c.ValidArgsFunction = a.completeFirst(lockNames, cobra.ShellCompDirectiveNoFileComp)
 	}
-	cmd.AddCommand(acquire, release, status, list, validate, a.lockRunCommand())
+	acquireAll.ValidArgsFunction = a.completeEach(lockNames)
+	cmd.AddCommand(acquire, acquireAll, release, status, list, validate, a.lockRunCommand())
 	return cmd
 }
 

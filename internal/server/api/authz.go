@@ -151,6 +151,15 @@ var rpcTable = map[string]rpcRule{
 
 	lockSvc + "Acquire":    rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.AcquireRequest).GetName), bySession((*coorddv1.AcquireRequest).GetSessionId)),
 	lockSvc + "TryAcquire": rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.TryAcquireRequest).GetName), bySession((*coorddv1.TryAcquireRequest).GetSessionId)),
+	// Every lock of the set must be allowed.
+	lockSvc + "AcquireAll": rule(auth.LockAcquire, func(msg any) []auth.Resource {
+		m, _ := msg.(*coorddv1.AcquireAllRequest)
+		out := make([]auth.Resource, 0, len(m.GetNames()))
+		for _, n := range m.GetNames() {
+			out = append(out, auth.Resource{Kind: auth.Lock, Name: n})
+		}
+		return out
+	}, bySession((*coorddv1.AcquireAllRequest).GetSessionId)),
 	// A release that names its session and request id (the SDK always
 	// does) can only remove that session's entry, so the session is
 	// checked; any other release acts on whoever holds the token, so the
@@ -491,7 +500,7 @@ func SetNames(msg protoreflect.Message, name string) {
 		switch {
 		case f.Kind() == protoreflect.StringKind && !f.IsList() && slices.Contains(nameFields, string(f.Name())):
 			msg.Set(f, protoreflect.ValueOfString(name))
-		case f.Kind() == protoreflect.StringKind && f.IsList() && f.Name() == "namespaces":
+		case f.Kind() == protoreflect.StringKind && f.IsList() && (f.Name() == "namespaces" || f.Name() == "names"):
 			l := msg.Mutable(f).List()
 			l.Append(protoreflect.ValueOfString(name))
 		case f.Kind() == protoreflect.MessageKind && !f.IsMap() && (f.Name() == "start" || f.Name() == "namespaces"):

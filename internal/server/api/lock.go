@@ -98,6 +98,38 @@ func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) 
 	return &coorddv1.AcquireResponse{Grant: s.followed(ctx, req.GetKeepaliveStream(), g)}, nil
 }
 
+// AcquireAll implements LockService.
+func (s *LockServer) AcquireAll(ctx context.Context, req *coorddv1.AcquireAllRequest) (*coorddv1.AcquireAllResponse, error) {
+	lr, err := lockRequest("", req.GetSessionId(), 1, req.GetRequestId(), req.GetMetadata(), nil, false)
+	if err != nil {
+		return nil, err
+	}
+	if w := req.GetWait(); w != nil {
+		if err := w.CheckValid(); err != nil || w.AsDuration() <= 0 {
+			return nil, invalid("wait must be a positive duration (for example \"30s\")")
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.AsDuration())
+		defer cancel()
+	}
+	done, err := s.Waiters.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	start := time.Now()
+	gs, err := s.m.AcquireAll(ctx, req.GetNames(), lr)
+	if err != nil {
+		return nil, err
+	}
+	out := &coorddv1.AcquireAllResponse{}
+	for _, g := range gs {
+		s.metrics.granted(time.Since(start), g.DelayWaited)
+		out.Grants = append(out.Grants, s.followed(ctx, req.GetKeepaliveStream(), g))
+	}
+	return out, nil
+}
+
 // TryAcquire implements LockService.
 func (s *LockServer) TryAcquire(ctx context.Context, req *coorddv1.TryAcquireRequest) (*coorddv1.TryAcquireResponse, error) {
 	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata(), req.GetLockDelay(), req.GetRead())

@@ -317,6 +317,148 @@ func (x *AcquireResponse) GetGrant() *LockGrant {
 	return nil
 }
 
+// AcquireAllRequest asks for several locks at once.
+type AcquireAllRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// names are the locks, each as in AcquireRequest; 1 to 64 of them, no
+	// name twice. Each is a mutex (limit 1), taken for writing.
+	Names []string `protobuf:"bytes,1,rep,name=names,proto3" json:"names,omitempty"`
+	// session_id is the session that will hold them. Required.
+	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// request_id makes the call idempotent, as in AcquireRequest: each lock's
+	// own request id is derived from it and the lock's name. The server
+	// picks one when empty (a retry then starts again).
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// metadata is shown by DescribeLock on each lock. At most 1024 bytes.
+	Metadata string `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// wait bounds the whole wait; when unset the call waits as long as its
+	// own deadline allows.
+	Wait *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	// keepalive_stream: as in AcquireRequest, for every grant.
+	KeepaliveStream uint64 `protobuf:"varint,6,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AcquireAllRequest) Reset() {
+	*x = AcquireAllRequest{}
+	mi := &file_coordd_v1_lock_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireAllRequest) ProtoMessage() {}
+
+func (x *AcquireAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_lock_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireAllRequest.ProtoReflect.Descriptor instead.
+func (*AcquireAllRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AcquireAllRequest) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *AcquireAllRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AcquireAllRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *AcquireAllRequest) GetMetadata() string {
+	if x != nil {
+		return x.Metadata
+	}
+	return ""
+}
+
+func (x *AcquireAllRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *AcquireAllRequest) GetKeepaliveStream() uint64 {
+	if x != nil {
+		return x.KeepaliveStream
+	}
+	return 0
+}
+
+// AcquireAllResponse carries one grant per lock, in the order of their
+// names.
+type AcquireAllResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// grants are the held locks, sorted by name.
+	Grants        []*LockGrant `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireAllResponse) Reset() {
+	*x = AcquireAllResponse{}
+	mi := &file_coordd_v1_lock_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireAllResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireAllResponse) ProtoMessage() {}
+
+func (x *AcquireAllResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_lock_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireAllResponse.ProtoReflect.Descriptor instead.
+func (*AcquireAllResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AcquireAllResponse) GetGrants() []*LockGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
 // TryAcquireRequest asks for a lock without waiting.
 type TryAcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -342,7 +484,7 @@ type TryAcquireRequest struct {
 
 func (x *TryAcquireRequest) Reset() {
 	*x = TryAcquireRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[3]
+	mi := &file_coordd_v1_lock_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +496,7 @@ func (x *TryAcquireRequest) String() string {
 func (*TryAcquireRequest) ProtoMessage() {}
 
 func (x *TryAcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[3]
+	mi := &file_coordd_v1_lock_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +509,7 @@ func (x *TryAcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryAcquireRequest.ProtoReflect.Descriptor instead.
 func (*TryAcquireRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{3}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TryAcquireRequest) GetName() string {
@@ -437,7 +579,7 @@ type TryAcquireResponse struct {
 
 func (x *TryAcquireResponse) Reset() {
 	*x = TryAcquireResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[4]
+	mi := &file_coordd_v1_lock_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +591,7 @@ func (x *TryAcquireResponse) String() string {
 func (*TryAcquireResponse) ProtoMessage() {}
 
 func (x *TryAcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[4]
+	mi := &file_coordd_v1_lock_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +604,7 @@ func (x *TryAcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryAcquireResponse.ProtoReflect.Descriptor instead.
 func (*TryAcquireResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{4}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TryAcquireResponse) GetGrant() *LockGrant {
@@ -497,7 +639,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[5]
+	mi := &file_coordd_v1_lock_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +651,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[5]
+	mi := &file_coordd_v1_lock_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +664,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{5}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReleaseRequest) GetName() string {
@@ -569,7 +711,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[6]
+	mi := &file_coordd_v1_lock_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +723,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[6]
+	mi := &file_coordd_v1_lock_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +736,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{6}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{8}
 }
 
 // LockEntry is one holder or waiter.
@@ -626,7 +768,7 @@ type LockEntry struct {
 
 func (x *LockEntry) Reset() {
 	*x = LockEntry{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[7]
+	mi := &file_coordd_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +780,7 @@ func (x *LockEntry) String() string {
 func (*LockEntry) ProtoMessage() {}
 
 func (x *LockEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[7]
+	mi := &file_coordd_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +793,7 @@ func (x *LockEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockEntry.ProtoReflect.Descriptor instead.
 func (*LockEntry) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LockEntry) GetSessionId() string {
@@ -728,7 +870,7 @@ type DescribeLockRequest struct {
 
 func (x *DescribeLockRequest) Reset() {
 	*x = DescribeLockRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[8]
+	mi := &file_coordd_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +882,7 @@ func (x *DescribeLockRequest) String() string {
 func (*DescribeLockRequest) ProtoMessage() {}
 
 func (x *DescribeLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[8]
+	mi := &file_coordd_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +895,7 @@ func (x *DescribeLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeLockRequest.ProtoReflect.Descriptor instead.
 func (*DescribeLockRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DescribeLockRequest) GetName() string {
@@ -774,7 +916,7 @@ type WatchLockRequest struct {
 
 func (x *WatchLockRequest) Reset() {
 	*x = WatchLockRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[9]
+	mi := &file_coordd_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +928,7 @@ func (x *WatchLockRequest) String() string {
 func (*WatchLockRequest) ProtoMessage() {}
 
 func (x *WatchLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[9]
+	mi := &file_coordd_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +941,7 @@ func (x *WatchLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLockRequest.ProtoReflect.Descriptor instead.
 func (*WatchLockRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchLockRequest) GetName() string {
@@ -820,7 +962,7 @@ type WatchLockResponse struct {
 
 func (x *WatchLockResponse) Reset() {
 	*x = WatchLockResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[10]
+	mi := &file_coordd_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +974,7 @@ func (x *WatchLockResponse) String() string {
 func (*WatchLockResponse) ProtoMessage() {}
 
 func (x *WatchLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[10]
+	mi := &file_coordd_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +987,7 @@ func (x *WatchLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLockResponse.ProtoReflect.Descriptor instead.
 func (*WatchLockResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchLockResponse) GetLock() *DescribeLockResponse {
@@ -877,7 +1019,7 @@ type DescribeLockResponse struct {
 
 func (x *DescribeLockResponse) Reset() {
 	*x = DescribeLockResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[11]
+	mi := &file_coordd_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1031,7 @@ func (x *DescribeLockResponse) String() string {
 func (*DescribeLockResponse) ProtoMessage() {}
 
 func (x *DescribeLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[11]
+	mi := &file_coordd_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1044,7 @@ func (x *DescribeLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeLockResponse.ProtoReflect.Descriptor instead.
 func (*DescribeLockResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DescribeLockResponse) GetName() string {
@@ -962,7 +1104,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[12]
+	mi := &file_coordd_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1116,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[12]
+	mi := &file_coordd_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1129,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -1024,7 +1166,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[13]
+	mi := &file_coordd_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1178,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[13]
+	mi := &file_coordd_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1191,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListLocksResponse) GetNames() []string {
@@ -1083,7 +1225,7 @@ type ValidateFenceRequest struct {
 
 func (x *ValidateFenceRequest) Reset() {
 	*x = ValidateFenceRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[14]
+	mi := &file_coordd_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1237,7 @@ func (x *ValidateFenceRequest) String() string {
 func (*ValidateFenceRequest) ProtoMessage() {}
 
 func (x *ValidateFenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[14]
+	mi := &file_coordd_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1250,7 @@ func (x *ValidateFenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateFenceRequest.ProtoReflect.Descriptor instead.
 func (*ValidateFenceRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ValidateFenceRequest) GetName() string {
@@ -1141,7 +1283,7 @@ type ValidateFenceResponse struct {
 
 func (x *ValidateFenceResponse) Reset() {
 	*x = ValidateFenceResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[15]
+	mi := &file_coordd_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1295,7 @@ func (x *ValidateFenceResponse) String() string {
 func (*ValidateFenceResponse) ProtoMessage() {}
 
 func (x *ValidateFenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[15]
+	mi := &file_coordd_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1308,7 @@ func (x *ValidateFenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateFenceResponse.ProtoReflect.Descriptor instead.
 func (*ValidateFenceResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 // FencedPutRequest writes a key under a lock's token (or a leadership term).
@@ -1189,7 +1331,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[16]
+	mi := &file_coordd_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1343,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[16]
+	mi := &file_coordd_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1356,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FencedPutRequest) GetLock() string {
@@ -1263,7 +1405,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[17]
+	mi := &file_coordd_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1417,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[17]
+	mi := &file_coordd_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1430,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FencedPutResponse) GetRevision() int64 {
@@ -1316,7 +1458,7 @@ type FencedDeleteRequest struct {
 
 func (x *FencedDeleteRequest) Reset() {
 	*x = FencedDeleteRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[18]
+	mi := &file_coordd_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1470,7 @@ func (x *FencedDeleteRequest) String() string {
 func (*FencedDeleteRequest) ProtoMessage() {}
 
 func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[18]
+	mi := &file_coordd_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1483,7 @@ func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteRequest.ProtoReflect.Descriptor instead.
 func (*FencedDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FencedDeleteRequest) GetLock() string {
@@ -1383,7 +1525,7 @@ type FencedDeleteResponse struct {
 
 func (x *FencedDeleteResponse) Reset() {
 	*x = FencedDeleteResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[19]
+	mi := &file_coordd_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1537,7 @@ func (x *FencedDeleteResponse) String() string {
 func (*FencedDeleteResponse) ProtoMessage() {}
 
 func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[19]
+	mi := &file_coordd_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1550,7 @@ func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteResponse.ProtoReflect.Descriptor instead.
 func (*FencedDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FencedDeleteResponse) GetRevision() int64 {
@@ -1447,7 +1589,18 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x04read\x18\b \x01(\bR\x04read\x12)\n" +
 	"\x10keepalive_stream\x18\t \x01(\x04R\x0fkeepaliveStream\"=\n" +
 	"\x0fAcquireResponse\x12*\n" +
-	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\x90\x02\n" +
+	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\xdd\x01\n" +
+	"\x11AcquireAllRequest\x12\x14\n" +
+	"\x05names\x18\x01 \x03(\tR\x05names\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x1a\n" +
+	"\bmetadata\x18\x04 \x01(\tR\bmetadata\x12-\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12)\n" +
+	"\x10keepalive_stream\x18\x06 \x01(\x04R\x0fkeepaliveStream\"B\n" +
+	"\x12AcquireAllResponse\x12,\n" +
+	"\x06grants\x18\x01 \x03(\v2\x14.coordd.v1.LockGrantR\x06grants\"\x90\x02\n" +
 	"\x11TryAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -1524,11 +1677,13 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x1a\n" +
 	"\belection\x18\x04 \x01(\tR\belection\"2\n" +
 	"\x14FencedDeleteResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision2\xac\x05\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision2\xf7\x05\n" +
 	"\vLockService\x12@\n" +
 	"\aAcquire\x12\x19.coordd.v1.AcquireRequest\x1a\x1a.coordd.v1.AcquireResponse\x12I\n" +
 	"\n" +
-	"TryAcquire\x12\x1c.coordd.v1.TryAcquireRequest\x1a\x1d.coordd.v1.TryAcquireResponse\x12@\n" +
+	"TryAcquire\x12\x1c.coordd.v1.TryAcquireRequest\x1a\x1d.coordd.v1.TryAcquireResponse\x12I\n" +
+	"\n" +
+	"AcquireAll\x12\x1c.coordd.v1.AcquireAllRequest\x1a\x1d.coordd.v1.AcquireAllResponse\x12@\n" +
 	"\aRelease\x12\x19.coordd.v1.ReleaseRequest\x1a\x1a.coordd.v1.ReleaseResponse\x12O\n" +
 	"\fDescribeLock\x12\x1e.coordd.v1.DescribeLockRequest\x1a\x1f.coordd.v1.DescribeLockResponse\x12H\n" +
 	"\tWatchLock\x12\x1b.coordd.v1.WatchLockRequest\x1a\x1c.coordd.v1.WatchLockResponse0\x01\x12F\n" +
@@ -1549,66 +1704,72 @@ func file_coordd_v1_lock_proto_rawDescGZIP() []byte {
 	return file_coordd_v1_lock_proto_rawDescData
 }
 
-var file_coordd_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_coordd_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_coordd_v1_lock_proto_goTypes = []any{
 	(*LockGrant)(nil),             // 0: coordd.v1.LockGrant
 	(*AcquireRequest)(nil),        // 1: coordd.v1.AcquireRequest
 	(*AcquireResponse)(nil),       // 2: coordd.v1.AcquireResponse
-	(*TryAcquireRequest)(nil),     // 3: coordd.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),    // 4: coordd.v1.TryAcquireResponse
-	(*ReleaseRequest)(nil),        // 5: coordd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 6: coordd.v1.ReleaseResponse
-	(*LockEntry)(nil),             // 7: coordd.v1.LockEntry
-	(*DescribeLockRequest)(nil),   // 8: coordd.v1.DescribeLockRequest
-	(*WatchLockRequest)(nil),      // 9: coordd.v1.WatchLockRequest
-	(*WatchLockResponse)(nil),     // 10: coordd.v1.WatchLockResponse
-	(*DescribeLockResponse)(nil),  // 11: coordd.v1.DescribeLockResponse
-	(*ListLocksRequest)(nil),      // 12: coordd.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),     // 13: coordd.v1.ListLocksResponse
-	(*ValidateFenceRequest)(nil),  // 14: coordd.v1.ValidateFenceRequest
-	(*ValidateFenceResponse)(nil), // 15: coordd.v1.ValidateFenceResponse
-	(*FencedPutRequest)(nil),      // 16: coordd.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),     // 17: coordd.v1.FencedPutResponse
-	(*FencedDeleteRequest)(nil),   // 18: coordd.v1.FencedDeleteRequest
-	(*FencedDeleteResponse)(nil),  // 19: coordd.v1.FencedDeleteResponse
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*AcquireAllRequest)(nil),     // 3: coordd.v1.AcquireAllRequest
+	(*AcquireAllResponse)(nil),    // 4: coordd.v1.AcquireAllResponse
+	(*TryAcquireRequest)(nil),     // 5: coordd.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),    // 6: coordd.v1.TryAcquireResponse
+	(*ReleaseRequest)(nil),        // 7: coordd.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 8: coordd.v1.ReleaseResponse
+	(*LockEntry)(nil),             // 9: coordd.v1.LockEntry
+	(*DescribeLockRequest)(nil),   // 10: coordd.v1.DescribeLockRequest
+	(*WatchLockRequest)(nil),      // 11: coordd.v1.WatchLockRequest
+	(*WatchLockResponse)(nil),     // 12: coordd.v1.WatchLockResponse
+	(*DescribeLockResponse)(nil),  // 13: coordd.v1.DescribeLockResponse
+	(*ListLocksRequest)(nil),      // 14: coordd.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),     // 15: coordd.v1.ListLocksResponse
+	(*ValidateFenceRequest)(nil),  // 16: coordd.v1.ValidateFenceRequest
+	(*ValidateFenceResponse)(nil), // 17: coordd.v1.ValidateFenceResponse
+	(*FencedPutRequest)(nil),      // 18: coordd.v1.FencedPutRequest
+	(*FencedPutResponse)(nil),     // 19: coordd.v1.FencedPutResponse
+	(*FencedDeleteRequest)(nil),   // 20: coordd.v1.FencedDeleteRequest
+	(*FencedDeleteResponse)(nil),  // 21: coordd.v1.FencedDeleteResponse
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_coordd_v1_lock_proto_depIdxs = []int32{
-	20, // 0: coordd.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	20, // 1: coordd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	22, // 0: coordd.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	22, // 1: coordd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	0,  // 2: coordd.v1.AcquireResponse.grant:type_name -> coordd.v1.LockGrant
-	20, // 3: coordd.v1.TryAcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	0,  // 4: coordd.v1.TryAcquireResponse.grant:type_name -> coordd.v1.LockGrant
-	21, // 5: coordd.v1.LockEntry.enqueue_time:type_name -> google.protobuf.Timestamp
-	21, // 6: coordd.v1.LockEntry.grant_time:type_name -> google.protobuf.Timestamp
-	11, // 7: coordd.v1.WatchLockResponse.lock:type_name -> coordd.v1.DescribeLockResponse
-	7,  // 8: coordd.v1.DescribeLockResponse.holders:type_name -> coordd.v1.LockEntry
-	7,  // 9: coordd.v1.DescribeLockResponse.waiters:type_name -> coordd.v1.LockEntry
-	21, // 10: coordd.v1.DescribeLockResponse.delayed_until:type_name -> google.protobuf.Timestamp
-	1,  // 11: coordd.v1.LockService.Acquire:input_type -> coordd.v1.AcquireRequest
-	3,  // 12: coordd.v1.LockService.TryAcquire:input_type -> coordd.v1.TryAcquireRequest
-	5,  // 13: coordd.v1.LockService.Release:input_type -> coordd.v1.ReleaseRequest
-	8,  // 14: coordd.v1.LockService.DescribeLock:input_type -> coordd.v1.DescribeLockRequest
-	9,  // 15: coordd.v1.LockService.WatchLock:input_type -> coordd.v1.WatchLockRequest
-	12, // 16: coordd.v1.LockService.ListLocks:input_type -> coordd.v1.ListLocksRequest
-	14, // 17: coordd.v1.LockService.ValidateFence:input_type -> coordd.v1.ValidateFenceRequest
-	16, // 18: coordd.v1.LockService.FencedPut:input_type -> coordd.v1.FencedPutRequest
-	18, // 19: coordd.v1.LockService.FencedDelete:input_type -> coordd.v1.FencedDeleteRequest
-	2,  // 20: coordd.v1.LockService.Acquire:output_type -> coordd.v1.AcquireResponse
-	4,  // 21: coordd.v1.LockService.TryAcquire:output_type -> coordd.v1.TryAcquireResponse
-	6,  // 22: coordd.v1.LockService.Release:output_type -> coordd.v1.ReleaseResponse
-	11, // 23: coordd.v1.LockService.DescribeLock:output_type -> coordd.v1.DescribeLockResponse
-	10, // 24: coordd.v1.LockService.WatchLock:output_type -> coordd.v1.WatchLockResponse
-	13, // 25: coordd.v1.LockService.ListLocks:output_type -> coordd.v1.ListLocksResponse
-	15, // 26: coordd.v1.LockService.ValidateFence:output_type -> coordd.v1.ValidateFenceResponse
-	17, // 27: coordd.v1.LockService.FencedPut:output_type -> coordd.v1.FencedPutResponse
-	19, // 28: coordd.v1.LockService.FencedDelete:output_type -> coordd.v1.FencedDeleteResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	22, // 3: coordd.v1.AcquireAllRequest.wait:type_name -> google.protobuf.Duration
+	0,  // 4: coordd.v1.AcquireAllResponse.grants:type_name -> coordd.v1.LockGrant
+	22, // 5: coordd.v1.TryAcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	0,  // 6: coordd.v1.TryAcquireResponse.grant:type_name -> coordd.v1.LockGrant
+	23, // 7: coordd.v1.LockEntry.enqueue_time:type_name -> google.protobuf.Timestamp
+	23, // 8: coordd.v1.LockEntry.grant_time:type_name -> google.protobuf.Timestamp
+	13, // 9: coordd.v1.WatchLockResponse.lock:type_name -> coordd.v1.DescribeLockResponse
+	9,  // 10: coordd.v1.DescribeLockResponse.holders:type_name -> coordd.v1.LockEntry
+	9,  // 11: coordd.v1.DescribeLockResponse.waiters:type_name -> coordd.v1.LockEntry
+	23, // 12: coordd.v1.DescribeLockResponse.delayed_until:type_name -> google.protobuf.Timestamp
+	1,  // 13: coordd.v1.LockService.Acquire:input_type -> coordd.v1.AcquireRequest
+	5,  // 14: coordd.v1.LockService.TryAcquire:input_type -> coordd.v1.TryAcquireRequest
+	3,  // 15: coordd.v1.LockService.AcquireAll:input_type -> coordd.v1.AcquireAllRequest
+	7,  // 16: coordd.v1.LockService.Release:input_type -> coordd.v1.ReleaseRequest
+	10, // 17: coordd.v1.LockService.DescribeLock:input_type -> coordd.v1.DescribeLockRequest
+	11, // 18: coordd.v1.LockService.WatchLock:input_type -> coordd.v1.WatchLockRequest
+	14, // 19: coordd.v1.LockService.ListLocks:input_type -> coordd.v1.ListLocksRequest
+	16, // 20: coordd.v1.LockService.ValidateFence:input_type -> coordd.v1.ValidateFenceRequest
+	18, // 21: coordd.v1.LockService.FencedPut:input_type -> coordd.v1.FencedPutRequest
+	20, // 22: coordd.v1.LockService.FencedDelete:input_type -> coordd.v1.FencedDeleteRequest
+	2,  // 23: coordd.v1.LockService.Acquire:output_type -> coordd.v1.AcquireResponse
+	6,  // 24: coordd.v1.LockService.TryAcquire:output_type -> coordd.v1.TryAcquireResponse
+	4,  // 25: coordd.v1.LockService.AcquireAll:output_type -> coordd.v1.AcquireAllResponse
+	8,  // 26: coordd.v1.LockService.Release:output_type -> coordd.v1.ReleaseResponse
+	13, // 27: coordd.v1.LockService.DescribeLock:output_type -> coordd.v1.DescribeLockResponse
+	12, // 28: coordd.v1.LockService.WatchLock:output_type -> coordd.v1.WatchLockResponse
+	15, // 29: coordd.v1.LockService.ListLocks:output_type -> coordd.v1.ListLocksResponse
+	17, // 30: coordd.v1.LockService.ValidateFence:output_type -> coordd.v1.ValidateFenceResponse
+	19, // 31: coordd.v1.LockService.FencedPut:output_type -> coordd.v1.FencedPutResponse
+	21, // 32: coordd.v1.LockService.FencedDelete:output_type -> coordd.v1.FencedDeleteResponse
+	23, // [23:33] is the sub-list for method output_type
+	13, // [13:23] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_lock_proto_init() }
@@ -1622,7 +1783,7 @@ func file_coordd_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_lock_proto_rawDesc), len(file_coordd_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

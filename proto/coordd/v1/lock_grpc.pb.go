@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	LockService_Acquire_FullMethodName       = "/coordd.v1.LockService/Acquire"
 	LockService_TryAcquire_FullMethodName    = "/coordd.v1.LockService/TryAcquire"
+	LockService_AcquireAll_FullMethodName    = "/coordd.v1.LockService/AcquireAll"
 	LockService_Release_FullMethodName       = "/coordd.v1.LockService/Release"
 	LockService_DescribeLock_FullMethodName  = "/coordd.v1.LockService/DescribeLock"
 	LockService_WatchLock_FullMethodName     = "/coordd.v1.LockService/WatchLock"
@@ -56,6 +57,16 @@ type LockServiceClient interface {
 	// TryAcquire takes the lock if it is free now; otherwise it fails with
 	// Aborted (LOCK_HELD) and leaves nothing queued.
 	TryAcquire(ctx context.Context, in *TryAcquireRequest, opts ...grpc.CallOption) (*TryAcquireResponse, error)
+	// AcquireAll takes several locks for one session, all or none: it
+	// queues for them one at a time in the order of their names (so requests
+	// for overlapping sets, in whatever order they name them, never wait for
+	// each other in a cycle), each lock's queue first come, first served, and
+	// answers once it holds them all, with one grant (one token) per lock.
+	// If one cannot be had (`wait` or the deadline runs out, the session
+	// ends, an error), the grants already made are released and nothing is
+	// left queued. A retry with the same request_id resumes the same grants.
+	// Others may see some of the locks held while it waits for the rest.
+	AcquireAll(ctx context.Context, in *AcquireAllRequest, opts ...grpc.CallOption) (*AcquireAllResponse, error)
 	// Release gives up the grant that the token names. A token that holds
 	// nothing (released, expired) fails with FailedPrecondition (NOT_HOLDER):
 	// a late or retried release never removes a newer holder.
@@ -104,6 +115,16 @@ func (c *lockServiceClient) TryAcquire(ctx context.Context, in *TryAcquireReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TryAcquireResponse)
 	err := c.cc.Invoke(ctx, LockService_TryAcquire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *lockServiceClient) AcquireAll(ctx context.Context, in *AcquireAllRequest, opts ...grpc.CallOption) (*AcquireAllResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireAllResponse)
+	err := c.cc.Invoke(ctx, LockService_AcquireAll_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -215,6 +236,16 @@ type LockServiceServer interface {
 	// TryAcquire takes the lock if it is free now; otherwise it fails with
 	// Aborted (LOCK_HELD) and leaves nothing queued.
 	TryAcquire(context.Context, *TryAcquireRequest) (*TryAcquireResponse, error)
+	// AcquireAll takes several locks for one session, all or none: it
+	// queues for them one at a time in the order of their names (so requests
+	// for overlapping sets, in whatever order they name them, never wait for
+	// each other in a cycle), each lock's queue first come, first served, and
+	// answers once it holds them all, with one grant (one token) per lock.
+	// If one cannot be had (`wait` or the deadline runs out, the session
+	// ends, an error), the grants already made are released and nothing is
+	// left queued. A retry with the same request_id resumes the same grants.
+	// Others may see some of the locks held while it waits for the rest.
+	AcquireAll(context.Context, *AcquireAllRequest) (*AcquireAllResponse, error)
 	// Release gives up the grant that the token names. A token that holds
 	// nothing (released, expired) fails with FailedPrecondition (NOT_HOLDER):
 	// a late or retried release never removes a newer holder.
@@ -254,6 +285,9 @@ func (UnimplementedLockServiceServer) Acquire(context.Context, *AcquireRequest) 
 }
 func (UnimplementedLockServiceServer) TryAcquire(context.Context, *TryAcquireRequest) (*TryAcquireResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TryAcquire not implemented")
+}
+func (UnimplementedLockServiceServer) AcquireAll(context.Context, *AcquireAllRequest) (*AcquireAllResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireAll not implemented")
 }
 func (UnimplementedLockServiceServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
@@ -329,6 +363,24 @@ func _LockService_TryAcquire_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LockServiceServer).TryAcquire(ctx, req.(*TryAcquireRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LockService_AcquireAll_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireAllRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LockServiceServer).AcquireAll(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LockService_AcquireAll_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LockServiceServer).AcquireAll(ctx, req.(*AcquireAllRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -466,6 +518,10 @@ var LockService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TryAcquire",
 			Handler:    _LockService_TryAcquire_Handler,
+		},
+		{
+			MethodName: "AcquireAll",
+			Handler:    _LockService_AcquireAll_Handler,
 		},
 		{
 			MethodName: "Release",

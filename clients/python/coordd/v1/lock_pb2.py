@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63oordd/v1/lock.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x01\n\tLockGrant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12\x0c\n\x04read\x18\x06 \x01(\x08\x12\x10\n\x08\x66ollowed\x18\x07 \x01(\x08\"\xe7\x01\n\x0e\x41\x63quireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08metadata\x18\x05 \x01(\t\x12\'\n\x04wait\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12-\n\nlock_delay\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04read\x18\x08 \x01(\x08\x12\x18\n\x10keepalive_stream\x18\t \x01(\x04\"6\n\x0f\x41\x63quireResponse\x12#\n\x05grant\x18\x01 \x01(\x0b\x32\x14.coordd.v1.LockGrant\"\xc1\x01\n\x11TryAcquireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08metadata\x18\x05 \x01(\t\x12-\n\nlock_delay\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04read\x18\x07 \x01(\x08\x12\x18\n\x10keepalive_stream\x18\x08 \x01(\x04\"9\n\x12TryAcquireResponse\x12#\n\x05grant\x18\x01 \x01(\x0b\x32\x14.coordd.v1.LockGrant\"o\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x18\n\x10keepalive_stream\x18\x05 \x01(\x04\"\x11\n\x0fReleaseResponse\"\xe5\x01\n\tLockEntry\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x10\n\x08metadata\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\x03\x12\x30\n\x0c\x65nqueue_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05owner\x18\x06 \x01(\t\x12\x10\n\x08hostname\x18\x07 \x01(\t\x12.\n\ngrant_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04read\x18\t \x01(\x08\"#\n\x13\x44\x65scribeLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\" \n\x10WatchLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"B\n\x11WatchLockResponse\x12-\n\x04lock\x18\x01 \x01(\x0b\x32\x1f.coordd.v1.DescribeLockResponse\"\xc6\x01\n\x14\x44\x65scribeLockResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12%\n\x07holders\x18\x03 \x03(\x0b\x32\x14.coordd.v1.LockEntry\x12%\n\x07waiters\x18\x04 \x03(\x0b\x32\x14.coordd.v1.LockEntry\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12\x31\n\rdelayed_until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"I\n\x10ListLocksRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\";\n\x11ListLocksResponse\x12\r\n\x05names\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"E\n\x14ValidateFenceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x10\n\x08\x65lection\x18\x03 \x01(\t\"\x17\n\x15ValidateFenceResponse\"]\n\x10\x46\x65ncedPutRequest\x12\x0c\n\x04lock\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x10\n\x08\x65lection\x18\x05 \x01(\t\"%\n\x11\x46\x65ncedPutResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"Q\n\x13\x46\x65ncedDeleteRequest\x12\x0c\n\x04lock\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x10\n\x08\x65lection\x18\x04 \x01(\t\"(\n\x14\x46\x65ncedDeleteResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\x32\xac\x05\n\x0bLockService\x12@\n\x07\x41\x63quire\x12\x19.coordd.v1.AcquireRequest\x1a\x1a.coordd.v1.AcquireResponse\x12I\n\nTryAcquire\x12\x1c.coordd.v1.TryAcquireRequest\x1a\x1d.coordd.v1.TryAcquireResponse\x12@\n\x07Release\x12\x19.coordd.v1.ReleaseRequest\x1a\x1a.coordd.v1.ReleaseResponse\x12O\n\x0c\x44\x65scribeLock\x12\x1e.coordd.v1.DescribeLockRequest\x1a\x1f.coordd.v1.DescribeLockResponse\x12H\n\tWatchLock\x12\x1b.coordd.v1.WatchLockRequest\x1a\x1c.coordd.v1.WatchLockResponse0\x01\x12\x46\n\tListLocks\x12\x1b.coordd.v1.ListLocksRequest\x1a\x1c.coordd.v1.ListLocksResponse\x12R\n\rValidateFence\x12\x1f.coordd.v1.ValidateFenceRequest\x1a .coordd.v1.ValidateFenceResponse\x12\x46\n\tFencedPut\x12\x1b.coordd.v1.FencedPutRequest\x1a\x1c.coordd.v1.FencedPutResponse\x12O\n\x0c\x46\x65ncedDelete\x12\x1e.coordd.v1.FencedDeleteRequest\x1a\x1f.coordd.v1.FencedDeleteResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63oordd/v1/lock.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x01\n\tLockGrant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12\x0c\n\x04read\x18\x06 \x01(\x08\x12\x10\n\x08\x66ollowed\x18\x07 \x01(\x08\"\xe7\x01\n\x0e\x41\x63quireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08metadata\x18\x05 \x01(\t\x12\'\n\x04wait\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12-\n\nlock_delay\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04read\x18\x08 \x01(\x08\x12\x18\n\x10keepalive_stream\x18\t \x01(\x04\"6\n\x0f\x41\x63quireResponse\x12#\n\x05grant\x18\x01 \x01(\x0b\x32\x14.coordd.v1.LockGrant\"\x9f\x01\n\x11\x41\x63quireAllRequest\x12\r\n\x05names\x18\x01 \x03(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x10\n\x08metadata\x18\x04 \x01(\t\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x10keepalive_stream\x18\x06 \x01(\x04\":\n\x12\x41\x63quireAllResponse\x12$\n\x06grants\x18\x01 \x03(\x0b\x32\x14.coordd.v1.LockGrant\"\xc1\x01\n\x11TryAcquireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08metadata\x18\x05 \x01(\t\x12-\n\nlock_delay\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04read\x18\x07 \x01(\x08\x12\x18\n\x10keepalive_stream\x18\x08 \x01(\x04\"9\n\x12TryAcquireResponse\x12#\n\x05grant\x18\x01 \x01(\x0b\x32\x14.coordd.v1.LockGrant\"o\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x18\n\x10keepalive_stream\x18\x05 \x01(\x04\"\x11\n\x0fReleaseResponse\"\xe5\x01\n\tLockEntry\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x10\n\x08metadata\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\x03\x12\x30\n\x0c\x65nqueue_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05owner\x18\x06 \x01(\t\x12\x10\n\x08hostname\x18\x07 \x01(\t\x12.\n\ngrant_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04read\x18\t \x01(\x08\"#\n\x13\x44\x65scribeLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\" \n\x10WatchLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"B\n\x11WatchLockResponse\x12-\n\x04lock\x18\x01 \x01(\x0b\x32\x1f.coordd.v1.DescribeLockResponse\"\xc6\x01\n\x14\x44\x65scribeLockResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12%\n\x07holders\x18\x03 \x03(\x0b\x32\x14.coordd.v1.LockEntry\x12%\n\x07waiters\x18\x04 \x03(\x0b\x32\x14.coordd.v1.LockEntry\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12\x31\n\rdelayed_until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"I\n\x10ListLocksRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\";\n\x11ListLocksResponse\x12\r\n\x05names\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"E\n\x14ValidateFenceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x10\n\x08\x65lection\x18\x03 \x01(\t\"\x17\n\x15ValidateFenceResponse\"]\n\x10\x46\x65ncedPutRequest\x12\x0c\n\x04lock\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x10\n\x08\x65lection\x18\x05 \x01(\t\"%\n\x11\x46\x65ncedPutResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"Q\n\x13\x46\x65ncedDeleteRequest\x12\x0c\n\x04lock\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x10\n\x08\x65lection\x18\x04 \x01(\t\"(\n\x14\x46\x65ncedDeleteResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\x32\xf7\x05\n\x0bLockService\x12@\n\x07\x41\x63quire\x12\x19.coordd.v1.AcquireRequest\x1a\x1a.coordd.v1.AcquireResponse\x12I\n\nTryAcquire\x12\x1c.coordd.v1.TryAcquireRequest\x1a\x1d.coordd.v1.TryAcquireResponse\x12I\n\nAcquireAll\x12\x1c.coordd.v1.AcquireAllRequest\x1a\x1d.coordd.v1.AcquireAllResponse\x12@\n\x07Release\x12\x19.coordd.v1.ReleaseRequest\x1a\x1a.coordd.v1.ReleaseResponse\x12O\n\x0c\x44\x65scribeLock\x12\x1e.coordd.v1.DescribeLockRequest\x1a\x1f.coordd.v1.DescribeLockResponse\x12H\n\tWatchLock\x12\x1b.coordd.v1.WatchLockRequest\x1a\x1c.coordd.v1.WatchLockResponse0\x01\x12\x46\n\tListLocks\x12\x1b.coordd.v1.ListLocksRequest\x1a\x1c.coordd.v1.ListLocksResponse\x12R\n\rValidateFence\x12\x1f.coordd.v1.ValidateFenceRequest\x1a .coordd.v1.ValidateFenceResponse\x12\x46\n\tFencedPut\x12\x1b.coordd.v1.FencedPutRequest\x1a\x1c.coordd.v1.FencedPutResponse\x12O\n\x0c\x46\x65ncedDelete\x12\x1e.coordd.v1.FencedDeleteRequest\x1a\x1f.coordd.v1.FencedDeleteResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'coordd.v1.lock_pb2', globals())
@@ -29,40 +29,44 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _ACQUIREREQUEST._serialized_end=465
   _ACQUIRERESPONSE._serialized_start=467
   _ACQUIRERESPONSE._serialized_end=521
-  _TRYACQUIREREQUEST._serialized_start=524
-  _TRYACQUIREREQUEST._serialized_end=717
-  _TRYACQUIRERESPONSE._serialized_start=719
-  _TRYACQUIRERESPONSE._serialized_end=776
-  _RELEASEREQUEST._serialized_start=778
-  _RELEASEREQUEST._serialized_end=889
-  _RELEASERESPONSE._serialized_start=891
-  _RELEASERESPONSE._serialized_end=908
-  _LOCKENTRY._serialized_start=911
-  _LOCKENTRY._serialized_end=1140
-  _DESCRIBELOCKREQUEST._serialized_start=1142
-  _DESCRIBELOCKREQUEST._serialized_end=1177
-  _WATCHLOCKREQUEST._serialized_start=1179
-  _WATCHLOCKREQUEST._serialized_end=1211
-  _WATCHLOCKRESPONSE._serialized_start=1213
-  _WATCHLOCKRESPONSE._serialized_end=1279
-  _DESCRIBELOCKRESPONSE._serialized_start=1282
-  _DESCRIBELOCKRESPONSE._serialized_end=1480
-  _LISTLOCKSREQUEST._serialized_start=1482
-  _LISTLOCKSREQUEST._serialized_end=1555
-  _LISTLOCKSRESPONSE._serialized_start=1557
-  _LISTLOCKSRESPONSE._serialized_end=1616
-  _VALIDATEFENCEREQUEST._serialized_start=1618
-  _VALIDATEFENCEREQUEST._serialized_end=1687
-  _VALIDATEFENCERESPONSE._serialized_start=1689
-  _VALIDATEFENCERESPONSE._serialized_end=1712
-  _FENCEDPUTREQUEST._serialized_start=1714
-  _FENCEDPUTREQUEST._serialized_end=1807
-  _FENCEDPUTRESPONSE._serialized_start=1809
-  _FENCEDPUTRESPONSE._serialized_end=1846
-  _FENCEDDELETEREQUEST._serialized_start=1848
-  _FENCEDDELETEREQUEST._serialized_end=1929
-  _FENCEDDELETERESPONSE._serialized_start=1931
-  _FENCEDDELETERESPONSE._serialized_end=1971
-  _LOCKSERVICE._serialized_start=1974
-  _LOCKSERVICE._serialized_end=2658
+  _ACQUIREALLREQUEST._serialized_start=524
+  _ACQUIREALLREQUEST._serialized_end=683
+  _ACQUIREALLRESPONSE._serialized_start=685
+  _ACQUIREALLRESPONSE._serialized_end=743
+  _TRYACQUIREREQUEST._serialized_start=746
+  _TRYACQUIREREQUEST._serialized_end=939
+  _TRYACQUIRERESPONSE._serialized_start=941
+  _TRYACQUIRERESPONSE._serialized_end=998
+  _RELEASEREQUEST._serialized_start=1000
+  _RELEASEREQUEST._serialized_end=1111
+  _RELEASERESPONSE._serialized_start=1113
+  _RELEASERESPONSE._serialized_end=1130
+  _LOCKENTRY._serialized_start=1133
+  _LOCKENTRY._serialized_end=1362
+  _DESCRIBELOCKREQUEST._serialized_start=1364
+  _DESCRIBELOCKREQUEST._serialized_end=1399
+  _WATCHLOCKREQUEST._serialized_start=1401
+  _WATCHLOCKREQUEST._serialized_end=1433
+  _WATCHLOCKRESPONSE._serialized_start=1435
+  _WATCHLOCKRESPONSE._serialized_end=1501
+  _DESCRIBELOCKRESPONSE._serialized_start=1504
+  _DESCRIBELOCKRESPONSE._serialized_end=1702
+  _LISTLOCKSREQUEST._serialized_start=1704
+  _LISTLOCKSREQUEST._serialized_end=1777
+  _LISTLOCKSRESPONSE._serialized_start=1779
+  _LISTLOCKSRESPONSE._serialized_end=1838
+  _VALIDATEFENCEREQUEST._serialized_start=1840
+  _VALIDATEFENCEREQUEST._serialized_end=1909
+  _VALIDATEFENCERESPONSE._serialized_start=1911
+  _VALIDATEFENCERESPONSE._serialized_end=1934
+  _FENCEDPUTREQUEST._serialized_start=1936
+  _FENCEDPUTREQUEST._serialized_end=2029
+  _FENCEDPUTRESPONSE._serialized_start=2031
+  _FENCEDPUTRESPONSE._serialized_end=2068
+  _FENCEDDELETEREQUEST._serialized_start=2070
+  _FENCEDDELETEREQUEST._serialized_end=2151
+  _FENCEDDELETERESPONSE._serialized_start=2153
+  _FENCEDDELETERESPONSE._serialized_end=2193
+  _LOCKSERVICE._serialized_start=2196
+  _LOCKSERVICE._serialized_end=2955
 # @@protoc_insertion_point(module_scope)

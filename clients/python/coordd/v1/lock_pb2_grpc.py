@@ -37,6 +37,11 @@ class LockServiceStub(object):
                 request_serializer=coordd_dot_v1_dot_lock__pb2.TryAcquireRequest.SerializeToString,
                 response_deserializer=coordd_dot_v1_dot_lock__pb2.TryAcquireResponse.FromString,
                 )
+        self.AcquireAll = channel.unary_unary(
+                '/coordd.v1.LockService/AcquireAll',
+                request_serializer=coordd_dot_v1_dot_lock__pb2.AcquireAllRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_lock__pb2.AcquireAllResponse.FromString,
+                )
         self.Release = channel.unary_unary(
                 '/coordd.v1.LockService/Release',
                 request_serializer=coordd_dot_v1_dot_lock__pb2.ReleaseRequest.SerializeToString,
@@ -103,6 +108,21 @@ class LockServiceServicer(object):
     def TryAcquire(self, request, context):
         """TryAcquire takes the lock if it is free now; otherwise it fails with
         Aborted (LOCK_HELD) and leaves nothing queued.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AcquireAll(self, request, context):
+        """AcquireAll takes several locks for one session, all or none: it
+        queues for them one at a time in the order of their names (so requests
+        for overlapping sets, in whatever order they name them, never wait for
+        each other in a cycle), each lock's queue first come, first served, and
+        answers once it holds them all, with one grant (one token) per lock.
+        If one cannot be had (`wait` or the deadline runs out, the session
+        ends, an error), the grants already made are released and nothing is
+        left queued. A retry with the same request_id resumes the same grants.
+        Others may see some of the locks held while it waits for the rest.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -179,6 +199,11 @@ def add_LockServiceServicer_to_server(servicer, server):
                     servicer.TryAcquire,
                     request_deserializer=coordd_dot_v1_dot_lock__pb2.TryAcquireRequest.FromString,
                     response_serializer=coordd_dot_v1_dot_lock__pb2.TryAcquireResponse.SerializeToString,
+            ),
+            'AcquireAll': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcquireAll,
+                    request_deserializer=coordd_dot_v1_dot_lock__pb2.AcquireAllRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_lock__pb2.AcquireAllResponse.SerializeToString,
             ),
             'Release': grpc.unary_unary_rpc_method_handler(
                     servicer.Release,
@@ -269,6 +294,23 @@ class LockService(object):
         return grpc.experimental.unary_unary(request, target, '/coordd.v1.LockService/TryAcquire',
             coordd_dot_v1_dot_lock__pb2.TryAcquireRequest.SerializeToString,
             coordd_dot_v1_dot_lock__pb2.TryAcquireResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def AcquireAll(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.LockService/AcquireAll',
+            coordd_dot_v1_dot_lock__pb2.AcquireAllRequest.SerializeToString,
+            coordd_dot_v1_dot_lock__pb2.AcquireAllResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordd/v1/lock.proto.
  */
 export const file_coordd_v1_lock: GenFile = /*@__PURE__*/
-  fileDesc("ChRjb29yZGQvdjEvbG9jay5wcm90bxIJY29vcmRkLnYxIoIBCglMb2NrR3JhbnQSDAoEbmFtZRgBIAEoCRINCgV0b2tlbhgCIAEoAxISCgpzZXNzaW9uX2lkGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSEAoIcmV2aXNpb24YBSABKAMSDAoEcmVhZBgGIAEoCBIQCghmb2xsb3dlZBgHIAEoCCLnAQoOQWNxdWlyZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEhIKCnJlcXVlc3RfaWQYBCABKAkSEAoIbWV0YWRhdGEYBSABKAkSJwoEd2FpdBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhItCgpsb2NrX2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBHJlYWQYCCABKAgSGAoQa2VlcGFsaXZlX3N0cmVhbRgJIAEoBCI2Cg9BY3F1aXJlUmVzcG9uc2USIwoFZ3JhbnQYASABKAsyFC5jb29yZGQudjEuTG9ja0dyYW50IsEBChFUcnlBY3F1aXJlUmVxdWVzdBIMCgRuYW1lGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDQoFbGltaXQYAyABKAUSEgoKcmVxdWVzdF9pZBgEIAEoCRIQCghtZXRhZGF0YRgFIAEoCRItCgpsb2NrX2RlbGF5GAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBHJlYWQYByABKAgSGAoQa2VlcGFsaXZlX3N0cmVhbRgIIAEoBCI5ChJUcnlBY3F1aXJlUmVzcG9uc2USIwoFZ3JhbnQYASABKAsyFC5jb29yZGQudjEuTG9ja0dyYW50Im8KDlJlbGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAMSEgoKc2Vzc2lvbl9pZBgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJEhgKEGtlZXBhbGl2ZV9zdHJlYW0YBSABKAQiEQoPUmVsZWFzZVJlc3BvbnNlIuUBCglMb2NrRW50cnkSEgoKc2Vzc2lvbl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEhAKCG1ldGFkYXRhGAMgASgJEg0KBXRva2VuGAQgASgDEjAKDGVucXVldWVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFb3duZXIYBiABKAkSEAoIaG9zdG5hbWUYByABKAkSLgoKZ3JhbnRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEcmVhZBgJIAEoCCIjChNEZXNjcmliZUxvY2tSZXF1ZXN0EgwKBG5hbWUYASABKAkiIAoQV2F0Y2hMb2NrUmVxdWVzdBIMCgRuYW1lGAEgASgJIkIKEVdhdGNoTG9ja1Jlc3BvbnNlEi0KBGxvY2sYASABKAsyHy5jb29yZGQudjEuRGVzY3JpYmVMb2NrUmVzcG9uc2UixgEKFERlc2NyaWJlTG9ja1Jlc3BvbnNlEgwKBG5hbWUYASABKAkSDQoFbGltaXQYAiABKAUSJQoHaG9sZGVycxgDIAMoCzIULmNvb3JkZC52MS5Mb2NrRW50cnkSJQoHd2FpdGVycxgEIAMoCzIULmNvb3JkZC52MS5Mb2NrRW50cnkSEAoIcmV2aXNpb24YBSABKAMSMQoNZGVsYXllZF91bnRpbBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiSQoQTGlzdExvY2tzUmVxdWVzdBIOCgZwcmVmaXgYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiOwoRTGlzdExvY2tzUmVzcG9uc2USDQoFbmFtZXMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkUKFFZhbGlkYXRlRmVuY2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAMSEAoIZWxlY3Rpb24YAyABKAkiFwoVVmFsaWRhdGVGZW5jZVJlc3BvbnNlIl0KEEZlbmNlZFB1dFJlcXVlc3QSDAoEbG9jaxgBIAEoCRINCgV0b2tlbhgCIAEoAxILCgNrZXkYAyABKAkSDQoFdmFsdWUYBCABKAwSEAoIZWxlY3Rpb24YBSABKAkiJQoRRmVuY2VkUHV0UmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMiUQoTRmVuY2VkRGVsZXRlUmVxdWVzdBIMCgRsb2NrGAEgASgJEg0KBXRva2VuGAIgASgDEgsKA2tleRgDIAEoCRIQCghlbGVjdGlvbhgEIAEoCSIoChRGZW5jZWREZWxldGVSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAzKsBQoLTG9ja1NlcnZpY2USQAoHQWNxdWlyZRIZLmNvb3JkZC52MS5BY3F1aXJlUmVxdWVzdBoaLmNvb3JkZC52MS5BY3F1aXJlUmVzcG9uc2USSQoKVHJ5QWNxdWlyZRIcLmNvb3JkZC52MS5UcnlBY3F1aXJlUmVxdWVzdBodLmNvb3JkZC52MS5UcnlBY3F1aXJlUmVzcG9uc2USQAoHUmVsZWFzZRIZLmNvb3JkZC52MS5SZWxlYXNlUmVxdWVzdBoaLmNvb3JkZC52MS5SZWxlYXNlUmVzcG9uc2USTwoMRGVzY3JpYmVMb2NrEh4uY29vcmRkLnYxLkRlc2NyaWJlTG9ja1JlcXVlc3QaHy5jb29yZGQudjEuRGVzY3JpYmVMb2NrUmVzcG9uc2USSAoJV2F0Y2hMb2NrEhsuY29vcmRkLnYxLldhdGNoTG9ja1JlcXVlc3QaHC5jb29yZGQudjEuV2F0Y2hMb2NrUmVzcG9uc2UwARJGCglMaXN0TG9ja3MSGy5jb29yZGQudjEuTGlzdExvY2tzUmVxdWVzdBocLmNvb3JkZC52MS5MaXN0TG9ja3NSZXNwb25zZRJSCg1WYWxpZGF0ZUZlbmNlEh8uY29vcmRkLnYxLlZhbGlkYXRlRmVuY2VSZXF1ZXN0GiAuY29vcmRkLnYxLlZhbGlkYXRlRmVuY2VSZXNwb25zZRJGCglGZW5jZWRQdXQSGy5jb29yZGQudjEuRmVuY2VkUHV0UmVxdWVzdBocLmNvb3JkZC52MS5GZW5jZWRQdXRSZXNwb25zZRJPCgxGZW5jZWREZWxldGUSHi5jb29yZGQudjEuRmVuY2VkRGVsZXRlUmVxdWVzdBofLmNvb3JkZC52MS5GZW5jZWREZWxldGVSZXNwb25zZUIzWjFnaXRodWIuY29tL2Nvb3JkZC9jb29yZGQvcHJvdG8vY29vcmRkL3YxO2Nvb3JkZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRjb29yZGQvdjEvbG9jay5wcm90bxIJY29vcmRkLnYxIoIBCglMb2NrR3JhbnQSDAoEbmFtZRgBIAEoCRINCgV0b2tlbhgCIAEoAxISCgpzZXNzaW9uX2lkGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSEAoIcmV2aXNpb24YBSABKAMSDAoEcmVhZBgGIAEoCBIQCghmb2xsb3dlZBgHIAEoCCLnAQoOQWNxdWlyZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEhIKCnJlcXVlc3RfaWQYBCABKAkSEAoIbWV0YWRhdGEYBSABKAkSJwoEd2FpdBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhItCgpsb2NrX2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBHJlYWQYCCABKAgSGAoQa2VlcGFsaXZlX3N0cmVhbRgJIAEoBCI2Cg9BY3F1aXJlUmVzcG9uc2USIwoFZ3JhbnQYASABKAsyFC5jb29yZGQudjEuTG9ja0dyYW50Ip8BChFBY3F1aXJlQWxsUmVxdWVzdBINCgVuYW1lcxgBIAMoCRISCgpzZXNzaW9uX2lkGAIgASgJEhIKCnJlcXVlc3RfaWQYAyABKAkSEAoIbWV0YWRhdGEYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBrZWVwYWxpdmVfc3RyZWFtGAYgASgEIjoKEkFjcXVpcmVBbGxSZXNwb25zZRIkCgZncmFudHMYASADKAsyFC5jb29yZGQudjEuTG9ja0dyYW50IsEBChFUcnlBY3F1aXJlUmVxdWVzdBIMCgRuYW1lGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDQoFbGltaXQYAyABKAUSEgoKcmVxdWVzdF9pZBgEIAEoCRIQCghtZXRhZGF0YRgFIAEoCRItCgpsb2NrX2RlbGF5GAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBHJlYWQYByABKAgSGAoQa2VlcGFsaXZlX3N0cmVhbRgIIAEoBCI5ChJUcnlBY3F1aXJlUmVzcG9uc2USIwoFZ3JhbnQYASABKAsyFC5jb29yZGQudjEuTG9ja0dyYW50Im8KDlJlbGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAMSEgoKc2Vzc2lvbl9pZBgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJEhgKEGtlZXBhbGl2ZV9zdHJlYW0YBSABKAQiEQoPUmVsZWFzZVJlc3BvbnNlIuUBCglMb2NrRW50cnkSEgoKc2Vzc2lvbl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEhAKCG1ldGFkYXRhGAMgASgJEg0KBXRva2VuGAQgASgDEjAKDGVucXVldWVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFb3duZXIYBiABKAkSEAoIaG9zdG5hbWUYByABKAkSLgoKZ3JhbnRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEcmVhZBgJIAEoCCIjChNEZXNjcmliZUxvY2tSZXF1ZXN0EgwKBG5hbWUYASABKAkiIAoQV2F0Y2hMb2NrUmVxdWVzdBIMCgRuYW1lGAEgASgJIkIKEVdhdGNoTG9ja1Jlc3BvbnNlEi0KBGxvY2sYASABKAsyHy5jb29yZGQudjEuRGVzY3JpYmVMb2NrUmVzcG9uc2UixgEKFERlc2NyaWJlTG9ja1Jlc3BvbnNlEgwKBG5hbWUYASABKAkSDQoFbGltaXQYAiABKAUSJQoHaG9sZGVycxgDIAMoCzIULmNvb3JkZC52MS5Mb2NrRW50cnkSJQoHd2FpdGVycxgEIAMoCzIULmNvb3JkZC52MS5Mb2NrRW50cnkSEAoIcmV2aXNpb24YBSABKAMSMQoNZGVsYXllZF91bnRpbBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiSQoQTGlzdExvY2tzUmVxdWVzdBIOCgZwcmVmaXgYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiOwoRTGlzdExvY2tzUmVzcG9uc2USDQoFbmFtZXMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIkUKFFZhbGlkYXRlRmVuY2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAMSEAoIZWxlY3Rpb24YAyABKAkiFwoVVmFsaWRhdGVGZW5jZVJlc3BvbnNlIl0KEEZlbmNlZFB1dFJlcXVlc3QSDAoEbG9jaxgBIAEoCRINCgV0b2tlbhgCIAEoAxILCgNrZXkYAyABKAkSDQoFdmFsdWUYBCABKAwSEAoIZWxlY3Rpb24YBSABKAkiJQoRRmVuY2VkUHV0UmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMiUQoTRmVuY2VkRGVsZXRlUmVxdWVzdBIMCgRsb2NrGAEgASgJEg0KBXRva2VuGAIgASgDEgsKA2tleRgDIAEoCRIQCghlbGVjdGlvbhgEIAEoCSIoChRGZW5jZWREZWxldGVSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAzL3BQoLTG9ja1NlcnZpY2USQAoHQWNxdWlyZRIZLmNvb3JkZC52MS5BY3F1aXJlUmVxdWVzdBoaLmNvb3JkZC52MS5BY3F1aXJlUmVzcG9uc2USSQoKVHJ5QWNxdWlyZRIcLmNvb3JkZC52MS5UcnlBY3F1aXJlUmVxdWVzdBodLmNvb3JkZC52MS5UcnlBY3F1aXJlUmVzcG9uc2USSQoKQWNxdWlyZUFsbBIcLmNvb3JkZC52MS5BY3F1aXJlQWxsUmVxdWVzdBodLmNvb3JkZC52MS5BY3F1aXJlQWxsUmVzcG9uc2USQAoHUmVsZWFzZRIZLmNvb3JkZC52MS5SZWxlYXNlUmVxdWVzdBoaLmNvb3JkZC52MS5SZWxlYXNlUmVzcG9uc2USTwoMRGVzY3JpYmVMb2NrEh4uY29vcmRkLnYxLkRlc2NyaWJlTG9ja1JlcXVlc3QaHy5jb29yZGQudjEuRGVzY3JpYmVMb2NrUmVzcG9uc2USSAoJV2F0Y2hMb2NrEhsuY29vcmRkLnYxLldhdGNoTG9ja1JlcXVlc3QaHC5jb29yZGQudjEuV2F0Y2hMb2NrUmVzcG9uc2UwARJGCglMaXN0TG9ja3MSGy5jb29yZGQudjEuTGlzdExvY2tzUmVxdWVzdBocLmNvb3JkZC52MS5MaXN0TG9ja3NSZXNwb25zZRJSCg1WYWxpZGF0ZUZlbmNlEh8uY29vcmRkLnYxLlZhbGlkYXRlRmVuY2VSZXF1ZXN0GiAuY29vcmRkLnYxLlZhbGlkYXRlRmVuY2VSZXNwb25zZRJGCglGZW5jZWRQdXQSGy5jb29yZGQudjEuRmVuY2VkUHV0UmVxdWVzdBocLmNvb3JkZC52MS5GZW5jZWRQdXRSZXNwb25zZRJPCgxGZW5jZWREZWxldGUSHi5jb29yZGQudjEuRmVuY2VkRGVsZXRlUmVxdWVzdBofLmNvb3JkZC52MS5GZW5jZWREZWxldGVSZXNwb25zZUIzWjFnaXRodWIuY29tL2Nvb3JkZC9jb29yZGQvcHJvdG8vY29vcmRkL3YxO2Nvb3JkZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * LockGrant is a held lock.
@@ -206,6 +206,88 @@ export const AcquireResponseSchema: GenMessage<AcquireResponse> = /*@__PURE__*/
   messageDesc(file_coordd_v1_lock, 2);
 
 /**
+ * AcquireAllRequest asks for several locks at once.
+ *
+ * @generated from message coordd.v1.AcquireAllRequest
+ */
+export type AcquireAllRequest = Message<"coordd.v1.AcquireAllRequest"> & {
+  /**
+   * names are the locks, each as in AcquireRequest; 1 to 64 of them, no
+   * name twice. Each is a mutex (limit 1), taken for writing.
+   *
+   * @generated from field: repeated string names = 1;
+   */
+  names: string[];
+
+  /**
+   * session_id is the session that will hold them. Required.
+   *
+   * @generated from field: string session_id = 2;
+   */
+  sessionId: string;
+
+  /**
+   * request_id makes the call idempotent, as in AcquireRequest: each lock's
+   * own request id is derived from it and the lock's name. The server
+   * picks one when empty (a retry then starts again).
+   *
+   * @generated from field: string request_id = 3;
+   */
+  requestId: string;
+
+  /**
+   * metadata is shown by DescribeLock on each lock. At most 1024 bytes.
+   *
+   * @generated from field: string metadata = 4;
+   */
+  metadata: string;
+
+  /**
+   * wait bounds the whole wait; when unset the call waits as long as its
+   * own deadline allows.
+   *
+   * @generated from field: google.protobuf.Duration wait = 5;
+   */
+  wait?: Duration | undefined;
+
+  /**
+   * keepalive_stream: as in AcquireRequest, for every grant.
+   *
+   * @generated from field: uint64 keepalive_stream = 6;
+   */
+  keepaliveStream: bigint;
+};
+
+/**
+ * Describes the message coordd.v1.AcquireAllRequest.
+ * Use `create(AcquireAllRequestSchema)` to create a new message.
+ */
+export const AcquireAllRequestSchema: GenMessage<AcquireAllRequest> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_lock, 3);
+
+/**
+ * AcquireAllResponse carries one grant per lock, in the order of their
+ * names.
+ *
+ * @generated from message coordd.v1.AcquireAllResponse
+ */
+export type AcquireAllResponse = Message<"coordd.v1.AcquireAllResponse"> & {
+  /**
+   * grants are the held locks, sorted by name.
+   *
+   * @generated from field: repeated coordd.v1.LockGrant grants = 1;
+   */
+  grants: LockGrant[];
+};
+
+/**
+ * Describes the message coordd.v1.AcquireAllResponse.
+ * Use `create(AcquireAllResponseSchema)` to create a new message.
+ */
+export const AcquireAllResponseSchema: GenMessage<AcquireAllResponse> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_lock, 4);
+
+/**
  * TryAcquireRequest asks for a lock without waiting.
  *
  * @generated from message coordd.v1.TryAcquireRequest
@@ -273,7 +355,7 @@ export type TryAcquireRequest = Message<"coordd.v1.TryAcquireRequest"> & {
  * Use `create(TryAcquireRequestSchema)` to create a new message.
  */
 export const TryAcquireRequestSchema: GenMessage<TryAcquireRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 3);
+  messageDesc(file_coordd_v1_lock, 5);
 
 /**
  * TryAcquireResponse carries the grant.
@@ -294,7 +376,7 @@ export type TryAcquireResponse = Message<"coordd.v1.TryAcquireResponse"> & {
  * Use `create(TryAcquireResponseSchema)` to create a new message.
  */
 export const TryAcquireResponseSchema: GenMessage<TryAcquireResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 4);
+  messageDesc(file_coordd_v1_lock, 6);
 
 /**
  * ReleaseRequest names the grant to give up.
@@ -349,7 +431,7 @@ export type ReleaseRequest = Message<"coordd.v1.ReleaseRequest"> & {
  * Use `create(ReleaseRequestSchema)` to create a new message.
  */
 export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 5);
+  messageDesc(file_coordd_v1_lock, 7);
 
 /**
  * ReleaseResponse is empty: the grant is gone.
@@ -364,7 +446,7 @@ export type ReleaseResponse = Message<"coordd.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 6);
+  messageDesc(file_coordd_v1_lock, 8);
 
 /**
  * LockEntry is one holder or waiter.
@@ -443,7 +525,7 @@ export type LockEntry = Message<"coordd.v1.LockEntry"> & {
  * Use `create(LockEntrySchema)` to create a new message.
  */
 export const LockEntrySchema: GenMessage<LockEntry> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 7);
+  messageDesc(file_coordd_v1_lock, 9);
 
 /**
  * DescribeLockRequest names a lock.
@@ -464,7 +546,7 @@ export type DescribeLockRequest = Message<"coordd.v1.DescribeLockRequest"> & {
  * Use `create(DescribeLockRequestSchema)` to create a new message.
  */
 export const DescribeLockRequestSchema: GenMessage<DescribeLockRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 8);
+  messageDesc(file_coordd_v1_lock, 10);
 
 /**
  * WatchLockRequest names a lock to follow.
@@ -485,7 +567,7 @@ export type WatchLockRequest = Message<"coordd.v1.WatchLockRequest"> & {
  * Use `create(WatchLockRequestSchema)` to create a new message.
  */
 export const WatchLockRequestSchema: GenMessage<WatchLockRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 9);
+  messageDesc(file_coordd_v1_lock, 11);
 
 /**
  * WatchLockResponse is one message of WatchLock.
@@ -506,7 +588,7 @@ export type WatchLockResponse = Message<"coordd.v1.WatchLockResponse"> & {
  * Use `create(WatchLockResponseSchema)` to create a new message.
  */
 export const WatchLockResponseSchema: GenMessage<WatchLockResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 10);
+  messageDesc(file_coordd_v1_lock, 12);
 
 /**
  * DescribeLockResponse is a lock's state at one revision.
@@ -563,7 +645,7 @@ export type DescribeLockResponse = Message<"coordd.v1.DescribeLockResponse"> & {
  * Use `create(DescribeLockResponseSchema)` to create a new message.
  */
 export const DescribeLockResponseSchema: GenMessage<DescribeLockResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 11);
+  messageDesc(file_coordd_v1_lock, 13);
 
 /**
  * ListLocksRequest asks for lock names.
@@ -598,7 +680,7 @@ export type ListLocksRequest = Message<"coordd.v1.ListLocksRequest"> & {
  * Use `create(ListLocksRequestSchema)` to create a new message.
  */
 export const ListLocksRequestSchema: GenMessage<ListLocksRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 12);
+  messageDesc(file_coordd_v1_lock, 14);
 
 /**
  * ListLocksResponse carries lock names.
@@ -626,7 +708,7 @@ export type ListLocksResponse = Message<"coordd.v1.ListLocksResponse"> & {
  * Use `create(ListLocksResponseSchema)` to create a new message.
  */
 export const ListLocksResponseSchema: GenMessage<ListLocksResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 13);
+  messageDesc(file_coordd_v1_lock, 15);
 
 /**
  * ValidateFenceRequest names a lock (or an election) and a token.
@@ -663,7 +745,7 @@ export type ValidateFenceRequest = Message<"coordd.v1.ValidateFenceRequest"> & {
  * Use `create(ValidateFenceRequestSchema)` to create a new message.
  */
 export const ValidateFenceRequestSchema: GenMessage<ValidateFenceRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 14);
+  messageDesc(file_coordd_v1_lock, 16);
 
 /**
  * ValidateFenceResponse is empty: the token holds the lock.
@@ -678,7 +760,7 @@ export type ValidateFenceResponse = Message<"coordd.v1.ValidateFenceResponse"> &
  * Use `create(ValidateFenceResponseSchema)` to create a new message.
  */
 export const ValidateFenceResponseSchema: GenMessage<ValidateFenceResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 15);
+  messageDesc(file_coordd_v1_lock, 17);
 
 /**
  * FencedPutRequest writes a key under a lock's token (or a leadership term).
@@ -728,7 +810,7 @@ export type FencedPutRequest = Message<"coordd.v1.FencedPutRequest"> & {
  * Use `create(FencedPutRequestSchema)` to create a new message.
  */
 export const FencedPutRequestSchema: GenMessage<FencedPutRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 16);
+  messageDesc(file_coordd_v1_lock, 18);
 
 /**
  * FencedPutResponse reports the write.
@@ -749,7 +831,7 @@ export type FencedPutResponse = Message<"coordd.v1.FencedPutResponse"> & {
  * Use `create(FencedPutResponseSchema)` to create a new message.
  */
 export const FencedPutResponseSchema: GenMessage<FencedPutResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 17);
+  messageDesc(file_coordd_v1_lock, 19);
 
 /**
  * FencedDeleteRequest deletes a key under a lock's token (or a leadership term).
@@ -792,7 +874,7 @@ export type FencedDeleteRequest = Message<"coordd.v1.FencedDeleteRequest"> & {
  * Use `create(FencedDeleteRequestSchema)` to create a new message.
  */
 export const FencedDeleteRequestSchema: GenMessage<FencedDeleteRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 18);
+  messageDesc(file_coordd_v1_lock, 20);
 
 /**
  * FencedDeleteResponse reports the delete.
@@ -813,7 +895,7 @@ export type FencedDeleteResponse = Message<"coordd.v1.FencedDeleteResponse"> & {
  * Use `create(FencedDeleteResponseSchema)` to create a new message.
  */
 export const FencedDeleteResponseSchema: GenMessage<FencedDeleteResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 19);
+  messageDesc(file_coordd_v1_lock, 21);
 
 /**
  * LockService hands out locks and semaphores. Every grant carries a fencing
@@ -856,6 +938,24 @@ export const LockService: GenService<{
     methodKind: "unary";
     input: typeof TryAcquireRequestSchema;
     output: typeof TryAcquireResponseSchema;
+  },
+  /**
+   * AcquireAll takes several locks for one session, all or none: it
+   * queues for them one at a time in the order of their names (so requests
+   * for overlapping sets, in whatever order they name them, never wait for
+   * each other in a cycle), each lock's queue first come, first served, and
+   * answers once it holds them all, with one grant (one token) per lock.
+   * If one cannot be had (`wait` or the deadline runs out, the session
+   * ends, an error), the grants already made are released and nothing is
+   * left queued. A retry with the same request_id resumes the same grants.
+   * Others may see some of the locks held while it waits for the rest.
+   *
+   * @generated from rpc coordd.v1.LockService.AcquireAll
+   */
+  acquireAll: {
+    methodKind: "unary";
+    input: typeof AcquireAllRequestSchema;
+    output: typeof AcquireAllResponseSchema;
   },
   /**
    * Release gives up the grant that the token names. A token that holds
