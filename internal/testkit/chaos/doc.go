@@ -16,7 +16,9 @@
 //     operation with its call and return times in a history file: grants,
 //     fenced writes with their outcome (ok, stale, unknown), and its own
 //     view of each grant (until its release, the end of its context, or its
-//     session's local deadline, whichever comes first).
+//     session's local deadline, whichever comes first). Two set workers
+//     take two locks at once (AcquireAll), naming them in opposite orders,
+//     and record each lock's grants as a lock of its own.
 //   - Check (fencing/history's checkers, which coordctl verify runs against
 //     live clusters too): porcupine (github.com/anishathalye/porcupine) checks that the
 //     grants and fenced writes are linearizable under a model in which

@@ -61,7 +61,10 @@ func newRecorder(path, worker, kind string) (*recorder, error) {
 }
 
 func (r *recorder) add(rec Record) {
-	rec.Worker, rec.Kind = r.w, r.k
+	rec.Worker = r.w
+	if rec.Kind == "" {
+		rec.Kind = r.k
+	}
 	line, _ := json.Marshal(rec) // plain fields: cannot fail
 	r.mu.Lock()
 	defer r.mu.Unlock()

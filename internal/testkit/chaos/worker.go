@@ -23,6 +23,18 @@ const (
 	ElectionName = "chaos/election"
 )
 
+// KindSet is a worker that takes a set of locks at once (AcquireAll): the
+// locks SetLocks, in the order its SetOrder names them. Its records are
+// kept per lock, under the lock's kind (SetKind), each checked as a lock
+// of its own: one token per lock, fenced writes with it to the lock's key.
+const KindSet = "set"
+
+// SetLocks are the locks of the set workers, by kind.
+var SetLocks = map[string]string{"set-a": "chaos/set-a", "set-b": "chaos/set-b"}
+
+// SetKinds are the set's lock kinds, sorted.
+var SetKinds = []string{"set-a", "set-b"}
+
 // ValueKey is the fenced key a worker of kind writes its token to.
 func ValueKey(kind string) string { return "chaos/" + kind + "-value" }
 
@@ -55,6 +67,10 @@ type WorkerConfig struct {
 	Sabotage  string
 	Etcd      []string // etcd client URLs, for SabotageUnfenced
 	KeyRoot   string   // coordd's etcd key root, for SabotageUnfenced
+	// SetOrder is the order in which a set worker names its locks (kinds
+	// of SetKinds): two workers naming them in opposite orders would
+	// deadlock without the server's ordering.
+	SetOrder []string
 }
 
 // holding is what a worker holds: a lock or a leadership.
@@ -109,7 +125,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			t := now()
 			rec.add(Record{Op: OpSessionEnd, Session: sess.ID(), Call: t, Return: t, Err: fmt.Sprint(context.Cause(sess.Context()))})
 		})
-		for ctx.Err() == nil && sess.Err() == nil {
+		for ctx.Err() == nil && sess.Err() == nil && cfg.Kind == KindSet {
+			takeSet(ctx, lg, cfg, rec, raw, sess)
+		}
+		for ctx.Err() == nil && sess.Err() == nil && cfg.Kind != KindSet {
 			call := now()
 			h, token, err := take(ctx, sess, cfg.Kind)
 			r := Record{Op: OpAcquire, Call: call, Return: now(), Token: token, Session: sess.ID()}
@@ -205,15 +224,20 @@ func hold(ctx context.Context, lg *slog.Logger, cfg WorkerConfig, rec *recorder,
 const putTimeout = time.Second
 
 func put(ctx context.Context, cfg WorkerConfig, rec *recorder, raw *clientv3.Client, h holding, token int64) {
+	putAs(ctx, cfg, cfg.Kind, rec, raw, h, token)
+}
+
+// putAs writes token to kind's fenced key, recorded under kind.
+func putAs(ctx context.Context, cfg WorkerConfig, kind string, rec *recorder, raw *clientv3.Client, h holding, token int64) {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), putTimeout)
 	defer cancel()
 	value := strconv.FormatInt(token, 10)
-	r := Record{Op: OpPut, Token: token, Call: now()}
+	r := Record{Kind: kind, Op: OpPut, Token: token, Call: now()}
 	var err error
 	if raw != nil {
-		_, err = raw.Put(pctx, cfg.KeyRoot+"kv/"+ValueKey(cfg.Kind), value)
+		_, err = raw.Put(pctx, cfg.KeyRoot+"kv/"+ValueKey(kind), value)
 	} else {
-		_, err = h.Put(pctx, ValueKey(cfg.Kind), []byte(value))
+		_, err = h.Put(pctx, ValueKey(kind), []byte(value))
 	}
 	r.Return = now()
 	switch {
@@ -233,5 +257,72 @@ func pause(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-t.C:
+	}
+}
+
+// takeSet takes the set's locks with one AcquireAll, writes each lock's
+// token to its key over cfg.Hold whether or not it still holds (as hold
+// does), records each lock's view, and gives the set up.
+func takeSet(ctx context.Context, lg *slog.Logger, cfg WorkerConfig, rec *recorder, raw *clientv3.Client, sess *clientlib.Session) {
+	names := make([]string, 0, len(cfg.SetOrder))
+	for _, k := range cfg.SetOrder {
+		names = append(names, SetLocks[k])
+	}
+	call := now()
+	set, err := sess.LockAll(ctx, names)
+	ret := now()
+	if err != nil {
+		for _, k := range cfg.SetOrder {
+			rec.add(Record{Kind: k, Op: OpAcquire, Call: call, Return: ret, Session: sess.ID(), Err: err.Error()})
+		}
+		pause(ctx, 50*time.Millisecond)
+		return
+	}
+	kindOf := map[string]string{}
+	for k, n := range SetLocks {
+		kindOf[n] = k
+	}
+	locks := set.Locks()
+	lost := make([]atomic.Int64, len(locks))
+	for i, l := range locks {
+		rec.add(Record{Kind: kindOf[l.Name()], Op: OpAcquire, Call: call, Return: ret, Token: int64(l.Token()), Session: sess.ID()})
+		stop := context.AfterFunc(l.Context(), func() { lost[i].Store(now()) })
+		defer stop()
+	}
+	start := now()
+	const writes = 5
+	for i := range writes {
+		if ctx.Err() != nil {
+			break
+		}
+		for _, l := range locks {
+			putAs(ctx, cfg, kindOf[l.Name()], rec, raw, l, int64(l.Token()))
+		}
+		if i < writes-1 {
+			pause(ctx, cfg.Hold/writes)
+		}
+	}
+	dl := sess.Deadline()
+	if cfg.Sabotage == SabotageDeadline {
+		dl = dl.Add(cfg.TTL)
+	}
+	for i, l := range locks {
+		end, why := min(now(), dl.UnixNano()), ""
+		if at := lost[i].Load(); at != 0 && at < end {
+			end, why = at, fmt.Sprint(context.Cause(l.Context()))
+		}
+		rec.add(Record{Kind: kindOf[l.Name()], Op: OpView, Token: int64(l.Token()), Call: start, Return: end, Session: sess.ID(), Err: why})
+	}
+	rctx, cancel := context.WithCancel(sess.Context())
+	defer cancel()
+	stopRelease := context.AfterFunc(ctx, cancel)
+	defer stopRelease()
+	for rctx.Err() == nil {
+		err := set.Release(rctx)
+		if err == nil || errors.Is(err, clientlib.ErrNotHolder) {
+			return
+		}
+		lg.Info("giving the set up failed; trying again", "err", err)
+		pause(rctx, 100*time.Millisecond)
 	}
 }
