@@ -91,6 +91,7 @@ type Client struct {
 	config     coorddv1.ConfigServiceClient
 	cluster    coorddv1.ClusterServiceClient
 	kv         coorddv1.KVServiceClient
+	barriers   coorddv1.BarrierServiceClient
 	mux        *watchMux   // carries the config subscriptions
 	keepAlives *keepAlives // carries the sessions' keep-alives
 	calls      *calls      // carries the lock and election calls
@@ -320,6 +321,7 @@ func (c *Client) start(ctx context.Context, conn *grpc.ClientConn, cfg Config) {
 	c.config = coorddv1.NewConfigServiceClient(conn)
 	c.cluster = coorddv1.NewClusterServiceClient(conn)
 	c.kv = coorddv1.NewKVServiceClient(conn)
+	c.barriers = coorddv1.NewBarrierServiceClient(conn)
 	// The client outlives New's ctx; Close ends what runs under c.ctx.
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.moved, c.movedEnded = context.WithCancel(c.ctx)

@@ -827,3 +827,30 @@ func TestLockAcquireAll(t *testing.T) {
 		t.Errorf("the failed set left jobs/c with session %s: %s", s2, st)
 	}
 }
+
+// barrier: enter (count 1 opens at once), status, leave; a wait that runs
+// out exits 124 and takes the participant out.
+func TestBarrierCommands(t *testing.T) {
+	t.Parallel()
+	ep := coorddtest.Start(t).GRPCAddr
+	var s struct{ ID string }
+	jsonOf(t, must(t, ep, "session", "create", "-o", "json"), &s)
+	if out := must(t, ep, "barrier", "enter", "batch/go", "--count", "1", "--session", s.ID); !strings.Contains(out, "batch/go is open (1 participants in)") {
+		t.Errorf("barrier enter: %q", out)
+	}
+	if out := must(t, ep, "barrier", "status", "batch/go"); !strings.Contains(out, "batch/go is open, 1 participants in") || !strings.Contains(out, s.ID) {
+		t.Errorf("barrier status:\n%s", out)
+	}
+	if out := must(t, ep, "barrier", "leave", "batch/go", "--session", s.ID); !strings.Contains(out, "everyone has left") {
+		t.Errorf("barrier leave: %q", out)
+	}
+	exits(t, exitTimeout, ep, "barrier", "enter", "batch/two", "--count", "2", "--session", s.ID, "--wait", "200ms")
+	// The server takes the participant out once it sees the call end.
+	wait.Within(t, 10*time.Second, "the participant taken out", func() bool {
+		return strings.Contains(must(t, ep, "barrier", "status", "batch/two"), "closed, 0 participants")
+	})
+	must(t, ep, "barrier", "open", "batch/two")
+	if out := must(t, ep, "barrier", "enter", "batch/two", "--count", "2", "--session", s.ID); !strings.Contains(out, "is open") {
+		t.Errorf("entering an opened barrier: %q", out)
+	}
+}

@@ -282,7 +282,7 @@ election names and config namespaces.`,
 	f.StringVar(&a.cert, "cert", "", "client certificate for TLS (PEM)")
 	f.StringVar(&a.key, "key", "", "private key of --cert (PEM)")
 	f.StringVar(&a.token, "token", os.Getenv("COORDD_TOKEN"), "bearer token naming your principal (env COORDD_TOKEN); sent only over TLS or to loopback")
-	root.AddCommand(a.sessionCommand(), a.lockCommand(), a.electCommand(), a.configCommand(), a.kvCommand(), a.clusterCommand(), a.memberCommand(), a.snapshotCommand(), a.verifyCommand())
+	root.AddCommand(a.sessionCommand(), a.lockCommand(), a.electCommand(), a.configCommand(), a.kvCommand(), a.clusterCommand(), a.memberCommand(), a.snapshotCommand(), a.verifyCommand(), a.barrierCommand())
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{msg: err.Error()} })
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)

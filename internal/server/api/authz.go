@@ -122,6 +122,7 @@ func fence(lock, election string) auth.Resource {
 const (
 	sessionSvc  = "/coordd.v1.SessionService/"
 	lockSvc     = "/coordd.v1.LockService/"
+	barrierSvc  = "/coordd.v1.BarrierService/"
 	electionSvc = "/coordd.v1.ElectionService/"
 	configSvc   = "/coordd.v1.ConfigService/"
 	clusterSvc  = "/coordd.v1.ClusterService/"
@@ -151,6 +152,11 @@ var rpcTable = map[string]rpcRule{
 
 	lockSvc + "Acquire":    rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.AcquireRequest).GetName), bySession((*coorddv1.AcquireRequest).GetSessionId)),
 	lockSvc + "TryAcquire": rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.TryAcquireRequest).GetName), bySession((*coorddv1.TryAcquireRequest).GetSessionId)),
+	// A barrier's rights are those of the lock of its name.
+	barrierSvc + "EnterBarrier":    rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.EnterBarrierRequest).GetName), bySession((*coorddv1.EnterBarrierRequest).GetSessionId)),
+	barrierSvc + "LeaveBarrier":    rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.LeaveBarrierRequest).GetName), bySession((*coorddv1.LeaveBarrierRequest).GetSessionId)),
+	barrierSvc + "OpenBarrier":     rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.OpenBarrierRequest).GetName)),
+	barrierSvc + "DescribeBarrier": rule(auth.LockDescribe, named(auth.Lock, (*coorddv1.DescribeBarrierRequest).GetName)),
 	// Every lock of the set must be allowed.
 	lockSvc + "AcquireAll": rule(auth.LockAcquire, func(msg any) []auth.Resource {
 		m, _ := msg.(*coorddv1.AcquireAllRequest)

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/coordd/coordd/auth"
+	"github.com/coordd/coordd/barrier"
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/console"
@@ -296,10 +297,13 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	// The SDK's calls with its sessions, pipelined on one stream per
 	// client; each runs as the public server's unary RPC of its name.
 	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, p.unary(d.authn), p.apiMetrics, d.stopped.Done(), cfg.NoCallStream)
+	barrierSvc := api.NewBarrierServer(barrier.NewManager(d.cli, cfg.KeyRoot))
+	barrierSvc.Waiters = waiters
 	for _, srv := range p.servers {
 		coorddv1.RegisterSessionServiceServer(srv, sessionSvc)
 		coorddv1.RegisterLockServiceServer(srv, lockSvc)
 		coorddv1.RegisterElectionServiceServer(srv, electionSvc)
+		coorddv1.RegisterBarrierServiceServer(srv, barrierSvc)
 	}
 	return nil
 }

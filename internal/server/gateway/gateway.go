@@ -142,6 +142,7 @@ func restGateway(ctx context.Context, opts Options) (*runtime.ServeMux, error) {
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		coorddv1.RegisterSessionServiceHandler,
 		coorddv1.RegisterLockServiceHandler,
+		coorddv1.RegisterBarrierServiceHandler,
 		coorddv1.RegisterElectionServiceHandler,
 		coorddv1.RegisterConfigServiceHandler,
 		coorddv1.RegisterClusterServiceHandler,

@@ -1,0 +1,315 @@
+// Package barrier keeps barriers and double barriers in etcd: a barrier
+// opens once a number of participants are in it at one revision (or an
+// Open opens it), and a double barrier's participants leave together
+// (Leave returns once none is left). A participant is a key bound to its
+// session's lease: a dead participant leaves with its session.
+//
+// Keys, under root+"barrier/"+escaped name+"/": "p/<session>/<id>" per
+// participant (its value the count it entered with and when), and "open" while the
+// barrier is open. The open key is written when the count is reached (or
+// by Open) and removed when the last participant leaves; one left behind
+// by participants whose sessions all ended is removed by the next
+// arrival, which starts a new round (one Open wrote stays until the
+// participants after it have left).
+//
+// Guarantees: Enter returns only once the open key exists (so never before
+// count participants were in at one revision, or an Open), and every
+// participant waiting then sees it, since each watches from its own entry.
+// Not guaranteed: that the participants counted are still alive when the
+// others pass (one may end right after), nor agreement on count (each
+// participant waits for its own).
+package barrier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/names"
+	"github.com/coordd/coordd/session"
+)
+
+// Errors.
+var (
+	// ErrInvalid: a malformed or out-of-bounds argument; nothing changed.
+	ErrInvalid = kind.Invalid.New("barrier: invalid argument")
+	// ErrSessionNotFound: the participant's session does not exist (or
+	// ended while it waited).
+	ErrSessionNotFound = kind.SessionNotFound.New("barrier: session not found")
+)
+
+// MaxCount bounds a barrier's count.
+const MaxCount = 100000
+
+// DefaultParticipant names a session's participant when none is given.
+const DefaultParticipant = "default"
+
+// Manager enters, leaves, opens and describes barriers.
+type Manager struct {
+	cli  *clientv3.Client
+	root string // "<root>barrier/"
+}
+
+// NewManager keeps barriers under root+"barrier/".
+func NewManager(cli *clientv3.Client, root string) *Manager {
+	return &Manager{cli: cli, root: root + "barrier/"}
+}
+
+func (m *Manager) prefix(name string) string { return m.root + names.Escape(name) + "/" }
+func (m *Manager) parts(name string) string  { return m.prefix(name) + "p/" }
+func (m *Manager) openKey(name string) string {
+	return m.prefix(name) + "open"
+}
+
+func (m *Manager) partKey(name string, s session.ID, id string) string {
+	return fmt.Sprintf("%s%016x/%s", m.parts(name), uint64(s), id)
+}
+
+func check(name string, s session.ID, id *string) error {
+	if err := names.Check("barrier name", name); err != nil {
+		return fmt.Errorf("%w: %s", ErrInvalid, err.Error())
+	}
+	if s <= 0 {
+		return fmt.Errorf("%w: a session is required", ErrInvalid)
+	}
+	if *id == "" {
+		*id = DefaultParticipant
+	}
+	if err := names.CheckRequestID(*id); err != nil {
+		return fmt.Errorf("%w: participant: %s", ErrInvalid, err.Error())
+	}
+	return nil
+}
+
+// Entered says the barrier was seen open.
+type Entered struct {
+	Participants int
+	Revision     int64
+}
+
+// Enter adds session s's participant id to the barrier and waits until it
+// is open: count participants in it at one revision, or opened. When ctx
+// ends first, the participant is taken out again.
+func (m *Manager) Enter(ctx context.Context, name string, s session.ID, id string, count int) (Entered, error) {
+	if err := check(name, s, &id); err != nil {
+		return Entered{}, err
+	}
+	if count < 1 || count > MaxCount {
+		return Entered{}, fmt.Errorf("%w: count must be 1 to %d", ErrInvalid, MaxCount)
+	}
+	key, parts, open := m.partKey(name, s, id), m.parts(name), m.openKey(name)
+	// The value: the count it entered with and when (Unix ns).
+	put := clientv3.OpPut(key, fmt.Sprintf("%d %d", count, time.Now().UnixNano()), clientv3.WithLease(clientv3.LeaseID(s)))
+	// Nobody in: an open key the count wrote is a past round's (its
+	// participants' sessions ended without leaving); this arrival starts a
+	// new one. One that Open wrote stays: it lets the next arrivals in.
+	resp, err := m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Version(parts).WithPrefix(), "=", 0), clientv3.Compare(clientv3.Value(open), "!=", openedByHand)).
+		Then(clientv3.OpDelete(open), put, clientv3.OpGet(open), clientv3.OpGet(parts, clientv3.WithPrefix(), clientv3.WithCountOnly())).
+		Else(put, clientv3.OpGet(open), clientv3.OpGet(parts, clientv3.WithPrefix(), clientv3.WithCountOnly())).
+		Commit()
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return Entered{}, fmt.Errorf("%w: %s", ErrSessionNotFound, s)
+	}
+	if err != nil {
+		return Entered{}, fmt.Errorf("barrier: entering %q: %w", name, err)
+	}
+	rev := resp.Header.Revision
+	ops := resp.Responses
+	gotOpen, gotCount := ops[len(ops)-2].GetResponseRange(), ops[len(ops)-1].GetResponseRange()
+	if len(gotOpen.Kvs) > 0 {
+		return Entered{Participants: int(gotCount.Count), Revision: rev}, nil
+	}
+	if int(gotCount.Count) >= count {
+		return m.markOpen(ctx, name, int(gotCount.Count))
+	}
+	e, err := m.waitOpen(ctx, name, key, count, rev)
+	if err != nil && !errors.Is(err, ErrSessionNotFound) {
+		// Leave nothing behind (unless it opened meanwhile).
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if r, gerr := m.cli.Get(dctx, open, clientv3.WithCountOnly()); gerr == nil && r.Count > 0 {
+			return Entered{Participants: count, Revision: r.Header.Revision}, nil
+		}
+		_, _ = m.cli.Delete(dctx, key) // best effort: it goes with the session anyway
+	}
+	return e, err
+}
+
+// openedByHand is the open key's value when Open wrote it; the count
+// writes the number of participants in.
+const openedByHand = "open"
+
+// markOpen writes the open key (if no one did yet) with value.
+func (m *Manager) markOpen(ctx context.Context, name string, participants int) (Entered, error) {
+	return m.writeOpen(ctx, name, participants, strconv.Itoa(participants))
+}
+
+func (m *Manager) writeOpen(ctx context.Context, name string, participants int, value string) (Entered, error) {
+	open := m.openKey(name)
+	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(open), "=", 0)).Then(clientv3.OpPut(open, value)).Commit()
+	if err != nil {
+		return Entered{}, fmt.Errorf("barrier: opening %q: %w", name, err)
+	}
+	return Entered{Participants: participants, Revision: resp.Header.Revision}, nil
+}
+
+// waitOpen watches the barrier from rev on until it opens (its open key is
+// written, or count participants are in), the participant's key goes (its
+// session ended) or ctx ends.
+func (m *Manager) waitOpen(ctx context.Context, name, key string, count int, rev int64) (Entered, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	open, parts := m.openKey(name), m.parts(name)
+	for ev := range m.cli.Watch(wctx, m.prefix(name), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		if err := ev.Err(); err != nil {
+			return Entered{}, fmt.Errorf("barrier: watching %q: %w", name, err)
+		}
+		counted := false
+		for _, e := range ev.Events {
+			k := string(e.Kv.Key)
+			switch {
+			case k == open && e.Type == clientv3.EventTypePut:
+				n, err := strconv.Atoi(string(e.Kv.Value))
+				if err != nil { // opened by hand: count who is in
+					r, gerr := m.cli.Get(ctx, parts, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(e.Kv.ModRevision))
+					if gerr == nil {
+						n = int(r.Count)
+					}
+				}
+				return Entered{Participants: n, Revision: e.Kv.ModRevision}, nil
+			case k == key && e.Type == clientv3.EventTypeDelete:
+				return Entered{}, fmt.Errorf("%w: the participant's session ended while it waited", ErrSessionNotFound)
+			case strings.HasPrefix(k, parts) && e.Type == clientv3.EventTypePut && !counted:
+				counted = true
+				r, err := m.cli.Get(ctx, parts, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(e.Kv.ModRevision))
+				if err != nil {
+					return Entered{}, fmt.Errorf("barrier: counting %q: %w", name, err)
+				}
+				if int(r.Count) >= count {
+					return m.markOpen(ctx, name, int(r.Count))
+				}
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return Entered{}, err
+	}
+	return Entered{}, fmt.Errorf("barrier: the watch of %q ended", name)
+}
+
+// Leave takes session s's participant id out of the barrier and waits
+// until no participant is left; the last one out closes the barrier for
+// the next round. The participant is out even when ctx ends first.
+func (m *Manager) Leave(ctx context.Context, name string, s session.ID, id string) (int64, error) {
+	if err := check(name, s, &id); err != nil {
+		return 0, err
+	}
+	parts := m.parts(name)
+	resp, err := m.cli.Txn(ctx).Then(clientv3.OpDelete(m.partKey(name, s, id)), clientv3.OpGet(parts, clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("barrier: leaving %q: %w", name, err)
+	}
+	rev := resp.Header.Revision
+	left := resp.Responses[1].GetResponseRange().Count
+	if left > 0 {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		defer cancel()
+		for ev := range m.cli.Watch(wctx, parts, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+			if err := ev.Err(); err != nil {
+				return 0, fmt.Errorf("barrier: watching %q: %w", name, err)
+			}
+			if len(ev.Events) == 0 {
+				continue
+			}
+			last := ev.Events[len(ev.Events)-1].Kv.ModRevision
+			r, err := m.cli.Get(ctx, parts, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(last))
+			if err != nil {
+				return 0, fmt.Errorf("barrier: counting %q: %w", name, err)
+			}
+			if r.Count == 0 {
+				rev, left = last, 0
+				break
+			}
+		}
+		if left > 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			return 0, fmt.Errorf("barrier: the watch of %q ended", name)
+		}
+	}
+	// Everyone is out: close the barrier, unless a new round began.
+	if _, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(parts).WithPrefix(), "=", 0)).Then(clientv3.OpDelete(m.openKey(name))).Commit(); err != nil {
+		return 0, fmt.Errorf("barrier: closing %q: %w", name, err)
+	}
+	return rev, nil
+}
+
+// Open opens the barrier now, however many participants are in it. It
+// stays open until its participants have left (Leave): opened with nobody
+// in, it lets the next arrivals through.
+func (m *Manager) Open(ctx context.Context, name string) (int64, error) {
+	if err := names.Check("barrier name", name); err != nil {
+		return 0, fmt.Errorf("%w: %s", ErrInvalid, err.Error())
+	}
+	r, err := m.cli.Get(ctx, m.parts(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("barrier: opening %q: %w", name, err)
+	}
+	e, err := m.writeOpen(ctx, name, int(r.Count), openedByHand)
+	return e.Revision, err
+}
+
+// Participant is one participant of a barrier.
+type Participant struct {
+	Session session.ID
+	ID      string
+	Count   int
+	Entered time.Time // when it entered (the entering member's clock)
+}
+
+// State is a barrier's state at one revision.
+type State struct {
+	Open         bool
+	Participants []Participant // in the order they entered
+	Revision     int64
+}
+
+// Describe reads a barrier's state (linearizable).
+func (m *Manager) Describe(ctx context.Context, name string) (State, error) {
+	if err := names.Check("barrier name", name); err != nil {
+		return State{}, fmt.Errorf("%w: %s", ErrInvalid, err.Error())
+	}
+	resp, err := m.cli.Get(ctx, m.prefix(name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return State{}, fmt.Errorf("barrier: reading %q: %w", name, err)
+	}
+	st := State{Revision: resp.Header.Revision}
+	parts := m.parts(name)
+	for _, kv := range resp.Kvs {
+		k := string(kv.Key)
+		if k == m.openKey(name) {
+			st.Open = true
+			continue
+		}
+		rest, ok := strings.CutPrefix(k, parts)
+		if !ok {
+			continue
+		}
+		sid, id, _ := strings.Cut(rest, "/")
+		n, _ := strconv.ParseUint(sid, 16, 64)
+		cs, at, _ := strings.Cut(string(kv.Value), " ")
+		c, _ := strconv.Atoi(cs)
+		ns, _ := strconv.ParseInt(at, 10, 64)
+		st.Participants = append(st.Participants, Participant{Session: session.ID(n), ID: id, Count: c, Entered: time.Unix(0, ns).UTC()})
+	}
+	return st, nil
+}

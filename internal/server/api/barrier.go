@@ -1,0 +1,111 @@
+package api
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/coordd/coordd/barrier"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+	"github.com/coordd/coordd/session"
+)
+
+// BarrierServer adapts barrier.Manager to coordd.v1.BarrierService.
+type BarrierServer struct {
+	coorddv1.UnsafeBarrierServiceServer // compile errors when the service grows
+
+	m *barrier.Manager
+	// Waiters, when set, bounds the calls waiting on this member.
+	Waiters *Waiters
+}
+
+// NewBarrierServer serves m.
+func NewBarrierServer(m *barrier.Manager) *BarrierServer { return &BarrierServer{m: m} }
+
+// withWait bounds ctx by a request's wait, which must be positive when set.
+func withWait(ctx context.Context, w *durationpb.Duration) (context.Context, context.CancelFunc, error) {
+	if w == nil {
+		return ctx, func() {}, nil
+	}
+	if err := w.CheckValid(); err != nil || w.AsDuration() <= 0 {
+		return ctx, nil, invalid("wait must be a positive duration (for example \"30s\")")
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.AsDuration())
+	return ctx, cancel, nil
+}
+
+func (s *BarrierServer) enter(ctx context.Context) (func(), error) {
+	if s.Waiters == nil {
+		return func() {}, nil
+	}
+	return s.Waiters.enter(ctx)
+}
+
+// EnterBarrier implements BarrierService.
+func (s *BarrierServer) EnterBarrier(ctx context.Context, req *coorddv1.EnterBarrierRequest) (*coorddv1.EnterBarrierResponse, error) {
+	id, err := session.ParseID(req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel, err := withWait(ctx, req.GetWait())
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	done, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	e, err := s.m.Enter(ctx, req.GetName(), id, req.GetParticipant(), int(req.GetCount()))
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.EnterBarrierResponse{Participants: int32(e.Participants), Revision: e.Revision}, nil
+}
+
+// LeaveBarrier implements BarrierService.
+func (s *BarrierServer) LeaveBarrier(ctx context.Context, req *coorddv1.LeaveBarrierRequest) (*coorddv1.LeaveBarrierResponse, error) {
+	id, err := session.ParseID(req.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel, err := withWait(ctx, req.GetWait())
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	done, err := s.enter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	rev, err := s.m.Leave(ctx, req.GetName(), id, req.GetParticipant())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.LeaveBarrierResponse{Revision: rev}, nil
+}
+
+// OpenBarrier implements BarrierService.
+func (s *BarrierServer) OpenBarrier(ctx context.Context, req *coorddv1.OpenBarrierRequest) (*coorddv1.OpenBarrierResponse, error) {
+	rev, err := s.m.Open(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.OpenBarrierResponse{Revision: rev}, nil
+}
+
+// DescribeBarrier implements BarrierService.
+func (s *BarrierServer) DescribeBarrier(ctx context.Context, req *coorddv1.DescribeBarrierRequest) (*coorddv1.DescribeBarrierResponse, error) {
+	st, err := s.m.Describe(ctx, req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	out := &coorddv1.DescribeBarrierResponse{Name: req.GetName(), Open: st.Open, Revision: st.Revision, Participants: []*coorddv1.BarrierParticipant{}}
+	for _, p := range st.Participants {
+		out.Participants = append(out.Participants, &coorddv1.BarrierParticipant{SessionId: p.Session.String(), Participant: p.ID, Count: int32(p.Count), Entered: timestamppb.New(p.Entered)})
+	}
+	return out, nil
+}
