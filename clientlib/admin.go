@@ -87,7 +87,7 @@ func (a *Admin) AcquireAll(ctx context.Context, sessionID string, names []string
 	for _, opt := range opts {
 		opt(&o)
 	}
-	resp, err := a.c.locks.AcquireAll(ctx, &coorddv1.AcquireAllRequest{Names: names, SessionId: sessionID, RequestId: o.requestID, Metadata: o.metadata})
+	resp, err := a.c.locks.AcquireAll(ctx, &coorddv1.AcquireAllRequest{Names: names, SessionId: sessionID, RequestId: o.requestID, Metadata: o.metadata, Wait: serverWait(ctx)})
 	if err != nil {
 		return nil, convert(ctx, err)
 	}

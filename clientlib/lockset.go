@@ -22,7 +22,8 @@ type LockSet struct {
 // their names, so LockAll calls for overlapping sets never deadlock each
 // other, and each lock's queue stays first come, first served. It returns
 // once it holds them all (one grant, one fencing token, per lock), or
-// fails as Lock does, leaving none of them held or queued. Unavailable
+// fails as Lock does, leaving none of them held or queued (under ctx's
+// deadline, by the time it returns). Unavailable
 // servers are retried with the same request id (WithRequestID, or one the
 // SDK picks), so a retry resumes the same grants. Options: WithRequestID
 // and WithMetadata; every lock of a set is a mutex taken for writing.
@@ -51,6 +52,9 @@ func (s *Session) LockAll(ctx context.Context, names []string, opts ...LockOptio
 	req := &coorddv1.AcquireAllRequest{Names: names, SessionId: s.id, RequestId: o.requestID, Metadata: o.metadata, KeepaliveStream: follow.stream}
 	var resp *coorddv1.AcquireAllResponse
 	_, err := s.c.retry(cctx, 0, func(ctx context.Context) (err error) {
+		// Under ctx's deadline the server's wait runs out first: it gives
+		// the set's grants back before it answers.
+		req.Wait = serverWait(ctx)
 		resp, err = s.c.locks.AcquireAll(ctx, req)
 		return err
 	})

@@ -472,9 +472,10 @@ func TestVerifyPassesAcrossTheLeadersStop(t *testing.T) {
 		done <- result{rep, err}
 	}()
 	// Stop the leader's member once the run has made grants.
-	wait.Within(t, 10*time.Second, "verify's first grants", func() bool {
-		st, err := c.Admin().ListLocks(t.Context(), "coordd-verify/")
-		return err == nil && len(st) > 0
+	// (Its fenced writes: the probe before the run takes the lock too.)
+	wait.Within(t, 10*time.Second, "verify's first fenced writes", func() bool {
+		page, err := c.KV().List(t.Context(), "coordd-verify/", clientlib.ListOptions{KeysOnly: true})
+		return err == nil && len(page.KVs) > 0
 	})
 	if err := ds[leader].Stop(context.Background()); err != nil {
 		t.Fatalf("stopping the leader's member: %v", err)
