@@ -23,7 +23,8 @@ type BarrierServer struct {
 // NewBarrierServer serves m.
 func NewBarrierServer(m *barrier.Manager) *BarrierServer { return &BarrierServer{m: m} }
 
-// withWait bounds ctx by a request's wait, which must be positive when set.
+// withWait bounds ctx by a request's wait (locks, sets, campaigns,
+// barriers), which must be positive when set.
 func withWait(ctx context.Context, w *durationpb.Duration) (context.Context, context.CancelFunc, error) {
 	if w == nil {
 		return ctx, func() {}, nil

@@ -76,14 +76,11 @@ func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) 
 	if err != nil {
 		return nil, err
 	}
-	if w := req.GetWait(); w != nil {
-		if err := w.CheckValid(); err != nil || w.AsDuration() <= 0 {
-			return nil, invalid("wait must be a positive duration (for example \"30s\")")
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, w.AsDuration())
-		defer cancel()
+	ctx, cancel, err := withWait(ctx, req.GetWait())
+	if err != nil {
+		return nil, err
 	}
+	defer cancel()
 	done, err := s.Waiters.enter(ctx)
 	if err != nil {
 		return nil, err
@@ -104,14 +101,11 @@ func (s *LockServer) AcquireAll(ctx context.Context, req *coorddv1.AcquireAllReq
 	if err != nil {
 		return nil, err
 	}
-	if w := req.GetWait(); w != nil {
-		if err := w.CheckValid(); err != nil || w.AsDuration() <= 0 {
-			return nil, invalid("wait must be a positive duration (for example \"30s\")")
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, w.AsDuration())
-		defer cancel()
+	ctx, cancel, err := withWait(ctx, req.GetWait())
+	if err != nil {
+		return nil, err
 	}
+	defer cancel()
 	done, err := s.Waiters.enter(ctx)
 	if err != nil {
 		return nil, err
