@@ -522,3 +522,13 @@ func (m *Manager) Count(ctx context.Context) (Counts, error) {
 // to (a session's attached keys, session.Info.Keys: the locks it
 // holds or waits for), sorted and without repeats. Other keys are ignored.
 func (m *Manager) NamesIn(keys []string) []string { return queue.NamesIn(m.locks, keys) }
+
+// HeldCount returns how many entries at the head of a lock's queue hold it,
+// given the queue's entries in queue (create revision) order as etcd
+// stores them: the first limit of a semaphore; of a mutex, a writer alone
+// or the readers before the first writer. A running lock-delay is not
+// taken into account. Package history derives grants from it.
+func HeldCount(kvs []*mvccpb.KeyValue) int {
+	limit, _ := limitOf(kvs)
+	return granted(kvs, limit)
+}

@@ -408,3 +408,31 @@ func (m *Manager) Count(ctx context.Context) (int64, error) {
 	}
 	return resp.Count, nil
 }
+
+// Record is what a session's etcd record says of it.
+type Record struct {
+	Owner     string
+	Hostname  string
+	Principal string
+	// EndedBy names the member whose Clock ended the session for want of
+	// renewals; empty while it lives, or when it was closed.
+	EndedBy string
+}
+
+// RecordPrefix is the key prefix of session records under root: a
+// session's record is RecordPrefix(root) + its ID's String.
+func RecordPrefix(root string) string { return root + "session/" }
+
+// ParseRecord decodes a session record's key (without RecordPrefix) and
+// value. ok is false for anything that is not a session record.
+func ParseRecord(key string, value []byte) (id ID, r Record, ok bool) {
+	id, err := ParseID(key)
+	if err != nil {
+		return 0, Record{}, false
+	}
+	var rec record
+	if json.Unmarshal(value, &rec) != nil {
+		return 0, Record{}, false
+	}
+	return id, Record{Owner: rec.Owner, Hostname: rec.Hostname, Principal: rec.Principal, EndedBy: rec.EndedBy}, true
+}

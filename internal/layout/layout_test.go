@@ -32,7 +32,7 @@ var layers = []struct {
 }{
 	{"the API (generated)", []string{"proto/"}},
 	{"building blocks", []string{"internal/base/"}},
-	{"domain", []string{"fencing", "auth", "session", "lock", "election", "barrier", "configcenter", "cluster", "kv", "console"}},
+	{"domain", []string{"fencing", "auth", "session", "lock", "election", "barrier", "history", "configcenter", "cluster", "kv", "console"}},
 	{"the Go SDK", []string{"clientlib"}},
 	{"the server", []string{"internal/server/"}},
 	{"test support", []string{"internal/testkit/", "internal/layout"}},

@@ -1,0 +1,14 @@
+package history
+
+import "time"
+
+// StartFromNow switches off resuming from the cursor: r starts at the
+// current revision, as a recorder without a cursor would (tests check
+// that the history then misses what happened while none recorded).
+func StartFromNow(r *Recorder) { r.fromNow = true }
+
+// SetNow replaces r's clock.
+func SetNow(r *Recorder, now func() time.Time) { r.now = now }
+
+// MaxTxnEvents is how many events one transaction writes.
+const MaxTxnEvents = maxTxnEvents

@@ -1,0 +1,391 @@
+package history_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/history"
+	"github.com/coordd/coordd/internal/testkit/etcdtest"
+	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/lock"
+	"github.com/coordd/coordd/session"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const root = "/coordd/"
+
+type env struct {
+	cli       *clientv3.Client
+	locks     *lock.Manager
+	elections *election.Manager
+	sessions  *session.Manager
+	store     *history.Store
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	cli := etcdtest.Start(t).Client(t)
+	locks := lock.NewManager(cli, root, etcdtest.Watcher(t, cli, root+"lock/"), nil)
+	elections := election.NewManager(cli, root, etcdtest.Watcher(t, cli, root+"election/"), nil)
+	t.Cleanup(func() { locks.Close(); elections.Close() })
+	return &env{cli: cli, locks: locks, elections: elections, sessions: session.NewManager(cli, root), store: history.NewStore(cli, root)}
+}
+
+// record runs a recorder until it is stopped (or the test ends).
+func (e *env) record(t *testing.T, opts history.Options, tweak ...func(*history.Recorder)) (stop func()) {
+	t.Helper()
+	r := history.NewRecorder(e.cli, root, opts, zaptest.NewLogger(t))
+	var before int64
+	if resp, err := e.cli.Get(t.Context(), root+"timeline/cursor"); err == nil && len(resp.Kvs) == 1 {
+		before = resp.Kvs[0].ModRevision
+	}
+	for _, f := range tweak {
+		f(r)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { r.Run(ctx) })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	// A first recorder starts at the revision it finds: wait for it, so
+	// that what the test does next is recorded.
+	wait.For(t, "the recorder's first cursor", func() bool {
+		resp, err := e.cli.Get(t.Context(), root+"timeline/cursor")
+		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].ModRevision != before
+	})
+	return stop
+}
+
+func (e *env) session(t *testing.T, owner string) session.ID {
+	t.Helper()
+	info, err := e.sessions.Create(t.Context(), session.Spec{TTL: 30 * time.Second, Owner: owner, Hostname: "host-" + owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.ID
+}
+
+// list returns every event q selects, page after page.
+func (e *env) list(t *testing.T, q history.Query) []history.Event {
+	t.Helper()
+	var out []history.Event
+	for {
+		evs, next, err := e.store.List(t.Context(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, evs...)
+		if next == "" {
+			return out
+		}
+		q.PageToken = next
+	}
+}
+
+// brief is an event in a line: type, token, owner and hand-off.
+func brief(evs []history.Event) []string {
+	var out []string
+	for _, e := range evs {
+		s := fmt.Sprintf("%s %s %d %s", e.Type, e.Name, e.Token, e.Owner)
+		if e.HandedFrom != 0 {
+			s += fmt.Sprintf(" from %d", e.HandedFrom)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// waitFor waits until the history of kind and name is want (in brief).
+func (e *env) waitFor(t *testing.T, k history.Kind, name string, want []string) {
+	t.Helper()
+	var got []string
+	wait.Within(t, 15*time.Second, "the history of "+name, func() bool {
+		got = brief(e.list(t, history.Query{Kind: k, Name: name}))
+		return slices.Equal(got, want) || len(got) > len(want)
+	})
+	if !slices.Equal(got, want) {
+		t.Fatalf("history of %s:\n got %q\nwant %q", name, got, want)
+	}
+}
+
+func TestRecordsGrantsHandOffsAndEnds(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.record(t, history.Options{Member: "m1"})
+	ctx := t.Context()
+	alice, bob := e.session(t, "alice"), e.session(t, "bob")
+
+	g1, err := e.locks.Acquire(ctx, lock.Request{Name: "jobs/a", Session: alice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted := make(chan lock.Grant, 1)
+	go func() {
+		g, err := e.locks.Acquire(ctx, lock.Request{Name: "jobs/a", Session: bob})
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- g
+	}()
+	wait.For(t, "bob to queue", func() bool {
+		d, err := e.locks.Describe(ctx, "jobs/a")
+		return err == nil && len(d.Waiters) == 1
+	})
+	if err := e.locks.Release(ctx, "jobs/a", g1.Token, session.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	g2 := <-granted
+	if err := e.sessions.Close(ctx, bob); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(t, history.Lock, "jobs/a", []string{
+		fmt.Sprintf("GRANTED jobs/a %d alice", g1.Token),
+		fmt.Sprintf("RELEASED jobs/a %d alice", g1.Token),
+		fmt.Sprintf("GRANTED jobs/a %d bob from %d", g2.Token, g1.Token),
+		fmt.Sprintf("SESSION_CLOSED jobs/a %d bob", g2.Token),
+	})
+
+	l, err := e.elections.Campaign(ctx, election.Request{Name: "jobs/leader", Session: alice, Value: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.elections.Resign(ctx, "jobs/leader", l.Term, session.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor(t, history.Election, "jobs/leader", []string{
+		fmt.Sprintf("ELECTED jobs/leader %d alice", l.Term),
+		fmt.Sprintf("RESIGNED jobs/leader %d alice", l.Term),
+	})
+
+	t.Run("details", func(t *testing.T) {
+		evs := e.list(t, history.Query{Kind: history.Lock, Name: "jobs/a"})
+		if evs[2].Waited <= 0 || evs[1].Held <= 0 || evs[2].Hostname != "host-bob" || evs[2].Session != bob.String() || evs[2].RequestID == "" {
+			t.Fatalf("bob's grant lacks details: %+v (alice's release: %+v)", evs[2], evs[1])
+		}
+		if !strings.Contains(evs[3].Reason, "closed") {
+			t.Fatalf("reason %q does not say the session was closed", evs[3].Reason)
+		}
+	})
+	t.Run("by owner, paged, newest first, by time", func(t *testing.T) {
+		got := brief(e.list(t, history.Query{Kind: history.Lock, Owner: "bob", Limit: 1}))
+		want := []string{fmt.Sprintf("GRANTED jobs/a %d bob from %d", g2.Token, g1.Token), fmt.Sprintf("SESSION_CLOSED jobs/a %d bob", g2.Token)}
+		if !slices.Equal(got, want) {
+			t.Fatalf("bob's lock events: got %q, want %q", got, want)
+		}
+		all := e.list(t, history.Query{Kind: history.Lock, Name: "jobs/a", Limit: 3})
+		rev := e.list(t, history.Query{Kind: history.Lock, Name: "jobs/a", NewestFirst: true, Limit: 1})
+		slices.Reverse(rev)
+		if !slices.Equal(brief(all), brief(rev)) {
+			t.Fatalf("newest first, reversed: %q; oldest first: %q", brief(rev), brief(all))
+		}
+		since := e.list(t, history.Query{Kind: history.Lock, Name: "jobs/a", Since: all[3].Time})
+		until := e.list(t, history.Query{Kind: history.Lock, Name: "jobs/a", Until: all[3].Time})
+		if !slices.Equal(brief(since), brief(all[3:])) || !slices.Equal(brief(until), brief(all[:3])) {
+			t.Fatalf("since %s: %q; until: %q", all[3].Time, brief(since), brief(until))
+		}
+	})
+	t.Run("bad queries", func(t *testing.T) {
+		for _, q := range []history.Query{
+			{Kind: "queue"},
+			{Kind: history.Lock, Name: "a//b"},
+			{Kind: history.Lock, Limit: 1001},
+			{Kind: history.Lock, PageToken: "not-a-token"},
+			{Kind: history.Lock, Since: time.Now(), Until: time.Now().Add(-time.Hour)},
+		} {
+			if _, _, err := e.store.List(ctx, q); err == nil || !strings.Contains(err.Error(), "invalid") {
+				t.Errorf("%+v: got %v, want an invalid-argument error", q, err)
+			}
+		}
+	})
+}
+
+// churn takes and releases lock name n times.
+func (e *env) churn(t *testing.T, s session.ID, name string, n int) {
+	t.Helper()
+	for range n {
+		g, err := e.locks.Acquire(t.Context(), lock.Request{Name: name, Session: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.locks.Release(t.Context(), name, g.Token, session.Hint{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// missedWhileStopped runs the scenario of a recorder that stops, misses
+// three grants, and starts again (on "another member"); it returns how
+// many of the lock's 10 events the history lacks, and fails the test on
+// an event recorded twice.
+func missedWhileStopped(t *testing.T, tweak ...func(*history.Recorder)) int {
+	e := newEnv(t)
+	s := e.session(t, "worker")
+	stop := e.record(t, history.Options{Member: "m1"}, tweak...)
+	e.churn(t, s, "resume", 2)
+	wait.For(t, "the first four events", func() bool { return len(e.list(t, history.Query{Kind: history.Lock, Name: "resume"})) == 4 })
+	stop()
+	e.churn(t, s, "resume", 3) // nobody records
+	e.record(t, history.Options{Member: "m2"}, tweak...)
+	e.churn(t, s, "mark", 1)
+	wait.For(t, "the marker's events", func() bool { return len(e.list(t, history.Query{Kind: history.Lock, Name: "mark"})) == 2 })
+	evs := e.list(t, history.Query{Kind: history.Lock, Name: "resume"})
+	seen := map[string]bool{}
+	for _, s := range brief(evs) {
+		if seen[s] {
+			t.Fatalf("%q recorded twice: %q", s, brief(evs))
+		}
+		seen[s] = true
+	}
+	return 10 - len(evs)
+}
+
+// The core rule: a recorder resumes from the cursor, so a restart or a
+// move to another member loses nothing. Switched off (starting from the
+// current revision), the same check finds the events it missed.
+func TestAnotherRecorderResumesWhereTheLastStopped(t *testing.T) {
+	t.Parallel()
+	if n := missedWhileStopped(t); n != 0 {
+		t.Fatalf("the history lost %d events while no recorder ran", n)
+	}
+	t.Run("switched off", func(t *testing.T) {
+		if n := missedWhileStopped(t, history.StartFromNow); n != 6 {
+			t.Fatalf("without resuming, the history lost %d events, want 6: the check cannot fail", n)
+		}
+	})
+}
+
+// A revision with more events than one transaction holds is written in
+// parts, each with a cursor inside the revision; a recorder that starts
+// between parts derives the revision again and writes only the rest.
+func TestALargeRevisionIsRecordedOnceAcrossARestart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.session(t, "fleet")
+	n := history.MaxTxnEvents + 10
+	for i := range n {
+		if _, err := e.locks.Acquire(t.Context(), lock.Request{Name: fmt.Sprintf("part/%03d", i), Session: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := e.record(t, history.Options{Member: "m1"})
+	if err := e.sessions.Close(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	closed := func() []history.Event {
+		var out []history.Event
+		for _, ev := range e.list(t, history.Query{Kind: history.Lock}) {
+			if ev.Type == history.SessionClosed {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	wait.For(t, "every lock's end", func() bool { return len(closed()) == n })
+	stop()
+	// As if the recorder had stopped after the first transaction: the
+	// cursor inside the revision, the rest not written.
+	evs := closed()
+	rev := evs[0].Revision
+	cur := fmt.Sprintf(`{"rev":%d,"seq":%d,"time":%q}`, rev, history.MaxTxnEvents, evs[n-1].Time.Format(time.RFC3339Nano))
+	if _, err := e.cli.Put(t.Context(), root+"timeline/cursor", cur); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.cli.Get(t.Context(), root+"timeline/t/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := 0
+	for _, kv := range resp.Kvs {
+		suffix := strings.TrimPrefix(string(kv.Key), root+"timeline/t/")
+		var seq int
+		if _, err := fmt.Sscanf(suffix[len(suffix)-4:], "%x", &seq); err != nil {
+			t.Fatal(err)
+		}
+		var ev history.Event
+		if err := json.Unmarshal(kv.Value, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Revision != rev || seq < history.MaxTxnEvents {
+			continue
+		}
+		twin := root + "timeline/n/lock/" + strings.ReplaceAll(ev.Name, "/", "%2F") + "/" + suffix
+		if _, err := e.cli.Txn(t.Context()).Then(clientv3.OpDelete(string(kv.Key)), clientv3.OpDelete(twin)).Commit(); err != nil {
+			t.Fatal(err)
+		}
+		removed++
+	}
+	if removed != 10 || len(closed()) != history.MaxTxnEvents {
+		t.Fatalf("removed %d events, %d left: the test's set-up is wrong", removed, len(closed()))
+	}
+	e.record(t, history.Options{Member: "m2"})
+	e.churn(t, e.session(t, "m"), "mark", 1)
+	wait.For(t, "the marker's events", func() bool { return len(e.list(t, history.Query{Kind: history.Lock, Name: "mark"})) == 2 })
+	if got := len(closed()); got != n {
+		t.Fatalf("%d ends recorded, want %d", got, n)
+	}
+}
+
+func TestOldEventsAreRemoved(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.session(t, "w")
+	e.record(t, history.Options{Member: "m1", MaxRecords: 6, PruneEvery: 20 * time.Millisecond})
+	e.churn(t, s, "bounded", 10)
+	count := func(prefix string) int64 {
+		resp, err := e.cli.Get(t.Context(), root+"timeline/"+prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	var evs []history.Event
+	wait.For(t, "the history to shrink to the newest 6", func() bool {
+		evs = e.list(t, history.Query{Kind: history.Lock, Name: "bounded"})
+		return count("t/") == 6 && count("n/") == 6 && len(evs) == 6 && evs[5].Type == history.Released
+	})
+	if len(evs) != 6 || evs[5].Type != history.Released {
+		t.Fatalf("kept %q, want the newest six", brief(evs))
+	}
+}
+
+// A recorder that cannot resume (etcd compacted its cursor's revision)
+// says so with a GAP event instead of pretending nothing happened.
+func TestAGapIsRecordedWhenEtcdCompactedWhatNobodyRecorded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.session(t, "w")
+	stop := e.record(t, history.Options{Member: "m1"})
+	e.churn(t, s, "gap", 1)
+	wait.For(t, "the first events", func() bool { return len(e.list(t, history.Query{Kind: history.Lock, Name: "gap"})) == 2 })
+	stop()
+	e.churn(t, s, "gap", 2)
+	resp, err := e.cli.Get(t.Context(), "nothing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cli.Compact(t.Context(), resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	e.record(t, history.Options{Member: "m2"})
+	var gaps []history.Event
+	wait.For(t, "a gap", func() bool {
+		gaps = slices.DeleteFunc(e.list(t, history.Query{Kind: history.Election}), func(ev history.Event) bool { return ev.Type != history.Gap })
+		return len(gaps) == 1
+	})
+	if g := gaps[0]; g.FromRevision <= 0 || g.Revision < resp.Header.Revision || g.FromRevision > g.Revision {
+		t.Fatalf("gap %+v, want one that covers %d", g, resp.Header.Revision)
+	}
+}
