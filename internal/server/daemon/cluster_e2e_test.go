@@ -406,23 +406,34 @@ func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
 		t.Fatalf("acquire = %d %v", r.status, r.body)
 	}
 	done := make(chan int, 1)
+	var queued atomic.Bool
 	go func() {
-		// Not call(): it may not Fatal outside the test goroutine.
+		// Not call(): it may not Fatal outside the test goroutine. An
+		// acquire refused before it queued (UNAVAILABLE while etcd's
+		// leadership settles on a loaded machine) is tried again.
 		hc := &http.Client{Timeout: time.Minute}
-		resp, err := hc.Post(base+"/v1/locks:acquire", "application/json",
-			strings.NewReader(fmt.Sprintf(`{"name":"q","sessionId":%q,"wait":"60s"}`, waiter)))
-		if err != nil {
-			done <- 0
+		for {
+			resp, err := hc.Post(base+"/v1/locks:acquire", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"name":"q","sessionId":%q,"wait":"60s"}`, waiter)))
+			if err != nil {
+				done <- 0
+				return
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable && !queued.Load() {
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			done <- resp.StatusCode
 			return
 		}
-		_ = resp.Body.Close()
-		done <- resp.StatusCode
 	}()
 	wait.Within(t, 10*time.Second, "the waiter to queue", func() bool {
 		r := call(t, "GET", base+"/v1/locks/q", "")
 		w, _ := r.body["waiters"].([]any)
 		return len(w) == 1
 	})
+	queued.Store(true)
 	for _, d := range ds[:2] {
 		if err := d.Stop(context.Background()); err != nil {
 			t.Fatal(err)
