@@ -92,6 +92,7 @@ type Client struct {
 	cluster    coorddv1.ClusterServiceClient
 	kv         coorddv1.KVServiceClient
 	barriers   coorddv1.BarrierServiceClient
+	history    coorddv1.HistoryServiceClient
 	mux        *watchMux   // carries the config subscriptions
 	keepAlives *keepAlives // carries the sessions' keep-alives
 	calls      *calls      // carries the lock and election calls
@@ -322,6 +323,7 @@ func (c *Client) start(ctx context.Context, conn *grpc.ClientConn, cfg Config) {
 	c.cluster = coorddv1.NewClusterServiceClient(conn)
 	c.kv = coorddv1.NewKVServiceClient(conn)
 	c.barriers = coorddv1.NewBarrierServiceClient(conn)
+	c.history = coorddv1.NewHistoryServiceClient(conn)
 	// The client outlives New's ctx; Close ends what runs under c.ctx.
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	c.moved, c.movedEnded = context.WithCancel(c.ctx)

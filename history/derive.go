@@ -137,6 +137,13 @@ func (s *state) put(kv *mvccpb.KeyValue, touched map[string]bool, resigned map[s
 	key := string(kv.Key)
 	if rest, ok := strings.CutPrefix(key, s.sessionRoot); ok {
 		if id, rec, ok := session.ParseRecord(rest, kv.Value); ok {
+			if rec.EndedBy != "" {
+				// The clock marks an ended session with a record that
+				// names only the member: keep who it was.
+				prev := s.sessions[id]
+				prev.EndedBy = rec.EndedBy
+				rec = prev
+			}
 			s.sessions[id] = rec
 		}
 		return

@@ -177,7 +177,9 @@ func (a *app) electCommand() *cobra.Command {
 	for _, c := range []*cobra.Command{campaign, proclaim, resign, leader, candidates, observe, list} {
 		c.ValidArgsFunction = a.completeFirst(electionNames, cobra.ShellCompDirectiveNoFileComp)
 	}
-	cmd.AddCommand(campaign, proclaim, resign, leader, candidates, observe, list, a.electRunCommand())
+	history := a.historyCommand("election", (*clientlib.Admin).ElectionHistory)
+	history.ValidArgsFunction = a.completeFirst(electionNames, cobra.ShellCompDirectiveNoFileComp)
+	cmd.AddCommand(campaign, proclaim, resign, leader, candidates, observe, list, history, a.electRunCommand())
 	return cmd
 }
 

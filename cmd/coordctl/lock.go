@@ -231,7 +231,9 @@ or all with the session (session close).`,
 		c.ValidArgsFunction = a.completeFirst(lockNames, cobra.ShellCompDirectiveNoFileComp)
 	}
 	acquireAll.ValidArgsFunction = a.completeEach(lockNames)
-	cmd.AddCommand(acquire, acquireAll, release, status, list, validate, a.lockRunCommand())
+	history := a.historyCommand("lock", (*clientlib.Admin).LockHistory)
+	history.ValidArgsFunction = a.completeFirst(lockNames, cobra.ShellCompDirectiveNoFileComp)
+	cmd.AddCommand(acquire, acquireAll, release, status, list, validate, history, a.lockRunCommand())
 	return cmd
 }
 

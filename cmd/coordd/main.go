@@ -25,6 +25,7 @@ import (
 
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/history"
 	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/server/tlsfiles"
 )
@@ -202,6 +203,9 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.StringVar(&cfg.Compaction.Mode, "compaction-mode", "", `how much etcd history to keep: "periodic" (a time window), "revision" (a number of revisions) or "off" (default periodic with the embedded member, off over --etcd-endpoints)`)
 	f.StringVar(&cfg.Compaction.Retention, "compaction-retention", "", `periodic: a duration (default 10s; compaction runs that often, down to the revision of that long ago); revision: a number of revisions to keep (compaction runs every 5m)`)
 
+	f.DurationVar(&cfg.History.Retention, "history-retention", history.DefaultRetention, "how long the grant history keeps events (coordctl lock history)")
+	f.IntVar(&cfg.History.MaxRecords, "history-max-records", history.DefaultMaxRecords, "the most events the grant history keeps; the oldest go first")
+	f.BoolVar(&cfg.HistoryOff, "no-history", false, "record no grant history")
 	f.Float64Var(&cfg.AutoDefrag.FreeRatio, "auto-defrag-free-ratio", 0, "defragment the embedded member when this fraction of its database file is free (e.g. 0.5) and at least --auto-defrag-min-free bytes; members take turns; 0 is off")
 	f.Int64Var(&cfg.AutoDefrag.MinFree, "auto-defrag-min-free", cluster.DefaultAutoDefragMinFree, "the least free space in the database file worth an automatic defragmentation")
 	f.StringVar(&cfg.KeyRoot, "key-root", daemon.DefaultKeyRoot, "etcd key prefix of everything coordd stores")

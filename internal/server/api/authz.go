@@ -94,6 +94,21 @@ func listed[T any](kind auth.Kind, prefix func(T) string) func(any) []auth.Resou
 	}
 }
 
+// historyOf names what a history listing reads: its lock or election, or
+// with no name every one of its kind.
+func historyOf[T any](kind auth.Kind, name func(T) string) func(any) []auth.Resource {
+	return func(msg any) []auth.Resource {
+		m, ok := msg.(T)
+		if !ok {
+			return nil
+		}
+		if n := name(m); n != "" {
+			return []auth.Resource{{Kind: kind, Name: n}}
+		}
+		return []auth.Resource{{Kind: kind, Prefix: true}}
+	}
+}
+
 // namespaces builds a names func for requests naming several namespaces.
 func namespaces[T any](names func(T) []string) func(any) []auth.Resource {
 	return func(msg any) []auth.Resource {
@@ -123,6 +138,7 @@ const (
 	sessionSvc  = "/coordd.v1.SessionService/"
 	lockSvc     = "/coordd.v1.LockService/"
 	barrierSvc  = "/coordd.v1.BarrierService/"
+	historySvc  = "/coordd.v1.HistoryService/"
 	electionSvc = "/coordd.v1.ElectionService/"
 	configSvc   = "/coordd.v1.ConfigService/"
 	clusterSvc  = "/coordd.v1.ClusterService/"
@@ -152,6 +168,10 @@ var rpcTable = map[string]rpcRule{
 
 	lockSvc + "Acquire":    rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.AcquireRequest).GetName), bySession((*coorddv1.AcquireRequest).GetSessionId)),
 	lockSvc + "TryAcquire": rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.TryAcquireRequest).GetName), bySession((*coorddv1.TryAcquireRequest).GetSessionId)),
+	// A lock's history needs the right to describe it; without a name,
+	// every lock's (an election's: to observe it).
+	historySvc + "ListLockHistory":     rule(auth.LockDescribe, historyOf(auth.Lock, (*coorddv1.ListLockHistoryRequest).GetName)),
+	historySvc + "ListElectionHistory": rule(auth.ElectionObserve, historyOf(auth.Election, (*coorddv1.ListElectionHistoryRequest).GetName)),
 	// A barrier's rights are those of the lock of its name.
 	barrierSvc + "EnterBarrier":    rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.EnterBarrierRequest).GetName), bySession((*coorddv1.EnterBarrierRequest).GetSessionId)),
 	barrierSvc + "LeaveBarrier":    rule(auth.LockAcquire, named(auth.Lock, (*coorddv1.LeaveBarrierRequest).GetName), bySession((*coorddv1.LeaveBarrierRequest).GetSessionId)),

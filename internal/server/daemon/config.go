@@ -17,6 +17,7 @@ import (
 
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/history"
 	"github.com/coordd/coordd/internal/server/tlsfiles"
 )
 
@@ -150,6 +151,11 @@ type Config struct {
 	// tunes the member's config watch cache. Zero fields mean defaults.
 	ConfigLimits configcenter.Limits
 	ConfigCache  configcenter.CacheOptions
+	// History tunes the grant history (retention and size; Member is
+	// set from Name). HistoryOff turns it off: nothing is recorded, and
+	// the history calls list what was recorded before.
+	History    history.Options
+	HistoryOff bool
 	// Version is reported by the cluster status call.
 	Version string
 	// EnablePprof serves Go's profiles under /debug/pprof/ on the HTTP
@@ -336,6 +342,12 @@ func (cfg Config) validate(restoring bool) error {
 		if h == "" || strings.ContainsAny(h, ":/ ") {
 			add("--http-allowed-hosts %q: want a host name without port, such as coordd.internal", h)
 		}
+	}
+	if cfg.History.Retention < 0 || (cfg.History.Retention > 0 && cfg.History.Retention < time.Minute) {
+		add("--history-retention %s must be at least 1m", cfg.History.Retention)
+	}
+	if cfg.History.MaxRecords < 0 {
+		add("--history-max-records %d must not be negative", cfg.History.MaxRecords)
 	}
 	if err := cfg.AutoDefrag.Validate(); err != nil {
 		add("--auto-defrag-free-ratio: %v", err)

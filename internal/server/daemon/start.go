@@ -28,6 +28,7 @@ import (
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/console"
 	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/history"
 	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/base/groupcommit"
 	"github.com/coordd/coordd/internal/server/api"
@@ -297,6 +298,8 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	// The SDK's calls with its sessions, pipelined on one stream per
 	// client; each runs as the public server's unary RPC of its name.
 	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, p.unary(d.authn), p.apiMetrics, d.stopped.Done(), cfg.NoCallStream)
+	historySvc := api.NewHistoryServer(history.NewStore(d.cli, cfg.KeyRoot))
+	historySvc.TokensVisible = lockSvc.TokensVisible
 	barrierSvc := api.NewBarrierServer(barrier.NewManager(d.cli, cfg.KeyRoot))
 	barrierSvc.Waiters = waiters
 	for _, srv := range p.servers {
@@ -304,6 +307,7 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 		coorddv1.RegisterLockServiceServer(srv, lockSvc)
 		coorddv1.RegisterElectionServiceServer(srv, electionSvc)
 		coorddv1.RegisterBarrierServiceServer(srv, barrierSvc)
+		coorddv1.RegisterHistoryServiceServer(srv, historySvc)
 	}
 	return nil
 }
@@ -436,6 +440,12 @@ func (d *Daemon) serve(p *parts) {
 	d.spawn(func() { d.configCache.Run(bgCtx) })
 	d.spawn(func() { d.clock.Run(bgCtx) })
 	d.spawn(func() { p.holdings.Run(bgCtx) })
+	if !cfg.HistoryOff {
+		opts := cfg.History
+		opts.Member = cfg.Name
+		rec := history.NewRecorder(d.cli, cfg.KeyRoot, opts, d.lg.Named("history"))
+		d.spawn(func() { rec.Run(bgCtx) })
+	}
 	if cfg.Reload != nil {
 		d.spawn(func() { d.reloadOnSignal(bgCtx, cfg.Reload) })
 	}

@@ -1,0 +1,155 @@
+package daemon_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/testkit/freeport"
+	"github.com/coordd/coordd/internal/testkit/wait"
+)
+
+// historyOf lists the lock's (or election's) history through the SDK, in
+// brief: type, token and owner.
+func historyOf(t *testing.T, c *clientlib.Client, election bool, name string) []string {
+	t.Helper()
+	list := c.Admin().LockHistory
+	if election {
+		list = c.Admin().ElectionHistory
+	}
+	var out []string
+	for e, err := range list(t.Context(), name, clientlib.HistoryQuery{PageSize: 2}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s %d %s", e.Type, e.Token, e.Owner))
+	}
+	return out
+}
+
+func waitHistory(t *testing.T, c *clientlib.Client, election bool, name string, want []string) {
+	t.Helper()
+	var got []string
+	wait.Within(t, 15*time.Second, "the history of "+name, func() bool {
+		got = historyOf(t, c, election, name)
+		return len(got) >= len(want)
+	})
+	if !slices.Equal(got, want) {
+		t.Fatalf("history of %s:\n got %q\nwant %q", name, got, want)
+	}
+}
+
+// The history names every grant and end, with the reason, through the SDK
+// and REST; a session nobody renews shows as EXPIRED by the member that
+// ended it; the history outlives a restart, and the restarted daemon
+// records on.
+func TestHistoryRecordsGrantsAndEndsAndSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.GRPCAddr = freeport.Addr(t)
+	d := start(t, cfg)
+	c := newClient(t, cfg.GRPCAddr)
+	ctx := t.Context()
+	s, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second), clientlib.WithOwner("billing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l1, err := s.Lock(ctx, "ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A holder nobody keeps alive: its session ends after its TTL.
+	dead, err := c.Admin().CreateSession(ctx, 2*time.Second, "cron", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := c.Admin().Acquire(ctx, dead.ID, "ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l3, err := s.Lock(ctx, "ledger") // waits for the dead holder's expiry
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		fmt.Sprintf("GRANTED %d billing", l1.Token()), fmt.Sprintf("RELEASED %d billing", l1.Token()),
+		fmt.Sprintf("GRANTED %d cron", g2.Token), fmt.Sprintf("EXPIRED %d cron", g2.Token),
+		fmt.Sprintf("GRANTED %d billing", l3.Token()),
+	}
+	waitHistory(t, c, false, "ledger", want)
+	var expired clientlib.HistoryEvent
+	for e, err := range c.Admin().LockHistory(ctx, "ledger", clientlib.HistoryQuery{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Type == "EXPIRED" {
+			expired = e
+		}
+		if e.Token == l3.Token() && e.HandedFrom != g2.Token {
+			t.Errorf("the grant after the expiry names %d as its predecessor, want %d", e.HandedFrom, g2.Token)
+		}
+	}
+	if !strings.Contains(expired.Reason, "not renewed") || !strings.Contains(expired.Reason, "member ") || expired.Held < time.Second {
+		t.Errorf("expiry = %+v, want a reason naming the member that ended it and a hold of about the TTL", expired)
+	}
+
+	// REST: the reason at hand, tokens as strings, an owner filter, paging.
+	base := "http://" + d.HTTPAddr() + "/v1/locks:history?name=ledger&owner=cron&pageSize=1"
+	r := call(t, "GET", base, "")
+	evs, _ := r.body["events"].([]any)
+	if r.status != 200 || len(evs) != 1 || r.body["nextPageToken"] == "" {
+		t.Fatalf("REST history = %d %v, want one event of cron and a next page", r.status, r.body)
+	}
+	first := evs[0].(map[string]any)
+	if first["type"] != "HISTORY_EVENT_TYPE_GRANTED" || first["token"] != fmt.Sprint(g2.Token) || first["owner"] != "cron" {
+		t.Fatalf("REST event = %v", first)
+	}
+	r = call(t, "GET", base+"&pageToken="+url.QueryEscape(r.body["nextPageToken"].(string)), "")
+	if evs, _ := r.body["events"].([]any); r.status != 200 || len(evs) != 1 || evs[0].(map[string]any)["type"] != "HISTORY_EVENT_TYPE_EXPIRED" {
+		t.Fatalf("REST history, page 2 = %d %v", r.status, r.body)
+	}
+	if r := call(t, "GET", "http://"+d.HTTPAddr()+"/v1/locks:history?name=ledger&pageSize=5000", ""); r.status != 400 {
+		t.Fatalf("REST history with a page of 5000 = %d %v, want 400", r.status, r.body)
+	}
+
+	// Elections.
+	lead, err := s.Campaign(ctx, "primary", "db-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitHistory(t, c, true, "primary", []string{fmt.Sprintf("ELECTED %d billing", lead.Term()), fmt.Sprintf("RESIGNED %d billing", lead.Term())})
+
+	// A restart keeps what was recorded, and records on.
+	if err := l3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitHistory(t, c, false, "ledger", append(slices.Clone(want), fmt.Sprintf("RELEASED %d billing", l3.Token())))
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	start(t, cfg)
+	c2 := newClient(t, cfg.GRPCAddr)
+	s2, err := c2.NewSession(ctx, clientlib.WithTTL(30*time.Second), clientlib.WithOwner("after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l4, err := s2.Lock(ctx, "ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHistory(t, c2, false, "ledger", append(slices.Clone(want), fmt.Sprintf("RELEASED %d billing", l3.Token()), fmt.Sprintf("GRANTED %d after", l4.Token())))
+}
