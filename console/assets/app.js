@@ -460,10 +460,43 @@ function names(kind, p, signal) {
   }, 3000, signal, list);
 }
 
+const historyNames = {
+  HISTORY_EVENT_TYPE_GRANTED: 'granted', HISTORY_EVENT_TYPE_RELEASED: 'released', HISTORY_EVENT_TYPE_EXPIRED: 'expired',
+  HISTORY_EVENT_TYPE_SESSION_CLOSED: 'session closed', HISTORY_EVENT_TYPE_ELECTED: 'elected', HISTORY_EVENT_TYPE_RESIGNED: 'resigned',
+  HISTORY_EVENT_TYPE_REMOVED: 'removed', HISTORY_EVENT_TYPE_GAP: 'not recorded',
+};
+
+/**
+ * historyArea is a lock's or election's grant history, newest first: who
+ * held it, with which token, and why each grant ended. It asks again
+ * every 5 s (events are recorded a moment after they happen).
+ */
+function historyArea(kind, name, signal) {
+  const el = area({ class: 'history' });
+  const load = async () => {
+    try {
+      const r = await api(`v1/${kind}:history?${q({ name, newestFirst: true, pageSize: 50 })}`, { signal });
+      el.show(r.events || [], (evs) => table([
+        { title: 'When', cell: (e) => when(e.time) },
+        { title: 'Event', cell: (e) => h('span', { 'data-type': e.type }, historyNames[e.type] || e.type) },
+        { title: kind === 'locks' ? 'Token' : 'Term', cls: 'num', cell: (e) => (e.token && e.token !== '0' ? h('code', {}, e.token) : '') },
+        { title: 'Owner', cell: (e) => [e.owner || '', e.hostname ? h('span', { class: 'muted' }, ` @ ${e.hostname}`) : ''] },
+        { title: 'Session', cls: 'hide-narrow', cell: (e) => (e.sessionId ? h('code', {}, e.sessionId) : '') },
+        { title: 'Detail', cell: (e) => (e.type === 'HISTORY_EVENT_TYPE_GAP' ? `revisions ${e.fromRevision}–${e.revision}: ${e.reason}`
+          : [e.reason || '', e.held ? ` · held ${e.held}` : '', e.handedFrom && e.handedFrom !== '0' ? `handed over from ${e.handedFrom}` : '',
+            e.waited ? ` · waited ${e.waited}` : ''].filter(Boolean).join('')) },
+      ], evs, 'Nothing recorded yet (kept 7 days by default).'));
+    } catch (e) { if (!signal.aborted) el.fail(e); }
+  };
+  poll(load, 5000, signal);
+  return el;
+}
+
 async function lockView(p, signal) {
   const name = p.rest;
   const state = area();
-  main.replaceChildren(h('p', {}, h('a', { href: '#/locks' }, '← Locks')), h('h1', { tabindex: '-1' }, name), state);
+  main.replaceChildren(h('p', {}, h('a', { href: '#/locks' }, '← Locks')), h('h1', { tabindex: '-1' }, name), state,
+    h('h2', {}, 'History, newest first'), historyArea('locks', name, signal));
   const release = async (e) => {
     const ok = await confirmDialog(`Release ${name}?`, h('div', {},
       h('p', {}, `This takes the lock from session ${e.sessionId} (${e.owner || 'no owner'}), token ${e.token}. The next waiter is granted it. The holder's fenced writes with token ${e.token} are refused from now on, but a holder that does not check its token may still act: release only a holder you know is stuck.`)), 'Release');
@@ -506,7 +539,8 @@ async function electionView(p, signal) {
   const candidates = area();
   const timeline = h('ol', { class: 'timeline', 'aria-live': 'polite', reversed: true });
   main.replaceChildren(h('p', {}, h('a', { href: '#/elections' }, '← Elections')), h('h1', { tabindex: '-1' }, name),
-    h('h2', {}, 'Leader'), leader, h('h2', {}, 'Candidates, in the order they will lead'), candidates, h('h2', {}, 'Timeline (live)'), timeline);
+    h('h2', {}, 'Leader'), leader, h('h2', {}, 'Candidates, in the order they will lead'), candidates, h('h2', {}, 'Timeline (live)'), timeline,
+    h('h2', {}, 'Leaders, newest first'), historyArea('elections', name, signal));
   const showLeader = (l) => leader.show(l || null, () => (!l ? h('p', { class: 'muted' }, 'Nobody leads.') : h('div', { class: 'scroll' }, h('table', {}, h('tbody', {},
     [['Term', h('code', {}, l.term)], ['Value', h('pre', {}, pretty(l.value))], ['Owner', [l.owner, l.hostname ? ` @ ${l.hostname}` : '']],
       ['Session', h('a', { href: `#/sessions/${l.sessionId}` }, h('code', {}, l.sessionId))], ['Since', when(l.since)], ['Proclamations', l.proclaims]]

@@ -214,6 +214,9 @@ func TestConsole(t *testing.T) {
 	p.see("main", "Waiters, in the order they will be granted (0)")
 	p.see("main table", b.ID())
 	p.see("main table", strconv.FormatInt(int64(lb.Token()), 10))
+	// The history: the grant handed over from a's, newest first.
+	p.see(".history", "handed over from "+strconv.FormatInt(int64(la.Token()), 10))
+	p.see(".history", "released")
 
 	// Sessions: the list, and one session with what it holds.
 	p.open("#/sessions")
@@ -267,6 +270,8 @@ func TestConsole(t *testing.T) {
 	p.see(".timeline", "resigned")
 	p.see(".timeline", "term "+strconv.FormatInt(int64(lb1.Term()), 10))
 	p.see("main table", "node-b")
+	p.see(".history", "resigned")
+	p.see(".history", strconv.FormatInt(int64(lb1.Term()), 10))
 	p.screenshot("election")
 
 	// Config: two releases and their diff; a rollback from the console
