@@ -856,3 +856,40 @@ func TestBarrierCommands(t *testing.T) {
 		t.Errorf("entering an opened barrier: %q", out)
 	}
 }
+
+// lock history and elect history: every grant and its end, in a table
+// that names the reason, and as REST's JSON; an empty one says so.
+func TestHistoryCommands(t *testing.T) {
+	t.Parallel()
+	ep := coorddtest.Start(t).GRPCAddr
+	var s struct{ ID string }
+	jsonOf(t, must(t, ep, "session", "create", "--owner", "nightly", "-o", "json"), &s)
+	var g struct{ Token string }
+	jsonOf(t, must(t, ep, "lock", "acquire", "jobs/h", "--session", s.ID, "-o", "json"), &g)
+	must(t, ep, "lock", "release", "jobs/h", g.Token)
+	var l struct{ Term string }
+	jsonOf(t, must(t, ep, "elect", "campaign", "jobs/e", "host-1", "--session", s.ID, "-o", "json"), &l)
+	must(t, ep, "session", "close", s.ID)
+	var evs []struct{ Type, Token, Owner, Reason string }
+	wait.For(t, "the lock's grant and release in its history", func() bool {
+		jsonOf(t, must(t, ep, "lock", "history", "jobs/h", "--since", "1h", "-o", "json"), &evs)
+		return len(evs) == 2
+	})
+	if evs[0].Type != "HISTORY_EVENT_TYPE_GRANTED" || evs[0].Token != g.Token || evs[0].Owner != "nightly" || evs[1].Reason != "released" {
+		t.Fatalf("lock history = %+v", evs)
+	}
+	if out := must(t, ep, "lock", "history", "jobs/h", "--newest-first", "--limit", "1"); !strings.Contains(out, "RELEASED") || strings.Contains(out, "GRANTED") {
+		t.Fatalf("lock history --newest-first --limit 1:\n%s", out)
+	}
+	var out string
+	wait.For(t, "the leadership's end", func() bool {
+		out = must(t, ep, "elect", "history", "jobs/e")
+		return strings.Contains(out, "SESSION_CLOSED")
+	})
+	if !strings.Contains(out, "ELECTED") || !strings.Contains(out, l.Term) || !strings.Contains(out, "session was closed") {
+		t.Fatalf("elect history:\n%s", out)
+	}
+	if out := must(t, ep, "lock", "history", "nothing/here"); !strings.Contains(out, "no history of lock nothing/here") {
+		t.Fatalf("an empty history printed %q", out)
+	}
+}
