@@ -47,7 +47,8 @@ type Recorder struct {
 	lg   *zap.Logger
 	now  func() time.Time
 
-	recorded atomic.Int64 // events written by this member
+	recording atomic.Bool  // this member holds the claim
+	recorded  atomic.Int64 // events written by this member
 	last     atomic.Int64 // the revision recorded last
 	// fromNow makes the recorder start at the current revision, not at
 	// its cursor (tests: the mechanism switched off).
@@ -71,6 +72,9 @@ func NewRecorder(cli *clientv3.Client, root string, opts Options, lg *zap.Logger
 	}
 	return &Recorder{cli: cli, root: root, keys: keys{base: root + "timeline/"}, opts: opts, lg: lg, now: time.Now}
 }
+
+// Recording reports whether this member is the one recording now.
+func (r *Recorder) Recording() bool { return r.recording.Load() }
 
 // Recorded is how many events this member has written, and the last
 // revision it recorded.
@@ -107,6 +111,8 @@ func (r *Recorder) claimAndRecord(ctx context.Context) error {
 	if err := concurrency.NewElection(s, r.keys.writer()).Campaign(ctx, r.opts.Member); err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
+	r.recording.Store(true)
+	defer r.recording.Store(false)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { // ends with rctx

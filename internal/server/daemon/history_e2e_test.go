@@ -153,3 +153,49 @@ func TestHistoryRecordsGrantsAndEndsAndSurvivesARestart(t *testing.T) {
 	}
 	waitHistory(t, c2, false, "ledger", append(slices.Clone(want), fmt.Sprintf("RELEASED %d billing", l3.Token()), fmt.Sprintf("GRANTED %d after", l4.Token())))
 }
+
+// On three members one records; when it stops, another takes over from
+// its cursor: the events made while it was going away are there, once.
+func TestHistoryMovesToAnotherMemberWhenTheRecorderStops(t *testing.T) {
+	t.Parallel()
+	ds := startCluster(t, 3)
+	var rec int
+	wait.Within(t, 15*time.Second, "one member recording", func() bool {
+		n := 0
+		for i, d := range ds {
+			if d.Metric("coordd_history_recording") == 1 {
+				rec, n = i, n+1
+			}
+		}
+		return n == 1
+	})
+	other := ds[(rec+1)%3]
+	c := newClient(t, other.GRPCAddr())
+	ctx := t.Context()
+	s, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second), clientlib.WithOwner("mover"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	take := func() {
+		l, err := s.Lock(ctx, "moved")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, fmt.Sprintf("GRANTED %d mover", l.Token()), fmt.Sprintf("RELEASED %d mover", l.Token()))
+	}
+	take()
+	waitHistory(t, c, false, "moved", want)
+	if err := ds[rec].Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	take() // while no member records, or the next one starts
+	wait.Within(t, 20*time.Second, "another member recording", func() bool {
+		return other.Metric("coordd_history_recording") == 1 || ds[(rec+2)%3].Metric("coordd_history_recording") == 1
+	})
+	take()
+	waitHistory(t, c, false, "moved", want)
+}

@@ -175,3 +175,11 @@ func boolFloat(b bool) float64 {
 	}
 	return 0
 }
+
+// b2f is 1 for true, 0 for false: a boolean gauge.
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

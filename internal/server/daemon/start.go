@@ -106,6 +106,7 @@ type parts struct {
 	servers  []*grpc.Server // the public one, then the gateway's
 	sessions *session.Manager
 	holdings *grantwatch.Watcher
+	history  *history.Recorder // nil with --no-history
 	cluster  *cluster.Manager
 }
 
@@ -298,6 +299,18 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	// The SDK's calls with its sessions, pipelined on one stream per
 	// client; each runs as the public server's unary RPC of its name.
 	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, p.unary(d.authn), p.apiMetrics, d.stopped.Done(), cfg.NoCallStream)
+	if !cfg.HistoryOff {
+		opts := cfg.History
+		opts.Member = cfg.Name
+		p.history = history.NewRecorder(d.cli, cfg.KeyRoot, opts, d.lg.Named("history"))
+		p.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "coordd_history_recording",
+			Help: "1 while this member records the grant history (one member at a time), else 0.",
+		}, func() float64 { return b2f(p.history.Recording()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "coordd_history_events_recorded_total",
+			Help: "Grant history events this member has written.",
+		}, func() float64 { n, _ := p.history.Recorded(); return float64(n) }))
+	}
 	historySvc := api.NewHistoryServer(history.NewStore(d.cli, cfg.KeyRoot))
 	historySvc.TokensVisible = lockSvc.TokensVisible
 	barrierSvc := api.NewBarrierServer(barrier.NewManager(d.cli, cfg.KeyRoot))
@@ -440,11 +453,8 @@ func (d *Daemon) serve(p *parts) {
 	d.spawn(func() { d.configCache.Run(bgCtx) })
 	d.spawn(func() { d.clock.Run(bgCtx) })
 	d.spawn(func() { p.holdings.Run(bgCtx) })
-	if !cfg.HistoryOff {
-		opts := cfg.History
-		opts.Member = cfg.Name
-		rec := history.NewRecorder(d.cli, cfg.KeyRoot, opts, d.lg.Named("history"))
-		d.spawn(func() { rec.Run(bgCtx) })
+	if p.history != nil {
+		d.spawn(func() { p.history.Run(bgCtx) })
 	}
 	if cfg.Reload != nil {
 		d.spawn(func() { d.reloadOnSignal(bgCtx, cfg.Reload) })
