@@ -10,8 +10,8 @@ import (
 	"github.com/coordd/coordd/internal/base/names"
 )
 
-// ErrInvalid: a malformed query (a bad name, kind, page token or range);
-// nothing was read.
+// ErrInvalid is returned by Store.List for a malformed query (a bad name,
+// kind, page token or range); nothing was read.
 var ErrInvalid = kind.Invalid.New("history: invalid argument")
 
 // Kind is what an event is about.

@@ -49,7 +49,7 @@ type Recorder struct {
 
 	recording atomic.Bool  // this member holds the claim
 	recorded  atomic.Int64 // events written by this member
-	last     atomic.Int64 // the revision recorded last
+	last      atomic.Int64 // the revision recorded last
 	// fromNow makes the recorder start at the current revision, not at
 	// its cursor (tests: the mechanism switched off).
 	fromNow bool
