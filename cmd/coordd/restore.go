@@ -46,7 +46,7 @@ Everything written after the snapshot is lost.`,
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored %s into %s; its %d sessions end when the member starts\n", opts.Snapshot, r.DataDir, r.Sessions)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored %s into %s; its %d leases (sessions, and the history recorder's claim) end when the member starts\n", opts.Snapshot, r.DataDir, r.Sessions)
 			return err
 		},
 	}

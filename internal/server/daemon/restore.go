@@ -34,7 +34,10 @@ type RestoreOptions struct {
 // Restored reports a restore.
 type Restored struct {
 	DataDir  string
-	Sessions int // sessions in the snapshot, to be ended when the member starts
+	// Sessions counts the etcd leases in the snapshot, all ended when the
+	// member starts: the sessions, and the grant history recorder's claim
+	// (one more while a member recorded when the snapshot was taken).
+	Sessions int
 }
 
 // restoredSessions is the file, in the data dir, that lists the sessions

@@ -12,6 +12,7 @@ import (
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // The restore drill: save a snapshot, keep going (tokens, terms and
@@ -43,6 +44,8 @@ func TestRestoreDrill(t *testing.T) {
 	if _, err := c.ConfigCenter().Put(ctx, "drill/app", "k", "at-snapshot", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The history recorder's claim is a lease of the snapshot too.
+	wait.For(t, "the history recorder's claim", func() bool { return old.Metric("coordd_history_recording") == 1 })
 	file := filepath.Join(t.TempDir(), "backup.db")
 	f, err := os.Create(file)
 	if err != nil {
@@ -88,8 +91,9 @@ func TestRestoreDrill(t *testing.T) {
 		if err != nil {
 			t.Fatalf("restore %s: %v", cfg.Name, err)
 		}
-		if r.Sessions != 1 {
-			t.Errorf("restore %s: %d sessions in the snapshot, want 1", cfg.Name, r.Sessions)
+		// The session, and the lease of the member recording the history.
+		if r.Sessions != 2 {
+			t.Errorf("restore %s: %d leases in the snapshot, want 2 (a session and the history recorder's claim)", cfg.Name, r.Sessions)
 		}
 	}
 	if _, err := daemon.Restore(cfgs[0], daemon.RestoreOptions{Snapshot: file}); err == nil || !strings.Contains(err.Error(), "is not empty") {
