@@ -33,7 +33,7 @@ type RestoreOptions struct {
 
 // Restored reports a restore.
 type Restored struct {
-	DataDir  string
+	DataDir string
 	// Sessions counts the etcd leases in the snapshot, all ended when the
 	// member starts: the sessions, and the grant history recorder's claim
 	// (one more while a member recorded when the snapshot was taken).
