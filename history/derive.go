@@ -1,6 +1,8 @@
 package history
 
 import (
+	"cmp"
+	"container/list"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,12 +28,39 @@ type state struct {
 	sessions                            map[session.ID]session.Record
 }
 
-// queueState is one lock's or election's queue.
+// queueState is one lock's or election's queue. Entries are kept in a
+// list in create-revision order (new entries are the youngest, so they go
+// at the back) with an index by key: a put, a delete and finding the
+// holders cost O(1) plus the holders, whatever the queue's length.
 type queueState struct {
 	kind    Kind
 	name    string
-	entries []*mvccpb.KeyValue // in create-revision order
-	held    map[string]holder  // the entries that hold it, by key
+	entries list.List                // of *mvccpb.KeyValue, in create-revision order
+	byKey   map[string]*list.Element // the entries' elements
+	held    map[string]holder        // the entries that hold it, by key
+}
+
+// sort puts the entries in create-revision order (after a load, which
+// reads them in key order).
+func (q *queueState) sort() {
+	kvs := make([]*mvccpb.KeyValue, 0, q.entries.Len())
+	for e := q.entries.Front(); e != nil; e = e.Next() {
+		kvs = append(kvs, e.Value.(*mvccpb.KeyValue))
+	}
+	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
+	q.entries.Init()
+	for _, kv := range kvs {
+		q.byKey[string(kv.Key)] = q.entries.PushBack(kv)
+	}
+}
+
+// first returns up to n entries from the head.
+func (q *queueState) first(n int) []*mvccpb.KeyValue {
+	var out []*mvccpb.KeyValue
+	for e := q.entries.Front(); e != nil && len(out) < n; e = e.Next() {
+		out = append(out, e.Value.(*mvccpb.KeyValue))
+	}
+	return out
 }
 
 // holder is an entry that holds its lock (or leads), and since when.
@@ -82,8 +111,8 @@ func (s *state) load(ctx context.Context, cli *clientv3.Client, rev int64) (int6
 		}
 	}
 	for _, q := range s.queues {
-		slices.SortFunc(q.entries, func(a, b *mvccpb.KeyValue) int { return int(a.CreateRevision - b.CreateRevision) })
-		for _, kv := range q.entries[:q.heldCount()] {
+		q.sort()
+		for _, kv := range q.holders() {
 			v := decodeEntry(kv.Value)
 			since := v.Enqueued
 			for _, t := range []time.Time{v.Granted, v.Elected} {
@@ -160,19 +189,17 @@ func (s *state) put(kv *mvccpb.KeyValue, touched map[string]bool, resigned map[s
 	}
 	q := s.queues[prefix]
 	if q == nil {
-		q = &queueState{kind: k, name: name, held: map[string]holder{}}
+		q = &queueState{kind: k, name: name, byKey: map[string]*list.Element{}, held: map[string]holder{}}
 		s.queues[prefix] = q
 	}
 	if touched != nil {
 		touched[prefix] = true
 	}
-	for i, e := range q.entries {
-		if string(e.Key) == key {
-			q.entries[i] = kv // a new value for the same entry
-			return
-		}
+	if e := q.byKey[key]; e != nil {
+		e.Value = kv // a new value for the same entry
+		return
 	}
-	q.entries = append(q.entries, kv) // new entries are the youngest
+	q.byKey[key] = q.entries.PushBack(kv) // new entries are the youngest
 }
 
 // del applies a delete of key. closed collects the sessions whose records
@@ -189,18 +216,26 @@ func (s *state) del(key string, touched map[string]bool, closed map[session.ID]b
 	if q == nil || marker {
 		return
 	}
-	if i := slices.IndexFunc(q.entries, func(e *mvccpb.KeyValue) bool { return string(e.Key) == key }); i >= 0 {
-		q.entries = slices.Delete(q.entries, i, i+1)
+	if e := q.byKey[key]; e != nil {
+		q.entries.Remove(e)
+		delete(q.byKey, key)
 		touched[prefix] = true
 	}
 }
 
-// heldCount is how many entries at the head hold the lock or lead.
-func (q *queueState) heldCount() int {
+// holders returns the entries at the head that hold the lock or lead. It
+// looks at twice as many entries as hold it at most (a lock's holders are
+// the first of its entries, and HeldCount tells how many of a prefix).
+func (q *queueState) holders() []*mvccpb.KeyValue {
 	if q.kind == Election {
-		return min(1, len(q.entries))
+		return q.first(1)
 	}
-	return lock.HeldCount(q.entries)
+	for n := 2; ; n *= 2 {
+		head := q.first(n)
+		if h := lock.HeldCount(head); h < len(head) || len(head) < n {
+			return head[:h]
+		}
+	}
 }
 
 // apply applies the events of revision rev, seen at now, and returns the
@@ -219,7 +254,7 @@ func (s *state) apply(rev int64, evs []*clientv3.Event, now time.Time) []Event {
 	var out []Event
 	for _, prefix := range slices.Sorted(maps.Keys(touched)) {
 		out = append(out, s.step(s.queues[prefix], rev, now, closed, resigned[prefix])...)
-		if q := s.queues[prefix]; len(q.entries) == 0 && len(q.held) == 0 {
+		if q := s.queues[prefix]; q.entries.Len() == 0 && len(q.held) == 0 {
 			delete(s.queues, prefix)
 		}
 	}
@@ -235,14 +270,10 @@ func (s *state) apply(rev int64, evs []*clientv3.Event, now time.Time) []Event {
 // step derives one queue's events at rev: the ends of holders whose
 // entries are gone, then the grants to entries that came to hold it.
 func (s *state) step(q *queueState, rev int64, now time.Time, closed map[session.ID]bool, resignedTerm int64) []Event {
-	present := make(map[string]bool, len(q.entries))
-	for _, e := range q.entries {
-		present[string(e.Key)] = true
-	}
 	var out []Event
 	var ended []string
 	for key := range q.held {
-		if !present[key] {
+		if q.byKey[key] == nil {
 			ended = append(ended, key)
 		}
 	}
@@ -255,7 +286,7 @@ func (s *state) step(q *queueState, rev int64, now time.Time, closed map[session
 		e.Type, e.Reason = s.endReason(q.kind, h, closed, resignedTerm)
 		out = append(out, e)
 	}
-	for _, kv := range q.entries[:q.heldCount()] {
+	for _, kv := range q.holders() {
 		key := string(kv.Key)
 		if _, ok := q.held[key]; ok {
 			continue

@@ -15,13 +15,19 @@
 // Layout under root+"timeline/":
 //
 //	cursor                           the revision (and how many of its
-//	                                 events) recorded last, with its time
-//	writer                           the recording member's claim (lease-bound)
-//	t/<time>-<rev>-<seq>             every event, in time order
-//	n/<kind>/<name>/<time>-<rev>-<seq>  the same event, by lock or election
+//	                                 events) recorded last, its time, and
+//	                                 how many events the history holds
+//	writer/                          the recording member's claim (lease-bound)
+//	t/<time>-<rev>-<seq>             a batch of events, in time order (a
+//	                                 JSON array)
+//	n/<kind>/<name>/<time>-<rev>-<seq>  the batch's events of one lock or
+//	                                 election
 //
-// <time> is 16 hex digits of Unix nanoseconds, <rev> 16 of the etcd
-// revision, <seq> 4 of the event's place within its revision.
+// The suffix is the batch's first event's: <time> is 16 hex digits of Unix
+// nanoseconds, <rev> 16 of the etcd revision, <seq> 4 of the event's place
+// within its revision. Events wait up to 50 ms to share a batch, so under
+// load one transaction writes hundreds of them with one key per batch
+// and one per lock or election in it.
 //
 // Guarantees:
 //   - Every event of an etcd revision is recorded exactly once, together
@@ -34,8 +40,9 @@
 //   - A recorder that cannot resume (its cursor's revision was compacted:
 //     no member recorded for longer than etcd's compaction window) records
 //     a GAP event that names the revisions it could not see.
-//   - Records are kept for Options.Retention and at most
-//     Options.MaxRecords of them; the oldest go first.
+//   - Events are kept for Options.Retention and at most
+//     Options.MaxRecords of them; the oldest batches go first, whole (so
+//     up to a batch's worth fewer may be kept).
 //
 // Non-guarantees:
 //   - Times are the recording member's clock when it saw the revision,

@@ -10,5 +10,5 @@ func StartFromNow(r *Recorder) { r.fromNow = true }
 // SetNow replaces r's clock.
 func SetNow(r *Recorder, now func() time.Time) { r.now = now }
 
-// MaxTxnEvents is how many events one transaction writes.
-const MaxTxnEvents = maxTxnEvents
+// SetBatchEvents bounds the events of one batch (one transaction).
+func SetBatchEvents(r *Recorder, n int) { r.batch.events = n }

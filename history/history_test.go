@@ -2,7 +2,6 @@ package history_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -267,20 +266,21 @@ func TestAnotherRecorderResumesWhereTheLastStopped(t *testing.T) {
 	})
 }
 
-// A revision with more events than one transaction holds is written in
-// parts, each with a cursor inside the revision; a recorder that starts
-// between parts derives the revision again and writes only the rest.
+// A revision with more events than one batch holds is written in parts,
+// each with a cursor inside the revision; a recorder that starts between
+// parts derives the revision again and writes only the rest.
 func TestALargeRevisionIsRecordedOnceAcrossARestart(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	s := e.session(t, "fleet")
-	n := history.MaxTxnEvents + 10
+	const batch, n = 60, 70
 	for i := range n {
 		if _, err := e.locks.Acquire(t.Context(), lock.Request{Name: fmt.Sprintf("part/%03d", i), Session: s}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	stop := e.record(t, history.Options{Member: "m1"})
+	small := func(r *history.Recorder) { history.SetBatchEvents(r, batch) }
+	stop := e.record(t, history.Options{Member: "m1"}, small)
 	if err := e.sessions.Close(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
@@ -295,46 +295,39 @@ func TestALargeRevisionIsRecordedOnceAcrossARestart(t *testing.T) {
 	}
 	wait.For(t, "every lock's end", func() bool { return len(closed()) == n })
 	stop()
-	// As if the recorder had stopped after the first transaction: the
-	// cursor inside the revision, the rest not written.
+	// As if the recorder had stopped after the first batch: the cursor
+	// inside the revision, the second batch not written.
 	evs := closed()
-	rev := evs[0].Revision
-	cur := fmt.Sprintf(`{"rev":%d,"seq":%d,"time":%q}`, rev, history.MaxTxnEvents, evs[n-1].Time.Format(time.RFC3339Nano))
-	if _, err := e.cli.Put(t.Context(), root+"timeline/cursor", cur); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := e.cli.Get(t.Context(), root+"timeline/t/", clientv3.WithPrefix())
+	cur := fmt.Sprintf(`{"rev":%d,"seq":%d,"time":%q,"count":%d}`, evs[0].Revision, batch, evs[batch-1].Time.Format(time.RFC3339Nano), batch)
+	resp, err := e.cli.Get(t.Context(), root+"timeline/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
-	removed := 0
+	ops := []clientv3.Op{clientv3.OpPut(root+"timeline/cursor", cur)}
 	for _, kv := range resp.Kvs {
-		suffix := strings.TrimPrefix(string(kv.Key), root+"timeline/t/")
-		var seq int
-		if _, err := fmt.Sscanf(suffix[len(suffix)-4:], "%x", &seq); err != nil {
-			t.Fatal(err)
+		if strings.HasSuffix(string(kv.Key), fmt.Sprintf("-%04x", batch)) { // the second batch starts at seq 60
+			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 		}
-		var ev history.Event
-		if err := json.Unmarshal(kv.Value, &ev); err != nil {
-			t.Fatal(err)
-		}
-		if ev.Revision != rev || seq < history.MaxTxnEvents {
-			continue
-		}
-		twin := root + "timeline/n/lock/" + strings.ReplaceAll(ev.Name, "/", "%2F") + "/" + suffix
-		if _, err := e.cli.Txn(t.Context()).Then(clientv3.OpDelete(string(kv.Key)), clientv3.OpDelete(twin)).Commit(); err != nil {
-			t.Fatal(err)
-		}
-		removed++
 	}
-	if removed != 10 || len(closed()) != history.MaxTxnEvents {
-		t.Fatalf("removed %d events, %d left: the test's set-up is wrong", removed, len(closed()))
+	if len(ops) != 1+1+n-batch { // the cursor, t/, and one n/ key per lock
+		t.Fatalf("found %d keys of the second batch, want %d: the test's set-up is wrong", len(ops)-1, 1+n-batch)
 	}
-	e.record(t, history.Options{Member: "m2"})
+	if _, err := e.cli.Txn(t.Context()).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(closed()); got != batch {
+		t.Fatalf("%d ends left, want %d: the test's set-up is wrong", got, batch)
+	}
+	e.record(t, history.Options{Member: "m2"}, small)
 	e.churn(t, e.session(t, "m"), "mark", 1)
 	wait.For(t, "the marker's events", func() bool { return len(e.list(t, history.Query{Kind: history.Lock, Name: "mark"})) == 2 })
 	if got := len(closed()); got != n {
 		t.Fatalf("%d ends recorded, want %d", got, n)
+	}
+	for i := range n {
+		if got := len(e.list(t, history.Query{Kind: history.Lock, Name: fmt.Sprintf("part/%03d", i)})); got != 1 {
+			t.Fatalf("part/%03d has %d events by name, want its end alone", i, got)
+		}
 	}
 }
 
@@ -343,21 +336,28 @@ func TestOldEventsAreRemoved(t *testing.T) {
 	e := newEnv(t)
 	s := e.session(t, "w")
 	e.record(t, history.Options{Member: "m1", MaxRecords: 6, PruneEvery: 20 * time.Millisecond})
-	e.churn(t, s, "bounded", 10)
-	count := func(prefix string) int64 {
-		resp, err := e.cli.Get(t.Context(), root+"timeline/"+prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	var last lock.Grant
+	for range 10 {
+		g, err := e.locks.Acquire(t.Context(), lock.Request{Name: "bounded", Session: s})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.Count
+		if err := e.locks.Release(t.Context(), "bounded", g.Token, session.Hint{}); err != nil {
+			t.Fatal(err)
+		}
+		last = g
 	}
-	var evs []history.Event
-	wait.For(t, "the history to shrink to the newest 6", func() bool {
-		evs = e.list(t, history.Query{Kind: history.Lock, Name: "bounded"})
-		return count("t/") == 6 && count("n/") == 6 && len(evs) == 6 && evs[5].Type == history.Released
+	// Whole batches go: at most 6 events are kept, the newest among them,
+	// alike in time order and by name.
+	var byName, all []history.Event
+	wait.For(t, "the history to shrink to the newest 6 or fewer", func() bool {
+		byName = e.list(t, history.Query{Kind: history.Lock, Name: "bounded"})
+		all = e.list(t, history.Query{Kind: history.Lock})
+		n := len(byName)
+		return n > 0 && n <= 6 && byName[n-1].Type == history.Released && byName[n-1].Token == int64(last.Token)
 	})
-	if len(evs) != 6 || evs[5].Type != history.Released {
-		t.Fatalf("kept %q, want the newest six", brief(evs))
+	if !slices.Equal(brief(byName), brief(all)) {
+		t.Fatalf("by name %q, in time order %q: pruning left one without the other", brief(byName), brief(all))
 	}
 }
 

@@ -2,7 +2,6 @@ package history
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -53,6 +52,7 @@ type Recorder struct {
 	// fromNow makes the recorder start at the current revision, not at
 	// its cursor (tests: the mechanism switched off).
 	fromNow bool
+	batch   batchLimits
 }
 
 // NewRecorder returns a Recorder of the history of the locks and elections
@@ -70,7 +70,7 @@ func NewRecorder(cli *clientv3.Client, root string, opts Options, lg *zap.Logger
 	if opts.ClaimTTL <= 0 {
 		opts.ClaimTTL = 5
 	}
-	return &Recorder{cli: cli, root: root, keys: keys{base: root + "timeline/"}, opts: opts, lg: lg, now: time.Now}
+	return &Recorder{cli: cli, root: root, keys: keys{base: root + "timeline/"}, opts: opts, lg: lg, now: time.Now, batch: defaultBatch}
 }
 
 // Recording reports whether this member is the one recording now.
@@ -131,6 +131,8 @@ type cursor struct {
 	Rev  int64     `json:"rev"`
 	Seq  int       `json:"seq"`
 	Time time.Time `json:"time"`
+	// Count is how many events the history holds.
+	Count int64 `json:"count"`
 }
 
 // errCursorMoved: another recorder wrote the cursor.
@@ -160,7 +162,7 @@ func (r *Recorder) record(ctx context.Context) error {
 	loaded, err := st.load(ctx, r.cli, at)
 	if errors.Is(err, rpctypes.ErrCompacted) {
 		if loaded, err = st.load(ctx, r.cli, 0); err == nil {
-			w.add(Event{Type: Gap, FromRevision: at + 1, Revision: loaded, Time: w.now(),
+			w.pending = append(w.pending, Event{Type: Gap, FromRevision: at + 1, Revision: loaded, Time: w.now(),
 				Reason: "etcd compacted these revisions before they were recorded: no member recorded for longer than its compaction window"})
 			start, skip = cursor{}, 0
 		}
@@ -187,14 +189,19 @@ func (r *Recorder) follow(ctx context.Context, st *state, w *writer, loaded int6
 		clientv3.WithRange(clientv3.GetPrefixRangeEnd(st.sessionRoot)), clientv3.WithRev(loaded+1), clientv3.WithProgressNotify())
 	prune := time.NewTicker(r.opts.PruneEvery)
 	defer prune.Stop()
+	var flushAt <-chan time.Time // armed while events wait to be written
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-prune.C:
-			if err := r.prune(ctx); err != nil {
+			if err := r.prune(ctx, w); errors.Is(err, errCursorMoved) {
+				return err
+			} else if err != nil {
 				r.lg.Warn("history: removing old events failed; trying again later", zap.Error(err))
 			}
+			continue
+		case <-flushAt:
 		case resp, ok := <-wch:
 			if !ok {
 				return errors.New("history: the watch ended")
@@ -212,126 +219,24 @@ func (r *Recorder) follow(ctx context.Context, st *state, w *writer, loaded int6
 				if rev == loaded+1 && skip > 0 {
 					evs = evs[min(skip, len(evs)):]
 				}
-				w.add(evs...)
-				w.done(rev)
+				w.add(rev, evs)
 				i = j
 			}
-			if resp.Header.Revision > w.cur.Rev && len(resp.Events) == 0 {
-				w.idle(resp.Header.Revision)
+			if len(resp.Events) == 0 {
+				w.add(resp.Header.Revision, nil) // nothing happened up to it
 			}
-			if err := w.flush(ctx); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// writer writes events and the cursor together.
-type writer struct {
-	r       *Recorder
-	cur     cursor // as written
-	mod     int64  // the cursor's mod revision (0: none yet)
-	pending []Event
-	upTo    int64 // every event of revisions up to it is in pending or written
-	idleAt  int64 // a revision with nothing to record, to move the cursor to
-	wrote   time.Time
-}
-
-// maxTxnEvents bounds the events of one transaction (two puts each; etcd
-// takes 128 operations by default).
-const maxTxnEvents = 60
-
-func (w *writer) readCursor(ctx context.Context) error {
-	resp, err := w.r.cli.Get(ctx, w.r.keys.cursor())
-	if err != nil {
-		return fmt.Errorf("read cursor: %w", err)
-	}
-	if len(resp.Kvs) == 1 {
-		if err := json.Unmarshal(resp.Kvs[0].Value, &w.cur); err != nil {
-			return fmt.Errorf("read cursor: %w", err)
-		}
-		w.mod = resp.Kvs[0].ModRevision
-	}
-	return nil
-}
-
-// now is the time of the next events: never before the last recorded.
-func (w *writer) now() time.Time {
-	t := w.r.now().UTC()
-	if !t.After(w.cur.Time) {
-		t = w.cur.Time.Add(time.Microsecond)
-	}
-	return t
-}
-
-func (w *writer) add(evs ...Event) { w.pending = append(w.pending, evs...) }
-
-// done notes that every event of rev has been added.
-func (w *writer) done(rev int64) { w.upTo = rev }
-
-// idle notes that nothing happened up to rev; the cursor moves there when
-// nothing else was written for a while, so that a later start need not
-// derive again what it would find compacted.
-func (w *writer) idle(rev int64) { w.idleAt = rev }
-
-// flush writes the pending events, maxTxnEvents per transaction, each
-// with the cursor that covers it, compared with the cursor it read.
-func (w *writer) flush(ctx context.Context) error {
-	for len(w.pending) > 0 {
-		n := min(len(w.pending), maxTxnEvents)
-		chunk := w.pending[:n]
-		next := cursor{Rev: w.upTo, Time: chunk[n-1].Time}
-		if n < len(w.pending) {
-			last := chunk[n-1]
-			if w.pending[n].Revision == last.Revision {
-				next = cursor{Rev: last.Revision, Seq: last.seq + 1, Time: last.Time}
-			} else {
-				next.Rev = last.Revision
+			if len(w.pending) > 0 && len(w.pending) < w.r.batch.events {
+				// Events wait up to flushDelay for more to share their
+				// batch; a full batch goes at once.
+				if flushAt == nil {
+					flushAt = time.After(flushDelay)
+				}
+				continue
 			}
 		}
-		if err := w.commit(ctx, chunk, next); err != nil {
+		flushAt = nil
+		if err := w.flush(ctx); err != nil {
 			return err
 		}
-		w.pending = w.pending[n:]
 	}
-	if to := max(w.upTo, w.idleAt); to > w.cur.Rev && w.r.now().Sub(w.wrote) > 5*time.Second {
-		return w.commit(ctx, nil, cursor{Rev: to, Time: w.cur.Time})
-	}
-	return nil
-}
-
-// commit writes evs and the cursor next, if the cursor is still the one
-// this writer wrote or read last.
-func (w *writer) commit(ctx context.Context, evs []Event, next cursor) error {
-	ops := make([]clientv3.Op, 0, 2*len(evs)+1)
-	for i := range evs {
-		e := &evs[i]
-		b, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		suffix := e.suffix()
-		ops = append(ops, clientv3.OpPut(w.r.keys.all()+suffix, string(b)))
-		if twin := w.r.keys.twin(e, suffix); twin != "" {
-			ops = append(ops, clientv3.OpPut(twin, string(b)))
-		}
-	}
-	cb, err := json.Marshal(next)
-	if err != nil {
-		return err
-	}
-	ops = append(ops, clientv3.OpPut(w.r.keys.cursor(), string(cb)))
-	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := w.r.cli.Txn(tctx).If(clientv3.Compare(clientv3.ModRevision(w.r.keys.cursor()), "=", w.mod)).Then(ops...).Commit()
-	if err != nil {
-		return fmt.Errorf("write: %w", err)
-	}
-	if !resp.Succeeded {
-		return errCursorMoved
-	}
-	w.cur, w.mod, w.wrote = next, resp.Header.Revision, w.r.now()
-	w.r.recorded.Add(int64(len(evs)))
-	w.r.last.Store(next.Rev)
-	return nil
 }

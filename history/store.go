@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,13 +24,13 @@ func (k keys) named(kind Kind, name string) string {
 	return k.base + "n/" + string(kind) + "/" + names.Escape(name) + "/"
 }
 
-// twin is the by-name key of the event whose t/ key is key; "" if the
-// event has no name (a gap).
-func (k keys) twin(e *Event, suffix string) string {
+// prefixOf is the by-name prefix of e's events; "" if e has no name (a
+// gap).
+func (k keys) prefixOf(e *Event) string {
 	if e.Name == "" {
 		return ""
 	}
-	return k.named(e.Kind, e.Name) + suffix
+	return k.named(e.Kind, e.Name)
 }
 
 // Store reads the history. It is safe for concurrent use.
@@ -60,10 +61,15 @@ type Query struct {
 	NewestFirst bool
 }
 
-// maxScan bounds the keys one List reads while it filters by owner or
+// maxScan bounds the events one List reads while it filters by owner or
 // kind: a page may come back short (with a next page token) rather than
 // read the whole history.
 const maxScan = 10000
+
+// maxBatchSpan bounds how much later than its first event a batch's last
+// one is (events wait flushDelay at most to share a batch): a listing
+// from a time starts reading this much earlier.
+const maxBatchSpan = time.Minute
 
 // List returns the events that q selects, oldest first (or newest first),
 // and the token of the next page ("" after the last). The read is
@@ -81,92 +87,134 @@ func (s *Store) List(ctx context.Context, q Query) ([]Event, string, error) {
 	if !q.Since.IsZero() && !q.Until.IsZero() && !q.Until.After(q.Since) {
 		return nil, "", fmt.Errorf("%w: until (%s) is not after since (%s)", ErrInvalid, q.Until.Format(time.RFC3339), q.Since.Format(time.RFC3339))
 	}
-	prefix := s.keys.all()
+	sc := scan{q: q, prefix: s.keys.all(), skip: -1}
 	if q.Name != "" {
-		prefix = s.keys.named(q.Kind, q.Name)
+		sc.prefix = s.keys.named(q.Kind, q.Name)
 	}
-	from, end := prefix+timeKey(q.Since), clientv3.GetPrefixRangeEnd(prefix)
+	sc.from, sc.end = sc.prefix, clientv3.GetPrefixRangeEnd(sc.prefix)
+	if !q.Since.IsZero() {
+		sc.from = sc.prefix + timeKey(q.Since.Add(-maxBatchSpan))
+	}
 	if !q.Until.IsZero() {
-		end = prefix + timeKey(q.Until)
+		sc.end = sc.prefix + timeKey(q.Until)
 	}
 	if q.PageToken != "" {
-		last, err := base64.RawURLEncoding.DecodeString(q.PageToken)
-		if err != nil || !validSuffix(string(last)) {
-			return nil, "", fmt.Errorf("%w: page token %.40q is not one this listing returned", ErrInvalid, q.PageToken)
-		}
-		if q.NewestFirst {
-			end = min(end, prefix+string(last))
-		} else {
-			from = max(from, prefix+string(last)+"\x00")
+		if err := sc.resume(q.PageToken); err != nil {
+			return nil, "", err
 		}
 	}
-	return s.scan(ctx, q, prefix, from, end)
+	return sc.run(ctx, s.cli)
 }
 
-// validSuffix reports whether s looks like an event's key suffix.
+// scan is one List: it reads the batches in [from, end), in key order or
+// the reverse, and keeps the events q selects.
+type scan struct {
+	q            Query
+	prefix       string
+	from, end    string
+	first        string // the batch the page token names ("": none)
+	skip         int    // in that batch, the events up to (or from) this index were listed
+	out          []Event
+	scanned      int
+	lastBatch    string
+	lastIndex    int
+	lastOfLatest bool // the last event listed was the range's last
+}
+
+// pageToken is a batch's key suffix and an index in it.
+func pageToken(suffix string, i int) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "%s.%d", suffix, i))
+}
+
+// resume starts the scan after the event that token names.
+func (sc *scan) resume(token string) error {
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	suffix, idx, ok := strings.Cut(string(raw), ".")
+	i, aerr := strconv.Atoi(idx)
+	if err != nil || !ok || aerr != nil || i < 0 || !validSuffix(suffix) {
+		return fmt.Errorf("%w: page token %.40q is not one this listing returned", ErrInvalid, token)
+	}
+	sc.first, sc.skip = suffix, i
+	if sc.q.NewestFirst {
+		sc.end = min(sc.end, sc.prefix+suffix+"\x00")
+	} else {
+		sc.from = max(sc.from, sc.prefix+suffix)
+	}
+	return nil
+}
+
+// validSuffix reports whether s looks like a batch's key suffix.
 func validSuffix(s string) bool {
 	_, ok := suffixTime(s)
 	return ok && len(s) == 16+1+16+1+4
 }
 
-// scan reads [from, end) in pages and keeps the events q selects.
-func (s *Store) scan(ctx context.Context, q Query, prefix, from, end string) ([]Event, string, error) {
-	var out []Event
-	scanned := 0
-	for from < end {
-		batch := min(max(q.Limit*2, 64), 1000)
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(batch))}
-		key := from
-		if q.NewestFirst {
+func (sc *scan) run(ctx context.Context, cli *clientv3.Client) ([]Event, string, error) {
+	for sc.from < sc.end {
+		opts := []clientv3.OpOption{clientv3.WithRange(sc.end), clientv3.WithLimit(16)}
+		if sc.q.NewestFirst {
 			opts = append(opts, clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend))
 		}
-		resp, err := s.cli.Get(ctx, key, opts...)
+		resp, err := cli.Get(ctx, sc.from, opts...)
 		if err != nil {
 			return nil, "", fmt.Errorf("history: list: %w", err)
 		}
-		for _, kv := range resp.Kvs {
-			scanned++
-			var e Event
-			if json.Unmarshal(kv.Value, &e) == nil && selects(q, &e) {
-				out = append(out, e)
-			}
-			last := strings.TrimPrefix(string(kv.Key), prefix)
-			if len(out) == q.Limit || scanned >= maxScan {
-				if !resp.More && kv == resp.Kvs[len(resp.Kvs)-1] {
-					return out, "", nil
+		for k, kv := range resp.Kvs {
+			if sc.batch(kv.Key, kv.Value, !resp.More && k == len(resp.Kvs)-1) {
+				if sc.lastOfLatest {
+					return sc.out, "", nil
 				}
-				return out, base64.RawURLEncoding.EncodeToString([]byte(last)), nil
+				return sc.out, pageToken(sc.lastBatch, sc.lastIndex), nil
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			break
 		}
-		lastKey := string(resp.Kvs[len(resp.Kvs)-1].Key)
-		if q.NewestFirst {
-			end = lastKey
+		if last := string(resp.Kvs[len(resp.Kvs)-1].Key); sc.q.NewestFirst {
+			sc.end = last
 		} else {
-			from = lastKey + "\x00"
+			sc.from = last + "\x00"
 		}
 	}
-	return out, "", nil
+	return sc.out, "", nil
 }
 
-// selects reports whether q keeps e (the key range has done the rest).
-func selects(q Query, e *Event) bool {
+// batch goes over one batch's events; it reports whether the page is full
+// (or the scan went far enough). final says the batch is the range's last.
+func (sc *scan) batch(key, value []byte, final bool) bool {
+	var evs []Event
+	if json.Unmarshal(value, &evs) != nil {
+		return false
+	}
+	suffix := strings.TrimPrefix(string(key), sc.prefix)
+	for n := range evs {
+		i := n
+		if sc.q.NewestFirst {
+			i = len(evs) - 1 - n
+		}
+		if suffix == sc.first && (sc.q.NewestFirst && i >= sc.skip || !sc.q.NewestFirst && i <= sc.skip) {
+			continue // listed on an earlier page
+		}
+		sc.scanned++
+		if e := &evs[i]; sc.selects(e) {
+			sc.out = append(sc.out, *e)
+		}
+		if len(sc.out) == sc.q.Limit || sc.scanned >= maxScan {
+			sc.lastBatch, sc.lastIndex, sc.lastOfLatest = suffix, i, final && n == len(evs)-1
+			return true
+		}
+	}
+	return false
+}
+
+// selects reports whether the scan keeps e (the key range did the rest).
+func (sc *scan) selects(e *Event) bool {
+	q := sc.q
+	if (!q.Since.IsZero() && e.Time.Before(q.Since)) || (!q.Until.IsZero() && !e.Time.Before(q.Until)) {
+		return false
+	}
 	if e.Type == Gap {
 		return q.Owner == "" // a gap concerns every lock and election
 	}
-	if e.Kind != q.Kind {
-		return false
-	}
-	return q.Owner == "" || e.Owner == q.Owner
-}
-
-// Count returns how many events the history holds (a serializable read).
-func (s *Store) Count(ctx context.Context) (int64, error) {
-	resp, err := s.cli.Get(ctx, s.keys.all(), clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
-	if err != nil {
-		return 0, fmt.Errorf("history: count: %w", err)
-	}
-	return resp.Count, nil
+	return e.Kind == q.Kind && (q.Owner == "" || e.Owner == q.Owner)
 }

@@ -1,0 +1,170 @@
+package history
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// writer writes events in batches, each with the cursor that covers it.
+type writer struct {
+	r       *Recorder
+	cur     cursor // as written
+	mod     int64  // the cursor's mod revision (0: none yet)
+	pending []Event
+	upTo    int64 // every event of revisions up to it is in pending or written
+	wrote   time.Time
+}
+
+// batchLimits bound one batch: one t/ key and one n/ key per name in it,
+// written in one transaction with the cursor (etcd takes 128 operations
+// and 1.5 MiB by default).
+type batchLimits struct {
+	events int // events in a batch
+	names  int // distinct locks and elections in a batch
+}
+
+var defaultBatch = batchLimits{events: 1000, names: 120}
+
+// flushDelay is how long events wait for more to share their batch: under
+// load one batch (one transaction) carries hundreds of events; alone, an
+// event is written this long after etcd committed it.
+const flushDelay = 50 * time.Millisecond
+
+func (w *writer) readCursor(ctx context.Context) error {
+	resp, err := w.r.cli.Get(ctx, w.r.keys.cursor())
+	if err != nil {
+		return fmt.Errorf("read cursor: %w", err)
+	}
+	if len(resp.Kvs) == 1 {
+		if err := json.Unmarshal(resp.Kvs[0].Value, &w.cur); err != nil {
+			return fmt.Errorf("read cursor: %w", err)
+		}
+		w.mod = resp.Kvs[0].ModRevision
+	}
+	return nil
+}
+
+// now is the time of the next events: never before the last recorded.
+func (w *writer) now() time.Time {
+	t := w.r.now().UTC()
+	if !t.After(w.cur.Time) {
+		t = w.cur.Time.Add(time.Microsecond)
+	}
+	return t
+}
+
+// add queues the events of rev, and notes that every event of revisions
+// up to rev is now queued or written.
+func (w *writer) add(rev int64, evs []Event) {
+	w.pending = append(w.pending, evs...)
+	w.upTo = max(w.upTo, rev)
+}
+
+// flush writes the pending events, a batch per transaction. With nothing
+// to write, it moves the cursor up to the revisions seen once every 5 s,
+// so that a later start need not derive again what etcd may have
+// compacted by then.
+func (w *writer) flush(ctx context.Context) error {
+	for len(w.pending) > 0 {
+		n := w.batchLen()
+		batch := w.pending[:n]
+		last := batch[n-1]
+		next := cursor{Rev: w.upTo, Time: last.Time}
+		if n < len(w.pending) {
+			next.Rev = last.Revision
+			if w.pending[n].Revision == last.Revision {
+				next.Seq = last.seq + 1 // the revision goes on in the next batch
+			}
+		}
+		if err := w.commit(ctx, batch, next); err != nil {
+			return err
+		}
+		w.pending = w.pending[n:]
+	}
+	if w.upTo > w.cur.Rev && w.r.now().Sub(w.wrote) > 5*time.Second {
+		return w.commit(ctx, nil, cursor{Rev: w.upTo, Time: w.cur.Time})
+	}
+	return nil
+}
+
+// batchLen is how many pending events the next batch takes.
+func (w *writer) batchLen() int {
+	names := map[string]bool{}
+	for i := range w.pending {
+		if i == w.r.batch.events {
+			return i
+		}
+		e := &w.pending[i]
+		if prefix := w.r.keys.prefixOf(e); prefix != "" && !names[prefix] {
+			if len(names) == w.r.batch.names {
+				return i
+			}
+			names[prefix] = true
+		}
+	}
+	return len(w.pending)
+}
+
+// commit writes evs as one batch (its t/ key, and an n/ key per name with
+// that name's events) and the cursor next, if the cursor is still the one
+// this writer wrote or read last.
+func (w *writer) commit(ctx context.Context, evs []Event, next cursor) error {
+	var ops []clientv3.Op
+	if len(evs) > 0 {
+		suffix := evs[0].suffix()
+		byName := map[string][]Event{}
+		var order []string
+		for _, e := range evs {
+			if prefix := w.r.keys.prefixOf(&e); prefix != "" {
+				if byName[prefix] == nil {
+					order = append(order, prefix)
+				}
+				byName[prefix] = append(byName[prefix], e)
+			}
+		}
+		b, err := json.Marshal(evs)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(w.r.keys.all()+suffix, string(b)))
+		for _, prefix := range order {
+			b, err := json.Marshal(byName[prefix])
+			if err != nil {
+				return err
+			}
+			ops = append(ops, clientv3.OpPut(prefix+suffix, string(b)))
+		}
+	}
+	next.Count = w.cur.Count + int64(len(evs))
+	if err := w.write(ctx, ops, next); err != nil {
+		return err
+	}
+	w.r.recorded.Add(int64(len(evs)))
+	w.r.last.Store(next.Rev)
+	return nil
+}
+
+// write runs ops with a put of the cursor next, if the cursor is still the
+// one this writer wrote or read last (errCursorMoved if not).
+func (w *writer) write(ctx context.Context, ops []clientv3.Op, next cursor) error {
+	cb, err := json.Marshal(next)
+	if err != nil {
+		return err
+	}
+	ops = append(ops, clientv3.OpPut(w.r.keys.cursor(), string(cb)))
+	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := w.r.cli.Txn(tctx).If(clientv3.Compare(clientv3.ModRevision(w.r.keys.cursor()), "=", w.mod)).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	if !resp.Succeeded {
+		return errCursorMoved
+	}
+	w.cur, w.mod, w.wrote = next, resp.Header.Revision, w.r.now()
+	return nil
+}
