@@ -41,8 +41,9 @@
 //     no member recorded for longer than etcd's compaction window) records
 //     a GAP event that names the revisions it could not see.
 //   - Events are kept for Options.Retention and at most
-//     Options.MaxRecords of them; the oldest batches go first, whole (so
-//     up to a batch's worth fewer may be kept).
+//     Options.MaxRecords of them; the oldest batches go first, whole (a
+//     batch is at most a quarter of MaxRecords, so at least three
+//     quarters of it are kept).
 //
 // Non-guarantees:
 //   - Times are the recording member's clock when it saw the revision,

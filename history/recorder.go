@@ -70,7 +70,11 @@ func NewRecorder(cli *clientv3.Client, root string, opts Options, lg *zap.Logger
 	if opts.ClaimTTL <= 0 {
 		opts.ClaimTTL = 5
 	}
-	return &Recorder{cli: cli, root: root, keys: keys{base: root + "timeline/"}, opts: opts, lg: lg, now: time.Now, batch: defaultBatch}
+	// Pruning removes whole batches: a batch is at most a quarter of what
+	// is kept, so that at least three quarters of it stay.
+	batch := defaultBatch
+	batch.events = max(min(batch.events, opts.MaxRecords/4), 1)
+	return &Recorder{cli: cli, root: root, keys: keys{base: root + "timeline/"}, opts: opts, lg: lg, now: time.Now, batch: batch}
 }
 
 // Recording reports whether this member is the one recording now.

@@ -115,28 +115,29 @@ func (w *writer) batchLen() int {
 func (w *writer) commit(ctx context.Context, evs []Event, next cursor) error {
 	var ops []clientv3.Op
 	if len(evs) > 0 {
+		// Each event is encoded once; the batch's arrays are joined from
+		// the encodings.
 		suffix := evs[0].suffix()
-		byName := map[string][]Event{}
+		all := []byte{'['}
+		byName := map[string][]byte{}
 		var order []string
-		for _, e := range evs {
-			if prefix := w.r.keys.prefixOf(&e); prefix != "" {
-				if byName[prefix] == nil {
-					order = append(order, prefix)
-				}
-				byName[prefix] = append(byName[prefix], e)
-			}
-		}
-		b, err := json.Marshal(evs)
-		if err != nil {
-			return err
-		}
-		ops = append(ops, clientv3.OpPut(w.r.keys.all()+suffix, string(b)))
-		for _, prefix := range order {
-			b, err := json.Marshal(byName[prefix])
+		for i := range evs {
+			b, err := json.Marshal(&evs[i])
 			if err != nil {
 				return err
 			}
-			ops = append(ops, clientv3.OpPut(prefix+suffix, string(b)))
+			all = appendElem(all, b)
+			if prefix := w.r.keys.prefixOf(&evs[i]); prefix != "" {
+				if byName[prefix] == nil {
+					order = append(order, prefix)
+					byName[prefix] = []byte{'['}
+				}
+				byName[prefix] = appendElem(byName[prefix], b)
+			}
+		}
+		ops = append(ops, clientv3.OpPut(w.r.keys.all()+suffix, string(append(all, ']'))))
+		for _, prefix := range order {
+			ops = append(ops, clientv3.OpPut(prefix+suffix, string(append(byName[prefix], ']'))))
 		}
 	}
 	next.Count = w.cur.Count + int64(len(evs))
@@ -167,4 +168,12 @@ func (w *writer) write(ctx context.Context, ops []clientv3.Op, next cursor) erro
 	}
 	w.cur, w.mod, w.wrote = next, resp.Header.Revision, w.r.now()
 	return nil
+}
+
+// appendElem appends the JSON value b to the JSON array begun in arr.
+func appendElem(arr, b []byte) []byte {
+	if len(arr) > 1 {
+		arr = append(arr, ',')
+	}
+	return append(arr, b...)
 }
