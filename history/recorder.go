@@ -115,7 +115,6 @@ func (r *Recorder) claimAndRecord(ctx context.Context) error {
 	if err := concurrency.NewElection(s, r.keys.writer()).Campaign(ctx, r.opts.Member); err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
-	r.recording.Store(true)
 	defer r.recording.Store(false)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -181,6 +180,7 @@ func (r *Recorder) record(ctx context.Context) error {
 		return err
 	}
 	w.pending, w.upTo = nil, start.Rev
+	r.recording.Store(true) // from its first write on
 	return r.follow(ctx, st, w, loaded, skip)
 }
 

@@ -84,9 +84,11 @@ func withToken(ctx context.Context, principal string) context.Context {
 }
 
 // invoke calls method with a request naming "a/x" and returns the code it
-// ends with; a call that is still waiting or streaming after a moment has
-// passed authorization (codes.OK is returned for it).
-func invoke(t *testing.T, conn *grpc.ClientConn, m protoreflect.MethodDescriptor, principal string) codes.Code {
+// ends with. A call expected in (letIn) that is still waiting or streaming
+// after a moment has passed authorization (codes.OK is returned for it);
+// one expected out is given time to be refused: a refusal comes before
+// any wait, however loaded the machine.
+func invoke(t *testing.T, conn *grpc.ClientConn, m protoreflect.MethodDescriptor, principal string, letIn bool) codes.Code {
 	t.Helper()
 	mt, err := protoregistry.GlobalTypes.FindMessageByName(m.Input().FullName())
 	if err != nil {
@@ -94,7 +96,11 @@ func invoke(t *testing.T, conn *grpc.ClientConn, m protoreflect.MethodDescriptor
 	}
 	req := mt.New()
 	api.SetNames(req, "a/x")
-	ctx, cancel := context.WithTimeout(withToken(t.Context(), principal), 500*time.Millisecond)
+	moment := 500 * time.Millisecond
+	if !letIn {
+		moment = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(withToken(t.Context(), principal), moment)
 	defer cancel()
 	method := "/" + string(m.Parent().FullName()) + "/" + string(m.Name())
 	outType, err := protoregistry.GlobalTypes.FindMessageByName(m.Output().FullName())
@@ -151,19 +157,21 @@ func TestEveryRPCIsAuthorized(t *testing.T) {
 	// starts (the next is an hour away): wait for it, so that from here
 	// only calls move the revision.
 	wait.For(t, "the member's first health report", func() bool { return revision() > 1 })
+	// The history recorder's first write (the cursor) too.
+	wait.For(t, "the history recorder's first write", func() bool { return d.Metric("coordd_history_recording") == 1 })
 	before := revision()
 	for _, m := range methods {
 		wrong := "bob"
 		if strings.HasPrefix(string(m.Parent().Name()), "Session") {
 			wrong = "carol" // bob may use sessions
 		}
-		if got := invoke(t, conn, m, ""); got != codes.Unauthenticated {
+		if got := invoke(t, conn, m, "", false); got != codes.Unauthenticated {
 			t.Errorf("%s without an identity: %s, want Unauthenticated", m.FullName(), got)
 		}
 		if m.Name() == "WhoAmI" {
 			continue // anyone known may ask its own name (below)
 		}
-		if got := invoke(t, conn, m, wrong); got != codes.PermissionDenied {
+		if got := invoke(t, conn, m, wrong, false); got != codes.PermissionDenied {
 			t.Errorf("%s as %s: %s, want PermissionDenied", m.FullName(), wrong, got)
 		}
 	}
@@ -171,7 +179,7 @@ func TestEveryRPCIsAuthorized(t *testing.T) {
 		t.Errorf("denied calls changed etcd: revision %d -> %d", before, after)
 	}
 	for _, m := range methods {
-		if got := invoke(t, conn, m, "alice"); got == codes.Unauthenticated || got == codes.PermissionDenied || got == codes.Internal {
+		if got := invoke(t, conn, m, "alice", true); got == codes.Unauthenticated || got == codes.PermissionDenied || got == codes.Internal {
 			t.Errorf("%s as alice: %s, want it let in", m.FullName(), got)
 		}
 	}
