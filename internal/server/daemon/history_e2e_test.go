@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -172,19 +173,30 @@ func TestHistoryMovesToAnotherMemberWhenTheRecorderStops(t *testing.T) {
 	other := ds[(rec+1)%3]
 	c := newClient(t, other.GRPCAddr())
 	ctx := t.Context()
-	s, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second), clientlib.WithOwner("mover"))
-	if err != nil {
-		t.Fatal(err)
+	// A cluster's first moments, and a member's stop, may refuse a call
+	// before it acted (ErrUnavailable): it is tried again, as a client
+	// must.
+	unavailable := func(err error) bool {
+		if err != nil && !errors.Is(err, clientlib.ErrUnavailable) {
+			t.Fatal(err)
+		}
+		return err == nil
 	}
+	var s *clientlib.Session
+	wait.Within(t, 10*time.Second, "a session", func() bool {
+		var err error
+		s, err = c.NewSession(ctx, clientlib.WithTTL(30*time.Second), clientlib.WithOwner("mover"))
+		return unavailable(err)
+	})
 	var want []string
 	take := func() {
-		l, err := s.Lock(ctx, "moved")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		var l *clientlib.Lock
+		wait.Within(t, 10*time.Second, "a grant", func() bool {
+			var err error
+			l, err = s.Lock(ctx, "moved")
+			return unavailable(err)
+		})
+		wait.Within(t, 10*time.Second, "a release", func() bool { return unavailable(l.Release(ctx)) })
 		want = append(want, fmt.Sprintf("GRANTED %d mover", l.Token()), fmt.Sprintf("RELEASED %d mover", l.Token()))
 	}
 	take()
