@@ -24,11 +24,14 @@ import (
 type lines struct {
 	mu  sync.Mutex
 	all []string
+	eof chan struct{} // closed once every line is in all
 }
 
 func (l *lines) follow(cmd *exec.Cmd) {
 	out, _ := cmd.StdoutPipe()
+	l.eof = make(chan struct{})
 	go func() {
+		defer close(l.eof)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			l.mu.Lock()
@@ -53,6 +56,14 @@ func (l *lines) has(s string) bool {
 		}
 	}
 	return false
+}
+
+// exit waits for cmd, whose output l follows, to exit, having read all it
+// wrote first: exec's Wait closes the pipe, and lines not yet read then
+// are lost.
+func (l *lines) exit(cmd *exec.Cmd) error {
+	<-l.eof
+	return cmd.Wait()
 }
 
 // build compiles the example into a temp dir.
@@ -124,7 +135,7 @@ func TestPausedWorkerIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, bOut := worker("b", 3, 50*time.Millisecond)
-	if err := b.Wait(); err != nil {
+	if err := bOut.exit(b); err != nil {
 		t.Fatalf("worker b: %v", err)
 	}
 	if !bOut.has("counter 2 -> 3") {
@@ -133,7 +144,7 @@ func TestPausedWorkerIsFenced(t *testing.T) {
 	if err := a.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Wait(); err != nil {
+	if err := aOut.exit(a); err != nil {
 		t.Fatalf("worker a: %v", err)
 	}
 	if !aOut.has("write refused: stale fencing token") {
@@ -169,7 +180,7 @@ func TestWorkerWaitsForCoorddAndStore(t *testing.T) {
 	wait.Within(t, 30*time.Second, "the worker to wait for the store", func() bool { return wOut.has("worker w: waiting for the store") })
 	s, sOut := start(t, bin, "-mode", "store", "-listen", storeAddr)
 	wait.Within(t, 30*time.Second, "the worker's second increment", func() bool { return wOut.has("counter 1 -> 2") })
-	if err := w.Wait(); err != nil {
+	if err := wOut.exit(w); err != nil {
 		t.Fatalf("worker: %v; output:\n%s", err, wOut)
 	}
 	if want := fmt.Sprintf("worker w: pid %d", w.Process.Pid); !wOut.has(want) {
