@@ -11,3 +11,7 @@ func SetBeforeWatch(c *Cache, f func()) { c.beforeWatch = f }
 func SetLocalCopyAt(s *Store, rev int64) {
 	s.readLocal = func(ctx context.Context, ns string) (nsState, error) { return s.readNamespace(ctx, ns, rev) }
 }
+
+// SetSealingOff makes s store secret values in clear: the sabotage that
+// the tests which look for clear text in etcd must catch.
+func SetSealingOff(s *Store) { s.secrets.off = true }

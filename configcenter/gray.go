@@ -13,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/names"
 )
@@ -303,6 +304,17 @@ func (s *Store) checkGrayText(req GrayRequest) error {
 	return nil
 }
 
+// refuseSecretOverrides refuses a gray that would override a secret key: a
+// gray record keeps its overrides in clear, for every reader of the gray.
+func refuseSecretOverrides(cur nsState, overrides []Mutation) error {
+	for _, m := range overrides {
+		if m.Secret || keyring.IsSealed(cur.Content[m.Key]) {
+			return fmt.Errorf("%w: key %q is secret, and a gray release cannot override a secret (its overrides are kept in clear); publish it instead", ErrInvalid, m.Key)
+		}
+	}
+	return nil
+}
+
 // runningGray returns the running gray of cur, checked against expected.
 func runningGray(cur nsState, expected int64) (*Gray, error) {
 	if !cur.gray.Running() {
@@ -351,12 +363,17 @@ func (s *Store) changeGray(ctx context.Context, req GrayRequest, action GrayActi
 				next.Overrides = sortedMutations(req.Mutations)
 			}
 		}
+		if action != GrayAbandon {
+			if err := refuseSecretOverrides(cur, next.Overrides); err != nil {
+				return Gray{}, err
+			}
+		}
 		gray := next.apply(cur.Content)
 		if action == GrayAbandon {
 			next.Changes = diff(cur.gray.apply(cur.Content), cur.Content)
 		} else {
 			next.Changes = diff(cur.Content, gray)
-			if err := s.validateGrayContent(cur, gray); err != nil {
+			if err := s.validateGrayContent(ctx, cur, gray); err != nil {
 				return Gray{}, err
 			}
 		}
@@ -390,7 +407,7 @@ func (s *Store) unchanged(ns string, cur nsState) []clientv3.Cmp {
 
 // validateGrayContent checks a gray's content against the namespace's
 // schema.
-func (s *Store) validateGrayContent(cur nsState, content map[string]string) error {
+func (s *Store) validateGrayContent(ctx context.Context, cur nsState, content map[string]string) error {
 	if cur.schema == "" {
 		return nil
 	}
@@ -398,7 +415,7 @@ func (s *Store) validateGrayContent(cur nsState, content map[string]string) erro
 	if err != nil {
 		return fmt.Errorf("config: the stored schema of %q: %w", cur.Namespace, err)
 	}
-	if err := validateContent(sch, content); err != nil {
+	if err := s.validateContent(ctx, cur.Namespace, sch, content, nil); err != nil {
 		return fmt.Errorf("the gray release's content: %w", err)
 	}
 	return nil

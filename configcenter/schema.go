@@ -54,8 +54,9 @@ func compileSchema(text string) (*jsonschema.Schema, error) {
 }
 
 // validateContent checks content against sch and returns every problem as
-// a ValidationError of kind ErrValidation.
-func validateContent(sch *jsonschema.Schema, content map[string]string) error {
+// a ValidationError of kind ErrValidation. A problem with a key in secret
+// does not say what its value is.
+func validateContent(sch *jsonschema.Schema, content map[string]string, secret map[string]bool) error {
 	var errs *multierror.Error
 	doc := make(map[string]any, len(content))
 	keys := make([]string, 0, len(content))
@@ -85,7 +86,9 @@ func validateContent(sch *jsonschema.Schema, content map[string]string) error {
 				key = leaf.InstanceLocation[0]
 			}
 			msg := leaf.ErrorKind.LocalizedString(printer)
-			if len(leaf.InstanceLocation) > 1 {
+			if secret[key] {
+				msg = "the secret value does not match the schema (the details would tell of the value, so they are not given)"
+			} else if len(leaf.InstanceLocation) > 1 {
 				msg = "at /" + strings.Join(leaf.InstanceLocation[1:], "/") + ": " + msg
 			}
 			errs = multierror.Append(errs, &Problem{Key: key, Message: msg})

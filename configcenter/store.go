@@ -44,6 +44,7 @@ type Store struct {
 	// readLocal reads a namespace from the member's own copy, which may be
 	// behind (see commit); tests replace it with a copy that is.
 	readLocal func(ctx context.Context, ns string) (nsState, error)
+	secrets   secrets
 }
 
 // NewStore returns a Store that keeps namespaces under root+"config/".
@@ -92,6 +93,9 @@ type Mutation struct {
 	Key    string `json:"key"`
 	Value  string `json:"value,omitempty"`
 	Delete bool   `json:"delete,omitempty"`
+	// Secret stores the value sealed (see SetKeys). A key whose value is
+	// sealed stays secret, whatever later puts say, until it is deleted.
+	Secret bool `json:"secret,omitempty"`
 }
 
 // Change is one key's change in a release: Old is nil for a new key, New
@@ -353,7 +357,7 @@ func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) 
 			}
 			continue
 		}
-		rel, ops, answer, err := s.planRelease(ctx, req, cur)
+		rel, ops, cmps, answer, err := s.planRelease(ctx, req, cur)
 		if err != nil || answer {
 			if linearizable {
 				return rel, err
@@ -361,7 +365,7 @@ func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) 
 			continue
 		}
 		resp, err := s.cli.Txn(ctx).
-			If(s.unchanged(req.ns, cur)...).
+			If(append(s.unchanged(req.ns, cur), cmps...)...).
 			Then(ops...).
 			Commit()
 		if err != nil {
@@ -377,18 +381,23 @@ func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) 
 	}
 }
 
-// planRelease plans req's release on cur: the release and its writes, or
-// answer set when the release is the answer without a commit (it changes
-// nothing, or it is a dry run).
-func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState) (rel Release, ops []clientv3.Op, answer bool, err error) {
+// planRelease plans req's release on cur: the release, its writes and the
+// guards they need beyond the namespace's, or answer set when the release
+// is the answer without a commit (it changes nothing, or it is a dry run).
+func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState) (rel Release, ops []clientv3.Op, cmps []clientv3.Cmp, answer bool, err error) {
 	if req.expected > 0 && cur.metaRev > req.expected {
-		return Release{}, nil, false, fmt.Errorf("%w: %q changed at revision %d (release %d), after the expected revision %d",
+		return Release{}, nil, nil, false, fmt.Errorf("%w: %q changed at revision %d (release %d), after the expected revision %d",
 			ErrRevisionMismatch, req.ns, cur.metaRev, cur.Release, req.expected)
 	}
 	ms, err := req.plan(ctx, cur)
 	if err != nil {
-		return Release{}, nil, false, err
+		return Release{}, nil, nil, false, err
 	}
+	sealed, err := s.sealMutations(ctx, cur, ms)
+	if err != nil {
+		return Release{}, nil, nil, false, err
+	}
+	ms, keyOps, cmps := sealed.ms, sealed.ops, sealed.cmps
 	rel = Release{Namespace: req.ns, Number: cur.Release + 1, Author: req.author, Message: req.message, Time: s.now().UTC(), RollbackOf: req.rollbackOf}
 	if req.promoteGray && cur.gray != nil {
 		rel.PromotedGray = cur.gray.Number
@@ -399,31 +408,32 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 		// Nothing to change: report the release in effect.
 		none := Release{Namespace: req.ns, Number: cur.Release, Revision: cur.metaRev, Author: rel.Author, Message: rel.Message, Time: rel.Time, PromotedGray: rel.PromotedGray}
 		if !req.always {
-			return none, nil, true, nil
+			return none, nil, nil, true, nil
 		}
-		rel = none
+		rel, keyOps, cmps = none, nil, nil
 	} else {
-		if err := checkSchema(req, cur, next); err != nil {
-			return Release{}, nil, false, err
+		if err := s.checkSchema(ctx, req, cur, next, sealed.key); err != nil {
+			return Release{}, nil, nil, false, err
 		}
 		var size int
 		ops, size, err = s.releaseOps(req.ns, rel)
 		if err != nil {
-			return Release{}, nil, false, err
+			return Release{}, nil, nil, false, err
 		}
 		if size > s.limits.MaxReleaseBytes {
-			return Release{}, nil, false, fmt.Errorf("%w: the release writes %d bytes (its new values, and its record with old and new values), at most %d are allowed; split it",
+			return Release{}, nil, nil, false, fmt.Errorf("%w: the release writes %d bytes (its new values, and its record with old and new values), at most %d are allowed; split it",
 				ErrTooLarge, size, s.limits.MaxReleaseBytes)
 		}
+		ops = append(ops, keyOps...)
 	}
 	if req.extra != nil {
 		more, err := req.extra(cur, rel)
 		if err != nil {
-			return Release{}, nil, false, err
+			return Release{}, nil, nil, false, err
 		}
 		ops = append(ops, more...)
 	}
-	return rel, ops, req.dryRun, nil
+	return rel, ops, cmps, req.dryRun, nil
 }
 
 // applyMutations applies ms to content: it returns the changes they make
@@ -459,7 +469,7 @@ func applyMutations(content map[string]string, ms []Mutation) ([]Change, map[str
 // checkSchema validates next, the namespace's content after the release,
 // against its schema (if it has one), and so does the content a running
 // gray release would show on top of it, unless the release promotes it.
-func checkSchema(req commitRequest, cur nsState, next map[string]string) error {
+func (s *Store) checkSchema(ctx context.Context, req commitRequest, cur nsState, next map[string]string, dk []byte) error {
 	if cur.schema == "" {
 		return nil
 	}
@@ -467,15 +477,25 @@ func checkSchema(req commitRequest, cur nsState, next map[string]string) error {
 	if err != nil {
 		return fmt.Errorf("config: the stored schema of %q: %w", req.ns, err)
 	}
-	if err := validateContent(sch, next); err != nil {
+	if err := s.validateContent(ctx, req.ns, sch, next, dk); err != nil {
 		return err
 	}
 	if g := cur.gray; g.Running() && !req.promoteGray {
-		if err := validateContent(sch, g.apply(next)); err != nil {
+		if err := s.validateContent(ctx, req.ns, sch, g.apply(next), dk); err != nil {
 			return fmt.Errorf("with gray release %d running: %w", g.Number, err)
 		}
 	}
 	return nil
+}
+
+// validateContent validates content, its secret values opened, against
+// sch; a problem with a secret value does not quote it.
+func (s *Store) validateContent(ctx context.Context, ns string, sch *jsonschema.Schema, content map[string]string, dk []byte) error {
+	clear, secret, err := s.openContent(ctx, ns, content, dk)
+	if err != nil {
+		return err
+	}
+	return validateContent(sch, clear, secret)
 }
 
 // releaseOps are the writes of one release: the keys, the meta key, the
@@ -717,11 +737,11 @@ func (s *Store) SetSchema(ctx context.Context, ns, schema string) (int64, error)
 			return 0, err
 		}
 		if sch != nil {
-			if err := validateContent(sch, cur.Content); err != nil {
+			if err := s.validateContent(ctx, ns, sch, cur.Content, nil); err != nil {
 				return 0, err
 			}
 			if g := cur.gray; g.Running() {
-				if err := validateContent(sch, g.apply(cur.Content)); err != nil {
+				if err := s.validateContent(ctx, ns, sch, g.apply(cur.Content), nil); err != nil {
 					return 0, fmt.Errorf("the content of gray release %d: %w", g.Number, err)
 				}
 			}

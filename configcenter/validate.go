@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
+	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/base/names"
 )
 
@@ -103,6 +104,9 @@ func (s *Store) checkMutations(ms []Mutation) error {
 		}
 		if !utf8.ValidString(m.Value) {
 			errs = multierror.Append(errs, &Problem{Key: m.Key, Message: "value is not valid UTF-8"})
+		}
+		if keyring.IsSealed(m.Value) {
+			errs = multierror.Append(errs, &Problem{Key: m.Key, Message: fmt.Sprintf("a value may not start with %q, which marks a sealed secret; to store a secret, mark the key secret and give its clear value", keyring.SealedPrefix)})
 		}
 	}
 	return problems(errs, tooLarge)

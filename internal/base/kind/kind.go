@@ -78,6 +78,9 @@ var (
 	MemberChangeRefused = &Kind{"member change refused"}
 	// Unauthenticated: the call has no identity, or one that does not check.
 	Unauthenticated = &Kind{"unauthenticated"}
+	// SecretsUnavailable: a secret value cannot be sealed or opened here
+	// (no key file, or not the key that wrapped it).
+	SecretsUnavailable = &Kind{"secrets unavailable"}
 	// PermissionDenied: the caller may not do this.
 	PermissionDenied = &Kind{"permission denied"}
 	// RateLimited: the caller or the namespace is over its rate; nothing changed.
@@ -93,5 +96,5 @@ var All = []*Kind{
 	Held, StaleToken, NotHolder, NotLeader, LimitMismatch, AlreadyLeader,
 	ValidationFailed, RevisionMismatch, Compacted, Unavailable,
 	MemberNotFound, MemberChangeRefused, Unauthenticated, PermissionDenied, RateLimited,
-	QuotaExceeded,
+	QuotaExceeded, SecretsUnavailable,
 }
