@@ -19,19 +19,20 @@ type Action string
 // The actions, and the kind of resource each names (Kind None: the action
 // is not about a name).
 const (
-	Session          Action = "session"           // create, keep alive, close, read sessions
-	LockAcquire      Action = "lock.acquire"      // acquire a lock (lock)
-	LockRelease      Action = "lock.release"      // release a grant (lock)
-	LockDescribe     Action = "lock.describe"     // holders, waiters, list (lock)
-	ElectionCampaign Action = "election.campaign" // campaign, proclaim, resign (election)
-	ElectionObserve  Action = "election.observe"  // leader, candidates, observe, list (election)
-	ConfigRead       Action = "config.read"       // read, watch, report status (namespace)
-	ConfigWrite      Action = "config.write"      // put, delete, publish (namespace)
-	ConfigAdmin      Action = "config.admin"      // schema, rollback (namespace)
-	KVFenced         Action = "kv.fenced"         // fenced put, delete, validate (key)
-	KVRead           Action = "kv.read"           // get, list, watch the fenced KV (key)
-	ClusterRead      Action = "cluster.read"      // status, members, alarms
-	ClusterAdmin     Action = "cluster.admin"     // snapshot, members, defrag, disarm
+	Session          Action = "session"            // create, keep alive, close, read sessions
+	LockAcquire      Action = "lock.acquire"       // acquire a lock (lock)
+	LockRelease      Action = "lock.release"       // release a grant (lock)
+	LockDescribe     Action = "lock.describe"      // holders, waiters, list (lock)
+	ElectionCampaign Action = "election.campaign"  // campaign, proclaim, resign (election)
+	ElectionObserve  Action = "election.observe"   // leader, candidates, observe, list (election)
+	ConfigRead       Action = "config.read"        // read, watch, report status (namespace)
+	ConfigReadSecret Action = "config.read-secret" // read secret values in clear, with config.read (namespace)
+	ConfigWrite      Action = "config.write"       // put, delete, publish (namespace)
+	ConfigAdmin      Action = "config.admin"       // schema, rollback (namespace)
+	KVFenced         Action = "kv.fenced"          // fenced put, delete, validate (key)
+	KVRead           Action = "kv.read"            // get, list, watch the fenced KV (key)
+	ClusterRead      Action = "cluster.read"       // status, members, alarms
+	ClusterAdmin     Action = "cluster.admin"      // snapshot, members, defrag, disarm
 )
 
 // Kind is the kind of name an action is about.
@@ -50,7 +51,7 @@ const (
 var Actions = map[Action]Kind{
 	Session: None, LockAcquire: Lock, LockRelease: Lock, LockDescribe: Lock,
 	ElectionCampaign: Election, ElectionObserve: Election,
-	ConfigRead: Namespace, ConfigWrite: Namespace, ConfigAdmin: Namespace,
+	ConfigRead: Namespace, ConfigReadSecret: Namespace, ConfigWrite: Namespace, ConfigAdmin: Namespace,
 	KVFenced: Key, KVRead: Key, ClusterRead: None, ClusterAdmin: None,
 }
 

@@ -14,6 +14,10 @@ type KeyChange struct {
 	Key string
 	Old *string
 	New *string
+	// Secret: the key is a secret. Old and New are then empty (they say
+	// that it had or has a value, not what), except in a subscription
+	// that reveals secrets. Release history and diffs never hold one.
+	Secret bool
 }
 
 // ConfigChange is what a callback receives: the changed keys it asked for,

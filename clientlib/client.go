@@ -97,7 +97,9 @@ type Client struct {
 	keepAlives *keepAlives // carries the sessions' keep-alives
 	calls      *calls      // carries the lock and election calls
 	views      viewCache   // namespace views shared by the subscriptions
-	lg         *slog.Logger
+	// revealedViews are those of subscriptions that reveal secrets.
+	revealedViews viewCache
+	lg            *slog.Logger
 
 	// probeDial connects a probe to one endpoint as conn connects.
 	probeDial []grpc.DialOption

@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -17,10 +18,22 @@ import (
 // with PublishOptions.ExpectedRevision they are compare-and-set. They are
 // not retried: after ErrUnavailable a write may or may not have happened
 // (Releases tells).
-type ConfigCenter struct{ c *Client }
+type ConfigCenter struct {
+	c      *Client
+	reveal bool // reads ask for secret values in clear
+}
 
 // ConfigCenter returns the config center's calls.
 func (c *Client) ConfigCenter() *ConfigCenter { return &ConfigCenter{c: c} }
+
+// RevealSecrets returns the config center's calls with reads (Get,
+// Snapshot, Poll, Watch, Subscribe, Export) that ask for secret values in
+// clear; the server lets them only if the caller is allowed
+// config.read-secret on each namespace (else PermissionDenied). The member
+// opens the values, over the connection's TLS: the SDK holds no key.
+// Without it, reads leave secret values out (see NamespaceSnapshot.Hidden)
+// and Get of a secret fails with ErrSecretHidden.
+func (cc *ConfigCenter) RevealSecrets() *ConfigCenter { return &ConfigCenter{c: cc.c, reveal: true} }
 
 // ConfigRelease is one published change of a namespace.
 type ConfigRelease struct {
@@ -47,7 +60,7 @@ func releaseFrom(r *coorddv1.ConfigRelease) ConfigRelease {
 func changesFrom(cs []*coorddv1.ConfigChange) []KeyChange {
 	out := make([]KeyChange, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, KeyChange{Key: c.GetKey(), Old: c.OldValue, New: c.NewValue})
+		out = append(out, KeyChange{Key: c.GetKey(), Old: c.OldValue, New: c.NewValue, Secret: c.GetSecret()})
 	}
 	return out
 }
@@ -57,6 +70,10 @@ type ConfigMutation struct {
 	Key    string
 	Value  string
 	Delete bool
+	// Secret stores the value encrypted at rest and hides it from every
+	// reader not allowed config.read-secret (the daemon needs
+	// --secret-key-file). A secret key stays secret until it is deleted.
+	Secret bool
 }
 
 // PublishOptions qualify a write. ExpectedRevision, when set, makes it a
@@ -74,7 +91,7 @@ type PublishOptions struct {
 func (cc *ConfigCenter) Publish(ctx context.Context, ns string, ms []ConfigMutation, o PublishOptions) (ConfigRelease, error) {
 	req := &coorddv1.PublishRequest{Namespace: ns, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message, DryRun: o.DryRun}
 	for _, m := range ms {
-		req.Mutations = append(req.Mutations, &coorddv1.ConfigMutation{Key: m.Key, Value: m.Value, Delete: m.Delete})
+		req.Mutations = append(req.Mutations, &coorddv1.ConfigMutation{Key: m.Key, Value: m.Value, Delete: m.Delete, Secret: m.Secret})
 	}
 	resp, err := cc.c.config.Publish(ctx, req)
 	if err != nil {
@@ -103,10 +120,14 @@ func (cc *ConfigCenter) Delete(ctx context.Context, ns, key string, o PublishOpt
 
 // Get reads one key, now (revision 0) or at a past revision. It
 // returns the value and the revision that last set it.
+// A secret fails with ErrSecretHidden unless the calls reveal secrets.
 func (cc *ConfigCenter) Get(ctx context.Context, ns, key string, revision int64) (string, int64, error) {
-	resp, err := cc.c.config.Get(ctx, &coorddv1.GetRequest{Namespace: ns, Key: key, Revision: revision})
+	resp, err := cc.c.config.Get(ctx, &coorddv1.GetRequest{Namespace: ns, Key: key, Revision: revision, RevealSecrets: cc.reveal})
 	if err != nil {
 		return "", 0, convert(ctx, err)
+	}
+	if resp.GetSecret() && !cc.reveal {
+		return "", resp.GetModRevision(), fmt.Errorf("%w: %q in %q", ErrSecretHidden, key, ns)
 	}
 	return resp.GetValue(), resp.GetModRevision(), nil
 }
@@ -121,16 +142,21 @@ type NamespaceSnapshot struct {
 	// for the watcher; 0: none.
 	Gray   int64
 	Values map[string]string
+	// Secret lists the keys in Values whose values are secrets, revealed.
+	Secret []string
+	// Hidden lists the secret keys left out of Values: the read did not
+	// reveal secrets.
+	Hidden []string
 }
 
 // Snapshot reads a whole namespace, now (revision 0) or at a past
 // revision.
 func (cc *ConfigCenter) Snapshot(ctx context.Context, ns string, revision int64) (NamespaceSnapshot, error) {
-	resp, err := cc.c.config.Snapshot(ctx, &coorddv1.SnapshotRequest{Namespace: ns, Revision: revision})
+	resp, err := cc.c.config.Snapshot(ctx, &coorddv1.SnapshotRequest{Namespace: ns, Revision: revision, RevealSecrets: cc.reveal})
 	if err != nil {
 		return NamespaceSnapshot{}, convert(ctx, err)
 	}
-	return snapshotFrom(resp.GetSnapshot()), nil
+	return snapshotFrom(resp.GetSnapshot(), cc.reveal), nil
 }
 
 // Poll waits until the namespace has a release after afterRevision (pass
@@ -140,7 +166,7 @@ func (cc *ConfigCenter) Snapshot(ctx context.Context, ns string, revision int64)
 // callers that cannot hold a stream; Subscribe is the SDK's way to follow
 // a namespace. ctx must allow more than wait.
 func (cc *ConfigCenter) Poll(ctx context.Context, ns string, afterRevision int64, wait time.Duration) (NamespaceSnapshot, bool, error) {
-	req := &coorddv1.PollRequest{Namespace: ns, AfterRevision: afterRevision}
+	req := &coorddv1.PollRequest{Namespace: ns, AfterRevision: afterRevision, RevealSecrets: cc.reveal}
 	if wait > 0 {
 		req.Wait = durationpb.New(wait)
 	}
@@ -148,16 +174,29 @@ func (cc *ConfigCenter) Poll(ctx context.Context, ns string, afterRevision int64
 	if err != nil {
 		return NamespaceSnapshot{}, false, convert(ctx, err)
 	}
-	return snapshotFrom(resp.GetSnapshot()), resp.GetModified(), nil
+	return snapshotFrom(resp.GetSnapshot(), cc.reveal), resp.GetModified(), nil
 }
 
 // snapshotFrom is the SDK's form of a snapshot message.
-func snapshotFrom(s *coorddv1.NamespaceSnapshot) NamespaceSnapshot {
-	out := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Values: map[string]string{}}
+func snapshotFrom(s *coorddv1.NamespaceSnapshot, reveal bool) NamespaceSnapshot {
+	out := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Gray: s.GetGray(), Values: map[string]string{}}
 	for _, e := range s.GetEntries() {
-		out.Values[e.GetKey()] = e.GetValue()
+		switch {
+		case !e.GetSecret():
+			out.Values[e.GetKey()] = e.GetValue()
+		case reveal:
+			out.Values[e.GetKey()] = e.GetValue()
+			out.Secret = append(out.Secret, e.GetKey())
+		default:
+			out.Hidden = append(out.Hidden, e.GetKey())
+		}
 	}
 	return out
+}
+
+// PutSecret sets one key to a secret value; see ConfigMutation.Secret.
+func (cc *ConfigCenter) PutSecret(ctx context.Context, ns, key, value string, o PublishOptions) (ConfigRelease, error) {
+	return cc.Publish(ctx, ns, []ConfigMutation{{Key: key, Value: value, Secret: true}}, o)
 }
 
 // Releases lists up to n releases of a namespace, newest first,
@@ -289,7 +328,7 @@ func (cc *ConfigCenter) Watch(ctx context.Context, namespaces []string, from int
 // WatchAs is Watch as the instance named instance with labels would watch:
 // where a gray release's selector matches it, it sees the gray content.
 func (cc *ConfigCenter) WatchAs(ctx context.Context, namespaces []string, from int64, instance string, labels map[string]string, fn func(ConfigWatchEvent) error) error {
-	st, err := cc.c.config.Watch(ctx, &coorddv1.WatchRequest{Namespaces: namespaces, FromRevision: from, Instance: instance, Labels: labels})
+	st, err := cc.c.config.Watch(ctx, &coorddv1.WatchRequest{Namespaces: namespaces, FromRevision: from, Instance: instance, Labels: labels, RevealSecrets: cc.reveal})
 	if err != nil {
 		return convert(ctx, err)
 	}
@@ -303,11 +342,7 @@ func (cc *ConfigCenter) WatchAs(ctx context.Context, namespaces []string, from i
 		case coorddv1.WatchEventType_WATCH_EVENT_TYPE_SNAPSHOT:
 			ev.Type = "SNAPSHOT"
 			for _, s := range msg.GetSnapshots() {
-				ns := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Gray: s.GetGray(), Values: map[string]string{}}
-				for _, e := range s.GetEntries() {
-					ns.Values[e.GetKey()] = e.GetValue()
-				}
-				ev.Snapshots = append(ev.Snapshots, ns)
+				ev.Snapshots = append(ev.Snapshots, snapshotFrom(s, cc.reveal))
 			}
 		case coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE:
 			ev.Type = "CHANGE"
@@ -320,4 +355,26 @@ func (cc *ConfigCenter) WatchAs(ctx context.Context, namespaces []string, from i
 			return err
 		}
 	}
+}
+
+// RewrapResult is what RewrapSecretKeys did.
+type RewrapResult struct {
+	Primary   string         `json:"primary"`   // the key id that now wraps every data key
+	Rewrapped int            `json:"rewrapped"` // data keys this call rewrapped
+	ByKey     map[string]int `json:"byKey"`     // data keys by the key id that wraps them
+}
+
+// RewrapSecretKeys has the member rewrap every namespace's data key with
+// the primary key of its --secret-key-file, after a key rotation; no value
+// is encrypted again and readers never stop. Needs cluster.admin.
+func (cc *ConfigCenter) RewrapSecretKeys(ctx context.Context) (RewrapResult, error) {
+	resp, err := cc.c.config.RewrapSecretKeys(ctx, &coorddv1.RewrapSecretKeysRequest{})
+	if err != nil {
+		return RewrapResult{}, convert(ctx, err)
+	}
+	out := RewrapResult{Primary: resp.GetPrimary(), Rewrapped: int(resp.GetRewrapped()), ByKey: map[string]int{}}
+	for k, n := range resp.GetByKey() {
+		out.ByKey[k] = int(n)
+	}
+	return out, nil
 }

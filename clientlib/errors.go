@@ -99,6 +99,10 @@ var (
 	// ErrUnimplemented: the daemon does not serve this call (an older
 	// daemon, or one started without the feature).
 	ErrUnimplemented = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_UNIMPLEMENTED, "not implemented by this daemon")
+	// ErrSecretsUnavailable: the member cannot seal or open a secret
+	// config value (it has no --secret-key-file, or not the key that
+	// wrapped the namespace's data key); nothing changed.
+	ErrSecretsUnavailable = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_SECRETS_UNAVAILABLE, "secrets unavailable")
 )
 
 // Sentinel errors the SDK raises itself, without a server reason.
@@ -109,6 +113,9 @@ var (
 	ErrSessionExpired = errors.New("coordd: session expired: no keep-alive acknowledged before the local deadline")
 	// ErrSessionClosed: the session was closed with Close, or its Client was closed.
 	ErrSessionClosed = errors.New("coordd: session closed")
+	// ErrSecretHidden: Get read a secret without revealing secrets (see
+	// ConfigCenter.RevealSecrets).
+	ErrSecretHidden = errors.New("coordd: the key is a secret; read it with ConfigCenter().RevealSecrets(), which needs config.read-secret")
 )
 
 // reasonError is the sentinel of one server reason.

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/coordd/coordd/internal/base/keyring"
 )
 
 // ExportFormat names the layout of a ConfigExport; Import refuses others.
@@ -20,6 +22,9 @@ type ConfigExport struct {
 	Exported   time.Time           `json:"exported"`
 	Revision   int64               `json:"revision"` // every namespace is as of this revision
 	Namespaces []ExportedNamespace `json:"namespaces"`
+	// SecretsKey is the id of the transfer key that sealed the secrets
+	// (empty: none were exported).
+	SecretsKey string `json:"secrets_key,omitempty"`
 }
 
 // ExportedNamespace is one namespace's content, its release number (in the
@@ -29,6 +34,31 @@ type ExportedNamespace struct {
 	Release int64             `json:"release"`
 	Values  map[string]string `json:"values"`
 	Schema  string            `json:"schema,omitempty"`
+	// Secrets are the secret keys' values, each sealed with the transfer
+	// key (AES-256-GCM, bound to namespace and key): never in clear.
+	Secrets map[string]string `json:"secrets,omitempty"`
+	// Hidden are the secret keys not exported: Import leaves them as they
+	// are in the target.
+	Hidden []string `json:"hidden_secrets,omitempty"`
+}
+
+// TransferKey seals secrets in an export and opens them in an import: a
+// key file as the daemon's --secret-key-file takes (coordd keygen), whose
+// first key seals. The export's secrets are readable by whoever holds it,
+// so keep it apart from the export file.
+type TransferKey = *keyring.Ring
+
+// ParseTransferKey reads a transfer key file's content.
+func ParseTransferKey(data []byte) (TransferKey, error) {
+	r, err := keyring.Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: transfer key: %w", ErrInvalidArgument, err)
+	}
+	return r, nil
+}
+
+func transferAAD(ns, key string) []byte {
+	return []byte("coordd config export\x00" + ns + "\x00" + key)
 }
 
 // Export reads the named namespaces (nil: every namespace) as of one
@@ -36,7 +66,23 @@ type ExportedNamespace struct {
 // is one consistent state even while others publish. A schema is read
 // as it is now (schemas are not versioned). A namespace with neither a
 // release nor a schema is left out.
-func (cc *ConfigCenter) Export(ctx context.Context, namespaces []string) (ConfigExport, error) {
+//
+// Secrets are left out (listed in Hidden) unless key is given: then the
+// calls must reveal secrets (RevealSecrets; the caller needs
+// config.read-secret), and each secret is sealed with key before it is
+// kept in the export.
+func (cc *ConfigCenter) Export(ctx context.Context, namespaces []string, key ...TransferKey) (ConfigExport, error) {
+	var tk []byte
+	if len(key) > 0 && key[0] != nil {
+		if !cc.reveal {
+			return ConfigExport{}, fmt.Errorf("%w: exporting secrets needs the calls to reveal them (ConfigCenter().RevealSecrets())", ErrInvalidArgument)
+		}
+		k, err := key[0].Key(key[0].Primary())
+		if err != nil {
+			return ConfigExport{}, err
+		}
+		tk = k
+	}
 	if namespaces == nil {
 		all, err := cc.Namespaces(ctx, "")
 		if err != nil {
@@ -60,7 +106,19 @@ func (cc *ConfigCenter) Export(ctx context.Context, namespaces []string) (Config
 		if snap.Release == 0 && schema == "" {
 			continue
 		}
-		out.Namespaces = append(out.Namespaces, ExportedNamespace{Name: ns, Release: snap.Release, Values: snap.Values, Schema: schema})
+		e := ExportedNamespace{Name: ns, Release: snap.Release, Values: snap.Values, Schema: schema, Hidden: snap.Hidden}
+		if tk != nil && len(snap.Secret) > 0 {
+			out.SecretsKey, e.Secrets = key[0].Primary(), map[string]string{}
+			for _, k := range snap.Secret {
+				sealed, err := keyring.Seal(tk, transferAAD(ns, k), snap.Values[k])
+				if err != nil {
+					return ConfigExport{}, err
+				}
+				e.Secrets[k] = sealed
+				delete(e.Values, k)
+			}
+		}
+		out.Namespaces = append(out.Namespaces, e)
 	}
 	return out, nil
 }
@@ -76,6 +134,9 @@ type ImportOptions struct {
 	Merge bool
 	// Author and Message are recorded with every release.
 	Author, Message string
+	// SecretsKey opens the export's secrets (the transfer key it was
+	// made with); without it an export with secrets is refused.
+	SecretsKey TransferKey
 }
 
 // ImportResult is what Import did (or, in a dry run, would do) to one
@@ -91,6 +152,9 @@ type ImportResult struct {
 	// Release is the release made (Number 0: none, in a dry run or with no
 	// change).
 	Release ConfigRelease
+	// Skipped are secrets the export left out (its Hidden) that the target
+	// lacks: they could not be created.
+	Skipped []string
 }
 
 // Import makes each namespace of the export what the export says: one
@@ -103,9 +167,17 @@ func (cc *ConfigCenter) Import(ctx context.Context, exp ConfigExport, o ImportOp
 	if exp.Format != ExportFormat {
 		return nil, fmt.Errorf("%w: not a coordd config export (format %q, want %q)", ErrInvalidArgument, exp.Format, ExportFormat)
 	}
+	if exp.SecretsKey != "" {
+		if o.SecretsKey == nil {
+			return nil, fmt.Errorf("%w: the export holds secrets sealed with transfer key %q: give that key", ErrInvalidArgument, exp.SecretsKey)
+		}
+		if _, err := o.SecretsKey.Key(exp.SecretsKey); err != nil {
+			return nil, fmt.Errorf("%w: the export's secrets were sealed with transfer key %q: %w", ErrInvalidArgument, exp.SecretsKey, err)
+		}
+	}
 	var results []ImportResult
 	for _, ns := range exp.Namespaces {
-		r, err := cc.importOne(ctx, ns, o)
+		r, err := cc.importOne(ctx, ns, o, exp.SecretsKey)
 		if err != nil {
 			return results, fmt.Errorf("importing %s: %w", ns.Name, err)
 		}
@@ -114,7 +186,7 @@ func (cc *ConfigCenter) Import(ctx context.Context, exp ConfigExport, o ImportOp
 	return results, nil
 }
 
-func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o ImportOptions) (ImportResult, error) {
+func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o ImportOptions, keyID string) (ImportResult, error) {
 	cur, err := cc.Snapshot(ctx, ns.Name, 0)
 	if err != nil {
 		return ImportResult{}, err
@@ -138,22 +210,56 @@ func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o I
 		res.Changes = append(res.Changes, ch)
 		ms = append(ms, ConfigMutation{Key: k, Value: v})
 	}
+	secrets, err := importSecrets(ns, o.SecretsKey, keyID)
+	if err != nil {
+		return res, err
+	}
+	for _, m := range secrets {
+		// Compared by the member, which drops a put of the clear value a
+		// secret has: the release says what changed.
+		ch := KeyChange{Key: m.Key, New: new(string), Secret: true}
+		if slices.Contains(cur.Hidden, m.Key) || slices.Contains(cur.Secret, m.Key) {
+			ch.Old = new(string)
+		}
+		res.Changes = append(res.Changes, ch)
+		ms = append(ms, m)
+	}
+	for _, k := range ns.Hidden {
+		if !slices.Contains(cur.Hidden, k) && !slices.Contains(cur.Secret, k) {
+			res.Skipped = append(res.Skipped, k)
+		}
+	}
 	if !o.Merge {
+		exported := func(k string) bool {
+			_, v := ns.Values[k]
+			_, s := ns.Secrets[k]
+			return v || s || slices.Contains(ns.Hidden, k)
+		}
 		for _, k := range slices.Sorted(maps.Keys(cur.Values)) {
-			if _, ok := ns.Values[k]; !ok {
+			if !exported(k) {
 				old := cur.Values[k]
-				res.Changes = append(res.Changes, KeyChange{Key: k, Old: &old})
+				res.Changes = append(res.Changes, KeyChange{Key: k, Old: &old, Secret: slices.Contains(cur.Secret, k)})
 				ms = append(ms, ConfigMutation{Key: k, Delete: true})
 			}
 		}
-		slices.SortFunc(res.Changes, func(a, b KeyChange) int { return strings.Compare(a.Key, b.Key) })
+		for _, k := range cur.Hidden {
+			if !exported(k) {
+				res.Changes = append(res.Changes, KeyChange{Key: k, Old: new(string), Secret: true})
+				ms = append(ms, ConfigMutation{Key: k, Delete: true})
+			}
+		}
 	}
+	slices.SortFunc(res.Changes, func(a, b KeyChange) int { return strings.Compare(a.Key, b.Key) })
 	po := PublishOptions{ExpectedRevision: cur.Revision, Author: o.Author, Message: o.Message}
 	if o.DryRun {
 		if len(ms) > 0 && !res.SchemaChanged {
 			po.DryRun = true
-			if _, err := cc.Publish(ctx, ns.Name, ms, po); err != nil {
+			r, err := cc.Publish(ctx, ns.Name, ms, po)
+			if err != nil {
 				return res, err
+			}
+			if len(secrets) > 0 {
+				res.Changes = r.Changes // what the member found would change
 			}
 		}
 		return res, nil
@@ -164,6 +270,9 @@ func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o I
 		}
 		r, err := cc.Publish(ctx, ns.Name, ms, po)
 		res.Release = r
+		if err == nil && len(secrets) > 0 {
+			res.Changes = r.Changes // what the member found changed
+		}
 		return err
 	}
 	if !res.SchemaChanged {
@@ -186,4 +295,28 @@ func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o I
 		return res, err
 	}
 	return res, cc.SetSchema(ctx, ns.Name, ns.Schema)
+}
+
+// importSecrets opens an exported namespace's secrets with the transfer
+// key: puts marked secret.
+func importSecrets(ns ExportedNamespace, key TransferKey, keyID string) ([]ConfigMutation, error) {
+	if len(ns.Secrets) == 0 {
+		return nil, nil
+	}
+	if key == nil || keyID == "" {
+		return nil, fmt.Errorf("%w: %s holds secrets, and the export names no transfer key", ErrInvalidArgument, ns.Name)
+	}
+	k, err := key.Key(keyID)
+	if err != nil {
+		return nil, err
+	}
+	var ms []ConfigMutation
+	for _, name := range slices.Sorted(maps.Keys(ns.Secrets)) {
+		clear, err := keyring.Open(k, transferAAD(ns.Name, name), ns.Secrets[name])
+		if err != nil {
+			return nil, fmt.Errorf("%w: secret %q of %s does not open with transfer key %q (another key, or an altered file)", ErrInvalidArgument, name, ns.Name, keyID)
+		}
+		ms = append(ms, ConfigMutation{Key: name, Value: clear, Secret: true})
+	}
+	return ms, nil
 }

@@ -118,6 +118,7 @@ type Subscription struct {
 
 	watchID  int64         // this subscription on the client's WatchMany stream
 	nsKey    string        // the namespace list, as a key
+	reveal   bool          // secret values are asked for in clear
 	changed  chan struct{} // wakes the dispatcher
 	errs     chan error    // problems found off the dispatcher, reported on it
 	errsSent atomic.Int32  // errors put in errs: the dispatcher looks in errs only then
@@ -156,7 +157,7 @@ func (cc *ConfigCenter) Subscribe(ctx context.Context, namespaces []string, opts
 		opt(&o)
 	}
 	o.instance = sanitizeInstance(o.instance)
-	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), nsKey: strings.Join(namespaces, "\x00"), opts: o, changed: make(chan struct{}, 1), errs: make(chan error, 8), refused: make(chan error, 1), first: make(chan struct{})}
+	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), nsKey: strings.Join(namespaces, "\x00"), reveal: cc.reveal, opts: o, changed: make(chan struct{}, 1), errs: make(chan error, 8), refused: make(chan error, 1), first: make(chan struct{})}
 	empty := &ConfigSnapshot{spaces: map[string]*nsView{}}
 	for _, ns := range namespaces {
 		empty.spaces[ns] = &nsView{values: map[string]string{}}
@@ -310,17 +311,19 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse, memo map[*ConfigSnapsh
 			next.spaces[ns] = &nsView{values: map[string]string{}}
 		}
 		for _, ns := range msg.GetSnapshots() {
-			if v := s.c.views.get(msg.GetClusterId(), ns.GetNamespace(), ns.GetRelease(), ns.GetChangedRevision(), ns.GetGray()); v != nil {
+			if v := s.views().get(msg.GetClusterId(), ns.GetNamespace(), ns.GetRelease(), ns.GetChangedRevision(), ns.GetGray()); v != nil {
 				next.spaces[ns.GetNamespace()] = v
 				continue
 			}
 			v := &nsView{release: ns.GetRelease(), gray: ns.GetGray(), changed: ns.GetChangedRevision(), values: make(map[string]string, len(ns.GetEntries()))}
 			for _, e := range ns.GetEntries() {
-				v.values[e.GetKey()] = e.GetValue()
+				if !e.GetSecret() || s.reveal { // a hidden secret is left out
+					v.values[e.GetKey()] = e.GetValue()
+				}
 			}
-			next.spaces[ns.GetNamespace()] = s.c.views.put(msg.GetClusterId(), ns.GetNamespace(), v)
+			next.spaces[ns.GetNamespace()] = s.views().put(msg.GetClusterId(), ns.GetNamespace(), v)
 		}
-		next = s.c.views.share(s.nsKey, next)
+		next = s.views().share(s.nsKey, next)
 		if s.firstOKDone() {
 			s.setStatus(func(st *SubscriptionStatus) { st.Relists++ })
 		}
@@ -335,23 +338,24 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse, memo map[*ConfigSnapsh
 		if old.gray != msg.GetGray() {
 			return applyGap // a gray's start, change or end comes as a snapshot
 		}
-		v := s.c.views.get(cur.cluster, r.GetNamespace(), r.GetNumber(), msg.GetRevision(), msg.GetGray())
+		v := s.views().get(cur.cluster, r.GetNamespace(), r.GetNumber(), msg.GetRevision(), msg.GetGray())
 		if v == nil {
 			v = &nsView{release: r.GetNumber(), gray: msg.GetGray(), changed: msg.GetRevision(), values: maps.Clone(old.values),
 				from: old.release, keys: make([]string, 0, len(r.GetChanges()))}
 			for _, ch := range r.GetChanges() {
-				if ch.NewValue == nil {
+				switch {
+				case ch.NewValue == nil, ch.GetSecret() && !s.reveal:
 					delete(v.values, ch.GetKey())
-				} else {
+				default:
 					v.values[ch.GetKey()] = ch.GetNewValue()
 				}
 				v.keys = append(v.keys, ch.GetKey())
 			}
-			v = s.c.views.put(cur.cluster, r.GetNamespace(), v)
+			v = s.views().put(cur.cluster, r.GetNamespace(), v)
 		}
 		next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: cur.cluster, spaces: maps.Clone(cur.spaces)}
 		next.spaces[r.GetNamespace()] = v
-		next = s.c.views.share(s.nsKey, next)
+		next = s.views().share(s.nsKey, next)
 	case coorddv1.WatchEventType_WATCH_EVENT_TYPE_BOOKMARK:
 		if msg.GetRevision() > cur.revision {
 			next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: cur.cluster, spaces: cur.spaces}
@@ -373,6 +377,15 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse, memo map[*ConfigSnapsh
 		s.wake()
 	}
 	return applyOK
+}
+
+// views is the client's cache of views this subscription shares: those
+// with secrets revealed are never shared with subscriptions without.
+func (s *Subscription) views() *viewCache {
+	if s.reveal {
+		return &s.c.revealedViews
+	}
+	return &s.c.views
 }
 
 func (s *Subscription) firstOKDone() bool {

@@ -308,7 +308,7 @@ func (m *watchMux) due() (reqs []*coorddv1.WatchManyRequest, idle bool) {
 			e.sent, e.open = true, true
 			reqs = append(reqs, &coorddv1.WatchManyRequest{Request: &coorddv1.WatchManyRequest_Start{Start: &coorddv1.WatchManyStart{
 				WatchId: id, Namespaces: e.sub.namespaces, FromRevision: e.from,
-				Instance: e.sub.opts.instance, Labels: e.sub.opts.labels}}})
+				Instance: e.sub.opts.instance, Labels: e.sub.opts.labels, RevealSecrets: e.sub.reveal}}})
 		}
 	}
 	m.starts = m.starts[:0]

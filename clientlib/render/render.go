@@ -86,6 +86,10 @@ type Options struct {
 	// Subscribe are passed to every subscription (a cache file, an
 	// instance name).
 	Subscribe []clientlib.SubscribeOption
+	// RevealSecrets subscribes with secrets in clear (the caller needs
+	// config.read-secret); else secret keys are missing from the data the
+	// template sees. Give Mode 0600 for a file that holds secrets.
+	RevealSecrets bool
 	// OnResult, if set, is called after every render attempt, on the
 	// renderer's goroutine.
 	OnResult func(Result)
@@ -333,7 +337,11 @@ func (r *Renderer) follow(ctx context.Context, want []string) error {
 	if slices.Equal(all, have) {
 		return nil // also when the template reads no namespace: nothing to follow
 	}
-	sub, err := r.c.ConfigCenter().Subscribe(ctx, all, r.opts.Subscribe...)
+	cc := r.c.ConfigCenter()
+	if r.opts.RevealSecrets {
+		cc = cc.RevealSecrets()
+	}
+	sub, err := cc.Subscribe(ctx, all, r.opts.Subscribe...)
 	if err != nil {
 		return fmt.Errorf("render: subscribing to %s: %w", strings.Join(all, ", "), err)
 	}

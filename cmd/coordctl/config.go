@@ -19,8 +19,13 @@ import (
 	"github.com/coordd/coordd/clientlib"
 )
 
-// changeLine prints a change as + (added), - (removed) or ~ (changed).
+// changeLine prints a change as + (added), - (removed) or ~ (changed); a
+// secret's values as (secret).
 func changeLine(c clientlib.KeyChange) string {
+	if c.Secret {
+		hidden := "(secret)"
+		c.Old, c.New = hideValue(c.Old, hidden), hideValue(c.New, hidden)
+	}
 	switch {
 	case c.Old == nil:
 		return fmt.Sprintf("+ %s = %s", c.Key, *c.New)
@@ -46,6 +51,14 @@ func (a *app) printRelease(r clientlib.ConfigRelease) error {
 			fmt.Fprintln(w, changeLine(c))
 		}
 	})
+}
+
+// hideValue is hidden in place of a value that is set.
+func hideValue(v *string, hidden string) *string {
+	if v == nil {
+		return nil
+	}
+	return &hidden
 }
 
 // readInput reads a file, or stdin for "-".
@@ -134,7 +147,7 @@ func (a *app) configCommand() *cobra.Command {
 	}
 	watch.ValidArgsFunction = a.completeEach(namespaceNames)
 	export.ValidArgsFunction = a.completeEach(namespaceNames)
-	cmd.AddCommand(get, put, del, publish, snapshot, poll, watch, history, diff, rollback, schema, status, namespaces, gray, render, export, imp)
+	cmd.AddCommand(get, put, del, publish, snapshot, poll, watch, history, diff, rollback, schema, status, namespaces, gray, render, export, imp, a.configRewrapCommand())
 	return cmd
 }
 
@@ -165,15 +178,27 @@ func osUser() string {
 	return cmp.Or(os.Getenv("USER"), "coordctl")
 }
 
+// configCenter is c's config calls, revealing secrets if reveal.
+func configCenter(c *clientlib.Client, reveal bool) *clientlib.ConfigCenter {
+	if reveal {
+		return c.ConfigCenter().RevealSecrets()
+	}
+	return c.ConfigCenter()
+}
+
 func (a *app) configGetCommand() *cobra.Command {
 	var revision int64
+	var reveal bool
 	get := &cobra.Command{
-		Use:   "get NAMESPACE KEY",
-		Short: "Print a key's value (exit 3 if missing)",
+		Use:   "get NAMESPACE KEY [--reveal]",
+		Short: "Print a key's value (exit 3 if missing; a secret needs --reveal)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				v, mod, err := c.ConfigCenter().Get(ctx, args[0], args[1], revision)
+				v, mod, err := configCenter(c, reveal).Get(ctx, args[0], args[1], revision)
+				if errors.Is(err, clientlib.ErrSecretHidden) {
+					return usagef("%s in %s is a secret: add --reveal to print it (you need config.read-secret on the namespace)", args[1], args[0])
+				}
 				if err != nil {
 					return err
 				}
@@ -182,15 +207,24 @@ func (a *app) configGetCommand() *cobra.Command {
 		},
 	}
 	get.Flags().Int64Var(&revision, "revision", 0, "read at this past revision")
+	get.Flags().BoolVar(&reveal, "reveal", false, "print a secret's value in clear (needs config.read-secret)")
 	return get
 }
 
 func (a *app) configPutCommand() *cobra.Command {
 	var rf releaseFlags
+	var secret bool
 	put := &cobra.Command{
-		Use:   "put NAMESPACE KEY VALUE",
-		Short: "Set one key (VALUE - reads stdin)",
-		Args:  cobra.ExactArgs(3),
+		Use:   "put NAMESPACE KEY VALUE [--secret]",
+		Short: "Set one key (VALUE - reads stdin; --secret stores it encrypted)",
+		Long: `Set one key: a release of one change. VALUE - reads the value from stdin
+(use it for secrets, so they stay out of the shell's history).
+
+--secret stores the value encrypted at rest (the daemon needs
+--secret-key-file): only callers allowed config.read-secret read it, with
+--reveal, and history, diffs, logs and the console show only that it
+changed. A secret key stays secret until it is deleted.`,
+		Args: cobra.ExactArgs(3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			value := args[2]
 			if value == "-" {
@@ -201,7 +235,11 @@ func (a *app) configPutCommand() *cobra.Command {
 				value = string(data)
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				r, err := c.ConfigCenter().Put(ctx, args[0], args[1], value, rf.options())
+				put := c.ConfigCenter().Put
+				if secret {
+					put = c.ConfigCenter().PutSecret
+				}
+				r, err := put(ctx, args[0], args[1], value, rf.options())
 				if err != nil {
 					return err
 				}
@@ -210,6 +248,7 @@ func (a *app) configPutCommand() *cobra.Command {
 		},
 	}
 	rf.add(put)
+	put.Flags().BoolVar(&secret, "secret", false, "store the value encrypted; readable only with config.read-secret")
 	return put
 }
 
@@ -277,13 +316,14 @@ With --raw, string members are stored without their quotes.`,
 
 func (a *app) configSnapshotCommand() *cobra.Command {
 	var revision int64
+	var reveal bool
 	snapshot := &cobra.Command{
-		Use:   "snapshot NAMESPACE",
-		Short: "Print every key of a namespace, at one revision",
+		Use:   "snapshot NAMESPACE [--reveal]",
+		Short: "Print every key of a namespace, at one revision (secrets as (secret) unless --reveal)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				s, err := c.ConfigCenter().Snapshot(ctx, args[0], revision)
+				s, err := configCenter(c, reveal).Snapshot(ctx, args[0], revision)
 				if err != nil {
 					return err
 				}
@@ -292,6 +332,7 @@ func (a *app) configSnapshotCommand() *cobra.Command {
 		},
 	}
 	snapshot.Flags().Int64Var(&revision, "revision", 0, "read at this past revision")
+	snapshot.Flags().BoolVar(&reveal, "reveal", false, "print secrets in clear (needs config.read-secret)")
 	return snapshot
 }
 
@@ -299,13 +340,18 @@ func (a *app) configSnapshotCommand() *cobra.Command {
 func snapshotTable(s clientlib.NamespaceSnapshot) func(w *bytes.Buffer) {
 	return func(w *bytes.Buffer) {
 		fmt.Fprintf(w, "# %s release %d at revision %d\n", s.Namespace, s.Release, s.Revision)
-		keys := make([]string, 0, len(s.Values))
+		keys := make([]string, 0, len(s.Values)+len(s.Hidden))
 		for k := range s.Values {
 			keys = append(keys, k)
 		}
+		keys = append(keys, s.Hidden...)
 		slices.Sort(keys)
 		for _, k := range keys {
-			fmt.Fprintf(w, "%s\t%s\n", k, s.Values[k])
+			v, ok := s.Values[k]
+			if !ok {
+				v = "(secret)"
+			}
+			fmt.Fprintf(w, "%s\t%s\n", k, v)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,17 +19,23 @@ import (
 )
 
 func (a *app) configExportCommand() *cobra.Command {
-	var out string
+	var out, secretsKey string
 	var prefixes []string
 	cmd := &cobra.Command{
-		Use:   "export [NAMESPACE...] [--prefix P]... --out FILE",
+		Use:   "export [NAMESPACE...] [--prefix P]... --out FILE [--secrets-key KEYFILE]",
 		Short: "Write namespaces (values and schemas) to one JSON file, all as of one revision",
 		Long: `Write namespaces to one JSON file, for config import into another cluster
 (or back into this one): each namespace's values, its release number and
 its JSON Schema, all as of one etcd revision, however many releases others
 make meanwhile. Name namespaces, or --prefix P for every namespace
 starting with P; neither exports every namespace. --out - writes to
-stdout.`,
+stdout.
+
+Secrets are left out (listed as hidden_secrets; import leaves them as they
+are) unless --secrets-key names a transfer key file (coordd keygen --id
+transfer > KEYFILE): each secret is then read in clear (you need
+config.read-secret) and sealed with that key before it is written. Give the
+same key file to config import, and keep it apart from the export.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return usagef("--out FILE is needed (- for stdout)")
@@ -46,6 +53,13 @@ stdout.`,
 					names = nil // every namespace
 				}
 				exp, err := c.ConfigCenter().Export(ctx, names)
+				if secretsKey != "" {
+					var key clientlib.TransferKey
+					if key, err = readTransferKey(secretsKey); err != nil {
+						return err
+					}
+					exp, err = c.ConfigCenter().RevealSecrets().Export(ctx, names, key)
+				}
 				if err != nil {
 					return err
 				}
@@ -68,6 +82,7 @@ stdout.`,
 	}
 	cmd.Flags().StringVar(&out, "out", "", "the file to write (- for stdout)")
 	cmd.Flags().StringSliceVar(&prefixes, "prefix", nil, "export every namespace starting with this")
+	cmd.Flags().StringVar(&secretsKey, "secrets-key", "", "export secrets too, sealed with this transfer key file (needs config.read-secret)")
 	_ = cmd.MarkFlagFilename("out")
 	return cmd
 }
@@ -85,8 +100,9 @@ func (a *app) configImportCommand() *cobra.Command {
 	var rf releaseFlags
 	var dryRun, merge bool
 	var only []string
+	var secretsKey string
 	cmd := &cobra.Command{
-		Use:   "import FILE [--dry-run] [--merge] [--namespace NS]...",
+		Use:   "import FILE [--dry-run] [--merge] [--namespace NS]... [--secrets-key KEYFILE]",
 		Short: "Make namespaces what an export file says: one release per namespace (--dry-run prints the diff)",
 		Long: `Make each namespace of a config export file what the file says: one
 release per namespace with every change at once, and the file's schema.
@@ -96,7 +112,11 @@ compare-and-set against what import read, so a publish made meanwhile
 fails the import (exit 4) rather than being overwritten. --dry-run prints
 what would change and writes nothing. --namespace imports only those
 namespaces of the file. FILE - reads stdin. Namespaces are imported one
-after another: on an error, those printed before it were imported.`,
+after another: on an error, those printed before it were imported.
+
+A file with secrets needs --secrets-key, the transfer key it was exported
+with: each secret is opened here and stored as a secret (encrypted by the
+target's own keys). Secrets the file left out are kept as they are.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			data, err := a.readInput(args[0])
@@ -125,8 +145,16 @@ after another: on an error, those printed before it were imported.`,
 				exp.Namespaces = slices.DeleteFunc(exp.Namespaces, func(n clientlib.ExportedNamespace) bool { return !slices.Contains(only, n.Name) })
 			}
 			o := rf.options()
+			io := clientlib.ImportOptions{DryRun: dryRun, Merge: merge, Author: o.Author, Message: cmp.Or(o.Message, "imported from "+filepath.Base(args[0]))}
+			if secretsKey != "" {
+				if io.SecretsKey, err = readTransferKey(secretsKey); err != nil {
+					return err
+				}
+			} else if exp.SecretsKey != "" {
+				return usagef("%s holds secrets sealed with transfer key %q: give it with --secrets-key", args[0], exp.SecretsKey)
+			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				results, err := c.ConfigCenter().Import(ctx, exp, clientlib.ImportOptions{DryRun: dryRun, Merge: merge, Author: o.Author, Message: cmp.Or(o.Message, "imported from "+filepath.Base(args[0]))})
+				results, err := c.ConfigCenter().Import(ctx, exp, io)
 				if perr := a.printImport(results, dryRun); perr != nil {
 					return errors.Join(err, perr)
 				}
@@ -139,6 +167,7 @@ after another: on an error, those printed before it were imported.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change; write nothing")
 	cmd.Flags().BoolVar(&merge, "merge", false, "keep keys the namespace has that the file lacks")
 	cmd.Flags().StringSliceVar(&only, "namespace", nil, "import only this namespace of the file")
+	cmd.Flags().StringVar(&secretsKey, "secrets-key", "", "the transfer key file the export's secrets were sealed with")
 	return cmd
 }
 
@@ -166,6 +195,9 @@ func (a *app) printImport(results []clientlib.ImportResult, dryRun bool) error {
 			}
 			for _, ch := range r.Changes {
 				fmt.Fprintln(w, "  "+changeLine(ch))
+			}
+			for _, k := range r.Skipped {
+				fmt.Fprintf(w, "  ! %s: a secret the file left out, and %s lacks it: not created\n", k, r.Namespace)
 			}
 		}
 		if len(results) == 0 {
@@ -196,4 +228,44 @@ func writeFileAtomically(path string, data []byte) (err error) {
 		return err
 	}
 	return os.Rename(f.Name(), path)
+}
+
+// readTransferKey reads a transfer key file (as coordd keygen writes).
+func readTransferKey(path string) (clientlib.TransferKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usagef("--secrets-key: %v", err)
+	}
+	key, err := clientlib.ParseTransferKey(data)
+	if err != nil {
+		return nil, usagef("--secrets-key %s: %v", path, err)
+	}
+	return key, nil
+}
+
+func (a *app) configRewrapCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rewrap-keys",
+		Short: "Rewrap every namespace's secret data key with the member's primary key (after a key rotation)",
+		Long: `Have the member rewrap every namespace's data key with the primary (first)
+key of its --secret-key-file. Run it after putting a new key first in every
+member's key file and sending them SIGHUP; once it reports that no data key
+is wrapped by the old key, remove the old key from the files. No value is
+encrypted again, and readers never stop. Needs cluster.admin.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				res, err := c.ConfigCenter().RewrapSecretKeys(ctx)
+				if err != nil {
+					return err
+				}
+				return a.print(res, func(w *bytes.Buffer) {
+					fmt.Fprintf(w, "rewrapped %d data keys with key %s\n", res.Rewrapped, res.Primary)
+					for _, k := range slices.Sorted(maps.Keys(res.ByKey)) {
+						fmt.Fprintf(w, "%s\twraps %d data keys\n", k, res.ByKey[k])
+					}
+				})
+			})
+		},
+	}
 }

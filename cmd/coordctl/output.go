@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
@@ -235,6 +236,7 @@ type changeJSON struct {
 	Key      string  `json:"key"`
 	OldValue *string `json:"oldValue,omitempty"`
 	NewValue *string `json:"newValue,omitempty"`
+	Secret   bool    `json:"secret,omitempty"`
 }
 
 func releaseOut(r clientlib.ConfigRelease) releaseJSON {
@@ -254,7 +256,7 @@ func releasesOut(rs []clientlib.ConfigRelease) []releaseJSON {
 func changesOut(cs []clientlib.KeyChange) []changeJSON {
 	out := make([]changeJSON, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, changeJSON{Key: c.Key, OldValue: c.Old, NewValue: c.New})
+		out = append(out, changeJSON{Key: c.Key, OldValue: c.Old, NewValue: c.New, Secret: c.Secret})
 	}
 	return out
 }
@@ -268,8 +270,9 @@ type valueJSON struct {
 
 // entryJSON is REST's ConfigEntry.
 type entryJSON struct {
-	Key   string `json:"key"`
-	Value string `json:"value"`
+	Key    string `json:"key"`
+	Value  string `json:"value"`
+	Secret bool   `json:"secret,omitempty"`
 }
 
 // snapshotJSON is REST's NamespaceSnapshot: entries in key order.
@@ -285,8 +288,12 @@ type snapshotJSON struct {
 func snapshotOut(s clientlib.NamespaceSnapshot) snapshotJSON {
 	out := snapshotJSON{Namespace: s.Namespace, Release: i64(s.Release), Revision: i64(s.Revision), ChangedRevision: i64(s.Changed), Gray: i64(s.Gray), Entries: []entryJSON{}}
 	for _, k := range slices.Sorted(maps.Keys(s.Values)) {
-		out.Entries = append(out.Entries, entryJSON{Key: k, Value: s.Values[k]})
+		out.Entries = append(out.Entries, entryJSON{Key: k, Value: s.Values[k], Secret: slices.Contains(s.Secret, k)})
 	}
+	for _, k := range s.Hidden {
+		out.Entries = append(out.Entries, entryJSON{Key: k, Secret: true})
+	}
+	slices.SortFunc(out.Entries, func(a, b entryJSON) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 

@@ -125,7 +125,8 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			go forceExitOnSecondSignal(ctx, lg)
-			// SIGHUP reloads the TLS files, the token file and the policy.
+			// SIGHUP reloads the TLS files, the token file, the policy and the
+			// secret key file.
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
@@ -153,6 +154,9 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	restore := restoreCommand()
 	restore.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.AddCommand(restore)
+	keygen := keygenCommand()
+	keygen.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.AddCommand(keygen)
 	f := cmd.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory of the embedded etcd's data (kept across restarts)")
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", daemon.DefaultGRPCAddr, "gRPC listen address")
@@ -162,6 +166,7 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.StringVar(&clientCA, "client-ca-file", "", "require and verify client certificates signed by a CA in this bundle (PEM), on gRPC and HTTPS (mutual TLS)")
 	f.StringVar(&cfg.IdentityFrom, "identity-from", "cn", `where a client certificate names its principal: "cn" (common name) or "uri" (first URI SAN, e.g. spiffe://...)`)
 	f.StringVar(&cfg.TokenFile, "token-file", "", "bearer tokens (their SHA-256 hashes) and the principals they name (YAML; see docs/security.md); reloaded on SIGHUP")
+	f.StringVar(&cfg.SecretKeyFile, "secret-key-file", "", "key-encryption keys of secret config values, one \"<id> <base64>\" per line, the first primary (make one with coordd keygen; mode 600; the same file on every member); reloaded on SIGHUP")
 	f.StringVar(&cfg.PolicyFile, "policy-file", "", "authorization policy (YAML): who may do what on which locks, elections, namespaces and keys; deny by default; without one coordd runs open; reloaded on SIGHUP")
 	f.StringVar(&cfg.AuditLog, "audit-log", "", `write every call that changes something, and every refused call, as a JSON line to this file (rotated) or "-" (stderr)`)
 	f.IntVar(&cfg.AuditMaxMB, "audit-log-max-mb", 100, "rotate the audit log at this size")

@@ -140,6 +140,16 @@ func NewKeyLine(id string) (string, error) {
 	return id + " " + base64.StdEncoding.EncodeToString(NewDataKey()) + "\n", nil
 }
 
+// Key returns the raw key named id, for sealing values with it directly
+// (as a config export does with a transfer key).
+func (r *Ring) Key(id string) ([]byte, error) {
+	k, ok := r.keys[id]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", ErrUnknownKey, id)
+	}
+	return k, nil
+}
+
 // IDs lists the ring's KEK ids, the primary first.
 func (r *Ring) IDs() []string { return append([]string(nil), r.order...) }
 

@@ -25,6 +25,10 @@ type rpcRule struct {
 	// on: only that session's principal (or one allowed cluster.admin)
 	// may make it.
 	owned func(msg any) ownedRef
+	// reveals, when set, says whether a request asks for secret config
+	// values in clear: it then needs config.read-secret on every name as
+	// well, and is audited as that action.
+	reveals func(msg any) bool
 	// perCall says that each message of the stream is a call of another
 	// RPC (SessionService.Calls), which the stream's handler runs through
 	// the unary interceptors, so it is authorized, rate limited and
@@ -153,6 +157,16 @@ func rule(a auth.Action, names func(any) []auth.Resource, owned ...func(any) own
 	return r
 }
 
+// revealing marks a rule's requests of type T that ask for secrets in
+// clear.
+func revealing[T any](r rpcRule, reveal func(T) bool) rpcRule {
+	r.reveals = func(msg any) bool {
+		m, ok := msg.(T)
+		return ok && reveal(m)
+	}
+	return r
+}
+
 // rpcTable maps every RPC of coordd's API to its action and the names it
 // acts on. It is the only place where that is decided; a test fails when an
 // RPC is missing from it, and an RPC missing from it is denied once a
@@ -241,9 +255,9 @@ var rpcTable = map[string]rpcRule{
 	configSvc + "Put":              rule(auth.ConfigWrite, named(auth.Namespace, (*coorddv1.PutRequest).GetNamespace)),
 	configSvc + "Delete":           rule(auth.ConfigWrite, named(auth.Namespace, (*coorddv1.DeleteRequest).GetNamespace)),
 	configSvc + "Publish":          rule(auth.ConfigWrite, named(auth.Namespace, (*coorddv1.PublishRequest).GetNamespace)),
-	configSvc + "Get":              rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetRequest).GetNamespace)),
-	configSvc + "Snapshot":         rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.SnapshotRequest).GetNamespace)),
-	configSvc + "Poll":             rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.PollRequest).GetNamespace)),
+	configSvc + "Get":              revealing(rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetRequest).GetNamespace)), (*coorddv1.GetRequest).GetRevealSecrets),
+	configSvc + "Snapshot":         revealing(rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.SnapshotRequest).GetNamespace)), (*coorddv1.SnapshotRequest).GetRevealSecrets),
+	configSvc + "Poll":             revealing(rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.PollRequest).GetNamespace)), (*coorddv1.PollRequest).GetRevealSecrets),
 	configSvc + "ListReleases":     rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.ListReleasesRequest).GetNamespace)),
 	configSvc + "Diff":             rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.DiffRequest).GetNamespace)),
 	configSvc + "Rollback":         rule(auth.ConfigAdmin, named(auth.Namespace, (*coorddv1.RollbackRequest).GetNamespace)),
@@ -265,10 +279,14 @@ var rpcTable = map[string]rpcRule{
 		return out
 	})),
 	configSvc + "GetApplyStatus": rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetApplyStatusRequest).GetNamespace)),
-	configSvc + "Watch":          rule(auth.ConfigRead, namespaces((*coorddv1.WatchRequest).GetNamespaces)),
+	configSvc + "Watch":          revealing(rule(auth.ConfigRead, namespaces((*coorddv1.WatchRequest).GetNamespaces)), (*coorddv1.WatchRequest).GetRevealSecrets),
 	// Each start message of the stream names its namespaces; a stop
 	// names none.
-	configSvc + "WatchMany": rule(auth.ConfigRead, namespaces(func(m *coorddv1.WatchManyRequest) []string { return m.GetStart().GetNamespaces() })),
+	configSvc + "WatchMany": revealing(rule(auth.ConfigRead, namespaces(func(m *coorddv1.WatchManyRequest) []string { return m.GetStart().GetNamespaces() })),
+		func(m *coorddv1.WatchManyRequest) bool { return m.GetStart().GetRevealSecrets() }),
+	// Rewrapping the namespaces' data keys is key management: an
+	// operator's.
+	configSvc + "RewrapSecretKeys": {action: auth.ClusterAdmin},
 
 	clusterSvc + "GetClusterStatus": {action: auth.ClusterRead},
 	clusterSvc + "ListAlarms":       {action: auth.ClusterRead},
@@ -370,12 +388,18 @@ func (a Auth) policy(ctx context.Context, p auth.Principal, method string, msg a
 	if len(names) == 0 {
 		names = []auth.Resource{{Kind: auth.Actions[rule.action]}}
 	}
-	for _, res := range names {
-		if ok, why := az.Allows(p, rule.action, res); !ok {
-			if p.IsAnonymous() {
-				return kind.Unauthenticated.New("auth: " + why)
+	actions := []auth.Action{rule.action}
+	if rule.reveals != nil && rule.reveals(msg) {
+		actions = append(actions, auth.ConfigReadSecret)
+	}
+	for _, act := range actions {
+		for _, res := range names {
+			if ok, why := az.Allows(p, act, res); !ok {
+				if p.IsAnonymous() {
+					return kind.Unauthenticated.New("auth: " + why)
+				}
+				return kind.PermissionDenied.New("auth: " + why)
 			}
-			return kind.PermissionDenied.New("auth: " + why)
 		}
 	}
 	if rule.owned != nil && owners != nil {
@@ -417,7 +441,8 @@ func (a Auth) audit(ctx context.Context, p auth.Principal, method string, msg an
 	rule, known := rpcTable[method]
 	st, _ := ToStatus(err)
 	refused := err != nil && (errors.Is(err, kind.PermissionDenied) || errors.Is(err, kind.Unauthenticated))
-	if !refused && (!known || !writes(method, rule)) {
+	revealed := known && rule.reveals != nil && msg != nil && rule.reveals(msg)
+	if !refused && !revealed && (!known || !writes(method, rule)) {
 		return
 	}
 	src, reqID := a.Authn.Origin(ctx)
@@ -425,6 +450,9 @@ func (a Auth) audit(ctx context.Context, p auth.Principal, method string, msg an
 		reqID = m.GetRequestId() // the request's own
 	}
 	r := auth.Record{Time: time.Now().UTC(), Principal: p.Name, Source: src, RPC: method, Action: rule.action, Result: "OK", RequestID: reqID}
+	if revealed {
+		r.Action = auth.ConfigReadSecret // who read secrets in clear
+	}
 	if err != nil {
 		r.Result, r.Reason = st.Code().String(), st.Message()
 	}

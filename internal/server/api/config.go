@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/base/keyring"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -63,7 +65,10 @@ func (s *ConfigServer) changeMessage(ev configcenter.Event) (*Encoded, error) {
 
 // Put implements ConfigService.
 func (s *ConfigServer) Put(ctx context.Context, req *coorddv1.PutRequest) (*coorddv1.PutResponse, error) {
-	r, err := s.store.Put(ctx, req.GetNamespace(), req.GetKey(), req.GetValue(), req.GetExpectedRevision(), author(ctx, req.GetAuthor()), req.GetMessage())
+	r, err := s.store.Publish(ctx, configcenter.PublishRequest{
+		Namespace: req.GetNamespace(), Mutations: []configcenter.Mutation{{Key: req.GetKey(), Value: req.GetValue(), Secret: req.GetSecret()}},
+		ExpectedRevision: req.GetExpectedRevision(), Author: author(ctx, req.GetAuthor()), Message: req.GetMessage(),
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +97,7 @@ func (s *ConfigServer) Publish(ctx context.Context, req *coorddv1.PublishRequest
 		Author: author(ctx, req.GetAuthor()), Message: req.GetMessage(), DryRun: req.GetDryRun(),
 	}
 	for _, m := range req.GetMutations() {
-		pr.Mutations = append(pr.Mutations, configcenter.Mutation{Key: m.GetKey(), Value: m.GetValue(), Delete: m.GetDelete()})
+		pr.Mutations = append(pr.Mutations, configcenter.Mutation{Key: m.GetKey(), Value: m.GetValue(), Delete: m.GetDelete(), Secret: m.GetSecret()})
 	}
 	r, err := s.store.Publish(ctx, pr)
 	if err != nil {
@@ -110,7 +115,16 @@ func (s *ConfigServer) Get(ctx context.Context, req *coorddv1.GetRequest) (*coor
 	if err != nil {
 		return nil, err
 	}
-	return &coorddv1.GetResponse{Key: e.Key, Value: e.Value, ModRevision: e.ModRevision, Revision: rev}, nil
+	resp := &coorddv1.GetResponse{Key: e.Key, Value: e.Value, ModRevision: e.ModRevision, Revision: rev, Secret: keyring.IsSealed(e.Value)}
+	if resp.Secret {
+		resp.Value = ""
+		if req.GetRevealSecrets() {
+			if resp.Value, err = s.store.OpenValue(ctx, req.GetNamespace(), e.Key, e.Value); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return resp, nil
 }
 
 // Snapshot implements ConfigService. A current read is served from the
@@ -126,14 +140,16 @@ func (s *ConfigServer) Snapshot(ctx context.Context, req *coorddv1.SnapshotReque
 			return nil, err
 		}
 		if snap, err := s.cache.Snapshot(ctx, req.GetNamespace(), rev); err == nil {
-			return &coorddv1.SnapshotResponse{Snapshot: snapshotProto(snap)}, nil
+			out, err := s.snapshotFor(ctx, snap, req.GetRevealSecrets())
+			return &coorddv1.SnapshotResponse{Snapshot: out}, err
 		}
 	}
 	snap, err := s.store.Snapshot(ctx, req.GetNamespace(), req.GetRevision())
 	if err != nil {
 		return nil, err
 	}
-	return &coorddv1.SnapshotResponse{Snapshot: snapshotProto(snap)}, nil
+	out, err := s.snapshotFor(ctx, snap, req.GetRevealSecrets())
+	return &coorddv1.SnapshotResponse{Snapshot: out}, err
 }
 
 // MaxPollWait bounds a long poll.
@@ -152,7 +168,8 @@ func (s *ConfigServer) Poll(ctx context.Context, req *coorddv1.PollRequest) (*co
 	if err != nil {
 		return nil, err
 	}
-	return &coorddv1.PollResponse{Modified: modified, Snapshot: snapshotProto(snap)}, nil
+	out, err := s.snapshotFor(ctx, snap, req.GetRevealSecrets())
+	return &coorddv1.PollResponse{Modified: modified, Snapshot: out}, err
 }
 
 // ListReleases implements ConfigService.
@@ -244,11 +261,9 @@ func (s *ConfigServer) Watch(req *coorddv1.WatchRequest, stream coorddv1.ConfigS
 		if err != nil {
 			return stoppingOr(ctx, err)
 		}
-		var msg any = watchMessage(ev)
-		if ev.Type == configcenter.EventChange {
-			if msg, err = s.changeMessage(ev); err != nil {
-				return err
-			}
+		msg, err := s.eventMessage(ctx, ev, req.GetRevealSecrets())
+		if err != nil {
+			return err
 		}
 		if err := stream.SendMsg(msg); err != nil {
 			return err
@@ -299,14 +314,28 @@ func releaseProto(r configcenter.Release) *coorddv1.ConfigRelease {
 	return out
 }
 
+// changesProto is the message of changes; a secret's values are left
+// empty.
 func changesProto(cs []configcenter.Change) []*coorddv1.ConfigChange {
 	out := make([]*coorddv1.ConfigChange, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, &coorddv1.ConfigChange{Key: c.Key, OldValue: c.Old, NewValue: c.New})
+		m := &coorddv1.ConfigChange{Key: c.Key, OldValue: c.Old, NewValue: c.New}
+		if (c.Old != nil && keyring.IsSealed(*c.Old)) || (c.New != nil && keyring.IsSealed(*c.New)) {
+			m.Secret = true
+			if c.Old != nil {
+				m.OldValue = new(string)
+			}
+			if c.New != nil {
+				m.NewValue = new(string)
+			}
+		}
+		out = append(out, m)
 	}
 	return out
 }
 
+// snapshotProto is the message of a snapshot; a secret's value is left
+// empty.
 func snapshotProto(s configcenter.Snapshot) *coorddv1.NamespaceSnapshot {
 	out := &coorddv1.NamespaceSnapshot{Namespace: s.Namespace, Release: s.Release, Revision: s.Revision, ChangedRevision: s.Changed, Gray: s.Gray}
 	keys := make([]string, 0, len(s.Content))
@@ -315,7 +344,11 @@ func snapshotProto(s configcenter.Snapshot) *coorddv1.NamespaceSnapshot {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		out.Entries = append(out.Entries, &coorddv1.ConfigEntry{Key: k, Value: s.Content[k]})
+		e := &coorddv1.ConfigEntry{Key: k, Value: s.Content[k]}
+		if keyring.IsSealed(e.Value) {
+			e.Value, e.Secret = "", true
+		}
+		out.Entries = append(out.Entries, e)
 	}
 	return out
 }
@@ -375,12 +408,13 @@ func (s *ConfigServer) WatchMany(stream coorddv1.ConfigService_WatchManyServer) 
 	defer stop()
 	mux := configcenter.NewWatchMux(s.cache)
 	defer mux.Close()
+	reveals := &revealers{ids: map[int64]bool{}}
 	// The reader never waits for this goroutine (which may be blocked in
 	// Send on a slow client): the mux queues requests, so the two sides can
 	// never wait on each other's flow-control windows.
 	recvErr := make(chan error, 1)
 	go func() { // exits when the stream ends: Recv fails then
-		recvErr <- readWatchMany(stream, mux)
+		recvErr <- readWatchMany(stream, mux, reveals)
 		cancel(errRecvEnded)
 	}()
 	for {
@@ -394,10 +428,66 @@ func (s *ConfigServer) WatchMany(stream coorddv1.ConfigService_WatchManyServer) 
 			}
 			return stoppingOr(ctx, err)
 		}
-		if err := stream.Send(watchManyMessage(b)); err != nil {
+		if err := s.sendWatchMany(ctx, stream, b, reveals); err != nil {
 			return err
 		}
 	}
+}
+
+// revealers holds which watches of a WatchMany stream asked for secrets in
+// clear.
+type revealers struct {
+	mu  sync.Mutex
+	ids map[int64]bool
+}
+
+func (r *revealers) set(id int64, reveal bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if reveal {
+		r.ids[id] = true
+	} else {
+		delete(r.ids, id)
+	}
+}
+
+// split parts ids into those that reveal secrets and the others.
+func (r *revealers) split(ids []int64) (reveal, other []int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range ids {
+		if r.ids[id] {
+			reveal = append(reveal, id)
+		} else {
+			other = append(other, id)
+		}
+	}
+	return reveal, other
+}
+
+// sendWatchMany sends a batch: one message, or, when its event carries
+// secrets and some of its watches reveal them, one message for those
+// watches with the secrets opened and one for the rest without.
+func (s *ConfigServer) sendWatchMany(ctx context.Context, stream coorddv1.ConfigService_WatchManyServer, b configcenter.WatchBatch, reveals *revealers) error {
+	if b.Err != nil || !eventHasSecrets(b.Event) {
+		return stream.Send(watchManyMessage(b))
+	}
+	reveal, other := reveals.split(b.IDs)
+	if len(other) > 0 {
+		if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: other, Event: watchMessage(b.Event)}); err != nil {
+			return err
+		}
+	}
+	if len(reveal) == 0 {
+		return nil
+	}
+	msg, err := s.revealedMessage(ctx, b.Event)
+	if err != nil {
+		// Those watches cannot be served here: they end, the others go on.
+		st, _ := ToStatus(err)
+		return stream.Send(&coorddv1.WatchManyResponse{WatchIds: reveal, ErrorReason: reasonOf(st), ErrorMessage: st.Message()})
+	}
+	return stream.Send(&coorddv1.WatchManyResponse{WatchIds: reveal, Event: msg})
 }
 
 // errRecvEnded ends a WatchMany stream whose reader stopped.
@@ -405,7 +495,7 @@ var errRecvEnded = errors.New("api: WatchMany requests ended")
 
 // readWatchMany hands the client's requests to mux until Recv fails or a
 // request is malformed (or one too many).
-func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcenter.WatchMux) error {
+func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcenter.WatchMux, reveals *revealers) error {
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -416,6 +506,7 @@ func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcen
 			err = mux.Stop(req.GetStop().GetWatchId())
 		case req.GetStart() != nil:
 			st := req.GetStart()
+			reveals.set(st.GetWatchId(), st.GetRevealSecrets())
 			err = mux.Start(st.GetWatchId(), st.GetNamespaces(), st.GetFromRevision(), identityFrom(st.GetInstance(), st.GetLabels()))
 		default:
 			err = invalid("a WatchMany request needs start or stop")
@@ -433,13 +524,17 @@ func watchManyMessage(b configcenter.WatchBatch) *coorddv1.WatchManyResponse {
 		return &coorddv1.WatchManyResponse{WatchIds: b.IDs, Event: watchMessage(b.Event)}
 	}
 	st, _ := ToStatus(b.Err)
-	reason := ""
+	return &coorddv1.WatchManyResponse{WatchIds: b.IDs, ErrorReason: reasonOf(st), ErrorMessage: st.Message()}
+}
+
+// reasonOf is the ErrorInfo reason of a status, if it has one.
+func reasonOf(st *status.Status) string {
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			reason = info.GetReason()
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == Domain {
+			return info.GetReason()
 		}
 	}
-	return &coorddv1.WatchManyResponse{WatchIds: b.IDs, ErrorReason: reason, ErrorMessage: st.Message()}
+	return ""
 }
 
 // author is what a release records as its author: the authenticated

@@ -11,7 +11,6 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -97,15 +96,6 @@ func TestUnaryErrorsRecoversPanics(t *testing.T) {
 	if status.Code(err) != codes.NotFound {
 		t.Fatalf("domain error mapped to %v, want NotFound", err)
 	}
-}
-
-func reasonOf(st *status.Status) string {
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == Domain {
-			return info.Reason
-		}
-	}
-	return ""
 }
 
 // Every kind has one row in the status table, and every ErrorReason is sent

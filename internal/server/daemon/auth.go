@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/coordd/coordd/auth"
+	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/server/api"
 	"github.com/coordd/coordd/internal/server/rotate"
 )
@@ -88,6 +89,13 @@ func (d *Daemon) Reload() error {
 		}
 		if err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("--policy-file %s: %w", d.cfg.PolicyFile, err))
+		}
+	}
+	if d.cfg.SecretKeyFile != "" && d.configStore != nil {
+		if ring, err := keyring.Load(d.cfg.SecretKeyFile); err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("--secret-key-file: %w", err))
+		} else {
+			d.configStore.SetKeys(ring)
 		}
 	}
 	return errs.ErrorOrNil()

@@ -102,6 +102,11 @@ type Config struct {
 	// Read at start and on every Reload (a bad file is refused, the policy
 	// in force stays).
 	PolicyFile string
+	// SecretKeyFile holds the key-encryption keys of secret config values
+	// (see keyring.Parse; make one with `coordd keygen`). Without it,
+	// secret values can be neither written nor read in clear on this
+	// member. Read at start and on every Reload.
+	SecretKeyFile string
 	// AuditLog is where every call that changes something, and every call
 	// refused, is written as one JSON line (auth.Record): a file (rotated
 	// at AuditMaxMB, AuditKeep old files kept) or "-" for stderr; empty is
@@ -138,7 +143,8 @@ type Config struct {
 	// PublicMetrics serves /metrics and /openapi.json to anyone, also under
 	// a policy (else they need cluster.read).
 	PublicMetrics bool
-	// Reload, when it receives, reloads TLSFiles, TokenFile and PolicyFile
+	// Reload, when it receives, reloads TLSFiles, TokenFile, PolicyFile
+	// and SecretKeyFile
 	// (coordd sends SIGHUP here).
 	Reload <-chan struct{}
 

@@ -57,6 +57,7 @@ type Daemon struct {
 	// The config watch cache and the holdings watch (grantwatch) run
 	// from Start until Stop, which cancels them with stopBackground.
 	configCache    *configcenter.Cache
+	configStore    *configcenter.Store // its secret keys are reloaded
 	clock          *session.Clock
 	stopBackground context.CancelFunc
 	leader         *leaderWatch

@@ -31,6 +31,7 @@ import (
 	"github.com/coordd/coordd/history"
 	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/base/groupcommit"
+	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/server/api"
 	"github.com/coordd/coordd/internal/server/gateway"
 	"github.com/coordd/coordd/kv"
@@ -331,6 +332,15 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 	cfg := d.cfg
 	configStore := configcenter.NewStore(d.cli, cfg.KeyRoot, cfg.ConfigLimits)
+	d.configStore = configStore
+	if cfg.SecretKeyFile != "" {
+		ring, err := keyring.Load(cfg.SecretKeyFile)
+		if err != nil {
+			return fmt.Errorf("--secret-key-file: %w", err)
+		}
+		configStore.SetKeys(ring)
+		d.lg.Info("secret config values: keys loaded", zap.Strings("key_ids", ring.IDs()), zap.String("primary", ring.Primary()))
+	}
 	if d.embedded() {
 		// After a restore (see Restore), before serving anyone and before
 		// the config cache loads.
@@ -495,8 +505,8 @@ func (d *Daemon) serve(p *parts) {
 	}
 }
 
-// reloadOnSignal reloads the TLS certificates, the token file and the
-// policy each time reload fires, until ctx ends.
+// reloadOnSignal reloads the TLS certificates, the token file, the policy
+// and the secret key file each time reload fires, until ctx ends.
 func (d *Daemon) reloadOnSignal(ctx context.Context, reload <-chan struct{}) {
 	for {
 		select {
@@ -506,7 +516,7 @@ func (d *Daemon) reloadOnSignal(ctx context.Context, reload <-chan struct{}) {
 			if err := d.Reload(); err != nil {
 				d.lg.Error("reload refused; what was in force stays", zap.Error(err))
 			} else {
-				d.lg.Info("reloaded the TLS certificates, the token file and the policy")
+				d.lg.Info("reloaded the TLS certificates, the token file, the policy and the secret key file")
 			}
 		}
 	}

@@ -151,7 +151,12 @@ type ConfigChange struct {
 	// old_value is the value before the change.
 	OldValue *string `protobuf:"bytes,2,opt,name=old_value,json=oldValue,proto3,oneof" json:"old_value,omitempty"`
 	// new_value is the value after the change.
-	NewValue      *string `protobuf:"bytes,3,opt,name=new_value,json=newValue,proto3,oneof" json:"new_value,omitempty"`
+	NewValue *string `protobuf:"bytes,3,opt,name=new_value,json=newValue,proto3,oneof" json:"new_value,omitempty"`
+	// secret: the key's value is a secret. old_value and new_value are then
+	// set but empty (they say the key had or has a value, not what), except
+	// in a watch that revealed secrets, where new_value is the clear value.
+	// Release history and diffs never carry a secret's value.
+	Secret        bool `protobuf:"varint,4,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +210,13 @@ func (x *ConfigChange) GetNewValue() string {
 		return *x.NewValue
 	}
 	return ""
+}
+
+func (x *ConfigChange) GetSecret() bool {
+	if x != nil {
+		return x.Secret
+	}
+	return false
 }
 
 // ConfigRelease is one published change of a namespace.
@@ -339,7 +351,13 @@ type ConfigMutation struct {
 	// number, 5s the string "5s", "3" with its quotes the string "3".
 	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	// delete removes the key instead.
-	Delete        bool `protobuf:"varint,3,opt,name=delete,proto3" json:"delete,omitempty"`
+	Delete bool `protobuf:"varint,3,opt,name=delete,proto3" json:"delete,omitempty"`
+	// secret stores the value encrypted (the daemon needs
+	// --secret-key-file): it is then read in clear only by a caller allowed
+	// config.read-secret that asks for it (reveal_secrets), and never shown
+	// in history, diffs, logs or the console. A secret key stays secret,
+	// whatever later puts say, until it is deleted.
+	Secret        bool `protobuf:"varint,4,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -391,6 +409,13 @@ func (x *ConfigMutation) GetValue() string {
 func (x *ConfigMutation) GetDelete() bool {
 	if x != nil {
 		return x.Delete
+	}
+	return false
+}
+
+func (x *ConfigMutation) GetSecret() bool {
+	if x != nil {
+		return x.Secret
 	}
 	return false
 }
@@ -550,7 +575,9 @@ type PutRequest struct {
 	// author is recorded with the release.
 	Author string `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
 	// message is recorded with the release.
-	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// secret: as in ConfigMutation.
+	Secret        bool `protobuf:"varint,7,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -625,6 +652,13 @@ func (x *PutRequest) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *PutRequest) GetSecret() bool {
+	if x != nil {
+		return x.Secret
+	}
+	return false
 }
 
 // PutResponse carries the release.
@@ -810,7 +844,11 @@ type GetRequest struct {
 	Key string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// revision reads at a past revision; 0 reads now (linearizable). A
 	// compacted revision fails with OutOfRange (COMPACTED, HTTP 410).
-	Revision      int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// reveal_secrets returns a secret's clear value; it needs
+	// config.read-secret on the namespace as well as config.read. Without it
+	// a secret's value is empty and secret is true.
+	RevealSecrets bool `protobuf:"varint,4,opt,name=reveal_secrets,json=revealSecrets,proto3" json:"reveal_secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -866,6 +904,13 @@ func (x *GetRequest) GetRevision() int64 {
 	return 0
 }
 
+func (x *GetRequest) GetRevealSecrets() bool {
+	if x != nil {
+		return x.RevealSecrets
+	}
+	return false
+}
+
 // GetResponse is one key's value.
 type GetResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -876,7 +921,9 @@ type GetResponse struct {
 	// mod_revision is the revision of the release that last set it.
 	ModRevision int64 `protobuf:"varint,3,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
 	// revision is the revision of the read.
-	Revision      int64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	// secret: the value is a secret (empty unless revealed).
+	Secret        bool `protobuf:"varint,5,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -939,13 +986,22 @@ func (x *GetResponse) GetRevision() int64 {
 	return 0
 }
 
+func (x *GetResponse) GetSecret() bool {
+	if x != nil {
+		return x.Secret
+	}
+	return false
+}
+
 // ConfigEntry is one key and its value.
 type ConfigEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// key is the key.
 	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// value is its value.
-	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// value is its value; empty for a secret not revealed.
+	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	// secret: the value is a secret.
+	Secret        bool `protobuf:"varint,3,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -992,6 +1048,13 @@ func (x *ConfigEntry) GetValue() string {
 		return x.Value
 	}
 	return ""
+}
+
+func (x *ConfigEntry) GetSecret() bool {
+	if x != nil {
+		return x.Secret
+	}
+	return false
 }
 
 // NamespaceSnapshot is a namespace's whole content at one revision.
@@ -1092,7 +1155,9 @@ type SnapshotRequest struct {
 	// namespace: as in PublishRequest. Required.
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// revision: as in GetRequest.
-	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// reveal_secrets: as in GetRequest.
+	RevealSecrets bool `protobuf:"varint,3,opt,name=reveal_secrets,json=revealSecrets,proto3" json:"reveal_secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1139,6 +1204,13 @@ func (x *SnapshotRequest) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *SnapshotRequest) GetRevealSecrets() bool {
+	if x != nil {
+		return x.RevealSecrets
+	}
+	return false
 }
 
 // SnapshotResponse carries the snapshot.
@@ -1197,7 +1269,9 @@ type PollRequest struct {
 	AfterRevision int64 `protobuf:"varint,2,opt,name=after_revision,json=afterRevision,proto3" json:"after_revision,omitempty"`
 	// wait bounds the wait: at most 5m, 30s when unset; up to wait/16 of
 	// jitter is added.
-	Wait          *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	// reveal_secrets: as in GetRequest.
+	RevealSecrets bool `protobuf:"varint,4,opt,name=reveal_secrets,json=revealSecrets,proto3" json:"reveal_secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1251,6 +1325,13 @@ func (x *PollRequest) GetWait() *durationpb.Duration {
 		return x.Wait
 	}
 	return nil
+}
+
+func (x *PollRequest) GetRevealSecrets() bool {
+	if x != nil {
+		return x.RevealSecrets
+	}
+	return false
 }
 
 // PollResponse says whether the namespace changed, and its snapshot.
@@ -2023,7 +2104,9 @@ type WatchRequest struct {
 	// it. A watcher without one never sees a gray release.
 	Instance string `protobuf:"bytes,3,opt,name=instance,proto3" json:"instance,omitempty"`
 	// labels describe the watcher, for gray selectors: at most 16.
-	Labels        map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// reveal_secrets: as in GetRequest, for every snapshot and change sent.
+	RevealSecrets bool `protobuf:"varint,5,opt,name=reveal_secrets,json=revealSecrets,proto3" json:"reveal_secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2084,6 +2167,13 @@ func (x *WatchRequest) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *WatchRequest) GetRevealSecrets() bool {
+	if x != nil {
+		return x.RevealSecrets
+	}
+	return false
 }
 
 // WatchResponse is one watch message.
@@ -2770,7 +2860,9 @@ type WatchManyStart struct {
 	// instance: as in WatchRequest.
 	Instance string `protobuf:"bytes,4,opt,name=instance,proto3" json:"instance,omitempty"`
 	// labels: as in WatchRequest.
-	Labels        map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// reveal_secrets: as in WatchRequest.
+	RevealSecrets bool `protobuf:"varint,6,opt,name=reveal_secrets,json=revealSecrets,proto3" json:"reveal_secrets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2838,6 +2930,13 @@ func (x *WatchManyStart) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *WatchManyStart) GetRevealSecrets() bool {
+	if x != nil {
+		return x.RevealSecrets
+	}
+	return false
 }
 
 // WatchManyStop ends a watch.
@@ -3920,15 +4019,118 @@ func (x *ListGrayReleasesResponse) GetNextBefore() int64 {
 	return 0
 }
 
+// RewrapSecretKeysRequest asks for a rewrap.
+type RewrapSecretKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewrapSecretKeysRequest) Reset() {
+	*x = RewrapSecretKeysRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewrapSecretKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewrapSecretKeysRequest) ProtoMessage() {}
+
+func (x *RewrapSecretKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewrapSecretKeysRequest.ProtoReflect.Descriptor instead.
+func (*RewrapSecretKeysRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{56}
+}
+
+// RewrapSecretKeysResponse says what the rewrap did.
+type RewrapSecretKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// primary is the key id that now wraps the data keys.
+	Primary string `protobuf:"bytes,1,opt,name=primary,proto3" json:"primary,omitempty"`
+	// rewrapped is how many data keys this call rewrapped.
+	Rewrapped int32 `protobuf:"varint,2,opt,name=rewrapped,proto3" json:"rewrapped,omitempty"`
+	// by_key counts the namespaces' data keys by the key id that wraps them,
+	// after the call: a key id no longer counted may leave the key files.
+	ByKey         map[string]int32 `protobuf:"bytes,3,rep,name=by_key,json=byKey,proto3" json:"by_key,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RewrapSecretKeysResponse) Reset() {
+	*x = RewrapSecretKeysResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RewrapSecretKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RewrapSecretKeysResponse) ProtoMessage() {}
+
+func (x *RewrapSecretKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RewrapSecretKeysResponse.ProtoReflect.Descriptor instead.
+func (*RewrapSecretKeysResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *RewrapSecretKeysResponse) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+func (x *RewrapSecretKeysResponse) GetRewrapped() int32 {
+	if x != nil {
+		return x.Rewrapped
+	}
+	return 0
+}
+
+func (x *RewrapSecretKeysResponse) GetByKey() map[string]int32 {
+	if x != nil {
+		return x.ByKey
+	}
+	return nil
+}
+
 var File_coordd_v1_config_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/config.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x80\x01\n" +
+	"\x16coordd/v1/config.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x01\n" +
 	"\fConfigChange\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12 \n" +
 	"\told_value\x18\x02 \x01(\tH\x00R\boldValue\x88\x01\x01\x12 \n" +
-	"\tnew_value\x18\x03 \x01(\tH\x01R\bnewValue\x88\x01\x01B\f\n" +
+	"\tnew_value\x18\x03 \x01(\tH\x01R\bnewValue\x88\x01\x01\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\bR\x06secretB\f\n" +
 	"\n" +
 	"_old_valueB\f\n" +
 	"\n" +
@@ -3943,11 +4145,12 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\vrollback_of\x18\a \x01(\x03R\n" +
 	"rollbackOf\x121\n" +
 	"\achanges\x18\b \x03(\v2\x17.coordd.v1.ConfigChangeR\achanges\x12#\n" +
-	"\rpromoted_gray\x18\t \x01(\x03R\fpromotedGray\"P\n" +
+	"\rpromoted_gray\x18\t \x01(\x03R\fpromotedGray\"h\n" +
 	"\x0eConfigMutation\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
-	"\x06delete\x18\x03 \x01(\bR\x06delete\"\xdf\x01\n" +
+	"\x06delete\x18\x03 \x01(\bR\x06delete\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\bR\x06secret\"\xdf\x01\n" +
 	"\x0ePublishRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x127\n" +
 	"\tmutations\x18\x02 \x03(\v2\x19.coordd.v1.ConfigMutationR\tmutations\x12+\n" +
@@ -3956,7 +4159,7 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\amessage\x18\x05 \x01(\tR\amessage\x12\x17\n" +
 	"\adry_run\x18\x06 \x01(\bR\x06dryRun\"E\n" +
 	"\x0fPublishResponse\x122\n" +
-	"\arelease\x18\x01 \x01(\v2\x18.coordd.v1.ConfigReleaseR\arelease\"\xb1\x01\n" +
+	"\arelease\x18\x01 \x01(\v2\x18.coordd.v1.ConfigReleaseR\arelease\"\xc9\x01\n" +
 	"\n" +
 	"PutRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
@@ -3964,7 +4167,8 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\tR\x05value\x12+\n" +
 	"\x11expected_revision\x18\x04 \x01(\x03R\x10expectedRevision\x12\x16\n" +
 	"\x06author\x18\x05 \x01(\tR\x06author\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"A\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x16\n" +
+	"\x06secret\x18\a \x01(\bR\x06secret\"A\n" +
 	"\vPutResponse\x122\n" +
 	"\arelease\x18\x01 \x01(\v2\x18.coordd.v1.ConfigReleaseR\arelease\"\x9e\x01\n" +
 	"\rDeleteRequest\x12\x1c\n" +
@@ -3974,36 +4178,41 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x06author\x18\x04 \x01(\tR\x06author\x12\x18\n" +
 	"\amessage\x18\x05 \x01(\tR\amessage\"D\n" +
 	"\x0eDeleteResponse\x122\n" +
-	"\arelease\x18\x01 \x01(\v2\x18.coordd.v1.ConfigReleaseR\arelease\"X\n" +
+	"\arelease\x18\x01 \x01(\v2\x18.coordd.v1.ConfigReleaseR\arelease\"\x7f\n" +
 	"\n" +
 	"GetRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision\"t\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12%\n" +
+	"\x0ereveal_secrets\x18\x04 \x01(\bR\rrevealSecrets\"\x8c\x01\n" +
 	"\vGetResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12!\n" +
 	"\fmod_revision\x18\x03 \x01(\x03R\vmodRevision\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x03R\brevision\"5\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\x12\x16\n" +
+	"\x06secret\x18\x05 \x01(\bR\x06secret\"M\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xd8\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
+	"\x06secret\x18\x03 \x01(\bR\x06secret\"\xd8\x01\n" +
 	"\x11NamespaceSnapshot\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\x03R\arelease\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12)\n" +
 	"\x10changed_revision\x18\x04 \x01(\x03R\x0fchangedRevision\x120\n" +
 	"\aentries\x18\x05 \x03(\v2\x16.coordd.v1.ConfigEntryR\aentries\x12\x12\n" +
-	"\x04gray\x18\x06 \x01(\x03R\x04gray\"K\n" +
+	"\x04gray\x18\x06 \x01(\x03R\x04gray\"r\n" +
 	"\x0fSnapshotRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"L\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12%\n" +
+	"\x0ereveal_secrets\x18\x03 \x01(\bR\rrevealSecrets\"L\n" +
 	"\x10SnapshotResponse\x128\n" +
-	"\bsnapshot\x18\x01 \x01(\v2\x1c.coordd.v1.NamespaceSnapshotR\bsnapshot\"\x81\x01\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1c.coordd.v1.NamespaceSnapshotR\bsnapshot\"\xa8\x01\n" +
 	"\vPollRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eafter_revision\x18\x02 \x01(\x03R\rafterRevision\x12-\n" +
-	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"d\n" +
+	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12%\n" +
+	"\x0ereveal_secrets\x18\x04 \x01(\bR\rrevealSecrets\"d\n" +
 	"\fPollResponse\x12\x1a\n" +
 	"\bmodified\x18\x01 \x01(\bR\bmodified\x128\n" +
 	"\bsnapshot\x18\x02 \x01(\v2\x1c.coordd.v1.NamespaceSnapshotR\bsnapshot\"h\n" +
@@ -4052,14 +4261,15 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +
 	"namespaces\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe7\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8e\x02\n" +
 	"\fWatchRequest\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +
 	"namespaces\x12#\n" +
 	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\x12\x1a\n" +
 	"\binstance\x18\x03 \x01(\tR\binstance\x12;\n" +
-	"\x06labels\x18\x04 \x03(\v2#.coordd.v1.WatchRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x04 \x03(\v2#.coordd.v1.WatchRequest.LabelsEntryR\x06labels\x12%\n" +
+	"\x0ereveal_secrets\x18\x05 \x01(\bR\rrevealSecrets\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xfd\x01\n" +
@@ -4115,7 +4325,7 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x10WatchManyRequest\x121\n" +
 	"\x05start\x18\x01 \x01(\v2\x19.coordd.v1.WatchManyStartH\x00R\x05start\x12.\n" +
 	"\x04stop\x18\x02 \x01(\v2\x18.coordd.v1.WatchManyStopH\x00R\x04stopB\t\n" +
-	"\arequest\"\x86\x02\n" +
+	"\arequest\"\xad\x02\n" +
 	"\x0eWatchManyStart\x12\x19\n" +
 	"\bwatch_id\x18\x01 \x01(\x03R\awatchId\x12\x1e\n" +
 	"\n" +
@@ -4123,7 +4333,8 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"namespaces\x12#\n" +
 	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\x12\x1a\n" +
 	"\binstance\x18\x04 \x01(\tR\binstance\x12=\n" +
-	"\x06labels\x18\x05 \x03(\v2%.coordd.v1.WatchManyStart.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x05 \x03(\v2%.coordd.v1.WatchManyStart.LabelsEntryR\x06labels\x12%\n" +
+	"\x0ereveal_secrets\x18\x06 \x01(\bR\rrevealSecrets\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"*\n" +
@@ -4201,7 +4412,16 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x18ListGrayReleasesResponse\x12,\n" +
 	"\x05grays\x18\x01 \x03(\v2\x16.coordd.v1.GrayReleaseR\x05grays\x12\x1f\n" +
 	"\vnext_before\x18\x02 \x01(\x03R\n" +
-	"nextBefore*\x8d\x01\n" +
+	"nextBefore\"\x19\n" +
+	"\x17RewrapSecretKeysRequest\"\xd3\x01\n" +
+	"\x18RewrapSecretKeysResponse\x12\x18\n" +
+	"\aprimary\x18\x01 \x01(\tR\aprimary\x12\x1c\n" +
+	"\trewrapped\x18\x02 \x01(\x05R\trewrapped\x12E\n" +
+	"\x06by_key\x18\x03 \x03(\v2..coordd.v1.RewrapSecretKeysResponse.ByKeyEntryR\x05byKey\x1a8\n" +
+	"\n" +
+	"ByKeyEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01*\x8d\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19WATCH_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1b\n" +
@@ -4213,7 +4433,7 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x12GRAY_ACTION_CREATE\x10\x01\x12\x16\n" +
 	"\x12GRAY_ACTION_UPDATE\x10\x02\x12\x17\n" +
 	"\x13GRAY_ACTION_PROMOTE\x10\x03\x12\x17\n" +
-	"\x13GRAY_ACTION_ABANDON\x10\x042\xb3\f\n" +
+	"\x13GRAY_ACTION_ABANDON\x10\x042\x90\r\n" +
 	"\rConfigService\x124\n" +
 	"\x03Put\x12\x15.coordd.v1.PutRequest\x1a\x16.coordd.v1.PutResponse\x12=\n" +
 	"\x06Delete\x12\x18.coordd.v1.DeleteRequest\x1a\x19.coordd.v1.DeleteResponse\x12@\n" +
@@ -4238,7 +4458,8 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\vPromoteGray\x12\x1d.coordd.v1.PromoteGrayRequest\x1a\x1e.coordd.v1.PromoteGrayResponse\x12L\n" +
 	"\vAbandonGray\x12\x1d.coordd.v1.AbandonGrayRequest\x1a\x1e.coordd.v1.AbandonGrayResponse\x12@\n" +
 	"\aGetGray\x12\x19.coordd.v1.GetGrayRequest\x1a\x1a.coordd.v1.GetGrayResponse\x12[\n" +
-	"\x10ListGrayReleases\x12\".coordd.v1.ListGrayReleasesRequest\x1a#.coordd.v1.ListGrayReleasesResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x10ListGrayReleases\x12\".coordd.v1.ListGrayReleasesRequest\x1a#.coordd.v1.ListGrayReleasesResponse\x12[\n" +
+	"\x10RewrapSecretKeys\x12\".coordd.v1.RewrapSecretKeysRequest\x1a#.coordd.v1.RewrapSecretKeysResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_config_proto_rawDescOnce sync.Once
@@ -4253,7 +4474,7 @@ func file_coordd_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_coordd_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_coordd_v1_config_proto_goTypes = []any{
 	(WatchEventType)(0),              // 0: coordd.v1.WatchEventType
 	(GrayAction)(0),                  // 1: coordd.v1.GrayAction
@@ -4313,16 +4534,19 @@ var file_coordd_v1_config_proto_goTypes = []any{
 	(*GetGrayResponse)(nil),          // 55: coordd.v1.GetGrayResponse
 	(*ListGrayReleasesRequest)(nil),  // 56: coordd.v1.ListGrayReleasesRequest
 	(*ListGrayReleasesResponse)(nil), // 57: coordd.v1.ListGrayReleasesResponse
-	nil,                              // 58: coordd.v1.WatchRequest.LabelsEntry
-	nil,                              // 59: coordd.v1.ReportStatusRequest.LabelsEntry
-	nil,                              // 60: coordd.v1.InstanceApplyStatus.LabelsEntry
-	nil,                              // 61: coordd.v1.WatchManyStart.LabelsEntry
-	nil,                              // 62: coordd.v1.GraySelector.LabelsEntry
-	(*timestamppb.Timestamp)(nil),    // 63: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 64: google.protobuf.Duration
+	(*RewrapSecretKeysRequest)(nil),  // 58: coordd.v1.RewrapSecretKeysRequest
+	(*RewrapSecretKeysResponse)(nil), // 59: coordd.v1.RewrapSecretKeysResponse
+	nil,                              // 60: coordd.v1.WatchRequest.LabelsEntry
+	nil,                              // 61: coordd.v1.ReportStatusRequest.LabelsEntry
+	nil,                              // 62: coordd.v1.InstanceApplyStatus.LabelsEntry
+	nil,                              // 63: coordd.v1.WatchManyStart.LabelsEntry
+	nil,                              // 64: coordd.v1.GraySelector.LabelsEntry
+	nil,                              // 65: coordd.v1.RewrapSecretKeysResponse.ByKeyEntry
+	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 67: google.protobuf.Duration
 }
 var file_coordd_v1_config_proto_depIdxs = []int32{
-	63, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
+	66, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
 	2,  // 1: coordd.v1.ConfigRelease.changes:type_name -> coordd.v1.ConfigChange
 	4,  // 2: coordd.v1.PublishRequest.mutations:type_name -> coordd.v1.ConfigMutation
 	3,  // 3: coordd.v1.PublishResponse.release:type_name -> coordd.v1.ConfigRelease
@@ -4330,19 +4554,19 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	3,  // 5: coordd.v1.DeleteResponse.release:type_name -> coordd.v1.ConfigRelease
 	13, // 6: coordd.v1.NamespaceSnapshot.entries:type_name -> coordd.v1.ConfigEntry
 	14, // 7: coordd.v1.SnapshotResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
-	64, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
+	67, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
 	14, // 9: coordd.v1.PollResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
 	3,  // 10: coordd.v1.ListReleasesResponse.releases:type_name -> coordd.v1.ConfigRelease
 	2,  // 11: coordd.v1.DiffResponse.changes:type_name -> coordd.v1.ConfigChange
 	3,  // 12: coordd.v1.RollbackResponse.release:type_name -> coordd.v1.ConfigRelease
-	58, // 13: coordd.v1.WatchRequest.labels:type_name -> coordd.v1.WatchRequest.LabelsEntry
+	60, // 13: coordd.v1.WatchRequest.labels:type_name -> coordd.v1.WatchRequest.LabelsEntry
 	0,  // 14: coordd.v1.WatchResponse.type:type_name -> coordd.v1.WatchEventType
 	14, // 15: coordd.v1.WatchResponse.snapshots:type_name -> coordd.v1.NamespaceSnapshot
 	3,  // 16: coordd.v1.WatchResponse.release:type_name -> coordd.v1.ConfigRelease
-	59, // 17: coordd.v1.ReportStatusRequest.labels:type_name -> coordd.v1.ReportStatusRequest.LabelsEntry
+	61, // 17: coordd.v1.ReportStatusRequest.labels:type_name -> coordd.v1.ReportStatusRequest.LabelsEntry
 	33, // 18: coordd.v1.ReportStatusRequest.namespaces:type_name -> coordd.v1.NamespaceApplyReport
-	60, // 19: coordd.v1.InstanceApplyStatus.labels:type_name -> coordd.v1.InstanceApplyStatus.LabelsEntry
-	63, // 20: coordd.v1.InstanceApplyStatus.report_time:type_name -> google.protobuf.Timestamp
+	62, // 19: coordd.v1.InstanceApplyStatus.labels:type_name -> coordd.v1.InstanceApplyStatus.LabelsEntry
+	66, // 20: coordd.v1.InstanceApplyStatus.report_time:type_name -> google.protobuf.Timestamp
 	37, // 21: coordd.v1.GetApplyStatusResponse.instances:type_name -> coordd.v1.InstanceApplyStatus
 	38, // 22: coordd.v1.GetApplyStatusResponse.applied:type_name -> coordd.v1.ReleaseCount
 	38, // 23: coordd.v1.GetApplyStatusResponse.rejected:type_name -> coordd.v1.ReleaseCount
@@ -4350,14 +4574,14 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	38, // 25: coordd.v1.GetApplyStatusResponse.rejected_gray:type_name -> coordd.v1.ReleaseCount
 	41, // 26: coordd.v1.WatchManyRequest.start:type_name -> coordd.v1.WatchManyStart
 	42, // 27: coordd.v1.WatchManyRequest.stop:type_name -> coordd.v1.WatchManyStop
-	61, // 28: coordd.v1.WatchManyStart.labels:type_name -> coordd.v1.WatchManyStart.LabelsEntry
+	63, // 28: coordd.v1.WatchManyStart.labels:type_name -> coordd.v1.WatchManyStart.LabelsEntry
 	32, // 29: coordd.v1.WatchManyResponse.event:type_name -> coordd.v1.WatchResponse
-	62, // 30: coordd.v1.GraySelector.labels:type_name -> coordd.v1.GraySelector.LabelsEntry
+	64, // 30: coordd.v1.GraySelector.labels:type_name -> coordd.v1.GraySelector.LabelsEntry
 	1,  // 31: coordd.v1.GrayRelease.action:type_name -> coordd.v1.GrayAction
 	44, // 32: coordd.v1.GrayRelease.selector:type_name -> coordd.v1.GraySelector
 	4,  // 33: coordd.v1.GrayRelease.overrides:type_name -> coordd.v1.ConfigMutation
 	2,  // 34: coordd.v1.GrayRelease.changes:type_name -> coordd.v1.ConfigChange
-	63, // 35: coordd.v1.GrayRelease.time:type_name -> google.protobuf.Timestamp
+	66, // 35: coordd.v1.GrayRelease.time:type_name -> google.protobuf.Timestamp
 	44, // 36: coordd.v1.CreateGrayRequest.selector:type_name -> coordd.v1.GraySelector
 	4,  // 37: coordd.v1.CreateGrayRequest.overrides:type_name -> coordd.v1.ConfigMutation
 	45, // 38: coordd.v1.CreateGrayResponse.gray:type_name -> coordd.v1.GrayRelease
@@ -4369,55 +4593,58 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	45, // 44: coordd.v1.AbandonGrayResponse.gray:type_name -> coordd.v1.GrayRelease
 	45, // 45: coordd.v1.GetGrayResponse.gray:type_name -> coordd.v1.GrayRelease
 	45, // 46: coordd.v1.ListGrayReleasesResponse.grays:type_name -> coordd.v1.GrayRelease
-	7,  // 47: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
-	9,  // 48: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
-	5,  // 49: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
-	11, // 50: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
-	15, // 51: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
-	17, // 52: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
-	19, // 53: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
-	21, // 54: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
-	23, // 55: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
-	25, // 56: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
-	27, // 57: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
-	29, // 58: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
-	34, // 59: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
-	36, // 60: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
-	40, // 61: coordd.v1.ConfigService.WatchMany:input_type -> coordd.v1.WatchManyRequest
-	31, // 62: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
-	46, // 63: coordd.v1.ConfigService.CreateGray:input_type -> coordd.v1.CreateGrayRequest
-	48, // 64: coordd.v1.ConfigService.UpdateGray:input_type -> coordd.v1.UpdateGrayRequest
-	50, // 65: coordd.v1.ConfigService.PromoteGray:input_type -> coordd.v1.PromoteGrayRequest
-	52, // 66: coordd.v1.ConfigService.AbandonGray:input_type -> coordd.v1.AbandonGrayRequest
-	54, // 67: coordd.v1.ConfigService.GetGray:input_type -> coordd.v1.GetGrayRequest
-	56, // 68: coordd.v1.ConfigService.ListGrayReleases:input_type -> coordd.v1.ListGrayReleasesRequest
-	8,  // 69: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
-	10, // 70: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
-	6,  // 71: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
-	12, // 72: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
-	16, // 73: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
-	18, // 74: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
-	20, // 75: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
-	22, // 76: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
-	24, // 77: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
-	26, // 78: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
-	28, // 79: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
-	30, // 80: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
-	35, // 81: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
-	39, // 82: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
-	43, // 83: coordd.v1.ConfigService.WatchMany:output_type -> coordd.v1.WatchManyResponse
-	32, // 84: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
-	47, // 85: coordd.v1.ConfigService.CreateGray:output_type -> coordd.v1.CreateGrayResponse
-	49, // 86: coordd.v1.ConfigService.UpdateGray:output_type -> coordd.v1.UpdateGrayResponse
-	51, // 87: coordd.v1.ConfigService.PromoteGray:output_type -> coordd.v1.PromoteGrayResponse
-	53, // 88: coordd.v1.ConfigService.AbandonGray:output_type -> coordd.v1.AbandonGrayResponse
-	55, // 89: coordd.v1.ConfigService.GetGray:output_type -> coordd.v1.GetGrayResponse
-	57, // 90: coordd.v1.ConfigService.ListGrayReleases:output_type -> coordd.v1.ListGrayReleasesResponse
-	69, // [69:91] is the sub-list for method output_type
-	47, // [47:69] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	65, // 47: coordd.v1.RewrapSecretKeysResponse.by_key:type_name -> coordd.v1.RewrapSecretKeysResponse.ByKeyEntry
+	7,  // 48: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
+	9,  // 49: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
+	5,  // 50: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
+	11, // 51: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
+	15, // 52: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
+	17, // 53: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
+	19, // 54: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
+	21, // 55: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
+	23, // 56: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
+	25, // 57: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
+	27, // 58: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
+	29, // 59: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
+	34, // 60: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
+	36, // 61: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
+	40, // 62: coordd.v1.ConfigService.WatchMany:input_type -> coordd.v1.WatchManyRequest
+	31, // 63: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
+	46, // 64: coordd.v1.ConfigService.CreateGray:input_type -> coordd.v1.CreateGrayRequest
+	48, // 65: coordd.v1.ConfigService.UpdateGray:input_type -> coordd.v1.UpdateGrayRequest
+	50, // 66: coordd.v1.ConfigService.PromoteGray:input_type -> coordd.v1.PromoteGrayRequest
+	52, // 67: coordd.v1.ConfigService.AbandonGray:input_type -> coordd.v1.AbandonGrayRequest
+	54, // 68: coordd.v1.ConfigService.GetGray:input_type -> coordd.v1.GetGrayRequest
+	56, // 69: coordd.v1.ConfigService.ListGrayReleases:input_type -> coordd.v1.ListGrayReleasesRequest
+	58, // 70: coordd.v1.ConfigService.RewrapSecretKeys:input_type -> coordd.v1.RewrapSecretKeysRequest
+	8,  // 71: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
+	10, // 72: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
+	6,  // 73: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
+	12, // 74: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
+	16, // 75: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
+	18, // 76: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
+	20, // 77: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
+	22, // 78: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
+	24, // 79: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
+	26, // 80: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
+	28, // 81: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
+	30, // 82: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
+	35, // 83: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
+	39, // 84: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
+	43, // 85: coordd.v1.ConfigService.WatchMany:output_type -> coordd.v1.WatchManyResponse
+	32, // 86: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
+	47, // 87: coordd.v1.ConfigService.CreateGray:output_type -> coordd.v1.CreateGrayResponse
+	49, // 88: coordd.v1.ConfigService.UpdateGray:output_type -> coordd.v1.UpdateGrayResponse
+	51, // 89: coordd.v1.ConfigService.PromoteGray:output_type -> coordd.v1.PromoteGrayResponse
+	53, // 90: coordd.v1.ConfigService.AbandonGray:output_type -> coordd.v1.AbandonGrayResponse
+	55, // 91: coordd.v1.ConfigService.GetGray:output_type -> coordd.v1.GetGrayResponse
+	57, // 92: coordd.v1.ConfigService.ListGrayReleases:output_type -> coordd.v1.ListGrayReleasesResponse
+	59, // 93: coordd.v1.ConfigService.RewrapSecretKeys:output_type -> coordd.v1.RewrapSecretKeysResponse
+	71, // [71:94] is the sub-list for method output_type
+	48, // [48:71] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_config_proto_init() }
@@ -4436,7 +4663,7 @@ func file_coordd_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_config_proto_rawDesc), len(file_coordd_v1_config_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   61,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

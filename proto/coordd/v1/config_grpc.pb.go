@@ -41,6 +41,7 @@ const (
 	ConfigService_AbandonGray_FullMethodName      = "/coordd.v1.ConfigService/AbandonGray"
 	ConfigService_GetGray_FullMethodName          = "/coordd.v1.ConfigService/GetGray"
 	ConfigService_ListGrayReleases_FullMethodName = "/coordd.v1.ConfigService/ListGrayReleases"
+	ConfigService_RewrapSecretKeys_FullMethodName = "/coordd.v1.ConfigService/RewrapSecretKeys"
 )
 
 // ConfigServiceClient is the client API for ConfigService service.
@@ -129,6 +130,10 @@ type ConfigServiceClient interface {
 	GetGray(ctx context.Context, in *GetGrayRequest, opts ...grpc.CallOption) (*GetGrayResponse, error)
 	// ListGrayReleases lists the gray history, newest first.
 	ListGrayReleases(ctx context.Context, in *ListGrayReleasesRequest, opts ...grpc.CallOption) (*ListGrayReleasesResponse, error)
+	// RewrapSecretKeys rewraps every namespace's data key with the primary
+	// key of this member's secret key file (after a key rotation), without
+	// sealing any value again. Needs cluster.admin.
+	RewrapSecretKeys(ctx context.Context, in *RewrapSecretKeysRequest, opts ...grpc.CallOption) (*RewrapSecretKeysResponse, error)
 }
 
 type configServiceClient struct {
@@ -371,6 +376,16 @@ func (c *configServiceClient) ListGrayReleases(ctx context.Context, in *ListGray
 	return out, nil
 }
 
+func (c *configServiceClient) RewrapSecretKeys(ctx context.Context, in *RewrapSecretKeysRequest, opts ...grpc.CallOption) (*RewrapSecretKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RewrapSecretKeysResponse)
+	err := c.cc.Invoke(ctx, ConfigService_RewrapSecretKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConfigServiceServer is the server API for ConfigService service.
 // All implementations must embed UnimplementedConfigServiceServer
 // for forward compatibility.
@@ -457,6 +472,10 @@ type ConfigServiceServer interface {
 	GetGray(context.Context, *GetGrayRequest) (*GetGrayResponse, error)
 	// ListGrayReleases lists the gray history, newest first.
 	ListGrayReleases(context.Context, *ListGrayReleasesRequest) (*ListGrayReleasesResponse, error)
+	// RewrapSecretKeys rewraps every namespace's data key with the primary
+	// key of this member's secret key file (after a key rotation), without
+	// sealing any value again. Needs cluster.admin.
+	RewrapSecretKeys(context.Context, *RewrapSecretKeysRequest) (*RewrapSecretKeysResponse, error)
 	mustEmbedUnimplementedConfigServiceServer()
 }
 
@@ -532,6 +551,9 @@ func (UnimplementedConfigServiceServer) GetGray(context.Context, *GetGrayRequest
 }
 func (UnimplementedConfigServiceServer) ListGrayReleases(context.Context, *ListGrayReleasesRequest) (*ListGrayReleasesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGrayReleases not implemented")
+}
+func (UnimplementedConfigServiceServer) RewrapSecretKeys(context.Context, *RewrapSecretKeysRequest) (*RewrapSecretKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RewrapSecretKeys not implemented")
 }
 func (UnimplementedConfigServiceServer) mustEmbedUnimplementedConfigServiceServer() {}
 func (UnimplementedConfigServiceServer) testEmbeddedByValue()                       {}
@@ -932,6 +954,24 @@ func _ConfigService_ListGrayReleases_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConfigService_RewrapSecretKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RewrapSecretKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).RewrapSecretKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_RewrapSecretKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).RewrapSecretKeys(ctx, req.(*RewrapSecretKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConfigService_ServiceDesc is the grpc.ServiceDesc for ConfigService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1018,6 +1058,10 @@ var ConfigService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListGrayReleases",
 			Handler:    _ConfigService_ListGrayReleases_Handler,
+		},
+		{
+			MethodName: "RewrapSecretKeys",
+			Handler:    _ConfigService_RewrapSecretKeys_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -91,6 +91,8 @@ const (
 	ErrorReason_ERROR_REASON_UNKNOWN_ROUTE ErrorReason = 28
 	// The server does not offer the call: an older server, or a feature switched off (Unimplemented, 501).
 	ErrorReason_ERROR_REASON_UNIMPLEMENTED ErrorReason = 29
+	// A secret config value cannot be sealed or opened on this member: it was started without --secret-key-file, or its key file lacks the key that wrapped the namespace's data key; nothing changed (FailedPrecondition, 400).
+	ErrorReason_ERROR_REASON_SECRETS_UNAVAILABLE ErrorReason = 30
 )
 
 // Enum value maps for ErrorReason.
@@ -126,6 +128,7 @@ var (
 		27: "ERROR_REASON_CANCELLED",
 		28: "ERROR_REASON_UNKNOWN_ROUTE",
 		29: "ERROR_REASON_UNIMPLEMENTED",
+		30: "ERROR_REASON_SECRETS_UNAVAILABLE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -158,6 +161,7 @@ var (
 		"ERROR_REASON_CANCELLED":             27,
 		"ERROR_REASON_UNKNOWN_ROUTE":         28,
 		"ERROR_REASON_UNIMPLEMENTED":         29,
+		"ERROR_REASON_SECRETS_UNAVAILABLE":   30,
 	}
 )
 
@@ -192,7 +196,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xd7\a\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xfd\a\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -224,7 +228,8 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\x1bERROR_REASON_QUOTA_EXCEEDED\x10\x1a\x12\x1a\n" +
 	"\x16ERROR_REASON_CANCELLED\x10\x1b\x12\x1e\n" +
 	"\x1aERROR_REASON_UNKNOWN_ROUTE\x10\x1c\x12\x1e\n" +
-	"\x1aERROR_REASON_UNIMPLEMENTED\x10\x1dB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x1aERROR_REASON_UNIMPLEMENTED\x10\x1d\x12$\n" +
+	" ERROR_REASON_SECRETS_UNAVAILABLE\x10\x1eB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once

@@ -138,6 +138,11 @@ class ConfigServiceStub(object):
                 request_serializer=coordd_dot_v1_dot_config__pb2.ListGrayReleasesRequest.SerializeToString,
                 response_deserializer=coordd_dot_v1_dot_config__pb2.ListGrayReleasesResponse.FromString,
                 )
+        self.RewrapSecretKeys = channel.unary_unary(
+                '/coordd.v1.ConfigService/RewrapSecretKeys',
+                request_serializer=coordd_dot_v1_dot_config__pb2.RewrapSecretKeysRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_config__pb2.RewrapSecretKeysResponse.FromString,
+                )
 
 
 class ConfigServiceServicer(object):
@@ -334,6 +339,15 @@ class ConfigServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RewrapSecretKeys(self, request, context):
+        """RewrapSecretKeys rewraps every namespace's data key with the primary
+        key of this member's secret key file (after a key rotation), without
+        sealing any value again. Needs cluster.admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConfigServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -446,6 +460,11 @@ def add_ConfigServiceServicer_to_server(servicer, server):
                     servicer.ListGrayReleases,
                     request_deserializer=coordd_dot_v1_dot_config__pb2.ListGrayReleasesRequest.FromString,
                     response_serializer=coordd_dot_v1_dot_config__pb2.ListGrayReleasesResponse.SerializeToString,
+            ),
+            'RewrapSecretKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.RewrapSecretKeys,
+                    request_deserializer=coordd_dot_v1_dot_config__pb2.RewrapSecretKeysRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_config__pb2.RewrapSecretKeysResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -842,5 +861,22 @@ class ConfigService(object):
         return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/ListGrayReleases',
             coordd_dot_v1_dot_config__pb2.ListGrayReleasesRequest.SerializeToString,
             coordd_dot_v1_dot_config__pb2.ListGrayReleasesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RewrapSecretKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/RewrapSecretKeys',
+            coordd_dot_v1_dot_config__pb2.RewrapSecretKeysRequest.SerializeToString,
+            coordd_dot_v1_dot_config__pb2.RewrapSecretKeysResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
