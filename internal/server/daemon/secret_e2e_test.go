@@ -254,4 +254,3 @@ func allEtcd(t *testing.T, endpoint string) string {
 	}
 	return b.String()
 }
-
