@@ -598,11 +598,18 @@ async function namespaces(p, signal) {
   }, 5000, signal, list);
 }
 
+// secretBadge stands for a secret's value, which the console never shows.
+const secretBadge = () => h('span', { class: 'badge secret', title: 'A secret: stored encrypted; its value is never shown here' }, 'secret');
+
 function diffTable(changes, empty = 'No key changed.') {
+  const value = (c, v, missing) => {
+    if (v === undefined) return h('span', { class: 'muted' }, missing);
+    return c.secret ? secretBadge() : h('pre', {}, pretty(v));
+  };
   return h('div', { class: 'diff' }, table([
     { title: 'Key', cell: (c) => h('code', {}, c.key) },
-    { title: 'Before', cls: 'old', cell: (c) => (c.oldValue === undefined ? h('span', { class: 'muted' }, '(absent)') : h('pre', {}, pretty(c.oldValue))) },
-    { title: 'After', cls: 'new', cell: (c) => (c.newValue === undefined ? h('span', { class: 'muted' }, '(deleted)') : h('pre', {}, pretty(c.newValue))) },
+    { title: 'Before', cls: 'old', cell: (c) => value(c, c.oldValue, '(absent)') },
+    { title: 'After', cls: 'new', cell: (c) => value(c, c.newValue, '(deleted)') },
   ], changes, empty));
 }
 
@@ -628,18 +635,18 @@ const configTabs = {
       h('p', {}, `release ${s.release} · ${s.entries.length} keys · revision ${s.changedRevision}`),
       table([
         { title: 'Key', cell: (e) => h('code', {}, e.key) },
-        { title: 'Value', cell: (e) => h('pre', {}, pretty(e.value)) },
+        { title: 'Value', cell: (e) => (e.secret ? secretBadge() : h('pre', {}, pretty(e.value))) },
       ], s.entries, 'The namespace is empty.'),
     ]);
     follow(() => `v1/config:watch?${q({ namespaces: ns, fromRevision: from || '' })}`, (r) => {
       if (r.type === 'WATCH_EVENT_TYPE_SNAPSHOT') {
         snap = r.snapshots[0];
       } else if (r.type === 'WATCH_EVENT_TYPE_CHANGE' && snap) {
-        const m = new Map(snap.entries.map((e) => [e.key, e.value]));
+        const m = new Map(snap.entries.map((e) => [e.key, e]));
         for (const c of r.release.changes) {
-          if (c.newValue === undefined) m.delete(c.key); else m.set(c.key, c.newValue);
+          if (c.newValue === undefined) m.delete(c.key); else m.set(c.key, { key: c.key, value: c.newValue, secret: c.secret });
         }
-        snap = { ...snap, release: r.release.number, changedRevision: r.release.revision, entries: [...m].sort(([a], [b]) => (a < b ? -1 : 1)).map(([key, value]) => ({ key, value })) };
+        snap = { ...snap, release: r.release.number, changedRevision: r.release.revision, entries: [...m.values()].sort((a, b) => (a.key < b.key ? -1 : 1)) };
       }
       from = Math.max(from, Number(r.revision));
       if (snap) render();
@@ -701,6 +708,7 @@ const configTabs = {
     let snap = { entries: [], changedRevision: '0', release: '0' };
     try { snap = (await api(`v1/config:snapshot?${q({ namespace: ns })}`, { signal })).snapshot; } catch (e) { body.replaceChildren(errorBox(e)); return; }
     const existing = new Map(snap.entries.map((e) => [e.key, e.value]));
+    const secrets = new Set(snap.entries.filter((e) => e.secret).map((e) => e.key));
     const rows = h('tbody', {});
     const preview = h('div', { 'aria-live': 'polite' });
     const author = h('input', { type: 'text', 'aria-label': 'Author', placeholder: 'you' });
@@ -708,16 +716,24 @@ const configTabs = {
     const publishButton = h('button', { type: 'button', class: 'primary', disabled: true }, 'Publish');
     let previewed = null;
     const mutations = () => [...rows.children].map((tr) => {
-      const [key, value, del] = tr.querySelectorAll('input, textarea');
-      return { key: key.value.trim(), value: value.value, delete: del.checked };
+      const [key, value, secret, del] = tr.querySelectorAll('input, textarea');
+      return { key: key.value.trim(), value: value.value, secret: secret.checked, delete: del.checked };
     }).filter((m) => m.key);
     const changed = () => { previewed = null; publishButton.disabled = true; };
     const keys = h('datalist', { id: 'ns-keys' }, [...existing.keys()].map((k) => h('option', { value: k })));
     const addRow = () => {
       const value = h('textarea', { 'aria-label': 'Value', rows: 2, oninput: changed });
-      const key = h('input', { type: 'text', list: 'ns-keys', 'aria-label': 'Key', oninput: changed, onchange: () => { if (existing.has(key.value) && !value.value) value.value = pretty(existing.get(key.value)); } });
+      const secret = h('input', { type: 'checkbox', 'aria-label': 'Store the value as a secret', onchange: changed });
+      const key = h('input', {
+        type: 'text', list: 'ns-keys', 'aria-label': 'Key', oninput: changed,
+        onchange: () => {
+          if (secrets.has(key.value)) { secret.checked = true; secret.disabled = true; return; } // a secret stays one; its value is never shown
+          secret.disabled = false;
+          if (existing.has(key.value) && !value.value) value.value = pretty(existing.get(key.value));
+        },
+      });
       const del = h('input', { type: 'checkbox', 'aria-label': 'Delete this key', onchange: changed });
-      rows.append(h('tr', {}, h('td', {}, key), h('td', {}, value), h('td', {}, h('label', { class: 'check' }, del, 'delete'))));
+      rows.append(h('tr', {}, h('td', {}, key), h('td', {}, value), h('td', {}, h('label', { class: 'check' }, secret, 'secret'), ' ', h('label', { class: 'check' }, del, 'delete'))));
       key.focus();
     };
     const send = async (dryRun) => {
@@ -743,7 +759,7 @@ const configTabs = {
       } catch (e) { preview.replaceChildren(errorBox(e)); }
     });
     body.replaceChildren(
-      h('p', { class: 'muted' }, `Publishing makes one release of every change below, atomically, checked against the namespace's schema. Values are stored as typed: JSON text is that JSON value, anything else a string. Based on release ${snap.release}; if someone publishes first, publishing is refused and you preview again.`),
+      h('p', { class: 'muted' }, `Publishing makes one release of every change below, atomically, checked against the namespace's schema. Values are stored as typed: JSON text is that JSON value, anything else a string. A secret is stored encrypted and never shown again here. Based on release ${snap.release}; if someone publishes first, publishing is refused and you preview again.`),
       keys,
       h('div', { class: 'scroll' }, h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Key'), h('th', {}, 'Value'), h('th', {}, ''))), rows)),
       h('div', { class: 'actions' }, h('button', { type: 'button', onclick: addRow }, 'Add a key')),

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -253,4 +254,59 @@ func allEtcd(t *testing.T, endpoint string) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// TestConsoleNeverShowsSecrets: the console shows that a key is a secret
+// and that it changed, never its value (the page's whole HTML is
+// searched), and can publish a new secret.
+func TestConsoleNeverShowsSecrets(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.SecretKeyFile = filepath.Join(t.TempDir(), "keys")
+	writeKeyFile(t, cfg.SecretKeyFile, newKeyLine(t, "k1"))
+	d := start(t, cfg)
+	cc := newClient(t, d.GRPCAddr()).ConfigCenter()
+	ctx := t.Context()
+	ns := "shop/prod"
+	if _, err := cc.Publish(ctx, ns, []clientlib.ConfigMutation{{Key: "db.host", Value: plainValue}, {Key: "db.password", Value: secretValue, Secret: true}}, clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.PutSecret(ctx, ns, "db.password", "rotated-"+secretValue, clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := openConsole(t, "http://"+d.HTTPAddr()+"/ui/")
+	html := func() string {
+		out, err := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for route, want := range map[string]string{"#/config/" + ns: "secret", "#/config/" + ns + "?tab=history": "Roll back to this", "#/config/" + ns + "?tab=diff&from=1&to=2": "secret"} {
+		p.open(route)
+		p.see("main table", want)
+		if route == "#/config/"+ns {
+			p.see("main table", plainValue) // the control: values are on the page
+			p.screenshot("config-secret")
+		}
+		if page := html(); strings.Contains(page, "s3cret") {
+			t.Fatalf("%s shows the secret", route)
+		}
+	}
+	// Publishing a secret from the console.
+	p.open("#/config/" + ns + "?tab=publish")
+	p.run("fill a secret",
+		chromedp.SendKeys(chromedp.CSS(`main input[aria-label="Key"]`), "api.token"),
+		chromedp.SendKeys(chromedp.CSS(`main textarea[aria-label="Value"]`), "tok-"+secretValue),
+		chromedp.Click(chromedp.CSS(`main input[aria-label="Store the value as a secret"]`)),
+		chromedp.Click(chromedp.Search(`//button[text()="Preview (dry run)"]`)))
+	p.see("main .diff", "secret")
+	p.run("publish", chromedp.Click(chromedp.Search(`//button[text()="Publish"]`)))
+	wait.For(t, "the console's secret", func() bool {
+		v, _, err := cc.RevealSecrets().Get(ctx, ns, "api.token", 0)
+		return err == nil && v == "tok-"+secretValue
+	})
+	if _, _, err := cc.Get(ctx, ns, "api.token", 0); !errors.Is(err, clientlib.ErrSecretHidden) {
+		t.Fatalf("the console's value is not a secret: %v", err)
+	}
 }
