@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -891,5 +893,74 @@ func TestHistoryCommands(t *testing.T) {
 	}
 	if out := must(t, ep, "lock", "history", "nothing/here"); !strings.Contains(out, "no history of lock nothing/here") {
 		t.Fatalf("an empty history printed %q", out)
+	}
+}
+
+// Secrets from the shell: put --secret from stdin, read only with
+// --reveal, (secret) in snapshots and history; exported sealed with a
+// transfer key and imported into a cluster with other keys; rewrap-keys.
+func TestConfigSecrets(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	keyFile := func(name string) string {
+		t.Helper()
+		out, err := exec.Command(coorddtest.Build(t), "keygen", "--id", name).Output()
+		if err != nil || !strings.HasPrefix(string(out), name+" ") {
+			t.Fatalf("coordd keygen: %q, %v", out, err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, out, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	src := coorddtest.Start(t, "--secret-key-file", keyFile("src")).GRPCAddr
+	dst := coorddtest.Start(t, "--secret-key-file", keyFile("dst")).GRPCAddr
+	const secret = "pa55-W0rd-never-in-clear"
+	if code, out, errOut := ctl(t, src, secret, "config", "put", "shop/db", "password", "-", "--secret"); code != 0 || !strings.Contains(out, "+ password = (secret)") || strings.Contains(out+errOut, secret) {
+		t.Fatalf("put --secret: %d %q %q", code, out, errOut)
+	}
+	must(t, src, "config", "put", "shop/db", "host", "db1")
+	if errOut := exits(t, exitUsage, src, "config", "get", "shop/db", "password"); !strings.Contains(errOut, "--reveal") {
+		t.Fatalf("get of a secret without --reveal: %q", errOut)
+	}
+	if got := must(t, src, "config", "get", "shop/db", "password", "--reveal"); strings.TrimSpace(got) != secret {
+		t.Fatalf("get --reveal = %q", got)
+	}
+	for _, args := range [][]string{{"snapshot", "shop/db"}, {"history", "shop/db", "-o", "json"}, {"diff", "shop/db", "0", "2"}} {
+		out := must(t, src, append([]string{"config"}, args...)...)
+		if !(strings.Contains(out, "(secret)") || strings.Contains(out, `"secret": true`)) || strings.Contains(out, secret) {
+			t.Errorf("config %v:\n%s", args, out)
+		}
+	}
+
+	// Export: without a transfer key the secret is only named; with one
+	// it is sealed.
+	plain, sealed := filepath.Join(dir, "plain.json"), filepath.Join(dir, "sealed.json")
+	must(t, src, "config", "export", "shop/db", "--out", plain)
+	must(t, src, "config", "export", "shop/db", "--out", sealed, "--secrets-key", keyFile("transfer"))
+	for file, want := range map[string]string{plain: `"hidden_secrets"`, sealed: `"secrets_key": "transfer"`} {
+		b, _ := os.ReadFile(file)
+		if strings.Contains(string(b), secret) || !strings.Contains(string(b), want) {
+			t.Fatalf("%s:\n%s", file, b)
+		}
+	}
+	if errOut := exits(t, exitUsage, dst, "config", "import", sealed); !strings.Contains(errOut, "--secrets-key") {
+		t.Fatalf("import of secrets without the key: %q", errOut)
+	}
+	dry := must(t, dst, "config", "import", sealed, "--secrets-key", filepath.Join(dir, "transfer"), "--dry-run")
+	if !strings.Contains(dry, "+ password = (secret)") || strings.Contains(dry, secret) {
+		t.Fatalf("dry run:\n%s", dry)
+	}
+	must(t, dst, "config", "import", sealed, "--secrets-key", filepath.Join(dir, "transfer"))
+	if got := must(t, dst, "config", "get", "shop/db", "password", "--reveal"); strings.TrimSpace(got) != secret {
+		t.Fatalf("the imported secret = %q", got)
+	}
+	// An import without the secrets keeps the target's.
+	if out := must(t, dst, "config", "import", plain); !strings.Contains(out, "shop/db: unchanged") {
+		t.Fatalf("import of the plain export:\n%s", out)
+	}
+	if got := must(t, dst, "config", "rewrap-keys"); !strings.Contains(got, "rewrapped 0 data keys with key dst") || !regexp.MustCompile(`dst +wraps 1 data keys`).MatchString(got) {
+		t.Fatalf("rewrap-keys:\n%s", got)
 	}
 }
