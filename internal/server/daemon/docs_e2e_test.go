@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/coordd/coordd/internal/base/keyring"
 )
 
 // The shell blocks of the README and of docs/*.md are run as written,
@@ -99,7 +101,17 @@ func shellBlocks(path string) ([]string, error) {
 // runShell runs script with bash from the repository's root against a
 // daemon of its own, the walk-throughs' addresses pointed at it.
 func runShell(t *testing.T, root, script string) {
-	d := start(t, testConfig(t))
+	cfg := testConfig(t)
+	// The walk-throughs' secrets need a key file, as the README says.
+	cfg.SecretKeyFile = filepath.Join(t.TempDir(), "coordd-secret.keys")
+	line, err := keyring.NewKeyLine("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.SecretKeyFile, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, cfg)
 	script = strings.NewReplacer(
 		"localhost:7421", d.HTTPAddr(), "127.0.0.1:7421", d.HTTPAddr(), "127.0.0.1:7420", d.GRPCAddr(),
 	).Replace(script)
