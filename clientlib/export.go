@@ -196,60 +196,10 @@ func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o I
 		return ImportResult{}, err
 	}
 	res := ImportResult{Namespace: ns.Name, SchemaChanged: schema != ns.Schema}
-	var ms []ConfigMutation
-	for _, k := range slices.Sorted(maps.Keys(ns.Values)) {
-		v := ns.Values[k]
-		old, ok := cur.Values[k]
-		if ok && old == v {
-			continue
-		}
-		ch := KeyChange{Key: k, New: &v}
-		if ok {
-			ch.Old = &old
-		}
-		res.Changes = append(res.Changes, ch)
-		ms = append(ms, ConfigMutation{Key: k, Value: v})
-	}
-	secrets, err := importSecrets(ns, o.SecretsKey, keyID)
+	ms, secrets, err := planImport(ns, cur, o, keyID, &res)
 	if err != nil {
 		return res, err
 	}
-	for _, m := range secrets {
-		// Compared by the member, which drops a put of the clear value a
-		// secret has: the release says what changed.
-		ch := KeyChange{Key: m.Key, New: new(string), Secret: true}
-		if slices.Contains(cur.Hidden, m.Key) || slices.Contains(cur.Secret, m.Key) {
-			ch.Old = new(string)
-		}
-		res.Changes = append(res.Changes, ch)
-		ms = append(ms, m)
-	}
-	for _, k := range ns.Hidden {
-		if !slices.Contains(cur.Hidden, k) && !slices.Contains(cur.Secret, k) {
-			res.Skipped = append(res.Skipped, k)
-		}
-	}
-	if !o.Merge {
-		exported := func(k string) bool {
-			_, v := ns.Values[k]
-			_, s := ns.Secrets[k]
-			return v || s || slices.Contains(ns.Hidden, k)
-		}
-		for _, k := range slices.Sorted(maps.Keys(cur.Values)) {
-			if !exported(k) {
-				old := cur.Values[k]
-				res.Changes = append(res.Changes, KeyChange{Key: k, Old: &old, Secret: slices.Contains(cur.Secret, k)})
-				ms = append(ms, ConfigMutation{Key: k, Delete: true})
-			}
-		}
-		for _, k := range cur.Hidden {
-			if !exported(k) {
-				res.Changes = append(res.Changes, KeyChange{Key: k, Old: new(string), Secret: true})
-				ms = append(ms, ConfigMutation{Key: k, Delete: true})
-			}
-		}
-	}
-	slices.SortFunc(res.Changes, func(a, b KeyChange) int { return strings.Compare(a.Key, b.Key) })
 	po := PublishOptions{ExpectedRevision: cur.Revision, Author: o.Author, Message: o.Message}
 	if o.DryRun {
 		if len(ms) > 0 && !res.SchemaChanged {
@@ -297,6 +247,66 @@ func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o I
 	return res, cc.SetSchema(ctx, ns.Name, ns.Schema)
 }
 
+// planImport lists in res the changes that make cur the exported ns, and
+// returns the mutations and the secret puts among them.
+func planImport(ns ExportedNamespace, cur NamespaceSnapshot, o ImportOptions, keyID string, res *ImportResult) ([]ConfigMutation, []ConfigMutation, error) {
+	var ms []ConfigMutation
+	for _, k := range slices.Sorted(maps.Keys(ns.Values)) {
+		v := ns.Values[k]
+		old, ok := cur.Values[k]
+		if ok && old == v {
+			continue
+		}
+		ch := KeyChange{Key: k, New: &v}
+		if ok {
+			ch.Old = &old
+		}
+		res.Changes = append(res.Changes, ch)
+		ms = append(ms, ConfigMutation{Key: k, Value: v})
+	}
+	secrets, err := importSecrets(ns, o.SecretsKey, keyID)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, m := range secrets {
+		// Compared by the member, which drops a put of the clear value a
+		// secret has: the release says what changed.
+		ch := KeyChange{Key: m.Key, New: new(string), Secret: true}
+		if slices.Contains(cur.Hidden, m.Key) || slices.Contains(cur.Secret, m.Key) {
+			ch.Old = new(string)
+		}
+		res.Changes = append(res.Changes, ch)
+		ms = append(ms, m)
+	}
+	for _, k := range ns.Hidden {
+		if !slices.Contains(cur.Hidden, k) && !slices.Contains(cur.Secret, k) {
+			res.Skipped = append(res.Skipped, k)
+		}
+	}
+	if !o.Merge {
+		exported := func(k string) bool {
+			_, v := ns.Values[k]
+			_, s := ns.Secrets[k]
+			return v || s || slices.Contains(ns.Hidden, k)
+		}
+		for _, k := range slices.Sorted(maps.Keys(cur.Values)) {
+			if !exported(k) {
+				old := cur.Values[k]
+				res.Changes = append(res.Changes, KeyChange{Key: k, Old: &old, Secret: slices.Contains(cur.Secret, k)})
+				ms = append(ms, ConfigMutation{Key: k, Delete: true})
+			}
+		}
+		for _, k := range cur.Hidden {
+			if !exported(k) {
+				res.Changes = append(res.Changes, KeyChange{Key: k, Old: new(string), Secret: true})
+				ms = append(ms, ConfigMutation{Key: k, Delete: true})
+			}
+		}
+	}
+	slices.SortFunc(res.Changes, func(a, b KeyChange) int { return strings.Compare(a.Key, b.Key) })
+	return ms, secrets, nil
+}
+
 // importSecrets opens an exported namespace's secrets with the transfer
 // key: puts marked secret.
 func importSecrets(ns ExportedNamespace, key TransferKey, keyID string) ([]ConfigMutation, error) {
@@ -312,11 +322,11 @@ func importSecrets(ns ExportedNamespace, key TransferKey, keyID string) ([]Confi
 	}
 	var ms []ConfigMutation
 	for _, name := range slices.Sorted(maps.Keys(ns.Secrets)) {
-		clear, err := keyring.Open(k, transferAAD(ns.Name, name), ns.Secrets[name])
+		plain, err := keyring.Open(k, transferAAD(ns.Name, name), ns.Secrets[name])
 		if err != nil {
 			return nil, fmt.Errorf("%w: secret %q of %s does not open with transfer key %q (another key, or an altered file)", ErrInvalidArgument, name, ns.Name, keyID)
 		}
-		ms = append(ms, ConfigMutation{Key: name, Value: clear, Secret: true})
+		ms = append(ms, ConfigMutation{Key: name, Value: plain, Secret: true})
 	}
 	return ms, nil
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/coordd/coordd/internal/base/names"
 )
 
-// ErrSecretsUnavailable: a secret value cannot be sealed or opened on this
-// member: it has no key file, or not the key that wrapped the namespace's
-// data key. Nothing changed.
+// ErrSecretsUnavailable says a secret value cannot be sealed or opened on
+// this member: it has no key file, or not the key that wrapped the
+// namespace's data key. Nothing changed.
 var ErrSecretsUnavailable = kind.SecretsUnavailable.New("config: secret values are unavailable on this member")
 
 // secrets seals and opens a Store's secret values: envelope encryption with
@@ -158,12 +158,12 @@ func (s *Store) sealMutations(ctx context.Context, cur nsState, ms []Mutation) (
 	for i, m := range ms {
 		out[i] = m
 		old := cur.Content[m.Key]
-		if m.Delete || keyring.IsSealed(m.Value) || !(m.Secret || keyring.IsSealed(old)) {
+		if m.Delete || keyring.IsSealed(m.Value) || (!m.Secret && !keyring.IsSealed(old)) {
 			continue
 		}
 		aad := valueAAD(cur.Namespace, m.Key)
 		if keyring.IsSealed(old) {
-			if clear, err := keyring.Open(key, aad, old); err == nil && clear == m.Value {
+			if plain, err := keyring.Open(key, aad, old); err == nil && plain == m.Value {
 				out[i].Value = old
 				continue
 			}
@@ -199,9 +199,9 @@ func (s *Store) OpenValue(ctx context.Context, ns, key, value string) (string, e
 		if dk == nil {
 			return "", fmt.Errorf("%w: %q has a sealed value and no data key", ErrSecretsUnavailable, ns)
 		}
-		clear, err := keyring.Open(dk, valueAAD(ns, key), value)
+		plain, err := keyring.Open(dk, valueAAD(ns, key), value)
 		if err == nil {
-			return clear, nil
+			return plain, nil
 		}
 		if try > 0 || !errors.Is(err, keyring.ErrOpen) {
 			return "", fmt.Errorf("%w: key %q of %q: %w", ErrSecretsUnavailable, key, ns, err)
@@ -230,17 +230,17 @@ func (s *Store) openContent(ctx context.Context, ns string, content map[string]s
 				out[k2] = v2
 			}
 		}
-		var clear string
+		var plain string
 		var err error
 		if dk != nil {
-			clear, err = keyring.Open(dk, valueAAD(ns, k), v)
+			plain, err = keyring.Open(dk, valueAAD(ns, k), v)
 		} else {
-			clear, err = s.OpenValue(ctx, ns, k, v)
+			plain, err = s.OpenValue(ctx, ns, k, v)
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("validating %q against its schema needs its secret values in clear: %w", ns, err)
 		}
-		out[k], secret[k] = clear, true
+		out[k], secret[k] = plain, true
 	}
 	if out == nil {
 		return content, nil, nil

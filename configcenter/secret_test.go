@@ -94,8 +94,8 @@ func TestSecretValuesAreNeverInEtcdInClear(t *testing.T) {
 	if !keyring.IsSealed(sealed) || snap.Content["db.host"] != "db1" {
 		t.Fatalf("content %q", snap.Content)
 	}
-	if clear, err := e.s.OpenValue(ctx, "pay", "db.password", sealed); err != nil || clear != password {
-		t.Fatalf("OpenValue = %q, %v; want the value the rollback restored", clear, err)
+	if plain, err := e.s.OpenValue(ctx, "pay", "db.password", sealed); err != nil || plain != password {
+		t.Fatalf("OpenValue = %q, %v; want the value the rollback restored", plain, err)
 	}
 	// Sealed under its key: the same ciphertext does not open as another.
 	if _, err := e.s.OpenValue(ctx, "pay", "db.host", sealed); !errors.Is(err, configcenter.ErrSecretsUnavailable) {
@@ -233,8 +233,8 @@ func TestRotatingTheKeyRewrapsWithoutResealing(t *testing.T) {
 	}
 	for _, ns := range []string{"a", "b"} {
 		snap, _ = e.s.Snapshot(ctx, ns, 0)
-		if clear, err := e.s.OpenValue(ctx, ns, "pw", snap.Content["pw"]); err != nil || clear != "v-"+ns {
-			t.Fatalf("%s after rotation: %q, %v", ns, clear, err)
+		if plain, err := e.s.OpenValue(ctx, ns, "pw", snap.Content["pw"]); err != nil || plain != "v-"+ns {
+			t.Fatalf("%s after rotation: %q, %v", ns, plain, err)
 		}
 	}
 }

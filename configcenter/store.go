@@ -410,7 +410,7 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 		if !req.always {
 			return none, nil, nil, true, nil
 		}
-		rel, keyOps, cmps = none, nil, nil
+		rel, cmps = none, nil
 	} else {
 		if err := s.checkSchema(ctx, req, cur, next, sealed.key); err != nil {
 			return Release{}, nil, nil, false, err
@@ -491,11 +491,11 @@ func (s *Store) checkSchema(ctx context.Context, req commitRequest, cur nsState,
 // validateContent validates content, its secret values opened, against
 // sch; a problem with a secret value does not quote it.
 func (s *Store) validateContent(ctx context.Context, ns string, sch *jsonschema.Schema, content map[string]string, dk []byte) error {
-	clear, secret, err := s.openContent(ctx, ns, content, dk)
+	plain, secret, err := s.openContent(ctx, ns, content, dk)
 	if err != nil {
 		return err
 	}
-	return validateContent(sch, clear, secret)
+	return validateContent(sch, plain, secret)
 }
 
 // releaseOps are the writes of one release: the keys, the meta key, the

@@ -23,11 +23,11 @@ func (s *ConfigServer) snapshotFor(ctx context.Context, snap configcenter.Snapsh
 		if !e.GetSecret() {
 			continue
 		}
-		clear, err := s.store.OpenValue(ctx, snap.Namespace, e.GetKey(), snap.Content[e.GetKey()])
+		plain, err := s.store.OpenValue(ctx, snap.Namespace, e.GetKey(), snap.Content[e.GetKey()])
 		if err != nil {
 			return nil, err
 		}
-		e.Value = clear
+		e.Value = plain
 	}
 	return out, nil
 }
@@ -37,7 +37,7 @@ func (s *ConfigServer) snapshotFor(ctx context.Context, snap configcenter.Snapsh
 // not reveal them, is the message shared by every watcher.
 func (s *ConfigServer) eventMessage(ctx context.Context, ev configcenter.Event, reveal bool) (any, error) {
 	switch {
-	case ev.Type == configcenter.EventChange && !(reveal && releaseHasSecrets(ev.Release)):
+	case ev.Type == configcenter.EventChange && (!reveal || !releaseHasSecrets(ev.Release)):
 		return s.changeMessage(ev)
 	case !reveal || ev.Type == configcenter.EventBookmark:
 		return watchMessage(ev), nil
@@ -54,11 +54,11 @@ func (s *ConfigServer) revealedMessage(ctx context.Context, ev configcenter.Even
 			if !m.GetSecret() || c.New == nil {
 				continue
 			}
-			clear, err := s.store.OpenValue(ctx, ev.Release.Namespace, c.Key, *c.New)
+			plain, err := s.store.OpenValue(ctx, ev.Release.Namespace, c.Key, *c.New)
 			if err != nil {
 				return nil, err
 			}
-			m.NewValue = &clear
+			m.NewValue = &plain
 		}
 		return msg, nil
 	}
