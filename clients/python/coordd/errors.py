@@ -53,6 +53,7 @@ __all__ = [
     "Cancelled",
     "UnknownRoute",
     "Unimplemented",
+    "SecretsUnavailable",
     "SessionEnded",
     "SessionExpired",
     "SessionClosed",
@@ -299,6 +300,14 @@ class Unimplemented(CoorddError):
     REASON = "UNIMPLEMENTED"
 
 
+class SecretsUnavailable(CoorddError):
+    """The member cannot seal or open a secret config value (no
+    --secret-key-file, or not the key that wrapped the namespace's data
+    key); nothing changed."""
+
+    REASON = "SECRETS_UNAVAILABLE"
+
+
 # --- The client's own errors (no server reason). ---
 
 
@@ -347,6 +356,7 @@ REASONS: dict[str, type[CoorddError]] = {
         Unavailable, Internal, LimitMismatch, AlreadyLeader, ValidationFailed, ReleaseNotFound,
         DeadlineExceeded, NoSpace, MemberNotFound, MemberChangeRefused, Unauthenticated,
         PermissionDenied, RateLimited, QuotaExceeded, Cancelled, UnknownRoute, Unimplemented,
+        SecretsUnavailable,
     )
 }
 
