@@ -107,6 +107,13 @@ func (cc *ConfigCenter) Export(ctx context.Context, namespaces []string, key ...
 			continue
 		}
 		e := ExportedNamespace{Name: ns, Release: snap.Release, Values: snap.Values, Schema: schema, Hidden: snap.Hidden}
+		if tk == nil { // revealed secrets without a key to seal them: only named
+			for _, k := range snap.Secret {
+				delete(e.Values, k)
+				e.Hidden = append(e.Hidden, k)
+			}
+			slices.Sort(e.Hidden)
+		}
 		if tk != nil && len(snap.Secret) > 0 {
 			out.SecretsKey, e.Secrets = key[0].Primary(), map[string]string{}
 			for _, k := range snap.Secret {

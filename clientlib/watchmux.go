@@ -337,9 +337,10 @@ func (m *watchMux) deliver(msg *coorddv1.WatchManyResponse, endpoint string) (ev
 		}
 		if msg.GetErrorReason() != "" {
 			err := &Error{Reason: msg.GetErrorReason(), Message: msg.GetErrorMessage()}
-			if errors.Is(err, ErrInvalidArgument) {
-				// The request itself is wrong: retrying cannot help. The
-				// subscription fails (or, if it already started, reports it).
+			if errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrUnauthenticated) {
+				// The request itself is wrong, or not allowed: retrying
+				// cannot help. The subscription fails (or, if it already
+				// started, reports it); the client's others go on.
 				m.park(id)
 				e.sub.refuse(fmt.Errorf("coordd: config watch refused: %w", err))
 				continue

@@ -102,6 +102,7 @@ type watchRequest struct {
 	namespaces []string
 	from       int64
 	who        *Identity
+	refused    error // the start was refused: report it
 }
 
 // NewWatchMux returns a WatchMux with no watches over c. Close it when
@@ -121,6 +122,14 @@ func NewWatchMux(c *Cache) *WatchMux {
 // nothing, if MaxQueuedWatchRequests requests are already waiting.
 func (m *WatchMux) Start(id int64, namespaces []string, from int64, who *Identity) error {
 	return m.request(watchRequest{id: id, namespaces: namespaces, from: from, who: who})
+}
+
+// Refuse ends the watch named id, if live, and returns a batch for it with
+// err: its start was refused before it reached the mux (its caller may
+// not watch those namespaces). It queues like Start and fails the same
+// way.
+func (m *WatchMux) Refuse(id int64, err error) error {
+	return m.request(watchRequest{id: id, refused: err})
 }
 
 // Stop asks for the watch named id to end; an unknown id is ignored. Like
@@ -201,7 +210,7 @@ func (m *WatchMux) handleRequests(ctx context.Context) error {
 	m.mu.Unlock()
 	// One linearizable read serves every start from the current state in
 	// this lot: it is made after all of them were asked for.
-	if slices.ContainsFunc(reqs, func(r watchRequest) bool { return !r.stop && r.from == 0 }) {
+	if slices.ContainsFunc(reqs, func(r watchRequest) bool { return !r.stop && r.refused == nil && r.from == 0 }) {
 		m.c.catchUp(ctx)
 	}
 	for _, r := range reqs {
@@ -210,6 +219,10 @@ func (m *WatchMux) handleRequests(ctx context.Context) error {
 			delete(m.subs, r.id)
 		}
 		if r.stop {
+			continue
+		}
+		if r.refused != nil {
+			m.out = append(m.out, WatchBatch{IDs: []int64{r.id}, Err: r.refused})
 			continue
 		}
 		sub, err := m.c.subscribe(ctx, r.namespaces, r.from, m.notify, false, r.who)

@@ -260,3 +260,36 @@ func TestWatchMuxStartsSeeWritesBeforeThem(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchMuxRefuseEndsOneWatch: a refused start (the caller may not
+// watch) ends that watch alone, live or not, with its reason; the others
+// go on.
+func TestWatchMuxRefuseEndsOneWatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	cache := e.startCache(t, configcenter.CacheOptions{Bookmark: time.Hour, Progress: time.Hour})
+	m := configcenter.NewWatchMux(cache)
+	defer m.Close()
+	for id, ns := range map[int64]string{1: "a", 2: "b"} {
+		if err := m.Start(id, []string{ns}, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		nextOf(t, m, false) // the snapshots
+	}
+	denied := errors.New("not allowed")
+	if err := m.Refuse(2, denied); err != nil {
+		t.Fatal(err)
+	}
+	if b := nextOf(t, m, false); !slices.Equal(b.IDs, []int64{2}) || !errors.Is(b.Err, denied) {
+		t.Fatalf("the refusal: %+v", b)
+	}
+	for _, ns := range []string{"b", "a"} {
+		if _, err := e.s.Put(t.Context(), ns, "k", "v", 0, "", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b's release reaches nobody: watch 2 ended; a's reaches watch 1.
+	releaseTo(t, m, "a", 1, 1)
+}

@@ -68,7 +68,7 @@ type Options struct {
 	// Out is the file to keep rendered. Its directory must exist.
 	Out string
 	// Mode is the rendered file's permission bits; 0 keeps an existing
-	// file's, else 0644.
+	// file's, else 0644 (0600 with RevealSecrets).
 	Mode os.FileMode
 	// Namespaces are subscribed from the start, beside those the template
 	// is found to read (it is executed to find them).
@@ -88,7 +88,8 @@ type Options struct {
 	Subscribe []clientlib.SubscribeOption
 	// RevealSecrets subscribes with secrets in clear (the caller needs
 	// config.read-secret); else secret keys are missing from the data the
-	// template sees. Give Mode 0600 for a file that holds secrets.
+	// template sees. A new file is then made mode 0600 unless Mode says
+	// otherwise.
 	RevealSecrets bool
 	// OnResult, if set, is called after every render attempt, on the
 	// renderer's goroutine.
@@ -398,7 +399,10 @@ func (r *Renderer) write(b []byte) (changed bool, err error) {
 			mode = fi.Mode().Perm()
 		}
 	}
-	if mode == 0 {
+	switch {
+	case mode == 0 && r.opts.RevealSecrets:
+		mode = 0o600 // it may hold secrets
+	case mode == 0:
 		mode = 0o644
 	}
 	dir := filepath.Dir(r.opts.Out)

@@ -920,7 +920,10 @@ func TestConfigSecrets(t *testing.T) {
 	if code, out, errOut := ctl(t, src, secret, "config", "put", "shop/db", "password", "-", "--secret"); code != 0 || !strings.Contains(out, "+ password = (secret)") || strings.Contains(out+errOut, secret) {
 		t.Fatalf("put --secret: %d %q %q", code, out, errOut)
 	}
-	must(t, src, "config", "put", "shop/db", "host", "db1")
+	if code, out, errOut := ctl(t, src, `{"host":"db1","user":"app","token":"tok-`+secret+`"}`, "config", "publish", "shop/db", "-f", "-", "--raw", "--secret", "token"); code != 0 ||
+		!strings.Contains(out, "+ token = (secret)") || !strings.Contains(out, "+ user = app") || strings.Contains(out+errOut, secret) {
+		t.Fatalf("publish --secret: %d %q %q", code, out, errOut)
+	}
 	if errOut := exits(t, exitUsage, src, "config", "get", "shop/db", "password"); !strings.Contains(errOut, "--reveal") {
 		t.Fatalf("get of a secret without --reveal: %q", errOut)
 	}
@@ -934,6 +937,9 @@ func TestConfigSecrets(t *testing.T) {
 		}
 	}
 
+	if errOut := exits(t, exitUsage, src, "config", "get", "shop/db", "token"); !strings.Contains(errOut, "--reveal") {
+		t.Fatalf("the published secret: %q", errOut)
+	}
 	// Export: without a transfer key the secret is only named; with one
 	// it is sealed.
 	plain, sealed := filepath.Join(dir, "plain.json"), filepath.Join(dir, "sealed.json")

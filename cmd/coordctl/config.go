@@ -276,13 +276,15 @@ func (a *app) configPublishCommand() *cobra.Command {
 	var rf releaseFlags
 	var file string
 	var raw, dryRun bool
+	var secrets []string
 	publish := &cobra.Command{
 		Use:   "publish NAMESPACE -f FILE",
 		Short: "Publish many changes as one atomic release, from a JSON file or stdin (-f -)",
 		Long: `Publish many changes as one atomic release. The file (or stdin with -f -) is
 one JSON object: each member sets a key to the member's value as JSON text
 (so "web" is stored with its quotes, 8080 as 8080); null deletes the key.
-With --raw, string members are stored without their quotes.`,
+With --raw, string members are stored without their quotes. --secret KEY
+(repeatable) stores that key's value as a secret.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" {
@@ -295,6 +297,13 @@ With --raw, string members are stored without their quotes.`,
 			ms, err := mutationsFromJSON(data, raw)
 			if err != nil {
 				return err
+			}
+			for _, k := range secrets {
+				i := slices.IndexFunc(ms, func(m clientlib.ConfigMutation) bool { return m.Key == k && !m.Delete })
+				if i < 0 {
+					return usagef("--secret %s: the file sets no key %s", k, k)
+				}
+				ms[i].Secret = true
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
 				o := rf.options()
@@ -311,6 +320,7 @@ With --raw, string members are stored without their quotes.`,
 	publish.Flags().StringVarP(&file, "file", "f", "", "JSON object of keys to set (null deletes); - for stdin")
 	publish.Flags().BoolVar(&raw, "raw", false, "store string members without their quotes")
 	publish.Flags().BoolVar(&dryRun, "dry-run", false, "validate and show the changes, write nothing")
+	publish.Flags().StringArrayVar(&secrets, "secret", nil, "store this key's value as a secret (repeatable)")
 	return publish
 }
 

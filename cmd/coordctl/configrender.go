@@ -186,7 +186,7 @@ command's own output goes to stderr. SIGHUP reads the template again.`,
 	f.StringSliceVar(&o.Namespaces, "namespace", nil, "a namespace to follow from the start (those the template reads are found by rendering it)")
 	f.StringVar(&mode, "mode", "", "the file's permission bits, in octal (default: an existing file's, else 0644)")
 	f.StringVar(&cacheFile, "cache-file", "", "keep the namespaces in this file, to render from it while coordd is unreachable at start")
-	f.BoolVar(&o.RevealSecrets, "reveal", false, "render secrets in clear (needs config.read-secret; pair it with --mode 600)")
+	f.BoolVar(&o.RevealSecrets, "reveal", false, "render secrets in clear (needs config.read-secret); a new file is then mode 600 unless --mode says otherwise")
 	f.BoolVar(&once, "once", false, "render once and exit (non-zero if the render or the command failed)")
 	for _, name := range []string{"template", "out", "cache-file"} {
 		_ = cmd.MarkFlagFilename(name)

@@ -29,6 +29,10 @@ type rpcRule struct {
 	// values in clear: it then needs config.read-secret on every name as
 	// well, and is audited as that action.
 	reveals func(msg any) bool
+	// refusesOne says that a message the policy refuses ends only what it
+	// asked for, not the stream: RecvMsg returns a *MessageRefused, which
+	// the handler reports for that message and reads on.
+	refusesOne bool
 	// perCall says that each message of the stream is a call of another
 	// RPC (SessionService.Calls), which the stream's handler runs through
 	// the unary interceptors, so it is authorized, rate limited and
@@ -167,6 +171,22 @@ func revealing[T any](r rpcRule, reveal func(T) bool) rpcRule {
 	return r
 }
 
+func refusingOne(r rpcRule) rpcRule {
+	r.refusesOne = true
+	return r
+}
+
+// MessageRefused is what a stream's RecvMsg returns for a message the
+// policy refused, on a stream whose rule refuses one message at a time:
+// Msg (decoded) was refused with Err, and the stream goes on.
+type MessageRefused struct {
+	Msg any
+	Err error
+}
+
+func (e *MessageRefused) Error() string { return e.Err.Error() }
+func (e *MessageRefused) Unwrap() error { return e.Err }
+
 // rpcTable maps every RPC of coordd's API to its action and the names it
 // acts on. It is the only place where that is decided; a test fails when an
 // RPC is missing from it, and an RPC missing from it is denied once a
@@ -282,8 +302,10 @@ var rpcTable = map[string]rpcRule{
 	configSvc + "Watch":          revealing(rule(auth.ConfigRead, namespaces((*coorddv1.WatchRequest).GetNamespaces)), (*coorddv1.WatchRequest).GetRevealSecrets),
 	// Each start message of the stream names its namespaces; a stop
 	// names none.
-	configSvc + "WatchMany": revealing(rule(auth.ConfigRead, namespaces(func(m *coorddv1.WatchManyRequest) []string { return m.GetStart().GetNamespaces() })),
-		func(m *coorddv1.WatchManyRequest) bool { return m.GetStart().GetRevealSecrets() }),
+	// A refused start refuses that watch alone: the stream's other
+	// watches go on.
+	configSvc + "WatchMany": refusingOne(revealing(rule(auth.ConfigRead, namespaces(func(m *coorddv1.WatchManyRequest) []string { return m.GetStart().GetNamespaces() })),
+		func(m *coorddv1.WatchManyRequest) bool { return m.GetStart().GetRevealSecrets() })),
 	// Rewrapping the namespaces' data keys is key management: an
 	// operator's.
 	configSvc + "RewrapSecretKeys": {action: auth.ClusterAdmin},
@@ -516,6 +538,9 @@ func StreamAuth(a Auth) grpc.StreamServerInterceptor {
 				err := a.authorize(ctx, p, info.FullMethod, msg)
 				if err != nil {
 					a.audit(ctx, p, info.FullMethod, msg, err)
+					if rpcTable[info.FullMethod].refusesOne {
+						return &MessageRefused{Msg: msg, Err: err}
+					}
 				}
 				return err
 			},

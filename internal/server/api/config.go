@@ -498,6 +498,19 @@ var errRecvEnded = errors.New("api: WatchMany requests ended")
 func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcenter.WatchMux, reveals *revealers) error {
 	for {
 		req, err := stream.Recv()
+		var refused *MessageRefused
+		if errors.As(err, &refused) {
+			// This start alone is refused; the stream's other watches go on.
+			start, _ := refused.Msg.(*coorddv1.WatchManyRequest)
+			if start.GetStart() == nil {
+				return err // only a start names anything to refuse
+			}
+			reveals.set(start.GetStart().GetWatchId(), false)
+			if err := mux.Refuse(start.GetStart().GetWatchId(), refused.Err); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}

@@ -95,7 +95,29 @@ func TestSecretsAreNeverShownInClear(t *testing.T) {
 	if _, err := bob.ConfigCenter().RevealSecrets().Snapshot(ctx, "a/app", 0); !errors.Is(err, clientlib.ErrPermissionDenied) {
 		t.Fatalf("bob revealing = %v, want ErrPermissionDenied", err)
 	}
-	// alice reads it in clear, when she asks.
+	// A refused subscription is refused alone: bob's other one, on the
+	// same stream, goes on without a reconnect.
+	mine, err := bob.ConfigCenter().Subscribe(ctx, []string{"a/app"}, clientlib.WithStartTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Close()
+	if _, err := bob.ConfigCenter().RevealSecrets().Subscribe(ctx, []string{"a/app"}, clientlib.WithStartTimeout(10*time.Second)); !errors.Is(err, clientlib.ErrPermissionDenied) {
+		t.Fatalf("bob's revealing subscription = %v, want ErrPermissionDenied", err)
+	}
+	if _, err := bob.ConfigCenter().Put(ctx, "a/app", "db.port", "5432", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "bob's subscription to see his change", func() bool { v, _ := mine.Snapshot().Get("a/app", "db.port"); return v == "5432" })
+	if st := mine.Status(); st.Reconnects != 0 || st.Relists != 0 {
+		t.Fatalf("a refused subscription disturbed the other: %+v", st)
+	}
+	// alice reads it in clear, when she asks; an export without a
+	// transfer key only names it.
+	if exp, err := alice.ConfigCenter().RevealSecrets().Export(ctx, []string{"a/app"}); err != nil || len(exp.Namespaces) != 1 ||
+		len(exp.Namespaces[0].Hidden) != 1 || exp.Namespaces[0].Values["db.password"] != "" || exp.Namespaces[0].Secrets != nil {
+		t.Fatalf("an export without a transfer key = %+v, %v", exp, err)
+	}
 	if v, _, err := alice.ConfigCenter().RevealSecrets().Get(ctx, "a/app", "db.password", 0); err != nil || v != secretValue {
 		t.Fatalf("alice's Get = %q, %v", v, err)
 	}
@@ -119,7 +141,7 @@ func TestSecretsAreNeverShownInClear(t *testing.T) {
 	subscriptionsSeeWhatTheyMay(t, alice)
 
 	// History and diffs say it changed, never to what, even to alice.
-	for _, path := range []string{"releases?" + q, "diff?" + q + "&fromRelease=1&toRelease=4"} {
+	for _, path := range []string{"releases?" + q, "diff?" + q + "&fromRelease=1&toRelease=5"} {
 		if code, body := httpAs(t, "GET", base+path, "alice", ""); code != 200 || strings.Contains(body, "s3cret") || !strings.Contains(body, `"secret":true`) {
 			t.Fatalf("%s: %d %s", path, code, body)
 		}
@@ -195,7 +217,7 @@ func subscriptionsSeeWhatTheyMay(t *testing.T, alice *clientlib.Client) {
 		v, _ := revealed.Snapshot().Get("a/app", "db.password")
 		return v == "rotated-"+secretValue
 	})
-	wait.For(t, "the plain subscription to reach the change", func() bool { return plain.Snapshot().Release("a/app") == 3 })
+	wait.For(t, "the plain subscription to reach the change", func() bool { return plain.Snapshot().Release("a/app") == 4 })
 	if _, ok := plain.Snapshot().Get("a/app", "db.password"); ok {
 		t.Fatal("the plain subscription got the changed secret")
 	}
