@@ -120,6 +120,15 @@ func invoke(t *testing.T, conn *grpc.ClientConn, m protoreflect.MethodDescriptor
 		}
 	}
 	code := status.Code(err)
+	if wm, ok := resp.(*coorddv1.WatchManyResponse); ok && err == nil {
+		// A WatchMany start is refused alone, in a message of the stream.
+		switch wm.GetErrorReason() {
+		case "UNAUTHENTICATED":
+			return codes.Unauthenticated
+		case "PERMISSION_DENIED":
+			return codes.PermissionDenied
+		}
+	}
 	if code == codes.DeadlineExceeded && ctx.Err() != nil {
 		return codes.OK // still waiting (Acquire, Campaign) or streaming: let in
 	}
