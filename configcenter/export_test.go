@@ -1,6 +1,9 @@
 package configcenter
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetBeforeWatch makes c call f before each etcd watch it opens. Call it
 // before Run.
@@ -15,3 +18,10 @@ func SetLocalCopyAt(s *Store, rev int64) {
 // SetSealingOff makes s store secret values in clear: the sabotage that
 // the tests which look for clear text in etcd must catch.
 func SetSealingOff(s *Store) { s.secrets.off = true }
+
+// SetSelfApproval lets proposers approve their own proposals: the
+// sabotage that the four-eyes tests must catch.
+func SetSelfApproval(s *Store) { s.approvalSelfOK = true }
+
+// SetNow makes s read the time from now.
+func SetNow(s *Store, now func() time.Time) { s.now = now }

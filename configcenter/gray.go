@@ -364,6 +364,9 @@ func (s *Store) changeGray(ctx context.Context, req GrayRequest, action GrayActi
 			}
 		}
 		if action != GrayAbandon {
+			if cur.approval.Required {
+				return Gray{}, fmt.Errorf("%w: %q changes only by approved proposals, and a gray release is not one yet: propose the release instead", ErrApprovalRequired, ns)
+			}
 			if err := refuseSecretOverrides(cur, next.Overrides); err != nil {
 				return Gray{}, err
 			}
@@ -402,6 +405,7 @@ func (s *Store) unchanged(ns string, cur nsState) []clientv3.Cmp {
 		clientv3.Compare(clientv3.ModRevision(s.metaKey(ns)), "=", cur.metaRev),
 		clientv3.Compare(clientv3.ModRevision(s.schemaKey(ns)), "=", cur.schemaRev),
 		clientv3.Compare(clientv3.ModRevision(s.grayKey(ns)), "=", cur.grayRev),
+		clientv3.Compare(clientv3.ModRevision(s.approvalKey(ns)), "=", cur.approvalRev),
 	}
 }
 

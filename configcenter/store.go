@@ -45,6 +45,9 @@ type Store struct {
 	// behind (see commit); tests replace it with a copy that is.
 	readLocal func(ctx context.Context, ns string) (nsState, error)
 	secrets   secrets
+	// approvalSelfOK lets a proposer approve their own proposal: a
+	// sabotage for the tests that check the four-eyes rule.
+	approvalSelfOK bool
 }
 
 // NewStore returns a Store that keeps namespaces under root+"config/".
@@ -119,6 +122,11 @@ type Release struct {
 	// PromotedGray is the gray release this one promoted, if any.
 	PromotedGray int64    `json:"promoted_gray,omitempty"`
 	Changes      []Change `json:"changes"`
+	// Proposal is the approved proposal this release is (0: none): its
+	// proposer and approver are recorded with it.
+	Proposal   int64  `json:"proposal,omitempty"`
+	ProposedBy string `json:"proposed_by,omitempty"`
+	ApprovedBy string `json:"approved_by,omitempty"`
 }
 
 // meta is the value of a namespace's meta key.
@@ -142,11 +150,13 @@ type Snapshot struct {
 // nsState is a namespace read at one revision.
 type nsState struct {
 	Snapshot
-	metaRev   int64 // mod revision of the meta key (0: none)
-	schema    string
-	schemaRev int64
-	gray      *Gray // the last gray record (running or not); nil if none
-	grayRev   int64 // mod revision of the gray key (0: none)
+	metaRev     int64 // mod revision of the meta key (0: none)
+	schema      string
+	schemaRev   int64
+	gray        *Gray // the last gray record (running or not); nil if none
+	grayRev     int64 // mod revision of the gray key (0: none)
+	approval    ApprovalPolicy
+	approvalRev int64 // mod revision of the approval key (0: none)
 }
 
 // readNamespace reads a namespace's keys, meta and schema at rev (0: now).
@@ -163,7 +173,7 @@ func (s *Store) readNamespace(ctx context.Context, ns string, rev int64, more ..
 	if rev > 0 {
 		st.Revision = rev
 	}
-	kp, mk, sk, gk := s.keyPrefix(ns), s.metaKey(ns), s.schemaKey(ns), s.grayKey(ns)
+	kp, mk, sk, gk, ak := s.keyPrefix(ns), s.metaKey(ns), s.schemaKey(ns), s.grayKey(ns), s.approvalKey(ns)
 	for _, kv := range resp.Kvs {
 		switch k := string(kv.Key); {
 		case strings.HasPrefix(k, kp):
@@ -182,6 +192,11 @@ func (s *Store) readNamespace(ctx context.Context, ns string, rev int64, more ..
 				return nsState{}, err
 			}
 			st.gray, st.grayRev = g, kv.ModRevision
+		case k == ak:
+			if err := json.Unmarshal(kv.Value, &st.approval); err != nil {
+				return nsState{}, fmt.Errorf("config: decode %q: %w", k, err)
+			}
+			st.approvalRev = kv.ModRevision
 		}
 	}
 	return st, nil
@@ -319,6 +334,11 @@ type commitRequest struct {
 	extra func(cur nsState, rel Release) ([]clientv3.Op, error)
 	// promoteGray records in the release that it promotes the running gray.
 	promoteGray bool
+	// approved is the proposal the release carries out: only such a
+	// release may change a namespace that requires approval.
+	approved *Proposal
+	// cmps guard the release's transaction beyond the namespace's keys.
+	cmps []clientv3.Cmp
 	// plan returns the mutations to make, given the namespace's current
 	// state; it runs again if the namespace changes before the commit.
 	plan func(ctx context.Context, cur nsState) ([]Mutation, error)
@@ -389,6 +409,9 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 		return Release{}, nil, nil, false, fmt.Errorf("%w: %q changed at revision %d (release %d), after the expected revision %d",
 			ErrRevisionMismatch, req.ns, cur.metaRev, cur.Release, req.expected)
 	}
+	if cur.approval.Required && req.approved == nil {
+		return Release{}, nil, nil, false, fmt.Errorf("%w: %q changes only by approved proposals: propose the release (coordctl config propose), and another principal approves it", ErrApprovalRequired, req.ns)
+	}
 	ms, err := req.plan(ctx, cur)
 	if err != nil {
 		return Release{}, nil, nil, false, err
@@ -401,6 +424,9 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 	rel = Release{Namespace: req.ns, Number: cur.Release + 1, Author: req.author, Message: req.message, Time: s.now().UTC(), RollbackOf: req.rollbackOf}
 	if req.promoteGray && cur.gray != nil {
 		rel.PromotedGray = cur.gray.Number
+	}
+	if p := req.approved; p != nil {
+		rel.Proposal, rel.ProposedBy, rel.ApprovedBy = p.Number, p.Proposer, p.DecidedBy
 	}
 	var next map[string]string
 	rel.Changes, next = applyMutations(cur.Content, ms)
@@ -433,7 +459,7 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 		}
 		ops = append(ops, more...)
 	}
-	return rel, ops, cmps, req.dryRun, nil
+	return rel, ops, append(cmps, req.cmps...), req.dryRun, nil
 }
 
 // applyMutations applies ms to content: it returns the changes they make
@@ -676,24 +702,30 @@ func (s *Store) Rollback(ctx context.Context, ns string, to, expected int64, aut
 	return s.commit(ctx, commitRequest{
 		ns: ns, expected: expected, author: author, message: message, rollbackOf: to,
 		plan: func(ctx context.Context, cur nsState) ([]Mutation, error) {
-			old, err := s.contentAt(ctx, ns, to, cur)
-			if err != nil {
-				return nil, err
-			}
-			var ms []Mutation
-			for _, c := range diff(cur.Content, old) {
-				if c.New == nil {
-					ms = append(ms, Mutation{Key: c.Key, Delete: true})
-				} else {
-					ms = append(ms, Mutation{Key: c.Key, Value: *c.New})
-				}
-			}
-			if len(ms) > s.limits.MaxKeysPerRelease {
-				return nil, fmt.Errorf("%w: rolling back changes %d keys, at most %d may change in one release", ErrTooLarge, len(ms), s.limits.MaxKeysPerRelease)
-			}
-			return ms, nil
+			return s.rollbackMutations(ctx, ns, to, cur)
 		},
 	})
+}
+
+// rollbackMutations are the mutations that give ns, now cur, release to's
+// content.
+func (s *Store) rollbackMutations(ctx context.Context, ns string, to int64, cur nsState) ([]Mutation, error) {
+	old, err := s.contentAt(ctx, ns, to, cur)
+	if err != nil {
+		return nil, err
+	}
+	var ms []Mutation
+	for _, c := range diff(cur.Content, old) {
+		if c.New == nil {
+			ms = append(ms, Mutation{Key: c.Key, Delete: true})
+		} else {
+			ms = append(ms, Mutation{Key: c.Key, Value: *c.New})
+		}
+	}
+	if len(ms) > s.limits.MaxKeysPerRelease {
+		return nil, fmt.Errorf("%w: rolling back changes %d keys, at most %d may change in one release", ErrTooLarge, len(ms), s.limits.MaxKeysPerRelease)
+	}
+	return ms, nil
 }
 
 // Schema returns a namespace's JSON Schema ("" if none) and the revision

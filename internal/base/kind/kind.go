@@ -81,6 +81,13 @@ var (
 	// SecretsUnavailable: a secret value cannot be sealed or opened here
 	// (no key file, or not the key that wrapped it).
 	SecretsUnavailable = &Kind{"secrets unavailable"}
+	// ApprovalRequired: the namespace changes only by approved proposals.
+	ApprovalRequired = &Kind{"approval required"}
+	// ProposalNotFound: no such proposal (or it was pruned).
+	ProposalNotFound = &Kind{"proposal not found"}
+	// ProposalClosed: the proposal was already approved, rejected or
+	// withdrawn, or it expired.
+	ProposalClosed = &Kind{"proposal closed"}
 	// PermissionDenied: the caller may not do this.
 	PermissionDenied = &Kind{"permission denied"}
 	// RateLimited: the caller or the namespace is over its rate; nothing changed.
@@ -96,5 +103,5 @@ var All = []*Kind{
 	Held, StaleToken, NotHolder, NotLeader, LimitMismatch, AlreadyLeader,
 	ValidationFailed, RevisionMismatch, Compacted, Unavailable,
 	MemberNotFound, MemberChangeRefused, Unauthenticated, PermissionDenied, RateLimited,
-	QuotaExceeded, SecretsUnavailable,
+	QuotaExceeded, SecretsUnavailable, ApprovalRequired, ProposalNotFound, ProposalClosed,
 }
