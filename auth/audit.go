@@ -52,7 +52,7 @@ func (a *Audit) Write(r Record) error {
 // taking it is audited (refused calls are audited whatever their action).
 func Mutates(a Action) bool {
 	switch a {
-	case LockAcquire, LockRelease, ElectionCampaign, ConfigWrite, ConfigAdmin, KVFenced, ClusterAdmin:
+	case LockAcquire, LockRelease, ElectionCampaign, ConfigWrite, ConfigAdmin, ConfigPropose, ConfigApprove, KVFenced, ClusterAdmin:
 		return true
 	}
 	return false

@@ -28,6 +28,8 @@ const (
 	ConfigRead       Action = "config.read"        // read, watch, report status (namespace)
 	ConfigReadSecret Action = "config.read-secret" // read secret values in clear, with config.read (namespace)
 	ConfigWrite      Action = "config.write"       // put, delete, publish (namespace)
+	ConfigPropose    Action = "config.propose"     // propose a release, withdraw one's own (namespace)
+	ConfigApprove    Action = "config.approve"     // approve or reject another's proposal (namespace)
 	ConfigAdmin      Action = "config.admin"       // schema, rollback (namespace)
 	KVFenced         Action = "kv.fenced"          // fenced put, delete, validate (key)
 	KVRead           Action = "kv.read"            // get, list, watch the fenced KV (key)
@@ -52,6 +54,7 @@ var Actions = map[Action]Kind{
 	Session: None, LockAcquire: Lock, LockRelease: Lock, LockDescribe: Lock,
 	ElectionCampaign: Election, ElectionObserve: Election,
 	ConfigRead: Namespace, ConfigReadSecret: Namespace, ConfigWrite: Namespace, ConfigAdmin: Namespace,
+	ConfigPropose: Namespace, ConfigApprove: Namespace,
 	KVFenced: Key, KVRead: Key, ClusterRead: None, ClusterAdmin: None,
 }
 

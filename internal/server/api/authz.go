@@ -309,6 +309,16 @@ var rpcTable = map[string]rpcRule{
 	// Rewrapping the namespaces' data keys is key management: an
 	// operator's.
 	configSvc + "RewrapSecretKeys": {action: auth.ClusterAdmin},
+	// Four eyes: who proposes and who approves are different rights; the
+	// store refuses a proposer's approval of their own.
+	configSvc + "SetApprovalPolicy": rule(auth.ConfigAdmin, named(auth.Namespace, (*coorddv1.SetApprovalPolicyRequest).GetNamespace)),
+	configSvc + "GetApprovalPolicy": rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetApprovalPolicyRequest).GetNamespace)),
+	configSvc + "ProposeRelease":    rule(auth.ConfigPropose, named(auth.Namespace, (*coorddv1.ProposeReleaseRequest).GetNamespace)),
+	configSvc + "ListProposals":     rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.ListProposalsRequest).GetNamespace)),
+	configSvc + "GetProposal":       rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetProposalRequest).GetNamespace)),
+	configSvc + "ApproveProposal":   rule(auth.ConfigApprove, named(auth.Namespace, (*coorddv1.ApproveProposalRequest).GetNamespace)),
+	configSvc + "RejectProposal":    rule(auth.ConfigApprove, named(auth.Namespace, (*coorddv1.RejectProposalRequest).GetNamespace)),
+	configSvc + "WithdrawProposal":  rule(auth.ConfigPropose, named(auth.Namespace, (*coorddv1.WithdrawProposalRequest).GetNamespace)),
 
 	clusterSvc + "GetClusterStatus": {action: auth.ClusterRead},
 	clusterSvc + "ListAlarms":       {action: auth.ClusterRead},

@@ -307,6 +307,9 @@ func releaseProto(r configcenter.Release) *coorddv1.ConfigRelease {
 		Changes:    changesProto(r.Changes),
 
 		PromotedGray: r.PromotedGray,
+		Proposal:     r.Proposal,
+		ProposedBy:   r.ProposedBy,
+		ApprovedBy:   r.ApprovedBy,
 	}
 	if !r.Time.IsZero() {
 		out.Time = timestamppb.New(r.Time)

@@ -142,6 +142,71 @@ func (GrayAction) EnumDescriptor() ([]byte, []int) {
 	return file_coordd_v1_config_proto_rawDescGZIP(), []int{1}
 }
 
+// ProposalState is where a proposal stands.
+type ProposalState int32
+
+const (
+	// PROPOSAL_STATE_UNSPECIFIED is never sent.
+	ProposalState_PROPOSAL_STATE_UNSPECIFIED ProposalState = 0
+	// Waiting for approval.
+	ProposalState_PROPOSAL_STATE_PENDING ProposalState = 1
+	// Approved: its release was made.
+	ProposalState_PROPOSAL_STATE_APPROVED ProposalState = 2
+	// Rejected by someone other than its proposer.
+	ProposalState_PROPOSAL_STATE_REJECTED ProposalState = 3
+	// Withdrawn by its proposer.
+	ProposalState_PROPOSAL_STATE_WITHDRAWN ProposalState = 4
+	// Pending past its expiry: it can no longer be approved.
+	ProposalState_PROPOSAL_STATE_EXPIRED ProposalState = 5
+)
+
+// Enum value maps for ProposalState.
+var (
+	ProposalState_name = map[int32]string{
+		0: "PROPOSAL_STATE_UNSPECIFIED",
+		1: "PROPOSAL_STATE_PENDING",
+		2: "PROPOSAL_STATE_APPROVED",
+		3: "PROPOSAL_STATE_REJECTED",
+		4: "PROPOSAL_STATE_WITHDRAWN",
+		5: "PROPOSAL_STATE_EXPIRED",
+	}
+	ProposalState_value = map[string]int32{
+		"PROPOSAL_STATE_UNSPECIFIED": 0,
+		"PROPOSAL_STATE_PENDING":     1,
+		"PROPOSAL_STATE_APPROVED":    2,
+		"PROPOSAL_STATE_REJECTED":    3,
+		"PROPOSAL_STATE_WITHDRAWN":   4,
+		"PROPOSAL_STATE_EXPIRED":     5,
+	}
+)
+
+func (x ProposalState) Enum() *ProposalState {
+	p := new(ProposalState)
+	*p = x
+	return p
+}
+
+func (x ProposalState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProposalState) Descriptor() protoreflect.EnumDescriptor {
+	return file_coordd_v1_config_proto_enumTypes[2].Descriptor()
+}
+
+func (ProposalState) Type() protoreflect.EnumType {
+	return &file_coordd_v1_config_proto_enumTypes[2]
+}
+
+func (x ProposalState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProposalState.Descriptor instead.
+func (ProposalState) EnumDescriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{2}
+}
+
 // ConfigChange is one key's change: old_value is unset for a new key,
 // new_value for a deleted one.
 type ConfigChange struct {
@@ -242,7 +307,14 @@ type ConfigRelease struct {
 	// a watcher running a gray release, without the keys the gray overrides.
 	Changes []*ConfigChange `protobuf:"bytes,8,rep,name=changes,proto3" json:"changes,omitempty"`
 	// promoted_gray is the gray release this one promoted, if any.
-	PromotedGray  int64 `protobuf:"varint,9,opt,name=promoted_gray,json=promotedGray,proto3" json:"promoted_gray,omitempty"`
+	PromotedGray int64 `protobuf:"varint,9,opt,name=promoted_gray,json=promotedGray,proto3" json:"promoted_gray,omitempty"`
+	// proposal is the approved proposal this release carried out (0: none),
+	// proposed_by who proposed it and approved_by who approved it.
+	Proposal int64 `protobuf:"varint,10,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	// proposed_by: see proposal.
+	ProposedBy string `protobuf:"bytes,11,opt,name=proposed_by,json=proposedBy,proto3" json:"proposed_by,omitempty"`
+	// approved_by: see proposal.
+	ApprovedBy    string `protobuf:"bytes,12,opt,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +410,27 @@ func (x *ConfigRelease) GetPromotedGray() int64 {
 		return x.PromotedGray
 	}
 	return 0
+}
+
+func (x *ConfigRelease) GetProposal() int64 {
+	if x != nil {
+		return x.Proposal
+	}
+	return 0
+}
+
+func (x *ConfigRelease) GetProposedBy() string {
+	if x != nil {
+		return x.ProposedBy
+	}
+	return ""
+}
+
+func (x *ConfigRelease) GetApprovedBy() string {
+	if x != nil {
+		return x.ApprovedBy
+	}
+	return ""
 }
 
 // ConfigMutation is one change a release asks for.
@@ -4121,6 +4214,1165 @@ func (x *RewrapSecretKeysResponse) GetByKey() map[string]int32 {
 	return nil
 }
 
+// ApprovalPolicy is a namespace's approval setting.
+type ApprovalPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// required: the namespace changes only by proposals another principal
+	// approves; publish, put, delete, rollback and gray releases fail with
+	// FailedPrecondition (APPROVAL_REQUIRED).
+	Required bool `protobuf:"varint,1,opt,name=required,proto3" json:"required,omitempty"`
+	// proposal_ttl is how long a proposal waits for approval: up to 720h,
+	// 24h when unset.
+	ProposalTtl   *durationpb.Duration `protobuf:"bytes,2,opt,name=proposal_ttl,json=proposalTtl,proto3" json:"proposal_ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalPolicy) Reset() {
+	*x = ApprovalPolicy{}
+	mi := &file_coordd_v1_config_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalPolicy) ProtoMessage() {}
+
+func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
+func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ApprovalPolicy) GetRequired() bool {
+	if x != nil {
+		return x.Required
+	}
+	return false
+}
+
+func (x *ApprovalPolicy) GetProposalTtl() *durationpb.Duration {
+	if x != nil {
+		return x.ProposalTtl
+	}
+	return nil
+}
+
+// SetApprovalPolicyRequest sets a namespace's approval policy.
+type SetApprovalPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// policy: unset or required false turns approval off.
+	Policy        *ApprovalPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetApprovalPolicyRequest) Reset() {
+	*x = SetApprovalPolicyRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetApprovalPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetApprovalPolicyRequest) ProtoMessage() {}
+
+func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
+func (*SetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *SetApprovalPolicyRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SetApprovalPolicyRequest) GetPolicy() *ApprovalPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// SetApprovalPolicyResponse says when it took effect.
+type SetApprovalPolicyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revision is the write's etcd revision.
+	Revision      int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetApprovalPolicyResponse) Reset() {
+	*x = SetApprovalPolicyResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetApprovalPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetApprovalPolicyResponse) ProtoMessage() {}
+
+func (x *SetApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetApprovalPolicyResponse.ProtoReflect.Descriptor instead.
+func (*SetApprovalPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *SetApprovalPolicyResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// GetApprovalPolicyRequest reads a namespace's approval policy.
+type GetApprovalPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace     string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetApprovalPolicyRequest) Reset() {
+	*x = GetApprovalPolicyRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetApprovalPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetApprovalPolicyRequest) ProtoMessage() {}
+
+func (x *GetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
+func (*GetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *GetApprovalPolicyRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+// GetApprovalPolicyResponse carries the policy.
+type GetApprovalPolicyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// policy is the namespace's policy (required false: none).
+	Policy        *ApprovalPolicy `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetApprovalPolicyResponse) Reset() {
+	*x = GetApprovalPolicyResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetApprovalPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetApprovalPolicyResponse) ProtoMessage() {}
+
+func (x *GetApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetApprovalPolicyResponse.ProtoReflect.Descriptor instead.
+func (*GetApprovalPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *GetApprovalPolicyResponse) GetPolicy() *ApprovalPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// Proposal is a release waiting for approval.
+type Proposal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace is the namespace.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// number: 1, 2, 3, … per namespace (the last 100 are kept).
+	Number int64 `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	// state says where it stands.
+	State ProposalState `protobuf:"varint,3,opt,name=state,proto3,enum=coordd.v1.ProposalState" json:"state,omitempty"`
+	// proposer is who proposed it: the principal, or without authentication
+	// the author given.
+	Proposer string `protobuf:"bytes,4,opt,name=proposer,proto3" json:"proposer,omitempty"`
+	// author and message go with the release.
+	Author string `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
+	// message: see author.
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// changes are what it changes against base_release (secrets marked,
+	// without their values).
+	Changes []*ConfigChange `protobuf:"bytes,7,rep,name=changes,proto3" json:"changes,omitempty"`
+	// rollback_of is the release whose content it restores, if any.
+	RollbackOf int64 `protobuf:"varint,8,opt,name=rollback_of,json=rollbackOf,proto3" json:"rollback_of,omitempty"`
+	// base_release is the release it was made on: it is approved only if
+	// the namespace is still there.
+	BaseRelease int64 `protobuf:"varint,9,opt,name=base_release,json=baseRelease,proto3" json:"base_release,omitempty"`
+	// create_time is when it was proposed.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// expire_time is when it can no longer be approved.
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// decided_by is who approved, rejected or withdrew it.
+	DecidedBy string `protobuf:"bytes,12,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// decide_time is when.
+	DecideTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
+	// decision is their message.
+	Decision string `protobuf:"bytes,14,opt,name=decision,proto3" json:"decision,omitempty"`
+	// release is the release an approval made.
+	Release int64 `protobuf:"varint,15,opt,name=release,proto3" json:"release,omitempty"`
+	// revision is the etcd revision of its last change.
+	Revision      int64 `protobuf:"varint,16,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Proposal) Reset() {
+	*x = Proposal{}
+	mi := &file_coordd_v1_config_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Proposal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Proposal) ProtoMessage() {}
+
+func (x *Proposal) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Proposal.ProtoReflect.Descriptor instead.
+func (*Proposal) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *Proposal) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Proposal) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *Proposal) GetState() ProposalState {
+	if x != nil {
+		return x.State
+	}
+	return ProposalState_PROPOSAL_STATE_UNSPECIFIED
+}
+
+func (x *Proposal) GetProposer() string {
+	if x != nil {
+		return x.Proposer
+	}
+	return ""
+}
+
+func (x *Proposal) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *Proposal) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Proposal) GetChanges() []*ConfigChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *Proposal) GetRollbackOf() int64 {
+	if x != nil {
+		return x.RollbackOf
+	}
+	return 0
+}
+
+func (x *Proposal) GetBaseRelease() int64 {
+	if x != nil {
+		return x.BaseRelease
+	}
+	return 0
+}
+
+func (x *Proposal) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Proposal) GetExpireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpireTime
+	}
+	return nil
+}
+
+func (x *Proposal) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *Proposal) GetDecideTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecideTime
+	}
+	return nil
+}
+
+func (x *Proposal) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *Proposal) GetRelease() int64 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
+func (x *Proposal) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+// ProposeReleaseRequest is a release to propose.
+type ProposeReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// mutations: as in PublishRequest (unless rollback_to is set).
+	Mutations []*ConfigMutation `protobuf:"bytes,2,rep,name=mutations,proto3" json:"mutations,omitempty"`
+	// rollback_to proposes restoring that release's content instead.
+	RollbackTo int64 `protobuf:"varint,3,opt,name=rollback_to,json=rollbackTo,proto3" json:"rollback_to,omitempty"`
+	// expected_revision: as in PublishRequest.
+	ExpectedRevision int64 `protobuf:"varint,4,opt,name=expected_revision,json=expectedRevision,proto3" json:"expected_revision,omitempty"`
+	// author goes with the release; without authentication it also names
+	// the proposer.
+	Author string `protobuf:"bytes,5,opt,name=author,proto3" json:"author,omitempty"`
+	// message says why.
+	Message       string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeReleaseRequest) Reset() {
+	*x = ProposeReleaseRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeReleaseRequest) ProtoMessage() {}
+
+func (x *ProposeReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeReleaseRequest.ProtoReflect.Descriptor instead.
+func (*ProposeReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ProposeReleaseRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ProposeReleaseRequest) GetMutations() []*ConfigMutation {
+	if x != nil {
+		return x.Mutations
+	}
+	return nil
+}
+
+func (x *ProposeReleaseRequest) GetRollbackTo() int64 {
+	if x != nil {
+		return x.RollbackTo
+	}
+	return 0
+}
+
+func (x *ProposeReleaseRequest) GetExpectedRevision() int64 {
+	if x != nil {
+		return x.ExpectedRevision
+	}
+	return 0
+}
+
+func (x *ProposeReleaseRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *ProposeReleaseRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// ProposeReleaseResponse carries the proposal.
+type ProposeReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// proposal is the pending proposal.
+	Proposal      *Proposal `protobuf:"bytes,1,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProposeReleaseResponse) Reset() {
+	*x = ProposeReleaseResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProposeReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProposeReleaseResponse) ProtoMessage() {}
+
+func (x *ProposeReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProposeReleaseResponse.ProtoReflect.Descriptor instead.
+func (*ProposeReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ProposeReleaseResponse) GetProposal() *Proposal {
+	if x != nil {
+		return x.Proposal
+	}
+	return nil
+}
+
+// ListProposalsRequest pages through a namespace's proposals.
+type ListProposalsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// page_size: 1-100, 20 when zero.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// before lists proposals older than this number; 0 starts at the newest.
+	Before        int64 `protobuf:"varint,3,opt,name=before,proto3" json:"before,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProposalsRequest) Reset() {
+	*x = ListProposalsRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProposalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProposalsRequest) ProtoMessage() {}
+
+func (x *ListProposalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProposalsRequest.ProtoReflect.Descriptor instead.
+func (*ListProposalsRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ListProposalsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListProposalsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListProposalsRequest) GetBefore() int64 {
+	if x != nil {
+		return x.Before
+	}
+	return 0
+}
+
+// ListProposalsResponse is one page.
+type ListProposalsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// proposals, newest first.
+	Proposals []*Proposal `protobuf:"bytes,1,rep,name=proposals,proto3" json:"proposals,omitempty"`
+	// next_before, when not zero, is the before of the next page.
+	NextBefore    int64 `protobuf:"varint,2,opt,name=next_before,json=nextBefore,proto3" json:"next_before,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProposalsResponse) Reset() {
+	*x = ListProposalsResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProposalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProposalsResponse) ProtoMessage() {}
+
+func (x *ListProposalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProposalsResponse.ProtoReflect.Descriptor instead.
+func (*ListProposalsResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ListProposalsResponse) GetProposals() []*Proposal {
+	if x != nil {
+		return x.Proposals
+	}
+	return nil
+}
+
+func (x *ListProposalsResponse) GetNextBefore() int64 {
+	if x != nil {
+		return x.NextBefore
+	}
+	return 0
+}
+
+// GetProposalRequest reads one proposal.
+type GetProposalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// number is the proposal's. Required.
+	Number        int64 `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProposalRequest) Reset() {
+	*x = GetProposalRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProposalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProposalRequest) ProtoMessage() {}
+
+func (x *GetProposalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProposalRequest.ProtoReflect.Descriptor instead.
+func (*GetProposalRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *GetProposalRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GetProposalRequest) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+// GetProposalResponse carries the proposal.
+type GetProposalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// proposal is the proposal.
+	Proposal      *Proposal `protobuf:"bytes,1,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProposalResponse) Reset() {
+	*x = GetProposalResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProposalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProposalResponse) ProtoMessage() {}
+
+func (x *GetProposalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProposalResponse.ProtoReflect.Descriptor instead.
+func (*GetProposalResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *GetProposalResponse) GetProposal() *Proposal {
+	if x != nil {
+		return x.Proposal
+	}
+	return nil
+}
+
+// ApproveProposalRequest approves a proposal.
+type ApproveProposalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// number is the proposal's. Required.
+	Number int64 `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	// message says why.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// author, without authentication, names the approver.
+	Author        string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveProposalRequest) Reset() {
+	*x = ApproveProposalRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveProposalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveProposalRequest) ProtoMessage() {}
+
+func (x *ApproveProposalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveProposalRequest.ProtoReflect.Descriptor instead.
+func (*ApproveProposalRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ApproveProposalRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ApproveProposalRequest) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *ApproveProposalRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ApproveProposalRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+// ApproveProposalResponse carries the release made.
+type ApproveProposalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// release is the release the approval made.
+	Release *ConfigRelease `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
+	// proposal is the proposal, closed.
+	Proposal      *Proposal `protobuf:"bytes,2,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveProposalResponse) Reset() {
+	*x = ApproveProposalResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveProposalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveProposalResponse) ProtoMessage() {}
+
+func (x *ApproveProposalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveProposalResponse.ProtoReflect.Descriptor instead.
+func (*ApproveProposalResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *ApproveProposalResponse) GetRelease() *ConfigRelease {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+func (x *ApproveProposalResponse) GetProposal() *Proposal {
+	if x != nil {
+		return x.Proposal
+	}
+	return nil
+}
+
+// RejectProposalRequest closes a proposal without a release.
+type RejectProposalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// number is the proposal's. Required.
+	Number int64 `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	// message says why.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// author, without authentication, names who decides.
+	Author        string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectProposalRequest) Reset() {
+	*x = RejectProposalRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectProposalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectProposalRequest) ProtoMessage() {}
+
+func (x *RejectProposalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectProposalRequest.ProtoReflect.Descriptor instead.
+func (*RejectProposalRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *RejectProposalRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RejectProposalRequest) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *RejectProposalRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RejectProposalRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+// RejectProposalResponse carries the closed proposal.
+type RejectProposalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// proposal is the proposal, closed.
+	Proposal      *Proposal `protobuf:"bytes,1,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectProposalResponse) Reset() {
+	*x = RejectProposalResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectProposalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectProposalResponse) ProtoMessage() {}
+
+func (x *RejectProposalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectProposalResponse.ProtoReflect.Descriptor instead.
+func (*RejectProposalResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *RejectProposalResponse) GetProposal() *Proposal {
+	if x != nil {
+		return x.Proposal
+	}
+	return nil
+}
+
+// WithdrawProposalRequest closes the caller's own proposal.
+type WithdrawProposalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace: as in PublishRequest. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// number is the proposal's. Required.
+	Number int64 `protobuf:"varint,2,opt,name=number,proto3" json:"number,omitempty"`
+	// message says why.
+	Message string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// author, without authentication, names who withdraws (its proposer).
+	Author        string `protobuf:"bytes,4,opt,name=author,proto3" json:"author,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithdrawProposalRequest) Reset() {
+	*x = WithdrawProposalRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithdrawProposalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithdrawProposalRequest) ProtoMessage() {}
+
+func (x *WithdrawProposalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithdrawProposalRequest.ProtoReflect.Descriptor instead.
+func (*WithdrawProposalRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *WithdrawProposalRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WithdrawProposalRequest) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *WithdrawProposalRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *WithdrawProposalRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+// WithdrawProposalResponse carries the closed proposal.
+type WithdrawProposalResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// proposal is the proposal, closed.
+	Proposal      *Proposal `protobuf:"bytes,1,opt,name=proposal,proto3" json:"proposal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithdrawProposalResponse) Reset() {
+	*x = WithdrawProposalResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithdrawProposalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithdrawProposalResponse) ProtoMessage() {}
+
+func (x *WithdrawProposalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithdrawProposalResponse.ProtoReflect.Descriptor instead.
+func (*WithdrawProposalResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *WithdrawProposalResponse) GetProposal() *Proposal {
+	if x != nil {
+		return x.Proposal
+	}
+	return nil
+}
+
 var File_coordd_v1_config_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_config_proto_rawDesc = "" +
@@ -4134,7 +5386,7 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"_old_valueB\f\n" +
 	"\n" +
-	"_new_value\"\xbc\x02\n" +
+	"_new_value\"\x9a\x03\n" +
 	"\rConfigRelease\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06number\x18\x02 \x01(\x03R\x06number\x12\x1a\n" +
@@ -4145,7 +5397,13 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\vrollback_of\x18\a \x01(\x03R\n" +
 	"rollbackOf\x121\n" +
 	"\achanges\x18\b \x03(\v2\x17.coordd.v1.ConfigChangeR\achanges\x12#\n" +
-	"\rpromoted_gray\x18\t \x01(\x03R\fpromotedGray\"h\n" +
+	"\rpromoted_gray\x18\t \x01(\x03R\fpromotedGray\x12\x1a\n" +
+	"\bproposal\x18\n" +
+	" \x01(\x03R\bproposal\x12\x1f\n" +
+	"\vproposed_by\x18\v \x01(\tR\n" +
+	"proposedBy\x12\x1f\n" +
+	"\vapproved_by\x18\f \x01(\tR\n" +
+	"approvedBy\"h\n" +
 	"\x0eConfigMutation\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
@@ -4421,7 +5679,87 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"ByKeyEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01*\x8d\x01\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"j\n" +
+	"\x0eApprovalPolicy\x12\x1a\n" +
+	"\brequired\x18\x01 \x01(\bR\brequired\x12<\n" +
+	"\fproposal_ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vproposalTtl\"k\n" +
+	"\x18SetApprovalPolicyRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x121\n" +
+	"\x06policy\x18\x02 \x01(\v2\x19.coordd.v1.ApprovalPolicyR\x06policy\"7\n" +
+	"\x19SetApprovalPolicyResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"8\n" +
+	"\x18GetApprovalPolicyRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"N\n" +
+	"\x19GetApprovalPolicyResponse\x121\n" +
+	"\x06policy\x18\x01 \x01(\v2\x19.coordd.v1.ApprovalPolicyR\x06policy\"\xdd\x04\n" +
+	"\bProposal\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06number\x18\x02 \x01(\x03R\x06number\x12.\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x18.coordd.v1.ProposalStateR\x05state\x12\x1a\n" +
+	"\bproposer\x18\x04 \x01(\tR\bproposer\x12\x16\n" +
+	"\x06author\x18\x05 \x01(\tR\x06author\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x121\n" +
+	"\achanges\x18\a \x03(\v2\x17.coordd.v1.ConfigChangeR\achanges\x12\x1f\n" +
+	"\vrollback_of\x18\b \x01(\x03R\n" +
+	"rollbackOf\x12!\n" +
+	"\fbase_release\x18\t \x01(\x03R\vbaseRelease\x12;\n" +
+	"\vcreate_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vexpire_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"expireTime\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\f \x01(\tR\tdecidedBy\x12;\n" +
+	"\vdecide_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"decideTime\x12\x1a\n" +
+	"\bdecision\x18\x0e \x01(\tR\bdecision\x12\x18\n" +
+	"\arelease\x18\x0f \x01(\x03R\arelease\x12\x1a\n" +
+	"\brevision\x18\x10 \x01(\x03R\brevision\"\xee\x01\n" +
+	"\x15ProposeReleaseRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x127\n" +
+	"\tmutations\x18\x02 \x03(\v2\x19.coordd.v1.ConfigMutationR\tmutations\x12\x1f\n" +
+	"\vrollback_to\x18\x03 \x01(\x03R\n" +
+	"rollbackTo\x12+\n" +
+	"\x11expected_revision\x18\x04 \x01(\x03R\x10expectedRevision\x12\x16\n" +
+	"\x06author\x18\x05 \x01(\tR\x06author\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\"I\n" +
+	"\x16ProposeReleaseResponse\x12/\n" +
+	"\bproposal\x18\x01 \x01(\v2\x13.coordd.v1.ProposalR\bproposal\"i\n" +
+	"\x14ListProposalsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x16\n" +
+	"\x06before\x18\x03 \x01(\x03R\x06before\"k\n" +
+	"\x15ListProposalsResponse\x121\n" +
+	"\tproposals\x18\x01 \x03(\v2\x13.coordd.v1.ProposalR\tproposals\x12\x1f\n" +
+	"\vnext_before\x18\x02 \x01(\x03R\n" +
+	"nextBefore\"J\n" +
+	"\x12GetProposalRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06number\x18\x02 \x01(\x03R\x06number\"F\n" +
+	"\x13GetProposalResponse\x12/\n" +
+	"\bproposal\x18\x01 \x01(\v2\x13.coordd.v1.ProposalR\bproposal\"\x80\x01\n" +
+	"\x16ApproveProposalRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06number\x18\x02 \x01(\x03R\x06number\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\"~\n" +
+	"\x17ApproveProposalResponse\x122\n" +
+	"\arelease\x18\x01 \x01(\v2\x18.coordd.v1.ConfigReleaseR\arelease\x12/\n" +
+	"\bproposal\x18\x02 \x01(\v2\x13.coordd.v1.ProposalR\bproposal\"\x7f\n" +
+	"\x15RejectProposalRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06number\x18\x02 \x01(\x03R\x06number\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\"I\n" +
+	"\x16RejectProposalResponse\x12/\n" +
+	"\bproposal\x18\x01 \x01(\v2\x13.coordd.v1.ProposalR\bproposal\"\x81\x01\n" +
+	"\x17WithdrawProposalRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06number\x18\x02 \x01(\x03R\x06number\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
+	"\x06author\x18\x04 \x01(\tR\x06author\"K\n" +
+	"\x18WithdrawProposalResponse\x12/\n" +
+	"\bproposal\x18\x01 \x01(\v2\x13.coordd.v1.ProposalR\bproposal*\x8d\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19WATCH_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1b\n" +
@@ -4433,7 +5771,14 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x12GRAY_ACTION_CREATE\x10\x01\x12\x16\n" +
 	"\x12GRAY_ACTION_UPDATE\x10\x02\x12\x17\n" +
 	"\x13GRAY_ACTION_PROMOTE\x10\x03\x12\x17\n" +
-	"\x13GRAY_ACTION_ABANDON\x10\x042\x90\r\n" +
+	"\x13GRAY_ACTION_ABANDON\x10\x04*\xbf\x01\n" +
+	"\rProposalState\x12\x1e\n" +
+	"\x1aPROPOSAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16PROPOSAL_STATE_PENDING\x10\x01\x12\x1b\n" +
+	"\x17PROPOSAL_STATE_APPROVED\x10\x02\x12\x1b\n" +
+	"\x17PROPOSAL_STATE_REJECTED\x10\x03\x12\x1c\n" +
+	"\x18PROPOSAL_STATE_WITHDRAWN\x10\x04\x12\x1a\n" +
+	"\x16PROPOSAL_STATE_EXPIRED\x10\x052\xd7\x12\n" +
 	"\rConfigService\x124\n" +
 	"\x03Put\x12\x15.coordd.v1.PutRequest\x1a\x16.coordd.v1.PutResponse\x12=\n" +
 	"\x06Delete\x12\x18.coordd.v1.DeleteRequest\x1a\x19.coordd.v1.DeleteResponse\x12@\n" +
@@ -4459,7 +5804,15 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\vAbandonGray\x12\x1d.coordd.v1.AbandonGrayRequest\x1a\x1e.coordd.v1.AbandonGrayResponse\x12@\n" +
 	"\aGetGray\x12\x19.coordd.v1.GetGrayRequest\x1a\x1a.coordd.v1.GetGrayResponse\x12[\n" +
 	"\x10ListGrayReleases\x12\".coordd.v1.ListGrayReleasesRequest\x1a#.coordd.v1.ListGrayReleasesResponse\x12[\n" +
-	"\x10RewrapSecretKeys\x12\".coordd.v1.RewrapSecretKeysRequest\x1a#.coordd.v1.RewrapSecretKeysResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x10RewrapSecretKeys\x12\".coordd.v1.RewrapSecretKeysRequest\x1a#.coordd.v1.RewrapSecretKeysResponse\x12^\n" +
+	"\x11SetApprovalPolicy\x12#.coordd.v1.SetApprovalPolicyRequest\x1a$.coordd.v1.SetApprovalPolicyResponse\x12^\n" +
+	"\x11GetApprovalPolicy\x12#.coordd.v1.GetApprovalPolicyRequest\x1a$.coordd.v1.GetApprovalPolicyResponse\x12U\n" +
+	"\x0eProposeRelease\x12 .coordd.v1.ProposeReleaseRequest\x1a!.coordd.v1.ProposeReleaseResponse\x12R\n" +
+	"\rListProposals\x12\x1f.coordd.v1.ListProposalsRequest\x1a .coordd.v1.ListProposalsResponse\x12L\n" +
+	"\vGetProposal\x12\x1d.coordd.v1.GetProposalRequest\x1a\x1e.coordd.v1.GetProposalResponse\x12X\n" +
+	"\x0fApproveProposal\x12!.coordd.v1.ApproveProposalRequest\x1a\".coordd.v1.ApproveProposalResponse\x12U\n" +
+	"\x0eRejectProposal\x12 .coordd.v1.RejectProposalRequest\x1a!.coordd.v1.RejectProposalResponse\x12[\n" +
+	"\x10WithdrawProposal\x12\".coordd.v1.WithdrawProposalRequest\x1a#.coordd.v1.WithdrawProposalResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_config_proto_rawDescOnce sync.Once
@@ -4473,178 +5826,229 @@ func file_coordd_v1_config_proto_rawDescGZIP() []byte {
 	return file_coordd_v1_config_proto_rawDescData
 }
 
-var file_coordd_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_coordd_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_coordd_v1_config_proto_goTypes = []any{
-	(WatchEventType)(0),              // 0: coordd.v1.WatchEventType
-	(GrayAction)(0),                  // 1: coordd.v1.GrayAction
-	(*ConfigChange)(nil),             // 2: coordd.v1.ConfigChange
-	(*ConfigRelease)(nil),            // 3: coordd.v1.ConfigRelease
-	(*ConfigMutation)(nil),           // 4: coordd.v1.ConfigMutation
-	(*PublishRequest)(nil),           // 5: coordd.v1.PublishRequest
-	(*PublishResponse)(nil),          // 6: coordd.v1.PublishResponse
-	(*PutRequest)(nil),               // 7: coordd.v1.PutRequest
-	(*PutResponse)(nil),              // 8: coordd.v1.PutResponse
-	(*DeleteRequest)(nil),            // 9: coordd.v1.DeleteRequest
-	(*DeleteResponse)(nil),           // 10: coordd.v1.DeleteResponse
-	(*GetRequest)(nil),               // 11: coordd.v1.GetRequest
-	(*GetResponse)(nil),              // 12: coordd.v1.GetResponse
-	(*ConfigEntry)(nil),              // 13: coordd.v1.ConfigEntry
-	(*NamespaceSnapshot)(nil),        // 14: coordd.v1.NamespaceSnapshot
-	(*SnapshotRequest)(nil),          // 15: coordd.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),         // 16: coordd.v1.SnapshotResponse
-	(*PollRequest)(nil),              // 17: coordd.v1.PollRequest
-	(*PollResponse)(nil),             // 18: coordd.v1.PollResponse
-	(*ListReleasesRequest)(nil),      // 19: coordd.v1.ListReleasesRequest
-	(*ListReleasesResponse)(nil),     // 20: coordd.v1.ListReleasesResponse
-	(*DiffRequest)(nil),              // 21: coordd.v1.DiffRequest
-	(*DiffResponse)(nil),             // 22: coordd.v1.DiffResponse
-	(*RollbackRequest)(nil),          // 23: coordd.v1.RollbackRequest
-	(*RollbackResponse)(nil),         // 24: coordd.v1.RollbackResponse
-	(*GetSchemaRequest)(nil),         // 25: coordd.v1.GetSchemaRequest
-	(*GetSchemaResponse)(nil),        // 26: coordd.v1.GetSchemaResponse
-	(*SetSchemaRequest)(nil),         // 27: coordd.v1.SetSchemaRequest
-	(*SetSchemaResponse)(nil),        // 28: coordd.v1.SetSchemaResponse
-	(*ListNamespacesRequest)(nil),    // 29: coordd.v1.ListNamespacesRequest
-	(*ListNamespacesResponse)(nil),   // 30: coordd.v1.ListNamespacesResponse
-	(*WatchRequest)(nil),             // 31: coordd.v1.WatchRequest
-	(*WatchResponse)(nil),            // 32: coordd.v1.WatchResponse
-	(*NamespaceApplyReport)(nil),     // 33: coordd.v1.NamespaceApplyReport
-	(*ReportStatusRequest)(nil),      // 34: coordd.v1.ReportStatusRequest
-	(*ReportStatusResponse)(nil),     // 35: coordd.v1.ReportStatusResponse
-	(*GetApplyStatusRequest)(nil),    // 36: coordd.v1.GetApplyStatusRequest
-	(*InstanceApplyStatus)(nil),      // 37: coordd.v1.InstanceApplyStatus
-	(*ReleaseCount)(nil),             // 38: coordd.v1.ReleaseCount
-	(*GetApplyStatusResponse)(nil),   // 39: coordd.v1.GetApplyStatusResponse
-	(*WatchManyRequest)(nil),         // 40: coordd.v1.WatchManyRequest
-	(*WatchManyStart)(nil),           // 41: coordd.v1.WatchManyStart
-	(*WatchManyStop)(nil),            // 42: coordd.v1.WatchManyStop
-	(*WatchManyResponse)(nil),        // 43: coordd.v1.WatchManyResponse
-	(*GraySelector)(nil),             // 44: coordd.v1.GraySelector
-	(*GrayRelease)(nil),              // 45: coordd.v1.GrayRelease
-	(*CreateGrayRequest)(nil),        // 46: coordd.v1.CreateGrayRequest
-	(*CreateGrayResponse)(nil),       // 47: coordd.v1.CreateGrayResponse
-	(*UpdateGrayRequest)(nil),        // 48: coordd.v1.UpdateGrayRequest
-	(*UpdateGrayResponse)(nil),       // 49: coordd.v1.UpdateGrayResponse
-	(*PromoteGrayRequest)(nil),       // 50: coordd.v1.PromoteGrayRequest
-	(*PromoteGrayResponse)(nil),      // 51: coordd.v1.PromoteGrayResponse
-	(*AbandonGrayRequest)(nil),       // 52: coordd.v1.AbandonGrayRequest
-	(*AbandonGrayResponse)(nil),      // 53: coordd.v1.AbandonGrayResponse
-	(*GetGrayRequest)(nil),           // 54: coordd.v1.GetGrayRequest
-	(*GetGrayResponse)(nil),          // 55: coordd.v1.GetGrayResponse
-	(*ListGrayReleasesRequest)(nil),  // 56: coordd.v1.ListGrayReleasesRequest
-	(*ListGrayReleasesResponse)(nil), // 57: coordd.v1.ListGrayReleasesResponse
-	(*RewrapSecretKeysRequest)(nil),  // 58: coordd.v1.RewrapSecretKeysRequest
-	(*RewrapSecretKeysResponse)(nil), // 59: coordd.v1.RewrapSecretKeysResponse
-	nil,                              // 60: coordd.v1.WatchRequest.LabelsEntry
-	nil,                              // 61: coordd.v1.ReportStatusRequest.LabelsEntry
-	nil,                              // 62: coordd.v1.InstanceApplyStatus.LabelsEntry
-	nil,                              // 63: coordd.v1.WatchManyStart.LabelsEntry
-	nil,                              // 64: coordd.v1.GraySelector.LabelsEntry
-	nil,                              // 65: coordd.v1.RewrapSecretKeysResponse.ByKeyEntry
-	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 67: google.protobuf.Duration
+	(WatchEventType)(0),               // 0: coordd.v1.WatchEventType
+	(GrayAction)(0),                   // 1: coordd.v1.GrayAction
+	(ProposalState)(0),                // 2: coordd.v1.ProposalState
+	(*ConfigChange)(nil),              // 3: coordd.v1.ConfigChange
+	(*ConfigRelease)(nil),             // 4: coordd.v1.ConfigRelease
+	(*ConfigMutation)(nil),            // 5: coordd.v1.ConfigMutation
+	(*PublishRequest)(nil),            // 6: coordd.v1.PublishRequest
+	(*PublishResponse)(nil),           // 7: coordd.v1.PublishResponse
+	(*PutRequest)(nil),                // 8: coordd.v1.PutRequest
+	(*PutResponse)(nil),               // 9: coordd.v1.PutResponse
+	(*DeleteRequest)(nil),             // 10: coordd.v1.DeleteRequest
+	(*DeleteResponse)(nil),            // 11: coordd.v1.DeleteResponse
+	(*GetRequest)(nil),                // 12: coordd.v1.GetRequest
+	(*GetResponse)(nil),               // 13: coordd.v1.GetResponse
+	(*ConfigEntry)(nil),               // 14: coordd.v1.ConfigEntry
+	(*NamespaceSnapshot)(nil),         // 15: coordd.v1.NamespaceSnapshot
+	(*SnapshotRequest)(nil),           // 16: coordd.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),          // 17: coordd.v1.SnapshotResponse
+	(*PollRequest)(nil),               // 18: coordd.v1.PollRequest
+	(*PollResponse)(nil),              // 19: coordd.v1.PollResponse
+	(*ListReleasesRequest)(nil),       // 20: coordd.v1.ListReleasesRequest
+	(*ListReleasesResponse)(nil),      // 21: coordd.v1.ListReleasesResponse
+	(*DiffRequest)(nil),               // 22: coordd.v1.DiffRequest
+	(*DiffResponse)(nil),              // 23: coordd.v1.DiffResponse
+	(*RollbackRequest)(nil),           // 24: coordd.v1.RollbackRequest
+	(*RollbackResponse)(nil),          // 25: coordd.v1.RollbackResponse
+	(*GetSchemaRequest)(nil),          // 26: coordd.v1.GetSchemaRequest
+	(*GetSchemaResponse)(nil),         // 27: coordd.v1.GetSchemaResponse
+	(*SetSchemaRequest)(nil),          // 28: coordd.v1.SetSchemaRequest
+	(*SetSchemaResponse)(nil),         // 29: coordd.v1.SetSchemaResponse
+	(*ListNamespacesRequest)(nil),     // 30: coordd.v1.ListNamespacesRequest
+	(*ListNamespacesResponse)(nil),    // 31: coordd.v1.ListNamespacesResponse
+	(*WatchRequest)(nil),              // 32: coordd.v1.WatchRequest
+	(*WatchResponse)(nil),             // 33: coordd.v1.WatchResponse
+	(*NamespaceApplyReport)(nil),      // 34: coordd.v1.NamespaceApplyReport
+	(*ReportStatusRequest)(nil),       // 35: coordd.v1.ReportStatusRequest
+	(*ReportStatusResponse)(nil),      // 36: coordd.v1.ReportStatusResponse
+	(*GetApplyStatusRequest)(nil),     // 37: coordd.v1.GetApplyStatusRequest
+	(*InstanceApplyStatus)(nil),       // 38: coordd.v1.InstanceApplyStatus
+	(*ReleaseCount)(nil),              // 39: coordd.v1.ReleaseCount
+	(*GetApplyStatusResponse)(nil),    // 40: coordd.v1.GetApplyStatusResponse
+	(*WatchManyRequest)(nil),          // 41: coordd.v1.WatchManyRequest
+	(*WatchManyStart)(nil),            // 42: coordd.v1.WatchManyStart
+	(*WatchManyStop)(nil),             // 43: coordd.v1.WatchManyStop
+	(*WatchManyResponse)(nil),         // 44: coordd.v1.WatchManyResponse
+	(*GraySelector)(nil),              // 45: coordd.v1.GraySelector
+	(*GrayRelease)(nil),               // 46: coordd.v1.GrayRelease
+	(*CreateGrayRequest)(nil),         // 47: coordd.v1.CreateGrayRequest
+	(*CreateGrayResponse)(nil),        // 48: coordd.v1.CreateGrayResponse
+	(*UpdateGrayRequest)(nil),         // 49: coordd.v1.UpdateGrayRequest
+	(*UpdateGrayResponse)(nil),        // 50: coordd.v1.UpdateGrayResponse
+	(*PromoteGrayRequest)(nil),        // 51: coordd.v1.PromoteGrayRequest
+	(*PromoteGrayResponse)(nil),       // 52: coordd.v1.PromoteGrayResponse
+	(*AbandonGrayRequest)(nil),        // 53: coordd.v1.AbandonGrayRequest
+	(*AbandonGrayResponse)(nil),       // 54: coordd.v1.AbandonGrayResponse
+	(*GetGrayRequest)(nil),            // 55: coordd.v1.GetGrayRequest
+	(*GetGrayResponse)(nil),           // 56: coordd.v1.GetGrayResponse
+	(*ListGrayReleasesRequest)(nil),   // 57: coordd.v1.ListGrayReleasesRequest
+	(*ListGrayReleasesResponse)(nil),  // 58: coordd.v1.ListGrayReleasesResponse
+	(*RewrapSecretKeysRequest)(nil),   // 59: coordd.v1.RewrapSecretKeysRequest
+	(*RewrapSecretKeysResponse)(nil),  // 60: coordd.v1.RewrapSecretKeysResponse
+	(*ApprovalPolicy)(nil),            // 61: coordd.v1.ApprovalPolicy
+	(*SetApprovalPolicyRequest)(nil),  // 62: coordd.v1.SetApprovalPolicyRequest
+	(*SetApprovalPolicyResponse)(nil), // 63: coordd.v1.SetApprovalPolicyResponse
+	(*GetApprovalPolicyRequest)(nil),  // 64: coordd.v1.GetApprovalPolicyRequest
+	(*GetApprovalPolicyResponse)(nil), // 65: coordd.v1.GetApprovalPolicyResponse
+	(*Proposal)(nil),                  // 66: coordd.v1.Proposal
+	(*ProposeReleaseRequest)(nil),     // 67: coordd.v1.ProposeReleaseRequest
+	(*ProposeReleaseResponse)(nil),    // 68: coordd.v1.ProposeReleaseResponse
+	(*ListProposalsRequest)(nil),      // 69: coordd.v1.ListProposalsRequest
+	(*ListProposalsResponse)(nil),     // 70: coordd.v1.ListProposalsResponse
+	(*GetProposalRequest)(nil),        // 71: coordd.v1.GetProposalRequest
+	(*GetProposalResponse)(nil),       // 72: coordd.v1.GetProposalResponse
+	(*ApproveProposalRequest)(nil),    // 73: coordd.v1.ApproveProposalRequest
+	(*ApproveProposalResponse)(nil),   // 74: coordd.v1.ApproveProposalResponse
+	(*RejectProposalRequest)(nil),     // 75: coordd.v1.RejectProposalRequest
+	(*RejectProposalResponse)(nil),    // 76: coordd.v1.RejectProposalResponse
+	(*WithdrawProposalRequest)(nil),   // 77: coordd.v1.WithdrawProposalRequest
+	(*WithdrawProposalResponse)(nil),  // 78: coordd.v1.WithdrawProposalResponse
+	nil,                               // 79: coordd.v1.WatchRequest.LabelsEntry
+	nil,                               // 80: coordd.v1.ReportStatusRequest.LabelsEntry
+	nil,                               // 81: coordd.v1.InstanceApplyStatus.LabelsEntry
+	nil,                               // 82: coordd.v1.WatchManyStart.LabelsEntry
+	nil,                               // 83: coordd.v1.GraySelector.LabelsEntry
+	nil,                               // 84: coordd.v1.RewrapSecretKeysResponse.ByKeyEntry
+	(*timestamppb.Timestamp)(nil),     // 85: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 86: google.protobuf.Duration
 }
 var file_coordd_v1_config_proto_depIdxs = []int32{
-	66, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
-	2,  // 1: coordd.v1.ConfigRelease.changes:type_name -> coordd.v1.ConfigChange
-	4,  // 2: coordd.v1.PublishRequest.mutations:type_name -> coordd.v1.ConfigMutation
-	3,  // 3: coordd.v1.PublishResponse.release:type_name -> coordd.v1.ConfigRelease
-	3,  // 4: coordd.v1.PutResponse.release:type_name -> coordd.v1.ConfigRelease
-	3,  // 5: coordd.v1.DeleteResponse.release:type_name -> coordd.v1.ConfigRelease
-	13, // 6: coordd.v1.NamespaceSnapshot.entries:type_name -> coordd.v1.ConfigEntry
-	14, // 7: coordd.v1.SnapshotResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
-	67, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
-	14, // 9: coordd.v1.PollResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
-	3,  // 10: coordd.v1.ListReleasesResponse.releases:type_name -> coordd.v1.ConfigRelease
-	2,  // 11: coordd.v1.DiffResponse.changes:type_name -> coordd.v1.ConfigChange
-	3,  // 12: coordd.v1.RollbackResponse.release:type_name -> coordd.v1.ConfigRelease
-	60, // 13: coordd.v1.WatchRequest.labels:type_name -> coordd.v1.WatchRequest.LabelsEntry
+	85, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
+	3,  // 1: coordd.v1.ConfigRelease.changes:type_name -> coordd.v1.ConfigChange
+	5,  // 2: coordd.v1.PublishRequest.mutations:type_name -> coordd.v1.ConfigMutation
+	4,  // 3: coordd.v1.PublishResponse.release:type_name -> coordd.v1.ConfigRelease
+	4,  // 4: coordd.v1.PutResponse.release:type_name -> coordd.v1.ConfigRelease
+	4,  // 5: coordd.v1.DeleteResponse.release:type_name -> coordd.v1.ConfigRelease
+	14, // 6: coordd.v1.NamespaceSnapshot.entries:type_name -> coordd.v1.ConfigEntry
+	15, // 7: coordd.v1.SnapshotResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
+	86, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
+	15, // 9: coordd.v1.PollResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
+	4,  // 10: coordd.v1.ListReleasesResponse.releases:type_name -> coordd.v1.ConfigRelease
+	3,  // 11: coordd.v1.DiffResponse.changes:type_name -> coordd.v1.ConfigChange
+	4,  // 12: coordd.v1.RollbackResponse.release:type_name -> coordd.v1.ConfigRelease
+	79, // 13: coordd.v1.WatchRequest.labels:type_name -> coordd.v1.WatchRequest.LabelsEntry
 	0,  // 14: coordd.v1.WatchResponse.type:type_name -> coordd.v1.WatchEventType
-	14, // 15: coordd.v1.WatchResponse.snapshots:type_name -> coordd.v1.NamespaceSnapshot
-	3,  // 16: coordd.v1.WatchResponse.release:type_name -> coordd.v1.ConfigRelease
-	61, // 17: coordd.v1.ReportStatusRequest.labels:type_name -> coordd.v1.ReportStatusRequest.LabelsEntry
-	33, // 18: coordd.v1.ReportStatusRequest.namespaces:type_name -> coordd.v1.NamespaceApplyReport
-	62, // 19: coordd.v1.InstanceApplyStatus.labels:type_name -> coordd.v1.InstanceApplyStatus.LabelsEntry
-	66, // 20: coordd.v1.InstanceApplyStatus.report_time:type_name -> google.protobuf.Timestamp
-	37, // 21: coordd.v1.GetApplyStatusResponse.instances:type_name -> coordd.v1.InstanceApplyStatus
-	38, // 22: coordd.v1.GetApplyStatusResponse.applied:type_name -> coordd.v1.ReleaseCount
-	38, // 23: coordd.v1.GetApplyStatusResponse.rejected:type_name -> coordd.v1.ReleaseCount
-	38, // 24: coordd.v1.GetApplyStatusResponse.applied_gray:type_name -> coordd.v1.ReleaseCount
-	38, // 25: coordd.v1.GetApplyStatusResponse.rejected_gray:type_name -> coordd.v1.ReleaseCount
-	41, // 26: coordd.v1.WatchManyRequest.start:type_name -> coordd.v1.WatchManyStart
-	42, // 27: coordd.v1.WatchManyRequest.stop:type_name -> coordd.v1.WatchManyStop
-	63, // 28: coordd.v1.WatchManyStart.labels:type_name -> coordd.v1.WatchManyStart.LabelsEntry
-	32, // 29: coordd.v1.WatchManyResponse.event:type_name -> coordd.v1.WatchResponse
-	64, // 30: coordd.v1.GraySelector.labels:type_name -> coordd.v1.GraySelector.LabelsEntry
+	15, // 15: coordd.v1.WatchResponse.snapshots:type_name -> coordd.v1.NamespaceSnapshot
+	4,  // 16: coordd.v1.WatchResponse.release:type_name -> coordd.v1.ConfigRelease
+	80, // 17: coordd.v1.ReportStatusRequest.labels:type_name -> coordd.v1.ReportStatusRequest.LabelsEntry
+	34, // 18: coordd.v1.ReportStatusRequest.namespaces:type_name -> coordd.v1.NamespaceApplyReport
+	81, // 19: coordd.v1.InstanceApplyStatus.labels:type_name -> coordd.v1.InstanceApplyStatus.LabelsEntry
+	85, // 20: coordd.v1.InstanceApplyStatus.report_time:type_name -> google.protobuf.Timestamp
+	38, // 21: coordd.v1.GetApplyStatusResponse.instances:type_name -> coordd.v1.InstanceApplyStatus
+	39, // 22: coordd.v1.GetApplyStatusResponse.applied:type_name -> coordd.v1.ReleaseCount
+	39, // 23: coordd.v1.GetApplyStatusResponse.rejected:type_name -> coordd.v1.ReleaseCount
+	39, // 24: coordd.v1.GetApplyStatusResponse.applied_gray:type_name -> coordd.v1.ReleaseCount
+	39, // 25: coordd.v1.GetApplyStatusResponse.rejected_gray:type_name -> coordd.v1.ReleaseCount
+	42, // 26: coordd.v1.WatchManyRequest.start:type_name -> coordd.v1.WatchManyStart
+	43, // 27: coordd.v1.WatchManyRequest.stop:type_name -> coordd.v1.WatchManyStop
+	82, // 28: coordd.v1.WatchManyStart.labels:type_name -> coordd.v1.WatchManyStart.LabelsEntry
+	33, // 29: coordd.v1.WatchManyResponse.event:type_name -> coordd.v1.WatchResponse
+	83, // 30: coordd.v1.GraySelector.labels:type_name -> coordd.v1.GraySelector.LabelsEntry
 	1,  // 31: coordd.v1.GrayRelease.action:type_name -> coordd.v1.GrayAction
-	44, // 32: coordd.v1.GrayRelease.selector:type_name -> coordd.v1.GraySelector
-	4,  // 33: coordd.v1.GrayRelease.overrides:type_name -> coordd.v1.ConfigMutation
-	2,  // 34: coordd.v1.GrayRelease.changes:type_name -> coordd.v1.ConfigChange
-	66, // 35: coordd.v1.GrayRelease.time:type_name -> google.protobuf.Timestamp
-	44, // 36: coordd.v1.CreateGrayRequest.selector:type_name -> coordd.v1.GraySelector
-	4,  // 37: coordd.v1.CreateGrayRequest.overrides:type_name -> coordd.v1.ConfigMutation
-	45, // 38: coordd.v1.CreateGrayResponse.gray:type_name -> coordd.v1.GrayRelease
-	44, // 39: coordd.v1.UpdateGrayRequest.selector:type_name -> coordd.v1.GraySelector
-	4,  // 40: coordd.v1.UpdateGrayRequest.overrides:type_name -> coordd.v1.ConfigMutation
-	45, // 41: coordd.v1.UpdateGrayResponse.gray:type_name -> coordd.v1.GrayRelease
-	45, // 42: coordd.v1.PromoteGrayResponse.gray:type_name -> coordd.v1.GrayRelease
-	3,  // 43: coordd.v1.PromoteGrayResponse.release:type_name -> coordd.v1.ConfigRelease
-	45, // 44: coordd.v1.AbandonGrayResponse.gray:type_name -> coordd.v1.GrayRelease
-	45, // 45: coordd.v1.GetGrayResponse.gray:type_name -> coordd.v1.GrayRelease
-	45, // 46: coordd.v1.ListGrayReleasesResponse.grays:type_name -> coordd.v1.GrayRelease
-	65, // 47: coordd.v1.RewrapSecretKeysResponse.by_key:type_name -> coordd.v1.RewrapSecretKeysResponse.ByKeyEntry
-	7,  // 48: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
-	9,  // 49: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
-	5,  // 50: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
-	11, // 51: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
-	15, // 52: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
-	17, // 53: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
-	19, // 54: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
-	21, // 55: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
-	23, // 56: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
-	25, // 57: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
-	27, // 58: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
-	29, // 59: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
-	34, // 60: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
-	36, // 61: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
-	40, // 62: coordd.v1.ConfigService.WatchMany:input_type -> coordd.v1.WatchManyRequest
-	31, // 63: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
-	46, // 64: coordd.v1.ConfigService.CreateGray:input_type -> coordd.v1.CreateGrayRequest
-	48, // 65: coordd.v1.ConfigService.UpdateGray:input_type -> coordd.v1.UpdateGrayRequest
-	50, // 66: coordd.v1.ConfigService.PromoteGray:input_type -> coordd.v1.PromoteGrayRequest
-	52, // 67: coordd.v1.ConfigService.AbandonGray:input_type -> coordd.v1.AbandonGrayRequest
-	54, // 68: coordd.v1.ConfigService.GetGray:input_type -> coordd.v1.GetGrayRequest
-	56, // 69: coordd.v1.ConfigService.ListGrayReleases:input_type -> coordd.v1.ListGrayReleasesRequest
-	58, // 70: coordd.v1.ConfigService.RewrapSecretKeys:input_type -> coordd.v1.RewrapSecretKeysRequest
-	8,  // 71: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
-	10, // 72: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
-	6,  // 73: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
-	12, // 74: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
-	16, // 75: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
-	18, // 76: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
-	20, // 77: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
-	22, // 78: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
-	24, // 79: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
-	26, // 80: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
-	28, // 81: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
-	30, // 82: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
-	35, // 83: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
-	39, // 84: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
-	43, // 85: coordd.v1.ConfigService.WatchMany:output_type -> coordd.v1.WatchManyResponse
-	32, // 86: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
-	47, // 87: coordd.v1.ConfigService.CreateGray:output_type -> coordd.v1.CreateGrayResponse
-	49, // 88: coordd.v1.ConfigService.UpdateGray:output_type -> coordd.v1.UpdateGrayResponse
-	51, // 89: coordd.v1.ConfigService.PromoteGray:output_type -> coordd.v1.PromoteGrayResponse
-	53, // 90: coordd.v1.ConfigService.AbandonGray:output_type -> coordd.v1.AbandonGrayResponse
-	55, // 91: coordd.v1.ConfigService.GetGray:output_type -> coordd.v1.GetGrayResponse
-	57, // 92: coordd.v1.ConfigService.ListGrayReleases:output_type -> coordd.v1.ListGrayReleasesResponse
-	59, // 93: coordd.v1.ConfigService.RewrapSecretKeys:output_type -> coordd.v1.RewrapSecretKeysResponse
-	71, // [71:94] is the sub-list for method output_type
-	48, // [48:71] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	45, // 32: coordd.v1.GrayRelease.selector:type_name -> coordd.v1.GraySelector
+	5,  // 33: coordd.v1.GrayRelease.overrides:type_name -> coordd.v1.ConfigMutation
+	3,  // 34: coordd.v1.GrayRelease.changes:type_name -> coordd.v1.ConfigChange
+	85, // 35: coordd.v1.GrayRelease.time:type_name -> google.protobuf.Timestamp
+	45, // 36: coordd.v1.CreateGrayRequest.selector:type_name -> coordd.v1.GraySelector
+	5,  // 37: coordd.v1.CreateGrayRequest.overrides:type_name -> coordd.v1.ConfigMutation
+	46, // 38: coordd.v1.CreateGrayResponse.gray:type_name -> coordd.v1.GrayRelease
+	45, // 39: coordd.v1.UpdateGrayRequest.selector:type_name -> coordd.v1.GraySelector
+	5,  // 40: coordd.v1.UpdateGrayRequest.overrides:type_name -> coordd.v1.ConfigMutation
+	46, // 41: coordd.v1.UpdateGrayResponse.gray:type_name -> coordd.v1.GrayRelease
+	46, // 42: coordd.v1.PromoteGrayResponse.gray:type_name -> coordd.v1.GrayRelease
+	4,  // 43: coordd.v1.PromoteGrayResponse.release:type_name -> coordd.v1.ConfigRelease
+	46, // 44: coordd.v1.AbandonGrayResponse.gray:type_name -> coordd.v1.GrayRelease
+	46, // 45: coordd.v1.GetGrayResponse.gray:type_name -> coordd.v1.GrayRelease
+	46, // 46: coordd.v1.ListGrayReleasesResponse.grays:type_name -> coordd.v1.GrayRelease
+	84, // 47: coordd.v1.RewrapSecretKeysResponse.by_key:type_name -> coordd.v1.RewrapSecretKeysResponse.ByKeyEntry
+	86, // 48: coordd.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
+	61, // 49: coordd.v1.SetApprovalPolicyRequest.policy:type_name -> coordd.v1.ApprovalPolicy
+	61, // 50: coordd.v1.GetApprovalPolicyResponse.policy:type_name -> coordd.v1.ApprovalPolicy
+	2,  // 51: coordd.v1.Proposal.state:type_name -> coordd.v1.ProposalState
+	3,  // 52: coordd.v1.Proposal.changes:type_name -> coordd.v1.ConfigChange
+	85, // 53: coordd.v1.Proposal.create_time:type_name -> google.protobuf.Timestamp
+	85, // 54: coordd.v1.Proposal.expire_time:type_name -> google.protobuf.Timestamp
+	85, // 55: coordd.v1.Proposal.decide_time:type_name -> google.protobuf.Timestamp
+	5,  // 56: coordd.v1.ProposeReleaseRequest.mutations:type_name -> coordd.v1.ConfigMutation
+	66, // 57: coordd.v1.ProposeReleaseResponse.proposal:type_name -> coordd.v1.Proposal
+	66, // 58: coordd.v1.ListProposalsResponse.proposals:type_name -> coordd.v1.Proposal
+	66, // 59: coordd.v1.GetProposalResponse.proposal:type_name -> coordd.v1.Proposal
+	4,  // 60: coordd.v1.ApproveProposalResponse.release:type_name -> coordd.v1.ConfigRelease
+	66, // 61: coordd.v1.ApproveProposalResponse.proposal:type_name -> coordd.v1.Proposal
+	66, // 62: coordd.v1.RejectProposalResponse.proposal:type_name -> coordd.v1.Proposal
+	66, // 63: coordd.v1.WithdrawProposalResponse.proposal:type_name -> coordd.v1.Proposal
+	8,  // 64: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
+	10, // 65: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
+	6,  // 66: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
+	12, // 67: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
+	16, // 68: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
+	18, // 69: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
+	20, // 70: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
+	22, // 71: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
+	24, // 72: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
+	26, // 73: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
+	28, // 74: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
+	30, // 75: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
+	35, // 76: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
+	37, // 77: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
+	41, // 78: coordd.v1.ConfigService.WatchMany:input_type -> coordd.v1.WatchManyRequest
+	32, // 79: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
+	47, // 80: coordd.v1.ConfigService.CreateGray:input_type -> coordd.v1.CreateGrayRequest
+	49, // 81: coordd.v1.ConfigService.UpdateGray:input_type -> coordd.v1.UpdateGrayRequest
+	51, // 82: coordd.v1.ConfigService.PromoteGray:input_type -> coordd.v1.PromoteGrayRequest
+	53, // 83: coordd.v1.ConfigService.AbandonGray:input_type -> coordd.v1.AbandonGrayRequest
+	55, // 84: coordd.v1.ConfigService.GetGray:input_type -> coordd.v1.GetGrayRequest
+	57, // 85: coordd.v1.ConfigService.ListGrayReleases:input_type -> coordd.v1.ListGrayReleasesRequest
+	59, // 86: coordd.v1.ConfigService.RewrapSecretKeys:input_type -> coordd.v1.RewrapSecretKeysRequest
+	62, // 87: coordd.v1.ConfigService.SetApprovalPolicy:input_type -> coordd.v1.SetApprovalPolicyRequest
+	64, // 88: coordd.v1.ConfigService.GetApprovalPolicy:input_type -> coordd.v1.GetApprovalPolicyRequest
+	67, // 89: coordd.v1.ConfigService.ProposeRelease:input_type -> coordd.v1.ProposeReleaseRequest
+	69, // 90: coordd.v1.ConfigService.ListProposals:input_type -> coordd.v1.ListProposalsRequest
+	71, // 91: coordd.v1.ConfigService.GetProposal:input_type -> coordd.v1.GetProposalRequest
+	73, // 92: coordd.v1.ConfigService.ApproveProposal:input_type -> coordd.v1.ApproveProposalRequest
+	75, // 93: coordd.v1.ConfigService.RejectProposal:input_type -> coordd.v1.RejectProposalRequest
+	77, // 94: coordd.v1.ConfigService.WithdrawProposal:input_type -> coordd.v1.WithdrawProposalRequest
+	9,  // 95: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
+	11, // 96: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
+	7,  // 97: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
+	13, // 98: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
+	17, // 99: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
+	19, // 100: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
+	21, // 101: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
+	23, // 102: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
+	25, // 103: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
+	27, // 104: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
+	29, // 105: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
+	31, // 106: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
+	36, // 107: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
+	40, // 108: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
+	44, // 109: coordd.v1.ConfigService.WatchMany:output_type -> coordd.v1.WatchManyResponse
+	33, // 110: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
+	48, // 111: coordd.v1.ConfigService.CreateGray:output_type -> coordd.v1.CreateGrayResponse
+	50, // 112: coordd.v1.ConfigService.UpdateGray:output_type -> coordd.v1.UpdateGrayResponse
+	52, // 113: coordd.v1.ConfigService.PromoteGray:output_type -> coordd.v1.PromoteGrayResponse
+	54, // 114: coordd.v1.ConfigService.AbandonGray:output_type -> coordd.v1.AbandonGrayResponse
+	56, // 115: coordd.v1.ConfigService.GetGray:output_type -> coordd.v1.GetGrayResponse
+	58, // 116: coordd.v1.ConfigService.ListGrayReleases:output_type -> coordd.v1.ListGrayReleasesResponse
+	60, // 117: coordd.v1.ConfigService.RewrapSecretKeys:output_type -> coordd.v1.RewrapSecretKeysResponse
+	63, // 118: coordd.v1.ConfigService.SetApprovalPolicy:output_type -> coordd.v1.SetApprovalPolicyResponse
+	65, // 119: coordd.v1.ConfigService.GetApprovalPolicy:output_type -> coordd.v1.GetApprovalPolicyResponse
+	68, // 120: coordd.v1.ConfigService.ProposeRelease:output_type -> coordd.v1.ProposeReleaseResponse
+	70, // 121: coordd.v1.ConfigService.ListProposals:output_type -> coordd.v1.ListProposalsResponse
+	72, // 122: coordd.v1.ConfigService.GetProposal:output_type -> coordd.v1.GetProposalResponse
+	74, // 123: coordd.v1.ConfigService.ApproveProposal:output_type -> coordd.v1.ApproveProposalResponse
+	76, // 124: coordd.v1.ConfigService.RejectProposal:output_type -> coordd.v1.RejectProposalResponse
+	78, // 125: coordd.v1.ConfigService.WithdrawProposal:output_type -> coordd.v1.WithdrawProposalResponse
+	95, // [95:126] is the sub-list for method output_type
+	64, // [64:95] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_config_proto_init() }
@@ -4662,8 +6066,8 @@ func file_coordd_v1_config_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_config_proto_rawDesc), len(file_coordd_v1_config_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   64,
+			NumEnums:      3,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,29 +19,37 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ConfigService_Put_FullMethodName              = "/coordd.v1.ConfigService/Put"
-	ConfigService_Delete_FullMethodName           = "/coordd.v1.ConfigService/Delete"
-	ConfigService_Publish_FullMethodName          = "/coordd.v1.ConfigService/Publish"
-	ConfigService_Get_FullMethodName              = "/coordd.v1.ConfigService/Get"
-	ConfigService_Snapshot_FullMethodName         = "/coordd.v1.ConfigService/Snapshot"
-	ConfigService_Poll_FullMethodName             = "/coordd.v1.ConfigService/Poll"
-	ConfigService_ListReleases_FullMethodName     = "/coordd.v1.ConfigService/ListReleases"
-	ConfigService_Diff_FullMethodName             = "/coordd.v1.ConfigService/Diff"
-	ConfigService_Rollback_FullMethodName         = "/coordd.v1.ConfigService/Rollback"
-	ConfigService_GetSchema_FullMethodName        = "/coordd.v1.ConfigService/GetSchema"
-	ConfigService_SetSchema_FullMethodName        = "/coordd.v1.ConfigService/SetSchema"
-	ConfigService_ListNamespaces_FullMethodName   = "/coordd.v1.ConfigService/ListNamespaces"
-	ConfigService_ReportStatus_FullMethodName     = "/coordd.v1.ConfigService/ReportStatus"
-	ConfigService_GetApplyStatus_FullMethodName   = "/coordd.v1.ConfigService/GetApplyStatus"
-	ConfigService_WatchMany_FullMethodName        = "/coordd.v1.ConfigService/WatchMany"
-	ConfigService_Watch_FullMethodName            = "/coordd.v1.ConfigService/Watch"
-	ConfigService_CreateGray_FullMethodName       = "/coordd.v1.ConfigService/CreateGray"
-	ConfigService_UpdateGray_FullMethodName       = "/coordd.v1.ConfigService/UpdateGray"
-	ConfigService_PromoteGray_FullMethodName      = "/coordd.v1.ConfigService/PromoteGray"
-	ConfigService_AbandonGray_FullMethodName      = "/coordd.v1.ConfigService/AbandonGray"
-	ConfigService_GetGray_FullMethodName          = "/coordd.v1.ConfigService/GetGray"
-	ConfigService_ListGrayReleases_FullMethodName = "/coordd.v1.ConfigService/ListGrayReleases"
-	ConfigService_RewrapSecretKeys_FullMethodName = "/coordd.v1.ConfigService/RewrapSecretKeys"
+	ConfigService_Put_FullMethodName               = "/coordd.v1.ConfigService/Put"
+	ConfigService_Delete_FullMethodName            = "/coordd.v1.ConfigService/Delete"
+	ConfigService_Publish_FullMethodName           = "/coordd.v1.ConfigService/Publish"
+	ConfigService_Get_FullMethodName               = "/coordd.v1.ConfigService/Get"
+	ConfigService_Snapshot_FullMethodName          = "/coordd.v1.ConfigService/Snapshot"
+	ConfigService_Poll_FullMethodName              = "/coordd.v1.ConfigService/Poll"
+	ConfigService_ListReleases_FullMethodName      = "/coordd.v1.ConfigService/ListReleases"
+	ConfigService_Diff_FullMethodName              = "/coordd.v1.ConfigService/Diff"
+	ConfigService_Rollback_FullMethodName          = "/coordd.v1.ConfigService/Rollback"
+	ConfigService_GetSchema_FullMethodName         = "/coordd.v1.ConfigService/GetSchema"
+	ConfigService_SetSchema_FullMethodName         = "/coordd.v1.ConfigService/SetSchema"
+	ConfigService_ListNamespaces_FullMethodName    = "/coordd.v1.ConfigService/ListNamespaces"
+	ConfigService_ReportStatus_FullMethodName      = "/coordd.v1.ConfigService/ReportStatus"
+	ConfigService_GetApplyStatus_FullMethodName    = "/coordd.v1.ConfigService/GetApplyStatus"
+	ConfigService_WatchMany_FullMethodName         = "/coordd.v1.ConfigService/WatchMany"
+	ConfigService_Watch_FullMethodName             = "/coordd.v1.ConfigService/Watch"
+	ConfigService_CreateGray_FullMethodName        = "/coordd.v1.ConfigService/CreateGray"
+	ConfigService_UpdateGray_FullMethodName        = "/coordd.v1.ConfigService/UpdateGray"
+	ConfigService_PromoteGray_FullMethodName       = "/coordd.v1.ConfigService/PromoteGray"
+	ConfigService_AbandonGray_FullMethodName       = "/coordd.v1.ConfigService/AbandonGray"
+	ConfigService_GetGray_FullMethodName           = "/coordd.v1.ConfigService/GetGray"
+	ConfigService_ListGrayReleases_FullMethodName  = "/coordd.v1.ConfigService/ListGrayReleases"
+	ConfigService_RewrapSecretKeys_FullMethodName  = "/coordd.v1.ConfigService/RewrapSecretKeys"
+	ConfigService_SetApprovalPolicy_FullMethodName = "/coordd.v1.ConfigService/SetApprovalPolicy"
+	ConfigService_GetApprovalPolicy_FullMethodName = "/coordd.v1.ConfigService/GetApprovalPolicy"
+	ConfigService_ProposeRelease_FullMethodName    = "/coordd.v1.ConfigService/ProposeRelease"
+	ConfigService_ListProposals_FullMethodName     = "/coordd.v1.ConfigService/ListProposals"
+	ConfigService_GetProposal_FullMethodName       = "/coordd.v1.ConfigService/GetProposal"
+	ConfigService_ApproveProposal_FullMethodName   = "/coordd.v1.ConfigService/ApproveProposal"
+	ConfigService_RejectProposal_FullMethodName    = "/coordd.v1.ConfigService/RejectProposal"
+	ConfigService_WithdrawProposal_FullMethodName  = "/coordd.v1.ConfigService/WithdrawProposal"
 )
 
 // ConfigServiceClient is the client API for ConfigService service.
@@ -134,6 +142,30 @@ type ConfigServiceClient interface {
 	// key of this member's secret key file (after a key rotation), without
 	// sealing any value again. Needs cluster.admin.
 	RewrapSecretKeys(ctx context.Context, in *RewrapSecretKeysRequest, opts ...grpc.CallOption) (*RewrapSecretKeysResponse, error)
+	// SetApprovalPolicy makes a namespace change only by approved proposals
+	// (four eyes), or no longer. Needs config.admin.
+	SetApprovalPolicy(ctx context.Context, in *SetApprovalPolicyRequest, opts ...grpc.CallOption) (*SetApprovalPolicyResponse, error)
+	// GetApprovalPolicy reads a namespace's approval policy.
+	GetApprovalPolicy(ctx context.Context, in *GetApprovalPolicyRequest, opts ...grpc.CallOption) (*GetApprovalPolicyResponse, error)
+	// ProposeRelease validates a release as Publish would and records it as a
+	// pending proposal; the namespace does not change. Needs config.propose.
+	ProposeRelease(ctx context.Context, in *ProposeReleaseRequest, opts ...grpc.CallOption) (*ProposeReleaseResponse, error)
+	// ListProposals lists a namespace's proposals, newest first.
+	ListProposals(ctx context.Context, in *ListProposalsRequest, opts ...grpc.CallOption) (*ListProposalsResponse, error)
+	// GetProposal reads one proposal, with its changes.
+	GetProposal(ctx context.Context, in *GetProposalRequest, opts ...grpc.CallOption) (*GetProposalResponse, error)
+	// ApproveProposal makes the proposal's release and closes it, in one
+	// transaction: refused (PermissionDenied) to its proposer, and
+	// (FailedPrecondition) once it expired or closed (PROPOSAL_CLOSED) or
+	// the namespace had a release after it (REVISION_MISMATCH). Needs
+	// config.approve.
+	ApproveProposal(ctx context.Context, in *ApproveProposalRequest, opts ...grpc.CallOption) (*ApproveProposalResponse, error)
+	// RejectProposal closes a pending proposal without a release. Needs
+	// config.approve.
+	RejectProposal(ctx context.Context, in *RejectProposalRequest, opts ...grpc.CallOption) (*RejectProposalResponse, error)
+	// WithdrawProposal closes the caller's own pending proposal. Needs
+	// config.propose.
+	WithdrawProposal(ctx context.Context, in *WithdrawProposalRequest, opts ...grpc.CallOption) (*WithdrawProposalResponse, error)
 }
 
 type configServiceClient struct {
@@ -386,6 +418,86 @@ func (c *configServiceClient) RewrapSecretKeys(ctx context.Context, in *RewrapSe
 	return out, nil
 }
 
+func (c *configServiceClient) SetApprovalPolicy(ctx context.Context, in *SetApprovalPolicyRequest, opts ...grpc.CallOption) (*SetApprovalPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetApprovalPolicyResponse)
+	err := c.cc.Invoke(ctx, ConfigService_SetApprovalPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) GetApprovalPolicy(ctx context.Context, in *GetApprovalPolicyRequest, opts ...grpc.CallOption) (*GetApprovalPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetApprovalPolicyResponse)
+	err := c.cc.Invoke(ctx, ConfigService_GetApprovalPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) ProposeRelease(ctx context.Context, in *ProposeReleaseRequest, opts ...grpc.CallOption) (*ProposeReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProposeReleaseResponse)
+	err := c.cc.Invoke(ctx, ConfigService_ProposeRelease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) ListProposals(ctx context.Context, in *ListProposalsRequest, opts ...grpc.CallOption) (*ListProposalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListProposalsResponse)
+	err := c.cc.Invoke(ctx, ConfigService_ListProposals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) GetProposal(ctx context.Context, in *GetProposalRequest, opts ...grpc.CallOption) (*GetProposalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetProposalResponse)
+	err := c.cc.Invoke(ctx, ConfigService_GetProposal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) ApproveProposal(ctx context.Context, in *ApproveProposalRequest, opts ...grpc.CallOption) (*ApproveProposalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveProposalResponse)
+	err := c.cc.Invoke(ctx, ConfigService_ApproveProposal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) RejectProposal(ctx context.Context, in *RejectProposalRequest, opts ...grpc.CallOption) (*RejectProposalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RejectProposalResponse)
+	err := c.cc.Invoke(ctx, ConfigService_RejectProposal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *configServiceClient) WithdrawProposal(ctx context.Context, in *WithdrawProposalRequest, opts ...grpc.CallOption) (*WithdrawProposalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WithdrawProposalResponse)
+	err := c.cc.Invoke(ctx, ConfigService_WithdrawProposal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConfigServiceServer is the server API for ConfigService service.
 // All implementations must embed UnimplementedConfigServiceServer
 // for forward compatibility.
@@ -476,6 +588,30 @@ type ConfigServiceServer interface {
 	// key of this member's secret key file (after a key rotation), without
 	// sealing any value again. Needs cluster.admin.
 	RewrapSecretKeys(context.Context, *RewrapSecretKeysRequest) (*RewrapSecretKeysResponse, error)
+	// SetApprovalPolicy makes a namespace change only by approved proposals
+	// (four eyes), or no longer. Needs config.admin.
+	SetApprovalPolicy(context.Context, *SetApprovalPolicyRequest) (*SetApprovalPolicyResponse, error)
+	// GetApprovalPolicy reads a namespace's approval policy.
+	GetApprovalPolicy(context.Context, *GetApprovalPolicyRequest) (*GetApprovalPolicyResponse, error)
+	// ProposeRelease validates a release as Publish would and records it as a
+	// pending proposal; the namespace does not change. Needs config.propose.
+	ProposeRelease(context.Context, *ProposeReleaseRequest) (*ProposeReleaseResponse, error)
+	// ListProposals lists a namespace's proposals, newest first.
+	ListProposals(context.Context, *ListProposalsRequest) (*ListProposalsResponse, error)
+	// GetProposal reads one proposal, with its changes.
+	GetProposal(context.Context, *GetProposalRequest) (*GetProposalResponse, error)
+	// ApproveProposal makes the proposal's release and closes it, in one
+	// transaction: refused (PermissionDenied) to its proposer, and
+	// (FailedPrecondition) once it expired or closed (PROPOSAL_CLOSED) or
+	// the namespace had a release after it (REVISION_MISMATCH). Needs
+	// config.approve.
+	ApproveProposal(context.Context, *ApproveProposalRequest) (*ApproveProposalResponse, error)
+	// RejectProposal closes a pending proposal without a release. Needs
+	// config.approve.
+	RejectProposal(context.Context, *RejectProposalRequest) (*RejectProposalResponse, error)
+	// WithdrawProposal closes the caller's own pending proposal. Needs
+	// config.propose.
+	WithdrawProposal(context.Context, *WithdrawProposalRequest) (*WithdrawProposalResponse, error)
 	mustEmbedUnimplementedConfigServiceServer()
 }
 
@@ -554,6 +690,30 @@ func (UnimplementedConfigServiceServer) ListGrayReleases(context.Context, *ListG
 }
 func (UnimplementedConfigServiceServer) RewrapSecretKeys(context.Context, *RewrapSecretKeysRequest) (*RewrapSecretKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RewrapSecretKeys not implemented")
+}
+func (UnimplementedConfigServiceServer) SetApprovalPolicy(context.Context, *SetApprovalPolicyRequest) (*SetApprovalPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetApprovalPolicy not implemented")
+}
+func (UnimplementedConfigServiceServer) GetApprovalPolicy(context.Context, *GetApprovalPolicyRequest) (*GetApprovalPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetApprovalPolicy not implemented")
+}
+func (UnimplementedConfigServiceServer) ProposeRelease(context.Context, *ProposeReleaseRequest) (*ProposeReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ProposeRelease not implemented")
+}
+func (UnimplementedConfigServiceServer) ListProposals(context.Context, *ListProposalsRequest) (*ListProposalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListProposals not implemented")
+}
+func (UnimplementedConfigServiceServer) GetProposal(context.Context, *GetProposalRequest) (*GetProposalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetProposal not implemented")
+}
+func (UnimplementedConfigServiceServer) ApproveProposal(context.Context, *ApproveProposalRequest) (*ApproveProposalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApproveProposal not implemented")
+}
+func (UnimplementedConfigServiceServer) RejectProposal(context.Context, *RejectProposalRequest) (*RejectProposalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RejectProposal not implemented")
+}
+func (UnimplementedConfigServiceServer) WithdrawProposal(context.Context, *WithdrawProposalRequest) (*WithdrawProposalResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WithdrawProposal not implemented")
 }
 func (UnimplementedConfigServiceServer) mustEmbedUnimplementedConfigServiceServer() {}
 func (UnimplementedConfigServiceServer) testEmbeddedByValue()                       {}
@@ -972,6 +1132,150 @@ func _ConfigService_RewrapSecretKeys_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConfigService_SetApprovalPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetApprovalPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).SetApprovalPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_SetApprovalPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).SetApprovalPolicy(ctx, req.(*SetApprovalPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_GetApprovalPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetApprovalPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).GetApprovalPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_GetApprovalPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).GetApprovalPolicy(ctx, req.(*GetApprovalPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_ProposeRelease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProposeReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).ProposeRelease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_ProposeRelease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).ProposeRelease(ctx, req.(*ProposeReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_ListProposals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListProposalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).ListProposals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_ListProposals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).ListProposals(ctx, req.(*ListProposalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_GetProposal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetProposalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).GetProposal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_GetProposal_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).GetProposal(ctx, req.(*GetProposalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_ApproveProposal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveProposalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).ApproveProposal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_ApproveProposal_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).ApproveProposal(ctx, req.(*ApproveProposalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_RejectProposal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RejectProposalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).RejectProposal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_RejectProposal_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).RejectProposal(ctx, req.(*RejectProposalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ConfigService_WithdrawProposal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WithdrawProposalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).WithdrawProposal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_WithdrawProposal_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).WithdrawProposal(ctx, req.(*WithdrawProposalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConfigService_ServiceDesc is the grpc.ServiceDesc for ConfigService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1062,6 +1366,38 @@ var ConfigService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RewrapSecretKeys",
 			Handler:    _ConfigService_RewrapSecretKeys_Handler,
+		},
+		{
+			MethodName: "SetApprovalPolicy",
+			Handler:    _ConfigService_SetApprovalPolicy_Handler,
+		},
+		{
+			MethodName: "GetApprovalPolicy",
+			Handler:    _ConfigService_GetApprovalPolicy_Handler,
+		},
+		{
+			MethodName: "ProposeRelease",
+			Handler:    _ConfigService_ProposeRelease_Handler,
+		},
+		{
+			MethodName: "ListProposals",
+			Handler:    _ConfigService_ListProposals_Handler,
+		},
+		{
+			MethodName: "GetProposal",
+			Handler:    _ConfigService_GetProposal_Handler,
+		},
+		{
+			MethodName: "ApproveProposal",
+			Handler:    _ConfigService_ApproveProposal_Handler,
+		},
+		{
+			MethodName: "RejectProposal",
+			Handler:    _ConfigService_RejectProposal_Handler,
+		},
+		{
+			MethodName: "WithdrawProposal",
+			Handler:    _ConfigService_WithdrawProposal_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

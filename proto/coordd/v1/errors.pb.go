@@ -93,6 +93,12 @@ const (
 	ErrorReason_ERROR_REASON_UNIMPLEMENTED ErrorReason = 29
 	// A secret config value cannot be sealed or opened on this member: it was started without --secret-key-file, or its key file lacks the key that wrapped the namespace's data key; nothing changed (FailedPrecondition, 400).
 	ErrorReason_ERROR_REASON_SECRETS_UNAVAILABLE ErrorReason = 30
+	// The config namespace changes only by approved proposals (four eyes): propose the release instead; nothing changed (FailedPrecondition, 400).
+	ErrorReason_ERROR_REASON_APPROVAL_REQUIRED ErrorReason = 31
+	// No such proposal in the namespace (the last 100 are kept) (NotFound, 404).
+	ErrorReason_ERROR_REASON_PROPOSAL_NOT_FOUND ErrorReason = 32
+	// The proposal is no longer pending: approved, rejected, withdrawn or expired; nothing changed (FailedPrecondition, 400).
+	ErrorReason_ERROR_REASON_PROPOSAL_CLOSED ErrorReason = 33
 )
 
 // Enum value maps for ErrorReason.
@@ -129,6 +135,9 @@ var (
 		28: "ERROR_REASON_UNKNOWN_ROUTE",
 		29: "ERROR_REASON_UNIMPLEMENTED",
 		30: "ERROR_REASON_SECRETS_UNAVAILABLE",
+		31: "ERROR_REASON_APPROVAL_REQUIRED",
+		32: "ERROR_REASON_PROPOSAL_NOT_FOUND",
+		33: "ERROR_REASON_PROPOSAL_CLOSED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -162,6 +171,9 @@ var (
 		"ERROR_REASON_UNKNOWN_ROUTE":         28,
 		"ERROR_REASON_UNIMPLEMENTED":         29,
 		"ERROR_REASON_SECRETS_UNAVAILABLE":   30,
+		"ERROR_REASON_APPROVAL_REQUIRED":     31,
+		"ERROR_REASON_PROPOSAL_NOT_FOUND":    32,
+		"ERROR_REASON_PROPOSAL_CLOSED":       33,
 	}
 )
 
@@ -196,7 +208,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xfd\a\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xe8\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -229,7 +241,10 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\x16ERROR_REASON_CANCELLED\x10\x1b\x12\x1e\n" +
 	"\x1aERROR_REASON_UNKNOWN_ROUTE\x10\x1c\x12\x1e\n" +
 	"\x1aERROR_REASON_UNIMPLEMENTED\x10\x1d\x12$\n" +
-	" ERROR_REASON_SECRETS_UNAVAILABLE\x10\x1eB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	" ERROR_REASON_SECRETS_UNAVAILABLE\x10\x1e\x12\"\n" +
+	"\x1eERROR_REASON_APPROVAL_REQUIRED\x10\x1f\x12#\n" +
+	"\x1fERROR_REASON_PROPOSAL_NOT_FOUND\x10 \x12 \n" +
+	"\x1cERROR_REASON_PROPOSAL_CLOSED\x10!B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once

@@ -143,6 +143,46 @@ class ConfigServiceStub(object):
                 request_serializer=coordd_dot_v1_dot_config__pb2.RewrapSecretKeysRequest.SerializeToString,
                 response_deserializer=coordd_dot_v1_dot_config__pb2.RewrapSecretKeysResponse.FromString,
                 )
+        self.SetApprovalPolicy = channel.unary_unary(
+                '/coordd.v1.ConfigService/SetApprovalPolicy',
+                request_serializer=coordd_dot_v1_dot_config__pb2.SetApprovalPolicyRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_config__pb2.SetApprovalPolicyResponse.FromString,
+                )
+        self.GetApprovalPolicy = channel.unary_unary(
+                '/coordd.v1.ConfigService/GetApprovalPolicy',
+                request_serializer=coordd_dot_v1_dot_config__pb2.GetApprovalPolicyRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_config__pb2.GetApprovalPolicyResponse.FromString,
+                )
+        self.ProposeRelease = channel.unary_unary(
+                '/coordd.v1.ConfigService/ProposeRelease',
+                request_serializer=coordd_dot_v1_dot_config__pb2.ProposeReleaseRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_config__pb2.ProposeReleaseResponse.FromString,
+                )
+        self.ListProposals = channel.unary_unary(
+                '/coordd.v1.ConfigService/ListProposals',
+                request_serializer=coordd_dot_v1_dot_config__pb2.ListProposalsRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_config__pb2.ListProposalsResponse.FromString,
+                )
+        self.GetProposal = channel.unary_unary(
+                '/coordd.v1.ConfigService/GetProposal',
+                request_serializer=coordd_dot_v1_dot_config__pb2.GetProposalRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_config__pb2.GetProposalResponse.FromString,
+                )
+        self.ApproveProposal = channel.unary_unary(
+                '/coordd.v1.ConfigService/ApproveProposal',
+                request_serializer=coordd_dot_v1_dot_config__pb2.ApproveProposalRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_config__pb2.ApproveProposalResponse.FromString,
+                )
+        self.RejectProposal = channel.unary_unary(
+                '/coordd.v1.ConfigService/RejectProposal',
+                request_serializer=coordd_dot_v1_dot_config__pb2.RejectProposalRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_config__pb2.RejectProposalResponse.FromString,
+                )
+        self.WithdrawProposal = channel.unary_unary(
+                '/coordd.v1.ConfigService/WithdrawProposal',
+                request_serializer=coordd_dot_v1_dot_config__pb2.WithdrawProposalRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_config__pb2.WithdrawProposalResponse.FromString,
+                )
 
 
 class ConfigServiceServicer(object):
@@ -348,6 +388,70 @@ class ConfigServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetApprovalPolicy(self, request, context):
+        """SetApprovalPolicy makes a namespace change only by approved proposals
+        (four eyes), or no longer. Needs config.admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetApprovalPolicy(self, request, context):
+        """GetApprovalPolicy reads a namespace's approval policy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProposeRelease(self, request, context):
+        """ProposeRelease validates a release as Publish would and records it as a
+        pending proposal; the namespace does not change. Needs config.propose.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListProposals(self, request, context):
+        """ListProposals lists a namespace's proposals, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetProposal(self, request, context):
+        """GetProposal reads one proposal, with its changes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApproveProposal(self, request, context):
+        """ApproveProposal makes the proposal's release and closes it, in one
+        transaction: refused (PermissionDenied) to its proposer, and
+        (FailedPrecondition) once it expired or closed (PROPOSAL_CLOSED) or
+        the namespace had a release after it (REVISION_MISMATCH). Needs
+        config.approve.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RejectProposal(self, request, context):
+        """RejectProposal closes a pending proposal without a release. Needs
+        config.approve.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WithdrawProposal(self, request, context):
+        """WithdrawProposal closes the caller's own pending proposal. Needs
+        config.propose.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConfigServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -465,6 +569,46 @@ def add_ConfigServiceServicer_to_server(servicer, server):
                     servicer.RewrapSecretKeys,
                     request_deserializer=coordd_dot_v1_dot_config__pb2.RewrapSecretKeysRequest.FromString,
                     response_serializer=coordd_dot_v1_dot_config__pb2.RewrapSecretKeysResponse.SerializeToString,
+            ),
+            'SetApprovalPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetApprovalPolicy,
+                    request_deserializer=coordd_dot_v1_dot_config__pb2.SetApprovalPolicyRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_config__pb2.SetApprovalPolicyResponse.SerializeToString,
+            ),
+            'GetApprovalPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetApprovalPolicy,
+                    request_deserializer=coordd_dot_v1_dot_config__pb2.GetApprovalPolicyRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_config__pb2.GetApprovalPolicyResponse.SerializeToString,
+            ),
+            'ProposeRelease': grpc.unary_unary_rpc_method_handler(
+                    servicer.ProposeRelease,
+                    request_deserializer=coordd_dot_v1_dot_config__pb2.ProposeReleaseRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_config__pb2.ProposeReleaseResponse.SerializeToString,
+            ),
+            'ListProposals': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListProposals,
+                    request_deserializer=coordd_dot_v1_dot_config__pb2.ListProposalsRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_config__pb2.ListProposalsResponse.SerializeToString,
+            ),
+            'GetProposal': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProposal,
+                    request_deserializer=coordd_dot_v1_dot_config__pb2.GetProposalRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_config__pb2.GetProposalResponse.SerializeToString,
+            ),
+            'ApproveProposal': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveProposal,
+                    request_deserializer=coordd_dot_v1_dot_config__pb2.ApproveProposalRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_config__pb2.ApproveProposalResponse.SerializeToString,
+            ),
+            'RejectProposal': grpc.unary_unary_rpc_method_handler(
+                    servicer.RejectProposal,
+                    request_deserializer=coordd_dot_v1_dot_config__pb2.RejectProposalRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_config__pb2.RejectProposalResponse.SerializeToString,
+            ),
+            'WithdrawProposal': grpc.unary_unary_rpc_method_handler(
+                    servicer.WithdrawProposal,
+                    request_deserializer=coordd_dot_v1_dot_config__pb2.WithdrawProposalRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_config__pb2.WithdrawProposalResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -878,5 +1022,141 @@ class ConfigService(object):
         return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/RewrapSecretKeys',
             coordd_dot_v1_dot_config__pb2.RewrapSecretKeysRequest.SerializeToString,
             coordd_dot_v1_dot_config__pb2.RewrapSecretKeysResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetApprovalPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/SetApprovalPolicy',
+            coordd_dot_v1_dot_config__pb2.SetApprovalPolicyRequest.SerializeToString,
+            coordd_dot_v1_dot_config__pb2.SetApprovalPolicyResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetApprovalPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/GetApprovalPolicy',
+            coordd_dot_v1_dot_config__pb2.GetApprovalPolicyRequest.SerializeToString,
+            coordd_dot_v1_dot_config__pb2.GetApprovalPolicyResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ProposeRelease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/ProposeRelease',
+            coordd_dot_v1_dot_config__pb2.ProposeReleaseRequest.SerializeToString,
+            coordd_dot_v1_dot_config__pb2.ProposeReleaseResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListProposals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/ListProposals',
+            coordd_dot_v1_dot_config__pb2.ListProposalsRequest.SerializeToString,
+            coordd_dot_v1_dot_config__pb2.ListProposalsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetProposal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/GetProposal',
+            coordd_dot_v1_dot_config__pb2.GetProposalRequest.SerializeToString,
+            coordd_dot_v1_dot_config__pb2.GetProposalResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ApproveProposal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/ApproveProposal',
+            coordd_dot_v1_dot_config__pb2.ApproveProposalRequest.SerializeToString,
+            coordd_dot_v1_dot_config__pb2.ApproveProposalResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RejectProposal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/RejectProposal',
+            coordd_dot_v1_dot_config__pb2.RejectProposalRequest.SerializeToString,
+            coordd_dot_v1_dot_config__pb2.RejectProposalResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WithdrawProposal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/WithdrawProposal',
+            coordd_dot_v1_dot_config__pb2.WithdrawProposalRequest.SerializeToString,
+            coordd_dot_v1_dot_config__pb2.WithdrawProposalResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordd/v1/config.proto.
  */
 export const file_coordd_v1_config: GenFile = /*@__PURE__*/
-  fileDesc("ChZjb29yZGQvdjEvY29uZmlnLnByb3RvEgljb29yZGQudjEidwoMQ29uZmlnQ2hhbmdlEgsKA2tleRgBIAEoCRIWCglvbGRfdmFsdWUYAiABKAlIAIgBARIWCgluZXdfdmFsdWUYAyABKAlIAYgBARIOCgZzZWNyZXQYBCABKAhCDAoKX29sZF92YWx1ZUIMCgpfbmV3X3ZhbHVlIuUBCg1Db25maWdSZWxlYXNlEhEKCW5hbWVzcGFjZRgBIAEoCRIOCgZudW1iZXIYAiABKAMSEAoIcmV2aXNpb24YAyABKAMSDgoGYXV0aG9yGAQgASgJEg8KB21lc3NhZ2UYBSABKAkSKAoEdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcm9sbGJhY2tfb2YYByABKAMSKAoHY2hhbmdlcxgIIAMoCzIXLmNvb3JkZC52MS5Db25maWdDaGFuZ2USFQoNcHJvbW90ZWRfZ3JheRgJIAEoAyJMCg5Db25maWdNdXRhdGlvbhILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAkSDgoGZGVsZXRlGAMgASgIEg4KBnNlY3JldBgEIAEoCCKeAQoOUHVibGlzaFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEiwKCW11dGF0aW9ucxgCIAMoCzIZLmNvb3JkZC52MS5Db25maWdNdXRhdGlvbhIZChFleHBlY3RlZF9yZXZpc2lvbhgDIAEoAxIOCgZhdXRob3IYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIPCgdkcnlfcnVuGAYgASgIIjwKD1B1Ymxpc2hSZXNwb25zZRIpCgdyZWxlYXNlGAEgASgLMhguY29vcmRkLnYxLkNvbmZpZ1JlbGVhc2UihwEKClB1dFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV2YWx1ZRgDIAEoCRIZChFleHBlY3RlZF9yZXZpc2lvbhgEIAEoAxIOCgZhdXRob3IYBSABKAkSDwoHbWVzc2FnZRgGIAEoCRIOCgZzZWNyZXQYByABKAgiOAoLUHV0UmVzcG9uc2USKQoHcmVsZWFzZRgBIAEoCzIYLmNvb3JkZC52MS5Db25maWdSZWxlYXNlImsKDURlbGV0ZVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRIZChFleHBlY3RlZF9yZXZpc2lvbhgDIAEoAxIOCgZhdXRob3IYBCABKAkSDwoHbWVzc2FnZRgFIAEoCSI7Cg5EZWxldGVSZXNwb25zZRIpCgdyZWxlYXNlGAEgASgLMhguY29vcmRkLnYxLkNvbmZpZ1JlbGVhc2UiVgoKR2V0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEhAKCHJldmlzaW9uGAMgASgDEhYKDnJldmVhbF9zZWNyZXRzGAQgASgIImEKC0dldFJlc3BvbnNlEgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCRIUCgxtb2RfcmV2aXNpb24YAyABKAMSEAoIcmV2aXNpb24YBCABKAMSDgoGc2VjcmV0GAUgASgIIjkKC0NvbmZpZ0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCRIOCgZzZWNyZXQYAyABKAgimgEKEU5hbWVzcGFjZVNuYXBzaG90EhEKCW5hbWVzcGFjZRgBIAEoCRIPCgdyZWxlYXNlGAIgASgDEhAKCHJldmlzaW9uGAMgASgDEhgKEGNoYW5nZWRfcmV2aXNpb24YBCABKAMSJwoHZW50cmllcxgFIAMoCzIWLmNvb3JkZC52MS5Db25maWdFbnRyeRIMCgRncmF5GAYgASgDIk4KD1NuYXBzaG90UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEAoIcmV2aXNpb24YAiABKAMSFgoOcmV2ZWFsX3NlY3JldHMYAyABKAgiQgoQU25hcHNob3RSZXNwb25zZRIuCghzbmFwc2hvdBgBIAEoCzIcLmNvb3JkZC52MS5OYW1lc3BhY2VTbmFwc2hvdCJ5CgtQb2xsUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSFgoOYWZ0ZXJfcmV2aXNpb24YAiABKAMSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5yZXZlYWxfc2VjcmV0cxgEIAEoCCJQCgxQb2xsUmVzcG9uc2USEAoIbW9kaWZpZWQYASABKAgSLgoIc25hcHNob3QYAiABKAsyHC5jb29yZGQudjEuTmFtZXNwYWNlU25hcHNob3QiSwoTTGlzdFJlbGVhc2VzUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEg4KBmJlZm9yZRgDIAEoAyJXChRMaXN0UmVsZWFzZXNSZXNwb25zZRIqCghyZWxlYXNlcxgBIAMoCzIYLmNvb3JkZC52MS5Db25maWdSZWxlYXNlEhMKC25leHRfYmVmb3JlGAIgASgDIm4KC0RpZmZSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIUCgxmcm9tX3JlbGVhc2UYAiABKAMSEgoKdG9fcmVsZWFzZRgDIAEoAxIRCglmcm9tX2dyYXkYBCABKAgSDwoHdG9fZ3JheRgFIAEoCCI4CgxEaWZmUmVzcG9uc2USKAoHY2hhbmdlcxgBIAMoCzIXLmNvb3JkZC52MS5Db25maWdDaGFuZ2UidAoPUm9sbGJhY2tSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgp0b19yZWxlYXNlGAIgASgDEhkKEWV4cGVjdGVkX3JldmlzaW9uGAMgASgDEg4KBmF1dGhvchgEIAEoCRIPCgdtZXNzYWdlGAUgASgJIj0KEFJvbGxiYWNrUmVzcG9uc2USKQoHcmVsZWFzZRgBIAEoCzIYLmNvb3JkZC52MS5Db25maWdSZWxlYXNlIiUKEEdldFNjaGVtYVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJIjUKEUdldFNjaGVtYVJlc3BvbnNlEg4KBnNjaGVtYRgBIAEoCRIQCghyZXZpc2lvbhgCIAEoAyI1ChBTZXRTY2hlbWFSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIOCgZzY2hlbWEYAiABKAkiJQoRU2V0U2NoZW1hUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMiTgoVTGlzdE5hbWVzcGFjZXNSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJFChZMaXN0TmFtZXNwYWNlc1Jlc3BvbnNlEhIKCm5hbWVzcGFjZXMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIscBCgxXYXRjaFJlcXVlc3QSEgoKbmFtZXNwYWNlcxgBIAMoCRIVCg1mcm9tX3JldmlzaW9uGAIgASgDEhAKCGluc3RhbmNlGAMgASgJEjMKBmxhYmVscxgEIAMoCzIjLmNvb3JkZC52MS5XYXRjaFJlcXVlc3QuTGFiZWxzRW50cnkSFgoOcmV2ZWFsX3NlY3JldHMYBSABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLIAQoNV2F0Y2hSZXNwb25zZRInCgR0eXBlGAEgASgOMhkuY29vcmRkLnYxLldhdGNoRXZlbnRUeXBlEhAKCHJldmlzaW9uGAIgASgDEi8KCXNuYXBzaG90cxgDIAMoCzIcLmNvb3JkZC52MS5OYW1lc3BhY2VTbmFwc2hvdBIpCgdyZWxlYXNlGAQgASgLMhguY29vcmRkLnYxLkNvbmZpZ1JlbGVhc2USEgoKY2x1c3Rlcl9pZBgFIAEoCRIMCgRncmF5GAYgASgDIpkBChROYW1lc3BhY2VBcHBseVJlcG9ydBIRCgluYW1lc3BhY2UYASABKAkSFwoPYXBwbGllZF9yZWxlYXNlGAIgASgDEhgKEHJlamVjdGVkX3JlbGVhc2UYAyABKAMSDgoGcmVhc29uGAQgASgJEhQKDGFwcGxpZWRfZ3JheRgFIAEoAxIVCg1yZWplY3RlZF9ncmF5GAYgASgDIscBChNSZXBvcnRTdGF0dXNSZXF1ZXN0EhAKCGluc3RhbmNlGAEgASgJEjoKBmxhYmVscxgCIAMoCzIqLmNvb3JkZC52MS5SZXBvcnRTdGF0dXNSZXF1ZXN0LkxhYmVsc0VudHJ5EjMKCm5hbWVzcGFjZXMYAyADKAsyHy5jb29yZGQudjEuTmFtZXNwYWNlQXBwbHlSZXBvcnQaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIWChRSZXBvcnRTdGF0dXNSZXNwb25zZSIqChVHZXRBcHBseVN0YXR1c1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJIrMCChNJbnN0YW5jZUFwcGx5U3RhdHVzEhAKCGluc3RhbmNlGAEgASgJEjoKBmxhYmVscxgCIAMoCzIqLmNvb3JkZC52MS5JbnN0YW5jZUFwcGx5U3RhdHVzLkxhYmVsc0VudHJ5EhcKD2FwcGxpZWRfcmVsZWFzZRgDIAEoAxIYChByZWplY3RlZF9yZWxlYXNlGAQgASgDEg4KBnJlYXNvbhgFIAEoCRIvCgtyZXBvcnRfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMYXBwbGllZF9ncmF5GAcgASgDEhUKDXJlamVjdGVkX2dyYXkYCCABKAMaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIyCgxSZWxlYXNlQ291bnQSDwoHcmVsZWFzZRgBIAEoAxIRCglpbnN0YW5jZXMYAiABKAUi/wEKFkdldEFwcGx5U3RhdHVzUmVzcG9uc2USMQoJaW5zdGFuY2VzGAEgAygLMh4uY29vcmRkLnYxLkluc3RhbmNlQXBwbHlTdGF0dXMSKAoHYXBwbGllZBgCIAMoCzIXLmNvb3JkZC52MS5SZWxlYXNlQ291bnQSKQoIcmVqZWN0ZWQYAyADKAsyFy5jb29yZGQudjEuUmVsZWFzZUNvdW50Ei0KDGFwcGxpZWRfZ3JheRgEIAMoCzIXLmNvb3JkZC52MS5SZWxlYXNlQ291bnQSLgoNcmVqZWN0ZWRfZ3JheRgFIAMoCzIXLmNvb3JkZC52MS5SZWxlYXNlQ291bnQicwoQV2F0Y2hNYW55UmVxdWVzdBIqCgVzdGFydBgBIAEoCzIZLmNvb3JkZC52MS5XYXRjaE1hbnlTdGFydEgAEigKBHN0b3AYAiABKAsyGC5jb29yZGQudjEuV2F0Y2hNYW55U3RvcEgAQgkKB3JlcXVlc3Qi3QEKDldhdGNoTWFueVN0YXJ0EhAKCHdhdGNoX2lkGAEgASgDEhIKCm5hbWVzcGFjZXMYAiADKAkSFQoNZnJvbV9yZXZpc2lvbhgDIAEoAxIQCghpbnN0YW5jZRgEIAEoCRI1CgZsYWJlbHMYBSADKAsyJS5jb29yZGQudjEuV2F0Y2hNYW55U3RhcnQuTGFiZWxzRW50cnkSFgoOcmV2ZWFsX3NlY3JldHMYBiABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIhCg1XYXRjaE1hbnlTdG9wEhAKCHdhdGNoX2lkGAEgASgDInwKEVdhdGNoTWFueVJlc3BvbnNlEhEKCXdhdGNoX2lkcxgBIAMoAxInCgVldmVudBgCIAEoCzIYLmNvb3JkZC52MS5XYXRjaFJlc3BvbnNlEhQKDGVycm9yX3JlYXNvbhgDIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAQgASgJIpYBCgxHcmF5U2VsZWN0b3ISEQoJaW5zdGFuY2VzGAEgAygJEjMKBmxhYmVscxgCIAMoCzIjLmNvb3JkZC52MS5HcmF5U2VsZWN0b3IuTGFiZWxzRW50cnkSDwoHcGVyY2VudBgDIAEoBRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIuICCgtHcmF5UmVsZWFzZRIRCgluYW1lc3BhY2UYASABKAkSDgoGbnVtYmVyGAIgASgDEiUKBmFjdGlvbhgDIAEoDjIVLmNvb3JkZC52MS5HcmF5QWN0aW9uEikKCHNlbGVjdG9yGAQgASgLMhcuY29vcmRkLnYxLkdyYXlTZWxlY3RvchIsCglvdmVycmlkZXMYBSADKAsyGS5jb29yZGQudjEuQ29uZmlnTXV0YXRpb24SFAoMYmFzZV9yZWxlYXNlGAYgASgDEigKB2NoYW5nZXMYByADKAsyFy5jb29yZGQudjEuQ29uZmlnQ2hhbmdlEhMKC3Byb21vdGVkX3RvGAggASgDEg4KBmF1dGhvchgJIAEoCRIPCgdtZXNzYWdlGAogASgJEigKBHRpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHJldmlzaW9uGAwgASgDIrEBChFDcmVhdGVHcmF5UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSKQoIc2VsZWN0b3IYAiABKAsyFy5jb29yZGQudjEuR3JheVNlbGVjdG9yEiwKCW92ZXJyaWRlcxgDIAMoCzIZLmNvb3JkZC52MS5Db25maWdNdXRhdGlvbhIOCgZhdXRob3IYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIPCgdkcnlfcnVuGAYgASgIIjoKEkNyZWF0ZUdyYXlSZXNwb25zZRIkCgRncmF5GAEgASgLMhYuY29vcmRkLnYxLkdyYXlSZWxlYXNlIsgBChFVcGRhdGVHcmF5UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSFQoNZXhwZWN0ZWRfZ3JheRgCIAEoAxIpCghzZWxlY3RvchgDIAEoCzIXLmNvb3JkZC52MS5HcmF5U2VsZWN0b3ISLAoJb3ZlcnJpZGVzGAQgAygLMhkuY29vcmRkLnYxLkNvbmZpZ011dGF0aW9uEg4KBmF1dGhvchgFIAEoCRIPCgdtZXNzYWdlGAYgASgJEg8KB2RyeV9ydW4YByABKAgiOgoSVXBkYXRlR3JheVJlc3BvbnNlEiQKBGdyYXkYASABKAsyFi5jb29yZGQudjEuR3JheVJlbGVhc2UiXwoSUHJvbW90ZUdyYXlSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIVCg1leHBlY3RlZF9ncmF5GAIgASgDEg4KBmF1dGhvchgDIAEoCRIPCgdtZXNzYWdlGAQgASgJImYKE1Byb21vdGVHcmF5UmVzcG9uc2USJAoEZ3JheRgBIAEoCzIWLmNvb3JkZC52MS5HcmF5UmVsZWFzZRIpCgdyZWxlYXNlGAIgASgLMhguY29vcmRkLnYxLkNvbmZpZ1JlbGVhc2UiXwoSQWJhbmRvbkdyYXlSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIVCg1leHBlY3RlZF9ncmF5GAIgASgDEg4KBmF1dGhvchgDIAEoCRIPCgdtZXNzYWdlGAQgASgJIjsKE0FiYW5kb25HcmF5UmVzcG9uc2USJAoEZ3JheRgBIAEoCzIWLmNvb3JkZC52MS5HcmF5UmVsZWFzZSIjCg5HZXRHcmF5UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkiNwoPR2V0R3JheVJlc3BvbnNlEiQKBGdyYXkYASABKAsyFi5jb29yZGQudjEuR3JheVJlbGVhc2UiTwoXTGlzdEdyYXlSZWxlYXNlc1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRIOCgZiZWZvcmUYAyABKAMiVgoYTGlzdEdyYXlSZWxlYXNlc1Jlc3BvbnNlEiUKBWdyYXlzGAEgAygLMhYuY29vcmRkLnYxLkdyYXlSZWxlYXNlEhMKC25leHRfYmVmb3JlGAIgASgDIhkKF1Jld3JhcFNlY3JldEtleXNSZXF1ZXN0IqwBChhSZXdyYXBTZWNyZXRLZXlzUmVzcG9uc2USDwoHcHJpbWFyeRgBIAEoCRIRCglyZXdyYXBwZWQYAiABKAUSPgoGYnlfa2V5GAMgAygLMi4uY29vcmRkLnYxLlJld3JhcFNlY3JldEtleXNSZXNwb25zZS5CeUtleUVudHJ5GiwKCkJ5S2V5RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgFOgI4ASqNAQoOV2F0Y2hFdmVudFR5cGUSIAocV0FUQ0hfRVZFTlRfVFlQRV9VTlNQRUNJRklFRBAAEh0KGVdBVENIX0VWRU5UX1RZUEVfU05BUFNIT1QQARIbChdXQVRDSF9FVkVOVF9UWVBFX0NIQU5HRRACEh0KGVdBVENIX0VWRU5UX1RZUEVfQk9PS01BUksQAyqLAQoKR3JheUFjdGlvbhIbChdHUkFZX0FDVElPTl9VTlNQRUNJRklFRBAAEhYKEkdSQVlfQUNUSU9OX0NSRUFURRABEhYKEkdSQVlfQUNUSU9OX1VQREFURRACEhcKE0dSQVlfQUNUSU9OX1BST01PVEUQAxIXChNHUkFZX0FDVElPTl9BQkFORE9OEAQykA0KDUNvbmZpZ1NlcnZpY2USNAoDUHV0EhUuY29vcmRkLnYxLlB1dFJlcXVlc3QaFi5jb29yZGQudjEuUHV0UmVzcG9uc2USPQoGRGVsZXRlEhguY29vcmRkLnYxLkRlbGV0ZVJlcXVlc3QaGS5jb29yZGQudjEuRGVsZXRlUmVzcG9uc2USQAoHUHVibGlzaBIZLmNvb3JkZC52MS5QdWJsaXNoUmVxdWVzdBoaLmNvb3JkZC52MS5QdWJsaXNoUmVzcG9uc2USNAoDR2V0EhUuY29vcmRkLnYxLkdldFJlcXVlc3QaFi5jb29yZGQudjEuR2V0UmVzcG9uc2USQwoIU25hcHNob3QSGi5jb29yZGQudjEuU25hcHNob3RSZXF1ZXN0GhsuY29vcmRkLnYxLlNuYXBzaG90UmVzcG9uc2USNwoEUG9sbBIWLmNvb3JkZC52MS5Qb2xsUmVxdWVzdBoXLmNvb3JkZC52MS5Qb2xsUmVzcG9uc2USTwoMTGlzdFJlbGVhc2VzEh4uY29vcmRkLnYxLkxpc3RSZWxlYXNlc1JlcXVlc3QaHy5jb29yZGQudjEuTGlzdFJlbGVhc2VzUmVzcG9uc2USNwoERGlmZhIWLmNvb3JkZC52MS5EaWZmUmVxdWVzdBoXLmNvb3JkZC52MS5EaWZmUmVzcG9uc2USQwoIUm9sbGJhY2sSGi5jb29yZGQudjEuUm9sbGJhY2tSZXF1ZXN0GhsuY29vcmRkLnYxLlJvbGxiYWNrUmVzcG9uc2USRgoJR2V0U2NoZW1hEhsuY29vcmRkLnYxLkdldFNjaGVtYVJlcXVlc3QaHC5jb29yZGQudjEuR2V0U2NoZW1hUmVzcG9uc2USRgoJU2V0U2NoZW1hEhsuY29vcmRkLnYxLlNldFNjaGVtYVJlcXVlc3QaHC5jb29yZGQudjEuU2V0U2NoZW1hUmVzcG9uc2USVQoOTGlzdE5hbWVzcGFjZXMSIC5jb29yZGQudjEuTGlzdE5hbWVzcGFjZXNSZXF1ZXN0GiEuY29vcmRkLnYxLkxpc3ROYW1lc3BhY2VzUmVzcG9uc2USTwoMUmVwb3J0U3RhdHVzEh4uY29vcmRkLnYxLlJlcG9ydFN0YXR1c1JlcXVlc3QaHy5jb29yZGQudjEuUmVwb3J0U3RhdHVzUmVzcG9uc2USVQoOR2V0QXBwbHlTdGF0dXMSIC5jb29yZGQudjEuR2V0QXBwbHlTdGF0dXNSZXF1ZXN0GiEuY29vcmRkLnYxLkdldEFwcGx5U3RhdHVzUmVzcG9uc2USSgoJV2F0Y2hNYW55EhsuY29vcmRkLnYxLldhdGNoTWFueVJlcXVlc3QaHC5jb29yZGQudjEuV2F0Y2hNYW55UmVzcG9uc2UoATABEjwKBVdhdGNoEhcuY29vcmRkLnYxLldhdGNoUmVxdWVzdBoYLmNvb3JkZC52MS5XYXRjaFJlc3BvbnNlMAESSQoKQ3JlYXRlR3JheRIcLmNvb3JkZC52MS5DcmVhdGVHcmF5UmVxdWVzdBodLmNvb3JkZC52MS5DcmVhdGVHcmF5UmVzcG9uc2USSQoKVXBkYXRlR3JheRIcLmNvb3JkZC52MS5VcGRhdGVHcmF5UmVxdWVzdBodLmNvb3JkZC52MS5VcGRhdGVHcmF5UmVzcG9uc2USTAoLUHJvbW90ZUdyYXkSHS5jb29yZGQudjEuUHJvbW90ZUdyYXlSZXF1ZXN0Gh4uY29vcmRkLnYxLlByb21vdGVHcmF5UmVzcG9uc2USTAoLQWJhbmRvbkdyYXkSHS5jb29yZGQudjEuQWJhbmRvbkdyYXlSZXF1ZXN0Gh4uY29vcmRkLnYxLkFiYW5kb25HcmF5UmVzcG9uc2USQAoHR2V0R3JheRIZLmNvb3JkZC52MS5HZXRHcmF5UmVxdWVzdBoaLmNvb3JkZC52MS5HZXRHcmF5UmVzcG9uc2USWwoQTGlzdEdyYXlSZWxlYXNlcxIiLmNvb3JkZC52MS5MaXN0R3JheVJlbGVhc2VzUmVxdWVzdBojLmNvb3JkZC52MS5MaXN0R3JheVJlbGVhc2VzUmVzcG9uc2USWwoQUmV3cmFwU2VjcmV0S2V5cxIiLmNvb3JkZC52MS5SZXdyYXBTZWNyZXRLZXlzUmVxdWVzdBojLmNvb3JkZC52MS5SZXdyYXBTZWNyZXRLZXlzUmVzcG9uc2VCM1oxZ2l0aHViLmNvbS9jb29yZGQvY29vcmRkL3Byb3RvL2Nvb3JkZC92MTtjb29yZGR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChZjb29yZGQvdjEvY29uZmlnLnByb3RvEgljb29yZGQudjEidwoMQ29uZmlnQ2hhbmdlEgsKA2tleRgBIAEoCRIWCglvbGRfdmFsdWUYAiABKAlIAIgBARIWCgluZXdfdmFsdWUYAyABKAlIAYgBARIOCgZzZWNyZXQYBCABKAhCDAoKX29sZF92YWx1ZUIMCgpfbmV3X3ZhbHVlIqECCg1Db25maWdSZWxlYXNlEhEKCW5hbWVzcGFjZRgBIAEoCRIOCgZudW1iZXIYAiABKAMSEAoIcmV2aXNpb24YAyABKAMSDgoGYXV0aG9yGAQgASgJEg8KB21lc3NhZ2UYBSABKAkSKAoEdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEwoLcm9sbGJhY2tfb2YYByABKAMSKAoHY2hhbmdlcxgIIAMoCzIXLmNvb3JkZC52MS5Db25maWdDaGFuZ2USFQoNcHJvbW90ZWRfZ3JheRgJIAEoAxIQCghwcm9wb3NhbBgKIAEoAxITCgtwcm9wb3NlZF9ieRgLIAEoCRITCgthcHByb3ZlZF9ieRgMIAEoCSJMCg5Db25maWdNdXRhdGlvbhILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAkSDgoGZGVsZXRlGAMgASgIEg4KBnNlY3JldBgEIAEoCCKeAQoOUHVibGlzaFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEiwKCW11dGF0aW9ucxgCIAMoCzIZLmNvb3JkZC52MS5Db25maWdNdXRhdGlvbhIZChFleHBlY3RlZF9yZXZpc2lvbhgDIAEoAxIOCgZhdXRob3IYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIPCgdkcnlfcnVuGAYgASgIIjwKD1B1Ymxpc2hSZXNwb25zZRIpCgdyZWxlYXNlGAEgASgLMhguY29vcmRkLnYxLkNvbmZpZ1JlbGVhc2UihwEKClB1dFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRINCgV2YWx1ZRgDIAEoCRIZChFleHBlY3RlZF9yZXZpc2lvbhgEIAEoAxIOCgZhdXRob3IYBSABKAkSDwoHbWVzc2FnZRgGIAEoCRIOCgZzZWNyZXQYByABKAgiOAoLUHV0UmVzcG9uc2USKQoHcmVsZWFzZRgBIAEoCzIYLmNvb3JkZC52MS5Db25maWdSZWxlYXNlImsKDURlbGV0ZVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEgsKA2tleRgCIAEoCRIZChFleHBlY3RlZF9yZXZpc2lvbhgDIAEoAxIOCgZhdXRob3IYBCABKAkSDwoHbWVzc2FnZRgFIAEoCSI7Cg5EZWxldGVSZXNwb25zZRIpCgdyZWxlYXNlGAEgASgLMhguY29vcmRkLnYxLkNvbmZpZ1JlbGVhc2UiVgoKR2V0UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSCwoDa2V5GAIgASgJEhAKCHJldmlzaW9uGAMgASgDEhYKDnJldmVhbF9zZWNyZXRzGAQgASgIImEKC0dldFJlc3BvbnNlEgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCRIUCgxtb2RfcmV2aXNpb24YAyABKAMSEAoIcmV2aXNpb24YBCABKAMSDgoGc2VjcmV0GAUgASgIIjkKC0NvbmZpZ0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCRIOCgZzZWNyZXQYAyABKAgimgEKEU5hbWVzcGFjZVNuYXBzaG90EhEKCW5hbWVzcGFjZRgBIAEoCRIPCgdyZWxlYXNlGAIgASgDEhAKCHJldmlzaW9uGAMgASgDEhgKEGNoYW5nZWRfcmV2aXNpb24YBCABKAMSJwoHZW50cmllcxgFIAMoCzIWLmNvb3JkZC52MS5Db25maWdFbnRyeRIMCgRncmF5GAYgASgDIk4KD1NuYXBzaG90UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEAoIcmV2aXNpb24YAiABKAMSFgoOcmV2ZWFsX3NlY3JldHMYAyABKAgiQgoQU25hcHNob3RSZXNwb25zZRIuCghzbmFwc2hvdBgBIAEoCzIcLmNvb3JkZC52MS5OYW1lc3BhY2VTbmFwc2hvdCJ5CgtQb2xsUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSFgoOYWZ0ZXJfcmV2aXNpb24YAiABKAMSJwoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIWCg5yZXZlYWxfc2VjcmV0cxgEIAEoCCJQCgxQb2xsUmVzcG9uc2USEAoIbW9kaWZpZWQYASABKAgSLgoIc25hcHNob3QYAiABKAsyHC5jb29yZGQudjEuTmFtZXNwYWNlU25hcHNob3QiSwoTTGlzdFJlbGVhc2VzUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEg4KBmJlZm9yZRgDIAEoAyJXChRMaXN0UmVsZWFzZXNSZXNwb25zZRIqCghyZWxlYXNlcxgBIAMoCzIYLmNvb3JkZC52MS5Db25maWdSZWxlYXNlEhMKC25leHRfYmVmb3JlGAIgASgDIm4KC0RpZmZSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIUCgxmcm9tX3JlbGVhc2UYAiABKAMSEgoKdG9fcmVsZWFzZRgDIAEoAxIRCglmcm9tX2dyYXkYBCABKAgSDwoHdG9fZ3JheRgFIAEoCCI4CgxEaWZmUmVzcG9uc2USKAoHY2hhbmdlcxgBIAMoCzIXLmNvb3JkZC52MS5Db25maWdDaGFuZ2UidAoPUm9sbGJhY2tSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRISCgp0b19yZWxlYXNlGAIgASgDEhkKEWV4cGVjdGVkX3JldmlzaW9uGAMgASgDEg4KBmF1dGhvchgEIAEoCRIPCgdtZXNzYWdlGAUgASgJIj0KEFJvbGxiYWNrUmVzcG9uc2USKQoHcmVsZWFzZRgBIAEoCzIYLmNvb3JkZC52MS5Db25maWdSZWxlYXNlIiUKEEdldFNjaGVtYVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJIjUKEUdldFNjaGVtYVJlc3BvbnNlEg4KBnNjaGVtYRgBIAEoCRIQCghyZXZpc2lvbhgCIAEoAyI1ChBTZXRTY2hlbWFSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIOCgZzY2hlbWEYAiABKAkiJQoRU2V0U2NoZW1hUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMiTgoVTGlzdE5hbWVzcGFjZXNSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSJFChZMaXN0TmFtZXNwYWNlc1Jlc3BvbnNlEhIKCm5hbWVzcGFjZXMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIscBCgxXYXRjaFJlcXVlc3QSEgoKbmFtZXNwYWNlcxgBIAMoCRIVCg1mcm9tX3JldmlzaW9uGAIgASgDEhAKCGluc3RhbmNlGAMgASgJEjMKBmxhYmVscxgEIAMoCzIjLmNvb3JkZC52MS5XYXRjaFJlcXVlc3QuTGFiZWxzRW50cnkSFgoOcmV2ZWFsX3NlY3JldHMYBSABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASLIAQoNV2F0Y2hSZXNwb25zZRInCgR0eXBlGAEgASgOMhkuY29vcmRkLnYxLldhdGNoRXZlbnRUeXBlEhAKCHJldmlzaW9uGAIgASgDEi8KCXNuYXBzaG90cxgDIAMoCzIcLmNvb3JkZC52MS5OYW1lc3BhY2VTbmFwc2hvdBIpCgdyZWxlYXNlGAQgASgLMhguY29vcmRkLnYxLkNvbmZpZ1JlbGVhc2USEgoKY2x1c3Rlcl9pZBgFIAEoCRIMCgRncmF5GAYgASgDIpkBChROYW1lc3BhY2VBcHBseVJlcG9ydBIRCgluYW1lc3BhY2UYASABKAkSFwoPYXBwbGllZF9yZWxlYXNlGAIgASgDEhgKEHJlamVjdGVkX3JlbGVhc2UYAyABKAMSDgoGcmVhc29uGAQgASgJEhQKDGFwcGxpZWRfZ3JheRgFIAEoAxIVCg1yZWplY3RlZF9ncmF5GAYgASgDIscBChNSZXBvcnRTdGF0dXNSZXF1ZXN0EhAKCGluc3RhbmNlGAEgASgJEjoKBmxhYmVscxgCIAMoCzIqLmNvb3JkZC52MS5SZXBvcnRTdGF0dXNSZXF1ZXN0LkxhYmVsc0VudHJ5EjMKCm5hbWVzcGFjZXMYAyADKAsyHy5jb29yZGQudjEuTmFtZXNwYWNlQXBwbHlSZXBvcnQaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIWChRSZXBvcnRTdGF0dXNSZXNwb25zZSIqChVHZXRBcHBseVN0YXR1c1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJIrMCChNJbnN0YW5jZUFwcGx5U3RhdHVzEhAKCGluc3RhbmNlGAEgASgJEjoKBmxhYmVscxgCIAMoCzIqLmNvb3JkZC52MS5JbnN0YW5jZUFwcGx5U3RhdHVzLkxhYmVsc0VudHJ5EhcKD2FwcGxpZWRfcmVsZWFzZRgDIAEoAxIYChByZWplY3RlZF9yZWxlYXNlGAQgASgDEg4KBnJlYXNvbhgFIAEoCRIvCgtyZXBvcnRfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMYXBwbGllZF9ncmF5GAcgASgDEhUKDXJlamVjdGVkX2dyYXkYCCABKAMaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIyCgxSZWxlYXNlQ291bnQSDwoHcmVsZWFzZRgBIAEoAxIRCglpbnN0YW5jZXMYAiABKAUi/wEKFkdldEFwcGx5U3RhdHVzUmVzcG9uc2USMQoJaW5zdGFuY2VzGAEgAygLMh4uY29vcmRkLnYxLkluc3RhbmNlQXBwbHlTdGF0dXMSKAoHYXBwbGllZBgCIAMoCzIXLmNvb3JkZC52MS5SZWxlYXNlQ291bnQSKQoIcmVqZWN0ZWQYAyADKAsyFy5jb29yZGQudjEuUmVsZWFzZUNvdW50Ei0KDGFwcGxpZWRfZ3JheRgEIAMoCzIXLmNvb3JkZC52MS5SZWxlYXNlQ291bnQSLgoNcmVqZWN0ZWRfZ3JheRgFIAMoCzIXLmNvb3JkZC52MS5SZWxlYXNlQ291bnQicwoQV2F0Y2hNYW55UmVxdWVzdBIqCgVzdGFydBgBIAEoCzIZLmNvb3JkZC52MS5XYXRjaE1hbnlTdGFydEgAEigKBHN0b3AYAiABKAsyGC5jb29yZGQudjEuV2F0Y2hNYW55U3RvcEgAQgkKB3JlcXVlc3Qi3QEKDldhdGNoTWFueVN0YXJ0EhAKCHdhdGNoX2lkGAEgASgDEhIKCm5hbWVzcGFjZXMYAiADKAkSFQoNZnJvbV9yZXZpc2lvbhgDIAEoAxIQCghpbnN0YW5jZRgEIAEoCRI1CgZsYWJlbHMYBSADKAsyJS5jb29yZGQudjEuV2F0Y2hNYW55U3RhcnQuTGFiZWxzRW50cnkSFgoOcmV2ZWFsX3NlY3JldHMYBiABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASIhCg1XYXRjaE1hbnlTdG9wEhAKCHdhdGNoX2lkGAEgASgDInwKEVdhdGNoTWFueVJlc3BvbnNlEhEKCXdhdGNoX2lkcxgBIAMoAxInCgVldmVudBgCIAEoCzIYLmNvb3JkZC52MS5XYXRjaFJlc3BvbnNlEhQKDGVycm9yX3JlYXNvbhgDIAEoCRIVCg1lcnJvcl9tZXNzYWdlGAQgASgJIpYBCgxHcmF5U2VsZWN0b3ISEQoJaW5zdGFuY2VzGAEgAygJEjMKBmxhYmVscxgCIAMoCzIjLmNvb3JkZC52MS5HcmF5U2VsZWN0b3IuTGFiZWxzRW50cnkSDwoHcGVyY2VudBgDIAEoBRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIuICCgtHcmF5UmVsZWFzZRIRCgluYW1lc3BhY2UYASABKAkSDgoGbnVtYmVyGAIgASgDEiUKBmFjdGlvbhgDIAEoDjIVLmNvb3JkZC52MS5HcmF5QWN0aW9uEikKCHNlbGVjdG9yGAQgASgLMhcuY29vcmRkLnYxLkdyYXlTZWxlY3RvchIsCglvdmVycmlkZXMYBSADKAsyGS5jb29yZGQudjEuQ29uZmlnTXV0YXRpb24SFAoMYmFzZV9yZWxlYXNlGAYgASgDEigKB2NoYW5nZXMYByADKAsyFy5jb29yZGQudjEuQ29uZmlnQ2hhbmdlEhMKC3Byb21vdGVkX3RvGAggASgDEg4KBmF1dGhvchgJIAEoCRIPCgdtZXNzYWdlGAogASgJEigKBHRpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHJldmlzaW9uGAwgASgDIrEBChFDcmVhdGVHcmF5UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSKQoIc2VsZWN0b3IYAiABKAsyFy5jb29yZGQudjEuR3JheVNlbGVjdG9yEiwKCW92ZXJyaWRlcxgDIAMoCzIZLmNvb3JkZC52MS5Db25maWdNdXRhdGlvbhIOCgZhdXRob3IYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIPCgdkcnlfcnVuGAYgASgIIjoKEkNyZWF0ZUdyYXlSZXNwb25zZRIkCgRncmF5GAEgASgLMhYuY29vcmRkLnYxLkdyYXlSZWxlYXNlIsgBChFVcGRhdGVHcmF5UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSFQoNZXhwZWN0ZWRfZ3JheRgCIAEoAxIpCghzZWxlY3RvchgDIAEoCzIXLmNvb3JkZC52MS5HcmF5U2VsZWN0b3ISLAoJb3ZlcnJpZGVzGAQgAygLMhkuY29vcmRkLnYxLkNvbmZpZ011dGF0aW9uEg4KBmF1dGhvchgFIAEoCRIPCgdtZXNzYWdlGAYgASgJEg8KB2RyeV9ydW4YByABKAgiOgoSVXBkYXRlR3JheVJlc3BvbnNlEiQKBGdyYXkYASABKAsyFi5jb29yZGQudjEuR3JheVJlbGVhc2UiXwoSUHJvbW90ZUdyYXlSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIVCg1leHBlY3RlZF9ncmF5GAIgASgDEg4KBmF1dGhvchgDIAEoCRIPCgdtZXNzYWdlGAQgASgJImYKE1Byb21vdGVHcmF5UmVzcG9uc2USJAoEZ3JheRgBIAEoCzIWLmNvb3JkZC52MS5HcmF5UmVsZWFzZRIpCgdyZWxlYXNlGAIgASgLMhguY29vcmRkLnYxLkNvbmZpZ1JlbGVhc2UiXwoSQWJhbmRvbkdyYXlSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIVCg1leHBlY3RlZF9ncmF5GAIgASgDEg4KBmF1dGhvchgDIAEoCRIPCgdtZXNzYWdlGAQgASgJIjsKE0FiYW5kb25HcmF5UmVzcG9uc2USJAoEZ3JheRgBIAEoCzIWLmNvb3JkZC52MS5HcmF5UmVsZWFzZSIjCg5HZXRHcmF5UmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkiNwoPR2V0R3JheVJlc3BvbnNlEiQKBGdyYXkYASABKAsyFi5jb29yZGQudjEuR3JheVJlbGVhc2UiTwoXTGlzdEdyYXlSZWxlYXNlc1JlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRIOCgZiZWZvcmUYAyABKAMiVgoYTGlzdEdyYXlSZWxlYXNlc1Jlc3BvbnNlEiUKBWdyYXlzGAEgAygLMhYuY29vcmRkLnYxLkdyYXlSZWxlYXNlEhMKC25leHRfYmVmb3JlGAIgASgDIhkKF1Jld3JhcFNlY3JldEtleXNSZXF1ZXN0IqwBChhSZXdyYXBTZWNyZXRLZXlzUmVzcG9uc2USDwoHcHJpbWFyeRgBIAEoCRIRCglyZXdyYXBwZWQYAiABKAUSPgoGYnlfa2V5GAMgAygLMi4uY29vcmRkLnYxLlJld3JhcFNlY3JldEtleXNSZXNwb25zZS5CeUtleUVudHJ5GiwKCkJ5S2V5RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgFOgI4ASJTCg5BcHByb3ZhbFBvbGljeRIQCghyZXF1aXJlZBgBIAEoCBIvCgxwcm9wb3NhbF90dGwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iWAoYU2V0QXBwcm92YWxQb2xpY3lSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIpCgZwb2xpY3kYAiABKAsyGS5jb29yZGQudjEuQXBwcm92YWxQb2xpY3kiLQoZU2V0QXBwcm92YWxQb2xpY3lSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAyItChhHZXRBcHByb3ZhbFBvbGljeVJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJIkYKGUdldEFwcHJvdmFsUG9saWN5UmVzcG9uc2USKQoGcG9saWN5GAEgASgLMhkuY29vcmRkLnYxLkFwcHJvdmFsUG9saWN5IroDCghQcm9wb3NhbBIRCgluYW1lc3BhY2UYASABKAkSDgoGbnVtYmVyGAIgASgDEicKBXN0YXRlGAMgASgOMhguY29vcmRkLnYxLlByb3Bvc2FsU3RhdGUSEAoIcHJvcG9zZXIYBCABKAkSDgoGYXV0aG9yGAUgASgJEg8KB21lc3NhZ2UYBiABKAkSKAoHY2hhbmdlcxgHIAMoCzIXLmNvb3JkZC52MS5Db25maWdDaGFuZ2USEwoLcm9sbGJhY2tfb2YYCCABKAMSFAoMYmFzZV9yZWxlYXNlGAkgASgDEi8KC2NyZWF0ZV90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtleHBpcmVfdGltZRgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKZGVjaWRlZF9ieRgMIAEoCRIvCgtkZWNpZGVfdGltZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIZGVjaXNpb24YDiABKAkSDwoHcmVsZWFzZRgPIAEoAxIQCghyZXZpc2lvbhgQIAEoAyKpAQoVUHJvcG9zZVJlbGVhc2VSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIsCgltdXRhdGlvbnMYAiADKAsyGS5jb29yZGQudjEuQ29uZmlnTXV0YXRpb24SEwoLcm9sbGJhY2tfdG8YAyABKAMSGQoRZXhwZWN0ZWRfcmV2aXNpb24YBCABKAMSDgoGYXV0aG9yGAUgASgJEg8KB21lc3NhZ2UYBiABKAkiPwoWUHJvcG9zZVJlbGVhc2VSZXNwb25zZRIlCghwcm9wb3NhbBgBIAEoCzITLmNvb3JkZC52MS5Qcm9wb3NhbCJMChRMaXN0UHJvcG9zYWxzUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEg4KBmJlZm9yZRgDIAEoAyJUChVMaXN0UHJvcG9zYWxzUmVzcG9uc2USJgoJcHJvcG9zYWxzGAEgAygLMhMuY29vcmRkLnYxLlByb3Bvc2FsEhMKC25leHRfYmVmb3JlGAIgASgDIjcKEkdldFByb3Bvc2FsUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSDgoGbnVtYmVyGAIgASgDIjwKE0dldFByb3Bvc2FsUmVzcG9uc2USJQoIcHJvcG9zYWwYASABKAsyEy5jb29yZGQudjEuUHJvcG9zYWwiXAoWQXBwcm92ZVByb3Bvc2FsUmVxdWVzdBIRCgluYW1lc3BhY2UYASABKAkSDgoGbnVtYmVyGAIgASgDEg8KB21lc3NhZ2UYAyABKAkSDgoGYXV0aG9yGAQgASgJImsKF0FwcHJvdmVQcm9wb3NhbFJlc3BvbnNlEikKB3JlbGVhc2UYASABKAsyGC5jb29yZGQudjEuQ29uZmlnUmVsZWFzZRIlCghwcm9wb3NhbBgCIAEoCzITLmNvb3JkZC52MS5Qcm9wb3NhbCJbChVSZWplY3RQcm9wb3NhbFJlcXVlc3QSEQoJbmFtZXNwYWNlGAEgASgJEg4KBm51bWJlchgCIAEoAxIPCgdtZXNzYWdlGAMgASgJEg4KBmF1dGhvchgEIAEoCSI/ChZSZWplY3RQcm9wb3NhbFJlc3BvbnNlEiUKCHByb3Bvc2FsGAEgASgLMhMuY29vcmRkLnYxLlByb3Bvc2FsIl0KF1dpdGhkcmF3UHJvcG9zYWxSZXF1ZXN0EhEKCW5hbWVzcGFjZRgBIAEoCRIOCgZudW1iZXIYAiABKAMSDwoHbWVzc2FnZRgDIAEoCRIOCgZhdXRob3IYBCABKAkiQQoYV2l0aGRyYXdQcm9wb3NhbFJlc3BvbnNlEiUKCHByb3Bvc2FsGAEgASgLMhMuY29vcmRkLnYxLlByb3Bvc2FsKo0BCg5XYXRjaEV2ZW50VHlwZRIgChxXQVRDSF9FVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASHQoZV0FUQ0hfRVZFTlRfVFlQRV9TTkFQU0hPVBABEhsKF1dBVENIX0VWRU5UX1RZUEVfQ0hBTkdFEAISHQoZV0FUQ0hfRVZFTlRfVFlQRV9CT09LTUFSSxADKosBCgpHcmF5QWN0aW9uEhsKF0dSQVlfQUNUSU9OX1VOU1BFQ0lGSUVEEAASFgoSR1JBWV9BQ1RJT05fQ1JFQVRFEAESFgoSR1JBWV9BQ1RJT05fVVBEQVRFEAISFwoTR1JBWV9BQ1RJT05fUFJPTU9URRADEhcKE0dSQVlfQUNUSU9OX0FCQU5ET04QBCq/AQoNUHJvcG9zYWxTdGF0ZRIeChpQUk9QT1NBTF9TVEFURV9VTlNQRUNJRklFRBAAEhoKFlBST1BPU0FMX1NUQVRFX1BFTkRJTkcQARIbChdQUk9QT1NBTF9TVEFURV9BUFBST1ZFRBACEhsKF1BST1BPU0FMX1NUQVRFX1JFSkVDVEVEEAMSHAoYUFJPUE9TQUxfU1RBVEVfV0lUSERSQVdOEAQSGgoWUFJPUE9TQUxfU1RBVEVfRVhQSVJFRBAFMtcSCg1Db25maWdTZXJ2aWNlEjQKA1B1dBIVLmNvb3JkZC52MS5QdXRSZXF1ZXN0GhYuY29vcmRkLnYxLlB1dFJlc3BvbnNlEj0KBkRlbGV0ZRIYLmNvb3JkZC52MS5EZWxldGVSZXF1ZXN0GhkuY29vcmRkLnYxLkRlbGV0ZVJlc3BvbnNlEkAKB1B1Ymxpc2gSGS5jb29yZGQudjEuUHVibGlzaFJlcXVlc3QaGi5jb29yZGQudjEuUHVibGlzaFJlc3BvbnNlEjQKA0dldBIVLmNvb3JkZC52MS5HZXRSZXF1ZXN0GhYuY29vcmRkLnYxLkdldFJlc3BvbnNlEkMKCFNuYXBzaG90EhouY29vcmRkLnYxLlNuYXBzaG90UmVxdWVzdBobLmNvb3JkZC52MS5TbmFwc2hvdFJlc3BvbnNlEjcKBFBvbGwSFi5jb29yZGQudjEuUG9sbFJlcXVlc3QaFy5jb29yZGQudjEuUG9sbFJlc3BvbnNlEk8KDExpc3RSZWxlYXNlcxIeLmNvb3JkZC52MS5MaXN0UmVsZWFzZXNSZXF1ZXN0Gh8uY29vcmRkLnYxLkxpc3RSZWxlYXNlc1Jlc3BvbnNlEjcKBERpZmYSFi5jb29yZGQudjEuRGlmZlJlcXVlc3QaFy5jb29yZGQudjEuRGlmZlJlc3BvbnNlEkMKCFJvbGxiYWNrEhouY29vcmRkLnYxLlJvbGxiYWNrUmVxdWVzdBobLmNvb3JkZC52MS5Sb2xsYmFja1Jlc3BvbnNlEkYKCUdldFNjaGVtYRIbLmNvb3JkZC52MS5HZXRTY2hlbWFSZXF1ZXN0GhwuY29vcmRkLnYxLkdldFNjaGVtYVJlc3BvbnNlEkYKCVNldFNjaGVtYRIbLmNvb3JkZC52MS5TZXRTY2hlbWFSZXF1ZXN0GhwuY29vcmRkLnYxLlNldFNjaGVtYVJlc3BvbnNlElUKDkxpc3ROYW1lc3BhY2VzEiAuY29vcmRkLnYxLkxpc3ROYW1lc3BhY2VzUmVxdWVzdBohLmNvb3JkZC52MS5MaXN0TmFtZXNwYWNlc1Jlc3BvbnNlEk8KDFJlcG9ydFN0YXR1cxIeLmNvb3JkZC52MS5SZXBvcnRTdGF0dXNSZXF1ZXN0Gh8uY29vcmRkLnYxLlJlcG9ydFN0YXR1c1Jlc3BvbnNlElUKDkdldEFwcGx5U3RhdHVzEiAuY29vcmRkLnYxLkdldEFwcGx5U3RhdHVzUmVxdWVzdBohLmNvb3JkZC52MS5HZXRBcHBseVN0YXR1c1Jlc3BvbnNlEkoKCVdhdGNoTWFueRIbLmNvb3JkZC52MS5XYXRjaE1hbnlSZXF1ZXN0GhwuY29vcmRkLnYxLldhdGNoTWFueVJlc3BvbnNlKAEwARI8CgVXYXRjaBIXLmNvb3JkZC52MS5XYXRjaFJlcXVlc3QaGC5jb29yZGQudjEuV2F0Y2hSZXNwb25zZTABEkkKCkNyZWF0ZUdyYXkSHC5jb29yZGQudjEuQ3JlYXRlR3JheVJlcXVlc3QaHS5jb29yZGQudjEuQ3JlYXRlR3JheVJlc3BvbnNlEkkKClVwZGF0ZUdyYXkSHC5jb29yZGQudjEuVXBkYXRlR3JheVJlcXVlc3QaHS5jb29yZGQudjEuVXBkYXRlR3JheVJlc3BvbnNlEkwKC1Byb21vdGVHcmF5Eh0uY29vcmRkLnYxLlByb21vdGVHcmF5UmVxdWVzdBoeLmNvb3JkZC52MS5Qcm9tb3RlR3JheVJlc3BvbnNlEkwKC0FiYW5kb25HcmF5Eh0uY29vcmRkLnYxLkFiYW5kb25HcmF5UmVxdWVzdBoeLmNvb3JkZC52MS5BYmFuZG9uR3JheVJlc3BvbnNlEkAKB0dldEdyYXkSGS5jb29yZGQudjEuR2V0R3JheVJlcXVlc3QaGi5jb29yZGQudjEuR2V0R3JheVJlc3BvbnNlElsKEExpc3RHcmF5UmVsZWFzZXMSIi5jb29yZGQudjEuTGlzdEdyYXlSZWxlYXNlc1JlcXVlc3QaIy5jb29yZGQudjEuTGlzdEdyYXlSZWxlYXNlc1Jlc3BvbnNlElsKEFJld3JhcFNlY3JldEtleXMSIi5jb29yZGQudjEuUmV3cmFwU2VjcmV0S2V5c1JlcXVlc3QaIy5jb29yZGQudjEuUmV3cmFwU2VjcmV0S2V5c1Jlc3BvbnNlEl4KEVNldEFwcHJvdmFsUG9saWN5EiMuY29vcmRkLnYxLlNldEFwcHJvdmFsUG9saWN5UmVxdWVzdBokLmNvb3JkZC52MS5TZXRBcHByb3ZhbFBvbGljeVJlc3BvbnNlEl4KEUdldEFwcHJvdmFsUG9saWN5EiMuY29vcmRkLnYxLkdldEFwcHJvdmFsUG9saWN5UmVxdWVzdBokLmNvb3JkZC52MS5HZXRBcHByb3ZhbFBvbGljeVJlc3BvbnNlElUKDlByb3Bvc2VSZWxlYXNlEiAuY29vcmRkLnYxLlByb3Bvc2VSZWxlYXNlUmVxdWVzdBohLmNvb3JkZC52MS5Qcm9wb3NlUmVsZWFzZVJlc3BvbnNlElIKDUxpc3RQcm9wb3NhbHMSHy5jb29yZGQudjEuTGlzdFByb3Bvc2Fsc1JlcXVlc3QaIC5jb29yZGQudjEuTGlzdFByb3Bvc2Fsc1Jlc3BvbnNlEkwKC0dldFByb3Bvc2FsEh0uY29vcmRkLnYxLkdldFByb3Bvc2FsUmVxdWVzdBoeLmNvb3JkZC52MS5HZXRQcm9wb3NhbFJlc3BvbnNlElgKD0FwcHJvdmVQcm9wb3NhbBIhLmNvb3JkZC52MS5BcHByb3ZlUHJvcG9zYWxSZXF1ZXN0GiIuY29vcmRkLnYxLkFwcHJvdmVQcm9wb3NhbFJlc3BvbnNlElUKDlJlamVjdFByb3Bvc2FsEiAuY29vcmRkLnYxLlJlamVjdFByb3Bvc2FsUmVxdWVzdBohLmNvb3JkZC52MS5SZWplY3RQcm9wb3NhbFJlc3BvbnNlElsKEFdpdGhkcmF3UHJvcG9zYWwSIi5jb29yZGQudjEuV2l0aGRyYXdQcm9wb3NhbFJlcXVlc3QaIy5jb29yZGQudjEuV2l0aGRyYXdQcm9wb3NhbFJlc3BvbnNlQjNaMWdpdGh1Yi5jb20vY29vcmRkL2Nvb3JkZC9wcm90by9jb29yZGQvdjE7Y29vcmRkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ConfigChange is one key's change: old_value is unset for a new key,
@@ -131,6 +131,28 @@ export type ConfigRelease = Message<"coordd.v1.ConfigRelease"> & {
    * @generated from field: int64 promoted_gray = 9;
    */
   promotedGray: bigint;
+
+  /**
+   * proposal is the approved proposal this release carried out (0: none),
+   * proposed_by who proposed it and approved_by who approved it.
+   *
+   * @generated from field: int64 proposal = 10;
+   */
+  proposal: bigint;
+
+  /**
+   * proposed_by: see proposal.
+   *
+   * @generated from field: string proposed_by = 11;
+   */
+  proposedBy: string;
+
+  /**
+   * approved_by: see proposal.
+   *
+   * @generated from field: string approved_by = 12;
+   */
+  approvedBy: string;
 };
 
 /**
@@ -2251,6 +2273,643 @@ export const RewrapSecretKeysResponseSchema: GenMessage<RewrapSecretKeysResponse
   messageDesc(file_coordd_v1_config, 57);
 
 /**
+ * ApprovalPolicy is a namespace's approval setting.
+ *
+ * @generated from message coordd.v1.ApprovalPolicy
+ */
+export type ApprovalPolicy = Message<"coordd.v1.ApprovalPolicy"> & {
+  /**
+   * required: the namespace changes only by proposals another principal
+   * approves; publish, put, delete, rollback and gray releases fail with
+   * FailedPrecondition (APPROVAL_REQUIRED).
+   *
+   * @generated from field: bool required = 1;
+   */
+  required: boolean;
+
+  /**
+   * proposal_ttl is how long a proposal waits for approval: up to 720h,
+   * 24h when unset.
+   *
+   * @generated from field: google.protobuf.Duration proposal_ttl = 2;
+   */
+  proposalTtl?: Duration | undefined;
+};
+
+/**
+ * Describes the message coordd.v1.ApprovalPolicy.
+ * Use `create(ApprovalPolicySchema)` to create a new message.
+ */
+export const ApprovalPolicySchema: GenMessage<ApprovalPolicy> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 58);
+
+/**
+ * SetApprovalPolicyRequest sets a namespace's approval policy.
+ *
+ * @generated from message coordd.v1.SetApprovalPolicyRequest
+ */
+export type SetApprovalPolicyRequest = Message<"coordd.v1.SetApprovalPolicyRequest"> & {
+  /**
+   * namespace: as in PublishRequest. Required.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * policy: unset or required false turns approval off.
+   *
+   * @generated from field: coordd.v1.ApprovalPolicy policy = 2;
+   */
+  policy?: ApprovalPolicy | undefined;
+};
+
+/**
+ * Describes the message coordd.v1.SetApprovalPolicyRequest.
+ * Use `create(SetApprovalPolicyRequestSchema)` to create a new message.
+ */
+export const SetApprovalPolicyRequestSchema: GenMessage<SetApprovalPolicyRequest> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 59);
+
+/**
+ * SetApprovalPolicyResponse says when it took effect.
+ *
+ * @generated from message coordd.v1.SetApprovalPolicyResponse
+ */
+export type SetApprovalPolicyResponse = Message<"coordd.v1.SetApprovalPolicyResponse"> & {
+  /**
+   * revision is the write's etcd revision.
+   *
+   * @generated from field: int64 revision = 1;
+   */
+  revision: bigint;
+};
+
+/**
+ * Describes the message coordd.v1.SetApprovalPolicyResponse.
+ * Use `create(SetApprovalPolicyResponseSchema)` to create a new message.
+ */
+export const SetApprovalPolicyResponseSchema: GenMessage<SetApprovalPolicyResponse> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 60);
+
+/**
+ * GetApprovalPolicyRequest reads a namespace's approval policy.
+ *
+ * @generated from message coordd.v1.GetApprovalPolicyRequest
+ */
+export type GetApprovalPolicyRequest = Message<"coordd.v1.GetApprovalPolicyRequest"> & {
+  /**
+   * namespace: as in PublishRequest. Required.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+};
+
+/**
+ * Describes the message coordd.v1.GetApprovalPolicyRequest.
+ * Use `create(GetApprovalPolicyRequestSchema)` to create a new message.
+ */
+export const GetApprovalPolicyRequestSchema: GenMessage<GetApprovalPolicyRequest> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 61);
+
+/**
+ * GetApprovalPolicyResponse carries the policy.
+ *
+ * @generated from message coordd.v1.GetApprovalPolicyResponse
+ */
+export type GetApprovalPolicyResponse = Message<"coordd.v1.GetApprovalPolicyResponse"> & {
+  /**
+   * policy is the namespace's policy (required false: none).
+   *
+   * @generated from field: coordd.v1.ApprovalPolicy policy = 1;
+   */
+  policy?: ApprovalPolicy | undefined;
+};
+
+/**
+ * Describes the message coordd.v1.GetApprovalPolicyResponse.
+ * Use `create(GetApprovalPolicyResponseSchema)` to create a new message.
+ */
+export const GetApprovalPolicyResponseSchema: GenMessage<GetApprovalPolicyResponse> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 62);
+
+/**
+ * Proposal is a release waiting for approval.
+ *
+ * @generated from message coordd.v1.Proposal
+ */
+export type Proposal = Message<"coordd.v1.Proposal"> & {
+  /**
+   * namespace is the namespace.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * number: 1, 2, 3, … per namespace (the last 100 are kept).
+   *
+   * @generated from field: int64 number = 2;
+   */
+  number: bigint;
+
+  /**
+   * state says where it stands.
+   *
+   * @generated from field: coordd.v1.ProposalState state = 3;
+   */
+  state: ProposalState;
+
+  /**
+   * proposer is who proposed it: the principal, or without authentication
+   * the author given.
+   *
+   * @generated from field: string proposer = 4;
+   */
+  proposer: string;
+
+  /**
+   * author and message go with the release.
+   *
+   * @generated from field: string author = 5;
+   */
+  author: string;
+
+  /**
+   * message: see author.
+   *
+   * @generated from field: string message = 6;
+   */
+  message: string;
+
+  /**
+   * changes are what it changes against base_release (secrets marked,
+   * without their values).
+   *
+   * @generated from field: repeated coordd.v1.ConfigChange changes = 7;
+   */
+  changes: ConfigChange[];
+
+  /**
+   * rollback_of is the release whose content it restores, if any.
+   *
+   * @generated from field: int64 rollback_of = 8;
+   */
+  rollbackOf: bigint;
+
+  /**
+   * base_release is the release it was made on: it is approved only if
+   * the namespace is still there.
+   *
+   * @generated from field: int64 base_release = 9;
+   */
+  baseRelease: bigint;
+
+  /**
+   * create_time is when it was proposed.
+   *
+   * @generated from field: google.protobuf.Timestamp create_time = 10;
+   */
+  createTime?: Timestamp | undefined;
+
+  /**
+   * expire_time is when it can no longer be approved.
+   *
+   * @generated from field: google.protobuf.Timestamp expire_time = 11;
+   */
+  expireTime?: Timestamp | undefined;
+
+  /**
+   * decided_by is who approved, rejected or withdrew it.
+   *
+   * @generated from field: string decided_by = 12;
+   */
+  decidedBy: string;
+
+  /**
+   * decide_time is when.
+   *
+   * @generated from field: google.protobuf.Timestamp decide_time = 13;
+   */
+  decideTime?: Timestamp | undefined;
+
+  /**
+   * decision is their message.
+   *
+   * @generated from field: string decision = 14;
+   */
+  decision: string;
+
+  /**
+   * release is the release an approval made.
+   *
+   * @generated from field: int64 release = 15;
+   */
+  release: bigint;
+
+  /**
+   * revision is the etcd revision of its last change.
+   *
+   * @generated from field: int64 revision = 16;
+   */
+  revision: bigint;
+};
+
+/**
+ * Describes the message coordd.v1.Proposal.
+ * Use `create(ProposalSchema)` to create a new message.
+ */
+export const ProposalSchema: GenMessage<Proposal> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 63);
+
+/**
+ * ProposeReleaseRequest is a release to propose.
+ *
+ * @generated from message coordd.v1.ProposeReleaseRequest
+ */
+export type ProposeReleaseRequest = Message<"coordd.v1.ProposeReleaseRequest"> & {
+  /**
+   * namespace: as in PublishRequest. Required.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * mutations: as in PublishRequest (unless rollback_to is set).
+   *
+   * @generated from field: repeated coordd.v1.ConfigMutation mutations = 2;
+   */
+  mutations: ConfigMutation[];
+
+  /**
+   * rollback_to proposes restoring that release's content instead.
+   *
+   * @generated from field: int64 rollback_to = 3;
+   */
+  rollbackTo: bigint;
+
+  /**
+   * expected_revision: as in PublishRequest.
+   *
+   * @generated from field: int64 expected_revision = 4;
+   */
+  expectedRevision: bigint;
+
+  /**
+   * author goes with the release; without authentication it also names
+   * the proposer.
+   *
+   * @generated from field: string author = 5;
+   */
+  author: string;
+
+  /**
+   * message says why.
+   *
+   * @generated from field: string message = 6;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message coordd.v1.ProposeReleaseRequest.
+ * Use `create(ProposeReleaseRequestSchema)` to create a new message.
+ */
+export const ProposeReleaseRequestSchema: GenMessage<ProposeReleaseRequest> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 64);
+
+/**
+ * ProposeReleaseResponse carries the proposal.
+ *
+ * @generated from message coordd.v1.ProposeReleaseResponse
+ */
+export type ProposeReleaseResponse = Message<"coordd.v1.ProposeReleaseResponse"> & {
+  /**
+   * proposal is the pending proposal.
+   *
+   * @generated from field: coordd.v1.Proposal proposal = 1;
+   */
+  proposal?: Proposal | undefined;
+};
+
+/**
+ * Describes the message coordd.v1.ProposeReleaseResponse.
+ * Use `create(ProposeReleaseResponseSchema)` to create a new message.
+ */
+export const ProposeReleaseResponseSchema: GenMessage<ProposeReleaseResponse> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 65);
+
+/**
+ * ListProposalsRequest pages through a namespace's proposals.
+ *
+ * @generated from message coordd.v1.ListProposalsRequest
+ */
+export type ListProposalsRequest = Message<"coordd.v1.ListProposalsRequest"> & {
+  /**
+   * namespace: as in PublishRequest. Required.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * page_size: 1-100, 20 when zero.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * before lists proposals older than this number; 0 starts at the newest.
+   *
+   * @generated from field: int64 before = 3;
+   */
+  before: bigint;
+};
+
+/**
+ * Describes the message coordd.v1.ListProposalsRequest.
+ * Use `create(ListProposalsRequestSchema)` to create a new message.
+ */
+export const ListProposalsRequestSchema: GenMessage<ListProposalsRequest> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 66);
+
+/**
+ * ListProposalsResponse is one page.
+ *
+ * @generated from message coordd.v1.ListProposalsResponse
+ */
+export type ListProposalsResponse = Message<"coordd.v1.ListProposalsResponse"> & {
+  /**
+   * proposals, newest first.
+   *
+   * @generated from field: repeated coordd.v1.Proposal proposals = 1;
+   */
+  proposals: Proposal[];
+
+  /**
+   * next_before, when not zero, is the before of the next page.
+   *
+   * @generated from field: int64 next_before = 2;
+   */
+  nextBefore: bigint;
+};
+
+/**
+ * Describes the message coordd.v1.ListProposalsResponse.
+ * Use `create(ListProposalsResponseSchema)` to create a new message.
+ */
+export const ListProposalsResponseSchema: GenMessage<ListProposalsResponse> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 67);
+
+/**
+ * GetProposalRequest reads one proposal.
+ *
+ * @generated from message coordd.v1.GetProposalRequest
+ */
+export type GetProposalRequest = Message<"coordd.v1.GetProposalRequest"> & {
+  /**
+   * namespace: as in PublishRequest. Required.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * number is the proposal's. Required.
+   *
+   * @generated from field: int64 number = 2;
+   */
+  number: bigint;
+};
+
+/**
+ * Describes the message coordd.v1.GetProposalRequest.
+ * Use `create(GetProposalRequestSchema)` to create a new message.
+ */
+export const GetProposalRequestSchema: GenMessage<GetProposalRequest> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 68);
+
+/**
+ * GetProposalResponse carries the proposal.
+ *
+ * @generated from message coordd.v1.GetProposalResponse
+ */
+export type GetProposalResponse = Message<"coordd.v1.GetProposalResponse"> & {
+  /**
+   * proposal is the proposal.
+   *
+   * @generated from field: coordd.v1.Proposal proposal = 1;
+   */
+  proposal?: Proposal | undefined;
+};
+
+/**
+ * Describes the message coordd.v1.GetProposalResponse.
+ * Use `create(GetProposalResponseSchema)` to create a new message.
+ */
+export const GetProposalResponseSchema: GenMessage<GetProposalResponse> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 69);
+
+/**
+ * ApproveProposalRequest approves a proposal.
+ *
+ * @generated from message coordd.v1.ApproveProposalRequest
+ */
+export type ApproveProposalRequest = Message<"coordd.v1.ApproveProposalRequest"> & {
+  /**
+   * namespace: as in PublishRequest. Required.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * number is the proposal's. Required.
+   *
+   * @generated from field: int64 number = 2;
+   */
+  number: bigint;
+
+  /**
+   * message says why.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * author, without authentication, names the approver.
+   *
+   * @generated from field: string author = 4;
+   */
+  author: string;
+};
+
+/**
+ * Describes the message coordd.v1.ApproveProposalRequest.
+ * Use `create(ApproveProposalRequestSchema)` to create a new message.
+ */
+export const ApproveProposalRequestSchema: GenMessage<ApproveProposalRequest> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 70);
+
+/**
+ * ApproveProposalResponse carries the release made.
+ *
+ * @generated from message coordd.v1.ApproveProposalResponse
+ */
+export type ApproveProposalResponse = Message<"coordd.v1.ApproveProposalResponse"> & {
+  /**
+   * release is the release the approval made.
+   *
+   * @generated from field: coordd.v1.ConfigRelease release = 1;
+   */
+  release?: ConfigRelease | undefined;
+
+  /**
+   * proposal is the proposal, closed.
+   *
+   * @generated from field: coordd.v1.Proposal proposal = 2;
+   */
+  proposal?: Proposal | undefined;
+};
+
+/**
+ * Describes the message coordd.v1.ApproveProposalResponse.
+ * Use `create(ApproveProposalResponseSchema)` to create a new message.
+ */
+export const ApproveProposalResponseSchema: GenMessage<ApproveProposalResponse> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 71);
+
+/**
+ * RejectProposalRequest closes a proposal without a release.
+ *
+ * @generated from message coordd.v1.RejectProposalRequest
+ */
+export type RejectProposalRequest = Message<"coordd.v1.RejectProposalRequest"> & {
+  /**
+   * namespace: as in PublishRequest. Required.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * number is the proposal's. Required.
+   *
+   * @generated from field: int64 number = 2;
+   */
+  number: bigint;
+
+  /**
+   * message says why.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * author, without authentication, names who decides.
+   *
+   * @generated from field: string author = 4;
+   */
+  author: string;
+};
+
+/**
+ * Describes the message coordd.v1.RejectProposalRequest.
+ * Use `create(RejectProposalRequestSchema)` to create a new message.
+ */
+export const RejectProposalRequestSchema: GenMessage<RejectProposalRequest> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 72);
+
+/**
+ * RejectProposalResponse carries the closed proposal.
+ *
+ * @generated from message coordd.v1.RejectProposalResponse
+ */
+export type RejectProposalResponse = Message<"coordd.v1.RejectProposalResponse"> & {
+  /**
+   * proposal is the proposal, closed.
+   *
+   * @generated from field: coordd.v1.Proposal proposal = 1;
+   */
+  proposal?: Proposal | undefined;
+};
+
+/**
+ * Describes the message coordd.v1.RejectProposalResponse.
+ * Use `create(RejectProposalResponseSchema)` to create a new message.
+ */
+export const RejectProposalResponseSchema: GenMessage<RejectProposalResponse> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 73);
+
+/**
+ * WithdrawProposalRequest closes the caller's own proposal.
+ *
+ * @generated from message coordd.v1.WithdrawProposalRequest
+ */
+export type WithdrawProposalRequest = Message<"coordd.v1.WithdrawProposalRequest"> & {
+  /**
+   * namespace: as in PublishRequest. Required.
+   *
+   * @generated from field: string namespace = 1;
+   */
+  namespace: string;
+
+  /**
+   * number is the proposal's. Required.
+   *
+   * @generated from field: int64 number = 2;
+   */
+  number: bigint;
+
+  /**
+   * message says why.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+
+  /**
+   * author, without authentication, names who withdraws (its proposer).
+   *
+   * @generated from field: string author = 4;
+   */
+  author: string;
+};
+
+/**
+ * Describes the message coordd.v1.WithdrawProposalRequest.
+ * Use `create(WithdrawProposalRequestSchema)` to create a new message.
+ */
+export const WithdrawProposalRequestSchema: GenMessage<WithdrawProposalRequest> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 74);
+
+/**
+ * WithdrawProposalResponse carries the closed proposal.
+ *
+ * @generated from message coordd.v1.WithdrawProposalResponse
+ */
+export type WithdrawProposalResponse = Message<"coordd.v1.WithdrawProposalResponse"> & {
+  /**
+   * proposal is the proposal, closed.
+   *
+   * @generated from field: coordd.v1.Proposal proposal = 1;
+   */
+  proposal?: Proposal | undefined;
+};
+
+/**
+ * Describes the message coordd.v1.WithdrawProposalResponse.
+ * Use `create(WithdrawProposalResponseSchema)` to create a new message.
+ */
+export const WithdrawProposalResponseSchema: GenMessage<WithdrawProposalResponse> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_config, 75);
+
+/**
  * WatchEventType is the kind of a watch message.
  *
  * @generated from enum coordd.v1.WatchEventType
@@ -2339,6 +2998,61 @@ export enum GrayAction {
  */
 export const GrayActionSchema: GenEnum<GrayAction> = /*@__PURE__*/
   enumDesc(file_coordd_v1_config, 1);
+
+/**
+ * ProposalState is where a proposal stands.
+ *
+ * @generated from enum coordd.v1.ProposalState
+ */
+export enum ProposalState {
+  /**
+   * PROPOSAL_STATE_UNSPECIFIED is never sent.
+   *
+   * @generated from enum value: PROPOSAL_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Waiting for approval.
+   *
+   * @generated from enum value: PROPOSAL_STATE_PENDING = 1;
+   */
+  PENDING = 1,
+
+  /**
+   * Approved: its release was made.
+   *
+   * @generated from enum value: PROPOSAL_STATE_APPROVED = 2;
+   */
+  APPROVED = 2,
+
+  /**
+   * Rejected by someone other than its proposer.
+   *
+   * @generated from enum value: PROPOSAL_STATE_REJECTED = 3;
+   */
+  REJECTED = 3,
+
+  /**
+   * Withdrawn by its proposer.
+   *
+   * @generated from enum value: PROPOSAL_STATE_WITHDRAWN = 4;
+   */
+  WITHDRAWN = 4,
+
+  /**
+   * Pending past its expiry: it can no longer be approved.
+   *
+   * @generated from enum value: PROPOSAL_STATE_EXPIRED = 5;
+   */
+  EXPIRED = 5,
+}
+
+/**
+ * Describes the enum coordd.v1.ProposalState.
+ */
+export const ProposalStateSchema: GenEnum<ProposalState> = /*@__PURE__*/
+  enumDesc(file_coordd_v1_config, 2);
 
 /**
  * ConfigService is the config center: namespaces of keys, changed by atomic,
@@ -2613,6 +3327,94 @@ export const ConfigService: GenService<{
     methodKind: "unary";
     input: typeof RewrapSecretKeysRequestSchema;
     output: typeof RewrapSecretKeysResponseSchema;
+  },
+  /**
+   * SetApprovalPolicy makes a namespace change only by approved proposals
+   * (four eyes), or no longer. Needs config.admin.
+   *
+   * @generated from rpc coordd.v1.ConfigService.SetApprovalPolicy
+   */
+  setApprovalPolicy: {
+    methodKind: "unary";
+    input: typeof SetApprovalPolicyRequestSchema;
+    output: typeof SetApprovalPolicyResponseSchema;
+  },
+  /**
+   * GetApprovalPolicy reads a namespace's approval policy.
+   *
+   * @generated from rpc coordd.v1.ConfigService.GetApprovalPolicy
+   */
+  getApprovalPolicy: {
+    methodKind: "unary";
+    input: typeof GetApprovalPolicyRequestSchema;
+    output: typeof GetApprovalPolicyResponseSchema;
+  },
+  /**
+   * ProposeRelease validates a release as Publish would and records it as a
+   * pending proposal; the namespace does not change. Needs config.propose.
+   *
+   * @generated from rpc coordd.v1.ConfigService.ProposeRelease
+   */
+  proposeRelease: {
+    methodKind: "unary";
+    input: typeof ProposeReleaseRequestSchema;
+    output: typeof ProposeReleaseResponseSchema;
+  },
+  /**
+   * ListProposals lists a namespace's proposals, newest first.
+   *
+   * @generated from rpc coordd.v1.ConfigService.ListProposals
+   */
+  listProposals: {
+    methodKind: "unary";
+    input: typeof ListProposalsRequestSchema;
+    output: typeof ListProposalsResponseSchema;
+  },
+  /**
+   * GetProposal reads one proposal, with its changes.
+   *
+   * @generated from rpc coordd.v1.ConfigService.GetProposal
+   */
+  getProposal: {
+    methodKind: "unary";
+    input: typeof GetProposalRequestSchema;
+    output: typeof GetProposalResponseSchema;
+  },
+  /**
+   * ApproveProposal makes the proposal's release and closes it, in one
+   * transaction: refused (PermissionDenied) to its proposer, and
+   * (FailedPrecondition) once it expired or closed (PROPOSAL_CLOSED) or
+   * the namespace had a release after it (REVISION_MISMATCH). Needs
+   * config.approve.
+   *
+   * @generated from rpc coordd.v1.ConfigService.ApproveProposal
+   */
+  approveProposal: {
+    methodKind: "unary";
+    input: typeof ApproveProposalRequestSchema;
+    output: typeof ApproveProposalResponseSchema;
+  },
+  /**
+   * RejectProposal closes a pending proposal without a release. Needs
+   * config.approve.
+   *
+   * @generated from rpc coordd.v1.ConfigService.RejectProposal
+   */
+  rejectProposal: {
+    methodKind: "unary";
+    input: typeof RejectProposalRequestSchema;
+    output: typeof RejectProposalResponseSchema;
+  },
+  /**
+   * WithdrawProposal closes the caller's own pending proposal. Needs
+   * config.propose.
+   *
+   * @generated from rpc coordd.v1.ConfigService.WithdrawProposal
+   */
+  withdrawProposal: {
+    methodKind: "unary";
+    input: typeof WithdrawProposalRequestSchema;
+    output: typeof WithdrawProposalResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_coordd_v1_config, 0);

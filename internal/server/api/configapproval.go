@@ -1,0 +1,162 @@
+package api
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/base/kind"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+)
+
+// who names the caller for the four-eyes rule: its principal when coordd
+// authenticates callers, else the author it gives.
+func who(ctx context.Context, given string) string {
+	if p := PrincipalFrom(ctx).Name; p != "" {
+		return p
+	}
+	return given
+}
+
+// SetApprovalPolicy implements ConfigService.
+func (s *ConfigServer) SetApprovalPolicy(ctx context.Context, req *coorddv1.SetApprovalPolicyRequest) (*coorddv1.SetApprovalPolicyResponse, error) {
+	p := configcenter.ApprovalPolicy{Required: req.GetPolicy().GetRequired()}
+	if d := req.GetPolicy().GetProposalTtl(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			return nil, invalid("proposal_ttl must be a duration such as \"24h\"")
+		}
+		p.TTL = d.AsDuration()
+	}
+	rev, err := s.store.SetApproval(ctx, req.GetNamespace(), p)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.SetApprovalPolicyResponse{Revision: rev}, nil
+}
+
+// GetApprovalPolicy implements ConfigService.
+func (s *ConfigServer) GetApprovalPolicy(ctx context.Context, req *coorddv1.GetApprovalPolicyRequest) (*coorddv1.GetApprovalPolicyResponse, error) {
+	p, err := s.store.Approval(ctx, req.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	out := &coorddv1.ApprovalPolicy{Required: p.Required}
+	if p.Required {
+		ttl := p.TTL
+		if ttl == 0 {
+			ttl = configcenter.DefaultProposalTTL
+		}
+		out.ProposalTtl = durationpb.New(ttl)
+	}
+	return &coorddv1.GetApprovalPolicyResponse{Policy: out}, nil
+}
+
+// ProposeRelease implements ConfigService.
+func (s *ConfigServer) ProposeRelease(ctx context.Context, req *coorddv1.ProposeReleaseRequest) (*coorddv1.ProposeReleaseResponse, error) {
+	pr := configcenter.ProposeRequest{
+		Namespace: req.GetNamespace(), RollbackTo: req.GetRollbackTo(), ExpectedRevision: req.GetExpectedRevision(),
+		Proposer: who(ctx, req.GetAuthor()), Author: author(ctx, req.GetAuthor()), Message: req.GetMessage(),
+	}
+	if pr.RollbackTo < 0 {
+		return nil, invalid("rollback_to must not be negative")
+	}
+	for _, m := range req.GetMutations() {
+		pr.Mutations = append(pr.Mutations, configcenter.Mutation{Key: m.GetKey(), Value: m.GetValue(), Delete: m.GetDelete(), Secret: m.GetSecret()})
+	}
+	p, err := s.store.Propose(ctx, pr)
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.ProposeReleaseResponse{Proposal: proposalProto(p)}, nil
+}
+
+// ListProposals implements ConfigService.
+func (s *ConfigServer) ListProposals(ctx context.Context, req *coorddv1.ListProposalsRequest) (*coorddv1.ListProposalsResponse, error) {
+	size := int(req.GetPageSize())
+	switch {
+	case size == 0:
+		size = 20
+	case size < 0 || size > 100:
+		return nil, invalid("page_size must be 1 to 100")
+	}
+	ps, err := s.store.Proposals(ctx, req.GetNamespace(), req.GetBefore(), size)
+	if err != nil {
+		return nil, err
+	}
+	resp := &coorddv1.ListProposalsResponse{}
+	for _, p := range ps {
+		resp.Proposals = append(resp.Proposals, proposalProto(p))
+	}
+	if len(ps) == size && ps[len(ps)-1].Number > 1 {
+		resp.NextBefore = ps[len(ps)-1].Number
+	}
+	return resp, nil
+}
+
+// GetProposal implements ConfigService.
+func (s *ConfigServer) GetProposal(ctx context.Context, req *coorddv1.GetProposalRequest) (*coorddv1.GetProposalResponse, error) {
+	p, err := s.store.GetProposal(ctx, req.GetNamespace(), req.GetNumber())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.GetProposalResponse{Proposal: proposalProto(p)}, nil
+}
+
+// ApproveProposal implements ConfigService.
+func (s *ConfigServer) ApproveProposal(ctx context.Context, req *coorddv1.ApproveProposalRequest) (*coorddv1.ApproveProposalResponse, error) {
+	rel, p, err := s.store.Approve(ctx, req.GetNamespace(), req.GetNumber(), who(ctx, req.GetAuthor()), req.GetMessage())
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.released("approve")
+	return &coorddv1.ApproveProposalResponse{Release: releaseProto(rel), Proposal: proposalProto(p)}, nil
+}
+
+// RejectProposal implements ConfigService.
+func (s *ConfigServer) RejectProposal(ctx context.Context, req *coorddv1.RejectProposalRequest) (*coorddv1.RejectProposalResponse, error) {
+	p, err := s.store.Reject(ctx, req.GetNamespace(), req.GetNumber(), who(ctx, req.GetAuthor()), req.GetMessage())
+	if err != nil {
+		return nil, err
+	}
+	return &coorddv1.RejectProposalResponse{Proposal: proposalProto(p)}, nil
+}
+
+// WithdrawProposal implements ConfigService: only the proposer may.
+func (s *ConfigServer) WithdrawProposal(ctx context.Context, req *coorddv1.WithdrawProposalRequest) (*coorddv1.WithdrawProposalResponse, error) {
+	me := who(ctx, req.GetAuthor())
+	p, err := s.store.GetProposal(ctx, req.GetNamespace(), req.GetNumber())
+	if err != nil {
+		return nil, err
+	}
+	if p.Proposer != me {
+		return nil, kind.PermissionDenied.New("config: only its proposer (" + p.Proposer + ") withdraws a proposal; others reject it (config.approve)")
+	}
+	if p, err = s.store.Reject(ctx, req.GetNamespace(), req.GetNumber(), me, req.GetMessage()); err != nil {
+		return nil, err
+	}
+	return &coorddv1.WithdrawProposalResponse{Proposal: proposalProto(p)}, nil
+}
+
+var proposalStates = map[configcenter.ProposalState]coorddv1.ProposalState{
+	configcenter.ProposalPending:   coorddv1.ProposalState_PROPOSAL_STATE_PENDING,
+	configcenter.ProposalApproved:  coorddv1.ProposalState_PROPOSAL_STATE_APPROVED,
+	configcenter.ProposalRejected:  coorddv1.ProposalState_PROPOSAL_STATE_REJECTED,
+	configcenter.ProposalWithdrawn: coorddv1.ProposalState_PROPOSAL_STATE_WITHDRAWN,
+	configcenter.ProposalExpired:   coorddv1.ProposalState_PROPOSAL_STATE_EXPIRED,
+}
+
+// proposalProto is a proposal's message: its changes as history shows
+// them (secrets without their values), never its mutations.
+func proposalProto(p configcenter.Proposal) *coorddv1.Proposal {
+	out := &coorddv1.Proposal{
+		Namespace: p.Namespace, Number: p.Number, State: proposalStates[p.State], Proposer: p.Proposer, Author: p.Author, Message: p.Message,
+		Changes: changesProto(p.Changes), RollbackOf: p.RollbackOf, BaseRelease: p.Base, CreateTime: timestamppb.New(p.Created),
+		ExpireTime: timestamppb.New(p.Expires), DecidedBy: p.DecidedBy, Decision: p.Decision, Release: p.Release, Revision: p.Revision,
+	}
+	if !p.Decided.IsZero() {
+		out.DecideTime = timestamppb.New(p.Decided)
+	}
+	return out
+}
