@@ -47,10 +47,15 @@ type ConfigRelease struct {
 	// PromotedGray is the gray release this one promoted, if any.
 	PromotedGray int64
 	Changes      []KeyChange
+	// Proposal is the approved proposal this release carried out (0:
+	// none); ProposedBy and ApprovedBy name who proposed and approved it.
+	Proposal               int64
+	ProposedBy, ApprovedBy string
 }
 
 func releaseFrom(r *coorddv1.ConfigRelease) ConfigRelease {
-	out := ConfigRelease{Namespace: r.GetNamespace(), Number: r.GetNumber(), Revision: r.GetRevision(), Author: r.GetAuthor(), Message: r.GetMessage(), RollbackOf: r.GetRollbackOf(), PromotedGray: r.GetPromotedGray(), Changes: changesFrom(r.GetChanges())}
+	out := ConfigRelease{Namespace: r.GetNamespace(), Number: r.GetNumber(), Revision: r.GetRevision(), Author: r.GetAuthor(), Message: r.GetMessage(), RollbackOf: r.GetRollbackOf(), PromotedGray: r.GetPromotedGray(), Changes: changesFrom(r.GetChanges()),
+		Proposal: r.GetProposal(), ProposedBy: r.GetProposedBy(), ApprovedBy: r.GetApprovedBy()}
 	if r.GetTime() != nil {
 		out.Time = r.GetTime().AsTime()
 	}

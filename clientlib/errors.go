@@ -103,6 +103,14 @@ var (
 	// config value (it has no --secret-key-file, or not the key that
 	// wrapped the namespace's data key); nothing changed.
 	ErrSecretsUnavailable = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_SECRETS_UNAVAILABLE, "secrets unavailable")
+	// ErrApprovalRequired: the namespace changes only by approved
+	// proposals (ConfigCenter.Propose); nothing changed.
+	ErrApprovalRequired = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_APPROVAL_REQUIRED, "approval required")
+	// ErrProposalNotFound: no such proposal (the last 100 are kept).
+	ErrProposalNotFound = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_PROPOSAL_NOT_FOUND, "proposal not found")
+	// ErrProposalClosed: the proposal was approved, rejected or withdrawn,
+	// or expired; nothing changed.
+	ErrProposalClosed = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_PROPOSAL_CLOSED, "proposal closed")
 )
 
 // Sentinel errors the SDK raises itself, without a server reason.

@@ -88,6 +88,18 @@ func jsonKind(t []byte) string {
 	return "text that is not JSON"
 }
 
+// markSecrets marks the puts of keys secret.
+func markSecrets(ms []clientlib.ConfigMutation, keys []string) ([]clientlib.ConfigMutation, error) {
+	for _, k := range keys {
+		i := slices.IndexFunc(ms, func(m clientlib.ConfigMutation) bool { return m.Key == k && !m.Delete })
+		if i < 0 {
+			return nil, usagef("--secret %s: the file sets no key %s", k, k)
+		}
+		ms[i].Secret = true
+	}
+	return ms, nil
+}
+
 // mutationsFromJSON reads a publish file: a JSON object whose members are
 // the keys to set, each value stored as its JSON text (a string with its
 // quotes), or with raw a string stored as it is; null deletes the key.
@@ -148,6 +160,14 @@ func (a *app) configCommand() *cobra.Command {
 	watch.ValidArgsFunction = a.completeEach(namespaceNames)
 	export.ValidArgsFunction = a.completeEach(namespaceNames)
 	cmd.AddCommand(get, put, del, publish, snapshot, poll, watch, history, diff, rollback, schema, status, namespaces, gray, render, export, imp, a.configRewrapCommand())
+	propose, proposals, proposal, approval := a.configProposeCommand(), a.configProposalsCommand(), a.configProposalCommand(), a.configApprovalCommand()
+	approve := a.configDecideCommand("approve", "Approve another's proposal: its release is made (four eyes; config.approve)")
+	reject := a.configDecideCommand("reject", "Reject another's proposal: no release (config.approve)")
+	withdraw := a.configDecideCommand("withdraw", "Withdraw your own proposal (config.propose)")
+	for _, c := range []*cobra.Command{propose, proposals, proposal, approval, approve, reject, withdraw} {
+		c.ValidArgsFunction = a.completeFirst(namespaceNames, cobra.ShellCompDirectiveNoFileComp)
+	}
+	cmd.AddCommand(propose, proposals, proposal, approval, approve, reject, withdraw)
 	return cmd
 }
 
@@ -298,12 +318,8 @@ With --raw, string members are stored without their quotes. --secret KEY
 			if err != nil {
 				return err
 			}
-			for _, k := range secrets {
-				i := slices.IndexFunc(ms, func(m clientlib.ConfigMutation) bool { return m.Key == k && !m.Delete })
-				if i < 0 {
-					return usagef("--secret %s: the file sets no key %s", k, k)
-				}
-				ms[i].Secret = true
+			if ms, err = markSecrets(ms, secrets); err != nil {
+				return err
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
 				o := rf.options()

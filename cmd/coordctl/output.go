@@ -228,6 +228,9 @@ type releaseJSON struct {
 	RollbackOf   string       `json:"rollbackOf"`
 	Changes      []changeJSON `json:"changes"`
 	PromotedGray string       `json:"promotedGray"`
+	Proposal     string       `json:"proposal"`
+	ProposedBy   string       `json:"proposedBy,omitempty"`
+	ApprovedBy   string       `json:"approvedBy,omitempty"`
 }
 
 // changeJSON is REST's ConfigChange: oldValue is absent for an added key,
@@ -241,7 +244,8 @@ type changeJSON struct {
 
 func releaseOut(r clientlib.ConfigRelease) releaseJSON {
 	out := releaseJSON{Namespace: r.Namespace, Number: i64(r.Number), Revision: i64(r.Revision), Author: r.Author, Message: r.Message,
-		Time: timestamp(r.Time), RollbackOf: i64(r.RollbackOf), Changes: changesOut(r.Changes), PromotedGray: i64(r.PromotedGray)}
+		Time: timestamp(r.Time), RollbackOf: i64(r.RollbackOf), Changes: changesOut(r.Changes), PromotedGray: i64(r.PromotedGray),
+		Proposal: i64(r.Proposal), ProposedBy: r.ProposedBy, ApprovedBy: r.ApprovedBy}
 	return out
 }
 

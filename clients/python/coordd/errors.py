@@ -54,6 +54,9 @@ __all__ = [
     "UnknownRoute",
     "Unimplemented",
     "SecretsUnavailable",
+    "ApprovalRequired",
+    "ProposalNotFound",
+    "ProposalClosed",
     "SessionEnded",
     "SessionExpired",
     "SessionClosed",
@@ -308,6 +311,25 @@ class SecretsUnavailable(CoorddError):
     REASON = "SECRETS_UNAVAILABLE"
 
 
+class ApprovalRequired(CoorddError):
+    """The config namespace changes only by approved proposals; nothing
+    changed."""
+
+    REASON = "APPROVAL_REQUIRED"
+
+
+class ProposalNotFound(CoorddError):
+    """No such proposal (the last 100 of a namespace are kept)."""
+
+    REASON = "PROPOSAL_NOT_FOUND"
+
+
+class ProposalClosed(CoorddError):
+    """The proposal was approved, rejected or withdrawn, or expired."""
+
+    REASON = "PROPOSAL_CLOSED"
+
+
 # --- The client's own errors (no server reason). ---
 
 
@@ -356,7 +378,7 @@ REASONS: dict[str, type[CoorddError]] = {
         Unavailable, Internal, LimitMismatch, AlreadyLeader, ValidationFailed, ReleaseNotFound,
         DeadlineExceeded, NoSpace, MemberNotFound, MemberChangeRefused, Unauthenticated,
         PermissionDenied, RateLimited, QuotaExceeded, Cancelled, UnknownRoute, Unimplemented,
-        SecretsUnavailable,
+        SecretsUnavailable, ApprovalRequired, ProposalNotFound, ProposalClosed,
     )
 }
 

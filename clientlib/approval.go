@@ -1,0 +1,160 @@
+package clientlib
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+)
+
+// ApprovalPolicy is a namespace's approval setting (four eyes).
+type ApprovalPolicy struct {
+	// Required: the namespace changes only by proposals that another
+	// principal approves; Publish, Put, Delete, Rollback and gray
+	// releases fail with ErrApprovalRequired.
+	Required bool
+	// ProposalTTL is how long a proposal waits for approval (0: 24h).
+	ProposalTTL time.Duration
+}
+
+// Proposal is a release waiting for approval, or one that was decided.
+type Proposal struct {
+	Namespace string
+	Number    int64
+	// State: PENDING, APPROVED, REJECTED, WITHDRAWN or EXPIRED.
+	State           string
+	Proposer        string // the principal (or, without authentication, the author given)
+	Author, Message string
+	Changes         []KeyChange // against BaseRelease; secrets without their values
+	RollbackOf      int64
+	BaseRelease     int64
+	Created         time.Time
+	Expires         time.Time
+	DecidedBy       string
+	Decided         time.Time
+	Decision        string
+	Release         int64 // the release an approval made
+}
+
+func proposalFrom(p *coorddv1.Proposal) Proposal {
+	out := Proposal{
+		Namespace: p.GetNamespace(), Number: p.GetNumber(), State: trimEnum(p.GetState().String(), "PROPOSAL_STATE_"),
+		Proposer: p.GetProposer(), Author: p.GetAuthor(), Message: p.GetMessage(), Changes: changesFrom(p.GetChanges()),
+		RollbackOf: p.GetRollbackOf(), BaseRelease: p.GetBaseRelease(), Created: p.GetCreateTime().AsTime(), Expires: p.GetExpireTime().AsTime(),
+		DecidedBy: p.GetDecidedBy(), Decision: p.GetDecision(), Release: p.GetRelease(),
+	}
+	if p.GetDecideTime() != nil {
+		out.Decided = p.GetDecideTime().AsTime()
+	}
+	return out
+}
+
+func trimEnum(s, prefix string) string {
+	if len(s) > len(prefix) && s[:len(prefix)] == prefix {
+		return s[len(prefix):]
+	}
+	return s
+}
+
+// SetApprovalPolicy sets a namespace's approval policy (needs
+// config.admin). Required false turns approval off.
+func (cc *ConfigCenter) SetApprovalPolicy(ctx context.Context, ns string, p ApprovalPolicy) error {
+	req := &coorddv1.SetApprovalPolicyRequest{Namespace: ns, Policy: &coorddv1.ApprovalPolicy{Required: p.Required}}
+	if p.ProposalTTL > 0 {
+		req.Policy.ProposalTtl = durationpb.New(p.ProposalTTL)
+	}
+	_, err := cc.c.config.SetApprovalPolicy(ctx, req)
+	return convert(ctx, err)
+}
+
+// ApprovalPolicy reads a namespace's approval policy.
+func (cc *ConfigCenter) ApprovalPolicy(ctx context.Context, ns string) (ApprovalPolicy, error) {
+	resp, err := cc.c.config.GetApprovalPolicy(ctx, &coorddv1.GetApprovalPolicyRequest{Namespace: ns})
+	if err != nil {
+		return ApprovalPolicy{}, convert(ctx, err)
+	}
+	return ApprovalPolicy{Required: resp.GetPolicy().GetRequired(), ProposalTTL: resp.GetPolicy().GetProposalTtl().AsDuration()}, nil
+}
+
+// Propose validates a release as Publish would and records it as a
+// pending proposal (needs config.propose); the namespace does not change
+// until another principal approves it. o.ExpectedRevision,
+// o.Author and o.Message are as for Publish; o.DryRun is ignored.
+func (cc *ConfigCenter) Propose(ctx context.Context, ns string, ms []ConfigMutation, o PublishOptions) (Proposal, error) {
+	req := &coorddv1.ProposeReleaseRequest{Namespace: ns, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message}
+	for _, m := range ms {
+		req.Mutations = append(req.Mutations, &coorddv1.ConfigMutation{Key: m.Key, Value: m.Value, Delete: m.Delete, Secret: m.Secret})
+	}
+	return cc.propose(ctx, req)
+}
+
+// ProposeRollback proposes restoring release to's content.
+func (cc *ConfigCenter) ProposeRollback(ctx context.Context, ns string, to int64, o PublishOptions) (Proposal, error) {
+	return cc.propose(ctx, &coorddv1.ProposeReleaseRequest{Namespace: ns, RollbackTo: to, ExpectedRevision: o.ExpectedRevision, Author: o.Author, Message: o.Message})
+}
+
+func (cc *ConfigCenter) propose(ctx context.Context, req *coorddv1.ProposeReleaseRequest) (Proposal, error) {
+	resp, err := cc.c.config.ProposeRelease(ctx, req)
+	if err != nil {
+		return Proposal{}, convert(ctx, err)
+	}
+	return proposalFrom(resp.GetProposal()), nil
+}
+
+// Proposals lists up to n proposals of a namespace, newest first, older
+// than number before (0: from the newest).
+func (cc *ConfigCenter) Proposals(ctx context.Context, ns string, before int64, n int) ([]Proposal, error) {
+	resp, err := cc.c.config.ListProposals(ctx, &coorddv1.ListProposalsRequest{Namespace: ns, Before: before, PageSize: int32(n)})
+	if err != nil {
+		return nil, convert(ctx, err)
+	}
+	out := make([]Proposal, 0, len(resp.GetProposals()))
+	for _, p := range resp.GetProposals() {
+		out = append(out, proposalFrom(p))
+	}
+	return out, nil
+}
+
+// Proposal reads proposal number of a namespace.
+func (cc *ConfigCenter) Proposal(ctx context.Context, ns string, number int64) (Proposal, error) {
+	resp, err := cc.c.config.GetProposal(ctx, &coorddv1.GetProposalRequest{Namespace: ns, Number: number})
+	if err != nil {
+		return Proposal{}, convert(ctx, err)
+	}
+	return proposalFrom(resp.GetProposal()), nil
+}
+
+// Approve makes the proposal's release and closes it, in one transaction
+// (needs config.approve). It fails with ErrPermissionDenied for its
+// proposer (four eyes), ErrProposalClosed once it was decided or expired,
+// and ErrRevisionMismatch if the namespace had a release after it (propose
+// again). o.Author names the approver when coordd does not authenticate.
+func (cc *ConfigCenter) Approve(ctx context.Context, ns string, number int64, o PublishOptions) (ConfigRelease, Proposal, error) {
+	resp, err := cc.c.config.ApproveProposal(ctx, &coorddv1.ApproveProposalRequest{Namespace: ns, Number: number, Message: o.Message, Author: o.Author})
+	if err != nil {
+		return ConfigRelease{}, Proposal{}, convert(ctx, err)
+	}
+	return releaseFrom(resp.GetRelease()), proposalFrom(resp.GetProposal()), nil
+}
+
+// Reject closes another's pending proposal without a release (needs
+// config.approve).
+func (cc *ConfigCenter) Reject(ctx context.Context, ns string, number int64, o PublishOptions) (Proposal, error) {
+	resp, err := cc.c.config.RejectProposal(ctx, &coorddv1.RejectProposalRequest{Namespace: ns, Number: number, Message: o.Message, Author: o.Author})
+	if err != nil {
+		return Proposal{}, convert(ctx, err)
+	}
+	return proposalFrom(resp.GetProposal()), nil
+}
+
+// Withdraw closes the caller's own pending proposal (needs
+// config.propose).
+func (cc *ConfigCenter) Withdraw(ctx context.Context, ns string, number int64, o PublishOptions) (Proposal, error) {
+	resp, err := cc.c.config.WithdrawProposal(ctx, &coorddv1.WithdrawProposalRequest{Namespace: ns, Number: number, Message: o.Message, Author: o.Author})
+	if err != nil {
+		return Proposal{}, convert(ctx, err)
+	}
+	return proposalFrom(resp.GetProposal()), nil
+}
