@@ -970,3 +970,50 @@ func TestConfigSecrets(t *testing.T) {
 		t.Fatalf("rewrap-keys:\n%s", got)
 	}
 }
+
+// Approval from the shell, on a daemon without authentication, where the
+// author names who proposes and approves: a required namespace refuses
+// a put (exit 6), a proposal waits, its proposer cannot approve it (exit
+// 6), another author can.
+func TestConfigApproval(t *testing.T) {
+	t.Parallel()
+	ep := coorddtest.Start(t).GRPCAddr
+	must(t, ep, "config", "put", "shop/prod", "limit", "10")
+	if out := must(t, ep, "config", "approval", "shop/prod", "--require", "--ttl", "2h"); !strings.Contains(out, "proposals expire after 2h0m0s") {
+		t.Fatalf("approval --require: %q", out)
+	}
+	if errOut := exits(t, exitDenied, ep, "config", "put", "shop/prod", "limit", "20"); !strings.Contains(errOut, "approved proposals") {
+		t.Fatalf("a put in a gated namespace: %q", errOut)
+	}
+	code, out, errOut := ctl(t, ep, `{"limit": 20, "burst": 5}`, "config", "propose", "shop/prod", "-f", "-", "--author", "ann", "-m", "raise it")
+	if code != 0 || !strings.Contains(out, "shop/prod proposal 1: PENDING, by ann, on release 1") || !strings.Contains(out, "~ limit = 20 (was 10)") || !strings.Contains(out, "+ burst = 5") {
+		t.Fatalf("propose: %d %q %q", code, out, errOut)
+	}
+	if errOut := exits(t, exitDenied, ep, "config", "approve", "shop/prod", "1", "--author", "ann"); !strings.Contains(errOut, "four eyes") {
+		t.Fatalf("self-approval: %q", errOut)
+	}
+	if out := must(t, ep, "config", "proposals", "shop/prod"); !strings.Contains(out, "PENDING") || !strings.Contains(out, "raise it") {
+		t.Fatalf("proposals:\n%s", out)
+	}
+	if out := must(t, ep, "config", "approve", "shop/prod", "1", "--author", "bo", "-m", "ok"); !strings.Contains(out, "shop/prod release 2 at revision") {
+		t.Fatalf("approve:\n%s", out)
+	}
+	var rels []struct{ ProposedBy, ApprovedBy, Proposal string }
+	jsonOf(t, must(t, ep, "config", "history", "shop/prod", "-o", "json"), &rels)
+	if len(rels) != 2 || rels[0].ProposedBy != "ann" || rels[0].ApprovedBy != "bo" || rels[0].Proposal != "1" {
+		t.Fatalf("history: %+v", rels)
+	}
+	if out := must(t, ep, "config", "proposal", "shop/prod", "1"); !strings.Contains(out, "APPROVED by bo") || !strings.Contains(out, "made release 2") {
+		t.Fatalf("proposal 1:\n%s", out)
+	}
+	exits(t, exitConflict, ep, "config", "approve", "shop/prod", "1", "--author", "cy")
+	exits(t, exitNotFound, ep, "config", "proposal", "shop/prod", "9")
+	must(t, ep, "config", "propose", "shop/prod", "--rollback-to", "1", "--author", "ann")
+	if out := must(t, ep, "config", "withdraw", "shop/prod", "2", "--author", "ann"); !strings.Contains(out, "WITHDRAWN") {
+		t.Fatalf("withdraw:\n%s", out)
+	}
+	if out := must(t, ep, "config", "approval", "shop/prod", "--off"); !strings.Contains(out, "no approval required") {
+		t.Fatalf("approval --off: %q", out)
+	}
+	must(t, ep, "config", "put", "shop/prod", "limit", "30")
+}

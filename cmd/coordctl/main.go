@@ -166,16 +166,17 @@ func exitCode(err error) int {
 	case errors.Is(err, context.DeadlineExceeded):
 		return exitTimeout
 	case errors.Is(err, clientlib.ErrSessionNotFound), errors.Is(err, clientlib.ErrKeyNotFound),
-		errors.Is(err, clientlib.ErrNoLeader), errors.Is(err, clientlib.ErrReleaseNotFound), errors.Is(err, clientlib.ErrMemberNotFound):
+		errors.Is(err, clientlib.ErrNoLeader), errors.Is(err, clientlib.ErrReleaseNotFound), errors.Is(err, clientlib.ErrMemberNotFound),
+		errors.Is(err, clientlib.ErrProposalNotFound):
 		return exitNotFound
 	case errors.Is(err, clientlib.ErrLockHeld), errors.Is(err, clientlib.ErrStaleToken), errors.Is(err, clientlib.ErrNotHolder),
 		errors.Is(err, clientlib.ErrNotLeader), errors.Is(err, clientlib.ErrRevisionMismatch), errors.Is(err, clientlib.ErrLimitMismatch),
-		errors.Is(err, clientlib.ErrAlreadyLeader), errors.Is(err, clientlib.ErrMemberChangeRefused):
+		errors.Is(err, clientlib.ErrAlreadyLeader), errors.Is(err, clientlib.ErrMemberChangeRefused), errors.Is(err, clientlib.ErrProposalClosed):
 		return exitConflict
 	case errors.Is(err, clientlib.ErrUnavailable), errors.Is(err, clientlib.ErrNoSpace), errors.Is(err, clientlib.ErrRateLimited),
 		errors.Is(err, clientlib.ErrQuotaExceeded):
 		return exitUnavailable
-	case errors.Is(err, clientlib.ErrUnauthenticated), errors.Is(err, clientlib.ErrPermissionDenied):
+	case errors.Is(err, clientlib.ErrUnauthenticated), errors.Is(err, clientlib.ErrPermissionDenied), errors.Is(err, clientlib.ErrApprovalRequired):
 		return exitDenied
 	}
 	return exitError
