@@ -409,7 +409,7 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 		return Release{}, nil, nil, false, fmt.Errorf("%w: %q changed at revision %d (release %d), after the expected revision %d",
 			ErrRevisionMismatch, req.ns, cur.metaRev, cur.Release, req.expected)
 	}
-	if cur.approval.Required && req.approved == nil {
+	if cur.approval.Required && req.approved == nil && !req.dryRun { // a dry run changes nothing
 		return Release{}, nil, nil, false, fmt.Errorf("%w: %q changes only by approved proposals: propose the release (coordctl config propose), and another principal approves it", ErrApprovalRequired, req.ns)
 	}
 	ms, err := req.plan(ctx, cur)

@@ -613,7 +613,7 @@ function diffTable(changes, empty = 'No key changed.') {
   ], changes, empty));
 }
 
-const tabs = ['snapshot', 'history', 'diff', 'publish', 'gray', 'schema', 'status'];
+const tabs = ['snapshot', 'history', 'diff', 'publish', 'proposals', 'gray', 'schema', 'status'];
 
 async function namespaceView(p, signal) {
   const ns = p.rest;
@@ -678,7 +678,7 @@ const configTabs = {
             { title: 'Release', cls: 'num', cell: (x) => h('strong', {}, x.number) },
             { title: 'When', cell: (x) => when(x.time) },
             { title: 'Author', cell: (x) => x.author },
-            { title: 'Message', cell: (x) => [x.message, x.rollbackOf !== '0' ? h('span', { class: 'badge' }, `rollback to ${x.rollbackOf}`) : ''] },
+            { title: 'Message', cell: (x) => [x.message, x.rollbackOf !== '0' ? h('span', { class: 'badge' }, `rollback to ${x.rollbackOf}`) : '', x.approvedBy ? h('span', { class: 'badge ok' }, `proposal ${x.proposal} by ${x.proposedBy}, approved by ${x.approvedBy}`) : ''] },
             { title: 'Keys', cls: 'num', cell: (x) => String(x.changes.length) },
             { title: 'Compare', cell: (x) => h('span', {}, h('label', { class: 'check' }, h('input', { type: 'radio', name: 'a', value: x.number, checked: x.number === a, onchange: () => { a = x.number; } }), 'from'), ' ', h('label', { class: 'check' }, h('input', { type: 'radio', name: 'b', value: x.number, checked: x.number === b, onchange: () => { b = x.number; } }), 'to')) },
             { title: '', cell: (x) => (x === rels[0] ? h('span', { class: 'badge ok' }, 'current') : h('button', { type: 'button', onclick: () => rollback(x, rels[0]) }, 'Roll back to this…')) },
@@ -706,14 +706,18 @@ const configTabs = {
 
   async publish(ns, _p, body, signal) {
     let snap = { entries: [], changedRevision: '0', release: '0' };
-    try { snap = (await api(`v1/config:snapshot?${q({ namespace: ns })}`, { signal })).snapshot; } catch (e) { body.replaceChildren(errorBox(e)); return; }
+    let gated = false;
+    try {
+      snap = (await api(`v1/config:snapshot?${q({ namespace: ns })}`, { signal })).snapshot;
+      gated = (await api(`v1/config:approval?${q({ namespace: ns })}`, { signal })).policy?.required === true;
+    } catch (e) { body.replaceChildren(errorBox(e)); return; }
     const existing = new Map(snap.entries.map((e) => [e.key, e.value]));
     const secrets = new Set(snap.entries.filter((e) => e.secret).map((e) => e.key));
     const rows = h('tbody', {});
     const preview = h('div', { 'aria-live': 'polite' });
     const author = h('input', { type: 'text', 'aria-label': 'Author', placeholder: 'you' });
     const message = h('input', { type: 'text', 'aria-label': 'Message', placeholder: 'why', size: 40 });
-    const publishButton = h('button', { type: 'button', class: 'primary', disabled: true }, 'Publish');
+    const publishButton = h('button', { type: 'button', class: 'primary', disabled: true }, gated ? 'Propose' : 'Publish');
     let previewed = null;
     const mutations = () => [...rows.children].map((tr) => {
       const [key, value, secret, del] = tr.querySelectorAll('input, textarea');
@@ -754,11 +758,17 @@ const configTabs = {
     publishButton.addEventListener('click', async () => {
       if (previewed !== JSON.stringify(mutations())) { changed(); return; }
       try {
+        if (gated) {
+          await api('v1/config:propose', { method: 'POST', body: { namespace: ns, mutations: mutations(), author: author.value, message: message.value, expectedRevision: snap.changedRevision } });
+          location.hash = `#/config/${path(ns)}?${q({ tab: 'proposals' })}`;
+          return;
+        }
         await send(false);
         location.hash = `#/config/${path(ns)}?${q({ tab: 'history' })}`;
       } catch (e) { preview.replaceChildren(errorBox(e)); }
     });
     body.replaceChildren(
+      gated ? h('p', { class: 'badge warn' }, 'This namespace requires approval: your change becomes a proposal that someone else approves.') : null,
       h('p', { class: 'muted' }, `Publishing makes one release of every change below, atomically, checked against the namespace's schema. Values are stored as typed: JSON text is that JSON value, anything else a string. A secret is stored encrypted and never shown again here. Based on release ${snap.release}; if someone publishes first, publishing is refused and you preview again.`),
       keys,
       h('div', { class: 'scroll' }, h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Key'), h('th', {}, 'Value'), h('th', {}, ''))), rows)),
@@ -767,6 +777,41 @@ const configTabs = {
       h('div', { class: 'actions' }, previewButton, publishButton),
       preview);
     addRow();
+  },
+
+  async proposals(ns, _p, body, signal) {
+    const view = area();
+    const policy = h('p', {});
+    body.replaceChildren(policy, view);
+    const decide = async (x, verb) => {
+      const message = h('input', { type: 'text', size: 40 });
+      const author = h('input', { type: 'text', size: 20, placeholder: 'without sign-in: your name' });
+      const ok = await confirmDialog(`${verb[0].toUpperCase() + verb.slice(1)} proposal ${x.number} of ${ns}?`,
+        h('div', {}, h('p', {}, `Proposed by ${x.proposer} on release ${x.baseRelease}: ${x.message || ''}`), diffTable(x.changes)),
+        verb[0].toUpperCase() + verb.slice(1), { danger: verb !== 'approve', extra: h('div', { class: 'inline' }, h('label', {}, 'Message', message), h('label', {}, 'Author', author)) });
+      if (!ok) return;
+      try {
+        await api(`v1/config:${verb}`, { method: 'POST', body: { namespace: ns, number: x.number, message: message.value, author: author.value } });
+      } catch (e) { view.fail(e); }
+    };
+    const state = (s) => s.replace('PROPOSAL_STATE_', '');
+    poll(async () => {
+      const a = await api(`v1/config:approval?${q({ namespace: ns })}`, { signal });
+      policy.replaceChildren(a.policy?.required
+        ? h('span', { class: 'badge warn' }, `Approval required: every release is a proposal someone other than its proposer approves; proposals expire after ${a.policy.proposalTtl}`)
+        : h('span', { class: 'muted' }, 'No approval required: proposals are optional here.'));
+      const r = await api(`v1/config:proposals?${q({ namespace: ns, pageSize: 100 })}`, { signal });
+      view.show(r.proposals, (ps) => table([
+        { title: 'Proposal', cls: 'num', cell: (x) => h('strong', {}, x.number) },
+        { title: 'State', cell: (x) => h('span', { class: `badge ${state(x.state) === 'PENDING' ? 'warn' : state(x.state) === 'APPROVED' ? 'ok' : ''}` }, state(x.state).toLowerCase()) },
+        { title: 'Proposer', cell: (x) => x.proposer },
+        { title: 'On release', cls: 'num', cell: (x) => x.baseRelease },
+        { title: 'Changes', cell: (x) => diffTable(x.changes) },
+        { title: 'Message', cell: (x) => x.message },
+        { title: 'Decided', cell: (x) => (x.decidedBy ? `${x.decidedBy}${x.release !== '0' ? ` → release ${x.release}` : ''}${x.decision ? `: ${x.decision}` : ''}` : `expires ${when(x.expireTime)}`) },
+        { title: '', cell: (x) => (state(x.state) === 'PENDING' ? h('span', {}, h('button', { type: 'button', class: 'primary', onclick: () => decide(x, 'approve') }, 'Approve…'), ' ', h('button', { type: 'button', onclick: () => decide(x, 'reject') }, 'Reject…')) : '') },
+      ], ps, 'No proposals.'));
+    }, 3000, signal, view);
   },
 
   async schema(ns, _p, body, signal) {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/testkit/wait"
 )
@@ -134,4 +136,43 @@ func TestApprovalFourEyes(t *testing.T) {
 			t.Errorf("the audit log lacks %s:\n%s", want, audit)
 		}
 	}
+}
+
+// TestConsoleApprovesProposals: the console lists a gated namespace's
+// proposals, approves one (naming the approver, as it must without
+// sign-in), shows the release it made, and offers Propose, not Publish.
+func TestConsoleApprovesProposals(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	cc := newClient(t, d.GRPCAddr()).ConfigCenter()
+	ctx := t.Context()
+	ns := "shop/prod"
+	if _, err := cc.Put(ctx, ns, "limit", "10", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cc.SetApprovalPolicy(ctx, ns, clientlib.ApprovalPolicy{Required: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.Propose(ctx, ns, []clientlib.ConfigMutation{{Key: "limit", Value: "25"}}, clientlib.PublishOptions{Author: "ann", Message: "raise the limit"}); err != nil {
+		t.Fatal(err)
+	}
+	p := openConsole(t, "http://"+d.HTTPAddr()+"/ui/")
+	p.open("#/config/" + ns + "?tab=proposals")
+	p.see("main", "Approval required")
+	p.see("main table", "raise the limit")
+	p.see("main table", "pending")
+	p.screenshot("config-proposals")
+	p.clickRow("raise the limit", "Approve")
+	p.run("name the approver", chromedp.SendKeys(chromedp.CSS(`dialog[open] input[placeholder^="without sign-in"]`), "bo"))
+	p.confirm()
+	p.see("main table", "approved")
+	p.see("main table", "bo → release 2")
+	if v, _, err := cc.Get(ctx, ns, "limit", 0); err != nil || v != "25" {
+		t.Fatalf("after the console's approval: %q, %v", v, err)
+	}
+	p.open("#/config/" + ns + "?tab=history")
+	p.see("main table", "approved by bo")
+	p.open("#/config/" + ns + "?tab=publish")
+	p.see("main", "requires approval")
+	p.until("a Propose button, no Publish button", `(() => { const bs = [...document.querySelectorAll('main button')].map((b) => b.innerText); return bs.includes('Propose') && !bs.includes('Publish'); })()`)
 }
