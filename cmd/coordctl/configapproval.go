@@ -199,8 +199,8 @@ func (a *app) configDecideCommand(verb, short string) *cobra.Command {
 				var p clientlib.Proposal
 				switch verb {
 				case "approve":
-					var r clientlib.ConfigRelease
-					if r, p, err = cc.Approve(ctx, ns, n, o); err != nil {
+					r, _, err := cc.Approve(ctx, ns, n, o)
+					if err != nil {
 						return err
 					}
 					return a.printRelease(r)
