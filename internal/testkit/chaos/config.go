@@ -16,6 +16,17 @@ const (
 	KindSubscriber = "subscriber"
 	// ConfigNamespace is the namespace they use.
 	ConfigNamespace = "chaos/config"
+	// ApprovedNamespace requires approval: the publisher proposes each
+	// release there as one author and approves it as another.
+	ApprovedNamespace = "chaos/approved"
+	// OpPublishApproved and OpSeenApproved are OpPublish and OpSeen for
+	// ApprovedNamespace.
+	OpPublishApproved = "publish-approved"
+	OpSeenApproved    = "seen-approved"
+	// ApprovalProposer and ApprovalApprover are the authors the publisher
+	// proposes and approves as (the matrix runs without authentication).
+	ApprovalProposer = "chaos-proposer"
+	ApprovalApprover = "chaos-approver"
 	// OpPublish is a publish: Token is the number n it wrote to both
 	// keys (Result ok, or unknown when the answer was lost).
 	OpPublish = "publish"
@@ -28,7 +39,17 @@ const (
 // ConfigNamespace in one release each, until ctx ends. SabotageTorn
 // publishes a and b in two releases instead.
 func runPublisher(ctx context.Context, c *clientlib.Client, rec *recorder, sabotage string) {
+	for ctx.Err() == nil { // the gated namespace, before anything else
+		pctx, cancel := context.WithTimeout(ctx, putTimeout)
+		err := c.ConfigCenter().SetApprovalPolicy(pctx, ApprovedNamespace, clientlib.ApprovalPolicy{Required: true})
+		cancel()
+		if err == nil {
+			break
+		}
+		pause(ctx, 100*time.Millisecond)
+	}
 	for n := int64(1); ctx.Err() == nil; n++ {
+		publishApproved(ctx, c, rec, sabotage, n)
 		v := strconv.FormatInt(n, 10)
 		pctx, cancel := context.WithTimeout(ctx, putTimeout)
 		r := Record{Op: OpPublish, Token: n, Call: now()}
@@ -52,13 +73,43 @@ func runPublisher(ctx context.Context, c *clientlib.Client, rec *recorder, sabot
 	}
 }
 
+// publishApproved proposes n as a release of ApprovedNamespace (two, a
+// then b, with SabotageTorn) and approves it as another author. A lost
+// answer is recorded as unknown; a proposal made stale by a release that
+// a lost answer hid is refused, which is no violation.
+func publishApproved(ctx context.Context, c *clientlib.Client, rec *recorder, sabotage string, n int64) {
+	v := strconv.FormatInt(n, 10)
+	pctx, cancel := context.WithTimeout(ctx, putTimeout)
+	defer cancel()
+	r := Record{Op: OpPublishApproved, Token: n, Call: now()}
+	releases := [][]clientlib.ConfigMutation{{{Key: "a", Value: v}, {Key: "b", Value: v}}}
+	if sabotage == SabotageTorn {
+		releases = [][]clientlib.ConfigMutation{{{Key: "a", Value: v}}, {{Key: "b", Value: v}}}
+	}
+	var err error
+	for _, muts := range releases {
+		var p clientlib.Proposal
+		if p, err = c.ConfigCenter().Propose(pctx, ApprovedNamespace, muts, clientlib.PublishOptions{Author: ApprovalProposer}); err != nil {
+			break
+		}
+		if _, _, err = c.ConfigCenter().Approve(pctx, ApprovedNamespace, p.Number, clientlib.PublishOptions{Author: ApprovalApprover}); err != nil {
+			break
+		}
+	}
+	r.Return, r.Result = now(), ResultOK
+	if err != nil {
+		r.Result, r.Err = ResultUnknown, err.Error()
+	}
+	rec.add(r)
+}
+
 // runSubscriber follows ConfigNamespace and records every snapshot its
 // callback sees, until ctx ends.
 func runSubscriber(ctx context.Context, c *clientlib.Client, rec *recorder) error {
 	var sub *clientlib.Subscription
 	for {
 		var err error
-		sub, err = c.ConfigCenter().Subscribe(ctx, []string{ConfigNamespace}, clientlib.WithStartTimeout(5*time.Second))
+		sub, err = c.ConfigCenter().Subscribe(ctx, []string{ConfigNamespace, ApprovedNamespace}, clientlib.WithStartTimeout(5*time.Second))
 		if err == nil {
 			break
 		}
@@ -68,25 +119,33 @@ func runSubscriber(ctx context.Context, c *clientlib.Client, rec *recorder) erro
 		pause(ctx, 100*time.Millisecond)
 	}
 	defer sub.Close()
-	seen := func(snap *clientlib.ConfigSnapshot) {
-		a, _ := snap.Get(ConfigNamespace, "a")
-		b, _ := snap.Get(ConfigNamespace, "b")
+	seenIn := func(ns, op string, snap *clientlib.ConfigSnapshot) {
+		a, _ := snap.Get(ns, "a")
+		b, _ := snap.Get(ns, "b")
 		t := now()
-		rec.add(Record{Op: OpSeen, Token: snap.Release(ConfigNamespace), Result: a + "," + b, Call: t, Return: t})
+		rec.add(Record{Op: op, Token: snap.Release(ns), Result: a + "," + b, Call: t, Return: t})
 	}
-	seen(sub.Snapshot())
-	sub.OnNamespace(ConfigNamespace, func(ch clientlib.ConfigChange) { seen(ch.Snapshot) })
+	seenIn(ConfigNamespace, OpSeen, sub.Snapshot())
+	seenIn(ApprovedNamespace, OpSeenApproved, sub.Snapshot())
+	sub.OnNamespace(ConfigNamespace, func(ch clientlib.ConfigChange) { seenIn(ConfigNamespace, OpSeen, ch.Snapshot) })
+	sub.OnNamespace(ApprovedNamespace, func(ch clientlib.ConfigChange) { seenIn(ApprovedNamespace, OpSeenApproved, ch.Snapshot) })
 	<-ctx.Done()
 	return nil
 }
 
-// CheckConfig checks each subscriber's sequence of snapshots: releases
-// never go back, every snapshot holds one complete publish (a == b), and
-// the values never go back either nor exceed what was published.
+// CheckConfig checks each subscriber's sequence of snapshots of each
+// namespace (ConfigNamespace, and ApprovedNamespace whose releases are
+// approved proposals): releases never go back, every snapshot holds one
+// complete publish (a == b), and the values never go back either nor
+// exceed what was published.
 func CheckConfig(recs []Record) []Violation {
+	return append(checkConfig("config", OpPublish, OpSeen, recs), checkConfig("config-approved", OpPublishApproved, OpSeenApproved, recs)...)
+}
+
+func checkConfig(checker, publish, seen string, recs []Record) []Violation {
 	published := int64(0)
 	for _, r := range recs {
-		if r.Op == OpPublish {
+		if r.Op == publish {
 			published = max(published, r.Token)
 		}
 	}
@@ -94,21 +153,21 @@ func CheckConfig(recs []Record) []Violation {
 	last := map[string]state{}
 	var out []Violation
 	for _, r := range recs { // in Call order: each subscriber's own order
-		if r.Op != OpSeen {
+		if r.Op != seen {
 			continue
 		}
 		a, b, _ := strings.Cut(r.Result, ",")
 		if a != b {
-			out = append(out, Violation{Checker: "config", What: fmt.Sprintf("%s saw half a release: release %d has a=%q, b=%q", r.Worker, r.Token, a, b)})
+			out = append(out, Violation{Checker: checker, What: fmt.Sprintf("%s saw half a release: release %d has a=%q, b=%q", r.Worker, r.Token, a, b)})
 			continue
 		}
 		n, _ := strconv.ParseInt(a, 10, 64)
 		prev := last[r.Worker]
 		if r.Token < prev.release || n < prev.n {
-			out = append(out, Violation{Checker: "config", What: fmt.Sprintf("%s went back: release %d (n=%d) after release %d (n=%d)", r.Worker, r.Token, n, prev.release, prev.n)})
+			out = append(out, Violation{Checker: checker, What: fmt.Sprintf("%s went back: release %d (n=%d) after release %d (n=%d)", r.Worker, r.Token, n, prev.release, prev.n)})
 		}
 		if n > published {
-			out = append(out, Violation{Checker: "config", What: fmt.Sprintf("%s saw n=%d, never published", r.Worker, n)})
+			out = append(out, Violation{Checker: checker, What: fmt.Sprintf("%s saw n=%d, never published", r.Worker, n)})
 		}
 		last[r.Worker] = state{r.Token, n}
 	}

@@ -23,5 +23,19 @@ func TestConfigCheckerCatchesGapsAndHalves(t *testing.T) {
 		if v := chaos.CheckConfig(recs); len(v) == 0 {
 			t.Errorf("%s: not reported", name)
 		}
+		// The same in the gated namespace, by its own checker.
+		var gated []chaos.Record
+		for _, r := range recs {
+			switch r.Op {
+			case chaos.OpSeen:
+				r.Op = chaos.OpSeenApproved
+			case chaos.OpPublish:
+				r.Op = chaos.OpPublishApproved
+			}
+			gated = append(gated, r)
+		}
+		if v := chaos.CheckConfig(gated); len(v) == 0 || v[0].Checker != "config-approved" {
+			t.Errorf("%s in the gated namespace: %v", name, v)
+		}
 	}
 }

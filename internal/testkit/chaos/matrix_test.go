@@ -524,9 +524,10 @@ func TestFaultMatrix(t *testing.T) {
 			}
 		}
 	}
-	violations := 0
+	violations, byChecker := 0, map[string]int{}
 	violate := func(v chaos.Violation) {
 		violations++
+		byChecker[v.Checker]++
 		if violations <= 30 { // a sabotaged run finds hundreds
 			t.Errorf("%s", v)
 		}
@@ -568,10 +569,13 @@ func TestFaultMatrix(t *testing.T) {
 	for _, v := range chaos.CheckConfig(recs) {
 		violate(v)
 	}
+	for _, v := range approvedReleases(t, c.ClientEndpoints()) {
+		violate(v)
+	}
 	if violations > 30 {
 		t.Errorf("... %d violations in all", violations)
 	}
-	t.Logf("%d violations", violations)
+	t.Logf("%d violations %v", violations, byChecker)
 	if sabotage != "" {
 		t.Logf("sabotage %q: %d violations found", sabotage, violations)
 	}
@@ -846,4 +850,38 @@ func ownGoroutines(dump []byte) string {
 func lastLines(b []byte, n int) string {
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// approvedReleases checks that every release of the gated namespace is an
+// approved proposal, proposed by one author and approved by the other.
+func approvedReleases(t *testing.T, endpoints []string) []chaos.Violation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	var out []chaos.Violation
+	n := 0
+	for before := int64(0); ; {
+		rels, err := c.ConfigCenter().Releases(ctx, chaos.ApprovedNamespace, before, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rels {
+			n++
+			if r.Proposal == 0 || r.ProposedBy != chaos.ApprovalProposer || r.ApprovedBy != chaos.ApprovalApprover {
+				out = append(out, chaos.Violation{Checker: "approval", What: fmt.Sprintf("release %d of %s is not an approved proposal: proposal %d by %q, approved by %q",
+					r.Number, chaos.ApprovedNamespace, r.Proposal, r.ProposedBy, r.ApprovedBy)})
+			}
+		}
+		if len(rels) < 100 || rels[len(rels)-1].Number <= 1 {
+			break
+		}
+		before = rels[len(rels)-1].Number
+	}
+	t.Logf("approval: %d releases of %s checked", n, chaos.ApprovedNamespace)
+	return out
 }
