@@ -40,6 +40,14 @@ type ExportedNamespace struct {
 	// Hidden are the secret keys not exported: Import leaves them as they
 	// are in the target.
 	Hidden []string `json:"hidden_secrets,omitempty"`
+	// Approval is the namespace's approval policy, if it requires one.
+	Approval *ExportedApproval `json:"approval,omitempty"`
+}
+
+// ExportedApproval is an approval policy in an export.
+type ExportedApproval struct {
+	Required    bool   `json:"required"`
+	ProposalTTL string `json:"proposal_ttl,omitempty"` // a Go duration
 }
 
 // TransferKey seals secrets in an export and opens them in an import: a
@@ -103,10 +111,17 @@ func (cc *ConfigCenter) Export(ctx context.Context, namespaces []string, key ...
 		if err != nil {
 			return ConfigExport{}, fmt.Errorf("exporting the schema of %s: %w", ns, err)
 		}
-		if snap.Release == 0 && schema == "" {
+		ap, err := cc.ApprovalPolicy(ctx, ns)
+		if err != nil {
+			return ConfigExport{}, fmt.Errorf("exporting the approval policy of %s: %w", ns, err)
+		}
+		if snap.Release == 0 && schema == "" && !ap.Required {
 			continue
 		}
 		e := ExportedNamespace{Name: ns, Release: snap.Release, Values: snap.Values, Schema: schema, Hidden: snap.Hidden}
+		if ap.Required {
+			e.Approval = &ExportedApproval{Required: true, ProposalTTL: ap.ProposalTTL.String()}
+		}
 		if tk == nil { // revealed secrets without a key to seal them: only named
 			for _, k := range snap.Secret {
 				delete(e.Values, k)
@@ -156,6 +171,10 @@ type ImportResult struct {
 	// SchemaChanged is true when the namespace's schema becomes the
 	// export's.
 	SchemaChanged bool
+	// ApprovalChanged is true when the namespace's approval policy
+	// becomes the export's (set after the content: a namespace that
+	// requires approval already refuses the import's release).
+	ApprovalChanged bool
 	// Release is the release made (Number 0: none, in a dry run or with no
 	// change).
 	Release ConfigRelease
@@ -185,6 +204,9 @@ func (cc *ConfigCenter) Import(ctx context.Context, exp ConfigExport, o ImportOp
 	var results []ImportResult
 	for _, ns := range exp.Namespaces {
 		r, err := cc.importOne(ctx, ns, o, exp.SecretsKey)
+		if err == nil {
+			err = cc.importApproval(ctx, ns, o, &r)
+		}
 		if err != nil {
 			return results, fmt.Errorf("importing %s: %w", ns.Name, err)
 		}
@@ -336,4 +358,29 @@ func importSecrets(ns ExportedNamespace, key TransferKey, keyID string) ([]Confi
 		ms = append(ms, ConfigMutation{Key: name, Value: plain, Secret: true})
 	}
 	return ms, nil
+}
+
+// importApproval makes the namespace's approval policy the export's.
+func (cc *ConfigCenter) importApproval(ctx context.Context, ns ExportedNamespace, o ImportOptions, res *ImportResult) error {
+	cur, err := cc.ApprovalPolicy(ctx, ns.Name)
+	if err != nil {
+		return err
+	}
+	want := ApprovalPolicy{}
+	if a := ns.Approval; a != nil && a.Required {
+		want.Required = true
+		if a.ProposalTTL != "" {
+			if want.ProposalTTL, err = time.ParseDuration(a.ProposalTTL); err != nil {
+				return fmt.Errorf("%w: approval proposal_ttl %q: %w", ErrInvalidArgument, a.ProposalTTL, err)
+			}
+		}
+	}
+	if cur.Required == want.Required && (!want.Required || cur.ProposalTTL == want.ProposalTTL) {
+		return nil
+	}
+	res.ApprovalChanged = true
+	if o.DryRun {
+		return nil
+	}
+	return cc.SetApprovalPolicy(ctx, ns.Name, want)
 }

@@ -1012,8 +1012,21 @@ func TestConfigApproval(t *testing.T) {
 	if out := must(t, ep, "config", "withdraw", "shop/prod", "2", "--author", "ann"); !strings.Contains(out, "WITHDRAWN") {
 		t.Fatalf("withdraw:\n%s", out)
 	}
+	// The policy travels in an export.
+	exp := filepath.Join(t.TempDir(), "exp.json")
+	must(t, ep, "config", "export", "shop/prod", "--out", exp)
+	if b, _ := os.ReadFile(exp); !strings.Contains(string(b), `"approval": {`) || !strings.Contains(string(b), `"proposal_ttl": "2h0m0s"`) {
+		t.Fatalf("the export lacks the approval policy:\n%s", b)
+	}
 	if out := must(t, ep, "config", "approval", "shop/prod", "--off"); !strings.Contains(out, "no approval required") {
 		t.Fatalf("approval --off: %q", out)
 	}
+	if out := must(t, ep, "config", "import", exp); !strings.Contains(out, "approval policy") {
+		t.Fatalf("import of the policy:\n%s", out)
+	}
+	if out := must(t, ep, "config", "approval", "shop/prod"); !strings.Contains(out, "expire after 2h0m0s") {
+		t.Fatalf("after the import: %q", out)
+	}
+	must(t, ep, "config", "approval", "shop/prod", "--off")
 	must(t, ep, "config", "put", "shop/prod", "limit", "30")
 }

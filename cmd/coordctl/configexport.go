@@ -89,11 +89,12 @@ same key file to config import, and keep it apart from the export.`,
 
 // importJSON is one namespace's import under -o json.
 type importJSON struct {
-	Namespace     string       `json:"namespace"`
-	Changes       []changeJSON `json:"changes"`
-	SchemaChanged bool         `json:"schemaChanged"`
-	Release       string       `json:"release"` // "0": none made
-	Revision      string       `json:"revision"`
+	Namespace       string       `json:"namespace"`
+	Changes         []changeJSON `json:"changes"`
+	SchemaChanged   bool         `json:"schemaChanged"`
+	ApprovalChanged bool         `json:"approvalChanged"`
+	Release         string       `json:"release"` // "0": none made
+	Revision        string       `json:"revision"`
 }
 
 func (a *app) configImportCommand() *cobra.Command {
@@ -174,7 +175,7 @@ target's own keys). Secrets the file left out are kept as they are.`,
 func (a *app) printImport(results []clientlib.ImportResult, dryRun bool) error {
 	out := make([]importJSON, 0, len(results))
 	for _, r := range results {
-		out = append(out, importJSON{Namespace: r.Namespace, Changes: changesOut(r.Changes), SchemaChanged: r.SchemaChanged, Release: i64(r.Release.Number), Revision: i64(r.Release.Revision)})
+		out = append(out, importJSON{Namespace: r.Namespace, Changes: changesOut(r.Changes), SchemaChanged: r.SchemaChanged, ApprovalChanged: r.ApprovalChanged, Release: i64(r.Release.Number), Revision: i64(r.Release.Revision)})
 	}
 	return a.print(out, func(w *bytes.Buffer) {
 		for _, r := range results {
@@ -182,14 +183,17 @@ func (a *app) printImport(results []clientlib.ImportResult, dryRun bool) error {
 			if r.SchemaChanged {
 				schema = ", and its schema"
 			}
+			if r.ApprovalChanged {
+				schema += ", and its approval policy"
+			}
 			switch {
-			case len(r.Changes) == 0 && !r.SchemaChanged:
+			case len(r.Changes) == 0 && !r.SchemaChanged && !r.ApprovalChanged:
 				fmt.Fprintf(w, "%s: unchanged\n", r.Namespace)
 				continue
 			case dryRun:
 				fmt.Fprintf(w, "%s: would change %d keys%s\n", r.Namespace, len(r.Changes), schema)
 			case len(r.Changes) == 0:
-				fmt.Fprintf(w, "%s: schema set, content unchanged\n", r.Namespace)
+				fmt.Fprintf(w, "%s: content unchanged%s\n", r.Namespace, strings.Replace(schema, ", and its", ", set its", 1))
 			default:
 				fmt.Fprintf(w, "%s: release %d at revision %d, %d keys changed%s\n", r.Namespace, r.Release.Number, r.Release.Revision, len(r.Changes), schema)
 			}
