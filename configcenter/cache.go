@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -87,6 +88,7 @@ type space struct {
 	// grayView caches, for the current revision, a release event as the
 	// running gray's instances see it.
 	grayView *Event
+	inherit  *Inheritance // the shared namespace it inherits from, if any
 }
 
 // NewCache returns a cache over store. Run must be running for it to serve.
@@ -285,6 +287,14 @@ func (c *Cache) applyKV(spaces map[string]*space, typ mvccpb.Event_EventType, kv
 		var m meta
 		if json.Unmarshal(kv.Value, &m) == nil {
 			sp.release, sp.changed = m.Release, kv.ModRevision
+		}
+	case sub == "inherit":
+		sp.inherit = nil
+		if typ == mvccpb.PUT {
+			inh := &Inheritance{}
+			if json.Unmarshal(kv.Value, inh) == nil {
+				sp.inherit = inh
+			}
 		}
 	case sub == "gray":
 		sp.gray, sp.grayRev = nil, kv.ModRevision
@@ -588,8 +598,30 @@ func (c *Cache) snapshotLocked(ns string, who *Identity) Snapshot {
 		} else {
 			s.Content = maps.Clone(sp.content)
 		}
+		if sp.inherit != nil {
+			s.Inherits, s.Inherited = sp.inherit.From, inheritedSet(sp.inherit.Keys)
+		}
 	}
 	return s
+}
+
+// BehindHeirs lists the namespaces that inherit from a shared namespace
+// whose release, as this member's cache knows it, they do not carry yet:
+// Store.CatchUp brings each up to date.
+func (c *Cache) BehindHeirs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for ns, sp := range c.spaces {
+		if sp.inherit == nil {
+			continue
+		}
+		if shared := c.spaces[sp.inherit.From]; shared != nil && shared.release > sp.inherit.Release {
+			out = append(out, ns)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // grayFor returns the number of the gray release the instance who sees in

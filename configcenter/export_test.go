@@ -25,3 +25,6 @@ func SetSelfApproval(s *Store) { s.approvalSelfOK = true }
 
 // SetNow makes s read the time from now.
 func SetNow(s *Store, now func() time.Time) { s.now = now }
+
+// SetNoCatchUp stops shared releases from reaching heirs at once.
+func SetNoCatchUp(s *Store) { s.noCatchUp = true }

@@ -406,6 +406,8 @@ func (s *Store) unchanged(ns string, cur nsState) []clientv3.Cmp {
 		clientv3.Compare(clientv3.ModRevision(s.schemaKey(ns)), "=", cur.schemaRev),
 		clientv3.Compare(clientv3.ModRevision(s.grayKey(ns)), "=", cur.grayRev),
 		clientv3.Compare(clientv3.ModRevision(s.approvalKey(ns)), "=", cur.approvalRev),
+		clientv3.Compare(clientv3.ModRevision(s.inheritKey(ns)), "=", cur.inheritRev),
+		clientv3.Compare(clientv3.ModRevision(s.heirsKey(ns)), "=", cur.heirsRev),
 	}
 }
 

@@ -48,6 +48,9 @@ type Store struct {
 	// approvalSelfOK lets a proposer approve their own proposal: a
 	// sabotage for the tests that check the four-eyes rule.
 	approvalSelfOK bool
+	// noCatchUp stops a shared release from reaching its heirs at once: a
+	// sabotage for the tests of inheritance (the caches' catch-up remains).
+	noCatchUp bool
 }
 
 // NewStore returns a Store that keeps namespaces under root+"config/".
@@ -127,6 +130,10 @@ type Release struct {
 	Proposal   int64  `json:"proposal,omitempty"`
 	ProposedBy string `json:"proposed_by,omitempty"`
 	ApprovedBy string `json:"approved_by,omitempty"`
+	// InheritedFrom is the shared namespace whose release InheritedRelease
+	// this release carries to its heir (or, for an Inherit, starts with).
+	InheritedFrom    string `json:"inherited_from,omitempty"`
+	InheritedRelease int64  `json:"inherited_release,omitempty"`
 }
 
 // meta is the value of a namespace's meta key.
@@ -145,6 +152,10 @@ type Snapshot struct {
 	// Gray is the gray release whose overrides Content includes, for the
 	// subscriber it was made for (0: none, the normal content).
 	Gray int64
+	// Inherits is the shared namespace it inherits from ("": none), and
+	// Inherited the keys of Content whose values come from it.
+	Inherits  string
+	Inherited map[string]bool
 }
 
 // nsState is a namespace read at one revision.
@@ -156,7 +167,11 @@ type nsState struct {
 	gray        *Gray // the last gray record (running or not); nil if none
 	grayRev     int64 // mod revision of the gray key (0: none)
 	approval    ApprovalPolicy
-	approvalRev int64 // mod revision of the approval key (0: none)
+	approvalRev int64        // mod revision of the approval key (0: none)
+	inherit     *Inheritance // the shared namespace it inherits from (nil: none)
+	inheritRev  int64
+	heirs       []string // the namespaces that inherit from it
+	heirsRev    int64
 }
 
 // readNamespace reads a namespace's keys, meta and schema at rev (0: now).
@@ -174,6 +189,7 @@ func (s *Store) readNamespace(ctx context.Context, ns string, rev int64, more ..
 		st.Revision = rev
 	}
 	kp, mk, sk, gk, ak := s.keyPrefix(ns), s.metaKey(ns), s.schemaKey(ns), s.grayKey(ns), s.approvalKey(ns)
+	ik, hk := s.inheritKey(ns), s.heirsKey(ns)
 	for _, kv := range resp.Kvs {
 		switch k := string(kv.Key); {
 		case strings.HasPrefix(k, kp):
@@ -197,7 +213,21 @@ func (s *Store) readNamespace(ctx context.Context, ns string, rev int64, more ..
 				return nsState{}, fmt.Errorf("config: decode %q: %w", k, err)
 			}
 			st.approvalRev = kv.ModRevision
+		case k == ik:
+			st.inherit = &Inheritance{}
+			if err := json.Unmarshal(kv.Value, st.inherit); err != nil {
+				return nsState{}, fmt.Errorf("config: decode %q: %w", k, err)
+			}
+			st.inheritRev = kv.ModRevision
+		case k == hk:
+			if err := json.Unmarshal(kv.Value, &st.heirs); err != nil {
+				return nsState{}, fmt.Errorf("config: decode %q: %w", k, err)
+			}
+			st.heirsRev = kv.ModRevision
 		}
+	}
+	if st.inherit != nil {
+		st.Inherits, st.Inherited = st.inherit.From, inheritedSet(st.inherit.Keys)
 	}
 	return st, nil
 }
@@ -339,6 +369,9 @@ type commitRequest struct {
 	approved *Proposal
 	// cmps guard the release's transaction beyond the namespace's keys.
 	cmps []clientv3.Cmp
+	// inherited: the release only carries the shared namespace's content
+	// to its heir (no approval gate: the shared release had its own).
+	inherited bool
 	// plan returns the mutations to make, given the namespace's current
 	// state; it runs again if the namespace changes before the commit.
 	plan func(ctx context.Context, cur nsState) ([]Mutation, error)
@@ -393,6 +426,9 @@ func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) 
 		}
 		if resp.Succeeded {
 			rel.Revision = resp.Header.Revision
+			if len(cur.heirs) > 0 && len(rel.Changes) > 0 {
+				s.catchUpHeirs(ctx, cur.heirs)
+			}
 			return rel, nil
 		}
 		// Another release (or a schema change) got in first, or the copy
@@ -409,7 +445,7 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 		return Release{}, nil, nil, false, fmt.Errorf("%w: %q changed at revision %d (release %d), after the expected revision %d",
 			ErrRevisionMismatch, req.ns, cur.metaRev, cur.Release, req.expected)
 	}
-	if cur.approval.Required && req.approved == nil && !req.dryRun { // a dry run changes nothing
+	if cur.approval.Required && req.approved == nil && !req.dryRun && !req.inherited { // a dry run changes nothing
 		return Release{}, nil, nil, false, fmt.Errorf("%w: %q changes only by approved proposals: propose the release (coordctl config propose), and another principal approves it", ErrApprovalRequired, req.ns)
 	}
 	ms, err := req.plan(ctx, cur)
@@ -429,7 +465,24 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 		rel.Proposal, rel.ProposedBy, rel.ApprovedBy = p.Number, p.Proposer, p.DecidedBy
 	}
 	var next map[string]string
-	rel.Changes, next = applyMutations(cur.Content, ms)
+	if cur.inherit != nil {
+		hp, err := s.planHeir(ctx, cur, ms)
+		if err != nil {
+			return Release{}, nil, nil, false, err
+		}
+		rel.Changes, next = hp.changes, hp.next
+		keyOps, cmps = append(keyOps, hp.ops...), append(cmps, hp.cmps...)
+		if hp.carried > 0 {
+			rel.InheritedFrom, rel.InheritedRelease = cur.inherit.From, hp.carried
+		}
+		if len(rel.Changes) == 0 && hp.carried > 0 {
+			// Nothing the heir sees changes, but it now carries a newer
+			// shared release: record that, without a release.
+			return Release{Namespace: req.ns, Number: cur.Release, Revision: cur.metaRev}, keyOps, cmps, req.dryRun, nil
+		}
+	} else {
+		rel.Changes, next = applyMutations(cur.Content, ms)
+	}
 	if len(rel.Changes) == 0 {
 		// Nothing to change: report the release in effect.
 		none := Release{Namespace: req.ns, Number: cur.Release, Revision: cur.metaRev, Author: rel.Author, Message: rel.Message, Time: rel.Time, PromotedGray: rel.PromotedGray}
@@ -439,6 +492,9 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 		rel, cmps = none, nil
 	} else {
 		if err := s.checkSchema(ctx, req, cur, next, sealed.key); err != nil {
+			return Release{}, nil, nil, false, err
+		}
+		if err := s.checkHeirs(ctx, cur, next); err != nil {
 			return Release{}, nil, nil, false, err
 		}
 		var size int

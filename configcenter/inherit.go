@@ -1,0 +1,325 @@
+package configcenter
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/internal/base/keyring"
+)
+
+// Shared namespaces (Apollo's public namespaces). A namespace may inherit
+// from a shared one: its content is the shared namespace's keys, each
+// overridden by the namespace's own key of that name. The content is kept
+// merged in the namespace's own keys, so readers, watchers, history and
+// every client see it as any content, release by release:
+//
+//   - A release of the shared namespace reaches each heir as one release
+//     of the heir, numbered in the heir's sequence, that records the shared
+//     release it carries (InheritedFrom, InheritedRelease) and changes only
+//     the keys the heir does not override. The member that made the shared
+//     release makes the heirs' at once; every member's cache notices an
+//     heir that is behind and catches it up (Cache.BehindHeirs), so a
+//     member stopping in between delays an heir's release, never loses it.
+//   - An heir's own release (publish, put, delete, rollback) changes its
+//     overrides; deleting an override brings the shared value back; an
+//     inherited key cannot be deleted in the heir. Each heir release also
+//     catches up with the shared namespace.
+//   - A shared release is refused if it would make an heir's content break
+//     the heir's schema.
+//
+// Non-guarantees: inheritance is one level (a shared namespace inherits
+// from nobody; an heir is nobody's shared namespace); at most MaxHeirs
+// heirs per shared namespace; a shared namespace holds no secrets (a
+// sealed value is bound to its own namespace); the shared namespace's gray
+// releases do not reach heirs; an heir's approval policy does not gate the
+// releases that carry its shared namespace's (that namespace's own policy
+// does); an heir's schema set while a shared release is on its way may be
+// broken by it until the heir's next release.
+
+// MaxHeirs bounds the namespaces that inherit from one shared namespace.
+const MaxHeirs = 32
+
+// Inheritance is an heir's link to its shared namespace.
+type Inheritance struct {
+	From string `json:"from"`
+	// Keys are the keys whose values come from From (the heir does not
+	// override them).
+	Keys []string `json:"keys"`
+	// Release is From's release the heir's content carries.
+	Release int64 `json:"release"`
+}
+
+func (s *Store) inheritKey(ns string) string { return s.nsPrefix(ns) + "inherit" }
+func (s *Store) heirsKey(ns string) string   { return s.nsPrefix(ns) + "heirs" }
+
+// merge is shared's content under own's.
+func merge(shared, own map[string]string) (map[string]string, []string) {
+	out := maps.Clone(own)
+	var inherited []string
+	for k, v := range shared {
+		if _, ok := own[k]; !ok {
+			out[k] = v
+			inherited = append(inherited, k)
+		}
+	}
+	slices.Sort(inherited)
+	return out, inherited
+}
+
+// own is an heir's content without what it inherits.
+func ownOf(cur nsState) map[string]string {
+	own := maps.Clone(cur.Content)
+	if cur.inherit != nil {
+		for _, k := range cur.inherit.Keys {
+			delete(own, k)
+		}
+	}
+	return own
+}
+
+// Inherit makes ns an heir of shared (shared "": ns stops inheriting and
+// keeps only its own keys), as one release of ns that brings in (or
+// takes out) the shared keys it does not override. It fails with ErrInvalid
+// for a chain (shared inherits, or ns is shared), a shared namespace with
+// secrets or MaxHeirs heirs, or ns itself.
+func (s *Store) Inherit(ctx context.Context, ns, shared, author, message string) (Release, error) {
+	for _, n := range []string{ns, shared} {
+		if n == "" && n == shared {
+			continue
+		}
+		if err := ValidateNamespace(n); err != nil {
+			return Release{}, err
+		}
+	}
+	if err := validateText("author", author, MaxAuthorBytes); err != nil {
+		return Release{}, err
+	}
+	if err := validateText("message", message, MaxMessageBytes); err != nil {
+		return Release{}, err
+	}
+	if ns == shared {
+		return Release{}, fmt.Errorf("%w: %q cannot inherit from itself", ErrInvalid, ns)
+	}
+	for {
+		cur, err := s.readNamespace(ctx, ns, 0)
+		if err != nil {
+			return Release{}, err
+		}
+		rel, ops, cmps, err := s.planInherit(ctx, cur, shared, author, message)
+		if err != nil {
+			return Release{}, err
+		}
+		resp, err := s.cli.Txn(ctx).If(append(s.unchanged(ns, cur), cmps...)...).Then(ops...).Commit()
+		if err != nil {
+			return Release{}, fmt.Errorf("config: inherit %q: %w", ns, err)
+		}
+		if resp.Succeeded {
+			rel.Revision = resp.Header.Revision
+			return rel, nil
+		}
+	}
+}
+
+func (s *Store) planInherit(ctx context.Context, cur nsState, shared, author, message string) (Release, []clientv3.Op, []clientv3.Cmp, error) {
+	ns := cur.Namespace
+	if len(cur.heirs) > 0 {
+		return Release{}, nil, nil, fmt.Errorf("%w: %q is shared by %v: a shared namespace inherits from nobody", ErrInvalid, ns, cur.heirs)
+	}
+	own := ownOf(cur)
+	next, inh := own, (*Inheritance)(nil)
+	var ops []clientv3.Op
+	var cmps []clientv3.Cmp
+	if shared != "" {
+		sh, err := s.readNamespace(ctx, shared, 0)
+		if err != nil {
+			return Release{}, nil, nil, err
+		}
+		switch {
+		case sh.inherit != nil:
+			return Release{}, nil, nil, fmt.Errorf("%w: %q inherits from %q itself: inheritance is one level", ErrInvalid, shared, sh.inherit.From)
+		case len(sh.heirs) >= MaxHeirs && !slices.Contains(sh.heirs, ns):
+			return Release{}, nil, nil, fmt.Errorf("%w: %q already has %d heirs, at most %d are allowed", ErrInvalid, shared, len(sh.heirs), MaxHeirs)
+		case hasSecrets(sh.Content):
+			return Release{}, nil, nil, fmt.Errorf("%w: %q holds secrets, which are bound to it: a shared namespace holds none", ErrInvalid, shared)
+		}
+		var keys []string
+		next, keys = merge(sh.Content, own)
+		inh = &Inheritance{From: shared, Keys: keys, Release: sh.Release}
+		b, err := json.Marshal(inh)
+		if err != nil {
+			return Release{}, nil, nil, err
+		}
+		ops = append(ops, clientv3.OpPut(s.inheritKey(ns), string(b)))
+		heirOps, heirCmps, err := s.setHeir(shared, sh, ns, true)
+		if err != nil {
+			return Release{}, nil, nil, err
+		}
+		ops, cmps = append(ops, heirOps...), append(cmps, heirCmps...)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.metaKey(shared)), "=", sh.metaRev))
+	} else {
+		if cur.inherit == nil {
+			return Release{}, nil, nil, fmt.Errorf("%w: %q inherits from nothing", ErrInvalid, ns)
+		}
+		ops = append(ops, clientv3.OpDelete(s.inheritKey(ns)))
+	}
+	if old := cur.inherit; old != nil && old.From != shared {
+		sh, err := s.readNamespace(ctx, old.From, 0)
+		if err != nil {
+			return Release{}, nil, nil, err
+		}
+		heirOps, heirCmps, err := s.setHeir(old.From, sh, ns, false)
+		if err != nil {
+			return Release{}, nil, nil, err
+		}
+		ops, cmps = append(ops, heirOps...), append(cmps, heirCmps...)
+	}
+	rel := Release{Namespace: ns, Number: cur.Release + 1, Author: author, Message: message, Time: s.now().UTC(), Changes: diff(cur.Content, next)}
+	if inh != nil {
+		rel.InheritedFrom, rel.InheritedRelease = inh.From, inh.Release
+	}
+	if len(rel.Changes) > s.limits.MaxKeysPerRelease {
+		return Release{}, nil, nil, fmt.Errorf("%w: it changes %d keys, at most %d may change in one release", ErrTooLarge, len(rel.Changes), s.limits.MaxKeysPerRelease)
+	}
+	if err := s.checkSchema(ctx, commitRequest{ns: ns}, cur, next, nil); err != nil {
+		return Release{}, nil, nil, err
+	}
+	if len(rel.Changes) == 0 {
+		rel = Release{Namespace: ns, Number: cur.Release, Revision: cur.metaRev, Author: author, Message: message, Time: rel.Time, InheritedFrom: rel.InheritedFrom, InheritedRelease: rel.InheritedRelease}
+		return rel, ops, cmps, nil
+	}
+	relOps, _, err := s.releaseOps(ns, rel)
+	if err != nil {
+		return Release{}, nil, nil, err
+	}
+	return rel, append(ops, relOps...), cmps, nil
+}
+
+// setHeir adds (or removes) heir in shared's list of heirs, guarded by
+// the list's revision.
+func (s *Store) setHeir(shared string, sh nsState, heir string, add bool) ([]clientv3.Op, []clientv3.Cmp, error) {
+	heirs := slices.DeleteFunc(slices.Clone(sh.heirs), func(h string) bool { return h == heir })
+	if add {
+		heirs = append(heirs, heir)
+		slices.Sort(heirs)
+	}
+	cmp := clientv3.Compare(clientv3.ModRevision(s.heirsKey(shared)), "=", sh.heirsRev)
+	if len(heirs) == 0 {
+		return []clientv3.Op{clientv3.OpDelete(s.heirsKey(shared))}, []clientv3.Cmp{cmp}, nil
+	}
+	b, err := json.Marshal(heirs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []clientv3.Op{clientv3.OpPut(s.heirsKey(shared), string(b))}, []clientv3.Cmp{cmp}, nil
+}
+
+func hasSecrets(content map[string]string) bool {
+	for _, v := range content {
+		if keyring.IsSealed(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// inheritedPlan is what an heir's release does beyond its own mutations.
+type inheritedPlan struct {
+	changes []Change
+	next    map[string]string
+	ops     []clientv3.Op
+	cmps    []clientv3.Cmp
+	carried int64 // the shared release it carries (0: none new)
+}
+
+// planHeir plans a release of an heir (cur.inherit set) whose own
+// mutations ms (secret values sealed) are applied: ms change its
+// overrides, and the content is the shared namespace's now under them.
+func (s *Store) planHeir(ctx context.Context, cur nsState, ms []Mutation) (inheritedPlan, error) {
+	inh := cur.inherit
+	for _, m := range ms {
+		if m.Delete && slices.Contains(inh.Keys, m.Key) {
+			return inheritedPlan{}, fmt.Errorf("%w: key %q is inherited from %q: override it with a put, or change it in %q", ErrInvalid, m.Key, inh.From, inh.From)
+		}
+	}
+	sh, err := s.readNamespace(ctx, inh.From, 0)
+	if err != nil {
+		return inheritedPlan{}, err
+	}
+	own := ownOf(cur)
+	for _, m := range ms {
+		if m.Delete {
+			delete(own, m.Key)
+		} else {
+			own[m.Key] = m.Value
+		}
+	}
+	next, keys := merge(sh.Content, own)
+	p := inheritedPlan{changes: diff(cur.Content, next), next: next}
+	if sh.Release > inh.Release {
+		p.carried = sh.Release
+	}
+	b, err := json.Marshal(Inheritance{From: inh.From, Keys: keys, Release: sh.Release})
+	if err != nil {
+		return inheritedPlan{}, err
+	}
+	p.ops = []clientv3.Op{clientv3.OpPut(s.inheritKey(cur.Namespace), string(b))}
+	p.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.metaKey(inh.From)), "=", sh.metaRev)}
+	return p, nil
+}
+
+// checkHeirs checks that a shared namespace's next content next keeps
+// each heir's content within the heir's schema, and holds no secrets.
+func (s *Store) checkHeirs(ctx context.Context, cur nsState, next map[string]string) error {
+	if len(cur.heirs) == 0 {
+		return nil
+	}
+	if hasSecrets(next) {
+		return fmt.Errorf("%w: %q is shared by %v, and a shared namespace holds no secrets (a secret is bound to its namespace)", ErrInvalid, cur.Namespace, cur.heirs)
+	}
+	for _, h := range cur.heirs {
+		heir, err := s.readNamespace(ctx, h, 0)
+		if err != nil {
+			return err
+		}
+		if heir.schema == "" || heir.inherit == nil {
+			continue
+		}
+		merged, _ := merge(next, ownOf(heir))
+		if err := s.checkSchema(ctx, commitRequest{ns: h}, heir, merged, nil); err != nil {
+			return fmt.Errorf("the release would break the schema of %q, which inherits from %q: %w", h, cur.Namespace, err)
+		}
+	}
+	return nil
+}
+
+// CatchUp makes heir carry its shared namespace's current content, as one
+// release, if it does not yet. It is idempotent: heirs that are current
+// change nothing.
+func (s *Store) CatchUp(ctx context.Context, heir string) (Release, error) {
+	return s.commit(ctx, commitRequest{ns: heir, inherited: true,
+		plan: func(context.Context, nsState) ([]Mutation, error) { return nil, nil }})
+}
+
+// catchUpHeirs makes the heirs of shared carry its release, best effort:
+// the caches catch up any it misses.
+func (s *Store) catchUpHeirs(ctx context.Context, heirs []string) {
+	if s.noCatchUp {
+		return
+	}
+	for _, h := range heirs {
+		_, _ = s.CatchUp(ctx, h)
+	}
+}
+
+func inheritedSet(keys []string) map[string]bool {
+	out := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		out[k] = true
+	}
+	return out
+}

@@ -1,0 +1,169 @@
+package configcenter_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/testkit/wait"
+)
+
+// sharedAndHeir makes common/db (host, port, timeout) and app/a (its own
+// timeout and name), app/a inheriting from common/db.
+func sharedAndHeir(t *testing.T, e env) configcenter.Release {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := e.s.Publish(ctx, configcenter.PublishRequest{Namespace: "common/db", Mutations: []configcenter.Mutation{
+		{Key: "host", Value: "db1"}, {Key: "port", Value: "5432"}, {Key: "timeout", Value: "5s"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Publish(ctx, configcenter.PublishRequest{Namespace: "app/a", Mutations: []configcenter.Mutation{
+		{Key: "timeout", Value: "9s"}, {Key: "name", Value: "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := e.s.Inherit(ctx, "app/a", "common/db", "ann", "share the db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
+
+func TestAnHeirSeesTheSharedNamespaceUnderItsOwnKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	ctx := t.Context()
+	rel := sharedAndHeir(t, e)
+	if rel.Number != 2 || len(rel.Changes) != 2 || rel.InheritedFrom != "common/db" || rel.InheritedRelease != 1 {
+		t.Fatalf("Inherit = %+v", rel)
+	}
+	snap, err := e.s.Snapshot(ctx, "app/a", 0)
+	want := map[string]string{"host": "db1", "port": "5432", "timeout": "9s", "name": "a"}
+	if err != nil || !equalMaps(snap.Content, want) || snap.Inherits != "common/db" || !snap.Inherited["host"] || snap.Inherited["timeout"] {
+		t.Fatalf("the heir = %+v, %v", snap, err)
+	}
+	// A release of the shared namespace: one release of the heir, with
+	// only what the heir does not override.
+	shared, err := e.s.Publish(ctx, configcenter.PublishRequest{Namespace: "common/db", Mutations: []configcenter.Mutation{{Key: "host", Value: "db2"}, {Key: "timeout", Value: "1s"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rels, _ := e.s.Releases(ctx, "app/a", 0, 10)
+	if len(rels) != 3 || rels[0].InheritedFrom != "common/db" || rels[0].InheritedRelease != shared.Number || len(rels[0].Changes) != 1 || rels[0].Changes[0].Key != "host" {
+		t.Fatalf("the heir's releases = %+v", rels)
+	}
+	// Deleting an override brings the shared value back; an inherited key
+	// cannot be deleted here.
+	if r, err := e.s.Delete(ctx, "app/a", "timeout", 0, "", ""); err != nil || *r.Changes[0].New != "1s" {
+		t.Fatalf("deleting the override = %+v, %v", r, err)
+	}
+	if _, err := e.s.Delete(ctx, "app/a", "host", 0, "", ""); !errors.Is(err, configcenter.ErrInvalid) || !strings.Contains(err.Error(), "inherited from") {
+		t.Fatalf("deleting an inherited key = %v", err)
+	}
+	// An override of a shared key, then the shared key goes: the override
+	// stays.
+	if _, err := e.s.Put(ctx, "app/a", "port", "6000", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Delete(ctx, "common/db", "port", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ = e.s.Snapshot(ctx, "app/a", 0)
+	if snap.Content["port"] != "6000" || snap.Inherited["port"] {
+		t.Fatalf("the override after the shared key went: %+v", snap)
+	}
+	// Stopping: only the heir's own keys stay.
+	if _, err := e.s.Inherit(ctx, "app/a", "", "", "on its own"); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ = e.s.Snapshot(ctx, "app/a", 0)
+	if !equalMaps(snap.Content, map[string]string{"name": "a", "port": "6000"}) || snap.Inherits != "" {
+		t.Fatalf("after stopping: %+v", snap)
+	}
+	if _, err := e.s.Put(ctx, "common/db", "host", "db3", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if snap, _ := e.s.Snapshot(ctx, "app/a", 0); snap.Content["host"] != "" {
+		t.Fatalf("a former heir got a shared release: %+v", snap)
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestSharedReleasesReachHeirsEvenIfTheWriterMissesThem: with the writer's
+// own catch-up switched off (a member stopping right after a shared
+// release), the heir misses the change (the check would catch that) until
+// the cache finds it behind and CatchUp carries it.
+func TestSharedReleasesReachHeirsEvenIfTheWriterMissesThem(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	cache := e.startCache(t, configcenter.CacheOptions{})
+	ctx := t.Context()
+	sharedAndHeir(t, e)
+	configcenter.SetNoCatchUp(e.s)
+	if _, err := e.s.Put(ctx, "common/db", "host", "db9", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if snap, _ := e.s.Snapshot(ctx, "app/a", 0); snap.Content["host"] != "db1" {
+		t.Fatalf("with catch-up off the heir has host=%q: the check below proves nothing", snap.Content["host"])
+	}
+	wait.For(t, "the cache to find the heir behind", func() bool { return slices.Equal(cache.BehindHeirs(), []string{"app/a"}) })
+	rel, err := e.s.CatchUp(ctx, "app/a")
+	if err != nil || rel.InheritedRelease != 2 || len(rel.Changes) != 1 {
+		t.Fatalf("CatchUp = %+v, %v", rel, err)
+	}
+	if again, err := e.s.CatchUp(ctx, "app/a"); err != nil || again.Number != rel.Number {
+		t.Fatalf("a second CatchUp = %+v, %v; want nothing new", again, err)
+	}
+	wait.Within(t, 10*time.Second, "the cache to see the heir current", func() bool { return len(cache.BehindHeirs()) == 0 })
+	snap, err := cache.Snapshot(ctx, "app/a", rel.Revision)
+	if err != nil || snap.Content["host"] != "db9" || snap.Inherits != "common/db" || !snap.Inherited["host"] {
+		t.Fatalf("the cache's heir = %+v, %v", snap, err)
+	}
+}
+
+func TestInheritanceRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	e.s.SetKeys(keys(t, "k1"))
+	ctx := t.Context()
+	sharedAndHeir(t, e)
+	for name, try := range map[string]func() error{
+		"itself":            func() error { _, err := e.s.Inherit(ctx, "x", "x", "", ""); return err },
+		"from an heir":      func() error { _, err := e.s.Inherit(ctx, "x", "app/a", "", ""); return err },
+		"a shared one":      func() error { _, err := e.s.Inherit(ctx, "common/db", "other", "", ""); return err },
+		"stop when not":     func() error { _, err := e.s.Inherit(ctx, "x", "", "", ""); return err },
+		"a secret shared":   func() error { return publishSecret(e, "common/db") },
+		"from a secret one": func() error { _ = publishSecret(e, "vault"); _, err := e.s.Inherit(ctx, "y", "vault", "", ""); return err },
+	} {
+		if err := try(); !errors.Is(err, configcenter.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	// A shared release that would break an heir's schema is refused.
+	if _, err := e.s.SetSchema(ctx, "app/a", `{"type":"object","properties":{"port":{"type":"integer","maximum":9999}}}`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.s.Put(ctx, "common/db", "port", "99999", 0, "", "")
+	if !errors.Is(err, configcenter.ErrValidation) || !strings.Contains(err.Error(), `"app/a"`) {
+		t.Fatalf("a shared release breaking an heir's schema = %v", err)
+	}
+}
+
+func publishSecret(e env, ns string) error {
+	_, err := e.s.Publish(context.Background(), configcenter.PublishRequest{Namespace: ns, Mutations: []configcenter.Mutation{{Key: "pw", Value: "x", Secret: true}}})
+	return err
+}
