@@ -51,11 +51,16 @@ type ConfigRelease struct {
 	// none); ProposedBy and ApprovedBy name who proposed and approved it.
 	Proposal               int64
 	ProposedBy, ApprovedBy string
+	// InheritedFrom is the shared namespace whose release InheritedRelease
+	// this release carried to its heir (or, for an Inherit, started with).
+	InheritedFrom    string
+	InheritedRelease int64
 }
 
 func releaseFrom(r *coorddv1.ConfigRelease) ConfigRelease {
 	out := ConfigRelease{Namespace: r.GetNamespace(), Number: r.GetNumber(), Revision: r.GetRevision(), Author: r.GetAuthor(), Message: r.GetMessage(), RollbackOf: r.GetRollbackOf(), PromotedGray: r.GetPromotedGray(), Changes: changesFrom(r.GetChanges()),
-		Proposal: r.GetProposal(), ProposedBy: r.GetProposedBy(), ApprovedBy: r.GetApprovedBy()}
+		Proposal: r.GetProposal(), ProposedBy: r.GetProposedBy(), ApprovedBy: r.GetApprovedBy(),
+		InheritedFrom: r.GetInheritedFrom(), InheritedRelease: r.GetInheritedRelease()}
 	if r.GetTime() != nil {
 		out.Time = r.GetTime().AsTime()
 	}
@@ -152,6 +157,10 @@ type NamespaceSnapshot struct {
 	// Hidden lists the secret keys left out of Values: the read did not
 	// reveal secrets.
 	Hidden []string
+	// Inherits is the shared namespace the namespace inherits from ("":
+	// none), and Inherited the keys in Values that come from it.
+	Inherits  string
+	Inherited []string
 }
 
 // Snapshot reads a whole namespace, now (revision 0) or at a past
@@ -184,8 +193,11 @@ func (cc *ConfigCenter) Poll(ctx context.Context, ns string, afterRevision int64
 
 // snapshotFrom is the SDK's form of a snapshot message.
 func snapshotFrom(s *coorddv1.NamespaceSnapshot, reveal bool) NamespaceSnapshot {
-	out := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Gray: s.GetGray(), Values: map[string]string{}}
+	out := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Gray: s.GetGray(), Values: map[string]string{}, Inherits: s.GetInherits()}
 	for _, e := range s.GetEntries() {
+		if e.GetInherited() {
+			out.Inherited = append(out.Inherited, e.GetKey())
+		}
 		switch {
 		case !e.GetSecret():
 			out.Values[e.GetKey()] = e.GetValue()
@@ -382,4 +394,17 @@ func (cc *ConfigCenter) RewrapSecretKeys(ctx context.Context) (RewrapResult, err
 		out.ByKey[k] = int(n)
 	}
 	return out, nil
+}
+
+// Inherit makes ns inherit from the shared namespace shared: its content
+// becomes shared's keys under its own, and each release of shared reaches
+// it as one release of ns (ConfigRelease.InheritedFrom says which). With
+// shared "", ns stops inheriting and keeps only its own keys. It is one
+// release of ns; needs config.admin on ns and config.read on shared.
+func (cc *ConfigCenter) Inherit(ctx context.Context, ns, shared string, o PublishOptions) (ConfigRelease, error) {
+	resp, err := cc.c.config.SetInheritance(ctx, &coorddv1.SetInheritanceRequest{Namespace: ns, Shared: shared, Author: o.Author, Message: o.Message})
+	if err != nil {
+		return ConfigRelease{}, convert(ctx, err)
+	}
+	return releaseFrom(resp.GetRelease()), nil
 }

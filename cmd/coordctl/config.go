@@ -47,6 +47,9 @@ func (a *app) printRelease(r clientlib.ConfigRelease) error {
 			verb = "dry run: would be release"
 		}
 		fmt.Fprintf(w, "%s %s %d at revision %d\n", r.Namespace, verb, r.Number, r.Revision)
+		if r.InheritedFrom != "" {
+			fmt.Fprintf(w, "(with %s release %d)\n", r.InheritedFrom, r.InheritedRelease)
+		}
 		for _, c := range r.Changes {
 			fmt.Fprintln(w, changeLine(c))
 		}
@@ -164,10 +167,11 @@ func (a *app) configCommand() *cobra.Command {
 	approve := a.configDecideCommand("approve", "Approve another's proposal: its release is made (four eyes; config.approve)")
 	reject := a.configDecideCommand("reject", "Reject another's proposal: no release (config.approve)")
 	withdraw := a.configDecideCommand("withdraw", "Withdraw your own proposal (config.propose)")
-	for _, c := range []*cobra.Command{propose, proposals, proposal, approval, approve, reject, withdraw} {
+	inherit := a.configInheritCommand()
+	for _, c := range []*cobra.Command{propose, proposals, proposal, approval, approve, reject, withdraw, inherit} {
 		c.ValidArgsFunction = a.completeFirst(namespaceNames, cobra.ShellCompDirectiveNoFileComp)
 	}
-	cmd.AddCommand(propose, proposals, proposal, approval, approve, reject, withdraw)
+	cmd.AddCommand(propose, proposals, proposal, approval, approve, reject, withdraw, inherit)
 	return cmd
 }
 
@@ -366,6 +370,9 @@ func (a *app) configSnapshotCommand() *cobra.Command {
 func snapshotTable(s clientlib.NamespaceSnapshot) func(w *bytes.Buffer) {
 	return func(w *bytes.Buffer) {
 		fmt.Fprintf(w, "# %s release %d at revision %d\n", s.Namespace, s.Release, s.Revision)
+		if s.Inherits != "" {
+			fmt.Fprintf(w, "# inherits from %s: keys marked (from %s) come from it\n", s.Inherits, s.Inherits)
+		}
 		keys := make([]string, 0, len(s.Values)+len(s.Hidden))
 		for k := range s.Values {
 			keys = append(keys, k)
@@ -376,6 +383,9 @@ func snapshotTable(s clientlib.NamespaceSnapshot) func(w *bytes.Buffer) {
 			v, ok := s.Values[k]
 			if !ok {
 				v = "(secret)"
+			}
+			if slices.Contains(s.Inherited, k) {
+				v += "\t(from " + s.Inherits + ")"
 			}
 			fmt.Fprintf(w, "%s\t%s\n", k, v)
 		}

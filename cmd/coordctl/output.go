@@ -231,6 +231,9 @@ type releaseJSON struct {
 	Proposal     string       `json:"proposal"`
 	ProposedBy   string       `json:"proposedBy,omitempty"`
 	ApprovedBy   string       `json:"approvedBy,omitempty"`
+	// InheritedFrom and InheritedRelease: the shared release it carried.
+	InheritedFrom    string `json:"inheritedFrom,omitempty"`
+	InheritedRelease string `json:"inheritedRelease"`
 }
 
 // changeJSON is REST's ConfigChange: oldValue is absent for an added key,
@@ -245,7 +248,8 @@ type changeJSON struct {
 func releaseOut(r clientlib.ConfigRelease) releaseJSON {
 	out := releaseJSON{Namespace: r.Namespace, Number: i64(r.Number), Revision: i64(r.Revision), Author: r.Author, Message: r.Message,
 		Time: timestamp(r.Time), RollbackOf: i64(r.RollbackOf), Changes: changesOut(r.Changes), PromotedGray: i64(r.PromotedGray),
-		Proposal: i64(r.Proposal), ProposedBy: r.ProposedBy, ApprovedBy: r.ApprovedBy}
+		Proposal: i64(r.Proposal), ProposedBy: r.ProposedBy, ApprovedBy: r.ApprovedBy,
+		InheritedFrom: r.InheritedFrom, InheritedRelease: i64(r.InheritedRelease)}
 	return out
 }
 
@@ -274,9 +278,10 @@ type valueJSON struct {
 
 // entryJSON is REST's ConfigEntry.
 type entryJSON struct {
-	Key    string `json:"key"`
-	Value  string `json:"value"`
-	Secret bool   `json:"secret,omitempty"`
+	Key       string `json:"key"`
+	Value     string `json:"value"`
+	Secret    bool   `json:"secret,omitempty"`
+	Inherited bool   `json:"inherited,omitempty"`
 }
 
 // snapshotJSON is REST's NamespaceSnapshot: entries in key order.
@@ -286,13 +291,14 @@ type snapshotJSON struct {
 	Revision        string      `json:"revision"`
 	ChangedRevision string      `json:"changedRevision"`
 	Gray            string      `json:"gray"`
+	Inherits        string      `json:"inherits,omitempty"`
 	Entries         []entryJSON `json:"entries"`
 }
 
 func snapshotOut(s clientlib.NamespaceSnapshot) snapshotJSON {
-	out := snapshotJSON{Namespace: s.Namespace, Release: i64(s.Release), Revision: i64(s.Revision), ChangedRevision: i64(s.Changed), Gray: i64(s.Gray), Entries: []entryJSON{}}
+	out := snapshotJSON{Namespace: s.Namespace, Release: i64(s.Release), Revision: i64(s.Revision), ChangedRevision: i64(s.Changed), Gray: i64(s.Gray), Inherits: s.Inherits, Entries: []entryJSON{}}
 	for _, k := range slices.Sorted(maps.Keys(s.Values)) {
-		out.Entries = append(out.Entries, entryJSON{Key: k, Value: s.Values[k], Secret: slices.Contains(s.Secret, k)})
+		out.Entries = append(out.Entries, entryJSON{Key: k, Value: s.Values[k], Secret: slices.Contains(s.Secret, k), Inherited: slices.Contains(s.Inherited, k)})
 	}
 	for _, k := range s.Hidden {
 		out.Entries = append(out.Entries, entryJSON{Key: k, Secret: true})

@@ -319,6 +319,8 @@ var rpcTable = map[string]rpcRule{
 	configSvc + "ApproveProposal":   rule(auth.ConfigApprove, named(auth.Namespace, (*coorddv1.ApproveProposalRequest).GetNamespace)),
 	configSvc + "RejectProposal":    rule(auth.ConfigApprove, named(auth.Namespace, (*coorddv1.RejectProposalRequest).GetNamespace)),
 	configSvc + "WithdrawProposal":  rule(auth.ConfigPropose, named(auth.Namespace, (*coorddv1.WithdrawProposalRequest).GetNamespace)),
+	// On the heir; the adapter checks config.read on the shared one.
+	configSvc + "SetInheritance": rule(auth.ConfigAdmin, named(auth.Namespace, (*coorddv1.SetInheritanceRequest).GetNamespace)),
 
 	clusterSvc + "GetClusterStatus": {action: auth.ClusterRead},
 	clusterSvc + "ListAlarms":       {action: auth.ClusterRead},

@@ -28,6 +28,11 @@ type ConfigServer struct {
 	stopped context.Context // done once the daemon stops
 	metrics *Metrics
 
+	// MayRead, when set, says whether the caller may read a namespace
+	// (config.read): making a namespace inherit from a shared one needs
+	// it on the shared one, whose content the heir then shows.
+	MayRead func(ctx context.Context, ns string) bool
+
 	// recent holds the messages of the latest releases, so a release sent
 	// to K watchers is converted once, not K times.
 	mu     sync.Mutex
@@ -310,6 +315,9 @@ func releaseProto(r configcenter.Release) *coorddv1.ConfigRelease {
 		Proposal:     r.Proposal,
 		ProposedBy:   r.ProposedBy,
 		ApprovedBy:   r.ApprovedBy,
+
+		InheritedFrom:    r.InheritedFrom,
+		InheritedRelease: r.InheritedRelease,
 	}
 	if !r.Time.IsZero() {
 		out.Time = timestamppb.New(r.Time)
@@ -340,14 +348,14 @@ func changesProto(cs []configcenter.Change) []*coorddv1.ConfigChange {
 // snapshotProto is the message of a snapshot; a secret's value is left
 // empty.
 func snapshotProto(s configcenter.Snapshot) *coorddv1.NamespaceSnapshot {
-	out := &coorddv1.NamespaceSnapshot{Namespace: s.Namespace, Release: s.Release, Revision: s.Revision, ChangedRevision: s.Changed, Gray: s.Gray}
+	out := &coorddv1.NamespaceSnapshot{Namespace: s.Namespace, Release: s.Release, Revision: s.Revision, ChangedRevision: s.Changed, Gray: s.Gray, Inherits: s.Inherits}
 	keys := make([]string, 0, len(s.Content))
 	for k := range s.Content {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		e := &coorddv1.ConfigEntry{Key: k, Value: s.Content[k]}
+		e := &coorddv1.ConfigEntry{Key: k, Value: s.Content[k], Inherited: s.Inherited[k]}
 		if keyring.IsSealed(e.Value) {
 			e.Value, e.Secret = "", true
 		}

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"strconv"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -159,4 +160,19 @@ func proposalProto(p configcenter.Proposal) *coorddv1.Proposal {
 		out.DecideTime = timestamppb.New(p.Decided)
 	}
 	return out
+}
+
+// SetInheritance implements ConfigService.
+func (s *ConfigServer) SetInheritance(ctx context.Context, req *coorddv1.SetInheritanceRequest) (*coorddv1.SetInheritanceResponse, error) {
+	if sh := req.GetShared(); sh != "" && s.MayRead != nil && !s.MayRead(ctx, sh) {
+		return nil, kind.PermissionDenied.New("auth: inheriting from " + strconv.Quote(sh) + " shows its content: that needs config.read on it")
+	}
+	r, err := s.store.Inherit(ctx, req.GetNamespace(), req.GetShared(), author(ctx, req.GetAuthor()), req.GetMessage())
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Changes) > 0 {
+		s.metrics.released("inherit")
+	}
+	return &coorddv1.SetInheritanceResponse{Release: releaseProto(r)}, nil
 }

@@ -71,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		observers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "coordd_election_observers", Help: "Observe streams open on this member."}),
 		configReleases: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "coordd_config_releases_total", Help: "Config releases published through this member, by operation: publish, put, delete, rollback, approve (dry runs not counted)."},
+			Name: "coordd_config_releases_total", Help: "Config releases published through this member, by operation: publish, put, delete, rollback, approve, inherit (dry runs not counted; a shared release carried to an heir is not counted)."},
 			[]string{"op"}),
 		statusReports: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coordd_config_status_reports_total", Help: "Applied-status reports from config subscribers received by this member."}),
@@ -90,7 +90,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{fencedAccepted, fencedStaleToken, fencedNotHolder, fencedNoSession, fencedOtherFailure} {
 		m.fencedWrites.WithLabelValues(r)
 	}
-	for _, op := range []string{"publish", "put", "delete", "rollback", "approve"} {
+	for _, op := range []string{"publish", "put", "delete", "rollback", "approve", "inherit"} {
 		m.configReleases.WithLabelValues(op)
 	}
 	return m

@@ -350,6 +350,10 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 	}
 	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
 	configSvc := api.NewConfigServer(d.stopped, configStore, d.configCache, p.apiMetrics)
+	configSvc.MayRead = func(ctx context.Context, ns string) bool {
+		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.ConfigRead, auth.Resource{Kind: auth.Namespace, Name: ns})
+		return d.authz.Open() || ok
+	}
 	statusEndpoint, local := cfg.EtcdClientURL, cluster.Local{}
 	if d.etcd != nil {
 		local = cluster.Local{MemberID: uint64(d.etcd.Server.MemberID()), Quota: cfg.QuotaBackendBytes, Defragment: d.etcd.Server.Defragment, Measure: d.measure}
@@ -461,6 +465,7 @@ func (d *Daemon) serve(p *parts) {
 		})
 	}
 	d.spawn(func() { d.configCache.Run(bgCtx) })
+	d.spawn(func() { catchUpHeirs(bgCtx, d.configCache, d.configStore, d.lg.Named("config")) })
 	d.spawn(func() { d.clock.Run(bgCtx) })
 	d.spawn(func() { p.holdings.Run(bgCtx) })
 	if p.history != nil {
@@ -517,6 +522,31 @@ func (d *Daemon) reloadOnSignal(ctx context.Context, reload <-chan struct{}) {
 				d.lg.Error("reload refused; what was in force stays", zap.Error(err))
 			} else {
 				d.lg.Info("reloaded the TLS certificates, the token file, the policy and the secret key file")
+			}
+		}
+	}
+}
+
+// heirCatchUpEvery is how often a member looks for heirs of shared config
+// namespaces that do not carry their shared namespace's last release (the
+// member that made it stopped before carrying it): a look at its own
+// cache, no etcd read unless one is behind.
+const heirCatchUpEvery = 2 * time.Second
+
+// catchUpHeirs carries shared releases to the heirs the cache finds
+// behind, until ctx ends. Every member runs it; a catch-up is idempotent.
+func catchUpHeirs(ctx context.Context, cache *configcenter.Cache, store *configcenter.Store, lg *zap.Logger) {
+	t := time.NewTicker(heirCatchUpEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, heir := range cache.BehindHeirs() {
+			if _, err := store.CatchUp(ctx, heir); err != nil && ctx.Err() == nil {
+				lg.Warn("could not carry a shared namespace's release to its heir; trying again", zap.String("heir", heir), zap.Error(err))
 			}
 		}
 	}

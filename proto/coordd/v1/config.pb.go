@@ -314,9 +314,14 @@ type ConfigRelease struct {
 	// proposed_by: see proposal.
 	ProposedBy string `protobuf:"bytes,11,opt,name=proposed_by,json=proposedBy,proto3" json:"proposed_by,omitempty"`
 	// approved_by: see proposal.
-	ApprovedBy    string `protobuf:"bytes,12,opt,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ApprovedBy string `protobuf:"bytes,12,opt,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
+	// inherited_from is the shared namespace whose release inherited_release
+	// this release carries (or, for a SetInheritance, starts with).
+	InheritedFrom string `protobuf:"bytes,13,opt,name=inherited_from,json=inheritedFrom,proto3" json:"inherited_from,omitempty"`
+	// inherited_release: see inherited_from.
+	InheritedRelease int64 `protobuf:"varint,14,opt,name=inherited_release,json=inheritedRelease,proto3" json:"inherited_release,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ConfigRelease) Reset() {
@@ -431,6 +436,20 @@ func (x *ConfigRelease) GetApprovedBy() string {
 		return x.ApprovedBy
 	}
 	return ""
+}
+
+func (x *ConfigRelease) GetInheritedFrom() string {
+	if x != nil {
+		return x.InheritedFrom
+	}
+	return ""
+}
+
+func (x *ConfigRelease) GetInheritedRelease() int64 {
+	if x != nil {
+		return x.InheritedRelease
+	}
+	return 0
 }
 
 // ConfigMutation is one change a release asks for.
@@ -1094,7 +1113,10 @@ type ConfigEntry struct {
 	// value is its value; empty for a secret not revealed.
 	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
 	// secret: the value is a secret.
-	Secret        bool `protobuf:"varint,3,opt,name=secret,proto3" json:"secret,omitempty"`
+	Secret bool `protobuf:"varint,3,opt,name=secret,proto3" json:"secret,omitempty"`
+	// inherited: the value comes from the shared namespace the snapshot's
+	// namespace inherits from (it does not override the key).
+	Inherited     bool `protobuf:"varint,4,opt,name=inherited,proto3" json:"inherited,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1150,6 +1172,13 @@ func (x *ConfigEntry) GetSecret() bool {
 	return false
 }
 
+func (x *ConfigEntry) GetInherited() bool {
+	if x != nil {
+		return x.Inherited
+	}
+	return false
+}
+
 // NamespaceSnapshot is a namespace's whole content at one revision.
 type NamespaceSnapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1165,7 +1194,9 @@ type NamespaceSnapshot struct {
 	Entries []*ConfigEntry `protobuf:"bytes,5,rep,name=entries,proto3" json:"entries,omitempty"`
 	// gray (in a watch) is the gray release whose overrides entries include
 	// for this watcher; 0: none, the normal content.
-	Gray          int64 `protobuf:"varint,6,opt,name=gray,proto3" json:"gray,omitempty"`
+	Gray int64 `protobuf:"varint,6,opt,name=gray,proto3" json:"gray,omitempty"`
+	// inherits is the shared namespace it inherits from ("": none).
+	Inherits      string `protobuf:"bytes,7,opt,name=inherits,proto3" json:"inherits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1240,6 +1271,13 @@ func (x *NamespaceSnapshot) GetGray() int64 {
 		return x.Gray
 	}
 	return 0
+}
+
+func (x *NamespaceSnapshot) GetInherits() string {
+	if x != nil {
+		return x.Inherits
+	}
+	return ""
 }
 
 // SnapshotRequest reads a namespace.
@@ -5373,6 +5411,128 @@ func (x *WithdrawProposalResponse) GetProposal() *Proposal {
 	return nil
 }
 
+// SetInheritanceRequest makes a namespace inherit from a shared one.
+type SetInheritanceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace is the heir. Required.
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// shared is the namespace to inherit from; empty stops inheriting (the
+	// namespace keeps only its own keys). It must inherit from nobody, hold
+	// no secrets, and have fewer than 32 heirs.
+	Shared string `protobuf:"bytes,2,opt,name=shared,proto3" json:"shared,omitempty"`
+	// author is recorded with the release.
+	Author string `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
+	// message is recorded with the release.
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetInheritanceRequest) Reset() {
+	*x = SetInheritanceRequest{}
+	mi := &file_coordd_v1_config_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetInheritanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetInheritanceRequest) ProtoMessage() {}
+
+func (x *SetInheritanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetInheritanceRequest.ProtoReflect.Descriptor instead.
+func (*SetInheritanceRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *SetInheritanceRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SetInheritanceRequest) GetShared() string {
+	if x != nil {
+		return x.Shared
+	}
+	return ""
+}
+
+func (x *SetInheritanceRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
+func (x *SetInheritanceRequest) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+// SetInheritanceResponse carries the release.
+type SetInheritanceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// release is the heir's release that brought the shared keys in (or
+	// took them out); without changes when there were none.
+	Release       *ConfigRelease `protobuf:"bytes,1,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetInheritanceResponse) Reset() {
+	*x = SetInheritanceResponse{}
+	mi := &file_coordd_v1_config_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetInheritanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetInheritanceResponse) ProtoMessage() {}
+
+func (x *SetInheritanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_config_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetInheritanceResponse.ProtoReflect.Descriptor instead.
+func (*SetInheritanceResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_config_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *SetInheritanceResponse) GetRelease() *ConfigRelease {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
 var File_coordd_v1_config_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_config_proto_rawDesc = "" +
@@ -5386,7 +5546,7 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"_old_valueB\f\n" +
 	"\n" +
-	"_new_value\"\x9a\x03\n" +
+	"_new_value\"\xee\x03\n" +
 	"\rConfigRelease\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
 	"\x06number\x18\x02 \x01(\x03R\x06number\x12\x1a\n" +
@@ -5403,7 +5563,9 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\vproposed_by\x18\v \x01(\tR\n" +
 	"proposedBy\x12\x1f\n" +
 	"\vapproved_by\x18\f \x01(\tR\n" +
-	"approvedBy\"h\n" +
+	"approvedBy\x12%\n" +
+	"\x0einherited_from\x18\r \x01(\tR\rinheritedFrom\x12+\n" +
+	"\x11inherited_release\x18\x0e \x01(\x03R\x10inheritedRelease\"h\n" +
 	"\x0eConfigMutation\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
@@ -5448,18 +5610,20 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12!\n" +
 	"\fmod_revision\x18\x03 \x01(\x03R\vmodRevision\x12\x1a\n" +
 	"\brevision\x18\x04 \x01(\x03R\brevision\x12\x16\n" +
-	"\x06secret\x18\x05 \x01(\bR\x06secret\"M\n" +
+	"\x06secret\x18\x05 \x01(\bR\x06secret\"k\n" +
 	"\vConfigEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
-	"\x06secret\x18\x03 \x01(\bR\x06secret\"\xd8\x01\n" +
+	"\x06secret\x18\x03 \x01(\bR\x06secret\x12\x1c\n" +
+	"\tinherited\x18\x04 \x01(\bR\tinherited\"\xf4\x01\n" +
 	"\x11NamespaceSnapshot\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\x03R\arelease\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12)\n" +
 	"\x10changed_revision\x18\x04 \x01(\x03R\x0fchangedRevision\x120\n" +
 	"\aentries\x18\x05 \x03(\v2\x16.coordd.v1.ConfigEntryR\aentries\x12\x12\n" +
-	"\x04gray\x18\x06 \x01(\x03R\x04gray\"r\n" +
+	"\x04gray\x18\x06 \x01(\x03R\x04gray\x12\x1a\n" +
+	"\binherits\x18\a \x01(\tR\binherits\"r\n" +
 	"\x0fSnapshotRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12%\n" +
@@ -5759,7 +5923,14 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12\x16\n" +
 	"\x06author\x18\x04 \x01(\tR\x06author\"K\n" +
 	"\x18WithdrawProposalResponse\x12/\n" +
-	"\bproposal\x18\x01 \x01(\v2\x13.coordd.v1.ProposalR\bproposal*\x8d\x01\n" +
+	"\bproposal\x18\x01 \x01(\v2\x13.coordd.v1.ProposalR\bproposal\"\x7f\n" +
+	"\x15SetInheritanceRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x16\n" +
+	"\x06shared\x18\x02 \x01(\tR\x06shared\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"L\n" +
+	"\x16SetInheritanceResponse\x122\n" +
+	"\arelease\x18\x01 \x01(\v2\x18.coordd.v1.ConfigReleaseR\arelease*\x8d\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19WATCH_EVENT_TYPE_SNAPSHOT\x10\x01\x12\x1b\n" +
@@ -5778,7 +5949,7 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x17PROPOSAL_STATE_APPROVED\x10\x02\x12\x1b\n" +
 	"\x17PROPOSAL_STATE_REJECTED\x10\x03\x12\x1c\n" +
 	"\x18PROPOSAL_STATE_WITHDRAWN\x10\x04\x12\x1a\n" +
-	"\x16PROPOSAL_STATE_EXPIRED\x10\x052\xd7\x12\n" +
+	"\x16PROPOSAL_STATE_EXPIRED\x10\x052\xae\x13\n" +
 	"\rConfigService\x124\n" +
 	"\x03Put\x12\x15.coordd.v1.PutRequest\x1a\x16.coordd.v1.PutResponse\x12=\n" +
 	"\x06Delete\x12\x18.coordd.v1.DeleteRequest\x1a\x19.coordd.v1.DeleteResponse\x12@\n" +
@@ -5812,7 +5983,8 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\vGetProposal\x12\x1d.coordd.v1.GetProposalRequest\x1a\x1e.coordd.v1.GetProposalResponse\x12X\n" +
 	"\x0fApproveProposal\x12!.coordd.v1.ApproveProposalRequest\x1a\".coordd.v1.ApproveProposalResponse\x12U\n" +
 	"\x0eRejectProposal\x12 .coordd.v1.RejectProposalRequest\x1a!.coordd.v1.RejectProposalResponse\x12[\n" +
-	"\x10WithdrawProposal\x12\".coordd.v1.WithdrawProposalRequest\x1a#.coordd.v1.WithdrawProposalResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x10WithdrawProposal\x12\".coordd.v1.WithdrawProposalRequest\x1a#.coordd.v1.WithdrawProposalResponse\x12U\n" +
+	"\x0eSetInheritance\x12 .coordd.v1.SetInheritanceRequest\x1a!.coordd.v1.SetInheritanceResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_config_proto_rawDescOnce sync.Once
@@ -5827,7 +5999,7 @@ func file_coordd_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_coordd_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_coordd_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_coordd_v1_config_proto_goTypes = []any{
 	(WatchEventType)(0),               // 0: coordd.v1.WatchEventType
 	(GrayAction)(0),                   // 1: coordd.v1.GrayAction
@@ -5908,17 +6080,19 @@ var file_coordd_v1_config_proto_goTypes = []any{
 	(*RejectProposalResponse)(nil),    // 76: coordd.v1.RejectProposalResponse
 	(*WithdrawProposalRequest)(nil),   // 77: coordd.v1.WithdrawProposalRequest
 	(*WithdrawProposalResponse)(nil),  // 78: coordd.v1.WithdrawProposalResponse
-	nil,                               // 79: coordd.v1.WatchRequest.LabelsEntry
-	nil,                               // 80: coordd.v1.ReportStatusRequest.LabelsEntry
-	nil,                               // 81: coordd.v1.InstanceApplyStatus.LabelsEntry
-	nil,                               // 82: coordd.v1.WatchManyStart.LabelsEntry
-	nil,                               // 83: coordd.v1.GraySelector.LabelsEntry
-	nil,                               // 84: coordd.v1.RewrapSecretKeysResponse.ByKeyEntry
-	(*timestamppb.Timestamp)(nil),     // 85: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 86: google.protobuf.Duration
+	(*SetInheritanceRequest)(nil),     // 79: coordd.v1.SetInheritanceRequest
+	(*SetInheritanceResponse)(nil),    // 80: coordd.v1.SetInheritanceResponse
+	nil,                               // 81: coordd.v1.WatchRequest.LabelsEntry
+	nil,                               // 82: coordd.v1.ReportStatusRequest.LabelsEntry
+	nil,                               // 83: coordd.v1.InstanceApplyStatus.LabelsEntry
+	nil,                               // 84: coordd.v1.WatchManyStart.LabelsEntry
+	nil,                               // 85: coordd.v1.GraySelector.LabelsEntry
+	nil,                               // 86: coordd.v1.RewrapSecretKeysResponse.ByKeyEntry
+	(*timestamppb.Timestamp)(nil),     // 87: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 88: google.protobuf.Duration
 }
 var file_coordd_v1_config_proto_depIdxs = []int32{
-	85, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
+	87, // 0: coordd.v1.ConfigRelease.time:type_name -> google.protobuf.Timestamp
 	3,  // 1: coordd.v1.ConfigRelease.changes:type_name -> coordd.v1.ConfigChange
 	5,  // 2: coordd.v1.PublishRequest.mutations:type_name -> coordd.v1.ConfigMutation
 	4,  // 3: coordd.v1.PublishResponse.release:type_name -> coordd.v1.ConfigRelease
@@ -5926,19 +6100,19 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	4,  // 5: coordd.v1.DeleteResponse.release:type_name -> coordd.v1.ConfigRelease
 	14, // 6: coordd.v1.NamespaceSnapshot.entries:type_name -> coordd.v1.ConfigEntry
 	15, // 7: coordd.v1.SnapshotResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
-	86, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
+	88, // 8: coordd.v1.PollRequest.wait:type_name -> google.protobuf.Duration
 	15, // 9: coordd.v1.PollResponse.snapshot:type_name -> coordd.v1.NamespaceSnapshot
 	4,  // 10: coordd.v1.ListReleasesResponse.releases:type_name -> coordd.v1.ConfigRelease
 	3,  // 11: coordd.v1.DiffResponse.changes:type_name -> coordd.v1.ConfigChange
 	4,  // 12: coordd.v1.RollbackResponse.release:type_name -> coordd.v1.ConfigRelease
-	79, // 13: coordd.v1.WatchRequest.labels:type_name -> coordd.v1.WatchRequest.LabelsEntry
+	81, // 13: coordd.v1.WatchRequest.labels:type_name -> coordd.v1.WatchRequest.LabelsEntry
 	0,  // 14: coordd.v1.WatchResponse.type:type_name -> coordd.v1.WatchEventType
 	15, // 15: coordd.v1.WatchResponse.snapshots:type_name -> coordd.v1.NamespaceSnapshot
 	4,  // 16: coordd.v1.WatchResponse.release:type_name -> coordd.v1.ConfigRelease
-	80, // 17: coordd.v1.ReportStatusRequest.labels:type_name -> coordd.v1.ReportStatusRequest.LabelsEntry
+	82, // 17: coordd.v1.ReportStatusRequest.labels:type_name -> coordd.v1.ReportStatusRequest.LabelsEntry
 	34, // 18: coordd.v1.ReportStatusRequest.namespaces:type_name -> coordd.v1.NamespaceApplyReport
-	81, // 19: coordd.v1.InstanceApplyStatus.labels:type_name -> coordd.v1.InstanceApplyStatus.LabelsEntry
-	85, // 20: coordd.v1.InstanceApplyStatus.report_time:type_name -> google.protobuf.Timestamp
+	83, // 19: coordd.v1.InstanceApplyStatus.labels:type_name -> coordd.v1.InstanceApplyStatus.LabelsEntry
+	87, // 20: coordd.v1.InstanceApplyStatus.report_time:type_name -> google.protobuf.Timestamp
 	38, // 21: coordd.v1.GetApplyStatusResponse.instances:type_name -> coordd.v1.InstanceApplyStatus
 	39, // 22: coordd.v1.GetApplyStatusResponse.applied:type_name -> coordd.v1.ReleaseCount
 	39, // 23: coordd.v1.GetApplyStatusResponse.rejected:type_name -> coordd.v1.ReleaseCount
@@ -5946,14 +6120,14 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	39, // 25: coordd.v1.GetApplyStatusResponse.rejected_gray:type_name -> coordd.v1.ReleaseCount
 	42, // 26: coordd.v1.WatchManyRequest.start:type_name -> coordd.v1.WatchManyStart
 	43, // 27: coordd.v1.WatchManyRequest.stop:type_name -> coordd.v1.WatchManyStop
-	82, // 28: coordd.v1.WatchManyStart.labels:type_name -> coordd.v1.WatchManyStart.LabelsEntry
+	84, // 28: coordd.v1.WatchManyStart.labels:type_name -> coordd.v1.WatchManyStart.LabelsEntry
 	33, // 29: coordd.v1.WatchManyResponse.event:type_name -> coordd.v1.WatchResponse
-	83, // 30: coordd.v1.GraySelector.labels:type_name -> coordd.v1.GraySelector.LabelsEntry
+	85, // 30: coordd.v1.GraySelector.labels:type_name -> coordd.v1.GraySelector.LabelsEntry
 	1,  // 31: coordd.v1.GrayRelease.action:type_name -> coordd.v1.GrayAction
 	45, // 32: coordd.v1.GrayRelease.selector:type_name -> coordd.v1.GraySelector
 	5,  // 33: coordd.v1.GrayRelease.overrides:type_name -> coordd.v1.ConfigMutation
 	3,  // 34: coordd.v1.GrayRelease.changes:type_name -> coordd.v1.ConfigChange
-	85, // 35: coordd.v1.GrayRelease.time:type_name -> google.protobuf.Timestamp
+	87, // 35: coordd.v1.GrayRelease.time:type_name -> google.protobuf.Timestamp
 	45, // 36: coordd.v1.CreateGrayRequest.selector:type_name -> coordd.v1.GraySelector
 	5,  // 37: coordd.v1.CreateGrayRequest.overrides:type_name -> coordd.v1.ConfigMutation
 	46, // 38: coordd.v1.CreateGrayResponse.gray:type_name -> coordd.v1.GrayRelease
@@ -5965,15 +6139,15 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	46, // 44: coordd.v1.AbandonGrayResponse.gray:type_name -> coordd.v1.GrayRelease
 	46, // 45: coordd.v1.GetGrayResponse.gray:type_name -> coordd.v1.GrayRelease
 	46, // 46: coordd.v1.ListGrayReleasesResponse.grays:type_name -> coordd.v1.GrayRelease
-	84, // 47: coordd.v1.RewrapSecretKeysResponse.by_key:type_name -> coordd.v1.RewrapSecretKeysResponse.ByKeyEntry
-	86, // 48: coordd.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
+	86, // 47: coordd.v1.RewrapSecretKeysResponse.by_key:type_name -> coordd.v1.RewrapSecretKeysResponse.ByKeyEntry
+	88, // 48: coordd.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
 	61, // 49: coordd.v1.SetApprovalPolicyRequest.policy:type_name -> coordd.v1.ApprovalPolicy
 	61, // 50: coordd.v1.GetApprovalPolicyResponse.policy:type_name -> coordd.v1.ApprovalPolicy
 	2,  // 51: coordd.v1.Proposal.state:type_name -> coordd.v1.ProposalState
 	3,  // 52: coordd.v1.Proposal.changes:type_name -> coordd.v1.ConfigChange
-	85, // 53: coordd.v1.Proposal.create_time:type_name -> google.protobuf.Timestamp
-	85, // 54: coordd.v1.Proposal.expire_time:type_name -> google.protobuf.Timestamp
-	85, // 55: coordd.v1.Proposal.decide_time:type_name -> google.protobuf.Timestamp
+	87, // 53: coordd.v1.Proposal.create_time:type_name -> google.protobuf.Timestamp
+	87, // 54: coordd.v1.Proposal.expire_time:type_name -> google.protobuf.Timestamp
+	87, // 55: coordd.v1.Proposal.decide_time:type_name -> google.protobuf.Timestamp
 	5,  // 56: coordd.v1.ProposeReleaseRequest.mutations:type_name -> coordd.v1.ConfigMutation
 	66, // 57: coordd.v1.ProposeReleaseResponse.proposal:type_name -> coordd.v1.Proposal
 	66, // 58: coordd.v1.ListProposalsResponse.proposals:type_name -> coordd.v1.Proposal
@@ -5982,73 +6156,76 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	66, // 61: coordd.v1.ApproveProposalResponse.proposal:type_name -> coordd.v1.Proposal
 	66, // 62: coordd.v1.RejectProposalResponse.proposal:type_name -> coordd.v1.Proposal
 	66, // 63: coordd.v1.WithdrawProposalResponse.proposal:type_name -> coordd.v1.Proposal
-	8,  // 64: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
-	10, // 65: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
-	6,  // 66: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
-	12, // 67: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
-	16, // 68: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
-	18, // 69: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
-	20, // 70: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
-	22, // 71: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
-	24, // 72: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
-	26, // 73: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
-	28, // 74: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
-	30, // 75: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
-	35, // 76: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
-	37, // 77: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
-	41, // 78: coordd.v1.ConfigService.WatchMany:input_type -> coordd.v1.WatchManyRequest
-	32, // 79: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
-	47, // 80: coordd.v1.ConfigService.CreateGray:input_type -> coordd.v1.CreateGrayRequest
-	49, // 81: coordd.v1.ConfigService.UpdateGray:input_type -> coordd.v1.UpdateGrayRequest
-	51, // 82: coordd.v1.ConfigService.PromoteGray:input_type -> coordd.v1.PromoteGrayRequest
-	53, // 83: coordd.v1.ConfigService.AbandonGray:input_type -> coordd.v1.AbandonGrayRequest
-	55, // 84: coordd.v1.ConfigService.GetGray:input_type -> coordd.v1.GetGrayRequest
-	57, // 85: coordd.v1.ConfigService.ListGrayReleases:input_type -> coordd.v1.ListGrayReleasesRequest
-	59, // 86: coordd.v1.ConfigService.RewrapSecretKeys:input_type -> coordd.v1.RewrapSecretKeysRequest
-	62, // 87: coordd.v1.ConfigService.SetApprovalPolicy:input_type -> coordd.v1.SetApprovalPolicyRequest
-	64, // 88: coordd.v1.ConfigService.GetApprovalPolicy:input_type -> coordd.v1.GetApprovalPolicyRequest
-	67, // 89: coordd.v1.ConfigService.ProposeRelease:input_type -> coordd.v1.ProposeReleaseRequest
-	69, // 90: coordd.v1.ConfigService.ListProposals:input_type -> coordd.v1.ListProposalsRequest
-	71, // 91: coordd.v1.ConfigService.GetProposal:input_type -> coordd.v1.GetProposalRequest
-	73, // 92: coordd.v1.ConfigService.ApproveProposal:input_type -> coordd.v1.ApproveProposalRequest
-	75, // 93: coordd.v1.ConfigService.RejectProposal:input_type -> coordd.v1.RejectProposalRequest
-	77, // 94: coordd.v1.ConfigService.WithdrawProposal:input_type -> coordd.v1.WithdrawProposalRequest
-	9,  // 95: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
-	11, // 96: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
-	7,  // 97: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
-	13, // 98: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
-	17, // 99: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
-	19, // 100: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
-	21, // 101: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
-	23, // 102: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
-	25, // 103: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
-	27, // 104: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
-	29, // 105: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
-	31, // 106: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
-	36, // 107: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
-	40, // 108: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
-	44, // 109: coordd.v1.ConfigService.WatchMany:output_type -> coordd.v1.WatchManyResponse
-	33, // 110: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
-	48, // 111: coordd.v1.ConfigService.CreateGray:output_type -> coordd.v1.CreateGrayResponse
-	50, // 112: coordd.v1.ConfigService.UpdateGray:output_type -> coordd.v1.UpdateGrayResponse
-	52, // 113: coordd.v1.ConfigService.PromoteGray:output_type -> coordd.v1.PromoteGrayResponse
-	54, // 114: coordd.v1.ConfigService.AbandonGray:output_type -> coordd.v1.AbandonGrayResponse
-	56, // 115: coordd.v1.ConfigService.GetGray:output_type -> coordd.v1.GetGrayResponse
-	58, // 116: coordd.v1.ConfigService.ListGrayReleases:output_type -> coordd.v1.ListGrayReleasesResponse
-	60, // 117: coordd.v1.ConfigService.RewrapSecretKeys:output_type -> coordd.v1.RewrapSecretKeysResponse
-	63, // 118: coordd.v1.ConfigService.SetApprovalPolicy:output_type -> coordd.v1.SetApprovalPolicyResponse
-	65, // 119: coordd.v1.ConfigService.GetApprovalPolicy:output_type -> coordd.v1.GetApprovalPolicyResponse
-	68, // 120: coordd.v1.ConfigService.ProposeRelease:output_type -> coordd.v1.ProposeReleaseResponse
-	70, // 121: coordd.v1.ConfigService.ListProposals:output_type -> coordd.v1.ListProposalsResponse
-	72, // 122: coordd.v1.ConfigService.GetProposal:output_type -> coordd.v1.GetProposalResponse
-	74, // 123: coordd.v1.ConfigService.ApproveProposal:output_type -> coordd.v1.ApproveProposalResponse
-	76, // 124: coordd.v1.ConfigService.RejectProposal:output_type -> coordd.v1.RejectProposalResponse
-	78, // 125: coordd.v1.ConfigService.WithdrawProposal:output_type -> coordd.v1.WithdrawProposalResponse
-	95, // [95:126] is the sub-list for method output_type
-	64, // [64:95] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	4,  // 64: coordd.v1.SetInheritanceResponse.release:type_name -> coordd.v1.ConfigRelease
+	8,  // 65: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
+	10, // 66: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
+	6,  // 67: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
+	12, // 68: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
+	16, // 69: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
+	18, // 70: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
+	20, // 71: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
+	22, // 72: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
+	24, // 73: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
+	26, // 74: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
+	28, // 75: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
+	30, // 76: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
+	35, // 77: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
+	37, // 78: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
+	41, // 79: coordd.v1.ConfigService.WatchMany:input_type -> coordd.v1.WatchManyRequest
+	32, // 80: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
+	47, // 81: coordd.v1.ConfigService.CreateGray:input_type -> coordd.v1.CreateGrayRequest
+	49, // 82: coordd.v1.ConfigService.UpdateGray:input_type -> coordd.v1.UpdateGrayRequest
+	51, // 83: coordd.v1.ConfigService.PromoteGray:input_type -> coordd.v1.PromoteGrayRequest
+	53, // 84: coordd.v1.ConfigService.AbandonGray:input_type -> coordd.v1.AbandonGrayRequest
+	55, // 85: coordd.v1.ConfigService.GetGray:input_type -> coordd.v1.GetGrayRequest
+	57, // 86: coordd.v1.ConfigService.ListGrayReleases:input_type -> coordd.v1.ListGrayReleasesRequest
+	59, // 87: coordd.v1.ConfigService.RewrapSecretKeys:input_type -> coordd.v1.RewrapSecretKeysRequest
+	62, // 88: coordd.v1.ConfigService.SetApprovalPolicy:input_type -> coordd.v1.SetApprovalPolicyRequest
+	64, // 89: coordd.v1.ConfigService.GetApprovalPolicy:input_type -> coordd.v1.GetApprovalPolicyRequest
+	67, // 90: coordd.v1.ConfigService.ProposeRelease:input_type -> coordd.v1.ProposeReleaseRequest
+	69, // 91: coordd.v1.ConfigService.ListProposals:input_type -> coordd.v1.ListProposalsRequest
+	71, // 92: coordd.v1.ConfigService.GetProposal:input_type -> coordd.v1.GetProposalRequest
+	73, // 93: coordd.v1.ConfigService.ApproveProposal:input_type -> coordd.v1.ApproveProposalRequest
+	75, // 94: coordd.v1.ConfigService.RejectProposal:input_type -> coordd.v1.RejectProposalRequest
+	77, // 95: coordd.v1.ConfigService.WithdrawProposal:input_type -> coordd.v1.WithdrawProposalRequest
+	79, // 96: coordd.v1.ConfigService.SetInheritance:input_type -> coordd.v1.SetInheritanceRequest
+	9,  // 97: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
+	11, // 98: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
+	7,  // 99: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
+	13, // 100: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
+	17, // 101: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
+	19, // 102: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
+	21, // 103: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
+	23, // 104: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
+	25, // 105: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
+	27, // 106: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
+	29, // 107: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
+	31, // 108: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
+	36, // 109: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
+	40, // 110: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
+	44, // 111: coordd.v1.ConfigService.WatchMany:output_type -> coordd.v1.WatchManyResponse
+	33, // 112: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
+	48, // 113: coordd.v1.ConfigService.CreateGray:output_type -> coordd.v1.CreateGrayResponse
+	50, // 114: coordd.v1.ConfigService.UpdateGray:output_type -> coordd.v1.UpdateGrayResponse
+	52, // 115: coordd.v1.ConfigService.PromoteGray:output_type -> coordd.v1.PromoteGrayResponse
+	54, // 116: coordd.v1.ConfigService.AbandonGray:output_type -> coordd.v1.AbandonGrayResponse
+	56, // 117: coordd.v1.ConfigService.GetGray:output_type -> coordd.v1.GetGrayResponse
+	58, // 118: coordd.v1.ConfigService.ListGrayReleases:output_type -> coordd.v1.ListGrayReleasesResponse
+	60, // 119: coordd.v1.ConfigService.RewrapSecretKeys:output_type -> coordd.v1.RewrapSecretKeysResponse
+	63, // 120: coordd.v1.ConfigService.SetApprovalPolicy:output_type -> coordd.v1.SetApprovalPolicyResponse
+	65, // 121: coordd.v1.ConfigService.GetApprovalPolicy:output_type -> coordd.v1.GetApprovalPolicyResponse
+	68, // 122: coordd.v1.ConfigService.ProposeRelease:output_type -> coordd.v1.ProposeReleaseResponse
+	70, // 123: coordd.v1.ConfigService.ListProposals:output_type -> coordd.v1.ListProposalsResponse
+	72, // 124: coordd.v1.ConfigService.GetProposal:output_type -> coordd.v1.GetProposalResponse
+	74, // 125: coordd.v1.ConfigService.ApproveProposal:output_type -> coordd.v1.ApproveProposalResponse
+	76, // 126: coordd.v1.ConfigService.RejectProposal:output_type -> coordd.v1.RejectProposalResponse
+	78, // 127: coordd.v1.ConfigService.WithdrawProposal:output_type -> coordd.v1.WithdrawProposalResponse
+	80, // 128: coordd.v1.ConfigService.SetInheritance:output_type -> coordd.v1.SetInheritanceResponse
+	97, // [97:129] is the sub-list for method output_type
+	65, // [65:97] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_config_proto_init() }
@@ -6067,7 +6244,7 @@ func file_coordd_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_config_proto_rawDesc), len(file_coordd_v1_config_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   82,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,6 +50,7 @@ const (
 	ConfigService_ApproveProposal_FullMethodName   = "/coordd.v1.ConfigService/ApproveProposal"
 	ConfigService_RejectProposal_FullMethodName    = "/coordd.v1.ConfigService/RejectProposal"
 	ConfigService_WithdrawProposal_FullMethodName  = "/coordd.v1.ConfigService/WithdrawProposal"
+	ConfigService_SetInheritance_FullMethodName    = "/coordd.v1.ConfigService/SetInheritance"
 )
 
 // ConfigServiceClient is the client API for ConfigService service.
@@ -166,6 +167,11 @@ type ConfigServiceClient interface {
 	// WithdrawProposal closes the caller's own pending proposal. Needs
 	// config.propose.
 	WithdrawProposal(ctx context.Context, in *WithdrawProposalRequest, opts ...grpc.CallOption) (*WithdrawProposalResponse, error)
+	// SetInheritance makes a namespace inherit from a shared one (its
+	// content: the shared keys under its own), or stop, as one release of
+	// it. Needs config.admin on the namespace and config.read on the shared
+	// one.
+	SetInheritance(ctx context.Context, in *SetInheritanceRequest, opts ...grpc.CallOption) (*SetInheritanceResponse, error)
 }
 
 type configServiceClient struct {
@@ -498,6 +504,16 @@ func (c *configServiceClient) WithdrawProposal(ctx context.Context, in *Withdraw
 	return out, nil
 }
 
+func (c *configServiceClient) SetInheritance(ctx context.Context, in *SetInheritanceRequest, opts ...grpc.CallOption) (*SetInheritanceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetInheritanceResponse)
+	err := c.cc.Invoke(ctx, ConfigService_SetInheritance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ConfigServiceServer is the server API for ConfigService service.
 // All implementations must embed UnimplementedConfigServiceServer
 // for forward compatibility.
@@ -612,6 +628,11 @@ type ConfigServiceServer interface {
 	// WithdrawProposal closes the caller's own pending proposal. Needs
 	// config.propose.
 	WithdrawProposal(context.Context, *WithdrawProposalRequest) (*WithdrawProposalResponse, error)
+	// SetInheritance makes a namespace inherit from a shared one (its
+	// content: the shared keys under its own), or stop, as one release of
+	// it. Needs config.admin on the namespace and config.read on the shared
+	// one.
+	SetInheritance(context.Context, *SetInheritanceRequest) (*SetInheritanceResponse, error)
 	mustEmbedUnimplementedConfigServiceServer()
 }
 
@@ -714,6 +735,9 @@ func (UnimplementedConfigServiceServer) RejectProposal(context.Context, *RejectP
 }
 func (UnimplementedConfigServiceServer) WithdrawProposal(context.Context, *WithdrawProposalRequest) (*WithdrawProposalResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WithdrawProposal not implemented")
+}
+func (UnimplementedConfigServiceServer) SetInheritance(context.Context, *SetInheritanceRequest) (*SetInheritanceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetInheritance not implemented")
 }
 func (UnimplementedConfigServiceServer) mustEmbedUnimplementedConfigServiceServer() {}
 func (UnimplementedConfigServiceServer) testEmbeddedByValue()                       {}
@@ -1276,6 +1300,24 @@ func _ConfigService_WithdrawProposal_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ConfigService_SetInheritance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetInheritanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ConfigServiceServer).SetInheritance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ConfigService_SetInheritance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ConfigServiceServer).SetInheritance(ctx, req.(*SetInheritanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ConfigService_ServiceDesc is the grpc.ServiceDesc for ConfigService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1398,6 +1440,10 @@ var ConfigService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WithdrawProposal",
 			Handler:    _ConfigService_WithdrawProposal_Handler,
+		},
+		{
+			MethodName: "SetInheritance",
+			Handler:    _ConfigService_SetInheritance_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

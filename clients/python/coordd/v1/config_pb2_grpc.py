@@ -183,6 +183,11 @@ class ConfigServiceStub(object):
                 request_serializer=coordd_dot_v1_dot_config__pb2.WithdrawProposalRequest.SerializeToString,
                 response_deserializer=coordd_dot_v1_dot_config__pb2.WithdrawProposalResponse.FromString,
                 )
+        self.SetInheritance = channel.unary_unary(
+                '/coordd.v1.ConfigService/SetInheritance',
+                request_serializer=coordd_dot_v1_dot_config__pb2.SetInheritanceRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_config__pb2.SetInheritanceResponse.FromString,
+                )
 
 
 class ConfigServiceServicer(object):
@@ -452,6 +457,16 @@ class ConfigServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetInheritance(self, request, context):
+        """SetInheritance makes a namespace inherit from a shared one (its
+        content: the shared keys under its own), or stop, as one release of
+        it. Needs config.admin on the namespace and config.read on the shared
+        one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConfigServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -609,6 +624,11 @@ def add_ConfigServiceServicer_to_server(servicer, server):
                     servicer.WithdrawProposal,
                     request_deserializer=coordd_dot_v1_dot_config__pb2.WithdrawProposalRequest.FromString,
                     response_serializer=coordd_dot_v1_dot_config__pb2.WithdrawProposalResponse.SerializeToString,
+            ),
+            'SetInheritance': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetInheritance,
+                    request_deserializer=coordd_dot_v1_dot_config__pb2.SetInheritanceRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_config__pb2.SetInheritanceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1158,5 +1178,22 @@ class ConfigService(object):
         return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/WithdrawProposal',
             coordd_dot_v1_dot_config__pb2.WithdrawProposalRequest.SerializeToString,
             coordd_dot_v1_dot_config__pb2.WithdrawProposalResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetInheritance(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.ConfigService/SetInheritance',
+            coordd_dot_v1_dot_config__pb2.SetInheritanceRequest.SerializeToString,
+            coordd_dot_v1_dot_config__pb2.SetInheritanceResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1,0 +1,120 @@
+package daemon_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/testkit/wait"
+)
+
+// TestSharedNamespaceReachesEveryHeir: two heirs of one shared namespace,
+// one overriding a key; each shared release reaches each heir's SDK
+// subscriber as one change, numbered in the heir's releases and naming the
+// shared release, with only the keys the heir does not override; REST
+// shows where each value comes from.
+func TestSharedNamespaceReachesEveryHeir(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	cc := newClient(t, d.GRPCAddr()).ConfigCenter()
+	ctx := t.Context()
+	o := clientlib.PublishOptions{}
+	if _, err := cc.Publish(ctx, "common/db", []clientlib.ConfigMutation{{Key: "host", Value: "db1"}, {Key: "port", Value: "5432"}}, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.Put(ctx, "app/b", "host", "db-b", o); err != nil {
+		t.Fatal(err)
+	}
+	for _, heir := range []string{"app/a", "app/b"} {
+		if r, err := cc.Inherit(ctx, heir, "common/db", o); err != nil || r.InheritedFrom != "common/db" {
+			t.Fatalf("Inherit(%s) = %+v, %v", heir, r, err)
+		}
+	}
+	type seen struct {
+		release int64
+		keys    []string
+	}
+	var mu sync.Mutex
+	got := map[string][]seen{}
+	subs := map[string]*clientlib.Subscription{}
+	for _, heir := range []string{"app/a", "app/b"} {
+		sub, err := cc.Subscribe(ctx, []string{heir}, clientlib.WithStartTimeout(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		subs[heir] = sub
+		sub.OnNamespace(heir, func(ch clientlib.ConfigChange) {
+			mu.Lock()
+			defer mu.Unlock()
+			var keys []string
+			for _, k := range ch.Keys {
+				keys = append(keys, k.Key)
+			}
+			got[heir] = append(got[heir], seen{ch.Release, keys})
+		})
+	}
+	shared, err := cc.Publish(ctx, "common/db", []clientlib.ConfigMutation{{Key: "host", Value: "db2"}, {Key: "port", Value: "6000"}}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "both heirs' subscribers to get the shared release", func() bool {
+		a, _ := subs["app/a"].Snapshot().Get("app/a", "host")
+		b, _ := subs["app/b"].Snapshot().Get("app/b", "port")
+		return a == "db2" && b == "6000"
+	})
+	mu.Lock()
+	if a := got["app/a"]; len(a) != 1 || a[0].release != 2 || strings.Join(a[0].keys, ",") != "host,port" {
+		t.Errorf("app/a's subscriber saw %+v, want one change, release 2, of host and port", a)
+	}
+	if b := got["app/b"]; len(b) != 1 || b[0].release != 3 || strings.Join(b[0].keys, ",") != "port" {
+		t.Errorf("app/b's subscriber saw %+v, want one change, release 3, of port (host is its own)", b)
+	}
+	mu.Unlock()
+	if v, _ := subs["app/b"].Snapshot().Get("app/b", "host"); v != "db-b" {
+		t.Errorf("app/b's override became %q", v)
+	}
+	for heir, n := range map[string]int64{"app/a": 2, "app/b": 3} {
+		rels, err := cc.Releases(ctx, heir, 0, 1)
+		if err != nil || rels[0].Number != n || rels[0].InheritedFrom != "common/db" || rels[0].InheritedRelease != shared.Number {
+			t.Errorf("%s's last release = %+v, %v; want %d carrying common/db release %d", heir, rels, err, n, shared.Number)
+		}
+	}
+	code, body := httpAs(t, "GET", "http://"+d.HTTPAddr()+"/v1/config:snapshot?namespace=app%2Fb", "", "")
+	if code != 200 || !strings.Contains(body, `"inherits":"common/db"`) || !strings.Contains(body, `{"key":"port","value":"6000","secret":false,"inherited":true}`) ||
+		!strings.Contains(body, `{"key":"host","value":"db-b","secret":false,"inherited":false}`) {
+		t.Errorf("REST snapshot: %d %s", code, body)
+	}
+	if _, err := cc.Delete(ctx, "app/a", "host", o); !errors.Is(err, clientlib.ErrInvalidArgument) {
+		t.Errorf("deleting an inherited key = %v", err)
+	}
+}
+
+// TestInheritingNeedsReadingTheShared: making a namespace show another's
+// content needs config.read on that one.
+func TestInheritingNeedsReadingTheShared(t *testing.T) {
+	t.Parallel()
+	d := start(t, authConfig(t, `
+rules:
+  - principals: [alice]
+    actions: [config.admin, config.read, config.write]
+    namespaces: ["a/*"]
+  - principals: [root]
+    actions: [config.read, config.write]
+    namespaces: ["*"]
+`))
+	ctx := t.Context()
+	if _, err := newClientWithToken(t, d.GRPCAddr(), "root").ConfigCenter().Put(ctx, "secret-team/db", "host", "x", clientlib.PublishOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	alice := newClientWithToken(t, d.GRPCAddr(), "alice").ConfigCenter()
+	if _, err := alice.Inherit(ctx, "a/app", "secret-team/db", clientlib.PublishOptions{}); !errors.Is(err, clientlib.ErrPermissionDenied) {
+		t.Fatalf("inheriting from a namespace alice may not read = %v", err)
+	}
+	if _, err := alice.Inherit(ctx, "a/app", "a/common", clientlib.PublishOptions{}); err != nil {
+		t.Fatalf("inheriting from one she may read: %v", err)
+	}
+}
