@@ -1030,3 +1030,32 @@ func TestConfigApproval(t *testing.T) {
 	must(t, ep, "config", "approval", "shop/prod", "--off")
 	must(t, ep, "config", "put", "shop/prod", "limit", "30")
 }
+
+// Shared namespaces from the shell: inherit, a shared release reaching
+// the heir as one release, where each value comes from, and --off.
+func TestConfigInherit(t *testing.T) {
+	t.Parallel()
+	ep := coorddtest.Start(t).GRPCAddr
+	must(t, ep, "config", "put", "common/db", "host", "db1")
+	must(t, ep, "config", "put", "web/prod", "host", "db-web")
+	must(t, ep, "config", "put", "common/db", "pool", "10")
+	if out := must(t, ep, "config", "inherit", "web/prod", "common/db"); !strings.Contains(out, "+ pool = 10") || !strings.Contains(out, "(with common/db release 2)") {
+		t.Fatalf("inherit:\n%s", out)
+	}
+	must(t, ep, "config", "put", "common/db", "pool", "20")
+	snap := must(t, ep, "config", "snapshot", "web/prod")
+	if !strings.Contains(snap, "# inherits from common/db") || !regexp.MustCompile(`pool +20 +\(from common/db\)`).MatchString(snap) || !regexp.MustCompile(`host +db-web\n`).MatchString(snap) {
+		t.Fatalf("snapshot:\n%s", snap)
+	}
+	var rels []struct{ InheritedFrom, InheritedRelease, Number string }
+	jsonOf(t, must(t, ep, "config", "history", "web/prod", "-o", "json"), &rels)
+	if len(rels) != 3 || rels[0].InheritedFrom != "common/db" || rels[0].InheritedRelease != "3" || rels[0].Number != "3" {
+		t.Fatalf("history: %+v", rels)
+	}
+	if errOut := exits(t, exitUsage, ep, "config", "inherit", "web/prod"); !strings.Contains(errOut, "--off") {
+		t.Fatalf("inherit without SHARED: %q", errOut)
+	}
+	if out := must(t, ep, "config", "inherit", "web/prod", "--off"); !strings.Contains(out, "- pool (was 20)") {
+		t.Fatalf("inherit --off:\n%s", out)
+	}
+}

@@ -633,9 +633,11 @@ const configTabs = {
     let from = 0;
     const render = () => view.show(snap, (s) => [
       h('p', {}, `release ${s.release} · ${s.entries.length} keys · revision ${s.changedRevision}`),
+      s.inherits ? h('p', {}, 'Inherits from ', h('a', { href: `#/config/${path(s.inherits)}` }, s.inherits), ': its keys show here unless this namespace has its own; a release there reaches this namespace as one release.') : null,
       table([
         { title: 'Key', cell: (e) => h('code', {}, e.key) },
         { title: 'Value', cell: (e) => (e.secret ? secretBadge() : h('pre', {}, pretty(e.value))) },
+        ...(s.inherits ? [{ title: 'From', cell: (e) => (e.inherited ? h('span', { class: 'badge', title: `inherited from ${s.inherits}` }, s.inherits) : h('span', { class: 'muted' }, 'own')) }] : []),
       ], s.entries, 'The namespace is empty.'),
     ]);
     follow(() => `v1/config:watch?${q({ namespaces: ns, fromRevision: from || '' })}`, (r) => {
@@ -644,9 +646,17 @@ const configTabs = {
       } else if (r.type === 'WATCH_EVENT_TYPE_CHANGE' && snap) {
         const m = new Map(snap.entries.map((e) => [e.key, e]));
         for (const c of r.release.changes) {
-          if (c.newValue === undefined) m.delete(c.key); else m.set(c.key, { key: c.key, value: c.newValue, secret: c.secret });
+          if (c.newValue === undefined) m.delete(c.key); else m.set(c.key, { key: c.key, value: c.newValue, secret: c.secret, inherited: m.get(c.key)?.inherited });
         }
         snap = { ...snap, release: r.release.number, changedRevision: r.release.revision, entries: [...m.values()].sort((a, b) => (a.key < b.key ? -1 : 1)) };
+        if (snap.inherits) {
+          // Where each value now comes from (an own key deleted brings the
+          // shared one back): read it, at this release or later.
+          const at = Number(r.revision);
+          api(`v1/config:snapshot?${q({ namespace: ns })}`, { signal }).then((x) => {
+            if (Number(x.snapshot.changedRevision) >= at && Number(x.snapshot.changedRevision) >= Number(snap.changedRevision)) { snap = x.snapshot; render(); }
+          }, () => {});
+        }
       }
       from = Math.max(from, Number(r.revision));
       if (snap) render();

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -117,4 +118,43 @@ rules:
 	if _, err := alice.Inherit(ctx, "a/app", "a/common", clientlib.PublishOptions{}); err != nil {
 		t.Fatalf("inheriting from one she may read: %v", err)
 	}
+}
+
+// TestConsoleShowsWhereValuesComeFrom: an heir's snapshot tab names its
+// shared namespace and marks each value inherited or own, also after a
+// shared release and after an override is deleted.
+func TestConsoleShowsWhereValuesComeFrom(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	cc := newClient(t, d.GRPCAddr()).ConfigCenter()
+	ctx := t.Context()
+	o := clientlib.PublishOptions{}
+	if _, err := cc.Publish(ctx, "common/db", []clientlib.ConfigMutation{{Key: "host", Value: "db1"}, {Key: "pool", Value: "10"}}, o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.Put(ctx, "web/prod", "pool", "99", o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.Inherit(ctx, "web/prod", "common/db", o); err != nil {
+		t.Fatal(err)
+	}
+	p := openConsole(t, "http://"+d.HTTPAddr()+"/ui/")
+	p.open("#/config/web/prod")
+	p.see("main", "Inherits from common/db")
+	rowIs := func(key, text string) {
+		t.Helper()
+		p.until(key+" "+text, fmt.Sprintf(`(() => [...document.querySelectorAll('main tr')].some((r) => r.innerText.startsWith(%q) && r.innerText.includes(%q)))()`, key, text))
+	}
+	rowIs("host", "common/db")
+	rowIs("pool", "own")
+	p.screenshot("config-inherits")
+	if _, err := cc.Put(ctx, "common/db", "host", "db2", o); err != nil {
+		t.Fatal(err)
+	}
+	rowIs("host", "db2")
+	if _, err := cc.Delete(ctx, "web/prod", "pool", o); err != nil {
+		t.Fatal(err)
+	}
+	rowIs("pool", "10")
+	rowIs("pool", "common/db")
 }
