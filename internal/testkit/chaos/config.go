@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,12 @@ const (
 	// ApprovedNamespace.
 	OpPublishApproved = "publish-approved"
 	OpSeenApproved    = "seen-approved"
+	// HeirNamespace inherits from ConfigNamespace: every release there
+	// reaches it as one release of its own.
+	HeirNamespace = "chaos/heir"
+	// OpSeenHeir is OpSeen for HeirNamespace (whose values are
+	// ConfigNamespace's publishes).
+	OpSeenHeir = "seen-heir"
 	// ApprovalProposer and ApprovalApprover are the authors the publisher
 	// proposes and approves as (the matrix runs without authentication).
 	ApprovalProposer = "chaos-proposer"
@@ -39,9 +46,12 @@ const (
 // ConfigNamespace in one release each, until ctx ends. SabotageTorn
 // publishes a and b in two releases instead.
 func runPublisher(ctx context.Context, c *clientlib.Client, rec *recorder, sabotage string) {
-	for ctx.Err() == nil { // the gated namespace, before anything else
+	for ctx.Err() == nil { // the gated namespace and the heir, before anything else
 		pctx, cancel := context.WithTimeout(ctx, putTimeout)
 		err := c.ConfigCenter().SetApprovalPolicy(pctx, ApprovedNamespace, clientlib.ApprovalPolicy{Required: true})
+		if err == nil {
+			_, err = c.ConfigCenter().Inherit(pctx, HeirNamespace, ConfigNamespace, clientlib.PublishOptions{})
+		}
 		cancel()
 		if err == nil {
 			break
@@ -109,7 +119,7 @@ func runSubscriber(ctx context.Context, c *clientlib.Client, rec *recorder) erro
 	var sub *clientlib.Subscription
 	for {
 		var err error
-		sub, err = c.ConfigCenter().Subscribe(ctx, []string{ConfigNamespace, ApprovedNamespace}, clientlib.WithStartTimeout(5*time.Second))
+		sub, err = c.ConfigCenter().Subscribe(ctx, []string{ConfigNamespace, ApprovedNamespace, HeirNamespace}, clientlib.WithStartTimeout(5*time.Second))
 		if err == nil {
 			break
 		}
@@ -127,6 +137,8 @@ func runSubscriber(ctx context.Context, c *clientlib.Client, rec *recorder) erro
 	}
 	seenIn(ConfigNamespace, OpSeen, sub.Snapshot())
 	seenIn(ApprovedNamespace, OpSeenApproved, sub.Snapshot())
+	seenIn(HeirNamespace, OpSeenHeir, sub.Snapshot())
+	sub.OnNamespace(HeirNamespace, func(ch clientlib.ConfigChange) { seenIn(HeirNamespace, OpSeenHeir, ch.Snapshot) })
 	sub.OnNamespace(ConfigNamespace, func(ch clientlib.ConfigChange) { seenIn(ConfigNamespace, OpSeen, ch.Snapshot) })
 	sub.OnNamespace(ApprovedNamespace, func(ch clientlib.ConfigChange) { seenIn(ApprovedNamespace, OpSeenApproved, ch.Snapshot) })
 	<-ctx.Done()
@@ -134,12 +146,14 @@ func runSubscriber(ctx context.Context, c *clientlib.Client, rec *recorder) erro
 }
 
 // CheckConfig checks each subscriber's sequence of snapshots of each
-// namespace (ConfigNamespace, and ApprovedNamespace whose releases are
-// approved proposals): releases never go back, every snapshot holds one
+// namespace (ConfigNamespace; ApprovedNamespace, whose releases are
+// approved proposals; HeirNamespace, which inherits ConfigNamespace's
+// releases): releases never go back, every snapshot holds one
 // complete publish (a == b), and the values never go back either nor
 // exceed what was published.
 func CheckConfig(recs []Record) []Violation {
-	return append(checkConfig("config", OpPublish, OpSeen, recs), checkConfig("config-approved", OpPublishApproved, OpSeenApproved, recs)...)
+	return slices.Concat(checkConfig("config", OpPublish, OpSeen, recs), checkConfig("config-approved", OpPublishApproved, OpSeenApproved, recs),
+		checkConfig("config-heir", OpPublish, OpSeenHeir, recs))
 }
 
 func checkConfig(checker, publish, seen string, recs []Record) []Violation {

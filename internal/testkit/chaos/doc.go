@@ -29,10 +29,11 @@
 //     all granted; CheckViews checks that no two holders' own views overlap
 //     (for an election: never two leaders). CheckConfig checks each config
 //     subscriber's snapshots: whole releases only, never going back, in a
-//     plain namespace and in one that requires approval (where the
-//     publisher proposes each release as one author and approves it as
-//     another; the matrix also checks that every release kept there names
-//     that proposer and approver).
+//     plain namespace, in one that requires approval (where the publisher
+//     proposes each release as one author and approves it as another; the
+//     matrix also checks that every release kept there names that proposer
+//     and approver), and in an heir of the plain one (which gets each of
+//     its releases as one release of its own).
 //
 // Sabotage modes switch a mechanism off to show that the checkers catch
 // what it prevents: SabotageUnfenced writes straight to etcd (late writes
@@ -40,7 +41,7 @@
 // has holders trust their grant a TTL past the SDK's local deadline (views
 // overlap), SabotageTorn has the config publisher write each release's two
 // keys in two releases, also as two approved proposals (subscribers see
-// half releases: CheckConfig fails, for both namespaces).
+// half releases: CheckConfig fails, for all three namespaces).
 //
 // Non-guarantees: the checkers see only what the workers recorded. A
 // worker killed mid-operation leaves no record of it, and a write with no

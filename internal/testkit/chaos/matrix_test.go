@@ -561,11 +561,16 @@ func TestFaultMatrix(t *testing.T) {
 			if r.Result == chaos.ResultOK {
 				published++
 			}
-		case chaos.OpSeen:
-			seen[r.Worker]++
+		case chaos.OpSeen, chaos.OpSeenApproved, chaos.OpSeenHeir:
+			seen[r.Op+" "+r.Worker]++
 		}
 	}
-	t.Logf("config: %d releases published, snapshots seen per subscriber %v", published, seen)
+	t.Logf("config: %d releases published, snapshots seen per namespace and subscriber %v", published, seen)
+	for _, w := range workers {
+		if w.kind == chaos.KindSubscriber && published > 10 && (seen[chaos.OpSeenHeir+" "+w.id] < 2 || seen[chaos.OpSeenApproved+" "+w.id] < 2) {
+			t.Errorf("%s saw almost nothing of the heir or the gated namespace: the config checks prove little", w.id)
+		}
+	}
 	for _, v := range chaos.CheckConfig(recs) {
 		violate(v)
 	}
