@@ -42,6 +42,9 @@ type ExportedNamespace struct {
 	Hidden []string `json:"hidden_secrets,omitempty"`
 	// Approval is the namespace's approval policy, if it requires one.
 	Approval *ExportedApproval `json:"approval,omitempty"`
+	// Inherits is the shared namespace it inherits from; Values then hold
+	// only its own keys.
+	Inherits string `json:"inherits,omitempty"`
 }
 
 // ExportedApproval is an approval policy in an export.
@@ -122,6 +125,12 @@ func (cc *ConfigCenter) Export(ctx context.Context, namespaces []string, key ...
 		if ap.Required {
 			e.Approval = &ExportedApproval{Required: true, ProposalTTL: ap.ProposalTTL.String()}
 		}
+		if snap.Inherits != "" {
+			e.Inherits = snap.Inherits
+			for _, k := range snap.Inherited {
+				delete(e.Values, k)
+			}
+		}
 		if tk == nil { // revealed secrets without a key to seal them: only named
 			for _, k := range snap.Secret {
 				delete(e.Values, k)
@@ -175,6 +184,10 @@ type ImportResult struct {
 	// becomes the export's (set after the content: a namespace that
 	// requires approval already refuses the import's release).
 	ApprovalChanged bool
+	// InheritanceChanged is true when the namespace comes to inherit from
+	// the export's shared namespace (or stops); set once every namespace's
+	// content is imported, as a release of its own.
+	InheritanceChanged bool
 	// Release is the release made (Number 0: none, in a dry run or with no
 	// change).
 	Release ConfigRelease
@@ -212,13 +225,35 @@ func (cc *ConfigCenter) Import(ctx context.Context, exp ConfigExport, o ImportOp
 		}
 		results = append(results, r)
 	}
+	for i, ns := range exp.Namespaces {
+		if err := cc.importInheritance(ctx, ns, o, &results[i]); err != nil {
+			return results, fmt.Errorf("importing %s: %w", ns.Name, err)
+		}
+	}
 	return results, nil
+}
+
+// importInheritance makes the namespace inherit as the export says.
+func (cc *ConfigCenter) importInheritance(ctx context.Context, ns ExportedNamespace, o ImportOptions, res *ImportResult) error {
+	cur, err := cc.Snapshot(ctx, ns.Name, 0)
+	if err != nil || cur.Inherits == ns.Inherits {
+		return err
+	}
+	res.InheritanceChanged = true
+	if o.DryRun {
+		return nil
+	}
+	_, err = cc.Inherit(ctx, ns.Name, ns.Inherits, PublishOptions{Author: o.Author, Message: o.Message})
+	return err
 }
 
 func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o ImportOptions, keyID string) (ImportResult, error) {
 	cur, err := cc.Snapshot(ctx, ns.Name, 0)
 	if err != nil {
 		return ImportResult{}, err
+	}
+	for _, k := range cur.Inherited { // only its own keys are imported
+		delete(cur.Values, k)
 	}
 	schema, err := cc.Schema(ctx, ns.Name)
 	if err != nil {

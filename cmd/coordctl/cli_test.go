@@ -1052,6 +1052,23 @@ func TestConfigInherit(t *testing.T) {
 	if len(rels) != 3 || rels[0].InheritedFrom != "common/db" || rels[0].InheritedRelease != "3" || rels[0].Number != "3" {
 		t.Fatalf("history: %+v", rels)
 	}
+	// An export keeps the heir's own keys and what it inherits; imported
+	// into another cluster, the heir inherits there too.
+	exp := filepath.Join(t.TempDir(), "exp.json")
+	must(t, ep, "config", "export", "web/prod", "common/db", "--out", exp)
+	if b, _ := os.ReadFile(exp); !strings.Contains(string(b), `"inherits": "common/db"`) {
+		t.Fatalf("the export:\n%s", b)
+	}
+	other := coorddtest.Start(t).GRPCAddr
+	if out := must(t, other, "config", "import", exp); !strings.Contains(out, "what it inherits") {
+		t.Fatalf("import:\n%s", out)
+	}
+	if snap := must(t, other, "config", "snapshot", "web/prod"); !regexp.MustCompile(`pool +20 +\(from common/db\)`).MatchString(snap) || !regexp.MustCompile(`host +db-web\n`).MatchString(snap) {
+		t.Fatalf("the imported heir:\n%s", snap)
+	}
+	if out := must(t, other, "config", "import", exp); !strings.Contains(out, "web/prod: unchanged") {
+		t.Fatalf("a second import:\n%s", out)
+	}
 	if errOut := exits(t, exitUsage, ep, "config", "inherit", "web/prod"); !strings.Contains(errOut, "--off") {
 		t.Fatalf("inherit without SHARED: %q", errOut)
 	}

@@ -89,12 +89,13 @@ same key file to config import, and keep it apart from the export.`,
 
 // importJSON is one namespace's import under -o json.
 type importJSON struct {
-	Namespace       string       `json:"namespace"`
-	Changes         []changeJSON `json:"changes"`
-	SchemaChanged   bool         `json:"schemaChanged"`
-	ApprovalChanged bool         `json:"approvalChanged"`
-	Release         string       `json:"release"` // "0": none made
-	Revision        string       `json:"revision"`
+	Namespace          string       `json:"namespace"`
+	Changes            []changeJSON `json:"changes"`
+	SchemaChanged      bool         `json:"schemaChanged"`
+	ApprovalChanged    bool         `json:"approvalChanged"`
+	InheritanceChanged bool         `json:"inheritanceChanged"`
+	Release            string       `json:"release"` // "0": none made
+	Revision           string       `json:"revision"`
 }
 
 func (a *app) configImportCommand() *cobra.Command {
@@ -175,7 +176,7 @@ target's own keys). Secrets the file left out are kept as they are.`,
 func (a *app) printImport(results []clientlib.ImportResult, dryRun bool) error {
 	out := make([]importJSON, 0, len(results))
 	for _, r := range results {
-		out = append(out, importJSON{Namespace: r.Namespace, Changes: changesOut(r.Changes), SchemaChanged: r.SchemaChanged, ApprovalChanged: r.ApprovalChanged, Release: i64(r.Release.Number), Revision: i64(r.Release.Revision)})
+		out = append(out, importJSON{Namespace: r.Namespace, Changes: changesOut(r.Changes), SchemaChanged: r.SchemaChanged, ApprovalChanged: r.ApprovalChanged, InheritanceChanged: r.InheritanceChanged, Release: i64(r.Release.Number), Revision: i64(r.Release.Revision)})
 	}
 	return a.print(out, func(w *bytes.Buffer) {
 		for _, r := range results {
@@ -186,8 +187,11 @@ func (a *app) printImport(results []clientlib.ImportResult, dryRun bool) error {
 			if r.ApprovalChanged {
 				schema += ", and its approval policy"
 			}
+			if r.InheritanceChanged {
+				schema += ", and what it inherits"
+			}
 			switch {
-			case len(r.Changes) == 0 && !r.SchemaChanged && !r.ApprovalChanged:
+			case len(r.Changes) == 0 && !r.SchemaChanged && !r.ApprovalChanged && !r.InheritanceChanged:
 				fmt.Fprintf(w, "%s: unchanged\n", r.Namespace)
 				continue
 			case dryRun:
