@@ -142,12 +142,16 @@ func TestInheritanceRefusals(t *testing.T) {
 	ctx := t.Context()
 	sharedAndHeir(t, e)
 	for name, try := range map[string]func() error{
-		"itself":            func() error { _, err := e.s.Inherit(ctx, "x", "x", "", ""); return err },
-		"from an heir":      func() error { _, err := e.s.Inherit(ctx, "x", "app/a", "", ""); return err },
-		"a shared one":      func() error { _, err := e.s.Inherit(ctx, "common/db", "other", "", ""); return err },
-		"stop when not":     func() error { _, err := e.s.Inherit(ctx, "x", "", "", ""); return err },
-		"a secret shared":   func() error { return publishSecret(e, "common/db") },
-		"from a secret one": func() error { _ = publishSecret(e, "vault"); _, err := e.s.Inherit(ctx, "y", "vault", "", ""); return err },
+		"itself":          func() error { _, err := e.s.Inherit(ctx, "x", "x", "", ""); return err },
+		"from an heir":    func() error { _, err := e.s.Inherit(ctx, "x", "app/a", "", ""); return err },
+		"a shared one":    func() error { _, err := e.s.Inherit(ctx, "common/db", "other", "", ""); return err },
+		"stop when not":   func() error { _, err := e.s.Inherit(ctx, "x", "", "", ""); return err },
+		"a secret shared": func() error { return publishSecret(e, "common/db") },
+		"from a secret one": func() error {
+			_ = publishSecret(e, "vault")
+			_, err := e.s.Inherit(ctx, "y", "vault", "", "")
+			return err
+		},
 	} {
 		if err := try(); !errors.Is(err, configcenter.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
