@@ -107,8 +107,11 @@ func (r *Recorder) claimAndRecord(ctx context.Context) error {
 		return fmt.Errorf("claim: %w", err)
 	}
 	defer func() {
+		// Revoking lets another member take over at once; if it cannot
+		// (no quorum while the cluster stops), the claim's lease ends
+		// within ClaimTTL anyway, so a stopping member waits little.
 		s.Orphan()
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
 		defer cancel()
 		_, _ = r.cli.Revoke(cctx, s.Lease())
 	}()
