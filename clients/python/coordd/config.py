@@ -73,7 +73,7 @@ class NamespaceSnapshot:
     @classmethod
     def _from(cls, s: config_pb2.NamespaceSnapshot, revision: int | None = None) -> "NamespaceSnapshot":
         return cls(s.namespace, s.release, s.revision if revision is None else revision, s.changed_revision,
-                   {e.key: e.value for e in s.entries}, s.gray)
+                   {e.key: e.value for e in s.entries if not e.secret}, s.gray)
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class _ConfigState:
                 cur = self.spaces.get(s.namespace)
                 if cur is None:
                     continue
-                values = {e.key: e.value for e in s.entries}
+                values = {e.key: e.value for e in s.entries if not e.secret}  # secrets are never sent here
                 if cur.known and same and cur.release == s.release and cur.gray == s.gray and cur.values == values:
                     continue  # nothing new (a reconnect's snapshot)
                 changes = _diff(cur.values, values)
@@ -159,7 +159,7 @@ class _ConfigState:
                 return GAP, []
             values = dict(cur.values)
             for c in r.changes:
-                if c.HasField("new_value"):
+                if c.HasField("new_value") and not c.secret:
                     values[c.key] = c.new_value
                 else:
                     values.pop(c.key, None)
@@ -368,6 +368,8 @@ class ConfigCenter:
         """Reads one key; returns its value and the revision that last set
         it. Raises KeyNotFound if it does not exist."""
         r = self._client._unary("config", "Get", config_pb2.GetRequest(namespace=namespace, key=key, revision=revision), retry=True)
+        if r.secret:
+            raise errors.InvalidArgument(f"coordd: {key} in {namespace} is a secret, which this client does not read")
         return r.value, r.mod_revision
 
     def publish(self, namespace: str, changes: Mapping[str, str | None], *, expected_revision: int = 0,

@@ -157,6 +157,19 @@ class ConfigStateTest(unittest.TestCase):
         res, ups = st.apply(_snapshot_msg(2, "n", 1, {"z": "9"}, cluster="c2"))
         self.assertEqual((res, ups[0].values), (OK, {"z": "9"}))
 
+    def test_secrets_are_left_out(self) -> None:
+        """A secret's value never reaches this client (it does not ask for
+        it): the key is left out of snapshots and changes, not set to ""."""
+        st = _ConfigState(["n"])
+        snap = _snapshot_msg(10, "n", 3, {"a": "1"})
+        snap.snapshots[0].entries.append(config_pb2.ConfigEntry(key="pw", value="", secret=True))
+        res, ups = st.apply(snap)
+        self.assertEqual((res, ups[0].values), (OK, {"a": "1"}))
+        change = _change_msg(11, "n", 4, "pw", "")
+        change.release.changes[0].secret = True
+        res, ups = st.apply(change)
+        self.assertEqual((res, ups[0].values), (OK, {"a": "1"}))
+
 
 if __name__ == "__main__":
     unittest.main()

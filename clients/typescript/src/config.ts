@@ -90,8 +90,17 @@ function snapshotFrom(s: SnapshotMsg): NamespaceSnapshot {
     release: s.release,
     revision: s.revision,
     changedRevision: s.changedRevision,
-    values: new Map(s.entries.map((e) => [e.key, e.value])),
+    values: visible(s.entries),
   };
+}
+
+/**
+ * The entries a reader sees: a secret's value is never sent to this client
+ * (it does not ask for secrets), so secret keys are left out, as the Go
+ * SDK leaves them out unless it reveals them.
+ */
+function visible(entries: { key: string; value: string; secret: boolean }[]): Map<string, string> {
+  return new Map(entries.filter((e) => !e.secret).map((e) => [e.key, e.value]));
 }
 
 function releaseFrom(r: ReleaseMsg): ConfigRelease {
@@ -127,6 +136,9 @@ export class ConfigCenter {
   async get(namespace: string, key: string): Promise<{ value: string; modRevision: bigint } | undefined> {
     try {
       const resp = await this.conn.call((s, o) => s.config.get({ namespace, key }, o), { idempotent: true });
+      if (resp.secret) {
+        throw new CoorddError("INVALID_ARGUMENT", `coordd: ${key} in ${namespace} is a secret, which this client does not read (use the Go SDK's RevealSecrets or REST revealSecrets)`);
+      }
       return { value: resp.value, modRevision: resp.modRevision };
     } catch (e) {
       if (CoorddError.is(e, "KEY_NOT_FOUND")) return undefined;
@@ -374,7 +386,7 @@ export class Subscription implements Closable {
           const old = this.state.get(snap.namespace);
           if (old && sameCluster && snap.release === old.release && snap.changedRevision === old.changed && snap.gray === old.gray) continue;
           if (old && sameCluster && snap.release < old.release) continue; // never older after newer
-          const values = new Map(snap.entries.map((e) => [e.key, e.value]));
+          const values = visible(snap.entries);
           this.state.set(snap.namespace, { release: snap.release, changed: snap.changedRevision, gray: snap.gray, values });
           await this.deliver({
             namespace: snap.namespace,
@@ -397,7 +409,7 @@ export class Subscription implements Closable {
         }
         const values = new Map(old.values);
         for (const c of r.changes) {
-          if (c.newValue === undefined) values.delete(c.key);
+          if (c.newValue === undefined || c.secret) values.delete(c.key);
           else values.set(c.key, c.newValue);
         }
         this.state.set(r.namespace, { release: r.number, changed: msg.revision, gray: msg.gray, values });
