@@ -533,6 +533,42 @@ const eventNames = {
   ELECTION_EVENT_TYPE_EXPIRED: 'expired (session ended)', ELECTION_EVENT_TYPE_VACANT: 'vacant',
 };
 
+// ---------- barriers ----------
+
+function barriers() {
+  const name = h('input', { type: 'text', 'aria-label': 'Barrier name', placeholder: 'jobs/nightly', size: 30, required: true });
+  main.replaceChildren(h('h1', { tabindex: '-1' }, 'Barriers'),
+    h('p', { class: 'muted' }, 'A barrier opens when its count of participants has entered (or someone opens it); a double barrier also lets them leave together. Participants are bound to their sessions: one that ends leaves. coordd keeps no list of barriers: name one to watch it.'),
+    h('form', { class: 'inline', onsubmit: (ev) => { ev.preventDefault(); location.hash = `#/barriers/${path(name.value.trim())}`; } },
+      h('label', {}, 'Barrier', name), h('button', { type: 'submit', class: 'primary' }, 'Show')));
+}
+
+async function barrierView(p, signal) {
+  const name = p.rest;
+  const view = area();
+  const open = h('button', {
+    type: 'button', class: 'danger', onclick: async () => {
+      if (!await confirmDialog(`Open ${name} now?`, h('p', {}, 'Every participant waiting to enter goes on at once, however many have entered.'), 'Open')) return;
+      try { await api('v1/barriers:open', { method: 'POST', body: { name } }); } catch (e) { view.fail(e); }
+    },
+  }, 'Open it now…');
+  main.replaceChildren(h('p', {}, h('a', { href: '#/barriers' }, '← Barriers')), h('h1', { tabindex: '-1' }, name), view, h('div', { class: 'actions' }, open));
+  poll(async () => {
+    const b = await api(`v1/barriers/${path(name)}`, { signal });
+    open.disabled = b.open;
+    view.show(b, () => [
+      h('p', {}, b.open ? h('span', { class: 'badge ok' }, 'open') : h('span', { class: 'badge warn' }, 'closed'),
+        ` · ${b.participants.length} participant${b.participants.length === 1 ? '' : 's'} in · revision ${b.revision}`),
+      table([
+        { title: 'Participant', cell: (x) => h('code', {}, x.participant) },
+        { title: 'Session', cell: (x) => h('a', { href: `#/sessions/${x.sessionId}` }, h('code', {}, x.sessionId)) },
+        { title: 'Count it waits for', cls: 'num', cell: (x) => String(x.count) },
+        { title: 'Entered', cell: (x) => when(x.entered) },
+      ], b.participants, 'Nobody has entered.'),
+    ]);
+  }, 1000, signal, view);
+}
+
 async function electionView(p, signal) {
   const name = p.rest;
   const leader = area();
@@ -778,7 +814,7 @@ const configTabs = {
       } catch (e) { preview.replaceChildren(errorBox(e)); }
     });
     body.replaceChildren(
-      gated ? h('p', { class: 'badge warn' }, 'This namespace requires approval: your change becomes a proposal that someone else approves.') : null,
+      gated ? h('p', { class: 'badge warn' }, 'This namespace requires approval: your change becomes a proposal that someone else approves.') : '',
       h('p', { class: 'muted' }, `Publishing makes one release of every change below, atomically, checked against the namespace's schema. Values are stored as typed: JSON text is that JSON value, anything else a string. A secret is stored encrypted and never shown again here. Based on release ${snap.release}; if someone publishes first, publishing is refused and you preview again.`),
       keys,
       h('div', { class: 'scroll' }, h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Key'), h('th', {}, 'Value'), h('th', {}, ''))), rows)),
@@ -965,6 +1001,8 @@ const routes = [
   [/^locks\/(.+)$/, lockView, 'locks'],
   [/^elections$/, (p, s) => names('elections', p, s), 'elections'],
   [/^elections\/(.+)$/, electionView, 'elections'],
+  [/^barriers$/, barriers, 'barriers'],
+  [/^barriers\/(.+)$/, barrierView, 'barriers'],
   [/^config$/, namespaces, 'config'],
   [/^config\/(.+)$/, namespaceView, 'config'],
 ];

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/testkit/wait"
 )
@@ -184,5 +186,40 @@ func TestBarrierOverREST(t *testing.T) {
 	}
 	if r := call(t, "POST", base+"/v1/barriers:enter", `{"name":"rest/b","sessionId":"`+sess+`","count":0}`); r.status != 400 {
 		t.Fatalf("count 0 = %d %v, want 400", r.status, r.body)
+	}
+}
+
+// TestConsoleShowsABarrier: the console's barrier page shows who has
+// entered a barrier, live, and opens it for the one waiting.
+func TestConsoleShowsABarrier(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	s, err := c.NewSession(ctx, clientlib.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered := make(chan error, 1)
+	go func() {
+		_, err := s.EnterBarrier(ctx, "jobs/nightly", 3, clientlib.WithParticipant("worker-1"))
+		entered <- err
+	}()
+	p := openConsole(t, "http://"+d.HTTPAddr()+"/ui/")
+	p.open("#/barriers")
+	p.run("name the barrier", chromedp.SendKeys(chromedp.CSS(`main input[aria-label="Barrier name"]`), "jobs/nightly\n"))
+	p.see("main", "closed")
+	p.see("main table", "worker-1")
+	p.screenshot("barrier")
+	p.run("open it", chromedp.Click(chromedp.Search(`//button[text()="Open it now…"]`)))
+	p.confirm()
+	p.see("main .badge.ok", "open")
+	select {
+	case err := <-entered:
+		if err != nil {
+			t.Fatalf("the waiting participant: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the console's opening did not let the participant in")
 	}
 }

@@ -499,7 +499,7 @@ func TestConsoleEveryPagePaints(t *testing.T) {
 	}
 	p := openConsole(t, "http://"+d.HTTPAddr()+"/ui/")
 	p.open("#/")
-	routes := []string{"#/sessions", "#/sessions/" + s.ID(), "#/locks", "#/locks/orders/1", "#/elections", "#/elections/sched", "#/config", "#/config/app/prod"}
+	routes := []string{"#/sessions", "#/sessions/" + s.ID(), "#/locks", "#/locks/orders/1", "#/elections", "#/elections/sched", "#/barriers", "#/barriers/jobs/x", "#/config", "#/config/app/prod"}
 	for _, tab := range []string{"history", "diff&from=1&to=2", "publish", "gray", "schema", "status", "snapshot"} {
 		routes = append(routes, "#/config/app/prod?tab="+tab)
 	}
