@@ -14,8 +14,8 @@
 //     that KEK and the namespace it was wrapped for.
 //
 // Non-guarantees: nothing here keeps clear text out of memory; the key
-// file's protection is the operator's (Load refuses a file that group or
-// others may read).
+// file's protection is the operator's (Load refuses a file that others
+// may read).
 package keyring
 
 import (
@@ -111,15 +111,16 @@ func Parse(data []byte) (*Ring, error) {
 	return r, nil
 }
 
-// Load reads a key file (see Parse). It refuses a file that its group or
-// others may read or write.
+// Load reads a key file (see Parse). It refuses a file that others may
+// read or write, or its group write (group read is allowed: a Kubernetes
+// Secret mounted for a pod's fsGroup is mode 0440).
 func Load(path string) (*Ring, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("keyring: %w", err)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("keyring: %s is readable or writable by others (mode %04o): chmod 600 it", path, fi.Mode().Perm())
+	if fi.Mode().Perm()&0o027 != 0 {
+		return nil, fmt.Errorf("keyring: %s may be read or written by others, or written by its group (mode %04o): chmod 600 it", path, fi.Mode().Perm())
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {

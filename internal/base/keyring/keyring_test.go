@@ -127,6 +127,16 @@ func TestParseAndLoadRefuseBadFiles(t *testing.T) {
 	if r, err := Load(p); err != nil || r.Primary() != "k1" {
 		t.Fatalf("Load = %v", err)
 	}
+	// Group read is allowed (a Kubernetes Secret for the pod's fsGroup),
+	// group write is not.
+	for mode, ok := range map[os.FileMode]bool{0o440: true, 0o640: true, 0o620: false, 0o604: false} {
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(p); (err == nil) != ok {
+			t.Errorf("mode %04o: Load = %v", mode, err)
+		}
+	}
 	if _, err := NewKeyLine("bad id"); err == nil {
 		t.Fatal("NewKeyLine took a bad id")
 	}
