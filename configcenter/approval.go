@@ -231,6 +231,12 @@ func (s *Store) planProposal(ctx context.Context, req ProposeRequest, cur nsStat
 			ErrRevisionMismatch, req.Namespace, cur.metaRev, cur.Release, req.ExpectedRevision)
 	}
 	ms := req.Mutations
+	if req.RollbackTo > 0 && len(ms) > 0 {
+		return Proposal{}, nil, nil, fmt.Errorf("%w: a proposal is a rollback or mutations, not both", ErrInvalid)
+	}
+	if req.RollbackTo > 0 && cur.inherit != nil {
+		return Proposal{}, nil, nil, errHeirRollback(cur)
+	}
 	if req.RollbackTo > 0 {
 		var err error
 		if ms, err = s.rollbackMutations(ctx, req.Namespace, req.RollbackTo, cur); err != nil {
@@ -242,6 +248,13 @@ func (s *Store) planProposal(ctx context.Context, req ProposeRequest, cur nsStat
 		return Proposal{}, nil, nil, err
 	}
 	changes, next := applyMutations(cur.Content, sealed.ms)
+	if cur.inherit != nil { // what the heir's release will do: see planHeir
+		hp, err := s.planHeir(ctx, cur, sealed.ms)
+		if err != nil {
+			return Proposal{}, nil, nil, err
+		}
+		changes, next = hp.changes, hp.next
+	}
 	if len(changes) == 0 {
 		return Proposal{}, nil, nil, fmt.Errorf("%w: the proposal changes nothing: %q already has that content", ErrInvalid, req.Namespace)
 	}
@@ -369,7 +382,17 @@ func (s *Store) Approve(ctx context.Context, ns string, n int64, approver, messa
 	rel, err := s.commit(ctx, commitRequest{
 		ns: ns, author: p.Author, message: p.Message, rollbackOf: p.RollbackOf, approved: &p,
 		cmps: []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.propKey(ns, n)), "=", rev)},
-		plan: func(_ context.Context, cur nsState) ([]Mutation, error) {
+		plan: func(ctx context.Context, cur nsState) ([]Mutation, error) {
+			// The proposal as it is now: one rejected, withdrawn or pruned
+			// since it was read fails here, not in a transaction that its
+			// guard would fail again and again.
+			now, nowRev, err := s.readProposal(ctx, ns, n)
+			if err != nil {
+				return nil, err
+			}
+			if nowRev != rev {
+				return nil, fmt.Errorf("%w: proposal %d of %q is %s", ErrProposalClosed, n, ns, now.State)
+			}
 			if cur.metaRev != p.BaseRevision {
 				return nil, fmt.Errorf("%w: %q had release %d after proposal %d was made on release %d: propose again", ErrRevisionMismatch, ns, cur.Release, n, p.Base)
 			}

@@ -477,6 +477,11 @@ func (s *Store) PromoteGray(ctx context.Context, ns string, expected int64, auth
 			if err != nil {
 				return nil, err
 			}
+			// A key made secret since the gray began: its override, kept
+			// in clear, must not become the secret.
+			if err := refuseSecretOverrides(cur, g.Overrides); err != nil {
+				return nil, err
+			}
 			return g.Overrides, nil
 		},
 		extra: func(cur nsState, rel Release) ([]clientv3.Op, error) {

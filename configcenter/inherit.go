@@ -127,6 +127,11 @@ func (s *Store) Inherit(ctx context.Context, ns, shared, author, message string)
 
 func (s *Store) planInherit(ctx context.Context, cur nsState, shared, author, message string) (Release, []clientv3.Op, []clientv3.Cmp, error) {
 	ns := cur.Namespace
+	if cur.approval.Required {
+		// Inheriting changes the content now, and lets the shared
+		// namespace's writers change it later: not without four eyes.
+		return Release{}, nil, nil, fmt.Errorf("%w: %q requires approval; inheriting (or stopping) changes its content: turn approval off first (config.admin), and on again after", ErrApprovalRequired, ns)
+	}
 	if len(cur.heirs) > 0 {
 		return Release{}, nil, nil, fmt.Errorf("%w: %q is shared by %v: a shared namespace inherits from nobody", ErrInvalid, ns, cur.heirs)
 	}
@@ -160,7 +165,9 @@ func (s *Store) planInherit(ctx context.Context, cur nsState, shared, author, me
 			return Release{}, nil, nil, err
 		}
 		ops, cmps = append(ops, heirOps...), append(cmps, heirCmps...)
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.metaKey(shared)), "=", sh.metaRev))
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.metaKey(shared)), "=", sh.metaRev),
+			// shared must still inherit from nobody (one level)
+			clientv3.Compare(clientv3.ModRevision(s.inheritKey(shared)), "=", sh.inheritRev))
 	} else {
 		if cur.inherit == nil {
 			return Release{}, nil, nil, fmt.Errorf("%w: %q inherits from nothing", ErrInvalid, ns)
@@ -192,11 +199,21 @@ func (s *Store) planInherit(ctx context.Context, cur nsState, shared, author, me
 		rel = Release{Namespace: ns, Number: cur.Release, Revision: cur.metaRev, Author: author, Message: message, Time: rel.Time, InheritedFrom: rel.InheritedFrom, InheritedRelease: rel.InheritedRelease}
 		return rel, ops, cmps, nil
 	}
-	relOps, _, err := s.releaseOps(ns, rel)
+	relOps, size, err := s.releaseOps(ns, rel)
 	if err != nil {
 		return Release{}, nil, nil, err
 	}
+	if size > s.limits.MaxReleaseBytes {
+		return Release{}, nil, nil, fmt.Errorf("%w: the release writes %d bytes, at most %d are allowed", ErrTooLarge, size, s.limits.MaxReleaseBytes)
+	}
 	return rel, append(ops, relOps...), cmps, nil
+}
+
+// errHeirRollback refuses a rollback of an heir: its past content mixes
+// what it inherited then with its own keys, which a rollback cannot tell
+// apart.
+func errHeirRollback(cur nsState) error {
+	return fmt.Errorf("%w: %q inherits from %q, and a rollback cannot tell its own past values from those it inherited: publish the own values to restore, or stop inheriting first", ErrInvalid, cur.Namespace, cur.inherit.From)
 }
 
 // setHeir adds (or removes) heir in shared's list of heirs, guarded by
@@ -234,6 +251,9 @@ type inheritedPlan struct {
 	ops     []clientv3.Op
 	cmps    []clientv3.Cmp
 	carried int64 // the shared release it carries (0: none new)
+	// keysChanged: the keys it inherits change (an inherited key is now
+	// overridden, even by its inherited value, or the reverse).
+	keysChanged bool
 }
 
 // planHeir plans a release of an heir (cur.inherit set) whose own
@@ -259,7 +279,7 @@ func (s *Store) planHeir(ctx context.Context, cur nsState, ms []Mutation) (inher
 		}
 	}
 	next, keys := merge(sh.Content, own)
-	p := inheritedPlan{changes: diff(cur.Content, next), next: next}
+	p := inheritedPlan{changes: diff(cur.Content, next), next: next, keysChanged: !slices.Equal(keys, inh.Keys)}
 	if sh.Release > inh.Release {
 		p.carried = sh.Release
 	}
@@ -272,8 +292,10 @@ func (s *Store) planHeir(ctx context.Context, cur nsState, ms []Mutation) (inher
 	return p, nil
 }
 
-// checkHeirs checks that a shared namespace's next content next keeps
-// each heir's content within the heir's schema, and holds no secrets.
+// checkHeirs checks that a shared namespace's next content next holds no
+// secrets, and that each heir can carry it: in one release of at most
+// MaxKeysPerRelease keys (so a carry never grows past what one release
+// may do, and an heir cannot get stuck behind), within its schema.
 func (s *Store) checkHeirs(ctx context.Context, cur nsState, next map[string]string) error {
 	if len(cur.heirs) == 0 {
 		return nil
@@ -286,10 +308,16 @@ func (s *Store) checkHeirs(ctx context.Context, cur nsState, next map[string]str
 		if err != nil {
 			return err
 		}
-		if heir.schema == "" || heir.inherit == nil {
+		if heir.inherit == nil {
 			continue
 		}
 		merged, _ := merge(next, ownOf(heir))
+		if n := len(diff(heir.Content, merged)); n > s.limits.MaxKeysPerRelease {
+			return fmt.Errorf("%w: %q, which inherits from %q, would change %d keys in one release, at most %d may: split the release", ErrTooLarge, h, cur.Namespace, n, s.limits.MaxKeysPerRelease)
+		}
+		if heir.schema == "" {
+			continue
+		}
 		if err := s.checkSchema(ctx, commitRequest{ns: h}, heir, merged, nil); err != nil {
 			return fmt.Errorf("the release would break the schema of %q, which inherits from %q: %w", h, cur.Namespace, err)
 		}

@@ -171,3 +171,46 @@ func publishSecret(e env, ns string) error {
 	_, err := e.s.Publish(context.Background(), configcenter.PublishRequest{Namespace: ns, Mutations: []configcenter.Mutation{{Key: "pw", Value: "x", Secret: true}}})
 	return err
 }
+
+// TestHeirsUnderApprovalAndRollback: a gated namespace cannot be made an
+// heir (that would change it without four eyes), an heir cannot be rolled
+// back, a proposal in an heir shows what the release will do, and an
+// override equal to the inherited value is recorded as an override.
+func TestHeirsUnderApprovalAndRollback(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	ctx := t.Context()
+	sharedAndHeir(t, e)
+	if _, err := e.s.SetApproval(ctx, "gated", configcenter.ApprovalPolicy{Required: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Inherit(ctx, "gated", "common/db", "", ""); !errors.Is(err, configcenter.ErrApprovalRequired) {
+		t.Fatalf("inheriting into a gated namespace = %v", err)
+	}
+	if _, err := e.s.Rollback(ctx, "app/a", 1, 0, "", ""); !errors.Is(err, configcenter.ErrInvalid) || !strings.Contains(err.Error(), "inherits") {
+		t.Fatalf("rolling back an heir = %v", err)
+	}
+	// Deleting the heir's own timeout: the proposal shows timeout coming
+	// from the shared namespace, not a deletion.
+	p, err := e.s.Propose(ctx, configcenter.ProposeRequest{Namespace: "app/a", Mutations: []configcenter.Mutation{{Key: "timeout", Delete: true}}, Proposer: "ann"})
+	if err != nil || len(p.Changes) != 1 || p.Changes[0].New == nil || *p.Changes[0].New != "5s" {
+		t.Fatalf("a proposal in an heir = %+v, %v", p, err)
+	}
+	if _, err := e.s.Propose(ctx, configcenter.ProposeRequest{Namespace: "app/a", Mutations: []configcenter.Mutation{{Key: "host", Delete: true}}, Proposer: "ann"}); !errors.Is(err, configcenter.ErrInvalid) {
+		t.Fatalf("a proposal deleting an inherited key = %v", err)
+	}
+	// Overriding host with the value it inherits pins it: a later shared
+	// change of host does not reach the heir.
+	if _, err := e.s.Put(ctx, "app/a", "host", "db1", 0, "", "pin"); err != nil {
+		t.Fatal(err)
+	}
+	if snap, _ := e.s.Snapshot(ctx, "app/a", 0); snap.Inherited["host"] {
+		t.Fatal("the pinned host is still marked inherited")
+	}
+	if _, err := e.s.Put(ctx, "common/db", "host", "db2", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if snap, _ := e.s.Snapshot(ctx, "app/a", 0); snap.Content["host"] != "db1" {
+		t.Fatalf("a shared change reached a pinned key: %q", snap.Content["host"])
+	}
+}

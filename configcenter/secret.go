@@ -121,15 +121,22 @@ func (s *Store) newDataKey(ctx context.Context, ns string) ([]byte, clientv3.Op,
 
 // sealMutations seals the values of the secret mutations of a release
 // planned on cur: those marked Secret, and every put of a key whose value
-// is sealed now (a secret stays secret until it is deleted). A put of the
-// clear value a secret already has keeps its sealed value, so it changes
-// nothing. Values already sealed (a rollback's, from a release record) are
-// kept as they are. It returns the writes and guards that create the
+// is sealed now (a secret stays secret until it is deleted). Each put is
+// sealed afresh, so it is a change even when the clear value is the one
+// the secret has: were it "nothing changed", a writer without
+// config.read-secret could test guesses of a secret by dry runs. Values
+// already sealed (a rollback's, from a release record) are kept as they
+// are. It returns the writes and guards that create the
 // namespace's data key when this is its first secret, and the data key
 // (nil if no value was sealed).
 func (s *Store) sealMutations(ctx context.Context, cur nsState, ms []Mutation) (sealing, error) {
 	need := false
 	for _, m := range ms {
+		if m.Secret && cur.gray.Running() && cur.gray.overrides(m.Key) {
+			// The gray keeps its override of the key in clear, for every
+			// reader of the gray, and a promotion would make it the secret.
+			return sealing{}, fmt.Errorf("%w: key %q is overridden by gray release %d, which keeps its value in clear: abandon or promote the gray first", ErrInvalid, m.Key, cur.gray.Number)
+		}
 		if s.secrets.off {
 			break
 		}
@@ -161,14 +168,7 @@ func (s *Store) sealMutations(ctx context.Context, cur nsState, ms []Mutation) (
 		if m.Delete || keyring.IsSealed(m.Value) || (!m.Secret && !keyring.IsSealed(old)) {
 			continue
 		}
-		aad := valueAAD(cur.Namespace, m.Key)
-		if keyring.IsSealed(old) {
-			if plain, err := keyring.Open(key, aad, old); err == nil && plain == m.Value {
-				out[i].Value = old
-				continue
-			}
-		}
-		if out[i].Value, err = keyring.Seal(key, aad, m.Value); err != nil {
+		if out[i].Value, err = keyring.Seal(key, valueAAD(cur.Namespace, m.Key), m.Value); err != nil {
 			return sealing{}, err
 		}
 	}
@@ -303,4 +303,13 @@ func (s *Store) RewrapDataKeys(ctx context.Context) (RewrapResult, error) {
 		res.ByKEK[again.KEK]++ // a lost compare: another rewrap of it won
 	}
 	return res, nil
+}
+
+// HoldsSecrets reports whether a namespace has a secret value now.
+func (s *Store) HoldsSecrets(ctx context.Context, ns string) (bool, error) {
+	snap, err := s.Snapshot(ctx, ns, 0)
+	if err != nil {
+		return false, err
+	}
+	return hasSecrets(snap.Content), nil
 }

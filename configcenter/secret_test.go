@@ -101,12 +101,14 @@ func TestSecretValuesAreNeverInEtcdInClear(t *testing.T) {
 	if _, err := e.s.OpenValue(ctx, "pay", "db.host", sealed); !errors.Is(err, configcenter.ErrSecretsUnavailable) {
 		t.Fatalf("a sealed value moved to another key opened: %v", err)
 	}
-	// The clear value it has already: no release. A put without the
-	// secret mark keeps it secret.
-	same, err := e.s.Put(ctx, "pay", "db.password", password, 0, "", "")
-	if err != nil || len(same.Changes) != 0 || same.Number != 3 {
-		t.Fatalf("a put of the same secret = %+v, %v", same, err)
+	// The clear value it has already is still a change: "nothing changed"
+	// would tell a writer (without config.read-secret) that a guess is
+	// right, by a dry run.
+	same, err := e.s.Publish(ctx, configcenter.PublishRequest{Namespace: "pay", Mutations: []configcenter.Mutation{{Key: "db.password", Value: password}}, DryRun: true})
+	if err != nil || len(same.Changes) != 1 {
+		t.Fatalf("a dry-run put of the same secret = %+v, %v; want a change (no oracle)", same, err)
 	}
+	// A put without the secret mark keeps it secret.
 	r, err := e.s.Put(ctx, "pay", "db.password", "plain-now?", 0, "", "")
 	if err != nil || len(r.Changes) != 1 || !keyring.IsSealed(*r.Changes[0].New) || !keyring.IsSealed(*r.Changes[0].Old) {
 		t.Fatalf("a put without the mark = %+v, %v: the secret stopped being one", r, err)
@@ -236,5 +238,36 @@ func TestRotatingTheKeyRewrapsWithoutResealing(t *testing.T) {
 		if plain, err := e.s.OpenValue(ctx, ns, "pw", snap.Content["pw"]); err != nil || plain != "v-"+ns {
 			t.Fatalf("%s after rotation: %q, %v", ns, plain, err)
 		}
+	}
+}
+
+// A key a running gray overrides (in clear) cannot become a secret while
+// the gray runs (PromoteGray also refuses a secret key, as a last guard).
+func TestGrayOverridesAndSecretsStayApart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	e.s.SetKeys(keys(t, "k1"))
+	ctx := t.Context()
+	if _, err := e.s.Put(ctx, "pay", "pw", "a", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	sel := configcenter.GraySelector{Instances: []string{"i"}}
+	if _, err := e.s.CreateGray(ctx, configcenter.GrayRequest{Namespace: "pay", Selector: &sel, Mutations: []configcenter.Mutation{{Key: "pw", Value: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.s.Publish(ctx, configcenter.PublishRequest{Namespace: "pay", Mutations: []configcenter.Mutation{{Key: "pw", Value: "c", Secret: true}}})
+	if !errors.Is(err, configcenter.ErrInvalid) || !strings.Contains(err.Error(), "gray release") {
+		t.Fatalf("making a gray-overridden key secret = %v", err)
+	}
+	// Nor deleted and put back as a secret while the gray runs; promoted,
+	// the override is a plain value.
+	if _, err := e.s.Delete(ctx, "pay", "pw", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Publish(ctx, configcenter.PublishRequest{Namespace: "pay", Mutations: []configcenter.Mutation{{Key: "pw", Value: "d", Secret: true}}}); !errors.Is(err, configcenter.ErrInvalid) {
+		t.Fatalf("a secret put of a gray-overridden key after a delete = %v", err)
+	}
+	if _, rel, err := e.s.PromoteGray(ctx, "pay", 0, "", ""); err != nil || keyring.IsSealed(*rel.Changes[0].New) {
+		t.Fatalf("PromoteGray = %+v, %v", rel, err)
 	}
 }

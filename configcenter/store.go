@@ -465,6 +465,9 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 		rel.Proposal, rel.ProposedBy, rel.ApprovedBy = p.Number, p.Proposer, p.DecidedBy
 	}
 	var next map[string]string
+	// recordOnly: an heir whose content does not change still records a
+	// newer shared release it now carries, or which keys it overrides.
+	recordOnly := false
 	if cur.inherit != nil {
 		hp, err := s.planHeir(ctx, cur, ms)
 		if err != nil {
@@ -475,21 +478,22 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 		if hp.carried > 0 {
 			rel.InheritedFrom, rel.InheritedRelease = cur.inherit.From, hp.carried
 		}
-		if len(rel.Changes) == 0 && hp.carried > 0 {
-			// Nothing the heir sees changes, but it now carries a newer
-			// shared release: record that, without a release.
-			return Release{Namespace: req.ns, Number: cur.Release, Revision: cur.metaRev}, keyOps, cmps, req.dryRun, nil
-		}
+		recordOnly = hp.carried > 0 || hp.keysChanged
 	} else {
 		rel.Changes, next = applyMutations(cur.Content, ms)
 	}
 	if len(rel.Changes) == 0 {
 		// Nothing to change: report the release in effect.
 		none := Release{Namespace: req.ns, Number: cur.Release, Revision: cur.metaRev, Author: rel.Author, Message: rel.Message, Time: rel.Time, PromotedGray: rel.PromotedGray}
-		if !req.always {
+		if !req.always && !recordOnly {
 			return none, nil, nil, true, nil
 		}
-		rel, cmps = none, nil
+		if recordOnly {
+			ops = keyOps
+		} else {
+			cmps = nil
+		}
+		rel = none
 	} else {
 		if err := s.checkSchema(ctx, req, cur, next, sealed.key); err != nil {
 			return Release{}, nil, nil, false, err
@@ -758,6 +762,9 @@ func (s *Store) Rollback(ctx context.Context, ns string, to, expected int64, aut
 	return s.commit(ctx, commitRequest{
 		ns: ns, expected: expected, author: author, message: message, rollbackOf: to,
 		plan: func(ctx context.Context, cur nsState) ([]Mutation, error) {
+			if cur.inherit != nil {
+				return nil, errHeirRollback(cur)
+			}
 			return s.rollbackMutations(ctx, ns, to, cur)
 		},
 	})

@@ -77,11 +77,12 @@ type WatchMux struct {
 
 	// Owned by Next's goroutine.
 	subs      map[int64]*Subscription
-	out       []WatchBatch // the rest of the current round, or refused starts
-	draining  bool         // taking rounds until one is empty or maxWatchRounds
-	rounds    int          // rounds taken in this run
-	ids       []int64      // the watches, ascending, for this run
-	bookmarks bool         // the next round may take bookmarks
+	revealing map[int64]bool // watches whose start asked for secrets
+	out       []WatchBatch   // the rest of the current round, or refused starts
+	draining  bool           // taking rounds until one is empty or maxWatchRounds
+	rounds    int            // rounds taken in this run
+	ids       []int64        // the watches, ascending, for this run
+	bookmarks bool           // the next round may take bookmarks
 }
 
 // WatchBatch is one result of WatchMux.Next: an event for one or more
@@ -103,6 +104,7 @@ type watchRequest struct {
 	from       int64
 	who        *Identity
 	refused    error // the start was refused: report it
+	reveal     bool  // the start asked for secrets in clear
 }
 
 // NewWatchMux returns a WatchMux with no watches over c. Close it when
@@ -110,7 +112,7 @@ type watchRequest struct {
 func NewWatchMux(c *Cache) *WatchMux {
 	return &WatchMux{
 		c: c, notify: make(chan struct{}, 1), ticker: time.NewTicker(c.opts.Bookmark),
-		requested: make(chan struct{}, 1), subs: map[int64]*Subscription{},
+		requested: make(chan struct{}, 1), subs: map[int64]*Subscription{}, revealing: map[int64]bool{},
 	}
 }
 
@@ -123,6 +125,18 @@ func NewWatchMux(c *Cache) *WatchMux {
 func (m *WatchMux) Start(id int64, namespaces []string, from int64, who *Identity) error {
 	return m.request(watchRequest{id: id, namespaces: namespaces, from: from, who: who})
 }
+
+// StartRevealing is Start for a watch whose caller may see secret values
+// in clear and asked to: Revealing reports it, from the moment the watch
+// starts (never for a watch of the same id started before).
+func (m *WatchMux) StartRevealing(id int64, namespaces []string, from int64, who *Identity) error {
+	return m.request(watchRequest{id: id, namespaces: namespaces, from: from, who: who, reveal: true})
+}
+
+// Revealing reports whether the live watch id was started by
+// StartRevealing. Call it from Next's goroutine, for the batches Next
+// returned.
+func (m *WatchMux) Revealing(id int64) bool { return m.revealing[id] }
 
 // Refuse ends the watch named id, if live, and returns a batch for it with
 // err: its start was refused before it reached the mux (its caller may
@@ -218,6 +232,7 @@ func (m *WatchMux) handleRequests(ctx context.Context) error {
 			old.Close()
 			delete(m.subs, r.id)
 		}
+		delete(m.revealing, r.id)
 		if r.stop {
 			continue
 		}
@@ -234,6 +249,9 @@ func (m *WatchMux) handleRequests(ctx context.Context) error {
 			continue
 		}
 		m.subs[r.id] = sub
+		if r.reveal {
+			m.revealing[r.id] = true
+		}
 		poke(m.notify) // greet it: its first event is due now
 	}
 	return nil

@@ -293,3 +293,41 @@ func TestWatchMuxRefuseEndsOneWatch(t *testing.T) {
 	// b's release reaches nobody: watch 2 ended; a's reaches watch 1.
 	releaseTo(t, m, "a", 1, 1)
 }
+
+// TestWatchMuxRevealingFollowsTheWatchNotTheID: a watch restarted under
+// its id to reveal secrets reveals only from its own start: batches of the
+// watch it replaced, even ones returned after the restart was asked, are
+// never marked revealing.
+func TestWatchMuxRevealingFollowsTheWatchNotTheID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	cache := e.startCache(t, configcenter.CacheOptions{Bookmark: time.Hour, Progress: time.Hour})
+	m := configcenter.NewWatchMux(cache)
+	defer m.Close()
+	if err := m.Start(1, []string{"a"}, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b := nextOf(t, m, false); m.Revealing(1) {
+		t.Fatalf("a plain start reveals: %+v", b)
+	}
+	for i := range 3 {
+		if _, err := e.s.Put(t.Context(), "a", "k", fmt.Sprint(i), 0, "", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.StartRevealing(1, []string{"b"}, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		b := summarize(nextOf(t, m, false))
+		if b.ns == "a" && m.Revealing(1) {
+			t.Fatalf("a batch of the replaced watch is marked revealing: %s", b)
+		}
+		if b.ns == "b" {
+			if !m.Revealing(1) {
+				t.Fatal("the revealing watch is not marked")
+			}
+			return
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/internal/base/keyring"
+	"github.com/coordd/coordd/internal/base/kind"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -28,6 +29,11 @@ type ConfigServer struct {
 	stopped context.Context // done once the daemon stops
 	metrics *Metrics
 
+	// MayReadSecrets, when set, says whether the caller may read a
+	// namespace's secrets (config.read-secret): setting the schema of a
+	// namespace that holds secrets needs it, since a schema's verdict on
+	// the content tells of the secrets in it.
+	MayReadSecrets func(ctx context.Context, ns string) bool
 	// MayRead, when set, says whether the caller may read a namespace
 	// (config.read): making a namespace inherit from a shared one needs
 	// it on the shared one, whose content the heir then shows.
@@ -231,6 +237,15 @@ func (s *ConfigServer) GetSchema(ctx context.Context, req *coorddv1.GetSchemaReq
 
 // SetSchema implements ConfigService.
 func (s *ConfigServer) SetSchema(ctx context.Context, req *coorddv1.SetSchemaRequest) (*coorddv1.SetSchemaResponse, error) {
+	if s.MayReadSecrets != nil && req.GetSchema() != "" && !s.MayReadSecrets(ctx, req.GetNamespace()) {
+		holds, err := s.store.HoldsSecrets(ctx, req.GetNamespace())
+		if err != nil {
+			return nil, err
+		}
+		if holds {
+			return nil, kind.PermissionDenied.New("auth: " + strconv.Quote(req.GetNamespace()) + " holds secrets, and whether they match a schema tells of them: setting its schema needs config.read-secret too")
+		}
+	}
 	rev, err := s.store.SetSchema(ctx, req.GetNamespace(), req.GetSchema())
 	if err != nil {
 		return nil, err
@@ -419,13 +434,12 @@ func (s *ConfigServer) WatchMany(stream coorddv1.ConfigService_WatchManyServer) 
 	defer stop()
 	mux := configcenter.NewWatchMux(s.cache)
 	defer mux.Close()
-	reveals := &revealers{ids: map[int64]bool{}}
 	// The reader never waits for this goroutine (which may be blocked in
 	// Send on a slow client): the mux queues requests, so the two sides can
 	// never wait on each other's flow-control windows.
 	recvErr := make(chan error, 1)
 	go func() { // exits when the stream ends: Recv fails then
-		recvErr <- readWatchMany(stream, mux, reveals)
+		recvErr <- readWatchMany(stream, mux)
 		cancel(errRecvEnded)
 	}()
 	for {
@@ -439,51 +453,27 @@ func (s *ConfigServer) WatchMany(stream coorddv1.ConfigService_WatchManyServer) 
 			}
 			return stoppingOr(ctx, err)
 		}
-		if err := s.sendWatchMany(ctx, stream, b, reveals); err != nil {
+		if err := s.sendWatchMany(ctx, stream, b, mux); err != nil {
 			return err
 		}
 	}
 }
 
-// revealers holds which watches of a WatchMany stream asked for secrets in
-// clear.
-type revealers struct {
-	mu  sync.Mutex
-	ids map[int64]bool
-}
-
-func (r *revealers) set(id int64, reveal bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if reveal {
-		r.ids[id] = true
-	} else {
-		delete(r.ids, id)
+// sendWatchMany sends a batch: one message, or, when its event carries
+// secrets and some of its watches reveal them, one message for those
+// watches with the secrets opened and one for the rest without.
+func (s *ConfigServer) sendWatchMany(ctx context.Context, stream coorddv1.ConfigService_WatchManyServer, b configcenter.WatchBatch, mux *configcenter.WatchMux) error {
+	if b.Err != nil || !eventHasSecrets(b.Event) {
+		return stream.Send(watchManyMessage(b))
 	}
-}
-
-// split parts ids into those that reveal secrets and the others.
-func (r *revealers) split(ids []int64) (reveal, other []int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, id := range ids {
-		if r.ids[id] {
+	var reveal, other []int64
+	for _, id := range b.IDs {
+		if mux.Revealing(id) {
 			reveal = append(reveal, id)
 		} else {
 			other = append(other, id)
 		}
 	}
-	return reveal, other
-}
-
-// sendWatchMany sends a batch: one message, or, when its event carries
-// secrets and some of its watches reveal them, one message for those
-// watches with the secrets opened and one for the rest without.
-func (s *ConfigServer) sendWatchMany(ctx context.Context, stream coorddv1.ConfigService_WatchManyServer, b configcenter.WatchBatch, reveals *revealers) error {
-	if b.Err != nil || !eventHasSecrets(b.Event) {
-		return stream.Send(watchManyMessage(b))
-	}
-	reveal, other := reveals.split(b.IDs)
 	if len(other) > 0 {
 		if err := stream.Send(&coorddv1.WatchManyResponse{WatchIds: other, Event: watchMessage(b.Event)}); err != nil {
 			return err
@@ -494,7 +484,11 @@ func (s *ConfigServer) sendWatchMany(ctx context.Context, stream coorddv1.Config
 	}
 	msg, err := s.revealedMessage(ctx, b.Event)
 	if err != nil {
-		// Those watches cannot be served here: they end, the others go on.
+		// Those watches cannot be served here: they end (the client hears
+		// why), the others go on.
+		for _, id := range reveal {
+			_ = mux.Stop(id)
+		}
 		st, _ := ToStatus(err)
 		return stream.Send(&coorddv1.WatchManyResponse{WatchIds: reveal, ErrorReason: reasonOf(st), ErrorMessage: st.Message()})
 	}
@@ -506,7 +500,7 @@ var errRecvEnded = errors.New("api: WatchMany requests ended")
 
 // readWatchMany hands the client's requests to mux until Recv fails or a
 // request is malformed (or one too many).
-func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcenter.WatchMux, reveals *revealers) error {
+func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcenter.WatchMux) error {
 	for {
 		req, err := stream.Recv()
 		var refused *MessageRefused
@@ -516,7 +510,6 @@ func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcen
 			if start.GetStart() == nil {
 				return err // only a start names anything to refuse
 			}
-			reveals.set(start.GetStart().GetWatchId(), false)
 			if err := mux.Refuse(start.GetStart().GetWatchId(), refused.Err); err != nil {
 				return err
 			}
@@ -530,8 +523,11 @@ func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcen
 			err = mux.Stop(req.GetStop().GetWatchId())
 		case req.GetStart() != nil:
 			st := req.GetStart()
-			reveals.set(st.GetWatchId(), st.GetRevealSecrets())
-			err = mux.Start(st.GetWatchId(), st.GetNamespaces(), st.GetFromRevision(), identityFrom(st.GetInstance(), st.GetLabels()))
+			start := mux.Start
+			if st.GetRevealSecrets() { // the interceptor has let it: config.read-secret
+				start = mux.StartRevealing
+			}
+			err = start(st.GetWatchId(), st.GetNamespaces(), st.GetFromRevision(), identityFrom(st.GetInstance(), st.GetLabels()))
 		default:
 			err = invalid("a WatchMany request needs start or stop")
 		}

@@ -32,6 +32,9 @@ rules:
   - principals: [bob]
     actions: [config.read, config.write]
     namespaces: ["a/*"]
+  - principals: [carol]
+    actions: [config.admin]
+    namespaces: ["a/*"]
 `
 
 const (
@@ -111,6 +114,15 @@ func TestSecretsAreNeverShownInClear(t *testing.T) {
 	wait.For(t, "bob's subscription to see his change", func() bool { v, _ := mine.Snapshot().Get("a/app", "db.port"); return v == "5432" })
 	if st := mine.Status(); st.Reconnects != 0 || st.Relists != 0 {
 		t.Fatalf("a refused subscription disturbed the other: %+v", st)
+	}
+	// A schema's verdict tells of the secrets it checks: setting one where
+	// secrets are needs config.read-secret too.
+	carol := newClientWithToken(t, d.GRPCAddr(), "carol")
+	if err := carol.ConfigCenter().SetSchema(ctx, "a/app", `{"type":"object"}`); !errors.Is(err, clientlib.ErrPermissionDenied) {
+		t.Fatalf("carol's schema where secrets are = %v, want ErrPermissionDenied", err)
+	}
+	if err := carol.ConfigCenter().SetSchema(ctx, "a/plain", `{"type":"object"}`); err != nil {
+		t.Fatalf("carol's schema where none are: %v", err)
 	}
 	// alice reads it in clear, when she asks; an export without a
 	// transfer key only names it.

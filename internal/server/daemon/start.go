@@ -350,6 +350,10 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 	}
 	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
 	configSvc := api.NewConfigServer(d.stopped, configStore, d.configCache, p.apiMetrics)
+	configSvc.MayReadSecrets = func(ctx context.Context, ns string) bool {
+		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.ConfigReadSecret, auth.Resource{Kind: auth.Namespace, Name: ns})
+		return d.authz.Open() || ok
+	}
 	configSvc.MayRead = func(ctx context.Context, ns string) bool {
 		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.ConfigRead, auth.Resource{Kind: auth.Namespace, Name: ns})
 		return d.authz.Open() || ok
