@@ -265,9 +265,9 @@ func hasPrefix(s string, prefixes []string) bool {
 // another voting member, so the cluster need not wait an election timeout
 // for a new one; the hand-off gets transferFor in all. etcd's own hand-off
 // on close would wait up to its request timeout (5 s + two election
-// timeouts), which is wasted when the other members are stopping too. If
-// this member still leads after transferFor, it stops without the
-// hand-off, as after a crash, and the others elect a leader by themselves.
+// timeouts), which is wasted when the other members are stopping too, so
+// a member of a cluster then stops without it (as after a crash): if it
+// still leads, the others elect a leader by themselves.
 func closeEtcd(e *embed.Etcd, lg *zap.Logger, transferFor time.Duration) {
 	s := e.Server
 	self := s.MemberID()
@@ -290,9 +290,16 @@ func closeEtcd(e *embed.Etcd, lg *zap.Logger, transferFor time.Duration) {
 		}
 		if s.Leader() == self && len(s.Cluster().Members()) > 1 {
 			lg.Info("etcd leadership hand-off did not finish; stopping the member without it", zap.Duration("waited", transferFor))
-			// Stopped now, Close finds no peer to hand off to and skips it.
-			s.HardStop()
 		}
+	}
+	// Stopped hard, Close finds no peer to hand off to and skips etcd's own
+	// hand-off. That matters for a member that did not lead a moment ago
+	// too: a peer stopping at the same time may just have handed it the
+	// leadership, and etcd's hand-off back to that stopping peer would wait
+	// its whole request timeout. The only cost: if it does lead now, the
+	// others elect a leader after an election timeout, as after a crash.
+	if len(s.Cluster().Members()) > 1 {
+		s.HardStop()
 	}
 	e.Close()
 }
