@@ -25,12 +25,13 @@ import (
 //     release makes the heirs' at once; every member's cache notices an
 //     heir that is behind and catches it up (Cache.BehindHeirs), so a
 //     member stopping in between delays an heir's release, never loses it.
-//   - An heir's own release (publish, put, delete, rollback) changes its
-//     overrides; deleting an override brings the shared value back; an
-//     inherited key cannot be deleted in the heir. Each heir release also
-//     catches up with the shared namespace.
+//   - An heir's own release (publish, put, delete) changes its overrides
+//     (a put of the value it inherits makes the key its own); deleting an
+//     override brings the shared value back; an inherited key cannot be
+//     deleted in the heir, nor the heir rolled back. Each heir release
+//     also catches up with the shared namespace.
 //   - A shared release is refused if it would make an heir's content break
-//     the heir's schema.
+//     the heir's schema, or change more keys than one release may.
 //
 // Non-guarantees: inheritance is one level (a shared namespace inherits
 // from nobody; an heir is nobody's shared namespace); at most MaxHeirs
@@ -86,7 +87,8 @@ func ownOf(cur nsState) map[string]string {
 // keeps only its own keys), as one release of ns that brings in (or
 // takes out) the shared keys it does not override. It fails with ErrInvalid
 // for a chain (shared inherits, or ns is shared), a shared namespace with
-// secrets or MaxHeirs heirs, or ns itself.
+// secrets or MaxHeirs heirs, or ns itself; with ErrApprovalRequired if ns
+// requires approval (inheriting changes its content).
 func (s *Store) Inherit(ctx context.Context, ns, shared, author, message string) (Release, error) {
 	for _, n := range []string{ns, shared} {
 		if n == "" && n == shared {
