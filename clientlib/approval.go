@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -40,7 +41,7 @@ type Proposal struct {
 
 func proposalFrom(p *coorddv1.Proposal) Proposal {
 	out := Proposal{
-		Namespace: p.GetNamespace(), Number: p.GetNumber(), State: trimEnum(p.GetState().String(), "PROPOSAL_STATE_"),
+		Namespace: p.GetNamespace(), Number: p.GetNumber(), State: strings.TrimPrefix(p.GetState().String(), "PROPOSAL_STATE_"),
 		Proposer: p.GetProposer(), Author: p.GetAuthor(), Message: p.GetMessage(), Changes: changesFrom(p.GetChanges()),
 		RollbackOf: p.GetRollbackOf(), BaseRelease: p.GetBaseRelease(), Created: p.GetCreateTime().AsTime(), Expires: p.GetExpireTime().AsTime(),
 		DecidedBy: p.GetDecidedBy(), Decision: p.GetDecision(), Release: p.GetRelease(),
@@ -49,13 +50,6 @@ func proposalFrom(p *coorddv1.Proposal) Proposal {
 		out.Decided = p.GetDecideTime().AsTime()
 	}
 	return out
-}
-
-func trimEnum(s, prefix string) string {
-	if len(s) > len(prefix) && s[:len(prefix)] == prefix {
-		return s[len(prefix):]
-	}
-	return s
 }
 
 // SetApprovalPolicy sets a namespace's approval policy (needs

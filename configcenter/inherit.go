@@ -8,8 +8,6 @@ import (
 	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/coordd/coordd/internal/base/keyring"
 )
 
 // Shared namespaces (Apollo's public namespaces). A namespace may inherit
@@ -235,15 +233,6 @@ func (s *Store) setHeir(shared string, sh nsState, heir string, add bool) ([]cli
 		return nil, nil, err
 	}
 	return []clientv3.Op{clientv3.OpPut(s.heirsKey(shared), string(b))}, []clientv3.Cmp{cmp}, nil
-}
-
-func hasSecrets(content map[string]string) bool {
-	for _, v := range content {
-		if keyring.IsSealed(v) {
-			return true
-		}
-	}
-	return false
 }
 
 // inheritedPlan is what an heir's release does beyond its own mutations.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -225,10 +226,7 @@ func (s *Store) openContent(ctx context.Context, ns string, content map[string]s
 			continue
 		}
 		if out == nil {
-			out, secret = make(map[string]string, len(content)), map[string]bool{}
-			for k2, v2 := range content {
-				out[k2] = v2
-			}
+			out, secret = maps.Clone(content), map[string]bool{}
 		}
 		var plain string
 		var err error
@@ -312,4 +310,14 @@ func (s *Store) HoldsSecrets(ctx context.Context, ns string) (bool, error) {
 		return false, err
 	}
 	return hasSecrets(snap.Content), nil
+}
+
+// hasSecrets reports whether content holds a sealed value.
+func hasSecrets(content map[string]string) bool {
+	for _, v := range content {
+		if keyring.IsSealed(v) {
+			return true
+		}
+	}
+	return false
 }
