@@ -115,7 +115,7 @@ func (r *Recorder) claimAndRecord(ctx context.Context) error {
 		defer cancel()
 		_, _ = r.cli.Revoke(cctx, s.Lease())
 	}()
-	if err := concurrency.NewElection(s, r.keys.writer()).Campaign(ctx, r.opts.Member); err != nil {
+	if err := r.claim(ctx, s.Lease()); err != nil {
 		return fmt.Errorf("claim: %w", err)
 	}
 	defer r.recording.Store(false)
@@ -129,6 +129,41 @@ func (r *Recorder) claimAndRecord(ctx context.Context) error {
 		}
 	}()
 	return r.record(rctx)
+}
+
+// claim takes the recording turn: the claim key, bound to the claim's
+// lease, once no member holds it; until then it watches the key go. Every
+// call is bound to ctx, so a stopping member leaves at once (etcd's
+// election recipe, used before, resigns on cancel with the client's own
+// context, which a cluster stopping without quorum held for etcd's whole
+// request timeout). Safety does not rest on the claim: every batch is
+// written with a compare of the cursor.
+func (r *Recorder) claim(ctx context.Context, lease clientv3.LeaseID) error {
+	key := r.keys.writer() + "/claim"
+	for {
+		resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, r.opts.Member, clientv3.WithLease(lease))).
+			Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return err
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 && clientv3.LeaseID(kvs[0].Lease) == lease {
+			return nil // ours: an earlier attempt's answer was lost
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		for wr := range r.cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1), clientv3.WithFilterPut()) {
+			if wr.Err() != nil || len(wr.Events) > 0 { // gone (or the watch failed): try again
+				break
+			}
+		}
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }
 
 // cursor is what the history has recorded: every event of revisions
