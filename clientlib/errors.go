@@ -111,6 +111,9 @@ var (
 	// ErrProposalClosed: the proposal was approved, rejected or withdrawn,
 	// or expired; nothing changed.
 	ErrProposalClosed = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_PROPOSAL_CLOSED, "proposal closed")
+	// ErrCandidateNotFound: a leadership's hand-over named a session with
+	// no campaign waiting in the election.
+	ErrCandidateNotFound = reasonSentinel(coorddv1.ErrorReason_ERROR_REASON_CANDIDATE_NOT_FOUND, "candidate not found")
 )
 
 // Sentinel errors the SDK raises itself, without a server reason.

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -32,7 +34,8 @@ var (
 	// ErrSessionNotFound: the session does not exist, or ended while its
 	// campaign waited.
 	ErrSessionNotFound = kind.SessionNotFound.New("election: session not found")
-	// ErrNotLeader: Proclaim or Resign by a term that does not lead.
+	// ErrNotLeader: Proclaim, Resign or Transfer by a term that does not
+	// lead.
 	ErrNotLeader = kind.NotLeader.New("election: not the leader")
 	// ErrNoLeader: nobody leads the election.
 	ErrNoLeader = kind.NoLeader.New("election: no leader")
@@ -41,6 +44,9 @@ var (
 	// ErrAlreadyLeader: Campaign by a session that already leads the
 	// election under another request id; waiting would never end.
 	ErrAlreadyLeader = kind.AlreadyLeader.New("election: this session already leads")
+	// ErrNotCandidate: Transfer to a session with no campaign waiting in
+	// the election.
+	ErrNotCandidate = kind.CandidateNotFound.New("election: not a candidate")
 )
 
 // errCandidacyNewer: the candidacy of the call's session and request id was
@@ -53,29 +59,32 @@ const MaxValueBytes = 64 << 10
 
 // Manager runs elections. It is safe for concurrent use.
 type Manager struct {
-	cli   *clientv3.Client
-	root  string // "<root>election/"
-	now   func() time.Time
-	dels  *grantwatch.Watcher // wakes waiting candidates
-	waits *queue.Waiters      // candidates waiting on this member, woken by dels
-	txns  *groupcommit.Committer
+	cli  *clientv3.Client
+	root string // "<root>election/"
+	now  func() time.Time
+	dels *grantwatch.Watcher // tells waiting candidates of their election
+	txns *groupcommit.Committer
 
-	bg  queue.Background // background writes (election times, clean-ups)
-	ids queue.IDs        // request ids made up for callers that named none
+	bg        queue.Background // background writes (promotions, clean-ups)
+	ids       queue.IDs        // request ids made up for callers that named none
+	promoting promoter         // promotions in flight, per election
 
-	beforeCampaign func() // tests: runs before each campaign transaction
+	beforeCampaign func()      // tests: runs before each campaign transaction
+	splitTransfer  bool        // tests: Transfer frees the seat, then gives it
+	unguarded      atomic.Bool // tests: promotions do not check the seat is free
 }
 
 // NewManager returns a Manager that keeps elections under root+"election/".
-// Waiting candidates learn of the deletions ahead of them from w, which
+// Waiting candidates learn of changes to their election from w, which
 // must watch root+"election/" and run (grantwatch.Run) while the Manager
-// is used. Campaigns, proclamations and resignations go through c, which
-// batches them with other changes (see groupcommit; nil: each commits alone).
+// is used. Campaigns, proclamations, resignations and promotions go
+// through c, which batches them with other changes (see groupcommit; nil:
+// each commits alone).
 func NewManager(cli *clientv3.Client, root string, w *grantwatch.Watcher, c *groupcommit.Committer) *Manager {
 	if c == nil {
 		c = groupcommit.Direct(cli)
 	}
-	return &Manager{cli: cli, root: root + "election/", now: time.Now, dels: w, waits: queue.NewWaiters(cli, w, queue.WaitersOptions{}), txns: c}
+	return &Manager{cli: cli, root: root + "election/", now: time.Now, dels: w, txns: c}
 }
 
 // Close cancels background writes, waits for them and starts no new ones.
@@ -91,16 +100,25 @@ type Request struct {
 	Value string
 	// RequestID makes Campaign idempotent: a retry with the same session
 	// and request id continues the same candidacy (and keeps its first
-	// value). Empty means a fresh id.
+	// value and priority). Empty means a fresh id.
 	RequestID string
+	// Priority orders the waiting candidates: when the seat is free, the
+	// highest priority leads next, ties in arrival order. It never unseats
+	// a leader by itself (see Preempt). Default 0; may be negative.
+	Priority int32
+	// Preempt, for a candidate that outranks the leader, records a request
+	// that the leader step down (Observe: PREEMPT_REQUESTED), which the
+	// leader honours at a point of its choosing.
+	Preempt bool
 }
 
 // Leadership is a won election.
 type Leadership struct {
 	Name      string
-	Term      fencing.Token // the candidate key's create revision
-	Key       string        // the candidate key in etcd
+	Term      fencing.Token // the seat's create revision
+	Key       string        // the seat in etcd
 	Value     string
+	Priority  int32
 	Session   session.ID
 	RequestID string
 	Revision  int64 // the etcd revision at which leadership was observed
@@ -110,10 +128,11 @@ type Leadership struct {
 type Leader struct {
 	Term      fencing.Token
 	Value     string
+	Priority  int32
 	Session   session.ID
 	RequestID string
-	// Since is when the leader was elected: its campaign's start if it was
-	// elected at once, else when its wait ended (recorded shortly after).
+	// Since is when the leader took the seat (by the clock of the member
+	// that gave it).
 	Since time.Time
 	// Proclaims counts the leader's proclamations.
 	Proclaims int64
@@ -121,8 +140,12 @@ type Leader struct {
 
 // Candidate is a campaign waiting for its turn.
 type Candidate struct {
-	Term      fencing.Token // the term it will hold once elected
+	// Joined is the revision at which it joined: among candidates of equal
+	// priority, the earlier leads first. Its term is given when it is
+	// elected.
+	Joined    int64
 	Value     string
+	Priority  int32
 	Session   session.ID
 	RequestID string
 	Enqueued  time.Time
@@ -136,32 +159,45 @@ type candidate struct {
 	Attempt   string    `json:"attempt"`
 	RequestID string    `json:"request_id"`
 	Value     string    `json:"value"`
-	Proclaims int64     `json:"proclaims,omitempty"`
 	Enqueued  time.Time `json:"enqueued"`
-	Elected   time.Time `json:"elected,omitzero"` // set after an election that had to wait
 }
 
 func (m *Manager) prefix(name string) string      { return m.root + names.Escape(name) + "/" }
 func (m *Manager) queue(name string) string       { return m.prefix(name) + "q/" }
+func (m *Manager) seats(name string) string       { return m.prefix(name) + "lead/" }
 func (m *Manager) resignedKey(name string) string { return m.prefix(name) + "resigned" }
+func (m *Manager) preemptKey(name string) string  { return m.prefix(name) + "preempt" }
 
-func (m *Manager) candidateKey(name string, sess session.ID, requestID string) string {
-	return fmt.Sprintf("%s%016x/%s", m.queue(name), uint64(sess), requestID)
+// campaignPrefix is where the candidacy of sess under requestID lives
+// (its key ends with its priority).
+func (m *Manager) campaignPrefix(name string, sess session.ID, requestID string) string {
+	return fmt.Sprintf("%s%016x/%s/", m.queue(name), uint64(sess), requestID)
 }
 
-// CandidateKey is the etcd key of the candidate entry with which session
-// sess campaigns in (or leads) the named election under request id
-// requestID; the entry's create revision is its term. It is what a
-// leader's server-side watch (package grantwatch) watches. It fails with
-// ErrInvalid for a bad name or request id.
-func (m *Manager) CandidateKey(name string, sess session.ID, requestID string) (string, error) {
+func (m *Manager) seatKey(name string, sess session.ID, requestID string) string {
+	return fmt.Sprintf("%s%016x/%s", m.seats(name), uint64(sess), requestID)
+}
+
+// SeatKey is the etcd key of the seat that session sess holds while its
+// campaign requestID leads the named election; the seat's create revision
+// is the term. It is what a leader's server-side watch (package
+// grantwatch) watches. It fails with ErrInvalid for a bad name or request
+// id.
+func (m *Manager) SeatKey(name string, sess session.ID, requestID string) (string, error) {
 	if err := validateName(name); err != nil {
 		return "", err
 	}
-	if err := names.CheckRequestID(requestID); err != nil {
-		return "", fmt.Errorf("%w: %s", ErrInvalid, err.Error())
+	if err := checkRequestID(requestID); err != nil {
+		return "", err
 	}
-	return m.candidateKey(name, sess, requestID), nil
+	return m.seatKey(name, sess, requestID), nil
+}
+
+func checkRequestID(id string) error {
+	if err := names.CheckRequestID(id); err != nil {
+		return fmt.Errorf("%w: %s", ErrInvalid, err.Error())
+	}
+	return nil
 }
 
 func validateName(name string) error {
@@ -201,73 +237,60 @@ func validateRequest(req *Request) error {
 	if req.RequestID == "" {
 		req.RequestID = names.NewRequestID()
 	}
-	if err := names.CheckRequestID(req.RequestID); err != nil {
-		return fmt.Errorf("%w: %s", ErrInvalid, err.Error())
+	if err := checkRequestID(req.RequestID); err != nil {
+		return err
 	}
 	return validateValue(req.Value)
 }
 
 // Campaign joins the election and blocks until the candidate leads, its
-// session ends (ErrSessionNotFound) or ctx ends (ctx's error). An
-// unsuccessful Campaign removes its candidacy (retrying in the background
-// if etcd is unavailable; the session's end removes it at the latest). A
-// session that already leads under another request id is refused with
-// ErrAlreadyLeader instead of waiting for itself.
+// session ends (ErrSessionNotFound) or ctx ends (ctx's error). A candidate
+// takes the seat at once if nobody leads or waits; otherwise it waits
+// until the seat is given to it: by a resignation or hand-over, or, when
+// the seat was freed by a session's end, by the first member to see it.
+// An unsuccessful Campaign removes its candidacy (and a seat given to it
+// meanwhile), retrying in the background if etcd is unavailable; the
+// session's end removes it at the latest. A session that already leads
+// under another request id is refused with ErrAlreadyLeader instead of
+// waiting for itself.
 func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error) {
 	picked := req.RequestID == "" && req.Session > 0 && validateName(req.Name) == nil
 	var reused bool
-	keyOf := func(id string) string { return m.candidateKey(req.Name, req.Session, id) }
+	keyOf := func(id string) string { return m.campaignPrefix(req.Name, req.Session, id) }
 	if picked {
 		req.RequestID, reused = m.ids.Take(int64(req.Session), req.Name, false, false, keyOf)
 	}
 	if err := validateRequest(&req); err != nil {
 		return Leadership{}, err
 	}
-	q := m.queue(req.Name)
-	var (
-		key, value string
-		c          candidate
-		head       []*mvccpb.KeyValue
-		l          Leadership
-		readAt     int64 // the revision of the transaction's read of head
-	)
 	// A candidacy is taken over only if it was written before the call
 	// began (see lock.Manager's enqueue): one written later may be an
 	// earlier attempt's, still in flight, or a later campaign's under the
 	// same id, which an attempt stuck in etcd must never take over and
 	// then remove.
 	began := m.txns.Began(ctx)
+	var (
+		mine   entry            // the candidacy
+		value  string           // its value as this call wrote it
+		l      Leadership       // the leadership it will be
+		seatKV *mvccpb.KeyValue // the seat as the campaign read it (nil: free)
+		readAt int64            // the revision of that read
+	)
 	for attempt := 1; ; attempt++ {
-		key = keyOf(req.RequestID)
-		c = candidate{Attempt: names.NewRequestID(), RequestID: req.RequestID, Value: req.Value, Enqueued: m.now().UTC()}
-		val, err := json.Marshal(c)
+		l = Leadership{Name: req.Name, Key: m.seatKey(req.Name, req.Session, req.RequestID), Value: req.Value, Priority: req.Priority, Session: req.Session, RequestID: req.RequestID}
+		mine = entry{key: keyOf(req.RequestID) + strconv.Itoa(int(req.Priority)), session: req.Session, requestID: req.RequestID, priority: req.Priority, lease: int64(req.Session)}
+		resp, c, err := m.join(ctx, req, mine.key, l.Key)
 		if err != nil {
 			return Leadership{}, err
 		}
-		value = string(val)
-		if m.beforeCampaign != nil {
-			m.beforeCampaign()
-		}
-		resp, err := m.txns.Commit(ctx, groupcommit.Txn{
-			Name:    q,
-			Creates: true,
-			If:      []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
-			Then:    []clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(req.Session))), queue.HeadsOp(q, 1)},
-			Else:    []clientv3.Op{clientv3.OpGet(key), queue.HeadsOp(q, 1)},
-		})
-		if err != nil {
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				return Leadership{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
-			}
-			// The put may have committed although the answer was lost, or may
-			// still commit later: remove it if it is, or becomes, exactly ours.
-			queue.RemoveLate(m.cli, m.dels, &m.bg, key, value)
-			return Leadership{}, fmt.Errorf("election: campaign %q: %w", req.Name, err)
-		}
-		head, readAt = resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision
-		l = Leadership{Name: req.Name, Key: key, Value: req.Value, Session: req.Session, RequestID: req.RequestID}
+		value, readAt = c, resp.Header.Revision
 		if resp.Succeeded {
-			l.Term = fencing.Token(resp.Header.Revision)
+			inner := resp.Responses[1].GetResponseTxn()
+			if inner.Succeeded {
+				l.Term, l.Revision = fencing.Token(readAt), readAt
+				return l, nil
+			}
+			seatKV = first(inner.Responses[0].GetResponseRange().Kvs)
 			break
 		}
 		if reused {
@@ -278,11 +301,16 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 			continue
 		}
 		// An idempotent retry: take the candidacy over.
+		kv := first(resp.Responses[0].GetResponseRange().Kvs)
+		seatKV = first(resp.Responses[1].GetResponseRange().Kvs)
 		var ok bool
-		if value, ok, err = m.takeOverCandidacy(ctx, req, began, resp.Responses[0].GetResponseRange().Kvs[0], &c, &l); err != nil {
-			return Leadership{}, err
+		if kv != nil {
+			if value, ok, err = m.takeOverCandidacy(ctx, req, began, kv, &l); err != nil {
+				return Leadership{}, err
+			}
 		}
 		if ok {
+			mine, _ = parseEntry(m.queue(req.Name), kv)
 			break
 		}
 		// The candidacy vanished before the take-over (a clean-up of a
@@ -291,90 +319,150 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 			return Leadership{}, fmt.Errorf("%w: the candidacy %s ended while it was retried", ErrSessionNotFound, req.RequestID)
 		}
 	}
-	if len(head) > 0 && string(head[0].Key) == key {
-		l.Revision = readAt
+	if seatKV != nil && string(seatKV.Key) == l.Key {
+		// A retry of a campaign that leads already.
+		ld, err := leaderFromSeat(m.seats(req.Name), seatKV)
+		if err != nil {
+			return Leadership{}, err
+		}
+		l.Term, l.Value, l.Priority, l.Revision = ld.Term, ld.Value, ld.Priority, readAt
 		return l, nil
 	}
-	return m.awaitTurn(ctx, req, l, c, value, head)
+	return m.awaitSeat(ctx, req, l, mine, value, seatKV)
 }
 
-// awaitTurn waits until the candidacy l (written as value, its record c)
-// leads, behind head, the candidates ahead of it when it was written.
-// A candidacy behind its own session's leadership would wait forever: it
-// is refused with ErrAlreadyLeader. One that fails is removed.
-func (m *Manager) awaitTurn(ctx context.Context, req Request, l Leadership, c candidate, value string, head []*mvccpb.KeyValue) (Leadership, error) {
+// join writes the candidacy key (with value c, returned) unless the
+// campaign's candidacy exists, and takes the seat with it when nobody
+// leads or waits. Succeeded: written (Responses[1], a transaction, says
+// whether it took the seat, else read the seat); otherwise Responses read
+// the existing candidacy and the seat.
+func (m *Manager) join(ctx context.Context, req Request, key, seatKey string) (*clientv3.TxnResponse, string, error) {
 	q := m.queue(req.Name)
+	now := m.now().UTC()
+	c, err := json.Marshal(candidate{Attempt: names.NewRequestID(), RequestID: req.RequestID, Value: req.Value, Enqueued: now})
+	if err != nil {
+		return nil, "", err
+	}
+	st, err := json.Marshal(seat{RequestID: req.RequestID, Value: req.Value, Priority: req.Priority, Since: now})
+	if err != nil {
+		return nil, "", err
+	}
+	lease := clientv3.WithLease(clientv3.LeaseID(req.Session))
+	if m.beforeCampaign != nil {
+		m.beforeCampaign()
+	}
+	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
+		Name:    q,
+		Creates: true,
+		If:      []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(m.campaignPrefix(req.Name, req.Session, req.RequestID)), "=", 0).WithPrefix()},
+		Then: []clientv3.Op{
+			clientv3.OpPut(key, string(c), lease),
+			// Compares see the state before the transaction: nobody
+			// leads, and nobody else waits.
+			clientv3.OpTxn([]clientv3.Cmp{
+				clientv3.Compare(clientv3.CreateRevision(m.seats(req.Name)), "=", 0).WithPrefix(),
+				clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithPrefix(),
+			}, []clientv3.Op{clientv3.OpPut(seatKey, string(st), lease)}, []clientv3.Op{m.seatsOp(req.Name)}),
+		},
+		Else: []clientv3.Op{clientv3.OpGet(m.campaignPrefix(req.Name, req.Session, req.RequestID), clientv3.WithPrefix()), m.seatsOp(req.Name)},
+	})
+	if err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return nil, "", fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
+		}
+		// The put may have committed although the answer was lost, or may
+		// still commit later: remove it (and a seat given to it) if it is,
+		// or becomes, exactly ours.
+		queue.RemoveLate(m.cli, m.dels, &m.bg, key, string(c), clientv3.OpDelete(seatKey))
+		return nil, "", fmt.Errorf("election: campaign %q: %w", req.Name, err)
+	}
+	return resp, string(c), nil
+}
+
+func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	if len(kvs) == 0 {
+		return nil
+	}
+	return kvs[0]
+}
+
+// awaitSeat waits until the candidacy mine (written as value) is given
+// the seat; seatKV is the seat as the campaign read it. A candidacy behind
+// its own session's leadership would wait forever: it is refused with
+// ErrAlreadyLeader. One that fails is removed, with a seat given to it
+// meanwhile.
+func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine entry, value string, seatKV *mvccpb.KeyValue) (Leadership, error) {
 	fail := func(err error) (Leadership, error) {
-		queue.Remove(ctx, m.cli, &m.bg, l.Key, value)
+		queue.Remove(ctx, m.cli, &m.bg, mine.key, value, clientv3.OpDelete(l.Key))
 		return Leadership{}, err
 	}
-	own := fmt.Sprintf("%s%016x/", q, uint64(req.Session))
-	if len(head) > 0 && strings.HasPrefix(string(head[0].Key), own) {
-		return fail(fmt.Errorf("%w: %q (request %s); waiting would never end, resign first",
-			ErrAlreadyLeader, req.Name, strings.TrimPrefix(string(head[0].Key), own)))
+	if seatKV != nil {
+		if sess, id, ok := seatOf(m.seats(req.Name), seatKV.Key); ok && sess == req.Session {
+			return fail(fmt.Errorf("%w: %q (request %s); waiting would never end, resign first", ErrAlreadyLeader, req.Name, id))
+		}
+		if req.Preempt {
+			// Best effort: the campaign waits its turn either way.
+			_ = m.askToStepDown(ctx, req.Name, mine, seatKV)
+		}
 	}
-	rev, err := m.waits.Wait(ctx, queue.NewTurn(q, l.Key, int64(l.Term), 1, head))
+	term, rev, err := m.waitSeat(ctx, req.Name, mine.key, l.Key)
 	if errors.Is(err, queue.ErrEntryGone) {
 		err = fmt.Errorf("%w: the candidate's session ended while it waited", ErrSessionNotFound)
 	}
 	if err != nil {
 		return fail(err)
 	}
-	l.Revision = rev
-	c.Elected = m.now().UTC()
-	if val, err := json.Marshal(c); err == nil {
-		queue.Restamp(&m.bg, m.cli, l.Key, value, string(val))
-	}
+	l.Term, l.Revision, l.Priority = fencing.Token(term), rev, mine.priority
 	return l, nil
 }
 
 // takeOverCandidacy takes over kv, the candidacy an earlier attempt of
-// the same request wrote, for this attempt (c, l): it keeps its value,
-// proclamations and times, and writes c over it. It refuses one written
+// the same request wrote, for this attempt: it keeps its value, priority
+// and times, and writes a new attempt over it. It refuses one written
 // after the call began (an attempt still in flight, or a later campaign
 // under the same id). ok is false when the candidacy vanished first.
-func (m *Manager) takeOverCandidacy(ctx context.Context, req Request, began int64, kv *mvccpb.KeyValue, c *candidate, l *Leadership) (value string, ok bool, err error) {
+func (m *Manager) takeOverCandidacy(ctx context.Context, req Request, began int64, kv *mvccpb.KeyValue, l *Leadership) (value string, ok bool, err error) {
 	if kv.CreateRevision > began {
 		return "", false, fmt.Errorf("%w (election %q, request %s: by an earlier attempt still in flight, or a later campaign under the same id); retry", errCandidacyNewer, req.Name, req.RequestID)
 	}
-	l.Term = fencing.Token(kv.CreateRevision)
-	var prev candidate
-	if json.Unmarshal(kv.Value, &prev) == nil {
-		c.Value, c.Proclaims, c.Enqueued, c.Elected = prev.Value, prev.Proclaims, prev.Enqueued, prev.Elected
-		l.Value = prev.Value
+	var c candidate
+	_ = json.Unmarshal(kv.Value, &c)
+	c.Attempt, c.RequestID = names.NewRequestID(), req.RequestID
+	l.Value = c.Value
+	if e, ok := parseEntry(m.queue(req.Name), kv); ok {
+		l.Priority = e.priority
 	}
 	val, err := json.Marshal(c)
 	if err != nil {
 		return "", false, err
 	}
-	if ok, err = queue.TakeOver(ctx, m.cli, l.Key, int64(l.Term), string(val)); err != nil {
+	if ok, err = queue.TakeOver(ctx, m.cli, string(kv.Key), kv.CreateRevision, string(val)); err != nil {
 		return "", false, fmt.Errorf("election: campaign %q: %w", req.Name, err)
 	}
 	return string(val), ok, nil
 }
 
-// TermSession returns the session of the candidate whose term (or
-// campaign) term names, read linearizably. It returns ErrNotLeader when
-// there is none.
-func (m *Manager) TermSession(ctx context.Context, name string, term fencing.Token) (session.ID, error) {
-	kv, _, err := m.leading(ctx, name, term)
-	if err != nil {
-		return 0, err
-	}
-	if kv == nil {
-		return 0, fmt.Errorf("%w: term %d of %q is no candidate's", ErrNotLeader, term, name)
-	}
-	return session.ID(kv.Lease), nil
-}
-
-// leading reads the candidate whose term is term and reports whether it
-// leads now (nil if it does not exist).
+// leading reads the election's seat and reports whether term holds it.
 func (m *Manager) leading(ctx context.Context, name string, term fencing.Token) (*mvccpb.KeyValue, bool, error) {
-	kv, place, _, err := queue.Position(ctx, m.cli, m.queue(name), int64(term))
+	resp, err := m.cli.Txn(ctx).Then(m.seatsOp(name)).Commit()
 	if err != nil {
 		return nil, false, fmt.Errorf("election: read %q: %w", name, err)
 	}
-	return kv, kv != nil && place == 1, nil
+	kv := first(resp.Responses[0].GetResponseRange().Kvs)
+	return kv, kv != nil && kv.CreateRevision == int64(term), nil
+}
+
+// TermSession returns the session of the leader whose term is term, read
+// linearizably. It returns ErrNotLeader when term does not lead.
+func (m *Manager) TermSession(ctx context.Context, name string, term fencing.Token) (session.ID, error) {
+	kv, leads, err := m.leading(ctx, name, term)
+	if err != nil {
+		return 0, err
+	}
+	if !leads {
+		return 0, fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
+	}
+	return session.ID(kv.Lease), nil
 }
 
 // Proclaim replaces the leader's value. It fails with ErrNotLeader unless
@@ -394,18 +482,18 @@ func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token,
 		if !leads {
 			return 0, fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
 		}
-		var c candidate
-		if err := json.Unmarshal(kv.Value, &c); err != nil {
+		var st seat
+		if err := json.Unmarshal(kv.Value, &st); err != nil {
 			return 0, fmt.Errorf("election: decode %q: %w", kv.Key, err)
 		}
-		c.Value = value
-		c.Proclaims++
-		val, err := json.Marshal(c)
+		st.Value = value
+		st.Proclaims++
+		val, err := json.Marshal(st)
 		if err != nil {
 			return 0, err
 		}
-		// Read-modify-write: a concurrent restamp or proclamation makes the
-		// compare fail, and the loop reads again.
+		// Read-modify-write: a concurrent proclamation makes the compare
+		// fail, and the loop reads again.
 		resp, err := m.txns.Commit(ctx, groupcommit.Txn{
 			Name: m.queue(name),
 			If:   []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
@@ -420,93 +508,149 @@ func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token,
 	}
 }
 
-// Resign ends term's leadership; the next candidate leads at the same
-// revision. It fails with ErrNotLeader unless term leads the election (so
-// a retried Resign never removes a newer leader). With a hint naming a
+// Resign ends term's leadership and its campaign; the first candidate in
+// line (by priority, then arrival) leads at the same revision, with a new
+// term. It fails with ErrNotLeader unless term leads the election (so a
+// retried Resign never removes a newer leader). With a hint naming a
 // session and a request id (the SDK always gives one) it is one
-// transaction: it compares that the hinted campaign's key has term as its
-// create revision and that no candidate key is older; without one, the
-// campaign is read first, and a hint naming only a session must name the
-// term's session or the resignation fails with ErrNotLeader.
+// transaction when nobody waits; otherwise the seat and the line are read
+// first, and a hint naming only a session must name the term's session or
+// the resignation fails with ErrNotLeader.
 func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, hint session.Hint) error {
 	if err := validateTerm(name, term); err != nil {
 		return err
 	}
-	var cmps []clientv3.Cmp
-	var key string
-	var lease clientv3.LeaseID
 	if hint.Session > 0 && hint.RequestID != "" {
-		if err := names.CheckRequestID(hint.RequestID); err != nil {
-			return fmt.Errorf("%w: %s", ErrInvalid, err.Error())
-		}
-		key, lease = m.candidateKey(name, hint.Session, hint.RequestID), clientv3.LeaseID(hint.Session)
-		// It leads: every candidate's key was created at term or later.
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(m.queue(name)), ">", int64(term)-1).WithPrefix())
-	} else {
-		kv, leads, err := m.leading(ctx, name, term)
-		if err != nil {
+		if err := checkRequestID(hint.RequestID); err != nil {
 			return err
 		}
-		if !leads {
+	}
+	for attempt := 0; ; attempt++ {
+		var resp *clientv3.TxnResponse
+		var err error
+		if attempt == 0 && hint.Session > 0 && hint.RequestID != "" {
+			if resp, err = m.resignAlone(ctx, name, term, hint); err != nil || resp.Succeeded {
+				return m.resigned(name, hint, err)
+			}
+		} else if resp, err = m.cli.Txn(ctx).Then(m.seatsOp(name), m.candidatesOp(name)).Commit(); err != nil {
+			return fmt.Errorf("election: resign %q: %w", name, err)
+		}
+		kv := first(resp.Responses[0].GetResponseRange().Kvs)
+		if kv == nil || kv.CreateRevision != int64(term) {
 			return fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
 		}
-		if hint.Session > 0 && session.ID(kv.Lease) != hint.Session {
+		sess, rid, _ := seatOf(m.seats(name), kv.Key)
+		if hint.Session > 0 && sess != hint.Session {
 			return fmt.Errorf("%w: term %d of %q is not a term of session %s", ErrNotLeader, term, name, hint.Session)
 		}
-		key, lease = string(kv.Key), clientv3.LeaseID(kv.Lease)
+		own := m.campaignPrefix(name, sess, rid)
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", int64(term))}
+		ops := m.endOps(name, string(kv.Key), own, term, kv.Lease)
+		e, ok := m.next(name, resp.Responses[1].GetResponseRange().Kvs, own)
+		ok = ok && attempt < promoteAttempts
+		if ok {
+			c, o, err := m.seatFor(ctx, name, e, resp.Header.Revision)
+			if err != nil {
+				return err
+			}
+			cmps, ops = append(cmps, c...), append(ops, o...)
+		} else {
+			// Nobody waits, or the line kept changing: free the seat, and
+			// the waiters' members give it.
+			ops = append(ops, clientv3.OpDelete(m.preemptKey(name)))
+		}
+		tr, err := m.commitEnd(ctx, name, ok, cmps, ops)
+		if err != nil || tr.Succeeded {
+			return m.resigned(name, session.Hint{Session: sess, RequestID: rid}, err)
+		}
+		// The term ended meanwhile (the next read says so), or a candidate
+		// joined: read again.
 	}
-	// The marker, written with the delete, tells observers this was a
-	// resignation; it goes away with the resigner's session. When etcd's
-	// database is full (NOSPACE refuses any transaction with a put), the
-	// leader resigns without it, and observers see the term expire.
-	ops := []clientv3.Op{clientv3.OpDelete(key),
-		clientv3.OpPut(m.resignedKey(name), strconv.FormatInt(int64(term), 10), clientv3.WithLease(lease))}
-	cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", int64(term)))
-	resp, err := m.txns.Commit(ctx, groupcommit.Txn{Name: m.queue(name), If: cmps, Then: ops})
-	if errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace) {
-		resp, err = m.txns.Commit(ctx, groupcommit.Txn{Name: m.queue(name), If: cmps, Then: ops[:1]})
+}
+
+// resignAlone resigns term held by hint's campaign in one transaction if
+// nobody else waits; otherwise it reads the seat and the line (Else).
+func (m *Manager) resignAlone(ctx context.Context, name string, term fencing.Token, hint session.Hint) (*clientv3.TxnResponse, error) {
+	q, own := m.queue(name), m.campaignPrefix(name, hint.Session, hint.RequestID)
+	seatKey := m.seatKey(name, hint.Session, hint.RequestID)
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(seatKey), "=", int64(term)),
+		// Nobody else waits: no candidate key before or after the own.
+		clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithRange(own),
+		clientv3.Compare(clientv3.CreateRevision(clientv3.GetPrefixRangeEnd(own)), "=", 0).WithRange(clientv3.GetPrefixRangeEnd(q)),
 	}
+	ops := append(m.endOps(name, seatKey, own, term, int64(hint.Session)), clientv3.OpDelete(m.preemptKey(name)))
+	tr, err := m.txns.Commit(ctx, groupcommit.Txn{Name: q, If: cmps, Then: ops, Else: []clientv3.Op{m.seatsOp(name), m.candidatesOp(name)}})
+	if isNoSpace(err) {
+		tr, err = m.txns.Commit(ctx, groupcommit.Txn{Name: q, If: cmps, Then: withoutMarker(ops), Else: []clientv3.Op{m.seatsOp(name), m.candidatesOp(name)}})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return tr, nil
+}
+
+// commitEnd commits a resignation (creates: with a successor's seat).
+// When etcd's database is full (NOSPACE refuses any transaction with a
+// put) the leader resigns without the marker and without a successor:
+// observers see the term expire, and the seat stays free until there is
+// room.
+func (m *Manager) commitEnd(ctx context.Context, name string, creates bool, cmps []clientv3.Cmp, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
+	tr, err := m.txns.Commit(ctx, groupcommit.Txn{Name: m.queue(name), Creates: creates, If: cmps, Then: ops})
+	if isNoSpace(err) {
+		tr, err = m.txns.Commit(ctx, groupcommit.Txn{Name: m.queue(name), If: cmps[:1], Then: withoutMarker(ops[:3])})
+	}
+	return tr, err
+}
+
+func isNoSpace(err error) bool {
+	return errors.Is(err, rpctypes.ErrNoSpace) || errors.Is(err, rpctypes.ErrGRPCNoSpace)
+}
+
+// withoutMarker drops the puts from a resignation's operations.
+func withoutMarker(ops []clientv3.Op) []clientv3.Op {
+	var out []clientv3.Op
+	for _, op := range ops {
+		if !op.IsPut() {
+			out = append(out, op)
+		}
+	}
+	return out
+}
+
+// resigned turns a resignation's outcome into Resign's answer.
+func (m *Manager) resigned(name string, hint session.Hint, err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return fmt.Errorf("%w: term %d of %q ended with its session", ErrNotLeader, term, name)
+		return fmt.Errorf("%w: the term of %q ended with its session", ErrNotLeader, name)
 	}
 	if err != nil {
 		return fmt.Errorf("election: resign %q: %w", name, err)
 	}
-	if !resp.Succeeded {
-		return fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
-	}
-	m.ids.Released(key)
+	m.ids.Released(m.campaignPrefix(name, hint.Session, hint.RequestID))
 	return nil
 }
 
 // Leader returns who leads the election, and the revision of the read
-// (linearizable). It fails with ErrNoLeader when nobody does.
+// (linearizable). It fails with ErrNoLeader when nobody does (and, if
+// candidates wait for a seat that a session's end freed a moment ago,
+// gives it).
 func (m *Manager) Leader(ctx context.Context, name string) (Leader, int64, error) {
 	if err := validateName(name); err != nil {
 		return Leader{}, 0, err
 	}
-	resp, err := m.cli.Txn(ctx).Then(queue.HeadsOp(m.queue(name), 1)).Commit()
+	resp, err := m.cli.Txn(ctx).Then(m.seatsOp(name), clientv3.OpGet(m.queue(name), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))).Commit()
 	if err != nil {
 		return Leader{}, 0, fmt.Errorf("election: leader of %q: %w", name, err)
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
+	kv := first(resp.Responses[0].GetResponseRange().Kvs)
+	if kv == nil {
+		if len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
+			m.kick(name)
+		}
 		return Leader{}, resp.Header.Revision, fmt.Errorf("%w: nobody leads %q", ErrNoLeader, name)
 	}
-	ld, err := leaderOf(kvs[0])
+	ld, err := leaderFromSeat(m.seats(name), kv)
 	return ld, resp.Header.Revision, err
-}
-
-func leaderOf(kv *mvccpb.KeyValue) (Leader, error) {
-	var c candidate
-	if err := json.Unmarshal(kv.Value, &c); err != nil {
-		return Leader{}, fmt.Errorf("election: decode %q: %w", kv.Key, err)
-	}
-	ld := Leader{Term: fencing.Token(kv.CreateRevision), Value: c.Value, Session: session.ID(kv.Lease), RequestID: c.RequestID, Since: c.Enqueued, Proclaims: c.Proclaims}
-	if !c.Elected.IsZero() {
-		ld.Since = c.Elected
-	}
-	return ld, nil
 }
 
 // List returns the names of elections that have a leader or candidates and
@@ -529,26 +673,42 @@ func (m *Manager) List(ctx context.Context, prefix, after string, limit int) ([]
 	return list, nil
 }
 
-// Candidates returns the campaigns waiting behind the leader, in the order
-// they will lead, and the revision of the read (linearizable).
+// Candidates returns the campaigns waiting for the seat, in the order
+// they would take it (priority, then arrival), and the revision of the
+// read (linearizable).
 func (m *Manager) Candidates(ctx context.Context, name string) ([]Candidate, int64, error) {
 	if err := validateName(name); err != nil {
 		return nil, 0, err
 	}
-	resp, err := m.cli.Get(ctx, m.queue(name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := m.cli.Txn(ctx).Then(m.seatsOp(name), clientv3.OpGet(m.queue(name), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return nil, 0, fmt.Errorf("election: candidates of %q: %w", name, err)
 	}
-	var out []Candidate
-	for i, kv := range resp.Kvs {
-		if i == 0 {
-			continue // the leader
+	skip := ""
+	if kv := first(resp.Responses[0].GetResponseRange().Kvs); kv != nil {
+		sess, rid, _ := seatOf(m.seats(name), kv.Key)
+		skip = m.campaignPrefix(name, sess, rid)
+	}
+	type line struct {
+		e entry
+		c candidate
+	}
+	var all []line
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		e, ok := parseEntry(m.queue(name), kv)
+		if !ok || (skip != "" && strings.HasPrefix(e.key, skip)) {
+			continue
 		}
 		var c candidate
 		if err := json.Unmarshal(kv.Value, &c); err != nil {
 			return nil, 0, fmt.Errorf("election: decode %q: %w", kv.Key, err)
 		}
-		out = append(out, Candidate{Term: fencing.Token(kv.CreateRevision), Value: c.Value, Session: session.ID(kv.Lease), RequestID: c.RequestID, Enqueued: c.Enqueued})
+		all = append(all, line{e, c})
+	}
+	slices.SortFunc(all, func(a, b line) int { return before(a.e, b.e) })
+	out := make([]Candidate, 0, len(all))
+	for _, x := range all {
+		out = append(out, Candidate{Joined: x.e.created, Value: x.c.Value, Priority: x.e.priority, Session: x.e.session, RequestID: x.e.requestID, Enqueued: x.c.Enqueued})
 	}
 	return out, resp.Header.Revision, nil
 }
@@ -561,7 +721,8 @@ func (m *Manager) ValidateFence(ctx context.Context, name string, term fencing.T
 }
 
 // Holding implements lock.Fence for elections: it checks that term leads
-// now and returns a comparison that stays true while it keeps leading.
+// now and returns a comparison that stays true while it keeps leading
+// (its seat, created at term, exists).
 func (m *Manager) Holding(ctx context.Context, name string, term fencing.Token) (clientv3.Cmp, error) {
 	if err := validateTerm(name, term); err != nil {
 		return clientv3.Cmp{}, err

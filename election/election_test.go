@@ -102,7 +102,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 	cc := e.campaign(ctx, election.Request{Name: "jobs", Session: s3, Value: "c:1"})
 	e.waitCandidates(t, "jobs", 2)
 	cands, _, err := e.m.Candidates(ctx, "jobs")
-	if err != nil || len(cands) != 2 || cands[0].Value != "b:1" || cands[1].Value != "c:1" || cands[0].Term >= cands[1].Term {
+	if err != nil || len(cands) != 2 || cands[0].Value != "b:1" || cands[1].Value != "c:1" || cands[0].Joined >= cands[1].Joined {
 		t.Fatalf("Candidates = %+v, %v", cands, err)
 	}
 
@@ -116,7 +116,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 	if ld, _, _ := e.m.Leader(ctx, "jobs"); ld.Value != "a:2" || ld.Proclaims != 1 {
 		t.Fatalf("Leader after Proclaim = %+v", ld)
 	}
-	if _, err := e.m.Proclaim(ctx, "jobs", cands[0].Term, "b:2"); !errors.Is(err, election.ErrNotLeader) {
+	if _, err := e.m.Proclaim(ctx, "jobs", fencing.Token(cands[0].Joined), "b:2"); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Proclaim by a waiting candidate = %v, want ErrNotLeader", err)
 	}
 	// A waiting candidate cannot resign, with or without naming its
@@ -124,7 +124,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 	// the leader's term with another campaign's name resigns nothing.
 	waiting := session.Hint{Session: cands[0].Session, RequestID: cands[0].RequestID}
 	for _, h := range []session.Hint{{}, waiting} {
-		if err := e.m.Resign(ctx, "jobs", cands[0].Term, h); !errors.Is(err, election.ErrNotLeader) {
+		if err := e.m.Resign(ctx, "jobs", fencing.Token(cands[0].Joined), h); !errors.Is(err, election.ErrNotLeader) {
 			t.Fatalf("Resign by a waiting candidate (hint %+v) = %v, want ErrNotLeader", h, err)
 		}
 	}
@@ -265,7 +265,7 @@ func TestAStaleCampaignNeverTakesOverALaterCandidacy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	term := c[0].Term
+	joined := c[0].Joined
 	close(resume)
 	select {
 	case r := <-stale:
@@ -280,8 +280,8 @@ func TestAStaleCampaignNeverTakesOverALaterCandidacy(t *testing.T) {
 	}
 	select {
 	case r := <-later:
-		if r.err != nil || r.l.Term != term || r.l.Value != "later" {
-			t.Fatalf("the later campaign = %+v, %v; want to lead in term %d with its own value", r.l, r.err, term)
+		if r.err != nil || int64(r.l.Term) <= joined || r.l.Value != "later" {
+			t.Fatalf("the later campaign = %+v, %v; want to lead after joining at %d, with its own value", r.l, r.err, joined)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the later campaign was not elected")
@@ -347,7 +347,7 @@ func (e env) truth(t *testing.T, name string, from, to int64) ([]state, []int64)
 	var states []state
 	var revs []int64
 	for r := from; r <= to; r++ {
-		resp, err := e.cli.Get(t.Context(), "/coordd/election/"+name+"/q/", clientv3.WithPrefix(), clientv3.WithRev(r),
+		resp, err := e.cli.Get(t.Context(), "/coordd/election/"+name+"/lead/", clientv3.WithPrefix(), clientv3.WithRev(r),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1))
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package election
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,6 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/session"
 )
 
 // EventType is what happened to an election.
@@ -29,6 +32,9 @@ const (
 	Expired
 	// Vacant: nobody leads.
 	Vacant
+	// PreemptRequested: a waiting candidate that outranks Leader asked it
+	// to step down (Event.By); the leader decides when.
+	PreemptRequested
 )
 
 func (t EventType) String() string {
@@ -43,6 +49,8 @@ func (t EventType) String() string {
 		return "EXPIRED"
 	case Vacant:
 		return "VACANT"
+	case PreemptRequested:
+		return "PREEMPT_REQUESTED"
 	}
 	return "EventType(" + strconv.Itoa(int(t)) + ")"
 }
@@ -51,9 +59,13 @@ func (t EventType) String() string {
 type Event struct {
 	Type     EventType
 	Revision int64
-	// Leader is the new leader (Elected, Proclaimed) or the one that left
-	// (Resigned, Expired); zero for Vacant.
+	// Leader is the new leader (Elected, Proclaimed), the one that left
+	// (Resigned, Expired) or the one asked to step down
+	// (PreemptRequested); zero for Vacant.
 	Leader Leader
+	// By is the candidate that asked the leader to step down
+	// (PreemptRequested only): its session, request id and priority.
+	By Candidate
 	// Current marks an event that states the election's state at Revision
 	// (Elected or Vacant) rather than a change made at it: the first event
 	// of a stream that did not resume, or of one whose resume revision was
@@ -82,7 +94,7 @@ func (m *Manager) Observe(ctx context.Context, name string, from int64, send fun
 	if from < 0 {
 		return fmt.Errorf("%w: revision %d is negative", ErrInvalid, from)
 	}
-	o := &observer{queue: m.queue(name), resigned: m.resignedKey(name), entries: map[string]*mvccpb.KeyValue{}}
+	o := &observer{seats: m.seats(name), resigned: m.resignedKey(name), preempt: m.preemptKey(name), entries: map[string]*mvccpb.KeyValue{}}
 	prefix := m.prefix(name)
 	// Subscribed before any read: every change above pos will come
 	// through the member's shared watch.
@@ -239,24 +251,30 @@ func applyEvents(o *observer, rev *int64, evs []*clientv3.Event, send func([]Eve
 	return nil
 }
 
-// observer tracks an election's candidates to turn etcd events into
-// election events.
+// observer tracks an election's seat to turn etcd events into election
+// events.
 type observer struct {
-	queue    string // the candidates' key prefix
+	seats    string // the seat's key prefix
 	resigned string // the resignation marker's key
+	preempt  string // the preemption request's key
 	entries  map[string]*mvccpb.KeyValue
+	pre      *mvccpb.KeyValue // the preemption request, if any
 }
 
 func (o *observer) load(kvs []*mvccpb.KeyValue) {
 	clear(o.entries)
+	o.pre = nil
 	for _, kv := range kvs {
-		if strings.HasPrefix(string(kv.Key), o.queue) {
-			o.entries[string(kv.Key)] = kv
+		switch k := string(kv.Key); {
+		case strings.HasPrefix(k, o.seats):
+			o.entries[k] = kv
+		case k == o.preempt:
+			o.pre = kv
 		}
 	}
 }
 
-// head is the leading candidate: the lowest create revision.
+// head is the seat: the lowest create revision, should there be two.
 func (o *observer) head() *mvccpb.KeyValue {
 	var h *mvccpb.KeyValue
 	for _, kv := range o.entries {
@@ -267,13 +285,32 @@ func (o *observer) head() *mvccpb.KeyValue {
 	return h
 }
 
+func (o *observer) leader(kv *mvccpb.KeyValue) Leader {
+	ld, _ := leaderFromSeat(o.seats, kv)
+	return ld
+}
+
+// preemption returns the event for a preemption request pre that names
+// the term of head, if it does.
+func (o *observer) preemption(rev int64, head, pre *mvccpb.KeyValue, current bool) []Event {
+	if head == nil || pre == nil {
+		return nil
+	}
+	var p preemption
+	if json.Unmarshal(pre.Value, &p) != nil || p.Term != head.CreateRevision {
+		return nil
+	}
+	sess, _ := session.ParseID(p.Session)
+	return []Event{{Type: PreemptRequested, Revision: rev, Leader: o.leader(head), Current: current,
+		By: Candidate{Session: sess, RequestID: p.RequestID, Priority: p.Priority, Joined: pre.CreateRevision}}}
+}
+
 func (o *observer) current(rev int64) []Event {
 	h := o.head()
 	if h == nil {
 		return []Event{{Type: Vacant, Revision: rev, Current: true}}
 	}
-	ld, _ := leaderOf(h)
-	return []Event{{Type: Elected, Revision: rev, Leader: ld, Current: true}}
+	return append([]Event{{Type: Elected, Revision: rev, Leader: o.leader(h), Current: true}}, o.preemption(rev, h, o.pre, true)...)
 }
 
 // apply applies one revision's etcd events and returns the election events
@@ -282,17 +319,23 @@ func (o *observer) apply(rev int64, evs []*clientv3.Event) []Event {
 	old := o.head()
 	resigned := int64(0)
 	headPut := false
+	var pre *mvccpb.KeyValue
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
 		switch {
 		case k == o.resigned && ev.Type == mvccpb.PUT:
 			resigned, _ = strconv.ParseInt(string(ev.Kv.Value), 10, 64)
-		case strings.HasPrefix(k, o.queue) && ev.Type == mvccpb.PUT:
+		case k == o.preempt:
+			o.pre = nil
+			if ev.Type == mvccpb.PUT {
+				o.pre, pre = ev.Kv, ev.Kv
+			}
+		case strings.HasPrefix(k, o.seats) && ev.Type == mvccpb.PUT:
 			o.entries[k] = ev.Kv
 			if old != nil && k == string(old.Key) && ev.Kv.CreateRevision == old.CreateRevision {
 				headPut = true
 			}
-		case strings.HasPrefix(k, o.queue):
+		case strings.HasPrefix(k, o.seats):
 			delete(o.entries, k)
 		}
 	}
@@ -304,23 +347,19 @@ func (o *observer) apply(rev int64, evs []*clientv3.Event) []Event {
 		if resigned == old.CreateRevision {
 			typ = Resigned
 		}
-		ld, _ := leaderOf(old)
-		out = append(out, Event{Type: typ, Revision: rev, Leader: ld})
+		out = append(out, Event{Type: typ, Revision: rev, Leader: o.leader(old)})
 		if cur == nil {
 			out = append(out, Event{Type: Vacant, Revision: rev})
 		} else {
-			ld, _ := leaderOf(cur)
-			out = append(out, Event{Type: Elected, Revision: rev, Leader: ld})
+			out = append(out, Event{Type: Elected, Revision: rev, Leader: o.leader(cur)})
 		}
 	case old == nil && cur != nil:
-		ld, _ := leaderOf(cur)
-		out = append(out, Event{Type: Elected, Revision: rev, Leader: ld})
+		out = append(out, Event{Type: Elected, Revision: rev, Leader: o.leader(cur)})
 	case old != nil && headPut:
-		before, _ := leaderOf(old)
-		after, _ := leaderOf(cur)
+		before, after := o.leader(old), o.leader(cur)
 		if after.Proclaims != before.Proclaims {
 			out = append(out, Event{Type: Proclaimed, Revision: rev, Leader: after})
 		}
 	}
-	return out
+	return append(out, o.preemption(rev, cur, pre, false)...)
 }

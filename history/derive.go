@@ -77,7 +77,7 @@ type entryValue struct {
 	Read      bool      `json:"read"`
 	Enqueued  time.Time `json:"enqueued"`
 	Granted   time.Time `json:"granted"`
-	Elected   time.Time `json:"elected"`
+	Since     time.Time `json:"since"` // a seat's
 }
 
 func newState(root string) *state {
@@ -115,7 +115,7 @@ func (s *state) load(ctx context.Context, cli *clientv3.Client, rev int64) (int6
 		for _, kv := range q.holders() {
 			v := decodeEntry(kv.Value)
 			since := v.Enqueued
-			for _, t := range []time.Time{v.Granted, v.Elected} {
+			for _, t := range []time.Time{v.Granted, v.Since} {
 				if !t.IsZero() {
 					since = t
 				}
@@ -150,7 +150,11 @@ func (s *state) queueOf(key string) (prefix string, k Kind, name string, marker 
 		}
 		prefix = r.root + esc + "/q/"
 		switch {
-		case strings.HasPrefix(sub, "q/"):
+		case r.kind == Lock && strings.HasPrefix(sub, "q/"):
+			return prefix, r.kind, names.Unescape(esc), false
+		case r.kind == Election && strings.HasPrefix(sub, "lead/"):
+			// An election's entries are its seats: who leads, not who
+			// waits (package election).
 			return prefix, r.kind, names.Unescape(esc), false
 		case r.kind == Election && sub == "resigned":
 			return prefix, r.kind, names.Unescape(esc), true
@@ -225,10 +229,11 @@ func (s *state) del(key string, touched map[string]bool, closed map[session.ID]b
 
 // holders returns the entries at the head that hold the lock or lead. It
 // looks at twice as many entries as hold it at most (a lock's holders are
-// the first of its entries, and HeldCount tells how many of a prefix).
+// the first of its entries, and HeldCount tells how many of a prefix). An
+// election's entries are its seats, which all lead (one at most).
 func (q *queueState) holders() []*mvccpb.KeyValue {
 	if q.kind == Election {
-		return q.first(1)
+		return q.first(q.entries.Len())
 	}
 	for n := 2; ; n *= 2 {
 		head := q.first(n)
@@ -297,7 +302,8 @@ func (s *state) step(q *queueState, rev int64, now time.Time, closed map[session
 		if q.kind == Election {
 			e.Type = Elected
 		}
-		if kv.CreateRevision != rev && !v.Enqueued.IsZero() {
+		// A seat given after a wait names the campaign's start.
+		if (kv.CreateRevision != rev || q.kind == Election) && !v.Enqueued.IsZero() {
 			e.Waited = max(now.Sub(v.Enqueued), 0)
 		}
 		if len(ended) > 0 {

@@ -167,7 +167,7 @@ func exitCode(err error) int {
 		return exitTimeout
 	case errors.Is(err, clientlib.ErrSessionNotFound), errors.Is(err, clientlib.ErrKeyNotFound),
 		errors.Is(err, clientlib.ErrNoLeader), errors.Is(err, clientlib.ErrReleaseNotFound), errors.Is(err, clientlib.ErrMemberNotFound),
-		errors.Is(err, clientlib.ErrProposalNotFound):
+		errors.Is(err, clientlib.ErrProposalNotFound), errors.Is(err, clientlib.ErrCandidateNotFound):
 		return exitNotFound
 	case errors.Is(err, clientlib.ErrLockHeld), errors.Is(err, clientlib.ErrStaleToken), errors.Is(err, clientlib.ErrNotHolder),
 		errors.Is(err, clientlib.ErrNotLeader), errors.Is(err, clientlib.ErrRevisionMismatch), errors.Is(err, clientlib.ErrLimitMismatch),

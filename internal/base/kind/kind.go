@@ -88,6 +88,9 @@ var (
 	// ProposalClosed: the proposal was already approved, rejected or
 	// withdrawn, or it expired.
 	ProposalClosed = &Kind{"proposal closed"}
+	// CandidateNotFound: the session named has no campaign waiting in the
+	// election (a hand-over's successor).
+	CandidateNotFound = &Kind{"candidate not found"}
 	// PermissionDenied: the caller may not do this.
 	PermissionDenied = &Kind{"permission denied"}
 	// RateLimited: the caller or the namespace is over its rate; nothing changed.
@@ -104,4 +107,5 @@ var All = []*Kind{
 	ValidationFailed, RevisionMismatch, Compacted, Unavailable,
 	MemberNotFound, MemberChangeRefused, Unauthenticated, PermissionDenied, RateLimited,
 	QuotaExceeded, SecretsUnavailable, ApprovalRequired, ProposalNotFound, ProposalClosed,
+	CandidateNotFound,
 }

@@ -82,7 +82,10 @@ const lateWriteWindow = 30 * time.Second
 // member's shared watch of the queue (which must cover key's queue), and
 // opens no etcd watch of its own: under load many calls may be in this
 // state at once.
-func RemoveLate(cli *clientv3.Client, w *grantwatch.Watcher, bg *Background, key, value string) {
+//
+// Ops in also are committed with the removal (an election's seat of that
+// candidacy, say), and only with it.
+func RemoveLate(cli *clientv3.Client, w *grantwatch.Watcher, bg *Background, key, value string, also ...clientv3.Op) {
 	bg.Go(func(stop context.Context) {
 		ctx, cancel := context.WithTimeout(stop, lateWriteWindow)
 		defer cancel()
@@ -92,7 +95,7 @@ func RemoveLate(cli *clientv3.Client, w *grantwatch.Watcher, bg *Background, key
 			// Subscribed before the compare: a put after it arrives on f.
 			resp, err := cli.Txn(ctx).
 				If(clientv3.Compare(clientv3.Value(key), "=", value)).
-				Then(clientv3.OpDelete(key)).
+				Then(append([]clientv3.Op{clientv3.OpDelete(key)}, also...)...).
 				Commit()
 			if err == nil && resp.Succeeded {
 				return
@@ -137,14 +140,15 @@ func waitForValue(ctx context.Context, f *grantwatch.Feed, key, value string, af
 // has ended: a caller that gave up removes only what it wrote, never an
 // entry a later call (an idempotent retry) has taken over. If etcd does not
 // answer, bg keeps trying for up to 30s; the entry's session ending removes
-// it at the latest.
-func Remove(ctx context.Context, cli *clientv3.Client, bg *Background, key, value string) {
+// it at the latest. Ops in also are committed with the removal, and only
+// with it.
+func Remove(ctx context.Context, cli *clientv3.Client, bg *Background, key, value string, also ...clientv3.Op) {
 	try := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		_, err := cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.Value(key), "=", value)).
-			Then(clientv3.OpDelete(key)).
+			Then(append([]clientv3.Op{clientv3.OpDelete(key)}, also...)...).
 			Commit()
 		return err
 	}

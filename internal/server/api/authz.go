@@ -267,6 +267,11 @@ var rpcTable = map[string]rpcRule{
 		}
 		return ownedRef{election: m.GetName(), token: m.GetTerm()}
 	}),
+	// By the term alone: the hint only tells the stream to stop following.
+	electionSvc + "Transfer": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.TransferRequest).GetName), func(msg any) ownedRef {
+		m, _ := msg.(*coorddv1.TransferRequest)
+		return ownedRef{election: m.GetName(), token: m.GetTerm()}
+	}),
 	electionSvc + "Leader":        rule(auth.ElectionObserve, named(auth.Election, (*coorddv1.LeaderRequest).GetName)),
 	electionSvc + "Candidates":    rule(auth.ElectionObserve, named(auth.Election, (*coorddv1.CandidatesRequest).GetName)),
 	electionSvc + "ListElections": rule(auth.ElectionObserve, listed(auth.Election, (*coorddv1.ListElectionsRequest).GetPrefix)),

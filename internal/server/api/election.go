@@ -50,7 +50,8 @@ func (s *ElectionServer) Campaign(ctx context.Context, req *coorddv1.CampaignReq
 		return nil, err
 	}
 	defer done()
-	l, err := s.m.Campaign(ctx, election.Request{Name: req.GetName(), Session: id, Value: req.GetValue(), RequestID: req.GetRequestId()})
+	l, err := s.m.Campaign(ctx, election.Request{Name: req.GetName(), Session: id, Value: req.GetValue(), RequestID: req.GetRequestId(),
+		Priority: req.GetPriority(), Preempt: req.GetPreempt()})
 	if err != nil {
 		return nil, err
 	}
@@ -62,6 +63,7 @@ func (s *ElectionServer) Campaign(ctx context.Context, req *coorddv1.CampaignReq
 		SessionId: l.Session.String(),
 		RequestId: l.RequestID,
 		Revision:  l.Revision,
+		Priority:  l.Priority,
 	}
 	if stream := req.GetKeepaliveStream(); stream != 0 {
 		out.Followed = s.Streams.follow(ctx, stream, l.Session, &coorddv1.Holding{
@@ -99,6 +101,27 @@ func (s *ElectionServer) Resign(ctx context.Context, req *coorddv1.ResignRequest
 	return &coorddv1.ResignResponse{}, nil
 }
 
+// Transfer implements ElectionService.
+func (s *ElectionServer) Transfer(ctx context.Context, req *coorddv1.TransferRequest) (*coorddv1.TransferResponse, error) {
+	to, err := session.ParseID(req.GetSuccessorSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if stream := req.GetKeepaliveStream(); stream != 0 && req.GetSessionId() != "" && req.GetRequestId() != "" {
+		id, err := session.ParseID(req.GetSessionId())
+		if err != nil {
+			return nil, err
+		}
+		s.Streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: req.GetName(), Token: req.GetTerm(), RequestId: req.GetRequestId()})
+	}
+	term, rev, err := s.m.Transfer(ctx, req.GetName(), fencing.Token(req.GetTerm()), to, req.GetSuccessorRequestId())
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.leaderChanged()
+	return &coorddv1.TransferResponse{Term: int64(term), Revision: rev}, nil
+}
+
 // Leader implements ElectionService.
 func (s *ElectionServer) Leader(ctx context.Context, req *coorddv1.LeaderRequest) (*coorddv1.LeaderResponse, error) {
 	ld, rev, err := s.m.Leader(ctx, req.GetName())
@@ -117,11 +140,12 @@ func (s *ElectionServer) Candidates(ctx context.Context, req *coorddv1.Candidate
 	resp := &coorddv1.CandidatesResponse{Revision: rev}
 	for _, c := range cands {
 		out := &coorddv1.ElectionCandidate{
-			Term:        int64(c.Term),
-			Value:       c.Value,
-			SessionId:   c.Session.String(),
-			RequestId:   c.RequestID,
-			EnqueueTime: timestamppb.New(c.Enqueued),
+			JoinedRevision: c.Joined,
+			Priority:       c.Priority,
+			Value:          c.Value,
+			SessionId:      c.Session.String(),
+			RequestId:      c.RequestID,
+			EnqueueTime:    timestamppb.New(c.Enqueued),
 		}
 		out.Owner, out.Hostname = s.owner(ctx, c.Session)
 		resp.Candidates = append(resp.Candidates, out)
@@ -164,6 +188,9 @@ func (s *ElectionServer) Observe(req *coorddv1.ObserveRequest, stream coorddv1.E
 					out.Leader.Owner, out.Leader.Hostname = owner, host
 				}
 			}
+			if ev.Type == election.PreemptRequested {
+				out.By = &coorddv1.ElectionCandidate{SessionId: ev.By.Session.String(), RequestId: ev.By.RequestID, Priority: ev.By.Priority, JoinedRevision: ev.By.Joined}
+			}
 			if ev.Type == election.Resigned || ev.Type == election.Expired {
 				defer delete(owners, ev.Leader.Session) // after this batch
 			}
@@ -180,6 +207,8 @@ var eventTypes = map[election.EventType]coorddv1.ElectionEventType{
 	election.Resigned:   coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_RESIGNED,
 	election.Expired:    coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_EXPIRED,
 	election.Vacant:     coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_VACANT,
+
+	election.PreemptRequested: coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_PREEMPT_REQUESTED,
 }
 
 // leaderProto describes a leader, with its session's owner and host when
@@ -191,6 +220,7 @@ func (s *ElectionServer) leaderProto(ctx context.Context, ld election.Leader, wi
 		SessionId: ld.Session.String(),
 		RequestId: ld.RequestID,
 		Proclaims: ld.Proclaims,
+		Priority:  ld.Priority,
 	}
 	if !ld.Since.IsZero() {
 		out.Since = timestamppb.New(ld.Since)

@@ -58,6 +58,7 @@ var errorTable = []struct {
 	{kind.ApprovalRequired, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_APPROVAL_REQUIRED},
 	{kind.ProposalNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_PROPOSAL_NOT_FOUND},
 	{kind.ProposalClosed, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_PROPOSAL_CLOSED},
+	{kind.CandidateNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_CANDIDATE_NOT_FOUND},
 	{kind.AlreadyLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_ALREADY_LEADER},
 	{kind.RevisionMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_REVISION_MISMATCH},
 	{kind.Compacted, codes.OutOfRange, coorddv1.ErrorReason_ERROR_REASON_COMPACTED},

@@ -444,7 +444,7 @@ func (w *holdingWatches) entry(id session.ID, h *coorddv1.Holding) (grantwatch.E
 	case coorddv1.Holding_KIND_LOCK:
 		key, err = w.h.Locks.EntryKey(h.GetName(), id, h.GetRequestId())
 	case coorddv1.Holding_KIND_ELECTION:
-		key, err = w.h.Elections.CandidateKey(h.GetName(), id, h.GetRequestId())
+		key, err = w.h.Elections.SeatKey(h.GetName(), id, h.GetRequestId())
 	default:
 		return grantwatch.Entry{}, invalid("watch: kind must be KIND_LOCK or KIND_ELECTION")
 	}

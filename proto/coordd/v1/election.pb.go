@@ -40,6 +40,9 @@ const (
 	ElectionEventType_ELECTION_EVENT_TYPE_EXPIRED ElectionEventType = 4
 	// Nobody leads.
 	ElectionEventType_ELECTION_EVENT_TYPE_VACANT ElectionEventType = 5
+	// A waiting candidate that outranks the leader asked it to step down
+	// (ElectionEvent.by); the leader decides when.
+	ElectionEventType_ELECTION_EVENT_TYPE_PREEMPT_REQUESTED ElectionEventType = 6
 )
 
 // Enum value maps for ElectionEventType.
@@ -51,14 +54,16 @@ var (
 		3: "ELECTION_EVENT_TYPE_RESIGNED",
 		4: "ELECTION_EVENT_TYPE_EXPIRED",
 		5: "ELECTION_EVENT_TYPE_VACANT",
+		6: "ELECTION_EVENT_TYPE_PREEMPT_REQUESTED",
 	}
 	ElectionEventType_value = map[string]int32{
-		"ELECTION_EVENT_TYPE_UNSPECIFIED": 0,
-		"ELECTION_EVENT_TYPE_ELECTED":     1,
-		"ELECTION_EVENT_TYPE_PROCLAIMED":  2,
-		"ELECTION_EVENT_TYPE_RESIGNED":    3,
-		"ELECTION_EVENT_TYPE_EXPIRED":     4,
-		"ELECTION_EVENT_TYPE_VACANT":      5,
+		"ELECTION_EVENT_TYPE_UNSPECIFIED":       0,
+		"ELECTION_EVENT_TYPE_ELECTED":           1,
+		"ELECTION_EVENT_TYPE_PROCLAIMED":        2,
+		"ELECTION_EVENT_TYPE_RESIGNED":          3,
+		"ELECTION_EVENT_TYPE_EXPIRED":           4,
+		"ELECTION_EVENT_TYPE_VACANT":            5,
+		"ELECTION_EVENT_TYPE_PREEMPT_REQUESTED": 6,
 	}
 )
 
@@ -109,7 +114,9 @@ type Leadership struct {
 	// followed says that the campaign's keepalive_stream follows the
 	// leadership: its end from outside is reported on that stream without
 	// the client naming it. Set by Campaign only.
-	Followed      bool `protobuf:"varint,7,opt,name=followed,proto3" json:"followed,omitempty"`
+	Followed bool `protobuf:"varint,7,opt,name=followed,proto3" json:"followed,omitempty"`
+	// priority is the campaign's priority.
+	Priority      int32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -193,6 +200,13 @@ func (x *Leadership) GetFollowed() bool {
 	return false
 }
 
+func (x *Leadership) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 // CampaignRequest joins an election and waits to lead it.
 type CampaignRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -225,8 +239,19 @@ type CampaignRequest struct {
 	// and the client need not name it. A stream this member does not serve,
 	// or that another principal opened, is ignored (Leadership.followed is then false).
 	KeepaliveStream uint64 `protobuf:"varint,6,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// priority orders the waiting candidates: when the seat is given, the
+	// highest priority takes it, ties in arrival order. It never unseats a
+	// leader by itself. Default 0; negative values wait behind it. A retry
+	// keeps the candidacy's first priority.
+	Priority int32 `protobuf:"varint,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	// preempt, for a candidate whose priority is above the leader's, asks
+	// the leader to step down: observers (and the leader's SDK) see
+	// PREEMPT_REQUESTED. The leader chooses when (Resign or Transfer);
+	// nothing forces it. The request ends with the term or the requester's
+	// session.
+	Preempt       bool `protobuf:"varint,8,opt,name=preempt,proto3" json:"preempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CampaignRequest) Reset() {
@@ -299,6 +324,20 @@ func (x *CampaignRequest) GetKeepaliveStream() uint64 {
 		return x.KeepaliveStream
 	}
 	return 0
+}
+
+func (x *CampaignRequest) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *CampaignRequest) GetPreempt() bool {
+	if x != nil {
+		return x.Preempt
+	}
+	return false
 }
 
 // CampaignResponse carries the leadership.
@@ -583,6 +622,166 @@ func (*ResignResponse) Descriptor() ([]byte, []int) {
 	return file_coordd_v1_election_proto_rawDescGZIP(), []int{6}
 }
 
+// TransferRequest hands a leadership to a waiting candidate.
+type TransferRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the election's name. Required.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// term is the leadership's term. Required.
+	Term int64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	// successor_session_id is the session of the candidate that takes the
+	// seat. Required.
+	SuccessorSessionId string `protobuf:"bytes,3,opt,name=successor_session_id,json=successorSessionId,proto3" json:"successor_session_id,omitempty"`
+	// successor_request_id names its campaign; when empty, its campaign
+	// first in line (priority, then arrival).
+	SuccessorRequestId string `protobuf:"bytes,4,opt,name=successor_request_id,json=successorRequestId,proto3" json:"successor_request_id,omitempty"`
+	// keepalive_stream, when set with session_id and request_id (the
+	// leader's campaign), stops that stream following the old leadership
+	// first, as ResignRequest.keepalive_stream.
+	KeepaliveStream uint64 `protobuf:"varint,5,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
+	// session_id is the leader's session (with request_id and
+	// keepalive_stream only).
+	SessionId string `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// request_id is the leader's campaign (see session_id).
+	RequestId     string `protobuf:"bytes,7,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferRequest) Reset() {
+	*x = TransferRequest{}
+	mi := &file_coordd_v1_election_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferRequest) ProtoMessage() {}
+
+func (x *TransferRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_election_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferRequest.ProtoReflect.Descriptor instead.
+func (*TransferRequest) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TransferRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TransferRequest) GetTerm() int64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *TransferRequest) GetSuccessorSessionId() string {
+	if x != nil {
+		return x.SuccessorSessionId
+	}
+	return ""
+}
+
+func (x *TransferRequest) GetSuccessorRequestId() string {
+	if x != nil {
+		return x.SuccessorRequestId
+	}
+	return ""
+}
+
+func (x *TransferRequest) GetKeepaliveStream() uint64 {
+	if x != nil {
+		return x.KeepaliveStream
+	}
+	return 0
+}
+
+func (x *TransferRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *TransferRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// TransferResponse is the successor's leadership.
+type TransferResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// term is the successor's term: a new fencing token.
+	Term int64 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
+	// revision is the etcd revision of the hand-over.
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferResponse) Reset() {
+	*x = TransferResponse{}
+	mi := &file_coordd_v1_election_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferResponse) ProtoMessage() {}
+
+func (x *TransferResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_election_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferResponse.ProtoReflect.Descriptor instead.
+func (*TransferResponse) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TransferResponse) GetTerm() int64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *TransferResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 // ElectionLeader is who leads an election.
 type ElectionLeader struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -602,14 +801,16 @@ type ElectionLeader struct {
 	// since is when the leader was elected.
 	Since *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=since,proto3" json:"since,omitempty"`
 	// proclaims counts the leader's proclamations.
-	Proclaims     int64 `protobuf:"varint,8,opt,name=proclaims,proto3" json:"proclaims,omitempty"`
+	Proclaims int64 `protobuf:"varint,8,opt,name=proclaims,proto3" json:"proclaims,omitempty"`
+	// priority is the leader's campaign priority.
+	Priority      int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ElectionLeader) Reset() {
 	*x = ElectionLeader{}
-	mi := &file_coordd_v1_election_proto_msgTypes[7]
+	mi := &file_coordd_v1_election_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +822,7 @@ func (x *ElectionLeader) String() string {
 func (*ElectionLeader) ProtoMessage() {}
 
 func (x *ElectionLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[7]
+	mi := &file_coordd_v1_election_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +835,7 @@ func (x *ElectionLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectionLeader.ProtoReflect.Descriptor instead.
 func (*ElectionLeader) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{7}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ElectionLeader) GetTerm() int64 {
@@ -693,6 +894,13 @@ func (x *ElectionLeader) GetProclaims() int64 {
 	return 0
 }
 
+func (x *ElectionLeader) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 // LeaderRequest names an election.
 type LeaderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -704,7 +912,7 @@ type LeaderRequest struct {
 
 func (x *LeaderRequest) Reset() {
 	*x = LeaderRequest{}
-	mi := &file_coordd_v1_election_proto_msgTypes[8]
+	mi := &file_coordd_v1_election_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +924,7 @@ func (x *LeaderRequest) String() string {
 func (*LeaderRequest) ProtoMessage() {}
 
 func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[8]
+	mi := &file_coordd_v1_election_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +937,7 @@ func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
 func (*LeaderRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{8}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LeaderRequest) GetName() string {
@@ -752,7 +960,7 @@ type LeaderResponse struct {
 
 func (x *LeaderResponse) Reset() {
 	*x = LeaderResponse{}
-	mi := &file_coordd_v1_election_proto_msgTypes[9]
+	mi := &file_coordd_v1_election_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +972,7 @@ func (x *LeaderResponse) String() string {
 func (*LeaderResponse) ProtoMessage() {}
 
 func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[9]
+	mi := &file_coordd_v1_election_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +985,7 @@ func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
 func (*LeaderResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{9}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaderResponse) GetLeader() *ElectionLeader {
@@ -797,7 +1005,10 @@ func (x *LeaderResponse) GetRevision() int64 {
 // ElectionCandidate is a campaign waiting for its turn.
 type ElectionCandidate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// term is the term it will hold once elected.
+	// term is no longer set (0): a candidate's term is given when it takes
+	// the seat. See joined_revision.
+	//
+	// Deprecated: Marked as deprecated in coordd/v1/election.proto.
 	Term int64 `protobuf:"varint,1,opt,name=term,proto3" json:"term,omitempty"`
 	// value is what it will proclaim.
 	Value string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
@@ -810,14 +1021,19 @@ type ElectionCandidate struct {
 	// hostname is the host of the candidate's session.
 	Hostname string `protobuf:"bytes,6,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	// enqueue_time is when the campaign began.
-	EnqueueTime   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=enqueue_time,json=enqueueTime,proto3" json:"enqueue_time,omitempty"`
+	EnqueueTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=enqueue_time,json=enqueueTime,proto3" json:"enqueue_time,omitempty"`
+	// joined_revision is the etcd revision at which it joined: among equal
+	// priorities, the earlier takes the seat first.
+	JoinedRevision int64 `protobuf:"varint,8,opt,name=joined_revision,json=joinedRevision,proto3" json:"joined_revision,omitempty"`
+	// priority is the campaign's priority.
+	Priority      int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ElectionCandidate) Reset() {
 	*x = ElectionCandidate{}
-	mi := &file_coordd_v1_election_proto_msgTypes[10]
+	mi := &file_coordd_v1_election_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +1045,7 @@ func (x *ElectionCandidate) String() string {
 func (*ElectionCandidate) ProtoMessage() {}
 
 func (x *ElectionCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[10]
+	mi := &file_coordd_v1_election_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,9 +1058,10 @@ func (x *ElectionCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectionCandidate.ProtoReflect.Descriptor instead.
 func (*ElectionCandidate) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{10}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{12}
 }
 
+// Deprecated: Marked as deprecated in coordd/v1/election.proto.
 func (x *ElectionCandidate) GetTerm() int64 {
 	if x != nil {
 		return x.Term
@@ -894,6 +1111,20 @@ func (x *ElectionCandidate) GetEnqueueTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ElectionCandidate) GetJoinedRevision() int64 {
+	if x != nil {
+		return x.JoinedRevision
+	}
+	return 0
+}
+
+func (x *ElectionCandidate) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
 // ListElectionsRequest asks for election names.
 type ListElectionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -909,7 +1140,7 @@ type ListElectionsRequest struct {
 
 func (x *ListElectionsRequest) Reset() {
 	*x = ListElectionsRequest{}
-	mi := &file_coordd_v1_election_proto_msgTypes[11]
+	mi := &file_coordd_v1_election_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1152,7 @@ func (x *ListElectionsRequest) String() string {
 func (*ListElectionsRequest) ProtoMessage() {}
 
 func (x *ListElectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[11]
+	mi := &file_coordd_v1_election_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1165,7 @@ func (x *ListElectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListElectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListElectionsRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{11}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListElectionsRequest) GetPrefix() string {
@@ -971,7 +1202,7 @@ type ListElectionsResponse struct {
 
 func (x *ListElectionsResponse) Reset() {
 	*x = ListElectionsResponse{}
-	mi := &file_coordd_v1_election_proto_msgTypes[12]
+	mi := &file_coordd_v1_election_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1214,7 @@ func (x *ListElectionsResponse) String() string {
 func (*ListElectionsResponse) ProtoMessage() {}
 
 func (x *ListElectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[12]
+	mi := &file_coordd_v1_election_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1227,7 @@ func (x *ListElectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListElectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListElectionsResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{12}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListElectionsResponse) GetNames() []string {
@@ -1024,7 +1255,7 @@ type CandidatesRequest struct {
 
 func (x *CandidatesRequest) Reset() {
 	*x = CandidatesRequest{}
-	mi := &file_coordd_v1_election_proto_msgTypes[13]
+	mi := &file_coordd_v1_election_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1036,7 +1267,7 @@ func (x *CandidatesRequest) String() string {
 func (*CandidatesRequest) ProtoMessage() {}
 
 func (x *CandidatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[13]
+	mi := &file_coordd_v1_election_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1049,7 +1280,7 @@ func (x *CandidatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidatesRequest.ProtoReflect.Descriptor instead.
 func (*CandidatesRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{13}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CandidatesRequest) GetName() string {
@@ -1062,7 +1293,7 @@ func (x *CandidatesRequest) GetName() string {
 // CandidatesResponse lists the waiting campaigns.
 type CandidatesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// candidates wait behind the leader, in the order they will lead.
+	// candidates wait for the seat, in the order they would take it.
 	Candidates []*ElectionCandidate `protobuf:"bytes,1,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// revision is the etcd revision of this view.
 	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -1072,7 +1303,7 @@ type CandidatesResponse struct {
 
 func (x *CandidatesResponse) Reset() {
 	*x = CandidatesResponse{}
-	mi := &file_coordd_v1_election_proto_msgTypes[14]
+	mi := &file_coordd_v1_election_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1315,7 @@ func (x *CandidatesResponse) String() string {
 func (*CandidatesResponse) ProtoMessage() {}
 
 func (x *CandidatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[14]
+	mi := &file_coordd_v1_election_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1328,7 @@ func (x *CandidatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidatesResponse.ProtoReflect.Descriptor instead.
 func (*CandidatesResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{14}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CandidatesResponse) GetCandidates() []*ElectionCandidate {
@@ -1129,7 +1360,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_coordd_v1_election_proto_msgTypes[15]
+	mi := &file_coordd_v1_election_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1372,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[15]
+	mi := &file_coordd_v1_election_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1385,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{15}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ObserveRequest) GetName() string {
@@ -1178,8 +1409,9 @@ type ElectionEvent struct {
 	Type ElectionEventType `protobuf:"varint,1,opt,name=type,proto3,enum=coordd.v1.ElectionEventType" json:"type,omitempty"`
 	// revision is the etcd revision of the change.
 	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	// leader is the new leader (ELECTED, PROCLAIMED) or the one that left
-	// (RESIGNED, EXPIRED); unset for VACANT. owner and hostname are set on
+	// leader is the new leader (ELECTED, PROCLAIMED), the one that left
+	// (RESIGNED, EXPIRED) or the one asked to step down
+	// (PREEMPT_REQUESTED); unset for VACANT. owner and hostname are set on
 	// every event while the leader's session exists, and on RESIGNED and
 	// EXPIRED also after it ended if this stream saw the leader before (a
 	// stream that resumes right at an EXPIRED may not know them).
@@ -1187,15 +1419,19 @@ type ElectionEvent struct {
 	// current marks an event that states the election's state at `revision`
 	// (ELECTED or VACANT) rather than a change made at it: the first event
 	// of a stream that did not resume, or whose resume revision was
-	// compacted. Events before it may have been missed.
-	Current       bool `protobuf:"varint,4,opt,name=current,proto3" json:"current,omitempty"`
+	// compacted. Events before it may have been missed. A PREEMPT_REQUESTED
+	// still in force is stated the same way, after the ELECTED.
+	Current bool `protobuf:"varint,4,opt,name=current,proto3" json:"current,omitempty"`
+	// by is the candidate that asked (PREEMPT_REQUESTED only): its
+	// session_id, request_id and priority.
+	By            *ElectionCandidate `protobuf:"bytes,5,opt,name=by,proto3" json:"by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ElectionEvent) Reset() {
 	*x = ElectionEvent{}
-	mi := &file_coordd_v1_election_proto_msgTypes[16]
+	mi := &file_coordd_v1_election_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1443,7 @@ func (x *ElectionEvent) String() string {
 func (*ElectionEvent) ProtoMessage() {}
 
 func (x *ElectionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[16]
+	mi := &file_coordd_v1_election_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1456,7 @@ func (x *ElectionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectionEvent.ProtoReflect.Descriptor instead.
 func (*ElectionEvent) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{16}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ElectionEvent) GetType() ElectionEventType {
@@ -1251,6 +1487,13 @@ func (x *ElectionEvent) GetCurrent() bool {
 	return false
 }
 
+func (x *ElectionEvent) GetBy() *ElectionCandidate {
+	if x != nil {
+		return x.By
+	}
+	return nil
+}
+
 // ObserveResponse carries the events of one etcd revision.
 type ObserveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1265,7 +1508,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_coordd_v1_election_proto_msgTypes[17]
+	mi := &file_coordd_v1_election_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1520,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_election_proto_msgTypes[17]
+	mi := &file_coordd_v1_election_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1533,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_election_proto_rawDescGZIP(), []int{17}
+	return file_coordd_v1_election_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ObserveResponse) GetEvents() []*ElectionEvent {
@@ -1311,7 +1554,7 @@ var File_coordd_v1_election_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_election_proto_rawDesc = "" +
 	"\n" +
-	"\x18coordd/v1/election.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\x01\n" +
+	"\x18coordd/v1/election.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x01\n" +
 	"\n" +
 	"Leadership\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -1322,7 +1565,8 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\x1a\n" +
 	"\brevision\x18\x06 \x01(\x03R\brevision\x12\x1a\n" +
-	"\bfollowed\x18\a \x01(\bR\bfollowed\"\xd3\x01\n" +
+	"\bfollowed\x18\a \x01(\bR\bfollowed\x12\x1a\n" +
+	"\bpriority\x18\b \x01(\x05R\bpriority\"\x89\x02\n" +
 	"\x0fCampaignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -1331,7 +1575,9 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12-\n" +
 	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12)\n" +
-	"\x10keepalive_stream\x18\x06 \x01(\x04R\x0fkeepaliveStream\"I\n" +
+	"\x10keepalive_stream\x18\x06 \x01(\x04R\x0fkeepaliveStream\x12\x1a\n" +
+	"\bpriority\x18\a \x01(\x05R\bpriority\x12\x18\n" +
+	"\apreempt\x18\b \x01(\bR\apreempt\"I\n" +
 	"\x10CampaignResponse\x125\n" +
 	"\n" +
 	"leadership\x18\x01 \x01(\v2\x15.coordd.v1.LeadershipR\n" +
@@ -1350,7 +1596,20 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12)\n" +
 	"\x10keepalive_stream\x18\x05 \x01(\x04R\x0fkeepaliveStream\"\x10\n" +
-	"\x0eResignResponse\"\xfa\x01\n" +
+	"\x0eResignResponse\"\x86\x02\n" +
+	"\x0fTransferRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x03R\x04term\x120\n" +
+	"\x14successor_session_id\x18\x03 \x01(\tR\x12successorSessionId\x120\n" +
+	"\x14successor_request_id\x18\x04 \x01(\tR\x12successorRequestId\x12)\n" +
+	"\x10keepalive_stream\x18\x05 \x01(\x04R\x0fkeepaliveStream\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x06 \x01(\tR\tsessionId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\a \x01(\tR\trequestId\"B\n" +
+	"\x10TransferResponse\x12\x12\n" +
+	"\x04term\x18\x01 \x01(\x03R\x04term\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x96\x02\n" +
 	"\x0eElectionLeader\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x03R\x04term\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1d\n" +
@@ -1361,14 +1620,15 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\x05owner\x18\x05 \x01(\tR\x05owner\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x120\n" +
 	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1c\n" +
-	"\tproclaims\x18\b \x01(\x03R\tproclaims\"#\n" +
+	"\tproclaims\x18\b \x01(\x03R\tproclaims\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\x05R\bpriority\"#\n" +
 	"\rLeaderRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x0eLeaderResponse\x121\n" +
 	"\x06leader\x18\x01 \x01(\v2\x19.coordd.v1.ElectionLeaderR\x06leader\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\xec\x01\n" +
-	"\x11ElectionCandidate\x12\x12\n" +
-	"\x04term\x18\x01 \x01(\x03R\x04term\x12\x14\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\xb5\x02\n" +
+	"\x11ElectionCandidate\x12\x16\n" +
+	"\x04term\x18\x01 \x01(\x03B\x02\x18\x01R\x04term\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -1376,7 +1636,9 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05owner\x18\x05 \x01(\tR\x05owner\x12\x1a\n" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x12=\n" +
-	"\fenqueue_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\venqueueTime\"j\n" +
+	"\fenqueue_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\venqueueTime\x12'\n" +
+	"\x0fjoined_revision\x18\b \x01(\x03R\x0ejoinedRevision\x12\x1a\n" +
+	"\bpriority\x18\t \x01(\x05R\bpriority\"j\n" +
 	"\x14ListElectionsRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1394,26 +1656,29 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"I\n" +
 	"\x0eObserveRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
-	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\"\xaa\x01\n" +
+	"\rfrom_revision\x18\x02 \x01(\x03R\ffromRevision\"\xd8\x01\n" +
 	"\rElectionEvent\x120\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1c.coordd.v1.ElectionEventTypeR\x04type\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x121\n" +
 	"\x06leader\x18\x03 \x01(\v2\x19.coordd.v1.ElectionLeaderR\x06leader\x12\x18\n" +
-	"\acurrent\x18\x04 \x01(\bR\acurrent\"_\n" +
+	"\acurrent\x18\x04 \x01(\bR\acurrent\x12,\n" +
+	"\x02by\x18\x05 \x01(\v2\x1c.coordd.v1.ElectionCandidateR\x02by\"_\n" +
 	"\x0fObserveResponse\x120\n" +
 	"\x06events\x18\x01 \x03(\v2\x18.coordd.v1.ElectionEventR\x06events\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision*\xe0\x01\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision*\x8b\x02\n" +
 	"\x11ElectionEventType\x12#\n" +
 	"\x1fELECTION_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bELECTION_EVENT_TYPE_ELECTED\x10\x01\x12\"\n" +
 	"\x1eELECTION_EVENT_TYPE_PROCLAIMED\x10\x02\x12 \n" +
 	"\x1cELECTION_EVENT_TYPE_RESIGNED\x10\x03\x12\x1f\n" +
 	"\x1bELECTION_EVENT_TYPE_EXPIRED\x10\x04\x12\x1e\n" +
-	"\x1aELECTION_EVENT_TYPE_VACANT\x10\x052\xfc\x03\n" +
+	"\x1aELECTION_EVENT_TYPE_VACANT\x10\x05\x12)\n" +
+	"%ELECTION_EVENT_TYPE_PREEMPT_REQUESTED\x10\x062\xc1\x04\n" +
 	"\x0fElectionService\x12C\n" +
 	"\bCampaign\x12\x1a.coordd.v1.CampaignRequest\x1a\x1b.coordd.v1.CampaignResponse\x12C\n" +
 	"\bProclaim\x12\x1a.coordd.v1.ProclaimRequest\x1a\x1b.coordd.v1.ProclaimResponse\x12=\n" +
-	"\x06Resign\x12\x18.coordd.v1.ResignRequest\x1a\x19.coordd.v1.ResignResponse\x12=\n" +
+	"\x06Resign\x12\x18.coordd.v1.ResignRequest\x1a\x19.coordd.v1.ResignResponse\x12C\n" +
+	"\bTransfer\x12\x1a.coordd.v1.TransferRequest\x1a\x1b.coordd.v1.TransferResponse\x12=\n" +
 	"\x06Leader\x12\x18.coordd.v1.LeaderRequest\x1a\x19.coordd.v1.LeaderResponse\x12I\n" +
 	"\n" +
 	"Candidates\x12\x1c.coordd.v1.CandidatesRequest\x1a\x1d.coordd.v1.CandidatesResponse\x12R\n" +
@@ -1433,7 +1698,7 @@ func file_coordd_v1_election_proto_rawDescGZIP() []byte {
 }
 
 var file_coordd_v1_election_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordd_v1_election_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_coordd_v1_election_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_coordd_v1_election_proto_goTypes = []any{
 	(ElectionEventType)(0),        // 0: coordd.v1.ElectionEventType
 	(*Leadership)(nil),            // 1: coordd.v1.Leadership
@@ -1443,49 +1708,54 @@ var file_coordd_v1_election_proto_goTypes = []any{
 	(*ProclaimResponse)(nil),      // 5: coordd.v1.ProclaimResponse
 	(*ResignRequest)(nil),         // 6: coordd.v1.ResignRequest
 	(*ResignResponse)(nil),        // 7: coordd.v1.ResignResponse
-	(*ElectionLeader)(nil),        // 8: coordd.v1.ElectionLeader
-	(*LeaderRequest)(nil),         // 9: coordd.v1.LeaderRequest
-	(*LeaderResponse)(nil),        // 10: coordd.v1.LeaderResponse
-	(*ElectionCandidate)(nil),     // 11: coordd.v1.ElectionCandidate
-	(*ListElectionsRequest)(nil),  // 12: coordd.v1.ListElectionsRequest
-	(*ListElectionsResponse)(nil), // 13: coordd.v1.ListElectionsResponse
-	(*CandidatesRequest)(nil),     // 14: coordd.v1.CandidatesRequest
-	(*CandidatesResponse)(nil),    // 15: coordd.v1.CandidatesResponse
-	(*ObserveRequest)(nil),        // 16: coordd.v1.ObserveRequest
-	(*ElectionEvent)(nil),         // 17: coordd.v1.ElectionEvent
-	(*ObserveResponse)(nil),       // 18: coordd.v1.ObserveResponse
-	(*durationpb.Duration)(nil),   // 19: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
+	(*TransferRequest)(nil),       // 8: coordd.v1.TransferRequest
+	(*TransferResponse)(nil),      // 9: coordd.v1.TransferResponse
+	(*ElectionLeader)(nil),        // 10: coordd.v1.ElectionLeader
+	(*LeaderRequest)(nil),         // 11: coordd.v1.LeaderRequest
+	(*LeaderResponse)(nil),        // 12: coordd.v1.LeaderResponse
+	(*ElectionCandidate)(nil),     // 13: coordd.v1.ElectionCandidate
+	(*ListElectionsRequest)(nil),  // 14: coordd.v1.ListElectionsRequest
+	(*ListElectionsResponse)(nil), // 15: coordd.v1.ListElectionsResponse
+	(*CandidatesRequest)(nil),     // 16: coordd.v1.CandidatesRequest
+	(*CandidatesResponse)(nil),    // 17: coordd.v1.CandidatesResponse
+	(*ObserveRequest)(nil),        // 18: coordd.v1.ObserveRequest
+	(*ElectionEvent)(nil),         // 19: coordd.v1.ElectionEvent
+	(*ObserveResponse)(nil),       // 20: coordd.v1.ObserveResponse
+	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
 }
 var file_coordd_v1_election_proto_depIdxs = []int32{
-	19, // 0: coordd.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	21, // 0: coordd.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 1: coordd.v1.CampaignResponse.leadership:type_name -> coordd.v1.Leadership
-	20, // 2: coordd.v1.ElectionLeader.since:type_name -> google.protobuf.Timestamp
-	8,  // 3: coordd.v1.LeaderResponse.leader:type_name -> coordd.v1.ElectionLeader
-	20, // 4: coordd.v1.ElectionCandidate.enqueue_time:type_name -> google.protobuf.Timestamp
-	11, // 5: coordd.v1.CandidatesResponse.candidates:type_name -> coordd.v1.ElectionCandidate
+	22, // 2: coordd.v1.ElectionLeader.since:type_name -> google.protobuf.Timestamp
+	10, // 3: coordd.v1.LeaderResponse.leader:type_name -> coordd.v1.ElectionLeader
+	22, // 4: coordd.v1.ElectionCandidate.enqueue_time:type_name -> google.protobuf.Timestamp
+	13, // 5: coordd.v1.CandidatesResponse.candidates:type_name -> coordd.v1.ElectionCandidate
 	0,  // 6: coordd.v1.ElectionEvent.type:type_name -> coordd.v1.ElectionEventType
-	8,  // 7: coordd.v1.ElectionEvent.leader:type_name -> coordd.v1.ElectionLeader
-	17, // 8: coordd.v1.ObserveResponse.events:type_name -> coordd.v1.ElectionEvent
-	2,  // 9: coordd.v1.ElectionService.Campaign:input_type -> coordd.v1.CampaignRequest
-	4,  // 10: coordd.v1.ElectionService.Proclaim:input_type -> coordd.v1.ProclaimRequest
-	6,  // 11: coordd.v1.ElectionService.Resign:input_type -> coordd.v1.ResignRequest
-	9,  // 12: coordd.v1.ElectionService.Leader:input_type -> coordd.v1.LeaderRequest
-	14, // 13: coordd.v1.ElectionService.Candidates:input_type -> coordd.v1.CandidatesRequest
-	12, // 14: coordd.v1.ElectionService.ListElections:input_type -> coordd.v1.ListElectionsRequest
-	16, // 15: coordd.v1.ElectionService.Observe:input_type -> coordd.v1.ObserveRequest
-	3,  // 16: coordd.v1.ElectionService.Campaign:output_type -> coordd.v1.CampaignResponse
-	5,  // 17: coordd.v1.ElectionService.Proclaim:output_type -> coordd.v1.ProclaimResponse
-	7,  // 18: coordd.v1.ElectionService.Resign:output_type -> coordd.v1.ResignResponse
-	10, // 19: coordd.v1.ElectionService.Leader:output_type -> coordd.v1.LeaderResponse
-	15, // 20: coordd.v1.ElectionService.Candidates:output_type -> coordd.v1.CandidatesResponse
-	13, // 21: coordd.v1.ElectionService.ListElections:output_type -> coordd.v1.ListElectionsResponse
-	18, // 22: coordd.v1.ElectionService.Observe:output_type -> coordd.v1.ObserveResponse
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 7: coordd.v1.ElectionEvent.leader:type_name -> coordd.v1.ElectionLeader
+	13, // 8: coordd.v1.ElectionEvent.by:type_name -> coordd.v1.ElectionCandidate
+	19, // 9: coordd.v1.ObserveResponse.events:type_name -> coordd.v1.ElectionEvent
+	2,  // 10: coordd.v1.ElectionService.Campaign:input_type -> coordd.v1.CampaignRequest
+	4,  // 11: coordd.v1.ElectionService.Proclaim:input_type -> coordd.v1.ProclaimRequest
+	6,  // 12: coordd.v1.ElectionService.Resign:input_type -> coordd.v1.ResignRequest
+	8,  // 13: coordd.v1.ElectionService.Transfer:input_type -> coordd.v1.TransferRequest
+	11, // 14: coordd.v1.ElectionService.Leader:input_type -> coordd.v1.LeaderRequest
+	16, // 15: coordd.v1.ElectionService.Candidates:input_type -> coordd.v1.CandidatesRequest
+	14, // 16: coordd.v1.ElectionService.ListElections:input_type -> coordd.v1.ListElectionsRequest
+	18, // 17: coordd.v1.ElectionService.Observe:input_type -> coordd.v1.ObserveRequest
+	3,  // 18: coordd.v1.ElectionService.Campaign:output_type -> coordd.v1.CampaignResponse
+	5,  // 19: coordd.v1.ElectionService.Proclaim:output_type -> coordd.v1.ProclaimResponse
+	7,  // 20: coordd.v1.ElectionService.Resign:output_type -> coordd.v1.ResignResponse
+	9,  // 21: coordd.v1.ElectionService.Transfer:output_type -> coordd.v1.TransferResponse
+	12, // 22: coordd.v1.ElectionService.Leader:output_type -> coordd.v1.LeaderResponse
+	17, // 23: coordd.v1.ElectionService.Candidates:output_type -> coordd.v1.CandidatesResponse
+	15, // 24: coordd.v1.ElectionService.ListElections:output_type -> coordd.v1.ListElectionsResponse
+	20, // 25: coordd.v1.ElectionService.Observe:output_type -> coordd.v1.ObserveResponse
+	18, // [18:26] is the sub-list for method output_type
+	10, // [10:18] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_election_proto_init() }
@@ -1499,7 +1769,7 @@ func file_coordd_v1_election_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_election_proto_rawDesc), len(file_coordd_v1_election_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	ElectionService_Campaign_FullMethodName      = "/coordd.v1.ElectionService/Campaign"
 	ElectionService_Proclaim_FullMethodName      = "/coordd.v1.ElectionService/Proclaim"
 	ElectionService_Resign_FullMethodName        = "/coordd.v1.ElectionService/Resign"
+	ElectionService_Transfer_FullMethodName      = "/coordd.v1.ElectionService/Transfer"
 	ElectionService_Leader_FullMethodName        = "/coordd.v1.ElectionService/Leader"
 	ElectionService_Candidates_FullMethodName    = "/coordd.v1.ElectionService/Candidates"
 	ElectionService_ListElections_FullMethodName = "/coordd.v1.ElectionService/ListElections"
@@ -32,13 +33,19 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// ElectionService runs leader elections. Candidates queue in order behind
-// the leader; the leader holds a term, a fencing token: an etcd revision,
-// strictly increasing from leader to leader of one election and unique
-// across the cluster.
+// ElectionService runs leader elections. Candidates wait for the seat in
+// order of priority, then arrival; the leader holds a term, a fencing
+// token: an etcd revision, strictly increasing from leader to leader of
+// one election and unique across the cluster. A leader may hand the seat
+// to a named candidate (Transfer), and a candidate that outranks the
+// leader may ask it to step down (CampaignRequest.preempt).
 //
 // Guarantees: election state is linearizable; at most one candidate leads
-// at any revision; a candidate leads until it resigns or its session ends.
+// at any revision; a candidate leads until it resigns, hands over, or its
+// session ends. A resignation or hand-over seats the successor in the
+// same commit; a seat freed by a session's end is given by the first
+// member that sees it (observers see EXPIRED and VACANT, then ELECTED a
+// moment later).
 // Campaign answers only while the candidate is alive. Observe delivers
 // every change and every proclamation in order, reports a vacant seat,
 // and restarts from the current state instead of failing when its resume
@@ -65,9 +72,18 @@ type ElectionServiceClient interface {
 	// FailedPrecondition (NOT_LEADER): a late or retried Resign never removes
 	// a newer leader.
 	Resign(ctx context.Context, in *ResignRequest, opts ...grpc.CallOption) (*ResignResponse, error)
+	// Transfer hands the term's leadership to a waiting candidate of the
+	// named session in one commit: the old term ends as with Resign, the
+	// successor's Campaign answers with a new term (returned here too), and
+	// observers see RESIGNED and ELECTED at one revision, never a vacant
+	// seat. A term that does not lead fails with FailedPrecondition
+	// (NOT_LEADER); a session with no campaign waiting, with NotFound
+	// (CANDIDATE_NOT_FOUND).
+	Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error)
 	// Leader returns who leads, or NotFound (NO_LEADER).
 	Leader(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (*LeaderResponse, error)
-	// Candidates returns the campaigns waiting behind the leader, in order.
+	// Candidates returns the campaigns waiting for the seat, in the order
+	// they would take it: priority, then arrival.
 	Candidates(ctx context.Context, in *CandidatesRequest, opts ...grpc.CallOption) (*CandidatesResponse, error)
 	// ListElections returns the names of elections that have a leader or
 	// candidates.
@@ -109,6 +125,16 @@ func (c *electionServiceClient) Resign(ctx context.Context, in *ResignRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ResignResponse)
 	err := c.cc.Invoke(ctx, ElectionService_Resign_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *electionServiceClient) Transfer(ctx context.Context, in *TransferRequest, opts ...grpc.CallOption) (*TransferResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransferResponse)
+	err := c.cc.Invoke(ctx, ElectionService_Transfer_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -168,13 +194,19 @@ type ElectionService_ObserveClient = grpc.ServerStreamingClient[ObserveResponse]
 // All implementations must embed UnimplementedElectionServiceServer
 // for forward compatibility.
 //
-// ElectionService runs leader elections. Candidates queue in order behind
-// the leader; the leader holds a term, a fencing token: an etcd revision,
-// strictly increasing from leader to leader of one election and unique
-// across the cluster.
+// ElectionService runs leader elections. Candidates wait for the seat in
+// order of priority, then arrival; the leader holds a term, a fencing
+// token: an etcd revision, strictly increasing from leader to leader of
+// one election and unique across the cluster. A leader may hand the seat
+// to a named candidate (Transfer), and a candidate that outranks the
+// leader may ask it to step down (CampaignRequest.preempt).
 //
 // Guarantees: election state is linearizable; at most one candidate leads
-// at any revision; a candidate leads until it resigns or its session ends.
+// at any revision; a candidate leads until it resigns, hands over, or its
+// session ends. A resignation or hand-over seats the successor in the
+// same commit; a seat freed by a session's end is given by the first
+// member that sees it (observers see EXPIRED and VACANT, then ELECTED a
+// moment later).
 // Campaign answers only while the candidate is alive. Observe delivers
 // every change and every proclamation in order, reports a vacant seat,
 // and restarts from the current state instead of failing when its resume
@@ -201,9 +233,18 @@ type ElectionServiceServer interface {
 	// FailedPrecondition (NOT_LEADER): a late or retried Resign never removes
 	// a newer leader.
 	Resign(context.Context, *ResignRequest) (*ResignResponse, error)
+	// Transfer hands the term's leadership to a waiting candidate of the
+	// named session in one commit: the old term ends as with Resign, the
+	// successor's Campaign answers with a new term (returned here too), and
+	// observers see RESIGNED and ELECTED at one revision, never a vacant
+	// seat. A term that does not lead fails with FailedPrecondition
+	// (NOT_LEADER); a session with no campaign waiting, with NotFound
+	// (CANDIDATE_NOT_FOUND).
+	Transfer(context.Context, *TransferRequest) (*TransferResponse, error)
 	// Leader returns who leads, or NotFound (NO_LEADER).
 	Leader(context.Context, *LeaderRequest) (*LeaderResponse, error)
-	// Candidates returns the campaigns waiting behind the leader, in order.
+	// Candidates returns the campaigns waiting for the seat, in the order
+	// they would take it: priority, then arrival.
 	Candidates(context.Context, *CandidatesRequest) (*CandidatesResponse, error)
 	// ListElections returns the names of elections that have a leader or
 	// candidates.
@@ -229,6 +270,9 @@ func (UnimplementedElectionServiceServer) Proclaim(context.Context, *ProclaimReq
 }
 func (UnimplementedElectionServiceServer) Resign(context.Context, *ResignRequest) (*ResignResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resign not implemented")
+}
+func (UnimplementedElectionServiceServer) Transfer(context.Context, *TransferRequest) (*TransferResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Transfer not implemented")
 }
 func (UnimplementedElectionServiceServer) Leader(context.Context, *LeaderRequest) (*LeaderResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Leader not implemented")
@@ -317,6 +361,24 @@ func _ElectionService_Resign_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ElectionService_Transfer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ElectionServiceServer).Transfer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ElectionService_Transfer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ElectionServiceServer).Transfer(ctx, req.(*TransferRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ElectionService_Leader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LeaderRequest)
 	if err := dec(in); err != nil {
@@ -400,6 +462,10 @@ var ElectionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resign",
 			Handler:    _ElectionService_Resign_Handler,
+		},
+		{
+			MethodName: "Transfer",
+			Handler:    _ElectionService_Transfer_Handler,
 		},
 		{
 			MethodName: "Leader",

@@ -99,6 +99,8 @@ const (
 	ErrorReason_ERROR_REASON_PROPOSAL_NOT_FOUND ErrorReason = 32
 	// The proposal is no longer pending: approved, rejected, withdrawn or expired; nothing changed (FailedPrecondition, 400).
 	ErrorReason_ERROR_REASON_PROPOSAL_CLOSED ErrorReason = 33
+	// The session named as a leadership's successor has no campaign waiting in the election; nothing changed (NotFound, 404).
+	ErrorReason_ERROR_REASON_CANDIDATE_NOT_FOUND ErrorReason = 34
 )
 
 // Enum value maps for ErrorReason.
@@ -138,6 +140,7 @@ var (
 		31: "ERROR_REASON_APPROVAL_REQUIRED",
 		32: "ERROR_REASON_PROPOSAL_NOT_FOUND",
 		33: "ERROR_REASON_PROPOSAL_CLOSED",
+		34: "ERROR_REASON_CANDIDATE_NOT_FOUND",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":           0,
@@ -174,6 +177,7 @@ var (
 		"ERROR_REASON_APPROVAL_REQUIRED":     31,
 		"ERROR_REASON_PROPOSAL_NOT_FOUND":    32,
 		"ERROR_REASON_PROPOSAL_CLOSED":       33,
+		"ERROR_REASON_CANDIDATE_NOT_FOUND":   34,
 	}
 )
 
@@ -208,7 +212,7 @@ var File_coordd_v1_errors_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\xe8\b\n" +
+	"\x16coordd/v1/errors.proto\x12\tcoordd.v1*\x8e\t\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12 \n" +
@@ -244,7 +248,8 @@ const file_coordd_v1_errors_proto_rawDesc = "" +
 	" ERROR_REASON_SECRETS_UNAVAILABLE\x10\x1e\x12\"\n" +
 	"\x1eERROR_REASON_APPROVAL_REQUIRED\x10\x1f\x12#\n" +
 	"\x1fERROR_REASON_PROPOSAL_NOT_FOUND\x10 \x12 \n" +
-	"\x1cERROR_REASON_PROPOSAL_CLOSED\x10!B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
+	"\x1cERROR_REASON_PROPOSAL_CLOSED\x10!\x12$\n" +
+	" ERROR_REASON_CANDIDATE_NOT_FOUND\x10\"B3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3"
 
 var (
 	file_coordd_v1_errors_proto_rawDescOnce sync.Once

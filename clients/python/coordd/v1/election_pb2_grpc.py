@@ -6,13 +6,19 @@ from coordd.v1 import election_pb2 as coordd_dot_v1_dot_election__pb2
 
 
 class ElectionServiceStub(object):
-    """ElectionService runs leader elections. Candidates queue in order behind
-    the leader; the leader holds a term, a fencing token: an etcd revision,
-    strictly increasing from leader to leader of one election and unique
-    across the cluster.
+    """ElectionService runs leader elections. Candidates wait for the seat in
+    order of priority, then arrival; the leader holds a term, a fencing
+    token: an etcd revision, strictly increasing from leader to leader of
+    one election and unique across the cluster. A leader may hand the seat
+    to a named candidate (Transfer), and a candidate that outranks the
+    leader may ask it to step down (CampaignRequest.preempt).
 
     Guarantees: election state is linearizable; at most one candidate leads
-    at any revision; a candidate leads until it resigns or its session ends.
+    at any revision; a candidate leads until it resigns, hands over, or its
+    session ends. A resignation or hand-over seats the successor in the
+    same commit; a seat freed by a session's end is given by the first
+    member that sees it (observers see EXPIRED and VACANT, then ELECTED a
+    moment later).
     Campaign answers only while the candidate is alive. Observe delivers
     every change and every proclamation in order, reports a vacant seat,
     and restarts from the current state instead of failing when its resume
@@ -46,6 +52,11 @@ class ElectionServiceStub(object):
                 request_serializer=coordd_dot_v1_dot_election__pb2.ResignRequest.SerializeToString,
                 response_deserializer=coordd_dot_v1_dot_election__pb2.ResignResponse.FromString,
                 )
+        self.Transfer = channel.unary_unary(
+                '/coordd.v1.ElectionService/Transfer',
+                request_serializer=coordd_dot_v1_dot_election__pb2.TransferRequest.SerializeToString,
+                response_deserializer=coordd_dot_v1_dot_election__pb2.TransferResponse.FromString,
+                )
         self.Leader = channel.unary_unary(
                 '/coordd.v1.ElectionService/Leader',
                 request_serializer=coordd_dot_v1_dot_election__pb2.LeaderRequest.SerializeToString,
@@ -69,13 +80,19 @@ class ElectionServiceStub(object):
 
 
 class ElectionServiceServicer(object):
-    """ElectionService runs leader elections. Candidates queue in order behind
-    the leader; the leader holds a term, a fencing token: an etcd revision,
-    strictly increasing from leader to leader of one election and unique
-    across the cluster.
+    """ElectionService runs leader elections. Candidates wait for the seat in
+    order of priority, then arrival; the leader holds a term, a fencing
+    token: an etcd revision, strictly increasing from leader to leader of
+    one election and unique across the cluster. A leader may hand the seat
+    to a named candidate (Transfer), and a candidate that outranks the
+    leader may ask it to step down (CampaignRequest.preempt).
 
     Guarantees: election state is linearizable; at most one candidate leads
-    at any revision; a candidate leads until it resigns or its session ends.
+    at any revision; a candidate leads until it resigns, hands over, or its
+    session ends. A resignation or hand-over seats the successor in the
+    same commit; a seat freed by a session's end is given by the first
+    member that sees it (observers see EXPIRED and VACANT, then ELECTED a
+    moment later).
     Campaign answers only while the candidate is alive. Observe delivers
     every change and every proclamation in order, reports a vacant seat,
     and restarts from the current state instead of failing when its resume
@@ -118,6 +135,19 @@ class ElectionServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Transfer(self, request, context):
+        """Transfer hands the term's leadership to a waiting candidate of the
+        named session in one commit: the old term ends as with Resign, the
+        successor's Campaign answers with a new term (returned here too), and
+        observers see RESIGNED and ELECTED at one revision, never a vacant
+        seat. A term that does not lead fails with FailedPrecondition
+        (NOT_LEADER); a session with no campaign waiting, with NotFound
+        (CANDIDATE_NOT_FOUND).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Leader(self, request, context):
         """Leader returns who leads, or NotFound (NO_LEADER).
         """
@@ -126,7 +156,8 @@ class ElectionServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Candidates(self, request, context):
-        """Candidates returns the campaigns waiting behind the leader, in order.
+        """Candidates returns the campaigns waiting for the seat, in the order
+        they would take it: priority, then arrival.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -166,6 +197,11 @@ def add_ElectionServiceServicer_to_server(servicer, server):
                     request_deserializer=coordd_dot_v1_dot_election__pb2.ResignRequest.FromString,
                     response_serializer=coordd_dot_v1_dot_election__pb2.ResignResponse.SerializeToString,
             ),
+            'Transfer': grpc.unary_unary_rpc_method_handler(
+                    servicer.Transfer,
+                    request_deserializer=coordd_dot_v1_dot_election__pb2.TransferRequest.FromString,
+                    response_serializer=coordd_dot_v1_dot_election__pb2.TransferResponse.SerializeToString,
+            ),
             'Leader': grpc.unary_unary_rpc_method_handler(
                     servicer.Leader,
                     request_deserializer=coordd_dot_v1_dot_election__pb2.LeaderRequest.FromString,
@@ -194,13 +230,19 @@ def add_ElectionServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ElectionService(object):
-    """ElectionService runs leader elections. Candidates queue in order behind
-    the leader; the leader holds a term, a fencing token: an etcd revision,
-    strictly increasing from leader to leader of one election and unique
-    across the cluster.
+    """ElectionService runs leader elections. Candidates wait for the seat in
+    order of priority, then arrival; the leader holds a term, a fencing
+    token: an etcd revision, strictly increasing from leader to leader of
+    one election and unique across the cluster. A leader may hand the seat
+    to a named candidate (Transfer), and a candidate that outranks the
+    leader may ask it to step down (CampaignRequest.preempt).
 
     Guarantees: election state is linearizable; at most one candidate leads
-    at any revision; a candidate leads until it resigns or its session ends.
+    at any revision; a candidate leads until it resigns, hands over, or its
+    session ends. A resignation or hand-over seats the successor in the
+    same commit; a seat freed by a session's end is given by the first
+    member that sees it (observers see EXPIRED and VACANT, then ELECTED a
+    moment later).
     Campaign answers only while the candidate is alive. Observe delivers
     every change and every proclamation in order, reports a vacant seat,
     and restarts from the current state instead of failing when its resume
@@ -261,6 +303,23 @@ class ElectionService(object):
         return grpc.experimental.unary_unary(request, target, '/coordd.v1.ElectionService/Resign',
             coordd_dot_v1_dot_election__pb2.ResignRequest.SerializeToString,
             coordd_dot_v1_dot_election__pb2.ResignResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Transfer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordd.v1.ElectionService/Transfer',
+            coordd_dot_v1_dot_election__pb2.TransferRequest.SerializeToString,
+            coordd_dot_v1_dot_election__pb2.TransferResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordd/v1/election.proto.
  */
 export const file_coordd_v1_election: GenFile = /*@__PURE__*/
-  fileDesc("Chhjb29yZGQvdjEvZWxlY3Rpb24ucHJvdG8SCWNvb3JkZC52MSKDAQoKTGVhZGVyc2hpcBIMCgRuYW1lGAEgASgJEgwKBHRlcm0YAiABKAMSDQoFdmFsdWUYAyABKAkSEgoKc2Vzc2lvbl9pZBgEIAEoCRISCgpyZXF1ZXN0X2lkGAUgASgJEhAKCHJldmlzaW9uGAYgASgDEhAKCGZvbGxvd2VkGAcgASgIIpkBCg9DYW1wYWlnblJlcXVlc3QSDAoEbmFtZRgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg0KBXZhbHVlGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBrZWVwYWxpdmVfc3RyZWFtGAYgASgEIj0KEENhbXBhaWduUmVzcG9uc2USKQoKbGVhZGVyc2hpcBgBIAEoCzIVLmNvb3JkZC52MS5MZWFkZXJzaGlwIjwKD1Byb2NsYWltUmVxdWVzdBIMCgRuYW1lGAEgASgJEgwKBHRlcm0YAiABKAMSDQoFdmFsdWUYAyABKAkiJAoQUHJvY2xhaW1SZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAyJtCg1SZXNpZ25SZXF1ZXN0EgwKBG5hbWUYASABKAkSDAoEdGVybRgCIAEoAxISCgpzZXNzaW9uX2lkGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSGAoQa2VlcGFsaXZlX3N0cmVhbRgFIAEoBCIQCg5SZXNpZ25SZXNwb25zZSK0AQoORWxlY3Rpb25MZWFkZXISDAoEdGVybRgBIAEoAxINCgV2YWx1ZRgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSDQoFb3duZXIYBSABKAkSEAoIaG9zdG5hbWUYBiABKAkSKQoFc2luY2UYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXByb2NsYWltcxgIIAEoAyIdCg1MZWFkZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkiTQoOTGVhZGVyUmVzcG9uc2USKQoGbGVhZGVyGAEgASgLMhkuY29vcmRkLnYxLkVsZWN0aW9uTGVhZGVyEhAKCHJldmlzaW9uGAIgASgDIqsBChFFbGVjdGlvbkNhbmRpZGF0ZRIMCgR0ZXJtGAEgASgDEg0KBXZhbHVlGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCRINCgVvd25lchgFIAEoCRIQCghob3N0bmFtZRgGIAEoCRIwCgxlbnF1ZXVlX3RpbWUYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIk0KFExpc3RFbGVjdGlvbnNSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSI/ChVMaXN0RWxlY3Rpb25zUmVzcG9uc2USDQoFbmFtZXMYASADKAkSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIiEKEUNhbmRpZGF0ZXNSZXF1ZXN0EgwKBG5hbWUYASABKAkiWAoSQ2FuZGlkYXRlc1Jlc3BvbnNlEjAKCmNhbmRpZGF0ZXMYASADKAsyHC5jb29yZGQudjEuRWxlY3Rpb25DYW5kaWRhdGUSEAoIcmV2aXNpb24YAiABKAMiNQoOT2JzZXJ2ZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIVCg1mcm9tX3JldmlzaW9uGAIgASgDIokBCg1FbGVjdGlvbkV2ZW50EioKBHR5cGUYASABKA4yHC5jb29yZGQudjEuRWxlY3Rpb25FdmVudFR5cGUSEAoIcmV2aXNpb24YAiABKAMSKQoGbGVhZGVyGAMgASgLMhkuY29vcmRkLnYxLkVsZWN0aW9uTGVhZGVyEg8KB2N1cnJlbnQYBCABKAgiTQoPT2JzZXJ2ZVJlc3BvbnNlEigKBmV2ZW50cxgBIAMoCzIYLmNvb3JkZC52MS5FbGVjdGlvbkV2ZW50EhAKCHJldmlzaW9uGAIgASgDKuABChFFbGVjdGlvbkV2ZW50VHlwZRIjCh9FTEVDVElPTl9FVkVOVF9UWVBFX1VOU1BFQ0lGSUVEEAASHwobRUxFQ1RJT05fRVZFTlRfVFlQRV9FTEVDVEVEEAESIgoeRUxFQ1RJT05fRVZFTlRfVFlQRV9QUk9DTEFJTUVEEAISIAocRUxFQ1RJT05fRVZFTlRfVFlQRV9SRVNJR05FRBADEh8KG0VMRUNUSU9OX0VWRU5UX1RZUEVfRVhQSVJFRBAEEh4KGkVMRUNUSU9OX0VWRU5UX1RZUEVfVkFDQU5UEAUy/AMKD0VsZWN0aW9uU2VydmljZRJDCghDYW1wYWlnbhIaLmNvb3JkZC52MS5DYW1wYWlnblJlcXVlc3QaGy5jb29yZGQudjEuQ2FtcGFpZ25SZXNwb25zZRJDCghQcm9jbGFpbRIaLmNvb3JkZC52MS5Qcm9jbGFpbVJlcXVlc3QaGy5jb29yZGQudjEuUHJvY2xhaW1SZXNwb25zZRI9CgZSZXNpZ24SGC5jb29yZGQudjEuUmVzaWduUmVxdWVzdBoZLmNvb3JkZC52MS5SZXNpZ25SZXNwb25zZRI9CgZMZWFkZXISGC5jb29yZGQudjEuTGVhZGVyUmVxdWVzdBoZLmNvb3JkZC52MS5MZWFkZXJSZXNwb25zZRJJCgpDYW5kaWRhdGVzEhwuY29vcmRkLnYxLkNhbmRpZGF0ZXNSZXF1ZXN0Gh0uY29vcmRkLnYxLkNhbmRpZGF0ZXNSZXNwb25zZRJSCg1MaXN0RWxlY3Rpb25zEh8uY29vcmRkLnYxLkxpc3RFbGVjdGlvbnNSZXF1ZXN0GiAuY29vcmRkLnYxLkxpc3RFbGVjdGlvbnNSZXNwb25zZRJCCgdPYnNlcnZlEhkuY29vcmRkLnYxLk9ic2VydmVSZXF1ZXN0GhouY29vcmRkLnYxLk9ic2VydmVSZXNwb25zZTABQjNaMWdpdGh1Yi5jb20vY29vcmRkL2Nvb3JkZC9wcm90by9jb29yZGQvdjE7Y29vcmRkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chhjb29yZGQvdjEvZWxlY3Rpb24ucHJvdG8SCWNvb3JkZC52MSKVAQoKTGVhZGVyc2hpcBIMCgRuYW1lGAEgASgJEgwKBHRlcm0YAiABKAMSDQoFdmFsdWUYAyABKAkSEgoKc2Vzc2lvbl9pZBgEIAEoCRISCgpyZXF1ZXN0X2lkGAUgASgJEhAKCHJldmlzaW9uGAYgASgDEhAKCGZvbGxvd2VkGAcgASgIEhAKCHByaW9yaXR5GAggASgFIrwBCg9DYW1wYWlnblJlcXVlc3QSDAoEbmFtZRgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg0KBXZhbHVlGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBrZWVwYWxpdmVfc3RyZWFtGAYgASgEEhAKCHByaW9yaXR5GAcgASgFEg8KB3ByZWVtcHQYCCABKAgiPQoQQ2FtcGFpZ25SZXNwb25zZRIpCgpsZWFkZXJzaGlwGAEgASgLMhUuY29vcmRkLnYxLkxlYWRlcnNoaXAiPAoPUHJvY2xhaW1SZXF1ZXN0EgwKBG5hbWUYASABKAkSDAoEdGVybRgCIAEoAxINCgV2YWx1ZRgDIAEoCSIkChBQcm9jbGFpbVJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDIm0KDVJlc2lnblJlcXVlc3QSDAoEbmFtZRgBIAEoCRIMCgR0ZXJtGAIgASgDEhIKCnNlc3Npb25faWQYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCRIYChBrZWVwYWxpdmVfc3RyZWFtGAUgASgEIhAKDlJlc2lnblJlc3BvbnNlIqsBCg9UcmFuc2ZlclJlcXVlc3QSDAoEbmFtZRgBIAEoCRIMCgR0ZXJtGAIgASgDEhwKFHN1Y2Nlc3Nvcl9zZXNzaW9uX2lkGAMgASgJEhwKFHN1Y2Nlc3Nvcl9yZXF1ZXN0X2lkGAQgASgJEhgKEGtlZXBhbGl2ZV9zdHJlYW0YBSABKAQSEgoKc2Vzc2lvbl9pZBgGIAEoCRISCgpyZXF1ZXN0X2lkGAcgASgJIjIKEFRyYW5zZmVyUmVzcG9uc2USDAoEdGVybRgBIAEoAxIQCghyZXZpc2lvbhgCIAEoAyLGAQoORWxlY3Rpb25MZWFkZXISDAoEdGVybRgBIAEoAxINCgV2YWx1ZRgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSDQoFb3duZXIYBSABKAkSEAoIaG9zdG5hbWUYBiABKAkSKQoFc2luY2UYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCXByb2NsYWltcxgIIAEoAxIQCghwcmlvcml0eRgJIAEoBSIdCg1MZWFkZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkiTQoOTGVhZGVyUmVzcG9uc2USKQoGbGVhZGVyGAEgASgLMhkuY29vcmRkLnYxLkVsZWN0aW9uTGVhZGVyEhAKCHJldmlzaW9uGAIgASgDItoBChFFbGVjdGlvbkNhbmRpZGF0ZRIQCgR0ZXJtGAEgASgDQgIYARINCgV2YWx1ZRgCIAEoCRISCgpzZXNzaW9uX2lkGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSDQoFb3duZXIYBSABKAkSEAoIaG9zdG5hbWUYBiABKAkSMAoMZW5xdWV1ZV90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9qb2luZWRfcmV2aXNpb24YCCABKAMSEAoIcHJpb3JpdHkYCSABKAUiTQoUTGlzdEVsZWN0aW9uc1JlcXVlc3QSDgoGcHJlZml4GAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIj8KFUxpc3RFbGVjdGlvbnNSZXNwb25zZRINCgVuYW1lcxgBIAMoCRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiIQoRQ2FuZGlkYXRlc1JlcXVlc3QSDAoEbmFtZRgBIAEoCSJYChJDYW5kaWRhdGVzUmVzcG9uc2USMAoKY2FuZGlkYXRlcxgBIAMoCzIcLmNvb3JkZC52MS5FbGVjdGlvbkNhbmRpZGF0ZRIQCghyZXZpc2lvbhgCIAEoAyI1Cg5PYnNlcnZlUmVxdWVzdBIMCgRuYW1lGAEgASgJEhUKDWZyb21fcmV2aXNpb24YAiABKAMiswEKDUVsZWN0aW9uRXZlbnQSKgoEdHlwZRgBIAEoDjIcLmNvb3JkZC52MS5FbGVjdGlvbkV2ZW50VHlwZRIQCghyZXZpc2lvbhgCIAEoAxIpCgZsZWFkZXIYAyABKAsyGS5jb29yZGQudjEuRWxlY3Rpb25MZWFkZXISDwoHY3VycmVudBgEIAEoCBIoCgJieRgFIAEoCzIcLmNvb3JkZC52MS5FbGVjdGlvbkNhbmRpZGF0ZSJNCg9PYnNlcnZlUmVzcG9uc2USKAoGZXZlbnRzGAEgAygLMhguY29vcmRkLnYxLkVsZWN0aW9uRXZlbnQSEAoIcmV2aXNpb24YAiABKAMqiwIKEUVsZWN0aW9uRXZlbnRUeXBlEiMKH0VMRUNUSU9OX0VWRU5UX1RZUEVfVU5TUEVDSUZJRUQQABIfChtFTEVDVElPTl9FVkVOVF9UWVBFX0VMRUNURUQQARIiCh5FTEVDVElPTl9FVkVOVF9UWVBFX1BST0NMQUlNRUQQAhIgChxFTEVDVElPTl9FVkVOVF9UWVBFX1JFU0lHTkVEEAMSHwobRUxFQ1RJT05fRVZFTlRfVFlQRV9FWFBJUkVEEAQSHgoaRUxFQ1RJT05fRVZFTlRfVFlQRV9WQUNBTlQQBRIpCiVFTEVDVElPTl9FVkVOVF9UWVBFX1BSRUVNUFRfUkVRVUVTVEVEEAYywQQKD0VsZWN0aW9uU2VydmljZRJDCghDYW1wYWlnbhIaLmNvb3JkZC52MS5DYW1wYWlnblJlcXVlc3QaGy5jb29yZGQudjEuQ2FtcGFpZ25SZXNwb25zZRJDCghQcm9jbGFpbRIaLmNvb3JkZC52MS5Qcm9jbGFpbVJlcXVlc3QaGy5jb29yZGQudjEuUHJvY2xhaW1SZXNwb25zZRI9CgZSZXNpZ24SGC5jb29yZGQudjEuUmVzaWduUmVxdWVzdBoZLmNvb3JkZC52MS5SZXNpZ25SZXNwb25zZRJDCghUcmFuc2ZlchIaLmNvb3JkZC52MS5UcmFuc2ZlclJlcXVlc3QaGy5jb29yZGQudjEuVHJhbnNmZXJSZXNwb25zZRI9CgZMZWFkZXISGC5jb29yZGQudjEuTGVhZGVyUmVxdWVzdBoZLmNvb3JkZC52MS5MZWFkZXJSZXNwb25zZRJJCgpDYW5kaWRhdGVzEhwuY29vcmRkLnYxLkNhbmRpZGF0ZXNSZXF1ZXN0Gh0uY29vcmRkLnYxLkNhbmRpZGF0ZXNSZXNwb25zZRJSCg1MaXN0RWxlY3Rpb25zEh8uY29vcmRkLnYxLkxpc3RFbGVjdGlvbnNSZXF1ZXN0GiAuY29vcmRkLnYxLkxpc3RFbGVjdGlvbnNSZXNwb25zZRJCCgdPYnNlcnZlEhkuY29vcmRkLnYxLk9ic2VydmVSZXF1ZXN0GhouY29vcmRkLnYxLk9ic2VydmVSZXNwb25zZTABQjNaMWdpdGh1Yi5jb20vY29vcmRkL2Nvb3JkZC9wcm90by9jb29yZGQvdjE7Y29vcmRkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Leadership is a won election.
@@ -72,6 +72,13 @@ export type Leadership = Message<"coordd.v1.Leadership"> & {
    * @generated from field: bool followed = 7;
    */
   followed: boolean;
+
+  /**
+   * priority is the campaign's priority.
+   *
+   * @generated from field: int32 priority = 8;
+   */
+  priority: number;
 };
 
 /**
@@ -145,6 +152,27 @@ export type CampaignRequest = Message<"coordd.v1.CampaignRequest"> & {
    * @generated from field: uint64 keepalive_stream = 6;
    */
   keepaliveStream: bigint;
+
+  /**
+   * priority orders the waiting candidates: when the seat is given, the
+   * highest priority takes it, ties in arrival order. It never unseats a
+   * leader by itself. Default 0; negative values wait behind it. A retry
+   * keeps the candidacy's first priority.
+   *
+   * @generated from field: int32 priority = 7;
+   */
+  priority: number;
+
+  /**
+   * preempt, for a candidate whose priority is above the leader's, asks
+   * the leader to step down: observers (and the leader's SDK) see
+   * PREEMPT_REQUESTED. The leader chooses when (Resign or Transfer);
+   * nothing forces it. The request ends with the term or the requester's
+   * session.
+   *
+   * @generated from field: bool preempt = 8;
+   */
+  preempt: boolean;
 };
 
 /**
@@ -303,6 +331,102 @@ export const ResignResponseSchema: GenMessage<ResignResponse> = /*@__PURE__*/
   messageDesc(file_coordd_v1_election, 6);
 
 /**
+ * TransferRequest hands a leadership to a waiting candidate.
+ *
+ * @generated from message coordd.v1.TransferRequest
+ */
+export type TransferRequest = Message<"coordd.v1.TransferRequest"> & {
+  /**
+   * name is the election's name. Required.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * term is the leadership's term. Required.
+   *
+   * @generated from field: int64 term = 2;
+   */
+  term: bigint;
+
+  /**
+   * successor_session_id is the session of the candidate that takes the
+   * seat. Required.
+   *
+   * @generated from field: string successor_session_id = 3;
+   */
+  successorSessionId: string;
+
+  /**
+   * successor_request_id names its campaign; when empty, its campaign
+   * first in line (priority, then arrival).
+   *
+   * @generated from field: string successor_request_id = 4;
+   */
+  successorRequestId: string;
+
+  /**
+   * keepalive_stream, when set with session_id and request_id (the
+   * leader's campaign), stops that stream following the old leadership
+   * first, as ResignRequest.keepalive_stream.
+   *
+   * @generated from field: uint64 keepalive_stream = 5;
+   */
+  keepaliveStream: bigint;
+
+  /**
+   * session_id is the leader's session (with request_id and
+   * keepalive_stream only).
+   *
+   * @generated from field: string session_id = 6;
+   */
+  sessionId: string;
+
+  /**
+   * request_id is the leader's campaign (see session_id).
+   *
+   * @generated from field: string request_id = 7;
+   */
+  requestId: string;
+};
+
+/**
+ * Describes the message coordd.v1.TransferRequest.
+ * Use `create(TransferRequestSchema)` to create a new message.
+ */
+export const TransferRequestSchema: GenMessage<TransferRequest> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_election, 7);
+
+/**
+ * TransferResponse is the successor's leadership.
+ *
+ * @generated from message coordd.v1.TransferResponse
+ */
+export type TransferResponse = Message<"coordd.v1.TransferResponse"> & {
+  /**
+   * term is the successor's term: a new fencing token.
+   *
+   * @generated from field: int64 term = 1;
+   */
+  term: bigint;
+
+  /**
+   * revision is the etcd revision of the hand-over.
+   *
+   * @generated from field: int64 revision = 2;
+   */
+  revision: bigint;
+};
+
+/**
+ * Describes the message coordd.v1.TransferResponse.
+ * Use `create(TransferResponseSchema)` to create a new message.
+ */
+export const TransferResponseSchema: GenMessage<TransferResponse> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_election, 8);
+
+/**
  * ElectionLeader is who leads an election.
  *
  * @generated from message coordd.v1.ElectionLeader
@@ -364,6 +488,13 @@ export type ElectionLeader = Message<"coordd.v1.ElectionLeader"> & {
    * @generated from field: int64 proclaims = 8;
    */
   proclaims: bigint;
+
+  /**
+   * priority is the leader's campaign priority.
+   *
+   * @generated from field: int32 priority = 9;
+   */
+  priority: number;
 };
 
 /**
@@ -371,7 +502,7 @@ export type ElectionLeader = Message<"coordd.v1.ElectionLeader"> & {
  * Use `create(ElectionLeaderSchema)` to create a new message.
  */
 export const ElectionLeaderSchema: GenMessage<ElectionLeader> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_election, 7);
+  messageDesc(file_coordd_v1_election, 9);
 
 /**
  * LeaderRequest names an election.
@@ -392,7 +523,7 @@ export type LeaderRequest = Message<"coordd.v1.LeaderRequest"> & {
  * Use `create(LeaderRequestSchema)` to create a new message.
  */
 export const LeaderRequestSchema: GenMessage<LeaderRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_election, 8);
+  messageDesc(file_coordd_v1_election, 10);
 
 /**
  * LeaderResponse is who leads.
@@ -420,7 +551,7 @@ export type LeaderResponse = Message<"coordd.v1.LeaderResponse"> & {
  * Use `create(LeaderResponseSchema)` to create a new message.
  */
 export const LeaderResponseSchema: GenMessage<LeaderResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_election, 9);
+  messageDesc(file_coordd_v1_election, 11);
 
 /**
  * ElectionCandidate is a campaign waiting for its turn.
@@ -429,9 +560,11 @@ export const LeaderResponseSchema: GenMessage<LeaderResponse> = /*@__PURE__*/
  */
 export type ElectionCandidate = Message<"coordd.v1.ElectionCandidate"> & {
   /**
-   * term is the term it will hold once elected.
+   * term is no longer set (0): a candidate's term is given when it takes
+   * the seat. See joined_revision.
    *
-   * @generated from field: int64 term = 1;
+   * @generated from field: int64 term = 1 [deprecated = true];
+   * @deprecated
    */
   term: bigint;
 
@@ -476,6 +609,21 @@ export type ElectionCandidate = Message<"coordd.v1.ElectionCandidate"> & {
    * @generated from field: google.protobuf.Timestamp enqueue_time = 7;
    */
   enqueueTime?: Timestamp | undefined;
+
+  /**
+   * joined_revision is the etcd revision at which it joined: among equal
+   * priorities, the earlier takes the seat first.
+   *
+   * @generated from field: int64 joined_revision = 8;
+   */
+  joinedRevision: bigint;
+
+  /**
+   * priority is the campaign's priority.
+   *
+   * @generated from field: int32 priority = 9;
+   */
+  priority: number;
 };
 
 /**
@@ -483,7 +631,7 @@ export type ElectionCandidate = Message<"coordd.v1.ElectionCandidate"> & {
  * Use `create(ElectionCandidateSchema)` to create a new message.
  */
 export const ElectionCandidateSchema: GenMessage<ElectionCandidate> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_election, 10);
+  messageDesc(file_coordd_v1_election, 12);
 
 /**
  * ListElectionsRequest asks for election names.
@@ -518,7 +666,7 @@ export type ListElectionsRequest = Message<"coordd.v1.ListElectionsRequest"> & {
  * Use `create(ListElectionsRequestSchema)` to create a new message.
  */
 export const ListElectionsRequestSchema: GenMessage<ListElectionsRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_election, 11);
+  messageDesc(file_coordd_v1_election, 13);
 
 /**
  * ListElectionsResponse carries election names.
@@ -546,7 +694,7 @@ export type ListElectionsResponse = Message<"coordd.v1.ListElectionsResponse"> &
  * Use `create(ListElectionsResponseSchema)` to create a new message.
  */
 export const ListElectionsResponseSchema: GenMessage<ListElectionsResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_election, 12);
+  messageDesc(file_coordd_v1_election, 14);
 
 /**
  * CandidatesRequest names an election.
@@ -567,7 +715,7 @@ export type CandidatesRequest = Message<"coordd.v1.CandidatesRequest"> & {
  * Use `create(CandidatesRequestSchema)` to create a new message.
  */
 export const CandidatesRequestSchema: GenMessage<CandidatesRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_election, 13);
+  messageDesc(file_coordd_v1_election, 15);
 
 /**
  * CandidatesResponse lists the waiting campaigns.
@@ -576,7 +724,7 @@ export const CandidatesRequestSchema: GenMessage<CandidatesRequest> = /*@__PURE_
  */
 export type CandidatesResponse = Message<"coordd.v1.CandidatesResponse"> & {
   /**
-   * candidates wait behind the leader, in the order they will lead.
+   * candidates wait for the seat, in the order they would take it.
    *
    * @generated from field: repeated coordd.v1.ElectionCandidate candidates = 1;
    */
@@ -595,7 +743,7 @@ export type CandidatesResponse = Message<"coordd.v1.CandidatesResponse"> & {
  * Use `create(CandidatesResponseSchema)` to create a new message.
  */
 export const CandidatesResponseSchema: GenMessage<CandidatesResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_election, 14);
+  messageDesc(file_coordd_v1_election, 16);
 
 /**
  * ObserveRequest starts or resumes following an election.
@@ -625,7 +773,7 @@ export type ObserveRequest = Message<"coordd.v1.ObserveRequest"> & {
  * Use `create(ObserveRequestSchema)` to create a new message.
  */
 export const ObserveRequestSchema: GenMessage<ObserveRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_election, 15);
+  messageDesc(file_coordd_v1_election, 17);
 
 /**
  * ElectionEvent is one change of an election.
@@ -648,8 +796,9 @@ export type ElectionEvent = Message<"coordd.v1.ElectionEvent"> & {
   revision: bigint;
 
   /**
-   * leader is the new leader (ELECTED, PROCLAIMED) or the one that left
-   * (RESIGNED, EXPIRED); unset for VACANT. owner and hostname are set on
+   * leader is the new leader (ELECTED, PROCLAIMED), the one that left
+   * (RESIGNED, EXPIRED) or the one asked to step down
+   * (PREEMPT_REQUESTED); unset for VACANT. owner and hostname are set on
    * every event while the leader's session exists, and on RESIGNED and
    * EXPIRED also after it ended if this stream saw the leader before (a
    * stream that resumes right at an EXPIRED may not know them).
@@ -662,11 +811,20 @@ export type ElectionEvent = Message<"coordd.v1.ElectionEvent"> & {
    * current marks an event that states the election's state at `revision`
    * (ELECTED or VACANT) rather than a change made at it: the first event
    * of a stream that did not resume, or whose resume revision was
-   * compacted. Events before it may have been missed.
+   * compacted. Events before it may have been missed. A PREEMPT_REQUESTED
+   * still in force is stated the same way, after the ELECTED.
    *
    * @generated from field: bool current = 4;
    */
   current: boolean;
+
+  /**
+   * by is the candidate that asked (PREEMPT_REQUESTED only): its
+   * session_id, request_id and priority.
+   *
+   * @generated from field: coordd.v1.ElectionCandidate by = 5;
+   */
+  by?: ElectionCandidate | undefined;
 };
 
 /**
@@ -674,7 +832,7 @@ export type ElectionEvent = Message<"coordd.v1.ElectionEvent"> & {
  * Use `create(ElectionEventSchema)` to create a new message.
  */
 export const ElectionEventSchema: GenMessage<ElectionEvent> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_election, 16);
+  messageDesc(file_coordd_v1_election, 18);
 
 /**
  * ObserveResponse carries the events of one etcd revision.
@@ -703,7 +861,7 @@ export type ObserveResponse = Message<"coordd.v1.ObserveResponse"> & {
  * Use `create(ObserveResponseSchema)` to create a new message.
  */
 export const ObserveResponseSchema: GenMessage<ObserveResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_election, 17);
+  messageDesc(file_coordd_v1_election, 19);
 
 /**
  * ElectionEventType is what happened to an election.
@@ -753,6 +911,14 @@ export enum ElectionEventType {
    * @generated from enum value: ELECTION_EVENT_TYPE_VACANT = 5;
    */
   VACANT = 5,
+
+  /**
+   * A waiting candidate that outranks the leader asked it to step down
+   * (ElectionEvent.by); the leader decides when.
+   *
+   * @generated from enum value: ELECTION_EVENT_TYPE_PREEMPT_REQUESTED = 6;
+   */
+  PREEMPT_REQUESTED = 6,
 }
 
 /**
@@ -762,13 +928,19 @@ export const ElectionEventTypeSchema: GenEnum<ElectionEventType> = /*@__PURE__*/
   enumDesc(file_coordd_v1_election, 0);
 
 /**
- * ElectionService runs leader elections. Candidates queue in order behind
- * the leader; the leader holds a term, a fencing token: an etcd revision,
- * strictly increasing from leader to leader of one election and unique
- * across the cluster.
+ * ElectionService runs leader elections. Candidates wait for the seat in
+ * order of priority, then arrival; the leader holds a term, a fencing
+ * token: an etcd revision, strictly increasing from leader to leader of
+ * one election and unique across the cluster. A leader may hand the seat
+ * to a named candidate (Transfer), and a candidate that outranks the
+ * leader may ask it to step down (CampaignRequest.preempt).
  *
  * Guarantees: election state is linearizable; at most one candidate leads
- * at any revision; a candidate leads until it resigns or its session ends.
+ * at any revision; a candidate leads until it resigns, hands over, or its
+ * session ends. A resignation or hand-over seats the successor in the
+ * same commit; a seat freed by a session's end is given by the first
+ * member that sees it (observers see EXPIRED and VACANT, then ELECTED a
+ * moment later).
  * Campaign answers only while the candidate is alive. Observe delivers
  * every change and every proclamation in order, reports a vacant seat,
  * and restarts from the current state instead of failing when its resume
@@ -823,6 +995,22 @@ export const ElectionService: GenService<{
     output: typeof ResignResponseSchema;
   },
   /**
+   * Transfer hands the term's leadership to a waiting candidate of the
+   * named session in one commit: the old term ends as with Resign, the
+   * successor's Campaign answers with a new term (returned here too), and
+   * observers see RESIGNED and ELECTED at one revision, never a vacant
+   * seat. A term that does not lead fails with FailedPrecondition
+   * (NOT_LEADER); a session with no campaign waiting, with NotFound
+   * (CANDIDATE_NOT_FOUND).
+   *
+   * @generated from rpc coordd.v1.ElectionService.Transfer
+   */
+  transfer: {
+    methodKind: "unary";
+    input: typeof TransferRequestSchema;
+    output: typeof TransferResponseSchema;
+  },
+  /**
    * Leader returns who leads, or NotFound (NO_LEADER).
    *
    * @generated from rpc coordd.v1.ElectionService.Leader
@@ -833,7 +1021,8 @@ export const ElectionService: GenService<{
     output: typeof LeaderResponseSchema;
   },
   /**
-   * Candidates returns the campaigns waiting behind the leader, in order.
+   * Candidates returns the campaigns waiting for the seat, in the order
+   * they would take it: priority, then arrival.
    *
    * @generated from rpc coordd.v1.ElectionService.Candidates
    */
