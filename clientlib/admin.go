@@ -136,7 +136,8 @@ func (a *Admin) Campaign(ctx context.Context, sessionID, name, value string, opt
 	if o.requestID == "" {
 		o.requestID = randomID()
 	}
-	resp, err := a.c.elections.Campaign(ctx, &coorddv1.CampaignRequest{Name: name, SessionId: sessionID, Value: value, RequestId: o.requestID})
+	resp, err := a.c.elections.Campaign(ctx, &coorddv1.CampaignRequest{Name: name, SessionId: sessionID, Value: value, RequestId: o.requestID,
+		Priority: o.priority, Preempt: o.preempt})
 	if err != nil {
 		return 0, convert(ctx, err)
 	}
@@ -153,6 +154,22 @@ func (a *Admin) Proclaim(ctx context.Context, name string, term fencing.Token, v
 func (a *Admin) Resign(ctx context.Context, name string, term fencing.Token) error {
 	_, err := a.c.elections.Resign(ctx, &coorddv1.ResignRequest{Name: name, Term: int64(term)})
 	return convert(ctx, err)
+}
+
+// Transfer hands the leadership whose term is term to a waiting campaign
+// of the session successor (its first in line, or the one
+// WithSuccessorCampaign names) in one commit, and returns the successor's
+// term.
+func (a *Admin) Transfer(ctx context.Context, name string, term fencing.Token, successor string, opts ...TransferOption) (fencing.Token, error) {
+	var o transferOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	resp, err := a.c.elections.Transfer(ctx, &coorddv1.TransferRequest{Name: name, Term: int64(term), SuccessorSessionId: successor, SuccessorRequestId: o.requestID})
+	if err != nil {
+		return 0, convert(ctx, err)
+	}
+	return fencing.Token(resp.GetTerm()), nil
 }
 
 // allNames gathers the pages page returns, from the first (token "") to

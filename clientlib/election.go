@@ -15,6 +15,33 @@ type CampaignOption func(*campaignOptions)
 
 type campaignOptions struct {
 	requestID string
+	priority  int32
+	preempt   bool
+	onPreempt func(by Candidate)
+}
+
+// WithPriority sets the campaign's priority: when the seat is given, the
+// highest priority waiting takes it, ties in arrival order. It never
+// unseats a leader by itself (see WithPreempt). Default 0; negative
+// values wait behind it. A retry keeps the campaign's first priority.
+func WithPriority(p int32) CampaignOption {
+	return func(o *campaignOptions) { o.priority = p }
+}
+
+// WithPreempt asks the leader to step down if this campaign's priority is
+// above the leader's: the leader's OnPreempt callback runs, and it
+// chooses when to resign or hand over. Nothing forces it.
+func WithPreempt() CampaignOption {
+	return func(o *campaignOptions) { o.preempt = true }
+}
+
+// OnPreempt calls f, once, on a goroutine of its own, when a candidate
+// that outranks this leadership asks it to step down (see WithPreempt):
+// the leader should finish what it is doing and Resign (the asker leads
+// next, being first in line) or Transfer. The SDK follows the election
+// for this from the moment the leadership is won until it ends.
+func OnPreempt(f func(by Candidate)) CampaignOption {
+	return func(o *campaignOptions) { o.onPreempt = f }
 }
 
 // WithCampaignID sets the campaign's idempotency key. By default the SDK
@@ -28,6 +55,9 @@ func WithCampaignID(id string) CampaignOption {
 // ErrResigned is the cause of a leadership's Context after Resign.
 var ErrResigned = errors.New("coordd: leadership resigned")
 
+// ErrTransferred is the cause of a leadership's Context after Transfer.
+var ErrTransferred = errors.New("coordd: leadership handed over")
+
 // Leadership is a won election. Act as leader only while Context is not
 // done, and pass Term with every access to what the leader controls, so
 // the resource can reject a leader that was deposed.
@@ -36,6 +66,7 @@ type Leadership struct {
 	s         *Session
 	name      string
 	term      fencing.Token
+	priority  int32
 	requestID string
 	ownID     bool // the SDK chose requestID: it may use it again once resigned
 }
@@ -64,7 +95,8 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 	var got *coorddv1.Leadership
 	follow := s.followStream()
 	_, err := s.c.retry(cctx, 0, func(ctx context.Context) error {
-		resp, err := s.c.elections.Campaign(ctx, &coorddv1.CampaignRequest{Name: name, SessionId: s.id, Value: value, RequestId: o.requestID, KeepaliveStream: follow.stream})
+		resp, err := s.c.elections.Campaign(ctx, &coorddv1.CampaignRequest{Name: name, SessionId: s.id, Value: value, RequestId: o.requestID, KeepaliveStream: follow.stream,
+			Priority: o.priority, Preempt: o.preempt})
 		got = resp.GetLeadership()
 		return err
 	})
@@ -74,7 +106,7 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 		}
 		return nil, err
 	}
-	l := &Leadership{s: s, name: name, term: fencing.Token(got.GetTerm()), requestID: got.GetRequestId(), ownID: own}
+	l := &Leadership{s: s, name: name, term: fencing.Token(got.GetTerm()), priority: got.GetPriority(), requestID: got.GetRequestId(), ownID: own}
 	l.held = newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: name, Token: got.GetTerm(), RequestId: got.GetRequestId(), Revision: got.GetRevision()},
 		func() error {
 			return fmt.Errorf("%w: the server reports the leadership of %q (term %d) ended: resigned from elsewhere (coordctl, an admin, another client with the term) or its session was closed", ErrNotLeader, name, got.GetTerm())
@@ -87,7 +119,26 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 		_ = l.Resign(rctx) // best effort: the leadership ends with the session anyway
 		return nil, s.Err()
 	}
+	if o.onPreempt != nil {
+		go l.watchPreemption(got.GetTerm(), o.onPreempt)
+	}
 	return l, nil
+}
+
+// watchPreemption follows the election from the leadership's start until
+// it ends, and calls f once if someone asks the leadership to step down.
+// It ends with the leadership (its Context).
+func (l *Leadership) watchPreemption(term int64, f func(by Candidate)) {
+	obs := l.s.c.Observe(l.ctx, l.name, ObserveFrom(term))
+	for ev := range obs.Events() {
+		if ev.Type == ElectionPreemptRequested && int64(ev.Leader.Term) == term {
+			f(ev.By)
+			for range obs.Events() {
+				// drain until the leadership ends
+			}
+			return
+		}
+	}
 }
 
 // Name is the election's name.
@@ -96,6 +147,9 @@ func (l *Leadership) Name() string { return l.name }
 // Term is the leadership's fencing token: strictly greater than every
 // earlier leader's term of this election.
 func (l *Leadership) Term() fencing.Token { return l.term }
+
+// Priority is the campaign's priority.
+func (l *Leadership) Priority() int32 { return l.priority }
 
 // Context is cancelled when the leadership is resigned or lost, no later
 // than the session's local deadline (before the server can elect anyone
@@ -153,6 +207,60 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	return err
 }
 
+// Transfer hands the leadership to a waiting campaign of the session
+// successor (its first in line, or the campaign WithSuccessorCampaign
+// names) in one commit, and returns the successor's term: a new fencing
+// token. Observers see the hand-over as one change, never a vacant seat.
+// Context ends with ErrTransferred. It fails with ErrCandidateNotFound if
+// successor has no campaign waiting (the leadership is kept), and with
+// ErrNotLeader if this term no longer leads. Unavailable servers are
+// retried until ctx ends; a retry whose earlier attempt handed over
+// answers ErrNotLeader.
+func (l *Leadership) Transfer(ctx context.Context, successor string, opts ...TransferOption) (fencing.Token, error) {
+	var o transferOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := context.Cause(l.ctx); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	req := &coorddv1.TransferRequest{Name: l.name, Term: int64(l.term), SuccessorSessionId: successor, SuccessorRequestId: o.requestID}
+	// The keep-alive stream keeps following the leadership (a failed
+	// hand-over keeps it): its report of the seat's end is expected.
+	l.expect(ErrTransferred)
+	var resp *coorddv1.TransferResponse
+	_, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
+		var err error
+		resp, err = l.s.c.elections.Transfer(ctx, req)
+		return err
+	})
+	switch {
+	case err == nil:
+		l.giveUp(ErrTransferred)
+		if l.ownID {
+			l.s.campaignIDs.giveBack(l.name, false, l.requestID)
+		}
+		return fencing.Token(resp.GetTerm()), nil
+	case errors.Is(err, ErrNotLeader):
+		l.expect(nil)
+		l.lose(err)
+	default:
+		l.expect(nil)
+	}
+	return 0, err
+}
+
+// TransferOption configures Transfer.
+type TransferOption func(*transferOptions)
+
+type transferOptions struct{ requestID string }
+
+// WithSuccessorCampaign names the successor's campaign (its request id)
+// when its session campaigns more than once.
+func WithSuccessorCampaign(requestID string) TransferOption {
+	return func(o *transferOptions) { o.requestID = requestID }
+}
+
 // Leader is who leads an election.
 type Leader struct {
 	Term      fencing.Token
@@ -163,11 +271,20 @@ type Leader struct {
 	Hostname  string
 	Since     time.Time
 	Proclaims int64 // how many times the leader proclaimed
+	Priority  int32
 }
 
 // Candidate is a campaign waiting for its turn.
 type Candidate struct {
-	Term      fencing.Token // the term it will hold once elected
+	// Term is no longer set (0): a candidate's term is given when it takes
+	// the seat.
+	//
+	// Deprecated: see Joined.
+	Term fencing.Token
+	// Joined is the revision at which it joined: among equal priorities,
+	// the earlier takes the seat first.
+	Joined    int64
+	Priority  int32
 	Value     string
 	SessionID string
 	RequestID string
@@ -176,8 +293,16 @@ type Candidate struct {
 	Enqueued  time.Time
 }
 
+func candidateFrom(p *coorddv1.ElectionCandidate) Candidate {
+	c := Candidate{Joined: p.GetJoinedRevision(), Priority: p.GetPriority(), Value: p.GetValue(), SessionID: p.GetSessionId(), RequestID: p.GetRequestId(), Owner: p.GetOwner(), Hostname: p.GetHostname()}
+	if p.GetEnqueueTime() != nil {
+		c.Enqueued = p.GetEnqueueTime().AsTime()
+	}
+	return c
+}
+
 func leaderFrom(p *coorddv1.ElectionLeader) Leader {
-	ld := Leader{Term: fencing.Token(p.GetTerm()), Value: p.GetValue(), SessionID: p.GetSessionId(), RequestID: p.GetRequestId(), Owner: p.GetOwner(), Hostname: p.GetHostname(), Proclaims: p.GetProclaims()}
+	ld := Leader{Term: fencing.Token(p.GetTerm()), Value: p.GetValue(), SessionID: p.GetSessionId(), RequestID: p.GetRequestId(), Owner: p.GetOwner(), Hostname: p.GetHostname(), Proclaims: p.GetProclaims(), Priority: p.GetPriority()}
 	if p.GetSince() != nil {
 		ld.Since = p.GetSince().AsTime()
 	}
@@ -194,8 +319,8 @@ func (c *Client) Leader(ctx context.Context, name string) (Leader, error) {
 	return leaderFrom(resp.GetLeader()), nil
 }
 
-// Candidates returns the campaigns waiting behind the leader of the named
-// election, in the order they will lead.
+// Candidates returns the campaigns waiting for the seat of the named
+// election, in the order they would take it: priority, then arrival.
 func (c *Client) Candidates(ctx context.Context, name string) ([]Candidate, error) {
 	resp, err := c.elections.Candidates(ctx, &coorddv1.CandidatesRequest{Name: name})
 	if err != nil {
@@ -203,7 +328,7 @@ func (c *Client) Candidates(ctx context.Context, name string) ([]Candidate, erro
 	}
 	var out []Candidate
 	for _, p := range resp.GetCandidates() {
-		out = append(out, Candidate{Term: fencing.Token(p.GetTerm()), Value: p.GetValue(), SessionID: p.GetSessionId(), RequestID: p.GetRequestId(), Owner: p.GetOwner(), Hostname: p.GetHostname(), Enqueued: p.GetEnqueueTime().AsTime()})
+		out = append(out, candidateFrom(p))
 	}
 	return out, nil
 }

@@ -28,6 +28,18 @@ type held struct {
 	untold  bool        // given up, but telling the server failed: the next give-up tries again
 	stop    func() bool // stops watching the session; set once newHeld has it
 	unwatch func()      // forgets the holding on the stream; set once newHeld has it
+	// expected, when set, is the cause of an end the holder itself is
+	// bringing about (a hand-over): the server's report of it is no loss.
+	expected error
+}
+
+// expect marks an end the holder is bringing about (nil: no longer): a
+// report of the end then ends h with cause, as a give-up would, and
+// closes nothing.
+func (h *held) expect(cause error) {
+	h.mu.Lock()
+	h.expected = cause
+	h.mu.Unlock()
 }
 
 // followedOn is what to pass to newHeld: the stream a grant request
@@ -118,6 +130,12 @@ func (h *held) lose(cause error) {
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
+		return
+	}
+	if h.expected != nil && cause != nil {
+		cause = h.expected
+		h.mu.Unlock()
+		h.giveUp(cause)
 		return
 	}
 	h.ended = true

@@ -23,6 +23,9 @@ const (
 	ElectionExpired
 	// ElectionVacant: nobody leads.
 	ElectionVacant
+	// ElectionPreemptRequested: a waiting candidate that outranks Leader
+	// asked it to step down (ElectionEvent.By); the leader decides when.
+	ElectionPreemptRequested
 )
 
 func (t ElectionEventType) String() string {
@@ -37,6 +40,8 @@ func (t ElectionEventType) String() string {
 		return "EXPIRED"
 	case ElectionVacant:
 		return "VACANT"
+	case ElectionPreemptRequested:
+		return "PREEMPT_REQUESTED"
 	}
 	return "UNKNOWN"
 }
@@ -47,15 +52,21 @@ var electionEventTypes = map[coorddv1.ElectionEventType]ElectionEventType{
 	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_RESIGNED:   ElectionResigned,
 	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_EXPIRED:    ElectionExpired,
 	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_VACANT:     ElectionVacant,
+
+	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_PREEMPT_REQUESTED: ElectionPreemptRequested,
 }
 
 // ElectionEvent is one change of an election.
 type ElectionEvent struct {
 	Type     ElectionEventType
 	Revision int64
-	// Leader is the new leader (Elected, Proclaimed) or the one that left
-	// (Resigned, Expired); zero for Vacant.
+	// Leader is the new leader (Elected, Proclaimed), the one that left
+	// (Resigned, Expired) or the one asked to step down
+	// (PreemptRequested); zero for Vacant.
 	Leader Leader
+	// By is the candidate that asked the leader to step down
+	// (PreemptRequested only): its session, campaign and priority.
+	By Candidate
 	// Current marks an event that states the election's state rather than
 	// a change: the first event, or the first after a gap the server could
 	// not replay (its history was compacted). Events before it may have
@@ -122,6 +133,9 @@ func (c *Client) observe(ctx context.Context, name string, from int64, out chan<
 			e := ElectionEvent{Type: electionEventTypes[ev.GetType()], Revision: ev.GetRevision(), Current: ev.GetCurrent()}
 			if ev.GetLeader() != nil {
 				e.Leader = leaderFrom(ev.GetLeader())
+			}
+			if ev.GetBy() != nil {
+				e.By = candidateFrom(ev.GetBy())
 			}
 			select {
 			case out <- e:

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/coordd/coordd/fencing"
@@ -20,6 +22,26 @@ type electionOptions struct {
 	onExit     func(err error)
 	minBackoff time.Duration
 	maxBackoff time.Duration
+	campaign   []CampaignOption
+	stepDown   bool
+}
+
+// ErrPreempted is the cause of the callback's context when RunElection
+// steps down for a candidate that outranks it (StepDownWhenPreempted).
+var ErrPreempted = errors.New("coordd: a candidate of higher priority asked the leader to step down")
+
+// WithElectionCampaign passes options to each campaign (WithPriority,
+// WithPreempt).
+func WithElectionCampaign(opts ...CampaignOption) ElectionOption {
+	return func(o *electionOptions) { o.campaign = append(o.campaign, opts...) }
+}
+
+// StepDownWhenPreempted makes the leader yield to a candidate that
+// outranks it and asks (WithPreempt): the callback's context ends with
+// ErrPreempted; once it returns, the term is resigned (the asker leads
+// next) and RunElection campaigns again.
+func StepDownWhenPreempted() ElectionOption {
+	return func(o *electionOptions) { o.stepDown = true }
 }
 
 // WithElectionSession configures the sessions RunElection creates (TTL,
@@ -126,7 +148,13 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 				continue
 			}
 		}
-		lead, err := sess.Campaign(ctx, name, value)
+		preempted := make(chan struct{})
+		copts := o.campaign
+		if o.stepDown {
+			var once sync.Once
+			copts = append(slices.Clip(copts), OnPreempt(func(Candidate) { once.Do(func() { close(preempted) }) }))
+		}
+		lead, err := sess.Campaign(ctx, name, value, copts...)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -137,7 +165,7 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 			}
 			continue
 		}
-		lost, ferr := c.leadTerm(ctx, name, lead, fn, o)
+		lost, ferr := c.leadTerm(ctx, name, lead, fn, o, preempted)
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -156,14 +184,22 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 
 // leadTerm runs fn for lead's term, resigns the term, and tells onElected
 // and onDemoted. lost is why the leadership ended before fn returned (nil
-// if it still led then); ferr is fn's error.
-func (c *Client) leadTerm(ctx context.Context, name string, lead *Leadership, fn func(ctx context.Context, lead *Leadership) error, o electionOptions) (lost, ferr error) {
+// if it still led then; ErrPreempted if it stepped down for preempted);
+// ferr is fn's error.
+func (c *Client) leadTerm(ctx context.Context, name string, lead *Leadership, fn func(ctx context.Context, lead *Leadership) error, o electionOptions, preempted <-chan struct{}) (lost, ferr error) {
 	term := lead.Term()
 	if o.onElected != nil {
 		o.onElected(term)
 	}
-	ferr = runLeader(ctx, lead, fn)
+	ferr = runLeader(ctx, lead, fn, preempted)
 	lost = context.Cause(lead.Context()) // nil while still leading
+	select {
+	case <-preempted:
+		if lost == nil {
+			lost = ErrPreempted
+		}
+	default:
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
 	if rerr := lead.Resign(rctx); rerr != nil {
 		// The leadership stays with this session until it ends.
@@ -184,13 +220,22 @@ func (c *Client) leadTerm(ctx context.Context, name string, lead *Leadership, fn
 	return lost, ferr
 }
 
-// runLeader runs fn with a context that ends with ctx or the leadership,
-// turning a panic into an error.
-func runLeader(ctx context.Context, lead *Leadership, fn func(context.Context, *Leadership) error) (err error) {
+// runLeader runs fn with a context that ends with ctx, the leadership, or
+// preempted (ErrPreempted), turning a panic into an error.
+func runLeader(ctx context.Context, lead *Leadership, fn func(context.Context, *Leadership) error, preempted <-chan struct{}) (err error) {
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(lead.Context(), func() { cancel(context.Cause(lead.Context())) })
 	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-preempted:
+			cancel(ErrPreempted)
+		case <-done:
+		}
+	}()
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("coordd: leader callback panicked: %v", p)

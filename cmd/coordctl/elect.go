@@ -14,10 +14,12 @@ import (
 )
 
 func (a *app) electCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "elect", Short: "Campaign, proclaim, resign, see leaders and candidates, follow leaders; run a command only while leading"}
+	cmd := &cobra.Command{Use: "elect", Short: "Campaign, proclaim, resign, hand over, see leaders and candidates, follow leaders; run a command only while leading"}
 
 	var sessionID, requestID string
 	var wait time.Duration
+	var priority int32
+	var preempt bool
 	campaign := &cobra.Command{
 		Use:   "campaign NAME VALUE --session ID",
 		Short: "Campaign for a session you keep alive; prints the term once elected",
@@ -36,6 +38,10 @@ func (a *app) electCommand() *cobra.Command {
 			if requestID != "" {
 				opts = append(opts, clientlib.WithCampaignID(requestID))
 			}
+			opts = append(opts, clientlib.WithPriority(priority))
+			if preempt {
+				opts = append(opts, clientlib.WithPreempt())
+			}
 			term, err := c.Admin().Campaign(ctx, sessionID, args[0], args[1], opts...)
 			if err != nil {
 				return err
@@ -47,6 +53,8 @@ func (a *app) electCommand() *cobra.Command {
 	}
 	campaign.Flags().StringVar(&sessionID, "session", "", "the candidate's session (required)")
 	campaign.Flags().DurationVar(&wait, "wait", 0, "give up after this long (exit 124); 0 waits as long as it takes")
+	campaign.Flags().Int32Var(&priority, "priority", 0, "the campaign's priority: when the seat is given, the highest priority waiting takes it (ties in arrival order)")
+	campaign.Flags().BoolVar(&preempt, "preempt", false, "ask a leader of lower priority to step down (it chooses when)")
 	campaign.Flags().StringVar(&requestID, "request-id", "", "the campaign's idempotency key: run again with the same session and id after a --wait ran out or an answer was lost, and it resumes that campaign (or prints its term) instead of queueing another")
 
 	proclaim := &cobra.Command{
@@ -75,6 +83,32 @@ func (a *app) electCommand() *cobra.Command {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error { return c.Admin().Resign(ctx, args[0], term) })
 		},
 	}
+	var toCampaign string
+	transfer := &cobra.Command{
+		Use:   "transfer NAME TERM SESSION",
+		Short: "Hand a leadership to a waiting candidate of SESSION in one commit; prints the new term (exit 4 if the term does not lead, 3 if SESSION does not wait)",
+		Args:  cobra.ExactArgs(3),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			term, err := parseToken(args[1])
+			if err != nil {
+				return err
+			}
+			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+				var opts []clientlib.TransferOption
+				if toCampaign != "" {
+					opts = append(opts, clientlib.WithSuccessorCampaign(toCampaign))
+				}
+				next, err := c.Admin().Transfer(ctx, args[0], term, args[2], opts...)
+				if err != nil {
+					return err
+				}
+				return a.print(leadershipJSON{Name: args[0], Term: next.String(), SessionID: args[2]}, func(w *bytes.Buffer) {
+					fmt.Fprintf(w, "NAME\tTERM\tSESSION\n%s\t%s\t%s\n", args[0], next, args[2])
+				})
+			})
+		},
+	}
+	transfer.Flags().StringVar(&toCampaign, "request-id", "", "the successor's campaign, when its session campaigns more than once")
 	leader := &cobra.Command{
 		Use:   "leader NAME",
 		Short: "Show who leads (exit 3 if nobody does) and who waits",
@@ -94,10 +128,10 @@ func (a *app) electCommand() *cobra.Command {
 					Candidates []candidateJSON `json:"candidates"`
 				}{leaderOut(ld), candidatesOut(cands)}
 				return a.print(out, func(w *bytes.Buffer) {
-					fmt.Fprintln(w, "ROLE\tTERM\tVALUE\tSESSION\tOWNER\tSINCE")
-					fmt.Fprintf(w, "leader\t%s\t%s\t%s\t%s\t%s\n", ld.Term, ld.Value, ld.SessionID, ld.Owner, ts(ld.Since))
+					fmt.Fprintln(w, "ROLE\tTERM\tPRIORITY\tVALUE\tSESSION\tOWNER\tSINCE")
+					fmt.Fprintf(w, "leader\t%s\t%d\t%s\t%s\t%s\t%s\n", ld.Term, ld.Priority, ld.Value, ld.SessionID, ld.Owner, ts(ld.Since))
 					for _, c := range cands {
-						fmt.Fprintf(w, "candidate\t%s\t%s\t%s\t%s\t%s\n", c.Term, c.Value, c.SessionID, c.Owner, ts(c.Enqueued))
+						fmt.Fprintf(w, "candidate\t-\t%d\t%s\t%s\t%s\t%s\n", c.Priority, c.Value, c.SessionID, c.Owner, ts(c.Enqueued))
 					}
 				})
 			})
@@ -105,7 +139,7 @@ func (a *app) electCommand() *cobra.Command {
 	}
 	candidates := &cobra.Command{
 		Use:   "candidates NAME",
-		Short: "List the candidates waiting behind the leader, in the order they will lead",
+		Short: "List the candidates waiting for the seat, in the order they would take it (priority, then arrival)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
@@ -118,9 +152,9 @@ func (a *app) electCommand() *cobra.Command {
 						fmt.Fprintf(w, "no candidate waits in %s\n", args[0])
 						return
 					}
-					fmt.Fprintln(w, "#\tTERM\tVALUE\tSESSION\tOWNER\tHOST\tSINCE")
+					fmt.Fprintln(w, "#\tPRIORITY\tVALUE\tSESSION\tOWNER\tHOST\tSINCE")
 					for i, c := range cands {
-						fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", i+1, c.Term, c.Value, c.SessionID, c.Owner, c.Hostname, ts(c.Enqueued))
+						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", i+1, c.Priority, c.Value, c.SessionID, c.Owner, c.Hostname, ts(c.Enqueued))
 					}
 				})
 			})
@@ -153,6 +187,11 @@ func (a *app) electCommand() *cobra.Command {
 					line.Leader = &ld
 					text += fmt.Sprintf(" term=%s value=%q session=%s", ev.Leader.Term, ev.Leader.Value, ev.Leader.SessionID)
 				}
+				if ev.Type == clientlib.ElectionPreemptRequested {
+					by := candidatesOut([]clientlib.Candidate{ev.By})[0]
+					line.By = &by
+					text += fmt.Sprintf(" by=%s priority=%d", ev.By.SessionID, ev.By.Priority)
+				}
 				if ev.Current {
 					text += " (current)"
 				}
@@ -174,12 +213,12 @@ func (a *app) electCommand() *cobra.Command {
 
 	list := a.listCommand("list [PREFIX]", "List elections that have a leader or candidates", electionNames)
 
-	for _, c := range []*cobra.Command{campaign, proclaim, resign, leader, candidates, observe, list} {
+	for _, c := range []*cobra.Command{campaign, proclaim, resign, transfer, leader, candidates, observe, list} {
 		c.ValidArgsFunction = a.completeFirst(electionNames, cobra.ShellCompDirectiveNoFileComp)
 	}
 	history := a.historyCommand("election", (*clientlib.Admin).ElectionHistory)
 	history.ValidArgsFunction = a.completeFirst(electionNames, cobra.ShellCompDirectiveNoFileComp)
-	cmd.AddCommand(campaign, proclaim, resign, leader, candidates, observe, list, history, a.electRunCommand())
+	cmd.AddCommand(campaign, proclaim, resign, transfer, leader, candidates, observe, list, history, a.electRunCommand())
 	return cmd
 }
 

@@ -183,27 +183,29 @@ type leaderJSON struct {
 	Hostname  string `json:"hostname"`
 	Since     string `json:"since,omitempty"`
 	Proclaims string `json:"proclaims"`
+	Priority  int32  `json:"priority,omitempty"`
 }
 
 func leaderOut(l clientlib.Leader) leaderJSON {
-	return leaderJSON{Term: l.Term.String(), Value: l.Value, SessionID: l.SessionID, RequestID: l.RequestID, Owner: l.Owner, Hostname: l.Hostname, Since: timestamp(l.Since), Proclaims: i64(l.Proclaims)}
+	return leaderJSON{Term: l.Term.String(), Value: l.Value, SessionID: l.SessionID, RequestID: l.RequestID, Owner: l.Owner, Hostname: l.Hostname, Since: timestamp(l.Since), Proclaims: i64(l.Proclaims), Priority: l.Priority}
 }
 
 // candidateJSON is REST's ElectionCandidate.
 type candidateJSON struct {
-	Term        string `json:"term"`
-	Value       string `json:"value"`
-	SessionID   string `json:"sessionId"`
-	RequestID   string `json:"requestId"`
-	Owner       string `json:"owner"`
-	Hostname    string `json:"hostname"`
-	EnqueueTime string `json:"enqueueTime,omitempty"`
+	JoinedRevision string `json:"joinedRevision,omitempty"`
+	Priority       int32  `json:"priority,omitempty"`
+	Value          string `json:"value"`
+	SessionID      string `json:"sessionId"`
+	RequestID      string `json:"requestId"`
+	Owner          string `json:"owner"`
+	Hostname       string `json:"hostname"`
+	EnqueueTime    string `json:"enqueueTime,omitempty"`
 }
 
 func candidatesOut(cs []clientlib.Candidate) []candidateJSON {
 	out := make([]candidateJSON, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, candidateJSON{Term: c.Term.String(), Value: c.Value, SessionID: c.SessionID, RequestID: c.RequestID, Owner: c.Owner, Hostname: c.Hostname, EnqueueTime: timestamp(c.Enqueued)})
+		out = append(out, candidateJSON{JoinedRevision: i64(c.Joined), Priority: c.Priority, Value: c.Value, SessionID: c.SessionID, RequestID: c.RequestID, Owner: c.Owner, Hostname: c.Hostname, EnqueueTime: timestamp(c.Enqueued)})
 	}
 	return out
 }
@@ -211,10 +213,11 @@ func candidatesOut(cs []clientlib.Candidate) []candidateJSON {
 // electionEventJSON is REST's ElectionEvent (type without its
 // ELECTION_EVENT_TYPE_ prefix).
 type electionEventJSON struct {
-	Type     string      `json:"type"`
-	Revision string      `json:"revision"`
-	Leader   *leaderJSON `json:"leader,omitempty"`
-	Current  bool        `json:"current"`
+	Type     string         `json:"type"`
+	Revision string         `json:"revision"`
+	Leader   *leaderJSON    `json:"leader,omitempty"`
+	Current  bool           `json:"current"`
+	By       *candidateJSON `json:"by,omitempty"`
 }
 
 // releaseJSON is REST's ConfigRelease.
