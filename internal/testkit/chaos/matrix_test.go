@@ -184,7 +184,7 @@ func TestFaultMatrix(t *testing.T) {
 	// the server's ordering of AcquireAll they would deadlock.
 	setOrders := map[int]string{8: "set-a,set-b", 9: "set-b,set-a"}
 	for i, kind := range []string{chaos.KindLock, chaos.KindLock, chaos.KindLock, chaos.KindElection, chaos.KindElection,
-		chaos.KindPublisher, chaos.KindSubscriber, chaos.KindSubscriber, chaos.KindSet, chaos.KindSet} {
+		chaos.KindPublisher, chaos.KindSubscriber, chaos.KindSubscriber, chaos.KindSet, chaos.KindSet, chaos.KindHandover, chaos.KindHandover} {
 		id := fmt.Sprintf("%s-%d", kind, i)
 		w := &worker{id: id, kind: kind, dir: histDir, env: []string{
 			"COORDD_CHAOS_SET_ORDER=" + setOrders[i],
@@ -532,7 +532,7 @@ func TestFaultMatrix(t *testing.T) {
 			t.Errorf("%s", v)
 		}
 	}
-	for _, kind := range append([]string{chaos.KindLock, chaos.KindElection}, chaos.SetKinds...) {
+	for _, kind := range append([]string{chaos.KindLock, chaos.KindElection, chaos.KindHandover}, chaos.SetKinds...) {
 		writes := history.appliedWrites(t, c, chaos.ValueKey(kind))
 		var n, puts, refused int
 		for _, r := range recs {
@@ -554,9 +554,13 @@ func TestFaultMatrix(t *testing.T) {
 			violate(v)
 		}
 	}
-	published, seen := 0, map[string]int{}
+	published, seen, handed := 0, map[string]int{}, 0
 	for _, r := range recs {
 		switch r.Op {
+		case chaos.OpTransfer:
+			if r.Token > 0 {
+				handed++
+			}
 		case chaos.OpPublish:
 			if r.Result == chaos.ResultOK {
 				published++
@@ -566,6 +570,10 @@ func TestFaultMatrix(t *testing.T) {
 		}
 	}
 	t.Logf("config: %d releases published, snapshots seen per namespace and subscriber %v", published, seen)
+	t.Logf("handover: %d leaderships handed to a named successor", handed)
+	if handed < 2 {
+		t.Errorf("only %d hand-overs: the handover checks prove little", handed)
+	}
 	for _, w := range workers {
 		if w.kind == chaos.KindSubscriber && published > 10 && (seen[chaos.OpSeenHeir+" "+w.id] < 2 || seen[chaos.OpSeenApproved+" "+w.id] < 2) {
 			t.Errorf("%s saw almost nothing of the heir or the gated namespace: the config checks prove little", w.id)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -21,7 +22,20 @@ import (
 const (
 	LockName     = "chaos/lock"
 	ElectionName = "chaos/election"
+	HandoverName = "chaos/handover"
 )
+
+// KindHandover is a worker that campaigns in HandoverName with a random
+// priority and, when its term is over, hands the seat to a waiting
+// candidate it picks (Transfer) instead of resigning (it resigns when
+// nobody waits or the hand-over fails). Its records are checked as an
+// election's: strictly increasing terms, fenced writes, never two
+// leaders in their own view. Each hand-over is recorded (OpTransfer).
+const KindHandover = "handover"
+
+// OpTransfer records a hand-over: Token is the successor's term (0 if it
+// failed, Err says why).
+const OpTransfer = "transfer"
 
 // KindSet is a worker that takes a set of locks at once (AcquireAll): the
 // locks SetLocks, in the order its SetOrder names them. Its records are
@@ -79,6 +93,31 @@ type holding interface {
 	Context() context.Context
 }
 
+// handover is a handover worker's leadership: given up by Transfer.
+type handover struct {
+	*clientlib.Leadership
+	c *clientlib.Client
+}
+
+// handOver hands the seat to a waiting candidate, picked at random, and
+// records it; false if nobody waits or it failed (the caller resigns).
+func (h handover) handOver(ctx context.Context, rec *recorder) bool {
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	cands, err := h.c.Candidates(cctx, HandoverName)
+	if err != nil || len(cands) == 0 {
+		return false
+	}
+	r := Record{Op: OpTransfer, Call: now(), Session: cands[rand.IntN(len(cands))].SessionID}
+	term, err := h.Transfer(cctx, r.Session)
+	r.Return, r.Token = now(), int64(term)
+	if err != nil {
+		r.Err = err.Error()
+	}
+	rec.add(r)
+	return err == nil
+}
+
 // RunWorker takes the lock (or leads the election) over and over until
 // ctx ends, writing its token to the fenced key while it holds it, and
 // records every step. It survives coordd being unavailable and its own
@@ -130,7 +169,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		}
 		for ctx.Err() == nil && sess.Err() == nil && cfg.Kind != KindSet {
 			call := now()
-			h, token, err := take(ctx, sess, cfg.Kind)
+			h, token, err := take(ctx, c, sess, cfg.Kind)
 			r := Record{Op: OpAcquire, Call: call, Return: now(), Token: token, Session: sess.ID()}
 			if err != nil {
 				r.Token, r.Err = 0, err.Error()
@@ -148,13 +187,20 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	return nil
 }
 
-func take(ctx context.Context, sess *clientlib.Session, kind string) (holding, int64, error) {
-	if kind == KindElection {
+func take(ctx context.Context, c *clientlib.Client, sess *clientlib.Session, kind string) (holding, int64, error) {
+	switch kind {
+	case KindElection:
 		l, err := sess.Campaign(ctx, ElectionName, "v")
 		if err != nil {
 			return nil, 0, err
 		}
 		return l, int64(l.Term()), nil
+	case KindHandover:
+		l, err := sess.Campaign(ctx, HandoverName, sess.ID(), clientlib.WithPriority(rand.Int32N(3)))
+		if err != nil {
+			return nil, 0, err
+		}
+		return handover{l, c}, int64(l.Term()), nil
 	}
 	l, err := sess.Lock(ctx, LockName)
 	if err != nil {
@@ -203,12 +249,17 @@ func hold(ctx context.Context, lg *slog.Logger, cfg WorkerConfig, rec *recorder,
 	defer stopRelease()
 	// A release that failed (a member stopping under it) is repeated
 	// until it succeeds or the grant is gone.
+	if g, ok := h.(handover); ok && g.handOver(rctx, rec) {
+		return
+	}
 	for rctx.Err() == nil {
 		var err error
 		switch g := h.(type) {
 		case *clientlib.Lock:
 			err = g.Release(rctx)
 		case *clientlib.Leadership:
+			err = g.Resign(rctx)
+		case handover:
 			err = g.Resign(rctx)
 		}
 		if err == nil || errors.Is(err, clientlib.ErrNotHolder) || errors.Is(err, clientlib.ErrNotLeader) {
