@@ -208,8 +208,8 @@ func (l *Leadership) Resign(ctx context.Context) error {
 }
 
 // Transfer hands the leadership to a waiting campaign of the session
-// successor (its first in line, or the campaign WithSuccessorCampaign
-// names) in one commit, and returns the successor's term: a new fencing
+// successor (its first in line by priority, then arrival, or the campaign
+// WithSuccessorCampaign names) in one commit, and returns the successor's term: a new fencing
 // token. Observers see the hand-over as one change, never a vacant seat.
 // Context ends with ErrTransferred. It fails with ErrCandidateNotFound if
 // successor has no campaign waiting (the leadership is kept), and with
@@ -226,7 +226,7 @@ func (l *Leadership) Transfer(ctx context.Context, successor string, opts ...Tra
 	}
 	req := &coorddv1.TransferRequest{Name: l.name, Term: int64(l.term), SuccessorSessionId: successor, SuccessorRequestId: o.requestID}
 	// The keep-alive stream keeps following the leadership (a failed
-	// hand-over keeps it): its report of the seat's end is expected.
+	// hand-over keeps it): a report of its end waits for the outcome.
 	l.expect(ErrTransferred)
 	var resp *coorddv1.TransferResponse
 	_, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
@@ -234,18 +234,15 @@ func (l *Leadership) Transfer(ctx context.Context, successor string, opts ...Tra
 		resp, err = l.s.c.elections.Transfer(ctx, req)
 		return err
 	})
+	l.settle(err == nil)
 	switch {
 	case err == nil:
-		l.giveUp(ErrTransferred)
 		if l.ownID {
 			l.s.campaignIDs.giveBack(l.name, false, l.requestID)
 		}
 		return fencing.Token(resp.GetTerm()), nil
 	case errors.Is(err, ErrNotLeader):
-		l.expect(nil)
 		l.lose(err)
-	default:
-		l.expect(nil)
 	}
 	return 0, err
 }

@@ -29,17 +29,34 @@ type held struct {
 	stop    func() bool // stops watching the session; set once newHeld has it
 	unwatch func()      // forgets the holding on the stream; set once newHeld has it
 	// expected, when set, is the cause of an end the holder itself is
-	// bringing about (a hand-over): the server's report of it is no loss.
+	// bringing about (a hand-over): a report of an end meanwhile is kept
+	// in pending until settle says whether it was that end or a loss.
 	expected error
+	pending  error
 }
 
-// expect marks an end the holder is bringing about (nil: no longer): a
-// report of the end then ends h with cause, as a give-up would, and
-// closes nothing.
+// expect marks an end the holder is bringing about, with cause: until
+// settle, a report of an end is held back.
 func (h *held) expect(cause error) {
 	h.mu.Lock()
-	h.expected = cause
+	h.expected, h.pending = cause, nil
 	h.mu.Unlock()
+}
+
+// settle ends the expectation: ok, the end happened (h ends with the
+// expected cause, as a give-up); otherwise an end reported meanwhile was
+// a loss, and is reported now.
+func (h *held) settle(ok bool) {
+	h.mu.Lock()
+	cause, pending := h.expected, h.pending
+	h.expected, h.pending = nil, nil
+	h.mu.Unlock()
+	switch {
+	case ok:
+		h.giveUp(cause)
+	case pending != nil:
+		h.lose(pending)
+	}
 }
 
 // followedOn is what to pass to newHeld: the stream a grant request
@@ -133,9 +150,8 @@ func (h *held) lose(cause error) {
 		return
 	}
 	if h.expected != nil && cause != nil {
-		cause = h.expected
+		h.pending = cause // settle decides
 		h.mu.Unlock()
-		h.giveUp(cause)
 		return
 	}
 	h.ended = true

@@ -392,20 +392,30 @@ func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
 // ErrAlreadyLeader. One that fails is removed, with a seat given to it
 // meanwhile.
 func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine entry, value string, seatKV *mvccpb.KeyValue) (Leadership, error) {
+	var asked string // the preemption request in force, if this campaign made it
 	fail := func(err error) (Leadership, error) {
-		queue.Remove(ctx, m.cli, &m.bg, mine.key, value, clientv3.OpDelete(l.Key))
+		queue.Remove(ctx, m.cli, &m.bg, mine.key, value, append([]clientv3.Op{clientv3.OpDelete(l.Key)}, m.withdraw(req.Name, asked)...)...)
 		return Leadership{}, err
+	}
+	// With Preempt, each leader this campaign outranks is asked, as it
+	// takes the seat. Best effort: the campaign waits its turn either way.
+	ask := func(kv *mvccpb.KeyValue) {
+		if v, err := m.askToStepDown(ctx, req.Name, mine, kv); err == nil && v != "" {
+			asked = v
+		}
+	}
+	if !req.Preempt {
+		ask = nil
 	}
 	if seatKV != nil {
 		if sess, id, ok := seatOf(m.seats(req.Name), seatKV.Key); ok && sess == req.Session {
 			return fail(fmt.Errorf("%w: %q (request %s); waiting would never end, resign first", ErrAlreadyLeader, req.Name, id))
 		}
-		if req.Preempt {
-			// Best effort: the campaign waits its turn either way.
-			_ = m.askToStepDown(ctx, req.Name, mine, seatKV)
+		if ask != nil {
+			ask(seatKV)
 		}
 	}
-	term, rev, err := m.waitSeat(ctx, req.Name, mine.key, l.Key)
+	term, rev, err := m.waitSeat(ctx, req.Name, mine.key, l.Key, ask)
 	if errors.Is(err, queue.ErrEntryGone) {
 		err = fmt.Errorf("%w: the candidate's session ended while it waited", ErrSessionNotFound)
 	}

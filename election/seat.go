@@ -257,9 +257,21 @@ func (m *Manager) kick(name string) {
 	p.mu.Unlock()
 	m.bg.Go(func(stop context.Context) {
 		for {
-			ctx, cancel := context.WithTimeout(stop, 5*time.Second)
-			_ = m.promote(ctx, name) // a failure is retried by the next waiter's check
-			cancel()
+			// A failed promotion (etcd unavailable, NOSPACE) is tried
+			// again until it succeeds or finds nothing to do: nothing else
+			// may change in the election to set a waiter off again.
+			for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+				ctx, cancel := context.WithTimeout(stop, 5*time.Second)
+				err := m.promote(ctx, name)
+				cancel()
+				if err == nil || stop.Err() != nil {
+					break
+				}
+				select {
+				case <-stop.Done():
+				case <-time.After(backoff):
+				}
+			}
 			p.mu.Lock()
 			if !p.running[name] || stop.Err() != nil {
 				delete(p.running, name)
@@ -273,7 +285,8 @@ func (m *Manager) kick(name string) {
 }
 
 // Transfer hands term's leadership to a waiting candidate of session to
-// (its campaign requestID, or its earliest if requestID is empty) in one
+// (its campaign requestID, or, if requestID is empty, its first in line:
+// priority, then arrival) in one
 // commit: the leader's campaign ends as with Resign, the successor leads
 // from the same revision with a new term, which Transfer returns with the
 // revision. Observers see RESIGNED and ELECTED at that revision, never a
@@ -314,7 +327,9 @@ func (m *Manager) Transfer(ctx context.Context, name string, term fencing.Token,
 		}
 		// Only e must still be there: the leader chose it, whoever joined.
 		cmps = append(cmps[:1], clientv3.Compare(clientv3.CreateRevision(string(kvs[0].Key)), "=", int64(term)))
-		ops = append(ops, m.endOps(name, string(kvs[0].Key), own, term, kvs[0].Lease)...)
+		// The old seat's end first: a watcher sees the seat freed and
+		// taken in that order within the revision, and ends "taken".
+		ops = append(m.endOps(name, string(kvs[0].Key), own, term, kvs[0].Lease), ops...)
 		if m.splitTransfer {
 			cmps, ops = m.splitHandOver(ctx, name, cmps, ops)
 		}
@@ -335,8 +350,8 @@ func (m *Manager) Transfer(ctx context.Context, name string, term fencing.Token,
 // alone and returns what is left, the new seat's: a broken Transfer
 // with a vacancy between two commits.
 func (m *Manager) splitHandOver(ctx context.Context, name string, cmps []clientv3.Cmp, ops []clientv3.Op) ([]clientv3.Cmp, []clientv3.Op) {
-	_, _ = m.cli.Txn(ctx).If(cmps[1:]...).Then(ops[2:]...).Commit()
-	return cmps[:1], ops[:2]
+	_, _ = m.cli.Txn(ctx).If(cmps[1:]...).Then(ops[:3]...).Commit()
+	return cmps[:1], ops[3:]
 }
 
 // endOps end the leadership of seatKey (term, bound to lease) and the
@@ -352,32 +367,48 @@ func (m *Manager) endOps(name, seatKey, own string, term fencing.Token, lease in
 
 // askToStepDown records candidate e's request that the leader (its seat
 // kv) step down, when e outranks it and no request at least as high is
-// recorded for this term. The leader learns of it through Observe
-// (PREEMPT_REQUESTED) and decides when to step down; nothing forces it.
-func (m *Manager) askToStepDown(ctx context.Context, name string, e entry, kv *mvccpb.KeyValue) error {
+// recorded for this term, and returns what it wrote ("" if nothing). The
+// leader learns of it through Observe (PREEMPT_REQUESTED) and decides
+// when to step down; nothing forces it. A request ends with the term (a
+// new seat deletes it), the asker's session, or the asker's campaign
+// (withdraw).
+func (m *Manager) askToStepDown(ctx context.Context, name string, e entry, kv *mvccpb.KeyValue) (string, error) {
 	var st seat
 	if err := json.Unmarshal(kv.Value, &st); err != nil || e.priority <= st.Priority {
-		return nil
+		return "", nil
 	}
 	resp, err := m.cli.Get(ctx, m.preemptKey(name))
 	if err != nil {
-		return err
+		return "", err
 	}
 	var mod int64
 	if len(resp.Kvs) == 1 {
 		var p preemption
 		if json.Unmarshal(resp.Kvs[0].Value, &p) == nil && p.Term == kv.CreateRevision && p.Priority >= e.priority {
-			return nil
+			return "", nil
 		}
 		mod = resp.Kvs[0].ModRevision
 	}
 	val, err := json.Marshal(preemption{Term: kv.CreateRevision, Session: e.session.String(), RequestID: e.requestID, Priority: e.priority})
 	if err != nil {
-		return err
+		return "", err
 	}
-	_, err = m.cli.Txn(ctx).If(
+	tr, err := m.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision),
 		clientv3.Compare(clientv3.ModRevision(m.preemptKey(name)), "=", mod),
 	).Then(clientv3.OpPut(m.preemptKey(name), string(val), clientv3.WithLease(clientv3.LeaseID(e.lease)))).Commit()
-	return err
+	if err != nil || !tr.Succeeded {
+		return "", err
+	}
+	return string(val), nil
+}
+
+// withdraw is the operation that removes the preemption request asked,
+// if it is still the one recorded ("": none).
+func (m *Manager) withdraw(name, asked string) []clientv3.Op {
+	if asked == "" {
+		return nil
+	}
+	k := m.preemptKey(name)
+	return []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(k), "=", asked)}, []clientv3.Op{clientv3.OpDelete(k)}, nil)}
 }

@@ -372,3 +372,53 @@ func TestOneSeatUnderChurn(t *testing.T) {
 		<-waiting
 	}
 }
+
+// A preemption request ends with the campaign that made it, and a waiting
+// candidate asks each new leader it outranks.
+func TestPreemptionRequestFollowsItsCampaign(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	a, err := e.m.Campaign(ctx, election.Request{Name: "pw", Session: e.session(t, 30), Value: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	requests := func() []election.Event {
+		var out []election.Event
+		for _, ev := range e.observeAll(t, "pw")() {
+			if ev.Type == election.PreemptRequested {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	bctx, cancelB := context.WithCancel(ctx)
+	b := e.campaign(bctx, election.Request{Name: "pw", Session: e.session(t, 30), Value: "b", Priority: 3, Preempt: true})
+	wait.For(t, "b's request", func() bool { return len(requests()) == 1 })
+	cancelB()
+	<-b
+	wait.For(t, "b's request to go with its campaign", func() bool { return len(requests()) == 0 })
+
+	ds := e.session(t, 30)
+	dctx, cancelD := context.WithCancel(ctx)
+	defer cancelD()
+	d := e.campaign(dctx, election.Request{Name: "pw", Session: ds, Value: "d", Priority: 1})
+	e.waitCandidates(t, "pw", 1)
+	cctx, cancelC := context.WithCancel(ctx)
+	defer cancelC()
+	c := e.campaign(cctx, election.Request{Name: "pw", Session: e.session(t, 30), Value: "c", Priority: 9, Preempt: true})
+	e.waitCandidates(t, "pw", 2)
+	term, _, err := e.m.Transfer(ctx, "pw", a.Term, ds, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := <-d; r.err != nil || r.l.Term != term {
+		t.Fatalf("d = %+v, %v", r.l, r.err)
+	}
+	wait.For(t, "c to ask the new leader", func() bool {
+		r := requests()
+		return len(r) == 1 && r[0].Leader.Term == term
+	})
+	cancelC()
+	<-c
+}

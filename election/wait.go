@@ -17,8 +17,9 @@ import (
 // through the member's shared watch, and reads etcd once at the start and
 // after the watch restarts. Whenever it sees the seat free after a change,
 // it asks this member to give the seat (kick): a session's end frees the
-// seat with nobody to choose the successor.
-func (m *Manager) waitSeat(ctx context.Context, name, key, seatKey string) (term, rev int64, err error) {
+// seat with nobody to choose the successor. onSeat, if set, is called with
+// every other seat it sees created.
+func (m *Manager) waitSeat(ctx context.Context, name, key, seatKey string, onSeat func(*mvccpb.KeyValue)) (term, rev int64, err error) {
 	feed, _ := m.dels.Subscribe(m.prefix(name), true)
 	defer feed.Stop()
 	seats, q := m.seats(name), m.queue(name)
@@ -74,6 +75,9 @@ func (m *Manager) waitSeat(ctx context.Context, name, key, seatKey string) (term
 				return 0, 0, queue.ErrEntryGone
 			case strings.HasPrefix(k, seats):
 				free, changed = ev.Type == mvccpb.DELETE, true
+				if onSeat != nil && ev.IsCreate() {
+					onSeat(ev.Kv)
+				}
 			case strings.HasPrefix(k, q) && ev.Type == mvccpb.DELETE:
 				changed = true // a promotion may have failed on it
 			}

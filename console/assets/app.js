@@ -531,6 +531,7 @@ async function lockView(p, signal) {
 const eventNames = {
   ELECTION_EVENT_TYPE_ELECTED: 'elected', ELECTION_EVENT_TYPE_PROCLAIMED: 'proclaimed', ELECTION_EVENT_TYPE_RESIGNED: 'resigned',
   ELECTION_EVENT_TYPE_EXPIRED: 'expired (session ended)', ELECTION_EVENT_TYPE_VACANT: 'vacant',
+  ELECTION_EVENT_TYPE_PREEMPT_REQUESTED: 'asked to step down',
 };
 
 // ---------- barriers ----------
@@ -575,21 +576,39 @@ async function electionView(p, signal) {
   const candidates = area();
   const timeline = h('ol', { class: 'timeline', 'aria-live': 'polite', reversed: true });
   main.replaceChildren(h('p', {}, h('a', { href: '#/elections' }, '← Elections')), h('h1', { tabindex: '-1' }, name),
-    h('h2', {}, 'Leader'), leader, h('h2', {}, 'Candidates, in the order they will lead'), candidates, h('h2', {}, 'Timeline (live)'), timeline,
+    h('h2', {}, 'Leader'), leader, h('h2', {}, 'Candidates, in the order they would lead (priority, then arrival)'), candidates, h('h2', {}, 'Timeline (live)'), timeline,
     h('h2', {}, 'Leaders, newest first'), historyArea('elections', name, signal));
-  const showLeader = (l) => leader.show(l || null, () => (!l ? h('p', { class: 'muted' }, 'Nobody leads.') : h('div', { class: 'scroll' }, h('table', {}, h('tbody', {},
-    [['Term', h('code', {}, l.term)], ['Value', h('pre', {}, pretty(l.value))], ['Owner', [l.owner, l.hostname ? ` @ ${l.hostname}` : '']],
-      ['Session', h('a', { href: `#/sessions/${l.sessionId}` }, h('code', {}, l.sessionId))], ['Since', when(l.since)], ['Proclamations', l.proclaims]]
-      .map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v))))))));
+  let current = null; // the leader shown, whose term a hand-over names
+  let asked = null; // a preemption request in force: who asked
+  const showLeader = (l) => {
+    if (!l || (current && l.term !== current.term)) asked = null;
+    current = l || null;
+    leader.show(current, () => (!l ? h('p', { class: 'muted' }, 'Nobody leads.') : h('div', { class: 'scroll' }, h('table', {}, h('tbody', {},
+      [['Term', h('code', {}, l.term)], ['Priority', String(l.priority || 0)], ['Value', h('pre', {}, pretty(l.value))], ['Owner', [l.owner, l.hostname ? ` @ ${l.hostname}` : '']],
+        ['Session', h('a', { href: `#/sessions/${l.sessionId}` }, h('code', {}, l.sessionId))], ['Since', when(l.since)], ['Proclamations', l.proclaims],
+        ...(asked ? [['Asked to step down by', [h('code', {}, asked.sessionId), ` (priority ${asked.priority || 0})`]]] : [])]
+        .map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v))))))));
+  };
+  // Hand the seat to candidate x in one commit: a new term, no vacancy.
+  const handOver = async (x) => {
+    if (!current) return;
+    if (!await confirmDialog(`Hand ${name} over to ${x.owner || x.sessionId}?`,
+      h('p', {}, `Term ${current.term} ends, and this candidate leads at once with a new term. The leader is told it no longer leads.`), 'Hand over')) return;
+    try {
+      await api('v1/elections:transfer', { method: 'POST', body: { name, term: current.term, successorSessionId: x.sessionId, successorRequestId: x.requestId } });
+    } catch (e) { candidates.fail(e); }
+  };
   const loadCandidates = async () => {
     try {
       const c = await api(`v1/elections:candidates?${q({ name })}`, { signal });
       candidates.show(c.candidates, (cs) => table([
         { title: '#', cls: 'num', cell: (x) => String(cs.indexOf(x) + 1) },
+        { title: 'Priority', cls: 'num', cell: (x) => String(x.priority || 0) },
         { title: 'Owner', cell: (x) => [x.owner, x.hostname ? ` @ ${x.hostname}` : ''] },
         { title: 'Session', cell: (x) => h('a', { href: `#/sessions/${x.sessionId}` }, h('code', {}, x.sessionId)) },
         { title: 'Value', cell: (x) => x.value },
         { title: 'Waiting since', cell: (x) => when(x.enqueueTime) },
+        { title: '', cell: (x) => h('button', { type: 'button', disabled: !current, onclick: () => handOver(x) }, 'Hand over…') },
       ], cs, 'Nobody else campaigns.'));
     } catch (e) { if (!signal.aborted) candidates.fail(e); }
   };
@@ -597,10 +616,12 @@ async function electionView(p, signal) {
   let from = 0;
   follow(() => `v1/elections:observe?${q({ name, fromRevision: from ? from + 1 : '' })}`, (r) => {
     for (const ev of r.events) {
-      // ELECTED and PROCLAIMED name the leader; RESIGNED, EXPIRED and
-      // VACANT leave nobody (an ELECTED follows in the same revision when a
-      // candidate takes over).
-      showLeader(['ELECTION_EVENT_TYPE_ELECTED', 'ELECTION_EVENT_TYPE_PROCLAIMED'].includes(ev.type) ? ev.leader : null);
+      // ELECTED, PROCLAIMED and PREEMPT_REQUESTED name the leader;
+      // RESIGNED, EXPIRED and VACANT leave nobody (an ELECTED follows in
+      // the same revision when a candidate takes over).
+      if (ev.type === 'ELECTION_EVENT_TYPE_PREEMPT_REQUESTED') asked = ev.by;
+      const named = ['ELECTION_EVENT_TYPE_ELECTED', 'ELECTION_EVENT_TYPE_PROCLAIMED', 'ELECTION_EVENT_TYPE_PREEMPT_REQUESTED'].includes(ev.type);
+      showLeader(named ? ev.leader : null);
       const l = ev.leader;
       timeline.prepend(h('li', { 'data-type': eventNames[ev.type] || ev.type },
         h('strong', {}, eventNames[ev.type] || ev.type), l ? ` · term ${l.term} · ${l.owner || l.sessionId}${l.value ? ` · ${l.value}` : ''}` : '',

@@ -48,6 +48,12 @@ type ownedRef struct {
 	batch          []string // more sessions (a batch of renewals)
 	lock, election string
 	token          int64
+	// gone is the answer when the grant or term that token names does not
+	// hold at the check: the call's own answer to it. Letting such a call
+	// through would let a caller name a token before it is granted: tokens
+	// are predictable revisions, and one granted to another principal
+	// between the check and the call would be acted on unchecked.
+	gone *kind.Kind
 }
 
 func bySession[T any](id func(T) string) func(any) ownedRef {
@@ -75,9 +81,9 @@ func byFence[T interface {
 		return ownedRef{}
 	}
 	if m.GetElection() != "" {
-		return ownedRef{election: m.GetElection(), token: m.GetToken()}
+		return ownedRef{election: m.GetElection(), token: m.GetToken(), gone: kind.StaleToken}
 	}
-	return ownedRef{lock: m.GetLock(), token: m.GetToken()}
+	return ownedRef{lock: m.GetLock(), token: m.GetToken(), gone: kind.StaleToken}
 }
 
 // named builds a names func for requests of type T naming one resource.
@@ -229,7 +235,7 @@ var rpcTable = map[string]rpcRule{
 		if m.GetSessionId() != "" && m.GetRequestId() != "" {
 			return ownedRef{session: m.GetSessionId()}
 		}
-		return ownedRef{lock: m.GetName(), token: m.GetToken()}
+		return ownedRef{lock: m.GetName(), token: m.GetToken(), gone: kind.NotHolder}
 	}),
 	lockSvc + "DescribeLock": rule(auth.LockDescribe, named(auth.Lock, (*coorddv1.DescribeLockRequest).GetName)),
 	lockSvc + "WatchLock":    rule(auth.LockDescribe, named(auth.Lock, (*coorddv1.WatchLockRequest).GetName)),
@@ -256,7 +262,7 @@ var rpcTable = map[string]rpcRule{
 	electionSvc + "Campaign": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.CampaignRequest).GetName), bySession((*coorddv1.CampaignRequest).GetSessionId)),
 	electionSvc + "Proclaim": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.ProclaimRequest).GetName), func(msg any) ownedRef {
 		m, _ := msg.(*coorddv1.ProclaimRequest)
-		return ownedRef{election: m.GetName(), token: m.GetTerm()}
+		return ownedRef{election: m.GetName(), token: m.GetTerm(), gone: kind.NotLeader}
 	}),
 	// As Release: the hinted session and request id, whose key the
 	// resignation compares, or else the term's session.
@@ -265,12 +271,12 @@ var rpcTable = map[string]rpcRule{
 		if m.GetSessionId() != "" && m.GetRequestId() != "" {
 			return ownedRef{session: m.GetSessionId()}
 		}
-		return ownedRef{election: m.GetName(), token: m.GetTerm()}
+		return ownedRef{election: m.GetName(), token: m.GetTerm(), gone: kind.NotLeader}
 	}),
 	// By the term alone: the hint only tells the stream to stop following.
 	electionSvc + "Transfer": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.TransferRequest).GetName), func(msg any) ownedRef {
 		m, _ := msg.(*coorddv1.TransferRequest)
-		return ownedRef{election: m.GetName(), token: m.GetTerm()}
+		return ownedRef{election: m.GetName(), token: m.GetTerm(), gone: kind.NotLeader}
 	}),
 	electionSvc + "Leader":        rule(auth.ElectionObserve, named(auth.Election, (*coorddv1.LeaderRequest).GetName)),
 	electionSvc + "Candidates":    rule(auth.ElectionObserve, named(auth.Election, (*coorddv1.CandidatesRequest).GetName)),

@@ -83,6 +83,9 @@ func (o *Owners) check(ctx context.Context, az *auth.Authorizer, p auth.Principa
 		return nil // nothing named: the call rejects it
 	}
 	if err != nil {
+		if ref.gone != nil && notFoundIsTheCalls(err) == nil {
+			return ref.gone.New(fmt.Sprintf("token %d of %q does not hold now", ref.token, ref.lock+ref.election))
+		}
 		return notFoundIsTheCalls(err)
 	}
 	owner, err := o.principal(ctx, id)

@@ -260,10 +260,16 @@ func TestConsole(t *testing.T) {
 		}
 	}()
 	p.see("main", "billing-2") // the candidate
-	if err := la1.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
+	// An operator hands the seat to the candidate: one commit, a new
+	// term; the old leader's SDK is told it no longer leads.
+	p.clickRow(b.ID(), "Hand over…")
+	p.confirm()
 	wg.Wait()
+	select {
+	case <-la1.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader was not told that the console handed its seat over")
+	}
 	if lb1 == nil {
 		t.FailNow()
 	}

@@ -68,6 +68,11 @@ const (
 	// release in two releases, as a client without atomic publishes
 	// would: subscribers see half-applied releases.
 	SabotageTorn = "torn"
+	// SabotageLateHandover has a handover worker go on acting as leader
+	// for a moment after its Transfer returned (its view ends late), as a
+	// client that handed over before finishing its work would: two
+	// leaders at once in their own views.
+	SabotageLateHandover = "late-handover"
 )
 
 // WorkerConfig configures one worker process.
@@ -225,6 +230,13 @@ func hold(ctx context.Context, lg *slog.Logger, cfg WorkerConfig, rec *recorder,
 		put(ctx, cfg, rec, raw, h, token)
 		if i < writes-1 {
 			pause(ctx, cfg.Hold/writes)
+		}
+	}
+	if g, ok := h.(handover); ok && cfg.Sabotage == SabotageLateHandover {
+		if g.handOver(ctx, rec) {
+			pause(ctx, 100*time.Millisecond) // still "leading"
+			rec.add(Record{Op: OpView, Token: token, Call: start, Return: now(), Session: sess.ID()})
+			return
 		}
 	}
 	// In the SDK's view the grant ended at the session's local deadline
