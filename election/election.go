@@ -521,11 +521,10 @@ func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token,
 // Resign ends term's leadership and its campaign; the first candidate in
 // line (by priority, then arrival) leads at the same revision, with a new
 // term. It fails with ErrNotLeader unless term leads the election (so a
-// retried Resign never removes a newer leader). With a hint naming a
-// session and a request id (the SDK always gives one) it is one
-// transaction when nobody waits; otherwise the seat and the line are read
-// first, and a hint naming only a session must name the term's session or
-// the resignation fails with ErrNotLeader.
+// retried Resign never removes a newer leader), or if hint names a
+// session (and request id) other than the term's. It costs a read of the
+// seat and the line (from the member, checked by the commit's compares)
+// and one commit.
 func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, hint session.Hint) error {
 	if err := validateTerm(name, term); err != nil {
 		return err
@@ -536,37 +535,47 @@ func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, h
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		var resp *clientv3.TxnResponse
-		var err error
-		if attempt == 0 && hint.Session > 0 && hint.RequestID != "" {
-			if resp, err = m.resignAlone(ctx, name, term, hint); err != nil || resp.Succeeded {
-				return m.resigned(name, hint, err)
-			}
-		} else if resp, err = m.cli.Txn(ctx).Then(m.seatsOp(name), m.candidatesOp(name)).Commit(); err != nil {
+		// The first read is the member's own (serializable): the commit's
+		// compares catch anything it missed, and a "not leader" it shows
+		// is read again from the cluster before it is believed.
+		line, err := m.readLine(ctx, name, attempt == 0)
+		if err != nil {
 			return fmt.Errorf("election: resign %q: %w", name, err)
 		}
-		kv := first(resp.Responses[0].GetResponseRange().Kvs)
-		if kv == nil || kv.CreateRevision != int64(term) {
+		kv := first(line.Responses[0].GetResponseRange().Kvs)
+		sess, rid, _ := seatOf(m.seats(name), keyOf(kv))
+		if kv == nil || kv.CreateRevision != int64(term) || (hint.Session > 0 && sess != hint.Session) ||
+			(hint.Session > 0 && hint.RequestID != "" && rid != hint.RequestID) {
+			if attempt == 0 {
+				continue
+			}
+			if kv != nil && kv.CreateRevision == int64(term) {
+				return fmt.Errorf("%w: term %d of %q is not a term of session %s (request %q)", ErrNotLeader, term, name, hint.Session, hint.RequestID)
+			}
 			return fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
-		}
-		sess, rid, _ := seatOf(m.seats(name), kv.Key)
-		if hint.Session > 0 && sess != hint.Session {
-			return fmt.Errorf("%w: term %d of %q is not a term of session %s", ErrNotLeader, term, name, hint.Session)
 		}
 		own := m.campaignPrefix(name, sess, rid)
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", int64(term))}
 		ops := m.endOps(name, string(kv.Key), own, term, kv.Lease)
-		e, ok := m.next(name, resp.Responses[1].GetResponseRange().Kvs, own)
+		e, ok := m.next(name, line.Responses[1].GetResponseRange().Kvs, own)
 		ok = ok && attempt < promoteAttempts
-		if ok {
-			c, o, err := m.seatFor(ctx, name, e, resp.Header.Revision)
+		switch {
+		case ok:
+			c, o, err := m.seatFor(ctx, name, e, line.Header.Revision, line.Responses[2].GetResponseRange().Kvs)
 			if err != nil {
 				return err
 			}
 			cmps, ops = append(cmps, c...), append(ops, o...)
-		} else {
-			// Nobody waits, or the line kept changing: free the seat, and
-			// the waiters' members give it.
+		case attempt < promoteAttempts:
+			// Nobody waits: the seat is freed, if still nobody waits.
+			q := m.queue(name)
+			cmps = append(cmps,
+				clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithRange(own),
+				clientv3.Compare(clientv3.CreateRevision(clientv3.GetPrefixRangeEnd(own)), "=", 0).WithRange(clientv3.GetPrefixRangeEnd(q)))
+			ops = append(ops, clientv3.OpDelete(m.preemptKey(name)))
+		default:
+			// The line kept changing: free the seat, and the waiters'
+			// members give it.
 			ops = append(ops, clientv3.OpDelete(m.preemptKey(name)))
 		}
 		tr, err := m.commitEnd(ctx, name, ok, cmps, ops)
@@ -574,30 +583,31 @@ func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, h
 			return m.resigned(name, session.Hint{Session: sess, RequestID: rid}, err)
 		}
 		// The term ended meanwhile (the next read says so), or a candidate
-		// joined: read again.
+		// joined or left: read again.
 	}
 }
 
-// resignAlone resigns term held by hint's campaign in one transaction if
-// nobody else waits; otherwise it reads the seat and the line (Else).
-func (m *Manager) resignAlone(ctx context.Context, name string, term fencing.Token, hint session.Hint) (*clientv3.TxnResponse, error) {
-	q, own := m.queue(name), m.campaignPrefix(name, hint.Session, hint.RequestID)
-	seatKey := m.seatKey(name, hint.Session, hint.RequestID)
-	cmps := []clientv3.Cmp{
-		clientv3.Compare(clientv3.CreateRevision(seatKey), "=", int64(term)),
-		// Nobody else waits: no candidate key before or after the own.
-		clientv3.Compare(clientv3.CreateRevision(q), "=", 0).WithRange(own),
-		clientv3.Compare(clientv3.CreateRevision(clientv3.GetPrefixRangeEnd(own)), "=", 0).WithRange(clientv3.GetPrefixRangeEnd(q)),
+// readLine reads an election's seat, its candidates' keys and the first
+// two candidates with their values (the successor's, without another
+// read, when nobody states a priority), locally if serializable.
+func (m *Manager) readLine(ctx context.Context, name string, serializable bool) (*clientv3.TxnResponse, error) {
+	var opts []clientv3.OpOption
+	if serializable {
+		opts = []clientv3.OpOption{clientv3.WithSerializable()}
 	}
-	ops := append(m.endOps(name, seatKey, own, term, int64(hint.Session)), clientv3.OpDelete(m.preemptKey(name)))
-	tr, err := m.txns.Commit(ctx, groupcommit.Txn{Name: q, If: cmps, Then: ops, Else: []clientv3.Op{m.seatsOp(name), m.candidatesOp(name)}})
-	if isNoSpace(err) {
-		tr, err = m.txns.Commit(ctx, groupcommit.Txn{Name: q, If: cmps, Then: withoutMarker(ops), Else: []clientv3.Op{m.seatsOp(name), m.candidatesOp(name)}})
+	q := m.queue(name)
+	return m.cli.Txn(ctx).Then(
+		clientv3.OpGet(m.seats(name), append(opts, clientv3.WithPrefix(), clientv3.WithLimit(1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))...),
+		clientv3.OpGet(q, append(opts, clientv3.WithPrefix(), clientv3.WithKeysOnly())...),
+		clientv3.OpGet(q, append(opts, clientv3.WithPrefix(), clientv3.WithLimit(2), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))...),
+	).Commit()
+}
+
+func keyOf(kv *mvccpb.KeyValue) []byte {
+	if kv == nil {
+		return nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return tr, nil
+	return kv.Key
 }
 
 // commitEnd commits a resignation (creates: with a successor's seat).

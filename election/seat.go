@@ -156,17 +156,27 @@ func (m *Manager) next(name string, kvs []*mvccpb.KeyValue, skip string) (entry,
 // seatFor returns the compares and operations that give e the seat, as
 // read at revision readAt: e is still there and no candidate joined since
 // (one might outrank it). The caller adds that the seat is free (or that
-// it holds it, for a hand-over).
-func (m *Manager) seatFor(ctx context.Context, name string, e entry, readAt int64) ([]clientv3.Cmp, []clientv3.Op, error) {
-	// The value is the candidate's own, read at the same revision.
-	resp, err := m.cli.Get(ctx, e.key, clientv3.WithRev(readAt))
-	if err != nil {
-		return nil, nil, fmt.Errorf("election: read %q: %w", name, err)
+// it holds it, for a hand-over). The seat carries e's value: taken from
+// known (entries read with their values at readAt) if e is among them,
+// else read.
+func (m *Manager) seatFor(ctx context.Context, name string, e entry, readAt int64, known []*mvccpb.KeyValue) ([]clientv3.Cmp, []clientv3.Op, error) {
+	var value []byte
+	for _, kv := range known {
+		if string(kv.Key) == e.key && kv.ModRevision == e.mod {
+			value = kv.Value
+		}
+	}
+	if value == nil {
+		resp, err := m.cli.Get(ctx, e.key, clientv3.WithRev(readAt))
+		if err != nil {
+			return nil, nil, fmt.Errorf("election: read %q: %w", name, err)
+		}
+		if len(resp.Kvs) == 1 {
+			value = resp.Kvs[0].Value
+		}
 	}
 	var c candidate
-	if len(resp.Kvs) == 1 {
-		_ = json.Unmarshal(resp.Kvs[0].Value, &c)
-	}
+	_ = json.Unmarshal(value, &c)
 	val, err := json.Marshal(seat{RequestID: e.requestID, Value: c.Value, Priority: e.priority, Since: m.now().UTC(), Enqueued: c.Enqueued})
 	if err != nil {
 		return nil, nil, err
@@ -209,7 +219,7 @@ func (m *Manager) promote(ctx context.Context, name string) error {
 		if !ok {
 			return nil
 		}
-		cmps, ops, err := m.seatFor(ctx, name, e, resp.Header.Revision)
+		cmps, ops, err := m.seatFor(ctx, name, e, resp.Header.Revision, nil)
 		if err != nil {
 			return err
 		}
@@ -321,7 +331,7 @@ func (m *Manager) Transfer(ctx context.Context, name string, term fencing.Token,
 		if !ok {
 			return 0, 0, fmt.Errorf("%w: session %s has no campaign waiting in %q", ErrNotCandidate, to, name)
 		}
-		cmps, ops, err := m.seatFor(ctx, name, e, resp.Header.Revision)
+		cmps, ops, err := m.seatFor(ctx, name, e, resp.Header.Revision, nil)
 		if err != nil {
 			return 0, 0, err
 		}
