@@ -405,12 +405,13 @@ class Client:
         return Leader._from(r.leader)
 
     def candidates(self, name: str) -> list["Leader"]:
-        """Returns the campaigns waiting behind the leader, in the order they
-        will lead (as Leader records: term is the term each will hold)."""
+        """Returns the campaigns waiting for the seat, in the order they
+        would take it: priority, then arrival (as Leader records with term 0,
+        priority and joined)."""
         from coordd.election import Leader
 
         r = self._unary("elections", "Candidates", election_pb2.CandidatesRequest(name=name), retry=True)
-        return [Leader(c.term, c.value, c.session_id, c.request_id, c.owner, c.hostname, None, 0) for c in r.candidates]
+        return [Leader._candidate(c) for c in r.candidates]
 
     def observe(self, name: str, from_revision: int = 0) -> "Observer":
         """Follows an election: returns an iterable :class:`~coordd.election.Observer`

@@ -29,7 +29,9 @@ RESIGN_TIMEOUT = 5.0
 
 @dataclass(frozen=True)
 class Leader:
-    """Who leads an election (or, from candidates(), who waits)."""
+    """Who leads an election (or, from candidates(), who waits: term is then
+    0, since a candidate's term is given when it takes the seat, and
+    joined is the revision at which it joined)."""
 
     term: int
     value: str
@@ -39,14 +41,24 @@ class Leader:
     hostname: str
     since: datetime.datetime | None
     proclaims: int
+    priority: int = 0
+    joined: int = 0
 
     @classmethod
     def _from(cls, p: election_pb2.ElectionLeader) -> "Leader":
-        return cls(p.term, p.value, p.session_id, p.request_id, p.owner, p.hostname, timestamp(p.since) if p.HasField("since") else None, p.proclaims)
+        return cls(p.term, p.value, p.session_id, p.request_id, p.owner, p.hostname, timestamp(p.since) if p.HasField("since") else None, p.proclaims, p.priority)
+
+    @classmethod
+    def _candidate(cls, c: election_pb2.ElectionCandidate) -> "Leader":
+        return cls(0, c.value, c.session_id, c.request_id, c.owner, c.hostname,
+                   timestamp(c.enqueue_time) if c.HasField("enqueue_time") else None, 0, c.priority, c.joined_revision)
 
 
 #: Election event types, as the server names them without the prefix.
 ELECTED, PROCLAIMED, RESIGNED, EXPIRED, VACANT = "ELECTED", "PROCLAIMED", "RESIGNED", "EXPIRED", "VACANT"
+#: A waiting candidate that outranks the leader asked it to step down
+#: (ElectionEvent.by); the leader decides when.
+PREEMPT_REQUESTED = "PREEMPT_REQUESTED"
 
 
 @dataclass(frozen=True)
@@ -65,11 +77,14 @@ class ElectionEvent:
     revision: int
     leader: Leader | None
     current: bool
+    #: PREEMPT_REQUESTED: the candidate that asked (session_id, request_id, priority).
+    by: Leader | None = None
 
     @classmethod
     def _from(cls, e: election_pb2.ElectionEvent) -> "ElectionEvent":
         name = election_pb2.ElectionEventType.Name(e.type).removeprefix("ELECTION_EVENT_TYPE_")
-        return cls(name, e.revision, Leader._from(e.leader) if e.HasField("leader") else None, e.current)
+        return cls(name, e.revision, Leader._from(e.leader) if e.HasField("leader") else None, e.current,
+                   Leader._candidate(e.by) if e.HasField("by") else None)
 
 
 class Leadership(Held):
@@ -167,6 +182,28 @@ class Leadership(Held):
             raise
         if self._own_id:
             self.session._lock_ids.give_back("election", self.name, False, self.request_id)
+
+    def transfer(self, successor_session_id: str, request_id: str | None = None, timeout: float | None = RESIGN_TIMEOUT) -> int:
+        """Hands the leadership to a waiting campaign of the session
+        successor_session_id (its first in line, or the campaign request_id
+        names) in one commit, and returns the successor's term: a new
+        fencing token. Observers see RESIGNED and ELECTED at one revision,
+        never VACANT. This leadership then ends (not as a loss). Raises
+        CandidateNotFound if that session has no campaign waiting (the
+        leadership is kept), NotLeader if this term no longer leads."""
+        if self.done.is_set():
+            raise errors.NotLeader(f"leadership of {self.name!r} (term {self.term}) has ended")
+        req = election_pb2.TransferRequest(name=self.name, term=self.term, successor_session_id=successor_session_id,
+                                           successor_request_id=request_id or "")
+        try:
+            r = self.session._client._unary("elections", "Transfer", req, timeout=timeout, retry=True)
+        except errors.NotLeader as e:
+            self._lose(e)
+            raise
+        self._give_up()
+        if self._own_id:
+            self.session._lock_ids.give_back("election", self.name, False, self.request_id)
+        return r.term
 
     def _resign_request(self) -> election_pb2.ResignRequest:
         return election_pb2.ResignRequest(name=self.name, term=self.term, session_id=self.session.id, request_id=self.request_id)

@@ -57,6 +57,7 @@ __all__ = [
     "ApprovalRequired",
     "ProposalNotFound",
     "ProposalClosed",
+    "CandidateNotFound",
     "SessionEnded",
     "SessionExpired",
     "SessionClosed",
@@ -330,6 +331,12 @@ class ProposalClosed(CoorddError):
     REASON = "PROPOSAL_CLOSED"
 
 
+class CandidateNotFound(CoorddError):
+    """The session named as a leadership's successor has no campaign waiting."""
+
+    REASON = "CANDIDATE_NOT_FOUND"
+
+
 # --- The client's own errors (no server reason). ---
 
 
@@ -379,6 +386,7 @@ REASONS: dict[str, type[CoorddError]] = {
         DeadlineExceeded, NoSpace, MemberNotFound, MemberChangeRefused, Unauthenticated,
         PermissionDenied, RateLimited, QuotaExceeded, Cancelled, UnknownRoute, Unimplemented,
         SecretsUnavailable, ApprovalRequired, ProposalNotFound, ProposalClosed,
+        CandidateNotFound,
     )
 }
 

@@ -414,7 +414,8 @@ class Session:
     # ------------------------------------------------------------------
     # Elections
 
-    def campaign(self, name: str, value: str = "", timeout: float | None = None, *, request_id: str | None = None) -> "Leadership":
+    def campaign(self, name: str, value: str = "", timeout: float | None = None, *, request_id: str | None = None,
+                 priority: int = 0, preempt: bool = False) -> "Leadership":
         """Runs for leader of the named election with value (what the leader
         proclaims: an address, an id) and returns the
         :class:`~coordd.election.Leadership` once this session leads, waiting
@@ -423,17 +424,19 @@ class Session:
         Raises DeadlineExceeded when timeout runs out (nothing stays
         queued), the session's error when the session ends while waiting,
         AlreadyLeader if this session leads under another campaign id.
-        UNAVAILABLE is retried with the same campaign id."""
-        return self._campaign(name, value, timeout, request_id, ())
+        UNAVAILABLE is retried with the same campaign id. priority orders
+        the waiting candidates (highest first, then arrival); preempt asks
+        a leader of lower priority to step down (it decides when)."""
+        return self._campaign(name, value, timeout, request_id, (), priority, preempt)
 
     def _campaign(self, name: str, value: str, timeout: float | None, request_id: str | None,
-                  cancel: Sequence[Canceller]) -> "Leadership":
+                  cancel: Sequence[Canceller], priority: int = 0, preempt: bool = False) -> "Leadership":
         from coordd.election import Leadership
 
         self.check()
         own = request_id is None
         rid = request_id or self._lock_ids.take("election", name)
-        req = election_pb2.CampaignRequest(name=name, session_id=self.id, value=value, request_id=rid)
+        req = election_pb2.CampaignRequest(name=name, session_id=self.id, value=value, request_id=rid, priority=priority, preempt=preempt)
         if timeout is not None:
             req.wait.CopyFrom(duration(timeout))
         rpc_timeout = None if timeout is None else timeout + 2.0

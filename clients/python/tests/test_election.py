@@ -86,6 +86,41 @@ class ElectionTest(unittest.TestCase):
         obs.close()
         self.assertIsNone(q.get(timeout=5))  # close() ends the iteration
 
+    def test_priority_preemption_and_transfer(self) -> None:
+        name = unique("handover")
+        s1, s2, s3 = (self.client.session(ttl=5, owner=o) for o in ("one", "two", "three"))
+        lead1 = s1.campaign(name, "addr-1", timeout=5, priority=1)
+        results: dict = {}
+        w2 = threading.Thread(target=lambda: results.update(two=s2.campaign(name, "addr-2", timeout=10)))
+        w2.start()
+        wait_for(lambda: len(self.client.candidates(name)) == 1, what="two to queue")
+        w3 = threading.Thread(target=lambda: results.update(three=s3.campaign(name, "addr-3", timeout=10, priority=5, preempt=True)))
+        w3.start()
+        wait_for(lambda: len(self.client.candidates(name)) == 2, what="three to queue")
+        cands = self.client.candidates(name)
+        self.assertEqual([(c.value, c.priority, c.term) for c in cands], [("addr-3", 5, 0), ("addr-2", 0, 0)])
+        self.assertGreater(cands[0].joined, cands[1].joined)  # priority before arrival
+        obs = self.client.observe(name)
+        q, t = collect(obs)
+        self.addCleanup(t.join, 5)
+        self.addCleanup(obs.close)
+        first = take(q, 2)
+        self.assertEqual([(e.type, e.current) for e in first], [("ELECTED", True), ("PREEMPT_REQUESTED", True)])
+        self.assertEqual((first[1].by.session_id, first[1].by.priority), (s3.id, 5))
+        with self.assertRaises(coordd.CandidateNotFound):
+            lead1.transfer("00000000000000ff")
+        term = lead1.transfer(s2.id)  # the leader names its successor
+        w2.join(10)
+        self.assertEqual(results["two"].term, term)
+        self.assertTrue(lead1.done.is_set())
+        self.assertFalse(lead1.lost.is_set())
+        evs = take(q, 2)
+        self.assertEqual([(e.type, e.revision) for e in evs], [("RESIGNED", term), ("ELECTED", term)])
+        results["two"].resign()
+        w3.join(10)
+        self.assertEqual(results["three"].value, "addr-3")
+        results["three"].resign()
+
     def test_observe_resumes_after_broken_stream(self) -> None:
         name = unique("resume")
         p = Proxy(support.endpoint())

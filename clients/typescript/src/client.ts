@@ -1,8 +1,10 @@
 import { ConfigCenter } from "./config.js";
 import { Conn } from "./conn.js";
 import {
+  candidateFrom,
   leaderFrom,
   observe,
+  type Candidate,
   type ElectionEvent,
   type Leader,
   type Leadership,
@@ -78,10 +80,10 @@ export class Client {
     }
   }
 
-  /** The campaigns waiting behind the leader, in the order they will lead. */
-  async candidates(name: string): Promise<{ term: bigint; value: string; sessionId: string; requestId: string }[]> {
+  /** The campaigns waiting for the seat, in the order they would take it: priority, then arrival. */
+  async candidates(name: string): Promise<Candidate[]> {
     const resp = await this.conn.call((s, o) => s.elections.candidates({ name }, o), { idempotent: true });
-    return resp.candidates.map((c) => ({ term: c.term, value: c.value, sessionId: c.sessionId, requestId: c.requestId }));
+    return resp.candidates.map(candidateFrom);
   }
 
   /**

@@ -3,6 +3,7 @@ import type { Conn, Services } from "./conn.js";
 import { CoorddError, type ReasonName } from "./errors.js";
 import {
   ElectionEventType,
+  type ElectionCandidate,
   type ElectionLeader,
   type Leadership as LeadershipMsg,
 } from "./gen/coordd/v1/election_pb.js";
@@ -19,6 +20,10 @@ export interface CampaignOptions {
   requestId?: string;
   /** Abandons the campaign; it then rejects with the signal's reason. */
   signal?: AbortSignal;
+  /** Orders the waiting candidates: the highest takes the seat first, ties in arrival order. It never unseats a leader by itself. Default 0. */
+  priority?: number;
+  /** Asks a leader of lower priority to step down (observers see PREEMPT_REQUESTED); the leader decides when. */
+  preempt?: boolean;
 }
 
 /** Who leads an election. */
@@ -34,17 +39,31 @@ export interface Leader {
   since: Date | undefined;
   /** How many times the leader proclaimed. */
   proclaims: bigint;
+  /** The leader's campaign priority. */
+  priority: number;
 }
 
-export type ElectionEventTypeName = "ELECTED" | "PROCLAIMED" | "RESIGNED" | "EXPIRED" | "VACANT";
+/** A campaign waiting for the seat. */
+export interface Candidate {
+  value: string;
+  sessionId: string;
+  requestId: string;
+  priority: number;
+  /** The etcd revision at which it joined: among equal priorities, the earlier leads first. */
+  joinedRevision: bigint;
+}
+
+export type ElectionEventTypeName = "ELECTED" | "PROCLAIMED" | "RESIGNED" | "EXPIRED" | "VACANT" | "PREEMPT_REQUESTED";
 
 /** One change of an election. */
 export interface ElectionEvent {
   type: ElectionEventTypeName;
   /** The etcd revision of the change. */
   revision: bigint;
-  /** The new leader (ELECTED, PROCLAIMED) or the one that left (RESIGNED, EXPIRED); undefined for VACANT. */
+  /** The new leader (ELECTED, PROCLAIMED), the one that left (RESIGNED, EXPIRED) or the one asked to step down (PREEMPT_REQUESTED); undefined for VACANT. */
   leader: Leader | undefined;
+  /** PREEMPT_REQUESTED: the candidate that asked. */
+  by: Candidate | undefined;
   /**
    * The event states the election's state (ELECTED or VACANT) rather than
    * a change: the first event of an observation, or the first after a gap
@@ -64,7 +83,12 @@ export function leaderFrom(p: ElectionLeader): Leader {
     hostname: p.hostname,
     since: p.since ? timestampDate(p.since) : undefined,
     proclaims: p.proclaims,
+    priority: p.priority,
   };
+}
+
+export function candidateFrom(c: ElectionCandidate): Candidate {
+  return { value: c.value, sessionId: c.sessionId, requestId: c.requestId, priority: c.priority, joinedRevision: c.joinedRevision };
 }
 
 /**
@@ -106,6 +130,7 @@ export class Leadership extends Held {
       (ep, signal) => observeStream(ep.services, this.name, this.revision + 1n, signal),
       (msg) => {
         for (const ev of msg.events) {
+          if (this.handingOver) return undefined; // transfer() decides
           const ours = ev.leader?.term === this.term;
           const ended =
             ev.type === ElectionEventType.VACANT ||
@@ -183,6 +208,37 @@ export class Leadership extends Held {
     this.onResigned(this.requestId);
   }
 
+  private handingOver = false;
+
+  /**
+   * Hands the leadership to a waiting campaign of session `successorSessionId`
+   * (its first in line, or `opts.requestId`) in one commit and resolves with
+   * the successor's term, a new fencing token; observers see RESIGNED and
+   * ELECTED at one revision, never VACANT. `signal` then aborts (reason
+   * RESIGNED). Rejects with CANDIDATE_NOT_FOUND (the leadership is kept)
+   * or NOT_LEADER (it is lost).
+   */
+  async transfer(successorSessionId: string, opts: { requestId?: string } = {}): Promise<bigint> {
+    if (this.signal.aborted) {
+      throw new CoorddError("NOT_LEADER", `coordd: the leadership of "${this.name}" is over`, { cause: this.signal.reason });
+    }
+    this.handingOver = true;
+    try {
+      const resp = await this.conn.call(
+        (s, o) => s.elections.transfer({ name: this.name, term: this.term, successorSessionId, successorRequestId: opts.requestId ?? "" }, o),
+        { idempotent: true, timeoutMs: 2000, signal: this.session.signal },
+      );
+      this.giveUp("RESIGNED", `coordd: the leadership of "${this.name}" was handed over (term ${resp.term})`);
+      this.onResigned(this.requestId);
+      return resp.term;
+    } catch (e) {
+      if (CoorddError.is(e, "NOT_LEADER")) this.lose(e);
+      throw e;
+    } finally {
+      this.handingOver = false;
+    }
+  }
+
   /** Writes key in coordd's fenced KV only if this term still leads (else STALE_TOKEN). Not retried. */
   put(key: string, value: Uint8Array | string): Promise<bigint> {
     return fencedPut(this.conn, this.fence, key, value);
@@ -209,6 +265,7 @@ const eventTypes: Record<number, ElectionEventTypeName> = {
   [ElectionEventType.RESIGNED]: "RESIGNED",
   [ElectionEventType.EXPIRED]: "EXPIRED",
   [ElectionEventType.VACANT]: "VACANT",
+  [ElectionEventType.PREEMPT_REQUESTED]: "PREEMPT_REQUESTED",
 };
 
 /** Options of Client.observe. */
@@ -246,6 +303,7 @@ export async function* observe(conn: Conn, name: string, opts: ObserveOptions = 
               type: eventTypes[ev.type] ?? "VACANT",
               revision: ev.revision,
               leader: ev.leader ? leaderFrom(ev.leader) : undefined,
+              by: ev.by ? candidateFrom(ev.by) : undefined,
               current: ev.current,
             };
           }

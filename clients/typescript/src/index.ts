@@ -15,6 +15,7 @@ export { Lock, type LockOptions, type Fence } from "./lock.js";
 export {
   Leadership,
   type CampaignOptions,
+  type Candidate,
   type Leader,
   type ElectionEvent,
   type ElectionEventTypeName,

@@ -374,7 +374,7 @@ export class Session {
     const requestId = opts.requestId ?? this.takeId(key);
     const link = linkSignals(this.ac.signal, opts.signal);
     const start = now();
-    const req = { name, sessionId: this.id, value, requestId };
+    const req = { name, sessionId: this.id, value, requestId, priority: opts.priority ?? 0, preempt: opts.preempt ?? false };
     try {
       const resp = await this.conn.call(
         (s, o) => {

@@ -153,3 +153,41 @@ test("runAsLeader runs one callback at a time, resigns after, and stops on abort
   await within(5000, "second stops", p2);
   assert.equal(await c.leader(name), undefined);
 });
+
+test("priority orders the line, preempt asks the leader, transfer hands over in one commit", async () => {
+  const name = unique("handover");
+  const c = d.client();
+  const [a, b, h] = [await c.session(), await c.session(), await c.session()];
+  const la = await a.campaign(name, "a", { priority: 1 });
+  const bWins = b.campaign(name, "b", { timeoutMs: 10_000 });
+  await waitFor("b waits", async () => (await c.candidates(name)).length === 1);
+  const hWins = h.campaign(name, "h", { timeoutMs: 10_000, priority: 5, preempt: true });
+  await waitFor("h waits", async () => (await c.candidates(name)).length === 2);
+  const line = await c.candidates(name);
+  assert.deepEqual(line.map((x) => [x.value, x.priority]), [["h", 5], ["b", 0]]);
+  assert.ok(line[0]!.joinedRevision > line[1]!.joinedRevision, "priority before arrival");
+
+  const stop = new AbortController();
+  const obs = collect(c.observe(name, { signal: stop.signal }));
+  await waitFor("the state and the request", () => obs.events.length >= 2);
+  assert.deepEqual(obs.events.slice(0, 2).map((e) => [e.type, e.current]), [["ELECTED", true], ["PREEMPT_REQUESTED", true]]);
+  assert.equal(obs.events[1]!.by?.sessionId, h.id);
+
+  await assert.rejects(la.transfer("00000000000000ff"), (e: unknown) => CoorddError.is(e, Reason.CANDIDATE_NOT_FOUND));
+  assert.equal(la.signal.aborted, false, "a failed hand-over keeps the leadership");
+  const term = await la.transfer(b.id);
+  const lb = await within(5000, "b elected", bWins);
+  assert.equal(lb.term, term);
+  assert.equal((la.signal.reason as CoorddError).reason, Reason.RESIGNED);
+  assert.equal(la.lost, undefined, "a hand-over is no loss");
+  await waitFor("the hand-over", () => obs.events.length >= 4);
+  assert.deepEqual(obs.events.slice(2, 4).map((e) => [e.type, e.revision]), [["RESIGNED", term], ["ELECTED", term]]);
+  await lb.resign();
+  const lh = await within(5000, "h elected", hWins);
+  await lh.resign();
+  stop.abort();
+  await within(2000, "observer stops", obs.done);
+  await a.close();
+  await b.close();
+  await h.close();
+});
