@@ -764,15 +764,28 @@ type Counts struct {
 	Waiting    int // candidates that do not lead
 }
 
-// Count counts the elections that have a leader, from the local member (a
-// serializable read: it may trail the cluster by a moment). It reads every
-// candidate: for metrics, not for a request path.
+// Count counts the elections that have a leader (a seat) and the
+// candidates waiting for one, from the local member (a serializable read:
+// it may trail the cluster by a moment). It reads every key of every
+// election (keys only): for metrics, not for a request path.
 func (m *Manager) Count(ctx context.Context) (Counts, error) {
-	st, err := queue.Count(ctx, m.cli, m.root, func([]*mvccpb.KeyValue) int { return 1 })
+	resp, err := m.cli.Get(ctx, m.root, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable())
 	if err != nil {
 		return Counts{}, fmt.Errorf("election: count: %w", err)
 	}
-	return Counts{WithLeader: st.Queues, Waiting: st.Waiting}, nil
+	var c Counts
+	entries := 0
+	for _, kv := range resp.Kvs {
+		_, sub, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), m.root), "/")
+		switch {
+		case strings.HasPrefix(sub, "lead/"):
+			c.WithLeader++
+		case strings.HasPrefix(sub, "q/"):
+			entries++
+		}
+	}
+	c.Waiting = max(entries-c.WithLeader, 0) // each leader's campaign is an entry too
+	return c, nil
 }
 
 // NamesIn returns the names of the elections that the entries among keys belong

@@ -341,7 +341,7 @@ func (m *Manager) Transfer(ctx context.Context, name string, term fencing.Token,
 		// taken in that order within the revision, and ends "taken".
 		ops = append(m.endOps(name, string(kvs[0].Key), own, term, kvs[0].Lease), ops...)
 		if m.splitTransfer {
-			cmps, ops = m.splitHandOver(ctx, name, cmps, ops)
+			cmps, ops = m.splitHandOver(ctx, cmps, ops)
 		}
 		tr, err := m.txns.Commit(ctx, groupcommit.Txn{Name: m.queue(name), Creates: true, If: cmps, Then: ops})
 		if err != nil {
@@ -359,7 +359,7 @@ func (m *Manager) Transfer(ctx context.Context, name string, term fencing.Token,
 // splitHandOver (tests only) commits a hand-over's end of the old term
 // alone and returns what is left, the new seat's: a broken Transfer
 // with a vacancy between two commits.
-func (m *Manager) splitHandOver(ctx context.Context, name string, cmps []clientv3.Cmp, ops []clientv3.Op) ([]clientv3.Cmp, []clientv3.Op) {
+func (m *Manager) splitHandOver(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op) ([]clientv3.Cmp, []clientv3.Op) {
 	_, _ = m.cli.Txn(ctx).If(cmps[1:]...).Then(ops[:3]...).Commit()
 	return cmps[:1], ops[3:]
 }

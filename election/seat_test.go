@@ -369,7 +369,10 @@ func TestOneSeatUnderChurn(t *testing.T) {
 			t.Fatal("with the seat's guard off, the check found no second leader: it cannot catch one")
 		}
 		cancel()
-		<-waiting
+		// Guarded, the candidate still waits; unguarded, it was "elected".
+		if err := <-waiting; guarded && !errors.Is(err, context.Canceled) {
+			t.Fatalf("the waiting campaign = %v, want it cancelled", err)
+		}
 	}
 }
 

@@ -126,7 +126,7 @@ func TestRunElectionStepsDownWhenPreempted(t *testing.T) {
 	causes := make(chan error, 4)
 	done := make(chan error, 1)
 	go func() {
-		done <- c.RunElection(ctx, "yield", "old", func(ctx context.Context, l *clientlib.Leadership) error {
+		done <- c.RunElection(ctx, "yield", "old", func(ctx context.Context, _ *clientlib.Leadership) error {
 			terms.Add(1)
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
@@ -154,7 +154,9 @@ func TestRunElectionStepsDownWhenPreempted(t *testing.T) {
 	}
 	wait.For(t, "the old leader's second term", func() bool { return terms.Load() == 2 })
 	cancel()
-	<-done
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunElection = %v, want context.Canceled", err)
+	}
 }
 
 // Priority, preemption and Transfer over REST.
