@@ -397,8 +397,9 @@ func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine
 		queue.Remove(ctx, m.cli, &m.bg, mine.key, value, append([]clientv3.Op{clientv3.OpDelete(l.Key)}, m.withdraw(req.Name, asked)...)...)
 		return Leadership{}, err
 	}
-	// With Preempt, each leader this campaign outranks is asked, as it
-	// takes the seat. Best effort: the campaign waits its turn either way.
+	// With Preempt, each leader this campaign outranks is asked (waitSeat
+	// calls ask for the seat it first reads and for every new one). Best
+	// effort: the campaign waits its turn either way.
 	ask := func(kv *mvccpb.KeyValue) {
 		if v, err := m.askToStepDown(ctx, req.Name, mine, kv); err == nil && v != "" {
 			asked = v
@@ -410,9 +411,6 @@ func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine
 	if seatKV != nil {
 		if sess, id, ok := seatOf(m.seats(req.Name), seatKV.Key); ok && sess == req.Session {
 			return fail(fmt.Errorf("%w: %q (request %s); waiting would never end, resign first", ErrAlreadyLeader, req.Name, id))
-		}
-		if ask != nil {
-			ask(seatKV)
 		}
 	}
 	term, rev, err := m.waitSeat(ctx, req.Name, mine.key, l.Key, ask)

@@ -18,7 +18,8 @@ import (
 // after the watch restarts. Whenever it sees the seat free after a change,
 // it asks this member to give the seat (kick): a session's end frees the
 // seat with nobody to choose the successor. onSeat, if set, is called with
-// every other seat it sees created.
+// every other seat it sees created, and with the seat each read finds (so
+// it must not mind being called twice for one seat).
 func (m *Manager) waitSeat(ctx context.Context, name, key, seatKey string, onSeat func(*mvccpb.KeyValue)) (term, rev int64, err error) {
 	feed, _ := m.dels.Subscribe(m.prefix(name), true)
 	defer feed.Stop()
@@ -38,9 +39,13 @@ func (m *Manager) waitSeat(ctx context.Context, name, key, seatKey string, onSea
 		if len(resp.Responses[1].GetResponseRange().Kvs) == 0 {
 			return true, queue.ErrEntryGone
 		}
-		free = len(resp.Responses[2].GetResponseRange().Kvs) == 0
-		if free {
+		seat := first(resp.Responses[2].GetResponseRange().Kvs)
+		free = seat == nil
+		switch {
+		case free:
 			m.kick(name)
+		case onSeat != nil:
+			onSeat(seat) // it may have been created before the feed began
 		}
 		return false, nil
 	}
