@@ -98,17 +98,17 @@ func TestElectCandidates(t *testing.T) {
 		})
 	}
 	var cands []struct {
-		Term      string `json:"term"`
+		Joined    string `json:"joinedRevision"`
 		Value     string `json:"value"`
 		SessionID string `json:"sessionId"`
 	}
 	jsonOf(t, must(t, ep, "elect", "candidates", "jobs", "-o", "json"), &cands)
-	if len(cands) != 2 || cands[0].Value != "host-2" || cands[1].Value != "host-3" || cands[0].Term == "" || cands[0].SessionID == "" {
+	if len(cands) != 2 || cands[0].Value != "host-2" || cands[1].Value != "host-3" || cands[0].Joined == "" || cands[0].SessionID == "" {
 		t.Fatalf("elect candidates -o json = %+v", cands)
 	}
 	lines := strings.Split(strings.TrimSpace(must(t, ep, "elect", "candidates", "jobs")), "\n")
-	if len(lines) != 3 || !strings.Contains(lines[0], "TERM") || !strings.Contains(lines[1], "host-2") || !strings.Contains(lines[2], "host-3") ||
-		!strings.Contains(lines[1], cands[0].Term) {
+	if len(lines) != 3 || !strings.Contains(lines[0], "PRIORITY") || !strings.Contains(lines[1], "host-2") || !strings.Contains(lines[2], "host-3") ||
+		!strings.Contains(lines[1], cands[0].SessionID) {
 		t.Fatalf("elect candidates:\n%s", strings.Join(lines, "\n"))
 	}
 	exits(t, exitUsage, ep, "elect", "candidates")

@@ -222,8 +222,52 @@ func TestElectCommands(t *testing.T) {
 		t.Fatalf("elect observe = %+v", ev)
 	}
 	must(t, ep, "lock", "validate", "--election", "scheduler", camp.Term)
-	must(t, ep, "elect", "resign", "scheduler", camp.Term)
+
+	// A candidate of higher priority asks the leader to step down, and
+	// the leader hands the seat over to it: a new term, one commit.
+	var s2 struct{ ID string }
+	jsonOf(t, must(t, ep, "session", "create", "-o", "json"), &s2)
+	next := make(chan string, 1)
+	go func() {
+		_, out, _ := ctl(t, ep, "", "elect", "campaign", "scheduler", "host-2", "--session", s2.ID, "--priority", "5", "--preempt", "-o", "json")
+		next <- out
+	}()
+	wait.Within(t, 15*time.Second, "host-2 to wait", func() bool {
+		_, out, _ := ctl(t, ep, "", "elect", "candidates", "scheduler")
+		return strings.Contains(out, "host-2")
+	})
+	var asked []struct {
+		Type string `json:"type"`
+		By   struct {
+			SessionID string `json:"sessionId"`
+			Priority  int32  `json:"priority"`
+		} `json:"by"`
+	}
+	for _, line := range strings.Split(strings.TrimSpace(must(t, ep, "elect", "observe", "scheduler", "--count", "2", "-o", "json")), "\n") {
+		var ev struct {
+			Type string `json:"type"`
+			By   struct {
+				SessionID string `json:"sessionId"`
+				Priority  int32  `json:"priority"`
+			} `json:"by"`
+		}
+		jsonOf(t, line, &ev)
+		asked = append(asked, ev)
+	}
+	if len(asked) != 2 || asked[1].Type != "PREEMPT_REQUESTED" || asked[1].By.SessionID != s2.ID || asked[1].By.Priority != 5 {
+		t.Fatalf("elect observe = %+v, want the request by %s", asked, s2.ID)
+	}
+	exits(t, exitNotFound, ep, "elect", "transfer", "scheduler", camp.Term, "00000000000000ff")
+	var handed struct{ Term string }
+	jsonOf(t, must(t, ep, "elect", "transfer", "scheduler", camp.Term, s2.ID, "-o", "json"), &handed)
+	var won struct{ Term string }
+	jsonOf(t, <-next, &won)
+	if handed.Term == "" || won.Term != handed.Term {
+		t.Fatalf("elect transfer printed term %q, host-2's campaign %q", handed.Term, won.Term)
+	}
+	exits(t, exitConflict, ep, "elect", "transfer", "scheduler", camp.Term, s2.ID)
 	exits(t, exitConflict, ep, "elect", "resign", "scheduler", camp.Term)
+	must(t, ep, "elect", "resign", "scheduler", handed.Term)
 	exits(t, exitNotFound, ep, "elect", "leader", "scheduler")
 
 	// elect run: one leads, the other stands by until the first's command
