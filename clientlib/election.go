@@ -129,15 +129,25 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 // it ends, and calls f once if someone asks the leadership to step down.
 // It ends with the leadership (its Context).
 func (l *Leadership) watchPreemption(term int64, f func(by Candidate)) {
-	obs := l.s.c.Observe(l.ctx, l.name, ObserveFrom(term))
-	for ev := range obs.Events() {
-		if ev.Type == ElectionPreemptRequested && int64(ev.Leader.Term) == term {
+	events := make(chan ElectionEvent)
+	done := make(chan error, 1)
+	go func() {
+		defer close(events)
+		// Refused (no election.observe) is permanent here: said once in
+		// the log, not retried for the whole term.
+		done <- l.s.c.observe(l.ctx, l.name, term, events, func(err error) bool {
+			return errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrUnauthenticated)
+		})
+	}()
+	asked := false
+	for ev := range events {
+		if !asked && ev.Type == ElectionPreemptRequested && int64(ev.Leader.Term) == term {
+			asked = true
 			f(ev.By)
-			for range obs.Events() {
-				// drain until the leadership ends
-			}
-			return
 		}
+	}
+	if err := <-done; l.ctx.Err() == nil && err != nil {
+		l.s.c.lg.Warn("coordd: OnPreempt cannot follow the election; the leader will not hear preemption requests", "election", l.name, "term", term, "err", err)
 	}
 }
 

@@ -115,12 +115,14 @@ func (c *Client) Observe(ctx context.Context, name string, opts ...ObserveOption
 	obs := &Observer{events: make(chan ElectionEvent)}
 	go func() {
 		defer close(obs.events)
-		obs.err = c.observe(ctx, name, o.from, obs.events)
+		obs.err = c.observe(ctx, name, o.from, obs.events, func(err error) bool { return errors.Is(err, ErrInvalidArgument) })
 	}()
 	return obs
 }
 
-func (c *Client) observe(ctx context.Context, name string, from int64, out chan<- ElectionEvent) error {
+// observe follows name from revision from into out until ctx ends or an
+// error that permanent says retrying cannot fix.
+func (c *Client) observe(ctx context.Context, name string, from int64, out chan<- ElectionEvent, permanent func(error) bool) error {
 	open := func(ctx context.Context, from int64) (func() (*coorddv1.ObserveResponse, error), error) {
 		st, err := c.elections.Observe(ctx, &coorddv1.ObserveRequest{Name: name, FromRevision: from})
 		if err != nil {
@@ -145,5 +147,5 @@ func (c *Client) observe(ctx context.Context, name string, from int64, out chan<
 		}
 		return nil
 	}
-	return follow(ctx, from, open, deliver, func(err error) bool { return errors.Is(err, ErrInvalidArgument) })
+	return follow(ctx, from, open, deliver, permanent)
 }

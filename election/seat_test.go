@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -260,11 +261,13 @@ func seatsAtEveryRevision(t *testing.T, cli *clientv3.Client, name string, from,
 
 // churn runs candidates on two managers (two members) of one etcd:
 // campaigns with random priorities, resignations, hand-overs and session
-// ends, for d. It returns the revisions before and after.
-func churn(t *testing.T, cli *clientv3.Client, ms [2]*election.Manager, name string, d time.Duration) (int64, int64) {
+// ends, until n terms were won (or a minute passed: the caller checks what
+// it saw). It returns the revisions before and after.
+func churn(t *testing.T, cli *clientv3.Client, ms [2]*election.Manager, name string, n int64) (int64, int64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), d)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	var won atomic.Int64
 	start, err := cli.Get(t.Context(), "x")
 	if err != nil {
 		t.Fatal(err)
@@ -284,6 +287,9 @@ func churn(t *testing.T, cli *clientv3.Client, ms [2]*election.Manager, name str
 				l, err := m.Campaign(ctx, election.Request{Name: name, Session: s, Priority: rand.Int32N(3)})
 				if err != nil {
 					continue
+				}
+				if won.Add(1) >= n {
+					cancel()
 				}
 				switch rand.IntN(3) {
 				case 0:
@@ -320,12 +326,12 @@ func TestOneSeatUnderChurn(t *testing.T) {
 		ms[i] = election.NewManager(cli, "/coordd/", w, txns)
 		t.Cleanup(func() { ms[i].Close(); txns.Close() })
 	}
-	from, to := churn(t, cli, ms, "churn", 2*time.Second)
+	from, to := churn(t, cli, ms, "churn", 150)
 	overlaps, regressions := seatsAtEveryRevision(t, cli, "churn", from, to)
 	if len(overlaps) > 0 || len(regressions) > 0 {
 		t.Fatalf("two seats at revisions %v; terms not increasing at %v", overlaps, regressions)
 	}
-	if to-from < 50 {
+	if to-from < 150 {
 		t.Fatalf("only %d revisions of churn: the check saw too little", to-from)
 	}
 	// Whatever is left waiting gets the seat.

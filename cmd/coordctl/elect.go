@@ -224,9 +224,11 @@ func (a *app) electCommand() *cobra.Command {
 
 func (a *app) electRunCommand() *cobra.Command {
 	var (
-		rf    runFlags
-		value string
-		again bool
+		rf       runFlags
+		value    string
+		again    bool
+		priority int32
+		preempt  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run NAME -- COMMAND [ARGS...]",
@@ -256,7 +258,11 @@ candidate takes over at once) and exits with its code.`,
 			ctx := cmd.Context()
 			for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 				err := a.runHeld(ctx, rf, argv, "elect run "+name, func(ctx context.Context, sess *clientlib.Session) (*held, error) {
-					l, err := sess.Campaign(ctx, name, value)
+					opts := []clientlib.CampaignOption{clientlib.WithPriority(priority)}
+					if preempt {
+						opts = append(opts, clientlib.WithPreempt())
+					}
+					l, err := sess.Campaign(ctx, name, value, opts...)
 					if err != nil {
 						return nil, err
 					}
@@ -281,6 +287,8 @@ candidate takes over at once) and exits with its code.`,
 	cmd.ValidArgsFunction = a.completeFirst(electionNames, cobra.ShellCompDirectiveDefault)
 	rf.add(cmd)
 	cmd.Flags().StringVar(&value, "value", "", "what to proclaim once elected (default host:pid)")
+	cmd.Flags().Int32Var(&priority, "priority", 0, "the campaign's priority: when the seat is given, the highest priority waiting takes it")
+	cmd.Flags().BoolVar(&preempt, "preempt", false, "ask a leader of lower priority to step down (it chooses when)")
 	cmd.Flags().BoolVar(&again, "again", false, "after a loss, campaign again and rerun the command once elected, instead of exiting 125")
 	return cmd
 }

@@ -2,11 +2,15 @@ package daemon_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -257,4 +261,57 @@ func TestTransferOverHTTP(t *testing.T) {
 	if got := <-answers; r.status != 200 || got.status != 200 || got.body["leadership"].(map[string]any)["value"] != "three" {
 		t.Fatalf("after the resignation: %d, three's campaign %d %v", r.status, got.status, got.body)
 	}
+}
+
+// A leader whose principal may campaign but not observe cannot hear
+// preemption requests: OnPreempt says so once in the client's log and
+// stops, instead of retrying the refused observation for the whole term.
+func TestOnPreemptWithoutObserveSaysSo(t *testing.T) {
+	t.Parallel()
+	d := start(t, authConfig(t, `
+rules:
+  - principals: [carol]
+    actions: [session, election.campaign]
+    elections: ["p/*"]
+`))
+	var logs syncBuffer
+	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{d.GRPCAddr()}, BearerToken: testTokens["carol"],
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := c.NewSession(t.Context(), clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Campaign(t.Context(), "p/x", "v", clientlib.OnPreempt(func(clientlib.Candidate) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, "the warning", func() bool { return strings.Contains(logs.String(), "OnPreempt cannot follow the election") })
+	if l.Context().Err() != nil {
+		t.Fatal("the refused observation ended the leadership")
+	}
+	if err := l.Resign(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger on other goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
