@@ -27,7 +27,9 @@
 // nanoseconds, <rev> 16 of the etcd revision, <seq> 4 of the event's place
 // within its revision. Events wait up to 50 ms to share a batch, so under
 // load one transaction writes hundreds of them with one key per batch
-// and one per lock or election in it.
+// and one per lock or election in it; a batch is bounded in events, names
+// and bytes (512 KiB, well under etcd's request limit, whatever its
+// events' names, owners and hosts hold).
 //
 // Guarantees:
 //   - Every event of an etcd revision is recorded exactly once, together

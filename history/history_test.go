@@ -389,3 +389,60 @@ func TestAGapIsRecordedWhenEtcdCompactedWhatNobodyRecorded(t *testing.T) {
 		t.Fatalf("gap %+v, want one that covers %d", g, resp.Header.Revision)
 	}
 }
+
+// Events with the longest names, owners and hosts, recorded after a
+// pause (so that a thousand of them wait to be written at once), all
+// reach the history: every batch stays under etcd's request limit.
+// Without the byte bound, the first batch is over it, and the recorder
+// fails on it for ever.
+func TestLongEventsStayUnderTheRequestLimit(t *testing.T) {
+	t.Parallel()
+	for _, bounded := range []bool{true, false} {
+		t.Run(fmt.Sprint("bounded=", bounded), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			info, err := e.sessions.Create(t.Context(), session.Spec{TTL: 60 * time.Second,
+				Owner: strings.Repeat("o", session.MaxOwnerBytes), Hostname: strings.Repeat("h", session.MaxHostnameBytes)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := strings.Repeat("n", 250)
+			tweak := func(r *history.Recorder) {
+				if !bounded {
+					history.SetBatchBytes(r, 0)
+				}
+			}
+			stop := e.record(t, history.Options{Member: "m1"}, tweak)
+			stop()
+			e.churn(t, info.ID, name, 600) // 1,200 events wait for the next recorder
+			e.record(t, history.Options{Member: "m2"}, tweak)
+			all := func() int {
+				n, token := 0, ""
+				for {
+					evs, next, err := e.store.List(t.Context(), history.Query{Kind: history.Lock, Name: name, Limit: 1000, PageToken: token})
+					if err != nil {
+						t.Fatal(err)
+					}
+					n += len(evs)
+					if token = next; token == "" {
+						return n
+					}
+				}
+			}
+			if bounded {
+				wait.Within(t, 10*time.Second, "all 1,200 events", func() bool { return all() == 1200 })
+				return
+			}
+			// Unbounded, the events must not all arrive: the recorder
+			// fails on its first batch, again and again. A bounded
+			// recorder records them in well under these 5 s.
+			deadline := time.Now().Add(5 * time.Second)
+			for all() != 1200 && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if got := all(); got == 1200 {
+				t.Fatal("without the byte bound every event was recorded too: the test cannot catch an oversized batch")
+			}
+		})
+	}
+}

@@ -25,9 +25,22 @@ type writer struct {
 type batchLimits struct {
 	events int // events in a batch
 	names  int // distinct locks and elections in a batch
+	bytes  int // the batch's estimated encoding, both copies (eventBytes)
 }
 
-var defaultBatch = batchLimits{events: 1000, names: 120}
+// defaultBatch: 1,000 events of long names, owners and hosts (about 1.2
+// KB each, written twice) would be 2.4 MB, over etcd's request limit: a
+// recorder would fail on that batch for ever. The byte bound keeps every
+// batch well under it, whatever the fields hold.
+var defaultBatch = batchLimits{events: 1000, names: 120, bytes: 512 << 10}
+
+// eventBytes is an upper bound of e's share of a batch: its JSON in the
+// t/ key and again in its name's n/ key (string fields counted twice for
+// escapes; the rest is at most a few hundred bytes).
+func eventBytes(e *Event) int {
+	strs := len(e.Name) + len(e.Session) + len(e.Owner) + len(e.Principal) + len(e.Hostname) + len(e.RequestID) + len(e.Reason)
+	return 2 * (400 + 2*strs)
+}
 
 // flushDelay is how long events wait for more to share their batch: under
 // load one batch (one transaction) carries hundreds of events; alone, an
@@ -94,11 +107,15 @@ func (w *writer) flush(ctx context.Context) error {
 // batchLen is how many pending events the next batch takes.
 func (w *writer) batchLen() int {
 	names := map[string]bool{}
+	size := 0
 	for i := range w.pending {
 		if i == w.r.batch.events {
 			return i
 		}
 		e := &w.pending[i]
+		if size += eventBytes(e); i > 0 && w.r.batch.bytes > 0 && size > w.r.batch.bytes {
+			return i
+		}
 		if prefix := w.r.keys.prefixOf(e); prefix != "" && !names[prefix] {
 			if len(names) == w.r.batch.names {
 				return i
