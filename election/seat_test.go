@@ -326,12 +326,12 @@ func TestOneSeatUnderChurn(t *testing.T) {
 		ms[i] = election.NewManager(cli, "/coordd/", w, txns)
 		t.Cleanup(func() { ms[i].Close(); txns.Close() })
 	}
-	from, to := churn(t, cli, ms, "churn", 150)
+	from, to := churn(t, cli, ms, "churn", 100)
 	overlaps, regressions := seatsAtEveryRevision(t, cli, "churn", from, to)
 	if len(overlaps) > 0 || len(regressions) > 0 {
 		t.Fatalf("two seats at revisions %v; terms not increasing at %v", overlaps, regressions)
 	}
-	if to-from < 150 {
+	if to-from < 100 {
 		t.Fatalf("only %d revisions of churn: the check saw too little", to-from)
 	}
 	// Whatever is left waiting gets the seat.

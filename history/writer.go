@@ -28,9 +28,9 @@ type batchLimits struct {
 	bytes  int // the batch's estimated encoding, both copies (eventBytes)
 }
 
-// defaultBatch: 1,000 events of long names, owners and hosts (about 1.2
-// KB each, written twice) would be 2.4 MB, over etcd's request limit: a
-// recorder would fail on that batch for ever. The byte bound keeps every
+// defaultBatch: 1,000 events of the longest names, owners and hosts
+// (about 0.9 KB each, written twice) come to about 1.8 MB, over etcd's
+// request limit (1.5 MiB): a recorder would fail on that batch for ever. The byte bound keeps every
 // batch well under it, whatever the fields hold.
 var defaultBatch = batchLimits{events: 1000, names: 120, bytes: 512 << 10}
 

@@ -184,7 +184,7 @@ func TestFaultMatrix(t *testing.T) {
 	// the server's ordering of AcquireAll they would deadlock.
 	setOrders := map[int]string{8: "set-a,set-b", 9: "set-b,set-a"}
 	for i, kind := range []string{chaos.KindLock, chaos.KindLock, chaos.KindLock, chaos.KindElection, chaos.KindElection,
-		chaos.KindPublisher, chaos.KindSubscriber, chaos.KindSubscriber, chaos.KindSet, chaos.KindSet, chaos.KindHandover, chaos.KindHandover} {
+		chaos.KindPublisher, chaos.KindSubscriber, chaos.KindSubscriber, chaos.KindSet, chaos.KindSet, chaos.KindHandover} {
 		id := fmt.Sprintf("%s-%d", kind, i)
 		w := &worker{id: id, kind: kind, dir: histDir, env: []string{
 			"COORDD_CHAOS_SET_ORDER=" + setOrders[i],

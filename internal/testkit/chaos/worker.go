@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,9 +26,10 @@ const (
 	HandoverName = "chaos/handover"
 )
 
-// KindHandover is a worker that campaigns in HandoverName with a random
-// priority and, when its term is over, hands the seat to a waiting
-// candidate it picks (Transfer) instead of resigning (it resigns when
+// KindHandover is a worker (two candidates in one process) that campaigns
+// in HandoverName with a random priority and, when its term is over,
+// hands the seat to a waiting candidate it picks (Transfer) instead of
+// resigning (it resigns when
 // nobody waits or the hand-over fails). Its records are checked as an
 // election's: strictly increasing terms, fenced writes, never two
 // leaders in their own view. Each hand-over is recorded (OpTransfer).
@@ -159,6 +161,23 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		}
 		defer func() { _ = raw.Close() }()
 	}
+	if cfg.Kind == KindHandover {
+		// Two candidates in one process: a hand-over needs one waiting,
+		// and a process fewer keeps the matrix's load down.
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() { work(ctx, lg, cfg, rec, raw, c) })
+		}
+		wg.Wait()
+		return nil
+	}
+	work(ctx, lg, cfg, rec, raw, c)
+	return nil
+}
+
+// work takes the grant over and over, with a new session whenever one
+// ends, until ctx ends.
+func work(ctx context.Context, lg *slog.Logger, cfg WorkerConfig, rec *recorder, raw *clientv3.Client, c *clientlib.Client) {
 	for ctx.Err() == nil {
 		sess, err := c.NewSession(ctx, clientlib.WithTTL(cfg.TTL), clientlib.WithOwner(cfg.ID))
 		if err != nil {
@@ -189,7 +208,6 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		_ = sess.Close(cctx) // an ended session is closed by the SDK in the background anyway
 		cancel()
 	}
-	return nil
 }
 
 func take(ctx context.Context, c *clientlib.Client, sess *clientlib.Session, kind string) (holding, int64, error) {
