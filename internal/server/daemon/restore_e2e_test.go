@@ -103,10 +103,19 @@ func TestRestoreDrill(t *testing.T) {
 	eps := grpcAddrs(ds)
 	nc := newClient(t, eps...)
 
-	// The snapshot's session is gone, and what it held is free.
-	if _, err := nc.Admin().GetSession(ctx, s.ID()); !errors.Is(err, clientlib.ErrSessionNotFound) {
-		t.Fatalf("the snapshot's session after the restore: %v, want ErrSessionNotFound", err)
-	}
+	// The snapshot's session is gone, and what it held is free. A new
+	// cluster answers UNAVAILABLE while its first etcd leadership
+	// settles (the API's retry answer): asked again until it answers.
+	wait.Within(t, 15*time.Second, "the restored cluster to answer", func() bool {
+		_, err := nc.Admin().GetSession(ctx, s.ID())
+		if errors.Is(err, clientlib.ErrUnavailable) {
+			return false
+		}
+		if !errors.Is(err, clientlib.ErrSessionNotFound) {
+			t.Fatalf("the snapshot's session after the restore: %v, want ErrSessionNotFound", err)
+		}
+		return true
+	})
 	ns, err := nc.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
