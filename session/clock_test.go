@@ -222,15 +222,26 @@ func TestManySessionsEndTogether(t *testing.T) {
 	if resp, err := cli.Get(ctx, "/coordd/session-clock"); err != nil || len(resp.Kvs) != 1 || strings.Count(string(resp.Kvs[0].Value), ",") != 0 {
 		t.Fatalf("one session renewed 100 times at once wrote %v, %v; want it once", resp, err)
 	}
-	wait.Within(t, 10*time.Second, "every session to end", func() bool {
+	left := func() int64 {
 		resp, err := cli.Get(ctx, "/coordd/session/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		return err == nil && resp.Count == 0
-	})
+		if err != nil {
+			return -1
+		}
+		return resp.Count
+	}
+	wait.Within(t, 10*time.Second, "the first session to end", func() bool { return left() >= 0 && left() < n })
+	// The member ends them about a TTL after their renewal: its decision
+	// is prompt, whatever the load.
+	if took := time.Since(sent); took > ttl+2*time.Second {
+		t.Fatalf("the first of %d sessions ended %s after their renewal was sent; want at most TTL+2s = %s", n, took, ttl+2*time.Second)
+	}
+	wait.Within(t, 15*time.Second, "every session to end", func() bool { return left() == 0 })
 	// Each end is a lease revoke (etcd has no batch of them): 250 take
 	// some 100 ms on a quiet machine, over a second beside a CPU hog under
-	// the race detector.
-	if took := time.Since(sent); took > ttl+3*time.Second {
-		t.Fatalf("the last of %d sessions ended %s after their renewal was sent; want at most TTL+3s = %s", n, took, ttl+3*time.Second)
+	// the race detector, and up to 4 s in a loaded CI run (beside other
+	// packages' clusters): the bound for the last is the first's plus that.
+	if took := time.Since(sent); took > ttl+6*time.Second {
+		t.Fatalf("the last of %d sessions ended %s after their renewal was sent; want at most TTL+6s = %s", n, took, ttl+6*time.Second)
 	}
 	t.Logf("the last of %d sessions ended %s after their renewal was sent (TTL %s)", n, time.Since(sent).Round(time.Millisecond), ttl)
 }
