@@ -38,10 +38,7 @@ func (a *app) electCommand() *cobra.Command {
 			if requestID != "" {
 				opts = append(opts, clientlib.WithCampaignID(requestID))
 			}
-			opts = append(opts, clientlib.WithPriority(priority))
-			if preempt {
-				opts = append(opts, clientlib.WithPreempt())
-			}
+			opts = append(opts, rankOptions(priority, preempt)...)
 			term, err := c.Admin().Campaign(ctx, sessionID, args[0], args[1], opts...)
 			if err != nil {
 				return err
@@ -258,11 +255,7 @@ candidate takes over at once) and exits with its code.`,
 			ctx := cmd.Context()
 			for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 				err := a.runHeld(ctx, rf, argv, "elect run "+name, func(ctx context.Context, sess *clientlib.Session) (*held, error) {
-					opts := []clientlib.CampaignOption{clientlib.WithPriority(priority)}
-					if preempt {
-						opts = append(opts, clientlib.WithPreempt())
-					}
-					l, err := sess.Campaign(ctx, name, value, opts...)
+					l, err := sess.Campaign(ctx, name, value, rankOptions(priority, preempt)...)
 					if err != nil {
 						return nil, err
 					}
@@ -291,4 +284,13 @@ candidate takes over at once) and exits with its code.`,
 	cmd.Flags().BoolVar(&preempt, "preempt", false, "ask a leader of lower priority to step down (it chooses when)")
 	cmd.Flags().BoolVar(&again, "again", false, "after a loss, campaign again and rerun the command once elected, instead of exiting 125")
 	return cmd
+}
+
+// rankOptions are the campaign options of --priority and --preempt.
+func rankOptions(priority int32, preempt bool) []clientlib.CampaignOption {
+	opts := []clientlib.CampaignOption{clientlib.WithPriority(priority)}
+	if preempt {
+		opts = append(opts, clientlib.WithPreempt())
+	}
+	return opts
 }

@@ -236,21 +236,16 @@ func TestElectCommands(t *testing.T) {
 		_, out, _ := ctl(t, ep, "", "elect", "candidates", "scheduler")
 		return strings.Contains(out, "host-2")
 	})
-	var asked []struct {
+	type event struct {
 		Type string `json:"type"`
 		By   struct {
 			SessionID string `json:"sessionId"`
 			Priority  int32  `json:"priority"`
 		} `json:"by"`
 	}
+	var asked []event
 	for _, line := range strings.Split(strings.TrimSpace(must(t, ep, "elect", "observe", "scheduler", "--count", "2", "-o", "json")), "\n") {
-		var ev struct {
-			Type string `json:"type"`
-			By   struct {
-				SessionID string `json:"sessionId"`
-				Priority  int32  `json:"priority"`
-			} `json:"by"`
-		}
+		var ev event
 		jsonOf(t, line, &ev)
 		asked = append(asked, ev)
 	}
