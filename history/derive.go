@@ -5,7 +5,6 @@ import (
 	"container/list"
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -23,9 +22,14 @@ import (
 // state is what the recorder knows of etcd at one revision: every lock
 // and election queue with its holders, and every session record.
 type state struct {
+	keys                                keys // the history's, for events' n/ prefixes
 	lockRoot, electionRoot, sessionRoot string
 	queues                              map[string]*queueState // by queue prefix
 	sessions                            map[session.ID]session.Record
+	// apply's scratch, emptied for every revision.
+	touched  map[string]bool
+	closed   map[session.ID]bool
+	resigned map[string]int64
 }
 
 // queueState is one lock's or election's queue. Entries are kept in a
@@ -35,30 +39,38 @@ type state struct {
 type queueState struct {
 	kind    Kind
 	name    string
-	entries list.List                // of *mvccpb.KeyValue, in create-revision order
+	named   string                   // its events' n/ prefix
+	entries list.List                // of *entry, in create-revision order
 	byKey   map[string]*list.Element // the entries' elements
 	held    map[string]holder        // the entries that hold it, by key
+}
+
+// entry is a queue entry as etcd holds it, and its value decoded (once,
+// when it is put: finding the holders reads it again and again).
+type entry struct {
+	kv *mvccpb.KeyValue
+	v  entryValue
 }
 
 // sort puts the entries in create-revision order (after a load, which
 // reads them in key order).
 func (q *queueState) sort() {
-	kvs := make([]*mvccpb.KeyValue, 0, q.entries.Len())
+	es := make([]*entry, 0, q.entries.Len())
 	for e := q.entries.Front(); e != nil; e = e.Next() {
-		kvs = append(kvs, e.Value.(*mvccpb.KeyValue))
+		es = append(es, e.Value.(*entry))
 	}
-	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
+	slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(a.kv.CreateRevision, b.kv.CreateRevision) })
 	q.entries.Init()
-	for _, kv := range kvs {
-		q.byKey[string(kv.Key)] = q.entries.PushBack(kv)
+	for _, en := range es {
+		q.byKey[string(en.kv.Key)] = q.entries.PushBack(en)
 	}
 }
 
 // first returns up to n entries from the head.
-func (q *queueState) first(n int) []*mvccpb.KeyValue {
-	var out []*mvccpb.KeyValue
+func (q *queueState) first(n int) []*entry {
+	var out []*entry
 	for e := q.entries.Front(); e != nil && len(out) < n; e = e.Next() {
-		out = append(out, e.Value.(*mvccpb.KeyValue))
+		out = append(out, e.Value.(*entry))
 	}
 	return out
 }
@@ -73,6 +85,7 @@ type holder struct {
 // entryValue is what the recorder reads of a lock waiter's or a
 // candidate's JSON.
 type entryValue struct {
+	Limit     int       `json:"limit"` // a lock's
 	RequestID string    `json:"request_id"`
 	Read      bool      `json:"read"`
 	Enqueued  time.Time `json:"enqueued"`
@@ -82,8 +95,10 @@ type entryValue struct {
 
 func newState(root string) *state {
 	return &state{
+		keys:     keys{base: root + "timeline/"},
 		lockRoot: root + "lock/", electionRoot: root + "election/", sessionRoot: session.RecordPrefix(root),
 		queues: map[string]*queueState{}, sessions: map[session.ID]session.Record{},
+		touched: map[string]bool{}, closed: map[session.ID]bool{}, resigned: map[string]int64{},
 	}
 }
 
@@ -112,8 +127,8 @@ func (s *state) load(ctx context.Context, cli *clientv3.Client, rev int64) (int6
 	}
 	for _, q := range s.queues {
 		q.sort()
-		for _, kv := range q.holders() {
-			v := decodeEntry(kv.Value)
+		for _, en := range q.holders() {
+			kv, v := en.kv, en.v
 			since := v.Enqueued
 			for _, t := range []time.Time{v.Granted, v.Since} {
 				if !t.IsZero() {
@@ -132,10 +147,11 @@ func decodeEntry(b []byte) entryValue {
 	return v
 }
 
-// queueOf returns the queue an entry key belongs to (its prefix), or ""
-// for any other key; marker reports the key of an election's resignation
-// marker instead.
-func (s *state) queueOf(key string) (prefix string, k Kind, name string, marker bool) {
+// queueOf returns the queue an entry key belongs to (its prefix,
+// "<root>lock/<escaped name>/", a part of key), or "" for any other key;
+// esc is the name as escaped in the key; marker reports the key of an
+// election's resignation marker instead.
+func (s *state) queueOf(key string) (prefix string, k Kind, esc string, marker bool) {
 	for _, r := range []struct {
 		root string
 		kind Kind
@@ -148,16 +164,16 @@ func (s *state) queueOf(key string) (prefix string, k Kind, name string, marker 
 		if !ok {
 			return "", "", "", false
 		}
-		prefix = r.root + esc + "/q/"
+		prefix = key[:len(r.root)+len(esc)+1]
 		switch {
 		case r.kind == Lock && strings.HasPrefix(sub, "q/"):
-			return prefix, r.kind, names.Unescape(esc), false
+			return prefix, r.kind, esc, false
 		case r.kind == Election && strings.HasPrefix(sub, "lead/"):
 			// An election's entries are its seats: who leads, not who
 			// waits (package election).
-			return prefix, r.kind, names.Unescape(esc), false
+			return prefix, r.kind, esc, false
 		case r.kind == Election && sub == "resigned":
-			return prefix, r.kind, names.Unescape(esc), true
+			return prefix, r.kind, esc, true
 		}
 		return "", "", "", false
 	}
@@ -181,7 +197,7 @@ func (s *state) put(kv *mvccpb.KeyValue, touched map[string]bool, resigned map[s
 		}
 		return
 	}
-	prefix, k, name, marker := s.queueOf(key)
+	prefix, k, esc, marker := s.queueOf(key)
 	if prefix == "" {
 		return
 	}
@@ -193,17 +209,19 @@ func (s *state) put(kv *mvccpb.KeyValue, touched map[string]bool, resigned map[s
 	}
 	q := s.queues[prefix]
 	if q == nil {
-		q = &queueState{kind: k, name: name, byKey: map[string]*list.Element{}, held: map[string]holder{}}
+		name := names.Unescape(esc)
+		q = &queueState{kind: k, name: name, named: s.keys.named(k, name), byKey: map[string]*list.Element{}, held: map[string]holder{}}
 		s.queues[prefix] = q
 	}
 	if touched != nil {
 		touched[prefix] = true
 	}
+	en := &entry{kv: kv, v: decodeEntry(kv.Value)}
 	if e := q.byKey[key]; e != nil {
-		e.Value = kv // a new value for the same entry
+		e.Value = en // a new value for the same entry
 		return
 	}
-	q.byKey[key] = q.entries.PushBack(kv) // new entries are the youngest
+	q.byKey[key] = q.entries.PushBack(en) // new entries are the youngest
 }
 
 // del applies a delete of key. closed collects the sessions whose records
@@ -229,15 +247,19 @@ func (s *state) del(key string, touched map[string]bool, closed map[session.ID]b
 
 // holders returns the entries at the head that hold the lock or lead. It
 // looks at twice as many entries as hold it at most (a lock's holders are
-// the first of its entries, and HeldCount tells how many of a prefix). An
-// election's entries are its seats, which all lead (one at most).
-func (q *queueState) holders() []*mvccpb.KeyValue {
+// the first of its entries, and lock.HeldOf tells how many of a prefix).
+// An election's entries are its seats, which all lead (one at most).
+func (q *queueState) holders() []*entry {
 	if q.kind == Election {
 		return q.first(q.entries.Len())
 	}
 	for n := 2; ; n *= 2 {
 		head := q.first(n)
-		if h := lock.HeldCount(head); h < len(head) || len(head) < n {
+		if len(head) == 0 {
+			return nil
+		}
+		h := lock.HeldOf(len(head), head[0].v.Limit, func(i int) bool { return head[i].v.Read })
+		if h < len(head) || len(head) < n {
 			return head[:h]
 		}
 	}
@@ -248,7 +270,10 @@ func (q *queueState) holders() []*mvccpb.KeyValue {
 // key, ends before grants, ends by token), so that deriving a revision
 // again from the same state gives the same events.
 func (s *state) apply(rev int64, evs []*clientv3.Event, now time.Time) []Event {
-	touched, closed, resigned := map[string]bool{}, map[session.ID]bool{}, map[string]int64{}
+	touched, closed, resigned := s.touched, s.closed, s.resigned
+	clear(touched)
+	clear(closed)
+	clear(resigned)
 	for _, ev := range evs {
 		if ev.Type == clientv3.EventTypeDelete {
 			s.del(string(ev.Kv.Key), touched, closed)
@@ -291,12 +316,12 @@ func (s *state) step(q *queueState, rev int64, now time.Time, closed map[session
 		e.Type, e.Reason = s.endReason(q.kind, h, closed, resignedTerm)
 		out = append(out, e)
 	}
-	for _, kv := range q.holders() {
+	for _, en := range q.holders() {
+		kv, v := en.kv, en.v
 		key := string(kv.Key)
 		if _, ok := q.held[key]; ok {
 			continue
 		}
-		v := decodeEntry(kv.Value)
 		e := s.event(q, kv.Lease, rev, now)
 		e.Type, e.Token, e.RequestID, e.Read = Granted, kv.CreateRevision, v.RequestID, v.Read
 		if q.kind == Election {
@@ -318,8 +343,8 @@ func (s *state) step(q *queueState, rev int64, now time.Time, closed map[session
 // event starts an event of q for the session of lease.
 func (s *state) event(q *queueState, lease, rev int64, now time.Time) Event {
 	rec := s.sessions[session.ID(lease)]
-	return Event{Kind: q.kind, Name: q.name, Session: fmt.Sprintf("%016x", uint64(lease)), Owner: rec.Owner,
-		Principal: rec.Principal, Hostname: rec.Hostname, Revision: rev, Time: now}
+	return Event{Kind: q.kind, Name: q.name, Session: session.ID(lease).String(), Owner: rec.Owner,
+		Principal: rec.Principal, Hostname: rec.Hostname, Revision: rev, Time: now, named: q.named}
 }
 
 // endReason says why the holding h ended at a revision that closed the

@@ -19,7 +19,7 @@
 //	                                 how many events the history holds
 //	writer/                          the recording member's claim (lease-bound)
 //	t/<time>-<rev>-<seq>             a batch of events, in time order (a
-//	                                 JSON array)
+//	                                 JSON array, compressed: codec.go)
 //	n/<kind>/<name>/<time>-<rev>-<seq>  the batch's events of one lock or
 //	                                 election
 //

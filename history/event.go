@@ -77,7 +77,8 @@ type Event struct {
 	// Held is, on an end, how long the grant lasted.
 	Held time.Duration `json:"held,omitempty"`
 
-	seq int // the event's place within its revision
+	seq   int    // the event's place within its revision
+	named string // its lock's or election's n/ prefix (keys.named), when derived
 }
 
 // suffix is the event's key below t/ and n/<kind>/<name>/: time, revision

@@ -15,3 +15,8 @@ func SetBatchEvents(r *Recorder, n int) { r.batch.events = n }
 
 // SetBatchBytes bounds the estimated bytes of one batch (0: no bound).
 func SetBatchBytes(r *Recorder, n int) { r.batch.bytes = n }
+
+// WriteUncompressed has r write its batches as plain JSON, as events that
+// do not compress would take (and as batches were written before
+// compression).
+func WriteUncompressed(r *Recorder) { r.plain = true }

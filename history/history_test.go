@@ -408,6 +408,10 @@ func TestLongEventsStayUnderTheRequestLimit(t *testing.T) {
 			}
 			name := strings.Repeat("n", 250)
 			tweak := func(r *history.Recorder) {
+				// These events compress to almost nothing; written as
+				// they are, they stand for events that do not compress
+				// (distinct long owners, hosts and names).
+				history.WriteUncompressed(r)
 				if !bounded {
 					history.SetBatchBytes(r, 0)
 				}
@@ -445,4 +449,57 @@ func TestLongEventsStayUnderTheRequestLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Batches are stored compressed; those written before (plain JSON) are
+// read beside them, by time and by name, and pruned like them.
+func TestBatchesWrittenBeforeCompressionAreRead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.session(t, "w")
+	stop := e.record(t, history.Options{Member: "old"}, history.WriteUncompressed)
+	e.churn(t, s, "mixed", 2)
+	wait.For(t, "the plain batches", func() bool { return len(e.list(t, history.Query{Kind: history.Lock, Name: "mixed"})) == 4 })
+	stop()
+	e.record(t, history.Options{Member: "new", MaxRecords: 8, PruneEvery: 20 * time.Millisecond})
+	e.churn(t, s, "mixed", 2)
+	var want []string
+	for range 4 {
+		want = append(want, "GRANTED mixed", "RELEASED mixed")
+	}
+	short := func(evs []history.Event) []string {
+		var out []string
+		for _, ev := range evs {
+			out = append(out, fmt.Sprintf("%s %s", ev.Type, ev.Name))
+		}
+		return out
+	}
+	wait.For(t, "eight events by name and in time order", func() bool {
+		return slices.Equal(short(e.list(t, history.Query{Kind: history.Lock, Name: "mixed"})), want) &&
+			slices.Equal(short(e.list(t, history.Query{Kind: history.Lock})), want)
+	})
+	batches := func() (plain, packed int) {
+		resp, err := e.cli.Get(t.Context(), root+"timeline/t/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range resp.Kvs {
+			if kv.Value[0] == '[' {
+				plain++
+			} else {
+				packed++
+			}
+		}
+		return plain, packed
+	}
+	if plain, packed := batches(); plain == 0 || packed == 0 {
+		t.Fatalf("%d plain and %d compressed batches: the test needs both", plain, packed)
+	}
+	// Over MaxRecords, the oldest (plain) batches go first.
+	e.churn(t, s, "mixed", 2)
+	wait.For(t, "the plain batches pruned", func() bool {
+		plain, packed := batches()
+		n := len(e.list(t, history.Query{Kind: history.Lock, Name: "mixed"}))
+		return plain == 0 && packed > 0 && n > 0 && n <= 8
+	})
 }

@@ -2,7 +2,6 @@ package history
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -39,8 +38,8 @@ func (r *Recorder) pruneOldest(ctx context.Context, w *writer) (bool, error) {
 	lastOf := map[string]string{}
 	last, removed, batches := "", int64(0), 0
 	for _, kv := range resp.Kvs {
-		var evs []Event
-		if json.Unmarshal(kv.Value, &evs) != nil || len(evs) == 0 {
+		evs, err := decodeBatch(kv.Value)
+		if err != nil || len(evs) == 0 {
 			continue
 		}
 		if !evs[len(evs)-1].Time.Before(cutoff) && w.cur.Count-removed <= int64(r.opts.MaxRecords) {

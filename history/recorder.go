@@ -53,6 +53,9 @@ type Recorder struct {
 	// its cursor (tests: the mechanism switched off).
 	fromNow bool
 	batch   batchLimits
+	// plain writes batches uncompressed (tests: events that do not
+	// compress, against the batch's byte bound).
+	plain bool
 }
 
 // NewRecorder returns a Recorder of the history of the locks and elections
@@ -182,7 +185,7 @@ var errCursorMoved = errors.New("history: another member recorded meanwhile")
 // record loads the state at the cursor and records from there until ctx
 // ends or recording fails.
 func (r *Recorder) record(ctx context.Context) error {
-	w := &writer{r: r}
+	w := &writer{r: r, byName: map[string][]int{}}
 	if err := w.readCursor(ctx); err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package history
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -27,8 +26,11 @@ func (k keys) named(kind Kind, name string) string {
 // prefixOf is the by-name prefix of e's events; "" if e has no name (a
 // gap).
 func (k keys) prefixOf(e *Event) string {
-	if e.Name == "" {
+	switch {
+	case e.Name == "":
 		return ""
+	case e.named != "":
+		return e.named
 	}
 	return k.named(e.Kind, e.Name)
 }
@@ -182,8 +184,8 @@ func (sc *scan) run(ctx context.Context, cli *clientv3.Client) ([]Event, string,
 // batch goes over one batch's events; it reports whether the page is full
 // (or the scan went far enough). final says the batch is the range's last.
 func (sc *scan) batch(key, value []byte, final bool) bool {
-	var evs []Event
-	if json.Unmarshal(value, &evs) != nil {
+	evs, err := decodeBatch(value)
+	if err != nil {
 		return false
 	}
 	suffix := strings.TrimPrefix(string(key), sc.prefix)

@@ -17,6 +17,16 @@ type writer struct {
 	pending []Event
 	upTo    int64 // every event of revisions up to it is in pending or written
 	wrote   time.Time
+	// commit's buffers, used again for every batch: the batch's JSON
+	// array, where each event's encoding ends in it, the events of each
+	// name (by n/ prefix) in the order names first appear, one name's
+	// array, and the last compressed value.
+	all     []byte
+	ends    []int
+	byName  map[string][]int
+	order   []string
+	one     []byte
+	scratch []byte
 }
 
 // batchLimits bound one batch: one t/ key and one n/ key per name in it,
@@ -132,29 +142,43 @@ func (w *writer) batchLen() int {
 func (w *writer) commit(ctx context.Context, evs []Event, next cursor) error {
 	var ops []clientv3.Op
 	if len(evs) > 0 {
-		// Each event is encoded once; the batch's arrays are joined from
-		// the encodings.
+		// Each event is encoded once, into the batch's array; each name's
+		// array is joined from those encodings. The buffers are the
+		// writer's, used again for every batch.
 		suffix := evs[0].suffix()
-		all := []byte{'['}
-		byName := map[string][]byte{}
-		var order []string
+		w.all = append(w.all[:0], '[')
+		w.ends = w.ends[:0]
+		clear(w.byName)
+		w.order = w.order[:0]
 		for i := range evs {
-			b, err := json.Marshal(&evs[i])
-			if err != nil {
-				return err
+			if i > 0 {
+				w.all = append(w.all, ',')
 			}
-			all = appendElem(all, b)
+			w.all = evs[i].appendJSON(w.all)
+			w.ends = append(w.ends, len(w.all))
 			if prefix := w.r.keys.prefixOf(&evs[i]); prefix != "" {
-				if byName[prefix] == nil {
-					order = append(order, prefix)
-					byName[prefix] = []byte{'['}
+				if _, ok := w.byName[prefix]; !ok {
+					w.order = append(w.order, prefix)
 				}
-				byName[prefix] = appendElem(byName[prefix], b)
+				w.byName[prefix] = append(w.byName[prefix], i)
 			}
 		}
-		ops = append(ops, clientv3.OpPut(w.r.keys.all()+suffix, string(append(all, ']'))))
-		for _, prefix := range order {
-			ops = append(ops, clientv3.OpPut(prefix+suffix, string(append(byName[prefix], ']'))))
+		w.all = append(w.all, ']')
+		ops = append(ops, clientv3.OpPut(w.r.keys.all()+suffix, w.encode(w.all)))
+		for _, prefix := range w.order {
+			w.one = append(w.one[:0], '[')
+			for n, i := range w.byName[prefix] {
+				if n > 0 {
+					w.one = append(w.one, ',')
+				}
+				start := 1 // after the array's '['
+				if i > 0 {
+					start = w.ends[i-1] + 1 // after the ','
+				}
+				w.one = append(w.one, w.all[start:w.ends[i]]...)
+			}
+			w.one = append(w.one, ']')
+			ops = append(ops, clientv3.OpPut(prefix+suffix, w.encode(w.one)))
 		}
 	}
 	next.Count = w.cur.Count + int64(len(evs))
@@ -187,10 +211,12 @@ func (w *writer) write(ctx context.Context, ops []clientv3.Op, next cursor) erro
 	return nil
 }
 
-// appendElem appends the JSON value b to the JSON array begun in arr.
-func appendElem(arr, b []byte) []byte {
-	if len(arr) > 1 {
-		arr = append(arr, ',')
+// encode is the stored value of a batch (or a name's part of it) whose
+// JSON array is arr.
+func (w *writer) encode(arr []byte) string {
+	if w.r.plain {
+		return string(arr)
 	}
-	return append(arr, b...)
+	w.scratch = encodeBatch(w.scratch, arr)
+	return string(w.scratch)
 }

@@ -160,20 +160,28 @@ func isWriter(kv *mvccpb.KeyValue) bool { return !isReader(kv) }
 // the lock: the first limit of a semaphore; of a mutex, a writer alone, or
 // the readers before the first writer.
 func granted(kvs []*mvccpb.KeyValue, limit int) int {
-	if limit > 1 || len(kvs) == 0 {
-		return min(max(limit, 1), len(kvs))
+	return HeldOf(len(kvs), limit, func(i int) bool { return isReader(kvs[i]) })
+}
+
+// HeldOf is how many of n entries at the head of a lock's queue (in queue
+// order) hold it, given the limit its head states (0 or less: a mutex) and
+// which of them ask for a read grant (a running lock-delay is not taken
+// into account). Package history derives grants from it.
+func HeldOf(n, limit int, reader func(i int) bool) int {
+	if limit > 1 || n == 0 {
+		return min(max(limit, 1), n)
 	}
-	n := 0
-	for _, kv := range kvs {
-		if !isReader(kv) {
-			if n == 0 {
+	held := 0
+	for i := range n {
+		if !reader(i) {
+			if held == 0 {
 				return 1 // a writer at the head
 			}
 			break
 		}
-		n++
+		held++
 	}
-	return n
+	return held
 }
 
 func (m *Manager) queue(name string) string { return m.locks + escape(name) + "/q/" }
@@ -522,13 +530,3 @@ func (m *Manager) Count(ctx context.Context) (Counts, error) {
 // to (a session's attached keys, session.Info.Keys: the locks it
 // holds or waits for), sorted and without repeats. Other keys are ignored.
 func (m *Manager) NamesIn(keys []string) []string { return queue.NamesIn(m.locks, keys) }
-
-// HeldCount returns how many entries at the head of a lock's queue hold it,
-// given the queue's entries in queue (create revision) order as etcd
-// stores them: the first limit of a semaphore; of a mutex, a writer alone
-// or the readers before the first writer. A running lock-delay is not
-// taken into account. Package history derives grants from it.
-func HeldCount(kvs []*mvccpb.KeyValue) int {
-	limit, _ := limitOf(kvs)
-	return granted(kvs, limit)
-}

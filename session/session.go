@@ -46,7 +46,14 @@ var (
 type ID int64
 
 // String returns the id as 16 lower-case hexadecimal digits.
-func (id ID) String() string { return fmt.Sprintf("%016x", uint64(id)) }
+func (id ID) String() string {
+	const digits = "0123456789abcdef"
+	var b [16]byte
+	for i, u := 15, uint64(id); i >= 0; i, u = i-1, u>>4 {
+		b[i] = digits[u&0xf]
+	}
+	return string(b[:])
+}
 
 // Hint names an entry a session made under a lock or election name (an
 // acquisition, a campaign) by the session and the request id that made it.

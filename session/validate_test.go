@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +91,9 @@ func TestParseID(t *testing.T) {
 			}
 			if err != nil || got != tt.want {
 				t.Fatalf("ParseID(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			}
+			if s := got.String(); s != fmt.Sprintf("%016x", uint64(got)) {
+				t.Fatalf("%v.String() = %q, want 16 lower-case hex digits", uint64(got), s)
 			}
 			if back, err := session.ParseID(got.String()); err != nil || back != got {
 				t.Fatalf("round trip of %s = %v, %v", got, back, err)

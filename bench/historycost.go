@@ -1,0 +1,93 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"path/filepath"
+)
+
+var (
+	historyRounds  = flag.Int("history-rounds", 8, "rounds of -only history-cost (each runs both daemons, in alternating order)")
+	historyProfile = flag.String("history-profile", "", "write CPU profiles of the recording daemon during -only history-cost's rounds to this file.N (N the round), and of the other to this file.off.N (go tool pprof takes them all at once)")
+)
+
+// benchHistoryCost measures what recording the grant history costs the
+// grant path: two daemons, one recording (the default) and one started
+// with --no-history, take turns running the same workload (64 SDK clients
+// on 64 locks, -lock-duration each), in the order ABBA BAAB ... so that a
+// drift of the machine's speed over the run weighs on both alike. Only one
+// daemon works at a time; the other idles. It prints each round and the
+// medians' ratios: throughput (recording / not) and server CPU per
+// acquisition.
+func benchHistoryCost(bin, tmp string) error {
+	on, err := startDaemon(bin, filepath.Join(tmp, "history-on"))
+	if err != nil {
+		return err
+	}
+	defer on.stop()
+	off, err := startDaemon(bin, filepath.Join(tmp, "history-off"), "--no-history")
+	if err != nil {
+		return err
+	}
+	defer off.stop()
+	type side struct {
+		name      string
+		d         *daemon
+		acq, srv  []float64
+		profileTo string
+	}
+	sides := []*side{{name: "history on", d: on}, {name: "--no-history", d: off}}
+	if *historyProfile != "" {
+		sides[0].profileTo, sides[1].profileTo = *historyProfile, *historyProfile+".off"
+	}
+	fmt.Printf("history cost: 64 SDK clients on 64 locks, %s a turn, %d rounds; a daemon recording the grant history against one started with --no-history, in turns\n", *lockD, *historyRounds)
+	fmt.Printf("%-6s %-14s %12s %16s %8s\n", "round", "daemon", "acquired/s", "server CPU/acq", "steal")
+	for round := range *historyRounds {
+		order := []*side{sides[0], sides[1]}
+		if round%2 == 1 { // ABBA: each round starts with the one the last ended with
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, s := range order {
+			var prof chan error
+			if s.profileTo != "" {
+				prof = make(chan error, 1)
+				go func() { prof <- cpuProfile(s.d.httpAddr, *lockD*3/4, fmt.Sprintf("%s.%d", s.profileTo, round)) }()
+			}
+			p := coorddPeer("coordd SDK", s.d.grpcAddr, nil, false)
+			r, err := runLocks(p, 64, 64, *lockD, fmt.Sprintf("hist-%d", round), s.d.cpuSeconds)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			if prof != nil {
+				if err := <-prof; err != nil {
+					return fmt.Errorf("profile: %w", err)
+				}
+			}
+			s.acq, s.srv = append(s.acq, r.acqPerSec), append(s.srv, r.serverUs)
+			fmt.Printf("%-6d %-14s %12.0f %14.0fus %7.0f%%\n", round, s.name, r.acqPerSec, r.serverUs, r.steal)
+		}
+	}
+	// Each round's ratio compares two turns run back to back; their median
+	// is the figure least swayed by a slow stretch of the machine.
+	var acqRatio, cpuRatio []float64
+	for i := range sides[0].acq {
+		acqRatio = append(acqRatio, sides[0].acq[i]/sides[1].acq[i])
+		cpuRatio = append(cpuRatio, sides[0].srv[i]/sides[1].srv[i])
+	}
+	fmt.Printf("medians: history on %.0f/s %.0fus; --no-history %.0f/s %.0fus\n",
+		median(sides[0].acq), median(sides[0].srv), median(sides[1].acq), median(sides[1].srv))
+	fmt.Printf("history cost: throughput on / off, median of rounds %.3f (rounds %s); server CPU per acquisition on / off %.3f (rounds %s)\n",
+		median(acqRatio), fmtRatios(acqRatio), median(cpuRatio), fmtRatios(cpuRatio))
+	return nil
+}
+
+func fmtRatios(xs []float64) string {
+	out := ""
+	for i, x := range xs {
+		if i > 0 {
+			out += " "
+		}
+		out += fmt.Sprintf("%.2f", x)
+	}
+	return out
+}
