@@ -19,9 +19,9 @@ import (
 // s2Tag starts a compressed batch: no JSON text starts with it.
 const s2Tag = 0x01
 
-// maxBatchJSON bounds a batch's decompressed size: a batch is written
-// under a bound of 512 KiB (defaultBatch.bytes); a value that claims far
-// more is not one of them, and is not decompressed.
+// maxBatchJSON bounds a batch's decompressed size: a batch holds at most
+// 4,000 events (defaultBatch.events) of at most about 2 KB each; a value
+// that claims far more is not one of them, and is not decompressed.
 const maxBatchJSON = 16 << 20
 
 // encodeBatch encodes the batch whose JSON array is arr into buf (grown if

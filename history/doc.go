@@ -25,11 +25,11 @@
 //
 // The suffix is the batch's first event's: <time> is 16 hex digits of Unix
 // nanoseconds, <rev> 16 of the etcd revision, <seq> 4 of the event's place
-// within its revision. Events wait up to 50 ms to share a batch, so under
-// load one transaction writes hundreds of them with one key per batch
-// and one per lock or election in it; a batch is bounded in events, names
-// and bytes (512 KiB, well under etcd's request limit, whatever its
-// events' names, owners and hosts hold).
+// within its revision. Events wait up to 250 ms to share a batch, so under
+// load one transaction writes thousands of them with one key per batch
+// and one per lock or election in it; a batch is bounded in events (4,000),
+// names (120) and stored bytes (1 MiB, under etcd's request limit,
+// whatever its events' names, owners and hosts hold).
 //
 // Guarantees:
 //   - Every event of an etcd revision is recorded exactly once, together

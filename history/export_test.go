@@ -13,7 +13,7 @@ func SetNow(r *Recorder, now func() time.Time) { r.now = now }
 // SetBatchEvents bounds the events of one batch (one transaction).
 func SetBatchEvents(r *Recorder, n int) { r.batch.events = n }
 
-// SetBatchBytes bounds the estimated bytes of one batch (0: no bound).
+// SetBatchBytes bounds the stored bytes of one batch (0: no bound).
 func SetBatchBytes(r *Recorder, n int) { r.batch.bytes = n }
 
 // WriteUncompressed has r write its batches as plain JSON, as events that

@@ -418,7 +418,7 @@ func TestLongEventsStayUnderTheRequestLimit(t *testing.T) {
 			}
 			stop := e.record(t, history.Options{Member: "m1"}, tweak)
 			stop()
-			e.churn(t, info.ID, name, 600) // 1,200 events wait for the next recorder: about 1.8 MB in a batch of 1,000
+			e.churn(t, info.ID, name, 600) // 1,200 events wait for the next recorder: about 2.2 MB in one batch
 			e.record(t, history.Options{Member: "m2"}, tweak)
 			all := func() int {
 				n, token := 0, ""

@@ -217,7 +217,8 @@ func (r *Recorder) record(ctx context.Context) error {
 	if start.Rev == 0 {
 		start = cursor{Rev: loaded, Time: w.now()}
 	}
-	if err := w.commit(ctx, w.pending, start); err != nil {
+	ops, _ := w.ops(w.pending) // a gap event, or nothing
+	if err := w.commit(ctx, ops, len(w.pending), start); err != nil {
 		return err
 	}
 	w.pending, w.upTo = nil, start.Rev

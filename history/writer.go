@@ -35,27 +35,25 @@ type writer struct {
 type batchLimits struct {
 	events int // events in a batch
 	names  int // distinct locks and elections in a batch
-	bytes  int // the batch's estimated encoding, both copies (eventBytes)
+	// bytes bounds the batch's stored values, all its keys together (0:
+	// no bound). A batch over it is written as two, and so on.
+	bytes int
 }
 
-// defaultBatch: 1,000 events of the longest names, owners and hosts
-// (about 0.9 KB each, written twice) come to about 1.8 MB, over etcd's
-// request limit (1.5 MiB): a recorder would fail on that batch for ever. The byte bound keeps every
-// batch well under it, whatever the fields hold.
-var defaultBatch = batchLimits{events: 1000, names: 120, bytes: 512 << 10}
-
-// eventBytes is an upper bound of e's share of a batch: its JSON in the
-// t/ key and again in its name's n/ key (string fields counted twice for
-// escapes; the rest is at most a few hundred bytes).
-func eventBytes(e *Event) int {
-	strs := len(e.Name) + len(e.Session) + len(e.Owner) + len(e.Principal) + len(e.Hostname) + len(e.RequestID) + len(e.Reason)
-	return 2 * (400 + 2*strs)
-}
+// defaultBatch: a batch of 4,000 lock events is about 300 KB compressed
+// (1.5 MB of JSON, written twice: by time and by name); 4,000 events of
+// the longest names, owners and hosts, which compress less, would be over
+// etcd's request limit (1.5 MiB): a recorder would fail on that batch for
+// ever. The byte bound (1 MiB) keeps every batch under it, whatever the
+// fields hold. Fewer, larger batches cost the member less: each key of the
+// history is one more in etcd's index, which every lock operation
+// searches.
+var defaultBatch = batchLimits{events: 4000, names: 120, bytes: 1 << 20}
 
 // flushDelay is how long events wait for more to share their batch: under
-// load one batch (one transaction) carries hundreds of events; alone, an
+// load one batch (one transaction) carries thousands of events; alone, an
 // event is written this long after etcd committed it.
-const flushDelay = 50 * time.Millisecond
+const flushDelay = 250 * time.Millisecond
 
 func (w *writer) readCursor(ctx context.Context) error {
 	resp, err := w.r.cli.Get(ctx, w.r.keys.cursor())
@@ -94,8 +92,12 @@ func (w *writer) add(rev int64, evs []Event) {
 func (w *writer) flush(ctx context.Context) error {
 	for len(w.pending) > 0 {
 		n := w.batchLen()
-		batch := w.pending[:n]
-		last := batch[n-1]
+		ops, size := w.ops(w.pending[:n])
+		for w.r.batch.bytes > 0 && size > w.r.batch.bytes && n > 1 {
+			n = (n + 1) / 2
+			ops, size = w.ops(w.pending[:n])
+		}
+		last := w.pending[n-1]
 		next := cursor{Rev: w.upTo, Time: last.Time}
 		if n < len(w.pending) {
 			next.Rev = last.Revision
@@ -103,30 +105,26 @@ func (w *writer) flush(ctx context.Context) error {
 				next.Seq = last.seq + 1 // the revision goes on in the next batch
 			}
 		}
-		if err := w.commit(ctx, batch, next); err != nil {
+		if err := w.commit(ctx, ops, n, next); err != nil {
 			return err
 		}
 		w.pending = w.pending[n:]
 	}
 	if w.upTo > w.cur.Rev && w.r.now().Sub(w.wrote) > 5*time.Second {
-		return w.commit(ctx, nil, cursor{Rev: w.upTo, Time: w.cur.Time})
+		return w.commit(ctx, nil, 0, cursor{Rev: w.upTo, Time: w.cur.Time})
 	}
 	return nil
 }
 
-// batchLen is how many pending events the next batch takes.
+// batchLen is how many pending events the next batch takes at most (the
+// byte bound may halve it).
 func (w *writer) batchLen() int {
 	names := map[string]bool{}
-	size := 0
 	for i := range w.pending {
 		if i == w.r.batch.events {
 			return i
 		}
-		e := &w.pending[i]
-		if size += eventBytes(e); i > 0 && w.r.batch.bytes > 0 && size > w.r.batch.bytes {
-			return i
-		}
-		if prefix := w.r.keys.prefixOf(e); prefix != "" && !names[prefix] {
+		if prefix := w.r.keys.prefixOf(&w.pending[i]); prefix != "" && !names[prefix] {
 			if len(names) == w.r.batch.names {
 				return i
 			}
@@ -136,56 +134,66 @@ func (w *writer) batchLen() int {
 	return len(w.pending)
 }
 
-// commit writes evs as one batch (its t/ key, and an n/ key per name with
-// that name's events) and the cursor next, if the cursor is still the one
-// this writer wrote or read last.
-func (w *writer) commit(ctx context.Context, evs []Event, next cursor) error {
-	var ops []clientv3.Op
-	if len(evs) > 0 {
-		// Each event is encoded once, into the batch's array; each name's
-		// array is joined from those encodings. The buffers are the
-		// writer's, used again for every batch.
-		suffix := evs[0].suffix()
-		w.all = append(w.all[:0], '[')
-		w.ends = w.ends[:0]
-		clear(w.byName)
-		w.order = w.order[:0]
-		for i := range evs {
-			if i > 0 {
-				w.all = append(w.all, ',')
-			}
-			w.all = evs[i].appendJSON(w.all)
-			w.ends = append(w.ends, len(w.all))
-			if prefix := w.r.keys.prefixOf(&evs[i]); prefix != "" {
-				if _, ok := w.byName[prefix]; !ok {
-					w.order = append(w.order, prefix)
-				}
-				w.byName[prefix] = append(w.byName[prefix], i)
-			}
+// ops are the puts of evs as one batch: its t/ key, and an n/ key per
+// name with that name's events; size is their values' bytes.
+func (w *writer) ops(evs []Event) (ops []clientv3.Op, size int) {
+	if len(evs) == 0 {
+		return nil, 0
+	}
+	// Each event is encoded once, into the batch's array; each name's
+	// array is joined from those encodings. The buffers are the writer's,
+	// used again for every batch.
+	suffix := evs[0].suffix()
+	w.all = append(w.all[:0], '[')
+	w.ends = w.ends[:0]
+	clear(w.byName)
+	w.order = w.order[:0]
+	for i := range evs {
+		if i > 0 {
+			w.all = append(w.all, ',')
 		}
-		w.all = append(w.all, ']')
-		ops = append(ops, clientv3.OpPut(w.r.keys.all()+suffix, w.encode(w.all)))
-		for _, prefix := range w.order {
-			w.one = append(w.one[:0], '[')
-			for n, i := range w.byName[prefix] {
-				if n > 0 {
-					w.one = append(w.one, ',')
-				}
-				start := 1 // after the array's '['
-				if i > 0 {
-					start = w.ends[i-1] + 1 // after the ','
-				}
-				w.one = append(w.one, w.all[start:w.ends[i]]...)
+		w.all = evs[i].appendJSON(w.all)
+		w.ends = append(w.ends, len(w.all))
+		if prefix := w.r.keys.prefixOf(&evs[i]); prefix != "" {
+			if _, ok := w.byName[prefix]; !ok {
+				w.order = append(w.order, prefix)
 			}
-			w.one = append(w.one, ']')
-			ops = append(ops, clientv3.OpPut(prefix+suffix, w.encode(w.one)))
+			w.byName[prefix] = append(w.byName[prefix], i)
 		}
 	}
-	next.Count = w.cur.Count + int64(len(evs))
+	w.all = append(w.all, ']')
+	put := func(key string, arr []byte) {
+		v := w.encode(arr)
+		size += len(v)
+		ops = append(ops, clientv3.OpPut(key, v))
+	}
+	put(w.r.keys.all()+suffix, w.all)
+	for _, prefix := range w.order {
+		w.one = append(w.one[:0], '[')
+		for n, i := range w.byName[prefix] {
+			if n > 0 {
+				w.one = append(w.one, ',')
+			}
+			start := 1 // after the array's '['
+			if i > 0 {
+				start = w.ends[i-1] + 1 // after the ','
+			}
+			w.one = append(w.one, w.all[start:w.ends[i]]...)
+		}
+		w.one = append(w.one, ']')
+		put(prefix+suffix, w.one)
+	}
+	return ops, size
+}
+
+// commit writes a batch of n events (ops) and the cursor next, if the
+// cursor is still the one this writer wrote or read last.
+func (w *writer) commit(ctx context.Context, ops []clientv3.Op, n int, next cursor) error {
+	next.Count = w.cur.Count + int64(n)
 	if err := w.write(ctx, ops, next); err != nil {
 		return err
 	}
-	w.r.recorded.Add(int64(len(evs)))
+	w.r.recorded.Add(int64(n))
 	w.r.last.Store(next.Rev)
 	return nil
 }
