@@ -30,6 +30,12 @@ type state struct {
 	touched  map[string]bool
 	closed   map[session.ID]bool
 	resigned map[string]int64
+	out      []Event
+	// emptied counts queues left empty since the last sweep: an empty
+	// queue is kept for its lock's next acquisition (a lock taken and
+	// released in turn empties its queue every time), and swept out
+	// once as many queues were emptied as there are queues.
+	emptied int
 }
 
 // queueState is one lock's or election's queue. Entries are kept in a
@@ -266,9 +272,10 @@ func (q *queueState) holders() []*entry {
 }
 
 // apply applies the events of revision rev, seen at now, and returns the
-// history events they make, numbered from 0 in a fixed order (queues by
-// key, ends before grants, ends by token), so that deriving a revision
-// again from the same state gives the same events.
+// history events they make (valid until the next call), numbered from 0
+// in a fixed order (queues by key, ends before grants, ends by token), so
+// that deriving a revision again from the same state gives the same
+// events.
 func (s *state) apply(rev int64, evs []*clientv3.Event, now time.Time) []Event {
 	touched, closed, resigned := s.touched, s.closed, s.resigned
 	clear(touched)
@@ -281,12 +288,21 @@ func (s *state) apply(rev int64, evs []*clientv3.Event, now time.Time) []Event {
 			s.put(ev.Kv, touched, resigned)
 		}
 	}
-	var out []Event
+	out := s.out[:0]
 	for _, prefix := range slices.Sorted(maps.Keys(touched)) {
-		out = append(out, s.step(s.queues[prefix], rev, now, closed, resigned[prefix])...)
-		if q := s.queues[prefix]; q.entries.Len() == 0 && len(q.held) == 0 {
-			delete(s.queues, prefix)
+		q := s.queues[prefix]
+		out = s.step(out, q, rev, now, closed, resigned[prefix])
+		if q.entries.Len() == 0 && len(q.held) == 0 {
+			s.emptied++
 		}
+	}
+	if s.emptied >= max(4096, len(s.queues)) {
+		for prefix, q := range s.queues {
+			if q.entries.Len() == 0 && len(q.held) == 0 {
+				delete(s.queues, prefix)
+			}
+		}
+		s.emptied = 0
 	}
 	for id := range closed {
 		delete(s.sessions, id)
@@ -294,13 +310,15 @@ func (s *state) apply(rev int64, evs []*clientv3.Event, now time.Time) []Event {
 	for i := range out {
 		out[i].seq = i
 	}
+	s.out = out
 	return out
 }
 
-// step derives one queue's events at rev: the ends of holders whose
-// entries are gone, then the grants to entries that came to hold it.
-func (s *state) step(q *queueState, rev int64, now time.Time, closed map[session.ID]bool, resignedTerm int64) []Event {
-	var out []Event
+// step appends one queue's events at rev to out: the ends of holders
+// whose entries are gone, then the grants to entries that came to hold
+// it.
+func (s *state) step(out []Event, q *queueState, rev int64, now time.Time, closed map[session.ID]bool, resignedTerm int64) []Event {
+	first := len(out)
 	var ended []string
 	for key := range q.held {
 		if q.byKey[key] == nil {
@@ -332,7 +350,7 @@ func (s *state) step(q *queueState, rev int64, now time.Time, closed map[session
 			e.Waited = max(now.Sub(v.Enqueued), 0)
 		}
 		if len(ended) > 0 {
-			e.HandedFrom = out[0].Token
+			e.HandedFrom = out[first].Token
 		}
 		q.held[key] = holder{token: kv.CreateRevision, lease: kv.Lease, since: now}
 		out = append(out, e)

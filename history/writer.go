@@ -90,25 +90,30 @@ func (w *writer) add(rev int64, evs []Event) {
 // so that a later start need not derive again what etcd may have
 // compacted by then.
 func (w *writer) flush(ctx context.Context) error {
-	for len(w.pending) > 0 {
-		n := w.batchLen()
-		ops, size := w.ops(w.pending[:n])
+	// The events written leave pending; what is left moves to the front,
+	// so that pending keeps its array from batch to batch.
+	written := 0
+	defer func() { w.pending = append(w.pending[:0], w.pending[written:]...) }()
+	for written < len(w.pending) {
+		rest := w.pending[written:]
+		n := batchLen(rest, w.r.batch, w.r.keys)
+		ops, size := w.ops(rest[:n])
 		for w.r.batch.bytes > 0 && size > w.r.batch.bytes && n > 1 {
 			n = (n + 1) / 2
-			ops, size = w.ops(w.pending[:n])
+			ops, size = w.ops(rest[:n])
 		}
-		last := w.pending[n-1]
+		last := rest[n-1]
 		next := cursor{Rev: w.upTo, Time: last.Time}
-		if n < len(w.pending) {
+		if n < len(rest) {
 			next.Rev = last.Revision
-			if w.pending[n].Revision == last.Revision {
+			if rest[n].Revision == last.Revision {
 				next.Seq = last.seq + 1 // the revision goes on in the next batch
 			}
 		}
 		if err := w.commit(ctx, ops, n, next); err != nil {
 			return err
 		}
-		w.pending = w.pending[n:]
+		written += n
 	}
 	if w.upTo > w.cur.Rev && w.r.now().Sub(w.wrote) > 5*time.Second {
 		return w.commit(ctx, nil, 0, cursor{Rev: w.upTo, Time: w.cur.Time})
@@ -116,22 +121,22 @@ func (w *writer) flush(ctx context.Context) error {
 	return nil
 }
 
-// batchLen is how many pending events the next batch takes at most (the
+// batchLen is how many of evs the next batch takes at most under lim (the
 // byte bound may halve it).
-func (w *writer) batchLen() int {
+func batchLen(evs []Event, lim batchLimits, k keys) int {
 	names := map[string]bool{}
-	for i := range w.pending {
-		if i == w.r.batch.events {
+	for i := range evs {
+		if i == lim.events {
 			return i
 		}
-		if prefix := w.r.keys.prefixOf(&w.pending[i]); prefix != "" && !names[prefix] {
-			if len(names) == w.r.batch.names {
+		if prefix := k.prefixOf(&evs[i]); prefix != "" && !names[prefix] {
+			if len(names) == lim.names {
 				return i
 			}
 			names[prefix] = true
 		}
 	}
-	return len(w.pending)
+	return len(evs)
 }
 
 // ops are the puts of evs as one batch: its t/ key, and an n/ key per
