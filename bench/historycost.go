@@ -4,23 +4,28 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"time"
 )
 
 var (
 	historyRounds  = flag.Int("history-rounds", 8, "rounds of -only history-cost (each runs both daemons, in alternating order)")
+	historyFlags   = flag.String("history-flags", "", "extra coordd flags for -only history-cost's recording daemon (e.g. \"--history-max-records 1000000\")")
 	historyProfile = flag.String("history-profile", "", "write CPU profiles of the recording daemon during -only history-cost's rounds to this file.N (N the round), and of the other to this file.off.N (go tool pprof takes them all at once)")
 )
 
 // benchHistoryCost measures what recording the grant history costs the
 // grant path: two daemons, one recording (the default) and one started
-// with --no-history, take turns running the same workload (64 SDK clients
-// on 64 locks, -lock-duration each), in the order ABBA BAAB ... so that a
-// drift of the machine's speed over the run weighs on both alike. Only one
-// daemon works at a time; the other idles. It prints each round and the
-// medians' ratios: throughput (recording / not) and server CPU per
-// acquisition.
+// with --no-history, take turns running the same workload (one client
+// cycling one lock for a second, the grant path when the CPUs are not the
+// bound; then 64 SDK clients on 64 locks, -lock-duration), in the order
+// AB BA AB ... so that a drift of the machine's speed over the run weighs
+// on both alike. Only one daemon works at a time; the other idles. It
+// prints each round, the medians of the rounds' ratios (throughput and
+// server CPU per acquisition, recording / not), and the one client's
+// cycle p50 and p99 over every turn.
 func benchHistoryCost(bin, tmp string) error {
-	on, err := startDaemon(bin, filepath.Join(tmp, "history-on"))
+	on, err := startDaemon(bin, filepath.Join(tmp, "history-on"), strings.Fields(*historyFlags)...)
 	if err != nil {
 		return err
 	}
@@ -34,14 +39,15 @@ func benchHistoryCost(bin, tmp string) error {
 		name      string
 		d         *daemon
 		acq, srv  []float64
+		cycles    []float64 // one client's acquire+release, every turn's
 		profileTo string
 	}
 	sides := []*side{{name: "history on", d: on}, {name: "--no-history", d: off}}
 	if *historyProfile != "" {
 		sides[0].profileTo, sides[1].profileTo = *historyProfile, *historyProfile+".off"
 	}
-	fmt.Printf("history cost: 64 SDK clients on 64 locks, %s a turn, %d rounds; a daemon recording the grant history against one started with --no-history, in turns\n", *lockD, *historyRounds)
-	fmt.Printf("%-6s %-14s %12s %16s %8s\n", "round", "daemon", "acquired/s", "server CPU/acq", "steal")
+	fmt.Printf("history cost: one client cycling one lock for 1s, then 64 SDK clients on 64 locks for %s, a turn; %d rounds; a daemon recording the grant history against one started with --no-history, in turns\n", *lockD, *historyRounds)
+	fmt.Printf("%-6s %-14s %12s %16s %8s %12s\n", "round", "daemon", "acquired/s", "server CPU/acq", "steal", "cycle p50")
 	for round := range *historyRounds {
 		order := []*side{sides[0], sides[1]}
 		if round%2 == 1 { // ABBA: each round starts with the one the last ended with
@@ -54,6 +60,12 @@ func benchHistoryCost(bin, tmp string) error {
 				go func() { prof <- cpuProfile(s.d.httpAddr, *lockD*3/4, fmt.Sprintf("%s.%d", s.profileTo, round)) }()
 			}
 			p := coorddPeer("coordd SDK", s.d.grpcAddr, nil, false)
+			// The lone client first: the daemon idled through the other's
+			// turn, so its recorder has written what the last turn made.
+			one, err := runLocks(p, 1, 1, time.Second, fmt.Sprintf("hist-one-%d", round), s.d.cpuSeconds)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
 			r, err := runLocks(p, 64, 64, *lockD, fmt.Sprintf("hist-%d", round), s.d.cpuSeconds)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
@@ -64,7 +76,8 @@ func benchHistoryCost(bin, tmp string) error {
 				}
 			}
 			s.acq, s.srv = append(s.acq, r.acqPerSec), append(s.srv, r.serverUs)
-			fmt.Printf("%-6d %-14s %12.0f %14.0fus %7.0f%%\n", round, s.name, r.acqPerSec, r.serverUs, r.steal)
+			s.cycles = append(s.cycles, one.cycleUs...)
+			fmt.Printf("%-6d %-14s %12.0f %14.0fus %7.0f%% %10.0fus\n", round, s.name, r.acqPerSec, r.serverUs, r.steal, percentile(one.cycleUs, 50))
 		}
 	}
 	// Each round's ratio compares two turns run back to back; their median
@@ -78,6 +91,15 @@ func benchHistoryCost(bin, tmp string) error {
 		median(sides[0].acq), median(sides[0].srv), median(sides[1].acq), median(sides[1].srv))
 	fmt.Printf("history cost: throughput on / off, median of rounds %.3f (rounds %s); server CPU per acquisition on / off %.3f (rounds %s)\n",
 		median(acqRatio), fmtRatios(acqRatio), median(cpuRatio), fmtRatios(cpuRatio))
+	// The grant path itself: one client's cycle, not CPU-bound. A shift
+	// of every percentile alike is a cost per operation; of the high ones
+	// alone, stalls.
+	fmt.Printf("history cost: one client's acquire+release, every turn's cycles (%d on, %d off), on / off:", len(sides[0].cycles), len(sides[1].cycles))
+	for _, q := range []float64{10, 50, 90, 99} {
+		on, off := percentile(sides[0].cycles, q), percentile(sides[1].cycles, q)
+		fmt.Printf(" p%.0f %.0fus / %.0fus = %.3f;", q, on, off, on/off)
+	}
+	fmt.Println()
 	return nil
 }
 
