@@ -226,6 +226,7 @@ func (a *app) electRunCommand() *cobra.Command {
 		again    bool
 		priority int32
 		preempt  bool
+		yield    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run NAME -- COMMAND [ARGS...]",
@@ -241,7 +242,13 @@ elsewhere), the command is stopped on the same schedule as lock run
 exits 125; with --again it campaigns again instead (on a new session) and
 reruns the command once elected, until the command exits by itself or
 coordctl is interrupted. When the command exits, coordctl resigns (the next
-candidate takes over at once) and exits with its code.`,
+candidate takes over at once) and exits with its code.
+
+With --yield, a candidate of higher priority that asks the leader to step
+down (elect campaign or run --preempt) is given the leadership: the
+command is stopped as on a loss (SIGTERM, then SIGKILL after the grace),
+coordctl resigns once it has exited (the asker, first in line, leads
+next) and exits 125, or with --again campaigns again.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 {
@@ -255,13 +262,25 @@ candidate takes over at once) and exits with its code.`,
 			ctx := cmd.Context()
 			for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
 				err := a.runHeld(ctx, rf, argv, "elect run "+name, func(ctx context.Context, sess *clientlib.Session) (*held, error) {
-					l, err := sess.Campaign(ctx, name, value, rankOptions(priority, preempt)...)
+					opts := rankOptions(priority, preempt)
+					var asked chan struct{}
+					var by clientlib.Candidate
+					if yield {
+						// OnPreempt calls at most once, before asked is read.
+						asked = make(chan struct{})
+						opts = append(opts, clientlib.OnPreempt(func(c clientlib.Candidate) { by = c; close(asked) }))
+					}
+					l, err := sess.Campaign(ctx, name, value, opts...)
 					if err != nil {
 						return nil, err
 					}
 					return &held{
 						what: fmt.Sprintf("leadership of %q (term %s)", name, l.Term()), lost: l.Lost(), release: l.Resign,
-						env: []string{"COORDD_ELECTION=" + name, "COORDD_TERM=" + l.Term().String(), "COORDD_FENCE_TOKEN=" + l.Term().String()},
+						env:   []string{"COORDD_ELECTION=" + name, "COORDD_TERM=" + l.Term().String(), "COORDD_FENCE_TOKEN=" + l.Term().String()},
+						yield: asked,
+						yieldTo: func() string {
+							return fmt.Sprintf("a candidate of priority %d (session %s, %q)", by.Priority, by.SessionID, by.Value)
+						},
 					}, nil
 				})
 				var ce *codeError
@@ -283,6 +302,7 @@ candidate takes over at once) and exits with its code.`,
 	cmd.Flags().Int32Var(&priority, "priority", 0, "the campaign's priority: when the seat is given, the highest priority waiting takes it")
 	cmd.Flags().BoolVar(&preempt, "preempt", false, "ask a leader of lower priority to step down (it chooses when)")
 	cmd.Flags().BoolVar(&again, "again", false, "after a loss, campaign again and rerun the command once elected, instead of exiting 125")
+	cmd.Flags().BoolVar(&yield, "yield", false, "step down when a candidate of higher priority asks (--preempt): stop the command, resign, and exit 125 (or campaign again with --again)")
 	return cmd
 }
 

@@ -344,6 +344,8 @@ passed to the command.`,
 type held struct {
 	what    string          // for messages: `lock "x" (token 7)`
 	lost    <-chan struct{} // closed when the hold is lost
+	yield   <-chan struct{} // closed when the holder is asked to give the hold up (nil: never)
+	yieldTo func() string   // for messages: who asked
 	release func(context.Context) error
 	env     []string // the hold's variables for the command
 }
@@ -378,7 +380,9 @@ func (a *app) runHeld(ctx context.Context, rf runFlags, argv []string, owner str
 	}
 	env := append(append(os.Environ(), h.env...),
 		"COORDD_SESSION="+sess.ID(), "COORDD_DEADLINE="+sess.Deadline().UTC().Format(time.RFC3339Nano))
-	code, lost, err := rf.childFor(argv, env, sess, h.lost).run()
+	ch := rf.childFor(argv, env, sess, h.lost)
+	ch.yield = h.yield
+	code, lost, yielded, err := ch.run()
 	if lost {
 		return withCode(exitLost, fmt.Errorf("%s was lost; the command was stopped", h.what))
 	}
@@ -387,6 +391,12 @@ func (a *app) runHeld(ctx context.Context, rf runFlags, argv []string, owner str
 	rcancel()
 	if err != nil {
 		return withCode(code, err)
+	}
+	if yielded {
+		if rerr != nil {
+			return withCode(exitLost, fmt.Errorf("%s: %s asked it to step down; the command was stopped, but giving it up failed: %w", h.what, h.yieldTo(), rerr))
+		}
+		return withCode(exitLost, fmt.Errorf("%s was given up: %s asked it to step down; the command was stopped", h.what, h.yieldTo()))
 	}
 	if rerr != nil {
 		// A warning only: the exit code stays the command's. Should stderr

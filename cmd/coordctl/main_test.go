@@ -444,3 +444,82 @@ func TestElectRunAgainAfterALoss(t *testing.T) {
 		t.Fatal("elect run --again did not return after its command exited")
 	}
 }
+
+// elect run --yield: a candidate of higher priority that asks gets the
+// leadership. The command is stopped, coordctl resigns and exits 125, and
+// the asker's campaign answers with the next term. Without --yield the
+// request is only recorded: the command runs on.
+func TestElectRunYieldsWhenAsked(t *testing.T) {
+	t.Parallel()
+	d := coorddtest.Start(t)
+	ep := d.GRPCAddr
+	for _, yield := range []bool{true, false} {
+		t.Run(fmt.Sprint("yield=", yield), func(t *testing.T) {
+			name := fmt.Sprint("yielding-", yield)
+			dir := t.TempDir()
+			started, stopped, release := filepath.Join(dir, "started"), filepath.Join(dir, "stopped"), filepath.Join(dir, "release")
+			script := fmt.Sprintf(`trap 'touch %s; exit 0' TERM; echo "$COORDD_TERM" > %s; while [ ! -e %s ]; do sleep 0.02; done`, stopped, started, release)
+			args := []string{"elect", "run", name, "--ttl", "30s"}
+			if yield {
+				args = append(args, "--yield")
+			}
+			done := make(chan [2]string, 1)
+			go func() {
+				code, _, stderr := ctl(t, ep, "", append(args, "--", "sh", "-c", script)...)
+				done <- [2]string{fmt.Sprint(code), stderr}
+			}()
+			wait.Within(t, 15*time.Second, "the leader's command", func() bool {
+				b, _ := os.ReadFile(started)
+				return len(strings.TrimSpace(string(b))) > 0
+			})
+			b, _ := os.ReadFile(started)
+			first, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			var s2 struct{ ID string }
+			jsonOf(t, must(t, ep, "session", "create", "-o", "json"), &s2)
+			if !yield {
+				// The asker waits: the leader does not step down.
+				code, _, _ := ctl(t, ep, "", "elect", "campaign", name, "asker", "--session", s2.ID, "--priority", "5", "--preempt", "--wait", "3s")
+				if code != 124 {
+					t.Fatalf("the asker's campaign = exit %d, want 124 (it waited 3 s)", code)
+				}
+				if _, err := os.Stat(stopped); err == nil {
+					t.Fatal("the command was stopped without --yield")
+				}
+				select {
+				case r := <-done:
+					t.Fatalf("elect run returned (%v) without --yield", r)
+				default:
+				}
+				if err := os.WriteFile(release, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case r := <-done:
+					if r[0] != "0" {
+						t.Fatalf("elect run = exit %s (%q) after its command finished, want 0", r[0], r[1])
+					}
+				case <-time.After(15 * time.Second):
+					t.Fatal("elect run did not return after its command exited")
+				}
+				return
+			}
+			var camp struct{ Term string }
+			jsonOf(t, must(t, ep, "elect", "campaign", name, "asker", "--session", s2.ID, "--priority", "5", "--preempt", "--wait", "20s", "-o", "json"), &camp)
+			next, _ := strconv.Atoi(camp.Term)
+			if next <= first {
+				t.Fatalf("the asker's term %d is not after the yielding leader's %d", next, first)
+			}
+			select {
+			case r := <-done:
+				if r[0] != "125" || !strings.Contains(r[1], "asked it to step down") || !strings.Contains(r[1], "priority 5") {
+					t.Fatalf("elect run --yield = exit %s, %q; want 125 saying who asked", r[0], r[1])
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("elect run --yield did not return after stepping down")
+			}
+			if _, err := os.Stat(stopped); err != nil {
+				t.Fatal("the command was not sent SIGTERM")
+			}
+		})
+	}
+}

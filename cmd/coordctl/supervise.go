@@ -25,6 +25,7 @@ type child struct {
 	argv     []string
 	env      []string
 	lost     <-chan struct{}  // closed when the hold ends without us
+	yield    <-chan struct{}  // closed when the holder is asked to step down (nil: never)
 	deadline func() time.Time // the session's local deadline
 	jeopardy time.Duration    // SIGTERM when less than this is left
 	kill     time.Duration    // SIGKILL when less than this is left
@@ -32,8 +33,11 @@ type child struct {
 }
 
 // run starts the command and waits for it. It reports the command's exit
-// code and whether the hold was lost (the command was stopped for it).
-func (ch *child) run() (code int, lost bool, err error) {
+// code and whether the hold was lost (the command was stopped for it), or
+// else yielded (the command was stopped because the holder was asked to
+// step down: SIGTERM at once, SIGKILL after the grace, as on a loss; the
+// hold is still this process's to give up).
+func (ch *child) run() (code int, lost, yielded bool, err error) {
 	cmd := exec.Command(ch.argv[0], ch.argv[1:]...)
 	cmd.Env = ch.env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -42,9 +46,9 @@ func (ch *child) run() (code int, lost bool, err error) {
 	if err := cmd.Start(); err != nil {
 		var ee *exec.Error
 		if errors.As(err, &ee) && errors.Is(ee.Err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
-			return 127, false, fmt.Errorf("%s: command not found", ch.argv[0])
+			return 127, false, false, fmt.Errorf("%s: command not found", ch.argv[0])
 		}
-		return 126, false, fmt.Errorf("cannot run %s: %w", ch.argv[0], err)
+		return 126, false, false, fmt.Errorf("cannot run %s: %w", ch.argv[0], err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -61,7 +65,7 @@ func (ch *child) run() (code int, lost bool, err error) {
 	defer ticker.Stop()
 	var termSent, killSent bool
 	var killAt time.Time
-	lostCh := ch.lost
+	lostCh, yieldCh := ch.lost, ch.yield
 	for {
 		select {
 		case err := <-done:
@@ -76,11 +80,18 @@ func (ch *child) run() (code int, lost bool, err error) {
 			if time.Now().After(ch.deadline()) {
 				lost = true
 			}
-			return exitStatus(err), lost, nil
+			return exitStatus(err), lost, yielded && !lost, nil
 		case s := <-sigs:
 			// Passed on; the command decides. (coordctl's own context is
 			// not used to stop it: an interrupt is forwarded, not enforced.)
 			signalGroup(s.(syscall.Signal))
+		case <-yieldCh:
+			yieldCh = nil
+			yielded = true
+			if !termSent {
+				signalGroup(syscall.SIGTERM)
+				termSent, killAt = true, time.Now().Add(ch.grace)
+			}
 		case <-lostCh:
 			lostCh = nil
 			lost = true
