@@ -11,7 +11,7 @@ import (
 var (
 	historyRounds  = flag.Int("history-rounds", 8, "rounds of -only history-cost (each runs both daemons, in alternating order)")
 	historyFlags   = flag.String("history-flags", "", "extra coordd flags for -only history-cost's recording daemon (e.g. \"--history-max-records 1000000\")")
-	historyProfile = flag.String("history-profile", "", "write CPU profiles of the recording daemon during -only history-cost's rounds to this file.N (N the round), and of the other to this file.off.N (go tool pprof takes them all at once)")
+	historyProfile = flag.String("history-profile", "", "write CPU profiles of the recording daemon during -only history-cost's 64-client runs to this file.N (N the round), and of the other to this file.off.N (go tool pprof takes them all at once)")
 )
 
 // benchHistoryCost measures what recording the grant history costs the
@@ -23,7 +23,7 @@ var (
 // on both alike. Only one daemon works at a time; the other idles. It
 // prints each round, the medians of the rounds' ratios (throughput and
 // server CPU per acquisition, recording / not), and the one client's
-// cycle p50 and p99 over every turn.
+// cycle percentiles (p10 to p99) over every turn.
 func benchHistoryCost(bin, tmp string) error {
 	on, err := startDaemon(bin, filepath.Join(tmp, "history-on"), strings.Fields(*historyFlags)...)
 	if err != nil {
@@ -54,17 +54,17 @@ func benchHistoryCost(bin, tmp string) error {
 			order[0], order[1] = order[1], order[0]
 		}
 		for _, s := range order {
-			var prof chan error
-			if s.profileTo != "" {
-				prof = make(chan error, 1)
-				go func() { prof <- cpuProfile(s.d.httpAddr, *lockD*3/4, fmt.Sprintf("%s.%d", s.profileTo, round)) }()
-			}
 			p := coorddPeer("coordd SDK", s.d.grpcAddr, nil, false)
 			// The lone client first: the daemon idled through the other's
 			// turn, so its recorder has written what the last turn made.
 			one, err := runLocks(p, 1, 1, time.Second, fmt.Sprintf("hist-one-%d", round), s.d.cpuSeconds)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			var prof chan error // of the 64 clients' run
+			if s.profileTo != "" {
+				prof = make(chan error, 1)
+				go func() { prof <- cpuProfile(s.d.httpAddr, *lockD*3/4, fmt.Sprintf("%s.%d", s.profileTo, round)) }()
 			}
 			r, err := runLocks(p, 64, 64, *lockD, fmt.Sprintf("hist-%d", round), s.d.cpuSeconds)
 			if err != nil {
@@ -104,12 +104,9 @@ func benchHistoryCost(bin, tmp string) error {
 }
 
 func fmtRatios(xs []float64) string {
-	out := ""
+	out := make([]string, len(xs))
 	for i, x := range xs {
-		if i > 0 {
-			out += " "
-		}
-		out += fmt.Sprintf("%.2f", x)
+		out[i] = fmt.Sprintf("%.2f", x)
 	}
-	return out
+	return strings.Join(out, " ")
 }

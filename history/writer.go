@@ -17,7 +17,7 @@ type writer struct {
 	pending []Event
 	upTo    int64 // every event of revisions up to it is in pending or written
 	wrote   time.Time
-	// commit's buffers, used again for every batch: the batch's JSON
+	// ops's buffers, used again for every batch: the batch's JSON
 	// array, where each event's encoding ends in it, the events of each
 	// name (by n/ prefix) in the order names first appear, one name's
 	// array, and the last compressed value.

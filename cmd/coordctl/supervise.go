@@ -66,6 +66,14 @@ func (ch *child) run() (code int, lost, yielded bool, err error) {
 	var termSent, killSent bool
 	var killAt time.Time
 	lostCh, yieldCh := ch.lost, ch.yield
+	// stop asks the command to end now, and kills it after the grace: on
+	// an outright loss, and on a request to step down.
+	stop := func() {
+		if !termSent {
+			signalGroup(syscall.SIGTERM)
+			termSent, killAt = true, time.Now().Add(ch.grace)
+		}
+	}
 	for {
 		select {
 		case err := <-done:
@@ -86,19 +94,11 @@ func (ch *child) run() (code int, lost, yielded bool, err error) {
 			// not used to stop it: an interrupt is forwarded, not enforced.)
 			signalGroup(s.(syscall.Signal))
 		case <-yieldCh:
-			yieldCh = nil
-			yielded = true
-			if !termSent {
-				signalGroup(syscall.SIGTERM)
-				termSent, killAt = true, time.Now().Add(ch.grace)
-			}
+			yieldCh, yielded = nil, true
+			stop()
 		case <-lostCh:
-			lostCh = nil
-			lost = true
-			if !termSent {
-				signalGroup(syscall.SIGTERM)
-				termSent, killAt = true, time.Now().Add(ch.grace)
-			}
+			lostCh, lost = nil, true
+			stop()
 		case <-ticker.C:
 		}
 		left := time.Until(ch.deadline())

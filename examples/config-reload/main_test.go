@@ -1,37 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/testkit/coorddtest"
+	"github.com/coordd/coordd/internal/testkit/syncbuf"
 	"github.com/coordd/coordd/internal/testkit/wait"
 )
-
-// syncBuffer is a bytes.Buffer safe for the example's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // The example starts with the defaults, prints each accepted change, and
 // rejects (and reports) an invalid release, keeping the last good value.
@@ -39,7 +20,7 @@ func TestConfigReload(t *testing.T) {
 	t.Parallel()
 	d := coorddtest.Start(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	var out syncBuffer
+	var out syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, &out, []string{d.GRPCAddr}, "demo/app", "") }()
 	wait.For(t, "the start line", func() bool { return strings.Contains(out.String(), "started (live, release 0)") })

@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,13 +9,13 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/testkit/syncbuf"
 	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
@@ -274,7 +273,7 @@ rules:
     actions: [session, election.campaign]
     elections: ["p/*"]
 `))
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{d.GRPCAddr()}, BearerToken: testTokens["carol"],
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -296,22 +295,4 @@ rules:
 	if err := l.Resign(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger on other goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
