@@ -152,13 +152,19 @@ type Stats struct {
 	// named on keep-alive streams so that the member reports their end;
 	// grants the member follows from the start are not named.
 	HoldingsNamed int64
+	// StreamsGivenUp is how many times one of its sessions gave the shared
+	// keep-alive stream up because the member was slow (a keep-alive
+	// answered too late, or a silent member), so that the next renewal
+	// opened another.
+	StreamsGivenUp int64
 }
 
-type stats struct{ moves, probes, named atomic.Int64 }
+type stats struct{ moves, probes, named, givenUp atomic.Int64 }
 
 // Stats returns what the client did since New.
 func (c *Client) Stats() Stats {
-	return Stats{Moves: c.stats.moves.Load(), Probes: c.stats.probes.Load(), HoldingsNamed: c.stats.named.Load()}
+	return Stats{Moves: c.stats.moves.Load(), Probes: c.stats.probes.Load(), HoldingsNamed: c.stats.named.Load(),
+		StreamsGivenUp: c.stats.givenUp.Load()}
 }
 
 // Probing an avoided endpoint: the first probe after probeFirst, then

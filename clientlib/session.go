@@ -496,6 +496,9 @@ func (s *Session) stream(ctx context.Context) (err error) {
 	defer cancel()
 	defer func() {
 		if ctx.Err() == nil && err != nil && !errors.Is(err, ErrSessionNotFound) {
+			if errors.Is(err, errNoReply) || errors.Is(err, errSilent) {
+				s.c.stats.givenUp.Add(1)
+			}
 			ks.fail(err)
 		}
 	}()
