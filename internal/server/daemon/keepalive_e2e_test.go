@@ -112,7 +112,11 @@ func TestRenewalsTravelInBatches(t *testing.T) {
 	}
 	c := newClient(t, d.GRPCAddr())
 	const n = 200
-	const ttl = 6 * time.Second // no session lost on a busy machine
+	// A keep-alive waits TTL/3 for its answer before its session gives
+	// the stream up, and every session then renews on a new one, alone
+	// at first: at 6 s (a 2 s wait), a loaded CI run saw sessions give
+	// streams up again and again and not renew within 20 s.
+	const ttl = 12 * time.Second
 	var ss []*clientlib.Session
 	for range n {
 		s, err := c.NewSession(ctx, clientlib.WithTTL(ttl))
