@@ -3,7 +3,10 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -39,7 +42,8 @@ func benchHistoryCost(bin, tmp string) error {
 		name      string
 		d         *daemon
 		acq, srv  []float64
-		cycles    []float64 // one client's acquire+release, every turn's
+		cycles    []float64  // one client's acquire+release, every turn's
+		disk      [4]float64 // over the lone client's turns: WAL fsyncs (count, seconds), backend commits (count, seconds)
 		profileTo string
 	}
 	sides := []*side{{name: "history on", d: on}, {name: "--no-history", d: off}}
@@ -57,9 +61,20 @@ func benchHistoryCost(bin, tmp string) error {
 			p := coorddPeer("coordd SDK", s.d.grpcAddr, nil, false)
 			// The lone client first: the daemon idled through the other's
 			// turn, so its recorder has written what the last turn made.
+			before, err := metricSums(s.d.httpAddr, diskHistograms...)
+			if err != nil {
+				return err
+			}
 			one, err := runLocks(p, 1, 1, time.Second, fmt.Sprintf("hist-one-%d", round), s.d.cpuSeconds)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			after, err := metricSums(s.d.httpAddr, diskHistograms...)
+			if err != nil {
+				return err
+			}
+			for i := range s.disk {
+				s.disk[i] += after[i] - before[i]
 			}
 			var prof chan error // of the 64 clients' run
 			if s.profileTo != "" {
@@ -100,7 +115,50 @@ func benchHistoryCost(bin, tmp string) error {
 		fmt.Printf(" p%.0f %.0fus / %.0fus = %.3f;", q, on, off, on/off)
 	}
 	fmt.Println()
+	// What the disk did meanwhile: the history's writes share etcd's WAL
+	// and backend with the grant path.
+	for _, s := range sides {
+		fmt.Printf("history cost: %s, over the lone client's turns: %.2f WAL fsyncs per cycle, %.0fus each; %.2f backend commits per cycle, %.0fus each\n",
+			s.name, s.disk[0]/float64(len(s.cycles)), s.disk[1]/max(s.disk[0], 1)*1e6, s.disk[2]/float64(len(s.cycles)), s.disk[3]/max(s.disk[2], 1)*1e6)
+	}
 	return nil
+}
+
+// diskHistograms are etcd's histograms of the WAL's fsyncs and the
+// backend's commits.
+var diskHistograms = []string{"etcd_disk_wal_fsync_duration_seconds", "etcd_disk_backend_commit_duration_seconds"}
+
+// metricSums reads the count and the sum of each histogram from the
+// daemon's /metrics: count, sum, count, sum, ...
+func metricSums(httpAddr string, histograms ...string) ([]float64, error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	line := map[string]float64{}
+	for l := range strings.SplitSeq(string(body), "\n") {
+		if name, v, ok := strings.Cut(l, " "); ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				line[name] = f
+			}
+		}
+	}
+	var out []float64
+	for _, h := range histograms {
+		count, ok1 := line[h+"_count"]
+		sum, ok2 := line[h+"_sum"]
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("%s: no %s histogram", httpAddr, h)
+		}
+		out = append(out, count, sum)
+	}
+	return out, nil
 }
 
 func fmtRatios(xs []float64) string {
