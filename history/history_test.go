@@ -27,6 +27,8 @@ const root = "/coordd/"
 
 type env struct {
 	cli       *clientv3.Client
+	local     history.LocalStore // the member's store: recorders read it, unless overGRPC
+	overGRPC  bool               // recorders read a gRPC watch (as with an etcd of its own)
 	locks     *lock.Manager
 	elections *election.Manager
 	sessions  *session.Manager
@@ -35,16 +37,20 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cli := etcdtest.Start(t).Client(t)
+	m := etcdtest.Start(t)
+	cli := m.Client(t)
 	locks := lock.NewManager(cli, root, etcdtest.Watcher(t, cli, root+"lock/"), nil)
 	elections := election.NewManager(cli, root, etcdtest.Watcher(t, cli, root+"election/"), nil)
 	t.Cleanup(func() { locks.Close(); elections.Close() })
-	return &env{cli: cli, locks: locks, elections: elections, sessions: session.NewManager(cli, root), store: history.NewStore(cli, root)}
+	return &env{cli: cli, local: m.Etcd.Server.KV(), locks: locks, elections: elections, sessions: session.NewManager(cli, root), store: history.NewStore(cli, root)}
 }
 
 // record runs a recorder until it is stopped (or the test ends).
 func (e *env) record(t *testing.T, opts history.Options, tweak ...func(*history.Recorder)) (stop func()) {
 	t.Helper()
+	if opts.Local == nil && !e.overGRPC {
+		opts.Local = e.local
+	}
 	r := history.NewRecorder(e.cli, root, opts, zaptest.NewLogger(t))
 	var before int64
 	if resp, err := e.cli.Get(t.Context(), root+"timeline/cursor"); err == nil && len(resp.Kvs) == 1 {
@@ -120,9 +126,22 @@ func (e *env) waitFor(t *testing.T, k history.Kind, name string, want []string) 
 	}
 }
 
+// The recorder reads etcd's events from the member's own store when it
+// runs beside it (the daemon's embedded member), else through a gRPC
+// watch: both record the same.
 func TestRecordsGrantsHandOffsAndEnds(t *testing.T) {
 	t.Parallel()
+	for _, overGRPC := range []bool{false, true} {
+		t.Run(map[bool]string{false: "from the member's store", true: "through a gRPC watch"}[overGRPC], func(t *testing.T) {
+			t.Parallel()
+			recordsGrantsHandOffsAndEnds(t, overGRPC)
+		})
+	}
+}
+
+func recordsGrantsHandOffsAndEnds(t *testing.T, overGRPC bool) {
 	e := newEnv(t)
+	e.overGRPC = overGRPC
 	e.record(t, history.Options{Member: "m1"})
 	ctx := t.Context()
 	alice, bob := e.session(t, "alice"), e.session(t, "bob")

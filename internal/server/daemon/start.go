@@ -303,6 +303,9 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	if !cfg.HistoryOff {
 		opts := cfg.History
 		opts.Member = cfg.Name
+		if d.etcd != nil { // the embedded member: read its events in place
+			opts.Local = d.etcd.Server.KV()
+		}
 		p.history = history.NewRecorder(d.cli, cfg.KeyRoot, opts, d.lg.Named("history"))
 		p.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "coordd_history_recording",
