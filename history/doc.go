@@ -7,7 +7,10 @@
 //
 // A Recorder derives the events from etcd's watch of the lock, election
 // and session keys, off the grant path: it adds nothing to an acquisition,
-// a release or a campaign. One member records at a time (a claim on an
+// a release or a campaign. Beside an embedded member it watches the
+// member's store in place and drains what came every few milliseconds
+// (Options.Local), so that etcd's send of a revision wakes no goroutine
+// while the grant that made it answers. One member records at a time (a claim on an
 // etcd lease); it resumes from a cursor stored in etcd with the events, so
 // a restart or a move to another member loses nothing that etcd has not
 // compacted meanwhile.
