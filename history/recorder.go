@@ -242,50 +242,39 @@ func (r *Recorder) record(ctx context.Context) error {
 
 // follow records the revisions after loaded as etcd delivers them; the
 // first skip events of the revision after loaded were recorded before.
+// Events come from one of two feeds: this member's store, drained when
+// its timer fires (Options.Local), or a watch through etcd's gRPC API.
 func (r *Recorder) follow(ctx context.Context, st *state, w *writer, loaded int64, skip int) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	from, end := st.electionRoot, clientv3.GetPrefixRangeEnd(st.sessionRoot)
-	// Events come from one of two feeds: a watch through etcd's gRPC API
-	// (wch), or this member's store, drained when poll fires.
-	var (
-		wch   clientv3.WatchChan
-		local *localFeed
-		poll  *time.Timer
-		pollC <-chan time.Time
-	)
+	var wch clientv3.WatchChan
+	var local *localFeed
 	if r.opts.Local != nil {
 		var err error
 		if local, err = newLocalFeed(wctx, r.opts.Local, from, end, loaded+1); err != nil {
 			return fmt.Errorf("watch: %w", err)
 		}
 		defer local.close()
-		poll = time.NewTimer(localPollBusy)
-		defer poll.Stop()
-		pollC = poll.C
 	} else {
 		wch = r.cli.Watch(clientv3.WithRequireLeader(wctx), from,
 			clientv3.WithRange(end), clientv3.WithRev(loaded+1), clientv3.WithProgressNotify())
 	}
-	// apply records a response's events, revision by revision.
-	apply := func(evs []*clientv3.Event) {
-		for i := 0; i < len(evs); {
-			rev := evs[i].Kv.ModRevision
-			j := i
-			for j < len(evs) && evs[j].Kv.ModRevision == rev {
-				j++
-			}
-			out := st.apply(rev, evs[i:j], w.now())
-			if rev == loaded+1 && skip > 0 {
-				out = out[min(skip, len(out)):]
-			}
-			w.add(rev, out)
-			i = j
-		}
-	}
+	ap := applier{st: st, w: w, first: loaded + 1, skip: skip}
 	prune := time.NewTicker(r.opts.PruneEvery)
 	defer prune.Stop()
 	var flushAt <-chan time.Time // armed while events wait to be written
+	// batchWaits arms flushAt when events wait: up to flushDelay for more
+	// to share their batch. A full batch goes at once.
+	batchWaits := func() bool {
+		if len(w.pending) == 0 || len(w.pending) >= w.r.batch.events {
+			return false
+		}
+		if flushAt == nil {
+			flushAt = time.After(flushDelay)
+		}
+		return true
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -296,28 +285,15 @@ func (r *Recorder) follow(ctx context.Context, st *state, w *writer, loaded int6
 			} else if err != nil {
 				r.lg.Warn("history: removing old events failed; trying again later", zap.Error(err))
 			}
-			if local != nil {
-				local.requestProgress() // the cursor moves on while nothing happens
-			}
+			local.requestProgress() // the cursor moves on while nothing happens
 			continue
 		case <-flushAt:
-		case <-pollC:
-			got, err := local.drain(apply, w)
+		case <-local.due():
+			got, err := local.drain(ap.apply, w)
 			if err != nil {
 				return fmt.Errorf("watch: %w", err)
 			}
-			next := localPollIdle
-			if got {
-				next = localPollBusy
-			}
-			poll.Reset(next)
-			if !got {
-				continue
-			}
-			if len(w.pending) > 0 && len(w.pending) < w.r.batch.events {
-				if flushAt == nil {
-					flushAt = time.After(flushDelay)
-				}
+			if !got || batchWaits() {
 				continue
 			}
 		case resp, ok := <-wch:
@@ -327,16 +303,11 @@ func (r *Recorder) follow(ctx context.Context, st *state, w *writer, loaded int6
 			if err := resp.Err(); err != nil {
 				return fmt.Errorf("watch: %w", err)
 			}
-			apply(resp.Events)
+			ap.apply(resp.Events)
 			if len(resp.Events) == 0 {
 				w.add(resp.Header.Revision, nil) // nothing happened up to it
 			}
-			if len(w.pending) > 0 && len(w.pending) < w.r.batch.events {
-				// Events wait up to flushDelay for more to share their
-				// batch; a full batch goes at once.
-				if flushAt == nil {
-					flushAt = time.After(flushDelay)
-				}
+			if batchWaits() {
 				continue
 			}
 		}
@@ -344,6 +315,31 @@ func (r *Recorder) follow(ctx context.Context, st *state, w *writer, loaded int6
 		if err := w.flush(ctx); err != nil {
 			return err
 		}
+	}
+}
+
+// applier records a feed's events, revision by revision; the first skip
+// events of revision first were recorded before.
+type applier struct {
+	st    *state
+	w     *writer
+	first int64
+	skip  int
+}
+
+func (a *applier) apply(evs []*clientv3.Event) {
+	for i := 0; i < len(evs); {
+		rev := evs[i].Kv.ModRevision
+		j := i
+		for j < len(evs) && evs[j].Kv.ModRevision == rev {
+			j++
+		}
+		out := a.st.apply(rev, evs[i:j], a.w.now())
+		if rev == a.first && a.skip > 0 {
+			out = out[min(a.skip, len(out)):]
+		}
+		a.w.add(rev, out)
+		i = j
 	}
 }
 
@@ -358,11 +354,12 @@ const (
 
 // localFeed is a watch on a member's own store. Nothing waits on its
 // channel: etcd's send of each revision readies no goroutine, and the
-// recorder takes what came when it drains.
+// recorder takes what came when the feed is due. A nil feed is never due.
 type localFeed struct {
-	ws  mvcc.WatchStream
-	id  mvcc.WatchID
-	evs []*clientv3.Event // drain's scratch
+	ws    mvcc.WatchStream
+	id    mvcc.WatchID
+	timer *time.Timer
+	evs   []*clientv3.Event // drain's scratch
 }
 
 func newLocalFeed(ctx context.Context, s LocalStore, key, end string, from int64) (*localFeed, error) {
@@ -372,13 +369,28 @@ func newLocalFeed(ctx context.Context, s LocalStore, key, end string, from int64
 		ws.Close()
 		return nil, err
 	}
-	return &localFeed{ws: ws, id: id}, nil
+	return &localFeed{ws: ws, id: id, timer: time.NewTimer(localPollBusy)}, nil
+}
+
+// due fires when the feed is to be drained.
+func (f *localFeed) due() <-chan time.Time {
+	if f == nil {
+		return nil
+	}
+	return f.timer.C
 }
 
 // drain gives apply the events of the responses that came since the
 // last drain (up to a batch's worth, so that a flush comes between), and w
 // the revision of a progress response; it reports whether any came.
 func (f *localFeed) drain(apply func([]*clientv3.Event), w *writer) (got bool, err error) {
+	defer func() {
+		if got {
+			f.timer.Reset(localPollBusy)
+		} else {
+			f.timer.Reset(localPollIdle)
+		}
+	}()
 	for len(w.pending) < w.r.batch.events {
 		select {
 		case resp, ok := <-f.ws.Chan():
@@ -405,6 +417,13 @@ func (f *localFeed) drain(apply func([]*clientv3.Event), w *writer) (got bool, e
 	return got, nil
 }
 
-func (f *localFeed) requestProgress() { f.ws.RequestProgress(f.id) }
+func (f *localFeed) requestProgress() {
+	if f != nil {
+		f.ws.RequestProgress(f.id)
+	}
+}
 
-func (f *localFeed) close() { f.ws.Close() }
+func (f *localFeed) close() {
+	f.timer.Stop()
+	f.ws.Close()
+}

@@ -235,6 +235,24 @@ func serverTuning() []grpc.ServerOption {
 	}
 }
 
+// newRecorder makes this member's grant history recorder (run later with the
+// daemon's other parts) and registers its metrics.
+func (d *Daemon) newRecorder(cfg Config, p *parts) {
+	opts := cfg.History
+	opts.Member = cfg.Name
+	if d.etcd != nil { // the embedded member: read its events in place
+		opts.Local = d.etcd.Server.KV()
+	}
+	p.history = history.NewRecorder(d.cli, cfg.KeyRoot, opts, d.lg.Named("history"))
+	p.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "coordd_history_recording",
+		Help: "1 while this member records the grant history (one member at a time), else 0.",
+	}, func() float64 { return b2f(p.history.Recording()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "coordd_history_events_recorded_total",
+		Help: "Grant history events this member has written.",
+	}, func() float64 { n, _ := p.history.Recorded(); return float64(n) }))
+}
+
 // registerCoordination builds sessions (kept on coordd's session clock),
 // locks and elections, and registers their services on both servers.
 func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
@@ -301,19 +319,7 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	// client; each runs as the public server's unary RPC of its name.
 	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, p.unary(d.authn), p.apiMetrics, d.stopped.Done(), cfg.NoCallStream)
 	if !cfg.HistoryOff {
-		opts := cfg.History
-		opts.Member = cfg.Name
-		if d.etcd != nil { // the embedded member: read its events in place
-			opts.Local = d.etcd.Server.KV()
-		}
-		p.history = history.NewRecorder(d.cli, cfg.KeyRoot, opts, d.lg.Named("history"))
-		p.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "coordd_history_recording",
-			Help: "1 while this member records the grant history (one member at a time), else 0.",
-		}, func() float64 { return b2f(p.history.Recording()) }), prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "coordd_history_events_recorded_total",
-			Help: "Grant history events this member has written.",
-		}, func() float64 { n, _ := p.history.Recorded(); return float64(n) }))
+		d.newRecorder(cfg, p)
 	}
 	historySvc := api.NewHistoryServer(history.NewStore(d.cli, cfg.KeyRoot))
 	historySvc.TokensVisible = lockSvc.TokensVisible
