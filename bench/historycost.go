@@ -12,9 +12,10 @@ import (
 )
 
 var (
-	historyRounds  = flag.Int("history-rounds", 8, "rounds of -only history-cost (each runs both daemons, in alternating order)")
-	historyFlags   = flag.String("history-flags", "", "extra coordd flags for -only history-cost's recording daemon (e.g. \"--history-max-records 1000000\")")
-	historyProfile = flag.String("history-profile", "", "write CPU profiles of the recording daemon during -only history-cost's 64-client runs to this file.N (N the round), and of the other to this file.off.N (go tool pprof takes them all at once)")
+	historyRounds     = flag.Int("history-rounds", 8, "rounds of -only history-cost (each runs both daemons, in alternating order)")
+	historyPairRounds = flag.Int("history-pair-rounds", 4, "rounds of -only history-cost that one pair of daemons runs: a fresh pair (new processes, new data directories) starts every so many rounds, so that what one process happens to be (its memory's layout, its files') weighs on a few rounds, not on the run")
+	historyFlags      = flag.String("history-flags", "", "extra coordd flags for -only history-cost's recording daemon (e.g. \"--history-max-records 1000000\")")
+	historyProfile    = flag.String("history-profile", "", "write CPU profiles of the recording daemon during -only history-cost's 64-client runs to this file.N (N the round) and its lone client's to this file.one.N, and of the other daemon to this file.off.N and file.off.one.N (go tool pprof takes them all at once)")
 )
 
 // benchHistoryCost measures what recording the grant history costs the
@@ -23,36 +24,63 @@ var (
 // cycling one lock for a second, the grant path when the CPUs are not the
 // bound; then 64 SDK clients on 64 locks, -lock-duration), in the order
 // AB BA AB ... so that a drift of the machine's speed over the run weighs
-// on both alike. Only one daemon works at a time; the other idles. It
+// on both alike, and with a fresh pair of daemons every
+// -history-pair-rounds rounds, so that what one process happens to be
+// weighs on a few rounds only (single pairs gave medians from 0.91 to 1.04
+// for the same build). Only one daemon works at a time; the other idles. It
 // prints each round, the medians of the rounds' ratios (throughput and
 // server CPU per acquisition, recording / not), and the one client's
 // cycle percentiles (p10 to p99) over every turn.
 func benchHistoryCost(bin, tmp string) error {
-	on, err := startDaemon(bin, filepath.Join(tmp, "history-on"), strings.Fields(*historyFlags)...)
-	if err != nil {
-		return err
-	}
-	defer on.stop()
-	off, err := startDaemon(bin, filepath.Join(tmp, "history-off"), "--no-history")
-	if err != nil {
-		return err
-	}
-	defer off.stop()
 	type side struct {
 		name      string
 		d         *daemon
 		acq, srv  []float64
 		cycles    []float64  // one client's acquire+release, every turn's
 		disk      [4]float64 // over the lone client's turns: WAL fsyncs (count, seconds), backend commits (count, seconds)
+		disk64    [4]float64 // the same over the 64 clients' turns
+		acquired  float64    // by the 64 clients, over all turns
 		profileTo string
 	}
-	sides := []*side{{name: "history on", d: on}, {name: "--no-history", d: off}}
+	sides := []*side{{name: "history on"}, {name: "--no-history"}}
+	// start starts a fresh pair of daemons (new data directories) for the
+	// rounds from round on, and stops the last pair.
+	start := func(round int) error {
+		for i, s := range sides {
+			if s.d != nil {
+				s.d.stop()
+				s.d = nil
+			}
+			args := []string{"--no-history"}
+			if i == 0 {
+				args = strings.Fields(*historyFlags)
+			}
+			d, err := startDaemon(bin, filepath.Join(tmp, fmt.Sprintf("history-%d-%d", i, round)), args...)
+			if err != nil {
+				return err
+			}
+			s.d = d
+		}
+		return nil
+	}
+	defer func() {
+		for _, s := range sides {
+			if s.d != nil {
+				s.d.stop()
+			}
+		}
+	}()
 	if *historyProfile != "" {
 		sides[0].profileTo, sides[1].profileTo = *historyProfile, *historyProfile+".off"
 	}
-	fmt.Printf("history cost: one client cycling one lock for 1s, then 64 SDK clients on 64 locks for %s, a turn; %d rounds; a daemon recording the grant history against one started with --no-history, in turns\n", *lockD, *historyRounds)
+	fmt.Printf("history cost: one client cycling one lock for 1s, then 64 SDK clients on 64 locks for %s, a turn; %d rounds; a daemon recording the grant history against one started with --no-history, in turns; a fresh pair of daemons every %d rounds\n", *lockD, *historyRounds, *historyPairRounds)
 	fmt.Printf("%-6s %-14s %12s %16s %8s %12s\n", "round", "daemon", "acquired/s", "server CPU/acq", "steal", "cycle p50")
 	for round := range *historyRounds {
+		if round%max(*historyPairRounds, 1) == 0 {
+			if err := start(round); err != nil {
+				return err
+			}
+		}
 		order := []*side{sides[0], sides[1]}
 		if round%2 == 1 { // ABBA: each round starts with the one the last ended with
 			order[0], order[1] = order[1], order[0]
@@ -65,9 +93,19 @@ func benchHistoryCost(bin, tmp string) error {
 			if err != nil {
 				return err
 			}
+			var oneProf chan error // of the lone client's second
+			if s.profileTo != "" {
+				oneProf = make(chan error, 1)
+				go func() { oneProf <- cpuProfile(s.d.httpAddr, time.Second, fmt.Sprintf("%s.one.%d", s.profileTo, round)) }()
+			}
 			one, err := runLocks(p, 1, 1, time.Second, fmt.Sprintf("hist-one-%d", round), s.d.cpuSeconds)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			if oneProf != nil {
+				if err := <-oneProf; err != nil {
+					return fmt.Errorf("profile: %w", err)
+				}
 			}
 			after, err := metricSums(s.d.httpAddr, diskHistograms...)
 			if err != nil {
@@ -81,10 +119,20 @@ func benchHistoryCost(bin, tmp string) error {
 				prof = make(chan error, 1)
 				go func() { prof <- cpuProfile(s.d.httpAddr, *lockD*3/4, fmt.Sprintf("%s.%d", s.profileTo, round)) }()
 			}
+			if before, err = metricSums(s.d.httpAddr, diskHistograms...); err != nil {
+				return err
+			}
 			r, err := runLocks(p, 64, 64, *lockD, fmt.Sprintf("hist-%d", round), s.d.cpuSeconds)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
+			if after, err = metricSums(s.d.httpAddr, diskHistograms...); err != nil {
+				return err
+			}
+			for i := range s.disk64 {
+				s.disk64[i] += after[i] - before[i]
+			}
+			s.acquired += r.acqPerSec * lockD.Seconds()
 			if prof != nil {
 				if err := <-prof; err != nil {
 					return fmt.Errorf("profile: %w", err)
@@ -120,6 +168,8 @@ func benchHistoryCost(bin, tmp string) error {
 	for _, s := range sides {
 		fmt.Printf("history cost: %s, over the lone client's turns: %.2f WAL fsyncs per cycle, %.0fus each; %.2f backend commits per cycle, %.0fus each\n",
 			s.name, s.disk[0]/float64(len(s.cycles)), s.disk[1]/max(s.disk[0], 1)*1e6, s.disk[2]/float64(len(s.cycles)), s.disk[3]/max(s.disk[2], 1)*1e6)
+		fmt.Printf("history cost: %s, over the 64 clients' turns: %.3f WAL fsyncs per acquisition, %.0fus each; %.1f backend commits per second of turn, %.0fus each\n",
+			s.name, s.disk64[0]/max(s.acquired, 1), s.disk64[1]/max(s.disk64[0], 1)*1e6, s.disk64[2]/(float64(*historyRounds)*lockD.Seconds()), s.disk64[3]/max(s.disk64[2], 1)*1e6)
 	}
 	return nil
 }
