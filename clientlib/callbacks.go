@@ -9,7 +9,8 @@ import (
 )
 
 // KeyChange is one key's change: Old is nil for a new key, New for a
-// removed one.
+// removed one. The strings they point to are shared by every callback
+// that sees the change: read them, do not write through the pointers.
 type KeyChange struct {
 	Key string
 	Old *string
@@ -207,7 +208,7 @@ func changes(cb *callback, old, cur *ConfigSnapshot) ([]KeyChange, int64) {
 	if b.from != 0 && b.from == a.release && b.gray == a.gray && old.cluster != "" && old.cluster == cur.cluster {
 		// b is a's release plus one release's changes (a release's
 		// content is fixed within a cluster): only those keys differ.
-		return changedKeys(a.values, b.values, b.keys, cb.filter), b.release
+		return kept(b.changes, cb.filter), b.release
 	}
 	return diffKeys(a.values, b.values, cb.filter), b.release
 }
@@ -234,6 +235,30 @@ func (d *dispatcher) call(cb *callback, ch *ConfigChange) (err error) {
 	}()
 	return cb.fn(ch)
 }
+
+// kept returns a copy of the changes that keep keeps (nil for none): a
+// callback's own, made from the release's changes, which every
+// subscription of the client shares.
+func kept(cs []KeyChange, keep func(string) bool) []KeyChange {
+	n := 0
+	for _, c := range cs {
+		if keep(c.Key) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]KeyChange, 0, n)
+	for _, c := range cs {
+		if keep(c.Key) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func keepAll(string) bool { return true }
 
 // changedKeys is diffKeys for maps that can differ only in keys.
 func changedKeys(a, b map[string]string, keys []string, keep func(string) bool) []KeyChange {

@@ -26,6 +26,9 @@ type nsView struct {
 	// that saw release from diff those keys only, not the whole namespace.
 	from int64
 	keys []string
+	// changes are the changes from release from (see keyChanges), made
+	// once for every subscription of the client that sees the release.
+	changes []KeyChange
 }
 
 // Revision is the etcd revision the snapshot is consistent at.

@@ -351,6 +351,7 @@ func (s *Subscription) apply(msg *coorddv1.WatchResponse, memo map[*ConfigSnapsh
 				}
 				v.keys = append(v.keys, ch.GetKey())
 			}
+			v.changes = changedKeys(old.values, v.values, v.keys, keepAll)
 			v = s.views().put(cur.cluster, r.GetNamespace(), v)
 		}
 		next = &ConfigSnapshot{revision: msg.GetRevision(), cluster: cur.cluster, spaces: maps.Clone(cur.spaces)}
