@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,8 +38,8 @@ type CallServer struct {
 	disabled bool
 	metrics  *Metrics
 
-	work  chan func() // calls for idle workers (unbuffered)
-	spawn sync.Once   // starts the workers at the first call
+	work    chan func()  // calls for idle workers (unbuffered)
+	workers atomic.Int32 // workers running
 }
 
 // callRoute is how one kind of call runs: its unary RPC's full method
@@ -221,43 +223,50 @@ func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.Ca
 	})
 }
 
-// run runs call on an idle worker, or on a new goroutine when none is
-// idle. Workers live as long as the server and keep the stacks they grew
-// through the interceptors and etcd's client: a new goroutine per call
-// grows its stack anew (runtime.newstack was 6 % of the daemon's CPU
-// under 64 clients on 64 locks).
+// run runs call on an idle worker, or on a new worker when none is idle
+// (past maxCallWorkers, on a goroutine of its own). Workers keep the
+// stacks they grew through the interceptors and etcd's client: a new
+// goroutine per call grows its stack anew. (With 16 fixed workers, most
+// calls of 64 clients on 64 locks ran on new goroutines, and
+// runtime.newstack was 5.6 % of the daemon's CPU.)
 func (s *CallServer) run(call func()) {
 	select {
 	case s.work <- call:
 		return
 	default:
 	}
-	s.spawn.Do(func() {
-		for range callWorkers {
-			go s.worker()
-		}
-	})
-	select {
-	case s.work <- call:
-	default:
-		go call()
+	if s.workers.Add(1) <= maxCallWorkers {
+		go s.worker(call)
+		return
 	}
+	s.workers.Add(-1)
+	go call()
 }
 
-// callWorkers is how many long-lived workers run calls. A waiting
-// acquisition holds its worker; calls beyond the idle workers run on new
-// goroutines.
-const callWorkers = 16
+// A waiting acquisition holds its worker, so the workers grow with the
+// calls in flight, up to maxCallWorkers; one idle for callWorkerIdle
+// exits.
+const (
+	maxCallWorkers = 1024
+	callWorkerIdle = time.Minute
+)
 
-// worker runs calls handed to it. It exits when the server is stopping
-// (calls started after that run on new goroutines, and end at once).
-func (s *CallServer) worker() {
+// worker runs call, then calls handed to it, until it has idled for
+// callWorkerIdle or the server is stopping (calls started after that run
+// on new workers, and end at once).
+func (s *CallServer) worker(call func()) {
+	defer s.workers.Add(-1)
+	idle := time.NewTimer(callWorkerIdle)
+	defer idle.Stop()
 	for {
+		call()
+		idle.Reset(callWorkerIdle)
 		select {
 		case <-s.stopping:
 			return
-		case call := <-s.work:
-			call()
+		case <-idle.C:
+			return
+		case call = <-s.work:
 		}
 	}
 }
