@@ -14,6 +14,7 @@ import (
 var (
 	historyRounds     = flag.Int("history-rounds", 8, "rounds of -only history-cost (each runs both daemons, in alternating order)")
 	historyPairRounds = flag.Int("history-pair-rounds", 4, "rounds of -only history-cost that one pair of daemons runs: a fresh pair (new processes, new data directories) starts every so many rounds, so that what one process happens to be (its memory's layout, its files') weighs on a few rounds, not on the run")
+	historyOtherBin   = flag.String("history-other-bin", "", "with -only history-cost: run this build against the coordd binary at this path instead (both recording, both with -history-flags), in the same turns: an A/B of two builds")
 	historyFlags      = flag.String("history-flags", "", "extra coordd flags for -only history-cost's recording daemon (e.g. \"--history-max-records 1000000\")")
 	historyProfile    = flag.String("history-profile", "", "write CPU profiles of the recording daemon during -only history-cost's 64-client runs to this file.N (N the round) and its lone client's to this file.one.N, and of the other daemon to this file.off.N and file.off.one.N (go tool pprof takes them all at once)")
 )
@@ -43,6 +44,11 @@ func benchHistoryCost(bin, tmp string) error {
 		profileTo string
 	}
 	sides := []*side{{name: "history on"}, {name: "--no-history"}}
+	against := "one started with --no-history"
+	if *historyOtherBin != "" {
+		sides[0].name, sides[1].name = "this build", "other build"
+		against = "the build " + *historyOtherBin + ", both recording"
+	}
 	// start starts a fresh pair of daemons (new data directories) for the
 	// rounds from round on, and stops the last pair.
 	start := func(round int) error {
@@ -51,11 +57,13 @@ func benchHistoryCost(bin, tmp string) error {
 				s.d.stop()
 				s.d = nil
 			}
-			args := []string{"--no-history"}
-			if i == 0 {
-				args = strings.Fields(*historyFlags)
+			b, args := bin, strings.Fields(*historyFlags)
+			if i == 1 && *historyOtherBin != "" {
+				b = *historyOtherBin
+			} else if i == 1 {
+				args = []string{"--no-history"}
 			}
-			d, err := startDaemon(bin, filepath.Join(tmp, fmt.Sprintf("history-%d-%d", i, round)), args...)
+			d, err := startDaemon(b, filepath.Join(tmp, fmt.Sprintf("history-%d-%d", i, round)), args...)
 			if err != nil {
 				return err
 			}
@@ -73,7 +81,7 @@ func benchHistoryCost(bin, tmp string) error {
 	if *historyProfile != "" {
 		sides[0].profileTo, sides[1].profileTo = *historyProfile, *historyProfile+".off"
 	}
-	fmt.Printf("history cost: one client cycling one lock for 1s, then 64 SDK clients on 64 locks for %s, a turn; %d rounds; a daemon recording the grant history against one started with --no-history, in turns; a fresh pair of daemons every %d rounds\n", *lockD, *historyRounds, *historyPairRounds)
+	fmt.Printf("history cost: one client cycling one lock for 1s, then 64 SDK clients on 64 locks for %s, a turn; %d rounds; a daemon recording the grant history against %s, in turns; a fresh pair of daemons every %d rounds\n", *lockD, *historyRounds, against, *historyPairRounds)
 	fmt.Printf("%-6s %-14s %12s %16s %8s %12s\n", "round", "daemon", "acquired/s", "server CPU/acq", "steal", "cycle p50")
 	for round := range *historyRounds {
 		if round%max(*historyPairRounds, 1) == 0 {
@@ -150,14 +158,15 @@ func benchHistoryCost(bin, tmp string) error {
 		acqRatio = append(acqRatio, sides[0].acq[i]/sides[1].acq[i])
 		cpuRatio = append(cpuRatio, sides[0].srv[i]/sides[1].srv[i])
 	}
-	fmt.Printf("medians: history on %.0f/s %.0fus; --no-history %.0f/s %.0fus\n",
-		median(sides[0].acq), median(sides[0].srv), median(sides[1].acq), median(sides[1].srv))
-	fmt.Printf("history cost: throughput on / off, median of rounds %.3f (rounds %s); server CPU per acquisition on / off %.3f (rounds %s)\n",
-		median(acqRatio), fmtRatios(acqRatio), median(cpuRatio), fmtRatios(cpuRatio))
+	fmt.Printf("medians: %s %.0f/s %.0fus; %s %.0f/s %.0fus\n",
+		sides[0].name, median(sides[0].acq), median(sides[0].srv), sides[1].name, median(sides[1].acq), median(sides[1].srv))
+	ab := sides[0].name + " / " + sides[1].name
+	fmt.Printf("history cost: throughput %s, median of rounds %.3f (rounds %s); server CPU per acquisition %s %.3f (rounds %s)\n",
+		ab, median(acqRatio), fmtRatios(acqRatio), ab, median(cpuRatio), fmtRatios(cpuRatio))
 	// The grant path itself: one client's cycle, not CPU-bound. A shift
 	// of every percentile alike is a cost per operation; of the high ones
 	// alone, stalls.
-	fmt.Printf("history cost: one client's acquire+release, every turn's cycles (%d on, %d off), on / off:", len(sides[0].cycles), len(sides[1].cycles))
+	fmt.Printf("history cost: one client's acquire+release, every turn's cycles (%d and %d), %s:", len(sides[0].cycles), len(sides[1].cycles), ab)
 	for _, q := range []float64{10, 50, 90, 99} {
 		on, off := percentile(sides[0].cycles, q), percentile(sides[1].cycles, q)
 		fmt.Printf(" p%.0f %.0fus / %.0fus = %.3f;", q, on, off, on/off)
