@@ -507,6 +507,25 @@ func slowDiskOps(httpAddrs []string) diskOps {
 // metricValues reads, for each histogram named, how many of its
 // observations were over 32 ms, from one read of the member's /metrics.
 func metricValues(httpAddr string, histograms ...string) ([]float64, error) {
+	line, err := scrapeMetrics(httpAddr)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(histograms))
+	for i, h := range histograms {
+		count, ok1 := line[h+"_count"]
+		fast, ok2 := line[h+`_bucket{le="0.032"}`]
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("%s: no %s histogram", httpAddr, h)
+		}
+		out[i] = count - fast
+	}
+	return out, nil
+}
+
+// scrapeMetrics reads the daemon's /metrics: each sample's value by its
+// name and labels, as the exposition format writes them.
+func scrapeMetrics(httpAddr string) (map[string]float64, error) {
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
@@ -525,16 +544,7 @@ func metricValues(httpAddr string, histograms ...string) ([]float64, error) {
 			}
 		}
 	}
-	out := make([]float64, len(histograms))
-	for i, h := range histograms {
-		count, ok1 := line[h+"_count"]
-		fast, ok2 := line[h+`_bucket{le="0.032"}`]
-		if !ok1 || !ok2 {
-			return nil, fmt.Errorf("%s: no %s histogram", httpAddr, h)
-		}
-		out[i] = count - fast
-	}
-	return out, nil
+	return line, nil
 }
 
 // profileFanout starts CPU profiles of member m0 (at httpAddr) and of the

@@ -3,10 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -190,23 +187,9 @@ var diskHistograms = []string{"etcd_disk_wal_fsync_duration_seconds", "etcd_disk
 // metricSums reads the count and the sum of each histogram from the
 // daemon's /metrics: count, sum, count, sum, ...
 func metricSums(httpAddr string, histograms ...string) ([]float64, error) {
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + httpAddr + "/metrics")
+	line, err := scrapeMetrics(httpAddr)
 	if err != nil {
 		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	line := map[string]float64{}
-	for l := range strings.SplitSeq(string(body), "\n") {
-		if name, v, ok := strings.Cut(l, " "); ok {
-			if f, err := strconv.ParseFloat(v, 64); err == nil {
-				line[name] = f
-			}
-		}
 	}
 	var out []float64
 	for _, h := range histograms {
