@@ -177,13 +177,15 @@ func (l *Leadership) Lost() <-chan struct{} { return l.lost }
 // Proclaim replaces the value the leader proclaims, retrying while coordd
 // or etcd is unavailable until ctx ends. If the server answers that this
 // term no longer leads, the leadership is lost: ErrNotLeader, and Context
-// ends. A proclamation retried after a lost answer may be observed twice.
+// ends. The attempts carry one proclaim id, so a proclamation retried
+// after a lost answer is made, and observed, once.
 func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	if err := context.Cause(l.ctx); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
+	req := &coorddv1.ProclaimRequest{Name: l.name, Term: int64(l.term), Value: value, ProclaimId: randomID()}
 	_, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
-		_, err := l.s.c.elections.Proclaim(ctx, &coorddv1.ProclaimRequest{Name: l.name, Term: int64(l.term), Value: value})
+		_, err := l.s.c.elections.Proclaim(ctx, req)
 		return err
 	})
 	if errors.Is(err, ErrNotLeader) {

@@ -475,12 +475,24 @@ func (m *Manager) TermSession(ctx context.Context, name string, term fencing.Tok
 
 // Proclaim replaces the leader's value. It fails with ErrNotLeader unless
 // term leads the election. It returns the write's revision.
-func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token, value string) (int64, error) {
+//
+// id, when not empty, names the proclamation (as a request id): if the
+// seat's last proclamation was made with the same id, Proclaim writes
+// nothing and returns that proclamation's revision, so a caller that
+// retries after a lost answer proclaims once. Only the last id is kept:
+// a retry that comes after another proclamation of the same term
+// proclaims again.
+func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token, value, id string) (int64, error) {
 	if err := validateTerm(name, term); err != nil {
 		return 0, err
 	}
 	if err := validateValue(value); err != nil {
 		return 0, err
+	}
+	if id != "" {
+		if err := names.CheckRequestID(id); err != nil {
+			return 0, fmt.Errorf("%w: %s", ErrInvalid, strings.Replace(err.Error(), "request id", "proclaim id", 1))
+		}
 	}
 	for {
 		kv, leads, err := m.leading(ctx, name, term)
@@ -494,7 +506,10 @@ func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token,
 		if err := json.Unmarshal(kv.Value, &st); err != nil {
 			return 0, fmt.Errorf("election: decode %q: %w", kv.Key, err)
 		}
-		st.Value = value
+		if id != "" && st.ProclaimID == id {
+			return kv.ModRevision, nil // made already; its answer was lost
+		}
+		st.Value, st.ProclaimID = value, id
 		st.Proclaims++
 		val, err := json.Marshal(st)
 		if err != nil {

@@ -110,13 +110,31 @@ func TestCampaignProclaimResign(t *testing.T) {
 	if err != nil || ld.Term != a.Term || ld.Value != "a:1" || ld.Session != s1 || ld.Since.IsZero() {
 		t.Fatalf("Leader = %+v, %v", ld, err)
 	}
-	if _, err := e.m.Proclaim(ctx, "jobs", a.Term, "a:2"); err != nil {
+	if _, err := e.m.Proclaim(ctx, "jobs", a.Term, "a:2", ""); err != nil {
 		t.Fatalf("Proclaim: %v", err)
 	}
 	if ld, _, _ := e.m.Leader(ctx, "jobs"); ld.Value != "a:2" || ld.Proclaims != 1 {
 		t.Fatalf("Leader after Proclaim = %+v", ld)
 	}
-	if _, err := e.m.Proclaim(ctx, "jobs", fencing.Token(cands[0].Joined), "b:2"); !errors.Is(err, election.ErrNotLeader) {
+	// A proclamation repeated with its id (a retry after a lost answer)
+	// is made once; another id proclaims again.
+	rev, err := e.m.Proclaim(ctx, "jobs", a.Term, "a:3", "p-1")
+	if err != nil {
+		t.Fatalf("Proclaim with an id: %v", err)
+	}
+	if again, err := e.m.Proclaim(ctx, "jobs", a.Term, "a:3", "p-1"); err != nil || again != rev {
+		t.Fatalf("repeated Proclaim = %d, %v; want %d (the first one's revision)", again, err, rev)
+	}
+	if ld, _, _ := e.m.Leader(ctx, "jobs"); ld.Value != "a:3" || ld.Proclaims != 2 {
+		t.Fatalf("Leader after a repeated Proclaim = %+v, want value a:3 proclaimed twice in all", ld)
+	}
+	if _, err := e.m.Proclaim(ctx, "jobs", a.Term, "a:3", "p-2"); err != nil {
+		t.Fatal(err)
+	}
+	if ld, _, _ := e.m.Leader(ctx, "jobs"); ld.Proclaims != 3 {
+		t.Fatalf("Leader after a Proclaim with a new id = %+v, want 3 proclamations", ld)
+	}
+	if _, err := e.m.Proclaim(ctx, "jobs", fencing.Token(cands[0].Joined), "b:2", ""); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Proclaim by a waiting candidate = %v, want ErrNotLeader", err)
 	}
 	// A waiting candidate cannot resign, with or without naming its
@@ -152,7 +170,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 	if err := e.m.Resign(ctx, "jobs", a.Term, session.Hint{}); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("second Resign = %v, want ErrNotLeader", err)
 	}
-	if _, err := e.m.Proclaim(ctx, "jobs", a.Term, "late"); !errors.Is(err, election.ErrNotLeader) {
+	if _, err := e.m.Proclaim(ctx, "jobs", a.Term, "late", ""); !errors.Is(err, election.ErrNotLeader) {
 		t.Fatalf("Proclaim by a resigned term = %v, want ErrNotLeader", err)
 	}
 	if err := e.m.ValidateFence(ctx, "jobs", a.Term); !errors.Is(err, election.ErrStaleTerm) {
@@ -318,7 +336,8 @@ func TestBadInput(t *testing.T) {
 			_, err := e.m.Campaign(ctx, election.Request{Name: "a", Session: 12345})
 			return err
 		}(), election.ErrSessionNotFound},
-		{"zero term", func() error { _, err := e.m.Proclaim(ctx, "a", 0, "v"); return err }(), election.ErrInvalid},
+		{"zero term", func() error { _, err := e.m.Proclaim(ctx, "a", 0, "v", ""); return err }(), election.ErrInvalid},
+		{"proclaim id with a slash", func() error { _, err := e.m.Proclaim(ctx, "a", 1, "v", "a/b"); return err }(), election.ErrInvalid},
 		{"negative from", e.m.Observe(ctx, "a", -1, nil), election.ErrInvalid},
 		{"future from", e.m.Observe(ctx, "a", 1<<40, nil), election.ErrInvalid},
 	} {
@@ -503,7 +522,7 @@ func TestObserveStorm(t *testing.T) {
 					t.Fatalf("Campaign: %v", r.err)
 				}
 				for p := range rng.IntN(3) {
-					if _, err := e.m.Proclaim(ctx, name, r.l.Term, fmt.Sprintf("p%d", p)); err != nil {
+					if _, err := e.m.Proclaim(ctx, name, r.l.Term, fmt.Sprintf("p%d", p), ""); err != nil {
 						t.Fatalf("Proclaim: %v", err)
 					}
 				}
@@ -593,7 +612,7 @@ func TestObserveStorm(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- e.m.Observe(octx, name, resumeFrom, rec2.send) }()
 	wait.For(t, "the resumed observer's first state", func() bool { return rec2.lastRev() > 0 })
-	if _, err := e.m.Proclaim(ctx, name, holder.Term, "after"); err != nil {
+	if _, err := e.m.Proclaim(ctx, name, holder.Term, "after", ""); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, "the resumed observer to catch up with the proclamation", func() bool { return rec2.lastRev() >= e.rev(t) })
@@ -628,7 +647,7 @@ func TestObserveFromOneReplaysHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.m.Proclaim(ctx, "replay", first.Term, "a2"); err != nil {
+	if _, err := e.m.Proclaim(ctx, "replay", first.Term, "a2", ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.m.Resign(ctx, "replay", first.Term, session.Hint{}); err != nil {

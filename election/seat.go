@@ -32,6 +32,9 @@ type seat struct {
 	Value     string    `json:"value"`
 	Priority  int32     `json:"priority,omitempty"`
 	Proclaims int64     `json:"proclaims,omitempty"`
+	// ProclaimID is the id the last proclamation was made with, if any:
+	// a repeat of it changes nothing (Manager.Proclaim).
+	ProclaimID string `json:"proclaim_id,omitempty"`
 	Since     time.Time `json:"since"`
 	// Enqueued is when the campaign began, for a seat given after a wait.
 	Enqueued time.Time `json:"enqueued,omitzero"`

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import logging
 import random
+import secrets
 import threading
 from dataclasses import dataclass
 from types import TracebackType
@@ -144,13 +145,13 @@ class Leadership(Held):
 
     def proclaim(self, value: str, timeout: float | None = RESIGN_TIMEOUT) -> int:
         """Replaces the value the leader proclaims, retrying while coordd is
-        unavailable (a retried proclamation may be observed twice). Returns
-        the proclamation's revision. If the server answers NOT_LEADER, the
+        unavailable (the attempts carry one proclaim id, so a retry after a
+        lost answer is observed once). Returns the proclamation's revision. If the server answers NOT_LEADER, the
         leadership is lost (``lost`` is set) and NotLeader is raised."""
         if self.done.is_set():
             raise errors.NotLeader(f"leadership of {self.name!r} (term {self.term}) has ended")
         try:
-            r = self.session._client._unary("elections", "Proclaim", election_pb2.ProclaimRequest(name=self.name, term=self.term, value=value), timeout=timeout, retry=True)
+            r = self.session._client._unary("elections", "Proclaim", election_pb2.ProclaimRequest(name=self.name, term=self.term, value=value, proclaim_id=secrets.token_hex(8)), timeout=timeout, retry=True)
         except errors.NotLeader as e:
             self._lose(e)
             raise

@@ -10,7 +10,7 @@ import {
 import { Held } from "./held.js";
 import { fencedDelete, fencedPut, validateFence, type Fence } from "./lock.js";
 import type { Session } from "./session.js";
-import { jitter, linkSignals, sleep } from "./util.js";
+import { jitter, linkSignals, randomId, sleep } from "./util.js";
 
 /** Options of Session.campaign. */
 export interface CampaignOptions {
@@ -156,8 +156,9 @@ export class Leadership extends Held {
   /**
    * Replaces the value the leader proclaims, retried while coordd is
    * unavailable. If the server answers that this term no longer leads, the
-   * leadership is lost (signal aborts) and this rejects with NOT_LEADER. A
-   * proclamation retried after a lost answer may be observed twice.
+   * leadership is lost (signal aborts) and this rejects with NOT_LEADER.
+   * The attempts carry one proclaim id, so a retry after a lost answer is
+   * observed once.
    */
   async proclaim(value: string): Promise<void> {
     if (this.signal.aborted) {
@@ -165,8 +166,9 @@ export class Leadership extends Held {
         cause: this.signal.reason,
       });
     }
+    const proclaimId = randomId();
     try {
-      await this.conn.call((s, o) => s.elections.proclaim({ name: this.name, term: this.term, value }, o), {
+      await this.conn.call((s, o) => s.elections.proclaim({ name: this.name, term: this.term, value, proclaimId }, o), {
         idempotent: true,
         timeoutMs: 2000,
         signal: this.session.signal,

@@ -75,7 +75,7 @@ func (s *ElectionServer) Campaign(ctx context.Context, req *coorddv1.CampaignReq
 
 // Proclaim implements ElectionService.
 func (s *ElectionServer) Proclaim(ctx context.Context, req *coorddv1.ProclaimRequest) (*coorddv1.ProclaimResponse, error) {
-	rev, err := s.m.Proclaim(ctx, req.GetName(), fencing.Token(req.GetTerm()), req.GetValue())
+	rev, err := s.m.Proclaim(ctx, req.GetName(), fencing.Token(req.GetTerm()), req.GetValue(), req.GetProclaimId())
 	if err != nil {
 		return nil, err
 	}

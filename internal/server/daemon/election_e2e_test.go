@@ -181,12 +181,22 @@ func TestElectionsOverHTTP(t *testing.T) {
 	if r.status != 200 || r.body["leader"].(map[string]any)["value"] != "host-1" || r.body["leader"].(map[string]any)["owner"] != "curl" {
 		t.Fatalf("leader = %d %v", r.status, r.body)
 	}
-	r = call(t, "POST", base+"/v1/elections:proclaim", fmt.Sprintf(`{"name":"reports/nightly","term":%q,"value":"host-1b"}`, term))
+	// Sent twice with one proclaim id (a retry after a lost answer): one
+	// proclamation, whose revision both answers report.
+	proclaim := fmt.Sprintf(`{"name":"reports/nightly","term":%q,"value":"host-1b","proclaimId":"deploy-7"}`, term)
+	r = call(t, "POST", base+"/v1/elections:proclaim", proclaim)
 	if r.status != 200 {
 		t.Fatalf("proclaim = %d %v", r.status, r.body)
 	}
+	if again := call(t, "POST", base+"/v1/elections:proclaim", proclaim); again.status != 200 || again.body["revision"] != r.body["revision"] {
+		t.Fatalf("repeated proclaim = %d %v, want 200 and revision %v", again.status, again.body, r.body["revision"])
+	}
 	if ev := nextLine()["events"].([]any)[0].(map[string]any); ev["type"] != "ELECTION_EVENT_TYPE_PROCLAIMED" {
 		t.Fatalf("observed = %v", ev)
+	}
+	r = call(t, "GET", base+"/v1/elections:leader?name=reports/nightly", "")
+	if ld := r.body["leader"].(map[string]any); ld["value"] != "host-1b" || ld["proclaims"] != "1" {
+		t.Fatalf("leader after a repeated proclaim = %v, want host-1b proclaimed once", ld)
 	}
 	r = call(t, "POST", base+"/v1/locks:validateFence", fmt.Sprintf(`{"election":"reports/nightly","token":%q}`, term))
 	if r.status != 200 {

@@ -394,7 +394,13 @@ type ProclaimRequest struct {
 	// term is the leadership's term. Required.
 	Term int64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
 	// value: at most 64 KiB of UTF-8.
-	Value         string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Value string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// proclaim_id, when set, names this proclamation so that repeating it
+	// is safe: if the leader's last proclamation had the same id, the call
+	// changes nothing and reports that proclamation's revision (a retry
+	// whose first answer was lost). Only the last proclamation's id is
+	// kept. At most 128 bytes of ASCII letters, digits and . _ : @ -.
+	ProclaimId    string `protobuf:"bytes,4,opt,name=proclaim_id,json=proclaimId,proto3" json:"proclaim_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -446,6 +452,13 @@ func (x *ProclaimRequest) GetTerm() int64 {
 func (x *ProclaimRequest) GetValue() string {
 	if x != nil {
 		return x.Value
+	}
+	return ""
+}
+
+func (x *ProclaimRequest) GetProclaimId() string {
+	if x != nil {
+		return x.ProclaimId
 	}
 	return ""
 }
@@ -1581,11 +1594,13 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\x10CampaignResponse\x125\n" +
 	"\n" +
 	"leadership\x18\x01 \x01(\v2\x15.coordd.v1.LeadershipR\n" +
-	"leadership\"O\n" +
+	"leadership\"p\n" +
 	"\x0fProclaimRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\tR\x05value\".\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x12\x1f\n" +
+	"\vproclaim_id\x18\x04 \x01(\tR\n" +
+	"proclaimId\".\n" +
 	"\x10ProclaimResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\"\xa0\x01\n" +
 	"\rResignRequest\x12\x12\n" +
