@@ -28,14 +28,14 @@ import (
 
 // seat is the JSON stored in a seat key: the leader's proclaimed state.
 type seat struct {
-	RequestID string    `json:"request_id"`
-	Value     string    `json:"value"`
-	Priority  int32     `json:"priority,omitempty"`
-	Proclaims int64     `json:"proclaims,omitempty"`
+	RequestID string `json:"request_id"`
+	Value     string `json:"value"`
+	Priority  int32  `json:"priority,omitempty"`
+	Proclaims int64  `json:"proclaims,omitempty"`
 	// ProclaimID is the id the last proclamation was made with, if any:
 	// a repeat of it changes nothing (Manager.Proclaim).
-	ProclaimID string `json:"proclaim_id,omitempty"`
-	Since     time.Time `json:"since"`
+	ProclaimID string    `json:"proclaim_id,omitempty"`
+	Since      time.Time `json:"since"`
 	// Enqueued is when the campaign began, for a seat given after a wait.
 	Enqueued time.Time `json:"enqueued,omitzero"`
 }
