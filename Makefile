@@ -147,7 +147,8 @@ bench-peers:
 	@test -f /usr/share/java/zookeeper.jar && command -v redis-server >/dev/null || { \
 		SUDO=$$(test "$$(id -u)" = 0 || echo sudo); $$SUDO apt-get update -q && $$SUDO apt-get install -y -q zookeeper redis-server; }
 
-# Fuzz the request validation, 30s per target (FUZZTIME=5m for longer).
+# Fuzz the request validation and the decoders that skip encoding/json,
+# 30s per target (FUZZTIME=5m for longer).
 FUZZTIME ?= 30s
 fuzz:
 	go test -run=^$$ -fuzz=FuzzValidateCreate -fuzztime=$(FUZZTIME) ./session
@@ -155,6 +156,7 @@ fuzz:
 	go test -run=^$$ -fuzz=FuzzValidateRequest -fuzztime=$(FUZZTIME) ./lock
 	go test -run=^$$ -fuzz=FuzzValidateRequest -fuzztime=$(FUZZTIME) ./election
 	go test -run=^$$ -fuzz=FuzzValidateWrite -fuzztime=$(FUZZTIME) ./configcenter
+	go test -run=^$$ -fuzz=FuzzDecodeEntry -fuzztime=$(FUZZTIME) ./history
 
 # Release archives in dist/ (emptied first): coordd and coordctl for each of
 # PLATFORMS, static (CGO_ENABLED=0) and -trimpath, in

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/base/flatjson"
 	"github.com/coordd/coordd/internal/base/names"
 	"github.com/coordd/coordd/lock"
 	"github.com/coordd/coordd/session"
@@ -147,11 +148,61 @@ func (s *state) load(ctx context.Context, cli *clientv3.Client, rev int64) (int6
 	return rev, nil
 }
 
+// decodeEntry decodes a queue entry's value as json.Unmarshal does (a
+// value it cannot decode gives what it decoded before the failure): the
+// values coordd writes without reflection, anything else with
+// encoding/json.
 func decodeEntry(b []byte) entryValue {
+	if v, ok := decodeEntryFlat(b); ok {
+		return v
+	}
 	var v entryValue
 	_ = json.Unmarshal(b, &v)
 	return v
 }
+
+// decodeEntryFlat decodes b if package flatjson reads it and every member
+// it names is of its field's type.
+func decodeEntryFlat(b []byte) (entryValue, bool) {
+	var v entryValue
+	o := flatjson.NewObject(b)
+	for {
+		key, raw, more := o.Next()
+		if !more {
+			return v, o.Readable()
+		}
+		ok := true
+		switch string(key) {
+		case "limit":
+			var n int64
+			n, ok = flatjson.Int(raw)
+			v.Limit = int(n)
+		case "request_id":
+			v.RequestID, ok = flatjson.String(raw)
+		case "read":
+			v.Read, ok = flatjson.Bool(raw)
+		case "enqueued":
+			ok = raw[0] == '"' && v.Enqueued.UnmarshalJSON(raw) == nil
+		case "granted":
+			ok = raw[0] == '"' && v.Granted.UnmarshalJSON(raw) == nil
+		case "since":
+			ok = raw[0] == '"' && v.Since.UnmarshalJSON(raw) == nil
+		default:
+			// encoding/json matches a field's name in any case.
+			for _, f := range entryFields {
+				if strings.EqualFold(string(key), f) {
+					return v, false
+				}
+			}
+		}
+		if !ok {
+			return v, false
+		}
+	}
+}
+
+// entryFields are entryValue's JSON names.
+var entryFields = [...]string{"limit", "request_id", "read", "enqueued", "granted", "since"}
 
 // queueOf returns the queue an entry key belongs to (its prefix,
 // "<root>lock/<escaped name>/", a part of key), or "" for any other key;
