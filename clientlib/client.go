@@ -230,7 +230,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		grpc.WithStaticStreamWindowSize(staticStreamWindow), grpc.WithStaticConnWindowSize(staticConnWindow),
 		// Large namespaces make large snapshots.
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(64<<20)),
-		grpc.WithUnaryInterceptor(c.leaveSilent),
+		grpc.WithChainUnaryInterceptor(retryReads, c.leaveSilent),
 	})...)
 	if err != nil {
 		return nil, fmt.Errorf("coordd: %w", err)

@@ -23,7 +23,12 @@
 // call in flight (a fenced Put, a Publish) ends at once with
 // ErrUnavailable, its outcome unknown, rather than wait for the member to
 // come back. So a paused or partitioned member holds nothing up for longer
-// than one keep-alive interval plus half a second. One Client
+// than one keep-alive interval plus half a second. Reads (config Get,
+// Snapshot and Poll, Leader, DescribeLock, the listings, history, ...)
+// that fail with ErrUnavailable, as they do while etcd elects a leader,
+// are made again after a short backoff for up to 5s (or until ctx ends),
+// then return their last error; the cluster status calls are not
+// repeated, so that a cluster without quorum says so at once. One Client
 // serves all three uses, is safe for concurrent use, and is closed once,
 // when the program is done with it.
 //

@@ -1,0 +1,86 @@
+package clientlib_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/clientlib"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
+)
+
+// flakyConfig answers UNAVAILABLE to the first failFirst reads of each
+// key (all of them for key "down") and to every put, as a member
+// whose etcd is electing a leader would. It counts the calls.
+type flakyConfig struct {
+	coorddv1.UnimplementedConfigServiceServer
+	failFirst int64
+
+	gets, publishes atomic.Int64
+}
+
+func (f *flakyConfig) Get(_ context.Context, req *coorddv1.GetRequest) (*coorddv1.GetResponse, error) {
+	if n := f.gets.Add(1); n <= f.failFirst || req.GetKey() == "down" {
+		return nil, status.Error(codes.Unavailable, "etcd's leader changed while the request was in flight; retry")
+	}
+	return &coorddv1.GetResponse{Value: "v", ModRevision: 7}, nil
+}
+
+func (f *flakyConfig) Put(context.Context, *coorddv1.PutRequest) (*coorddv1.PutResponse, error) {
+	f.publishes.Add(1)
+	return nil, status.Error(codes.Unavailable, "no quorum")
+}
+
+// A read that fails with UNAVAILABLE is made again until it succeeds
+// (within readRetryFor) or ctx ends, when its last error is returned; a
+// write that is not idempotent is not repeated.
+func TestReadsRetryWhileUnavailable(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	cfg := &flakyConfig{failFirst: 3}
+	coorddv1.RegisterConfigServiceServer(srv, cfg)
+	var served sync.WaitGroup
+	served.Go(func() { _ = srv.Serve(lis) })
+	t.Cleanup(func() { srv.Stop(); served.Wait() })
+	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{lis.Addr().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+
+	v, rev, err := c.ConfigCenter().Get(t.Context(), "app", "k", 0)
+	if err != nil || v != "v" || rev != 7 {
+		t.Fatalf("Get = %q, %d, %v; want v, 7 after the server's three UNAVAILABLE answers", v, rev, err)
+	}
+	if n := cfg.gets.Load(); n != 4 {
+		t.Fatalf("the server saw %d reads, want 4", n)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 400*time.Millisecond)
+	defer cancel()
+	before := cfg.gets.Load()
+	if _, _, err := c.ConfigCenter().Get(ctx, "app", "down", 0); !errors.Is(err, clientlib.ErrUnavailable) {
+		t.Fatalf("Get of a key that stays unavailable = %v, want ErrUnavailable (the last answer) when ctx ends", err)
+	}
+	if n := cfg.gets.Load() - before; n < 2 {
+		t.Fatalf("the server saw %d reads of the unavailable key, want the read repeated", n)
+	}
+
+	if _, err := c.ConfigCenter().Put(t.Context(), "app", "k", "v2", clientlib.PublishOptions{}); !errors.Is(err, clientlib.ErrUnavailable) {
+		t.Fatalf("Put = %v, want ErrUnavailable", err)
+	}
+	if n := cfg.publishes.Load(); n != 1 {
+		t.Fatalf("the server saw %d publishes, want 1: a publish is not repeated", n)
+	}
+}
