@@ -41,6 +41,7 @@ var (
 	sdkSubs             = flag.Int("sdk-subscriptions", 1000, "subscriptions (each its own client) of the config SDK benchmark")
 	configPubs          = flag.Int("config-publishes", 50, "publishes per subscriber count and peer")
 	configMembers       = flag.Int("config-members", 1, "members of the cluster -only config runs on: 1 (the one-member tables) or 3 (subscribers spread over three coordd processes, beside raw etcd watches spread the same way)")
+	configInRounds      = flag.Bool("config-in-rounds", false, "run -only config's fan-out in rounds, as on three members (warm-up, rotating order, shared commits, ratios by round), also with -config-members 1: the one-member tables time one pass each, whose p99 is one or two publishes")
 	configClusterK      = flag.String("config-cluster-subscribers", "1000", "subscriber counts of the config fan-out with -config-members 3")
 	configClusterRounds = flag.Int("config-cluster-rounds", 3, "rounds of the config fan-out with -config-members 3")
 	configProfile       = flag.String("config-profile", "", "with -config-members 3: write a CPU profile of member m0 during the first spread run at the largest K to this file, and of the clients to this file.clients (go tool pprof)")
@@ -165,7 +166,7 @@ func run() error {
 		}
 	}
 	if *only == "all" || *only == "config" {
-		if *configMembers > 1 {
+		if *configMembers > 1 || *configInRounds {
 			if err := benchConfigCluster(bin, tmp, *configMembers); err != nil {
 				return err
 			}
