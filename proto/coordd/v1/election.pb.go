@@ -399,7 +399,7 @@ type ProclaimRequest struct {
 	// is safe: if the leader's last proclamation had the same id, the call
 	// changes nothing and reports that proclamation's revision (a retry
 	// whose first answer was lost). Only the last proclamation's id is
-	// kept. At most 128 bytes of ASCII letters, digits and . _ : @ -.
+	// kept. At most 64 bytes of ASCII letters, digits and . _ : @ -.
 	ProclaimId    string `protobuf:"bytes,4,opt,name=proclaim_id,json=proclaimId,proto3" json:"proclaim_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

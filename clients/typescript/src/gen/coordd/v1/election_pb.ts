@@ -235,7 +235,7 @@ export type ProclaimRequest = Message<"coordd.v1.ProclaimRequest"> & {
    * is safe: if the leader's last proclamation had the same id, the call
    * changes nothing and reports that proclamation's revision (a retry
    * whose first answer was lost). Only the last proclamation's id is
-   * kept. At most 128 bytes of ASCII letters, digits and . _ : @ -.
+   * kept. At most 64 bytes of ASCII letters, digits and . _ : @ -.
    *
    * @generated from field: string proclaim_id = 4;
    */
