@@ -20,3 +20,10 @@ func SetBatchBytes(r *Recorder, n int) { r.batch.bytes = n }
 // do not compress would take (and as batches were written before
 // compression).
 func WriteUncompressed(r *Recorder) { r.plain = true }
+
+// DecodesFlat reports whether the recorder decodes a queue entry's or a
+// seat's value without encoding/json.
+func DecodesFlat(value []byte) bool {
+	_, ok := decodeEntryFlat(value)
+	return ok
+}
