@@ -79,26 +79,33 @@ func (o *olderSessions) KeepAliveStream(st coorddv1.SessionService_KeepAliveStre
 	}
 }
 
-// serve starts o on loopback and returns a client of it with n sessions
-// of TTL 3s, and waits until every session renewed twice.
-func serve(t *testing.T, o *olderSessions, n int) []*clientlib.Session {
+// fakeServer serves the services register adds on loopback, until the
+// test ends, and returns a client of it.
+func fakeServer(t *testing.T, register func(*grpc.Server)) *clientlib.Client {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	coorddv1.RegisterSessionServiceServer(srv, o)
+	register(srv)
 	var served sync.WaitGroup
 	served.Go(func() { _ = srv.Serve(lis) })
 	t.Cleanup(func() { srv.Stop(); served.Wait() })
-
-	ctx := t.Context()
-	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{lis.Addr().String()}})
+	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{lis.Addr().String()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// serve starts o on loopback and returns a client of it with n sessions
+// of TTL 3s, and waits until every session renewed twice.
+func serve(t *testing.T, o *olderSessions, n int) []*clientlib.Session {
+	t.Helper()
+	c := fakeServer(t, func(srv *grpc.Server) { coorddv1.RegisterSessionServiceServer(srv, o) })
+	ctx := t.Context()
 	var ss []*clientlib.Session
 	for range n {
 		s, err := c.NewSession(ctx, clientlib.WithTTL(3*time.Second))

@@ -2,7 +2,6 @@ package clientlib_test
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -46,24 +45,12 @@ func (l *lossyElections) Proclaim(_ context.Context, req *coorddv1.ProclaimReque
 // Proclaim) and observers see the proclamation once; each Proclaim call
 // has an id of its own.
 func TestProclaimRetriesWithItsID(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
 	elections := &lossyElections{}
-	coorddv1.RegisterSessionServiceServer(srv, &olderSessions{})
-	coorddv1.RegisterElectionServiceServer(srv, elections)
-	var served sync.WaitGroup
-	served.Go(func() { _ = srv.Serve(lis) })
-	t.Cleanup(func() { srv.Stop(); served.Wait() })
-
+	c := fakeServer(t, func(srv *grpc.Server) {
+		coorddv1.RegisterSessionServiceServer(srv, &olderSessions{})
+		coorddv1.RegisterElectionServiceServer(srv, elections)
+	})
 	ctx := t.Context()
-	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{lis.Addr().String()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
 	s, err := c.NewSession(ctx, clientlib.WithTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)

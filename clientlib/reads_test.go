@@ -3,8 +3,6 @@ package clientlib_test
 import (
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,21 +41,8 @@ func (f *flakyConfig) Put(context.Context, *coorddv1.PutRequest) (*coorddv1.PutR
 // (within readRetryFor) or ctx ends, when its last error is returned; a
 // write that is not idempotent is not repeated.
 func TestReadsRetryWhileUnavailable(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
 	cfg := &flakyConfig{failFirst: 3}
-	coorddv1.RegisterConfigServiceServer(srv, cfg)
-	var served sync.WaitGroup
-	served.Go(func() { _ = srv.Serve(lis) })
-	t.Cleanup(func() { srv.Stop(); served.Wait() })
-	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{lis.Addr().String()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := fakeServer(t, func(srv *grpc.Server) { coorddv1.RegisterConfigServiceServer(srv, cfg) })
 
 	v, rev, err := c.ConfigCenter().Get(t.Context(), "app", "k", 0)
 	if err != nil || v != "v" || rev != 7 {
