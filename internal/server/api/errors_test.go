@@ -50,6 +50,9 @@ func TestToStatus(t *testing.T) {
 		{"caller cancel", context.Canceled, codes.Canceled, "", false, 499, true},
 		{"etcd no leader", fmt.Errorf("session: get: %w", rpctypes.ErrNoLeader), codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		{"etcd timeout", rpctypes.ErrGRPCTimeout, codes.Unavailable, "UNAVAILABLE", false, 503, false},
+		// As the in-process client returns it while members elect a leader
+		// (a daemon's start read the page token key so, and retries it).
+		{"etcd timeout, client error", fmt.Errorf("page token key: %w", rpctypes.ErrTimeout), codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		{"etcd no space", fmt.Errorf("session: grant lease: %w", rpctypes.ErrGRPCNoSpace), codes.ResourceExhausted, "NO_SPACE", false, 507, false},
 		{"etcd no space, client error", fmt.Errorf("lock: enqueue: %w", rpctypes.ErrNoSpace), codes.ResourceExhausted, "NO_SPACE", false, 507, false},
 		{"etcd overloaded", rpctypes.ErrGRPCRequestTooManyRequests, codes.Unavailable, "UNAVAILABLE", false, 503, false},
