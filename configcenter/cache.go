@@ -481,6 +481,10 @@ func (c *Cache) apply(rev int64, evs []*clientv3.Event) {
 		c.history = append(c.history, ev)
 		ns := ev.Release.Namespace
 		for sub := range c.subs[ns] {
+			if sub.grays == nil { // runs no gray: the common case
+				sub.enqueue(ev)
+				continue
+			}
 			if g := sub.grays[ns]; g != 0 {
 				if sp := c.spaces[ns]; sp.gray != nil && sp.gray.Number == g {
 					sub.enqueue(sp.asGray(ev))

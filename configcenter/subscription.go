@@ -44,8 +44,9 @@ type Subscription struct {
 	namespaces []string
 	who        *Identity // nil: an anonymous subscriber, which no gray matches
 	// grays is, per namespace, the gray release the subscriber was last
-	// given (in a snapshot); read under c.mu, written under c.mu (read)
-	// and mu.
+	// given (in a snapshot), without the namespaces given none: nil for a
+	// subscriber that runs no gray, so a release costs it no lookup. Read
+	// under c.mu, written under c.mu (read) and mu.
 	grays map[string]int64
 
 	mu       sync.Mutex
@@ -133,7 +134,7 @@ func (c *Cache) subscribe(ctx context.Context, namespaces []string, from int64, 
 		// Start from the current state (see catchUp).
 		c.catchUp(ctx)
 	}
-	s := &Subscription{c: c, namespaces: namespaces, signal: notify, who: who, grays: map[string]int64{}}
+	s := &Subscription{c: c, namespaces: namespaces, signal: notify, who: who}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	usable := from > 0 && from-1 >= c.oldest
@@ -260,11 +261,29 @@ func (s *Subscription) TryNext(bookmark bool) (Event, bool) {
 
 // take returns a due snapshot or queued event, or with bookmark a bookmark
 // if nothing is queued.
+//
+// A queued release takes the subscription's lock alone: a release reaches
+// every subscriber of its namespace at once, and their consumers would
+// otherwise all take the cache's lock (shared, but one cache line for
+// all) while the next release waits to be applied. A snapshot or a
+// bookmark reads the cache's state under the cache's lock (taken first).
 func (s *Subscription) take(bookmark bool) (Event, bool) {
+	s.mu.Lock()
+	if !s.snapshot && len(s.queue) > 0 {
+		ev := s.popLocked()
+		s.mu.Unlock()
+		return ev, true
+	}
+	due := s.snapshot || bookmark
+	s.mu.Unlock()
+	if !due {
+		return Event{}, false
+	}
 	s.c.mu.RLock()
 	defer s.c.mu.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Decided again: the subscription may have changed in between.
 	switch {
 	case s.snapshot:
 		// Everything queued is at or below the cache's revision: the
@@ -273,20 +292,33 @@ func (s *Subscription) take(bookmark bool) (Event, bool) {
 		ev := Event{Type: EventSnapshot, Revision: s.c.rev, Cluster: s.c.cluster}
 		for _, ns := range s.namespaces {
 			snap := s.c.snapshotLocked(ns, s.who)
-			s.grays[ns] = snap.Gray
+			if snap.Gray != 0 {
+				if s.grays == nil {
+					s.grays = map[string]int64{}
+				}
+				s.grays[ns] = snap.Gray
+			} else {
+				delete(s.grays, ns)
+			}
 			ev.Snapshots = append(ev.Snapshots, snap)
 		}
 		return ev, true
 	case len(s.queue) > 0:
-		ev := s.queue[0]
-		s.queue[0] = Event{}
-		s.queue = s.queue[1:]
-		if len(s.queue) == 0 {
-			s.queue = nil // let the backing array go
-		}
-		return ev, true
+		return s.popLocked(), true
 	case bookmark && s.c.live:
 		return Event{Type: EventBookmark, Revision: s.c.rev}, true
 	}
 	return Event{}, false
+}
+
+// popLocked removes and returns the oldest queued event. s.mu must be
+// held, and the queue not empty.
+func (s *Subscription) popLocked() Event {
+	ev := s.queue[0]
+	s.queue[0] = Event{}
+	s.queue = s.queue[1:]
+	if len(s.queue) == 0 {
+		s.queue = nil // let the backing array go
+	}
+	return ev
 }

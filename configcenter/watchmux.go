@@ -77,12 +77,14 @@ type WatchMux struct {
 
 	// Owned by Next's goroutine.
 	subs      map[int64]*Subscription
-	revealing map[int64]bool // watches whose start asked for secrets
-	out       []WatchBatch   // the rest of the current round, or refused starts
-	draining  bool           // taking rounds until one is empty or maxWatchRounds
-	rounds    int            // rounds taken in this run
-	ids       []int64        // the watches, ascending, for this run
-	bookmarks bool           // the next round may take bookmarks
+	revealing map[int64]bool  // watches whose start asked for secrets
+	out       []WatchBatch    // the rest of the current round, or refused starts
+	draining  bool            // taking rounds until one is empty or maxWatchRounds
+	rounds    int             // rounds taken in this run
+	ids       []int64         // the watches, ascending; rebuilt when stale
+	order     []*Subscription // their subscriptions, in the same order
+	stale     bool            // subs changed since ids was built
+	bookmarks bool            // the next round may take bookmarks
 }
 
 // WatchBatch is one result of WatchMux.Next: an event for one or more
@@ -206,13 +208,26 @@ func (m *WatchMux) Next(ctx context.Context) (WatchBatch, error) {
 		case <-m.ticker.C:
 			m.bookmarks = true
 		}
-		m.ids = m.ids[:0]
-		for id := range m.subs {
-			m.ids = append(m.ids, id)
+		if m.stale {
+			m.sortSubs()
 		}
-		slices.Sort(m.ids)
 		m.draining, m.rounds = true, 0
 	}
+}
+
+// sortSubs lists the watches in ascending order of id, for the rounds.
+func (m *WatchMux) sortSubs() {
+	m.ids = m.ids[:0]
+	for id := range m.subs {
+		m.ids = append(m.ids, id)
+	}
+	slices.Sort(m.ids)
+	clear(m.order)
+	m.order = m.order[:0]
+	for _, id := range m.ids {
+		m.order = append(m.order, m.subs[id])
+	}
+	m.stale = false
 }
 
 // handleRequests applies the waiting requests in order. Refused starts go
@@ -227,6 +242,7 @@ func (m *WatchMux) handleRequests(ctx context.Context) error {
 	if slices.ContainsFunc(reqs, func(r watchRequest) bool { return !r.stop && r.refused == nil && r.from == 0 }) {
 		m.c.catchUp(ctx)
 	}
+	m.stale = m.stale || len(reqs) > 0
 	for _, r := range reqs {
 		if old := m.subs[r.id]; old != nil { // a stop, or a restart of the same watch
 			old.Close()
@@ -264,8 +280,8 @@ func (m *WatchMux) round() bool {
 	var snapshots, changes, marks []WatchBatch
 	byRelease := map[*Release]int{} // index in changes
 	byRevision := map[int64]int{}   // bookmark revision -> index in marks
-	for _, id := range m.ids {
-		ev, ok := m.subs[id].TryNext(m.bookmarks)
+	for i, id := range m.ids {
+		ev, ok := m.order[i].TryNext(m.bookmarks)
 		if !ok {
 			continue
 		}
@@ -301,6 +317,7 @@ func (m *WatchMux) Close() {
 		sub.Close()
 		delete(m.subs, id)
 	}
+	m.stale = true
 }
 
 // poke sends on a one-slot channel without waiting.
