@@ -13,6 +13,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/storage/mvcc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/coordd/coordd/internal/base/names"
@@ -77,6 +78,25 @@ type CacheOptions struct {
 	// Progress is how often the cache asks etcd for its watch's progress,
 	// so its revision advances while the config tree is quiet. Default 1s.
 	Progress time.Duration
+	// Local is this member's own etcd store, when the member runs one
+	// (coordd's embedded etcd): the cache then watches it in place, and a
+	// release reaches the cache from etcd's apply with one goroutine
+	// woken, instead of through etcd's watch server, its in-process
+	// client and that client's watch goroutines (four more wake-ups and
+	// copies before the first subscriber hears of it). The tree is still
+	// loaded through the client. Nil when etcd runs elsewhere.
+	//
+	// Like the watch through the in-process client, a local watch does
+	// not end when the member loses its leader: the daemon ends its
+	// subscribers' streams then (see daemon's leader watch).
+	Local LocalStore
+}
+
+// LocalStore is a member's etcd store (etcd's mvcc.WatchableKV).
+type LocalStore interface {
+	NewWatchStream() mvcc.WatchStream
+	// Rev is the store's current revision.
+	Rev() int64
 }
 
 type space struct {
@@ -125,6 +145,8 @@ func NewCache(store *Store, opts CacheOptions) *Cache {
 // it, up to 100 ms later, and meanwhile every subscription that must start
 // from the current state would wait. The cache's watch has a gRPC stream of
 // its own (see ownStream), so no other watch of the client delays it so.
+// With CacheOptions.Local the watch is on the member's store, opened at its
+// current revision, and the tree is read there.
 func (c *Cache) Run(ctx context.Context) {
 	defer close(c.done)
 	backoff := 50 * time.Millisecond
@@ -317,6 +339,9 @@ func (c *Cache) applyKV(spaces map[string]*space, typ mvccpb.Event_EventType, kv
 // the next watch must start with a fresh read (this one could not read
 // the tree, or fell behind etcd's compacted history).
 func (c *Cache) follow(ctx context.Context, fresh bool) (progressed, reload bool) {
+	if c.opts.Local != nil {
+		return c.followLocal(ctx, fresh)
+	}
 	wctx, cancel := context.WithCancel(ownStream(clientv3.WithRequireLeader(ctx)))
 	defer cancel()
 	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithProgressNotify()}
@@ -372,19 +397,87 @@ func (c *Cache) follow(ctx context.Context, fresh bool) (progressed, reload bool
 			c.advance(wr.Header.Revision)
 			continue
 		}
-		evs := wr.Events
-		for len(evs) > 0 {
-			r := evs[0].Kv.ModRevision
-			n := 1
-			for n < len(evs) && evs[n].Kv.ModRevision == r {
-				n++
-			}
-			c.apply(r, evs[:n])
-			evs = evs[n:]
-		}
+		c.applyAll(wr.Events)
 	}
 	c.setLive(false)
 	return progressed && ctx.Err() == nil, false
+}
+
+// followLocal is follow on the member's own store (CacheOptions.Local).
+// The cache's goroutine receives etcd's responses itself, and asks for
+// progress on the same schedule as follow.
+func (c *Cache) followLocal(ctx context.Context, fresh bool) (progressed, reload bool) {
+	ws := c.opts.Local.NewWatchStream()
+	defer ws.Close()
+	var from int64 // the revision the watch follows
+	if fresh {
+		from = c.opts.Local.Rev()
+	} else {
+		c.mu.RLock()
+		from = c.rev
+		c.mu.RUnlock()
+	}
+	if c.beforeWatch != nil {
+		c.beforeWatch()
+	}
+	// A watch from the store's current revision is caught up (synced) at
+	// once; one from an older revision waits for etcd's sync, as in follow.
+	id, err := ws.Watch(ctx, mvcc.WatchID(clientv3.AutoWatchID), []byte(c.store.root), []byte(clientv3.GetPrefixRangeEnd(c.store.root)), from+1)
+	if err != nil {
+		return false, fresh
+	}
+	if fresh {
+		// The tree at from joins the watch after it without a gap.
+		if !c.load(ctx, from) {
+			return false, true
+		}
+		c.readyOnce.Do(func() { close(c.ready) })
+	}
+	defer c.setLive(false)
+	progress := time.NewTicker(c.opts.Progress)
+	defer progress.Stop()
+	var evs []*clientv3.Event // scratch
+	for {
+		select {
+		case <-ctx.Done():
+			return false, false
+		case <-progress.C:
+			ws.RequestProgress(id)
+		case <-c.nudge:
+			ws.RequestProgress(id)
+		case wr, ok := <-ws.Chan():
+			if !ok {
+				return progressed && ctx.Err() == nil, false
+			}
+			if wr.CompactRevision != 0 {
+				return true, true // as in follow
+			}
+			progressed = true
+			if len(wr.Events) == 0 {
+				c.advance(wr.Revision) // a progress response
+				continue
+			}
+			evs = evs[:0]
+			for _, ev := range wr.Events {
+				evs = append(evs, (*clientv3.Event)(ev))
+			}
+			c.applyAll(evs)
+			clear(evs)
+		}
+	}
+}
+
+// applyAll applies a watch response's events, revision by revision.
+func (c *Cache) applyAll(evs []*clientv3.Event) {
+	for len(evs) > 0 {
+		r := evs[0].Kv.ModRevision
+		n := 1
+		for n < len(evs) && evs[n].Kv.ModRevision == r {
+			n++
+		}
+		c.apply(r, evs[:n])
+		evs = evs[n:]
+	}
 }
 
 // ownStream gives the cache's watch a gRPC watch stream of its own. etcd's

@@ -138,10 +138,26 @@ func (m *model) apply(ev configcenter.Event) {
 // slowly enough to overflow their queue). Every subscriber must see, per
 // namespace, a gap-free sequence of complete releases equal to the store's,
 // or a snapshot that restarts it, and end equal to the store.
+//
+// It runs with the cache watching etcd through its client, and watching the
+// member's store in place (CacheOptions.Local, as on coordd's embedded
+// member).
 func TestSubscribersSeeCompleteReleasesInOrder(t *testing.T) {
 	t.Parallel()
+	for _, feed := range []string{"client", "local"} {
+		t.Run(feed, func(t *testing.T) {
+			t.Parallel()
+			checkSubscribers(t, feed == "local")
+		})
+	}
+}
+
+func checkSubscribers(t *testing.T, local bool) {
 	e := newEnv(t, configcenter.Limits{HistoryReleases: 1000})
 	opts := configcenter.CacheOptions{History: 40, QueueLimit: 64, Bookmark: 50 * time.Millisecond, Progress: 20 * time.Millisecond}
+	if local {
+		opts.Local = e.local
+	}
 	cache := e.startCache(t, opts)
 	ctx := t.Context()
 	namespaces := []string{"app/a", "app/b", "shared"}

@@ -18,12 +18,16 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type env struct {
 	s   *configcenter.Store
 	cli *clientv3.Client
+	// local is the member's store, for caches that watch it in place
+	// (CacheOptions.Local).
+	local configcenter.LocalStore
 }
 
-func newEnv(t *testing.T, limits configcenter.Limits) env {
-	t.Helper()
-	cli := etcdtest.Start(t).Client(t)
-	return env{s: configcenter.NewStore(cli, "/coordd/", limits), cli: cli}
+func newEnv(tb testing.TB, limits configcenter.Limits) env {
+	tb.Helper()
+	m := etcdtest.Start(tb)
+	cli := m.Client(tb)
+	return env{s: configcenter.NewStore(cli, "/coordd/", limits), cli: cli, local: m.Etcd.Server.KV()}
 }
 
 func (e env) rev(t *testing.T) int64 {

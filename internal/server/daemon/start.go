@@ -357,7 +357,11 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 			return err
 		}
 	}
-	d.configCache = configcenter.NewCache(configStore, cfg.ConfigCache)
+	cacheOpts := cfg.ConfigCache
+	if d.etcd != nil { // the embedded member: watch its store in place
+		cacheOpts.Local = d.etcd.Server.KV()
+	}
+	d.configCache = configcenter.NewCache(configStore, cacheOpts)
 	configSvc := api.NewConfigServer(d.stopped, configStore, d.configCache, p.apiMetrics)
 	configSvc.MayReadSecrets = func(ctx context.Context, ns string) bool {
 		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.ConfigReadSecret, auth.Resource{Kind: auth.Namespace, Name: ns})
