@@ -3,7 +3,6 @@ package clientlib
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 )
@@ -82,14 +81,7 @@ type dispatcher struct {
 func newDispatcher(s *Subscription) *dispatcher {
 	d := &dispatcher{s: s, delivered: s.snap.Load()}
 	s.mu.Lock()
-	if s.good == nil {
-		s.good = map[string]*nsView{}
-	}
-	for ns, v := range d.delivered.spaces {
-		if s.good[ns] == nil {
-			s.good[ns] = v
-		}
-	}
+	s.good.start(d.delivered)
 	s.mu.Unlock()
 	return d
 }
@@ -137,11 +129,7 @@ func (d *dispatcher) run(ctx context.Context) {
 func (d *dispatcher) markGood(cur *ConfigSnapshot, rejected map[string]error) {
 	d.s.mu.Lock()
 	defer d.s.mu.Unlock()
-	for ns, v := range cur.spaces {
-		if _, bad := rejected[ns]; !bad && v != d.delivered.spaces[ns] {
-			d.s.good[ns] = v
-		}
-	}
+	d.s.good.delivered(d.delivered, cur, rejected)
 }
 
 // record gives cur to the cache file and the status reporter.
@@ -151,7 +139,7 @@ func (d *dispatcher) record(cur *ConfigSnapshot, rejected map[string]error) {
 	d.recorded = cur
 	if d.s.opts.cacheFile != "" {
 		d.s.mu.Lock()
-		good := maps.Clone(d.s.good)
+		good := d.s.good.all(d.s.namespaces)
 		d.s.mu.Unlock()
 		if err := writeCacheFile(d.s.opts.cacheFile, cur, d.s.namespaces, good); err != nil {
 			d.s.report(fmt.Errorf("coordd: write config cache file: %w", err))

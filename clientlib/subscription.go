@@ -114,7 +114,7 @@ type Subscription struct {
 	// good is, per namespace, the last view delivered without a callback
 	// (a Binding) rejecting it; kept in the cache file, so Bind can start
 	// from it when the newest release is bad.
-	good map[string]*nsView
+	good goodViews
 
 	watchID  int64         // this subscription on the client's WatchMany stream
 	nsKey    string        // the namespace list, as a key
@@ -134,7 +134,7 @@ type Subscription struct {
 func (s *Subscription) lastGood(ns string) *nsView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.good[ns]
+	return s.good.of(ns)
 }
 
 // Subscribe follows namespaces. It returns once it has the current
@@ -166,7 +166,7 @@ func (cc *ConfigCenter) Subscribe(ctx context.Context, namespaces []string, opts
 	if o.cacheFile != "" {
 		if cached, good, err := readCacheFile(o.cacheFile, namespaces); err == nil {
 			s.snap.Store(cached)
-			s.good = good
+			s.good = goodViews{pins: good}
 			s.status.State, s.status.Revision = StateStale, cached.revision
 		} else if !errors.Is(err, os.ErrNotExist) {
 			c.lg.Warn("coordd: config cache file unusable; starting without it", "file", o.cacheFile, "error", err)
