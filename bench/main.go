@@ -44,6 +44,7 @@ var (
 	configInRounds      = flag.Bool("config-in-rounds", false, "run -only config's fan-out in rounds, as on three members (warm-up, rotating order, shared commits, ratios by round), also with -config-members 1: the one-member tables time one pass each, whose p99 is one or two publishes")
 	configClusterK      = flag.String("config-cluster-subscribers", "1000", "subscriber counts of the config fan-out with -config-members 3")
 	configClusterRounds = flag.Int("config-cluster-rounds", 3, "rounds of the config fan-out with -config-members 3")
+	configOtherBin      = flag.String("config-other-bin", "", "with -config-in-rounds on one member: also run the coordd binary at this path as a second one-member daemon, its SDK subscribers spread as this build's, in the same rounds: an A/B of two builds (ratios this build / that one)")
 	configProfile       = flag.String("config-profile", "", "with -config-members 3: write a CPU profile of member m0 during the first spread run at the largest K to this file, and of the clients to this file.clients (go tool pprof)")
 	failoverTTL         = flag.Int("failover-ttl", 2, "session TTL in seconds for the crash fail-overs")
 	// campaignChild makes this binary a process that leads an election until
