@@ -33,7 +33,9 @@ type ConfigChange struct {
 type callback struct {
 	ns     string
 	filter func(key string) bool
-	fn     func(*ConfigChange) error // an error rejects the release (bindings)
+	// fn takes the change by value: a pointer to a change made per call
+	// escaped to the heap, an allocation per subscription per release.
+	fn func(ConfigChange) error // an error rejects the release (bindings)
 }
 
 // register adds cb. s.cbs is never modified in place, only replaced, so
@@ -54,18 +56,18 @@ func (s *Subscription) register(cb *callback) (unregister func()) {
 // goroutine, outside any lock; a panic is recovered and reported to
 // OnError. It returns a function that unregisters fn.
 func (s *Subscription) OnNamespace(ns string, fn func(ConfigChange)) (unregister func()) {
-	return s.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(c *ConfigChange) error { fn(*c); return nil }})
+	return s.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(c ConfigChange) error { fn(c); return nil }})
 }
 
 // OnKey calls fn after every change of one key; see OnNamespace.
 func (s *Subscription) OnKey(ns, key string, fn func(ConfigChange)) (unregister func()) {
-	return s.register(&callback{ns: ns, filter: func(k string) bool { return k == key }, fn: func(c *ConfigChange) error { fn(*c); return nil }})
+	return s.register(&callback{ns: ns, filter: func(k string) bool { return k == key }, fn: func(c ConfigChange) error { fn(c); return nil }})
 }
 
 // OnPrefix calls fn after every change of the keys starting with prefix;
 // see OnNamespace.
 func (s *Subscription) OnPrefix(ns, prefix string, fn func(ConfigChange)) (unregister func()) {
-	return s.register(&callback{ns: ns, filter: func(k string) bool { return strings.HasPrefix(k, prefix) }, fn: func(c *ConfigChange) error { fn(*c); return nil }})
+	return s.register(&callback{ns: ns, filter: func(k string) bool { return strings.HasPrefix(k, prefix) }, fn: func(c ConfigChange) error { fn(c); return nil }})
 }
 
 // dispatcher runs the callbacks on one goroutine, level-triggered: it
@@ -177,7 +179,7 @@ func (d *dispatcher) dispatch(old, cur *ConfigSnapshot) map[string]error {
 		if len(keys) == 0 {
 			continue
 		}
-		if err := d.call(cb, &ConfigChange{Namespace: cb.ns, Release: release, Keys: keys, Snapshot: cur}); err != nil {
+		if err := d.call(cb, ConfigChange{Namespace: cb.ns, Release: release, Keys: keys, Snapshot: cur}); err != nil {
 			rejected = d.rejected(rejected, cb.ns, err)
 		}
 	}
@@ -214,7 +216,7 @@ func (d *dispatcher) rejected(m map[string]error, ns string, err error) map[stri
 	return m
 }
 
-func (d *dispatcher) call(cb *callback, ch *ConfigChange) (err error) {
+func (d *dispatcher) call(cb *callback, ch ConfigChange) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			d.s.report(fmt.Errorf("coordd: config callback for %q panicked: %v", cb.ns, p))
