@@ -120,6 +120,12 @@ type sample struct {
 	us     float64
 }
 
+// delivery is a sample and its latency after the publish call returned.
+type delivery struct {
+	member    int
+	us, after float64
+}
+
 // slowest names the publish whose last delivery came latest.
 func (r clusterFanoutRun) slowest() string {
 	if len(r.last) == 0 {
@@ -163,10 +169,22 @@ func (r clusterFanoutRun) only(keep func(member int) bool) clusterFanoutRun {
 
 // runClusterFanout opens k subscribers on p, then publishes n values, each
 // at least every apart and once the previous one reached everyone.
-func runClusterFanout(p clusterFanout, k, n int, every time.Duration) (clusterFanoutRun, error) {
+func runClusterFanout(p clusterFanout, k, n int, every time.Duration) (r clusterFanoutRun, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := clusterFanoutRun{byMember: map[int][]float64{}, afterMember: map[int][]float64{}, firstMember: map[int][]float64{}}
+	r = clusterFanoutRun{byMember: map[int][]float64{}, afterMember: map[int][]float64{}, firstMember: map[int][]float64{}}
+	// Every delivery's sample is kept in room made before the first
+	// publish, and sorted by member after the last: growing slices while
+	// deliveries are timed made the bench's own garbage, collected during
+	// some publishes, whichever peer ran.
+	r.current = make([]sample, 0, k)
+	timed := make([]delivery, 0, k*n)
+	defer func() {
+		for _, d := range timed {
+			r.byMember[d.member] = append(r.byMember[d.member], d.us)
+			r.afterMember[d.member] = append(r.afterMember[d.member], d.after)
+		}
+	}()
 	var mu sync.Mutex
 	var cur string
 	var t0 time.Time
@@ -180,7 +198,6 @@ func runClusterFanout(p clusterFanout, k, n int, every time.Duration) (clusterFa
 			return
 		}
 		m, us := p.memberOf(i), float64(at.Sub(t0).Microseconds())
-		r.byMember[m] = append(r.byMember[m], us)
 		if len(r.last) == 0 {
 			r.firstMember[m] = append(r.firstMember[m], us)
 		}
@@ -209,7 +226,7 @@ func runClusterFanout(p clusterFanout, k, n int, every time.Duration) (clusterFa
 			r.last = append(r.last, float64(time.Since(start).Microseconds()))
 			r.calls = append(r.calls, called)
 			for _, d := range r.current {
-				r.afterMember[d.member] = append(r.afterMember[d.member], max(d.us-called, 0))
+				timed = append(timed, delivery{d.member, d.us, max(d.us-called, 0)})
 			}
 			mu.Unlock()
 		case <-time.After(30 * time.Second):
