@@ -311,13 +311,22 @@ func (s *Subscription) take(bookmark bool) (Event, bool) {
 	return Event{}, false
 }
 
+// keptQueueCap is the largest queue array a subscription keeps once it
+// has emptied its queue: one a release at a time fits, so a subscriber
+// that keeps up costs no allocation per release; a backlog's is let go.
+const keptQueueCap = 4
+
 // popLocked removes and returns the oldest queued event. s.mu must be
 // held, and the queue not empty.
 func (s *Subscription) popLocked() Event {
 	ev := s.queue[0]
 	s.queue[0] = Event{}
-	s.queue = s.queue[1:]
-	if len(s.queue) == 0 {
+	switch {
+	case len(s.queue) > 1:
+		s.queue = s.queue[1:]
+	case cap(s.queue) <= keptQueueCap:
+		s.queue = s.queue[:0] // for the next release
+	default:
 		s.queue = nil // let the backing array go
 	}
 	return ev

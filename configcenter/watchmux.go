@@ -278,27 +278,28 @@ func (m *WatchMux) handleRequests(ctx context.Context) error {
 // reports whether it took any.
 func (m *WatchMux) round() bool {
 	var snapshots, changes, marks []WatchBatch
-	byRelease := map[*Release]int{} // index in changes
-	byRevision := map[int64]int{}   // bookmark revision -> index in marks
+	var byRelease map[*Release]int // index in changes, once a round has many
+	var byRevision map[int64]int   // bookmark revision -> index in marks, likewise
 	for i, id := range m.ids {
 		ev, ok := m.order[i].TryNext(m.bookmarks)
 		if !ok {
 			continue
 		}
+		// A batch names its watches in one array, made with room for the
+		// rest of the round's (up to a bound), not grown one id at a time.
+		room := min(len(m.ids)-i, maxBatchRoom)
 		switch ev.Type {
 		case EventChange:
-			if i, ok := byRelease[ev.Release]; ok {
-				changes[i].IDs = append(changes[i].IDs, id)
+			if j := batchOf(changes, &byRelease, ev.Release, func(b *WatchBatch) *Release { return b.Event.Release }); j >= 0 {
+				changes[j].IDs = append(changes[j].IDs, id)
 			} else {
-				byRelease[ev.Release] = len(changes)
-				changes = append(changes, WatchBatch{IDs: []int64{id}, Event: ev})
+				changes = append(changes, WatchBatch{IDs: append(make([]int64, 0, room), id), Event: ev})
 			}
 		case EventBookmark:
-			if i, ok := byRevision[ev.Revision]; ok {
-				marks[i].IDs = append(marks[i].IDs, id)
+			if j := batchOf(marks, &byRevision, ev.Revision, func(b *WatchBatch) int64 { return b.Event.Revision }); j >= 0 {
+				marks[j].IDs = append(marks[j].IDs, id)
 			} else {
-				byRevision[ev.Revision] = len(marks)
-				marks = append(marks, WatchBatch{IDs: []int64{id}, Event: Event{Type: EventBookmark, Revision: ev.Revision}})
+				marks = append(marks, WatchBatch{IDs: append(make([]int64, 0, room), id), Event: Event{Type: EventBookmark, Revision: ev.Revision}})
 			}
 		default:
 			snapshots = append(snapshots, WatchBatch{IDs: []int64{id}, Event: ev})
@@ -307,6 +308,40 @@ func (m *WatchMux) round() bool {
 	m.bookmarks = false
 	m.out = slices.Concat(m.out, snapshots, changes, marks)
 	return len(m.out) > 0
+}
+
+// maxBatchRoom bounds the ids a batch makes room for when it is made.
+const maxBatchRoom = 128
+
+// linearBatches is how many batches of one kind a round searches one by
+// one for the batch an event joins; past it, it indexes them in a map (a
+// round's watches are usually at one or two releases, but may be at as
+// many as there are watches).
+const linearBatches = 8
+
+// batchOf returns the index of the batch in bs whose key (as key reads
+// it) is k, or -1. It searches bs in order while it is short, then
+// through *index, which it builds once bs outgrows linearBatches.
+func batchOf[K comparable](bs []WatchBatch, index *map[K]int, k K, key func(*WatchBatch) K) int {
+	if *index == nil && len(bs) > linearBatches {
+		*index = make(map[K]int, 2*len(bs))
+		for j := range bs {
+			(*index)[key(&bs[j])] = j
+		}
+	}
+	if *index == nil {
+		for j := range bs {
+			if key(&bs[j]) == k {
+				return j
+			}
+		}
+		return -1
+	}
+	if j, ok := (*index)[k]; ok {
+		return j
+	}
+	(*index)[k] = len(bs) // the caller appends the new batch there
+	return -1
 }
 
 // Close ends every watch and stops the bookmark ticker. Requests made

@@ -167,6 +167,42 @@ func TestWatchMuxRoundsAndBatches(t *testing.T) {
 	releaseTo(t, m, "a", 9, 5, 6)
 }
 
+// TestWatchMuxBatchesManyReleasesInARound: a round whose watches are at
+// more releases than a mux searches one by one still makes one batch per
+// release, naming every watch at it.
+func TestWatchMuxBatchesManyReleasesInARound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	cache := e.startCache(t, configcenter.CacheOptions{Bookmark: time.Hour})
+	ctx := t.Context()
+	const n = 12 // releases the first round's watches are at
+	rev := map[int]int64{}
+	for i := 1; i <= n+1; i++ {
+		r, err := e.s.Put(ctx, "a", "k", fmt.Sprint(i), 0, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev[i] = r.Revision
+	}
+	wait.For(t, "every release in the cache's history", func() bool { return cache.Revision() >= rev[n+1] })
+	m := configcenter.NewWatchMux(cache)
+	defer m.Close()
+	// Watches i and n+i resume after release i: their next is release i+1.
+	for i := 1; i <= n; i++ {
+		for _, id := range []int64{int64(i), int64(n + i)} {
+			if err := m.Start(id, []string{"a"}, rev[i]+1, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := 1; i <= n; i++ {
+		want := fmt.Sprintf("[%d %d] CHANGE a#%d", i, n+i, i+1)
+		if got := summarize(nextOf(t, m, false)).String(); got != want {
+			t.Fatalf("batch %d of the first round = %s, want %s", i, got, want)
+		}
+	}
+}
+
 // TestWatchMuxBookmarksOverflowAndLimits: bookmarks of watches at one
 // revision are one batch; a watch whose queue overflows gets a fresh
 // snapshot while the mux is not read; requests past the limit are refused;
