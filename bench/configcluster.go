@@ -270,10 +270,7 @@ func benchConfigCluster(bin, tmp string, members int) error {
 	}
 	peers := []string{sdkSpread, sdkLeader, rawSpread, sharedPair}
 	var others []string // the other build's member, for the A/B
-	if *configOtherBin != "" {
-		if members != 1 {
-			return fmt.Errorf("-config-other-bin runs on one member (-config-in-rounds), not %d", members)
-		}
+	if *configOtherBin != "" { // one member (checked by run)
 		od, err := startCluster(*configOtherBin, filepath.Join(tmp, "config-other"), 1)
 		if err != nil {
 			return fmt.Errorf("the other build: %w", err)

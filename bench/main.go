@@ -167,6 +167,9 @@ func run() error {
 		}
 	}
 	if *only == "all" || *only == "config" {
+		if *configOtherBin != "" && (!*configInRounds || *configMembers != 1) {
+			return fmt.Errorf("-config-other-bin needs -config-in-rounds on one member")
+		}
 		if *configMembers > 1 || *configInRounds {
 			if err := benchConfigCluster(bin, tmp, *configMembers); err != nil {
 				return err

@@ -362,6 +362,59 @@ func dedupe(ms []configcenter.Mutation) []configcenter.Mutation {
 	return out
 }
 
+// A subscriber that keeps up keeps its queue's array from one release to
+// the next (no allocation per release), and one that drained a backlog
+// lets the backlog's array go.
+func TestQueueArrayKeptOnlyWhenSmall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	c := e.startCache(t, configcenter.CacheOptions{Bookmark: time.Hour})
+	ctx := t.Context()
+	var first int64
+	for i := range 40 {
+		r, err := e.s.Put(ctx, "q/ns", "k", fmt.Sprint(i), 0, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = r.Revision
+		}
+	}
+	next := func(sub *configcenter.Subscription) configcenter.Event {
+		t.Helper()
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	wait.For(t, "the releases in the cache", func() bool { return c.Revision() >= first+39 })
+	sub, err := c.Subscribe(ctx, []string{"q/ns"}, first+1) // a backlog of 39
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for range 39 {
+		if ev := next(sub); ev.Type != configcenter.EventChange {
+			t.Fatalf("backlog: %v", ev.Type)
+		}
+	}
+	if n := configcenter.QueueArray(sub); n != 0 {
+		t.Fatalf("a drained backlog keeps an array of %d events", n)
+	}
+	for i := range 3 {
+		r, err := e.s.Put(ctx, "q/ns", "k", fmt.Sprint("after", i), 0, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ev := next(sub); ev.Revision < r.Revision; ev = next(sub) {
+		}
+		if n := configcenter.QueueArray(sub); n < 1 || n > 8 {
+			t.Fatalf("after release %d taken alone: an array of %d events, want one of 1 to 8 kept", i, n)
+		}
+	}
+}
+
 // TestStalledSubscriberIsResetNotWaitedFor: a subscriber that stops reading
 // does not slow the others, its queue stays bounded, and when it reads
 // again it gets a snapshot of the current state.

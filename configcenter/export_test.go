@@ -28,3 +28,10 @@ func SetNow(s *Store, now func() time.Time) { s.now = now }
 
 // SetNoCatchUp stops shared releases from reaching heirs at once.
 func SetNoCatchUp(s *Store) { s.noCatchUp = true }
+
+// QueueArray reports the room of s's queue array (0: none kept).
+func QueueArray(s *Subscription) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return cap(s.queue)
+}

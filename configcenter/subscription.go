@@ -49,10 +49,13 @@ type Subscription struct {
 	// under c.mu, written under c.mu (read) and mu.
 	grays map[string]int64
 
-	mu       sync.Mutex
-	queue    []Event // CHANGE events not yet returned
-	snapshot bool    // the next event is a snapshot (first, or after a reset)
-	resets   int     // how often the queue overflowed
+	mu    sync.Mutex
+	queue []Event // CHANGE events not yet returned
+	// long: the queue held more than keptQueueCap events since it was
+	// last empty, so its array may be a backlog's.
+	long     bool
+	snapshot bool // the next event is a snapshot (first, or after a reset)
+	resets   int  // how often the queue overflowed
 	signal   chan struct{}
 	greeted  bool // the first Next answers at once, with a bookmark if nothing else
 }
@@ -149,11 +152,12 @@ func (c *Cache) subscribe(ctx context.Context, namespaces []string, from int64, 
 	} else {
 		for _, ev := range c.history {
 			if ev.Revision >= from && seen[ev.Release.Namespace] {
-				s.queue = append(s.queue, ev)
+				s.pushLocked(ev)
 			}
 		}
 		if len(s.queue) > c.opts.QueueLimit {
-			s.queue, s.snapshot = nil, true
+			s.dropQueueLocked()
+			s.snapshot = true
 		}
 	}
 	for _, ns := range namespaces {
@@ -192,10 +196,11 @@ func (s *Subscription) enqueue(ev Event) {
 	switch {
 	case s.snapshot:
 	case len(s.queue) >= s.c.opts.QueueLimit:
-		s.queue, s.snapshot = nil, true
+		s.dropQueueLocked()
+		s.snapshot = true
 		s.resets++
 	default:
-		s.queue = append(s.queue, ev)
+		s.pushLocked(ev)
 	}
 	s.mu.Unlock()
 	select {
@@ -206,7 +211,8 @@ func (s *Subscription) enqueue(ev Event) {
 
 func (s *Subscription) resetToSnapshot() {
 	s.mu.Lock()
-	s.queue, s.snapshot = nil, true
+	s.dropQueueLocked()
+	s.snapshot = true
 	s.mu.Unlock()
 	select {
 	case s.signal <- struct{}{}:
@@ -288,7 +294,8 @@ func (s *Subscription) take(bookmark bool) (Event, bool) {
 	case s.snapshot:
 		// Everything queued is at or below the cache's revision: the
 		// snapshot covers it.
-		s.snapshot, s.queue = false, nil
+		s.snapshot = false
+		s.dropQueueLocked()
 		ev := Event{Type: EventSnapshot, Revision: s.c.rev, Cluster: s.c.cluster}
 		for _, ns := range s.namespaces {
 			snap := s.c.snapshotLocked(ns, s.who)
@@ -311,10 +318,27 @@ func (s *Subscription) take(bookmark bool) (Event, bool) {
 	return Event{}, false
 }
 
-// keptQueueCap is the largest queue array a subscription keeps once it
-// has emptied its queue: one a release at a time fits, so a subscriber
-// that keeps up costs no allocation per release; a backlog's is let go.
+// keptQueueCap is the most events a subscription's queue may have held
+// since it was last empty for the queue's array to be kept once it
+// empties again: a subscriber that keeps up (a release at a time) then
+// costs no allocation per release, and a backlog's array (up to
+// QueueLimit events) is let go. A queue that never held more than this
+// has an array of at most twice as many (append's growth).
 const keptQueueCap = 4
+
+// pushLocked queues ev. s.mu must be held.
+func (s *Subscription) pushLocked(ev Event) {
+	s.queue = append(s.queue, ev)
+	if len(s.queue) > keptQueueCap {
+		s.long = true
+	}
+}
+
+// dropQueueLocked empties the queue and lets its array go. s.mu must be
+// held.
+func (s *Subscription) dropQueueLocked() {
+	s.queue, s.long = nil, false
+}
 
 // popLocked removes and returns the oldest queued event. s.mu must be
 // held, and the queue not empty.
@@ -324,10 +348,10 @@ func (s *Subscription) popLocked() Event {
 	switch {
 	case len(s.queue) > 1:
 		s.queue = s.queue[1:]
-	case cap(s.queue) <= keptQueueCap:
+	case !s.long:
 		s.queue = s.queue[:0] // for the next release
 	default:
-		s.queue = nil // let the backing array go
+		s.dropQueueLocked()
 	}
 	return ev
 }

@@ -285,21 +285,19 @@ func (m *WatchMux) round() bool {
 		if !ok {
 			continue
 		}
-		// A batch names its watches in one array, made with room for the
-		// rest of the round's (up to a bound), not grown one id at a time.
-		room := min(len(m.ids)-i, maxBatchRoom)
+		rest := len(m.ids) - i // this watch and those after it
 		switch ev.Type {
 		case EventChange:
 			if j := batchOf(changes, &byRelease, ev.Release, func(b *WatchBatch) *Release { return b.Event.Release }); j >= 0 {
-				changes[j].IDs = append(changes[j].IDs, id)
+				changes[j].IDs = joinBatch(changes[j].IDs, id, rest)
 			} else {
-				changes = append(changes, WatchBatch{IDs: append(make([]int64, 0, room), id), Event: ev})
+				changes = append(changes, WatchBatch{IDs: []int64{id}, Event: ev})
 			}
 		case EventBookmark:
 			if j := batchOf(marks, &byRevision, ev.Revision, func(b *WatchBatch) int64 { return b.Event.Revision }); j >= 0 {
-				marks[j].IDs = append(marks[j].IDs, id)
+				marks[j].IDs = joinBatch(marks[j].IDs, id, rest)
 			} else {
-				marks = append(marks, WatchBatch{IDs: append(make([]int64, 0, room), id), Event: Event{Type: EventBookmark, Revision: ev.Revision}})
+				marks = append(marks, WatchBatch{IDs: []int64{id}, Event: Event{Type: EventBookmark, Revision: ev.Revision}})
 			}
 		default:
 			snapshots = append(snapshots, WatchBatch{IDs: []int64{id}, Event: ev})
@@ -310,8 +308,22 @@ func (m *WatchMux) round() bool {
 	return len(m.out) > 0
 }
 
-// maxBatchRoom bounds the ids a batch makes room for when it is made.
+// maxBatchRoom bounds the ids a batch makes room for at once.
 const maxBatchRoom = 128
+
+// joinBatch adds id, taken in a round with rest-1 watches after it, to a
+// batch's ids. A batch is made for one watch; when a second joins, it gets
+// room for the rest of the round's (up to maxBatchRoom), so a release many
+// watches take grows its array once, not one id at a time, and a round of
+// releases taken by one watch each makes one id's room for each.
+func joinBatch(ids []int64, id int64, rest int) []int64 {
+	if len(ids) == 1 && cap(ids) == 1 {
+		grown := make([]int64, 1, min(1+rest, maxBatchRoom))
+		grown[0] = ids[0]
+		ids = grown
+	}
+	return append(ids, id)
+}
 
 // linearBatches is how many batches of one kind a round searches one by
 // one for the batch an event joins; past it, it indexes them in a map (a
