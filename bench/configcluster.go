@@ -269,8 +269,9 @@ func benchConfigCluster(bin, tmp string, members int) error {
 		grpcs, etcds = append(grpcs, d.grpcAddr), append(etcds, d.etcdURL)
 	}
 	peers := []string{sdkSpread, sdkLeader, rawSpread, sharedPair}
-	var others []string // the other build's member, for the A/B
-	if *configOtherBin != "" { // one member (checked by run)
+	// The other build's member, for the A/B (one member: checked by run).
+	var others []string
+	if *configOtherBin != "" {
 		od, err := startCluster(*configOtherBin, filepath.Join(tmp, "config-other"), 1)
 		if err != nil {
 			return fmt.Errorf("the other build: %w", err)

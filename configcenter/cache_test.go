@@ -407,7 +407,9 @@ func TestQueueArrayKeptOnlyWhenSmall(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for ev := next(sub); ev.Revision < r.Revision; ev = next(sub) {
+		ev := next(sub)
+		for ev.Revision < r.Revision {
+			ev = next(sub)
 		}
 		if n := configcenter.QueueArray(sub); n < 1 || n > 8 {
 			t.Fatalf("after release %d taken alone: an array of %d events, want one of 1 to 8 kept", i, n)
