@@ -2,7 +2,6 @@ package clientlib
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 )
 
@@ -38,12 +37,8 @@ func follow[M interface{ GetRevision() int64 }](ctx context.Context, from int64,
 		}
 		// Anything else (a member stopping, no quorum, a broken connection)
 		// is retried: the resume point is kept.
-		timer := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !pause(ctx, jittered(backoff)) {
 			return ctx.Err()
-		case <-timer.C:
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}

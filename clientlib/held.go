@@ -202,12 +202,8 @@ func (c *Client) retry(ctx context.Context, attempt time.Duration, call func(ctx
 			return n, err
 		}
 		// Without spinning on a connection that fails fast.
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !pause(ctx, backoff) {
 			return n, ctx.Err()
-		case <-timer.C:
 		}
 		backoff = min(2*backoff, time.Second)
 	}

@@ -2,7 +2,6 @@ package clientlib
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
@@ -66,16 +65,9 @@ func retryReads(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 	deadline := time.Now().Add(readRetryFor)
 	backoff := 50 * time.Millisecond
 	for status.Code(err) == codes.Unavailable && ctx.Err() == nil {
-		wait := backoff/2 + rand.N(backoff/2+1)
-		if time.Now().Add(wait).After(deadline) {
+		wait := jittered(backoff)
+		if time.Now().Add(wait).After(deadline) || !pause(ctx, wait) {
 			return err
-		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return err
-		case <-timer.C:
 		}
 		backoff = min(2*backoff, time.Second)
 		err = invoker(ctx, method, req, reply, cc, opts...)

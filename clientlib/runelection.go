@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -117,17 +116,13 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 		}
 	}()
 	backoff := o.minBackoff
-	pause := func() error {
-		// Full jitter in [backoff/2, backoff].
-		timer := time.NewTimer(backoff/2 + rand.N(backoff/2+1))
-		defer timer.Stop()
+	backOff := func() error {
+		wait := jittered(backoff)
 		backoff = min(2*backoff, o.maxBackoff)
-		select {
-		case <-ctx.Done():
+		if !pause(ctx, wait) {
 			return ctx.Err()
-		case <-timer.C:
-			return nil
 		}
+		return nil
 	}
 	for {
 		if ctx.Err() != nil {
@@ -142,7 +137,7 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 			if sess, err = c.NewSession(ctx, o.session...); err != nil {
 				sess = nil
 				c.lg.Warn("coordd: election session", "election", name, "error", err)
-				if err := pause(); err != nil {
+				if err := backOff(); err != nil {
 					return err
 				}
 				continue
@@ -160,7 +155,7 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 				return ctx.Err()
 			}
 			c.lg.Warn("coordd: campaign", "election", name, "error", err)
-			if err := pause(); err != nil {
+			if err := backOff(); err != nil {
 				return err
 			}
 			continue
@@ -173,7 +168,7 @@ func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ct
 			backoff = o.minBackoff // campaign again at once
 		case ferr != nil:
 			c.lg.Warn("coordd: leader callback failed", "election", name, "term", lead.Term(), "error", ferr)
-			if err := pause(); err != nil {
+			if err := backOff(); err != nil {
 				return err
 			}
 		default:
