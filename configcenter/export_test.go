@@ -35,3 +35,21 @@ func QueueArray(s *Subscription) int {
 	defer s.mu.Unlock()
 	return cap(s.queue)
 }
+
+// TrimRange is the range of release records that release number's
+// transaction deletes, given the meta's Trimmed (ok false: none).
+func TrimRange(s *Store, ns string, number, trimmed int64) (from, end string, ok bool) {
+	ops, _, err := s.releaseOps(ns, Release{Namespace: ns, Number: number}, trimmed)
+	if err != nil {
+		panic(err)
+	}
+	for _, op := range ops {
+		if op.IsDelete() {
+			return string(op.KeyBytes()), string(op.RangeBytes()), true
+		}
+	}
+	return "", "", false
+}
+
+// RelKey is the key of release n's record.
+func RelKey(s *Store, ns string, n int64) string { return s.relKey(ns, n) }

@@ -199,7 +199,7 @@ func (s *Store) planInherit(ctx context.Context, cur nsState, shared, author, me
 		rel = Release{Namespace: ns, Number: cur.Release, Revision: cur.metaRev, Author: author, Message: message, Time: rel.Time, InheritedFrom: rel.InheritedFrom, InheritedRelease: rel.InheritedRelease}
 		return rel, ops, cmps, nil
 	}
-	relOps, size, err := s.releaseOps(ns, rel)
+	relOps, size, err := s.releaseOps(ns, rel, cur.trimmed)
 	if err != nil {
 		return Release{}, nil, nil, err
 	}

@@ -139,6 +139,10 @@ type Release struct {
 // meta is the value of a namespace's meta key.
 type meta struct {
 	Release int64 `json:"release"`
+	// Trimmed: every release record numbered up to it is deleted (the
+	// history beyond Limits.HistoryReleases). 0 in a meta written before
+	// it was kept: the next release trims from the first record.
+	Trimmed int64 `json:"trimmed,omitempty"`
 }
 
 // Snapshot is a namespace's whole content at one revision.
@@ -162,6 +166,7 @@ type Snapshot struct {
 type nsState struct {
 	Snapshot
 	metaRev     int64 // mod revision of the meta key (0: none)
+	trimmed     int64 // the meta's Trimmed
 	schema      string
 	schemaRev   int64
 	gray        *Gray // the last gray record (running or not); nil if none
@@ -199,7 +204,7 @@ func (s *Store) readNamespace(ctx context.Context, ns string, rev int64, more ..
 			if err := json.Unmarshal(kv.Value, &m); err != nil {
 				return nsState{}, fmt.Errorf("config: decode %q: %w", k, err)
 			}
-			st.Release, st.metaRev, st.Changed = m.Release, kv.ModRevision, kv.ModRevision
+			st.Release, st.metaRev, st.Changed, st.trimmed = m.Release, kv.ModRevision, kv.ModRevision, m.Trimmed
 		case k == sk:
 			st.schema, st.schemaRev = string(kv.Value), kv.ModRevision
 		case k == gk:
@@ -502,7 +507,7 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 			return Release{}, nil, nil, false, err
 		}
 		var size int
-		ops, size, err = s.releaseOps(req.ns, rel)
+		ops, size, err = s.releaseOps(req.ns, rel, cur.trimmed)
 		if err != nil {
 			return Release{}, nil, nil, false, err
 		}
@@ -587,7 +592,14 @@ func (s *Store) validateContent(ctx context.Context, ns string, sch *jsonschema.
 // releaseOps are the writes of one release: the keys, the meta key, the
 // release record and the pruning of history beyond the retention. size is
 // the bytes of values they write.
-func (s *Store) releaseOps(ns string, rel Release) (ops []clientv3.Op, size int, err error) {
+//
+// The records beyond Limits.HistoryReleases are deleted from the one after
+// trimmed (the namespace's meta's Trimmed), not from the first: etcd's
+// index keeps a deleted key until a compaction, and a delete visits every
+// key of its range, so a range from the first record cost each release a
+// visit per release trimmed since the last compaction (every release made
+// then, with compaction off).
+func (s *Store) releaseOps(ns string, rel Release, trimmed int64) (ops []clientv3.Op, size int, err error) {
 	for _, c := range rel.Changes {
 		if c.New == nil {
 			ops = append(ops, clientv3.OpDelete(s.keyKey(ns, c.Key)))
@@ -596,7 +608,16 @@ func (s *Store) releaseOps(ns string, rel Release) (ops []clientv3.Op, size int,
 			size += len(*c.New)
 		}
 	}
-	m, err := json.Marshal(meta{Release: rel.Number})
+	mt := meta{Release: rel.Number, Trimmed: trimmed}
+	var trim []clientv3.Op
+	if oldest := rel.Number - int64(s.limits.HistoryReleases); oldest > trimmed {
+		from := s.relKey(ns, trimmed+1)
+		if trimmed == 0 {
+			from = s.relPrefix(ns)
+		}
+		trim, mt.Trimmed = []clientv3.Op{clientv3.OpDelete(from, clientv3.WithRange(s.relKey(ns, oldest+1)))}, oldest
+	}
+	m, err := json.Marshal(mt)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -606,10 +627,7 @@ func (s *Store) releaseOps(ns string, rel Release) (ops []clientv3.Op, size int,
 	}
 	size += len(rec)
 	ops = append(ops, clientv3.OpPut(s.metaKey(ns), string(m)), clientv3.OpPut(s.relKey(ns, rel.Number), string(rec)))
-	if oldest := rel.Number - int64(s.limits.HistoryReleases); oldest >= 1 {
-		ops = append(ops, clientv3.OpDelete(s.relPrefix(ns), clientv3.WithRange(s.relKey(ns, oldest+1))))
-	}
-	return ops, size, nil
+	return append(ops, trim...), size, nil
 }
 
 // decodeRelease decodes a release record.
