@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -631,8 +632,12 @@ func scrapeMetrics(httpAddr string) (map[string]float64, error) {
 // last long enough for the set-up and the publishes.
 func profileFanout(httpAddr string, k int, file string) (func() error, error) {
 	d := time.Duration(*configPubs)*60*time.Millisecond + time.Duration(k)*100*time.Microsecond + time.Second
-	server := make(chan error, 1)
+	server := make(chan error, 2)
 	go func() { server <- cpuProfile(httpAddr, d, file) }()
+	go func() {
+		secs := max(1, int(d.Seconds()))
+		server <- saveURL(fmt.Sprintf("http://%s/debug/pprof/allocs?seconds=%d", httpAddr, secs), file+".allocs")
+	}()
 	clients, err := os.Create(file + ".clients")
 	if err != nil {
 		return nil, err
@@ -641,13 +646,33 @@ func profileFanout(httpAddr string, k int, file string) (func() error, error) {
 		_ = clients.Close() // not written to; the profile's error is the one to report
 		return nil, err
 	}
+	// The clients' allocations: the allocs profile counts from the
+	// process's start, so the run's are the difference of two.
+	if err := writeAllocs(file + ".clients.allocs.base"); err != nil {
+		pprof.StopCPUProfile()
+		_ = clients.Close()
+		return nil, err
+	}
 	return func() error {
 		pprof.StopCPUProfile()
-		err := clients.Close()
-		if serr := <-server; serr != nil {
-			return serr
+		err := errors.Join(clients.Close(), writeAllocs(file+".clients.allocs"))
+		for range 2 {
+			err = errors.Join(err, <-server)
 		}
-		fmt.Printf("(CPU profile of m0 during the first spread run at K=%d: %s; of the clients: %[2]s.clients)\n", k, file)
-		return err
+		if err != nil {
+			return err
+		}
+		fmt.Printf("(profiles of m0 during the first spread run at K=%d: CPU %s, allocations %[2]s.allocs; of the clients: CPU %[2]s.clients, allocations go tool pprof -base %[2]s.clients.allocs.base %[2]s.clients.allocs)\n", k, file)
+		return nil
 	}, nil
+}
+
+// writeAllocs writes this process's allocation profile (since its start)
+// to file.
+func writeAllocs(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
 }

@@ -45,7 +45,7 @@ var (
 	configClusterK      = flag.String("config-cluster-subscribers", "1000", "subscriber counts of the config fan-out with -config-members 3")
 	configClusterRounds = flag.Int("config-cluster-rounds", 3, "rounds of the config fan-out with -config-members 3")
 	configOtherBin      = flag.String("config-other-bin", "", "with -config-in-rounds on one member: also run the coordd binary at this path as a second one-member daemon, its SDK subscribers spread as this build's, in the same rounds: an A/B of two builds (ratios this build / that one)")
-	configProfile       = flag.String("config-profile", "", "with -config-members 3: write a CPU profile of member m0 during the first spread run at the largest K to this file, and of the clients to this file.clients (go tool pprof)")
+	configProfile       = flag.String("config-profile", "", "with -config-members 3 or -config-in-rounds: write CPU and allocation profiles of member m0 during the first spread run at the largest K to this file and this file.allocs, and of the clients to this file.clients and this file.clients.allocs (go tool pprof; the clients' allocations with -base this file.clients.allocs.base)")
 	failoverTTL         = flag.Int("failover-ttl", 2, "session TTL in seconds for the crash fail-overs")
 	// campaignChild makes this binary a process that leads an election until
 	// killed: -campaign-child kind,endpoint,name,ttl.
@@ -169,6 +169,9 @@ func run() error {
 	if *only == "all" || *only == "config" {
 		if *configOtherBin != "" && (!*configInRounds || *configMembers != 1) {
 			return fmt.Errorf("-config-other-bin needs -config-in-rounds on one member")
+		}
+		if *configProfile != "" {
+			runtime.MemProfileRate = 16 << 10 // the clients' allocation profile: a sample per 16 KiB, not 512
 		}
 		if *configMembers > 1 || *configInRounds {
 			if err := benchConfigCluster(bin, tmp, *configMembers); err != nil {
