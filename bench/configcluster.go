@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -113,6 +114,10 @@ type clusterFanoutRun struct {
 	calls       []float64 // per publish: the publish call itself (its commit), microseconds
 	current     []sample  // the current publish's deliveries
 	disk        diskOps   // the members' slow disk operations during the run
+	// CPU per publish over the publishes (their pauses included): the
+	// members' (this build's daemons, all of them, -1: not measured) and
+	// this process's, which holds every peer's clients.
+	memberCPU, clientCPU time.Duration
 }
 
 // sample is one delivery: the subscriber's member and its latency.
@@ -170,7 +175,9 @@ func (r clusterFanoutRun) only(keep func(member int) bool) clusterFanoutRun {
 
 // runClusterFanout opens k subscribers on p, then publishes n values, each
 // at least every apart and once the previous one reached everyone.
-func runClusterFanout(p clusterFanout, k, n int, every time.Duration) (r clusterFanoutRun, err error) {
+//
+// membersCPU, when not nil, returns the members' CPU time so far.
+func runClusterFanout(p clusterFanout, k, n int, every time.Duration, membersCPU func() (time.Duration, error)) (r clusterFanoutRun, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r = clusterFanoutRun{byMember: map[int][]float64{}, afterMember: map[int][]float64{}, firstMember: map[int][]float64{}}
@@ -212,6 +219,25 @@ func runClusterFanout(p clusterFanout, k, n int, every time.Duration) (r cluster
 		return r, err
 	}
 	r.setup = time.Since(t1)
+	// On two CPUs shared by the members and the clients, a round's
+	// deliveries wait for CPU: what a publish costs both sides says how
+	// much of a ratio is that.
+	c0, m0, merr := processCPU(), time.Duration(0), error(nil)
+	if membersCPU != nil {
+		m0, merr = membersCPU()
+	}
+	r.memberCPU = -1
+	defer func() {
+		if err != nil {
+			return
+		}
+		r.clientCPU = (processCPU() - c0) / time.Duration(n)
+		if membersCPU != nil && merr == nil {
+			if m1, err := membersCPU(); err == nil {
+				r.memberCPU = (m1 - m0) / time.Duration(n)
+			}
+		}
+	}()
 	for i := range n {
 		mu.Lock()
 		cur, t0, got, r.current = fmt.Sprintf("v%d-%d-%d", k, i, time.Now().UnixNano()), time.Now(), 0, r.current[:0]
@@ -294,8 +320,8 @@ func benchConfigCluster(bin, tmp string, members int) error {
 		"subscribers opened all at once; %d updates %s apart published through m0; etcd's leader: %s\n", members, clients, members, *configPubs, every, leader)
 	fmt.Printf("(shared commits: the SDK's spread subscribers and raw etcd watches of the etcd key the SDK's publishes write, all open at once: " +
 		"each publish is one commit both see, timed from the same call, so a commit that stalls stalls both)\n")
-	fmt.Printf("%-38s %6s %5s %9s %9s %12s %16s   %-40s %9s  %-18s %-27s %s\n", "peer", "K", "round", "p50", "p99", "p99 commit+", "call p50/p99",
-		"p99 by subscriber's member", "set-up", "first publish p99", "disk ops over 32 (16) ms", "slowest publish (its last delivery)")
+	fmt.Printf("%-38s %6s %5s %9s %9s %12s %16s %18s   %-40s %9s  %-18s %-27s %s\n", "peer", "K", "round", "p50", "p99", "p99 commit+", "call p50/p99",
+		"CPU/publish m+c", "p99 by subscriber's member", "set-up", "first publish p99", "disk ops over 32 (16) ms", "slowest publish (its last delivery)")
 	var https []string
 	for _, d := range ds {
 		https = append(https, d.httpAddr)
@@ -304,7 +330,7 @@ func benchConfigCluster(bin, tmp string, members int) error {
 	// (the members' and this process's first connections, heaps and
 	// caches): each peer runs once untimed, at the smallest K, first.
 	for _, name := range peers {
-		if _, err := runClusterPeer(name, slices.Min(ks), -1, peerMembers(name, grpcs, others), etcds, clients, every, ds[0].httpAddr, false); err != nil {
+		if _, err := runClusterPeer(name, slices.Min(ks), -1, peerMembers(name, grpcs, others), etcds, clients, every, https, false); err != nil {
 			return fmt.Errorf("%s, warm-up: %w", name, err)
 		}
 	}
@@ -315,7 +341,7 @@ func benchConfigCluster(bin, tmp string, members int) error {
 			for i := range peers {
 				name := peers[(i+round)%len(peers)]
 				before := slowDiskOps(https)
-				r, err := runClusterPeer(name, k, round, peerMembers(name, grpcs, others), etcds, clients, every, ds[0].httpAddr, *configProfile != "" && round == 0 && k == ks[len(ks)-1] && name == sdkSpread)
+				r, err := runClusterPeer(name, k, round, peerMembers(name, grpcs, others), etcds, clients, every, https, *configProfile != "" && round == 0 && k == ks[len(ks)-1] && name == sdkSpread)
 				if err != nil {
 					return fmt.Errorf("%s, K=%d, round %d: %w", name, k, round, err)
 				}
@@ -369,8 +395,9 @@ type clusterKey struct {
 }
 
 // runClusterPeer runs one round of one peer (of name) with k subscribers
-// (k of each in a shared-commit run), profiling it when asked.
-func runClusterPeer(name string, k, round int, grpcs, etcds []string, clients int, every time.Duration, profiled string, profile bool) (clusterFanoutRun, error) {
+// (k of each in a shared-commit run), profiling it when asked. https are
+// this build's members' HTTP addresses, m0's first.
+func runClusterPeer(name string, k, round int, grpcs, etcds []string, clients int, every time.Duration, https []string, profile bool) (clusterFanoutRun, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var p clusterFanout
@@ -394,15 +421,28 @@ func runClusterPeer(name string, k, round int, grpcs, etcds []string, clients in
 	defer p.close()
 	stopProfiles := func() error { return nil }
 	if profile {
-		if stopProfiles, err = profileFanout(profiled, k, *configProfile); err != nil {
+		if stopProfiles, err = profileFanout(https[0], k, *configProfile); err != nil {
 			return clusterFanoutRun{}, err
 		}
 	}
-	r, err := runClusterFanout(p, subscribers, *configPubs, every)
+	var membersCPU func() (time.Duration, error)
+	if name != sdkOther { // its member is the other build's
+		membersCPU = func() (time.Duration, error) { return cpuOf(https) }
+	}
+	r, err := runClusterFanout(p, subscribers, *configPubs, every, membersCPU)
 	if perr := stopProfiles(); perr != nil && err == nil {
 		err = perr
 	}
 	return r, err
+}
+
+// cpuColumn is the CPU a publish cost the members and the clients.
+func (r clusterFanoutRun) cpuColumn() string {
+	m := "-"
+	if r.memberCPU >= 0 {
+		m = fmt.Sprintf("%.1f", float64(r.memberCPU.Microseconds())/1000)
+	}
+	return fmt.Sprintf("%s+%.1fms", m, float64(r.clientCPU.Microseconds())/1000)
 }
 
 func printClusterRow(name string, k, round int, r clusterFanoutRun, members int, disk diskOps) {
@@ -419,8 +459,8 @@ func printClusterRow(name string, k, round int, r clusterFanoutRun, members int,
 		setup = fmt.Sprintf("%.0fms", float64(r.setup.Microseconds())/1000)
 	}
 	all := r.all()
-	fmt.Printf("%-38s %6d %5d %7.2fms %7.2fms %10.2fms %6.1f/%5.1fms   %-40s %9s  %16.1fms %-27s %s\n", name, k, round, percentile(all, 50)/1000, percentile(all, 99)/1000,
-		percentile(r.afterCommit(), 99)/1000, percentile(r.calls, 50)/1000, percentile(r.calls, 99)/1000, strings.Join(by, "  "), setup,
+	fmt.Printf("%-38s %6d %5d %7.2fms %7.2fms %10.2fms %6.1f/%5.1fms %18s   %-40s %9s  %16.1fms %-27s %s\n", name, k, round, percentile(all, 50)/1000, percentile(all, 99)/1000,
+		percentile(r.afterCommit(), 99)/1000, percentile(r.calls, 50)/1000, percentile(r.calls, 99)/1000, r.cpuColumn(), strings.Join(by, "  "), setup,
 		percentile(r.first(), 99)/1000, disk, r.slowest())
 }
 
@@ -448,7 +488,7 @@ func printClusterTargets(ks []int, runs map[clusterKey][]clusterFanoutRun, membe
 	fmt.Printf("\ntargets (coordd / raw etcd in the same round; below 1 is better; \"calm\": rounds without a disk operation over 32 ms in either run):\n")
 	for _, k := range ks {
 		for _, pair := range [][2]string{{sdkSpread, rawSpread}, {sdkLeader, rawSpread}, {sharedSDK, sharedRaw}} {
-			var p99s, fans, setups []string
+			var p99s, fans, setups, cpus []string
 			worst, worstCalm, worstFan, worstSetup := 0.0, 0.0, 0.0, 0.0
 			calm := 0
 			for round, r := range runs[clusterKey{pair[0], k}] {
@@ -463,6 +503,9 @@ func printClusterTargets(ks []int, runs map[clusterKey][]clusterFanoutRun, membe
 					mark = "*"
 				}
 				p99s, fans = append(p99s, fmt.Sprintf("%.2f%s", p, mark)), append(fans, fmt.Sprintf("%.2f", f))
+				if r.memberCPU > 0 && e.memberCPU > 0 && pair[0] != sharedSDK {
+					cpus = append(cpus, fmt.Sprintf("%.2f", (r.memberCPU+r.clientCPU).Seconds()/(e.memberCPU+e.clientCPU).Seconds()))
+				}
 				if r.setup > 0 && e.setup > 0 {
 					s := r.setup.Seconds() / e.setup.Seconds()
 					worstSetup = max(worstSetup, s)
@@ -480,6 +523,9 @@ func printClusterTargets(ks []int, runs map[clusterKey][]clusterFanoutRun, membe
 				k, pair[0], strings.Join(p99s, " "), worst, calm, worstCalm, target, strings.Join(fans, " "), worstFan)
 			if len(setups) > 0 {
 				line += fmt.Sprintf("; set-up by round %s, worst %.2f (target <= 1.0)", strings.Join(setups, " "), worstSetup)
+			}
+			if len(cpus) > 0 {
+				line += fmt.Sprintf("; CPU per publish, members and clients, by round %s", strings.Join(cpus, " "))
 			}
 			fmt.Println(line)
 		}
@@ -559,6 +605,28 @@ func (d diskOps) String() string {
 		return "?"
 	}
 	return fmt.Sprintf("fsync %.0f (%.0f), commit %.0f (%.0f)", d.fsyncs, d.fsyncs16, d.commits, d.commits16)
+}
+
+// cpuOf sums the members' CPU time so far (process_cpu_seconds_total).
+func cpuOf(httpAddrs []string) (time.Duration, error) {
+	var sum float64
+	for _, a := range httpAddrs {
+		m, err := scrapeMetrics(a)
+		if err != nil {
+			return 0, err
+		}
+		sum += m["process_cpu_seconds_total"]
+	}
+	return time.Duration(sum * float64(time.Second)), nil
+}
+
+// processCPU is this process's CPU time so far, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // slowDiskOps sums diskOps over the members at httpAddrs.
