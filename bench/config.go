@@ -368,7 +368,7 @@ func benchConfig(bin, tmp string) error {
 		}
 		ks = append(ks, k)
 	}
-	fmt.Printf("\nconfig fan-out, one connection per subscriber (%d publishes per K and peer)\n", *configPubs)
+	fmt.Printf("\nconfig fan-out, one connection per subscriber (%d publishes per K and peer)\n", publishes(false))
 	fmt.Printf("%-26s %6s %10s %10s %14s %14s\n", "peer", "K", "p50", "p99", "mem/conn+sub", "etcd watches")
 	type key struct {
 		peer string
@@ -392,7 +392,7 @@ func benchConfig(bin, tmp string) error {
 			if err != nil {
 				return err
 			}
-			r, err := runFanout(d, p, k, *configPubs)
+			r, err := runFanout(d, p, k, publishes(false))
 			p.close()
 			if err != nil {
 				return fmt.Errorf("%s, K=%d: %w", name, k, err)
@@ -426,7 +426,7 @@ func benchConfig(bin, tmp string) error {
 				d.stop()
 				return err
 			}
-			r, err := runFanout(d, p, k, *configPubs)
+			r, err := runFanout(d, p, k, publishes(false))
 			p.close()
 			d.stop()
 			if err != nil {

@@ -317,7 +317,7 @@ func benchConfigCluster(bin, tmp string, members int) error {
 	}
 	const clients, every = 10, 50 * time.Millisecond
 	fmt.Printf("\nconfig fan-out on %d members (each its own coordd process): K subscribers of one key on %d clients, client c on member c%%%d; "+
-		"subscribers opened all at once; %d updates %s apart published through m0; etcd's leader: %s\n", members, clients, members, *configPubs, every, leader)
+		"subscribers opened all at once; %d updates %s apart published through m0; etcd's leader: %s\n", members, clients, members, publishes(true), every, leader)
 	fmt.Printf("(shared commits: the SDK's spread subscribers and raw etcd watches of the etcd key the SDK's publishes write, all open at once: " +
 		"each publish is one commit both see, timed from the same call, so a commit that stalls stalls both)\n")
 	fmt.Printf("%-38s %6s %5s %9s %9s %12s %16s %18s   %-40s %9s  %-18s %-27s %s\n", "peer", "K", "round", "p50", "p99", "p99 commit+", "call p50/p99",
@@ -429,7 +429,7 @@ func runClusterPeer(name string, k, round int, grpcs, etcds []string, clients in
 	if name != sdkOther { // its member is the other build's
 		membersCPU = func() (time.Duration, error) { return cpuOf(https) }
 	}
-	r, err := runClusterFanout(p, subscribers, *configPubs, every, membersCPU)
+	r, err := runClusterFanout(p, subscribers, publishes(true), every, membersCPU)
 	if perr := stopProfiles(); perr != nil && err == nil {
 		err = perr
 	}
@@ -699,7 +699,7 @@ func scrapeMetrics(httpAddr string) (map[string]float64, error) {
 // clients' and waits for m0's. The run's set-up comes first: the profiles
 // last long enough for the set-up and the publishes.
 func profileFanout(httpAddr string, k int, file string) (func() error, error) {
-	d := time.Duration(*configPubs)*60*time.Millisecond + time.Duration(k)*100*time.Microsecond + time.Second
+	d := time.Duration(publishes(true))*60*time.Millisecond + time.Duration(k)*100*time.Microsecond + time.Second
 	server := make(chan error, 2)
 	go func() { server <- cpuProfile(httpAddr, d, file) }()
 	go func() {

@@ -82,7 +82,7 @@ func benchConfigSDK(bin, tmp string) error {
 	runtime.ReadMemStats(&m1)
 	perSub := float64(m1.HeapInuse+m1.StackInuse-m0.HeapInuse-m0.StackInuse) / float64(n)
 
-	for i := range *configPubs {
+	for i := range publishes(false) {
 		v := fmt.Sprintf("v%d", i)
 		mu.Lock()
 		want, t0 = v, time.Now()
@@ -157,7 +157,7 @@ func benchConfigSDK(bin, tmp string) error {
 		sub.Close()
 	}
 
-	fmt.Printf("\nconfig SDK (%d subscriptions, each its own client; %d publishes)\n", n, *configPubs)
+	fmt.Printf("\nconfig SDK (%d subscriptions, each its own client; %d publishes)\n", n, publishes(false))
 	fmt.Printf("  publish -> callback       p50 %.2fms  p99 %.2fms  (n=%d)\n", percentile(lat, 50)/1000, percentile(lat, 99)/1000, len(lat))
 	fmt.Printf("  reconnect storm           all %d live %.2fs after coordd was ready again; relists %d (target 0: the outage is shorter than the history)\n", n, storm.Seconds(), relists)
 	fmt.Printf("  client memory             %.1f KiB per subscription with its own client and connection; %.1f KiB per subscription sharing one client (heap+stacks after GC)\n", perSub/1024, perShared/1024)
