@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // KeyChange is one key's change: Old is nil for a new key, New for a
@@ -52,9 +53,11 @@ func (s *Subscription) register(cb *callback) (unregister func()) {
 }
 
 // OnNamespace calls fn after every change of the namespace. Callbacks run
-// one at a time, in registration order, on the subscription's own
-// goroutine, outside any lock; a panic is recovered and reported to
-// OnError. It returns a function that unregisters fn.
+// one at a time, in registration order, never two of one subscription at
+// once, outside any lock, on a goroutine of the client's (not always the
+// same one); a callback that does not return delays no other
+// subscription's. A panic is recovered and reported to OnError. It returns
+// a function that unregisters fn.
 func (s *Subscription) OnNamespace(ns string, fn func(ConfigChange)) (unregister func()) {
 	return s.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(c ConfigChange) error { fn(c); return nil }})
 }
@@ -70,57 +73,67 @@ func (s *Subscription) OnPrefix(ns, prefix string, fn func(ConfigChange)) (unreg
 	return s.register(&callback{ns: ns, filter: func(k string) bool { return strings.HasPrefix(k, prefix) }, fn: func(c ConfigChange) error { fn(c); return nil }})
 }
 
-// dispatcher runs the callbacks on one goroutine, level-triggered: it
-// compares the snapshot the callbacks last saw with the current one, so
-// releases that arrive while a callback is slow coalesce into one change
-// and memory stays bounded (two snapshots).
+// dispatcher runs a subscription's callbacks, one step at a time on a
+// worker of the client's dispatchPool, level-triggered: it compares the
+// snapshot the callbacks last saw with the current one, so releases that
+// arrive while a callback is slow coalesce into one change and memory
+// stays bounded (two snapshots).
 type dispatcher struct {
 	s         *Subscription
+	ctx       context.Context // the subscription's: its end ends the steps
+	pool      *dispatchPool
+	running   sync.Mutex      // held by a step; Close waits for it
 	delivered *ConfigSnapshot // what the callbacks last saw
 	recorded  *ConfigSnapshot // what the cache file and the reporter last got
 }
 
-func newDispatcher(s *Subscription) *dispatcher {
-	d := &dispatcher{s: s, delivered: s.snap.Load()}
+func newDispatcher(ctx context.Context, s *Subscription) *dispatcher {
+	d := &dispatcher{s: s, ctx: ctx, pool: s.c.dispatch, delivered: s.snap.Load()}
 	s.mu.Lock()
 	s.good.start(d.delivered)
 	s.mu.Unlock()
 	return d
 }
 
-// run is the dispatcher's loop, until ctx ends. It waits on one channel
-// (changed): what else it must notice (ctx's end, errors to report) wakes
-// it there too, since a wait on one channel costs a fraction of a select
-// and a client with many subscriptions wakes each for every release.
-//
-// The path from here to a callback is kept light on the stack (the work
-// around it is in helpers that return before a callback runs): a client
-// has a dispatcher per subscription, each parked with a small stack most
-// of the time (the garbage collector shrinks idle stacks), and a stack
-// that must grow to call a callback is copied, on every dispatcher at
-// once when a release reaches them all. (With 10,000 subscriptions in one
-// process, on two CPUs, the copies held the first release after the
-// set-up back by about 50 ms: go run ./bench -only config
-// -config-members 3 -config-cluster-subscribers 10000, its "first
-// publish" column.)
-func (d *dispatcher) run(ctx context.Context) {
-	stop := context.AfterFunc(ctx, d.s.wake)
-	defer stop()
-	for range d.s.changed {
-		if ctx.Err() != nil {
+// runSteps is a worker's turn at d: a step, and another while a wake
+// came during the last (see Subscription.wake).
+func (d *dispatcher) runSteps() {
+	for {
+		d.s.sched.Store(schedBusy) // wakes from here on ask for another step
+		d.step()
+		if d.s.sched.CompareAndSwap(schedBusy, schedIdle) {
 			return
 		}
-		d.reportErrors()
-		cur := d.s.snap.Load()
-		var rejected map[string]error
-		if cur != d.delivered {
-			rejected = d.dispatch(d.delivered, cur)
-			d.markGood(cur, rejected)
-			d.delivered = cur
-		}
-		if cur != d.recorded {
-			d.record(cur, rejected)
-		}
+	}
+}
+
+// step reports the errors found off the dispatcher, calls the callbacks
+// for the changes since they last ran, and records the current snapshot
+// (cache file, status report); nothing once the subscription ended.
+//
+// The path from here to a callback is kept light on the stack (the work
+// around it is in helpers that return before a callback runs): a stack
+// that must grow to call a callback is copied. (With one goroutine per
+// subscription, 10,000 of them in one process, the copies held the first
+// release after the set-up back by about 50 ms on two CPUs: go run ./bench
+// -only config -config-members 3 -config-cluster-subscribers 10000, its
+// "first publish" column. A pool's few workers grow their stacks once.)
+func (d *dispatcher) step() {
+	d.running.Lock()
+	defer d.running.Unlock()
+	if d.ctx.Err() != nil {
+		return
+	}
+	d.reportErrors()
+	cur := d.s.snap.Load()
+	var rejected map[string]error
+	if cur != d.delivered {
+		rejected = d.dispatch(d.delivered, cur)
+		d.markGood(cur, rejected)
+		d.delivered = cur
+	}
+	if cur != d.recorded {
+		d.record(cur, rejected)
 	}
 }
 
@@ -143,7 +156,10 @@ func (d *dispatcher) record(cur *ConfigSnapshot, rejected map[string]error) {
 		d.s.mu.Lock()
 		good := d.s.good.all(d.s.namespaces)
 		d.s.mu.Unlock()
-		if err := writeCacheFile(d.s.opts.cacheFile, cur, d.s.namespaces, good); err != nil {
+		d.pool.enterUser() // a write to the disk may take a while
+		err := writeCacheFile(d.s.opts.cacheFile, cur, d.s.namespaces, good)
+		d.pool.exitUser()
+		if err != nil {
 			d.s.report(fmt.Errorf("coordd: write config cache file: %w", err))
 		}
 	}
@@ -216,14 +232,22 @@ func (d *dispatcher) rejected(m map[string]error, ns string, err error) map[stri
 	return m
 }
 
-func (d *dispatcher) call(cb *callback, ch ConfigChange) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			d.s.report(fmt.Errorf("coordd: config callback for %q panicked: %v", cb.ns, p))
-			err = nil // a panicking callback does not reject the release
-		}
-	}()
-	return cb.fn(ch)
+func (d *dispatcher) call(cb *callback, ch ConfigChange) error {
+	p, err := d.callUser(cb, ch)
+	if p != nil {
+		d.s.report(fmt.Errorf("coordd: config callback for %q panicked: %v", cb.ns, p))
+		return nil // a panicking callback does not reject the release
+	}
+	return err
+}
+
+// callUser runs cb, as user code for the pool, and returns the value it
+// panicked with, or what it returned.
+func (d *dispatcher) callUser(cb *callback, ch ConfigChange) (panicked any, err error) {
+	d.pool.enterUser()
+	defer d.pool.exitUser()
+	defer func() { panicked = recover() }()
+	return nil, cb.fn(ch)
 }
 
 // kept returns a copy of the changes that keep keeps (nil for none): a

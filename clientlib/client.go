@@ -97,6 +97,7 @@ type Client struct {
 	keepAlives *keepAlives // carries the sessions' keep-alives
 	calls      *calls      // carries the lock and election calls
 	views      viewCache   // namespace views shared by the subscriptions
+	dispatch   *dispatchPool
 	// revealedViews are those of subscriptions that reveal secrets.
 	revealedViews viewCache
 	lg            *slog.Logger
@@ -338,6 +339,7 @@ func (c *Client) start(ctx context.Context, conn *grpc.ClientConn, cfg Config) {
 	c.silent = newCallGroup()
 	c.rerouted, c.reroutedEnded = context.WithCancel(c.ctx)
 	c.mux = newWatchMux(c)
+	c.dispatch = newDispatchPool()
 	c.keepAlives = &keepAlives{c: c}
 	if len(c.endpoints) > 1 && !cfg.AnyMember {
 		c.probes.Add(1)
@@ -374,6 +376,7 @@ func (c *Client) Close() error {
 	c.probes.Wait()
 	c.revokes.Wait()
 	c.mux.shutdown()
+	c.dispatch.shutdown()
 	err := c.conn.Close()
 	if errors.Is(err, context.Canceled) {
 		return nil

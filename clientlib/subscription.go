@@ -116,14 +116,15 @@ type Subscription struct {
 	// from it when the newest release is bad.
 	good goodViews
 
-	watchID  int64         // this subscription on the client's WatchMany stream
-	nsKey    string        // the namespace list, as a key
-	reveal   bool          // secret values are asked for in clear
-	changed  chan struct{} // wakes the dispatcher
-	errs     chan error    // problems found off the dispatcher, reported on it
-	errsSent atomic.Int32  // errors put in errs: the dispatcher looks in errs only then
-	refused  chan error    // the server refused the watch (bad namespaces)
-	first    chan struct{} // closed at the first server snapshot
+	watchID  int64                      // this subscription on the client's WatchMany stream
+	nsKey    string                     // the namespace list, as a key
+	reveal   bool                       // secret values are asked for in clear
+	dispatch atomic.Pointer[dispatcher] // set once the dispatcher starts
+	sched    atomic.Int32               // schedIdle, schedBusy or schedAgain: see wake
+	errs     chan error                 // problems found off the dispatcher, reported on it
+	errsSent atomic.Int32               // errors put in errs: the dispatcher looks in errs only then
+	refused  chan error                 // the server refused the watch (bad namespaces)
+	first    chan struct{}              // closed at the first server snapshot
 	firstOK  sync.Once
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -157,7 +158,7 @@ func (cc *ConfigCenter) Subscribe(ctx context.Context, namespaces []string, opts
 		opt(&o)
 	}
 	o.instance = sanitizeInstance(o.instance)
-	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), nsKey: strings.Join(namespaces, "\x00"), reveal: cc.reveal, opts: o, changed: make(chan struct{}, 1), errs: make(chan error, 8), refused: make(chan error, 1), first: make(chan struct{})}
+	s := &Subscription{c: c, namespaces: slices.Clone(namespaces), nsKey: strings.Join(namespaces, "\x00"), reveal: cc.reveal, opts: o, errs: make(chan error, 8), refused: make(chan error, 1), first: make(chan struct{})}
 	empty := &ConfigSnapshot{spaces: map[string]*nsView{}}
 	for _, ns := range namespaces {
 		empty.spaces[ns] = &nsView{values: map[string]string{}}
@@ -205,9 +206,7 @@ func (cc *ConfigCenter) Subscribe(ctx context.Context, namespaces []string, opts
 	}
 	// Callbacks report changes after what the caller now sees: the
 	// dispatcher starts from the current snapshot.
-	d := newDispatcher(s)
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); d.run(runCtx) }()
+	s.dispatch.Store(newDispatcher(runCtx, s))
 	s.wake() // record the starting state (cache file, status report)
 	return s, nil
 }
@@ -258,6 +257,12 @@ func (s *Subscription) Status() SubscriptionStatus {
 func (s *Subscription) Close() {
 	s.c.mux.remove(s.watchID)
 	s.cancel()
+	if d := s.dispatch.Load(); d != nil {
+		// A step under way ends; the next ones see the end (step checks
+		// it under the same lock).
+		d.running.Lock()
+		d.running.Unlock() //nolint:staticcheck // an empty critical section: a wait for the step
+	}
 	s.wg.Wait()
 }
 
@@ -267,10 +272,38 @@ func (s *Subscription) setStatus(fn func(st *SubscriptionStatus)) {
 	s.mu.Unlock()
 }
 
+// The states of a subscription's dispatcher (Subscription.sched).
+const (
+	schedIdle  = iota // no step queued or running
+	schedBusy         // a step is queued or running
+	schedAgain        // and a wake came since it began: one more
+)
+
+// wake has the dispatcher take a step: queued on the client's pool when
+// none is queued or running, else one more after the running one (a step
+// looks at the current state, so one step covers every wake before it
+// began). So no change is missed, and two steps of one subscription never
+// run at once. Before the dispatcher starts it does nothing: the start
+// wakes it.
 func (s *Subscription) wake() {
-	select {
-	case s.changed <- struct{}{}:
-	default:
+	d := s.dispatch.Load()
+	if d == nil {
+		return
+	}
+	for {
+		switch s.sched.Load() {
+		case schedIdle:
+			if s.sched.CompareAndSwap(schedIdle, schedBusy) {
+				s.c.dispatch.schedule(d)
+				return
+			}
+		case schedBusy:
+			if s.sched.CompareAndSwap(schedBusy, schedAgain) {
+				return
+			}
+		default:
+			return
+		}
 	}
 }
 
@@ -414,7 +447,7 @@ func (s *Subscription) refuse(err error) {
 	s.wake() // the dispatcher reports it
 }
 
-// OnError registers a function called (on the dispatcher goroutine) with
+// OnError registers a function called (where the callbacks run) with
 // problems the subscription cannot return: a callback that panicked, a
 // release a binding rejected, a cache file that could not be written.
 func (s *Subscription) OnError(fn func(error)) {
@@ -427,6 +460,8 @@ func (s *Subscription) report(err error) {
 	s.mu.Lock()
 	fns := slices.Clone(s.errFns)
 	s.mu.Unlock()
+	s.c.dispatch.enterUser() // OnError functions, and the logger, are user code
+	defer s.c.dispatch.exitUser()
 	if len(fns) == 0 {
 		s.c.lg.Warn("coordd: config subscription", "error", err)
 	}

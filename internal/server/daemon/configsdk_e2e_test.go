@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -552,6 +553,68 @@ func TestPanickingAndSlowCallbacks(t *testing.T) {
 		t.Fatalf("the key callback ran %d times for 50 releases behind a stuck callback: nothing coalesced", n)
 	}
 	t.Logf("50 releases: the slow callback ran %d times, the key callback %d, %d panics reported", slowCalls.Load(), fastCalls.Load(), panics.Load())
+}
+
+// Callbacks that do not return delay no other subscription of the
+// client: the client's dispatch workers are few, and one stuck in a
+// callback must not leave the others' releases queued behind it. Four
+// subscriptions get stuck (more than the workers a client keeps), a fifth
+// still sees every release; a callback that ends its goroutine
+// (runtime.Goexit, as t.FailNow would) stops neither its subscription nor
+// the others.
+func TestStuckCallbacksDelayNoOtherSubscription(t *testing.T) {
+	t.Parallel()
+	d := start(t, configTestConfig(t))
+	ctx := t.Context()
+	c := newClient(t, d.GRPCAddr())
+	subscribe := func() *clientlib.Subscription {
+		sub, err := c.ConfigCenter().Subscribe(ctx, []string{"app"}, fast...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sub.Close) // after release is closed: Close waits for the callbacks
+		return sub
+	}
+	release := make(chan struct{})
+	defer close(release)
+	var stuck atomic.Int32
+	for range 4 {
+		subscribe().OnKey("app", "k", func(clientlib.ConfigChange) {
+			stuck.Add(1)
+			<-release
+		})
+	}
+	var exits atomic.Int32
+	var exited atomic.Value
+	subscribe().OnKey("app", "k", func(ch clientlib.ConfigChange) {
+		v, _ := ch.Snapshot.Get("app", "k")
+		exited.Store(v)
+		if exits.Add(1) == 1 {
+			runtime.Goexit()
+		}
+	})
+	var seen atomic.Value
+	subscribe().OnKey("app", "k", func(ch clientlib.ConfigChange) {
+		v, _ := ch.Snapshot.Get("app", "k")
+		seen.Store(v)
+	})
+	put := func(v string) {
+		t.Helper()
+		if _, err := c.ConfigCenter().Put(ctx, "app", "k", v, clientlib.PublishOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("first")
+	wait.Within(t, 5*time.Second, "four callbacks stuck", func() bool { return stuck.Load() == 4 })
+	for i := range 20 {
+		put(fmt.Sprint(i))
+		want := fmt.Sprint(i)
+		wait.Within(t, 5*time.Second, "the free subscription's callback at "+want, func() bool { v, _ := seen.Load().(string); return v == want })
+	}
+	wait.Within(t, 5*time.Second, "the callback that ended its goroutine, called again", func() bool { v, _ := exited.Load().(string); return v == "19" })
+	if n := stuck.Load(); n != 4 {
+		t.Fatalf("the stuck callbacks ran %d times, want 4 (each once, still stuck)", n)
+	}
 }
 
 // An app restarted while the newest release of its namespace is bad binds
