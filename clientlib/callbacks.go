@@ -95,18 +95,6 @@ func newDispatcher(ctx context.Context, s *Subscription) *dispatcher {
 	return d
 }
 
-// runSteps is a worker's turn at d: a step, and another while a wake
-// came during the last (see Subscription.wake).
-func (d *dispatcher) runSteps() {
-	for {
-		d.s.sched.Store(schedBusy) // wakes from here on ask for another step
-		d.step()
-		if d.s.sched.CompareAndSwap(schedBusy, schedIdle) {
-			return
-		}
-	}
-}
-
 // step reports the errors found off the dispatcher, calls the callbacks
 // for the changes since they last ran, and records the current snapshot
 // (cache file, status report); nothing once the subscription ended.
@@ -160,7 +148,7 @@ func (d *dispatcher) record(cur *ConfigSnapshot, rejected map[string]error) {
 		err := writeCacheFile(d.s.opts.cacheFile, cur, d.s.namespaces, good)
 		d.pool.exitUser()
 		if err != nil {
-			d.s.report(fmt.Errorf("coordd: write config cache file: %w", err))
+			d.report(fmt.Errorf("coordd: write config cache file: %w", err))
 		}
 	}
 	if d.s.reporter != nil {
@@ -176,7 +164,7 @@ func (d *dispatcher) reportErrors() {
 		select {
 		case err := <-d.s.errs:
 			d.s.errsSent.Add(-1)
-			d.s.report(err)
+			d.report(err)
 		default:
 			return // counted, not yet in the channel: the sender wakes us again
 		}
@@ -228,17 +216,25 @@ func (d *dispatcher) rejected(m map[string]error, ns string, err error) map[stri
 		m = map[string]error{}
 	}
 	m[ns] = err
-	d.s.report(err)
+	d.report(err)
 	return m
 }
 
 func (d *dispatcher) call(cb *callback, ch ConfigChange) error {
 	p, err := d.callUser(cb, ch)
 	if p != nil {
-		d.s.report(fmt.Errorf("coordd: config callback for %q panicked: %v", cb.ns, p))
+		d.report(fmt.Errorf("coordd: config callback for %q panicked: %v", cb.ns, p))
 		return nil // a panicking callback does not reject the release
 	}
 	return err
+}
+
+// report reports err to the subscription's OnError functions (or its
+// logger): user code, for the pool.
+func (d *dispatcher) report(err error) {
+	d.pool.enterUser()
+	defer d.pool.exitUser()
+	d.s.report(err)
 }
 
 // callUser runs cb, as user code for the pool, and returns the value it

@@ -94,24 +94,40 @@ func (p *dispatchPool) work() {
 	}
 }
 
-// run runs d's steps. If user code ends the goroutine (runtime.Goexit: a
-// test's t.FailNow in a callback), another worker serves the queue in its
-// place, and the next wake (the next release) runs d's callbacks again
-// from the change they did not finish.
+// run runs a step of d. A wake that came during it queues d again, behind
+// the subscriptions already waiting (stepping d again at once would keep
+// them waiting while d's releases keep coming). If user code ends the
+// goroutine (runtime.Goexit: a test's t.FailNow in a callback), another
+// worker serves the queue in its place; the change that step did not
+// finish is taken by d's next step, queued at once if a wake came during
+// it, else at d's next release.
 func (p *dispatchPool) run(d *dispatcher) {
 	returned := false
 	defer func() {
-		if returned {
-			return
+		if !returned {
+			p.mu.Lock()
+			p.free-- // this worker, which exitUser counted back
+			p.serveLocked()
+			p.mu.Unlock()
+			p.after(d)
 		}
-		d.s.sched.Store(schedIdle)
-		p.mu.Lock()
-		p.free-- // this worker, which exitUser counted back
-		p.serveLocked()
-		p.mu.Unlock()
 	}()
-	d.runSteps()
+	d.s.sched.Store(schedBusy) // wakes from here on ask for another step
+	d.step()
 	returned = true
+	p.after(d)
+}
+
+// after ends d's step: d is idle, or queued again if woken meanwhile.
+func (p *dispatchPool) after(d *dispatcher) {
+	if d.s.sched.CompareAndSwap(schedBusy, schedIdle) {
+		return
+	}
+	d.s.sched.Store(schedBusy)
+	p.mu.Lock()
+	p.queue = append(p.queue, d)
+	p.serveLocked()
+	p.mu.Unlock()
 }
 
 // enterUser is called by a worker before it runs user code, which may

@@ -258,8 +258,9 @@ func (s *Subscription) Close() {
 	s.c.mux.remove(s.watchID)
 	s.cancel()
 	if d := s.dispatch.Load(); d != nil {
-		// A step under way ends; the next ones see the end (step checks
-		// it under the same lock).
+		// Wait for a step under way to finish (its callbacks run to
+		// their end); the next ones see the end (step checks it under
+		// the same lock).
 		d.running.Lock()
 		d.running.Unlock() //nolint:staticcheck // an empty critical section: a wait for the step
 	}
@@ -280,11 +281,11 @@ const (
 )
 
 // wake has the dispatcher take a step: queued on the client's pool when
-// none is queued or running, else one more after the running one (a step
-// looks at the current state, so one step covers every wake before it
-// began). So no change is missed, and two steps of one subscription never
-// run at once. Before the dispatcher starts it does nothing: the start
-// wakes it.
+// none is queued or running, else queued again when the running one ends
+// (a step looks at the current state, so one step covers every wake
+// before it began). So no change is missed, and two steps of one
+// subscription never run at once. Before the dispatcher starts it does
+// nothing: the start wakes it.
 func (s *Subscription) wake() {
 	d := s.dispatch.Load()
 	if d == nil {
@@ -460,8 +461,6 @@ func (s *Subscription) report(err error) {
 	s.mu.Lock()
 	fns := slices.Clone(s.errFns)
 	s.mu.Unlock()
-	s.c.dispatch.enterUser() // OnError functions, and the logger, are user code
-	defer s.c.dispatch.exitUser()
 	if len(fns) == 0 {
 		s.c.lg.Warn("coordd: config subscription", "error", err)
 	}

@@ -556,12 +556,12 @@ func TestPanickingAndSlowCallbacks(t *testing.T) {
 }
 
 // Callbacks that do not return delay no other subscription of the
-// client: the client's dispatch workers are few, and one stuck in a
-// callback must not leave the others' releases queued behind it. Four
-// subscriptions get stuck (more than the workers a client keeps), a fifth
-// still sees every release; a callback that ends its goroutine
-// (runtime.Goexit, as t.FailNow would) stops neither its subscription nor
-// the others.
+// client: its dispatch workers are shared, and one stuck in a callback
+// must not leave the others' releases queued behind it. Four
+// subscriptions get stuck, a fifth still sees every release. A callback
+// that ends its goroutine (runtime.Goexit, as t.FailNow would) stops
+// neither its subscription nor the others, and a release that came while
+// it ran is not lost.
 func TestStuckCallbacksDelayNoOtherSubscription(t *testing.T) {
 	t.Parallel()
 	d := start(t, configTestConfig(t))
@@ -586,10 +586,15 @@ func TestStuckCallbacksDelayNoOtherSubscription(t *testing.T) {
 	}
 	var exits atomic.Int32
 	var exited atomic.Value
-	subscribe().OnKey("app", "k", func(ch clientlib.ConfigChange) {
+	goOn := make(chan struct{})
+	letGo := sync.OnceFunc(func() { close(goOn) })
+	defer letGo() // if the test fails first: Close waits for the callback
+	exiting := subscribe()
+	exiting.OnKey("app", "k", func(ch clientlib.ConfigChange) {
 		v, _ := ch.Snapshot.Get("app", "k")
 		exited.Store(v)
 		if exits.Add(1) == 1 {
+			<-goOn // until the next release reached the subscription
 			runtime.Goexit()
 		}
 	})
@@ -605,13 +610,25 @@ func TestStuckCallbacksDelayNoOtherSubscription(t *testing.T) {
 		}
 	}
 	put("first")
-	wait.Within(t, 5*time.Second, "four callbacks stuck", func() bool { return stuck.Load() == 4 })
+	wait.Within(t, 5*time.Second, "five callbacks stuck", func() bool { return stuck.Load() == 4 && exits.Load() == 1 })
+	put("second")
+	wait.Within(t, 5*time.Second, "the release to reach the stuck subscription", func() bool {
+		v, _ := exiting.Snapshot().Get("app", "k")
+		return v == "second"
+	})
+	letGo()
+	// No release follows: the one that came during the step that ended
+	// its goroutine must still reach the callback.
+	wait.Within(t, 5*time.Second, "the callback that ended its goroutine, called again with the release that came meanwhile", func() bool {
+		v, _ := exited.Load().(string)
+		return v == "second" && exits.Load() == 2
+	})
 	for i := range 20 {
 		put(fmt.Sprint(i))
 		want := fmt.Sprint(i)
 		wait.Within(t, 5*time.Second, "the free subscription's callback at "+want, func() bool { v, _ := seen.Load().(string); return v == want })
 	}
-	wait.Within(t, 5*time.Second, "the callback that ended its goroutine, called again", func() bool { v, _ := exited.Load().(string); return v == "19" })
+	wait.Within(t, 5*time.Second, "the callback that ended its goroutine, at the last release", func() bool { v, _ := exited.Load().(string); return v == "19" })
 	if n := stuck.Load(); n != 4 {
 		t.Fatalf("the stuck callbacks ran %d times, want 4 (each once, still stuck)", n)
 	}
