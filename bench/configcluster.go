@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -114,10 +113,10 @@ type clusterFanoutRun struct {
 	calls       []float64 // per publish: the publish call itself (its commit), microseconds
 	current     []sample  // the current publish's deliveries
 	disk        diskOps   // the members' slow disk operations during the run
-	// CPU per publish over the publishes (their pauses included): the
-	// members' (this build's daemons, all of them, -1: not measured) and
-	// this process's, which holds every peer's clients.
-	memberCPU, clientCPU time.Duration
+	// CPU seconds per publish over the publishes (their pauses included):
+	// the members' (this build's daemons, all of them; -1: not measured)
+	// and this process's, which holds every peer's clients.
+	memberCPU, clientCPU float64
 }
 
 // sample is one delivery: the subscriber's member and its latency.
@@ -176,8 +175,9 @@ func (r clusterFanoutRun) only(keep func(member int) bool) clusterFanoutRun {
 // runClusterFanout opens k subscribers on p, then publishes n values, each
 // at least every apart and once the previous one reached everyone.
 //
-// membersCPU, when not nil, returns the members' CPU time so far.
-func runClusterFanout(p clusterFanout, k, n int, every time.Duration, membersCPU func() (time.Duration, error)) (r clusterFanoutRun, err error) {
+// membersCPU, when not nil, returns the members' CPU seconds so far (-1:
+// unknown).
+func runClusterFanout(p clusterFanout, k, n int, every time.Duration, membersCPU func() float64) (r clusterFanoutRun, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r = clusterFanoutRun{byMember: map[int][]float64{}, afterMember: map[int][]float64{}, firstMember: map[int][]float64{}}
@@ -222,19 +222,19 @@ func runClusterFanout(p clusterFanout, k, n int, every time.Duration, membersCPU
 	// On two CPUs shared by the members and the clients, a round's
 	// deliveries wait for CPU: what a publish costs both sides says how
 	// much of a ratio is that.
-	c0, m0, merr := processCPU(), time.Duration(0), error(nil)
+	c0, m0 := selfCPUSeconds(), -1.0
 	if membersCPU != nil {
-		m0, merr = membersCPU()
+		m0 = membersCPU()
 	}
 	r.memberCPU = -1
 	defer func() {
 		if err != nil {
 			return
 		}
-		r.clientCPU = (processCPU() - c0) / time.Duration(n)
-		if membersCPU != nil && merr == nil {
-			if m1, err := membersCPU(); err == nil {
-				r.memberCPU = (m1 - m0) / time.Duration(n)
+		r.clientCPU = (selfCPUSeconds() - c0) / float64(n)
+		if m0 >= 0 {
+			if m1 := membersCPU(); m1 >= 0 {
+				r.memberCPU = (m1 - m0) / float64(n)
 			}
 		}
 	}()
@@ -330,7 +330,7 @@ func benchConfigCluster(bin, tmp string, members int) error {
 	// (the members' and this process's first connections, heaps and
 	// caches): each peer runs once untimed, at the smallest K, first.
 	for _, name := range peers {
-		if _, err := runClusterPeer(name, slices.Min(ks), -1, peerMembers(name, grpcs, others), etcds, clients, every, https, false); err != nil {
+		if _, err := runClusterPeer(name, slices.Min(ks), -1, peerMembers(name, grpcs, others), etcds, clients, every, ds, false); err != nil {
 			return fmt.Errorf("%s, warm-up: %w", name, err)
 		}
 	}
@@ -341,7 +341,7 @@ func benchConfigCluster(bin, tmp string, members int) error {
 			for i := range peers {
 				name := peers[(i+round)%len(peers)]
 				before := slowDiskOps(https)
-				r, err := runClusterPeer(name, k, round, peerMembers(name, grpcs, others), etcds, clients, every, https, *configProfile != "" && round == 0 && k == ks[len(ks)-1] && name == sdkSpread)
+				r, err := runClusterPeer(name, k, round, peerMembers(name, grpcs, others), etcds, clients, every, ds, *configProfile != "" && round == 0 && k == ks[len(ks)-1] && name == sdkSpread)
 				if err != nil {
 					return fmt.Errorf("%s, K=%d, round %d: %w", name, k, round, err)
 				}
@@ -395,9 +395,9 @@ type clusterKey struct {
 }
 
 // runClusterPeer runs one round of one peer (of name) with k subscribers
-// (k of each in a shared-commit run), profiling it when asked. https are
-// this build's members' HTTP addresses, m0's first.
-func runClusterPeer(name string, k, round int, grpcs, etcds []string, clients int, every time.Duration, https []string, profile bool) (clusterFanoutRun, error) {
+// (k of each in a shared-commit run), profiling it when asked. ds are
+// this build's members, m0 first.
+func runClusterPeer(name string, k, round int, grpcs, etcds []string, clients int, every time.Duration, ds []*daemon, profile bool) (clusterFanoutRun, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var p clusterFanout
@@ -421,13 +421,23 @@ func runClusterPeer(name string, k, round int, grpcs, etcds []string, clients in
 	defer p.close()
 	stopProfiles := func() error { return nil }
 	if profile {
-		if stopProfiles, err = profileFanout(https[0], k, *configProfile); err != nil {
+		if stopProfiles, err = profileFanout(ds[0].httpAddr, k, *configProfile); err != nil {
 			return clusterFanoutRun{}, err
 		}
 	}
-	var membersCPU func() (time.Duration, error)
+	var membersCPU func() float64
 	if name != sdkOther { // its member is the other build's
-		membersCPU = func() (time.Duration, error) { return cpuOf(https) }
+		membersCPU = func() float64 {
+			sum := 0.0
+			for _, d := range ds {
+				if c := d.cpuSeconds(); c >= 0 {
+					sum += c
+				} else {
+					return -1
+				}
+			}
+			return sum
+		}
 	}
 	r, err := runClusterFanout(p, subscribers, publishes(true), every, membersCPU)
 	if perr := stopProfiles(); perr != nil && err == nil {
@@ -440,9 +450,9 @@ func runClusterPeer(name string, k, round int, grpcs, etcds []string, clients in
 func (r clusterFanoutRun) cpuColumn() string {
 	m := "-"
 	if r.memberCPU >= 0 {
-		m = fmt.Sprintf("%.1f", float64(r.memberCPU.Microseconds())/1000)
+		m = fmt.Sprintf("%.1f", r.memberCPU*1000)
 	}
-	return fmt.Sprintf("%s+%.1fms", m, float64(r.clientCPU.Microseconds())/1000)
+	return fmt.Sprintf("%s+%.1fms", m, r.clientCPU*1000)
 }
 
 func printClusterRow(name string, k, round int, r clusterFanoutRun, members int, disk diskOps) {
@@ -504,7 +514,7 @@ func printClusterTargets(ks []int, runs map[clusterKey][]clusterFanoutRun, membe
 				}
 				p99s, fans = append(p99s, fmt.Sprintf("%.2f%s", p, mark)), append(fans, fmt.Sprintf("%.2f", f))
 				if r.memberCPU > 0 && e.memberCPU > 0 && pair[0] != sharedSDK {
-					cpus = append(cpus, fmt.Sprintf("%.2f", (r.memberCPU+r.clientCPU).Seconds()/(e.memberCPU+e.clientCPU).Seconds()))
+					cpus = append(cpus, fmt.Sprintf("%.2f", (r.memberCPU+r.clientCPU)/(e.memberCPU+e.clientCPU)))
 				}
 				if r.setup > 0 && e.setup > 0 {
 					s := r.setup.Seconds() / e.setup.Seconds()
@@ -605,28 +615,6 @@ func (d diskOps) String() string {
 		return "?"
 	}
 	return fmt.Sprintf("fsync %.0f (%.0f), commit %.0f (%.0f)", d.fsyncs, d.fsyncs16, d.commits, d.commits16)
-}
-
-// cpuOf sums the members' CPU time so far (process_cpu_seconds_total).
-func cpuOf(httpAddrs []string) (time.Duration, error) {
-	var sum float64
-	for _, a := range httpAddrs {
-		m, err := scrapeMetrics(a)
-		if err != nil {
-			return 0, err
-		}
-		sum += m["process_cpu_seconds_total"]
-	}
-	return time.Duration(sum * float64(time.Second)), nil
-}
-
-// processCPU is this process's CPU time so far, user and system.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // slowDiskOps sums diskOps over the members at httpAddrs.

@@ -98,14 +98,20 @@ func rawPuts(ctx context.Context, raw *clientv3.Client, n int) ([]float64, error
 // guests: neither busy here nor idle, and every process waited through it.
 type cpuMark struct{ server, self, busy, steal, total float64 }
 
+// selfCPUSeconds is this process's CPU time so far, user and system (0
+// where it cannot be read).
+func selfCPUSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
 // takeCPU reads the counters now (the machine's from /proc/stat; zero
 // where it cannot be read).
 func takeCPU(serverCPU func() float64) cpuMark {
-	m := cpuMark{server: serverCPU()}
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		m.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-	}
+	m := cpuMark{server: serverCPU(), self: selfCPUSeconds()}
 	if raw, err := os.ReadFile("/proc/stat"); err == nil {
 		line, _, _ := strings.Cut(string(raw), "\n")
 		f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...

@@ -81,14 +81,13 @@ func (s *Subscription) OnPrefix(ns, prefix string, fn func(ConfigChange)) (unreg
 type dispatcher struct {
 	s         *Subscription
 	ctx       context.Context // the subscription's: its end ends the steps
-	pool      *dispatchPool
 	running   sync.Mutex      // held by a step; Close waits for it
 	delivered *ConfigSnapshot // what the callbacks last saw
 	recorded  *ConfigSnapshot // what the cache file and the reporter last got
 }
 
 func newDispatcher(ctx context.Context, s *Subscription) *dispatcher {
-	d := &dispatcher{s: s, ctx: ctx, pool: s.c.dispatch, delivered: s.snap.Load()}
+	d := &dispatcher{s: s, ctx: ctx, delivered: s.snap.Load()}
 	s.mu.Lock()
 	s.good.start(d.delivered)
 	s.mu.Unlock()
@@ -144,9 +143,9 @@ func (d *dispatcher) record(cur *ConfigSnapshot, rejected map[string]error) {
 		d.s.mu.Lock()
 		good := d.s.good.all(d.s.namespaces)
 		d.s.mu.Unlock()
-		d.pool.enterUser() // a write to the disk may take a while
+		d.s.c.dispatch.enterUser() // a write to the disk may take a while
 		err := writeCacheFile(d.s.opts.cacheFile, cur, d.s.namespaces, good)
-		d.pool.exitUser()
+		d.s.c.dispatch.exitUser()
 		if err != nil {
 			d.report(fmt.Errorf("coordd: write config cache file: %w", err))
 		}
@@ -232,16 +231,16 @@ func (d *dispatcher) call(cb *callback, ch ConfigChange) error {
 // report reports err to the subscription's OnError functions (or its
 // logger): user code, for the pool.
 func (d *dispatcher) report(err error) {
-	d.pool.enterUser()
-	defer d.pool.exitUser()
+	d.s.c.dispatch.enterUser()
+	defer d.s.c.dispatch.exitUser()
 	d.s.report(err)
 }
 
 // callUser runs cb, as user code for the pool, and returns the value it
 // panicked with, or what it returned.
 func (d *dispatcher) callUser(cb *callback, ch ConfigChange) (panicked any, err error) {
-	d.pool.enterUser()
-	defer d.pool.exitUser()
+	d.s.c.dispatch.enterUser()
+	defer d.s.c.dispatch.exitUser()
 	defer func() { panicked = recover() }()
 	return nil, cb.fn(ch)
 }

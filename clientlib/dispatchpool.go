@@ -104,30 +104,24 @@ func (p *dispatchPool) work() {
 func (p *dispatchPool) run(d *dispatcher) {
 	returned := false
 	defer func() {
-		if !returned {
-			p.mu.Lock()
-			p.free-- // this worker, which exitUser counted back
-			p.serveLocked()
-			p.mu.Unlock()
-			p.after(d)
+		idle := d.s.sched.CompareAndSwap(schedBusy, schedIdle)
+		if idle && returned {
+			return
 		}
+		p.mu.Lock()
+		if !returned {
+			p.free-- // this worker, which exitUser counted back
+		}
+		if !idle { // woken meanwhile: once more, behind the others
+			d.s.sched.Store(schedBusy)
+			p.queue = append(p.queue, d)
+		}
+		p.serveLocked()
+		p.mu.Unlock()
 	}()
 	d.s.sched.Store(schedBusy) // wakes from here on ask for another step
 	d.step()
 	returned = true
-	p.after(d)
-}
-
-// after ends d's step: d is idle, or queued again if woken meanwhile.
-func (p *dispatchPool) after(d *dispatcher) {
-	if d.s.sched.CompareAndSwap(schedBusy, schedIdle) {
-		return
-	}
-	d.s.sched.Store(schedBusy)
-	p.mu.Lock()
-	p.queue = append(p.queue, d)
-	p.serveLocked()
-	p.mu.Unlock()
 }
 
 // enterUser is called by a worker before it runs user code, which may

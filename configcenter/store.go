@@ -611,11 +611,7 @@ func (s *Store) releaseOps(ns string, rel Release, trimmed int64) (ops []clientv
 	mt := meta{Release: rel.Number, Trimmed: trimmed}
 	var trim []clientv3.Op
 	if oldest := rel.Number - int64(s.limits.HistoryReleases); oldest > trimmed {
-		from := s.relKey(ns, trimmed+1)
-		if trimmed == 0 {
-			from = s.relPrefix(ns)
-		}
-		trim, mt.Trimmed = []clientv3.Op{clientv3.OpDelete(from, clientv3.WithRange(s.relKey(ns, oldest+1)))}, oldest
+		trim, mt.Trimmed = []clientv3.Op{clientv3.OpDelete(s.relKey(ns, trimmed+1), clientv3.WithRange(s.relKey(ns, oldest+1)))}, oldest
 	}
 	m, err := json.Marshal(mt)
 	if err != nil {
