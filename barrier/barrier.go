@@ -96,7 +96,8 @@ type Entered struct {
 
 // Enter adds session s's participant id to the barrier and waits until it
 // is open: count participants in it at one revision, or opened. When ctx
-// ends first, the participant is taken out again.
+// ends first, the participant is taken out again, unless another Enter of
+// the same session and id (a retry) entered it since: that call owns it.
 func (m *Manager) Enter(ctx context.Context, name string, s session.ID, id string, count int) (Entered, error) {
 	if err := check(name, s, &id); err != nil {
 		return Entered{}, err
@@ -105,8 +106,12 @@ func (m *Manager) Enter(ctx context.Context, name string, s session.ID, id strin
 		return Entered{}, fmt.Errorf("%w: count must be 1 to %d", ErrInvalid, MaxCount)
 	}
 	key, parts, open := m.partKey(name, s, id), m.parts(name), m.openKey(name)
-	// The value: the count it entered with and when (Unix ns).
-	put := clientv3.OpPut(key, fmt.Sprintf("%d %d", count, time.Now().UnixNano()), clientv3.WithLease(clientv3.LeaseID(s)))
+	// The value: the count it entered with, when (Unix ns), and this
+	// call's attempt id. An Enter that gives up removes the participant
+	// only if it still has this value: a retry (the same session and id)
+	// that entered again since owns it.
+	value := fmt.Sprintf("%d %d %s", count, time.Now().UnixNano(), names.NewRequestID())
+	put := clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(s)))
 	// Nobody in: an open key the count wrote is a past round's (its
 	// participants' sessions ended without leaving); this arrival starts a
 	// new one. One that Open wrote stays: it lets the next arrivals in.
@@ -138,7 +143,8 @@ func (m *Manager) Enter(ctx context.Context, name string, s session.ID, id strin
 		if r, gerr := m.cli.Get(dctx, open, clientv3.WithCountOnly()); gerr == nil && r.Count > 0 {
 			return Entered{Participants: count, Revision: r.Header.Revision}, nil
 		}
-		_, _ = m.cli.Delete(dctx, key) // best effort: it goes with the session anyway
+		// Best effort: it goes with the session anyway.
+		_, _ = m.cli.Txn(dctx).If(clientv3.Compare(clientv3.Value(key), "=", value)).Then(clientv3.OpDelete(key)).Commit()
 	}
 	return e, err
 }
@@ -306,9 +312,10 @@ func (m *Manager) Describe(ctx context.Context, name string) (State, error) {
 		}
 		sid, id, _ := strings.Cut(rest, "/")
 		n, _ := strconv.ParseUint(sid, 16, 64)
-		cs, at, _ := strings.Cut(string(kv.Value), " ")
-		c, _ := strconv.Atoi(cs)
-		ns, _ := strconv.ParseInt(at, 10, 64)
+		// "<count> <unix ns> <attempt>" (older coordd: no attempt).
+		fields := append(strings.Fields(string(kv.Value)), "", "")
+		c, _ := strconv.Atoi(fields[0])
+		ns, _ := strconv.ParseInt(fields[1], 10, 64)
 		st.Participants = append(st.Participants, Participant{Session: session.ID(n), ID: id, Count: c, Entered: time.Unix(0, ns).UTC()})
 	}
 	return st, nil

@@ -70,6 +70,7 @@ type Manager struct {
 	promoting promoter         // promotions in flight, per election
 
 	beforeCampaign func()      // tests: runs before each campaign transaction
+	beforeWait     func()      // tests: runs before a campaign waits for the seat
 	splitTransfer  bool        // tests: Transfer frees the seat, then gives it
 	unguarded      atomic.Bool // tests: promotions do not check the seat is free
 }
@@ -413,6 +414,9 @@ func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine
 			return fail(fmt.Errorf("%w: %q (request %s); waiting would never end, resign first", ErrAlreadyLeader, req.Name, id))
 		}
 	}
+	if m.beforeWait != nil {
+		m.beforeWait()
+	}
 	term, rev, err := m.waitSeat(ctx, req.Name, mine.key, l.Key, ask)
 	if errors.Is(err, queue.ErrEntryGone) {
 		err = fmt.Errorf("%w: the candidate's session ended while it waited", ErrSessionNotFound)
@@ -444,10 +448,11 @@ func (m *Manager) takeOverCandidacy(ctx context.Context, req Request, began int6
 	if err != nil {
 		return "", false, err
 	}
-	if ok, err = queue.TakeOver(ctx, m.cli, string(kv.Key), kv.CreateRevision, string(val)); err != nil {
+	rev, err := queue.TakeOver(ctx, m.cli, string(kv.Key), kv.CreateRevision, string(val))
+	if err != nil {
 		return "", false, fmt.Errorf("election: campaign %q: %w", req.Name, err)
 	}
-	return string(val), ok, nil
+	return string(val), rev != 0, nil
 }
 
 // leading reads the election's seat and reports whether term holds it.

@@ -685,3 +685,70 @@ func TestObserveFromOneReplaysHistory(t *testing.T) {
 		t.Fatalf("replay from 1 = %q, want %q", got, want)
 	}
 }
+
+// A retry of a campaign (the same session and campaign id) takes the
+// candidacy over and is elected once the leader resigns, whichever of the
+// two calls starts waiting first and although the first call gives up
+// (cancelled) after the retry took over: the first call's clean-up removes
+// only the candidacy as it wrote it.
+func TestCampaignTakeOverByARetry(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name               string
+		firstRegistersLast bool
+	}{
+		{name: "the retry waits last"},
+		{name: "the first call waits last", firstRegistersLast: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := t.Context()
+			paused, resume := make(chan struct{}), make(chan struct{})
+			firstWaits, retryWaits := make(chan struct{}), make(chan struct{})
+			var waits atomic.Int32
+			election.SetBeforeWait(e.m, func() {
+				switch waits.Add(1) {
+				case 1: // the first call
+					close(firstWaits)
+					if tc.firstRegistersLast {
+						close(paused)
+						<-resume
+					}
+				case 2: // the retry
+					close(retryWaits)
+				}
+			})
+			leader, err := e.m.Campaign(ctx, election.Request{Name: "x", Session: e.session(t, 30), Value: "leader"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := election.Request{Name: "x", Session: e.session(t, 30), RequestID: "c-1", Value: "worker"}
+			firstCtx, cancelFirst := context.WithCancel(ctx)
+			defer cancelFirst()
+			first := e.campaign(firstCtx, req)
+			<-firstWaits
+			retry := e.campaign(ctx, req)
+			<-retryWaits
+			cancelFirst()
+			if tc.firstRegistersLast {
+				close(resume)
+			}
+			if r := <-first; !errors.Is(r.err, context.Canceled) {
+				t.Fatalf("first call = %+v, %v; want it cancelled", r.l, r.err)
+			}
+			e.waitCandidates(t, "x", 1)
+			if err := e.m.Resign(ctx, "x", leader.Term, session.Hint{}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case r := <-retry:
+				if r.err != nil || r.l.Term <= leader.Term || r.l.Value != "worker" {
+					t.Fatalf("retry = %+v, %v; want it elected after term %d", r.l, r.err, leader.Term)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the leader resigned and the retry was not elected")
+			}
+		})
+	}
+}

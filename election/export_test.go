@@ -6,6 +6,11 @@ import "context"
 // the call noted the revision it began at). Call it before m is used.
 func SetBeforeCampaign(m *Manager, f func()) { m.beforeCampaign = f }
 
+// SetBeforeWait makes m call f before each campaign that waits starts its
+// wait for the seat (after its candidacy is written). Call it before m is
+// used.
+func SetBeforeWait(m *Manager, f func()) { m.beforeWait = f }
+
 // SetSplitTransfer makes Transfer free the seat in one commit and give it
 // in another (a vacancy between), to show the tests catch it.
 func SetSplitTransfer(m *Manager, on bool) { m.splitTransfer = on }

@@ -40,6 +40,7 @@ func (m *Manager) TryAcquire(ctx context.Context, req Request) (Grant, error) {
 type entry struct {
 	key   string
 	rev   int64  // create revision: the token
+	owned int64  // the revision of this call's write of the entry (rev, or its take-over's)
 	value string // the value this call wrote; dequeue compares it
 	w     waiter
 }
@@ -109,12 +110,21 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		return fail(err)
 	}
 	t := queue.NewTurn(m.queue(req.Name), e.key, e.rev, req.Limit, holders)
+	t.OwnedAt = e.owned
 	if req.Read {
 		t.Blocks = isWriter // readers ahead share the lock with this one
 	}
+	if m.beforeWait != nil {
+		m.beforeWait()
+	}
 	rev, err := m.waits.Wait(ctx, t)
-	if errors.Is(err, queue.ErrEntryGone) {
+	switch {
+	case errors.Is(err, queue.ErrEntryGone):
 		err = fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
+	case errors.Is(err, queue.ErrTakenOver):
+		// A retry owns the entry now and waits in this call's place; this
+		// call's caller gave up on it (or sent the same request twice).
+		err = fmt.Errorf("lock: acquisition %s of %q was taken over by a retry with the same request id: %w", req.RequestID, req.Name, context.Canceled)
 	}
 	if err == nil && (req.LockDelay > 0 || slices.ContainsFunc(t.Gone, func(g queue.Gone) bool { return delayOf(g.KV.Value) > 0 })) {
 		// Only locks that use lock-delay pay this read on hand-off.
@@ -274,6 +284,7 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, began int64, onl
 	delay.running, _ = decodeDelay(resp.Responses[2].GetResponseRange().Kvs)
 	if resp.Succeeded {
 		e.rev = resp.Header.Revision
+		e.owned = e.rev
 		return e, holders, delay, nil
 	}
 	mine := resp.Responses[0].GetResponseRange().Kvs
@@ -303,11 +314,10 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, began int64, onl
 		return entry{}, nil, delayState{}, err
 	}
 	e.value = string(val)
-	ok, err := queue.TakeOver(ctx, m.cli, e.key, e.rev, e.value)
-	if err != nil {
+	if e.owned, err = queue.TakeOver(ctx, m.cli, e.key, e.rev, e.value); err != nil {
 		return entry{}, nil, delayState{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
 	}
-	if !ok {
+	if e.owned == 0 {
 		return entry{}, nil, delayState{}, errEntryVanished
 	}
 	return e, holders, delay, nil

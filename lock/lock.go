@@ -66,6 +66,7 @@ type Manager struct {
 	ids queue.IDs        // request ids made up for callers that named none
 
 	beforeEnqueue func() // tests: runs before each enqueue transaction
+	beforeWait    func() // tests: runs before an acquisition registers its wait
 }
 
 // NewManager returns a Manager that keeps locks under root+"lock/" and

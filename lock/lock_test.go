@@ -806,65 +806,101 @@ func TestLockDelayOutlivesAWaiterThatGivesUp(t *testing.T) {
 	}
 }
 
-// An idempotent retry takes over the waiter entry: the earlier call giving
-// up afterwards does not remove it, and the retry is granted.
+// A retry of an acquisition (the same session and request id, as the SDK
+// sends after a lost connection) takes its entry over and is granted once
+// the holder releases, whichever of the two calls registers its wait first
+// and although the first call gives up. Forced with a hook: in "the first
+// call registers last" the first call writes its entry, pauses, the retry
+// takes the entry over and waits, then the first call, its context already
+// ended, registers and gives up. That order once lost the retry's wait (the
+// first call's registration replaced it, and its giving up removed it): the
+// retry waited on a free lock until its deadline.
 func TestRetryTakesOverTheEntry(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	ctx := t.Context()
-	holder, err := e.m.Acquire(ctx, lock.Request{Name: "l", Session: e.session(t, 60)})
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name               string
+		firstRegistersLast bool
+	}{
+		{name: "the retry registers last"},
+		{name: "the first call registers last", firstRegistersLast: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := t.Context()
+			paused, resume := make(chan struct{}), make(chan struct{})
+			var waits atomic.Int32
+			lock.SetBeforeWait(e.m, func() {
+				if waits.Add(1) == 1 && tc.firstRegistersLast {
+					close(paused)
+					<-resume
+				}
+			})
+			holder := e.hold(t, "l")
+			req := lock.Request{Name: "l", Session: e.session(t, 60), RequestID: "job-42"}
+			firstCtx, cancelFirst := context.WithCancel(ctx)
+			defer cancelFirst()
+			first := acquireResult(firstCtx, e.m, req)
+			if tc.firstRegistersLast {
+				<-paused // its entry is written
+			} else {
+				wait.For(t, "the first call to wait", func() bool { return lock.Waiting(e.m) == 1 })
+			}
+			retry := acquireResult(ctx, e.m, req)
+			if tc.firstRegistersLast {
+				wait.For(t, "the retry to wait", func() bool { return lock.Waiting(e.m) == 1 })
+				cancelFirst()
+				close(resume)
+			}
+			// The first call ends, told that the retry took its place (or
+			// by its own cancellation); the retry's wait stays.
+			select {
+			case r := <-first:
+				if !errors.Is(r.err, context.Canceled) {
+					t.Fatalf("first call = %+v, %v; want it cancelled (taken over by the retry)", r.g, r.err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the first call still waits although the retry took its entry over")
+			}
+			if n := e.keys(t); n != 2 {
+				t.Fatalf("%d waiter keys after the first call ended, want the holder's and the retry's", n)
+			}
+			if err := e.m.Release(ctx, "l", holder.Token, session.Hint{}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case r := <-retry:
+				if r.err != nil || r.g.Token <= holder.Token {
+					t.Fatalf("retry = %+v, %v; want a grant after the holder's token %d", r.g, r.err, holder.Token)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the holder released and the retry was not granted: its wait was lost")
+			}
+		})
 	}
-	s := e.session(t, 60)
-	req := lock.Request{Name: "l", Session: s, RequestID: "job-42"}
-	firstCtx, cancelFirst := context.WithCancel(ctx)
-	first := make(chan error, 1)
-	go func() {
-		_, err := e.m.Acquire(firstCtx, req)
-		first <- err
-	}()
-	wait.For(t, "the first call to queue", func() bool {
-		d, err := e.m.Describe(ctx, "l")
-		return err == nil && len(d.Waiters) == 1
-	})
-	retry := make(chan lock.Grant, 1)
+}
+
+// acquired is how an Acquire run by acquireResult ended.
+type acquired struct {
+	g   lock.Grant
+	err error
+}
+
+// acquireResult runs m.Acquire(req) in the background; its outcome,
+// whatever it is, comes on the channel (for the test to judge).
+func acquireResult(ctx context.Context, m *lock.Manager, req lock.Request) <-chan acquired {
+	ch := make(chan acquired, 1)
 	go func() {
 		// A retry may be refused once (Unavailable, nothing written)
 		// while this member has not yet seen the first call's entry
 		// (docs/guarantees.md): retried as the SDK does.
-		g, err := e.m.Acquire(ctx, req)
+		g, err := m.Acquire(ctx, req)
 		for try := 0; errors.Is(err, kind.Unavailable) && try < 10; try++ {
-			g, err = e.m.Acquire(ctx, req)
+			g, err = m.Acquire(ctx, req)
 		}
-		if err != nil {
-			t.Errorf("retry: %v", err)
-		}
-		retry <- g
+		ch <- acquired{g, err}
 	}()
-	// Wait until the retry has stamped the entry, then let the first call fail.
-	wait.For(t, "the retry to take the entry over", func() bool {
-		resp, err := e.cli.Get(ctx, "/coordd/lock/l/q/", clientv3.WithPrefix())
-		return err == nil && len(resp.Kvs) == 2 && resp.Kvs[1].Version > 1
-	})
-	cancelFirst()
-	if err := <-first; !errors.Is(err, context.Canceled) {
-		t.Fatalf("first call = %v", err)
-	}
-	if n := e.keys(t); n != 2 {
-		t.Fatalf("%d waiter keys after the first call gave up, want the holder's and the retry's", n)
-	}
-	if err := e.m.Release(ctx, "l", holder.Token, session.Hint{}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case g := <-retry:
-		if g.Token <= holder.Token {
-			t.Fatalf("retry token %d", g.Token)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the retry was not granted")
-	}
+	return ch
 }
 
 // hold takes lock name for a session of its own, so that others queue.

@@ -11,6 +11,14 @@
 // only while the entry itself is alive at that revision; events delivered
 // twice change nothing. A deletion costs O(1) plus O(1) per waiter it
 // grants, whatever the queue's length.
+//
+// An entry has one owner, the call that wrote it last: an idempotent
+// retry takes an entry over from the call it retries (TakeOver), and the
+// entry's turn is told to its owner only. Whatever order the two calls
+// register their waits in, the one that owns the entry stays registered
+// and the other ends with ErrTakenOver, so the replaced call giving up
+// never takes the owner's wait with it (a lost wake-up that once left a
+// retried acquire waiting on a free lock).
 package queue
 
 import (
@@ -31,12 +39,22 @@ import (
 // its session ended (or someone removed it).
 var ErrEntryGone = errors.New("queue: the entry was deleted while it waited")
 
+// ErrTakenOver is returned by Wait when another call took the waiting
+// entry over (an idempotent retry of the same request): that call now owns
+// the entry and waits for its turn.
+var ErrTakenOver = errors.New("queue: the entry was taken over by a retry of the same request")
+
 // Turn is one entry's wait for its turn (see Waiters.Wait).
 type Turn struct {
 	prefix string // the queue's key prefix
 	key    string // the entry's key
 	rev    int64  // the entry's create revision
 	limit  int    // how many entries at the head are granted
+	// OwnedAt is the revision of the caller's write that made the entry
+	// its own: the entry's create revision (the default, when zero) or
+	// the revision of the caller's TakeOver. Of two waits for one entry,
+	// the one with the later OwnedAt owns it.
+	OwnedAt int64
 	// heads are the queue's first entries as the caller read them when it
 	// enqueued, until the wait registers.
 	heads []*mvccpb.KeyValue
@@ -220,16 +238,20 @@ func HeadsOp(prefix string, n int) clientv3.Op {
 
 // TakeOver replaces the value of the entry key created at rev (an
 // idempotent retry taking the entry over from an earlier call), keeping
-// its lease. It reports false if that entry no longer exists.
-func TakeOver(ctx context.Context, cli *clientv3.Client, key string, rev int64, value string) (bool, error) {
+// its lease, and returns the revision of that write (the caller's
+// Turn.OwnedAt). It returns 0 if that entry no longer exists.
+func TakeOver(ctx context.Context, cli *clientv3.Client, key string, rev int64, value string) (int64, error) {
 	resp, err := cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpPut(key, value, clientv3.WithIgnoreLease())).
 		Commit()
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	return resp.Succeeded, nil
+	if !resp.Succeeded {
+		return 0, nil
+	}
+	return resp.Header.Revision, nil
 }
 
 // Restamp replaces key's value old with value in the background (for

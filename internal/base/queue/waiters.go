@@ -64,7 +64,8 @@ type mirrorID struct {
 // Wait blocks until fewer than t's limit entries (of those t.Blocks
 // counts) are ahead of t's entry, and returns the revision at which that
 // became true. It fails with ErrEntryGone as soon as the entry itself goes
-// away (its session ended), and with ctx's error when ctx ends.
+// away (its session ended), with ErrTakenOver when another call owns the
+// entry (see Turn.OwnedAt), and with ctx's error when ctx ends.
 func (ws *Waiters) Wait(ctx context.Context, t *Turn) (int64, error) {
 	id := mirrorID{t.prefix, max(t.limit, 1)}
 	ws.mu.Lock()
@@ -77,7 +78,11 @@ func (ws *Waiters) Wait(ctx context.Context, t *Turn) (int64, error) {
 	ws.mu.Unlock()
 	defer ws.drop(m)
 
-	wt := &waiting{key: t.key, rev: t.rev, shared: t.Blocks != nil, done: make(chan outcome, 1)}
+	owned := t.OwnedAt
+	if owned == 0 {
+		owned = t.rev
+	}
+	wt := &waiting{key: t.key, rev: t.rev, owned: owned, shared: t.Blocks != nil, done: make(chan outcome, 1)}
 	m.register(wt, t.heads)
 	t.heads = nil // registered: the caller's read is not needed any more
 	select {
@@ -115,6 +120,7 @@ type outcome struct {
 type waiting struct {
 	key    string
 	rev    int64 // its entry's create revision
+	owned  int64 // the revision at which its caller made the entry its own
 	shared bool  // counts only Exclusive entries ahead (a reader)
 	done   chan outcome
 	gone   []Gone // notable entries ahead that went before the mirror saw them
@@ -247,8 +253,9 @@ func (m *mirror) load(ctx context.Context) error {
 	for _, kv := range resp.Kvs {
 		n := &node{kv: kv, exclusive: m.exclusive(kv)}
 		if o := old[string(kv.Key)]; o != nil && o.kv.CreateRevision == kv.CreateRevision && o.waiter != nil {
-			n.waiter, o.waiter.node = o.waiter, n
+			wt := o.waiter
 			o.waiter = nil
+			m.attach(n, wt)
 		}
 		m.append(n, rev)
 	}
@@ -296,7 +303,7 @@ func (m *mirror) apply(evs []*clientv3.Event) {
 			n := &node{kv: ev.Kv, exclusive: m.exclusive(ev.Kv)}
 			if wt := m.pending[key]; wt != nil && wt.rev == rev {
 				delete(m.pending, key)
-				n.waiter, wt.node = wt, n
+				m.attach(n, wt)
 			}
 			m.append(n, rev)
 		default: // a new value of an entry (a retry took it over)
@@ -466,12 +473,12 @@ func (m *mirror) register(wt *waiting, heads []*mvccpb.KeyValue) {
 		}
 	}
 	if !m.loaded {
-		m.pending[wt.key] = wt
+		m.addPending(wt)
 		return
 	}
 	m.compareHeads(wt)
 	if m.pos < wt.rev {
-		m.pending[wt.key] = wt
+		m.addPending(wt)
 		return
 	}
 	n := m.byKey[wt.key]
@@ -479,8 +486,49 @@ func (m *mirror) register(wt *waiting, heads []*mvccpb.KeyValue) {
 		m.finish(wt, outcome{err: ErrEntryGone})
 		return
 	}
+	if m.attach(n, wt) {
+		m.check(n, m.pos)
+	}
+}
+
+// attach makes wt the waiter of n, its entry, unless n's waiter owns the
+// entry by a later write: of the two, the one that owns it earlier ends
+// with ErrTakenOver (see Turn.OwnedAt). An entry has one waiter, so a
+// replaced call that gives up cannot take the owner's wait with it. It
+// reports whether wt is n's waiter now.
+func (m *mirror) attach(n *node, wt *waiting) bool {
+	if old := n.waiter; old != nil && old != wt {
+		if old.owned >= wt.owned {
+			m.finish(wt, outcome{err: ErrTakenOver})
+			return false
+		}
+		n.waiter = nil
+		m.finish(old, outcome{err: ErrTakenOver})
+	}
 	n.waiter, wt.node = wt, n
-	m.check(n, m.pos)
+	return true
+}
+
+// addPending keeps wt until the mirror sees its entry. Pending waiters are
+// kept by key, one each, by the rule of attach; one whose entry has an
+// older create revision than the other's waits for an entry that was
+// deleted (a key is created again only after a deletion).
+func (m *mirror) addPending(wt *waiting) {
+	if old := m.pending[wt.key]; old != nil && old != wt {
+		switch {
+		case old.rev < wt.rev:
+			m.finish(old, outcome{err: ErrEntryGone})
+		case old.rev > wt.rev:
+			m.finish(wt, outcome{err: ErrEntryGone})
+			return
+		case old.owned >= wt.owned:
+			m.finish(wt, outcome{err: ErrTakenOver})
+			return
+		default:
+			m.finish(old, outcome{err: ErrTakenOver})
+		}
+	}
+	m.pending[wt.key] = wt
 }
 
 // compareHeads moves wt's heads that the (loaded) mirror no longer has to
@@ -508,8 +556,9 @@ func (m *mirror) settlePending() {
 		}
 		delete(m.pending, k)
 		if n := m.byKey[k]; n != nil && n.kv.CreateRevision == wt.rev {
-			n.waiter, wt.node = wt, n // seen in a load
-			m.check(n, m.pos)
+			if m.attach(n, wt) { // seen in a load
+				m.check(n, m.pos)
+			}
 			continue
 		}
 		m.finish(wt, outcome{err: ErrEntryGone})
@@ -558,4 +607,17 @@ func (m *mirror) failAll(err error) {
 			m.finish(wt, outcome{err: err})
 		}
 	}
+}
+
+// Waiting returns how many waits are registered on this member now.
+func (ws *Waiters) Waiting() int {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	n := 0
+	for _, m := range ws.mirrors {
+		m.mu.Lock()
+		n += m.waiters
+		m.mu.Unlock()
+	}
+	return n
 }

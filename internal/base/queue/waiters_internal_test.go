@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -50,5 +51,71 @@ func TestNotableGoneIsBounded(t *testing.T) {
 	}
 	if n := len(m.notable); n > 600 {
 		t.Errorf("after 5,000 holders went, %d are remembered; want the few a waiter may still need", n)
+	}
+}
+
+// An entry taken over by a retry is waited for by the retry, whichever of
+// the two calls registers first and however the call it replaced gives
+// up: its turn is told to the retry, and the replaced call ends with
+// ErrTakenOver. It fails when a later registration simply replaces the
+// entry's waiter (the replaced call, registering last and then giving up,
+// left the entry with no waiter: a retried acquire waited on a free lock).
+func TestTakeOverKeepsTheOwnersWait(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		retryFirst   bool // the retry registers before the call it replaced
+		pendingFirst bool // both register before the mirror has loaded
+	}{
+		{name: "the replaced call registers first"},
+		{name: "the retry registers first", retryFirst: true},
+		{name: "both pending, the retry first", retryFirst: true, pendingFirst: true},
+		{name: "both pending, the replaced call first", pendingFirst: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &mirror{ws: &Waiters{}, id: mirrorID{"/q/", 1}, byKey: map[string]*node{}, pending: map[string]*waiting{}, loaded: !tc.pendingFirst}
+			holder := &mvccpb.KeyValue{Key: []byte("/q/holder"), CreateRevision: 1, ModRevision: 1}
+			entry := &mvccpb.KeyValue{Key: []byte("/q/job-42"), CreateRevision: 2, ModRevision: 2}
+			retried := &mvccpb.KeyValue{Key: entry.Key, CreateRevision: 2, ModRevision: 3, Version: 2}
+			if !tc.pendingFirst {
+				m.apply([]*clientv3.Event{{Type: mvccpb.PUT, Kv: holder}, {Type: mvccpb.PUT, Kv: entry}, {Type: mvccpb.PUT, Kv: retried}})
+			}
+			first := &waiting{key: string(entry.Key), rev: 2, owned: 2, done: make(chan outcome, 1)}
+			retry := &waiting{key: string(entry.Key), rev: 2, owned: 3, done: make(chan outcome, 1)}
+			order := []*waiting{first, retry}
+			if tc.retryFirst {
+				order = []*waiting{retry, first}
+			}
+			for _, wt := range order {
+				m.register(wt, nil)
+			}
+			if tc.pendingFirst {
+				// The mirror's load: the queue as of revision 3.
+				m.loaded, m.pos = true, 3
+				m.append(&node{kv: holder, exclusive: true}, 3)
+				m.append(&node{kv: retried, exclusive: true}, 3)
+				m.settlePending()
+			}
+			// The replaced call gives up (its context ended).
+			select {
+			case o := <-first.done:
+				if !errors.Is(o.err, ErrTakenOver) {
+					t.Fatalf("the replaced call's wait ended with %+v; want ErrTakenOver", o)
+				}
+			default:
+				m.unregister(first)
+			}
+			m.apply([]*clientv3.Event{{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: holder.Key, ModRevision: 4}}})
+			select {
+			case o := <-retry.done:
+				if o.err != nil || o.rev != 4 {
+					t.Fatalf("the retry's wait ended with %+v; want its turn at revision 4", o)
+				}
+			default:
+				t.Fatal("the holder went and the retry, at the head now, was not told: its wait was lost")
+			}
+			if m.waiters != 0 || len(m.pending) != 0 {
+				t.Fatalf("%d waiters and %d pending left; want none", m.waiters, len(m.pending))
+			}
+		})
 	}
 }
