@@ -263,13 +263,29 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, began int64, onl
 	if m.beforeEnqueue != nil {
 		m.beforeEnqueue()
 	}
+	// behind: the queue's heads as this member's view of a crowded queue
+	// shows them when the transaction is sent, if it was sent that way.
+	var behind []*mvccpb.KeyValue
 	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
 		Name:    q,
 		Creates: true,
 		If:      cmps,
 		Then:    []clientv3.Op{clientv3.OpPut(e.key, e.value, clientv3.WithLease(clientv3.LeaseID(req.Session))), heads, delayGet, heldGet},
 		Else:    []clientv3.Op{clientv3.OpGet(e.key), heads, delayGet, heldGet},
+		Prepare: func(t *groupcommit.Txn) {
+			if known, _, ok := m.waits.Heads(q, req.Limit, req.Limit); ok && !req.Read && !viewless(ctx) {
+				behind = known
+				t.If, t.Then, t.Else = m.behindTxn(req, e, known, onlyIfEmpty)
+			}
+		},
 	})
+	if err == nil && behind != nil {
+		e, holders, delay, err := m.behindResult(resp, e, behind, onlyIfEmpty)
+		if errors.Is(err, errHeadsMoved) {
+			return m.enqueueOnce(withoutView(ctx), req, began, onlyIfEmpty, mustCreate)
+		}
+		return e, holders, delay, err
+	}
 	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return entry{}, nil, delayState{}, fmt.Errorf("%w: %016x", ErrSessionNotFound, uint64(req.Session))
@@ -294,11 +310,19 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, began int64, onl
 	if mustCreate {
 		return entry{}, holders, delay, errIDInUse
 	}
-	// An idempotent retry: take the entry over, keeping its enqueue time,
-	// so that a failing earlier call can no longer remove it.
-	kv := mine[0]
+	// An idempotent retry: take the entry over.
+	if e, err = m.takeOver(ctx, req, began, e, mine[0]); err != nil {
+		return entry{}, nil, delayState{}, err
+	}
+	return e, holders, delay, nil
+}
+
+// takeOver takes kv, the entry of an earlier call with the same request
+// id, over for e's call, keeping its enqueue time, so that a failing
+// earlier call can no longer remove it.
+func (m *Manager) takeOver(ctx context.Context, req Request, began int64, e entry, kv *mvccpb.KeyValue) (entry, error) {
 	if kv.CreateRevision > began {
-		return entry{}, nil, delayState{}, fmt.Errorf("%w (lock %q, request %s: by an earlier attempt still in flight, or a later acquisition under the same id); retry", errEntryNewer, req.Name, req.RequestID)
+		return entry{}, fmt.Errorf("%w (lock %q, request %s: by an earlier attempt still in flight, or a later acquisition under the same id); retry", errEntryNewer, req.Name, req.RequestID)
 	}
 	e.rev = kv.CreateRevision
 	var prev waiter
@@ -306,22 +330,76 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, began int64, onl
 		if prev.Read != req.Read {
 			// A retry must not turn a reader into a writer (or back) behind
 			// the others' backs: they were granted or queued by its mode.
-			return entry{}, nil, delayState{}, fmt.Errorf("%w: acquisition %s of %q asked for a %s grant; a retry must ask for the same", ErrInvalid, req.RequestID, req.Name, modeName(prev.Read))
+			return entry{}, fmt.Errorf("%w: acquisition %s of %q asked for a %s grant; a retry must ask for the same", ErrInvalid, req.RequestID, req.Name, modeName(prev.Read))
 		}
 		e.w.Enqueued, e.w.Granted = prev.Enqueued, prev.Granted
 	}
-	if val, err = json.Marshal(e.w); err != nil {
-		return entry{}, nil, delayState{}, err
+	val, err := json.Marshal(e.w)
+	if err != nil {
+		return entry{}, err
 	}
 	e.value = string(val)
 	if e.owned, err = queue.TakeOver(ctx, m.cli, e.key, e.rev, e.value); err != nil {
-		return entry{}, nil, delayState{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
+		return entry{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
 	}
 	if e.owned == 0 {
-		return entry{}, nil, delayState{}, errEntryVanished
+		return entry{}, errEntryVanished
 	}
-	return e, holders, delay, nil
+	return e, nil
 }
+
+// behindTxn is the enqueue transaction for a queue that this member's
+// view shows with at least Limit entries (a crowd, waiting here): instead
+// of reading the queue's head, which etcd sorts whole (O(n) for each join,
+// O(n²) for a crowd), it checks that the first entries the view saw,
+// heads, still exist. Then they are still the queue's first Limit entries
+// (entries only join at the tail) and hold the lock, so e waits behind
+// them (a try-lock, onlyIfEmpty, is refused): O(Limit · log n). When the
+// check fails (a head left since, or e's key exists: a retry), nothing is
+// written; see behindResult.
+func (m *Manager) behindTxn(req Request, e entry, heads []*mvccpb.KeyValue, onlyIfEmpty bool) (cmps []clientv3.Cmp, then, els []clientv3.Op) {
+	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)}
+	for _, kv := range heads {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision))
+	}
+	then = []clientv3.Op{clientv3.OpGet(m.delayKey(req.Name)), clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix())}
+	if !onlyIfEmpty {
+		then = append(then, clientv3.OpPut(e.key, e.value, clientv3.WithLease(clientv3.LeaseID(req.Session))))
+	}
+	return cmps, then, nil
+}
+
+// behindResult reads the answer of behindTxn. It returns errHeadsMoved
+// when the check failed (nothing was written): the caller enqueues the
+// long way.
+func (m *Manager) behindResult(resp *clientv3.TxnResponse, e entry, heads []*mvccpb.KeyValue, onlyIfEmpty bool) (entry, []*mvccpb.KeyValue, delayState, error) {
+	if !resp.Succeeded {
+		return entry{}, nil, delayState{}, errHeadsMoved
+	}
+	m.joinsBehind.Add(1)
+	delay := delayState{held: resp.Responses[1].GetResponseRange().Kvs}
+	delay.running, _ = decodeDelay(resp.Responses[0].GetResponseRange().Kvs)
+	if onlyIfEmpty {
+		return entry{}, heads, delay, errNotEnqueued
+	}
+	e.rev = resp.Header.Revision
+	e.owned = e.rev
+	return e, heads, delay, nil
+}
+
+// errHeadsMoved: behindTxn's check found the queue's heads changed (or the
+// entry there already); nothing was written.
+var errHeadsMoved = errors.New("lock: the queue's heads moved")
+
+// viewlessKey marks, in a context, an enqueue that must read the queue's
+// heads from etcd: its check against the member's view failed once.
+type viewlessKey struct{}
+
+func withoutView(ctx context.Context) context.Context {
+	return context.WithValue(ctx, viewlessKey{}, true)
+}
+
+func viewless(ctx context.Context) bool { v, _ := ctx.Value(viewlessKey{}).(bool); return v }
 
 // Lock-delay. A holder that asked for a lock-delay leaves a record,
 // "held/<token>", that outlives its session (no lease); a clean Release

@@ -12,3 +12,7 @@ func SetBeforeWait(m *Manager, f func()) { m.beforeWait = f }
 
 // Waiting returns how many acquisitions wait on m now (registered waits).
 func Waiting(m *Manager) int { return m.waits.Waiting() }
+
+// JoinsBehind counts the enqueues (and refused try-locks) that m served
+// from its view of a crowded queue, reading no queue head from etcd.
+func JoinsBehind(m *Manager) int64 { return m.joinsBehind.Load() }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -67,6 +69,9 @@ type Manager struct {
 
 	beforeEnqueue func() // tests: runs before each enqueue transaction
 	beforeWait    func() // tests: runs before an acquisition registers its wait
+	// joinsBehind counts the enqueues that the member's view of a crowded
+	// queue served (see enqueueBehind).
+	joinsBehind atomic.Int64
 }
 
 // NewManager returns a Manager that keeps locks under root+"lock/" and
@@ -228,6 +233,16 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 			return err
 		}
 		key = m.waiterKey(name, hint.Session, hint.RequestID)
+	} else if f, ok := m.waits.Find(m.queue(name), int64(token)); ok {
+		// This member's mirror of a crowded queue names the key in
+		// O(log n); the transaction below checks it still holds.
+		if f.KV == nil {
+			return fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
+		}
+		if hint.Session > 0 && session.ID(f.KV.Lease) != hint.Session {
+			return fmt.Errorf("%w: token %d of lock %q is not a grant of session %s", ErrNotHolder, token, name, hint.Session)
+		}
+		key = string(f.KV.Key)
 	} else {
 		h, err := m.holder(ctx, name, token)
 		if err != nil {
@@ -271,6 +286,9 @@ type holderState struct {
 // it is deleted (keys ahead of it can only go away), which is what lets
 // fenced writes check only the key's create revision in their transaction.
 func (m *Manager) holder(ctx context.Context, name string, token fencing.Token) (holderState, error) {
+	if h, ok, err := m.holderFromMirror(ctx, name, token); ok || err != nil {
+		return h, err
+	}
 	kv, place, extra, err := queue.Position(ctx, m.cli, m.queue(name), int64(token), clientv3.OpGet(m.delayKey(name)))
 	if err != nil {
 		return holderState{}, fmt.Errorf("lock: read %q: %w", name, err)
@@ -300,10 +318,57 @@ func (m *Manager) holder(ctx context.Context, name string, token fencing.Token) 
 	return h, nil
 }
 
+// holderFromMirror is holder answered from this member's mirror of the
+// queue, when it keeps one that has seen token's entry and says it holds
+// (ok false otherwise: read etcd). One transaction of point operations
+// checks that the entry still exists and reads the lock-delay: O(log n)
+// however long the queue. A grant keeps holding until its entry is
+// deleted, and a deleted entry never comes back, so what the mirror saw at
+// its revision is still true of an entry that exists now.
+func (m *Manager) holderFromMirror(ctx context.Context, name string, token fencing.Token) (holderState, bool, error) {
+	f, ok := m.waits.Find(m.queue(name), int64(token))
+	if !ok {
+		return holderState{}, false, nil
+	}
+	if f.KV == nil {
+		return holderState{}, true, nil // deleted by f.Pos
+	}
+	var w waiter
+	if json.Unmarshal(f.KV.Value, &w) != nil || max(w.Limit, 1) != f.Limit || !f.Turn {
+		return holderState{}, false, nil // not granted then: it may be now
+	}
+	key := string(f.KV.Key)
+	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))).Then(clientv3.OpGet(m.delayKey(name))).Commit()
+	if err != nil {
+		return holderState{}, true, fmt.Errorf("lock: read %q: %w", name, err)
+	}
+	if !resp.Succeeded {
+		return holderState{}, true, nil
+	}
+	h := holderState{key: key, session: session.ID(f.KV.Lease), granted: true, read: w.Read}
+	if d, ok := decodeDelay(resp.Responses[0].GetResponseRange().Kvs); ok && d.Token == int64(token) && m.now().Before(d.Until) {
+		h.granted = false // still sitting out a lock-delay
+	}
+	return h, true, nil
+}
+
 // GrantSession returns the session that owns the grant (or the waiting
 // entry) token names, read linearizably. It returns ErrNotHolder when
 // there is none.
 func (m *Manager) GrantSession(ctx context.Context, name string, token fencing.Token) (session.ID, error) {
+	if f, ok := m.waits.Find(m.queue(name), int64(token)); ok {
+		if f.KV != nil {
+			// Seen by this member's mirror: check that it still exists.
+			resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(f.KV.Key)), "=", int64(token))).Commit()
+			if err != nil {
+				return 0, fmt.Errorf("lock: read %q: %w", name, err)
+			}
+			if resp.Succeeded {
+				return session.ID(f.KV.Lease), nil
+			}
+		}
+		return 0, fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
+	}
 	kv, _, _, err := queue.Position(ctx, m.cli, m.queue(name), int64(token))
 	if err != nil {
 		return 0, fmt.Errorf("lock: read %q: %w", name, err)
@@ -425,53 +490,145 @@ type Description struct {
 	Limit   int // 0 when nobody holds or waits
 	Holders []Entry
 	Waiters []Entry // in grant order
+	// Holding and Waiting count the lock's holders and waiters, those of
+	// other pages included.
+	Holding, Waiting int
+	// Next, when not zero, is the Page.After of the next page: more
+	// entries follow this page's.
+	Next fencing.Token
 	// DelayedUntil, when not zero, is the end of a lock-delay: the first
 	// waiter is granted then (a holder's session expired).
 	DelayedUntil time.Time
 	Revision     int64
 }
 
-// Describe returns the lock's holders and waiters. The read is
-// linearizable.
+// Page bounds.
+const (
+	DefaultPageSize = 100
+	MaxPageSize     = 1000
+)
+
+// Page selects part of a lock's queue: Size entries (holders first, then
+// waiters, in queue order) after the entry whose token is After (0: from
+// the head). Size 0 means DefaultPageSize.
+type Page struct {
+	After fencing.Token
+	Size  int
+}
+
+// Describe returns the lock's holders and all its waiters. The read is
+// linearizable. For a crowded lock, DescribePage returns a page of it.
 func (m *Manager) Describe(ctx context.Context, name string) (Description, error) {
+	return m.describe(ctx, name, Page{}, true)
+}
+
+// DescribePage returns the lock's holder and waiter counts and the page p
+// of its queue. The read is linearizable. On a member where calls wait
+// for the lock (a crowd), it is served from the member's ordered view of
+// the queue in O(log n + page size), once that view has caught up with
+// the revision the read began at; elsewhere it reads the queue from etcd.
+func (m *Manager) DescribePage(ctx context.Context, name string, p Page) (Description, error) {
+	if p.Size < 0 || p.Size > MaxPageSize {
+		return Description{}, fmt.Errorf("%w: page size %d: 1 to %d entries (0: %d)", ErrInvalid, p.Size, MaxPageSize, DefaultPageSize)
+	}
+	if p.After < 0 {
+		return Description{}, fmt.Errorf("%w: a page starts after a positive token", ErrInvalid)
+	}
+	if p.Size == 0 {
+		p.Size = DefaultPageSize
+	}
+	return m.describe(ctx, name, p, false)
+}
+
+func (m *Manager) describe(ctx context.Context, name string, p Page, all bool) (Description, error) {
 	if err := validateName(name); err != nil {
 		return Description{}, err
 	}
 	q := m.queue(name)
-	tresp, err := m.cli.Txn(ctx).Then(
-		clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)),
-		clientv3.OpGet(m.delayKey(name)),
-	).Commit()
+	ops := []clientv3.Op{clientv3.OpGet(m.delayKey(name))}
+	_, crowd := m.waits.Find(q, 0)
+	if !crowd {
+		ops = append(ops, clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))
+	}
+	tresp, err := m.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return Description{}, fmt.Errorf("lock: describe %q: %w", name, err)
 	}
-	kvs := tresp.Responses[0].GetResponseRange().Kvs
 	d := Description{Name: name, Revision: tresp.Header.Revision}
-	if lim, ok := limitOf(kvs); ok {
-		d.Limit = lim
-	}
 	delayed := int64(0)
-	if dl, ok := decodeDelay(tresp.Responses[1].GetResponseRange().Kvs); ok && m.now().Before(dl.Until) {
+	if dl, ok := decodeDelay(tresp.Responses[0].GetResponseRange().Kvs); ok && m.now().Before(dl.Until) {
 		d.DelayedUntil, delayed = dl.Until, dl.Token
 	}
-	held := granted(kvs, d.Limit)
-	for i, kv := range kvs {
-		var w waiter
-		if err := json.Unmarshal(kv.Value, &w); err != nil {
-			return Description{}, fmt.Errorf("lock: decode %q: %w", kv.Key, err)
+	var found []queue.Found
+	delayedHolds := false // the delayed entry's turn came: counted as holding
+	if crowd {
+		size := p.Size + 1
+		if all {
+			size = math.MaxInt
 		}
-		e := Entry{Session: session.ID(kv.Lease), RequestID: w.RequestID, Metadata: w.Metadata, Token: fencing.Token(kv.CreateRevision), Enqueued: w.Enqueued, Read: w.Read}
-		if i < held && kv.CreateRevision != delayed {
-			e.Since = w.Enqueued
-			if !w.Granted.IsZero() {
-				e.Since = w.Granted
+		pg, ok, err := m.waits.Page(ctx, q, d.Revision, int64(p.After), size)
+		if err != nil {
+			return Description{}, err
+		}
+		if !ok { // the view went or is reloading: read etcd
+			return m.describe(ctx, name, p, all)
+		}
+		found, d.Holding, d.Waiting, d.Revision = pg.Entries, pg.Turns, pg.Len-pg.Turns, pg.Pos
+		if pg.Len > 0 {
+			d.Limit = pg.Limit
+		}
+		if delayed != 0 {
+			f, ok := m.waits.Find(q, delayed)
+			delayedHolds = ok && f.KV != nil && f.Turn
+		}
+	} else {
+		kvs := tresp.Responses[1].GetResponseRange().Kvs
+		if lim, ok := limitOf(kvs); ok {
+			d.Limit = lim
+		}
+		held := granted(kvs, d.Limit)
+		d.Holding, d.Waiting = held, len(kvs)-held
+		for i, kv := range kvs {
+			delayedHolds = delayedHolds || (kv.CreateRevision == delayed && i < held)
+			if kv.CreateRevision > int64(p.After) && (all || len(found) <= p.Size) {
+				found = append(found, queue.Found{KV: kv, Turn: i < held})
 			}
-			d.Holders = append(d.Holders, e)
-		} else {
-			d.Waiters = append(d.Waiters, e)
 		}
 	}
+	if !all && len(found) > p.Size {
+		found = found[:p.Size]
+		d.Next = fencing.Token(found[len(found)-1].KV.CreateRevision)
+	}
+	for _, f := range found {
+		if err := d.add(f, delayed); err != nil {
+			return Description{}, err
+		}
+	}
+	if delayedHolds {
+		d.Holding, d.Waiting = d.Holding-1, d.Waiting+1 // its turn came, but it sits out the delay
+	}
 	return d, nil
+}
+
+// add adds f, an entry of d's lock, to its holders or waiters: an entry
+// whose turn came holds, unless it sits out the lock-delay (token delayed).
+func (d *Description) add(f queue.Found, delayed int64) error {
+	kv := f.KV
+	var w waiter
+	if err := json.Unmarshal(kv.Value, &w); err != nil {
+		return fmt.Errorf("lock: decode %q: %w", kv.Key, err)
+	}
+	e := Entry{Session: session.ID(kv.Lease), RequestID: w.RequestID, Metadata: w.Metadata, Token: fencing.Token(kv.CreateRevision), Enqueued: w.Enqueued, Read: w.Read}
+	if f.Turn && kv.CreateRevision != delayed {
+		e.Since = w.Enqueued
+		if !w.Granted.IsZero() {
+			e.Since = w.Granted
+		}
+		d.Holders = append(d.Holders, e)
+	} else {
+		d.Waiters = append(d.Waiters, e)
+	}
+	return nil
 }
 
 // List returns the names of locks that have holders or waiters and start

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1095,5 +1097,168 @@ func TestLockDelayWithNobodyWaiting(t *testing.T) {
 	}
 	if _, err := e.m.TryAcquire(ctx, lock.Request{Name: "l", Session: next, RequestID: "again"}); err != nil {
 		t.Fatalf("TryAcquire after a clean release = %v", err)
+	}
+}
+
+// A crowd on one lock: every call that names it is served from the
+// member's ordered view of its queue, and keeps every guarantee. The
+// joins after the first waiter read no queue head from etcd; describe
+// pages through the crowd in order with its counts; a waiter's token does
+// not pass a fenced check (the view tells holders from waiters) and a gone
+// token releases nothing; the crowd is granted in token order (FIFO), each
+// once. What the crowd costs the process is bounded (heap and stacks per
+// waiter, goroutines included), not timed.
+func TestACrowdIsServedFromTheMembersView(t *testing.T) {
+	t.Parallel()
+	n := 10000
+	if raceEnabled {
+		n = 1000
+	}
+	e := newEnv(t)
+	ctx := t.Context()
+	holder := e.hold(t, "crowd")
+	sessions := make([]session.ID, 10)
+	for i := range sessions {
+		sessions[i] = e.session(t, 120)
+	}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	type grant struct {
+		g   lock.Grant
+		err error
+	}
+	grants := make(chan grant, n)
+	var order []int64 // tokens in grant order
+	var mu sync.Mutex
+	for i := range n {
+		go func() {
+			req := lock.Request{Name: "crowd", Session: sessions[i%len(sessions)], RequestID: fmt.Sprintf("w%d", i)}
+			g, err := e.m.Acquire(ctx, req)
+			if err == nil {
+				mu.Lock()
+				order = append(order, int64(g.Token))
+				mu.Unlock()
+				err = e.m.Release(ctx, "crowd", g.Token, session.Hint{Session: g.Session, RequestID: g.RequestID})
+			}
+			grants <- grant{g, err}
+		}()
+	}
+	wait.Within(t, time.Minute, "the crowd to queue", func() bool {
+		d, err := e.m.DescribePage(ctx, "crowd", lock.Page{Size: 1})
+		return err == nil && d.Waiting == n
+	})
+	if behind := lock.JoinsBehind(e.m); behind < int64(n)/2 {
+		t.Errorf("%d of %d joins were served from the member's view; want most (the rest read the queue's head from etcd)", behind, n)
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perWaiter := (float64(after.HeapInuse+after.StackInuse) - float64(before.HeapInuse+before.StackInuse)) / float64(n)
+	t.Logf("%d waiters: %.1f KiB of heap and stacks each (etcd's share and the waiting goroutines included)", n, perWaiter/1024)
+	if perWaiter > 64<<10 {
+		t.Errorf("%.1f KiB per waiter; want it bounded (under 64 KiB with etcd in the same process)", perWaiter/1024)
+	}
+
+	// Pages: the whole queue in token order, the holder first, counts on each page.
+	var tokens []int64
+	var after0 fencing.Token
+	for pages := 0; ; pages++ {
+		d, err := e.m.DescribePage(ctx, "crowd", lock.Page{After: after0, Size: 300})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Holding != 1 || d.Waiting != n || (pages == 0) != (len(d.Holders) == 1) {
+			t.Fatalf("page %d: %d holding, %d waiting, %d holders on it; want 1, %d, and the holder on the first page only", pages, d.Holding, d.Waiting, len(d.Holders), n)
+		}
+		for _, x := range append(d.Holders, d.Waiters...) {
+			tokens = append(tokens, int64(x.Token))
+		}
+		if d.Next == 0 {
+			break
+		}
+		after0 = d.Next
+	}
+	if len(tokens) != n+1 || tokens[0] != int64(holder.Token) || !slices.IsSorted(tokens) {
+		t.Fatalf("paged %d entries (first %d); want %d in token order from the holder's %d", len(tokens), tokens[0], n+1, holder.Token)
+	}
+
+	// Fenced checks and releases by token, answered through the view.
+	if err := e.m.ValidateFence(ctx, "crowd", holder.Token); err != nil {
+		t.Fatalf("the holder's token: %v", err)
+	}
+	waiter := fencing.Token(tokens[n/2])
+	if err := e.m.ValidateFence(ctx, "crowd", waiter); !errors.Is(err, lock.ErrStaleToken) {
+		t.Fatalf("a waiter's token passed ValidateFence: %v; want ErrStaleToken", err)
+	}
+	if _, err := e.m.FencedPut(ctx, e.m, "crowd", waiter, "crowd/k", "v"); !errors.Is(err, lock.ErrStaleToken) {
+		t.Fatalf("a fenced write with a waiter's token: %v; want ErrStaleToken", err)
+	}
+	if err := e.m.Release(ctx, "crowd", holder.Token-1, session.Hint{}); !errors.Is(err, lock.ErrNotHolder) {
+		t.Fatalf("releasing a token that holds nothing: %v; want ErrNotHolder", err)
+	}
+
+	// The crowd drains in FIFO order, each granted once.
+	if err := e.m.Release(ctx, "crowd", holder.Token, session.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		select {
+		case r := <-grants:
+			if r.err != nil {
+				t.Fatalf("a waiter: %v", r.err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("the crowd stopped draining")
+		}
+	}
+	if !slices.Equal(order, tokens[1:]) {
+		t.Fatalf("the crowd was granted out of queue order (or a waiter twice): %d grants", len(order))
+	}
+}
+
+// A page of a crowded lock, served from the member's view, is a
+// linearizable read: right after a release returns, no page shows the
+// released grant. It fails when the view is read without first catching
+// up with etcd's revision (the release reaches the view a watch delivery
+// later).
+func TestACrowdsPagesReadTheirWrites(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	e.hold(t, "crowd")
+	const n = 30
+	s := e.session(t, 120)
+	for i := range n {
+		acquireLater(t, e.m, lock.Request{Name: "crowd", Session: s, RequestID: fmt.Sprintf("w%d", i)}, "a waiter")
+	}
+	wait.For(t, "the crowd to queue", func() bool {
+		d, err := e.m.DescribePage(ctx, "crowd", lock.Page{})
+		return err == nil && d.Waiting == n && lock.Waiting(e.m) == n
+	})
+	// A write elsewhere moves etcd's revision past every change the
+	// member's lock watch has seen: the page asks etcd for the watch's
+	// progress, and answers.
+	if _, err := e.cli.Put(ctx, "/elsewhere", "x"); err != nil {
+		t.Fatal(err)
+	}
+	pageCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if d, err := e.m.DescribePage(pageCtx, "crowd", lock.Page{Size: 1}); err != nil || d.Waiting != n {
+		t.Fatalf("after a write elsewhere: %+v, %v", d, err)
+	}
+	for left := n + 1; left > 1; left-- {
+		d, err := e.m.DescribePage(ctx, "crowd", lock.Page{Size: 2})
+		if err != nil || len(d.Holders) != 1 || d.Holding+d.Waiting != left {
+			t.Fatalf("%d left: %+v, %v; want one holder and %[1]d in all", left, d, err)
+		}
+		held := d.Holders[0].Token
+		if err := e.m.Release(ctx, "crowd", held, session.Hint{}); err != nil {
+			t.Fatal(err)
+		}
+		d, err = e.m.DescribePage(ctx, "crowd", lock.Page{Size: 2})
+		if err != nil || d.Holding+d.Waiting != left-1 || slices.ContainsFunc(d.Holders, func(x lock.Entry) bool { return x.Token == held }) {
+			t.Fatalf("right after token %d was released: %+v, %v; want it gone and %d in all", held, d, err, left-1)
+		}
 	}
 }

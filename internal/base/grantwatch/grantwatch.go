@@ -54,6 +54,14 @@ type Watcher struct {
 	// recent are, per watched prefix, the latest deletions dispatched;
 	// guarded by mu.
 	recent map[string]*deletions
+	// delivered is, per watched prefix, the revision up to which every
+	// change has been handed to the Feeds and Watch subscribers (pos, once
+	// the hand-over is done); moved is closed, and replaced, when it
+	// moves; stream is the context of the running etcd watch (for
+	// RequestProgress on its stream). All guarded by mu.
+	delivered map[string]int64
+	moved     chan struct{}
+	stream    context.Context
 }
 
 // deletions remembers the latest deletions dispatched under one prefix
@@ -108,7 +116,8 @@ func (s *sub) end() { s.once.Do(s.ended) }
 // reports deletions only once Run runs.
 func New(cli *clientv3.Client, prefixes ...string) *Watcher {
 	w := &Watcher{cli: cli, prefixes: prefixes, subs: make(map[string]map[*sub]struct{}),
-		feeds: make(map[string]map[*Feed]struct{}), pos: make(map[string]int64), recent: make(map[string]*deletions)}
+		feeds: make(map[string]map[*Feed]struct{}), pos: make(map[string]int64), recent: make(map[string]*deletions),
+		delivered: make(map[string]int64), moved: make(chan struct{})}
 	for _, p := range prefixes {
 		w.recent[p] = &deletions{byKey: make(map[string]int64)}
 	}
@@ -265,6 +274,8 @@ func (w *Watcher) start(ctx context.Context) (<-chan response, error) {
 						// Deletions between the last watch and this one
 						// were not seen: remember none before it.
 						w.recent[p].reset(resp.Header.Revision)
+						w.stream = ctx
+						w.deliveredLocked(p, resp.Header.Revision)
 						w.mu.Unlock()
 						created <- nil
 						continue
@@ -363,6 +374,60 @@ func (w *Watcher) changed(resp response) {
 	}
 	for f, evs := range fed {
 		f.push(evs)
+	}
+	w.mu.Lock()
+	w.deliveredLocked(resp.prefix, resp.Header.Revision)
+	w.mu.Unlock()
+}
+
+// deliveredLocked notes that every change under prefix up to rev has been
+// handed over, and wakes Sync. Called with w.mu held.
+func (w *Watcher) deliveredLocked(prefix string, rev int64) {
+	if rev <= w.delivered[prefix] {
+		return
+	}
+	w.delivered[prefix] = rev
+	close(w.moved)
+	w.moved = make(chan struct{})
+}
+
+// progressEvery is how often Sync asks etcd again for the watch's
+// progress: etcd answers only once every watch of the stream is synced.
+const progressEvery = 50 * time.Millisecond
+
+// Sync waits until every change under key's prefix up to revision rev has
+// been handed to the Feeds and Watch subscribers (a Feed's owner then
+// finds them all in Take), or ctx ends. When no change comes, it asks etcd
+// for a progress notification, which moves the watch's position to etcd's
+// current revision. A caller that read rev from etcd (linearizably) and
+// then Syncs, and applies what its Feed holds, has a view of its prefix as
+// of rev: a linearizable read served from a watch (as the Kubernetes watch
+// cache serves consistent reads).
+func (w *Watcher) Sync(ctx context.Context, key string, rev int64) error {
+	p := w.prefixOf(key)
+	var asked time.Time
+	for {
+		w.mu.Lock()
+		done, moved, stream := w.delivered[p] >= rev, w.moved, w.stream
+		w.mu.Unlock()
+		if done {
+			return nil
+		}
+		if stream != nil && stream.Err() == nil && time.Since(asked) >= progressEvery {
+			// On the running watch's own stream (the same context key):
+			// another context would open a stream of its own.
+			_ = w.cli.RequestProgress(stream)
+			asked = time.Now()
+		}
+		t := time.NewTimer(progressEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-moved:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 }
 

@@ -63,12 +63,28 @@ var ErrClosed = errors.New("groupcommit: closed")
 // election's name, with its kind). Creates marks a transaction that may
 // create an entry (an acquisition, a campaign): a batch holds at most one
 // of those per Name.
+//
+// Prepare, when set, is called once, right before the transaction is sent
+// (in the committer's goroutine or the caller's), and may rewrite it from
+// the newest state the caller knows: a transaction that waited behind
+// others of its Name is built when its turn comes, not when it queued.
+// It must not change Name or Creates, and must return promptly.
 type Txn struct {
 	Name    string
 	Creates bool
 	If      []clientv3.Cmp
 	Then    []clientv3.Op
 	Else    []clientv3.Op
+	Prepare func(*Txn)
+}
+
+// prepared is t after its Prepare, which it runs once.
+func (t Txn) prepared() Txn {
+	if p := t.Prepare; p != nil {
+		t.Prepare = nil
+		p(&t)
+	}
+	return t
 }
 
 // Committer commits transactions in batches (New) or each alone (Direct).
@@ -185,7 +201,7 @@ func (c *Committer) Commit(ctx context.Context, t Txn) (*clientv3.TxnResponse, e
 	if c.direct {
 		c.batches.Add(1)
 		c.txns.Add(1)
-		return c.alone(ctx, t)
+		return c.alone(ctx, t.prepared())
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -264,7 +280,7 @@ func (c *Committer) commitAlone(ctx context.Context, t Txn) (*clientv3.TxnRespon
 	if c.beforeAlone != nil {
 		c.beforeAlone()
 	}
-	resp, err := c.alone(ctx, t)
+	resp, err := c.alone(ctx, t.prepared())
 	stop()
 	cancel()
 	c.mu.Lock()
@@ -322,6 +338,9 @@ func (c *Committer) commit(batch []*call) {
 	defer cancel()
 	c.batches.Add(1)
 	c.txns.Add(int64(len(batch)))
+	for _, cl := range batch {
+		cl.txn = cl.txn.prepared()
+	}
 	if len(batch) == 1 {
 		cl := batch[0]
 		cl.finish(c.alone(ctx, cl.txn))

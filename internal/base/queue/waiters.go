@@ -3,11 +3,13 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/utils/third_party/forked/golang/btree"
 
 	"github.com/coordd/coordd/internal/base/grantwatch"
 )
@@ -33,8 +35,9 @@ type Waiters struct {
 	w    *grantwatch.Watcher
 	opts WaitersOptions
 
-	mu      sync.Mutex
-	mirrors map[mirrorID]*mirror
+	mu       sync.Mutex
+	mirrors  map[mirrorID]*mirror
+	byPrefix map[string][]*mirror // the same mirrors, by queue (usually one each)
 }
 
 // WaitersOptions describe the entries of the queues a Waiters serves.
@@ -53,7 +56,7 @@ type WaitersOptions struct {
 // NewWaiters returns a Waiters whose mirrors follow w, which must watch
 // the queues' prefixes and run.
 func NewWaiters(cli *clientv3.Client, w *grantwatch.Watcher, opts WaitersOptions) *Waiters {
-	return &Waiters{cli: cli, w: w, opts: opts, mirrors: map[mirrorID]*mirror{}}
+	return &Waiters{cli: cli, w: w, opts: opts, mirrors: map[mirrorID]*mirror{}, byPrefix: map[string][]*mirror{}}
 }
 
 type mirrorID struct {
@@ -73,6 +76,7 @@ func (ws *Waiters) Wait(ctx context.Context, t *Turn) (int64, error) {
 	if m == nil {
 		m = newMirror(ws, id)
 		ws.mirrors[id] = m
+		ws.byPrefix[id.prefix] = append(ws.byPrefix[id.prefix], m)
 	}
 	m.refs++
 	ws.mu.Unlock()
@@ -102,6 +106,12 @@ func (ws *Waiters) drop(m *mirror) {
 	last := m.refs == 0
 	if last {
 		delete(ws.mirrors, m.id)
+		ms := slices.DeleteFunc(ws.byPrefix[m.id.prefix], func(o *mirror) bool { return o == m })
+		if len(ms) == 0 {
+			delete(ws.byPrefix, m.id.prefix)
+		} else {
+			ws.byPrefix[m.id.prefix] = ms
+		}
 	}
 	ws.mu.Unlock()
 	if last {
@@ -151,6 +161,13 @@ type mirror struct {
 	from  int64 // the Feed's position when subscribed
 	stop  context.CancelFunc
 	ended chan struct{}
+	// applying is held while a batch of the Feed is taken and applied, so
+	// that batches are applied in order by whoever takes them (the mirror's
+	// goroutine, or a read that catches the mirror up; see drain).
+	applying sync.Mutex
+	// reload wakes the goroutine to read the queue again (a read found
+	// that the member's watch restarted).
+	reload chan struct{}
 
 	mu     sync.Mutex
 	loaded bool
@@ -158,6 +175,7 @@ type mirror struct {
 	head   *node
 	tail   *node
 	byKey  map[string]*node
+	byRev  *btree.BTree[*node] // the same nodes by create revision (token)
 	// allEnd and exEnd are the last nodes of the two zones (nil: empty);
 	// nAll and nEx count the zone's nodes and the exclusive nodes of the
 	// inEx zone.
@@ -183,7 +201,8 @@ type noted struct {
 }
 
 func newMirror(ws *Waiters, id mirrorID) *mirror {
-	m := &mirror{ws: ws, id: id, byKey: map[string]*node{}, pending: map[string]*waiting{}, ended: make(chan struct{})}
+	m := &mirror{ws: ws, id: id, byKey: map[string]*node{}, byRev: newRevIndex(), pending: map[string]*waiting{},
+		ended: make(chan struct{}), reload: make(chan struct{}, 1)}
 	m.feed, m.from = ws.w.Subscribe(id.prefix, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	m.stop = cancel
@@ -220,18 +239,30 @@ func (m *mirror) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-m.feed.Ready():
+			m.drain()
+		case <-m.reload:
 		}
-		evs, restarted := m.feed.Take()
-		if restarted != 0 {
-			// Changes may have been missed: read the queue again (the
-			// read covers the changes taken with the restart).
-			m.mu.Lock()
-			m.loaded = false
-			m.mu.Unlock()
-			continue
-		}
-		m.apply(evs)
 	}
+}
+
+// drain applies what the Feed holds, in order. When the member's watch
+// restarted, changes may have been missed: the mirror is marked for a new
+// read of the queue (which covers the changes taken with the restart).
+func (m *mirror) drain() {
+	m.applying.Lock()
+	defer m.applying.Unlock()
+	evs, restarted := m.feed.Take()
+	if restarted != 0 {
+		m.mu.Lock()
+		m.loaded = false
+		m.mu.Unlock()
+		select {
+		case m.reload <- struct{}{}:
+		default:
+		}
+		return
+	}
+	m.apply(evs)
 }
 
 // load reads the whole queue and rebuilds the mirror from it: waiters
@@ -248,6 +279,7 @@ func (m *mirror) load(ctx context.Context) error {
 	old := m.byKey
 	m.head, m.tail, m.allEnd, m.exEnd, m.nAll, m.nEx = nil, nil, nil, nil, 0, 0
 	m.byKey = make(map[string]*node, len(resp.Kvs))
+	m.byRev.Clear(false)
 	rev := resp.Header.Revision
 	m.pos, m.loaded = rev, true
 	for _, kv := range resp.Kvs {
@@ -321,6 +353,7 @@ func (m *mirror) apply(evs []*clientv3.Event) {
 // told.
 func (m *mirror) append(n *node, rev int64) {
 	m.byKey[string(n.kv.Key)] = n
+	m.byRev.ReplaceOrInsert(n)
 	n.prev = m.tail
 	if m.tail != nil {
 		m.tail.next = n
@@ -335,6 +368,7 @@ func (m *mirror) append(n *node, rev int64) {
 // tells the waiters whose turn came.
 func (m *mirror) remove(n *node, rev int64) {
 	delete(m.byKey, string(n.kv.Key))
+	m.byRev.Delete(n)
 	if n.waiter != nil {
 		m.finish(n.waiter, outcome{err: ErrEntryGone})
 	}

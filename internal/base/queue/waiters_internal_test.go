@@ -15,8 +15,7 @@ import (
 // holders some waiter still needs, not every one since it was made; each
 // waiter still hears of the holders that went ahead of it.
 func TestNotableGoneIsBounded(t *testing.T) {
-	m := &mirror{ws: &Waiters{opts: WaitersOptions{Notable: func(*mvccpb.KeyValue) bool { return true }}},
-		id: mirrorID{"/q/", 1}, byKey: map[string]*node{}, pending: map[string]*waiting{}, loaded: true}
+	m := testMirror(WaitersOptions{Notable: func(*mvccpb.KeyValue) bool { return true }}, 1)
 	rev := int64(0)
 	put := func(key string) *mvccpb.KeyValue {
 		rev++
@@ -72,7 +71,8 @@ func TestTakeOverKeepsTheOwnersWait(t *testing.T) {
 		{name: "both pending, the replaced call first", pendingFirst: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := &mirror{ws: &Waiters{}, id: mirrorID{"/q/", 1}, byKey: map[string]*node{}, pending: map[string]*waiting{}, loaded: !tc.pendingFirst}
+			m := testMirror(WaitersOptions{}, 1)
+			m.loaded = !tc.pendingFirst
 			holder := &mvccpb.KeyValue{Key: []byte("/q/holder"), CreateRevision: 1, ModRevision: 1}
 			entry := &mvccpb.KeyValue{Key: []byte("/q/job-42"), CreateRevision: 2, ModRevision: 2}
 			retried := &mvccpb.KeyValue{Key: entry.Key, CreateRevision: 2, ModRevision: 3, Version: 2}
@@ -118,4 +118,11 @@ func TestTakeOverKeepsTheOwnersWait(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testMirror is a loaded mirror of queue "/q/" with no goroutine: a test
+// drives it with apply.
+func testMirror(opts WaitersOptions, limit int) *mirror {
+	return &mirror{ws: &Waiters{opts: opts}, id: mirrorID{"/q/", limit}, byKey: map[string]*node{}, byRev: newRevIndex(),
+		pending: map[string]*waiting{}, loaded: true}
 }
