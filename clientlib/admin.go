@@ -283,35 +283,64 @@ type LockEntry struct {
 	Read      bool      // a read grant or wait of a read/write lock
 }
 
-// LockState is a lock's holders and waiters at one revision.
+// LockState is a lock's holders and waiters at one revision: all of them,
+// or one page of a crowded lock's queue (see DescribeLockPage).
 type LockState struct {
 	Name    string
 	Limit   int
 	Holders []LockEntry
 	Waiters []LockEntry // in grant order
+	// HolderCount and WaiterCount count the lock's holders and waiters,
+	// those of other pages included.
+	HolderCount, WaiterCount int
+	// NextPageToken, when not empty, fetches the page that follows
+	// (LockPage.Token).
+	NextPageToken string
 	// DelayedUntil, when not zero, ends a lock-delay: a holder's session
 	// expired and the first waiter is granted then.
 	DelayedUntil time.Time
 	Revision     int64
 }
 
-// DescribeLock returns the named lock's holders and waiters.
+// DescribeLock returns the named lock's holder and waiter counts and its
+// first 1000 holders and waiters (all of them, unless a crowd waits:
+// NextPageToken then continues, with DescribeLockPage).
 func (a *Admin) DescribeLock(ctx context.Context, name string) (LockState, error) {
-	resp, err := a.c.locks.DescribeLock(ctx, &coorddv1.DescribeLockRequest{Name: name})
+	return a.DescribeLockPage(ctx, name, LockPage{Size: maxLockPage})
+}
+
+// maxLockPage is the most entries one page of a lock's queue holds.
+const maxLockPage = 1000
+
+// LockPage selects a page of a lock's queue.
+type LockPage struct {
+	// Size is the most holders and waiters to return, in queue order
+	// (holders first): 1-1000, 100 when zero.
+	Size int
+	// Token is the previous page's NextPageToken ("": the first page).
+	Token string
+}
+
+// DescribeLockPage returns the named lock's holder and waiter counts and
+// one page of its queue. On a member where a crowd waits, a page costs
+// O(log n + page size), however long the queue.
+func (a *Admin) DescribeLockPage(ctx context.Context, name string, p LockPage) (LockState, error) {
+	resp, err := a.c.locks.DescribeLock(ctx, &coorddv1.DescribeLockRequest{Name: name, PageSize: int32(p.Size), PageToken: p.Token})
 	if err != nil {
 		return LockState{}, convert(ctx, err)
 	}
 	return lockStateFrom(resp), nil
 }
 
-// WatchLock calls fn with the lock's state at once and again after every
+// WatchLock calls fn with the lock's state (its counts and first 1000
+// holders and waiters, as DescribeLock) at once and again after every
 // change of its holders, waiters or lock-delay (a burst may come as one
 // call), until ctx ends or fn fails; it returns fn's error, or ctx's. It
 // does not reconnect: a broken stream ends it with the error.
 func (a *Admin) WatchLock(ctx context.Context, name string, fn func(LockState) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := a.c.locks.WatchLock(ctx, &coorddv1.WatchLockRequest{Name: name})
+	st, err := a.c.locks.WatchLock(ctx, &coorddv1.WatchLockRequest{Name: name, PageSize: maxLockPage})
 	if err != nil {
 		return convert(ctx, err)
 	}
@@ -327,7 +356,8 @@ func (a *Admin) WatchLock(ctx context.Context, name string, fn func(LockState) e
 }
 
 func lockStateFrom(resp *coorddv1.DescribeLockResponse) LockState {
-	st := LockState{Name: resp.GetName(), Limit: int(resp.GetLimit()), Revision: resp.GetRevision()}
+	st := LockState{Name: resp.GetName(), Limit: int(resp.GetLimit()), Revision: resp.GetRevision(),
+		HolderCount: int(resp.GetHolderCount()), WaiterCount: int(resp.GetWaiterCount()), NextPageToken: resp.GetNextPageToken()}
 	if resp.GetDelayedUntil() != nil {
 		st.DelayedUntil = resp.GetDelayedUntil().AsTime()
 	}

@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// Watch calls fn with the lock's description (as Describe reads it) at
-// once, and again after its holders, waiters or lock-delay change, until
+// Watch calls fn with the lock's description (its first page p, as
+// DescribePage reads it) at once, and again after its holders, waiters or lock-delay change, until
 // ctx ends or fn fails (its error is returned). Changes that arrive while
 // a description is read or fn runs are coalesced into the next one, so a
 // slow fn sees fewer, newer descriptions: every call describes the lock at
@@ -14,16 +14,17 @@ import (
 // that ends without a change (its waiter's grant is time-based) wakes it
 // too. Changes come from the member's one watch over every lock (the
 // Watcher given to NewManager): a watch opens no etcd watch of its own.
-func (m *Manager) Watch(ctx context.Context, name string, fn func(Description) error) error {
+func (m *Manager) Watch(ctx context.Context, name string, p Page, fn func(Description) error) error {
 	if err := validateName(name); err != nil {
 		return err
 	}
+	p.After = 0
 	feed, _ := m.dels.Subscribe(m.locks+escape(name)+"/", true)
 	defer feed.Stop()
 	delay := time.NewTimer(time.Hour)
 	defer delay.Stop()
 	for {
-		d, err := m.Describe(ctx, name)
+		d, err := m.DescribePage(ctx, name, p)
 		if err != nil {
 			return err
 		}

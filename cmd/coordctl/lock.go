@@ -154,7 +154,8 @@ or all with the session (session close).`,
 	}
 
 	var follow bool
-	var count int
+	var count, pageSize int
+	var pageToken string
 	status := &cobra.Command{
 		Use:   "status NAME",
 		Short: "Show a lock's holders and waiters (with --watch, again after every change)",
@@ -162,7 +163,7 @@ or all with the session (session close).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !follow {
 				return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-					st, err := c.Admin().DescribeLock(ctx, args[0])
+					st, err := c.Admin().DescribeLockPage(ctx, args[0], clientlib.LockPage{Size: pageSize, Token: pageToken})
 					if err != nil {
 						return err
 					}
@@ -199,6 +200,8 @@ or all with the session (session close).`,
 	}
 	status.Flags().BoolVarP(&follow, "watch", "w", false, "print the lock again after every change, until interrupted (or --count)")
 	status.Flags().IntVar(&count, "count", 0, "with --watch, stop after this many")
+	status.Flags().IntVar(&pageSize, "page-size", 1000, "list at most this many holders and waiters (1-1000); the counts count all")
+	status.Flags().StringVar(&pageToken, "page-token", "", "list the page after the one that printed this token")
 
 	list := a.listCommand("list [PREFIX]", "List locks that have holders or waiters", lockNames)
 
@@ -257,6 +260,9 @@ func lockTable(st clientlib.LockState, header bool) func(w *bytes.Buffer) {
 		}
 		for _, e := range st.Waiters {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", role("waiter", e), e.Token, e.SessionID, e.Owner, e.Hostname, ts(e.Enqueued), e.Metadata)
+		}
+		if st.NextPageToken != "" {
+			fmt.Fprintf(w, "# %d holding, %d waiting in all; the next page: --page-token %s\n", st.HolderCount, st.WaiterCount, st.NextPageToken)
 		}
 	}
 }

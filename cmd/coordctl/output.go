@@ -144,6 +144,9 @@ type lockStateJSON struct {
 	Waiters      []lockEntryJSON `json:"waiters"`
 	Revision     string          `json:"revision"`
 	DelayedUntil string          `json:"delayedUntil,omitempty"`
+	HolderCount  int             `json:"holderCount"`
+	WaiterCount  int             `json:"waiterCount"`
+	NextPage     string          `json:"nextPageToken,omitempty"`
 }
 
 func lockStateOut(st clientlib.LockState) lockStateJSON {
@@ -155,7 +158,8 @@ func lockStateOut(st clientlib.LockState) lockStateJSON {
 		}
 		return out
 	}
-	return lockStateJSON{Name: st.Name, Limit: st.Limit, Holders: entries(st.Holders), Waiters: entries(st.Waiters), Revision: i64(st.Revision), DelayedUntil: timestamp(st.DelayedUntil)}
+	return lockStateJSON{Name: st.Name, Limit: st.Limit, Holders: entries(st.Holders), Waiters: entries(st.Waiters), Revision: i64(st.Revision), DelayedUntil: timestamp(st.DelayedUntil),
+		HolderCount: st.HolderCount, WaiterCount: st.WaiterCount, NextPage: st.NextPageToken}
 }
 
 // validJSON reports a valid token or term.

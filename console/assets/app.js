@@ -419,7 +419,7 @@ async function sessionView(p, signal) {
           .map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v)))))));
       const rows = [];
       for (const name of s.locks || []) {
-        const d = await api(`v1/locks/${path(name)}`, { signal });
+        const d = await api(`v1/locks/${path(name)}?${q({ pageSize: 1000 })}`, { signal });
         for (const e of d.holders.filter((x) => x.sessionId === id)) rows.push({ kind: 'lock', name, state: e.read ? 'holds (read)' : 'holds', token: e.token, since: e.grantTime });
         for (const e of d.waiters.filter((x) => x.sessionId === id)) rows.push({ kind: 'lock', name, state: `waits (${d.waiters.indexOf(e) + 1} in line)`, token: e.token, since: e.enqueueTime });
       }
@@ -513,18 +513,33 @@ async function lockView(p, signal) {
     { title: 'Metadata', cls: 'hide-narrow', cell: (e) => e.metadata },
     ...(holder ? [{ title: '', cell: (e) => h('button', { type: 'button', class: 'danger', onclick: () => release(e) }, 'Release…') }] : []),
   ];
+  // A crowded lock comes in pages of 100: the first live, the others
+  // (#/locks/NAME?page=TOKEN&from=N) read every 2 s.
+  const pageToken = p.query.get('page') || '';
+  const from = Number(p.query.get('from')) || 0; // waiters on the pages before
   const render = (d) => {
     const { revision, ...shown } = d;
+    const holders = d.holderCount ?? d.holders.length;
+    const waiters = d.waiterCount ?? d.waiters.length;
+    const next = d.nextPageToken ? h('p', {}, h('a', { href: `#/locks/${path(name)}?${q({ page: d.nextPageToken, from: from + d.waiters.length })}` }, 'Next page →')) : null;
     state.show(shown, () => [
       h('p', {}, d.limit > 1 ? `semaphore of ${d.limit}` : 'mutex (or read/write lock)', d.delayedUntil && Date.parse(d.delayedUntil) > Date.now() ? h('span', { class: 'badge warn' }, ` lock-delay until ${new Date(d.delayedUntil).toLocaleTimeString()}`) : ''),
-      h('h2', {}, `Holders (${d.holders.length})`),
-      table(entry(true), d.holders, 'Nobody holds it.'),
-      h('h2', {}, `Waiters, in the order they will be granted (${d.waiters.length})`),
-      table(entry(false), d.waiters.map((w, i) => ({ ...w, pos: i + 1 })), 'Nobody waits.'),
+      h('h2', {}, `Holders (${holders})`),
+      table(entry(true), d.holders, pageToken ? 'No holder on this page.' : 'Nobody holds it.'),
+      h('h2', {}, `Waiters, in the order they will be granted (${waiters})`),
+      table(entry(false), d.waiters.map((w, i) => ({ ...w, pos: from + i + 1 })), pageToken ? 'No waiter on this page.' : 'Nobody waits.'),
+      d.waiters.length < waiters ? h('p', { class: 'muted' }, `Waiters ${from + 1}–${from + d.waiters.length} of ${waiters}.`) : null,
+      next,
     ]);
   };
+  if (pageToken) {
+    poll(async () => {
+      try { render(await api(`v1/locks/${path(name)}?${q({ pageSize: 100, pageToken })}`, { signal })); setLive('polling'); } catch (e) { if (!signal.aborted) state.fail(e); }
+    }, 2000, signal);
+    return;
+  }
   // Live: the server sends the lock again after every change of it.
-  follow(() => `v1/locks:watch?${q({ name })}`, (r) => render(r.lock), signal,
+  follow(() => `v1/locks:watch?${q({ name, pageSize: 100 })}`, (r) => render(r.lock), signal,
     (s, e) => { setLive(s, e); if (s === 'error') state.fail(e); });
 }
 

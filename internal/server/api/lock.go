@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -33,6 +34,21 @@ type LockServer struct {
 	// Waiters, when set, bounds each principal's acquisitions in
 	// progress on this member (shared with ElectionServer's campaigns).
 	Waiters *Waiters
+	// pages seals DescribeLock's page tokens (see SetPageTokenKey): a
+	// token names the last entry of a page, whose fencing token the caller
+	// may not see. nil: in the clear.
+	pages *pageSealer
+}
+
+// SetPageTokenKey makes DescribeLock seal its page tokens with key
+// (PageTokenKeyBytes long; every member of a cluster uses the same).
+func (s *LockServer) SetPageTokenKey(key []byte) error {
+	p, err := newPageSealer(key)
+	if err != nil {
+		return err
+	}
+	s.pages = p
+	return nil
 }
 
 // NewLockServer returns the LockService adapter. WatchLock streams end
@@ -159,11 +175,44 @@ func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) 
 
 // DescribeLock implements LockService.
 func (s *LockServer) DescribeLock(ctx context.Context, req *coorddv1.DescribeLockRequest) (*coorddv1.DescribeLockResponse, error) {
-	d, err := s.m.Describe(ctx, req.GetName())
+	after, err := s.openPageToken(req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.m.DescribePage(ctx, req.GetName(), lock.Page{After: after, Size: int(req.GetPageSize())})
 	if err != nil {
 		return nil, err
 	}
 	return s.describeProto(ctx, d), nil
+}
+
+// openPageToken reads a DescribeLock page token ("": the first page).
+func (s *LockServer) openPageToken(token string) (fencing.Token, error) {
+	if token == "" {
+		return 0, nil
+	}
+	var v uint64
+	var err error
+	if s.pages != nil {
+		v, err = s.pages.openFor(lockPageTokenContext, token)
+	} else {
+		v, err = strconv.ParseUint(token, 10, 63)
+	}
+	if err != nil || v == 0 {
+		return 0, invalid("page_token: not a page token of DescribeLock")
+	}
+	return fencing.Token(v), nil
+}
+
+func (s *LockServer) pageToken(after fencing.Token) string {
+	switch {
+	case after == 0:
+		return ""
+	case s.pages != nil:
+		return s.pages.sealFor(lockPageTokenContext, uint64(after))
+	default:
+		return strconv.FormatInt(int64(after), 10)
+	}
 }
 
 // WatchLock implements LockService.
@@ -172,7 +221,7 @@ func (s *LockServer) WatchLock(req *coorddv1.WatchLockRequest, stream coorddv1.L
 	defer cancel(nil)
 	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })
 	defer stop()
-	err := s.m.Watch(ctx, req.GetName(), func(d lock.Description) error {
+	err := s.m.Watch(ctx, req.GetName(), lock.Page{Size: int(req.GetPageSize())}, func(d lock.Description) error {
 		return stream.Send(&coorddv1.WatchLockResponse{Lock: s.describeProto(ctx, d)})
 	})
 	return stoppingOr(ctx, err)
@@ -180,7 +229,8 @@ func (s *LockServer) WatchLock(req *coorddv1.WatchLockRequest, stream coorddv1.L
 
 // describeProto is a lock's description as the caller may see it.
 func (s *LockServer) describeProto(ctx context.Context, d lock.Description) *coorddv1.DescribeLockResponse {
-	resp := &coorddv1.DescribeLockResponse{Name: d.Name, Limit: int32(d.Limit), Revision: d.Revision}
+	resp := &coorddv1.DescribeLockResponse{Name: d.Name, Limit: int32(d.Limit), Revision: d.Revision,
+		HolderCount: int32(d.Holding), WaiterCount: int32(d.Waiting), NextPageToken: s.pageToken(d.Next)}
 	if !d.DelayedUntil.IsZero() {
 		resp.DelayedUntil = timestamppb.New(d.DelayedUntil)
 	}

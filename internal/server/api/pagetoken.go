@@ -37,23 +37,35 @@ func newPageSealer(key []byte) (*pageSealer, error) {
 	return &pageSealer{aead: aead}, nil
 }
 
-var pageTokenContext = []byte("coordd ListSessions page token")
+var (
+	pageTokenContext     = []byte("coordd ListSessions page token")
+	lockPageTokenContext = []byte("coordd DescribeLock page token")
+)
 
-func (p *pageSealer) seal(id session.ID) string {
-	nonce := make([]byte, p.aead.NonceSize())
-	_, _ = rand.Read(nonce) // crypto/rand.Read never fails
-	plain := binary.BigEndian.AppendUint64(nil, uint64(id))
-	return base64.RawURLEncoding.EncodeToString(p.aead.Seal(nonce, nonce, plain, pageTokenContext))
-}
+func (p *pageSealer) seal(id session.ID) string { return p.sealFor(pageTokenContext, uint64(id)) }
 
 func (p *pageSealer) open(token string) (session.ID, error) {
+	v, err := p.openFor(pageTokenContext, token)
+	return session.ID(v), err
+}
+
+// sealFor seals v for one use (purpose): a token sealed for one opens
+// for no other.
+func (p *pageSealer) sealFor(purpose []byte, v uint64) string {
+	nonce := make([]byte, p.aead.NonceSize())
+	_, _ = rand.Read(nonce) // crypto/rand.Read never fails
+	plain := binary.BigEndian.AppendUint64(nil, v)
+	return base64.RawURLEncoding.EncodeToString(p.aead.Seal(nonce, nonce, plain, purpose))
+}
+
+func (p *pageSealer) openFor(purpose []byte, token string) (uint64, error) {
 	b, err := base64.RawURLEncoding.DecodeString(token)
 	if err != nil || len(b) < p.aead.NonceSize() {
 		return 0, errors.New("malformed")
 	}
-	plain, err := p.aead.Open(nil, b[:p.aead.NonceSize()], b[p.aead.NonceSize():], pageTokenContext)
+	plain, err := p.aead.Open(nil, b[:p.aead.NonceSize()], b[p.aead.NonceSize():], purpose)
 	if err != nil || len(plain) != 8 {
 		return 0, errors.New("not sealed by this cluster")
 	}
-	return session.ID(binary.BigEndian.Uint64(plain)), nil
+	return binary.BigEndian.Uint64(plain), nil
 }

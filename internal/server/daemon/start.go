@@ -308,6 +308,9 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	lockSvc := api.NewLockServer(d.stopped, d.locks, d.elections, sessions, p.apiMetrics)
 	lockSvc.Streams = streams
 	lockSvc.Waiters = waiters
+	if err := lockSvc.SetPageTokenKey(pageKey); err != nil {
+		return err
+	}
 	lockSvc.TokensVisible = func(ctx context.Context, name string) bool {
 		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.LockRelease, auth.Resource{Kind: auth.Lock, Name: name})
 		return ok

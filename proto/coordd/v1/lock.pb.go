@@ -863,7 +863,13 @@ func (x *LockEntry) GetRead() bool {
 type DescribeLockRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the lock's name. Required.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// page_size is the most holders and waiters to return, in queue order
+	// (holders first): 1-1000, 100 when zero. holder_count and waiter_count
+	// count them all.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is the previous page's next_page_token.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -905,11 +911,28 @@ func (x *DescribeLockRequest) GetName() string {
 	return ""
 }
 
+func (x *DescribeLockRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *DescribeLockRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // WatchLockRequest names a lock to follow.
 type WatchLockRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the lock's name. Required.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// page_size is the most holders and waiters each message lists, from
+	// the head of the queue: 1-1000, 100 when zero (the counts count all).
+	PageSize      int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -949,6 +972,13 @@ func (x *WatchLockRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *WatchLockRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
 }
 
 // WatchLockResponse is one message of WatchLock.
@@ -1012,7 +1042,13 @@ type DescribeLockResponse struct {
 	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	// delayed_until, when set, is the end of a lock-delay: a holder's session
 	// expired and the first waiter is granted at this time.
-	DelayedUntil  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=delayed_until,json=delayedUntil,proto3" json:"delayed_until,omitempty"`
+	DelayedUntil *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=delayed_until,json=delayedUntil,proto3" json:"delayed_until,omitempty"`
+	// holder_count is how many hold the lock, those of other pages included.
+	HolderCount int32 `protobuf:"varint,7,opt,name=holder_count,json=holderCount,proto3" json:"holder_count,omitempty"`
+	// waiter_count is how many wait for it, those of other pages included.
+	WaiterCount int32 `protobuf:"varint,8,opt,name=waiter_count,json=waiterCount,proto3" json:"waiter_count,omitempty"`
+	// next_page_token fetches the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,9,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1087,6 +1123,27 @@ func (x *DescribeLockResponse) GetDelayedUntil() *timestamppb.Timestamp {
 		return x.DelayedUntil
 	}
 	return nil
+}
+
+func (x *DescribeLockResponse) GetHolderCount() int32 {
+	if x != nil {
+		return x.HolderCount
+	}
+	return 0
+}
+
+func (x *DescribeLockResponse) GetWaiterCount() int32 {
+	if x != nil {
+		return x.WaiterCount
+	}
+	return 0
+}
+
+func (x *DescribeLockResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // ListLocksRequest asks for lock names.
@@ -1636,20 +1693,27 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\bhostname\x18\a \x01(\tR\bhostname\x129\n" +
 	"\n" +
 	"grant_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tgrantTime\x12\x12\n" +
-	"\x04read\x18\t \x01(\bR\x04read\")\n" +
+	"\x04read\x18\t \x01(\bR\x04read\"e\n" +
 	"\x13DescribeLockRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"&\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"C\n" +
 	"\x10WatchLockRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"H\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\"H\n" +
 	"\x11WatchLockResponse\x123\n" +
-	"\x04lock\x18\x01 \x01(\v2\x1f.coordd.v1.DescribeLockResponseR\x04lock\"\xfd\x01\n" +
+	"\x04lock\x18\x01 \x01(\v2\x1f.coordd.v1.DescribeLockResponseR\x04lock\"\xeb\x02\n" +
 	"\x14DescribeLockResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12.\n" +
 	"\aholders\x18\x03 \x03(\v2\x14.coordd.v1.LockEntryR\aholders\x12.\n" +
 	"\awaiters\x18\x04 \x03(\v2\x14.coordd.v1.LockEntryR\awaiters\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x03R\brevision\x12?\n" +
-	"\rdelayed_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fdelayedUntil\"f\n" +
+	"\rdelayed_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fdelayedUntil\x12!\n" +
+	"\fholder_count\x18\a \x01(\x05R\vholderCount\x12!\n" +
+	"\fwaiter_count\x18\b \x01(\x05R\vwaiterCount\x12&\n" +
+	"\x0fnext_page_token\x18\t \x01(\tR\rnextPageToken\"f\n" +
 	"\x10ListLocksRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
