@@ -131,19 +131,7 @@ func procCPUSeconds(pid int) float64 {
 	return (u + s) / 100
 }
 
-func (d *daemon) rssKiB() int {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			n, _ := strconv.Atoi(f[1])
-			return n
-		}
-	}
-	return -1
-}
+func (d *daemon) rssKiB() int { return procRSSKiB(d.cmd.Process.Pid) }
 
 // restart stops coordd and starts it again on the same ports and data,
 // and returns when it is ready.
@@ -249,4 +237,19 @@ func runRawMember(spec string) {
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
 	e.Close()
+}
+
+// procRSSKiB is process pid's resident set in KiB, or -1.
+func procRSSKiB(pid int) int {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return -1
 }

@@ -173,6 +173,8 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.IntVar(&cfg.AuditKeep, "audit-log-keep", 10, "rotated audit logs to keep")
 	f.IntVar(&cfg.MaxSessionsPerPrincipal, "max-sessions-per-principal", daemon.DefaultMaxSessionsPerPrincipal, "live sessions each authenticated principal may hold in the cluster (negative: no limit)")
 	f.IntVar(&cfg.MaxWaitersPerPrincipal, "max-waiters-per-principal", daemon.DefaultMaxWaitersPerPrincipal, "lock acquisitions and campaigns each authenticated principal may have in progress on this member (negative: no limit)")
+	f.IntVar(&cfg.MaxStreamsPerPrincipal, "max-streams-per-principal", daemon.DefaultMaxStreamsPerPrincipal, "streams (watches, observes, keep-alive and call streams) each authenticated principal may have open on this member (negative: no limit)")
+	f.IntVar(&cfg.MaxSubscriptionsPerPrincipal, "max-subscriptions-per-principal", daemon.DefaultMaxSubscriptionsPerPrincipal, "config watches each authenticated principal may have open on this member (negative: no limit)")
 	f.Float64Var(&cfg.RateLimit, "rate-limit", 0, "calls that change something each authenticated principal may make per second (0: no limit)")
 	f.IntVar(&cfg.RateBurst, "rate-limit-burst", 0, "calls a principal may make at once above --rate-limit (default twice the rate)")
 	f.Float64Var(&cfg.PublishRate, "publish-rate", 0, "config releases per second each namespace may get, whoever publishes: the release-storm guard (0: no limit)")

@@ -38,6 +38,10 @@ type ConfigServer struct {
 	// (config.read): making a namespace inherit from a shared one needs
 	// it on the shared one, whose content the heir then shows.
 	MayRead func(ctx context.Context, ns string) bool
+	// Subscriptions, when set, bounds each principal's config watches on
+	// this member: a Watch stream is one, each live watch of a WatchMany
+	// stream one.
+	Subscriptions *PerPrincipal
 
 	// recent holds the messages of the latest releases, so a release sent
 	// to K watchers is converted once, not K times.
@@ -271,6 +275,11 @@ func (s *ConfigServer) Watch(req *coorddv1.WatchRequest, stream coorddv1.ConfigS
 	defer cancel(nil)
 	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })
 	defer stop()
+	release, err := s.Subscriptions.take(ctx, 1)
+	if err != nil {
+		return err
+	}
+	defer release()
 	sub, err := s.cache.SubscribeAs(ctx, req.GetNamespaces(), req.GetFromRevision(), identityFrom(req.GetInstance(), req.GetLabels()))
 	if err != nil {
 		return stoppingOr(ctx, err)
@@ -438,8 +447,10 @@ func (s *ConfigServer) WatchMany(stream coorddv1.ConfigService_WatchManyServer) 
 	// Send on a slow client): the mux queues requests, so the two sides can
 	// never wait on each other's flow-control windows.
 	recvErr := make(chan error, 1)
+	subs := &subscriptions{ctx: ctx, q: s.Subscriptions}
 	go func() { // exits when the stream ends: Recv fails then
-		recvErr <- readWatchMany(stream, mux)
+		recvErr <- readWatchMany(stream, mux, subs)
+		subs.close()
 		cancel(errRecvEnded)
 	}()
 	for {
@@ -500,7 +511,7 @@ var errRecvEnded = errors.New("api: WatchMany requests ended")
 
 // readWatchMany hands the client's requests to mux until Recv fails or a
 // request is malformed (or one too many).
-func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcenter.WatchMux) error {
+func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcenter.WatchMux, subs *subscriptions) error {
 	for {
 		req, err := stream.Recv()
 		var refused *MessageRefused
@@ -520,9 +531,14 @@ func readWatchMany(stream coorddv1.ConfigService_WatchManyServer, mux *configcen
 		}
 		switch {
 		case req.GetStop() != nil:
+			subs.stop(req.GetStop().GetWatchId())
 			err = mux.Stop(req.GetStop().GetWatchId())
 		case req.GetStart() != nil:
 			st := req.GetStart()
+			if qerr := subs.start(st.GetWatchId()); qerr != nil {
+				err = mux.Refuse(st.GetWatchId(), qerr) // this start alone
+				break
+			}
 			start := mux.Start
 			if st.GetRevealSecrets() { // the interceptor has let it: config.read-secret
 				start = mux.StartRevealing

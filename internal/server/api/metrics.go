@@ -31,6 +31,7 @@ type Metrics struct {
 	statusReports   prometheus.Counter
 	rateLimits      *prometheus.CounterVec
 	streamCalls     prometheus.Counter
+	quotaRefusals   *prometheus.CounterVec
 }
 
 // Fenced write results, the values of coordd_fenced_writes_total's
@@ -46,6 +47,10 @@ const (
 // NewMetrics creates the adapters' metrics and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		quotaRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordd_quota_refused_total",
+			Help: "Streams and config subscriptions this member refused because their principal had as many open as it may (--max-streams-per-principal, --max-subscriptions-per-principal), by quota."},
+			[]string{"quota"}),
 		sessionsCreated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coordd_sessions_created_total", Help: "Sessions created through this member."}),
 		sessionsClosed: prometheus.NewCounter(prometheus.CounterOpts{
@@ -83,7 +88,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Lock and election calls this member took on Calls streams (the Go SDK pipelines them there); the rest came as unary RPCs."}),
 	}
 	reg.MustRegister(m.streamCalls, m.sessionsCreated, m.sessionsClosed, m.sessionExpiries, m.grants, m.lockWait, m.delayWaits,
-		m.fencedWrites, m.leaderChanges, m.observers, m.configReleases, m.statusReports, m.rateLimits)
+		m.fencedWrites, m.leaderChanges, m.observers, m.configReleases, m.statusReports, m.rateLimits, m.quotaRefusals)
+	for _, q := range []string{"streams", "subscriptions"} {
+		m.quotaRefusals.WithLabelValues(q)
+	}
 	m.rateLimits.WithLabelValues("principal")
 	m.rateLimits.WithLabelValues("namespace")
 	// Every series exists from the start, so rates and alerts see zeros.
@@ -194,4 +202,14 @@ func (m *Metrics) rateLimited(what string) {
 		limit = "namespace"
 	}
 	m.rateLimits.WithLabelValues(limit).Inc()
+}
+
+// QuotaRefused returns the function that counts a refusal of quota
+// ("streams", "subscriptions"); it does nothing on a nil *Metrics.
+func (m *Metrics) QuotaRefused(quota string) func() {
+	if m == nil {
+		return nil
+	}
+	c := m.quotaRefusals.WithLabelValues(quota)
+	return c.Inc
 }

@@ -749,3 +749,67 @@ func TestPrincipalQuotas(t *testing.T) {
 		return errors.Is(third(), context.DeadlineExceeded)
 	})
 }
+
+// Streams are bounded per principal (--max-streams-per-principal): past
+// the bound a stream is refused with QUOTA_EXCEEDED (gRPC
+// ResourceExhausted) and counted in coordd_quota_refused_total, another
+// principal still opens streams, and a stream that ends gives its place
+// back.
+func TestStreamsPerPrincipal(t *testing.T) {
+	t.Parallel()
+	cfg := authConfig(t, testPolicy+"  - principals: [carol]\n    actions: [lock.describe]\n    locks: [\"a/*\"]\n")
+	cfg.MaxStreamsPerPrincipal = 3
+	d := start(t, cfg)
+	ctx := t.Context()
+	alice := newClientWithToken(t, d.GRPCAddr(), "alice").Admin()
+	watching, stop := context.WithCancel(ctx)
+	defer stop()
+	// watch opens one WatchLock stream and reports its first message (or
+	// its refusal); the stream stays open until watching ends.
+	watch := func(c *clientlib.Admin, name string) <-chan error {
+		ch := make(chan error, 2)
+		go func() {
+			ch <- c.WatchLock(watching, name, func(clientlib.LockState) error {
+				ch <- nil
+				return nil
+			})
+		}()
+		return ch
+	}
+	open := 0
+	var refusal error
+	for range 10 {
+		if err := <-watch(alice, "a/w"); err != nil {
+			refusal = err
+			break
+		}
+		open++
+	}
+	if open == 0 || open > cfg.MaxStreamsPerPrincipal || !errors.Is(refusal, clientlib.ErrQuotaExceeded) || !strings.Contains(refusal.Error(), "--max-streams-per-principal") {
+		t.Fatalf("alice opened %d streams, then: %v; want at most 3, then QUOTA_EXCEEDED naming the flag", open, refusal)
+	}
+	if _, body := httpAs(t, "GET", "http://"+d.HTTPAddr()+"/metrics", "alice", ""); !strings.Contains(body, `coordd_quota_refused_total{quota="streams"} 1`) {
+		t.Errorf(`coordd_quota_refused_total{quota="streams"} is not 1 after one refusal: %q`, grepLines(body, "coordd_quota_refused_total"))
+	}
+	carol := newClientWithToken(t, d.GRPCAddr(), "carol").Admin()
+	if err := <-watch(carol, "a/w"); err != nil {
+		t.Fatalf("carol's stream while alice is at her bound: %v", err)
+	}
+	stop()
+	watching, stop = context.WithCancel(ctx)
+	defer stop()
+	wait.For(t, "alice's streams to give their places back", func() bool {
+		return <-watch(alice, "a/w") == nil
+	})
+}
+
+// grepLines returns the lines of text that contain s.
+func grepLines(text, s string) []string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -130,6 +130,12 @@ type Config struct {
 	// negative, no limit.
 	MaxSessionsPerPrincipal int
 	MaxWaitersPerPrincipal  int
+	// MaxStreamsPerPrincipal bounds each authenticated principal's open
+	// streams on this member (watches, observes, WatchMany, keep-alive and
+	// call streams), MaxSubscriptionsPerPrincipal its config watches on
+	// this member. Zero means the default, negative no limit.
+	MaxStreamsPerPrincipal       int
+	MaxSubscriptionsPerPrincipal int
 	// HTTPAllowedOrigins are the origins ("https://console.example.com",
 	// or "*") whose pages may call the REST API from a browser besides
 	// coordd's own; HTTPAllowedHosts the host names a browser may reach
@@ -213,6 +219,11 @@ const (
 	// client meets them.
 	DefaultMaxSessionsPerPrincipal = 10_000
 	DefaultMaxWaitersPerPrincipal  = 10_000
+	// An SDK client keeps two or three streams open; a stream costs the
+	// member about 20 KiB, a subscription on a shared WatchMany stream
+	// well under one.
+	DefaultMaxStreamsPerPrincipal       = 10_000
+	DefaultMaxSubscriptionsPerPrincipal = 100_000
 	// DefaultQuotaBackendBytes is etcd's own default database quota, 2 GiB.
 	DefaultQuotaBackendBytes = 2 << 30
 )
@@ -231,12 +242,7 @@ func (cfg Config) withDefaults() Config {
 	if cfg.EtcdClientURL == "" {
 		cfg.EtcdClientURL = defaultEtcdClientURL(cfg.DataDir)
 	}
-	if cfg.MaxSessionsPerPrincipal == 0 {
-		cfg.MaxSessionsPerPrincipal = DefaultMaxSessionsPerPrincipal
-	}
-	if cfg.MaxWaitersPerPrincipal == 0 {
-		cfg.MaxWaitersPerPrincipal = DefaultMaxWaitersPerPrincipal
-	}
+	cfg = cfg.withDefaultQuotas()
 	def(&cfg.GRPCAddr, DefaultGRPCAddr)
 	def(&cfg.HTTPAddr, DefaultHTTPAddr)
 	def(&cfg.KeyRoot, DefaultKeyRoot)
@@ -515,4 +521,22 @@ func checkLoopbackURL(s string) error {
 		return fmt.Errorf("%q is not a loopback address: the embedded etcd's client port must not be reachable from other hosts", s)
 	}
 	return nil
+}
+
+// withDefaultQuotas fills in the per-principal quotas left at zero.
+func (cfg Config) withDefaultQuotas() Config {
+	for _, q := range []struct {
+		v   *int
+		def int
+	}{
+		{&cfg.MaxSessionsPerPrincipal, DefaultMaxSessionsPerPrincipal},
+		{&cfg.MaxWaitersPerPrincipal, DefaultMaxWaitersPerPrincipal},
+		{&cfg.MaxStreamsPerPrincipal, DefaultMaxStreamsPerPrincipal},
+		{&cfg.MaxSubscriptionsPerPrincipal, DefaultMaxSubscriptionsPerPrincipal},
+	} {
+		if *q.v == 0 {
+			*q.v = q.def
+		}
+	}
+	return cfg
 }

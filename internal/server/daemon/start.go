@@ -101,6 +101,9 @@ type parts struct {
 	registry   *prometheus.Registry    // coordd's own metrics
 	rpcMetrics *grpcprom.ServerMetrics // the gRPC servers' own
 	apiMetrics *api.Metrics            // the adapters'
+	// streams and subscriptions bound each principal's open streams and
+	// config watches on this member.
+	streams, subscriptions *api.PerPrincipal
 	// unary is the interceptor chain of unary calls (and of each call on
 	// a Calls stream) for callers authenticated by an.
 	unary    func(an api.Authn) []grpc.UnaryServerInterceptor
@@ -184,13 +187,16 @@ func (d *Daemon) newServers() *parts {
 			d.lg.Error("audit log not written", zap.Error(err))
 		}}
 	}
+	p.streams = &api.PerPrincipal{Max: max(cfg.MaxStreamsPerPrincipal, 0), What: "streams", Flag: "--max-streams-per-principal", Refused: p.apiMetrics.QuotaRefused("streams")}
+	p.subscriptions = &api.PerPrincipal{Max: max(cfg.MaxSubscriptionsPerPrincipal, 0), What: "config subscriptions", Flag: "--max-subscriptions-per-principal",
+		Refused: p.apiMetrics.QuotaRefused("subscriptions")}
 	p.unary = func(an api.Authn) []grpc.UnaryServerInterceptor {
 		return []grpc.UnaryServerInterceptor{api.UnaryArrival(d.txns.Arrived), p.rpcMetrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(authOf(an)), api.UnaryRequireLeader(d.leader.Lost)}
 	}
 	serverOpts := func(an api.Authn) []grpc.ServerOption {
 		return append([]grpc.ServerOption{
 			grpc.ChainUnaryInterceptor(p.unary(an)...),
-			grpc.ChainStreamInterceptor(p.rpcMetrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(authOf(an)), api.StreamRequireLeader(d.leader.Lost)),
+			grpc.ChainStreamInterceptor(p.rpcMetrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(authOf(an)), api.StreamQuota(p.streams), api.StreamRequireLeader(d.leader.Lost)),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		}, serverTuning()...)
 	}
@@ -366,6 +372,7 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 	}
 	d.configCache = configcenter.NewCache(configStore, cacheOpts)
 	configSvc := api.NewConfigServer(d.stopped, configStore, d.configCache, p.apiMetrics)
+	configSvc.Subscriptions = p.subscriptions
 	configSvc.MayReadSecrets = func(ctx context.Context, ns string) bool {
 		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.ConfigReadSecret, auth.Resource{Kind: auth.Namespace, Name: ns})
 		return d.authz.Open() || ok

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/coordd/coordd/clientlib"
+)
+
+var (
+	crowdWaiters = flag.String("crowd-waiters", "1000,10000", "waiter counts of -only crowd (each waiter its own session; 10 clients)")
+	crowdZK      = flag.String("crowd-zk-waiters", "1000,10000", "waiter counts of ZooKeeper's lock recipe beside it in -only crowd (10 sessions)")
+)
+
+// crowdFigures are one crowd's figures, coordd's or ZooKeeper's.
+type crowdFigures struct {
+	n              int
+	join           time.Duration // from the first join to all n queued
+	memPerWaiter   float64       // KiB of server RSS per waiter (sessions excluded for coordd)
+	memPerSession  float64       // KiB of server RSS per idle session (coordd)
+	describe       time.Duration // p50 of the crowd's first page (REST) / getChildren
+	handoff        float64       // grants per second through the queue, each waiter releasing once granted
+	idleCPUPercent float64       // server CPU while the crowd waits, % of one core
+}
+
+// benchCrowd puts crowds of clients on one lock, each waiter with its own
+// session over 10 shared connections (as fleets run), and measures what a
+// waiter costs the member, how fast the crowd joins and hands the lock
+// through, and how long describing its first page takes; ZooKeeper's lock
+// recipe beside it (an ephemeral sequential znode and a watch on the one
+// before, per waiter) at the counts of -crowd-zk-waiters.
+func benchCrowd(bin, tmp string) error {
+	fmt.Println("crowd: waiters on one lock, each with its own session, over 10 connections; each releases once granted")
+	var zkOut *outsider
+	if ns := counts(*crowdZK); len(ns) > 0 {
+		stop := startOutsiders(filepath.Join(tmp, "outsiders"))
+		defer stop()
+		zkOut = outsiders.zk
+	}
+	for _, n := range counts(*crowdWaiters) {
+		c, err := crowdCoordd(bin, filepath.Join(tmp, fmt.Sprintf("crowd-%d", n)), n)
+		if err != nil {
+			return err
+		}
+		printCrowd("coordd", c)
+		if zkOut == nil || !slices.Contains(counts(*crowdZK), n) {
+			continue
+		}
+		z, err := crowdZooKeeper(zkOut, n)
+		if err != nil {
+			return err
+		}
+		printCrowd("ZooKeeper recipe", z)
+		fmt.Printf("    coordd / ZooKeeper: join time %.2fx, describe %.2fx, hand-off rate %.2fx, memory per waiter %.2fx\n",
+			c.join.Seconds()/z.join.Seconds(), c.describe.Seconds()/z.describe.Seconds(), c.handoff/z.handoff, c.memPerWaiter/z.memPerWaiter)
+	}
+	return nil
+}
+
+func counts(list string) []int {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func printCrowd(who string, f crowdFigures) {
+	fmt.Printf("  %-17s %6d waiters: joined in %.2f s (%.0f/s); %.1f KiB per waiter", who, f.n, f.join.Seconds(), float64(f.n)/f.join.Seconds(), f.memPerWaiter)
+	if f.memPerSession > 0 {
+		fmt.Printf(" + %.1f KiB per session", f.memPerSession)
+	}
+	fmt.Printf("; first page %.2f ms; hand-off %.0f grants/s; CPU while it waits %.1f%% of a core\n",
+		float64(f.describe.Microseconds())/1000, f.handoff, f.idleCPUPercent)
+}
+
+// firstError keeps the first error of many goroutines.
+type firstError struct{ p atomic.Pointer[error] }
+
+func (f *firstError) set(err error) { f.p.CompareAndSwap(nil, &err) }
+func (f *firstError) get() error {
+	if e := f.p.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+func crowdCoordd(bin, dir string, n int) (crowdFigures, error) {
+	f := crowdFigures{n: n}
+	d, err := startDaemon(bin, dir, "--max-sessions-per-principal", "-1", "--max-waiters-per-principal", "-1")
+	if err != nil {
+		return f, err
+	}
+	defer d.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cs := make([]*clientlib.Client, 10)
+	for i := range cs {
+		if cs[i], err = clientlib.New(ctx, clientlib.Config{Endpoints: []string{d.grpcAddr}}); err != nil {
+			return f, err
+		}
+		defer func() { _ = cs[i].Close() }()
+	}
+	rss0 := d.rssKiB()
+	sessions, err := crowdSessions(ctx, cs, n+1)
+	if err != nil {
+		return f, err
+	}
+	defer func() {
+		for _, s := range sessions {
+			_ = s.Close(context.WithoutCancel(ctx))
+		}
+	}()
+	time.Sleep(2 * time.Second) // let the heap settle before reading RSS
+	rss1 := d.rssKiB()
+	f.memPerSession = float64(rss1-rss0) / float64(n+1)
+	const name = "bench/crowd"
+	holder, err := sessions[0].Lock(ctx, name)
+	if err != nil {
+		return f, err
+	}
+	var failed firstError
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 1; i <= n; i++ {
+		wg.Go(func() {
+			l, err := sessions[i].Lock(ctx, name)
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			if err != nil && ctx.Err() == nil {
+				failed.set(err)
+			}
+		})
+	}
+	admin := cs[0].Admin()
+	for {
+		st, err := admin.DescribeLockPage(ctx, name, clientlib.LockPage{Size: 1})
+		if err != nil {
+			return f, err
+		}
+		if st.WaiterCount >= n {
+			break
+		}
+		if err := failed.get(); err != nil {
+			return f, fmt.Errorf("coordd: a waiter failed after %d of %d joined: %w", st.WaiterCount, n, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a bench's progress, not a test
+	}
+	f.join = time.Since(start)
+	time.Sleep(2 * time.Second)
+	f.memPerWaiter = float64(d.rssKiB()-rss1) / float64(n)
+	cpu0, t0 := d.cpuSeconds(), time.Now()
+	time.Sleep(5 * time.Second)
+	f.idleCPUPercent = (d.cpuSeconds() - cpu0) / time.Since(t0).Seconds() * 100
+	if f.describe, err = restDescribeP50(ctx, "http://"+d.httpAddr+"/v1/locks/"+name+"?pageSize=100"); err != nil {
+		return f, err
+	}
+	drain := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		return f, err
+	}
+	wg.Wait()
+	f.handoff = float64(n) / time.Since(drain).Seconds()
+	return f, failed.get()
+}
+
+// crowdSessions opens n sessions spread over cs, 64 at a time.
+func crowdSessions(ctx context.Context, cs []*clientlib.Client, n int) ([]*clientlib.Session, error) {
+	sessions := make([]*clientlib.Session, n)
+	var failed firstError
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := range sessions {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			s, err := cs[i%len(cs)].NewSession(ctx, clientlib.WithTTL(60*time.Second))
+			if err != nil {
+				failed.set(err)
+				return
+			}
+			sessions[i] = s
+		})
+	}
+	wg.Wait()
+	return sessions, failed.get()
+}
+
+// restDescribeP50 is the median of 21 GETs of url.
+func restDescribeP50(ctx context.Context, url string) (time.Duration, error) {
+	var lat []time.Duration
+	for range 21 {
+		t0 := time.Now()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], nil
+}
+
+// crowdZooKeeper runs go-zookeeper's lock recipe with n waiters over 10
+// sessions on ZooKeeper o.
+func crowdZooKeeper(o *outsider, n int) (crowdFigures, error) {
+	f := crowdFigures{n: n}
+	conns := make([]*zk.Conn, 10)
+	for i := range conns {
+		c, err := zkConnect(o.addr, 60*time.Second)
+		if err != nil {
+			return f, err
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	path := fmt.Sprintf("/bench/crowd-%d", n)
+	if err := zkMkdirs(conns[0], path); err != nil {
+		return f, err
+	}
+	rss0 := procRSSKiB(o.cmd.Process.Pid)
+	holder := zk.NewLock(conns[0], path, zk.WorldACL(zk.PermAll))
+	if err := holder.Lock(); err != nil {
+		return f, err
+	}
+	var failed firstError
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			l := zk.NewLock(conns[i%len(conns)], path, zk.WorldACL(zk.PermAll))
+			err := l.Lock()
+			if err == nil {
+				err = l.Unlock()
+			}
+			if err != nil {
+				failed.set(err)
+			}
+		})
+	}
+	for {
+		kids, _, err := conns[0].Children(path)
+		if err != nil {
+			return f, err
+		}
+		if len(kids) >= n+1 {
+			break
+		}
+		if err := failed.get(); err != nil {
+			return f, fmt.Errorf("zookeeper: a waiter failed after %d of %d joined: %w", len(kids)-1, n, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a bench's progress, not a test
+	}
+	f.join = time.Since(start)
+	time.Sleep(2 * time.Second)
+	f.memPerWaiter = float64(procRSSKiB(o.cmd.Process.Pid)-rss0) / float64(n)
+	cpu0, t0 := o.cpuSeconds(), time.Now()
+	time.Sleep(5 * time.Second)
+	f.idleCPUPercent = (o.cpuSeconds() - cpu0) / time.Since(t0).Seconds() * 100
+	var lat []time.Duration
+	for range 21 {
+		t0 := time.Now()
+		if _, _, err := conns[1].Children(path); err != nil {
+			return f, err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	slices.Sort(lat)
+	f.describe = lat[len(lat)/2]
+	drain := time.Now()
+	if err := holder.Unlock(); err != nil {
+		return f, err
+	}
+	wg.Wait()
+	f.handoff = float64(n) / time.Since(drain).Seconds()
+	if err := failed.get(); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return f, err
+	}
+	return f, nil
+}
