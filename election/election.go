@@ -395,7 +395,9 @@ func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
 func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine entry, value string, seatKV *mvccpb.KeyValue) (Leadership, error) {
 	var asked string // the preemption request in force, if this campaign made it
 	fail := func(err error) (Leadership, error) {
-		queue.Remove(ctx, m.cli, &m.bg, mine.key, value, append([]clientv3.Op{clientv3.OpDelete(l.Key)}, m.withdraw(req.Name, asked)...)...)
+		if !queue.Abandoned(ctx) { // else kept for the retry (queue.Abandoned)
+			queue.Remove(ctx, m.cli, &m.bg, mine.key, value, append([]clientv3.Op{clientv3.OpDelete(l.Key)}, m.withdraw(req.Name, asked)...)...)
+		}
 		return Leadership{}, err
 	}
 	// With Preempt, each leader this campaign outranks is asked (waitSeat

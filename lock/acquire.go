@@ -76,7 +76,9 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	}
 	g := Grant{Name: req.Name, Token: fencing.Token(e.rev), Key: e.key, Session: req.Session, RequestID: req.RequestID, Read: req.Read}
 	fail := func(err error) (Grant, error) {
-		m.dequeue(ctx, e)
+		if !queue.Abandoned(ctx) { // else kept for the retry (queue.Abandoned)
+			m.dequeue(ctx, e)
+		}
 		return Grant{}, err
 	}
 
@@ -105,9 +107,13 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	if !wait {
 		return fail(fmt.Errorf("%w: %q", ErrHeld, req.Name))
 	}
-	holders, err = m.checkNotWaitingForItself(ctx, req, e, holders)
-	if err != nil {
-		return fail(err)
+	if e.owned == e.rev {
+		// A retry that took its entry over (e.owned is its take-over's
+		// revision) waits where its first attempt did, which passed this
+		// check when it queued.
+		if holders, err = m.checkNotWaitingForItself(ctx, req, e, holders); err != nil {
+			return fail(err)
+		}
 	}
 	t := queue.NewTurn(m.queue(req.Name), e.key, e.rev, req.Limit, holders)
 	t.OwnedAt = e.owned

@@ -33,6 +33,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/internal/base/grantwatch"
+	"github.com/coordd/coordd/internal/base/kind"
 )
 
 // ErrEntryGone is returned by Wait when the waiting entry was deleted:
@@ -152,6 +153,17 @@ func waitForValue(ctx context.Context, f *grantwatch.Feed, key, value string, af
 			}
 		}
 	}
+}
+
+// Abandoned reports whether a wait under ctx ended because the member
+// serving it gave the call up, not because its caller did: ctx ended with
+// a cause of kind Unavailable (the daemon stopping, or this member cut
+// off from its peers). Such a call's entry is kept, in its place, for the
+// client's retry (with the same request id) to take over, on this member
+// once it is back or on another; if no retry comes, its session's end
+// removes it.
+func Abandoned(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), kind.Unavailable)
 }
 
 // Remove deletes the entry key if its value is still value, also when ctx

@@ -106,10 +106,10 @@ func (s *CallServer) Serve(stream coorddv1.SessionService_CallsServer) error {
 	if s == nil || s.disabled {
 		return status.Error(codes.Unimplemented, "coordd: this server takes no calls on a stream (it runs with --no-call-stream); use the unary RPCs")
 	}
-	ctx, cancel := context.WithCancel(stream.Context())
+	ctx, cancel := context.WithCancelCause(stream.Context())
 	cs := &callStream{stream: stream, inflight: make(map[uint64]context.CancelFunc)}
 	defer cs.calls.Wait() // every call returns once ctx ends
-	defer cancel()
+	defer cancel(nil)
 	defer cs.close()
 	if err := stream.SendHeader(metadata.Pairs(CallsHeader, "1")); err != nil {
 		return err
@@ -130,6 +130,10 @@ func (s *CallServer) Serve(stream coorddv1.SessionService_CallsServer) error {
 	}()
 	select {
 	case <-s.stopping:
+		// The calls in flight are answered UNAVAILABLE, which the client
+		// retries elsewhere (or here, once restarted), not CANCELLED,
+		// which it would take for its own caller's cancellation.
+		cancel(ErrStopping)
 		return ErrStopping
 	case <-ctx.Done():
 		return ctx.Err()
@@ -215,6 +219,9 @@ func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.Ca
 	s.run(func() {
 		defer cs.calls.Done()
 		resp, err := r.run(cctx, msg)
+		if err != nil && errors.Is(context.Cause(cctx), ErrStopping) {
+			resp, err = nil, ErrStopping
+		}
 		cs.mu.Lock()
 		delete(cs.inflight, id)
 		cs.mu.Unlock()

@@ -318,6 +318,16 @@ func watchMessage(ev configcenter.Event) *coorddv1.WatchResponse {
 }
 
 // stoppingOr returns ErrStopping if that is why ctx ended, else err.
+// untilStopped is ctx, ended with cause ErrStopping once stopped is done:
+// a waiting acquisition or campaign answers UNAVAILABLE, which its client
+// retries, when the daemon stops, and keeps its place in the queue for that
+// retry (queue.Abandoned).
+func untilStopped(ctx, stopped context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(stopped, func() { cancel(ErrStopping) })
+	return ctx, func() { stop(); cancel(nil) }
+}
+
 func stoppingOr(ctx context.Context, err error) error {
 	if errors.Is(context.Cause(ctx), ErrStopping) {
 		return ErrStopping

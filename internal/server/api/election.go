@@ -50,10 +50,12 @@ func (s *ElectionServer) Campaign(ctx context.Context, req *coorddv1.CampaignReq
 		return nil, err
 	}
 	defer done()
+	ctx, stop := untilStopped(ctx, s.stopped)
+	defer stop()
 	l, err := s.m.Campaign(ctx, election.Request{Name: req.GetName(), Session: id, Value: req.GetValue(), RequestID: req.GetRequestId(),
 		Priority: req.GetPriority(), Preempt: req.GetPreempt()})
 	if err != nil {
-		return nil, err
+		return nil, stoppingOr(ctx, err)
 	}
 	s.metrics.leaderChanged()
 	out := &coorddv1.Leadership{

@@ -102,10 +102,12 @@ func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) 
 		return nil, err
 	}
 	defer done()
+	ctx, stop := untilStopped(ctx, s.stopped)
+	defer stop()
 	start := time.Now()
 	g, err := s.m.Acquire(ctx, lr)
 	if err != nil {
-		return nil, err
+		return nil, stoppingOr(ctx, err)
 	}
 	s.metrics.granted(time.Since(start), g.DelayWaited)
 	return &coorddv1.AcquireResponse{Grant: s.followed(ctx, req.GetKeepaliveStream(), g)}, nil

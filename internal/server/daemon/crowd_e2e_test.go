@@ -1,13 +1,16 @@
 package daemon_test
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/testkit/freeport"
 	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
@@ -80,5 +83,106 @@ func TestACrowdedLockIsDescribedInPages(t *testing.T) {
 		if r := call(t, "GET", base+"?"+bad, ""); r.status != 400 || reason(r) != "INVALID_ARGUMENT" {
 			t.Errorf("GET %s?%s = %d %v; want 400 INVALID_ARGUMENT", base, bad, r.status, r.body)
 		}
+	}
+}
+
+// A crowd waits through a restart of its member: every waiting Lock (the
+// SDK's, on its call stream) is cut off and retried with its request id,
+// takes its entry over (its place and token kept), and once the holder
+// releases, every waiter is granted exactly once, in the order the crowd
+// had queued in before the restart. None is lost or granted twice.
+func TestACrowdWaitsThroughARestart(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.GRPCAddr, cfg.HTTPAddr = freeport.Addr(t), freeport.Addr(t) // the same after the restart
+	d := start(t, cfg)
+	c := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	newSession := func() *clientlib.Session {
+		s, err := c.NewSession(ctx, clientlib.WithTTL(60*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	holder, err := newSession().Lock(ctx, "crowd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 300
+	sessions := []*clientlib.Session{newSession(), newSession(), newSession()}
+	type granted struct {
+		id    string
+		token int64
+		err   error
+	}
+	grants := make(chan granted, n)
+	var mu sync.Mutex
+	var order []int64 // tokens in grant order
+	for i := range n {
+		go func() {
+			id := fmt.Sprintf("w%d", i)
+			l, err := sessions[i%len(sessions)].Lock(ctx, "crowd", clientlib.WithRequestID(id))
+			if err != nil {
+				grants <- granted{id: id, err: err}
+				return
+			}
+			mu.Lock()
+			order = append(order, int64(l.Token()))
+			mu.Unlock()
+			grants <- granted{id, int64(l.Token()), l.Release(ctx)}
+		}()
+	}
+	admin := c.Admin()
+	var queued []int64
+	wait.Within(t, time.Minute, "the crowd to queue", func() bool {
+		st, err := admin.DescribeLock(ctx, "crowd")
+		if err != nil || st.WaiterCount != n {
+			return false
+		}
+		queued = queued[:0]
+		for _, e := range st.Waiters {
+			queued = append(queued, int64(e.Token))
+		}
+		return true
+	})
+
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	start(t, cfg) // the same data dir and addresses
+	wait.Within(t, time.Minute, "the waiters to wait again", func() bool {
+		select {
+		case g := <-grants:
+			t.Fatalf("waiter %s, before the holder released: %v", g.id, g.err)
+		default:
+		}
+		short, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st, err := admin.DescribeLock(short, "crowd")
+		return err == nil && st.WaiterCount == n
+	})
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tokens := map[string]int64{}
+	for range n {
+		select {
+		case g := <-grants:
+			if g.err != nil {
+				t.Fatalf("waiter %s: %v", g.id, g.err)
+			}
+			if _, twice := tokens[g.id]; twice {
+				t.Fatalf("waiter %s was granted twice", g.id)
+			}
+			tokens[g.id] = g.token
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("%d of %d waiters granted; the others were lost in the restart", len(tokens), n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(order, queued) {
+		t.Fatalf("grants after the restart came in another order than the queue before it (%d grants, %d queued)", len(order), len(queued))
 	}
 }
