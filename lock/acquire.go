@@ -115,6 +115,23 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 			return fail(err)
 		}
 	}
+	rev, t, err := m.waitTurn(ctx, req, e, holders)
+	if err == nil && (req.LockDelay > 0 || slices.ContainsFunc(t.Gone, func(g queue.Gone) bool { return delayOf(g.KV.Value) > 0 })) {
+		// Only locks that use lock-delay pay this read on hand-off.
+		g.DelayWaited, err = m.settleDelayAfterWait(ctx, req, e)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	g.Revision = rev
+	e.w.Granted = m.now().UTC()
+	m.markGranted(e)
+	return g, nil
+}
+
+// waitTurn waits until e's turn comes (the revision it came at), behind
+// holders, the entries that held the lock when it queued.
+func (m *Manager) waitTurn(ctx context.Context, req Request, e entry, holders []*mvccpb.KeyValue) (int64, *queue.Turn, error) {
 	t := queue.NewTurn(m.queue(req.Name), e.key, e.rev, req.Limit, holders)
 	t.OwnedAt = e.owned
 	if req.Read {
@@ -132,17 +149,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		// call's caller gave up on it (or sent the same request twice).
 		err = fmt.Errorf("lock: acquisition %s of %q was taken over by a retry with the same request id: %w", req.RequestID, req.Name, context.Canceled)
 	}
-	if err == nil && (req.LockDelay > 0 || slices.ContainsFunc(t.Gone, func(g queue.Gone) bool { return delayOf(g.KV.Value) > 0 })) {
-		// Only locks that use lock-delay pay this read on hand-off.
-		g.DelayWaited, err = m.settleDelayAfterWait(ctx, req, e)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	g.Revision = rev
-	e.w.Granted = m.now().UTC()
-	m.markGranted(e)
-	return g, nil
+	return rev, t, err
 }
 
 // checkNotWaitingForItself fails with ErrHeld when waiting would wait for
