@@ -23,6 +23,7 @@ import (
 var (
 	crowdWaiters = flag.String("crowd-waiters", "1000,10000", "waiter counts of -only crowd (each waiter its own session; 10 clients)")
 	crowdZK      = flag.String("crowd-zk-waiters", "1000,10000", "waiter counts of ZooKeeper's lock recipe beside it in -only crowd (10 sessions)")
+	crowdMaxSess = flag.Int("crowd-max-sessions", 10000, "most sessions of -only crowd: past it, waiters share sessions (each its own request id); one bench process keeps 10,000 alive, not 100,000")
 )
 
 // crowdFigures are one crowd's figures, coordd's or ZooKeeper's.
@@ -43,7 +44,7 @@ type crowdFigures struct {
 // recipe beside it (an ephemeral sequential znode and a watch on the one
 // before, per waiter) at the counts of -crowd-zk-waiters.
 func benchCrowd(bin, tmp string) error {
-	fmt.Println("crowd: waiters on one lock, each with its own session, over 10 connections; each releases once granted")
+	fmt.Printf("crowd: waiters on one lock, each with its own session (up to %d sessions, then shared), over 10 connections; each releases once granted\n", *crowdMaxSess)
 	var zkOut *outsider
 	if ns := counts(*crowdZK); len(ns) > 0 {
 		stop := startOutsiders(filepath.Join(tmp, "outsiders"))
@@ -117,7 +118,7 @@ func crowdCoordd(bin, dir string, n int) (crowdFigures, error) {
 		defer func() { _ = cs[i].Close() }()
 	}
 	rss0 := d.rssKiB()
-	sessions, err := crowdSessions(ctx, cs, n+1)
+	sessions, err := crowdSessions(ctx, cs, min(n, *crowdMaxSess)+1)
 	if err != nil {
 		return f, err
 	}
@@ -128,7 +129,7 @@ func crowdCoordd(bin, dir string, n int) (crowdFigures, error) {
 	}()
 	time.Sleep(2 * time.Second) // let the heap settle before reading RSS
 	rss1 := d.rssKiB()
-	f.memPerSession = float64(rss1-rss0) / float64(n+1)
+	f.memPerSession = float64(rss1-rss0) / float64(len(sessions))
 	const name = "bench/crowd"
 	holder, err := sessions[0].Lock(ctx, name)
 	if err != nil {
@@ -139,7 +140,7 @@ func crowdCoordd(bin, dir string, n int) (crowdFigures, error) {
 	start := time.Now()
 	for i := 1; i <= n; i++ {
 		wg.Go(func() {
-			l, err := sessions[i].Lock(ctx, name)
+			l, err := sessions[1+(i-1)%(len(sessions)-1)].Lock(ctx, name, clientlib.WithRequestID(fmt.Sprintf("w%d", i)))
 			if err == nil {
 				err = l.Release(ctx)
 			}

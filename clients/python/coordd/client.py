@@ -103,6 +103,11 @@ class LockState:
     holders: tuple[LockEntry, ...]
     waiters: tuple[LockEntry, ...]
     revision: int
+    #: How many hold and wait, those of other pages included.
+    holder_count: int = 0
+    waiter_count: int = 0
+    #: Pass as ``page_token`` for the next page; "" on the last one.
+    next_page_token: str = ""
 
 
 def _entry(e: lock_pb2.LockEntry) -> LockEntry:
@@ -367,10 +372,13 @@ class Client:
     # ------------------------------------------------------------------
     # Locks (reads) and fencing
 
-    def describe_lock(self, name: str) -> LockState:
-        """Returns the lock's holders and waiters (in grant order)."""
-        r = self._unary("locks", "DescribeLock", lock_pb2.DescribeLockRequest(name=name), retry=True)
-        return LockState(r.name, r.limit, tuple(_entry(e) for e in r.holders), tuple(_entry(e) for e in r.waiters), r.revision)
+    def describe_lock(self, name: str, *, page_size: int = 1000, page_token: str = "") -> LockState:
+        """Returns the lock's holder and waiter counts and its first
+        ``page_size`` holders and waiters (1-1000), in grant order; for a
+        crowd, ``next_page_token`` continues (as ``page_token``)."""
+        r = self._unary("locks", "DescribeLock", lock_pb2.DescribeLockRequest(name=name, page_size=page_size, page_token=page_token), retry=True)
+        return LockState(r.name, r.limit, tuple(_entry(e) for e in r.holders), tuple(_entry(e) for e in r.waiters), r.revision,
+                         r.holder_count, r.waiter_count, r.next_page_token)
 
     def validate_fence(self, token: int, *, lock: str = "", election: str = "") -> None:
         """Returns if token holds the lock (or is the term leading the

@@ -95,9 +95,16 @@ export class Client {
     return observe(this.conn, name, opts);
   }
 
-  /** A lock's holders and waiters, as the server sees them now. */
-  describeLock(name: string): Promise<DescribeLockResponse> {
-    return this.conn.call((s, o) => s.locks.describeLock({ name }, o), { idempotent: true });
+  /**
+   * A lock's holder and waiter counts (holderCount, waiterCount) and its
+   * first pageSize holders and waiters (1-1000; 1000 by default), as the
+   * server sees them now; for a crowd, nextPageToken continues (as
+   * pageToken).
+   */
+  describeLock(name: string, page: { pageSize?: number; pageToken?: string } = {}): Promise<DescribeLockResponse> {
+    const pageSize = page.pageSize ?? 1000;
+    const pageToken = page.pageToken ?? "";
+    return this.conn.call((s, o) => s.locks.describeLock({ name, pageSize, pageToken }, o), { idempotent: true });
   }
 
   /** FencedPut by a raw fence (for tools and tests): writes only if the token holds the lock (or leads the election), else STALE_TOKEN. */

@@ -37,6 +37,7 @@ package groupcommit
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -93,7 +94,12 @@ type Committer struct {
 	direct bool
 
 	mu      sync.Mutex
-	pending []*call
+	// pending are the calls not yet sent, one queue per Name (in arrival
+	// order), the Names in the order a batch visits them.
+	pending  []*nameQueue
+	byName   map[string]*nameQueue
+	npending int
+	seq      uint64 // the last call's arrival number
 	busy    bool // a batch is in flight (the committer's, or a caller's lone one)
 	closed  bool
 	wake    chan struct{} // one token: pending may be non-empty
@@ -109,6 +115,7 @@ type Committer struct {
 }
 
 type call struct {
+	seq  uint64 // arrival order
 	ctx  context.Context
 	txn  Txn
 	size int
@@ -208,7 +215,7 @@ func (c *Committer) Commit(ctx context.Context, t Txn) (*clientv3.TxnResponse, e
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if !c.busy && len(c.pending) == 0 {
+	if !c.busy && c.npending == 0 {
 		// Idle: this transaction is the batch. What arrives meanwhile
 		// queues for the next one.
 		c.busy = true
@@ -216,7 +223,7 @@ func (c *Committer) Commit(ctx context.Context, t Txn) (*clientv3.TxnResponse, e
 		return c.commitAlone(ctx, t)
 	}
 	cl := &call{ctx: ctx, txn: t, size: size(t), done: make(chan struct{})}
-	c.pending = append(c.pending, cl)
+	c.queueLocked(cl)
 	c.mu.Unlock()
 	c.poke()
 	select {
@@ -234,10 +241,12 @@ func (c *Committer) run() {
 		case <-c.stop.Done():
 			c.mu.Lock()
 			rest := c.pending
-			c.pending = nil
+			c.pending, c.byName, c.npending = nil, nil, 0
 			c.mu.Unlock()
-			for _, cl := range rest {
-				cl.finish(nil, ErrClosed)
+			for _, q := range rest {
+				for _, cl := range slices.Concat(q.creates, q.others) {
+					cl.finish(nil, ErrClosed)
+				}
 			}
 			return
 		case <-c.wake:
@@ -285,7 +294,7 @@ func (c *Committer) commitAlone(ctx context.Context, t Txn) (*clientv3.TxnRespon
 	cancel()
 	c.mu.Lock()
 	c.busy = false
-	queued := len(c.pending) > 0
+	queued := c.npending > 0
 	c.mu.Unlock()
 	if queued {
 		c.poke()
@@ -300,35 +309,109 @@ func (c *Committer) poke() {
 	}
 }
 
-// takeLocked removes the next batch from the queue: calls in arrival
-// order, at most one that Creates per Name, at most MaxBatch and about
-// maxBatchBytes. Calls whose caller gave up are dropped (nothing was sent
-// for them). c.mu must be held.
+// nameQueue is one Name's calls not yet sent, each kind in arrival order:
+// those that Create (one per batch) and the others (releases and updates,
+// which may go before creations that arrived earlier: see Txn).
+type nameQueue struct {
+	name            string
+	creates, others []*call
+}
+
+// queueLocked adds cl to its Name's queue. c.mu must be held.
+func (c *Committer) queueLocked(cl *call) {
+	q := c.byName[cl.txn.Name]
+	if q == nil {
+		if c.byName == nil {
+			c.byName = map[string]*nameQueue{}
+		}
+		q = &nameQueue{name: cl.txn.Name}
+		c.byName[q.name] = q
+		c.pending = append(c.pending, q)
+	}
+	c.seq++
+	cl.seq = c.seq
+	if cl.txn.Creates {
+		q.creates = append(q.creates, cl)
+	} else {
+		q.others = append(q.others, cl)
+	}
+	c.npending++
+}
+
+// takeLocked removes the next batch from the queues: from each Name in
+// turn, its other calls and its first creation, in arrival order; at most
+// MaxBatch calls and about maxBatchBytes. The Names served go to the back
+// of the turn, so that every Name is served while more than a batch's
+// worth are busy. Calls whose caller gave up are dropped (nothing was sent
+// for them). A batch costs O(the Names visited + its calls), however many
+// creations a crowded Name has queued (one join of a crowd goes in each
+// batch, and its releases go at once). c.mu must be held.
 func (c *Committer) takeLocked() []*call {
 	var batch []*call
-	names := map[string]bool{}
 	bytes := 0
-	rest := c.pending[:0]
-	for i, cl := range c.pending {
-		switch {
-		case cl.ctx.Err() != nil:
-			cl.finish(nil, cl.ctx.Err())
-		case len(batch) == MaxBatch:
-			n := len(rest)
+	var served, rest []*nameQueue
+	fits := func(cl *call) bool {
+		return len(batch) < MaxBatch && (len(batch) == 0 || bytes+cl.size <= maxBatchBytes)
+	}
+	for i, q := range c.pending {
+		if len(batch) == MaxBatch {
 			rest = append(rest, c.pending[i:]...)
-			clear(c.pending[n+len(c.pending)-i:]) // the moved tail's old places
-			c.pending = rest
-			return batch
-		case cl.txn.Creates && names[cl.txn.Name] || (len(batch) > 0 && bytes+cl.size > maxBatchBytes):
-			rest = append(rest, cl)
-		default:
-			names[cl.txn.Name] = names[cl.txn.Name] || cl.txn.Creates
-			bytes += cl.size
+			break
+		}
+		before := len(batch)
+		// Drop creations whose caller gave up, then take the first left.
+		var create *call
+		for len(q.creates) > 0 && create == nil {
+			if cl := q.creates[0]; cl.ctx.Err() != nil {
+				cl.finish(nil, cl.ctx.Err())
+				c.npending--
+			} else {
+				create = cl
+				break
+			}
+			q.creates[0] = nil
+			q.creates = q.creates[1:]
+		}
+		took := 0
+		for _, cl := range q.others {
+			if cl.ctx.Err() != nil {
+				cl.finish(nil, cl.ctx.Err())
+				took++
+				continue
+			}
+			if !fits(cl) {
+				break
+			}
+			if create != nil && create.seq < cl.seq && fits(create) {
+				batch = append(batch, create) // arrived first: goes first
+				bytes += create.size
+				q.creates[0], q.creates, create = nil, q.creates[1:], nil
+				c.npending--
+			}
 			batch = append(batch, cl)
+			bytes += cl.size
+			took++
+		}
+		clear(q.others[:took])
+		q.others = q.others[took:]
+		c.npending -= took
+		if create != nil && fits(create) {
+			batch = append(batch, create)
+			bytes += create.size
+			q.creates[0], q.creates = nil, q.creates[1:]
+			c.npending--
+		}
+		switch {
+		case len(q.creates)+len(q.others) == 0:
+			delete(c.byName, q.name)
+		case len(batch) == before:
+			rest = append(rest, q) // not served: keeps its turn
+		default:
+			served = append(served, q)
 		}
 	}
-	clear(c.pending[len(rest):])
-	c.pending = rest
+	clear(c.pending)
+	c.pending = append(append(c.pending[:0], rest...), served...)
 	return batch
 }
 

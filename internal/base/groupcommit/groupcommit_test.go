@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func queued(cli *clientv3.Client, txns ...Txn) (*Committer, []*call) {
 	for _, t := range txns {
 		cl := &call{ctx: context.Background(), txn: t, size: size(t), done: make(chan struct{})}
 		calls = append(calls, cl)
-		c.pending = append(c.pending, cl)
+		c.queueLocked(cl)
 	}
 	return c, calls
 }
@@ -372,5 +373,57 @@ func TestRevisionIsTheNewestAnswered(t *testing.T) {
 	bc.commit(bc.take())
 	if calls[0].err != nil || bc.Revision() != calls[0].resp.Header.Revision {
 		t.Fatalf("revision %d after a batch answered at %v (%v)", bc.Revision(), calls[0].resp, calls[0].err)
+	}
+}
+
+// A Name with a crowd of creations queued (a crowd joining one lock)
+// gives one to each batch, in arrival order, and never holds back other
+// Names (each batch also takes theirs) nor its own releases, which go in
+// the first batch although a thousand creations arrived before them.
+func TestACrowdedNameGivesOneCreationToEachBatch(t *testing.T) {
+	var txns []Txn
+	for i := range 1000 {
+		txns = append(txns, put("crowd", fmt.Sprintf("crowd/%d", i)))
+	}
+	release := Txn{Name: "crowd", Then: []clientv3.Op{clientv3.OpDelete("crowd/0")}}
+	txns = append(txns, release, put("other", "other/1"), put("other", "other/2"))
+	c, calls := queued(nil, txns...)
+	for b := range 3 {
+		batch := c.take()
+		want := []*call{calls[b]} // the crowd's next creation
+		if b == 0 {
+			want = append(want, calls[1000]) // its release, arrived later
+		}
+		if b < 2 {
+			want = append(want, calls[1001+b]) // other's next
+		}
+		if !slices.Equal(batch, want) {
+			t.Fatalf("batch %d: %d calls; want the crowd's creation %d (and its release in the first), and other's next", b, len(batch), b)
+		}
+	}
+	if c.npending != 1003-6 {
+		t.Fatalf("%d calls pending; want %d", c.npending, 1003-6)
+	}
+}
+
+// BenchmarkTakeFromACrowd: a batch's cost does not grow with a crowd
+// queued on one Name.
+func BenchmarkTakeFromACrowd(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			var txns []Txn
+			for i := range n {
+				txns = append(txns, put("crowd", fmt.Sprintf("crowd/%d", i)))
+			}
+			c, _ := queued(nil, txns...)
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if len(c.take()) == 0 {
+					b.StopTimer()
+					c, _ = queued(nil, txns...)
+					b.StartTimer()
+				}
+			}
+		})
 	}
 }
