@@ -93,16 +93,16 @@ type Committer struct {
 	cli    *clientv3.Client
 	direct bool
 
-	mu      sync.Mutex
+	mu sync.Mutex
 	// pending are the calls not yet sent, one queue per Name (in arrival
 	// order), the Names in the order a batch visits them.
 	pending  []*nameQueue
 	byName   map[string]*nameQueue
 	npending int
 	seq      uint64 // the last call's arrival number
-	busy    bool // a batch is in flight (the committer's, or a caller's lone one)
-	closed  bool
-	wake    chan struct{} // one token: pending may be non-empty
+	busy     bool   // a batch is in flight (the committer's, or a caller's lone one)
+	closed   bool
+	wake     chan struct{} // one token: pending may be non-empty
 
 	stop    context.Context // cancelled by Close: in-flight batches end
 	cancel  context.CancelFunc
