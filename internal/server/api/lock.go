@@ -236,11 +236,22 @@ func (s *LockServer) describeProto(ctx context.Context, d lock.Description) *coo
 	if !d.DelayedUntil.IsZero() {
 		resp.DelayedUntil = timestamppb.New(d.DelayedUntil)
 	}
+	// The owners of a page's sessions, in one read (a failed read
+	// leaves them out, as a session that ended does).
+	var ids []session.ID
+	seen := map[session.ID]bool{}
+	for _, e := range append(d.Holders, d.Waiters...) {
+		if !seen[e.Session] {
+			seen[e.Session] = true
+			ids = append(ids, e.Session)
+		}
+	}
+	owners, _ := s.sessions.Records(ctx, ids)
 	for _, e := range d.Holders {
-		resp.Holders = append(resp.Holders, s.entryProto(ctx, e))
+		resp.Holders = append(resp.Holders, entryProto(e, owners[e.Session]))
 	}
 	for _, e := range d.Waiters {
-		resp.Waiters = append(resp.Waiters, s.entryProto(ctx, e))
+		resp.Waiters = append(resp.Waiters, entryProto(e, owners[e.Session]))
 	}
 	if s.TokensVisible != nil && !s.TokensVisible(ctx, d.Name) {
 		for _, e := range append(resp.Holders, resp.Waiters...) {
@@ -326,7 +337,7 @@ func grantProto(g lock.Grant) *coorddv1.LockGrant {
 
 // entryProto describes a holder or waiter, with its session's owner and
 // host when the session is still there (it may end at any moment).
-func (s *LockServer) entryProto(ctx context.Context, e lock.Entry) *coorddv1.LockEntry {
+func entryProto(e lock.Entry, owner session.Info) *coorddv1.LockEntry {
 	out := &coorddv1.LockEntry{
 		SessionId:   e.Session.String(),
 		RequestId:   e.RequestID,
@@ -338,8 +349,6 @@ func (s *LockServer) entryProto(ctx context.Context, e lock.Entry) *coorddv1.Loc
 	if !e.Since.IsZero() {
 		out.GrantTime = timestamppb.New(e.Since)
 	}
-	if info, err := s.sessions.Get(ctx, e.Session); err == nil {
-		out.Owner, out.Hostname = info.Owner, info.Hostname
-	}
+	out.Owner, out.Hostname = owner.Owner, owner.Hostname
 	return out
 }
