@@ -329,7 +329,7 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		l.Term, l.Value, l.Priority, l.Revision = ld.Term, ld.Value, ld.Priority, readAt
 		return l, nil
 	}
-	return m.awaitSeat(ctx, req, l, mine, value, seatKV)
+	return m.awaitSeat(ctx, req, l, mine, value, seatKV, !picked)
 }
 
 // join writes the candidacy key (with value c, returned) unless the
@@ -388,14 +388,16 @@ func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
 }
 
 // awaitSeat waits until the candidacy mine (written as value) is given
-// the seat; seatKV is the seat as the campaign read it. A candidacy behind
+// the seat (named: the client chose the campaign's request id); seatKV is the seat as the campaign read it. A candidacy behind
 // its own session's leadership would wait forever: it is refused with
 // ErrAlreadyLeader. One that fails is removed, with a seat given to it
 // meanwhile.
-func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine entry, value string, seatKV *mvccpb.KeyValue) (Leadership, error) {
+func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine entry, value string, seatKV *mvccpb.KeyValue, named bool) (Leadership, error) {
 	var asked string // the preemption request in force, if this campaign made it
 	fail := func(err error) (Leadership, error) {
-		if !queue.Abandoned(ctx) { // else kept for the retry (queue.Abandoned)
+		// Kept for the client's retry if it named the campaign
+		// (queue.Abandoned); one without an id would campaign anew.
+		if !named || !queue.Abandoned(ctx) {
 			queue.Remove(ctx, m.cli, &m.bg, mine.key, value, append([]clientv3.Op{clientv3.OpDelete(l.Key)}, m.withdraw(req.Name, asked)...)...)
 		}
 		return Leadership{}, err

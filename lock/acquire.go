@@ -76,7 +76,10 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 	}
 	g := Grant{Name: req.Name, Token: fencing.Token(e.rev), Key: e.key, Session: req.Session, RequestID: req.RequestID, Read: req.Read}
 	fail := func(err error) (Grant, error) {
-		if !queue.Abandoned(ctx) { // else kept for the retry (queue.Abandoned)
+		// A wait its member gave up keeps its entry for the client's retry
+		// (queue.Abandoned), if the client named the request: a retry
+		// without a request id would queue anew.
+		if picked || !queue.Abandoned(ctx) {
 			m.dequeue(ctx, e)
 		}
 		return Grant{}, err

@@ -161,7 +161,8 @@ func waitForValue(ctx context.Context, f *grantwatch.Feed, key, value string, af
 // off from its peers). Such a call's entry is kept, in its place, for the
 // client's retry (with the same request id) to take over, on this member
 // once it is back or on another; if no retry comes, its session's end
-// removes it.
+// removes it. Callers keep it only for calls whose client named the
+// request id: a retry without one could not find it.
 func Abandoned(ctx context.Context) bool {
 	return ctx.Err() != nil && errors.Is(context.Cause(ctx), kind.Unavailable)
 }
