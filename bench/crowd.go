@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 var (
 	crowdWaiters = flag.String("crowd-waiters", "1000,10000", "waiter counts of -only crowd (each waiter its own session; 10 clients)")
 	crowdZK      = flag.String("crowd-zk-waiters", "1000,10000", "waiter counts of ZooKeeper's lock recipe beside it in -only crowd (10 sessions)")
+	crowdREST    = flag.Int("crowd-rest-waiters", 2000, "REST clients of -only crowd that wait (unary acquire, each its own session) and release by token alone (0: none)")
 	crowdMaxSess = flag.Int("crowd-max-sessions", 10000, "most sessions of -only crowd: past it, waiters share sessions (each its own request id); one bench process keeps 10,000 alive, not 100,000")
 )
 
@@ -50,6 +52,13 @@ func benchCrowd(bin, tmp string) error {
 		stop := startOutsiders(filepath.Join(tmp, "outsiders"))
 		defer stop()
 		zkOut = outsiders.zk
+	}
+	if n := *crowdREST; n > 0 {
+		joined, rate, err := crowdOverREST(bin, filepath.Join(tmp, "crowd-rest"), n)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  coordd over REST  %6d waiters: joined in %.2f s; hand-off %.0f grants/s (each released by token alone)\n", n, joined.Seconds(), rate)
 	}
 	for _, n := range counts(*crowdWaiters) {
 		c, err := crowdCoordd(bin, filepath.Join(tmp, fmt.Sprintf("crowd-%d", n)), n)
@@ -303,4 +312,97 @@ func crowdZooKeeper(o *outsider, n int) (crowdFigures, error) {
 		return f, err
 	}
 	return f, nil
+}
+
+// crowdOverREST is the hand-off through a crowd of REST clients: each waits
+// with POST /v1/locks:acquire (its own session) and, once granted,
+// releases by token alone (POST /v1/locks:release with the name and the
+// token), which the member resolves through its view of the queue. It
+// returns grants per second.
+func crowdOverREST(bin, dir string, n int) (joined time.Duration, rate float64, err error) {
+	d, err := startDaemon(bin, dir, "--max-sessions-per-principal", "-1", "--max-waiters-per-principal", "-1")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer d.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	base := "http://" + d.httpAddr
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n + 10, MaxConnsPerHost: n + 10}}
+	post := func(path, body string) (map[string]any, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("POST %s: %s %v", path, resp.Status, out)
+		}
+		return out, nil
+	}
+	const name = "bench/crowd-rest"
+	acquire := func(i int) (string, error) {
+		s, err := post("/v1/sessions", `{"ttl":"120s"}`)
+		if err != nil {
+			return "", err
+		}
+		id := s["session"].(map[string]any)["id"].(string)
+		g, err := post("/v1/locks:acquire", fmt.Sprintf(`{"name":%q,"sessionId":%q,"requestId":"r%d"}`, name, id, i))
+		if err != nil {
+			return "", err
+		}
+		return g["grant"].(map[string]any)["token"].(string), nil
+	}
+	holder, err := acquire(0)
+	if err != nil {
+		return 0, 0, err
+	}
+	var failed firstError
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 1; i <= n; i++ {
+		wg.Go(func() {
+			token, err := acquire(i)
+			if err == nil {
+				_, err = post("/v1/locks:release", fmt.Sprintf(`{"name":%q,"token":%q}`, name, token))
+			}
+			if err != nil && ctx.Err() == nil {
+				failed.set(err)
+			}
+		})
+	}
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: []string{d.grpcAddr}})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = c.Close() }()
+	for {
+		st, err := c.Admin().DescribeLockPage(ctx, name, clientlib.LockPage{Size: 1})
+		if err != nil {
+			return 0, 0, err
+		}
+		if st.WaiterCount >= n {
+			break
+		}
+		if err := failed.get(); err != nil {
+			return 0, 0, err
+		}
+		time.Sleep(20 * time.Millisecond) // polling a bench's progress, not a test
+	}
+	joined = time.Since(start)
+	drain := time.Now()
+	if _, err := post("/v1/locks:release", fmt.Sprintf(`{"name":%q,"token":%q}`, name, holder)); err != nil {
+		return 0, 0, err
+	}
+	wg.Wait()
+	return joined, float64(n) / time.Since(drain).Seconds(), failed.get()
 }
