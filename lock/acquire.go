@@ -289,7 +289,7 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, began int64, onl
 		Then:    []clientv3.Op{clientv3.OpPut(e.key, e.value, clientv3.WithLease(clientv3.LeaseID(req.Session))), heads, delayGet, heldGet},
 		Else:    []clientv3.Op{clientv3.OpGet(e.key), heads, delayGet, heldGet},
 		Prepare: func(t *groupcommit.Txn) {
-			if known, _, ok := m.waits.Heads(q, req.Limit, req.Limit); ok && !req.Read && !viewless(ctx) {
+			if known, ok := m.waits.Heads(q, req.Limit, req.Limit); ok && !req.Read && !viewless(ctx) {
 				behind = known
 				t.If, t.Then, t.Else = m.behindTxn(req, e, known, onlyIfEmpty)
 			}

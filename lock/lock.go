@@ -70,7 +70,7 @@ type Manager struct {
 	beforeEnqueue func() // tests: runs before each enqueue transaction
 	beforeWait    func() // tests: runs before an acquisition registers its wait
 	// joinsBehind counts the enqueues that the member's view of a crowded
-	// queue served (see enqueueBehind).
+	// queue served (see behindTxn).
 	joinsBehind atomic.Int64
 }
 
@@ -331,7 +331,7 @@ func (m *Manager) holderFromMirror(ctx context.Context, name string, token fenci
 		return holderState{}, false, nil
 	}
 	if f.KV == nil {
-		return holderState{}, true, nil // deleted by f.Pos
+		return holderState{}, true, nil // deleted: it never comes back
 	}
 	var w waiter
 	if json.Unmarshal(f.KV.Value, &w) != nil || max(w.Limit, 1) != f.Limit || !f.Turn {
@@ -546,7 +546,7 @@ func (m *Manager) describe(ctx context.Context, name string, p Page, all bool) (
 	}
 	q := m.queue(name)
 	ops := []clientv3.Op{clientv3.OpGet(m.delayKey(name))}
-	_, crowd := m.waits.Find(q, 0)
+	crowd := m.waits.Viewed(q)
 	if !crowd {
 		ops = append(ops, clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))
 	}

@@ -317,6 +317,12 @@ type nameQueue struct {
 	creates, others []*call
 }
 
+// popCreate removes q's first creation.
+func (q *nameQueue) popCreate() {
+	q.creates[0] = nil
+	q.creates = q.creates[1:]
+}
+
 // queueLocked adds cl to its Name's queue. c.mu must be held.
 func (c *Committer) queueLocked(cl *call) {
 	q := c.byName[cl.txn.Name]
@@ -359,18 +365,19 @@ func (c *Committer) takeLocked() []*call {
 			break
 		}
 		before := len(batch)
-		// Drop creations whose caller gave up, then take the first left.
+		add := func(cl *call) {
+			batch = append(batch, cl)
+			bytes += cl.size
+		}
+		// Drop creations whose caller gave up; the first left may go.
+		for len(q.creates) > 0 && q.creates[0].ctx.Err() != nil {
+			q.creates[0].finish(nil, q.creates[0].ctx.Err())
+			q.popCreate()
+			c.npending--
+		}
 		var create *call
-		for len(q.creates) > 0 && create == nil {
-			if cl := q.creates[0]; cl.ctx.Err() != nil {
-				cl.finish(nil, cl.ctx.Err())
-				c.npending--
-			} else {
-				create = cl
-				break
-			}
-			q.creates[0] = nil
-			q.creates = q.creates[1:]
+		if len(q.creates) > 0 {
+			create = q.creates[0]
 		}
 		took := 0
 		for _, cl := range q.others {
@@ -379,26 +386,27 @@ func (c *Committer) takeLocked() []*call {
 				took++
 				continue
 			}
+			if create != nil && create.seq < cl.seq { // arrived first: goes first
+				if !fits(create) {
+					break
+				}
+				add(create)
+				q.popCreate()
+				c.npending--
+				create = nil
+			}
 			if !fits(cl) {
 				break
 			}
-			if create != nil && create.seq < cl.seq && fits(create) {
-				batch = append(batch, create) // arrived first: goes first
-				bytes += create.size
-				q.creates[0], q.creates, create = nil, q.creates[1:], nil
-				c.npending--
-			}
-			batch = append(batch, cl)
-			bytes += cl.size
+			add(cl)
 			took++
 		}
 		clear(q.others[:took])
 		q.others = q.others[took:]
 		c.npending -= took
 		if create != nil && fits(create) {
-			batch = append(batch, create)
-			bytes += create.size
-			q.creates[0], q.creates = nil, q.creates[1:]
+			add(create)
+			q.popCreate()
 			c.npending--
 		}
 		switch {

@@ -427,3 +427,22 @@ func BenchmarkTakeFromACrowd(b *testing.B) {
 		})
 	}
 }
+
+// A batch never holds more than MaxBatch calls, also when a Name's
+// creation goes in ahead of its other call that arrived later (the two
+// are taken together for the batch's last place).
+func TestABatchHoldsAtMostMaxBatchCalls(t *testing.T) {
+	var txns []Txn
+	for i := range MaxBatch - 1 {
+		txns = append(txns, Txn{Name: fmt.Sprintf("n%d", i), Then: []clientv3.Op{clientv3.OpDelete(fmt.Sprintf("n%d/k", i))}})
+	}
+	txns = append(txns, put("x", "x/1"), Txn{Name: "x", Then: []clientv3.Op{clientv3.OpDelete("x/0")}})
+	c, calls := queued(nil, txns...)
+	batch := c.take()
+	if len(batch) != MaxBatch || batch[MaxBatch-1] != calls[MaxBatch-1] {
+		t.Fatalf("took %d calls (the last: x's creation? %v); want %d, x's creation last", len(batch), batch[len(batch)-1] == calls[MaxBatch-1], MaxBatch)
+	}
+	if next := c.take(); len(next) != 1 || next[0] != calls[MaxBatch] {
+		t.Fatalf("the next batch: %d calls; want x's other call", len(next))
+	}
+}

@@ -11,11 +11,12 @@ import (
 // release or a fenced check by token, a page of a description) from this
 // member's mirror of it, in O(log n), instead of an etcd range that etcd
 // sorts whole. They exist only while the member has a mirror of the queue:
-// while some call waits on it here, which is when a queue is crowded. Each
-// says which revision its answer is as of (pos); what a caller concludes
-// from it must stay true after pos (an entry that holds keeps holding until
-// it is deleted; a deleted entry's create revision is never used again), or
-// be checked again in the caller's etcd transaction.
+// while some call waits on it here, which is when a queue is crowded.
+// What a caller concludes from Find or Heads must stay true after the
+// mirror's revision (an entry that holds keeps holding until it is
+// deleted; a deleted entry's create revision is never used again), or be
+// checked again in the caller's etcd transaction; Page first catches the
+// mirror up with a revision the caller read.
 
 func newRevIndex() *btree.BTree[*node] {
 	return btree.New(32, func(a, b *node) bool { return a.kv.CreateRevision < b.kv.CreateRevision })
@@ -45,16 +46,27 @@ func (ws *Waiters) mirrorOf(prefix string, limit int) *mirror {
 
 // Found is an entry as a mirror saw it (see Waiters.Find).
 type Found struct {
-	// KV is the entry; nil if it was deleted by Pos (or never was one of
-	// this queue): it never comes back, since a create revision is never
-	// used again.
+	// KV is the entry; nil if it was deleted by the time the mirror was
+	// read (or never was one of this queue): it never comes back, since a
+	// create revision is never used again.
 	KV *mvccpb.KeyValue
-	// Turn: its turn had come by Pos (granted, for a lock), counted with
-	// Limit; it stays so until the entry is deleted, since entries only
-	// join behind it.
+	// Turn: its turn had come (granted, for a lock), counted with Limit;
+	// it stays so until the entry is deleted, since entries only join
+	// behind it.
 	Turn  bool
 	Limit int
-	Pos   int64
+}
+
+// Viewed reports whether this member keeps a loaded mirror of the queue
+// under prefix: whether Find, Heads and Page may answer for it.
+func (ws *Waiters) Viewed(prefix string) bool {
+	m := ws.mirrorOf(prefix, 0)
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.loaded
 }
 
 // Find looks up the entry created at rev in this member's mirror of the
@@ -71,7 +83,7 @@ func (ws *Waiters) Find(prefix string, rev int64) (f Found, ok bool) {
 	if !m.loaded || m.pos < rev {
 		return Found{}, false
 	}
-	f = Found{Limit: m.id.limit, Pos: m.pos}
+	f = Found{Limit: m.id.limit}
 	if n, hit := m.byRev.Get(&node{kv: &mvccpb.KeyValue{CreateRevision: rev}}); hit {
 		f.KV, f.Turn = n.kv, n.turn()
 	}
@@ -79,25 +91,25 @@ func (ws *Waiters) Find(prefix string, rev int64) (f Found, ok bool) {
 }
 
 // Heads returns the first n entries of the queue under prefix with limit
-// as this member's mirror saw them at pos, in O(n). ok is false when the
+// as this member's mirror saw them, in O(n). ok is false when the
 // member keeps no mirror of the queue or the mirror holds fewer than n
 // entries. While all of them exist they stay the queue's first n: entries
 // only join at the tail.
-func (ws *Waiters) Heads(prefix string, limit, n int) (heads []*mvccpb.KeyValue, pos int64, ok bool) {
+func (ws *Waiters) Heads(prefix string, limit, n int) (heads []*mvccpb.KeyValue, ok bool) {
 	m := ws.mirrorOf(prefix, limit)
 	if m == nil {
-		return nil, 0, false
+		return nil, false
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.loaded || len(m.byKey) < n {
-		return nil, 0, false
+		return nil, false
 	}
 	heads = make([]*mvccpb.KeyValue, 0, n)
 	for c := m.head; c != nil && len(heads) < n; c = c.next {
 		heads = append(heads, c.kv)
 	}
-	return heads, m.pos, true
+	return heads, true
 }
 
 // Page is part of a queue in queue order, as a mirror saw it at Pos.
@@ -136,7 +148,7 @@ func (ws *Waiters) Page(ctx context.Context, prefix string, rev, after int64, si
 		p.Turns++
 	}
 	m.byRev.AscendGreaterOrEqual(&node{kv: &mvccpb.KeyValue{CreateRevision: after + 1}}, func(n *node) bool {
-		p.Entries = append(p.Entries, Found{KV: n.kv, Turn: n.turn(), Limit: m.id.limit, Pos: p.Pos})
+		p.Entries = append(p.Entries, Found{KV: n.kv, Turn: n.turn(), Limit: m.id.limit})
 		return len(p.Entries) < size
 	})
 	return p, true, nil
