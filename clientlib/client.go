@@ -345,6 +345,10 @@ func (c *Client) start(ctx context.Context, conn *grpc.ClientConn, cfg Config) {
 		c.probes.Add(1)
 		go c.followLeader()
 	}
+	if len(c.endpoints) > 1 {
+		c.probes.Add(1)
+		go c.followServing()
+	}
 }
 
 // closeSessionsTimeout bounds how long Close tries to close the client's

@@ -77,11 +77,11 @@ type Daemon struct {
 	health     *health.Server
 	// healthMu orders updateHealth's read of the two flags with its write
 	// of the status, so a late update never overwrites a newer one.
-	healthMu  sync.Mutex
-	serving   atomic.Bool // Start finished: the listeners serve
-	hasLeader atomic.Bool // the etcd member has a leader (true with external etcd)
-	learner   atomic.Bool // the etcd member is a learner: it serves no client requests
-	leads     atomic.Bool // the etcd member leads etcd (never with external etcd)
+	healthMu sync.Mutex
+	serving  atomic.Bool // Start finished: the listeners serve
+	commits  atomic.Bool // the etcd member has a leader and confirms reads through it (true with external etcd)
+	learner  atomic.Bool // the etcd member is a learner: it serves no client requests
+	leads    atomic.Bool // the etcd member leads etcd (never with external etcd)
 	// registry holds coordd's own metrics (its gRPC server's among them);
 	// /metrics serves it with the default registry's (etcd's and Go's).
 	registry *prometheus.Registry
@@ -138,7 +138,8 @@ func (d *Daemon) measure() cluster.Health {
 }
 
 // updateHealth sets the gRPC health status: SERVING once the daemon
-// serves and while its etcd member has a leader (always, with an external
+// serves and while its etcd member can commit (it has a leader and reads
+// through it are confirmed, see leaderWatch; always, with an external
 // etcd) and is not a learner, NOT_SERVING otherwise. Clients probe it to decide when a member
 // they gave up on can be used again. The status of
 // coorddv1.LeaderHealthService is SERVING while, on top of that, the
@@ -148,7 +149,7 @@ func (d *Daemon) updateHealth() {
 	d.healthMu.Lock()
 	defer d.healthMu.Unlock()
 	st := healthpb.HealthCheckResponse_NOT_SERVING
-	if d.serving.Load() && d.hasLeader.Load() && !d.learner.Load() {
+	if d.serving.Load() && d.commits.Load() && !d.learner.Load() {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	d.health.SetServingStatus("", st)
@@ -202,7 +203,8 @@ func (d *Daemon) HTTPAddr() string { return d.httpLis.Addr().String() }
 func (d *Daemon) Etcd() *embed.Etcd { return d.etcd }
 
 // Ready reports whether etcd has a leader and answers a linearizable read,
-// within one second.
+// within one second, and (embedded) whether the member can commit (see
+// leaderWatch).
 func (d *Daemon) Ready(ctx context.Context) error {
 	select {
 	case <-d.stopped.Done():
@@ -211,6 +213,9 @@ func (d *Daemon) Ready(ctx context.Context) error {
 	}
 	if d.etcd != nil && isLearner(d.etcd) {
 		return errors.New("this member is a learner (added, not yet promoted): it serves no requests until coordctl member promote " + d.cfg.Name)
+	}
+	if d.etcd != nil && !d.commits.Load() {
+		return errors.New("this member cannot commit: its etcd member has no leader, or cannot reach a quorum of its peers (cut off from them?)")
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()

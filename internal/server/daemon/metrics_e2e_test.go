@@ -118,7 +118,7 @@ func TestCoorddMetrics(t *testing.T) {
 			"coordd_locks_held": 1, "coordd_lock_holders": 1, "coordd_lock_waiters": 1,
 			"coordd_election_leader_changes_total": 1, "coordd_elections_with_leader": 1, "coordd_election_observers": 1,
 			"coordd_config_namespaces": 1, "coordd_config_watchers": 1,
-			"coordd_etcd_quota_backend_bytes": 2 << 30, "coordd_etcd_is_learner": 0,
+			"coordd_etcd_quota_backend_bytes": 2 << 30, "coordd_etcd_is_learner": 0, "coordd_etcd_can_commit": 1,
 		}
 		for name, v := range want {
 			if got := value(f, name); got != v {

@@ -135,14 +135,13 @@ func (d *Daemon) claim() (err error) {
 }
 
 // followLeader sets up the watch of the embedded member's leadership:
-// calls end once the member has had no leader for three election timeouts
-// (as etcd's own require-leader check), and the health status follows
-// whether it has a leader, is a learner, and leads.
+// calls end once the member cannot commit (see leaderWatch), and the
+// health status follows whether it can, is a learner, and leads.
 func (d *Daemon) followLeader() {
-	d.leader = newLeaderWatch(d.etcd, 3*time.Duration(d.cfg.ElectionMs)*time.Millisecond)
-	d.hasLeader.Store(true)
-	d.leader.onLeader = func(has bool) {
-		d.hasLeader.Store(has)
+	d.leader = newLeaderWatch(d.etcd, time.Duration(d.cfg.ElectionMs)*time.Millisecond)
+	d.commits.Store(true)
+	d.leader.onServing = func(can bool) {
+		d.commits.Store(can)
 		d.updateHealth()
 	}
 	d.leader.onLearner = func(l bool) {
@@ -405,6 +404,7 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 	if d.etcd != nil {
 		state.quota = cfg.QuotaBackendBytes
 		state.learner = func() bool { return isLearner(d.etcd) }
+		state.canCommit = d.commits.Load
 	}
 	p.registry.MustRegister(newStateCollector(state))
 	d.health = health.NewServer()
