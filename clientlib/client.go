@@ -468,16 +468,33 @@ func (c *Client) revoke(id string) {
 // connect. An avoided endpoint is probed (gRPC health check, at most 1s
 // each) after 100ms, then with backoff to once a second, and used again as
 // soon as it answers SERVING: a member answers so only while its etcd
-// member has a leader, so a member that was merely slow during an etcd
+// member can commit, so a member that was merely slow during an etcd
 // leader election comes back within about one probe of the new leader. With
 // every endpoint avoided, all of them are used while the probes go on.
+//
+// The other endpoints are then asked once (a health check each, on
+// connections of their own) and those that answer NOT_SERVING are avoided
+// too: when a member is cut off from its peers, the member a client leaves
+// for lack of renewals is as often one of the majority (its renewals were
+// forwarded to the cut-off leader until it learned of the new one) as the
+// cut-off one, and moving onto the cut-off member would cost the client
+// another move, and its sessions their time.
 func (c *Client) avoid(endpoint string, silent bool) {
+	if c.leave(endpoint, silent, "not answering") {
+		c.probes.Add(1)
+		go c.avoidNotServing()
+	}
+}
+
+// leave avoids endpoint (see avoid); it reports false when the endpoint was
+// avoided already or cannot be (a single endpoint, a closed client).
+func (c *Client) leave(endpoint string, silent bool, why string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.avoided[endpoint]; ok || c.closed || len(c.endpoints) < 2 || !slices.Contains(c.endpoints, endpoint) {
-		return
+		return false
 	}
-	c.lg.Warn("coordd endpoint not answering; using the others until it serves again", "endpoint", endpoint, "silent", silent)
+	c.lg.Warn("coordd endpoint "+why+"; using the others until it serves again", "endpoint", endpoint, "silent", silent)
 	c.avoided[endpoint] = struct{}{}
 	c.updateAddressesLocked()
 	c.movedEnded()
@@ -493,6 +510,45 @@ func (c *Client) avoid(endpoint string, silent bool) {
 			c.readmit(endpoint)
 		}
 	}()
+	return true
+}
+
+// avoidNotServing asks every endpoint not avoided, at once, whether its
+// member serves, and avoids those that answer NOT_SERVING (an endpoint
+// that does not answer is left to pick_first and the keep-alive).
+func (c *Client) avoidNotServing() {
+	defer c.probes.Done()
+	c.mu.Lock()
+	var ask []string
+	for _, ep := range c.endpoints {
+		if _, avoided := c.avoided[ep]; !avoided {
+			ask = append(ask, ep)
+		}
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, ep := range ask {
+		wg.Go(func() {
+			if c.notServing(ep) {
+				c.leave(ep, false, "not serving (its member cannot commit)")
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// notServing asks endpoint, on a connection of its own, and reports
+// whether its member answered NOT_SERVING.
+func (c *Client) notServing(endpoint string) bool {
+	conn, err := grpc.NewClient("passthrough:///"+endpoint, c.probeDial...)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = conn.Close() }() // a probe connection; nothing to report
+	ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
 }
 
 // errLeftSilent ends a unary call in flight when the client leaves a

@@ -46,8 +46,9 @@ func (c *Client) followServing() {
 			if c.sleep(notServingFor) {
 				return
 			}
-			if c.stillNotServing(addr) {
-				c.avoid(addr, false)
+			if c.stillNotServing(addr) && c.leave(addr, false, "not serving (its member cannot commit)") {
+				c.probes.Add(1)
+				go c.avoidNotServing()
 			}
 			continue
 		}

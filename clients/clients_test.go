@@ -9,14 +9,20 @@
 package clients_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/testkit/chaos"
 	"github.com/coordd/coordd/internal/testkit/coorddtest"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // need skips (or, in CI, fails) the test when a tool is missing.
@@ -60,6 +66,16 @@ func TestTypeScriptClient(t *testing.T) {
 		run(t, d, dir, "npm", "ci", "--no-audit", "--no-fund")
 	}
 	run(t, d, dir, "npm", "test") // it builds first
+	t.Run("waiting calls leave a member cut from its peers", func(t *testing.T) {
+		waitThroughCut(t, dir, "node", "--input-type=module", "-e", `
+import { Client } from "./dist/src/index.js";
+const client = new Client({ endpoints: process.env.COORDD_ENDPOINTS.split(",") });
+const session = await client.session({ ttl: 3 });
+const lock = await session.lock(process.env.COORDD_LOCK, { timeoutMs: 60000 });
+console.log(String(lock.token));
+await client.close();
+`)
+	})
 }
 
 // The Python client's unittest suite, with Debian's python3.
@@ -70,4 +86,79 @@ func TestPythonClient(t *testing.T) {
 	need(t, "Debian's python3 with python3-grpcio and python3-protobuf is not installed (apt-get install python3-grpcio python3-protobuf)", err == nil)
 	d := coorddtest.Start(t)
 	run(t, d, "python", python, "-m", "unittest", "discover", "-s", "tests", "-v")
+	t.Run("waiting calls leave a member cut from its peers", func(t *testing.T) {
+		waitThroughCut(t, "python", python, "-c", `
+import os, coordd
+with coordd.Client(os.environ["COORDD_ENDPOINTS"].split(",")) as client:
+    with client.session(ttl=3) as session:
+        with session.lock(os.environ["COORDD_LOCK"], timeout=60) as held:
+            print(held.token)
+`)
+	})
+}
+
+// waitThroughCut runs a client program (in dir) whose lock acquire waits on
+// the member that leads etcd in a three-member cluster when that member's
+// peer port is frozen (its clients still reach it: it hears its peers and
+// is not heard). The program gets the endpoints in COORDD_ENDPOINTS, that
+// member's first (the clients start on their first endpoint), and the
+// lock's name in COORDD_LOCK, and prints its token once granted. The
+// holder, a Go client of the other two members, releases after the cut:
+// the member must end the waiting call (UNAVAILABLE) and the client retry
+// it elsewhere, while the cut lasts.
+func waitThroughCut(t *testing.T, dir, name string, args ...string) {
+	c := chaos.StartCluster(t, coorddtest.Build(t), t.TempDir(), 3, chaos.Timing{Heartbeat: 10 * time.Millisecond, Election: 100 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cut, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := c.ClientEndpoints()
+	endpoints := []string{all[cut]}
+	for i, ep := range all {
+		if i != cut {
+			endpoints = append(endpoints, ep)
+		}
+	}
+	holder, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints[1:]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Close() }()
+	s, err := holder.NewSession(ctx, clientlib.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lock = "gray/cut"
+	held, err := s.Lock(ctx, lock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "COORDD_ENDPOINTS="+strings.Join(endpoints, ","), "COORDD_LOCK="+lock)
+	var out, errs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	wait.Within(t, time.Minute, "the program's acquire to wait", func() bool {
+		st, err := holder.Admin().DescribeLock(ctx, lock)
+		return err == nil && len(st.Waiters) == 1
+	})
+	c.Members[cut].Peer.Freeze()
+	defer c.Members[cut].Peer.Thaw()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("%s: %v\n%s%s", name, err, out.String(), errs.String())
+	}
+	token, err := strconv.ParseInt(strings.TrimSpace(out.String()), 10, 64)
+	if err != nil || token <= int64(held.Token()) {
+		t.Fatalf("%s printed %q, want a token above the holder's %d\n%s", name, out.String(), held.Token(), errs.String())
+	}
 }

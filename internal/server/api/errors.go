@@ -21,9 +21,10 @@ import (
 var ErrStopping = kind.Unavailable.New("coordd: daemon is stopping; retry on another member")
 
 // ErrNoQuorum is returned to callers whose call is ended because this
-// member's etcd has had no leader for too long (it is cut off from its
-// peers). Clients retry on another member.
-var ErrNoQuorum = kind.Unavailable.New("coordd: this member's etcd has no leader (no quorum); retry on another member")
+// member cannot commit: its etcd has had no leader, or could not confirm a
+// read through its leader, for too long (it is cut off from its peers).
+// Clients retry on another member.
+var ErrNoQuorum = kind.Unavailable.New("coordd: this member cannot commit (no etcd leader, or cut off from a quorum of its peers); retry on another member")
 
 // ErrLeaderChanged is returned to callers whose request to etcd was in
 // flight when this member's etcd leader changed: a request forwarded to a

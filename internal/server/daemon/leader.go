@@ -25,7 +25,8 @@ import (
 // Guarantees, with election the member's election timeout:
 //   - health: the member reports NOT_SERVING (onServing(false)) at once
 //     when it has no leader, and when no read was confirmed for
-//     servingAfter (one election timeout, at least 0.5 s);
+//     servingAfter (half an election timeout, at least 0.3 s: a read
+//     takes one heartbeat round);
 //   - calls: Lost() is cancelled (with api.ErrNoQuorum) when no read was
 //     confirmed for lostAfter (two election timeouts, at least 1 s), so the
 //     calls waiting on the member end with Unavailable and the SDKs retry
@@ -77,7 +78,7 @@ type leaderWatch struct {
 func newLeaderWatch(e *embed.Etcd, election time.Duration) *leaderWatch {
 	w := &leaderWatch{
 		etcd: e, grace: 3 * election, born: time.Now(),
-		servingAfter: max(election, 500*time.Millisecond), lostAfter: max(2*election, time.Second),
+		servingAfter: max(election/2, 300*time.Millisecond), lostAfter: max(2*election, time.Second),
 	}
 	if e != nil {
 		lead := e.Server.Leader()

@@ -136,7 +136,7 @@ func testCutFromPeers(t *testing.T, leader, frozen bool) {
 		answered <- fmt.Sprintf("barrier participant: %v", err)
 	}()
 	admin := sub.Admin()
-	wait.Within(t, 10*time.Second, "the three waits to be under way", func() bool {
+	wait.Within(t, time.Minute, "the three waits to be under way", func() bool {
 		l, err := admin.DescribeLock(ctx, "gray/lock")
 		if err != nil || len(l.Waiters) != 1 {
 			return false
@@ -157,7 +157,7 @@ func testCutFromPeers(t *testing.T, leader, frozen bool) {
 		defer mendPeers(ds, cut)
 	}
 	cutAt := time.Now()
-	wait.Within(t, 20*time.Second, "the cut-off member to say NOT_SERVING", func() bool {
+	wait.Within(t, time.Minute, "the cut-off member to say NOT_SERVING", func() bool {
 		return healthOf(t, ds[cut]) == healthpb.HealthCheckResponse_NOT_SERVING
 	})
 	t.Logf("member %d says NOT_SERVING %s after the cut", cut, time.Since(cutAt).Round(time.Millisecond))
@@ -184,14 +184,14 @@ func testCutFromPeers(t *testing.T, leader, frozen bool) {
 				t.Fatal(a)
 			}
 			t.Logf("%s %s after the cut", a, time.Since(cutAt).Round(time.Millisecond))
-		case <-time.After(30 * time.Second):
-			t.Fatalf("a wait not answered 30 s after the holder, the leader and the last participant acted (the cut lasts)")
+		case <-time.After(time.Minute):
+			t.Fatalf("a wait not answered a minute after the holder, the leader and the last participant acted (the cut lasts)")
 		}
 	}
 	if granted.Token() <= held.Token() || elected.Term() <= leading.Term() {
 		t.Fatalf("lock token %d after %d, term %d after %d", granted.Token(), held.Token(), elected.Term(), leading.Term())
 	}
-	wait.Within(t, 30*time.Second, "the subscription to see the release made during the cut", func() bool {
+	wait.Within(t, time.Minute, "the subscription to see the release made during the cut", func() bool {
 		v, _ := subscription.Snapshot().Get("gray/ns", "k")
 		return v == "during the cut"
 	})
@@ -202,7 +202,7 @@ func testCutFromPeers(t *testing.T, leader, frozen bool) {
 	} else {
 		mendPeers(ds, cut)
 	}
-	wait.Within(t, 20*time.Second, "the healed member to say SERVING", func() bool {
+	wait.Within(t, time.Minute, "the healed member to say SERVING", func() bool {
 		return healthOf(t, ds[cut]) == healthpb.HealthCheckResponse_SERVING
 	})
 }
@@ -233,7 +233,7 @@ func clientOn(t *testing.T, proxies []*tcpproxy.Proxy, endpoints []string, i int
 // retrying calls f, each try bounded by a second, until it succeeds.
 func retrying(t *testing.T, what string, f func(ctx context.Context) error) {
 	t.Helper()
-	wait.Within(t, 20*time.Second, what, func() bool {
+	wait.Within(t, time.Minute, what, func() bool {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		return f(ctx) == nil
