@@ -116,7 +116,10 @@ check-helm: tools
 # three coordd processes behind TCP proxies, lock workers and election
 # candidates as processes, and each fault ROUNDS times with etcd's default
 # raft timing: kill -9, SIGSTOP (past the TTL) and partition of the
-# etcd-leader member, kill -9 of a follower and of every member, SIGSTOP and
+# etcd-leader member, its peers cut (clients not) from the etcd-leader member
+# and from a follower's for 10 s (COORDD_CHAOS_PEER_CUT=60s for longer), a
+# slow disk (fsync +200 ms, FUSE) under the etcd leader,
+# kill -9 of a follower and of every member, SIGSTOP and
 # kill -9 of a lock holder and of a leader, kill -9 of a lock holder while
 # etcd's leadership moves every TTL/2, a full database (NOSPACE); then
 # porcupine, write-order and overlap checks, fail-over times, the next

@@ -10,6 +10,7 @@ require (
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
+	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/hashicorp/go-multierror v1.1.1
 	github.com/klauspost/compress v1.20.1
 	github.com/prometheus/client_golang v1.25.0

@@ -197,6 +197,9 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.StringSliceVar(&cfg.PeerTLS.AllowedCNs, "peer-allowed-cn", nil, "admit on the peer port only certificates with one of these common names (needed when --peer-ca-file also signs other certificates, such as API clients')")
 	f.DurationVar(&heartbeat, "etcd-heartbeat-interval", 100*time.Millisecond, "raft heartbeat interval")
 	f.DurationVar(&electionTimeout, "etcd-election-timeout", time.Second, "raft election timeout")
+	f.StringVar(&cfg.WALDir, "wal-dir", "", "directory of the embedded etcd's write-ahead log, on a disk of its own (default: inside --data-dir; the same on every start)")
+	f.DurationVar(&cfg.SlowDiskThreshold, "slow-disk-threshold", daemon.DefaultSlowDiskThreshold, "a member whose WAL fsyncs or backend commits take longer than this on average for --slow-disk-window reports its disk slow and hands etcd's leadership over while it lasts (0: never)")
+	f.DurationVar(&cfg.SlowDiskWindow, "slow-disk-window", daemon.DefaultSlowDiskWindow, "how long the disk must stay slow (see --slow-disk-threshold)")
 	f.BoolVar(&cfg.EtcdLogWarning, "etcd-quiet", true, "log the embedded etcd at warning level and above only")
 
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd-endpoints", nil, "use this existing etcd cluster instead of embedding a member")

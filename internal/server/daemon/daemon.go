@@ -79,6 +79,7 @@ type Daemon struct {
 	// of the status, so a late update never overwrites a newer one.
 	healthMu sync.Mutex
 	serving  atomic.Bool // Start finished: the listeners serve
+	disk     *diskWatch  // nil with external etcd or --slow-disk-threshold 0
 	commits  atomic.Bool // the etcd member has a leader and confirms reads through it (true with external etcd)
 	learner  atomic.Bool // the etcd member is a learner: it serves no client requests
 	leads    atomic.Bool // the etcd member leads etcd (never with external etcd)

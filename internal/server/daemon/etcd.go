@@ -51,6 +51,21 @@ func nameListener(err error, ecfg *embed.Config) error {
 	return err
 }
 
+// checkWALDir refuses a --wal-dir without a log while the data dir holds
+// one (after coordd restore, or a start without --wal-dir): etcd would
+// take the member for a new one and start it without its data.
+func checkWALDir(etcdDir, walDir string) error {
+	if walDir == "" {
+		return nil
+	}
+	inData, _ := filepath.Glob(filepath.Join(etcdDir, "member", "wal", "*.wal"))
+	inWALDir, _ := filepath.Glob(filepath.Join(walDir, "*.wal"))
+	if len(inData) > 0 && len(inWALDir) == 0 {
+		return fmt.Errorf("--wal-dir %s has no write-ahead log, but %s has one (written by coordd restore or a start without --wal-dir): move its files to --wal-dir, or start without --wal-dir", walDir, filepath.Join(etcdDir, "member", "wal"))
+	}
+	return nil
+}
+
 // startEmbedded starts this daemon's etcd member and returns it with an
 // in-process client (direct calls, no socket).
 func startEmbedded(ctx context.Context, cfg Config, quiet *atomic.Bool) (*embed.Etcd, *clientv3.Client, error) {
@@ -62,6 +77,7 @@ func startEmbedded(ctx context.Context, cfg Config, quiet *atomic.Bool) (*embed.
 	ecfg.InitialClusterToken = cfg.InitialClusterToken
 	ecfg.TickMs, ecfg.ElectionMs = cfg.HeartbeatMs, cfg.ElectionMs
 	ecfg.UnsafeNoFsync = cfg.UnsafeNoFsync
+	ecfg.WalDir = cfg.WALDir
 	ecfg.EnableGRPCGateway = false // coordd serves its own REST API
 	ecfg.PreVote = true
 	ecfg.AutoCompactionMode, ecfg.AutoCompactionRetention = cfg.Compaction.Etcd()

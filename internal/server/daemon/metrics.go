@@ -45,6 +45,7 @@ type stateSources struct {
 	alarms    func() []cluster.Alarm
 	learner   func() bool // nil with an external etcd
 	canCommit func() bool // nil with an external etcd
+	diskSlow  func() bool // nil with an external etcd or the slow-disk watch off
 	commits   *groupcommit.Committer
 	lg        *zap.Logger
 }
@@ -68,10 +69,11 @@ var (
 	descQuota          = prometheus.NewDesc("coordd_etcd_quota_backend_bytes", "This member's database quota (--quota-backend-bytes); absent with an external etcd.", nil, nil)
 	descAlarm          = prometheus.NewDesc("coordd_etcd_alarm", "1 while etcd has an alarm of this type raised (NOSPACE: the database reached its quota; CORRUPT: a member's data differs), else 0.", []string{"type"}, nil)
 	descMemberLearner  = prometheus.NewDesc("coordd_etcd_is_learner", "1 while this member is a learner (added, not yet promoted), else 0; absent with an external etcd.", nil, nil)
-	descCanCommit      = prometheus.NewDesc("coordd_etcd_can_commit", "1 while this member can commit (its etcd member has a leader and confirmed a linearizable read through it within an election timeout), else 0: without it the member answers NOT_SERVING and ends its waiting calls; absent with an external etcd.", nil, nil)
+	descDiskSlow       = prometheus.NewDesc("coordd_etcd_disk_slow", "1 while this member's disk is slow: etcd's WAL fsync or backend commit took longer than --slow-disk-threshold on average for --slow-disk-window (a leader here hands leadership over), else 0; absent with an external etcd or the watch off.", nil, nil)
+	descCanCommit      = prometheus.NewDesc("coordd_etcd_can_commit", "1 while this member can commit (its etcd member has a leader and confirmed a linearizable read through it within half an election timeout), else 0: without it the member answers NOT_SERVING and ends its waiting calls; absent with an external etcd.", nil, nil)
 	descBatches        = prometheus.NewDesc("coordd_group_commit_batches_total", "etcd transactions this member committed for lock and election changes (each carries one or more of them; see coordd_group_commit_changes_total).", nil, nil)
 	descBatched        = prometheus.NewDesc("coordd_group_commit_changes_total", "Lock and election changes this member committed; divided by coordd_group_commit_batches_total, the mean batch size.", nil, nil)
-	stateDescriptions  = []*prometheus.Desc{descBatches, descBatched, descSessions, descLocksHeld, descLockHolders, descLockWaiters, descElections, descCandidates, descNamespaces, descWatchers, descCacheLagRevs, descCacheLagSecs, descCacheLive, descRevision, descCompacted, descDBSize, descDBInUse, descQuota, descAlarm, descMemberLearner, descCanCommit}
+	stateDescriptions  = []*prometheus.Desc{descBatches, descBatched, descSessions, descLocksHeld, descLockHolders, descLockWaiters, descElections, descCandidates, descNamespaces, descWatchers, descCacheLagRevs, descCacheLagSecs, descCacheLive, descRevision, descCompacted, descDBSize, descDBInUse, descQuota, descAlarm, descMemberLearner, descCanCommit, descDiskSlow}
 	alarmTypesExported = []cluster.AlarmType{cluster.AlarmNoSpace, cluster.AlarmCorrupt}
 )
 
@@ -162,16 +164,25 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range alarmTypesExported {
 		gauge(descAlarm, boolFloat(slices.ContainsFunc(alarms, func(a cluster.Alarm) bool { return a.Type == t })), string(t))
 	}
+	c.collectMember(gauge)
+	batches, changes := c.commits.Stats()
+	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(batches))
+	ch <- prometheus.MustNewConstMetric(descBatched, prometheus.CounterValue, float64(changes))
+	c.failures.Collect(ch)
+}
+
+// collectMember reports the embedded member's own state (nothing with an
+// external etcd).
+func (c *stateCollector) collectMember(gauge func(d *prometheus.Desc, v float64, labels ...string)) {
+	if c.diskSlow != nil {
+		gauge(descDiskSlow, boolFloat(c.diskSlow()))
+	}
 	if c.canCommit != nil {
 		gauge(descCanCommit, boolFloat(c.canCommit()))
 	}
 	if c.learner != nil {
 		gauge(descMemberLearner, boolFloat(c.learner()))
 	}
-	batches, changes := c.commits.Stats()
-	ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(batches))
-	ch <- prometheus.MustNewConstMetric(descBatched, prometheus.CounterValue, float64(changes))
-	c.failures.Collect(ch)
 }
 
 func boolFloat(b bool) float64 {

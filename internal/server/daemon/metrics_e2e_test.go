@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
@@ -66,7 +67,9 @@ next:
 // table, and every metric in the table is exported.
 func TestCoorddMetrics(t *testing.T) {
 	t.Parallel()
-	d := start(t, testConfig(t))
+	cfg := testConfig(t)
+	cfg.SlowDiskThreshold = daemon.DefaultSlowDiskThreshold // on in production, off in the other tests
+	d := start(t, cfg)
 	base := "http://" + d.HTTPAddr()
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()

@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/server/daemon"
 )
 
 const (
@@ -44,7 +45,9 @@ func exported(fams map[string]*dto.MetricFamily, name string) bool {
 // metrics that a running coordd exports, so neither silently shows nothing.
 func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 	t.Parallel()
-	d := start(t, testConfig(t))
+	cfg := testConfig(t)
+	cfg.SlowDiskThreshold = daemon.DefaultSlowDiskThreshold // on in production, off in the other tests
+	d := start(t, cfg)
 	c := newClient(t, d.GRPCAddr())
 	s, err := c.NewSession(t.Context(), clientlib.WithTTL(10*time.Second))
 	if err != nil {

@@ -405,6 +405,17 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 		state.quota = cfg.QuotaBackendBytes
 		state.learner = func() bool { return isLearner(d.etcd) }
 		state.canCommit = d.commits.Load
+		if cfg.SlowDiskThreshold > 0 {
+			d.disk = &diskWatch{
+				etcd: d.etcd, gather: prometheus.DefaultGatherer, threshold: cfg.SlowDiskThreshold, window: cfg.SlowDiskWindow,
+				lg: d.lg.Named("disk"), handedOver: prometheus.NewCounter(prometheus.CounterOpts{
+					Name: "coordd_etcd_slow_disk_handovers_total",
+					Help: "Times this member handed etcd's leadership over because its disk was slow (--slow-disk-threshold).",
+				}),
+			}
+			p.registry.MustRegister(d.disk.handedOver)
+			state.diskSlow = d.disk.slow.Load
+		}
 	}
 	p.registry.MustRegister(newStateCollector(state))
 	d.health = health.NewServer()
@@ -478,6 +489,9 @@ func (d *Daemon) serve(p *parts) {
 	d.stopBackground = stopBackground
 	d.spawn(func() { d.leader.run(d.stopped.Done()) })
 	d.spawn(func() { d.watchAlarms(bgCtx) })
+	if d.disk != nil {
+		d.spawn(func() { d.disk.run(bgCtx) })
+	}
 	if d.embedded() {
 		d.spawn(func() { p.cluster.RunHealthReports(bgCtx, cfg.HealthInterval, cfg.Version, d.lg.Named("health")) })
 		if cfg.AutoDefrag.On() {

@@ -68,8 +68,9 @@ func (m *Member) LogTail(n int) string {
 
 // StartCluster starts n coordd processes (the binary bin) that form one
 // cluster, and stops them when the test ends. Each member's log goes to
-// <dir>/<name>.log.
-func StartCluster(t testing.TB, bin, dir string, n int, timing Timing) *Cluster {
+// <dir>/<name>.log. extra, if given, adds flags to member i's (e.g.
+// --wal-dir).
+func StartCluster(t testing.TB, bin, dir string, n int, timing Timing, extra ...func(i int) []string) *Cluster {
 	t.Helper()
 	c := &Cluster{}
 	var initial []string
@@ -88,6 +89,9 @@ func StartCluster(t testing.TB, bin, dir string, n int, timing Timing) *Cluster 
 			"--etcd-heartbeat-interval", timing.Heartbeat.String(), "--etcd-election-timeout", timing.Election.String(),
 			"--quota-backend-bytes", strconv.Itoa(Quota),
 			"--log-level", "warn",
+		}
+		for _, e := range extra {
+			m.args = append(m.args, e(i)...)
 		}
 		initial = append(initial, m.Name+"=http://"+m.Peer.Addr())
 		c.Members = append(c.Members, m)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -24,6 +26,7 @@ import (
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/testkit/chaos"
 	"github.com/coordd/coordd/internal/testkit/coorddtest"
+	"github.com/coordd/coordd/internal/testkit/slowdisk"
 	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
@@ -45,6 +48,7 @@ func runWorker(kind string) int {
 	err := chaos.RunWorker(ctx, chaos.WorkerConfig{
 		ID: os.Getenv("COORDD_CHAOS_ID"), Kind: kind,
 		Endpoints: strings.Split(os.Getenv("COORDD_CHAOS_ENDPOINTS"), ","),
+		AnyMember: os.Getenv("COORDD_CHAOS_ANY_MEMBER") != "",
 		History:   os.Getenv("COORDD_CHAOS_HISTORY"), TTL: ttl, Hold: hold,
 		Sabotage: os.Getenv("COORDD_CHAOS_SABOTAGE"),
 		Etcd:     strings.Split(os.Getenv("COORDD_CHAOS_ETCD"), ","), KeyRoot: "/coordd/",
@@ -121,6 +125,13 @@ const (
 	// turn stopped gracefully, started again and waited for, as a
 	// StatefulSet's rolling update does. No session may end meanwhile.
 	rollingRestart = "rolling restart of every member, one at a time (SIGTERM, start, ready)"
+	// Gray failures (issue 65): a member's peer port frozen while its
+	// clients still reach it. It still hears its peers over the raft
+	// streams it dialed, and is not heard.
+	peersCutLeader   = "peers cut from the etcd-leader member, clients not"
+	peersCutFollower = "peers cut from a follower member, clients not"
+	// A failing disk under the leader: each fsync of its WAL 200 ms late.
+	slowDisk = "slow disk under the etcd-leader member (fsync +200ms)"
 )
 
 type fault struct {
@@ -129,6 +140,92 @@ type fault struct {
 	target string // "member", "holder" or "storage"
 	inject func(t *testing.T) (end func(), victim string)
 	lasts  time.Duration // how long the fault lasts, if not its target's default
+}
+
+// walOnSlowDisks mounts a slow disk (package slowdisk) for each of n
+// members' WALs under dir, or returns nil when this machine has no FUSE.
+func walOnSlowDisks(t *testing.T, dir string, n int) []*slowdisk.Disk {
+	if !slowdisk.Available() {
+		return nil
+	}
+	disks := make([]*slowdisk.Disk, n)
+	for i := range disks {
+		backing, mnt := filepath.Join(dir, fmt.Sprintf("m%d-wal-disk", i)), filepath.Join(dir, fmt.Sprintf("m%d-wal-mount", i))
+		for _, d := range []string{backing, mnt} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := slowdisk.Mount(t, backing, mnt)
+		if err != nil {
+			t.Logf("no slow disks: %v", err)
+			return nil
+		}
+		disks[i] = d
+	}
+	return disks
+}
+
+// watchSlowDisk scrapes m's /metrics until ctx ends and returns the
+// highest coordd_etcd_disk_slow and coordd_etcd_slow_disk_handovers_total
+// it saw.
+func watchSlowDisk(ctx context.Context, m *chaos.Member) [2]float64 {
+	var seen [2]float64
+	names := []string{"coordd_etcd_disk_slow", "coordd_etcd_slow_disk_handovers_total"}
+	for ctx.Err() == nil {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+m.HTTP+"/metrics", nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			for _, line := range strings.Split(string(body), "\n") {
+				for i, name := range names {
+					if v, ok := strings.CutPrefix(line, name+" "); ok {
+						if f, err := strconv.ParseFloat(v, 64); err == nil {
+							seen[i] = max(seen[i], f)
+						}
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return seen
+}
+
+// longestGap is the longest time within [start, end] (unix ns) in which no
+// worker was granted kind: from start to the first grant, between two, and
+// from the last to end.
+func longestGap(recs []chaos.Record, kind string, start, end int64) time.Duration {
+	var at []int64
+	for _, r := range recs {
+		if r.Kind == kind && r.Op == chaos.OpAcquire && r.Token > 0 && r.Return >= start && r.Return <= end {
+			at = append(at, r.Return)
+		}
+	}
+	slices.Sort(at)
+	last, gap := start, int64(0)
+	for _, a := range append(at, end) {
+		gap = max(gap, a-last)
+		last = a
+	}
+	return time.Duration(gap)
+}
+
+// busiestFollower is the member other than leader with the most client
+// connections (the workers that stay on the member they connected to),
+// so that cutting it off cuts some workers' member.
+func busiestFollower(t *testing.T, c *chaos.Cluster, leader *chaos.Member) *chaos.Member {
+	var best *chaos.Member
+	for _, m := range c.Members {
+		if m != leader && (best == nil || m.Client.Active() > best.Client.Active()) {
+			best = m
+		}
+	}
+	t.Logf("cutting %s off, with %d client connections", best.Name, best.Client.Active())
+	return best
 }
 
 // TestFaultMatrix runs a real three-member cluster (separate coordd
@@ -172,7 +269,17 @@ func TestFaultMatrix(t *testing.T) {
 	}
 	began := time.Now()
 	bin := coorddtest.Build(t)
-	c := chaos.StartCluster(t, bin, dir, 3, timing)
+	disks := walOnSlowDisks(t, dir, 3)
+	c := chaos.StartCluster(t, bin, dir, 3, timing, func(i int) []string {
+		var args []string
+		if disks != nil {
+			args = append(args, "--wal-dir", filepath.Join(disks[i].Dir, "wal"))
+		}
+		if os.Getenv("COORDD_CHAOS_PRODUCTION") == "" {
+			args = append(args, "--slow-disk-window", "1s") // the suite's faults are short
+		}
+		return args
+	})
 	history := followFencedKeys(t, c)
 	histDir := filepath.Join(dir, "history")
 	if err := os.MkdirAll(histDir, 0o755); err != nil {
@@ -183,11 +290,14 @@ func TestFaultMatrix(t *testing.T) {
 	// Two set workers name the set's locks in opposite orders: without
 	// the server's ordering of AcquireAll they would deadlock.
 	setOrders := map[int]string{8: "set-a,set-b", 9: "set-b,set-a"}
+	// These workers stay on the member they connected to (the others
+	// follow etcd's leader), so that a follower's member has clients too.
+	anyMember := map[int]string{1: "1", 2: "1", 4: "1", 7: "1"}
 	for i, kind := range []string{chaos.KindLock, chaos.KindLock, chaos.KindLock, chaos.KindElection, chaos.KindElection,
 		chaos.KindPublisher, chaos.KindSubscriber, chaos.KindSubscriber, chaos.KindSet, chaos.KindSet, chaos.KindHandover} {
 		id := fmt.Sprintf("%s-%d", kind, i)
 		w := &worker{id: id, kind: kind, dir: histDir, env: []string{
-			"COORDD_CHAOS_SET_ORDER=" + setOrders[i],
+			"COORDD_CHAOS_SET_ORDER=" + setOrders[i], "COORDD_CHAOS_ANY_MEMBER=" + anyMember[i],
 			"COORDD_CHAOS_WORKER=" + kind, "COORDD_CHAOS_ID=" + id,
 			"COORDD_CHAOS_ENDPOINTS=" + strings.Join(c.ClientEndpoints(), ","),
 			"COORDD_CHAOS_HISTORY=" + filepath.Join(histDir, id+".jsonl"),
@@ -224,6 +334,16 @@ func TestFaultMatrix(t *testing.T) {
 	wait.Within(t, 30*time.Second, "grants of the lock and the election", func() bool { return grants(chaos.KindLock) > 3 && grants(chaos.KindElection) > 3 })
 
 	outage := 2 * time.Second
+	// A peer cut lasts past TTL + 1 s, the fail-over bound it is checked
+	// against: 5 s in the suite, 10 s in make chaos, or
+	// COORDD_CHAOS_PEER_CUT (e.g. 60s).
+	peerCut := 5 * time.Second
+	if os.Getenv("COORDD_CHAOS_PRODUCTION") != "" {
+		peerCut = 10 * time.Second
+	}
+	if d, err := time.ParseDuration(os.Getenv("COORDD_CHAOS_PEER_CUT")); err == nil && d > 0 {
+		peerCut = d
+	}
 	leader := func(t *testing.T) *chaos.Member {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
@@ -289,6 +409,7 @@ func TestFaultMatrix(t *testing.T) {
 		}
 	}
 	rawLeases, rawRevoked := 0, 0 // etcd's own leases through a paused leader
+	var slowDiskSeen [][2]float64 // per slow-disk fault: the slow member's coordd_etcd_disk_slow and hand-overs, at most
 	faults := []fault{
 		{"kill -9 of the etcd-leader member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
 			m := leader(t)
@@ -324,6 +445,29 @@ func TestFaultMatrix(t *testing.T) {
 			m.Partition()
 			return m.Heal, ""
 		}, 0},
+		{name: peersCutLeader, kind: chaos.KindLock, target: "member", lasts: peerCut, inject: func(t *testing.T) (func(), string) {
+			m := leader(t)
+			m.Peer.Freeze()
+			return m.Peer.Thaw, ""
+		}},
+		{name: peersCutFollower, kind: chaos.KindLock, target: "member", lasts: peerCut, inject: func(t *testing.T) (func(), string) {
+			m := busiestFollower(t, c, leader(t))
+			m.Peer.Freeze()
+			return m.Peer.Thaw, ""
+		}},
+		{name: slowDisk, kind: chaos.KindLock, target: "member", lasts: peerCut, inject: func(t *testing.T) (func(), string) {
+			m := leader(t)
+			i := slices.Index(c.Members, m)
+			disks[i].SetFsyncDelay(200 * time.Millisecond)
+			ctx, cancel := context.WithCancel(t.Context())
+			seen := make(chan [2]float64, 1)
+			go func() { seen <- watchSlowDisk(ctx, m) }()
+			return func() {
+				disks[i].SetFsyncDelay(0)
+				cancel()
+				slowDiskSeen = append(slowDiskSeen, <-seen)
+			}, ""
+		}},
 		{"kill -9 of a follower member", chaos.KindLock, "member", func(t *testing.T) (func(), string) {
 			l := leader(t)
 			m := c.Members[(slices.Index(c.Members, l)+1)%len(c.Members)]
@@ -397,6 +541,10 @@ func TestFaultMatrix(t *testing.T) {
 			fillDatabase(t, admin)
 			return func() { makeRoom(t, c) }, ""
 		}, 0},
+	}
+	if disks == nil {
+		t.Logf("no FUSE here: the fault %q is left out", slowDisk)
+		faults = slices.DeleteFunc(faults, func(f fault) bool { return f.name == slowDisk })
 	}
 	if only := os.Getenv("COORDD_CHAOS_FAULTS"); only != "" {
 		// Run only the faults whose name contains one of the comma-separated words.
@@ -509,6 +657,49 @@ func TestFaultMatrix(t *testing.T) {
 			if ended > 0 {
 				t.Errorf("%s: %d sessions renewed within their TTL were ended", w.f.name, ended)
 			}
+		case slowDisk:
+			for _, kind := range []string{chaos.KindLock, chaos.KindElection} {
+				gap := longestGap(recs, kind, w.start, w.end)
+				t.Logf("%s: longest %s time without a grant: %s (target: TTL + 1s = %s)", w.f.name, kind, gap.Round(time.Millisecond), ttl+time.Second)
+				if gap > ttl+time.Second {
+					t.Errorf("%s: no %s grant for %s, want at most TTL + 1s = %s", w.f.name, kind, gap.Round(time.Millisecond), ttl+time.Second)
+				}
+			}
+		case peersCutLeader, peersCutFollower:
+			// While the cut lasts, grants never stop for longer than
+			// TTL + 1 s, of the lock or the election; no session ends.
+			for _, kind := range []string{chaos.KindLock, chaos.KindElection} {
+				gap := longestGap(recs, kind, w.start, w.end)
+				t.Logf("%s: longest %s time without a grant during the %s cut: %s (target: TTL + 1s = %s)", w.f.name, kind,
+					time.Duration(w.end-w.start).Round(time.Second), gap.Round(time.Millisecond), ttl+time.Second)
+				if gap > ttl+time.Second {
+					t.Errorf("%s: no %s grant for %s during the cut, want at most TTL + 1s = %s", w.f.name, kind, gap.Round(time.Millisecond), ttl+time.Second)
+				}
+			}
+			// After the heal, the member that was cut off must not end a
+			// session renewed through the majority meanwhile (the server
+			// ending it shows as "session not found"). A session whose
+			// client could not renew it within its TTL during the cut (the
+			// election takes up to two election timeouts, in which nothing
+			// commits) ends by its own deadline: counted, not failed.
+			ended, lapsed := 0, 0
+			for _, r := range recs {
+				if r.Op != chaos.OpSessionEnd || r.Return < w.start || r.Return > w.end+int64(3*time.Second) {
+					continue
+				}
+				switch {
+				case strings.Contains(r.Err, "session not found"):
+					ended++
+					t.Logf("%s: %s's session %s ended by the server at unix %d ms: %s", w.f.name, r.Worker, r.Session, r.Return/1e6, r.Err)
+				case !strings.Contains(r.Err, "session closed"):
+					lapsed++
+					t.Logf("%s: %s's session %s lapsed at unix %d ms: %s", w.f.name, r.Worker, r.Session, r.Return/1e6, r.Err)
+				}
+			}
+			t.Logf("%s: %d sessions ended by the server, %d lapsed on their client's deadline", w.f.name, ended, lapsed)
+			if ended > 0 {
+				t.Errorf("%s: %d sessions ended by the server; sessions renewed through the majority must live", w.f.name, ended)
+			}
 		case rollingRestart:
 			// Sessions a worker closed itself (the run's end) are no loss.
 			ended := 0
@@ -522,6 +713,18 @@ func TestFaultMatrix(t *testing.T) {
 			if ended > 0 {
 				t.Errorf("%s: %d sessions ended; a rolling restart must keep every session", w.f.name, ended)
 			}
+		}
+	}
+	// The slow member said so (coordd_etcd_disk_slow, what the alert
+	// CoorddSlowDisk fires on) and handed the leadership over. With the
+	// suite's fast raft (election timeout 100 ms) a 200 ms fsync stops the
+	// leader's heartbeats for longer than an election timeout, and raft
+	// elects another leader before the watch could hand over: there only
+	// the report is required.
+	for i, seen := range slowDiskSeen {
+		t.Logf("%s #%d: coordd_etcd_disk_slow reached %v, hand-overs %v", slowDisk, i+1, seen[0], seen[1])
+		if seen[0] != 1 || seen[1] < 1 && os.Getenv("COORDD_CHAOS_PRODUCTION") != "" {
+			t.Errorf("%s #%d: the slow member reported coordd_etcd_disk_slow %v and %v hand-overs, want 1 and at least 1", slowDisk, i+1, seen[0], seen[1])
 		}
 	}
 	violations, byChecker := 0, map[string]int{}

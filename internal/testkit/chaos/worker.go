@@ -82,6 +82,10 @@ type WorkerConfig struct {
 	ID        string
 	Kind      string // KindLock, KindElection, KindPublisher or KindSubscriber
 	Endpoints []string
+	// AnyMember keeps the worker's client on the member it connected to
+	// (clientlib.Config.AnyMember) instead of following etcd's leader, so
+	// that some workers use followers' members.
+	AnyMember bool
 	History   string // the history file to append to
 	TTL       time.Duration
 	Hold      time.Duration // how long each grant is held, writing
@@ -141,7 +145,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	defer func() { _ = logf.Close() }()
 	lg := slog.New(slog.NewTextHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})).With("worker", cfg.ID)
-	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: cfg.Endpoints, NoWait: true, Logger: lg})
+	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: cfg.Endpoints, AnyMember: cfg.AnyMember, NoWait: true, Logger: lg})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,169 @@
+package daemon
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/client/pkg/v3/types"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// diskWatch hands etcd's leadership over when the member leads on a slow
+// disk. etcd keeps a leader whose disk crawls: every write waits for the
+// leader's own WAL fsync, and its heartbeats wait behind it, so the whole
+// cluster stalls without electing anyone else (etcd's FAQ: "disk latency is
+// part of leader liveness"). The watch reads the member's own fsync and
+// commit times (etcd's histograms etcd_disk_wal_fsync_duration_seconds and
+// etcd_disk_backend_commit_duration_seconds, on the default registry) every
+// tick; a tick is slow when the mean of either over the tick is above
+// threshold, or when none finished during a tick that followed a slow one
+// (an fsync still under way). After window of slow ticks the disk is slow:
+// the member logs an error, reports coordd_etcd_disk_slow 1, and, while it
+// leads a cluster of several voters, moves the leadership to another voting
+// member (the first that takes it). It moves it again if it is elected
+// while its disk stays slow. A tick whose mean is at or under threshold
+// makes the disk healthy again.
+//
+// Non-guarantees: the histograms are the process's, so two members in one
+// process (tests) read each other's disks too; a disk that is slow on every
+// member moves the leadership around for nothing (each hand-over costs one
+// leader change, no election timeout).
+type diskWatch struct {
+	etcd              *embed.Etcd
+	gather            prometheus.Gatherer
+	threshold, window time.Duration
+	lg                *zap.Logger
+	handedOver        prometheus.Counter
+
+	slow atomic.Bool // the disk is slow (see above)
+}
+
+// diskSample is the two histograms' sums and counts at one moment.
+type diskSample struct {
+	sum   float64 // seconds
+	count uint64
+}
+
+var diskHistograms = []string{"etcd_disk_wal_fsync_duration_seconds", "etcd_disk_backend_commit_duration_seconds"}
+
+// read returns the histograms' current sums and counts (zero when absent).
+func (w *diskWatch) read() (map[string]diskSample, error) {
+	fams, err := w.gather.Gather()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]diskSample, len(diskHistograms))
+	for _, f := range fams {
+		for _, name := range diskHistograms {
+			if f.GetName() != name || len(f.GetMetric()) == 0 {
+				continue
+			}
+			h := f.GetMetric()[0].GetHistogram()
+			out[name] = diskSample{sum: h.GetSampleSum(), count: h.GetSampleCount()}
+		}
+	}
+	return out, nil
+}
+
+// diskState follows the ticks: how long the disk has been slow.
+type diskState struct {
+	slowFor  time.Duration // 0: the last tick with a finished fsync was fast
+	lastSlow bool          // the last tick was slow (carried over ticks with none)
+}
+
+// tick records one tick of length d with the histograms' change since the
+// last one, and reports whether the disk is slow (slow for window).
+func (s *diskState) tick(d, threshold, window time.Duration, before, now map[string]diskSample) bool {
+	slow, finished := false, false
+	for _, name := range diskHistograms {
+		n := now[name].count - before[name].count
+		if n == 0 || now[name].count < before[name].count {
+			continue
+		}
+		finished = true
+		if mean := (now[name].sum - before[name].sum) / float64(n); mean > threshold.Seconds() {
+			slow = true
+		}
+	}
+	if !finished {
+		slow = s.lastSlow // nothing finished: an fsync may still be under way
+	}
+	s.lastSlow = slow
+	if slow {
+		s.slowFor += d
+	} else {
+		s.slowFor = 0
+	}
+	return s.slowFor >= window
+}
+
+// run watches until ctx ends.
+func (w *diskWatch) run(ctx context.Context) {
+	every := min(w.window/4, 500*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var st diskState
+	before, err := w.read()
+	if err != nil {
+		w.lg.Warn("slow-disk watch: etcd's disk metrics unreadable; the watch is off", zap.Error(err))
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now, err := w.read()
+		if err != nil {
+			continue
+		}
+		slow := st.tick(every, w.threshold, w.window, before, now)
+		before = now
+		if slow != w.slow.Swap(slow) {
+			if slow {
+				w.lg.Error("this member's disk is slow: etcd's WAL fsync or backend commit took longer than --slow-disk-threshold for --slow-disk-window; a leader here stalls the cluster, so it hands leadership over while this lasts",
+					zap.Duration("threshold", w.threshold), zap.Duration("window", w.window))
+			} else {
+				w.lg.Info("this member's disk is fast again")
+			}
+		}
+		if slow {
+			w.handOver(ctx)
+		}
+	}
+}
+
+// handOver moves etcd's leadership to another voting member when this one
+// leads, giving each a share of an election timeout's worth of tries.
+func (w *diskWatch) handOver(ctx context.Context) {
+	s := w.etcd.Server
+	self := s.MemberID()
+	if s.Leader() != self {
+		return
+	}
+	var others []uint64
+	for _, m := range s.Cluster().Members() {
+		if m.ID != self && !m.IsLearner {
+			others = append(others, uint64(m.ID))
+		}
+	}
+	if len(others) == 0 {
+		return
+	}
+	per := max(time.Duration(w.etcd.Config().ElectionMs)*time.Millisecond, time.Second) / time.Duration(len(others))
+	for _, id := range others {
+		mctx, cancel := context.WithTimeout(ctx, per)
+		err := s.MoveLeader(mctx, uint64(self), id)
+		cancel()
+		if err == nil {
+			w.handedOver.Inc()
+			w.lg.Warn("handed etcd's leadership over: this member's disk is slow", zap.String("to", types.ID(id).String()))
+			return
+		}
+	}
+	w.lg.Warn("could not hand etcd's leadership over; trying again at the next tick")
+}
