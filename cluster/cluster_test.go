@@ -2,10 +2,13 @@ package cluster_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -103,5 +106,34 @@ func TestAlarmsAndDefragment(t *testing.T) {
 	}
 	if d.MemberID != id || d.MemberName == "" || d.SizeAfter >= d.SizeBefore {
 		t.Fatalf("Defragment = %+v; want the member, smaller after", d)
+	}
+}
+
+// A slow leader hands over to the healthiest voter: fresh reports with a
+// fast disk first (the most caught up first), then slow disks, then
+// members without a fresh report (down, cut off), in their given order.
+func TestHandOverOrderPrefersFreshFastCaughtUpMembers(t *testing.T) {
+	t.Parallel()
+	member := etcdtest.Start(t)
+	cli := member.Client(t)
+	m := cluster.NewManager(cli, cluster.Options{Endpoint: member.ClientURL, KeyRoot: "/coordd/", HealthInterval: time.Second})
+	ctx := t.Context()
+	report := func(id uint64, h cluster.Health) {
+		b, err := json.Marshal(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Put(ctx, "/coordd/cluster/health/"+strconv.FormatUint(id, 16), string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now()
+	report(0xa, cluster.Health{At: now, AppliedIndex: 90})
+	report(0xb, cluster.Health{At: now, AppliedIndex: 100})
+	report(0xc, cluster.Health{At: now, AppliedIndex: 120, DiskSlow: true})
+	report(0xd, cluster.Health{At: now.Add(-time.Minute), AppliedIndex: 130}) // stale
+	got := m.HandOverOrder(ctx, []uint64{0xe, 0xd, 0xc, 0xa, 0xb})
+	if want := []uint64{0xb, 0xa, 0xc, 0xe, 0xd}; !slices.Equal(got, want) {
+		t.Fatalf("order = %x, want %x", got, want)
 	}
 }

@@ -46,6 +46,9 @@ type Health struct {
 	EtcdVersion   string    `json:"etcd_version"`
 	CoorddVersion string    `json:"coordd_version,omitempty"`
 	Errors        []string  `json:"errors,omitempty"` // etcd's own (e.g. a corrupt backend)
+	// DiskSlow: the member found its own disk slow (coordd's slow-disk
+	// watch: --slow-disk-threshold).
+	DiskSlow bool `json:"disk_slow,omitempty"`
 
 	// Set by the reader, not stored.
 	Alarms []Alarm `json:"-"`
@@ -115,6 +118,49 @@ func (m *Manager) report(ctx context.Context, coorddVersion string) error {
 	}
 	_, err = m.cli.Put(ctx, m.healthKey(m.local.MemberID), string(b))
 	return err
+}
+
+// HandOverOrder orders ids (voting members other than this one) for a
+// hand-over of etcd's leadership, healthiest first: members whose last
+// health report is fresh and whose disk is not slow, then those whose disk
+// is slow, then those without a fresh report; the most caught up (applied
+// index) first within each. It reads this member's own copy of the reports
+// (no round to the leader), so it answers on a member that cannot commit.
+func (m *Manager) HandOverOrder(ctx context.Context, ids []uint64) []uint64 {
+	reports := map[uint64]Health{}
+	if resp, err := m.cli.Get(ctx, m.root+"cluster/health/", clientv3.WithPrefix(), clientv3.WithSerializable()); err == nil {
+		for _, kv := range resp.Kvs {
+			var h Health
+			id, perr := strconv.ParseUint(strings.TrimPrefix(string(kv.Key), m.root+"cluster/health/"), 16, 64)
+			if perr == nil && json.Unmarshal(kv.Value, &h) == nil && time.Since(h.At) <= staleAfter*m.interval {
+				reports[id] = h
+			}
+		}
+	}
+	rank := func(id uint64) int {
+		h, ok := reports[id]
+		switch {
+		case !ok:
+			return 2
+		case h.DiskSlow:
+			return 1
+		}
+		return 0
+	}
+	out := slices.Clone(ids)
+	slices.SortStableFunc(out, func(a, b uint64) int {
+		if ra, rb := rank(a), rank(b); ra != rb {
+			return ra - rb
+		}
+		switch ia, ib := reports[a].AppliedIndex, reports[b].AppliedIndex; {
+		case ia > ib:
+			return -1
+		case ia < ib:
+			return 1
+		}
+		return 0
+	})
+	return out
 }
 
 // healthOf returns each member's health: the answering member's (self,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/coordd/coordd/session"
 )
@@ -81,14 +82,40 @@ func setMemberID(base, name string) string {
 }
 
 // releaseSet gives up the grants of a set that could not be completed; a
-// grant already gone (its session ended) is no error.
+// grant already gone (its session ended) is no error. A release that
+// fails is tried again for up to releaseSetFor (a release is idempotent):
+// the failure that ended the set is often etcd's leadership moving, which
+// refuses the first release too, and a grant left behind stays with the
+// session under the set's request id, where only a retry with that id
+// (or the session's end) frees it.
 func (m *Manager) releaseSet(ctx context.Context, grants []Grant) error {
 	var errs []error
 	for _, g := range grants {
-		err := m.Release(ctx, g.Name, g.Token, session.Hint{Session: g.Session, RequestID: g.RequestID})
+		err := m.releaseRetrying(ctx, g)
 		if err != nil && !errors.Is(err, ErrNotHolder) {
 			errs = append(errs, fmt.Errorf("%q: %w", g.Name, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// releaseSetFor bounds the tries of one release in releaseSet.
+const releaseSetFor = 3 * time.Second
+
+func (m *Manager) releaseRetrying(ctx context.Context, g Grant) error {
+	ctx, cancel := context.WithTimeout(ctx, releaseSetFor)
+	defer cancel()
+	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		err := m.Release(ctx, g.Name, g.Token, session.Hint{Session: g.Session, RequestID: g.RequestID})
+		if err == nil || errors.Is(err, ErrNotHolder) || errors.Is(err, ErrSessionNotFound) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }

@@ -168,8 +168,10 @@ func ToStatus(err error) (st *status.Status, internal bool) {
 			// down), or dropped its proposal (the leader is handing its
 			// leadership over, as a leader stopped gracefully does, or
 			// there is none); etcd's error table maps neither, so they
-			// arrive as Unknown with raft's message.
-			if strings.HasSuffix(s.Message(), raftStopped) || strings.HasSuffix(s.Message(), raftProposalDropped) {
+			// arrive as Unknown with raft's message, possibly inside a
+			// longer one (a set's acquisition that also failed to give
+			// back the locks it took).
+			if strings.Contains(s.Message(), raftStopped) || strings.Contains(s.Message(), raftProposalDropped) {
 				return errEtcdUnavailable(), false
 			}
 		case codes.Canceled, codes.Unimplemented:

@@ -61,6 +61,10 @@ func TestToStatus(t *testing.T) {
 		// As the in-process etcd client returns it while its member stops.
 		{"etcd raft stopped", fmt.Errorf("session: grant lease: %w", status.Error(codes.Unknown, "raft: stopped")), codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		{"etcd raft proposal dropped", fmt.Errorf("lock: release: %w", status.Error(codes.Unknown, "raft proposal dropped")), codes.Unavailable, "UNAVAILABLE", false, 503, false},
+		// A set's acquisition whose giving back failed too: the retry
+		// with the same request id resumes the grants left behind.
+		{"etcd raft proposal dropped, twice", fmt.Errorf("lock: taking %q of a set of 2: %w (and giving back the locks of the set already taken failed: %w)", "b",
+			status.Error(codes.Unknown, "raft proposal dropped"), status.Error(codes.Unknown, "raft proposal dropped")), codes.Unavailable, "UNAVAILABLE", false, 503, false},
 		{"adapter status kept", NewStatus(codes.ResourceExhausted, 3, "message too large").Err(), codes.ResourceExhausted, "REQUEST_TOO_LARGE", false, 429, false},
 		{"unexpected", errors.New("boom: disk on fire"), codes.Internal, "INTERNAL", true, 500, false},
 		{"compacted", NewStatus(codes.OutOfRange, 12, "compacted").Err(), codes.OutOfRange, "COMPACTED", false, 410, true},

@@ -135,6 +135,7 @@ func (d *Daemon) measure() cluster.Health {
 	return cluster.Health{
 		LeaderID: uint64(s.Leader()), RaftTerm: s.Term(), RaftIndex: s.CommittedIndex(), AppliedIndex: s.AppliedIndex(),
 		DBSize: be.Size(), DBSizeInUse: be.SizeInUse(), EtcdVersion: etcdversion.Version,
+		DiskSlow: d.disk != nil && d.disk.slow.Load(),
 	}
 }
 

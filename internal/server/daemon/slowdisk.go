@@ -23,7 +23,8 @@ import (
 // (an fsync still under way). After window of slow ticks the disk is slow:
 // the member logs an error, reports coordd_etcd_disk_slow 1, and, while it
 // leads a cluster of several voters, moves the leadership to another voting
-// member (the first that takes it). It moves it again if it is elected
+// member: the healthiest that takes it (a fresh health report without a
+// slow disk, the most caught up). It moves it again if it is elected
 // while its disk stays slow. A tick whose mean is at or under threshold
 // makes the disk healthy again.
 //
@@ -37,6 +38,9 @@ type diskWatch struct {
 	threshold, window time.Duration
 	lg                *zap.Logger
 	handedOver        prometheus.Counter
+	// order, if set, orders the other voters for a hand-over, healthiest
+	// first (cluster.Manager.HandOverOrder).
+	order func(ctx context.Context, ids []uint64) []uint64
 
 	slow atomic.Bool // the disk is slow (see above)
 }
@@ -153,6 +157,9 @@ func (w *diskWatch) handOver(ctx context.Context) {
 	}
 	if len(others) == 0 {
 		return
+	}
+	if w.order != nil {
+		others = w.order(ctx, others)
 	}
 	per := max(time.Duration(w.etcd.Config().ElectionMs)*time.Millisecond, time.Second) / time.Duration(len(others))
 	for _, id := range others {

@@ -413,6 +413,7 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 					Help: "Times this member handed etcd's leadership over because its disk was slow (--slow-disk-threshold).",
 				}),
 			}
+			d.disk.order = p.cluster.HandOverOrder
 			p.registry.MustRegister(d.disk.handedOver)
 			state.diskSlow = d.disk.slow.Load
 		}

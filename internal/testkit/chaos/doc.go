@@ -18,7 +18,9 @@
 //     view of each grant (until its release, the end of its context, or its
 //     session's local deadline, whichever comes first). Two set workers
 //     take two locks at once (AcquireAll), naming them in opposite orders,
-//     and record each lock's grants as a lock of its own.
+//     and record each lock's grants as a lock of its own. A barrier worker
+//     takes two participants through barriers of two, one after another,
+//     and records each opening.
 //   - Check (fencing/history's checkers, which coordctl verify runs against
 //     live clusters too): porcupine (github.com/anishathalye/porcupine) checks that the
 //     grants and fenced writes are linearizable under a model in which

@@ -80,7 +80,7 @@ const (
 // WorkerConfig configures one worker process.
 type WorkerConfig struct {
 	ID        string
-	Kind      string // KindLock, KindElection, KindPublisher or KindSubscriber
+	Kind      string // KindLock, KindElection, KindHandover, KindSet, KindBarrier, KindPublisher or KindSubscriber
 	Endpoints []string
 	// AnyMember keeps the worker's client on the member it connected to
 	// (clientlib.Config.AnyMember) instead of following etcd's leader, so
@@ -156,6 +156,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		return nil
 	case KindSubscriber:
 		return runSubscriber(ctx, c, rec)
+	case KindBarrier:
+		runBarrier(ctx, lg, cfg, rec, c)
+		return nil
 	}
 	var raw *clientv3.Client
 	if cfg.Sabotage == SabotageUnfenced {
