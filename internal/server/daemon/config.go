@@ -225,10 +225,10 @@ const (
 	DefaultMaxRequestBytes = 1 << 20
 	DefaultShutdownTimeout = 10 * time.Second
 	// DefaultSlowDiskThreshold and DefaultSlowDiskWindow: a leader whose
-	// fsyncs take 100 ms on average for 2 s hands leadership over (etcd
+	// fsyncs take 100 ms on average for 1 s hands leadership over (etcd
 	// warns at 1 s for one fsync; a healthy SSD takes under 10 ms).
 	DefaultSlowDiskThreshold = 100 * time.Millisecond
-	DefaultSlowDiskWindow    = 2 * time.Second
+	DefaultSlowDiskWindow    = time.Second
 	DefaultClusterToken      = "coordd"
 	// Per-principal quotas: generous, so that only a runaway or hostile
 	// client meets them.

@@ -6,12 +6,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The slow-disk decision over ticks of 500 ms with a 100 ms threshold and
-// a 2 s window: slow ticks add up, a fast one resets, a tick in which no
-// fsync finished carries the last tick's verdict (an fsync still under
-// way on a crawling disk), and either histogram alone makes a tick slow.
+// a 2 s window: slow ticks add up, a fast one resets, a histogram none of
+// whose operations finished in a tick keeps its last verdict (an fsync
+// still under way on a crawling disk), whatever the other does, and either
+// histogram alone makes a tick slow.
 func TestDiskStateNeedsAWindowOfSlowTicks(t *testing.T) {
 	const tick, threshold, window = 500 * time.Millisecond, 100 * time.Millisecond, 2 * time.Second
 	const wal, commit = "etcd_disk_wal_fsync_duration_seconds", "etcd_disk_backend_commit_duration_seconds"
@@ -22,6 +25,7 @@ func TestDiskStateNeedsAWindowOfSlowTicks(t *testing.T) {
 	slowWAL := delta{wal: diskSample{sum: 0.400, count: 2}}
 	slowCommit := delta{wal: diskSample{sum: 0.001, count: 1}, commit: diskSample{sum: 0.250, count: 1}}
 	none := delta{}
+	slowWALFastCommits := delta{commit: diskSample{sum: 0.002, count: 1}} // the WAL's fsync still under way
 	for _, tc := range []struct {
 		name  string
 		ticks []delta
@@ -32,6 +36,7 @@ func TestDiskStateNeedsAWindowOfSlowTicks(t *testing.T) {
 		{"a stuck fsync carries slow", []delta{slowWAL, none, none, none}, []bool{false, false, false, true}},
 		{"idle stays healthy", []delta{none, none, none, none, none}, []bool{false, false, false, false, false}},
 		{"commits alone", []delta{slowCommit, slowCommit, slowCommit, slowCommit}, []bool{false, false, false, true}},
+		{"fast commits beside a stuck fsync", []delta{slowWAL, slowWALFastCommits, slowWALFastCommits, slowWALFastCommits}, []bool{false, false, false, true}},
 		{"healthy again", []delta{slowWAL, slowWAL, slowWAL, slowWAL, fast}, []bool{false, false, false, true, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -75,5 +80,24 @@ func TestWALDirWithoutTheLogIsRefused(t *testing.T) {
 	}
 	if err := checkWALDir(etcdDir, walDir); err != nil {
 		t.Fatalf("log in --wal-dir: %v", err)
+	}
+}
+
+// The watch reads etcd's own two disk histograms, not the whole default
+// registry: both are found (by registering look-alikes) and gathered
+// alone, with their samples.
+func TestEtcdDiskGathererFindsEtcdsHistograms(t *testing.T) {
+	g := etcdDiskGatherer()
+	if g == prometheus.DefaultGatherer {
+		t.Fatal("etcd's disk histograms were not found on the default registry")
+	}
+	w := &diskWatch{gather: g}
+	got, err := w.read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, _ := g.Gather()
+	if len(fams) != 2 || len(got) != 2 {
+		t.Fatalf("gathered %d families (%v), want etcd's 2 disk histograms", len(fams), got)
 	}
 }

@@ -407,7 +407,7 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 		state.canCommit = d.commits.Load
 		if cfg.SlowDiskThreshold > 0 {
 			d.disk = &diskWatch{
-				etcd: d.etcd, gather: prometheus.DefaultGatherer, threshold: cfg.SlowDiskThreshold, window: cfg.SlowDiskWindow,
+				etcd: d.etcd, gather: etcdDiskGatherer(), threshold: cfg.SlowDiskThreshold, window: cfg.SlowDiskWindow,
 				lg: d.lg.Named("disk"), handedOver: prometheus.NewCounter(prometheus.CounterOpts{
 					Name: "coordd_etcd_slow_disk_handovers_total",
 					Help: "Times this member handed etcd's leadership over because its disk was slow (--slow-disk-threshold).",
