@@ -43,6 +43,7 @@ func compileSchema(text string) (*jsonschema.Schema, error) {
 	}
 	c := jsonschema.NewCompiler()
 	c.UseLoader(noLoader{})
+	c.UseRegexpEngine(compileBoundedRegexp)
 	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, fmt.Errorf("%w: schema: %s", ErrInvalid, err.Error())
 	}

@@ -24,8 +24,9 @@ const (
 	// MaxValidationSteps bounds the work of one validation: the number
 	// of (schema, value) pairs the validator may visit, counted before it
 	// runs over every branch it could take, plus the pairs "uniqueItems"
-	// compares and the values an "enum" is compared with. A namespace of
-	// 100 keys with a schema of a few keywords each takes a few hundred.
+	// compares, the values an "enum" is compared with, and the regular
+	// expressions' matching (see patternCostUnit). A namespace of 100 keys
+	// with a schema of a few keywords each takes a few hundred.
 	MaxValidationSteps = 100_000
 	// maxCostDepth bounds the count's own recursion: a "$ref" chain that
 	// goes deeper without moving into the value never ends in the
@@ -119,6 +120,10 @@ func (c *costCounter) visit(s *jsonschema.Schema, v any, depth int) error {
 		return c.visitObject(s, v, depth)
 	case []any:
 		return c.visitArray(s, v, depth)
+	case string:
+		if s.Pattern != nil {
+			return c.add(patternCost(s.Pattern, len(v)))
+		}
 	}
 	return nil
 }
@@ -133,7 +138,7 @@ func (c *costCounter) visitObject(s *jsonschema.Schema, v map[string]any, depth 
 			return err
 		}
 		for re, sub := range s.PatternProperties {
-			if err := c.add(1); err != nil {
+			if err := c.add(patternCost(re, len(k))); err != nil {
 				return err
 			}
 			if re.MatchString(k) {

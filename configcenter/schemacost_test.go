@@ -98,3 +98,67 @@ func TestSchemaValidationIsBounded(t *testing.T) {
 		t.Errorf("5,000 wrong items: %d problems, last %+v; want %d and a count of the rest", len(p), p[len(p)-1], configcenter.MaxProblems+1)
 	}
 }
+
+// A schema's regular expressions cost their program's size times the
+// text's length (RE2 is linear, with that factor): a pattern whose program
+// is too large is refused when the schema is set; matching is charged to
+// the validation's steps, so a large pattern on a long value, or on a long
+// property name, is refused before it runs, and nothing is written, while
+// ordinary patterns on ordinary values pass. Without the charge the 48 KB
+// value below would be matched (0.6 CPU-seconds, as much again on every
+// later release of the namespace) and fail as not matching instead.
+func TestSchemaPatternsAreCharged(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	ctx := t.Context()
+	_, err := e.s.SetSchema(ctx, "rx", `{"additionalProperties":{"pattern":"(?:a?){999}a{999}!x"}}`)
+	if !errors.Is(err, configcenter.ErrInvalid) || !strings.Contains(err.Error(), "instructions") {
+		t.Fatalf("a 3,001-instruction pattern: %v; want it refused when set", err)
+	}
+	if _, err := e.s.SetSchema(ctx, "rx", `{"additionalProperties":{"pattern":"(?:a?){600}a{600}!x"}}`); err != nil {
+		t.Fatalf("a 1,804-instruction pattern: %v", err)
+	}
+	long := strings.Repeat("a", 48<<10)
+	before := e.rev(t)
+	if _, err := e.s.Put(ctx, "rx", "k", long, 0, "", ""); !errors.Is(err, configcenter.ErrInvalid) || !strings.Contains(err.Error(), "steps") {
+		t.Fatalf("a 48 KB value under a 1,804-instruction pattern: %v; want it refused as too complex", err)
+	}
+	if e.rev(t) != before {
+		t.Fatal("a refused validation wrote something")
+	}
+	if _, err := e.s.Put(ctx, "rx", "k", strings.Repeat("a", 600)+"!x", 0, "", ""); err != nil {
+		t.Fatalf("a short matching value: %v", err)
+	}
+
+	// Property names are matched too (each key, at most 256 bytes, costs
+	// 7,000 steps here): the namespace's keys add up.
+	if _, err := e.s.SetSchema(ctx, "names", `{"patternProperties":{"(?:b?){600}b{600}!y":{"type":"string"}}}`); err != nil {
+		t.Fatal(err)
+	}
+	refused := -1
+	for i := range 20 {
+		before = e.rev(t)
+		_, err := e.s.Put(ctx, "names", fmt.Sprintf("%s%02d", strings.Repeat("b", 250), i), "v", 0, "", "")
+		if err != nil {
+			if !errors.Is(err, configcenter.ErrInvalid) || !strings.Contains(err.Error(), "steps") || e.rev(t) != before {
+				t.Fatalf("key %d under a 1,804-instruction patternProperties: %v; want it refused as too complex, nothing written", i, err)
+			}
+			refused = i
+			break
+		}
+	}
+	if refused < 10 {
+		t.Fatalf("the key refused was number %d, want the 14th (the first ones cost 7,000 steps each)", refused)
+	}
+
+	// An ordinary pattern on a long value passes.
+	if _, err := e.s.SetSchema(ctx, "plain", `{"properties":{"mail":{"type":"string","pattern":"^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\\.[a-zA-Z]{2,}$"},"blob":{"type":"string","pattern":"^[a-z]*$"}}}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Put(ctx, "plain", "mail", "ops@example.com", 0, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Put(ctx, "plain", "blob", strings.Repeat("z", 200<<10), 0, "", ""); err != nil {
+		t.Fatalf("a 200 KB value under a 6-instruction pattern: %v", err)
+	}
+}
