@@ -104,7 +104,12 @@ check-breaking: tools
 HELM_CHART := deploy/helm/coordd
 check-helm: tools
 	cd tools/helm && go test -count=1 ./kubecheck
-	@set -e; for values in "" $(wildcard $(HELM_CHART)/ci/*.yaml); do \
+	@echo "helm template coordd $(HELM_CHART) (default values: must refuse an open cluster)"; \
+	if out=$$(helm template coordd $(HELM_CHART) 2>&1); then \
+	  echo "the chart's default values rendered an open, plaintext cluster"; exit 1; \
+	fi; \
+	echo "$$out" | grep -q 'insecure: true' || { echo "$$out"; echo "the refusal does not name insecure: true"; exit 1; }
+	@set -e; for values in $(wildcard $(HELM_CHART)/ci/*.yaml); do \
 	  opt=$${values:+-f $$values}; \
 	  echo "helm lint --strict $(HELM_CHART) $$opt"; \
 	  helm lint --strict --quiet $(HELM_CHART) $$opt; \

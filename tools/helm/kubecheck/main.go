@@ -24,6 +24,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -152,9 +153,54 @@ func crossCheck(objs []runtime.Object) []error {
 			}
 		case *monitoringv1.ServiceMonitor:
 			errs = append(errs, monitorPorts(o, services)...)
+		case *networkingv1.NetworkPolicy:
+			errs = append(errs, policyPorts(o, pods)...)
 		}
 	}
 	return errs
+}
+
+// policyPorts checks that a NetworkPolicy selects pods of these manifests
+// and admits only ports they have (a port by number or by name): a policy
+// that selects nothing protects nothing, and one whose port is no
+// container's blocks that traffic without saying so.
+func policyPorts(np *networkingv1.NetworkPolicy, pods []podSpec) []error {
+	var matched []podSpec
+	for _, p := range pods {
+		if len(np.Spec.PodSelector.MatchLabels) > 0 && labels.SelectorFromSet(np.Spec.PodSelector.MatchLabels).Matches(labels.Set(p.tmpl.Labels)) {
+			matched = append(matched, p)
+		}
+	}
+	if len(matched) == 0 {
+		return []error{fmt.Errorf("NetworkPolicy %s selects no pod of these manifests", np.Name)}
+	}
+	var errs []error
+	for _, rule := range np.Spec.Ingress {
+		for _, port := range rule.Ports {
+			if port.Port == nil {
+				continue
+			}
+			for _, p := range matched {
+				if !hasContainerPort(p, port.Port.IntVal, port.Port.StrVal) {
+					errs = append(errs, fmt.Errorf("NetworkPolicy %s: port %s is no port of %s", np.Name, port.Port.String(), p.owner))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// hasContainerPort reports whether a container of p has the port number
+// (or, when name is set, the port name).
+func hasContainerPort(p podSpec, number int32, name string) bool {
+	for _, c := range p.tmpl.Spec.Containers {
+		for _, cp := range c.Ports {
+			if name != "" && cp.Name == name || name == "" && cp.ContainerPort == number {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type podSpec struct {

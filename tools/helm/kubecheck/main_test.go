@@ -55,6 +55,18 @@ spec:
   selector: {matchLabels: {part: api}}
   endpoints: [{port: http}]
 ---
+# Source: coordd/templates/networkpolicy.yaml
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: x}
+spec:
+  podSelector: {matchLabels: {app: x}}
+  policyTypes: [Ingress]
+  ingress:
+    - from: [{podSelector: {matchLabels: {app: x}}}]
+      ports: [{port: 7423, protocol: TCP}]
+    - ports: [{port: 7421, protocol: TCP}]
+---
 # Source: coordd/templates/empty.yaml
 # a template that rendered nothing
 `
@@ -68,8 +80,8 @@ func check(t *testing.T, manifests string) error {
 	for _, e := range crossCheck(objs) {
 		return e
 	}
-	if len(objs) != 5 {
-		t.Fatalf("%d objects decoded, want 5", len(objs))
+	if len(objs) != 6 {
+		t.Fatalf("%d objects decoded, want 6", len(objs))
 	}
 	return nil
 }
@@ -91,6 +103,8 @@ func TestMistakesAreFound(t *testing.T) {
 		{"service target port", "targetPort: peer}", "targetPort: peers}", `targetPort "peers"`},
 		{"not headless", "clusterIP: None", "clusterIP: 10.0.0.1", "no headless Service"},
 		{"monitor port", "endpoints: [{port: http}]", "endpoints: [{port: metrics}]", `port "metrics"`},
+		{"network policy misses the pods", "podSelector: {matchLabels: {app: x}}\n  policyTypes", "podSelector: {matchLabels: {app: w}}\n  policyTypes", "NetworkPolicy x selects no pod"},
+		{"network policy port", "ports: [{port: 7421, protocol: TCP}]", "ports: [{port: 7420, protocol: TCP}]", "NetworkPolicy x: port 7420"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			bad := strings.Replace(goodManifests, c.from, c.to, 1)

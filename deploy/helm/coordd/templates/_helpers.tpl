@@ -60,3 +60,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- join "," (concat $hosts .Values.console.allowedHosts) -}}
 {{- end -}}
+
+{{/*
+coordd.requireSecure fails the rendering of an open or plaintext cluster
+unless insecure is set.
+*/}}
+{{- define "coordd.requireSecure" -}}
+{{- if not .Values.insecure -}}
+{{- $missing := list -}}
+{{- if not .Values.tls.secretName -}}{{- $missing = append $missing "tls.secretName (the API over TLS)" -}}{{- end -}}
+{{- if and (gt (int .Values.members) 1) (not .Values.peerTLS.secretName) -}}{{- $missing = append $missing "peerTLS.secretName (etcd's peer traffic over TLS)" -}}{{- end -}}
+{{- if not .Values.auth.secretName -}}{{- $missing = append $missing "auth.secretName (a policy and tokens)" -}}{{- end -}}
+{{- if $missing -}}
+{{- fail (printf "coordd: refusing to render an open or plaintext cluster; set %s (see the chart's README), or set insecure: true to deploy it anyway" (join ", " $missing)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
