@@ -161,6 +161,10 @@ type NamespaceSnapshot struct {
 	// none), and Inherited the keys in Values that come from it.
 	Inherits  string
 	Inherited []string
+	// InheritanceSuspended says why the namespace takes no more releases
+	// of Inherits ("": it takes them): the principal who made it inherit
+	// may no longer read it.
+	InheritanceSuspended string
 }
 
 // Snapshot reads a whole namespace, now (revision 0) or at a past
@@ -193,7 +197,8 @@ func (cc *ConfigCenter) Poll(ctx context.Context, ns string, afterRevision int64
 
 // snapshotFrom is the SDK's form of a snapshot message.
 func snapshotFrom(s *coorddv1.NamespaceSnapshot, reveal bool) NamespaceSnapshot {
-	out := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Gray: s.GetGray(), Values: map[string]string{}, Inherits: s.GetInherits()}
+	out := NamespaceSnapshot{Namespace: s.GetNamespace(), Release: s.GetRelease(), Revision: s.GetRevision(), Changed: s.GetChangedRevision(), Gray: s.GetGray(), Values: map[string]string{}, Inherits: s.GetInherits(),
+		InheritanceSuspended: s.GetInheritanceSuspended()}
 	for _, e := range s.GetEntries() {
 		if e.GetInherited() {
 			out.Inherited = append(out.Inherited, e.GetKey())

@@ -697,6 +697,7 @@ func (c *Cache) snapshotLocked(ns string, who *Identity) Snapshot {
 		}
 		if sp.inherit != nil {
 			s.Inherits, s.Inherited = sp.inherit.From, inheritedSet(sp.inherit.Keys)
+			s.InheritanceSuspended = sp.inherit.Suspended
 		}
 	}
 	return s

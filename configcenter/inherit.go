@@ -30,6 +30,10 @@ import (
 //     also catches up with the shared namespace.
 //   - A shared release is refused if it would make an heir's content break
 //     the heir's schema, or change more keys than one release may.
+//   - With SetInheritCheck, the principal who made the heir inherit must
+//     keep the right to read the shared namespace: every heir release that
+//     would carry shared content checks it, and without it the heir keeps
+//     what it carries and records why (Inheritance.Suspended).
 //
 // Non-guarantees: inheritance is one level (a shared namespace inherits
 // from nobody; an heir is nobody's shared namespace); at most MaxHeirs
@@ -51,7 +55,38 @@ type Inheritance struct {
 	Keys []string `json:"keys"`
 	// Release is From's release the heir's content carries.
 	Release int64 `json:"release"`
+	// By is the principal who made the namespace inherit, and ByGroups
+	// the groups its credential named then: its right to read From is
+	// checked again at every release the heir would carry (see
+	// Store.SetInheritCheck). "": set by an older coordd.
+	By       string   `json:"by,omitempty"`
+	ByGroups []string `json:"by_groups,omitempty"`
+	// Suspended says why the heir takes no more of From's releases ("":
+	// it takes them): By lost the right to read From. It keeps what it
+	// carried until then.
+	Suspended string `json:"suspended,omitempty"`
 }
+
+// Setter is the principal who makes a namespace inherit: its name and the
+// groups its credential names.
+type Setter struct {
+	Name   string
+	Groups []string
+}
+
+// SetInheritCheck makes every release of an heir that would carry its
+// shared namespace's content ask may(setter, shared) first, setter being
+// the principal who made it inherit, with the groups it had then (a group
+// taken away from its credential later is not seen; a rule of the policy
+// taken away is): when may says no, the heir keeps the
+// shared content it carries, takes no newer shared release, and records
+// why (Inheritance.Suspended, NamespaceSnapshot.InheritanceSuspended); it
+// takes them again, caught up, at its first release after may says yes.
+// So a right taken away from the setter (a policy reloaded) stops the
+// flow of the shared namespace's later content into the heir, whose
+// readers need no right on the shared namespace. Call it before use; nil
+// (the default): no check.
+func (s *Store) SetInheritCheck(may func(setter Setter, shared string) bool) { s.mayInherit = may }
 
 func (s *Store) inheritKey(ns string) string { return s.nsPrefix(ns) + "inherit" }
 func (s *Store) heirsKey(ns string) string   { return s.nsPrefix(ns) + "heirs" }
@@ -87,7 +122,7 @@ func ownOf(cur nsState) map[string]string {
 // for a chain (shared inherits, or ns is shared), a shared namespace with
 // secrets or MaxHeirs heirs, or ns itself; with ErrApprovalRequired if ns
 // requires approval (inheriting changes its content).
-func (s *Store) Inherit(ctx context.Context, ns, shared, author, message string) (Release, error) {
+func (s *Store) Inherit(ctx context.Context, ns, shared string, by Setter, author, message string) (Release, error) {
 	for _, n := range []string{ns, shared} {
 		if n == "" && n == shared {
 			continue
@@ -110,7 +145,7 @@ func (s *Store) Inherit(ctx context.Context, ns, shared, author, message string)
 		if err != nil {
 			return Release{}, err
 		}
-		rel, ops, cmps, err := s.planInherit(ctx, cur, shared, author, message)
+		rel, ops, cmps, err := s.planInherit(ctx, cur, shared, by, author, message)
 		if err != nil {
 			return Release{}, err
 		}
@@ -125,7 +160,7 @@ func (s *Store) Inherit(ctx context.Context, ns, shared, author, message string)
 	}
 }
 
-func (s *Store) planInherit(ctx context.Context, cur nsState, shared, author, message string) (Release, []clientv3.Op, []clientv3.Cmp, error) {
+func (s *Store) planInherit(ctx context.Context, cur nsState, shared string, by Setter, author, message string) (Release, []clientv3.Op, []clientv3.Cmp, error) {
 	ns := cur.Namespace
 	if cur.approval.Required {
 		// Inheriting changes the content now, and lets the shared
@@ -154,7 +189,7 @@ func (s *Store) planInherit(ctx context.Context, cur nsState, shared, author, me
 		}
 		var keys []string
 		next, keys = merge(sh.Content, own)
-		inh = &Inheritance{From: shared, Keys: keys, Release: sh.Release}
+		inh = &Inheritance{From: shared, Keys: keys, Release: sh.Release, By: by.Name, ByGroups: by.Groups}
 		b, err := json.Marshal(inh)
 		if err != nil {
 			return Release{}, nil, nil, err
@@ -249,7 +284,9 @@ type inheritedPlan struct {
 
 // planHeir plans a release of an heir (cur.inherit set) whose own
 // mutations ms (secret values sealed) are applied: ms change its
-// overrides, and the content is the shared namespace's now under them.
+// overrides, and the content is the shared namespace's now under them, or,
+// while the inheritance is suspended (see SetInheritCheck), the shared
+// content the heir already carries.
 func (s *Store) planHeir(ctx context.Context, cur nsState, ms []Mutation) (inheritedPlan, error) {
 	inh := cur.inherit
 	for _, m := range ms {
@@ -261,6 +298,14 @@ func (s *Store) planHeir(ctx context.Context, cur nsState, ms []Mutation) (inher
 	if err != nil {
 		return inheritedPlan{}, err
 	}
+	shared, carries, suspended := sh.Content, sh.Release, ""
+	if s.mayInherit != nil && !s.mayInherit(Setter{Name: inh.By, Groups: inh.ByGroups}, inh.From) {
+		shared, carries = map[string]string{}, inh.Release
+		for _, k := range inh.Keys {
+			shared[k] = cur.Content[k]
+		}
+		suspended = suspendedWhy(inh)
+	}
 	own := ownOf(cur)
 	for _, m := range ms {
 		if m.Delete {
@@ -269,18 +314,28 @@ func (s *Store) planHeir(ctx context.Context, cur nsState, ms []Mutation) (inher
 			own[m.Key] = m.Value
 		}
 	}
-	next, keys := merge(sh.Content, own)
-	p := inheritedPlan{changes: diff(cur.Content, next), next: next, keysChanged: !slices.Equal(keys, inh.Keys)}
-	if sh.Release > inh.Release {
-		p.carried = sh.Release
+	next, keys := merge(shared, own)
+	p := inheritedPlan{changes: diff(cur.Content, next), next: next,
+		keysChanged: !slices.Equal(keys, inh.Keys) || suspended != inh.Suspended}
+	if carries > inh.Release {
+		p.carried = carries
 	}
-	b, err := json.Marshal(Inheritance{From: inh.From, Keys: keys, Release: sh.Release})
+	b, err := json.Marshal(Inheritance{From: inh.From, Keys: keys, Release: carries, By: inh.By, ByGroups: inh.ByGroups, Suspended: suspended})
 	if err != nil {
 		return inheritedPlan{}, err
 	}
 	p.ops = []clientv3.Op{clientv3.OpPut(s.inheritKey(cur.Namespace), string(b))}
 	p.cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.metaKey(inh.From)), "=", sh.metaRev)}
 	return p, nil
+}
+
+// suspendedWhy is an heir's suspended inheritance, as its status says it.
+func suspendedWhy(inh *Inheritance) string {
+	by := inh.By
+	if by == "" {
+		by = "the principal who set it (not recorded: set by an older coordd)"
+	}
+	return fmt.Sprintf("%s may no longer read %q (config.read): this namespace takes none of its releases until that right is given back, or the inheritance is set again by a principal who has it", by, inh.From)
 }
 
 // checkHeirs checks that a shared namespace's next content next holds no

@@ -25,7 +25,7 @@ func sharedAndHeir(t *testing.T, e env) configcenter.Release {
 		{Key: "timeout", Value: "9s"}, {Key: "name", Value: "a"}}}); err != nil {
 		t.Fatal(err)
 	}
-	rel, err := e.s.Inherit(ctx, "app/a", "common/db", "ann", "share the db")
+	rel, err := e.s.Inherit(ctx, "app/a", "common/db", configcenter.Setter{}, "ann", "share the db")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestAnHeirSeesTheSharedNamespaceUnderItsOwnKeys(t *testing.T) {
 		t.Fatalf("the override after the shared key went: %+v", snap)
 	}
 	// Stopping: only the heir's own keys stay.
-	if _, err := e.s.Inherit(ctx, "app/a", "", "", "on its own"); err != nil {
+	if _, err := e.s.Inherit(ctx, "app/a", "", configcenter.Setter{}, "", "on its own"); err != nil {
 		t.Fatal(err)
 	}
 	snap, _ = e.s.Snapshot(ctx, "app/a", 0)
@@ -142,14 +142,17 @@ func TestInheritanceRefusals(t *testing.T) {
 	ctx := t.Context()
 	sharedAndHeir(t, e)
 	for name, try := range map[string]func() error{
-		"itself":          func() error { _, err := e.s.Inherit(ctx, "x", "x", "", ""); return err },
-		"from an heir":    func() error { _, err := e.s.Inherit(ctx, "x", "app/a", "", ""); return err },
-		"a shared one":    func() error { _, err := e.s.Inherit(ctx, "common/db", "other", "", ""); return err },
-		"stop when not":   func() error { _, err := e.s.Inherit(ctx, "x", "", "", ""); return err },
+		"itself":       func() error { _, err := e.s.Inherit(ctx, "x", "x", configcenter.Setter{}, "", ""); return err },
+		"from an heir": func() error { _, err := e.s.Inherit(ctx, "x", "app/a", configcenter.Setter{}, "", ""); return err },
+		"a shared one": func() error {
+			_, err := e.s.Inherit(ctx, "common/db", "other", configcenter.Setter{}, "", "")
+			return err
+		},
+		"stop when not":   func() error { _, err := e.s.Inherit(ctx, "x", "", configcenter.Setter{}, "", ""); return err },
 		"a secret shared": func() error { return publishSecret(e, "common/db") },
 		"from a secret one": func() error {
 			_ = publishSecret(e, "vault")
-			_, err := e.s.Inherit(ctx, "y", "vault", "", "")
+			_, err := e.s.Inherit(ctx, "y", "vault", configcenter.Setter{}, "", "")
 			return err
 		},
 	} {
@@ -184,7 +187,7 @@ func TestHeirsUnderApprovalAndRollback(t *testing.T) {
 	if _, err := e.s.SetApproval(ctx, "gated", configcenter.ApprovalPolicy{Required: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.s.Inherit(ctx, "gated", "common/db", "", ""); !errors.Is(err, configcenter.ErrApprovalRequired) {
+	if _, err := e.s.Inherit(ctx, "gated", "common/db", configcenter.Setter{}, "", ""); !errors.Is(err, configcenter.ErrApprovalRequired) {
 		t.Fatalf("inheriting into a gated namespace = %v", err)
 	}
 	if _, err := e.s.Rollback(ctx, "app/a", 1, 0, "", ""); !errors.Is(err, configcenter.ErrInvalid) || !strings.Contains(err.Error(), "inherits") {

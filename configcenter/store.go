@@ -51,6 +51,8 @@ type Store struct {
 	// noCatchUp stops a shared release from reaching its heirs at once: a
 	// sabotage for the tests of inheritance (the caches' catch-up remains).
 	noCatchUp bool
+	// mayInherit: see SetInheritCheck.
+	mayInherit func(setter Setter, shared string) bool
 }
 
 // NewStore returns a Store that keeps namespaces under root+"config/".
@@ -156,6 +158,9 @@ type Snapshot struct {
 	// Gray is the gray release whose overrides Content includes, for the
 	// subscriber it was made for (0: none, the normal content).
 	Gray int64
+	// InheritanceSuspended says why it takes no more releases of the
+	// shared namespace ("": it takes them; see Store.SetInheritCheck).
+	InheritanceSuspended string
 	// Inherits is the shared namespace it inherits from ("": none), and
 	// Inherited the keys of Content whose values come from it.
 	Inherits  string
@@ -233,6 +238,7 @@ func (s *Store) readNamespace(ctx context.Context, ns string, rev int64, more ..
 	}
 	if st.inherit != nil {
 		st.Inherits, st.Inherited = st.inherit.From, inheritedSet(st.inherit.Keys)
+		st.InheritanceSuspended = st.inherit.Suspended
 	}
 	return st, nil
 }

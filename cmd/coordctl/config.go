@@ -373,6 +373,9 @@ func snapshotTable(s clientlib.NamespaceSnapshot) func(w *bytes.Buffer) {
 		if s.Inherits != "" {
 			fmt.Fprintf(w, "# inherits from %s: keys marked (from %s) come from it\n", s.Inherits, s.Inherits)
 		}
+		if s.InheritanceSuspended != "" {
+			fmt.Fprintf(w, "# inheritance suspended: %s\n", s.InheritanceSuspended)
+		}
 		keys := make([]string, 0, len(s.Values)+len(s.Hidden))
 		for k := range s.Values {
 			keys = append(keys, k)

@@ -293,17 +293,20 @@ type entryJSON struct {
 
 // snapshotJSON is REST's NamespaceSnapshot: entries in key order.
 type snapshotJSON struct {
-	Namespace       string      `json:"namespace"`
-	Release         string      `json:"release"`
-	Revision        string      `json:"revision"`
-	ChangedRevision string      `json:"changedRevision"`
-	Gray            string      `json:"gray"`
-	Inherits        string      `json:"inherits,omitempty"`
-	Entries         []entryJSON `json:"entries"`
+	Namespace       string `json:"namespace"`
+	Release         string `json:"release"`
+	Revision        string `json:"revision"`
+	ChangedRevision string `json:"changedRevision"`
+	Gray            string `json:"gray"`
+	Inherits        string `json:"inherits,omitempty"`
+	// InheritanceSuspended: as REST's, omitted when empty as REST does.
+	InheritanceSuspended string      `json:"inheritanceSuspended,omitempty"`
+	Entries              []entryJSON `json:"entries"`
 }
 
 func snapshotOut(s clientlib.NamespaceSnapshot) snapshotJSON {
-	out := snapshotJSON{Namespace: s.Namespace, Release: i64(s.Release), Revision: i64(s.Revision), ChangedRevision: i64(s.Changed), Gray: i64(s.Gray), Inherits: s.Inherits, Entries: []entryJSON{}}
+	out := snapshotJSON{Namespace: s.Namespace, Release: i64(s.Release), Revision: i64(s.Revision), ChangedRevision: i64(s.Changed), Gray: i64(s.Gray), Inherits: s.Inherits,
+		InheritanceSuspended: s.InheritanceSuspended, Entries: []entryJSON{}}
 	for _, k := range slices.Sorted(maps.Keys(s.Values)) {
 		out.Entries = append(out.Entries, entryJSON{Key: k, Value: s.Values[k], Secret: slices.Contains(s.Secret, k), Inherited: slices.Contains(s.Inherited, k)})
 	}

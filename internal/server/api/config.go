@@ -382,7 +382,8 @@ func changesProto(cs []configcenter.Change) []*coorddv1.ConfigChange {
 // snapshotProto is the message of a snapshot; a secret's value is left
 // empty.
 func snapshotProto(s configcenter.Snapshot) *coorddv1.NamespaceSnapshot {
-	out := &coorddv1.NamespaceSnapshot{Namespace: s.Namespace, Release: s.Release, Revision: s.Revision, ChangedRevision: s.Changed, Gray: s.Gray, Inherits: s.Inherits}
+	out := &coorddv1.NamespaceSnapshot{Namespace: s.Namespace, Release: s.Release, Revision: s.Revision, ChangedRevision: s.Changed, Gray: s.Gray, Inherits: s.Inherits,
+		InheritanceSuspended: s.InheritanceSuspended}
 	keys := make([]string, 0, len(s.Content))
 	for k := range s.Content {
 		keys = append(keys, k)

@@ -167,7 +167,8 @@ func (s *ConfigServer) SetInheritance(ctx context.Context, req *coorddv1.SetInhe
 	if sh := req.GetShared(); sh != "" && s.MayRead != nil && !s.MayRead(ctx, sh) {
 		return nil, kind.PermissionDenied.New("auth: inheriting from " + strconv.Quote(sh) + " shows its content: that needs config.read on it")
 	}
-	r, err := s.store.Inherit(ctx, req.GetNamespace(), req.GetShared(), author(ctx, req.GetAuthor()), req.GetMessage())
+	p := PrincipalFrom(ctx)
+	r, err := s.store.Inherit(ctx, req.GetNamespace(), req.GetShared(), configcenter.Setter{Name: p.Name, Groups: p.Groups}, author(ctx, req.GetAuthor()), req.GetMessage())
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -173,4 +174,85 @@ func TestConsoleShowsWhereValuesComeFrom(t *testing.T) {
 	}
 	rowIs("pool", "10")
 	rowIs("pool", "common/db")
+}
+
+// TestRevokedReadRightStopsTheInheritance: the right to read the shared
+// namespace, checked when alice makes her namespace inherit, is checked
+// again at every shared release: once the policy no longer gives it to
+// her, later shared releases stop reaching her heir (whose readers, like
+// bob, need no right on the shared namespace), and the heir says why;
+// given back, the heir catches up. Before, the right was checked once and
+// the releases kept flowing.
+func TestRevokedReadRightStopsTheInheritance(t *testing.T) {
+	t.Parallel()
+	const policy = `
+rules:
+  - principals: [alice]
+    actions: [config.admin, config.read, config.write]
+    namespaces: ["a/*"%s]
+  - principals: [bob]
+    actions: [config.read]
+    namespaces: ["a/app"]
+  - principals: [root]
+    actions: [config.read, config.write]
+    namespaces: ["*"]
+`
+	cfg := authConfig(t, fmt.Sprintf(policy, `, "team/db"`))
+	d := start(t, cfg)
+	ctx := t.Context()
+	root := newClientWithToken(t, d.GRPCAddr(), "root").ConfigCenter()
+	alice := newClientWithToken(t, d.GRPCAddr(), "alice").ConfigCenter()
+	bob := newClientWithToken(t, d.GRPCAddr(), "bob").ConfigCenter()
+	o := clientlib.PublishOptions{}
+	if _, err := root.Put(ctx, "team/db", "host", "db-1", o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Inherit(ctx, "a/app", "team/db", o); err != nil {
+		t.Fatal(err)
+	}
+	hostFor := func(who *clientlib.ConfigCenter) (string, clientlib.NamespaceSnapshot) {
+		s, err := who.Snapshot(ctx, "a/app", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Values["host"], s
+	}
+	if _, err := root.Put(ctx, "team/db", "host", "db-2", o); err != nil {
+		t.Fatal(err)
+	}
+	wait.Within(t, 30*time.Second, "the shared release to reach the heir", func() bool { h, _ := hostFor(bob); return h == "db-2" })
+
+	writePolicy := func(extra string) {
+		if err := os.WriteFile(cfg.PolicyFile, []byte(fmt.Sprintf(policy, extra)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePolicy("") // alice may no longer read team/db
+	if _, err := root.Put(ctx, "team/db", "host", "db-3-secret", o); err != nil {
+		t.Fatal(err)
+	}
+	// The catch-up runs every 2 s on every member: once it ran, the heir
+	// records the suspension and still shows db-2.
+	wait.Within(t, 30*time.Second, "the heir to say its inheritance is suspended", func() bool {
+		_, s := hostFor(bob)
+		return strings.Contains(s.InheritanceSuspended, "alice may no longer read")
+	})
+	if _, err := root.Put(ctx, "team/db", "port", "5432", o); err != nil { // and one more, for good measure
+		t.Fatal(err)
+	}
+	if _, err := alice.Put(ctx, "a/app", "own", "1", o); err != nil { // an heir's own release carries nothing either
+		t.Fatal(err)
+	}
+	if h, s := hostFor(bob); h != "db-2" || s.Values["port"] != "" || s.Values["own"] != "1" {
+		t.Fatalf("bob reads host %q, port %q, own %q after alice lost the right; want db-2, nothing, 1", h, s.Values["port"], s.Values["own"])
+	}
+
+	writePolicy(`, "team/db"`) // given back
+	wait.Within(t, 30*time.Second, "the heir to catch up", func() bool {
+		h, s := hostFor(bob)
+		return h == "db-3-secret" && s.Values["port"] == "5432" && s.InheritanceSuspended == ""
+	})
 }

@@ -376,6 +376,12 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.ConfigReadSecret, auth.Resource{Kind: auth.Namespace, Name: ns})
 		return d.authz.Open() || ok
 	}
+	// A shared namespace's later releases reach an heir only while the
+	// principal who made it inherit may still read the shared namespace.
+	configStore.SetInheritCheck(func(setter configcenter.Setter, shared string) bool {
+		ok, _ := d.authz.Allows(auth.Principal{Name: setter.Name, Groups: setter.Groups}, auth.ConfigRead, auth.Resource{Kind: auth.Namespace, Name: shared})
+		return d.authz.Open() || ok
+	})
 	configSvc.MayRead = func(ctx context.Context, ns string) bool {
 		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.ConfigRead, auth.Resource{Kind: auth.Namespace, Name: ns})
 		return d.authz.Open() || ok

@@ -1196,9 +1196,14 @@ type NamespaceSnapshot struct {
 	// for this watcher; 0: none, the normal content.
 	Gray int64 `protobuf:"varint,6,opt,name=gray,proto3" json:"gray,omitempty"`
 	// inherits is the shared namespace it inherits from ("": none).
-	Inherits      string `protobuf:"bytes,7,opt,name=inherits,proto3" json:"inherits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Inherits string `protobuf:"bytes,7,opt,name=inherits,proto3" json:"inherits,omitempty"`
+	// inheritance_suspended says why the namespace takes no more releases of
+	// the shared namespace it inherits from ("": it takes them): the
+	// principal who made it inherit may no longer read the shared namespace.
+	// It keeps the shared content it carried until then.
+	InheritanceSuspended string `protobuf:"bytes,8,opt,name=inheritance_suspended,json=inheritanceSuspended,proto3" json:"inheritance_suspended,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *NamespaceSnapshot) Reset() {
@@ -1276,6 +1281,13 @@ func (x *NamespaceSnapshot) GetGray() int64 {
 func (x *NamespaceSnapshot) GetInherits() string {
 	if x != nil {
 		return x.Inherits
+	}
+	return ""
+}
+
+func (x *NamespaceSnapshot) GetInheritanceSuspended() string {
+	if x != nil {
+		return x.InheritanceSuspended
 	}
 	return ""
 }
@@ -5615,7 +5627,7 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
 	"\x06secret\x18\x03 \x01(\bR\x06secret\x12\x1c\n" +
-	"\tinherited\x18\x04 \x01(\bR\tinherited\"\xf4\x01\n" +
+	"\tinherited\x18\x04 \x01(\bR\tinherited\"\xa9\x02\n" +
 	"\x11NamespaceSnapshot\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x18\n" +
 	"\arelease\x18\x02 \x01(\x03R\arelease\x12\x1a\n" +
@@ -5623,7 +5635,8 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\x10changed_revision\x18\x04 \x01(\x03R\x0fchangedRevision\x120\n" +
 	"\aentries\x18\x05 \x03(\v2\x16.coordd.v1.ConfigEntryR\aentries\x12\x12\n" +
 	"\x04gray\x18\x06 \x01(\x03R\x04gray\x12\x1a\n" +
-	"\binherits\x18\a \x01(\tR\binherits\"r\n" +
+	"\binherits\x18\a \x01(\tR\binherits\x123\n" +
+	"\x15inheritance_suspended\x18\b \x01(\tR\x14inheritanceSuspended\"r\n" +
 	"\x0fSnapshotRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12%\n" +
