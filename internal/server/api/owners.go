@@ -98,10 +98,18 @@ func (o *Owners) check(ctx context.Context, az *auth.Authorizer, p auth.Principa
 	if ok, _ := az.Allows(p, auth.ClusterAdmin, auth.Resource{}); ok {
 		return nil
 	}
-	if owner == "" {
-		owner = "nobody (it was created without authentication)"
+	// The refusal names neither the owner nor, when the caller named a
+	// grant or a term, the session that holds it: a caller who guessed or
+	// replayed a token learns no more than that it is not theirs.
+	what := fmt.Sprintf("session %s", id)
+	switch {
+	case ref.session != "":
+	case ref.lock != "":
+		what = fmt.Sprintf("the grant of token %d of lock %q", ref.token, ref.lock)
+	default:
+		what = fmt.Sprintf("term %d of election %q", ref.token, ref.election)
 	}
-	return kind.PermissionDenied.New(fmt.Sprintf("auth: session %s belongs to %s, not %s (only its owner, or a principal allowed cluster.admin, may use it, its grants and its terms)", id, owner, p.Name))
+	return kind.PermissionDenied.New(fmt.Sprintf("auth: %s is not %s's: only the principal whose session it is, or one allowed cluster.admin, may use it", what, p.Name))
 }
 
 // notFoundIsTheCalls lets a call go on when what it names does not exist:

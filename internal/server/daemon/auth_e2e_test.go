@@ -446,16 +446,19 @@ rules:
 	if len(mine) != 1 || mine[0] != ms.ID {
 		t.Errorf("mallory's sessions, page by page: %v; want %s", mine, ms.ID)
 	}
+	// A refusal tells mallory it is not hers, and names neither the owner
+	// nor, when she named a grant or a term, the session that holds it.
 	denied := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, clientlib.ErrPermissionDenied) || !strings.Contains(err.Error(), "belongs to alice") {
-			t.Errorf("mallory %s: %v; want PermissionDenied (the session belongs to alice)", what, err)
+		if !errors.Is(err, clientlib.ErrPermissionDenied) || !strings.Contains(err.Error(), "is not mallory's") ||
+			strings.Contains(err.Error(), "alice") || strings.Contains(what, "token") && strings.Contains(err.Error(), s.ID()) {
+			t.Errorf("mallory %s: %v; want PermissionDenied (not hers), naming neither alice nor, for a token, the session", what, err)
 		}
 	}
 	deniedRaw := func(what string, err error) {
 		t.Helper()
-		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "belongs to alice") {
-			t.Errorf("mallory %s: %v; want PermissionDenied (the session belongs to alice)", what, err)
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "is not mallory's") || strings.Contains(err.Error(), "alice") {
+			t.Errorf("mallory %s: %v; want PermissionDenied (not hers), not naming alice", what, err)
 		}
 	}
 	_, err = mallory.KeepAliveSession(ctx, s.ID())
@@ -469,8 +472,8 @@ rules:
 	if err := st.Send(&coorddv1.KeepAliveStreamRequest{SessionIds: []string{ms.ID, s.ID()}, Shared: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err = st.Recv(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "belongs to alice") {
-		t.Errorf("mallory renewing alice's session in a batch: %v; want PermissionDenied (the session belongs to alice)", err)
+	if _, err = st.Recv(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "is not mallory's") || strings.Contains(err.Error(), "alice") {
+		t.Errorf("mallory renewing alice's session in a batch: %v; want PermissionDenied (not hers), not naming alice", err)
 	}
 	denied("closing alice's session", mallory.CloseSession(ctx, s.ID()))
 	_, err = mallory.Acquire(ctx, s.ID(), "shared/other")
@@ -486,14 +489,18 @@ rules:
 	for _, sid := range []string{ms.ID, "1", "ffffffffffff"} {
 		_, err = coorddv1.NewLockServiceClient(conn).Release(withToken(ctx, "mallory"), &coorddv1.ReleaseRequest{Name: "shared/l", Token: int64(l.Token()), SessionId: sid})
 		deniedRaw("releasing alice's grant naming session "+sid+" over gRPC", err)
+		if strings.Contains(fmt.Sprint(err), s.ID()) {
+			t.Errorf("the refusal of a release by token names the holder's session: %v", err)
+		}
 		_, err = coorddv1.NewElectionServiceClient(conn).Resign(withToken(ctx, "mallory"), &coorddv1.ResignRequest{Name: "shared/e", Term: int64(lead.Term()), SessionId: sid})
 		deniedRaw("resigning alice's term naming session "+sid+" over gRPC", err)
 		for _, c := range []struct{ path, body string }{
 			{"/v1/locks:release", fmt.Sprintf(`{"name":"shared/l","token":"%d","sessionId":%q}`, l.Token(), sid)},
 			{"/v1/elections:resign", fmt.Sprintf(`{"name":"shared/e","term":"%d","sessionId":%q}`, lead.Term(), sid)},
 		} {
-			if code, body := httpAs(t, "POST", "http://"+d.HTTPAddr()+c.path, "mallory", c.body); code != http.StatusForbidden || !strings.Contains(body, "belongs to alice") {
-				t.Errorf("mallory POST %s %s: %d %s; want 403 (the session belongs to alice)", c.path, c.body, code, body)
+			if code, body := httpAs(t, "POST", "http://"+d.HTTPAddr()+c.path, "mallory", c.body); code != http.StatusForbidden || !strings.Contains(body, "is not mallory's") ||
+				strings.Contains(body, "alice") || strings.Contains(body, s.ID()) {
+				t.Errorf("mallory POST %s %s: %d %s; want 403 (not hers), naming neither alice nor her session", c.path, c.body, code, body)
 			}
 		}
 	}
