@@ -68,7 +68,8 @@ type Options struct {
 	// Out is the file to keep rendered. Its directory must exist.
 	Out string
 	// Mode is the rendered file's permission bits; 0 keeps an existing
-	// file's, else 0644 (0600 with RevealSecrets).
+	// file's (without its group's and others' with RevealSecrets), else
+	// 0644 (0600 with RevealSecrets).
 	Mode os.FileMode
 	// Namespaces are subscribed from the start, beside those the template
 	// is found to read (it is executed to find them).
@@ -88,8 +89,8 @@ type Options struct {
 	Subscribe []clientlib.SubscribeOption
 	// RevealSecrets subscribes with secrets in clear (the caller needs
 	// config.read-secret); else secret keys are missing from the data the
-	// template sees. A new file is then made mode 0600 unless Mode says
-	// otherwise.
+	// template sees. A new file is then made mode 0600, and an existing
+	// one loses its group's and others' bits, unless Mode says otherwise.
 	RevealSecrets bool
 	// OnResult, if set, is called after every render attempt, on the
 	// renderer's goroutine.
@@ -397,6 +398,11 @@ func (r *Renderer) write(b []byte) (changed bool, err error) {
 		}
 		if fi, err := os.Stat(r.opts.Out); err == nil && mode == 0 {
 			mode = fi.Mode().Perm()
+			if r.opts.RevealSecrets {
+				// A file that may now hold secrets keeps its owner's
+				// bits only (a 0644 file of before becomes 0600).
+				mode &^= 0o077
+			}
 		}
 	}
 	switch {

@@ -346,3 +346,40 @@ func TestRenderReload(t *testing.T) {
 		t.Fatalf("after a refused Reload and a release: %q, want b=2 (the template before)", got)
 	}
 }
+
+// A render that reveals secrets never leaves them readable by others: an
+// existing output file of mode 0644 (rendered before without secrets, or
+// made by hand) is replaced by one of mode 0600; without secrets its mode
+// is kept.
+func TestRenderWithSecretsNarrowsAnExistingFilesMode(t *testing.T) {
+	c := start(t)
+	dir := t.TempDir()
+	tmpl, out := filepath.Join(dir, "t"), filepath.Join(dir, "out")
+	writeFile(t, tmpl, `{{ range $k, $v := ns "modes" }}{{ $k }}={{ $v }};{{ end }}`)
+	writeFile(t, out, "old")
+	if err := os.Chmod(out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	put(t, c, "modes", "a", "1")
+	plain, err := render.New(c, render.Options{Template: tmpl, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Once(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(out); fi.Mode().Perm() != 0o644 {
+		t.Fatalf("mode without secrets %v, want the file's 0644 kept", fi.Mode().Perm())
+	}
+	put(t, c, "modes", "a", "2")
+	revealing, err := render.New(c, render.Options{Template: tmpl, Out: out, RevealSecrets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := revealing.Once(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(out); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode with secrets revealed %v, want 0600", fi.Mode().Perm())
+	}
+}

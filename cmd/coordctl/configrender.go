@@ -184,7 +184,7 @@ command's own output goes to stderr. SIGHUP reads the template again.`,
 	f.DurationVar(&o.Debounce, "debounce", 250*time.Millisecond, "render once releases have been quiet this long")
 	f.DurationVar(&o.MaxWait, "max-wait", 2*time.Second, "but no later than this after the first release of a burst")
 	f.StringSliceVar(&o.Namespaces, "namespace", nil, "a namespace to follow from the start (those the template reads are found by rendering it)")
-	f.StringVar(&mode, "mode", "", "the file's permission bits, in octal (default: an existing file's, else 0644)")
+	f.StringVar(&mode, "mode", "", "the file's permission bits, in octal (default: an existing file's, else 0644; with --reveal, 0600 and never group or world bits)")
 	f.StringVar(&cacheFile, "cache-file", "", "keep the namespaces in this file, to render from it while coordd is unreachable at start")
 	f.BoolVar(&o.RevealSecrets, "reveal", false, "render secrets in clear (needs config.read-secret); a new file is then mode 600 unless --mode says otherwise")
 	f.BoolVar(&once, "once", false, "render once and exit (non-zero if the render or the command failed)")
