@@ -198,8 +198,11 @@ func (s *Store) Propose(ctx context.Context, req ProposeRequest) (Proposal, erro
 			return Proposal{}, err
 		}
 	}
-	for _, t := range []struct{ what, v string }{{"author", req.Author}, {"message", req.Message}, {"proposer", req.Proposer}} {
-		if err := validateText(t.what, t.v, MaxMessageBytes); err != nil {
+	if err := validateText("message", req.Message, MaxMessageBytes); err != nil {
+		return Proposal{}, err
+	}
+	for _, t := range []struct{ what, v string }{{"author", req.Author}, {"proposer", req.Proposer}} {
+		if err := validateLine(t.what, t.v, MaxMessageBytes); err != nil {
 			return Proposal{}, err
 		}
 	}

@@ -84,7 +84,7 @@ func (who *Identity) validate() error {
 		return fmt.Errorf("%w: %d labels, at most %d are allowed", ErrInvalid, len(who.Labels), MaxStatusLabels)
 	}
 	for k, v := range who.Labels {
-		if err := validateText("label", k+v, 512); err != nil {
+		if err := validateLine("label", k+v, 512); err != nil {
 			return err
 		}
 	}
@@ -156,7 +156,7 @@ func (sel GraySelector) validate() error {
 		if k == "" {
 			return fmt.Errorf("%w: a label needs a name", ErrInvalid)
 		}
-		if err := validateText("label", k+v, 512); err != nil {
+		if err := validateLine("label", k+v, 512); err != nil {
 			return err
 		}
 	}
@@ -282,7 +282,7 @@ func (s *Store) checkGrayText(req GrayRequest) error {
 	if err := ValidateNamespace(req.Namespace); err != nil {
 		return err
 	}
-	if err := validateText("author", req.Author, MaxAuthorBytes); err != nil {
+	if err := validateLine("author", req.Author, MaxAuthorBytes); err != nil {
 		return err
 	}
 	if err := validateText("message", req.Message, MaxMessageBytes); err != nil {

@@ -131,7 +131,7 @@ func (s *Store) Inherit(ctx context.Context, ns, shared string, by Setter, autho
 			return Release{}, err
 		}
 	}
-	if err := validateText("author", author, MaxAuthorBytes); err != nil {
+	if err := validateLine("author", author, MaxAuthorBytes); err != nil {
 		return Release{}, err
 	}
 	if err := validateText("message", message, MaxMessageBytes); err != nil {

@@ -34,7 +34,7 @@ func (noLoader) Load(url string) (any, error) {
 
 // compileSchema parses and compiles a schema document.
 func compileSchema(text string) (*jsonschema.Schema, error) {
-	if err := validateText("schema", text, MaxSchemaBytes); err != nil {
+	if err := validateSize("schema", text, MaxSchemaBytes); err != nil {
 		return nil, err
 	}
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(text))

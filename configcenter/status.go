@@ -75,7 +75,7 @@ func (s *Store) ReportStatus(ctx context.Context, ns string, st InstanceStatus) 
 		return fmt.Errorf("%w: %d labels, at most %d are allowed", ErrInvalid, len(st.Labels), MaxStatusLabels)
 	}
 	for k, v := range st.Labels {
-		if err := validateText("label", k+v, 512); err != nil {
+		if err := validateLine("label", k+v, 512); err != nil {
 			return err
 		}
 	}

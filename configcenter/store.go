@@ -400,7 +400,7 @@ type commitRequest struct {
 // to change, a dry run, a lost guard) is decided again on a linearizable
 // read, so no answer rests on a copy that was behind.
 func (s *Store) commit(ctx context.Context, req commitRequest) (Release, error) {
-	if err := validateText("author", req.author, MaxAuthorBytes); err != nil {
+	if err := validateLine("author", req.author, MaxAuthorBytes); err != nil {
 		return Release{}, err
 	}
 	if err := validateText("message", req.message, MaxMessageBytes); err != nil {

@@ -324,3 +324,34 @@ func TestReleasesPlannedOnACopyThatIsBehind(t *testing.T) {
 		t.Fatalf("snapshot = %+v, %v; want release 4, port 81", snap, err)
 	}
 }
+
+// Free text a person reads later in a terminal carries no control
+// characters: an escape sequence in a release's author or message could
+// clear an operator's screen, a carriage return or a bidi override redraw a
+// line of `config history` ("release 99 by ops"). Messages keep newlines
+// (and CRLF) and tabs; an author is one line. Refused with nothing written.
+func TestFreeTextHasNoTerminalControls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	ctx := t.Context()
+	for _, c := range []struct{ author, message string }{
+		{"mallory\x1b[2J", ""},
+		{"ops", "fix\rrelease 99 by ops"},
+		{"ops", "fix\x1b]0;title\x07"},
+		{"ops", "fix \u202erevo"},
+		{"ops\nrelease 99 by ops", ""},
+		{"ops\tops", ""},
+		{"ops", "\u009b2J"}, // C1 CSI
+	} {
+		before := e.rev(t)
+		if _, err := e.s.Put(ctx, "texts", "k", "v", 0, c.author, c.message); !errors.Is(err, configcenter.ErrInvalid) || !strings.Contains(err.Error(), "at byte") {
+			t.Errorf("author %q, message %q: %v; want it refused", c.author, c.message, err)
+		}
+		if e.rev(t) != before {
+			t.Fatalf("author %q, message %q: a refused release wrote something", c.author, c.message)
+		}
+	}
+	if _, err := e.s.Put(ctx, "texts", "k", "v", 0, "Ann Ops", "two lines:\n\tindented\r\nand CRLF"); err != nil {
+		t.Fatalf("a message with newlines, a tab and CRLF: %v", err)
+	}
+}

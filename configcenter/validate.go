@@ -2,6 +2,8 @@ package configcenter
 
 import (
 	"fmt"
+	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-multierror"
@@ -112,7 +114,28 @@ func (s *Store) checkMutations(ms []Mutation) error {
 	return problems(errs, tooLarge)
 }
 
+// validateText checks free text a person reads later (a release's
+// message, a schema, a status's reason): at most limit bytes of UTF-8,
+// without control characters other than newline (or CRLF) and tab, nor Unicode's
+// bidirectional overrides and isolates. A terminal acts on those: an
+// escape sequence in a message could clear an operator's screen, a
+// carriage return or a bidi override redraw a line of `config history`.
 func validateText(what, s string, limit int) error {
+	if err := validateSize(what, s, limit); err != nil {
+		return err
+	}
+	for i, r := range s {
+		if r == '\n' || r == '\t' || r == '\r' && strings.HasPrefix(s[i+1:], "\n") || !isTerminalControl(r) {
+			continue
+		}
+		return fmt.Errorf("%w: %s has the control character %U at byte %d: only printable text, newlines and tabs are allowed", ErrInvalid, what, r, i)
+	}
+	return nil
+}
+
+// validateSize checks a document's size and encoding (a schema: JSON
+// escapes what it shows).
+func validateSize(what, s string, limit int) error {
 	if len(s) > limit {
 		return fmt.Errorf("%w: %s is %d bytes, at most %d are allowed", ErrTooLarge, what, len(s), limit)
 	}
@@ -120,4 +143,23 @@ func validateText(what, s string, limit int) error {
 		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
 	}
 	return nil
+}
+
+// validateLine is validateText for one line (an author, a label): no
+// newline or tab either.
+func validateLine(what, s string, limit int) error {
+	if err := validateText(what, s, limit); err != nil {
+		return err
+	}
+	if i := strings.IndexAny(s, "\n\t"); i >= 0 {
+		return fmt.Errorf("%w: %s has a newline or tab at byte %d: it is one line", ErrInvalid, what, i)
+	}
+	return nil
+}
+
+// isTerminalControl reports whether r makes a terminal do something
+// rather than show a character: C0 and C1 controls, DEL, and the
+// bidirectional embeddings, overrides and isolates.
+func isTerminalControl(r rune) bool {
+	return unicode.IsControl(r) || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
 }

@@ -489,7 +489,7 @@ func (a *app) configWatchCommand() *cobra.Command {
 					}
 				case "CHANGE":
 					r := ev.Release
-					text = fmt.Sprintf("%d CHANGE %s release %d by %s", ev.Revision, r.Namespace, r.Number, r.Author)
+					text = fmt.Sprintf("%d CHANGE %s release %d by %s", ev.Revision, r.Namespace, r.Number, cell(r.Author))
 					if ev.Gray != 0 {
 						text += fmt.Sprintf(" (under gray %d: the keys it overrides left out)", ev.Gray)
 					}

@@ -48,7 +48,7 @@ func (a *app) printProposal(p clientlib.Proposal) error {
 	return a.print(proposalOut(p), func(w *bytes.Buffer) {
 		fmt.Fprintf(w, "%s proposal %d: %s, by %s, on release %d, expires %s\n", p.Namespace, p.Number, p.State, p.Proposer, p.BaseRelease, ts(p.Expires))
 		if p.Message != "" {
-			fmt.Fprintf(w, "  %s\n", p.Message)
+			fmt.Fprintf(w, "  %s\n", block(p.Message))
 		}
 		if p.DecidedBy != "" {
 			fmt.Fprintf(w, "%s by %s at %s %s\n", p.State, p.DecidedBy, ts(p.Decided), p.Decision)
@@ -150,7 +150,7 @@ func (a *app) configProposalsCommand() *cobra.Command {
 					}
 					fmt.Fprintln(w, "PROPOSAL\tSTATE\tPROPOSER\tBASE\tCHANGES\tEXPIRES\tDECIDED BY\tMESSAGE")
 					for _, p := range ps {
-						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.Number, p.State, p.Proposer, p.BaseRelease, len(p.Changes), ts(p.Expires), cmp.Or(p.DecidedBy, "-"), p.Message)
+						fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p.Number, p.State, cell(p.Proposer), p.BaseRelease, len(p.Changes), ts(p.Expires), cell(cmp.Or(p.DecidedBy, "-")), cell(p.Message))
 					}
 				})
 			})

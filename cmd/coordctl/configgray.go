@@ -324,7 +324,7 @@ One runs per namespace at a time.`,
 					}
 					fmt.Fprintln(w, "GRAY\tACTION\tREVISION\tTIME\tAUTHOR\tOVER\tFOR\tOVERRIDES\tMESSAGE")
 					for _, g := range gs {
-						fmt.Fprintf(w, "g%d\t%s\t%d\t%s\t%s\t%d\t%s\t%d\t%s\n", g.Number, g.Action, g.Revision, ts(g.Time), g.Author, g.BaseRelease, selectorText(g.Selector), len(g.Overrides), g.Message)
+						fmt.Fprintf(w, "g%d\t%s\t%d\t%s\t%s\t%d\t%s\t%d\t%s\n", g.Number, g.Action, g.Revision, ts(g.Time), cell(g.Author), g.BaseRelease, selectorText(g.Selector), len(g.Overrides), cell(g.Message))
 					}
 				})
 			})

@@ -30,7 +30,7 @@ func (a *app) configHistoryCommand() *cobra.Command {
 					}
 					fmt.Fprintln(w, "RELEASE\tREVISION\tTIME\tAUTHOR\tCHANGES\tMESSAGE")
 					for _, r := range rels {
-						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\n", r.Number, r.Revision, ts(r.Time), r.Author, len(r.Changes), r.Message)
+						fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%d\t%s\n", r.Number, r.Revision, ts(r.Time), cell(r.Author), len(r.Changes), cell(r.Message))
 					}
 				})
 			})

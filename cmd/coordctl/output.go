@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 
@@ -546,4 +547,49 @@ func emptyIfNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// cell is free text (an author, a message) made safe for one cell of a
+// table on a terminal: newlines, tabs and every other control character
+// (an escape sequence, a carriage return, a bidi override) are shown
+// escaped, so a stored text can neither break the table's lines nor make
+// the terminal do anything. coordd refuses such characters in new text;
+// this covers what was stored before, and what other paths carry.
+func cell(s string) string {
+	return escapeControls(s, false)
+}
+
+// block is cell for a block of text shown on lines of its own: newlines
+// stay.
+func block(s string) string {
+	return escapeControls(s, true)
+}
+
+func escapeControls(s string, keepNewlines bool) string {
+	if !strings.ContainsFunc(s, isTerminalControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n' && keepNewlines:
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case isTerminalControl(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// isTerminalControl reports whether r makes a terminal do something
+// rather than show a character: C0 and C1 controls, DEL, and the
+// bidirectional embeddings, overrides and isolates.
+func isTerminalControl(r rune) bool {
+	return unicode.IsControl(r) || r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069
 }
