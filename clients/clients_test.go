@@ -22,6 +22,7 @@ import (
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/testkit/chaos"
 	"github.com/coordd/coordd/internal/testkit/coorddtest"
+	"github.com/coordd/coordd/internal/testkit/testcerts"
 	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
@@ -66,6 +67,28 @@ func TestTypeScriptClient(t *testing.T) {
 		run(t, d, dir, "npm", "ci", "--no-audit", "--no-fund")
 	}
 	run(t, d, dir, "npm", "test") // it builds first
+	t.Run("TLS with a CA bundle", func(t *testing.T) {
+		tlsDir := t.TempDir()
+		caFile, certFile, keyFile := serverCerts(t, tlsDir)
+		td := coorddtest.Start(t, "--tls-cert-file", certFile, "--tls-key-file", keyFile)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "node", "--input-type=module", "-e", `
+import { readFileSync } from "node:fs";
+import { Client } from "./dist/src/index.js";
+const client = new Client({ endpoints: [process.env.COORDD_TLS_ENDPOINT], tls: { ca: readFileSync(process.env.COORDD_CA_FILE) } });
+const session = await client.session({ ttl: 5 });
+const lock = await session.lock("tls/ts");
+console.log(lock.token > 0n ? "locked over TLS" : "no token");
+await client.close();
+`)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "COORDD_TLS_ENDPOINT="+td.GRPCAddr, "COORDD_CA_FILE="+caFile)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "locked over TLS") {
+			t.Fatalf("the TypeScript client over TLS: %v\n%s", err, out)
+		}
+	})
 	t.Run("waiting calls leave a member cut from its peers", func(t *testing.T) {
 		waitThroughCut(t, dir, "node", "--input-type=module", "-e", `
 import { Client } from "./dist/src/index.js";
@@ -161,4 +184,25 @@ func waitThroughCut(t *testing.T, dir, name string, args ...string) {
 	if err != nil || token <= int64(held.Token()) {
 		t.Fatalf("%s printed %q, want a token above the holder's %d\n%s", name, out.String(), held.Token(), errs.String())
 	}
+}
+
+// serverCerts writes a CA and a server certificate for localhost and
+// 127.0.0.1 it signed, and returns their files.
+func serverCerts(t *testing.T, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	ca, err := testcerts.NewCA("coordd-test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.Issue(testcerts.Options{CommonName: "coordd", Server: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, certFile, keyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	for f, b := range map[string][]byte{caFile: ca.PEM, certFile: cert, keyFile: key} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return caFile, certFile, keyFile
 }

@@ -1,5 +1,5 @@
 import { ConfigCenter } from "./config.js";
-import { Conn } from "./conn.js";
+import { Conn, type TLSOptions } from "./conn.js";
 import {
   candidateFrom,
   leaderFrom,
@@ -27,8 +27,19 @@ export interface ClientOptions {
    * unanswered).
    */
   endpoints: string[];
-  /** A bearer token, sent as `authorization: Bearer <token>` with every call. */
+  /**
+   * A bearer token, sent as `authorization: Bearer <token>` with every
+   * call: only over TLS or to a loopback endpoint (the constructor refuses
+   * a plaintext endpoint elsewhere, as the Go and Python clients do).
+   */
   token?: string;
+  /**
+   * TLS: "host:port" endpoints are then reached over https. `ca` is the
+   * CA bundle (PEM) that signed coordd's certificate (Node's trust store
+   * when unset); `cert` and `key` a client certificate for mutual TLS;
+   * `serverName` the name to check the certificate against.
+   */
+  tls?: TLSOptions;
   /** The deadline of calls that do not wait (everything but lock, campaign and streams); 10 s by default. */
   callTimeoutMs?: number;
   /**

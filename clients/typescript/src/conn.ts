@@ -1,3 +1,4 @@
+import type * as http2 from "node:http2";
 import { createClient, type Client as RpcClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { ConfigService } from "./gen/coordd/v1/config_pb.js";
@@ -53,6 +54,31 @@ export interface Closable {
  * CoorddError, moves to the next endpoint on UNAVAILABLE, and retries
  * idempotent calls there. Internal: the public surface is Client.
  */
+/**
+ * TLS to coordd: the CA bundle that signed its certificate (PEM; Node's
+ * own trust store when unset), a client certificate and key for mutual
+ * TLS, and the name to check the certificate against when it is not the
+ * endpoint's host.
+ */
+export interface TLSOptions {
+  ca?: string | Buffer;
+  cert?: string | Buffer;
+  key?: string | Buffer;
+  serverName?: string;
+}
+
+/** An endpoint's URL: as given when it is one, else https:// with TLS, http:// without. */
+export function baseUrlOf(address: string, tls: boolean): string {
+  if (/^https?:\/\//.test(address)) return address;
+  return `${tls ? "https" : "http"}://${address}`;
+}
+
+/** Whether host (a URL's hostname) is this machine's loopback. */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "");
+  return h === "localhost" || h === "::1" || /^127\./.test(h);
+}
+
 export class Conn {
   readonly endpoints: Endpoint[];
   readonly callTimeoutMs: number;
@@ -65,12 +91,30 @@ export class Conn {
   constructor(opts: {
     endpoints: string[];
     token?: string;
+    tls?: TLSOptions;
     callTimeoutMs?: number;
     watchHoldings?: boolean;
   }) {
     if (opts.endpoints.length === 0) {
       throw new CoorddError("INVALID_ARGUMENT", "coordd: at least one endpoint is required");
     }
+    const baseUrls = opts.endpoints.map((address) => baseUrlOf(address, opts.tls !== undefined));
+    if (opts.token) {
+      for (const [i, url] of baseUrls.entries()) {
+        if (url.startsWith("http://") && !isLoopback(new URL(url).hostname)) {
+          throw new CoorddError(
+            "INVALID_ARGUMENT",
+            `coordd: a bearer token is sent only over TLS or to a loopback endpoint, not in plaintext to ${opts.endpoints[i]}: give tls (or an https:// endpoint)`,
+          );
+        }
+      }
+    }
+    const secure: http2.SecureClientSessionOptions | undefined = opts.tls && {
+      ca: opts.tls.ca,
+      cert: opts.tls.cert,
+      key: opts.tls.key,
+      servername: opts.tls.serverName,
+    };
     this.callTimeoutMs = opts.callTimeoutMs ?? 10_000;
     this.watchHoldings = opts.watchHoldings ?? true;
     const interceptors: Interceptor[] = [];
@@ -81,9 +125,9 @@ export class Conn {
         return next(req);
       });
     }
-    this.endpoints = opts.endpoints.map((address) => {
-      const baseUrl = /^https?:\/\//.test(address) ? address : `http://${address}`;
-      const manager = new Http2SessionManager(baseUrl);
+    this.endpoints = opts.endpoints.map((address, i) => {
+      const baseUrl = baseUrls[i]!;
+      const manager = new Http2SessionManager(baseUrl, undefined, baseUrl.startsWith("https://") ? secure : undefined);
       const transport = createGrpcTransport({ baseUrl, sessionManager: manager, interceptors });
       return {
         address,

@@ -10,6 +10,7 @@
  *   await client.close();
  */
 export { Client, type ClientOptions } from "./client.js";
+export { type TLSOptions } from "./conn.js";
 export { Session, type SessionOptions } from "./session.js";
 export { Lock, type LockOptions, type Fence } from "./lock.js";
 export {

@@ -96,3 +96,21 @@ test("calls after close fail with CLIENT_CLOSED", async () => {
   await assert.rejects(c.leader("x"), (e: unknown) => CoorddError.is(e, Reason.CLIENT_CLOSED));
   await assert.rejects(c.session(), (e: unknown) => CoorddError.is(e, Reason.CLIENT_CLOSED));
 });
+
+test("a bearer token is refused in plaintext to a non-loopback host, allowed over TLS and to loopback", async () => {
+  for (const ep of ["db.example.com:7420", "10.0.0.5:7420", "http://coordd.prod.svc:7420"]) {
+    assert.throws(
+      () => new Client({ endpoints: ["127.0.0.1:7420", ep], token: "secret" }),
+      (e: unknown) => CoorddError.is(e, Reason.INVALID_ARGUMENT) && /only over TLS/.test((e as Error).message) && (e as Error).message.includes(ep),
+    );
+  }
+  for (const opts of [
+    { endpoints: ["127.0.0.1:7420", "localhost:7420", "[::1]:7420"], token: "secret" },
+    { endpoints: ["db.example.com:7420"], token: "secret", tls: {} },
+    { endpoints: ["https://db.example.com:7420"], token: "secret" },
+    { endpoints: ["db.example.com:7420"] },
+  ]) {
+    const c = new Client(opts);
+    await c.close();
+  }
+});

@@ -5,11 +5,13 @@
 package coorddtest
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,7 +73,7 @@ func (d *Daemon) start(tb testing.TB) {
 	go func() { _ = d.cmd.Wait(); close(d.exited) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if resp, err := probe.Get("http://" + d.HTTPAddr + "/readyz"); err == nil {
+		if resp, err := d.probe().Get(d.scheme() + "://" + d.HTTPAddr + "/readyz"); err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return
@@ -125,3 +127,26 @@ func (d *Daemon) Env() []string { return append(os.Environ(), "COORDD_ENDPOINTS=
 // probe polls /readyz; its timeout keeps a daemon that hangs from hanging
 // the poll past its own deadline.
 var probe = &http.Client{Timeout: 2 * time.Second}
+
+// tlsProbe is probe for a daemon serving TLS: it asks only whether the
+// daemon is ready, so it does not check the test's certificate.
+var tlsProbe = &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a readiness poll of the test's own daemon
+}}
+
+// serveTLS reports whether the daemon was started with --tls-cert-file.
+func (d *Daemon) serveTLS() bool { return slices.Contains(d.args, "--tls-cert-file") }
+
+func (d *Daemon) scheme() string {
+	if d.serveTLS() {
+		return "https"
+	}
+	return "http"
+}
+
+func (d *Daemon) probe() *http.Client {
+	if d.serveTLS() {
+		return tlsProbe
+	}
+	return probe
+}
