@@ -36,7 +36,7 @@ func historyOf(t *testing.T, c *clientlib.Client, election bool, name string) []
 func waitHistory(t *testing.T, c *clientlib.Client, election bool, name string, want []string) {
 	t.Helper()
 	var got []string
-	wait.Within(t, 15*time.Second, "the history of "+name, func() bool {
+	wait.Within(t, time.Minute, "the history of "+name, func() bool {
 		got = historyOf(t, c, election, name)
 		return len(got) >= len(want)
 	})
@@ -161,7 +161,7 @@ func TestHistoryMovesToAnotherMemberWhenTheRecorderStops(t *testing.T) {
 	t.Parallel()
 	ds := startCluster(t, 3)
 	var rec int
-	wait.Within(t, 15*time.Second, "one member recording", func() bool {
+	wait.Within(t, time.Minute, "one member recording", func() bool {
 		n := 0
 		for i, d := range ds {
 			if d.Metric("coordd_history_recording") == 1 {
