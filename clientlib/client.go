@@ -540,15 +540,8 @@ func (c *Client) avoidNotServing() {
 // notServing asks endpoint, on a connection of its own, and reports
 // whether its member answered NOT_SERVING.
 func (c *Client) notServing(endpoint string) bool {
-	conn, err := grpc.NewClient("passthrough:///"+endpoint, c.probeDial...)
-	if err != nil {
-		return false
-	}
-	defer func() { _ = conn.Close() }() // a probe connection; nothing to report
-	ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
-	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING
+	st, ok := c.askHealth(endpoint, "")
+	return ok && st == healthpb.HealthCheckResponse_NOT_SERVING
 }
 
 // errLeftSilent ends a unary call in flight when the client leaves a

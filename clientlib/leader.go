@@ -146,15 +146,23 @@ func (c *Client) findLeader(current string) string {
 
 // leads asks endpoint, on a connection of its own, whether its member leads.
 func (c *Client) leads(endpoint string) bool {
+	st, ok := c.askHealth(endpoint, coorddv1.LeaderHealthService)
+	return ok && st == healthpb.HealthCheckResponse_SERVING
+}
+
+// askHealth asks endpoint, on a connection of its own (at most
+// probeTimeout), for the health status of service; false when it did not
+// answer.
+func (c *Client) askHealth(endpoint, service string) (healthpb.HealthCheckResponse_ServingStatus, bool) {
 	conn, err := grpc.NewClient("passthrough:///"+endpoint, c.probeDial...)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	defer func() { _ = conn.Close() }() // a probe connection; nothing to report
 	ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: coorddv1.LeaderHealthService})
-	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	return resp.GetStatus(), err == nil
 }
 
 // prefer moves the client from the endpoint it uses to endpoint, the
