@@ -178,13 +178,13 @@ func (w *leaderWatch) run(stop <-chan struct{}) {
 
 // probe confirms a linearizable read through the member's leader (etcd's
 // ReadIndex: the leader hears from a quorum that it still leads, and the
-// member applies up to its index) a few times per servingAfter (at most
-// 250 ms apart), each given lostAfter, until ctx ends,
+// member applies up to its index) twice per servingAfter (at most 250 ms
+// apart), each given lostAfter, until ctx ends,
 // and records when one succeeded. A member alone in its cluster needs no
 // round and counts as confirmed. A probe joins the reads of the member's
 // clients in etcd's batch: one heartbeat round a period at most.
 func (w *leaderWatch) probe(ctx context.Context) {
-	every := min(w.servingAfter/4, 250*time.Millisecond)
+	every := min(w.servingAfter/2, 250*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
