@@ -480,7 +480,15 @@ func (c *Client) revoke(id string) {
 // cut-off one, and moving onto the cut-off member would cost the client
 // another move, and its sessions their time.
 func (c *Client) avoid(endpoint string, silent bool) {
-	if c.leave(endpoint, silent, "not answering") {
+	c.avoidFor(endpoint, silent, "not answering")
+}
+
+// whyNotServing is why the client leaves a member that says NOT_SERVING.
+const whyNotServing = "not serving (its member cannot commit)"
+
+// avoidFor is avoid, logging why the endpoint is left.
+func (c *Client) avoidFor(endpoint string, silent bool, why string) {
+	if c.leave(endpoint, silent, why) {
 		c.probes.Add(1)
 		go c.avoidNotServing()
 	}
@@ -530,7 +538,7 @@ func (c *Client) avoidNotServing() {
 	for _, ep := range ask {
 		wg.Go(func() {
 			if c.notServing(ep) {
-				c.leave(ep, false, "not serving (its member cannot commit)")
+				c.leave(ep, false, whyNotServing)
 			}
 		})
 	}

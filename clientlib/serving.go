@@ -46,9 +46,8 @@ func (c *Client) followServing() {
 			if c.sleep(notServingFor) {
 				return
 			}
-			if c.stillNotServing(addr) && c.leave(addr, false, "not serving (its member cannot commit)") {
-				c.probes.Add(1)
-				go c.avoidNotServing()
+			if c.stillNotServing(addr) {
+				c.avoidFor(addr, false, whyNotServing)
 			}
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -127,16 +128,8 @@ func (m *Manager) report(ctx context.Context, coorddVersion string) error {
 // index) first within each. It reads this member's own copy of the reports
 // (no round to the leader), so it answers on a member that cannot commit.
 func (m *Manager) HandOverOrder(ctx context.Context, ids []uint64) []uint64 {
-	reports := map[uint64]Health{}
-	if resp, err := m.cli.Get(ctx, m.root+"cluster/health/", clientv3.WithPrefix(), clientv3.WithSerializable()); err == nil {
-		for _, kv := range resp.Kvs {
-			var h Health
-			id, perr := strconv.ParseUint(strings.TrimPrefix(string(kv.Key), m.root+"cluster/health/"), 16, 64)
-			if perr == nil && json.Unmarshal(kv.Value, &h) == nil && time.Since(h.At) <= staleAfter*m.interval {
-				reports[id] = h
-			}
-		}
-	}
+	reports := m.reports(ctx)
+	maps.DeleteFunc(reports, func(_ uint64, h Health) bool { return h.Stale })
 	rank := func(id uint64) int {
 		h, ok := reports[id]
 		switch {
@@ -163,6 +156,29 @@ func (m *Manager) HandOverOrder(ctx context.Context, ids []uint64) []uint64 {
 	return out
 }
 
+// reports reads the embedded members' health reports from this member's
+// own copy (serializable: no round to the leader), by member id; a report
+// older than three intervals is marked Stale. None when the read fails.
+func (m *Manager) reports(ctx context.Context) map[uint64]Health {
+	out := map[uint64]Health{}
+	resp, err := m.cli.Get(ctx, m.root+"cluster/health/", clientv3.WithPrefix(), clientv3.WithSerializable())
+	if err != nil {
+		return out
+	}
+	for _, kv := range resp.Kvs {
+		var h Health
+		id, perr := strconv.ParseUint(strings.TrimPrefix(string(kv.Key), m.root+"cluster/health/"), 16, 64)
+		if perr != nil || json.Unmarshal(kv.Value, &h) != nil {
+			continue
+		}
+		if age := time.Since(h.At); age > staleAfter*m.interval {
+			h.Stale, h.Error = true, fmt.Sprintf("last report %s ago: the member is down, cut off or not reporting", age.Round(time.Second))
+		}
+		out[id] = h
+	}
+	return out
+}
+
 // healthOf returns each member's health: the answering member's (self,
 // measured by the caller just now), the others' from their last report
 // (embedded members) or asked directly (an external etcd, whose client
@@ -171,19 +187,7 @@ func (m *Manager) healthOf(ctx context.Context, members []Member, alarms []Alarm
 	out := map[uint64]Health{}
 	var mu sync.Mutex
 	if m.local.MemberID != 0 {
-		if resp, err := m.cli.Get(ctx, m.root+"cluster/health/", clientv3.WithPrefix(), clientv3.WithSerializable()); err == nil {
-			for _, kv := range resp.Kvs {
-				var h Health
-				id, perr := strconv.ParseUint(strings.TrimPrefix(string(kv.Key), m.root+"cluster/health/"), 16, 64)
-				if perr != nil || json.Unmarshal(kv.Value, &h) != nil {
-					continue
-				}
-				if age := time.Since(h.At); age > staleAfter*m.interval {
-					h.Stale, h.Error = true, fmt.Sprintf("last report %s ago: the member is down, cut off or not reporting", age.Round(time.Second))
-				}
-				out[id] = h
-			}
-		}
+		maps.Copy(out, m.reports(ctx))
 		self.CoorddVersion = m.version
 		out[m.local.MemberID] = self
 	} else {

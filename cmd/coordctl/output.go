@@ -294,13 +294,12 @@ type entryJSON struct {
 
 // snapshotJSON is REST's NamespaceSnapshot: entries in key order.
 type snapshotJSON struct {
-	Namespace       string `json:"namespace"`
-	Release         string `json:"release"`
-	Revision        string `json:"revision"`
-	ChangedRevision string `json:"changedRevision"`
-	Gray            string `json:"gray"`
-	Inherits        string `json:"inherits,omitempty"`
-	// InheritanceSuspended: as REST's, omitted when empty as REST does.
+	Namespace            string      `json:"namespace"`
+	Release              string      `json:"release"`
+	Revision             string      `json:"revision"`
+	ChangedRevision      string      `json:"changedRevision"`
+	Gray                 string      `json:"gray"`
+	Inherits             string      `json:"inherits,omitempty"`
 	InheritanceSuspended string      `json:"inheritanceSuspended,omitempty"`
 	Entries              []entryJSON `json:"entries"`
 }

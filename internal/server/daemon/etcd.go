@@ -288,12 +288,7 @@ func closeEtcd(e *embed.Etcd, lg *zap.Logger, transferFor time.Duration) {
 	s := e.Server
 	self := s.MemberID()
 	if s.Leader() == self {
-		var others []uint64
-		for _, m := range s.Cluster().Members() {
-			if m.ID != self && !m.IsLearner {
-				others = append(others, uint64(m.ID))
-			}
-		}
+		others := otherVoters(s)
 		// Each voter gets an equal share: one that is down uses up only its
 		// own, one that is up takes over within a few heartbeats.
 		for _, id := range others {
@@ -318,6 +313,18 @@ func closeEtcd(e *embed.Etcd, lg *zap.Logger, transferFor time.Duration) {
 		s.HardStop()
 	}
 	e.Close()
+}
+
+// otherVoters are the ids of s's cluster's voting members other than s:
+// those etcd's leadership can be handed to.
+func otherVoters(s *etcdserver.EtcdServer) []uint64 {
+	var out []uint64
+	for _, m := range s.Cluster().Members() {
+		if m.ID != s.MemberID() && !m.IsLearner {
+			out = append(out, uint64(m.ID))
+		}
+	}
+	return out
 }
 
 // renewer renews sessions through the embedded member's own lessor (which

@@ -19,15 +19,16 @@ import (
 // part of leader liveness"). The watch reads the member's own fsync and
 // commit times (etcd's histograms etcd_disk_wal_fsync_duration_seconds and
 // etcd_disk_backend_commit_duration_seconds, on the default registry) every
-// tick; a tick is slow when the mean of either over the tick is above
-// threshold, or when none finished during a tick that followed a slow one
-// (an fsync still under way). After window of slow ticks the disk is slow:
+// tick. Each histogram keeps a verdict: slow when the mean of what finished
+// during a tick is above threshold, kept through ticks in which none
+// finished (an fsync still under way). A tick is slow when either verdict
+// is. After window of slow ticks the disk is slow:
 // the member logs an error, reports coordd_etcd_disk_slow 1, and, while it
 // leads a cluster of several voters, moves the leadership to another voting
 // member: the healthiest that takes it (a fresh health report without a
 // slow disk, the most caught up). It moves it again if it is elected
 // while its disk stays slow. A tick whose mean is at or under threshold
-// makes the disk healthy again.
+// makes its histogram's verdict healthy again.
 //
 // Non-guarantees: the histograms are the process's, so two members in one
 // process (tests) read each other's disks too; a disk that is slow on every
@@ -88,8 +89,9 @@ type diskState struct {
 func (s *diskState) tick(d, threshold, window time.Duration, before, now map[string]diskSample) bool {
 	slow := false
 	for i, name := range diskHistograms {
-		if n := now[name].count - before[name].count; n > 0 && now[name].count > before[name].count {
-			s.lastSlow[i] = (now[name].sum-before[name].sum)/float64(n) > threshold.Seconds()
+		if now[name].count > before[name].count {
+			n := float64(now[name].count - before[name].count)
+			s.lastSlow[i] = (now[name].sum-before[name].sum)/n > threshold.Seconds()
 		}
 		slow = slow || s.lastSlow[i]
 	}
@@ -104,7 +106,7 @@ func (s *diskState) tick(d, threshold, window time.Duration, before, now map[str
 // etcdDiskGatherer gathers etcd's two disk histograms alone: registering
 // look-alikes on the default registry answers with the collectors etcd
 // registered there. (Gathering the whole default registry costs about
-// 3 ms, a second of CPU every 5 minutes at four ticks a second.) When
+// 3 ms, a second of CPU every 40 s at eight ticks a second.) When
 // they are not found (another etcd version), the default registry is
 // gathered instead.
 func etcdDiskGatherer() prometheus.Gatherer {
@@ -176,12 +178,7 @@ func (w *diskWatch) handOver(ctx context.Context) {
 	if s.Leader() != self {
 		return
 	}
-	var others []uint64
-	for _, m := range s.Cluster().Members() {
-		if m.ID != self && !m.IsLearner {
-			others = append(others, uint64(m.ID))
-		}
-	}
+	others := otherVoters(s)
 	if len(others) == 0 {
 		return
 	}
