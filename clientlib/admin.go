@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -98,11 +99,12 @@ func (a *Admin) AcquireAll(ctx context.Context, sessionID string, names []string
 	return out, nil
 }
 
-// Release gives up the grant that token names; ErrNotHolder if it holds
-// nothing.
-func (a *Admin) Release(ctx context.Context, name string, token fencing.Token) error {
-	_, err := a.c.locks.Release(ctx, &coorddv1.ReleaseRequest{Name: name, Token: int64(token)})
-	return convert(ctx, err)
+// Release ends, from outside, the grant that token names (ErrNotHolder if
+// it holds nothing): Revoke without its outcome. Its holder is asked
+// first, so the call returns once the holder let go or the bound passed.
+func (a *Admin) Release(ctx context.Context, name string, token fencing.Token, opts ...RevokeOption) error {
+	_, err := a.Revoke(ctx, name, token, opts...)
+	return err
 }
 
 // ListLocks returns the names of locks with holders or waiters that start
@@ -150,10 +152,12 @@ func (a *Admin) Proclaim(ctx context.Context, name string, term fencing.Token, v
 	return convert(ctx, err)
 }
 
-// Resign ends the leadership whose term is term.
-func (a *Admin) Resign(ctx context.Context, name string, term fencing.Token) error {
-	_, err := a.c.elections.Resign(ctx, &coorddv1.ResignRequest{Name: name, Term: int64(term)})
-	return convert(ctx, err)
+// Resign ends, from outside, the leadership whose term is term:
+// RevokeLeadership without its outcome. The leader is asked first, so the
+// call returns once it stepped down or the bound passed.
+func (a *Admin) Resign(ctx context.Context, name string, term fencing.Token, opts ...RevokeOption) error {
+	_, err := a.RevokeLeadership(ctx, name, term, opts...)
+	return err
 }
 
 // Transfer hands the leadership whose term is term to a waiting campaign
@@ -263,10 +267,20 @@ func (a *Admin) listSessions(ctx context.Context, detailed bool) ([]SessionInfo,
 	}
 }
 
-// CloseSession closes a session by id (for example one left by a crashed
-// process) and releases everything attached to it.
-func (a *Admin) CloseSession(ctx context.Context, id string) error {
-	_, err := a.c.sessions.CloseSession(ctx, &coorddv1.CloseSessionRequest{SessionId: id})
+// CloseSession closes a session by id, from outside (for example one left
+// by a crashed process), and releases everything attached to it: each lock
+// grant and leadership it holds is revoked first, as Revoke does (its
+// holder asked, the next holder granted once it lets go or the bound
+// passes; Force skips asking).
+func (a *Admin) CloseSession(ctx context.Context, id string, opts ...RevokeOption) error {
+	var o revokeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.holder != "" && o.holder != id {
+		return fmt.Errorf("%w: AsHolder(%q) names another session than the one closed (%q)", ErrInvalidArgument, o.holder, id)
+	}
+	_, err := a.c.sessions.CloseSession(ctx, &coorddv1.CloseSessionRequest{SessionId: id, ByOwner: o.holder != "", Force: o.force, RevokeWait: o.waitProto()})
 	return convert(ctx, err)
 }
 
@@ -281,6 +295,10 @@ type LockEntry struct {
 	Enqueued  time.Time
 	Granted   time.Time // zero for waiters
 	Read      bool      // a read grant or wait of a read/write lock
+	// RevokingSince, on a holder, is when a release from outside asked it
+	// to let go (zero if none is under way); RevokingUntil is when the
+	// grant ends if it has not by then.
+	RevokingSince, RevokingUntil time.Time
 }
 
 // LockState is a lock's holders and waiters at one revision: all of them,
@@ -365,6 +383,9 @@ func lockStateFrom(resp *coorddv1.DescribeLockResponse) LockState {
 		le := LockEntry{SessionID: e.GetSessionId(), Owner: e.GetOwner(), Hostname: e.GetHostname(), RequestID: e.GetRequestId(), Metadata: e.GetMetadata(), Token: fencing.Token(e.GetToken()), Enqueued: e.GetEnqueueTime().AsTime(), Read: e.GetRead()}
 		if e.GetGrantTime() != nil {
 			le.Granted = e.GetGrantTime().AsTime()
+		}
+		if e.GetRevokingSince() != nil {
+			le.RevokingSince, le.RevokingUntil = e.GetRevokingSince().AsTime(), e.GetRevokingUntil().AsTime()
 		}
 		return le
 	}

@@ -439,7 +439,7 @@ func (c *Client) revoke(id string) {
 	c.revokes.Add(1)
 	go func() {
 		defer c.revokes.Done()
-		req := &coorddv1.CloseSessionRequest{SessionId: id}
+		req := &coorddv1.CloseSessionRequest{SessionId: id, ByOwner: true} // everything under it ended here
 		_, err := c.retry(c.ctx, releaseAttempt, func(ctx context.Context) error {
 			_, err := c.sessions.CloseSession(ctx, req)
 			return err

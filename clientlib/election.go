@@ -111,7 +111,7 @@ func (s *Session) Campaign(ctx context.Context, name, value string, opts ...Camp
 		func() error {
 			return fmt.Errorf("%w: the server reports the leadership of %q (term %d) ended: resigned from elsewhere (coordctl, an admin, another client with the term) or its session was closed", ErrNotLeader, name, got.GetTerm())
 		},
-		followedOn(follow, got.GetFollowed()))
+		followedOn(follow, got.GetFollowed()), l.letGo)
 	if s.Err() != nil {
 		// The session ended while the answer was on its way.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseAttempt)
@@ -135,7 +135,11 @@ func (l *Leadership) watchPreemption(term int64, f func(by Candidate)) {
 		defer close(events)
 		// Refused (no election.observe) is permanent here: said once in
 		// the log, not retried for the whole term.
-		done <- l.s.c.observe(l.ctx, l.name, term, events, func(err error) bool {
+		// From the current state, not from the term: a request still in
+		// force comes first (Current), and the member serves the stream
+		// from its shared watch instead of replaying history (a watch from
+		// a past revision, which etcd serves up to 100 ms late).
+		done <- l.s.c.observe(l.context(), l.name, 0, events, func(err error) bool {
 			return errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrPermissionDenied) || errors.Is(err, ErrUnauthenticated)
 		})
 	}()
@@ -146,7 +150,7 @@ func (l *Leadership) watchPreemption(term int64, f func(by Candidate)) {
 			f(ev.By)
 		}
 	}
-	if err := <-done; l.ctx.Err() == nil && err != nil {
+	if err := <-done; l.context().Err() == nil && err != nil {
 		l.s.c.lg.Warn("coordd: OnPreempt cannot follow the election; the leader will not hear preemption requests", "election", l.name, "term", term, "err", err)
 	}
 }
@@ -164,7 +168,7 @@ func (l *Leadership) Priority() int32 { return l.priority }
 // Context is cancelled when the leadership is resigned or lost, no later
 // than the session's local deadline (before the server can elect anyone
 // else); context.Cause tells why.
-func (l *Leadership) Context() context.Context { return l.ctx }
+func (l *Leadership) Context() context.Context { return l.context() }
 
 // Lost is closed when the leadership is lost without Resign: the session
 // ended, or the server reported that this term no longer leads (a Proclaim
@@ -180,7 +184,7 @@ func (l *Leadership) Lost() <-chan struct{} { return l.lost }
 // ends. The attempts carry one proclaim id, so a proclamation retried
 // after a lost answer is made, and observed, once.
 func (l *Leadership) Proclaim(ctx context.Context, value string) error {
-	if err := context.Cause(l.ctx); err != nil {
+	if err := context.Cause(l.context()); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	req := &coorddv1.ProclaimRequest{Name: l.name, Term: int64(l.term), Value: value, ProclaimId: randomID()}
@@ -219,11 +223,34 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	return err
 }
 
+// letGo tells the server that this leader stepped down when a
+// resignation from outside asked it to (its context has ended): the
+// leader's own resignation, which lets the next leader in. Retried while
+// the session lives.
+func (l *Leadership) letGo() {
+	req := &coorddv1.ResignRequest{Name: l.name, Term: int64(l.term), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream}
+	_, err := l.s.c.retry(l.s.ctx, releaseAttempt, func(ctx context.Context) error {
+		_, err := l.s.c.elections.Resign(ctx, req)
+		return err
+	})
+	switch {
+	case err == nil:
+		if l.ownID {
+			l.s.campaignIDs.giveBack(l.name, false, l.requestID)
+		}
+	case !errors.Is(err, ErrNotLeader) && l.s.ctx.Err() == nil:
+		l.s.lg.Warn("coordd: could not tell the server that a leadership asked for was given up; it ends at the revocation's bound", "election", l.name, "term", l.term, "err", err)
+	}
+}
+
 // Transfer hands the leadership to a waiting campaign of the session
 // successor (its first in line by priority, then arrival, or the campaign
 // WithSuccessorCampaign names) in one commit, and returns the successor's term: a new fencing
 // token. Observers see the hand-over as one change, never a vacant seat.
-// Context ends with ErrTransferred. It fails with ErrCandidateNotFound if
+// Context ends with ErrTransferred before the request is sent, so this
+// leader has stopped before the successor leads; if the server refuses
+// (ErrCandidateNotFound), the leadership goes on under a new Context (call
+// Context again). It fails with ErrCandidateNotFound if
 // successor has no campaign waiting (the leadership is kept), and with
 // ErrNotLeader if this term no longer leads. Unavailable servers are
 // retried until ctx ends; a retry whose earlier attempt handed over
@@ -233,12 +260,14 @@ func (l *Leadership) Transfer(ctx context.Context, successor string, opts ...Tra
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := context.Cause(l.ctx); err != nil {
+	if err := context.Cause(l.context()); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	req := &coorddv1.TransferRequest{Name: l.name, Term: int64(l.term), SuccessorSessionId: successor, SuccessorRequestId: o.requestID}
-	// The keep-alive stream keeps following the leadership (a failed
-	// hand-over keeps it): a report of its end waits for the outcome.
+	// The context ends now, before the request leaves: the successor can
+	// lead only after this leader stopped. The keep-alive stream keeps
+	// following the leadership (a refused hand-over keeps it, under a new
+	// context): a report of its end waits for the outcome.
 	l.expect(ErrTransferred)
 	var resp *coorddv1.TransferResponse
 	_, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
@@ -281,6 +310,10 @@ type Leader struct {
 	Since     time.Time
 	Proclaims int64 // how many times the leader proclaimed
 	Priority  int32
+	// RevokingSince is when a resignation from outside asked the leader to
+	// step down (zero if none is under way); RevokingUntil is when the
+	// term ends if it has not by then.
+	RevokingSince, RevokingUntil time.Time
 }
 
 // Candidate is a campaign waiting for its turn.
@@ -314,6 +347,9 @@ func leaderFrom(p *coorddv1.ElectionLeader) Leader {
 	ld := Leader{Term: fencing.Token(p.GetTerm()), Value: p.GetValue(), SessionID: p.GetSessionId(), RequestID: p.GetRequestId(), Owner: p.GetOwner(), Hostname: p.GetHostname(), Proclaims: p.GetProclaims(), Priority: p.GetPriority()}
 	if p.GetSince() != nil {
 		ld.Since = p.GetSince().AsTime()
+	}
+	if p.GetRevokingSince() != nil {
+		ld.RevokingSince, ld.RevokingUntil = p.GetRevokingSince().AsTime(), p.GetRevokingUntil().AsTime()
 	}
 	return ld
 }

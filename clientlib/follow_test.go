@@ -21,7 +21,7 @@ func TestAFollowedGrantReportedEndedBeforeItsAnswerIsLost(t *testing.T) {
 	h := &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "x", Token: 42, RequestId: "r"}
 	ks.recent.add(holdingID{kind: h.GetKind(), name: h.GetName(), token: h.GetToken()})
 
-	if _, gone := s.watch(h, func() {}, following{stream: 7}); !gone {
+	if _, gone := s.watch(h, watchedHolding{ended: func() {}}, following{stream: 7}); !gone {
 		t.Fatal("a followed grant whose end the stream reported is not seen as gone")
 	}
 	if len(s.holdings) != 0 || len(s.pending) != 0 {
@@ -29,11 +29,11 @@ func TestAFollowedGrantReportedEndedBeforeItsAnswerIsLost(t *testing.T) {
 	}
 
 	other := &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "y", Token: 43, RequestId: "r"}
-	if _, gone := s.watch(other, func() {}, following{stream: 7}); gone || len(s.pending) != 0 || len(s.holdings) != 1 {
+	if _, gone := s.watch(other, watchedHolding{ended: func() {}}, following{stream: 7}); gone || len(s.pending) != 0 || len(s.holdings) != 1 {
 		t.Fatalf("a live followed grant: gone %v, %d named, %d kept; want kept, not named", gone, len(s.pending), len(s.holdings))
 	}
 	moved := &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "z", Token: 44, RequestId: "r"}
-	if _, gone := s.watch(moved, func() {}, following{stream: 8}); gone || len(s.pending) != 1 {
+	if _, gone := s.watch(moved, watchedHolding{ended: func() {}}, following{stream: 8}); gone || len(s.pending) != 1 {
 		t.Fatalf("a grant followed on another stream: gone %v, %d named; want it named here", gone, len(s.pending))
 	}
 	// Reports forgotten since the grant was asked for may have held its
@@ -42,7 +42,7 @@ func TestAFollowedGrantReportedEndedBeforeItsAnswerIsLost(t *testing.T) {
 		ks.recent.add(holdingID{kind: coorddv1.Holding_KIND_LOCK, name: "filler", token: int64(1000 + i)})
 	}
 	late := &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "w", Token: 45, RequestId: "r"}
-	if _, gone := s.watch(late, func() {}, following{stream: 7}); gone || len(s.pending) != 2 {
+	if _, gone := s.watch(late, watchedHolding{ended: func() {}}, following{stream: 7}); gone || len(s.pending) != 2 {
 		t.Fatalf("a grant asked for before the stream forgot reports: gone %v, %d named; want it named", gone, len(s.pending))
 	}
 }
@@ -55,7 +55,7 @@ func TestAHoldingEndedWhileItStartsEndsOnce(t *testing.T) {
 	cancel(errors.New("session over"))
 	s := &Session{ctx: ctx, holdings: map[holdingID]*watchedHolding{}, announce: make(chan struct{}, 1)}
 	for i := range 200 {
-		h := newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "x", Token: int64(i + 1), RequestId: "r"}, func() error { return errors.New("gone") }, following{})
+		h := newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "x", Token: int64(i + 1), RequestId: "r"}, func() error { return errors.New("gone") }, following{}, nil)
 		select {
 		case <-h.lost:
 		case <-time.After(10 * time.Second):

@@ -19,9 +19,14 @@ import (
 // see Session.watch), so a release or resignation from outside ends it
 // too.
 type held struct {
-	ctx    context.Context
+	parent context.Context // the session's
+	ctx    context.Context // guarded by mu once newHeld returned (see context)
 	cancel context.CancelCauseFunc
 	lost   chan struct{}
+	// gone is the cause of an end from outside, letGo tells the server the
+	// holder let go of a holding it was asked to give up (see revoked).
+	gone  func() error
+	letGo func()
 
 	mu      sync.Mutex
 	ended   bool        // given up or lost
@@ -33,29 +38,67 @@ type held struct {
 	// in pending until settle says whether it was that end or a loss.
 	expected error
 	pending  error
+	asked    bool // a revocation came while expected was set
 }
 
-// expect marks an end the holder is bringing about, with cause: until
-// settle, a report of an end is held back.
+// context is h's context: the holding's, or after a hand-over the server
+// refused, the one that replaced it (see settle).
+func (h *held) context() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ctx
+}
+
+// expect marks an end the holder is bringing about, with cause, and ends
+// h's context now, before the holder's request leaves: nobody else can
+// hold before this holder has stopped. Until settle, a report of an end
+// is held back.
 func (h *held) expect(cause error) {
 	h.mu.Lock()
-	h.expected, h.pending = cause, nil
+	h.expected, h.pending, h.asked = cause, nil, false
+	cancel := h.cancel
 	h.mu.Unlock()
+	cancel(cause)
 }
 
 // settle ends the expectation: ok, the end happened (h ends with the
 // expected cause, as a give-up); otherwise an end reported meanwhile was
-// a loss, and is reported now.
+// a loss, and is reported now; else the server refused and the holding
+// goes on, under a new context (the old one ended in expect).
 func (h *held) settle(ok bool) {
 	h.mu.Lock()
-	cause, pending := h.expected, h.pending
-	h.expected, h.pending = nil, nil
+	cause, pending, asked := h.expected, h.pending, h.asked
+	h.expected, h.pending, h.asked = nil, nil, false
+	if !ok && pending == nil && !asked && !h.ended {
+		h.ctx, h.cancel = context.WithCancelCause(h.parent)
+		if h.parent.Err() != nil {
+			h.cancel(context.Cause(h.parent))
+		}
+	}
 	h.mu.Unlock()
 	switch {
 	case ok:
 		h.giveUp(cause)
 	case pending != nil:
 		h.lose(pending)
+	case asked:
+		h.revoked()
+	}
+}
+
+// revoked handles the server's request that h be given up (a release or
+// resignation from outside): h ends as lost, and only then is the server
+// told that the holder let go (letGo), which lets the next holder in.
+func (h *held) revoked() {
+	h.mu.Lock()
+	if h.expected != nil {
+		h.asked = true // settle decides: a hand-over under way may end it anyway
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	if h.lose(h.gone()) && h.letGo != nil {
+		go h.letGo()
 	}
 }
 
@@ -71,17 +114,22 @@ func followedOn(f following, followed bool) following {
 // newHeld starts tracking holding (its request id and token as granted),
 // which ends with cause gone() when the server reports it ended (built
 // then: most holdings are given up, and never need it).
-func newHeld(s *Session, holding *coorddv1.Holding, gone func() error, on following) *held {
+//
+// A request from the server that the holding be given up (a release or
+// resignation from outside) ends h the same way, and then calls letGo, on
+// a goroutine of its own, to tell the server (the holder's own release or
+// resignation): the server grants the next holder only then.
+func newHeld(s *Session, holding *coorddv1.Holding, gone func() error, on following, letGo func()) *held {
 	if holding.GetRevision() < holding.GetToken() {
 		holding.Revision = 0 // not one at which it was alive: let the server read
 	}
-	h := &held{lost: make(chan struct{})}
+	h := &held{parent: s.ctx, lost: make(chan struct{}), gone: gone, letGo: letGo}
 	h.ctx, h.cancel = context.WithCancelCause(s.ctx)
 	// Either may end h before newHeld has stored what undoes them: the
 	// session may be over already, and the stream may report the end as
 	// soon as watch has added it.
 	stop := context.AfterFunc(s.ctx, func() { h.lose(nil) })
-	unwatch, ended := s.watch(holding, func() { h.lose(gone()) }, on)
+	unwatch, ended := s.watch(holding, watchedHolding{ended: func() { h.lose(gone()) }, revoking: h.revoked}, on)
 	h.mu.Lock()
 	h.stop, h.unwatch = stop, unwatch
 	over := h.ended
@@ -110,10 +158,10 @@ func (h *held) giveUp(cause error) (tell, again bool) {
 		return again, again
 	}
 	h.ended = true
-	stop, unwatch := h.stop, h.unwatch
+	stop, unwatch, cancel := h.stop, h.unwatch, h.cancel
 	h.mu.Unlock()
 	h.undo(stop, unwatch)
-	h.cancel(cause)
+	cancel(cause)
 	return true, false
 }
 
@@ -142,26 +190,29 @@ func (h *held) undo(stop func() bool, unwatch func()) {
 }
 
 // lose ends h because it was lost (cause; nil when the session ended,
-// whose cause the context already carries) and closes lost.
-func (h *held) lose(cause error) {
+// whose cause the context already carries) and closes lost. It reports
+// whether this call ended h.
+func (h *held) lose(cause error) bool {
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
-		return
+		return false
 	}
 	if h.expected != nil && cause != nil {
 		h.pending = cause // settle decides
 		h.mu.Unlock()
-		return
+		return false
 	}
 	h.ended = true
-	stop, unwatch := h.stop, h.unwatch
+	stop, unwatch, cancel := h.stop, h.unwatch, h.cancel
 	h.mu.Unlock()
 	// Forgotten first: once lost is closed, nothing of h stays behind
 	// (or newHeld, which undoes what lose could not, has not returned yet).
 	h.undo(stop, unwatch)
+	// The context first: a holder that waits on lost finds it ended too.
+	cancel(cause)
 	close(h.lost)
-	h.cancel(cause)
+	return true
 }
 
 // errMoved cancels a call in flight when the client leaves an endpoint.

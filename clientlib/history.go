@@ -40,6 +40,12 @@ type HistoryEvent struct {
 	HandedFrom fencing.Token
 	// Waited is how long a grant queued; Held how long an ended one lasted.
 	Waited, Held time.Duration
+	// Revocation is, on an end from outside (a release, resignation or
+	// session close that did not come from the holder), how the holder was
+	// told: RevokeAcknowledged, RevokeBound or RevokeForced ("" otherwise);
+	// RevokeWaited how long the hand-over waited for it.
+	Revocation   string
+	RevokeWaited time.Duration
 }
 
 // HistoryQuery selects events. The zero value lists every event of the
@@ -115,6 +121,10 @@ func historyEvent(e *coorddv1.HistoryEvent) HistoryEvent {
 	}
 	if e.GetTime() != nil {
 		out.Time = e.GetTime().AsTime()
+	}
+	if r := e.GetRevocation(); r != nil {
+		rv := revocationOf(r)
+		out.Revocation, out.RevokeWaited = rv.Outcome, rv.Waited
 	}
 	return out
 }

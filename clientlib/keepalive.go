@@ -272,6 +272,17 @@ func (ks *kaStream) receive() {
 			ks.fail(err)
 			return
 		}
+		if asked := resp.GetRevoking(); len(asked) > 0 {
+			ks.mu.Lock()
+			ms := make([]*kaMember, 0, len(ks.members))
+			for _, m := range ks.members {
+				ms = append(ms, m)
+			}
+			ks.mu.Unlock()
+			for _, m := range ms {
+				m.s.holdingsRevoking(asked)
+			}
+		}
 		if ended := resp.GetEnded(); len(ended) > 0 {
 			// Remembered before they are handed out: a grant followed from
 			// the start may be added to its session only after its end was

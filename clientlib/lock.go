@@ -139,8 +139,27 @@ func (s *Session) heldLock(name string, grant *coorddv1.LockGrant, follow follow
 		func() error {
 			return fmt.Errorf("%w: the server reports lock %q (token %d) released: by a Release from elsewhere (coordctl, an admin, another client with the token) or because its session was closed", ErrNotHolder, name, grant.GetToken())
 		},
-		followedOn(follow, grant.GetFollowed()))
+		followedOn(follow, grant.GetFollowed()), l.letGo)
 	return l
+}
+
+// letGo tells the server that this holder gave the lock up when a release
+// from outside asked it to (its context has ended): the holder's own
+// release, which lets the next holder in. Retried while the session lives.
+func (l *Lock) letGo() {
+	req := &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream}
+	_, err := l.s.c.retry(l.s.ctx, releaseAttempt, func(ctx context.Context) error {
+		_, err := l.s.c.locks.Release(ctx, req)
+		return err
+	})
+	switch {
+	case err == nil:
+		if l.ownID {
+			l.s.ids.giveBack(l.name, l.read, l.requestID)
+		}
+	case !errors.Is(err, ErrNotHolder) && l.s.ctx.Err() == nil:
+		l.s.lg.Warn("coordd: could not tell the server that a lock asked for was given up; it ends at the revocation's bound", "name", l.name, "token", l.token, "err", err)
+	}
 }
 
 // Name is the lock's name.
@@ -156,7 +175,7 @@ func (l *Lock) Token() fencing.Token { return l.token }
 
 // Context is cancelled when the lock is released or lost, no later than
 // the session's local deadline; context.Cause tells why.
-func (l *Lock) Context() context.Context { return l.ctx }
+func (l *Lock) Context() context.Context { return l.context() }
 
 // Lost is closed when the lock is lost without Release: its session ended,
 // or the server reported the grant gone (released from outside this Lock,

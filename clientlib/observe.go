@@ -26,6 +26,10 @@ const (
 	// ElectionPreemptRequested: a waiting candidate that outranks Leader
 	// asked it to step down (ElectionEvent.By); the leader decides when.
 	ElectionPreemptRequested
+	// ElectionRevoking: a resignation from outside asks Leader to step
+	// down now (Leader.RevokingSince, RevokingUntil); the Go SDK of the
+	// leader ends its leadership and resigns by itself.
+	ElectionRevoking
 )
 
 func (t ElectionEventType) String() string {
@@ -42,6 +46,8 @@ func (t ElectionEventType) String() string {
 		return "VACANT"
 	case ElectionPreemptRequested:
 		return "PREEMPT_REQUESTED"
+	case ElectionRevoking:
+		return "REVOKING"
 	}
 	return "UNKNOWN"
 }
@@ -54,6 +60,7 @@ var electionEventTypes = map[coorddv1.ElectionEventType]ElectionEventType{
 	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_VACANT:     ElectionVacant,
 
 	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_PREEMPT_REQUESTED: ElectionPreemptRequested,
+	coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_REVOKING:          ElectionRevoking,
 }
 
 // ElectionEvent is one change of an election.

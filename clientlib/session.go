@@ -90,8 +90,9 @@ type holdingID struct {
 }
 
 type watchedHolding struct {
-	proto *coorddv1.Holding
-	ended func()
+	proto    *coorddv1.Holding
+	ended    func()
+	revoking func() // the server asks that the holding be given up; nil: ignore
 }
 
 // NewSession creates a session and starts keeping it alive. The keep-alive
@@ -136,7 +137,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		s.cancel(ErrSessionExpired)
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_ = c.Admin().CloseSession(cctx, s.id)
+		_, _ = c.sessions.CloseSession(cctx, &coorddv1.CloseSessionRequest{SessionId: s.id, ByOwner: true})
 		return nil, fmt.Errorf("%w: creating it took longer than its TTL minus the margin (%s)", ErrSessionExpired, ttl-s.margin)
 	}
 	c.mu.Lock()
@@ -197,7 +198,9 @@ func (s *Session) Err() error {
 func (s *Session) Close(ctx context.Context) error {
 	s.end(ErrSessionClosed)
 	<-s.loopDone
-	err := s.c.Admin().CloseSession(ctx, s.id)
+	// By its owner: every holding's context ended with the session's.
+	_, err := s.c.sessions.CloseSession(ctx, &coorddv1.CloseSessionRequest{SessionId: s.id, ByOwner: true})
+	err = convert(ctx, err)
 	if errors.Is(err, ErrSessionNotFound) {
 		return nil
 	}
@@ -337,9 +340,10 @@ const minReplyWait = time.Second
 // named again (a new stream names every holding). unwatch forgets h: call
 // it once h is given up or lost. gone says that the stream reported h
 // ended before it was added here: ended does not run then.
-func (s *Session) watch(h *coorddv1.Holding, ended func(), on following) (unwatch func(), gone bool) {
+func (s *Session) watch(h *coorddv1.Holding, report watchedHolding, on following) (unwatch func(), gone bool) {
 	id := holdingID{kind: h.GetKind(), name: h.GetName(), token: h.GetToken()}
-	w := &watchedHolding{proto: h, ended: ended}
+	w := &report
+	w.proto = h
 	s.hmu.Lock()
 	s.holdings[id] = w
 	followed := on.stream != 0 && s.named != nil && s.named.serverID.Load() == on.stream && s.named.evictions() == on.evicted
@@ -386,6 +390,24 @@ func (s *Session) followStream() following {
 		return following{}
 	}
 	return following{stream: s.named.serverID.Load(), evicted: s.named.evictions()}
+}
+
+// holdingsRevoking handles the server's request that holdings be given up
+// (a release or resignation from outside).
+func (s *Session) holdingsRevoking(asked []*coorddv1.Holding) {
+	var run []func()
+	s.hmu.Lock()
+	for _, h := range asked {
+		id := holdingID{kind: h.GetKind(), name: h.GetName(), token: h.GetToken()}
+		if w, ok := s.holdings[id]; ok && w.revoking != nil {
+			run = append(run, w.revoking)
+			s.lg.Info("coordd asks to give up a holding (released or resigned from outside)", "kind", h.GetKind(), "name", h.GetName(), "token", h.GetToken())
+		}
+	}
+	s.hmu.Unlock()
+	for _, f := range run {
+		f()
+	}
 }
 
 // holdingsEnded handles the server's report that holdings ended.
@@ -536,10 +558,7 @@ func (s *Session) stream(ctx context.Context) (err error) {
 				return errSilent
 			}
 		case <-s.announce:
-			if first {
-				continue // the first keep-alive names them all
-			}
-			if err := s.nameNewOn(ks); err != nil {
+			if err := s.announced(ks, first, timer); err != nil {
 				return streamErr(err)
 			}
 		case resp := <-m.acks:
@@ -571,6 +590,18 @@ func (s *Session) stream(ctx context.Context) (err error) {
 			timer.Reset(min(max(next, minReplyWait), max(s.untilDeadline(), 0)))
 		}
 	}
+}
+
+// announced names new holdings on ks. Before the first keep-alive (which
+// names them all) it sends that now rather than after its spread-out wait
+// (timer), so that a holding taken right after the session began is
+// followed at once.
+func (s *Session) announced(ks *kaStream, first bool, timer *time.Timer) error {
+	if !first {
+		return s.nameNewOn(ks)
+	}
+	timer.Reset(0)
+	return nil
 }
 
 // forgetStream drops ks as the stream the session's holdings are named

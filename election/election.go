@@ -22,6 +22,7 @@ import (
 	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/names"
 	"github.com/coordd/coordd/internal/base/queue"
+	"github.com/coordd/coordd/internal/base/revoke"
 	"github.com/coordd/coordd/session"
 )
 
@@ -137,6 +138,10 @@ type Leader struct {
 	Since time.Time
 	// Proclaims counts the leader's proclamations.
 	Proclaims int64
+	// RevokingSince and RevokingUntil say that a resignation from outside
+	// asked the leader to step down, when, and when the term ends if it
+	// has not by then (see Revoke). Zero otherwise.
+	RevokingSince, RevokingUntil time.Time
 }
 
 // Candidate is a campaign waiting for its turn.
@@ -548,6 +553,11 @@ func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token,
 // seat and the line (from the member, checked by the commit's compares)
 // and one commit.
 func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, hint session.Hint) error {
+	return m.resign(ctx, name, term, hint, nil)
+}
+
+// resign is Resign that also commits extra with the resignation.
+func (m *Manager) resign(ctx context.Context, name string, term fencing.Token, hint session.Hint, extra []clientv3.Op) error {
 	if err := validateTerm(name, term); err != nil {
 		return err
 	}
@@ -600,7 +610,7 @@ func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, h
 			// members give it.
 			ops = append(ops, clientv3.OpDelete(m.preemptKey(name)))
 		}
-		tr, err := m.commitEnd(ctx, name, ok, cmps, ops)
+		tr, err := m.commitEnd(ctx, name, ok, cmps, append(ops, extra...))
 		if err != nil || tr.Succeeded {
 			return m.resigned(name, session.Hint{Session: sess, RequestID: rid}, err)
 		}
@@ -640,7 +650,7 @@ func keyOf(kv *mvccpb.KeyValue) []byte {
 func (m *Manager) commitEnd(ctx context.Context, name string, creates bool, cmps []clientv3.Cmp, ops []clientv3.Op) (*clientv3.TxnResponse, error) {
 	tr, err := m.txns.Commit(ctx, groupcommit.Txn{Name: m.queue(name), Creates: creates, If: cmps, Then: ops})
 	if isNoSpace(err) {
-		tr, err = m.txns.Commit(ctx, groupcommit.Txn{Name: m.queue(name), If: cmps[:1], Then: withoutMarker(ops[:3])})
+		tr, err = m.txns.Commit(ctx, groupcommit.Txn{Name: m.queue(name), If: cmps[:1], Then: withoutMarker(ops[:endOpsLen])})
 	}
 	return tr, err
 }
@@ -680,7 +690,8 @@ func (m *Manager) Leader(ctx context.Context, name string) (Leader, int64, error
 	if err := validateName(name); err != nil {
 		return Leader{}, 0, err
 	}
-	resp, err := m.cli.Txn(ctx).Then(m.seatsOp(name), clientv3.OpGet(m.queue(name), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))).Commit()
+	resp, err := m.cli.Txn(ctx).Then(m.seatsOp(name), clientv3.OpGet(m.queue(name), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1)),
+		clientv3.OpGet(m.prefix(name)+"revoke/", clientv3.WithPrefix(), clientv3.WithLimit(8))).Commit()
 	if err != nil {
 		return Leader{}, 0, fmt.Errorf("election: leader of %q: %w", name, err)
 	}
@@ -692,6 +703,13 @@ func (m *Manager) Leader(ctx context.Context, name string) (Leader, int64, error
 		return Leader{}, resp.Header.Revision, fmt.Errorf("%w: nobody leads %q", ErrNoLeader, name)
 	}
 	ld, err := leaderFromSeat(m.seats(name), kv)
+	for _, mk := range resp.Responses[2].GetResponseRange().Kvs {
+		if string(mk.Key) == m.markKey(name, ld.Term) {
+			if v, ok := revoke.DecodeMark(mk.Value); ok {
+				ld.RevokingSince, ld.RevokingUntil = v.Since, v.Until
+			}
+		}
+	}
 	return ld, resp.Header.Revision, err
 }
 

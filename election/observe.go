@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/base/revoke"
 	"github.com/coordd/coordd/session"
 )
 
@@ -35,6 +36,10 @@ const (
 	// PreemptRequested: a waiting candidate that outranks Leader asked it
 	// to step down (Event.By); the leader decides when.
 	PreemptRequested
+	// Revoking: a resignation from outside asks Leader to step down now
+	// (Leader.RevokingSince, RevokingUntil): the next leader is elected once
+	// it resigns, or at the bound.
+	Revoking
 )
 
 func (t EventType) String() string {
@@ -51,6 +56,8 @@ func (t EventType) String() string {
 		return "VACANT"
 	case PreemptRequested:
 		return "PREEMPT_REQUESTED"
+	case Revoking:
+		return "REVOKING"
 	}
 	return "EventType(" + strconv.Itoa(int(t)) + ")"
 }
@@ -94,7 +101,8 @@ func (m *Manager) Observe(ctx context.Context, name string, from int64, send fun
 	if from < 0 {
 		return fmt.Errorf("%w: revision %d is negative", ErrInvalid, from)
 	}
-	o := &observer{seats: m.seats(name), resigned: m.resignedKey(name), preempt: m.preemptKey(name), entries: map[string]*mvccpb.KeyValue{}}
+	o := &observer{seats: m.seats(name), resigned: m.resignedKey(name), preempt: m.preemptKey(name), marks: m.prefix(name) + "revoke/",
+		entries: map[string]*mvccpb.KeyValue{}, revoking: map[int64]revoke.Mark{}}
 	prefix := m.prefix(name)
 	// Subscribed before any read: every change above pos will come
 	// through the member's shared watch.
@@ -257,12 +265,15 @@ type observer struct {
 	seats    string // the seat's key prefix
 	resigned string // the resignation marker's key
 	preempt  string // the preemption request's key
+	marks    string // the revocation marks' prefix
 	entries  map[string]*mvccpb.KeyValue
-	pre      *mvccpb.KeyValue // the preemption request, if any
+	pre      *mvccpb.KeyValue      // the preemption request, if any
+	revoking map[int64]revoke.Mark // revocations in progress, by term
 }
 
 func (o *observer) load(kvs []*mvccpb.KeyValue) {
 	clear(o.entries)
+	clear(o.revoking)
 	o.pre = nil
 	for _, kv := range kvs {
 		switch k := string(kv.Key); {
@@ -270,8 +281,39 @@ func (o *observer) load(kvs []*mvccpb.KeyValue) {
 			o.entries[k] = kv
 		case k == o.preempt:
 			o.pre = kv
+		case strings.HasPrefix(k, o.marks):
+			o.mark(kv, true)
 		}
 	}
+}
+
+// mark applies a put (or, put false, a delete) of a revocation mark and
+// returns its term (0 if kv is none).
+func (o *observer) mark(kv *mvccpb.KeyValue, put bool) int64 {
+	term, err := strconv.ParseInt(strings.TrimPrefix(string(kv.Key), o.marks), 10, 64)
+	if err != nil {
+		return 0
+	}
+	if !put {
+		delete(o.revoking, term)
+		return term
+	}
+	if mk, ok := revoke.DecodeMark(kv.Value); ok {
+		o.revoking[term] = mk
+	}
+	return term
+}
+
+// revocation returns the event for a revocation of head's term, if one
+// is in progress.
+func (o *observer) revocation(rev int64, head *mvccpb.KeyValue, current bool) []Event {
+	if head == nil {
+		return nil
+	}
+	if _, ok := o.revoking[head.CreateRevision]; !ok {
+		return nil
+	}
+	return []Event{{Type: Revoking, Revision: rev, Leader: o.leader(head), Current: current}}
 }
 
 // head is the seat: the lowest create revision, should there be two.
@@ -287,6 +329,9 @@ func (o *observer) head() *mvccpb.KeyValue {
 
 func (o *observer) leader(kv *mvccpb.KeyValue) Leader {
 	ld, _ := leaderFromSeat(o.seats, kv)
+	if mk, ok := o.revoking[kv.CreateRevision]; ok {
+		ld.RevokingSince, ld.RevokingUntil = mk.Since, mk.Until
+	}
 	return ld
 }
 
@@ -310,7 +355,8 @@ func (o *observer) current(rev int64) []Event {
 	if h == nil {
 		return []Event{{Type: Vacant, Revision: rev, Current: true}}
 	}
-	return append([]Event{{Type: Elected, Revision: rev, Leader: o.leader(h), Current: true}}, o.preemption(rev, h, o.pre, true)...)
+	out := append([]Event{{Type: Elected, Revision: rev, Leader: o.leader(h), Current: true}}, o.preemption(rev, h, o.pre, true)...)
+	return append(out, o.revocation(rev, h, true)...)
 }
 
 // apply applies one revision's etcd events and returns the election events
@@ -320,9 +366,14 @@ func (o *observer) apply(rev int64, evs []*clientv3.Event) []Event {
 	resigned := int64(0)
 	headPut := false
 	var pre *mvccpb.KeyValue
+	marked := int64(0) // the term a revocation mark was put for
 	for _, ev := range evs {
 		k := string(ev.Kv.Key)
 		switch {
+		case strings.HasPrefix(k, o.marks):
+			if t := o.mark(ev.Kv, ev.Type == mvccpb.PUT); ev.Type == mvccpb.PUT {
+				marked = t
+			}
 		case k == o.resigned && ev.Type == mvccpb.PUT:
 			resigned, _ = strconv.ParseInt(string(ev.Kv.Value), 10, 64)
 		case k == o.preempt:
@@ -361,5 +412,14 @@ func (o *observer) apply(rev int64, evs []*clientv3.Event) []Event {
 			out = append(out, Event{Type: Proclaimed, Revision: rev, Leader: after})
 		}
 	}
-	return append(out, o.preemption(rev, cur, pre, false)...)
+	out = append(out, o.preemption(rev, cur, pre, false)...)
+	if cur != nil && marked == cur.CreateRevision {
+		out = append(out, o.revocation(rev, cur, false)...)
+	}
+	for term := range o.revoking {
+		if cur == nil || term < cur.CreateRevision {
+			delete(o.revoking, term) // its term ended (its mark goes with the session)
+		}
+	}
+	return out
 }

@@ -370,13 +370,19 @@ func (m *Manager) splitHandOver(ctx context.Context, cmps []clientv3.Cmp, ops []
 // endOps end the leadership of seatKey (term, bound to lease) and the
 // campaign under own: the resignation marker tells observers it was not
 // an expiry.
+// A revocation mark of the term (a resignation from outside asked the
+// leader to step down) goes with it.
 func (m *Manager) endOps(name, seatKey, own string, term fencing.Token, lease int64) []clientv3.Op {
 	return []clientv3.Op{
 		clientv3.OpDelete(seatKey),
 		clientv3.OpDelete(own, clientv3.WithPrefix()),
 		clientv3.OpPut(m.resignedKey(name), strconv.FormatInt(int64(term), 10), clientv3.WithLease(clientv3.LeaseID(lease))),
+		clientv3.OpDelete(m.markKey(name, term)),
 	}
 }
+
+// endOpsLen is how many operations endOps returns.
+const endOpsLen = 4
 
 // askToStepDown records candidate e's request that the leader (its seat
 // kv) step down, when e outranks it and no request at least as high is

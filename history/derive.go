@@ -16,6 +16,7 @@ import (
 
 	"github.com/coordd/coordd/internal/base/flatjson"
 	"github.com/coordd/coordd/internal/base/names"
+	"github.com/coordd/coordd/internal/base/revoke"
 	"github.com/coordd/coordd/lock"
 	"github.com/coordd/coordd/session"
 )
@@ -31,6 +32,8 @@ type state struct {
 	touched  map[string]bool
 	closed   map[session.ID]bool
 	resigned map[string]int64
+	revoked  map[*queueState]revoke.Ended // outcome records written this revision
+	now      time.Time                    // when the revision being applied was seen
 	out      []Event
 	// emptied counts queues left empty since the last sweep: an empty
 	// queue is kept for its lock's next acquisition (a lock taken and
@@ -50,6 +53,9 @@ type queueState struct {
 	entries list.List                // of *entry, in create-revision order
 	byKey   map[string]*list.Element // the entries' elements
 	held    map[string]holder        // the entries that hold it, by key
+	// revoking are the grants (by token) a revocation asked to let go,
+	// and when the recorder saw the request.
+	revoking map[int64]time.Time
 }
 
 // entry is a queue entry as etcd holds it, and its value decoded (once,
@@ -237,10 +243,60 @@ func (s *state) queueOf(key string) (prefix string, k Kind, esc string, marker b
 	return "", "", "", false
 }
 
+// revocationOf returns, for a revocation mark (mark) or a record of how
+// one ended (!mark) of a lock or election, its queue prefix and the
+// mark's token; ok false for any other key.
+func (s *state) revocationOf(key string) (prefix string, token int64, mark, ok bool) {
+	for _, root := range []string{s.lockRoot, s.electionRoot} {
+		rest, found := strings.CutPrefix(key, root)
+		if !found {
+			continue
+		}
+		esc, sub, found := strings.Cut(rest, "/")
+		if !found {
+			return "", 0, false, false
+		}
+		prefix = key[:len(root)+len(esc)+1]
+		if sub == "revoked" {
+			return prefix, 0, false, true
+		}
+		if t, found := strings.CutPrefix(sub, "revoke/"); found {
+			token, err := strconv.ParseInt(t, 10, 64)
+			return prefix, token, true, err == nil
+		}
+		return "", 0, false, false
+	}
+	return "", 0, false, false
+}
+
+// putRevocation applies a put of a revocation mark or outcome record.
+func (s *state) putRevocation(prefix string, token int64, mark bool, kv *mvccpb.KeyValue) {
+	q := s.queues[prefix]
+	if q == nil {
+		return // written for holders, whose queue is known
+	}
+	if !mark {
+		if rec, ok := revoke.DecodeEnded(kv.Value); ok && s.revoked != nil {
+			s.revoked[q] = rec
+		}
+		return
+	}
+	if q.revoking == nil {
+		q.revoking = map[int64]time.Time{}
+	}
+	if _, ok := q.revoking[token]; !ok {
+		q.revoking[token] = s.now
+	}
+}
+
 // put applies a put of kv. touched collects the queues it changes,
 // resigned the terms whose resignation markers it writes.
 func (s *state) put(kv *mvccpb.KeyValue, touched map[string]bool, resigned map[string]int64) {
 	key := string(kv.Key)
+	if prefix, token, mark, ok := s.revocationOf(key); ok {
+		s.putRevocation(prefix, token, mark, kv)
+		return
+	}
 	if rest, ok := strings.CutPrefix(key, s.sessionRoot); ok {
 		if id, rec, ok := session.ParseRecord(rest, kv.Value); ok {
 			if rec.EndedBy != "" {
@@ -332,6 +388,11 @@ func (s *state) apply(rev int64, evs []*clientv3.Event, now time.Time) []Event {
 	clear(touched)
 	clear(closed)
 	clear(resigned)
+	if s.revoked == nil {
+		s.revoked = map[*queueState]revoke.Ended{}
+	}
+	clear(s.revoked)
+	s.now = now
 	for _, ev := range evs {
 		if ev.Type == clientv3.EventTypeDelete {
 			s.del(string(ev.Kv.Key), touched, closed)
@@ -383,6 +444,7 @@ func (s *state) step(out []Event, q *queueState, rev int64, now time.Time, close
 		e := s.event(q, h.lease, rev, now)
 		e.Token, e.Held = h.token, max(now.Sub(h.since), 0)
 		e.Type, e.Reason = s.endReason(q.kind, h, closed, resignedTerm)
+		s.revocation(&e, q, now)
 		out = append(out, e)
 	}
 	for _, en := range q.holders() {
@@ -407,6 +469,41 @@ func (s *state) step(out []Event, q *queueState, rev int64, now time.Time, close
 		out = append(out, e)
 	}
 	return out
+}
+
+// revocation completes e, the end of a grant of q, if a revocation ended
+// it: how (the holder let go when asked, the bound passed, or it was
+// forced) and how long it waited for the holder.
+func (s *state) revocation(e *Event, q *queueState, now time.Time) {
+	asked, wasAsked := q.revoking[e.Token]
+	delete(q.revoking, e.Token)
+	rec, recorded := s.revoked[q]
+	if recorded && rec.Token != e.Token {
+		recorded = false
+	}
+	switch {
+	case recorded:
+		e.Revocation = rec.Outcome
+	case wasAsked:
+		e.Revocation = revoke.Acknowledged
+	default:
+		return
+	}
+	if wasAsked {
+		e.RevokeWaited = max(now.Sub(asked), 0)
+	}
+	what := "released"
+	if q.kind == Election {
+		what = "resigned"
+	}
+	switch e.Revocation {
+	case revoke.Acknowledged:
+		e.Reason = what + " from outside: the holder let go when asked"
+	case revoke.Bound:
+		e.Reason = what + " from outside: the holder did not let go within the bound"
+	case revoke.Forced:
+		e.Reason = what + " from outside, forced: the holder was not asked"
+	}
 }
 
 // event starts an event of q for the session of lease.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/names"
+	"github.com/coordd/coordd/internal/base/revoke"
 )
 
 // ErrInvalid is returned by Store.List for a malformed query (a bad name,
@@ -76,6 +77,13 @@ type Event struct {
 	Waited time.Duration `json:"waited,omitempty"`
 	// Held is, on an end, how long the grant lasted.
 	Held time.Duration `json:"held,omitempty"`
+	// Revocation is, on an end from outside (a release or resignation
+	// that did not come from the holder), how the holder was told:
+	// acknowledged, bound or forced (package revoke).
+	Revocation revoke.Outcome `json:"revocation,omitempty"`
+	// RevokeWaited is how long such an end waited for the holder, from
+	// when the recorder saw the request.
+	RevokeWaited time.Duration `json:"revoke_waited,omitempty"`
 
 	seq   int    // the event's place within its revision
 	named string // its lock's or election's n/ prefix (keys.named), when derived

@@ -53,6 +53,8 @@ func (e *Event) appendJSON(b []byte) []byte {
 	num("handed_from", e.HandedFrom, false)
 	num("waited", int64(e.Waited), false)
 	num("held", int64(e.Held), false)
+	str("revocation", string(e.Revocation))
+	num("revoke_waited", int64(e.RevokeWaited), false)
 	b[len(b)-1] = '}' // the last field's comma
 	return b
 }

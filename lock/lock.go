@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/names"
 	"github.com/coordd/coordd/internal/base/queue"
+	"github.com/coordd/coordd/internal/base/revoke"
 	"github.com/coordd/coordd/kv"
 	"github.com/coordd/coordd/session"
 )
@@ -261,7 +263,10 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
 		Name: m.queue(name),
 		If:   []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))},
-		Then: []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(m.heldPrefix(name) + strconv.FormatInt(int64(token), 10))},
+		// A revocation mark (a release from outside asked the holder to let
+		// go) goes with it: this release is the holder's answer.
+		Then: []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(m.heldPrefix(name) + strconv.FormatInt(int64(token), 10)),
+			clientv3.OpDelete(m.markKey(name, token))},
 	})
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", name, err)
@@ -482,6 +487,10 @@ type Entry struct {
 	// granted at once, else when its wait ended. Zero for waiters.
 	Since time.Time
 	Read  bool // a shared (read) grant or wait
+	// RevokingSince and RevokingUntil, on a holder, say that a release
+	// from outside asked it to let go, when, and when the grant ends if
+	// it has not by then (see Revoke). Zero otherwise.
+	RevokingSince, RevokingUntil time.Time
 }
 
 // Description is a lock's state at one revision.
@@ -550,6 +559,8 @@ func (m *Manager) describe(ctx context.Context, name string, p Page, all bool) (
 	if !crowd {
 		ops = append(ops, clientv3.OpGet(q, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))
 	}
+	// Revocations in progress: one mark per holder at most.
+	ops = append(ops, clientv3.OpGet(m.markPrefix(name), clientv3.WithPrefix(), clientv3.WithLimit(MaxLimit)))
 	tresp, err := m.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return Description{}, fmt.Errorf("lock: describe %q: %w", name, err)
@@ -599,8 +610,15 @@ func (m *Manager) describe(ctx context.Context, name string, p Page, all bool) (
 		found = found[:p.Size]
 		d.Next = fencing.Token(found[len(found)-1].KV.CreateRevision)
 	}
+	marks := map[int64]revoke.Mark{}
+	for _, kv := range tresp.Responses[len(ops)-1].GetResponseRange().Kvs {
+		t, err := strconv.ParseInt(strings.TrimPrefix(string(kv.Key), m.markPrefix(name)), 10, 64)
+		if mk, ok := revoke.DecodeMark(kv.Value); ok && err == nil {
+			marks[t] = mk
+		}
+	}
 	for _, f := range found {
-		if err := d.add(f, delayed); err != nil {
+		if err := d.add(f, delayed, marks); err != nil {
 			return Description{}, err
 		}
 	}
@@ -612,7 +630,7 @@ func (m *Manager) describe(ctx context.Context, name string, p Page, all bool) (
 
 // add adds f, an entry of d's lock, to its holders or waiters: an entry
 // whose turn came holds, unless it sits out the lock-delay (token delayed).
-func (d *Description) add(f queue.Found, delayed int64) error {
+func (d *Description) add(f queue.Found, delayed int64, marks map[int64]revoke.Mark) error {
 	kv := f.KV
 	var w waiter
 	if err := json.Unmarshal(kv.Value, &w); err != nil {
@@ -623,6 +641,9 @@ func (d *Description) add(f queue.Found, delayed int64) error {
 		e.Since = w.Enqueued
 		if !w.Granted.IsZero() {
 			e.Since = w.Granted
+		}
+		if mk, ok := marks[kv.CreateRevision]; ok {
+			e.RevokingSince, e.RevokingUntil = mk.Since, mk.Until
 		}
 		d.Holders = append(d.Holders, e)
 	} else {

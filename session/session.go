@@ -470,3 +470,21 @@ func ParseRecord(key string, value []byte) (id ID, r Record, ok bool) {
 	}
 	return id, Record{Owner: rec.Owner, Hostname: rec.Hostname, Principal: rec.Principal, EndedBy: rec.EndedBy}, true
 }
+
+// Keys returns the keys bound to the session (its etcd lease): its lock
+// entries, candidacies and seats among them. It returns ErrNotFound when
+// the session has ended.
+func (m *Manager) Keys(ctx context.Context, id ID) ([]string, error) {
+	resp, err := m.cli.TimeToLive(ctx, clientv3.LeaseID(id), clientv3.WithAttachedKeys())
+	if err != nil {
+		return nil, fmt.Errorf("session: keys of %s: %w", id, err)
+	}
+	if resp.TTL < 0 {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	keys := make([]string, len(resp.Keys))
+	for i, k := range resp.Keys {
+		keys[i] = string(k)
+	}
+	return keys, nil
+}

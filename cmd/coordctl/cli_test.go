@@ -868,10 +868,10 @@ func TestHistoryCommands(t *testing.T) {
 	jsonOf(t, must(t, ep, "session", "create", "--owner", "nightly", "-o", "json"), &s)
 	var g struct{ Token string }
 	jsonOf(t, must(t, ep, "lock", "acquire", "jobs/h", "--session", s.ID, "-o", "json"), &g)
-	must(t, ep, "lock", "release", "jobs/h", g.Token)
+	must(t, ep, "lock", "release", "jobs/h", g.Token, "--session", s.ID)
 	var l struct{ Term string }
 	jsonOf(t, must(t, ep, "elect", "campaign", "jobs/e", "host-1", "--session", s.ID, "-o", "json"), &l)
-	must(t, ep, "session", "close", s.ID)
+	must(t, ep, "session", "close", s.ID, "--owner")
 	var evs []struct{ Type, Token, Owner, Reason string }
 	wait.For(t, "the lock's grant and release in its history", func() bool {
 		jsonOf(t, must(t, ep, "lock", "history", "jobs/h", "--since", "1h", "-o", "json"), &evs)

@@ -68,18 +68,30 @@ func (a *app) electCommand() *cobra.Command {
 			})
 		},
 	}
+	var rf revokeFlags
 	resign := &cobra.Command{
 		Use:   "resign NAME TERM",
-		Short: "End a leadership (exit 4 if the term does not lead)",
-		Args:  cobra.ExactArgs(2),
+		Short: "End a leadership; from outside, the leader is asked to step down first (exit 4 if the term does not lead)",
+		Long: `End a leadership. Unless --session names the leader's own session, the
+resignation is from outside: the server asks the leader to step down and
+elects the next one once it does, or once the bound passes (--within, at
+most and by default the leader's session TTL). --force ends it at once.`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			term, err := parseToken(args[1])
 			if err != nil {
 				return err
 			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error { return c.Admin().Resign(ctx, args[0], term) })
+			return rf.call(a, cmd, func(ctx context.Context, c *clientlib.Client) error {
+				r, err := c.Admin().RevokeLeadership(ctx, args[0], term, rf.options()...)
+				if err != nil {
+					return err
+				}
+				return printRevocation(a, "resigned", args[0], term, r)
+			})
 		},
 	}
+	rf.add(resign, "the leader's own session: the leader resigns, at once")
 	var toCampaign string
 	transfer := &cobra.Command{
 		Use:   "transfer NAME TERM SESSION",

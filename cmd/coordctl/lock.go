@@ -140,18 +140,33 @@ or all with the session (session close).`,
 	acquireAll.Flags().StringVar(&allMetadata, "metadata", "", "note shown by lock status on each lock")
 	acquireAll.Flags().StringVar(&allRequestID, "request-id", "", "the set's idempotency key: run again with the same session and id and it resumes the same grants")
 
+	var rf revokeFlags
 	release := &cobra.Command{
 		Use:   "release NAME TOKEN",
-		Short: "Give up the grant a token names",
-		Args:  cobra.ExactArgs(2),
+		Short: "End the grant a token names; from outside, its holder is asked to let go first",
+		Long: `End the grant a token names. Unless --session names the holder's own
+session (a script releasing what it acquired), the release is from
+outside: the server asks the holder to let go and grants the next waiter
+once it does (the Go, Python and TypeScript clients let go at once), or
+once the bound passes (--within, at most and by default the holder's
+session TTL: a holder without a stream, such as a REST client, cannot
+answer). --force ends it at once.`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			token, err := parseToken(args[1])
 			if err != nil {
 				return err
 			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error { return c.Admin().Release(ctx, args[0], token) })
+			return rf.call(a, cmd, func(ctx context.Context, c *clientlib.Client) error {
+				r, err := c.Admin().Revoke(ctx, args[0], token, rf.options()...)
+				if err != nil {
+					return err
+				}
+				return printRevocation(a, "released", args[0], token, r)
+			})
 		},
 	}
+	rf.add(release, "the holder's own session: the holder releases, at once")
 
 	var follow bool
 	var count, pageSize int

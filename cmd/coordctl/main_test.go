@@ -110,9 +110,13 @@ func TestLockCommands(t *testing.T) {
 		t.Fatalf("lock list: %q", out)
 	}
 	must(t, ep, "lock", "validate", "jobs/nightly", g.Token)
-	must(t, ep, "lock", "release", "jobs/nightly", g.Token)
+	// From outside, with nobody to answer (the acquiring process is gone):
+	// it ends at the bound, and says so.
+	if out := must(t, ep, "lock", "release", "jobs/nightly", g.Token, "--within", "100ms"); !strings.Contains(out, "did not answer") {
+		t.Fatalf("lock release from outside: %q", out)
+	}
 	exits(t, exitConflict, ep, "lock", "validate", "jobs/nightly", g.Token)
-	exits(t, exitConflict, ep, "lock", "release", "jobs/nightly", g.Token)
+	exits(t, exitConflict, ep, "lock", "release", "jobs/nightly", g.Token, "--session", s.ID)
 	exits(t, exitUsage, ep, "lock", "release", "jobs/nightly", "zero")
 	exits(t, exitUsage, ep, "lock", "acquire", "x")
 }
@@ -262,7 +266,7 @@ func TestElectCommands(t *testing.T) {
 	}
 	exits(t, exitConflict, ep, "elect", "transfer", "scheduler", camp.Term, s2.ID)
 	exits(t, exitConflict, ep, "elect", "resign", "scheduler", camp.Term)
-	must(t, ep, "elect", "resign", "scheduler", handed.Term)
+	must(t, ep, "elect", "resign", "scheduler", handed.Term, "--session", s2.ID) // the leader's own
 	exits(t, exitNotFound, ep, "elect", "leader", "scheduler")
 
 	// elect run: one leads, the other stands by until the first's command

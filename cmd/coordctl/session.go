@@ -137,16 +137,29 @@ func (a *app) sessionCommand() *cobra.Command {
 			})
 		},
 	}
+	var rf revokeFlags
+	var byOwner bool
 	closeCmd := &cobra.Command{
 		Use:   "close ID",
-		Short: "Close a session: its locks and candidacies end at once",
-		Args:  cobra.ExactArgs(1),
+		Short: "Close a session: from outside, the holders of its locks and leaderships are asked to let go first",
+		Long: `Close a session and end everything attached to it. With --owner the
+caller is the session's owner (the script that created it), which has
+stopped acting on its locks and leaderships: they end at once. Without it
+the close is from outside: each holder is asked to let go first, as by
+lock release (the next holder is granted once it does, or at the bound).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				return c.Admin().CloseSession(ctx, args[0])
+			if byOwner {
+				rf.holder = args[0]
+			}
+			return rf.call(a, cmd, func(ctx context.Context, c *clientlib.Client) error {
+				return c.Admin().CloseSession(ctx, args[0], rf.options()...)
 			})
 		},
 	}
+	closeCmd.Flags().BoolVar(&byOwner, "owner", false, "the caller owns the session and has stopped acting on its holdings: end them at once")
+	closeCmd.Flags().BoolVar(&rf.force, "force", false, "end them at once without asking the holders (a hung process): only fencing protects")
+	closeCmd.Flags().DurationVar(&rf.within, "within", 0, "how long each holder may take to let go (default and at most: the session's TTL)")
 	cmd.AddCommand(create, keepalive, list, get, closeCmd)
 	return cmd
 }

@@ -8,17 +8,26 @@
 // observers a member serves, it keeps one etcd watch per prefix.
 //
 // Guarantees:
+//
 //   - An entry watched with Watch is reported ended exactly once: as soon as
 //     this member applies its deletion, or at once if it was already gone
 //     (or is another incarnation of the key) when the watch began. A
 //     deletion is never missed, also across restarts of the etcd watch (a
 //     restart checks every watched entry again).
+//
 //   - An entry that still exists is never reported ended.
+//
 //   - WatchFrom an entry known alive at a revision reads nothing from etcd
 //     when the member's watch has not dispatched past that revision, or
 //     remembers every deletion since it (the last few thousand per prefix,
 //     forgotten when the etcd watch restarts); otherwise it reads, as
 //     Watch does.
+//
+//   - A revocation mark (see MarkKey) written for a watched entry is
+//     reported to its subscriber (WatchRevocable) once, as soon as this
+//     member applies it, or at once if it was there when the watch began:
+//     the holder is asked to let go before anyone else is given what it
+//     holds (package lock and package election wait for that).
 //
 // Non-guarantees: a report reaches the subscriber after the deletion was
 // applied: another holder may already hold the lock by then (the gap is one
@@ -29,7 +38,9 @@ package grantwatch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -68,14 +79,16 @@ type Watcher struct {
 // (up to recentDeletions of them), so that WatchFrom an entry known alive
 // at a recent revision needs no read of etcd.
 type deletions struct {
-	floor int64            // every deletion after floor, up to pos, is in byKey
-	byKey map[string]int64 // key -> revision of its latest deletion
-	order []deletion       // oldest first, to forget them in order
+	floor  int64            // every deletion after floor, up to pos, is in byKey
+	byKey  map[string]int64 // key -> revision of its latest deletion
+	marked map[string]int64 // entry key -> revision of its latest revocation mark
+	order  []deletion       // oldest first, to forget them in order
 }
 
 type deletion struct {
-	key string
-	rev int64
+	key  string
+	rev  int64
+	mark bool // a revocation mark of the entry at key, not its deletion
 }
 
 // recentDeletions is how many deletions a Watcher remembers per prefix:
@@ -87,18 +100,27 @@ var recentDeletions = 4096 // a variable for tests
 func (d *deletions) reset(floor int64) {
 	d.floor = floor
 	clear(d.byKey)
+	clear(d.marked)
 	d.order = d.order[:0]
 }
 
-func (d *deletions) add(key string, rev int64) {
-	d.byKey[key] = rev
-	d.order = append(d.order, deletion{key, rev})
+func (d *deletions) add(key string, rev int64, mark bool) {
+	if mark {
+		d.marked[key] = rev
+	} else {
+		d.byKey[key] = rev
+	}
+	d.order = append(d.order, deletion{key, rev, mark})
 	if len(d.order) > recentDeletions {
 		old := d.order[0]
 		d.order = d.order[1:]
 		d.floor = max(d.floor, old.rev)
-		if d.byKey[old.key] == old.rev {
-			delete(d.byKey, old.key)
+		m := d.byKey
+		if old.mark {
+			m = d.marked
+		}
+		if m[old.key] == old.rev {
+			delete(m, old.key)
 		}
 	}
 }
@@ -108,9 +130,72 @@ type sub struct {
 	createRev int64
 	once      sync.Once
 	ended     func()
+	revoking  func() // nil: not told of revocation marks
+	asked     sync.Once
 }
 
-func (s *sub) end() { s.once.Do(s.ended) }
+func (s *sub) end() {
+	s.once.Do(func() {
+		s.asked.Do(func() {}) // no revocation report after the end
+		s.ended()
+	})
+}
+
+// revoke tells the subscriber its entry is being revoked, once.
+func (s *sub) revoke() {
+	if s.revoking != nil {
+		s.asked.Do(s.revoking)
+	}
+}
+
+// MarkKey is the key of the revocation mark of the entry at entryKey
+// created at token, an entry under one of prefixes: the entry's first
+// segment below its prefix (a lock's or election's escaped name) followed
+// by "/revoke/" and the token. Its value is JSON with at least the
+// entry's key ({"key": ...}). A lock or election that revokes a grant
+// writes it first, and waits for the holder to let go (or a bound) before
+// it gives the grant to anyone else; the holder's member reports it to
+// the subscribers of the entry (WatchRevocable). "" when entryKey is not
+// under prefixes.
+func MarkKey(prefixes []string, entryKey string, token int64) string {
+	for _, p := range prefixes {
+		rest, ok := strings.CutPrefix(entryKey, p)
+		if !ok {
+			continue
+		}
+		seg, _, ok := strings.Cut(rest, "/")
+		if !ok {
+			return ""
+		}
+		return p + seg + "/revoke/" + strconv.FormatInt(token, 10)
+	}
+	return ""
+}
+
+// markOf decodes a revocation mark at key with value: the entry it
+// revokes and its token (ok false when key is not a mark).
+func markOf(prefix, key string, value []byte) (entryKey string, token int64, ok bool) {
+	rest, _ := strings.CutPrefix(key, prefix)
+	_, sub, found := strings.Cut(rest, "/")
+	if !found {
+		return "", 0, false
+	}
+	t, found := strings.CutPrefix(sub, "revoke/")
+	if !found {
+		return "", 0, false
+	}
+	token, err := strconv.ParseInt(t, 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	var v struct {
+		Key string `json:"key"`
+	}
+	if json.Unmarshal(value, &v) != nil || v.Key == "" {
+		return "", 0, false
+	}
+	return v.Key, token, true
+}
 
 // New returns a Watcher for entries under the given key prefixes. Watch
 // reports deletions only once Run runs.
@@ -119,7 +204,7 @@ func New(cli *clientv3.Client, prefixes ...string) *Watcher {
 		feeds: make(map[string]map[*Feed]struct{}), pos: make(map[string]int64), recent: make(map[string]*deletions),
 		delivered: make(map[string]int64), moved: make(chan struct{})}
 	for _, p := range prefixes {
-		w.recent[p] = &deletions{byKey: make(map[string]int64)}
+		w.recent[p] = &deletions{byKey: make(map[string]int64), marked: make(map[string]int64)}
 	}
 	return w
 }
@@ -142,7 +227,15 @@ func (w *Watcher) Watch(ctx context.Context, key string, createRev int64, ended 
 // it watches without reading etcd. aliveAt is trusted: a caller that
 // names one at which the entry did not exist may not hear of its end.
 func (w *Watcher) WatchFrom(ctx context.Context, key string, createRev, aliveAt int64, ended func()) (stop func(), err error) {
-	s := &sub{key: key, createRev: createRev, ended: ended}
+	return w.WatchRevocable(ctx, key, createRev, aliveAt, ended, nil)
+}
+
+// WatchRevocable is WatchFrom that also calls revoking, once, when a
+// revocation mark of the entry (MarkKey) is written, or at once if one is
+// there when the watch begins (revoking nil: not told). revoking runs as
+// ended does, and never after ended or stop.
+func (w *Watcher) WatchRevocable(ctx context.Context, key string, createRev, aliveAt int64, ended, revoking func()) (stop func(), err error) {
+	s := &sub{key: key, createRev: createRev, ended: ended, revoking: revoking}
 	// Register before reading: a deletion applied after the read is then
 	// seen by Run (its watch has not passed the read's revision yet: a
 	// linearizable read returns at least every revision this member had
@@ -157,6 +250,7 @@ func (w *Watcher) WatchFrom(ctx context.Context, key string, createRev, aliveAt 
 	stop = func() {
 		w.remove(s)
 		s.once.Do(func() {}) // no report after stop
+		s.asked.Do(func() {})
 	}
 	if known {
 		if gone {
@@ -165,16 +259,42 @@ func (w *Watcher) WatchFrom(ctx context.Context, key string, createRev, aliveAt 
 		}
 		return stop, nil
 	}
-	resp, err := w.cli.Get(ctx, key)
+	alive, marked, err := w.read(ctx, s)
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+	switch {
+	case !alive:
 		w.remove(s)
 		s.end()
+	case marked:
+		s.revoke()
 	}
 	return stop, nil
+}
+
+// read reads whether s's entry is alive, and (when s hears of them)
+// whether a revocation mark of it exists.
+func (w *Watcher) read(ctx context.Context, s *sub) (alive, marked bool, err error) {
+	mark := ""
+	if s.revoking != nil {
+		mark = MarkKey(w.prefixes, s.key, s.createRev)
+	}
+	if mark == "" {
+		resp, err := w.cli.Get(ctx, s.key)
+		if err != nil {
+			return false, false, err
+		}
+		return len(resp.Kvs) > 0 && resp.Kvs[0].CreateRevision == s.createRev, false, nil
+	}
+	resp, err := w.cli.Txn(ctx).Then(clientv3.OpGet(s.key), clientv3.OpGet(mark, clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return false, false, err
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	alive = len(kvs) > 0 && kvs[0].CreateRevision == s.createRev
+	return alive, len(resp.Responses[1].GetResponseRange().Kvs) > 0, nil
 }
 
 // knownLocked says whether key, alive at aliveAt, was deleted
@@ -193,8 +313,10 @@ func (w *Watcher) knownLocked(key string, aliveAt int64) (known, gone bool) {
 		return true, false // nothing after aliveAt dispatched yet
 	}
 	d := w.recent[p]
-	if d.floor > aliveAt {
-		return false, false // deletions since aliveAt may be forgotten
+	if d.floor > aliveAt || d.marked[key] > aliveAt {
+		// Deletions since aliveAt may be forgotten, or a revocation mark
+		// was dispatched since: read both.
+		return false, false
 	}
 	return true, d.byKey[key] > aliveAt
 }
@@ -335,13 +457,23 @@ func (w *Watcher) dispatch(ctx context.Context, responses <-chan response) {
 // picks the Feeds, so a Feed subscribed meanwhile either gets these
 // changes or a position at or above them.
 func (w *Watcher) changed(resp response) {
-	var ended []*sub
+	var ended, revoked []*sub
 	var fed map[*Feed][]*clientv3.Event // made for the first change a Feed takes
 	w.mu.Lock()
 	for _, ev := range resp.Events {
 		key, rev := string(ev.Kv.Key), ev.Kv.ModRevision
+		if ev.Type == mvccpb.PUT {
+			if entry, token, ok := markOf(resp.prefix, key, ev.Kv.Value); ok {
+				w.recent[resp.prefix].add(entry, rev, true)
+				for s := range w.subs[entry] {
+					if s.createRev == token {
+						revoked = append(revoked, s)
+					}
+				}
+			}
+		}
 		if ev.Type == mvccpb.DELETE {
-			w.recent[resp.prefix].add(key, rev)
+			w.recent[resp.prefix].add(key, rev, false)
 			for s := range w.subs[key] {
 				if s.createRev < rev {
 					ended = append(ended, s)
@@ -369,6 +501,9 @@ func (w *Watcher) changed(resp response) {
 	}
 	w.pos[resp.prefix] = max(w.pos[resp.prefix], resp.Header.Revision)
 	w.mu.Unlock()
+	for _, s := range revoked {
+		s.revoke()
+	}
 	for _, s := range ended {
 		s.end()
 	}
@@ -465,13 +600,16 @@ func (w *Watcher) recheck(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	for _, s := range all {
-		resp, err := w.cli.Get(ctx, s.key)
+		alive, marked, err := w.read(ctx, s)
 		if err != nil {
 			return err
 		}
-		if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != s.createRev {
+		switch {
+		case !alive:
 			w.remove(s)
 			s.end()
+		case marked:
+			s.revoke()
 		}
 	}
 	return nil

@@ -403,3 +403,59 @@ func TestSetReportsEachEndOnce(t *testing.T) {
 		t.Fatalf("Add after Close = %v, %v; want false, nil", ok, err)
 	}
 }
+
+// A revocation mark of a watched entry is reported once, as it is
+// written or at once when it was there before the watch; marks of other
+// entries, or of another incarnation, are not; an entry whose mark came
+// after the revision a watch names is read, not taken from memory.
+func TestRevocationMarksAreReportedToTheirEntry(t *testing.T) {
+	t.Parallel()
+	cli := start(t)
+	prefixes := []string{"/r/lock/"}
+	w := grantwatch.New(cli, prefixes...)
+	run(t, w)
+	synced(t, cli, w)
+	mark := func(key string, token int64) {
+		t.Helper()
+		if _, err := cli.Put(t.Context(), grantwatch.MarkKey(prefixes, key, token), `{"key":"`+key+`"}`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const key = "/r/lock/a/q/1/r"
+	token := put(t, cli, key)
+	var ended, asked counter
+	stop, err := w.WatchRevocable(t.Context(), key, token, token, ended.ended, asked.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	mark(key, token+1000)          // another incarnation's
+	mark("/r/lock/a/q/2/r", token) // another entry's
+	mark(key, token)
+	mark(key, token) // written again: still one report
+	synced(t, cli, w)
+	if asked.get() != 1 || ended.get() != 0 {
+		t.Fatalf("reports: asked %d, ended %d; want 1, 0", asked.get(), ended.get())
+	}
+	del(t, cli, key)
+	wait.For(t, "the end reported", func() bool { return ended.get() == 1 })
+
+	// Marked before the watch: reported at once, also from a revision
+	// the member's memory covers.
+	other := "/r/lock/b/q/1/r"
+	tok := put(t, cli, other)
+	mark(other, tok)
+	synced(t, cli, w)
+	var asked2 counter
+	stop2, err := w.WatchRevocable(t.Context(), other, tok, tok, func() {}, asked2.ended)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop2()
+	if asked2.get() != 1 {
+		t.Fatalf("a mark written before the watch: %d reports, want 1", asked2.get())
+	}
+	if got := grantwatch.MarkKey(prefixes, "/r/other/x", 1); got != "" {
+		t.Fatalf("MarkKey of a key under no prefix = %q, want empty", got)
+	}
+}

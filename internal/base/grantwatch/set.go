@@ -29,9 +29,10 @@ type Set[R any] struct {
 	stops  map[Entry]func() // guarded by smu
 	closed bool             // Close ran; guarded by smu
 
-	mu    sync.Mutex
-	ended []R
-	keys  []Entry // of ended, to forget their watches
+	mu       sync.Mutex
+	ended    []R
+	keys     []Entry // of ended, to forget their watches
+	revoking []R     // entries asked to let go (a revocation mark), not yet taken
 }
 
 // NewSet returns an empty set watched through w.
@@ -39,7 +40,8 @@ func NewSet[R any](w *Watcher) *Set[R] {
 	return &Set[R]{w: w, stops: make(map[Entry]func()), ready: make(chan struct{}, 1)}
 }
 
-// Ready is signalled (it holds at most one signal) when an end is queued.
+// Ready is signalled (it holds at most one signal) when an end or a
+// revocation is queued.
 func (s *Set[R]) Ready() <-chan struct{} { return s.ready }
 
 // Add starts watching e unless it is watched already, and reports whether
@@ -55,21 +57,42 @@ func (s *Set[R]) Add(ctx context.Context, e Entry, aliveAt int64, report R) (boo
 	if _, watched := s.stops[e]; watched || s.closed {
 		return !s.closed, nil
 	}
-	stop, err := s.w.WatchFrom(ctx, e.Key, e.Token, aliveAt, func() {
+	stop, err := s.w.WatchRevocable(ctx, e.Key, e.Token, aliveAt, func() {
 		s.mu.Lock()
 		s.ended = append(s.ended, report)
 		s.keys = append(s.keys, e)
 		s.mu.Unlock()
-		select {
-		case s.ready <- struct{}{}:
-		default:
-		}
+		s.signal()
+	}, func() {
+		s.mu.Lock()
+		s.revoking = append(s.revoking, report)
+		s.mu.Unlock()
+		s.signal()
 	})
 	if err != nil {
 		return false, err
 	}
 	s.stops[e] = stop
 	return true, nil
+}
+
+func (s *Set[R]) signal() {
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+// TakeRevoking returns the reports of the entries whose revocation was
+// asked for (a revocation mark, see MarkKey) since the last call: their
+// holders are to let go. Each entry is in it at most once, before its
+// end (if Take reports that).
+func (s *Set[R]) TakeRevoking() []R {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.revoking
+	s.revoking = nil
+	return r
 }
 
 // Remove stops watching e and drops its end if that is queued already:

@@ -214,11 +214,14 @@ type Background struct {
 // Go runs fn in a goroutine that Close cancels (through fn's context) and
 // waits for; after Close it does nothing. fn must return within a bounded
 // time, and promptly once its context is done.
-func (b *Background) Go(fn func(stop context.Context)) {
+func (b *Background) Go(fn func(stop context.Context)) { b.TryGo(fn) }
+
+// TryGo is Go that reports whether fn runs (false once Close ran).
+func (b *Background) TryGo(fn func(stop context.Context)) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return
+		return false
 	}
 	if b.stop == nil {
 		b.stop, b.cancel = context.WithCancel(context.Background())
@@ -228,6 +231,7 @@ func (b *Background) Go(fn func(stop context.Context)) {
 		defer b.wg.Done()
 		fn(b.stop)
 	}()
+	return true
 }
 
 // Close stops new work from starting, cancels running work and waits for

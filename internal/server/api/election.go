@@ -26,6 +26,8 @@ type ElectionServer struct {
 	// Streams, when set, lets a leadership be followed on its leader's
 	// shared keep-alive stream from the moment it is won (keepalive_stream).
 	Streams *KeepAliveStreams
+	// NoRevocation, for tests only: see LockServer.NoRevocation.
+	NoRevocation bool
 }
 
 // NewElectionServer returns the ElectionService adapter. Observe streams
@@ -96,6 +98,19 @@ func (s *ElectionServer) Resign(ctx context.Context, req *coorddv1.ResignRequest
 		if stream := req.GetKeepaliveStream(); stream != 0 && hint.RequestID != "" {
 			s.Streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: req.GetName(), Token: req.GetTerm(), RequestId: hint.RequestID})
 		}
+	}
+	if hint.Session == 0 && !s.NoRevocation {
+		// From outside: the leader is asked first (see election.Revoke).
+		o, err := revokeOptions(s.sessions, req.GetForce(), req.GetRevokeWait())
+		if err != nil {
+			return nil, err
+		}
+		r, err := s.m.Revoke(ctx, req.GetName(), fencing.Token(req.GetTerm()), o)
+		if err != nil {
+			return nil, err
+		}
+		s.metrics.revoked("election", r)
+		return &coorddv1.ResignResponse{Revocation: revocationProto(r)}, nil
 	}
 	if err := s.m.Resign(ctx, req.GetName(), fencing.Token(req.GetTerm()), hint); err != nil {
 		return nil, err
@@ -211,6 +226,7 @@ var eventTypes = map[election.EventType]coorddv1.ElectionEventType{
 	election.Vacant:     coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_VACANT,
 
 	election.PreemptRequested: coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_PREEMPT_REQUESTED,
+	election.Revoking:         coorddv1.ElectionEventType_ELECTION_EVENT_TYPE_REVOKING,
 }
 
 // leaderProto describes a leader, with its session's owner and host when
@@ -226,6 +242,9 @@ func (s *ElectionServer) leaderProto(ctx context.Context, ld election.Leader, wi
 	}
 	if !ld.Since.IsZero() {
 		out.Since = timestamppb.New(ld.Since)
+	}
+	if !ld.RevokingSince.IsZero() {
+		out.RevokingSince, out.RevokingUntil = timestamppb.New(ld.RevokingSince), timestamppb.New(ld.RevokingUntil)
 	}
 	if withOwner {
 		out.Owner, out.Hostname = s.owner(ctx, ld.Session)

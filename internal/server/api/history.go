@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/coordd/coordd/history"
+	"github.com/coordd/coordd/internal/base/revoke"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -97,6 +98,7 @@ func historyEvent(e *history.Event) *coorddv1.HistoryEvent {
 	if e.Held > 0 {
 		out.Held = durationpb.New(e.Held)
 	}
+	out.Revocation = revocationProto(revoke.Revocation{Outcome: e.Revocation, Waited: e.RevokeWaited})
 	return out
 }
 

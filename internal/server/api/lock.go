@@ -10,6 +10,7 @@ import (
 
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/base/revoke"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
@@ -34,6 +35,10 @@ type LockServer struct {
 	// Waiters, when set, bounds each principal's acquisitions in
 	// progress on this member (shared with ElectionServer's campaigns).
 	Waiters *Waiters
+	// NoRevocation, for tests only, ends a grant released from outside at
+	// once, as before the revocation hand-shake: its holder hears after the
+	// next holder is granted. A test shows the overlaps it lets through.
+	NoRevocation bool
 	// pages seals DescribeLock's page tokens (see SetPageTokenKey): a
 	// token names the last entry of a page, whose fencing token the caller
 	// may not see. nil: in the clear.
@@ -169,10 +174,28 @@ func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) 
 			s.Streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: req.GetName(), Token: req.GetToken(), RequestId: hint.RequestID})
 		}
 	}
+	if hint.Session == 0 && !s.NoRevocation {
+		// From outside: the holder is asked first (see lock.Revoke).
+		o, err := s.revokeOptions(req.GetForce(), req.GetRevokeWait())
+		if err != nil {
+			return nil, err
+		}
+		r, err := s.m.Revoke(ctx, req.GetName(), fencing.Token(req.GetToken()), o)
+		if err != nil {
+			return nil, err
+		}
+		s.metrics.revoked("lock", r)
+		return &coorddv1.ReleaseResponse{Revocation: revocationProto(r)}, nil
+	}
 	if err := s.m.Release(ctx, req.GetName(), fencing.Token(req.GetToken()), hint); err != nil {
 		return nil, err
 	}
 	return &coorddv1.ReleaseResponse{}, nil
+}
+
+// revokeOptions reads a release's or resignation's force and revoke_wait.
+func (s *LockServer) revokeOptions(force bool, wait *durationpb.Duration) (revoke.Options, error) {
+	return revokeOptions(s.sessions, force, wait)
 }
 
 // DescribeLock implements LockService.
@@ -348,6 +371,9 @@ func entryProto(e lock.Entry, owner session.Info) *coorddv1.LockEntry {
 	}
 	if !e.Since.IsZero() {
 		out.GrantTime = timestamppb.New(e.Since)
+	}
+	if !e.RevokingSince.IsZero() {
+		out.RevokingSince, out.RevokingUntil = timestamppb.New(e.RevokingSince), timestamppb.New(e.RevokingUntil)
 	}
 	out.Owner, out.Hostname = owner.Owner, owner.Hostname
 	return out

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/revoke"
 )
 
 // Metrics counts what this member's adapters serve. Every metric counts
@@ -32,6 +33,8 @@ type Metrics struct {
 	rateLimits      *prometheus.CounterVec
 	streamCalls     prometheus.Counter
 	quotaRefusals   *prometheus.CounterVec
+	revocations     *prometheus.CounterVec
+	revocationWait  *prometheus.HistogramVec
 }
 
 // Fenced write results, the values of coordd_fenced_writes_total's
@@ -83,12 +86,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		rateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordd_rate_limited_total", Help: "Calls this member refused for rate, by limit: principal (--rate-limit) or namespace (--publish-rate)."},
 			[]string{"limit"}),
+		revocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordd_revocations_total",
+			Help: "Grants and leaderships ended from outside through this member (a release or resignation that did not name the holder's session), by kind (lock, election) and outcome: acknowledged (the holder let go when asked), bound (it did not within the bound), forced (not asked)."},
+			[]string{"kind", "outcome"}),
+		revocationWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "coordd_revocation_wait_seconds",
+			Help:    "How long a revocation on this member waited for the holder to let go before the next grant, by kind and outcome (forced ones wait 0).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"kind", "outcome"}),
 		streamCalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coordd_stream_calls_total",
 			Help: "Lock and election calls this member took on Calls streams (the Go SDK pipelines them there); the rest came as unary RPCs."}),
 	}
 	reg.MustRegister(m.streamCalls, m.sessionsCreated, m.sessionsClosed, m.sessionExpiries, m.grants, m.lockWait, m.delayWaits,
-		m.fencedWrites, m.leaderChanges, m.observers, m.configReleases, m.statusReports, m.rateLimits, m.quotaRefusals)
+		m.fencedWrites, m.leaderChanges, m.observers, m.configReleases, m.statusReports, m.rateLimits, m.quotaRefusals,
+		m.revocations, m.revocationWait)
+	for _, k := range []string{"lock", "election"} {
+		for _, o := range []revoke.Outcome{revoke.Acknowledged, revoke.Bound, revoke.Forced} {
+			m.revocations.WithLabelValues(k, string(o))
+			m.revocationWait.WithLabelValues(k, string(o))
+		}
+	}
 	for _, q := range []string{"streams", "subscriptions"} {
 		m.quotaRefusals.WithLabelValues(q)
 	}
@@ -177,6 +196,15 @@ func (m *Metrics) observing() func() {
 	}
 	m.observers.Inc()
 	return m.observers.Dec
+}
+
+// revoked counts a revocation of kind (lock, election) that ended as r says.
+func (m *Metrics) revoked(kind string, r revoke.Revocation) {
+	if m == nil || r.Outcome == "" {
+		return
+	}
+	m.revocations.WithLabelValues(kind, string(r.Outcome)).Inc()
+	m.revocationWait.WithLabelValues(kind, string(r.Outcome)).Observe(r.Waited.Seconds())
 }
 
 func (m *Metrics) released(op string) {

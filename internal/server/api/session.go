@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -14,6 +15,7 @@ import (
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/revoke"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
@@ -54,6 +56,9 @@ func namesPage(n int32, pageToken string, list func(after string, limit int) ([]
 
 // SessionServer adapts session.Manager to coordd.v1.SessionService.
 type SessionServer struct {
+	// NoRevocation, for tests only: see LockServer.NoRevocation.
+	NoRevocation bool
+
 	coorddv1.UnsafeSessionServiceServer // compile errors when the service grows
 
 	m        *session.Manager
@@ -282,8 +287,10 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 			}
 			return err
 		case <-w.Ready():
-			if ended := w.Take(); len(ended) > 0 {
-				if err := stream.Send(&coorddv1.KeepAliveStreamResponse{Ended: ended}); err != nil {
+			// Revocations first: a holding in both was asked, then ended.
+			revoking := w.TakeRevoking()
+			if ended := w.Take(); len(ended) > 0 || len(revoking) > 0 {
+				if err := stream.Send(&coorddv1.KeepAliveStreamResponse{Revoking: revoking, Ended: ended}); err != nil {
 					return err
 				}
 			}
@@ -491,11 +498,49 @@ func (s *SessionServer) CloseSession(ctx context.Context, req *coorddv1.CloseSes
 	if err != nil {
 		return nil, err
 	}
+	out := &coorddv1.CloseSessionResponse{}
+	if !req.GetByOwner() && !s.NoRevocation {
+		// From outside: every holder is asked first (see revokeHoldings).
+		rs, err := s.revokeHoldings(ctx, id, req)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
+			out.Revocations = append(out.Revocations, revocationProto(r))
+		}
+	}
 	if err := s.m.Close(ctx, id); err != nil {
 		return nil, err
 	}
 	s.metrics.sessionClosed()
-	return &coorddv1.CloseSessionResponse{}, nil
+	return out, nil
+}
+
+// revokeHoldings revokes, all at once, the lock grants and leaderships of
+// session id, as releases and resignations from outside do, before a
+// close from outside ends the session.
+func (s *SessionServer) revokeHoldings(ctx context.Context, id session.ID, req *coorddv1.CloseSessionRequest) ([]revoke.Revocation, error) {
+	keys, err := s.m.Keys(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	o, err := revokeOptions(s.m, req.GetForce(), req.GetRevokeWait())
+	if err != nil {
+		return nil, err
+	}
+	var locks, elections []revoke.Revocation
+	var lerr, eerr error
+	var wg sync.WaitGroup
+	wg.Go(func() { locks, lerr = s.holdings.Locks.RevokeAll(ctx, keys, o) })
+	wg.Go(func() { elections, eerr = s.holdings.Elections.RevokeAll(ctx, keys, o) })
+	wg.Wait()
+	for _, r := range locks {
+		s.metrics.revoked("lock", r)
+	}
+	for _, r := range elections {
+		s.metrics.revoked("election", r)
+	}
+	return append(locks, elections...), errors.Join(lerr, eerr)
 }
 
 func sessionProto(info session.Info, withRemaining bool) *coorddv1.Session {

@@ -82,6 +82,12 @@ type Config struct {
 	// UNIMPLEMENTED, so that clients send each call as its own unary RPC
 	// (for comparisons, and to test the SDK's fallback).
 	NoCallStream bool
+	// UnsafeNoRevocation, for tests only, ends a grant or a leadership
+	// taken from outside (a release or resignation that does not name the
+	// holder's session) at once, without asking the holder first: the
+	// behaviour before the revocation hand-shake, which a test uses to
+	// show the overlaps the hand-shake prevents.
+	UnsafeNoRevocation bool
 
 	// Compaction of etcd's history (see cluster.Compaction for what it
 	// keeps). The embedded member runs etcd's own compactor on the etcd

@@ -256,7 +256,7 @@ func TestTransferOverHTTP(t *testing.T) {
 	if r.status != 409 {
 		t.Fatalf("the old term's fence = %d %v, want 409 STALE_TOKEN", r.status, r.body)
 	}
-	r = call(t, "POST", base+"/v1/elections:resign", fmt.Sprintf(`{"name":"jobs","term":%q}`, next))
+	r = call(t, "POST", base+"/v1/elections:resign", fmt.Sprintf(`{"name":"jobs","term":%q,"sessionId":%q}`, next, s2))
 	if got := <-answers; r.status != 200 || got.status != 200 || got.body["leadership"].(map[string]any)["value"] != "three" {
 		t.Fatalf("after the resignation: %d, three's campaign %d %v", r.status, got.status, got.body)
 	}

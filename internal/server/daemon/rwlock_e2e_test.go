@@ -93,7 +93,7 @@ func TestReadWriteLocksThroughSDKAndREST(t *testing.T) {
 	if err := ra.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r := call(t, http.MethodPost, base+"/v1/locks:release", fmt.Sprintf(`{"name":"rw/db","token":"%s"}`, grant["token"])); r.status != http.StatusOK {
+	if r := call(t, http.MethodPost, base+"/v1/locks:release", fmt.Sprintf(`{"name":"rw/db","token":"%s","sessionId":"%s"}`, grant["token"], info.ID)); r.status != http.StatusOK {
 		t.Fatalf("REST release: %d %v", r.status, r.body)
 	}
 	if err := <-wrote; err != nil {

@@ -292,6 +292,7 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: p.holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), p.apiMetrics)
 	streams := api.NewKeepAliveStreams() // grants followed on their holders' keep-alive streams
 	sessionSvc.Streams = streams
+	sessionSvc.NoRevocation = cfg.UnsafeNoRevocation
 	p.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "coordd_keepalive_streams",
 		Help: "Shared keep-alive streams open on this member: one per SDK client with sessions here (clients prefer the member that leads etcd).",
@@ -312,6 +313,7 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	}
 	lockSvc := api.NewLockServer(d.stopped, d.locks, d.elections, sessions, p.apiMetrics)
 	lockSvc.Streams = streams
+	lockSvc.NoRevocation = cfg.UnsafeNoRevocation
 	lockSvc.Waiters = waiters
 	if err := lockSvc.SetPageTokenKey(pageKey); err != nil {
 		return err
@@ -322,6 +324,7 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	}
 	electionSvc := api.NewElectionServer(d.stopped, d.elections, sessions, p.apiMetrics)
 	electionSvc.Streams = streams
+	electionSvc.NoRevocation = cfg.UnsafeNoRevocation
 	electionSvc.Waiters = waiters
 	// The SDK's calls with its sessions, pipelined on one stream per
 	// client; each runs as the public server's unary RPC of its name.

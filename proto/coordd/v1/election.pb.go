@@ -43,6 +43,10 @@ const (
 	// A waiting candidate that outranks the leader asked it to step down
 	// (ElectionEvent.by); the leader decides when.
 	ElectionEventType_ELECTION_EVENT_TYPE_PREEMPT_REQUESTED ElectionEventType = 6
+	// A resignation from outside asks the leader to step down now: its
+	// client ends the leadership and resigns (the next leader is elected
+	// only then, or once the bound in leader.revoking_until passes).
+	ElectionEventType_ELECTION_EVENT_TYPE_REVOKING ElectionEventType = 7
 )
 
 // Enum value maps for ElectionEventType.
@@ -55,6 +59,7 @@ var (
 		4: "ELECTION_EVENT_TYPE_EXPIRED",
 		5: "ELECTION_EVENT_TYPE_VACANT",
 		6: "ELECTION_EVENT_TYPE_PREEMPT_REQUESTED",
+		7: "ELECTION_EVENT_TYPE_REVOKING",
 	}
 	ElectionEventType_value = map[string]int32{
 		"ELECTION_EVENT_TYPE_UNSPECIFIED":       0,
@@ -64,6 +69,7 @@ var (
 		"ELECTION_EVENT_TYPE_EXPIRED":           4,
 		"ELECTION_EVENT_TYPE_VACANT":            5,
 		"ELECTION_EVENT_TYPE_PREEMPT_REQUESTED": 6,
+		"ELECTION_EVENT_TYPE_REVOKING":          7,
 	}
 )
 
@@ -529,8 +535,19 @@ type ResignRequest struct {
 	// If the call then fails, the stream no longer follows it: a holder that
 	// keeps it names it on the stream again (KeepAliveStreamRequest.watch).
 	KeepaliveStream uint64 `protobuf:"varint,5,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// force, on a resignation from outside (one that does not name the
+	// leader's session), ends the term at once without asking the leader
+	// first: it may still believe it leads while the next one does, and
+	// only fencing protects. For a leader that hangs.
+	Force bool `protobuf:"varint,6,opt,name=force,proto3" json:"force,omitempty"`
+	// revoke_wait bounds, on a resignation from outside, how long the server
+	// waits for the leader to step down before it ends the term anyway: at
+	// most, and by default, the leader's session TTL. A resignation that
+	// names the leader's session (session_id) is the leader's own: it ends
+	// the term at once.
+	RevokeWait    *durationpb.Duration `protobuf:"bytes,7,opt,name=revoke_wait,json=revokeWait,proto3" json:"revoke_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResignRequest) Reset() {
@@ -598,9 +615,26 @@ func (x *ResignRequest) GetKeepaliveStream() uint64 {
 	return 0
 }
 
-// ResignResponse is empty: the leadership ended.
+func (x *ResignRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *ResignRequest) GetRevokeWait() *durationpb.Duration {
+	if x != nil {
+		return x.RevokeWait
+	}
+	return nil
+}
+
+// ResignResponse says the leadership ended.
 type ResignResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revocation, on a resignation from outside, says how the leader was
+	// told.
+	Revocation    *Revocation `protobuf:"bytes,1,opt,name=revocation,proto3" json:"revocation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -633,6 +667,13 @@ func (x *ResignResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ResignResponse.ProtoReflect.Descriptor instead.
 func (*ResignResponse) Descriptor() ([]byte, []int) {
 	return file_coordd_v1_election_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ResignResponse) GetRevocation() *Revocation {
+	if x != nil {
+		return x.Revocation
+	}
+	return nil
 }
 
 // TransferRequest hands a leadership to a waiting candidate.
@@ -816,7 +857,13 @@ type ElectionLeader struct {
 	// proclaims counts the leader's proclamations.
 	Proclaims int64 `protobuf:"varint,8,opt,name=proclaims,proto3" json:"proclaims,omitempty"`
 	// priority is the leader's campaign priority.
-	Priority      int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	Priority int32 `protobuf:"varint,9,opt,name=priority,proto3" json:"priority,omitempty"`
+	// revoking_since is when a resignation from outside asked the leader to
+	// step down: the term ends once it does, or at revoking_until.
+	RevokingSince *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=revoking_since,json=revokingSince,proto3" json:"revoking_since,omitempty"`
+	// revoking_until is when a revocation in progress ends the term if the
+	// leader has not stepped down by then.
+	RevokingUntil *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=revoking_until,json=revokingUntil,proto3" json:"revoking_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -912,6 +959,20 @@ func (x *ElectionLeader) GetPriority() int32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *ElectionLeader) GetRevokingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokingSince
+	}
+	return nil
+}
+
+func (x *ElectionLeader) GetRevokingUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokingUntil
+	}
+	return nil
 }
 
 // LeaderRequest names an election.
@@ -1567,7 +1628,7 @@ var File_coordd_v1_election_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_election_proto_rawDesc = "" +
 	"\n" +
-	"\x18coordd/v1/election.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x01\n" +
+	"\x18coordd/v1/election.proto\x12\tcoordd.v1\x1a\x14coordd/v1/lock.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x01\n" +
 	"\n" +
 	"Leadership\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -1602,7 +1663,7 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\vproclaim_id\x18\x04 \x01(\tR\n" +
 	"proclaimId\".\n" +
 	"\x10ProclaimResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"\xa0\x01\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"\xf2\x01\n" +
 	"\rResignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x1d\n" +
@@ -1610,8 +1671,14 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12)\n" +
-	"\x10keepalive_stream\x18\x05 \x01(\x04R\x0fkeepaliveStream\"\x10\n" +
-	"\x0eResignResponse\"\x86\x02\n" +
+	"\x10keepalive_stream\x18\x05 \x01(\x04R\x0fkeepaliveStream\x12\x14\n" +
+	"\x05force\x18\x06 \x01(\bR\x05force\x12:\n" +
+	"\vrevoke_wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"revokeWait\"G\n" +
+	"\x0eResignResponse\x125\n" +
+	"\n" +
+	"revocation\x18\x01 \x01(\v2\x15.coordd.v1.RevocationR\n" +
+	"revocation\"\x86\x02\n" +
 	"\x0fTransferRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x120\n" +
@@ -1624,7 +1691,7 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"request_id\x18\a \x01(\tR\trequestId\"B\n" +
 	"\x10TransferResponse\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x03R\x04term\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\x96\x02\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x9c\x03\n" +
 	"\x0eElectionLeader\x12\x12\n" +
 	"\x04term\x18\x01 \x01(\x03R\x04term\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1d\n" +
@@ -1636,7 +1703,10 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\bhostname\x18\x06 \x01(\tR\bhostname\x120\n" +
 	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1c\n" +
 	"\tproclaims\x18\b \x01(\x03R\tproclaims\x12\x1a\n" +
-	"\bpriority\x18\t \x01(\x05R\bpriority\"#\n" +
+	"\bpriority\x18\t \x01(\x05R\bpriority\x12A\n" +
+	"\x0erevoking_since\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\rrevokingSince\x12A\n" +
+	"\x0erevoking_until\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\rrevokingUntil\"#\n" +
 	"\rLeaderRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"_\n" +
 	"\x0eLeaderResponse\x121\n" +
@@ -1680,7 +1750,7 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\x02by\x18\x05 \x01(\v2\x1c.coordd.v1.ElectionCandidateR\x02by\"_\n" +
 	"\x0fObserveResponse\x120\n" +
 	"\x06events\x18\x01 \x03(\v2\x18.coordd.v1.ElectionEventR\x06events\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision*\x8b\x02\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision*\xad\x02\n" +
 	"\x11ElectionEventType\x12#\n" +
 	"\x1fELECTION_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bELECTION_EVENT_TYPE_ELECTED\x10\x01\x12\"\n" +
@@ -1688,7 +1758,8 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\x1cELECTION_EVENT_TYPE_RESIGNED\x10\x03\x12\x1f\n" +
 	"\x1bELECTION_EVENT_TYPE_EXPIRED\x10\x04\x12\x1e\n" +
 	"\x1aELECTION_EVENT_TYPE_VACANT\x10\x05\x12)\n" +
-	"%ELECTION_EVENT_TYPE_PREEMPT_REQUESTED\x10\x062\xc1\x04\n" +
+	"%ELECTION_EVENT_TYPE_PREEMPT_REQUESTED\x10\x06\x12 \n" +
+	"\x1cELECTION_EVENT_TYPE_REVOKING\x10\a2\xc1\x04\n" +
 	"\x0fElectionService\x12C\n" +
 	"\bCampaign\x12\x1a.coordd.v1.CampaignRequest\x1a\x1b.coordd.v1.CampaignResponse\x12C\n" +
 	"\bProclaim\x12\x1a.coordd.v1.ProclaimRequest\x1a\x1b.coordd.v1.ProclaimResponse\x12=\n" +
@@ -1737,40 +1808,45 @@ var file_coordd_v1_election_proto_goTypes = []any{
 	(*ElectionEvent)(nil),         // 19: coordd.v1.ElectionEvent
 	(*ObserveResponse)(nil),       // 20: coordd.v1.ObserveResponse
 	(*durationpb.Duration)(nil),   // 21: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*Revocation)(nil),            // 22: coordd.v1.Revocation
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_coordd_v1_election_proto_depIdxs = []int32{
 	21, // 0: coordd.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
 	1,  // 1: coordd.v1.CampaignResponse.leadership:type_name -> coordd.v1.Leadership
-	22, // 2: coordd.v1.ElectionLeader.since:type_name -> google.protobuf.Timestamp
-	10, // 3: coordd.v1.LeaderResponse.leader:type_name -> coordd.v1.ElectionLeader
-	22, // 4: coordd.v1.ElectionCandidate.enqueue_time:type_name -> google.protobuf.Timestamp
-	13, // 5: coordd.v1.CandidatesResponse.candidates:type_name -> coordd.v1.ElectionCandidate
-	0,  // 6: coordd.v1.ElectionEvent.type:type_name -> coordd.v1.ElectionEventType
-	10, // 7: coordd.v1.ElectionEvent.leader:type_name -> coordd.v1.ElectionLeader
-	13, // 8: coordd.v1.ElectionEvent.by:type_name -> coordd.v1.ElectionCandidate
-	19, // 9: coordd.v1.ObserveResponse.events:type_name -> coordd.v1.ElectionEvent
-	2,  // 10: coordd.v1.ElectionService.Campaign:input_type -> coordd.v1.CampaignRequest
-	4,  // 11: coordd.v1.ElectionService.Proclaim:input_type -> coordd.v1.ProclaimRequest
-	6,  // 12: coordd.v1.ElectionService.Resign:input_type -> coordd.v1.ResignRequest
-	8,  // 13: coordd.v1.ElectionService.Transfer:input_type -> coordd.v1.TransferRequest
-	11, // 14: coordd.v1.ElectionService.Leader:input_type -> coordd.v1.LeaderRequest
-	16, // 15: coordd.v1.ElectionService.Candidates:input_type -> coordd.v1.CandidatesRequest
-	14, // 16: coordd.v1.ElectionService.ListElections:input_type -> coordd.v1.ListElectionsRequest
-	18, // 17: coordd.v1.ElectionService.Observe:input_type -> coordd.v1.ObserveRequest
-	3,  // 18: coordd.v1.ElectionService.Campaign:output_type -> coordd.v1.CampaignResponse
-	5,  // 19: coordd.v1.ElectionService.Proclaim:output_type -> coordd.v1.ProclaimResponse
-	7,  // 20: coordd.v1.ElectionService.Resign:output_type -> coordd.v1.ResignResponse
-	9,  // 21: coordd.v1.ElectionService.Transfer:output_type -> coordd.v1.TransferResponse
-	12, // 22: coordd.v1.ElectionService.Leader:output_type -> coordd.v1.LeaderResponse
-	17, // 23: coordd.v1.ElectionService.Candidates:output_type -> coordd.v1.CandidatesResponse
-	15, // 24: coordd.v1.ElectionService.ListElections:output_type -> coordd.v1.ListElectionsResponse
-	20, // 25: coordd.v1.ElectionService.Observe:output_type -> coordd.v1.ObserveResponse
-	18, // [18:26] is the sub-list for method output_type
-	10, // [10:18] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	21, // 2: coordd.v1.ResignRequest.revoke_wait:type_name -> google.protobuf.Duration
+	22, // 3: coordd.v1.ResignResponse.revocation:type_name -> coordd.v1.Revocation
+	23, // 4: coordd.v1.ElectionLeader.since:type_name -> google.protobuf.Timestamp
+	23, // 5: coordd.v1.ElectionLeader.revoking_since:type_name -> google.protobuf.Timestamp
+	23, // 6: coordd.v1.ElectionLeader.revoking_until:type_name -> google.protobuf.Timestamp
+	10, // 7: coordd.v1.LeaderResponse.leader:type_name -> coordd.v1.ElectionLeader
+	23, // 8: coordd.v1.ElectionCandidate.enqueue_time:type_name -> google.protobuf.Timestamp
+	13, // 9: coordd.v1.CandidatesResponse.candidates:type_name -> coordd.v1.ElectionCandidate
+	0,  // 10: coordd.v1.ElectionEvent.type:type_name -> coordd.v1.ElectionEventType
+	10, // 11: coordd.v1.ElectionEvent.leader:type_name -> coordd.v1.ElectionLeader
+	13, // 12: coordd.v1.ElectionEvent.by:type_name -> coordd.v1.ElectionCandidate
+	19, // 13: coordd.v1.ObserveResponse.events:type_name -> coordd.v1.ElectionEvent
+	2,  // 14: coordd.v1.ElectionService.Campaign:input_type -> coordd.v1.CampaignRequest
+	4,  // 15: coordd.v1.ElectionService.Proclaim:input_type -> coordd.v1.ProclaimRequest
+	6,  // 16: coordd.v1.ElectionService.Resign:input_type -> coordd.v1.ResignRequest
+	8,  // 17: coordd.v1.ElectionService.Transfer:input_type -> coordd.v1.TransferRequest
+	11, // 18: coordd.v1.ElectionService.Leader:input_type -> coordd.v1.LeaderRequest
+	16, // 19: coordd.v1.ElectionService.Candidates:input_type -> coordd.v1.CandidatesRequest
+	14, // 20: coordd.v1.ElectionService.ListElections:input_type -> coordd.v1.ListElectionsRequest
+	18, // 21: coordd.v1.ElectionService.Observe:input_type -> coordd.v1.ObserveRequest
+	3,  // 22: coordd.v1.ElectionService.Campaign:output_type -> coordd.v1.CampaignResponse
+	5,  // 23: coordd.v1.ElectionService.Proclaim:output_type -> coordd.v1.ProclaimResponse
+	7,  // 24: coordd.v1.ElectionService.Resign:output_type -> coordd.v1.ResignResponse
+	9,  // 25: coordd.v1.ElectionService.Transfer:output_type -> coordd.v1.TransferResponse
+	12, // 26: coordd.v1.ElectionService.Leader:output_type -> coordd.v1.LeaderResponse
+	17, // 27: coordd.v1.ElectionService.Candidates:output_type -> coordd.v1.CandidatesResponse
+	15, // 28: coordd.v1.ElectionService.ListElections:output_type -> coordd.v1.ListElectionsResponse
+	20, // 29: coordd.v1.ElectionService.Observe:output_type -> coordd.v1.ObserveResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_election_proto_init() }
@@ -1778,6 +1854,7 @@ func file_coordd_v1_election_proto_init() {
 	if File_coordd_v1_election_proto != nil {
 		return
 	}
+	file_coordd_v1_lock_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -138,7 +138,12 @@ type HistoryEvent struct {
 	// waited is, on a grant, how long it queued first.
 	Waited *durationpb.Duration `protobuf:"bytes,15,opt,name=waited,proto3" json:"waited,omitempty"`
 	// held is, on an end, how long the grant (or leadership) lasted.
-	Held          *durationpb.Duration `protobuf:"bytes,16,opt,name=held,proto3" json:"held,omitempty"`
+	Held *durationpb.Duration `protobuf:"bytes,16,opt,name=held,proto3" json:"held,omitempty"`
+	// revocation is, on an end from outside (a release or resignation that
+	// did not come from the holder), how the holder was told: whether it
+	// acknowledged, the bound passed, or the end was forced, and how long
+	// the hand-over waited for it.
+	Revocation    *Revocation `protobuf:"bytes,17,opt,name=revocation,proto3" json:"revocation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -281,6 +286,13 @@ func (x *HistoryEvent) GetWaited() *durationpb.Duration {
 func (x *HistoryEvent) GetHeld() *durationpb.Duration {
 	if x != nil {
 		return x.Held
+	}
+	return nil
+}
+
+func (x *HistoryEvent) GetRevocation() *Revocation {
+	if x != nil {
+		return x.Revocation
 	}
 	return nil
 }
@@ -601,7 +613,7 @@ var File_coordd_v1_history_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_history_proto_rawDesc = "" +
 	"\n" +
-	"\x17coordd/v1/history.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x04\n" +
+	"\x17coordd/v1/history.proto\x12\tcoordd.v1\x1a\x14coordd/v1/lock.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\x04\n" +
 	"\fHistoryEvent\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.coordd.v1.HistoryEventTypeR\x04type\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -622,7 +634,10 @@ const file_coordd_v1_history_proto_rawDesc = "" +
 	"\vhanded_from\x18\x0e \x01(\x03R\n" +
 	"handedFrom\x121\n" +
 	"\x06waited\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\x06waited\x12-\n" +
-	"\x04held\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\x04held\"\x85\x02\n" +
+	"\x04held\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\x04held\x125\n" +
+	"\n" +
+	"revocation\x18\x11 \x01(\v2\x15.coordd.v1.RevocationR\n" +
+	"revocation\"\x85\x02\n" +
 	"\x16ListLockHistoryRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x120\n" +
@@ -684,27 +699,29 @@ var file_coordd_v1_history_proto_goTypes = []any{
 	(*ListElectionHistoryResponse)(nil), // 5: coordd.v1.ListElectionHistoryResponse
 	(*timestamppb.Timestamp)(nil),       // 6: google.protobuf.Timestamp
 	(*durationpb.Duration)(nil),         // 7: google.protobuf.Duration
+	(*Revocation)(nil),                  // 8: coordd.v1.Revocation
 }
 var file_coordd_v1_history_proto_depIdxs = []int32{
 	0,  // 0: coordd.v1.HistoryEvent.type:type_name -> coordd.v1.HistoryEventType
 	6,  // 1: coordd.v1.HistoryEvent.time:type_name -> google.protobuf.Timestamp
 	7,  // 2: coordd.v1.HistoryEvent.waited:type_name -> google.protobuf.Duration
 	7,  // 3: coordd.v1.HistoryEvent.held:type_name -> google.protobuf.Duration
-	6,  // 4: coordd.v1.ListLockHistoryRequest.since:type_name -> google.protobuf.Timestamp
-	6,  // 5: coordd.v1.ListLockHistoryRequest.until:type_name -> google.protobuf.Timestamp
-	1,  // 6: coordd.v1.ListLockHistoryResponse.events:type_name -> coordd.v1.HistoryEvent
-	6,  // 7: coordd.v1.ListElectionHistoryRequest.since:type_name -> google.protobuf.Timestamp
-	6,  // 8: coordd.v1.ListElectionHistoryRequest.until:type_name -> google.protobuf.Timestamp
-	1,  // 9: coordd.v1.ListElectionHistoryResponse.events:type_name -> coordd.v1.HistoryEvent
-	2,  // 10: coordd.v1.HistoryService.ListLockHistory:input_type -> coordd.v1.ListLockHistoryRequest
-	4,  // 11: coordd.v1.HistoryService.ListElectionHistory:input_type -> coordd.v1.ListElectionHistoryRequest
-	3,  // 12: coordd.v1.HistoryService.ListLockHistory:output_type -> coordd.v1.ListLockHistoryResponse
-	5,  // 13: coordd.v1.HistoryService.ListElectionHistory:output_type -> coordd.v1.ListElectionHistoryResponse
-	12, // [12:14] is the sub-list for method output_type
-	10, // [10:12] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 4: coordd.v1.HistoryEvent.revocation:type_name -> coordd.v1.Revocation
+	6,  // 5: coordd.v1.ListLockHistoryRequest.since:type_name -> google.protobuf.Timestamp
+	6,  // 6: coordd.v1.ListLockHistoryRequest.until:type_name -> google.protobuf.Timestamp
+	1,  // 7: coordd.v1.ListLockHistoryResponse.events:type_name -> coordd.v1.HistoryEvent
+	6,  // 8: coordd.v1.ListElectionHistoryRequest.since:type_name -> google.protobuf.Timestamp
+	6,  // 9: coordd.v1.ListElectionHistoryRequest.until:type_name -> google.protobuf.Timestamp
+	1,  // 10: coordd.v1.ListElectionHistoryResponse.events:type_name -> coordd.v1.HistoryEvent
+	2,  // 11: coordd.v1.HistoryService.ListLockHistory:input_type -> coordd.v1.ListLockHistoryRequest
+	4,  // 12: coordd.v1.HistoryService.ListElectionHistory:input_type -> coordd.v1.ListElectionHistoryRequest
+	3,  // 13: coordd.v1.HistoryService.ListLockHistory:output_type -> coordd.v1.ListLockHistoryResponse
+	5,  // 14: coordd.v1.HistoryService.ListElectionHistory:output_type -> coordd.v1.ListElectionHistoryResponse
+	13, // [13:15] is the sub-list for method output_type
+	11, // [11:13] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_history_proto_init() }
@@ -712,6 +729,7 @@ func file_coordd_v1_history_proto_init() {
 	if File_coordd_v1_history_proto != nil {
 		return
 	}
+	file_coordd_v1_lock_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -23,6 +23,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Outcome is how a revocation ended.
+type Revocation_Outcome int32
+
+const (
+	// OUTCOME_UNSPECIFIED: no revocation (the holder's own act).
+	Revocation_OUTCOME_UNSPECIFIED Revocation_Outcome = 0
+	// OUTCOME_ACKNOWLEDGED: the holder let go when asked.
+	Revocation_OUTCOME_ACKNOWLEDGED Revocation_Outcome = 1
+	// OUTCOME_BOUND: the holder did not let go within the bound; the
+	// server ended the grant (fencing protects from here on).
+	Revocation_OUTCOME_BOUND Revocation_Outcome = 2
+	// OUTCOME_FORCED: ended at once (force), without asking.
+	Revocation_OUTCOME_FORCED Revocation_Outcome = 3
+)
+
+// Enum value maps for Revocation_Outcome.
+var (
+	Revocation_Outcome_name = map[int32]string{
+		0: "OUTCOME_UNSPECIFIED",
+		1: "OUTCOME_ACKNOWLEDGED",
+		2: "OUTCOME_BOUND",
+		3: "OUTCOME_FORCED",
+	}
+	Revocation_Outcome_value = map[string]int32{
+		"OUTCOME_UNSPECIFIED":  0,
+		"OUTCOME_ACKNOWLEDGED": 1,
+		"OUTCOME_BOUND":        2,
+		"OUTCOME_FORCED":       3,
+	}
+)
+
+func (x Revocation_Outcome) Enum() *Revocation_Outcome {
+	p := new(Revocation_Outcome)
+	*p = x
+	return p
+}
+
+func (x Revocation_Outcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Revocation_Outcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_coordd_v1_lock_proto_enumTypes[0].Descriptor()
+}
+
+func (Revocation_Outcome) Type() protoreflect.EnumType {
+	return &file_coordd_v1_lock_proto_enumTypes[0]
+}
+
+func (x Revocation_Outcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Revocation_Outcome.Descriptor instead.
+func (Revocation_Outcome) EnumDescriptor() ([]byte, []int) {
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{8, 0}
+}
+
 // LockGrant is a held lock.
 type LockGrant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -633,8 +691,21 @@ type ReleaseRequest struct {
 	// If the call then fails, the stream no longer follows it: a holder that
 	// keeps it names it on the stream again (KeepAliveStreamRequest.watch).
 	KeepaliveStream uint64 `protobuf:"varint,5,opt,name=keepalive_stream,json=keepaliveStream,proto3" json:"keepalive_stream,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// force, on a release from outside (one that does not name the grant's
+	// session), ends the grant at once, without asking its holder first:
+	// the holder may still believe it holds while the next one does, and
+	// only fencing protects. For a holder that hangs. The history records
+	// the hand-over as forced.
+	Force bool `protobuf:"varint,6,opt,name=force,proto3" json:"force,omitempty"`
+	// revoke_wait bounds, on a release from outside, how long the server
+	// waits for the holder to let go before it ends the grant anyway: at
+	// most, and by default, the holder's session TTL (a holder that does not
+	// answer would lose its session by then). A release that names the
+	// grant's session (session_id) is the holder's own: it ends the grant
+	// at once.
+	RevokeWait    *durationpb.Duration `protobuf:"bytes,7,opt,name=revoke_wait,json=revokeWait,proto3" json:"revoke_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleaseRequest) Reset() {
@@ -702,16 +773,89 @@ func (x *ReleaseRequest) GetKeepaliveStream() uint64 {
 	return 0
 }
 
-// ReleaseResponse is empty: the grant is gone.
+func (x *ReleaseRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *ReleaseRequest) GetRevokeWait() *durationpb.Duration {
+	if x != nil {
+		return x.RevokeWait
+	}
+	return nil
+}
+
+// Revocation says how a grant (or a leadership) taken from outside ended:
+// the holder was asked first, and let go (ACKNOWLEDGED), or did not
+// within the bound (BOUND); or it was not asked (FORCED).
+type Revocation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// outcome is how it ended.
+	Outcome Revocation_Outcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=coordd.v1.Revocation_Outcome" json:"outcome,omitempty"`
+	// waited is how long the server waited for the holder.
+	Waited        *durationpb.Duration `protobuf:"bytes,2,opt,name=waited,proto3" json:"waited,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Revocation) Reset() {
+	*x = Revocation{}
+	mi := &file_coordd_v1_lock_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Revocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Revocation) ProtoMessage() {}
+
+func (x *Revocation) ProtoReflect() protoreflect.Message {
+	mi := &file_coordd_v1_lock_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Revocation.ProtoReflect.Descriptor instead.
+func (*Revocation) Descriptor() ([]byte, []int) {
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Revocation) GetOutcome() Revocation_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return Revocation_OUTCOME_UNSPECIFIED
+}
+
+func (x *Revocation) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
+	}
+	return nil
+}
+
+// ReleaseResponse says the grant ended.
 type ReleaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revocation, on a release from outside, says how the holder was told.
+	Revocation    *Revocation `protobuf:"bytes,1,opt,name=revocation,proto3" json:"revocation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[8]
+	mi := &file_coordd_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +867,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[8]
+	mi := &file_coordd_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +880,14 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReleaseResponse) GetRevocation() *Revocation {
+	if x != nil {
+		return x.Revocation
+	}
+	return nil
 }
 
 // LockEntry is one holder or waiter.
@@ -761,14 +912,21 @@ type LockEntry struct {
 	// grant_time is when a holder was granted (unset for waiters).
 	GrantTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=grant_time,json=grantTime,proto3" json:"grant_time,omitempty"`
 	// read marks a shared (read) grant or wait of a read/write lock.
-	Read          bool `protobuf:"varint,9,opt,name=read,proto3" json:"read,omitempty"`
+	Read bool `protobuf:"varint,9,opt,name=read,proto3" json:"read,omitempty"`
+	// revoking_since, on a holder, is when a release from outside asked it
+	// to let go: it is granted to the next waiter once the holder does, or
+	// at revoking_until.
+	RevokingSince *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=revoking_since,json=revokingSince,proto3" json:"revoking_since,omitempty"`
+	// revoking_until is when a revocation in progress ends the grant if its
+	// holder has not let go by then.
+	RevokingUntil *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=revoking_until,json=revokingUntil,proto3" json:"revoking_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockEntry) Reset() {
 	*x = LockEntry{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[9]
+	mi := &file_coordd_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +938,7 @@ func (x *LockEntry) String() string {
 func (*LockEntry) ProtoMessage() {}
 
 func (x *LockEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[9]
+	mi := &file_coordd_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +951,7 @@ func (x *LockEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockEntry.ProtoReflect.Descriptor instead.
 func (*LockEntry) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LockEntry) GetSessionId() string {
@@ -859,6 +1017,20 @@ func (x *LockEntry) GetRead() bool {
 	return false
 }
 
+func (x *LockEntry) GetRevokingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokingSince
+	}
+	return nil
+}
+
+func (x *LockEntry) GetRevokingUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokingUntil
+	}
+	return nil
+}
+
 // DescribeLockRequest names a lock.
 type DescribeLockRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -876,7 +1048,7 @@ type DescribeLockRequest struct {
 
 func (x *DescribeLockRequest) Reset() {
 	*x = DescribeLockRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[10]
+	mi := &file_coordd_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -888,7 +1060,7 @@ func (x *DescribeLockRequest) String() string {
 func (*DescribeLockRequest) ProtoMessage() {}
 
 func (x *DescribeLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[10]
+	mi := &file_coordd_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -901,7 +1073,7 @@ func (x *DescribeLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeLockRequest.ProtoReflect.Descriptor instead.
 func (*DescribeLockRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DescribeLockRequest) GetName() string {
@@ -939,7 +1111,7 @@ type WatchLockRequest struct {
 
 func (x *WatchLockRequest) Reset() {
 	*x = WatchLockRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[11]
+	mi := &file_coordd_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1123,7 @@ func (x *WatchLockRequest) String() string {
 func (*WatchLockRequest) ProtoMessage() {}
 
 func (x *WatchLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[11]
+	mi := &file_coordd_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1136,7 @@ func (x *WatchLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLockRequest.ProtoReflect.Descriptor instead.
 func (*WatchLockRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchLockRequest) GetName() string {
@@ -992,7 +1164,7 @@ type WatchLockResponse struct {
 
 func (x *WatchLockResponse) Reset() {
 	*x = WatchLockResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[12]
+	mi := &file_coordd_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1176,7 @@ func (x *WatchLockResponse) String() string {
 func (*WatchLockResponse) ProtoMessage() {}
 
 func (x *WatchLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[12]
+	mi := &file_coordd_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1189,7 @@ func (x *WatchLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLockResponse.ProtoReflect.Descriptor instead.
 func (*WatchLockResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchLockResponse) GetLock() *DescribeLockResponse {
@@ -1055,7 +1227,7 @@ type DescribeLockResponse struct {
 
 func (x *DescribeLockResponse) Reset() {
 	*x = DescribeLockResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[13]
+	mi := &file_coordd_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1239,7 @@ func (x *DescribeLockResponse) String() string {
 func (*DescribeLockResponse) ProtoMessage() {}
 
 func (x *DescribeLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[13]
+	mi := &file_coordd_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1252,7 @@ func (x *DescribeLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeLockResponse.ProtoReflect.Descriptor instead.
 func (*DescribeLockResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DescribeLockResponse) GetName() string {
@@ -1161,7 +1333,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[14]
+	mi := &file_coordd_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1345,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[14]
+	mi := &file_coordd_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1358,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -1223,7 +1395,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[15]
+	mi := &file_coordd_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1407,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[15]
+	mi := &file_coordd_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1420,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListLocksResponse) GetNames() []string {
@@ -1282,7 +1454,7 @@ type ValidateFenceRequest struct {
 
 func (x *ValidateFenceRequest) Reset() {
 	*x = ValidateFenceRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[16]
+	mi := &file_coordd_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1466,7 @@ func (x *ValidateFenceRequest) String() string {
 func (*ValidateFenceRequest) ProtoMessage() {}
 
 func (x *ValidateFenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[16]
+	mi := &file_coordd_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1479,7 @@ func (x *ValidateFenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateFenceRequest.ProtoReflect.Descriptor instead.
 func (*ValidateFenceRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ValidateFenceRequest) GetName() string {
@@ -1340,7 +1512,7 @@ type ValidateFenceResponse struct {
 
 func (x *ValidateFenceResponse) Reset() {
 	*x = ValidateFenceResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[17]
+	mi := &file_coordd_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1524,7 @@ func (x *ValidateFenceResponse) String() string {
 func (*ValidateFenceResponse) ProtoMessage() {}
 
 func (x *ValidateFenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[17]
+	mi := &file_coordd_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1537,7 @@ func (x *ValidateFenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateFenceResponse.ProtoReflect.Descriptor instead.
 func (*ValidateFenceResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 // FencedPutRequest writes a key under a lock's token (or a leadership term).
@@ -1388,7 +1560,7 @@ type FencedPutRequest struct {
 
 func (x *FencedPutRequest) Reset() {
 	*x = FencedPutRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[18]
+	mi := &file_coordd_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1572,7 @@ func (x *FencedPutRequest) String() string {
 func (*FencedPutRequest) ProtoMessage() {}
 
 func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[18]
+	mi := &file_coordd_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1585,7 @@ func (x *FencedPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutRequest.ProtoReflect.Descriptor instead.
 func (*FencedPutRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FencedPutRequest) GetLock() string {
@@ -1462,7 +1634,7 @@ type FencedPutResponse struct {
 
 func (x *FencedPutResponse) Reset() {
 	*x = FencedPutResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[19]
+	mi := &file_coordd_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1646,7 @@ func (x *FencedPutResponse) String() string {
 func (*FencedPutResponse) ProtoMessage() {}
 
 func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[19]
+	mi := &file_coordd_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1659,7 @@ func (x *FencedPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedPutResponse.ProtoReflect.Descriptor instead.
 func (*FencedPutResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *FencedPutResponse) GetRevision() int64 {
@@ -1515,7 +1687,7 @@ type FencedDeleteRequest struct {
 
 func (x *FencedDeleteRequest) Reset() {
 	*x = FencedDeleteRequest{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[20]
+	mi := &file_coordd_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1699,7 @@ func (x *FencedDeleteRequest) String() string {
 func (*FencedDeleteRequest) ProtoMessage() {}
 
 func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[20]
+	mi := &file_coordd_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1712,7 @@ func (x *FencedDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteRequest.ProtoReflect.Descriptor instead.
 func (*FencedDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FencedDeleteRequest) GetLock() string {
@@ -1582,7 +1754,7 @@ type FencedDeleteResponse struct {
 
 func (x *FencedDeleteResponse) Reset() {
 	*x = FencedDeleteResponse{}
-	mi := &file_coordd_v1_lock_proto_msgTypes[21]
+	mi := &file_coordd_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1766,7 @@ func (x *FencedDeleteResponse) String() string {
 func (*FencedDeleteResponse) ProtoMessage() {}
 
 func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordd_v1_lock_proto_msgTypes[21]
+	mi := &file_coordd_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1779,7 @@ func (x *FencedDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FencedDeleteResponse.ProtoReflect.Descriptor instead.
 func (*FencedDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_coordd_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FencedDeleteResponse) GetRevision() int64 {
@@ -1671,7 +1843,7 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x04read\x18\a \x01(\bR\x04read\x12)\n" +
 	"\x10keepalive_stream\x18\b \x01(\x04R\x0fkeepaliveStream\"@\n" +
 	"\x12TryAcquireResponse\x12*\n" +
-	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\xa3\x01\n" +
+	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\xf5\x01\n" +
 	"\x0eReleaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12\x1d\n" +
@@ -1679,8 +1851,23 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12)\n" +
-	"\x10keepalive_stream\x18\x05 \x01(\x04R\x0fkeepaliveStream\"\x11\n" +
-	"\x0fReleaseResponse\"\xbb\x02\n" +
+	"\x10keepalive_stream\x18\x05 \x01(\x04R\x0fkeepaliveStream\x12\x14\n" +
+	"\x05force\x18\x06 \x01(\bR\x05force\x12:\n" +
+	"\vrevoke_wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"revokeWait\"\xdd\x01\n" +
+	"\n" +
+	"Revocation\x127\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x1d.coordd.v1.Revocation.OutcomeR\aoutcome\x121\n" +
+	"\x06waited\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06waited\"c\n" +
+	"\aOutcome\x12\x17\n" +
+	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14OUTCOME_ACKNOWLEDGED\x10\x01\x12\x11\n" +
+	"\rOUTCOME_BOUND\x10\x02\x12\x12\n" +
+	"\x0eOUTCOME_FORCED\x10\x03\"H\n" +
+	"\x0fReleaseResponse\x125\n" +
+	"\n" +
+	"revocation\x18\x01 \x01(\v2\x15.coordd.v1.RevocationR\n" +
+	"revocation\"\xc1\x03\n" +
 	"\tLockEntry\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +
@@ -1693,7 +1880,10 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\bhostname\x18\a \x01(\tR\bhostname\x129\n" +
 	"\n" +
 	"grant_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tgrantTime\x12\x12\n" +
-	"\x04read\x18\t \x01(\bR\x04read\"e\n" +
+	"\x04read\x18\t \x01(\bR\x04read\x12A\n" +
+	"\x0erevoking_since\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\rrevokingSince\x12A\n" +
+	"\x0erevoking_until\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\rrevokingUntil\"e\n" +
 	"\x13DescribeLockRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -1768,72 +1958,81 @@ func file_coordd_v1_lock_proto_rawDescGZIP() []byte {
 	return file_coordd_v1_lock_proto_rawDescData
 }
 
-var file_coordd_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_coordd_v1_lock_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_coordd_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_coordd_v1_lock_proto_goTypes = []any{
-	(*LockGrant)(nil),             // 0: coordd.v1.LockGrant
-	(*AcquireRequest)(nil),        // 1: coordd.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 2: coordd.v1.AcquireResponse
-	(*AcquireAllRequest)(nil),     // 3: coordd.v1.AcquireAllRequest
-	(*AcquireAllResponse)(nil),    // 4: coordd.v1.AcquireAllResponse
-	(*TryAcquireRequest)(nil),     // 5: coordd.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),    // 6: coordd.v1.TryAcquireResponse
-	(*ReleaseRequest)(nil),        // 7: coordd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 8: coordd.v1.ReleaseResponse
-	(*LockEntry)(nil),             // 9: coordd.v1.LockEntry
-	(*DescribeLockRequest)(nil),   // 10: coordd.v1.DescribeLockRequest
-	(*WatchLockRequest)(nil),      // 11: coordd.v1.WatchLockRequest
-	(*WatchLockResponse)(nil),     // 12: coordd.v1.WatchLockResponse
-	(*DescribeLockResponse)(nil),  // 13: coordd.v1.DescribeLockResponse
-	(*ListLocksRequest)(nil),      // 14: coordd.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),     // 15: coordd.v1.ListLocksResponse
-	(*ValidateFenceRequest)(nil),  // 16: coordd.v1.ValidateFenceRequest
-	(*ValidateFenceResponse)(nil), // 17: coordd.v1.ValidateFenceResponse
-	(*FencedPutRequest)(nil),      // 18: coordd.v1.FencedPutRequest
-	(*FencedPutResponse)(nil),     // 19: coordd.v1.FencedPutResponse
-	(*FencedDeleteRequest)(nil),   // 20: coordd.v1.FencedDeleteRequest
-	(*FencedDeleteResponse)(nil),  // 21: coordd.v1.FencedDeleteResponse
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(Revocation_Outcome)(0),       // 0: coordd.v1.Revocation.Outcome
+	(*LockGrant)(nil),             // 1: coordd.v1.LockGrant
+	(*AcquireRequest)(nil),        // 2: coordd.v1.AcquireRequest
+	(*AcquireResponse)(nil),       // 3: coordd.v1.AcquireResponse
+	(*AcquireAllRequest)(nil),     // 4: coordd.v1.AcquireAllRequest
+	(*AcquireAllResponse)(nil),    // 5: coordd.v1.AcquireAllResponse
+	(*TryAcquireRequest)(nil),     // 6: coordd.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),    // 7: coordd.v1.TryAcquireResponse
+	(*ReleaseRequest)(nil),        // 8: coordd.v1.ReleaseRequest
+	(*Revocation)(nil),            // 9: coordd.v1.Revocation
+	(*ReleaseResponse)(nil),       // 10: coordd.v1.ReleaseResponse
+	(*LockEntry)(nil),             // 11: coordd.v1.LockEntry
+	(*DescribeLockRequest)(nil),   // 12: coordd.v1.DescribeLockRequest
+	(*WatchLockRequest)(nil),      // 13: coordd.v1.WatchLockRequest
+	(*WatchLockResponse)(nil),     // 14: coordd.v1.WatchLockResponse
+	(*DescribeLockResponse)(nil),  // 15: coordd.v1.DescribeLockResponse
+	(*ListLocksRequest)(nil),      // 16: coordd.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),     // 17: coordd.v1.ListLocksResponse
+	(*ValidateFenceRequest)(nil),  // 18: coordd.v1.ValidateFenceRequest
+	(*ValidateFenceResponse)(nil), // 19: coordd.v1.ValidateFenceResponse
+	(*FencedPutRequest)(nil),      // 20: coordd.v1.FencedPutRequest
+	(*FencedPutResponse)(nil),     // 21: coordd.v1.FencedPutResponse
+	(*FencedDeleteRequest)(nil),   // 22: coordd.v1.FencedDeleteRequest
+	(*FencedDeleteResponse)(nil),  // 23: coordd.v1.FencedDeleteResponse
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
 }
 var file_coordd_v1_lock_proto_depIdxs = []int32{
-	22, // 0: coordd.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	22, // 1: coordd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	0,  // 2: coordd.v1.AcquireResponse.grant:type_name -> coordd.v1.LockGrant
-	22, // 3: coordd.v1.AcquireAllRequest.wait:type_name -> google.protobuf.Duration
-	0,  // 4: coordd.v1.AcquireAllResponse.grants:type_name -> coordd.v1.LockGrant
-	22, // 5: coordd.v1.TryAcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	0,  // 6: coordd.v1.TryAcquireResponse.grant:type_name -> coordd.v1.LockGrant
-	23, // 7: coordd.v1.LockEntry.enqueue_time:type_name -> google.protobuf.Timestamp
-	23, // 8: coordd.v1.LockEntry.grant_time:type_name -> google.protobuf.Timestamp
-	13, // 9: coordd.v1.WatchLockResponse.lock:type_name -> coordd.v1.DescribeLockResponse
-	9,  // 10: coordd.v1.DescribeLockResponse.holders:type_name -> coordd.v1.LockEntry
-	9,  // 11: coordd.v1.DescribeLockResponse.waiters:type_name -> coordd.v1.LockEntry
-	23, // 12: coordd.v1.DescribeLockResponse.delayed_until:type_name -> google.protobuf.Timestamp
-	1,  // 13: coordd.v1.LockService.Acquire:input_type -> coordd.v1.AcquireRequest
-	5,  // 14: coordd.v1.LockService.TryAcquire:input_type -> coordd.v1.TryAcquireRequest
-	3,  // 15: coordd.v1.LockService.AcquireAll:input_type -> coordd.v1.AcquireAllRequest
-	7,  // 16: coordd.v1.LockService.Release:input_type -> coordd.v1.ReleaseRequest
-	10, // 17: coordd.v1.LockService.DescribeLock:input_type -> coordd.v1.DescribeLockRequest
-	11, // 18: coordd.v1.LockService.WatchLock:input_type -> coordd.v1.WatchLockRequest
-	14, // 19: coordd.v1.LockService.ListLocks:input_type -> coordd.v1.ListLocksRequest
-	16, // 20: coordd.v1.LockService.ValidateFence:input_type -> coordd.v1.ValidateFenceRequest
-	18, // 21: coordd.v1.LockService.FencedPut:input_type -> coordd.v1.FencedPutRequest
-	20, // 22: coordd.v1.LockService.FencedDelete:input_type -> coordd.v1.FencedDeleteRequest
-	2,  // 23: coordd.v1.LockService.Acquire:output_type -> coordd.v1.AcquireResponse
-	6,  // 24: coordd.v1.LockService.TryAcquire:output_type -> coordd.v1.TryAcquireResponse
-	4,  // 25: coordd.v1.LockService.AcquireAll:output_type -> coordd.v1.AcquireAllResponse
-	8,  // 26: coordd.v1.LockService.Release:output_type -> coordd.v1.ReleaseResponse
-	13, // 27: coordd.v1.LockService.DescribeLock:output_type -> coordd.v1.DescribeLockResponse
-	12, // 28: coordd.v1.LockService.WatchLock:output_type -> coordd.v1.WatchLockResponse
-	15, // 29: coordd.v1.LockService.ListLocks:output_type -> coordd.v1.ListLocksResponse
-	17, // 30: coordd.v1.LockService.ValidateFence:output_type -> coordd.v1.ValidateFenceResponse
-	19, // 31: coordd.v1.LockService.FencedPut:output_type -> coordd.v1.FencedPutResponse
-	21, // 32: coordd.v1.LockService.FencedDelete:output_type -> coordd.v1.FencedDeleteResponse
-	23, // [23:33] is the sub-list for method output_type
-	13, // [13:23] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	24, // 0: coordd.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	24, // 1: coordd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	1,  // 2: coordd.v1.AcquireResponse.grant:type_name -> coordd.v1.LockGrant
+	24, // 3: coordd.v1.AcquireAllRequest.wait:type_name -> google.protobuf.Duration
+	1,  // 4: coordd.v1.AcquireAllResponse.grants:type_name -> coordd.v1.LockGrant
+	24, // 5: coordd.v1.TryAcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	1,  // 6: coordd.v1.TryAcquireResponse.grant:type_name -> coordd.v1.LockGrant
+	24, // 7: coordd.v1.ReleaseRequest.revoke_wait:type_name -> google.protobuf.Duration
+	0,  // 8: coordd.v1.Revocation.outcome:type_name -> coordd.v1.Revocation.Outcome
+	24, // 9: coordd.v1.Revocation.waited:type_name -> google.protobuf.Duration
+	9,  // 10: coordd.v1.ReleaseResponse.revocation:type_name -> coordd.v1.Revocation
+	25, // 11: coordd.v1.LockEntry.enqueue_time:type_name -> google.protobuf.Timestamp
+	25, // 12: coordd.v1.LockEntry.grant_time:type_name -> google.protobuf.Timestamp
+	25, // 13: coordd.v1.LockEntry.revoking_since:type_name -> google.protobuf.Timestamp
+	25, // 14: coordd.v1.LockEntry.revoking_until:type_name -> google.protobuf.Timestamp
+	15, // 15: coordd.v1.WatchLockResponse.lock:type_name -> coordd.v1.DescribeLockResponse
+	11, // 16: coordd.v1.DescribeLockResponse.holders:type_name -> coordd.v1.LockEntry
+	11, // 17: coordd.v1.DescribeLockResponse.waiters:type_name -> coordd.v1.LockEntry
+	25, // 18: coordd.v1.DescribeLockResponse.delayed_until:type_name -> google.protobuf.Timestamp
+	2,  // 19: coordd.v1.LockService.Acquire:input_type -> coordd.v1.AcquireRequest
+	6,  // 20: coordd.v1.LockService.TryAcquire:input_type -> coordd.v1.TryAcquireRequest
+	4,  // 21: coordd.v1.LockService.AcquireAll:input_type -> coordd.v1.AcquireAllRequest
+	8,  // 22: coordd.v1.LockService.Release:input_type -> coordd.v1.ReleaseRequest
+	12, // 23: coordd.v1.LockService.DescribeLock:input_type -> coordd.v1.DescribeLockRequest
+	13, // 24: coordd.v1.LockService.WatchLock:input_type -> coordd.v1.WatchLockRequest
+	16, // 25: coordd.v1.LockService.ListLocks:input_type -> coordd.v1.ListLocksRequest
+	18, // 26: coordd.v1.LockService.ValidateFence:input_type -> coordd.v1.ValidateFenceRequest
+	20, // 27: coordd.v1.LockService.FencedPut:input_type -> coordd.v1.FencedPutRequest
+	22, // 28: coordd.v1.LockService.FencedDelete:input_type -> coordd.v1.FencedDeleteRequest
+	3,  // 29: coordd.v1.LockService.Acquire:output_type -> coordd.v1.AcquireResponse
+	7,  // 30: coordd.v1.LockService.TryAcquire:output_type -> coordd.v1.TryAcquireResponse
+	5,  // 31: coordd.v1.LockService.AcquireAll:output_type -> coordd.v1.AcquireAllResponse
+	10, // 32: coordd.v1.LockService.Release:output_type -> coordd.v1.ReleaseResponse
+	15, // 33: coordd.v1.LockService.DescribeLock:output_type -> coordd.v1.DescribeLockResponse
+	14, // 34: coordd.v1.LockService.WatchLock:output_type -> coordd.v1.WatchLockResponse
+	17, // 35: coordd.v1.LockService.ListLocks:output_type -> coordd.v1.ListLocksResponse
+	19, // 36: coordd.v1.LockService.ValidateFence:output_type -> coordd.v1.ValidateFenceResponse
+	21, // 37: coordd.v1.LockService.FencedPut:output_type -> coordd.v1.FencedPutResponse
+	23, // 38: coordd.v1.LockService.FencedDelete:output_type -> coordd.v1.FencedDeleteResponse
+	29, // [29:39] is the sub-list for method output_type
+	19, // [19:29] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_lock_proto_init() }
@@ -1846,13 +2045,14 @@ func file_coordd_v1_lock_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordd_v1_lock_proto_rawDesc), len(file_coordd_v1_lock_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   22,
+			NumEnums:      1,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_coordd_v1_lock_proto_goTypes,
 		DependencyIndexes: file_coordd_v1_lock_proto_depIdxs,
+		EnumInfos:         file_coordd_v1_lock_proto_enumTypes,
 		MessageInfos:      file_coordd_v1_lock_proto_msgTypes,
 	}.Build()
 	File_coordd_v1_lock_proto = out.File

@@ -1469,7 +1469,13 @@ type KeepAliveStreamResponse struct {
 	Gone bool `protobuf:"varint,4,opt,name=gone,proto3" json:"gone,omitempty"`
 	// renewals answers a request's session_ids, one per session, in any
 	// order (session_id and ttl are then unset).
-	Renewals      []*Renewal `protobuf:"bytes,5,rep,name=renewals,proto3" json:"renewals,omitempty"`
+	Renewals []*Renewal `protobuf:"bytes,5,rep,name=renewals,proto3" json:"renewals,omitempty"`
+	// revoking lists watched holdings that someone else asks to end (a
+	// release or resignation from outside): the holder is to stop acting on
+	// each (end its context) and then release or resign it; the next holder
+	// is granted only then, or once the revocation's bound passes. Each is
+	// listed at most once per stream, before its end.
+	Revoking      []*Holding `protobuf:"bytes,6,rep,name=revoking,proto3" json:"revoking,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1539,11 +1545,32 @@ func (x *KeepAliveStreamResponse) GetRenewals() []*Renewal {
 	return nil
 }
 
+func (x *KeepAliveStreamResponse) GetRevoking() []*Holding {
+	if x != nil {
+		return x.Revoking
+	}
+	return nil
+}
+
 // CloseSessionRequest names the session to close.
 type CloseSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// session_id is the session's id. Required.
-	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// by_owner says the session's own client closes it and has already
+	// ended every holding's context (the Go, Python and TypeScript clients
+	// set it): everything ends at once. Without it the close is from
+	// outside (an operator, coordctl): each lock grant and leadership the
+	// session holds is revoked first, as by a release or resignation from
+	// outside (its holder is asked, and the next holder granted once it
+	// lets go or the bound passes), and then the session ends.
+	ByOwner bool `protobuf:"varint,2,opt,name=by_owner,json=byOwner,proto3" json:"by_owner,omitempty"`
+	// force, on a close from outside, ends everything at once without
+	// asking the holders (see ReleaseRequest.force).
+	Force bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	// revoke_wait bounds, on a close from outside, how long each holder may
+	// take to let go: at most, and by default, the session's TTL.
+	RevokeWait    *durationpb.Duration `protobuf:"bytes,4,opt,name=revoke_wait,json=revokeWait,proto3" json:"revoke_wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1585,10 +1612,34 @@ func (x *CloseSessionRequest) GetSessionId() string {
 	return ""
 }
 
-// CloseSessionResponse is empty: the session and everything attached to it
+func (x *CloseSessionRequest) GetByOwner() bool {
+	if x != nil {
+		return x.ByOwner
+	}
+	return false
+}
+
+func (x *CloseSessionRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *CloseSessionRequest) GetRevokeWait() *durationpb.Duration {
+	if x != nil {
+		return x.RevokeWait
+	}
+	return nil
+}
+
+// CloseSessionResponse says the session and everything attached to it
 // are gone.
 type CloseSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// revocations, on a close from outside, say how each holding the
+	// session had was revoked, in no particular order.
+	Revocations   []*Revocation `protobuf:"bytes,1,rep,name=revocations,proto3" json:"revocations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1621,6 +1672,13 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
 	return file_coordd_v1_session_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CloseSessionResponse) GetRevocations() []*Revocation {
+	if x != nil {
+		return x.Revocations
+	}
+	return nil
 }
 
 var File_coordd_v1_session_proto protoreflect.FileDescriptor
@@ -1737,18 +1795,24 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tKIND_LOCK\x10\x01\x12\x11\n" +
-	"\rKIND_ELECTION\x10\x02\"\xd3\x01\n" +
+	"\rKIND_ELECTION\x10\x02\"\x83\x02\n" +
 	"\x17KeepAliveStreamResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12(\n" +
 	"\x05ended\x18\x03 \x03(\v2\x12.coordd.v1.HoldingR\x05ended\x12\x12\n" +
 	"\x04gone\x18\x04 \x01(\bR\x04gone\x12.\n" +
-	"\brenewals\x18\x05 \x03(\v2\x12.coordd.v1.RenewalR\brenewals\"4\n" +
+	"\brenewals\x18\x05 \x03(\v2\x12.coordd.v1.RenewalR\brenewals\x12.\n" +
+	"\brevoking\x18\x06 \x03(\v2\x12.coordd.v1.HoldingR\brevoking\"\xa1\x01\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
-	"\x14CloseSessionResponse2\xb7\x04\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bby_owner\x18\x02 \x01(\bR\abyOwner\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\x12:\n" +
+	"\vrevoke_wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"revokeWait\"O\n" +
+	"\x14CloseSessionResponse\x127\n" +
+	"\vrevocations\x18\x01 \x03(\v2\x15.coordd.v1.RevocationR\vrevocations2\xb7\x04\n" +
 	"\x0eSessionService\x12R\n" +
 	"\rCreateSession\x12\x1f.coordd.v1.CreateSessionRequest\x1a .coordd.v1.CreateSessionResponse\x12I\n" +
 	"\n" +
@@ -1817,6 +1881,7 @@ var file_coordd_v1_session_proto_goTypes = []any{
 	(*FencedDeleteResponse)(nil),    // 40: coordd.v1.FencedDeleteResponse
 	(*durationpb.Duration)(nil),     // 41: google.protobuf.Duration
 	(*timestamppb.Timestamp)(nil),   // 42: google.protobuf.Timestamp
+	(*Revocation)(nil),              // 43: coordd.v1.Revocation
 }
 var file_coordd_v1_session_proto_depIdxs = []int32{
 	22, // 0: coordd.v1.CallsRequest.acquire:type_name -> coordd.v1.AcquireRequest
@@ -1856,25 +1921,28 @@ var file_coordd_v1_session_proto_depIdxs = []int32{
 	41, // 34: coordd.v1.KeepAliveStreamResponse.ttl:type_name -> google.protobuf.Duration
 	16, // 35: coordd.v1.KeepAliveStreamResponse.ended:type_name -> coordd.v1.Holding
 	15, // 36: coordd.v1.KeepAliveStreamResponse.renewals:type_name -> coordd.v1.Renewal
-	6,  // 37: coordd.v1.SessionService.CreateSession:input_type -> coordd.v1.CreateSessionRequest
-	8,  // 38: coordd.v1.SessionService.GetSession:input_type -> coordd.v1.GetSessionRequest
-	10, // 39: coordd.v1.SessionService.ListSessions:input_type -> coordd.v1.ListSessionsRequest
-	12, // 40: coordd.v1.SessionService.KeepAlive:input_type -> coordd.v1.KeepAliveRequest
-	14, // 41: coordd.v1.SessionService.KeepAliveStream:input_type -> coordd.v1.KeepAliveStreamRequest
-	18, // 42: coordd.v1.SessionService.CloseSession:input_type -> coordd.v1.CloseSessionRequest
-	1,  // 43: coordd.v1.SessionService.Calls:input_type -> coordd.v1.CallsRequest
-	7,  // 44: coordd.v1.SessionService.CreateSession:output_type -> coordd.v1.CreateSessionResponse
-	9,  // 45: coordd.v1.SessionService.GetSession:output_type -> coordd.v1.GetSessionResponse
-	11, // 46: coordd.v1.SessionService.ListSessions:output_type -> coordd.v1.ListSessionsResponse
-	13, // 47: coordd.v1.SessionService.KeepAlive:output_type -> coordd.v1.KeepAliveResponse
-	17, // 48: coordd.v1.SessionService.KeepAliveStream:output_type -> coordd.v1.KeepAliveStreamResponse
-	19, // 49: coordd.v1.SessionService.CloseSession:output_type -> coordd.v1.CloseSessionResponse
-	4,  // 50: coordd.v1.SessionService.Calls:output_type -> coordd.v1.CallsResponse
-	44, // [44:51] is the sub-list for method output_type
-	37, // [37:44] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	16, // 37: coordd.v1.KeepAliveStreamResponse.revoking:type_name -> coordd.v1.Holding
+	41, // 38: coordd.v1.CloseSessionRequest.revoke_wait:type_name -> google.protobuf.Duration
+	43, // 39: coordd.v1.CloseSessionResponse.revocations:type_name -> coordd.v1.Revocation
+	6,  // 40: coordd.v1.SessionService.CreateSession:input_type -> coordd.v1.CreateSessionRequest
+	8,  // 41: coordd.v1.SessionService.GetSession:input_type -> coordd.v1.GetSessionRequest
+	10, // 42: coordd.v1.SessionService.ListSessions:input_type -> coordd.v1.ListSessionsRequest
+	12, // 43: coordd.v1.SessionService.KeepAlive:input_type -> coordd.v1.KeepAliveRequest
+	14, // 44: coordd.v1.SessionService.KeepAliveStream:input_type -> coordd.v1.KeepAliveStreamRequest
+	18, // 45: coordd.v1.SessionService.CloseSession:input_type -> coordd.v1.CloseSessionRequest
+	1,  // 46: coordd.v1.SessionService.Calls:input_type -> coordd.v1.CallsRequest
+	7,  // 47: coordd.v1.SessionService.CreateSession:output_type -> coordd.v1.CreateSessionResponse
+	9,  // 48: coordd.v1.SessionService.GetSession:output_type -> coordd.v1.GetSessionResponse
+	11, // 49: coordd.v1.SessionService.ListSessions:output_type -> coordd.v1.ListSessionsResponse
+	13, // 50: coordd.v1.SessionService.KeepAlive:output_type -> coordd.v1.KeepAliveResponse
+	17, // 51: coordd.v1.SessionService.KeepAliveStream:output_type -> coordd.v1.KeepAliveStreamResponse
+	19, // 52: coordd.v1.SessionService.CloseSession:output_type -> coordd.v1.CloseSessionResponse
+	4,  // 53: coordd.v1.SessionService.Calls:output_type -> coordd.v1.CallsResponse
+	47, // [47:54] is the sub-list for method output_type
+	40, // [40:47] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_session_proto_init() }

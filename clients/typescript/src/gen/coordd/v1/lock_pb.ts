@@ -2,8 +2,8 @@
 // @generated from file coordd/v1/lock.proto (package coordd.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordd/v1/lock.proto.
  */
 export const file_coordd_v1_lock: GenFile = /*@__PURE__*/
-  fileDesc("ChRjb29yZGQvdjEvbG9jay5wcm90bxIJY29vcmRkLnYxIoIBCglMb2NrR3JhbnQSDAoEbmFtZRgBIAEoCRINCgV0b2tlbhgCIAEoAxISCgpzZXNzaW9uX2lkGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSEAoIcmV2aXNpb24YBSABKAMSDAoEcmVhZBgGIAEoCBIQCghmb2xsb3dlZBgHIAEoCCLnAQoOQWNxdWlyZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEhIKCnJlcXVlc3RfaWQYBCABKAkSEAoIbWV0YWRhdGEYBSABKAkSJwoEd2FpdBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhItCgpsb2NrX2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBHJlYWQYCCABKAgSGAoQa2VlcGFsaXZlX3N0cmVhbRgJIAEoBCI2Cg9BY3F1aXJlUmVzcG9uc2USIwoFZ3JhbnQYASABKAsyFC5jb29yZGQudjEuTG9ja0dyYW50Ip8BChFBY3F1aXJlQWxsUmVxdWVzdBINCgVuYW1lcxgBIAMoCRISCgpzZXNzaW9uX2lkGAIgASgJEhIKCnJlcXVlc3RfaWQYAyABKAkSEAoIbWV0YWRhdGEYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBrZWVwYWxpdmVfc3RyZWFtGAYgASgEIjoKEkFjcXVpcmVBbGxSZXNwb25zZRIkCgZncmFudHMYASADKAsyFC5jb29yZGQudjEuTG9ja0dyYW50IsEBChFUcnlBY3F1aXJlUmVxdWVzdBIMCgRuYW1lGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDQoFbGltaXQYAyABKAUSEgoKcmVxdWVzdF9pZBgEIAEoCRIQCghtZXRhZGF0YRgFIAEoCRItCgpsb2NrX2RlbGF5GAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBHJlYWQYByABKAgSGAoQa2VlcGFsaXZlX3N0cmVhbRgIIAEoBCI5ChJUcnlBY3F1aXJlUmVzcG9uc2USIwoFZ3JhbnQYASABKAsyFC5jb29yZGQudjEuTG9ja0dyYW50Im8KDlJlbGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAMSEgoKc2Vzc2lvbl9pZBgDIAEoCRISCgpyZXF1ZXN0X2lkGAQgASgJEhgKEGtlZXBhbGl2ZV9zdHJlYW0YBSABKAQiEQoPUmVsZWFzZVJlc3BvbnNlIuUBCglMb2NrRW50cnkSEgoKc2Vzc2lvbl9pZBgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEhAKCG1ldGFkYXRhGAMgASgJEg0KBXRva2VuGAQgASgDEjAKDGVucXVldWVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFb3duZXIYBiABKAkSEAoIaG9zdG5hbWUYByABKAkSLgoKZ3JhbnRfdGltZRgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEcmVhZBgJIAEoCCJKChNEZXNjcmliZUxvY2tSZXF1ZXN0EgwKBG5hbWUYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiMwoQV2F0Y2hMb2NrUmVxdWVzdBIMCgRuYW1lGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBSJCChFXYXRjaExvY2tSZXNwb25zZRItCgRsb2NrGAEgASgLMh8uY29vcmRkLnYxLkRlc2NyaWJlTG9ja1Jlc3BvbnNlIosCChREZXNjcmliZUxvY2tSZXNwb25zZRIMCgRuYW1lGAEgASgJEg0KBWxpbWl0GAIgASgFEiUKB2hvbGRlcnMYAyADKAsyFC5jb29yZGQudjEuTG9ja0VudHJ5EiUKB3dhaXRlcnMYBCADKAsyFC5jb29yZGQudjEuTG9ja0VudHJ5EhAKCHJldmlzaW9uGAUgASgDEjEKDWRlbGF5ZWRfdW50aWwYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDGhvbGRlcl9jb3VudBgHIAEoBRIUCgx3YWl0ZXJfY291bnQYCCABKAUSFwoPbmV4dF9wYWdlX3Rva2VuGAkgASgJIkkKEExpc3RMb2Nrc1JlcXVlc3QSDgoGcHJlZml4GAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIjsKEUxpc3RMb2Nrc1Jlc3BvbnNlEg0KBW5hbWVzGAEgAygJEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJFChRWYWxpZGF0ZUZlbmNlUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXRva2VuGAIgASgDEhAKCGVsZWN0aW9uGAMgASgJIhcKFVZhbGlkYXRlRmVuY2VSZXNwb25zZSJdChBGZW5jZWRQdXRSZXF1ZXN0EgwKBGxvY2sYASABKAkSDQoFdG9rZW4YAiABKAMSCwoDa2V5GAMgASgJEg0KBXZhbHVlGAQgASgMEhAKCGVsZWN0aW9uGAUgASgJIiUKEUZlbmNlZFB1dFJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDIlEKE0ZlbmNlZERlbGV0ZVJlcXVlc3QSDAoEbG9jaxgBIAEoCRINCgV0b2tlbhgCIAEoAxILCgNrZXkYAyABKAkSEAoIZWxlY3Rpb24YBCABKAkiKAoURmVuY2VkRGVsZXRlUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMy9wUKC0xvY2tTZXJ2aWNlEkAKB0FjcXVpcmUSGS5jb29yZGQudjEuQWNxdWlyZVJlcXVlc3QaGi5jb29yZGQudjEuQWNxdWlyZVJlc3BvbnNlEkkKClRyeUFjcXVpcmUSHC5jb29yZGQudjEuVHJ5QWNxdWlyZVJlcXVlc3QaHS5jb29yZGQudjEuVHJ5QWNxdWlyZVJlc3BvbnNlEkkKCkFjcXVpcmVBbGwSHC5jb29yZGQudjEuQWNxdWlyZUFsbFJlcXVlc3QaHS5jb29yZGQudjEuQWNxdWlyZUFsbFJlc3BvbnNlEkAKB1JlbGVhc2USGS5jb29yZGQudjEuUmVsZWFzZVJlcXVlc3QaGi5jb29yZGQudjEuUmVsZWFzZVJlc3BvbnNlEk8KDERlc2NyaWJlTG9jaxIeLmNvb3JkZC52MS5EZXNjcmliZUxvY2tSZXF1ZXN0Gh8uY29vcmRkLnYxLkRlc2NyaWJlTG9ja1Jlc3BvbnNlEkgKCVdhdGNoTG9jaxIbLmNvb3JkZC52MS5XYXRjaExvY2tSZXF1ZXN0GhwuY29vcmRkLnYxLldhdGNoTG9ja1Jlc3BvbnNlMAESRgoJTGlzdExvY2tzEhsuY29vcmRkLnYxLkxpc3RMb2Nrc1JlcXVlc3QaHC5jb29yZGQudjEuTGlzdExvY2tzUmVzcG9uc2USUgoNVmFsaWRhdGVGZW5jZRIfLmNvb3JkZC52MS5WYWxpZGF0ZUZlbmNlUmVxdWVzdBogLmNvb3JkZC52MS5WYWxpZGF0ZUZlbmNlUmVzcG9uc2USRgoJRmVuY2VkUHV0EhsuY29vcmRkLnYxLkZlbmNlZFB1dFJlcXVlc3QaHC5jb29yZGQudjEuRmVuY2VkUHV0UmVzcG9uc2USTwoMRmVuY2VkRGVsZXRlEh4uY29vcmRkLnYxLkZlbmNlZERlbGV0ZVJlcXVlc3QaHy5jb29yZGQudjEuRmVuY2VkRGVsZXRlUmVzcG9uc2VCM1oxZ2l0aHViLmNvbS9jb29yZGQvY29vcmRkL3Byb3RvL2Nvb3JkZC92MTtjb29yZGR2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRjb29yZGQvdjEvbG9jay5wcm90bxIJY29vcmRkLnYxIoIBCglMb2NrR3JhbnQSDAoEbmFtZRgBIAEoCRINCgV0b2tlbhgCIAEoAxISCgpzZXNzaW9uX2lkGAMgASgJEhIKCnJlcXVlc3RfaWQYBCABKAkSEAoIcmV2aXNpb24YBSABKAMSDAoEcmVhZBgGIAEoCBIQCghmb2xsb3dlZBgHIAEoCCLnAQoOQWNxdWlyZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEhIKCnJlcXVlc3RfaWQYBCABKAkSEAoIbWV0YWRhdGEYBSABKAkSJwoEd2FpdBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhItCgpsb2NrX2RlbGF5GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBHJlYWQYCCABKAgSGAoQa2VlcGFsaXZlX3N0cmVhbRgJIAEoBCI2Cg9BY3F1aXJlUmVzcG9uc2USIwoFZ3JhbnQYASABKAsyFC5jb29yZGQudjEuTG9ja0dyYW50Ip8BChFBY3F1aXJlQWxsUmVxdWVzdBINCgVuYW1lcxgBIAMoCRISCgpzZXNzaW9uX2lkGAIgASgJEhIKCnJlcXVlc3RfaWQYAyABKAkSEAoIbWV0YWRhdGEYBCABKAkSJwoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBrZWVwYWxpdmVfc3RyZWFtGAYgASgEIjoKEkFjcXVpcmVBbGxSZXNwb25zZRIkCgZncmFudHMYASADKAsyFC5jb29yZGQudjEuTG9ja0dyYW50IsEBChFUcnlBY3F1aXJlUmVxdWVzdBIMCgRuYW1lGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSDQoFbGltaXQYAyABKAUSEgoKcmVxdWVzdF9pZBgEIAEoCRIQCghtZXRhZGF0YRgFIAEoCRItCgpsb2NrX2RlbGF5GAYgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBHJlYWQYByABKAgSGAoQa2VlcGFsaXZlX3N0cmVhbRgIIAEoBCI5ChJUcnlBY3F1aXJlUmVzcG9uc2USIwoFZ3JhbnQYASABKAsyFC5jb29yZGQudjEuTG9ja0dyYW50Iq4BCg5SZWxlYXNlUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXRva2VuGAIgASgDEhIKCnNlc3Npb25faWQYAyABKAkSEgoKcmVxdWVzdF9pZBgEIAEoCRIYChBrZWVwYWxpdmVfc3RyZWFtGAUgASgEEg0KBWZvcmNlGAYgASgIEi4KC3Jldm9rZV93YWl0GAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIswBCgpSZXZvY2F0aW9uEi4KB291dGNvbWUYASABKA4yHS5jb29yZGQudjEuUmV2b2NhdGlvbi5PdXRjb21lEikKBndhaXRlZBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJjCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABIYChRPVVRDT01FX0FDS05PV0xFREdFRBABEhEKDU9VVENPTUVfQk9VTkQQAhISCg5PVVRDT01FX0ZPUkNFRBADIjwKD1JlbGVhc2VSZXNwb25zZRIpCgpyZXZvY2F0aW9uGAEgASgLMhUuY29vcmRkLnYxLlJldm9jYXRpb24izQIKCUxvY2tFbnRyeRISCgpzZXNzaW9uX2lkGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSEAoIbWV0YWRhdGEYAyABKAkSDQoFdG9rZW4YBCABKAMSMAoMZW5xdWV1ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVvd25lchgGIAEoCRIQCghob3N0bmFtZRgHIAEoCRIuCgpncmFudF90aW1lGAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRyZWFkGAkgASgIEjIKDnJldm9raW5nX3NpbmNlGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5yZXZva2luZ191bnRpbBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiSgoTRGVzY3JpYmVMb2NrUmVxdWVzdBIMCgRuYW1lGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJIjMKEFdhdGNoTG9ja1JlcXVlc3QSDAoEbmFtZRgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUiQgoRV2F0Y2hMb2NrUmVzcG9uc2USLQoEbG9jaxgBIAEoCzIfLmNvb3JkZC52MS5EZXNjcmliZUxvY2tSZXNwb25zZSKLAgoURGVzY3JpYmVMb2NrUmVzcG9uc2USDAoEbmFtZRgBIAEoCRINCgVsaW1pdBgCIAEoBRIlCgdob2xkZXJzGAMgAygLMhQuY29vcmRkLnYxLkxvY2tFbnRyeRIlCgd3YWl0ZXJzGAQgAygLMhQuY29vcmRkLnYxLkxvY2tFbnRyeRIQCghyZXZpc2lvbhgFIAEoAxIxCg1kZWxheWVkX3VudGlsGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxob2xkZXJfY291bnQYByABKAUSFAoMd2FpdGVyX2NvdW50GAggASgFEhcKD25leHRfcGFnZV90b2tlbhgJIAEoCSJJChBMaXN0TG9ja3NSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSI7ChFMaXN0TG9ja3NSZXNwb25zZRINCgVuYW1lcxgBIAMoCRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiRQoUVmFsaWRhdGVGZW5jZVJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgV0b2tlbhgCIAEoAxIQCghlbGVjdGlvbhgDIAEoCSIXChVWYWxpZGF0ZUZlbmNlUmVzcG9uc2UiXQoQRmVuY2VkUHV0UmVxdWVzdBIMCgRsb2NrGAEgASgJEg0KBXRva2VuGAIgASgDEgsKA2tleRgDIAEoCRINCgV2YWx1ZRgEIAEoDBIQCghlbGVjdGlvbhgFIAEoCSIlChFGZW5jZWRQdXRSZXNwb25zZRIQCghyZXZpc2lvbhgBIAEoAyJRChNGZW5jZWREZWxldGVSZXF1ZXN0EgwKBGxvY2sYASABKAkSDQoFdG9rZW4YAiABKAMSCwoDa2V5GAMgASgJEhAKCGVsZWN0aW9uGAQgASgJIigKFEZlbmNlZERlbGV0ZVJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDMvcFCgtMb2NrU2VydmljZRJACgdBY3F1aXJlEhkuY29vcmRkLnYxLkFjcXVpcmVSZXF1ZXN0GhouY29vcmRkLnYxLkFjcXVpcmVSZXNwb25zZRJJCgpUcnlBY3F1aXJlEhwuY29vcmRkLnYxLlRyeUFjcXVpcmVSZXF1ZXN0Gh0uY29vcmRkLnYxLlRyeUFjcXVpcmVSZXNwb25zZRJJCgpBY3F1aXJlQWxsEhwuY29vcmRkLnYxLkFjcXVpcmVBbGxSZXF1ZXN0Gh0uY29vcmRkLnYxLkFjcXVpcmVBbGxSZXNwb25zZRJACgdSZWxlYXNlEhkuY29vcmRkLnYxLlJlbGVhc2VSZXF1ZXN0GhouY29vcmRkLnYxLlJlbGVhc2VSZXNwb25zZRJPCgxEZXNjcmliZUxvY2sSHi5jb29yZGQudjEuRGVzY3JpYmVMb2NrUmVxdWVzdBofLmNvb3JkZC52MS5EZXNjcmliZUxvY2tSZXNwb25zZRJICglXYXRjaExvY2sSGy5jb29yZGQudjEuV2F0Y2hMb2NrUmVxdWVzdBocLmNvb3JkZC52MS5XYXRjaExvY2tSZXNwb25zZTABEkYKCUxpc3RMb2NrcxIbLmNvb3JkZC52MS5MaXN0TG9ja3NSZXF1ZXN0GhwuY29vcmRkLnYxLkxpc3RMb2Nrc1Jlc3BvbnNlElIKDVZhbGlkYXRlRmVuY2USHy5jb29yZGQudjEuVmFsaWRhdGVGZW5jZVJlcXVlc3QaIC5jb29yZGQudjEuVmFsaWRhdGVGZW5jZVJlc3BvbnNlEkYKCUZlbmNlZFB1dBIbLmNvb3JkZC52MS5GZW5jZWRQdXRSZXF1ZXN0GhwuY29vcmRkLnYxLkZlbmNlZFB1dFJlc3BvbnNlEk8KDEZlbmNlZERlbGV0ZRIeLmNvb3JkZC52MS5GZW5jZWREZWxldGVSZXF1ZXN0Gh8uY29vcmRkLnYxLkZlbmNlZERlbGV0ZVJlc3BvbnNlQjNaMWdpdGh1Yi5jb20vY29vcmRkL2Nvb3JkZC9wcm90by9jb29yZGQvdjE7Y29vcmRkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * LockGrant is a held lock.
@@ -424,6 +424,29 @@ export type ReleaseRequest = Message<"coordd.v1.ReleaseRequest"> & {
    * @generated from field: uint64 keepalive_stream = 5;
    */
   keepaliveStream: bigint;
+
+  /**
+   * force, on a release from outside (one that does not name the grant's
+   * session), ends the grant at once, without asking its holder first:
+   * the holder may still believe it holds while the next one does, and
+   * only fencing protects. For a holder that hangs. The history records
+   * the hand-over as forced.
+   *
+   * @generated from field: bool force = 6;
+   */
+  force: boolean;
+
+  /**
+   * revoke_wait bounds, on a release from outside, how long the server
+   * waits for the holder to let go before it ends the grant anyway: at
+   * most, and by default, the holder's session TTL (a holder that does not
+   * answer would lose its session by then). A release that names the
+   * grant's session (session_id) is the holder's own: it ends the grant
+   * at once.
+   *
+   * @generated from field: google.protobuf.Duration revoke_wait = 7;
+   */
+  revokeWait?: Duration | undefined;
 };
 
 /**
@@ -434,11 +457,89 @@ export const ReleaseRequestSchema: GenMessage<ReleaseRequest> = /*@__PURE__*/
   messageDesc(file_coordd_v1_lock, 7);
 
 /**
- * ReleaseResponse is empty: the grant is gone.
+ * Revocation says how a grant (or a leadership) taken from outside ended:
+ * the holder was asked first, and let go (ACKNOWLEDGED), or did not
+ * within the bound (BOUND); or it was not asked (FORCED).
+ *
+ * @generated from message coordd.v1.Revocation
+ */
+export type Revocation = Message<"coordd.v1.Revocation"> & {
+  /**
+   * outcome is how it ended.
+   *
+   * @generated from field: coordd.v1.Revocation.Outcome outcome = 1;
+   */
+  outcome: Revocation_Outcome;
+
+  /**
+   * waited is how long the server waited for the holder.
+   *
+   * @generated from field: google.protobuf.Duration waited = 2;
+   */
+  waited?: Duration | undefined;
+};
+
+/**
+ * Describes the message coordd.v1.Revocation.
+ * Use `create(RevocationSchema)` to create a new message.
+ */
+export const RevocationSchema: GenMessage<Revocation> = /*@__PURE__*/
+  messageDesc(file_coordd_v1_lock, 8);
+
+/**
+ * Outcome is how a revocation ended.
+ *
+ * @generated from enum coordd.v1.Revocation.Outcome
+ */
+export enum Revocation_Outcome {
+  /**
+   * OUTCOME_UNSPECIFIED: no revocation (the holder's own act).
+   *
+   * @generated from enum value: OUTCOME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * OUTCOME_ACKNOWLEDGED: the holder let go when asked.
+   *
+   * @generated from enum value: OUTCOME_ACKNOWLEDGED = 1;
+   */
+  ACKNOWLEDGED = 1,
+
+  /**
+   * OUTCOME_BOUND: the holder did not let go within the bound; the
+   * server ended the grant (fencing protects from here on).
+   *
+   * @generated from enum value: OUTCOME_BOUND = 2;
+   */
+  BOUND = 2,
+
+  /**
+   * OUTCOME_FORCED: ended at once (force), without asking.
+   *
+   * @generated from enum value: OUTCOME_FORCED = 3;
+   */
+  FORCED = 3,
+}
+
+/**
+ * Describes the enum coordd.v1.Revocation.Outcome.
+ */
+export const Revocation_OutcomeSchema: GenEnum<Revocation_Outcome> = /*@__PURE__*/
+  enumDesc(file_coordd_v1_lock, 8, 0);
+
+/**
+ * ReleaseResponse says the grant ended.
  *
  * @generated from message coordd.v1.ReleaseResponse
  */
 export type ReleaseResponse = Message<"coordd.v1.ReleaseResponse"> & {
+  /**
+   * revocation, on a release from outside, says how the holder was told.
+   *
+   * @generated from field: coordd.v1.Revocation revocation = 1;
+   */
+  revocation?: Revocation | undefined;
 };
 
 /**
@@ -446,7 +547,7 @@ export type ReleaseResponse = Message<"coordd.v1.ReleaseResponse"> & {
  * Use `create(ReleaseResponseSchema)` to create a new message.
  */
 export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 8);
+  messageDesc(file_coordd_v1_lock, 9);
 
 /**
  * LockEntry is one holder or waiter.
@@ -518,6 +619,23 @@ export type LockEntry = Message<"coordd.v1.LockEntry"> & {
    * @generated from field: bool read = 9;
    */
   read: boolean;
+
+  /**
+   * revoking_since, on a holder, is when a release from outside asked it
+   * to let go: it is granted to the next waiter once the holder does, or
+   * at revoking_until.
+   *
+   * @generated from field: google.protobuf.Timestamp revoking_since = 10;
+   */
+  revokingSince?: Timestamp | undefined;
+
+  /**
+   * revoking_until is when a revocation in progress ends the grant if its
+   * holder has not let go by then.
+   *
+   * @generated from field: google.protobuf.Timestamp revoking_until = 11;
+   */
+  revokingUntil?: Timestamp | undefined;
 };
 
 /**
@@ -525,7 +643,7 @@ export type LockEntry = Message<"coordd.v1.LockEntry"> & {
  * Use `create(LockEntrySchema)` to create a new message.
  */
 export const LockEntrySchema: GenMessage<LockEntry> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 9);
+  messageDesc(file_coordd_v1_lock, 10);
 
 /**
  * DescribeLockRequest names a lock.
@@ -562,7 +680,7 @@ export type DescribeLockRequest = Message<"coordd.v1.DescribeLockRequest"> & {
  * Use `create(DescribeLockRequestSchema)` to create a new message.
  */
 export const DescribeLockRequestSchema: GenMessage<DescribeLockRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 10);
+  messageDesc(file_coordd_v1_lock, 11);
 
 /**
  * WatchLockRequest names a lock to follow.
@@ -591,7 +709,7 @@ export type WatchLockRequest = Message<"coordd.v1.WatchLockRequest"> & {
  * Use `create(WatchLockRequestSchema)` to create a new message.
  */
 export const WatchLockRequestSchema: GenMessage<WatchLockRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 11);
+  messageDesc(file_coordd_v1_lock, 12);
 
 /**
  * WatchLockResponse is one message of WatchLock.
@@ -612,7 +730,7 @@ export type WatchLockResponse = Message<"coordd.v1.WatchLockResponse"> & {
  * Use `create(WatchLockResponseSchema)` to create a new message.
  */
 export const WatchLockResponseSchema: GenMessage<WatchLockResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 12);
+  messageDesc(file_coordd_v1_lock, 13);
 
 /**
  * DescribeLockResponse is a lock's state at one revision.
@@ -690,7 +808,7 @@ export type DescribeLockResponse = Message<"coordd.v1.DescribeLockResponse"> & {
  * Use `create(DescribeLockResponseSchema)` to create a new message.
  */
 export const DescribeLockResponseSchema: GenMessage<DescribeLockResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 13);
+  messageDesc(file_coordd_v1_lock, 14);
 
 /**
  * ListLocksRequest asks for lock names.
@@ -725,7 +843,7 @@ export type ListLocksRequest = Message<"coordd.v1.ListLocksRequest"> & {
  * Use `create(ListLocksRequestSchema)` to create a new message.
  */
 export const ListLocksRequestSchema: GenMessage<ListLocksRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 14);
+  messageDesc(file_coordd_v1_lock, 15);
 
 /**
  * ListLocksResponse carries lock names.
@@ -753,7 +871,7 @@ export type ListLocksResponse = Message<"coordd.v1.ListLocksResponse"> & {
  * Use `create(ListLocksResponseSchema)` to create a new message.
  */
 export const ListLocksResponseSchema: GenMessage<ListLocksResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 15);
+  messageDesc(file_coordd_v1_lock, 16);
 
 /**
  * ValidateFenceRequest names a lock (or an election) and a token.
@@ -790,7 +908,7 @@ export type ValidateFenceRequest = Message<"coordd.v1.ValidateFenceRequest"> & {
  * Use `create(ValidateFenceRequestSchema)` to create a new message.
  */
 export const ValidateFenceRequestSchema: GenMessage<ValidateFenceRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 16);
+  messageDesc(file_coordd_v1_lock, 17);
 
 /**
  * ValidateFenceResponse is empty: the token holds the lock.
@@ -805,7 +923,7 @@ export type ValidateFenceResponse = Message<"coordd.v1.ValidateFenceResponse"> &
  * Use `create(ValidateFenceResponseSchema)` to create a new message.
  */
 export const ValidateFenceResponseSchema: GenMessage<ValidateFenceResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 17);
+  messageDesc(file_coordd_v1_lock, 18);
 
 /**
  * FencedPutRequest writes a key under a lock's token (or a leadership term).
@@ -855,7 +973,7 @@ export type FencedPutRequest = Message<"coordd.v1.FencedPutRequest"> & {
  * Use `create(FencedPutRequestSchema)` to create a new message.
  */
 export const FencedPutRequestSchema: GenMessage<FencedPutRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 18);
+  messageDesc(file_coordd_v1_lock, 19);
 
 /**
  * FencedPutResponse reports the write.
@@ -876,7 +994,7 @@ export type FencedPutResponse = Message<"coordd.v1.FencedPutResponse"> & {
  * Use `create(FencedPutResponseSchema)` to create a new message.
  */
 export const FencedPutResponseSchema: GenMessage<FencedPutResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 19);
+  messageDesc(file_coordd_v1_lock, 20);
 
 /**
  * FencedDeleteRequest deletes a key under a lock's token (or a leadership term).
@@ -919,7 +1037,7 @@ export type FencedDeleteRequest = Message<"coordd.v1.FencedDeleteRequest"> & {
  * Use `create(FencedDeleteRequestSchema)` to create a new message.
  */
 export const FencedDeleteRequestSchema: GenMessage<FencedDeleteRequest> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 20);
+  messageDesc(file_coordd_v1_lock, 21);
 
 /**
  * FencedDeleteResponse reports the delete.
@@ -940,7 +1058,7 @@ export type FencedDeleteResponse = Message<"coordd.v1.FencedDeleteResponse"> & {
  * Use `create(FencedDeleteResponseSchema)` to create a new message.
  */
 export const FencedDeleteResponseSchema: GenMessage<FencedDeleteResponse> = /*@__PURE__*/
-  messageDesc(file_coordd_v1_lock, 21);
+  messageDesc(file_coordd_v1_lock, 22);
 
 /**
  * LockService hands out locks and semaphores. Every grant carries a fencing

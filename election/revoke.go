@@ -1,0 +1,134 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/base/groupcommit"
+	"github.com/coordd/coordd/internal/base/names"
+	"github.com/coordd/coordd/internal/base/revoke"
+	"github.com/coordd/coordd/session"
+)
+
+// markKey is the revocation mark of term (see package revoke).
+func (m *Manager) markKey(name string, term fencing.Token) string {
+	return m.prefix(name) + "revoke/" + strconv.FormatInt(int64(term), 10)
+}
+
+// revokedKey records the last revocation of the election that did not end
+// by the leader's own resignation (revoke.Ended), bound to the old
+// leader's session.
+func (m *Manager) revokedKey(name string) string { return m.prefix(name) + "revoked" }
+
+// Revoke ends the leadership whose term is term for someone other than
+// the leader (an operator, a tool): the leader is asked first (Observe
+// reports REVOKING, the leader's keep-alive stream names it) and the next
+// leader is elected once it resigns, or once o's bound has passed (see
+// package revoke); with o.Force at once, without asking. It returns how
+// the revocation ended, and fails with ErrNotLeader when term does not
+// lead.
+//
+// The wait outlives ctx: a caller that gives up leaves the term to end at
+// its bound.
+func (m *Manager) Revoke(ctx context.Context, name string, term fencing.Token, o revoke.Options) (revoke.Revocation, error) {
+	if err := validateTerm(name, term); err != nil {
+		return revoke.Revocation{}, err
+	}
+	if o.Wait < 0 {
+		return revoke.Revocation{}, fmt.Errorf("%w: a revocation's wait cannot be negative", ErrInvalid)
+	}
+	kv, leads, err := m.leading(ctx, name, term)
+	if err != nil {
+		return revoke.Revocation{}, err
+	}
+	if !leads {
+		return revoke.Revocation{}, fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
+	}
+	seat, lease := string(kv.Key), kv.Lease
+	if o.Force {
+		rec := revoke.Ended{Token: int64(term), Outcome: revoke.Forced}
+		err := m.resign(ctx, name, term, session.Hint{}, m.revokedOps(name, rec, lease))
+		return revoke.Revocation{Outcome: revoke.Forced}, err
+	}
+	bound, err := o.Bound(ctx, lease)
+	if err != nil {
+		return revoke.Revocation{}, fmt.Errorf("election: revoke %q: %w", name, err)
+	}
+	start := m.now()
+	mark := revoke.Mark{Key: seat, Since: start, Until: start.Add(bound)}
+	mk := m.markKey(name, term)
+	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
+		Name: m.queue(name),
+		If: []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(seat), "=", int64(term)),
+			clientv3.Compare(clientv3.CreateRevision(mk), "=", 0),
+		},
+		Then: []clientv3.Op{clientv3.OpPut(mk, mark.Encode(), clientv3.WithLease(clientv3.LeaseID(lease)))},
+		Else: []clientv3.Op{clientv3.OpGet(seat, clientv3.WithKeysOnly()), clientv3.OpGet(mk)},
+	})
+	if err != nil {
+		return revoke.Revocation{}, fmt.Errorf("election: revoke %q: %w", name, err)
+	}
+	if !resp.Succeeded {
+		seats, marks := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+		if len(seats) == 0 || seats[0].CreateRevision != int64(term) {
+			return revoke.Revocation{}, fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
+		}
+		if len(marks) > 0 { // another revocation of this term is under way: join it
+			if old, ok := revoke.DecodeMark(marks[0].Value); ok {
+				mark = old
+			}
+		}
+	}
+	ended, err := revoke.Await(ctx, &m.bg, m.dels, seat, int64(term), mark.Until, func(ctx context.Context) error {
+		rec := revoke.Ended{Token: int64(term), Outcome: revoke.Bound, Since: mark.Since}
+		err := m.resign(ctx, name, term, session.Hint{}, m.revokedOps(name, rec, lease))
+		if errors.Is(err, ErrNotLeader) {
+			return nil // it stepped down at the last moment
+		}
+		return err
+	})
+	waited := m.now().Sub(mark.Since)
+	switch {
+	case err != nil:
+		return revoke.Revocation{}, err
+	case ended:
+		return revoke.Revocation{Outcome: revoke.Acknowledged, Waited: waited}, nil
+	}
+	return revoke.Revocation{Outcome: revoke.Bound, Waited: waited}, nil
+}
+
+// revokedOps record rec in the election's revoked key, bound to lease.
+func (m *Manager) revokedOps(name string, rec revoke.Ended, lease int64) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpPut(m.revokedKey(name), rec.Encode(), clientv3.WithLease(clientv3.LeaseID(lease)))}
+}
+
+// RevokeAll revokes, as Revoke does and all at once, the leaderships
+// among keys (a session's keys: seats of any election, other keys are
+// skipped), and returns how each revocation ended.
+func (m *Manager) RevokeAll(ctx context.Context, keys []string, o revoke.Options) ([]revoke.Revocation, error) {
+	var targets []revoke.Target
+	for _, k := range keys {
+		rest, ok := strings.CutPrefix(k, m.root)
+		if !ok {
+			continue
+		}
+		esc, sub, ok := strings.Cut(rest, "/")
+		if ok && strings.HasPrefix(sub, "lead/") {
+			targets = append(targets, revoke.Target{Name: names.Unescape(esc), Key: k})
+		}
+	}
+	return revoke.All(ctx, m.cli, targets, func(ctx context.Context, t revoke.Target, term int64) (revoke.Revocation, error) {
+		r, err := m.Revoke(ctx, t.Name, fencing.Token(term), o)
+		if errors.Is(err, ErrNotLeader) {
+			return revoke.Revocation{}, nil // ended meanwhile
+		}
+		return r, err
+	})
+}

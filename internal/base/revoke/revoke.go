@@ -1,0 +1,225 @@
+// Package revoke is the hand-shake with which a lock grant or a leadership
+// is taken from outside (a release or resignation that its holder did not
+// ask for): the holder is told first, and the next holder is given it only
+// once the holder has let go, or once a bound has passed.
+//
+// The steps, shared by package lock and package election:
+//
+//  1. The revoker writes a mark (grantwatch.MarkKey of the holder's entry),
+//     bound to the holder's session, in a transaction that checks the
+//     entry still exists. A mark already there is joined, not replaced:
+//     its bound stands.
+//  2. The holder's member reports the mark to the holder's stream
+//     (grantwatch.WatchRevocable); the holder's client ends the holding
+//     (its context) and then releases or resigns it itself, which deletes
+//     the entry and the mark in one commit: the next holder is granted in
+//     that commit, after the holder knew.
+//  3. The revoker waits for the entry's deletion. If the bound passes
+//     first, it deletes the entry itself (and the mark) and records the
+//     outcome in the name's "revoked" key (Ended), bound to the old
+//     holder's session.
+//
+// Guarantees: the next holder is granted only after the holder's client
+// ended its holding, or after the bound; a bound is never longer than what
+// the revoker asked for. Non-guarantees: a holder whose client does not
+// follow its holding (REST without a stream, an old client) is not asked,
+// so its grant ends at the bound; if the member running the revocation
+// stops before the bound, the mark stays until the holder lets go, its
+// session ends or the release is asked for again (which joins the mark
+// and ends the grant at its bound).
+package revoke
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/coordd/coordd/internal/base/grantwatch"
+	"github.com/coordd/coordd/internal/base/kind"
+)
+
+// Outcome is how a revocation ended.
+type Outcome string
+
+// Outcomes.
+const (
+	// Acknowledged: the holder let go when asked.
+	Acknowledged Outcome = "acknowledged"
+	// Bound: the holder did not let go within the bound; the revoker ended
+	// the grant.
+	Bound Outcome = "bound"
+	// Forced: ended at once, without asking the holder.
+	Forced Outcome = "forced"
+)
+
+// Revocation is how a grant taken from outside ended: Outcome is empty
+// when nothing was revoked (a waiter that held nothing).
+type Revocation struct {
+	Outcome Outcome
+	// Waited is how long the revoker waited for the holder.
+	Waited time.Duration
+}
+
+// Options say how to revoke.
+type Options struct {
+	// Wait bounds how long the holder may take to let go: 0 or more than
+	// the holder's session TTL means that TTL.
+	Wait time.Duration
+	// Force ends the grant at once, without asking.
+	Force bool
+	// TTL returns the TTL of the holder's session (its id). Required
+	// unless Force.
+	TTL func(ctx context.Context, session int64) (time.Duration, error)
+}
+
+// Bound is how long the holder of session may take to let go under o.
+func (o Options) Bound(ctx context.Context, session int64) (time.Duration, error) {
+	ttl, err := o.TTL(ctx, session)
+	if err != nil {
+		return 0, err
+	}
+	if o.Wait > 0 && o.Wait < ttl {
+		return o.Wait, nil
+	}
+	return ttl, nil
+}
+
+// Mark is the value of a revocation mark.
+type Mark struct {
+	Key   string    `json:"key"` // the revoked entry's key (grantwatch reads it)
+	Since time.Time `json:"since"`
+	Until time.Time `json:"until"`
+}
+
+// Ended is the value of a name's "revoked" key: the last revocation that
+// did not end by acknowledgement (a holder's own release deletes the mark
+// and writes nothing).
+type Ended struct {
+	Token   int64     `json:"token"`
+	Outcome Outcome   `json:"outcome"`
+	Since   time.Time `json:"since,omitzero"`
+}
+
+// Encode returns m as a mark's value.
+func (m Mark) Encode() string {
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// Encode returns e as the "revoked" key's value.
+func (e Ended) Encode() string {
+	b, _ := json.Marshal(e)
+	return string(b)
+}
+
+// DecodeMark reads a mark's value.
+func DecodeMark(v []byte) (Mark, bool) {
+	var m Mark
+	if json.Unmarshal(v, &m) != nil || m.Key == "" {
+		return Mark{}, false
+	}
+	return m, true
+}
+
+// DecodeEnded reads a "revoked" key's value.
+func DecodeEnded(v []byte) (Ended, bool) {
+	var e Ended
+	if json.Unmarshal(v, &e) != nil || e.Token <= 0 {
+		return Ended{}, false
+	}
+	return e, true
+}
+
+// Background runs the wait of a revocation beyond its caller: a release
+// from outside that its caller abandons still ends at its bound.
+type Background interface {
+	TryGo(fn func(stop context.Context)) bool
+}
+
+// errStopping fails a revocation that cannot start: its owner is closing.
+var errStopping = kind.Unavailable.New("revoke: the member is stopping")
+
+// Await waits, on bg, until the entry at key created at token is deleted
+// (ended true) or until passes (ended false); then, unless it ended,
+// calls end (which deletes the entry if it still exists). The result is
+// returned once it is known, or ctx's error if ctx ends first (the wait
+// and end go on). A wait that cannot start (etcd unreadable) fails.
+func Await(ctx context.Context, bg Background, w *grantwatch.Watcher, key string, token int64, until time.Time, end func(ctx context.Context) error) (ended bool, err error) {
+	type result struct {
+		ended bool
+		err   error
+	}
+	done := make(chan result, 1)
+	ok := bg.TryGo(func(stop context.Context) {
+		gone := make(chan struct{})
+		unwatch, err := w.Watch(stop, key, token, func() { close(gone) })
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer unwatch()
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		select {
+		case <-gone:
+			done <- result{ended: true}
+		case <-t.C:
+			done <- result{err: end(stop)}
+		case <-stop.Done():
+			done <- result{err: stop.Err()}
+		}
+	})
+	if !ok {
+		return false, errStopping
+	}
+	select {
+	case r := <-done:
+		return r.ended, r.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// Target is a grant to revoke: its lock's or election's name and its
+// entry's key (its token is the key's create revision).
+type Target struct {
+	Name, Key string
+}
+
+// All reads the targets' tokens and runs revoke for each that still
+// exists, all at once, and returns the revocations that revoked
+// something (a non-empty outcome).
+func All(ctx context.Context, cli *clientv3.Client, targets []Target, revoke func(ctx context.Context, t Target, token int64) (Revocation, error)) ([]Revocation, error) {
+	var (
+		mu   sync.Mutex
+		out  []Revocation
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for _, t := range targets {
+		resp, err := cli.Get(ctx, t.Key)
+		if err != nil {
+			return nil, err
+		}
+		if len(resp.Kvs) == 0 {
+			continue
+		}
+		token := resp.Kvs[0].CreateRevision
+		wg.Go(func() {
+			r, err := revoke(ctx, t, token)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			} else if r.Outcome != "" {
+				out = append(out, r)
+			}
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
