@@ -208,6 +208,8 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 	f.StringVar(&etcdKey, "etcd-key", "", "private key of --etcd-cert (PEM)")
 
 	f.BoolVar(&cfg.NoCallStream, "no-call-stream", false, "refuse the call stream (SessionService.Calls) that the Go SDK pipelines its lock and election calls on, so clients send each as its own unary RPC (for comparisons)")
+	f.BoolVar(&cfg.UnsafeNoRevocation, "unsafe-no-revocation", false, "end grants and leaderships released, resigned or closed from outside at once, without asking the holder first (its context then ends after the next holder's grant): for comparisons only")
+	_ = f.MarkHidden("unsafe-no-revocation")
 	f.BoolVar(&cfg.NoGroupCommit, "no-group-commit", false, "commit every lock and election change as its own etcd transaction instead of batching concurrent ones into one (slower under load; for comparisons)")
 	f.Int64Var(&cfg.QuotaBackendBytes, "quota-backend-bytes", daemon.DefaultQuotaBackendBytes, "the embedded etcd database's size cap: past it etcd raises its NOSPACE alarm and refuses writes that add data (etcd suggests at most 8 GiB)")
 	f.StringVar(&cfg.Compaction.Mode, "compaction-mode", "", `how much etcd history to keep: "periodic" (a time window), "revision" (a number of revisions) or "off" (default periodic with the embedded member, off over --etcd-endpoints)`)

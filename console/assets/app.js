@@ -403,7 +403,7 @@ async function sessionView(p, signal) {
   signal.addEventListener('abort', () => clearInterval(t), { once: true });
   const close = h('button', {
     type: 'button', class: 'danger', onclick: async () => {
-      if (!await confirmDialog(`Close session ${id}?`, h('p', {}, 'Every lock it holds is released, every campaign and leadership it has ends, and its owner loses them at its next renewal. This cannot be undone.'), 'Close session')) return;
+      if (!await confirmDialog(`Close session ${id}?`, h('p', {}, 'Every lock and leadership it holds is put to its holder first (its client stops and lets go, or at most its TTL passes), then the session ends with every campaign and wait. This cannot be undone.'), 'Close session')) return;
       try { await api(`v1/sessions/${encodeURIComponent(id)}`, { method: 'DELETE' }); location.hash = '#/sessions'; } catch (e) { info.fail(e); }
     },
   }, 'Close session…');
@@ -499,9 +499,10 @@ async function lockView(p, signal) {
     h('h2', {}, 'History, newest first'), historyArea('locks', name, signal));
   const release = async (e) => {
     const ok = await confirmDialog(`Release ${name}?`, h('div', {},
-      h('p', {}, `This takes the lock from session ${e.sessionId} (${e.owner || 'no owner'}), token ${e.token}. The next waiter is granted it. The holder's fenced writes with token ${e.token} are refused from now on, but a holder that does not check its token may still act: release only a holder you know is stuck.`)), 'Release');
+      h('p', {}, `This takes the lock from session ${e.sessionId} (${e.owner || 'no owner'}), token ${e.token}. The holder is asked first: its client stops its work under the lock and lets go, and only then is the next waiter granted it. A holder that does not answer (stuck, cut off, or a REST client) loses it after at most its session's TTL; from then on its fenced writes with token ${e.token} are refused, but a holder that does not check its token may still act.`)), 'Release');
     if (!ok) return;
-    try { await api('v1/locks:release', { method: 'POST', body: { name, token: e.token, sessionId: e.sessionId } }); } catch (err) { state.fail(err); }
+    // From outside (no session named): the server asks the holder first.
+    try { await api('v1/locks:release', { method: 'POST', body: { name, token: e.token } }); } catch (err) { state.fail(err); }
   };
   const entry = (holder) => [
     { title: holder ? 'Holder' : 'Position', cell: (e) => (holder ? h('a', { href: `#/sessions/${e.sessionId}` }, h('code', {}, e.sessionId)) : String(e.pos)) },
@@ -509,7 +510,7 @@ async function lockView(p, signal) {
     { title: 'Owner', cell: (e) => [e.owner, e.hostname ? h('span', { class: 'muted' }, ` @ ${e.hostname}`) : ''] },
     { title: 'Mode', cell: (e) => (e.read ? 'read' : 'write') },
     { title: 'Token', cls: 'num', cell: (e) => h('code', {}, e.token) },
-    { title: holder ? 'Held since' : 'Waiting since', cell: (e) => when(holder ? e.grantTime : e.enqueueTime) },
+    { title: holder ? 'Held since' : 'Waiting since', cell: (e) => [when(holder ? e.grantTime : e.enqueueTime), e.revokingSince ? h('span', { class: 'muted' }, ' — release asked, the holder has until ', when(e.revokingUntil)) : ''] },
     { title: 'Metadata', cls: 'hide-narrow', cell: (e) => e.metadata },
     ...(holder ? [{ title: '', cell: (e) => h('button', { type: 'button', class: 'danger', onclick: () => release(e) }, 'Release…') }] : []),
   ];

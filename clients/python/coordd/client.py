@@ -154,7 +154,12 @@ class Client:
         tls: bool = False,
         token: str | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
+        watch_holdings: bool = True,
     ) -> None:
+        #: Keep one server stream (WatchLock, Observe) open per held lock and
+        #: leadership, on a thread of its own, so that a release or
+        #: resignation from outside is put to the holder first (see Lock).
+        self._watch_holdings = watch_holdings
         if isinstance(endpoints, str):
             endpoints = [endpoints]
         self._endpoints = [e for e in endpoints if e]

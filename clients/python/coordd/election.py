@@ -15,7 +15,7 @@ import grpc
 
 from coordd import errors
 from coordd._cancel import Canceller
-from coordd._held import Held
+from coordd._held import Held, Verdict
 from coordd._util import timestamp
 from coordd.v1 import election_pb2
 
@@ -97,9 +97,16 @@ class Leadership(Held):
     leader only until then, and pass ``term`` (== ``token``) with every
     access to what the leader controls (or write through ``put``).
 
+    **The leader knows first**: a resignation of this term by someone else
+    (an admin, coordctl) is put to this leader first, on an Observe stream
+    the client keeps open while leading: ``done`` and ``lost`` are set
+    (cause NotLeader), then the client resigns itself, and only then is the
+    next leader elected (or at the revocation's bound, the session TTL at
+    most, if this process cannot answer). A term that ends otherwise is
+    reported the same way, within about one round trip.
+
     **Non-guarantee**: leadership alone never gives mutual exclusion (a
-    paused leader acts late); a resignation by someone else (an admin) is
-    noticed only by the next proclaim or fenced call, not by ``lost``.
+    paused leader acts late).
 
     Exiting a ``with`` block resigns. If the leadership was lost during the
     block (and the block raised nothing), the exit raises LeadershipLost.
@@ -109,6 +116,33 @@ class Leadership(Held):
         super().__init__(session, name, term, request_id)
         self.value = value
         self._own_id = own_id
+        # From the current state (the first message says who leads now):
+        # a resume from the term would replay history, which etcd serves
+        # up to 100 ms late.
+        self._start_watch("elections", "Observe", election_pb2.ObserveRequest(name=name), self._check)
+
+    def _check(self, msg: election_pb2.ObserveResponse) -> "Verdict":
+        t = election_pb2.ElectionEventType
+        for ev in msg.events:
+            ours = ev.leader.term == self.term
+            if ev.type == t.ELECTION_EVENT_TYPE_REVOKING and ours:
+                return ("revoked", errors.NotLeader(
+                    f"the leadership of {self.name!r} (term {self.term}) is being resigned from elsewhere (coordctl, an admin): this client stepped down"))
+            ended = (ev.type == t.ELECTION_EVENT_TYPE_VACANT
+                     or (ev.type in (t.ELECTION_EVENT_TYPE_RESIGNED, t.ELECTION_EVENT_TYPE_EXPIRED) and ours)
+                     or (ev.type in (t.ELECTION_EVENT_TYPE_ELECTED, t.ELECTION_EVENT_TYPE_PROCLAIMED) and not ours))
+            if ended:
+                return ("lost", errors.NotLeader(
+                    f"the server reports the leadership of {self.name!r} (term {self.term}) ended: resigned from elsewhere or its session was closed"))
+        return None
+
+    def _let_go(self) -> None:
+        try:
+            self.session._client._unary("elections", "Resign", self._resign_request(), timeout=RESIGN_TIMEOUT, retry=True)
+        except errors.CoorddError:
+            return  # NotLeader: it ended meanwhile; otherwise the revocation's bound ends it
+        if self._own_id:
+            self.session._lock_ids.give_back("election", self.name, False, self.request_id)
 
     @property
     def term(self) -> int:
@@ -189,19 +223,27 @@ class Leadership(Held):
         successor_session_id (its first in line, or the campaign request_id
         names) in one commit, and returns the successor's term: a new
         fencing token. Observers see RESIGNED and ELECTED at one revision,
-        never VACANT. This leadership then ends (not as a loss). Raises
-        CandidateNotFound if that session has no campaign waiting (the
-        leadership is kept), NotLeader if this term no longer leads."""
+        never VACANT. This leadership then ends (not as a loss): ``done``
+        is set before the request is sent. Raises CandidateNotFound if that
+        session has no campaign waiting (the leadership is kept: ``done``
+        is cleared), NotLeader if this term no longer leads."""
         if self.done.is_set():
             raise errors.NotLeader(f"leadership of {self.name!r} (term {self.term}) has ended")
         req = election_pb2.TransferRequest(name=self.name, term=self.term, successor_session_id=successor_session_id,
                                            successor_request_id=request_id or "")
+        # done is set before the request leaves: this leader has stopped
+        # before the successor leads (cleared again if the server refuses).
+        self._suspend()
         try:
             r = self.session._client._unary("elections", "Transfer", req, timeout=timeout, retry=True)
         except errors.NotLeader as e:
+            self._settle(False)
             self._lose(e)
             raise
-        self._give_up()
+        except BaseException:
+            self._settle(False)
+            raise
+        self._settle(True)
         if self._own_id:
             self.session._lock_ids.give_back("election", self.name, False, self.request_id)
         return r.term

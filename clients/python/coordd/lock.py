@@ -7,7 +7,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from coordd import errors
-from coordd._held import Held
+from coordd._held import Held, Verdict
 from coordd.v1 import lock_pb2
 
 if TYPE_CHECKING:
@@ -32,12 +32,18 @@ class Lock(Held):
     every access to the protected resource (or write through ``held.put``),
     so that the resource refuses a holder whose lock has since passed on.
 
+    **The holder knows first**: a release of this grant by someone else (an
+    admin, coordctl) is put to this holder first, on a WatchLock stream the
+    client keeps open while the lock is held: ``done`` and ``lost`` are set
+    (cause NotHolder), then the client releases the grant itself, and only
+    then is the next waiter granted. If this process is frozen or cut off,
+    the grant ends at the revocation's bound (the session TTL at most)
+    without it. A grant that ends on the server otherwise is reported the
+    same way, within about one round trip.
+
     **Non-guarantee**: a lease-based lock alone never gives mutual
     exclusion: a paused process can act after ``lost`` was set, before it
-    looks. Only fenced actions are protected. A release of this grant by
-    someone else (an admin, coordctl) is not noticed by ``lost``: the Go
-    SDK hears of it on its keep-alive stream, this client does not; a
-    fenced write or ``validate()`` then fails with StaleToken.
+    looks. Only fenced actions are protected.
 
     Attributes: ``name``, ``token`` (the fencing token, an int strictly
     increasing per lock), ``request_id``, ``read`` (a shared grant),
@@ -48,10 +54,33 @@ class Lock(Held):
     block's work ran, at least partly, without the lock.
     """
 
-    def __init__(self, session: "Session", name: str, token: int, request_id: str, read: bool, own_id: bool) -> None:
+    def __init__(self, session: "Session", name: str, token: int, request_id: str, read: bool, own_id: bool, revision: int = 0) -> None:
         super().__init__(session, name, token, request_id)
         self.read = read
         self._own_id = own_id
+        self._revision = revision
+        self._start_watch("locks", "WatchLock", lock_pb2.WatchLockRequest(name=name), self._check)
+
+    def _check(self, msg: lock_pb2.WatchLockResponse) -> "Verdict":
+        d = msg.lock
+        if d.revision < self._revision:
+            return None  # a view older than the grant
+        for h in d.holders:
+            if h.session_id == self.session.id and (h.token == self.token or (h.token == 0 and h.request_id == self.request_id)):
+                if h.HasField("revoking_since"):
+                    return ("revoked", errors.NotHolder(
+                        f"lock {self.name!r} (token {self.token}) is being released from elsewhere (coordctl, an admin): this client let it go"))
+                return None
+        return ("lost", errors.NotHolder(
+            f"the server reports lock {self.name!r} (token {self.token}) released: by a release from elsewhere or because its session was closed"))
+
+    def _let_go(self) -> None:
+        try:
+            self.session._client._unary("locks", "Release", self._release_request(), timeout=RELEASE_TIMEOUT, retry=True)
+        except errors.CoorddError:
+            return  # NotHolder: it ended meanwhile; otherwise the revocation's bound ends it
+        if self._own_id:
+            self.session._lock_ids.give_back("lock", self.name, self.read, self.request_id)
 
     def __repr__(self) -> str:
         state = "lost" if self.lost.is_set() else ("released" if self.done.is_set() else "held")

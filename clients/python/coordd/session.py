@@ -197,7 +197,9 @@ class Session:
 
     def _close_on_server(self, timeout: float | None) -> None:
         try:
-            self._client._unary("sessions", "CloseSession", session_pb2.CloseSessionRequest(session_id=self.id), timeout=timeout, retry=True)
+            # By its owner: every holding ended with the session here.
+            self._client._unary("sessions", "CloseSession", session_pb2.CloseSessionRequest(session_id=self.id, by_owner=True),
+                                timeout=timeout, retry=True)
         except errors.SessionNotFound:
             pass
 
@@ -405,7 +407,7 @@ class Session:
             self.check()  # the session's end explains a cancelled wait
             raise
         g = resp.grant
-        held = Lock(self, g.name or name, g.token, g.request_id, g.read, own)
+        held = Lock(self, g.name or name, g.token, g.request_id, g.read, own, revision=g.revision)
         if self.done.is_set():
             held._release_best_effort()
             self.check()

@@ -53,7 +53,7 @@ export interface Candidate {
   joinedRevision: bigint;
 }
 
-export type ElectionEventTypeName = "ELECTED" | "PROCLAIMED" | "RESIGNED" | "EXPIRED" | "VACANT" | "PREEMPT_REQUESTED";
+export type ElectionEventTypeName = "ELECTED" | "PROCLAIMED" | "RESIGNED" | "EXPIRED" | "VACANT" | "PREEMPT_REQUESTED" | "REVOKING";
 
 /** One change of an election. */
 export interface ElectionEvent {
@@ -130,8 +130,18 @@ export class Leadership extends Held {
       (ep, signal) => observeStream(ep.services, this.name, this.revision + 1n, signal),
       (msg) => {
         for (const ev of msg.events) {
-          if (this.handingOver) return undefined; // transfer() decides
           const ours = ev.leader?.term === this.term;
+          if (ev.type === ElectionEventType.REVOKING && ours) {
+            // A resignation from outside asks this leader to step down:
+            // the signal aborts first, then the resignation tells the
+            // server it did.
+            const err = new CoorddError(
+              "NOT_LEADER",
+              `coordd: the leadership of "${this.name}" (term ${this.term}) is being resigned from elsewhere (coordctl, an admin): this client stepped down`,
+            );
+            this.revoked(err, () => this.letGo());
+            return err;
+          }
           const ended =
             ev.type === ElectionEventType.VACANT ||
             ((ev.type === ElectionEventType.RESIGNED || ev.type === ElectionEventType.EXPIRED) && ours) ||
@@ -210,34 +220,47 @@ export class Leadership extends Held {
     this.onResigned(this.requestId);
   }
 
-  private handingOver = false;
+  /** Tells the server this leader stepped down when asked: its own resignation. */
+  private async letGo(): Promise<void> {
+    try {
+      await this.conn.call(
+        (s, o) => s.elections.resign({ name: this.name, term: this.term, sessionId: this.session.id, requestId: this.requestId }, o),
+        { idempotent: true, timeoutMs: 2000, retryForMs: this.session.ttlMs, signal: this.session.signal },
+      );
+      this.onResigned(this.requestId);
+    } catch {
+      // NOT_LEADER: it ended meanwhile; otherwise the revocation's bound ends it
+    }
+  }
 
   /**
    * Hands the leadership to a waiting campaign of session `successorSessionId`
    * (its first in line, or `opts.requestId`) in one commit and resolves with
    * the successor's term, a new fencing token; observers see RESIGNED and
-   * ELECTED at one revision, never VACANT. `signal` then aborts (reason
-   * RESIGNED). Rejects with CANDIDATE_NOT_FOUND (the leadership is kept)
-   * or NOT_LEADER (it is lost).
+   * ELECTED at one revision, never VACANT. `signal` aborts (reason
+   * RESIGNED) before the request is sent, so this leader has stopped
+   * before the successor leads. Rejects with CANDIDATE_NOT_FOUND (the
+   * leadership is kept, under a new `signal`: read it again) or
+   * NOT_LEADER (it is lost).
    */
   async transfer(successorSessionId: string, opts: { requestId?: string } = {}): Promise<bigint> {
     if (this.signal.aborted) {
       throw new CoorddError("NOT_LEADER", `coordd: the leadership of "${this.name}" is over`, { cause: this.signal.reason });
     }
-    this.handingOver = true;
+    const handedOver = `coordd: the leadership of "${this.name}" was handed over`;
+    this.suspend("RESIGNED", handedOver);
     try {
       const resp = await this.conn.call(
         (s, o) => s.elections.transfer({ name: this.name, term: this.term, successorSessionId, successorRequestId: opts.requestId ?? "" }, o),
         { idempotent: true, timeoutMs: 2000, signal: this.session.signal },
       );
-      this.giveUp("RESIGNED", `coordd: the leadership of "${this.name}" was handed over (term ${resp.term})`);
+      this.settle(true, "RESIGNED", handedOver);
       this.onResigned(this.requestId);
       return resp.term;
     } catch (e) {
+      this.settle(false, "RESIGNED", handedOver);
       if (CoorddError.is(e, "NOT_LEADER")) this.lose(e);
       throw e;
-    } finally {
-      this.handingOver = false;
     }
   }
 
@@ -268,6 +291,7 @@ const eventTypes: Record<number, ElectionEventTypeName> = {
   [ElectionEventType.EXPIRED]: "EXPIRED",
   [ElectionEventType.VACANT]: "VACANT",
   [ElectionEventType.PREEMPT_REQUESTED]: "PREEMPT_REQUESTED",
+  [ElectionEventType.REVOKING]: "REVOKING",
 };
 
 /** Options of Client.observe. */

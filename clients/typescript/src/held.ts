@@ -10,11 +10,19 @@ import { jitter, linkSignals, sleep } from "./util.js";
  * longer has it although this process did not give it up.
  */
 export abstract class Held {
-  private readonly ac = new AbortController();
+  private ac = new AbortController();
   private readonly stopSession: () => void;
   private lostError: CoorddError | undefined;
   /** Given up, but telling the server failed: the next give-up tries again. */
   private untold = false;
+  /** Given up or lost: over for good (the signal may also abort during a hand-over, see suspend). */
+  private ended = false;
+  /** Aborts once the holding is over for good: ends the watch. */
+  private readonly over = new AbortController();
+  /** A hand-over is under way: a report of a loss waits for its outcome (see settle). */
+  private suspended = false;
+  private pendingLoss: CoorddError | undefined;
+  private pendingRevoke: (() => Promise<void>) | undefined;
 
   protected constructor(
     protected readonly conn: Conn,
@@ -48,14 +56,51 @@ export abstract class Held {
    * give-up failed to tell it (see told), false otherwise.
    */
   protected giveUp(reason: ReasonName, message: string): "first" | "again" | false {
-    if (this.ac.signal.aborted) {
+    if (this.ended) {
       if (!this.untold) return false;
       this.untold = false;
       return "again";
     }
+    this.ended = true;
     this.stopSession();
-    this.ac.abort(new CoorddError(reason, message));
+    if (!this.ac.signal.aborted) this.ac.abort(new CoorddError(reason, message));
+    this.over.abort();
     return "first";
+  }
+
+  /**
+   * Starts a hand-over the holder brings about (a transfer): the signal
+   * aborts now, before the request leaves, so that this holder has
+   * stopped before the next one holds. settle says how it went.
+   */
+  protected suspend(reason: ReasonName, message: string): void {
+    this.suspended = true;
+    this.pendingLoss = undefined;
+    this.pendingRevoke = undefined;
+    if (!this.ac.signal.aborted) this.ac.abort(new CoorddError(reason, message));
+  }
+
+  /**
+   * Ends a hand-over: done, the holding is given up; refused, a loss
+   * reported meanwhile is applied now, or else the holding goes on under
+   * a new signal (read `signal` again).
+   */
+  protected settle(done: boolean, reason: ReasonName, message: string): void {
+    this.suspended = false;
+    const loss = this.pendingLoss;
+    const revoke = this.pendingRevoke;
+    this.pendingLoss = undefined;
+    this.pendingRevoke = undefined;
+    if (done) {
+      this.giveUp(reason, message);
+      return;
+    }
+    if (loss) {
+      this.lose(loss);
+      if (revoke) void revoke();
+      return;
+    }
+    if (!this.ended && !this.session.signal.aborted) this.ac = new AbortController();
   }
 
   /** Records whether telling the server of a give-up worked. */
@@ -63,12 +108,34 @@ export abstract class Held {
     this.untold = !ok;
   }
 
-  /** Ends the holding because it was lost. */
-  protected lose(err: CoorddError): void {
-    if (this.ac.signal.aborted) return;
+  /** Ends the holding because it was lost; reports whether this call ended it. */
+  protected lose(err: CoorddError): boolean {
+    if (this.ended) return false;
+    if (this.suspended) {
+      this.pendingLoss ??= err;
+      return false;
+    }
+    this.ended = true;
     this.stopSession();
     this.lostError = err;
-    this.ac.abort(err);
+    if (!this.ac.signal.aborted) this.ac.abort(err);
+    this.over.abort();
+    return true;
+  }
+
+  /**
+   * The server asks that the holding be given up (a release or
+   * resignation from outside): it ends as lost, and only then is the
+   * server told that this holder let go (letGo), which lets the next
+   * holder in.
+   */
+  protected revoked(err: CoorddError, letGo: () => Promise<void>): void {
+    if (this.suspended) {
+      this.pendingLoss ??= err;
+      this.pendingRevoke = letGo;
+      return;
+    }
+    if (this.lose(err)) void letGo();
   }
 
   /**
@@ -85,7 +152,7 @@ export abstract class Held {
   ): void {
     if (!this.conn.watchHoldings) return;
     void (async () => {
-      const link = linkSignals(this.ac.signal, this.conn.closed);
+      const link = linkSignals(this.over.signal, this.conn.closed);
       const signal = link.signal;
       let backoff = 100;
       try {

@@ -45,9 +45,13 @@ export type Fence = { lock: string; token: bigint } | { election: string; token:
  *
  * Not guaranteed: mutual exclusion by itself. A paused process can act
  * after its signal aborted; only actions fenced by the token are safe
- * (put/delete/validate here, or a resource that checks the token). A
- * release from outside is told after the fact, when the next holder may
- * already hold the lock.
+ * (put/delete/validate here, or a resource that checks the token).
+ *
+ * A release from outside (an operator, coordctl) is put to this holder
+ * first: `signal` aborts (NOT_HOLDER), then the client releases the grant
+ * itself, and only then is the next waiter granted. If this process is
+ * frozen or cut off, the grant ends at the revocation's bound (the
+ * session TTL at most) without it.
  */
 export class Lock extends Held {
   /** The lock's name. */
@@ -79,9 +83,19 @@ export class Lock extends Held {
       (msg) => {
         const d = msg.lock;
         if (!d || d.revision < this.revision) return undefined; // a view older than the grant
-        const mine = d.holders.some(
+        const mine = d.holders.find(
           (h) => h.sessionId === session.id && (h.token === this.token || (h.token === 0n && h.requestId === this.requestId)),
         );
+        if (mine?.revokingSince) {
+          // A release from outside asks this holder to let go: the signal
+          // aborts first, then the release tells the server it did.
+          const err = new CoorddError(
+            "NOT_HOLDER",
+            `coordd: lock "${this.name}" (token ${this.token}) is being released from elsewhere (coordctl, an admin): this client let it go`,
+          );
+          this.revoked(err, () => this.letGo());
+          return err;
+        }
         return mine
           ? undefined
           : new CoorddError(
@@ -132,6 +146,19 @@ export class Lock extends Held {
       }
     }
     this.onReleased(this.requestId);
+  }
+
+  /** Tells the server this holder let the lock go when asked: its own release. */
+  private async letGo(): Promise<void> {
+    try {
+      await this.conn.call(
+        (s, o) => s.locks.release({ name: this.name, token: this.token, sessionId: this.session.id, requestId: this.requestId }, o),
+        { idempotent: true, timeoutMs: 2000, retryForMs: this.session.ttlMs, signal: this.session.signal },
+      );
+      this.onReleased(this.requestId);
+    } catch {
+      // NOT_HOLDER: it ended meanwhile; otherwise the revocation's bound ends it
+    }
   }
 
   /**

@@ -171,7 +171,8 @@ export class Session {
 
   private async closeOnServer(timeoutMs: number): Promise<void> {
     try {
-      await this.conn.call((s, o) => s.sessions.closeSession({ sessionId: this.id }, o), {
+      // By its owner: every holding's signal aborted with the session's.
+      await this.conn.call((s, o) => s.sessions.closeSession({ sessionId: this.id, byOwner: true }, o), {
         idempotent: true,
         timeoutMs,
         retryForMs: timeoutMs,
