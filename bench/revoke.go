@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
@@ -119,7 +120,7 @@ func handOvers(addr, path string, n int) (lat []float64, overlaps int, err error
 		}
 		defer func() { _ = ss[i].Close(context.Background()) }()
 	}
-	name := fmt.Sprintf("bench/revoke/%s/%d", path, time.Now().UnixNano())
+	name := fmt.Sprintf("bench/revoke/%s/%d", strings.ReplaceAll(path, " ", "-"), time.Now().UnixNano())
 	type result struct {
 		at    time.Time
 		stale bool

@@ -228,7 +228,7 @@ func (l *Leadership) Resign(ctx context.Context) error {
 // leader's own resignation, which lets the next leader in. Retried while
 // the session lives.
 func (l *Leadership) letGo() {
-	req := &coorddv1.ResignRequest{Name: l.name, Term: int64(l.term), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream}
+	req := &coorddv1.ResignRequest{Name: l.name, Term: int64(l.term), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream, Revoked: true}
 	_, err := l.s.c.retry(l.s.ctx, releaseAttempt, func(ctx context.Context) error {
 		_, err := l.s.c.elections.Resign(ctx, req)
 		return err

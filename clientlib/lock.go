@@ -147,7 +147,7 @@ func (s *Session) heldLock(name string, grant *coorddv1.LockGrant, follow follow
 // from outside asked it to (its context has ended): the holder's own
 // release, which lets the next holder in. Retried while the session lives.
 func (l *Lock) letGo() {
-	req := &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream}
+	req := &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream, Revoked: true}
 	_, err := l.s.c.retry(l.s.ctx, releaseAttempt, func(ctx context.Context) error {
 		_, err := l.s.c.locks.Release(ctx, req)
 		return err

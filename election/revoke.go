@@ -56,11 +56,22 @@ func (m *Manager) Revoke(ctx context.Context, name string, term fencing.Token, o
 		err := m.resign(ctx, name, term, session.Hint{}, m.revokedOps(name, rec, lease))
 		return revoke.Revocation{Outcome: revoke.Forced}, err
 	}
+	asked := m.dels.Revoking(seat, int64(term)) > 0 // the leader's stream on this member is asked now (see lock.Manager.Revoke)
 	bound, err := o.Bound(ctx, lease)
 	if err != nil {
 		return revoke.Revocation{}, fmt.Errorf("election: revoke %q: %w", name, err)
 	}
 	start := m.now()
+	if asked {
+		// Its answer usually comes at once: then no mark is written.
+		ended, err := revoke.EndsWithin(ctx, m.dels, seat, int64(term), min(bound, revoke.Grace))
+		if err != nil {
+			return revoke.Revocation{}, fmt.Errorf("election: revoke %q: %w", name, err)
+		}
+		if ended {
+			return revoke.Revocation{Outcome: revoke.Acknowledged, Waited: m.now().Sub(start)}, nil
+		}
+	}
 	mark := revoke.Mark{Key: seat, Since: start, Until: start.Add(bound)}
 	mk := m.markKey(name, term)
 	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
@@ -78,6 +89,9 @@ func (m *Manager) Revoke(ctx context.Context, name string, term fencing.Token, o
 	if !resp.Succeeded {
 		seats, marks := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 		if len(seats) == 0 || seats[0].CreateRevision != int64(term) {
+			if asked { // it stepped down before the mark was written
+				return revoke.Revocation{Outcome: revoke.Acknowledged, Waited: m.now().Sub(start)}, nil
+			}
 			return revoke.Revocation{}, fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
 		}
 		if len(marks) > 0 { // another revocation of this term is under way: join it
@@ -131,4 +145,15 @@ func (m *Manager) RevokeAll(ctx context.Context, keys []string, o revoke.Options
 		}
 		return r, err
 	})
+}
+
+// ResignRevoked is the leader's Resign (hint names its session) in answer
+// to a revocation (see Revoke) that asked it to step down: the revocation
+// is recorded as acknowledged, in the same commit.
+func (m *Manager) ResignRevoked(ctx context.Context, name string, term fencing.Token, hint session.Hint) error {
+	if hint.Session == 0 {
+		return fmt.Errorf("%w: a resignation that answers a revocation names the leader's session", ErrInvalid)
+	}
+	rec := revoke.Ended{Token: int64(term), Outcome: revoke.Acknowledged}
+	return m.resign(ctx, name, term, hint, m.revokedOps(name, rec, int64(hint.Session)))
 }

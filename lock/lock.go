@@ -223,6 +223,20 @@ func (m *Manager) EntryKey(name string, sess session.ID, requestID string) (stri
 // wrong hint only makes the release fail with ErrNotHolder: it never
 // removes another session's grant.
 func (m *Manager) Release(ctx context.Context, name string, token fencing.Token, hint session.Hint) error {
+	return m.release(ctx, name, token, hint, false)
+}
+
+// ReleaseRevoked is the holder's Release (hint names its session) in
+// answer to a revocation (see Revoke) that asked it to let go: the
+// revocation is recorded as acknowledged, in the same commit.
+func (m *Manager) ReleaseRevoked(ctx context.Context, name string, token fencing.Token, hint session.Hint) error {
+	if hint.Session == 0 {
+		return fmt.Errorf("%w: a release that answers a revocation names the holder's session", ErrInvalid)
+	}
+	return m.release(ctx, name, token, hint, true)
+}
+
+func (m *Manager) release(ctx context.Context, name string, token fencing.Token, hint session.Hint, revoked bool) error {
 	if err := validateName(name); err != nil {
 		return err
 	}
@@ -265,8 +279,8 @@ func (m *Manager) Release(ctx context.Context, name string, token fencing.Token,
 		If:   []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))},
 		// A revocation mark (a release from outside asked the holder to let
 		// go) goes with it: this release is the holder's answer.
-		Then: []clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(m.heldPrefix(name) + strconv.FormatInt(int64(token), 10)),
-			clientv3.OpDelete(m.markKey(name, token))},
+		Then: append([]clientv3.Op{clientv3.OpDelete(key), clientv3.OpDelete(m.heldPrefix(name) + strconv.FormatInt(int64(token), 10)),
+			clientv3.OpDelete(m.markKey(name, token))}, m.acknowledged(name, token, hint, revoked)...),
 	})
 	if err != nil {
 		return fmt.Errorf("lock: release %q: %w", name, err)

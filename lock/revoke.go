@@ -12,6 +12,7 @@ import (
 	"github.com/coordd/coordd/internal/base/groupcommit"
 	"github.com/coordd/coordd/internal/base/queue"
 	"github.com/coordd/coordd/internal/base/revoke"
+	"github.com/coordd/coordd/session"
 )
 
 // markKey is the revocation mark of the grant whose token is token.
@@ -60,11 +61,25 @@ func (m *Manager) Revoke(ctx context.Context, name string, token fencing.Token, 
 		}
 		return out, m.end(ctx, name, token, h, out.Outcome, revoke.Mark{})
 	}
+	// A holder whose stream is on this member is asked now, while the
+	// bound is read and the mark commits: its answer (its release) may
+	// come in the same batch as the mark, or before it.
+	asked := m.dels.Revoking(h.key, int64(token)) > 0
 	bound, err := o.Bound(ctx, int64(h.session))
 	if err != nil {
 		return revoke.Revocation{}, fmt.Errorf("lock: revoke %q: %w", name, err)
 	}
 	start := m.now()
+	if asked {
+		// Its answer usually comes at once: then no mark is written.
+		ended, err := revoke.EndsWithin(ctx, m.dels, h.key, int64(token), min(bound, revoke.Grace))
+		if err != nil {
+			return revoke.Revocation{}, fmt.Errorf("lock: revoke %q: %w", name, err)
+		}
+		if ended {
+			return revoke.Revocation{Outcome: revoke.Acknowledged, Waited: m.now().Sub(start)}, nil
+		}
+	}
 	mark := revoke.Mark{Key: h.key, Since: start, Until: start.Add(bound)}
 	mk := m.markKey(name, token)
 	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
@@ -82,6 +97,9 @@ func (m *Manager) Revoke(ctx context.Context, name string, token fencing.Token, 
 	if !resp.Succeeded {
 		entry, marks := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 		if len(entry) == 0 || entry[0].CreateRevision != int64(token) {
+			if asked { // it let go before the mark was written
+				return revoke.Revocation{Outcome: revoke.Acknowledged, Waited: m.now().Sub(start)}, nil
+			}
 			return revoke.Revocation{}, fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
 		}
 		// Another revocation of this grant is under way: join it.
@@ -164,4 +182,14 @@ func (m *Manager) RevokeAll(ctx context.Context, keys []string, o revoke.Options
 		}
 		return r, err
 	})
+}
+
+// acknowledged is what a release in answer to a revocation adds to its
+// commit: the outcome, for the history (nothing for any other release).
+func (m *Manager) acknowledged(name string, token fencing.Token, hint session.Hint, revoked bool) []clientv3.Op {
+	if !revoked {
+		return nil
+	}
+	rec := revoke.Ended{Token: int64(token), Outcome: revoke.Acknowledged}
+	return []clientv3.Op{clientv3.OpPut(m.revokedKey(name), rec.Encode(), clientv3.WithLease(clientv3.LeaseID(hint.Session)))}
 }

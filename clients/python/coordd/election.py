@@ -138,7 +138,9 @@ class Leadership(Held):
 
     def _let_go(self) -> None:
         try:
-            self.session._client._unary("elections", "Resign", self._resign_request(), timeout=RESIGN_TIMEOUT, retry=True)
+            req = self._resign_request()
+            req.revoked = True  # the answer to a revocation: recorded as acknowledged
+            self.session._client._unary("elections", "Resign", req, timeout=RESIGN_TIMEOUT, retry=True)
         except errors.CoorddError:
             return  # NotLeader: it ended meanwhile; otherwise the revocation's bound ends it
         if self._own_id:

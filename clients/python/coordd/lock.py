@@ -76,7 +76,9 @@ class Lock(Held):
 
     def _let_go(self) -> None:
         try:
-            self.session._client._unary("locks", "Release", self._release_request(), timeout=RELEASE_TIMEOUT, retry=True)
+            req = self._release_request()
+            req.revoked = True  # the answer to a revocation: recorded as acknowledged
+            self.session._client._unary("locks", "Release", req, timeout=RELEASE_TIMEOUT, retry=True)
         except errors.CoorddError:
             return  # NotHolder: it ended meanwhile; otherwise the revocation's bound ends it
         if self._own_id:

@@ -224,7 +224,7 @@ export class Leadership extends Held {
   private async letGo(): Promise<void> {
     try {
       await this.conn.call(
-        (s, o) => s.elections.resign({ name: this.name, term: this.term, sessionId: this.session.id, requestId: this.requestId }, o),
+        (s, o) => s.elections.resign({ name: this.name, term: this.term, sessionId: this.session.id, requestId: this.requestId, revoked: true }, o),
         { idempotent: true, timeoutMs: 2000, retryForMs: this.session.ttlMs, signal: this.session.signal },
       );
       this.onResigned(this.requestId);

@@ -152,7 +152,7 @@ export class Lock extends Held {
   private async letGo(): Promise<void> {
     try {
       await this.conn.call(
-        (s, o) => s.locks.release({ name: this.name, token: this.token, sessionId: this.session.id, requestId: this.requestId }, o),
+        (s, o) => s.locks.release({ name: this.name, token: this.token, sessionId: this.session.id, requestId: this.requestId, revoked: true }, o),
         { idempotent: true, timeoutMs: 2000, retryForMs: this.session.ttlMs, signal: this.session.signal },
       );
       this.onReleased(this.requestId);

@@ -172,6 +172,27 @@ func MarkKey(prefixes []string, entryKey string, token int64) string {
 	return ""
 }
 
+// Revoking tells this member's subscribers of the entry at key created at
+// token (WatchRevocable) that it is being revoked, at once, without
+// waiting for its mark to be committed and watched: a revocation whose
+// holder's stream is on this member asks it a commit sooner. Each
+// subscriber is told once (the mark, when it comes, is not told again).
+// It returns how many it told.
+func (w *Watcher) Revoking(key string, token int64) int {
+	var told []*sub
+	w.mu.Lock()
+	for s := range w.subs[key] {
+		if s.createRev == token && s.revoking != nil {
+			told = append(told, s)
+		}
+	}
+	w.mu.Unlock()
+	for _, s := range told {
+		s.revoke()
+	}
+	return len(told)
+}
+
 // markOf decodes a revocation mark at key with value: the entry it
 // revokes and its token (ok false when key is not a mark).
 func markOf(prefix, key string, value []byte) (entryKey string, token int64, ok bool) {

@@ -184,6 +184,33 @@ func Await(ctx context.Context, bg Background, w *grantwatch.Watcher, key string
 	}
 }
 
+// Grace is how long a revoker that asked the holder directly (its stream
+// is on the revoker's member, see grantwatch.Watcher.Revoking) waits for
+// the holder's answer before it writes the mark: a holder that answers at
+// once costs the hand-over one commit (its own release), not two.
+const Grace = 100 * time.Millisecond
+
+// EndsWithin reports whether the entry at key created at token ends (is
+// deleted) within d, or has already.
+func EndsWithin(ctx context.Context, w *grantwatch.Watcher, key string, token int64, d time.Duration) (bool, error) {
+	gone := make(chan struct{})
+	unwatch, err := w.Watch(ctx, key, token, func() { close(gone) })
+	if err != nil {
+		return false, err
+	}
+	defer unwatch()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-gone:
+		return true, nil
+	case <-t.C:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
 // Target is a grant to revoke: its lock's or election's name and its
 // entry's key (its token is the key's create revision).
 type Target struct {

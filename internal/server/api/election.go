@@ -112,7 +112,11 @@ func (s *ElectionServer) Resign(ctx context.Context, req *coorddv1.ResignRequest
 		s.metrics.revoked("election", r)
 		return &coorddv1.ResignResponse{Revocation: revocationProto(r)}, nil
 	}
-	if err := s.m.Resign(ctx, req.GetName(), fencing.Token(req.GetTerm()), hint); err != nil {
+	resign := s.m.Resign
+	if req.GetRevoked() && hint.Session != 0 {
+		resign = s.m.ResignRevoked // the leader's answer to a revocation
+	}
+	if err := resign(ctx, req.GetName(), fencing.Token(req.GetTerm()), hint); err != nil {
 		return nil, err
 	}
 	return &coorddv1.ResignResponse{}, nil

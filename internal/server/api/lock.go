@@ -187,7 +187,11 @@ func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) 
 		s.metrics.revoked("lock", r)
 		return &coorddv1.ReleaseResponse{Revocation: revocationProto(r)}, nil
 	}
-	if err := s.m.Release(ctx, req.GetName(), fencing.Token(req.GetToken()), hint); err != nil {
+	release := s.m.Release
+	if req.GetRevoked() && hint.Session != 0 {
+		release = s.m.ReleaseRevoked // the holder's answer to a revocation
+	}
+	if err := release(ctx, req.GetName(), fencing.Token(req.GetToken()), hint); err != nil {
 		return nil, err
 	}
 	return &coorddv1.ReleaseResponse{}, nil

@@ -545,7 +545,11 @@ type ResignRequest struct {
 	// most, and by default, the leader's session TTL. A resignation that
 	// names the leader's session (session_id) is the leader's own: it ends
 	// the term at once.
-	RevokeWait    *durationpb.Duration `protobuf:"bytes,7,opt,name=revoke_wait,json=revokeWait,proto3" json:"revoke_wait,omitempty"`
+	RevokeWait *durationpb.Duration `protobuf:"bytes,7,opt,name=revoke_wait,json=revokeWait,proto3" json:"revoke_wait,omitempty"`
+	// revoked, on the leader's own resignation (session_id set), says it
+	// answers a resignation from outside that asked it to step down (the
+	// clients set it): the history records the hand-over as acknowledged.
+	Revoked       bool `protobuf:"varint,8,opt,name=revoked,proto3" json:"revoked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -627,6 +631,13 @@ func (x *ResignRequest) GetRevokeWait() *durationpb.Duration {
 		return x.RevokeWait
 	}
 	return nil
+}
+
+func (x *ResignRequest) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
 }
 
 // ResignResponse says the leadership ended.
@@ -1663,7 +1674,7 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\vproclaim_id\x18\x04 \x01(\tR\n" +
 	"proclaimId\".\n" +
 	"\x10ProclaimResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"\xf2\x01\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"\x8c\x02\n" +
 	"\rResignRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x12\x1d\n" +
@@ -1674,7 +1685,8 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\x10keepalive_stream\x18\x05 \x01(\x04R\x0fkeepaliveStream\x12\x14\n" +
 	"\x05force\x18\x06 \x01(\bR\x05force\x12:\n" +
 	"\vrevoke_wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"revokeWait\"G\n" +
+	"revokeWait\x12\x18\n" +
+	"\arevoked\x18\b \x01(\bR\arevoked\"G\n" +
 	"\x0eResignResponse\x125\n" +
 	"\n" +
 	"revocation\x18\x01 \x01(\v2\x15.coordd.v1.RevocationR\n" +

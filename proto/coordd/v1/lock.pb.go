@@ -703,7 +703,11 @@ type ReleaseRequest struct {
 	// answer would lose its session by then). A release that names the
 	// grant's session (session_id) is the holder's own: it ends the grant
 	// at once.
-	RevokeWait    *durationpb.Duration `protobuf:"bytes,7,opt,name=revoke_wait,json=revokeWait,proto3" json:"revoke_wait,omitempty"`
+	RevokeWait *durationpb.Duration `protobuf:"bytes,7,opt,name=revoke_wait,json=revokeWait,proto3" json:"revoke_wait,omitempty"`
+	// revoked, on the holder's own release (session_id set), says it answers
+	// a release from outside that asked it to let go (the clients set it):
+	// the history records the hand-over as acknowledged.
+	Revoked       bool `protobuf:"varint,8,opt,name=revoked,proto3" json:"revoked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -785,6 +789,13 @@ func (x *ReleaseRequest) GetRevokeWait() *durationpb.Duration {
 		return x.RevokeWait
 	}
 	return nil
+}
+
+func (x *ReleaseRequest) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
 }
 
 // Revocation says how a grant (or a leadership) taken from outside ended:
@@ -1843,7 +1854,7 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x04read\x18\a \x01(\bR\x04read\x12)\n" +
 	"\x10keepalive_stream\x18\b \x01(\x04R\x0fkeepaliveStream\"@\n" +
 	"\x12TryAcquireResponse\x12*\n" +
-	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\xf5\x01\n" +
+	"\x05grant\x18\x01 \x01(\v2\x14.coordd.v1.LockGrantR\x05grant\"\x8f\x02\n" +
 	"\x0eReleaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12\x1d\n" +
@@ -1854,7 +1865,8 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x10keepalive_stream\x18\x05 \x01(\x04R\x0fkeepaliveStream\x12\x14\n" +
 	"\x05force\x18\x06 \x01(\bR\x05force\x12:\n" +
 	"\vrevoke_wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"revokeWait\"\xdd\x01\n" +
+	"revokeWait\x12\x18\n" +
+	"\arevoked\x18\b \x01(\bR\arevoked\"\xdd\x01\n" +
 	"\n" +
 	"Revocation\x127\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1d.coordd.v1.Revocation.OutcomeR\aoutcome\x121\n" +

@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63oordd/v1/lock.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x01\n\tLockGrant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12\x0c\n\x04read\x18\x06 \x01(\x08\x12\x10\n\x08\x66ollowed\x18\x07 \x01(\x08\"\xe7\x01\n\x0e\x41\x63quireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08metadata\x18\x05 \x01(\t\x12\'\n\x04wait\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12-\n\nlock_delay\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04read\x18\x08 \x01(\x08\x12\x18\n\x10keepalive_stream\x18\t \x01(\x04\"6\n\x0f\x41\x63quireResponse\x12#\n\x05grant\x18\x01 \x01(\x0b\x32\x14.coordd.v1.LockGrant\"\x9f\x01\n\x11\x41\x63quireAllRequest\x12\r\n\x05names\x18\x01 \x03(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x10\n\x08metadata\x18\x04 \x01(\t\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x10keepalive_stream\x18\x06 \x01(\x04\":\n\x12\x41\x63quireAllResponse\x12$\n\x06grants\x18\x01 \x03(\x0b\x32\x14.coordd.v1.LockGrant\"\xc1\x01\n\x11TryAcquireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08metadata\x18\x05 \x01(\t\x12-\n\nlock_delay\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04read\x18\x07 \x01(\x08\x12\x18\n\x10keepalive_stream\x18\x08 \x01(\x04\"9\n\x12TryAcquireResponse\x12#\n\x05grant\x18\x01 \x01(\x0b\x32\x14.coordd.v1.LockGrant\"\xae\x01\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x18\n\x10keepalive_stream\x18\x05 \x01(\x04\x12\r\n\x05\x66orce\x18\x06 \x01(\x08\x12.\n\x0brevoke_wait\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xcc\x01\n\nRevocation\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.coordd.v1.Revocation.Outcome\x12)\n\x06waited\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"c\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n\x14OUTCOME_ACKNOWLEDGED\x10\x01\x12\x11\n\rOUTCOME_BOUND\x10\x02\x12\x12\n\x0eOUTCOME_FORCED\x10\x03\"<\n\x0fReleaseResponse\x12)\n\nrevocation\x18\x01 \x01(\x0b\x32\x15.coordd.v1.Revocation\"\xcd\x02\n\tLockEntry\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x10\n\x08metadata\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\x03\x12\x30\n\x0c\x65nqueue_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05owner\x18\x06 \x01(\t\x12\x10\n\x08hostname\x18\x07 \x01(\t\x12.\n\ngrant_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04read\x18\t \x01(\x08\x12\x32\n\x0erevoking_since\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0erevoking_until\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"J\n\x13\x44\x65scribeLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"3\n\x10WatchLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\"B\n\x11WatchLockResponse\x12-\n\x04lock\x18\x01 \x01(\x0b\x32\x1f.coordd.v1.DescribeLockResponse\"\x8b\x02\n\x14\x44\x65scribeLockResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12%\n\x07holders\x18\x03 \x03(\x0b\x32\x14.coordd.v1.LockEntry\x12%\n\x07waiters\x18\x04 \x03(\x0b\x32\x14.coordd.v1.LockEntry\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12\x31\n\rdelayed_until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cholder_count\x18\x07 \x01(\x05\x12\x14\n\x0cwaiter_count\x18\x08 \x01(\x05\x12\x17\n\x0fnext_page_token\x18\t \x01(\t\"I\n\x10ListLocksRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\";\n\x11ListLocksResponse\x12\r\n\x05names\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"E\n\x14ValidateFenceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x10\n\x08\x65lection\x18\x03 \x01(\t\"\x17\n\x15ValidateFenceResponse\"]\n\x10\x46\x65ncedPutRequest\x12\x0c\n\x04lock\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x10\n\x08\x65lection\x18\x05 \x01(\t\"%\n\x11\x46\x65ncedPutResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"Q\n\x13\x46\x65ncedDeleteRequest\x12\x0c\n\x04lock\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x10\n\x08\x65lection\x18\x04 \x01(\t\"(\n\x14\x46\x65ncedDeleteResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\x32\xf7\x05\n\x0bLockService\x12@\n\x07\x41\x63quire\x12\x19.coordd.v1.AcquireRequest\x1a\x1a.coordd.v1.AcquireResponse\x12I\n\nTryAcquire\x12\x1c.coordd.v1.TryAcquireRequest\x1a\x1d.coordd.v1.TryAcquireResponse\x12I\n\nAcquireAll\x12\x1c.coordd.v1.AcquireAllRequest\x1a\x1d.coordd.v1.AcquireAllResponse\x12@\n\x07Release\x12\x19.coordd.v1.ReleaseRequest\x1a\x1a.coordd.v1.ReleaseResponse\x12O\n\x0c\x44\x65scribeLock\x12\x1e.coordd.v1.DescribeLockRequest\x1a\x1f.coordd.v1.DescribeLockResponse\x12H\n\tWatchLock\x12\x1b.coordd.v1.WatchLockRequest\x1a\x1c.coordd.v1.WatchLockResponse0\x01\x12\x46\n\tListLocks\x12\x1b.coordd.v1.ListLocksRequest\x1a\x1c.coordd.v1.ListLocksResponse\x12R\n\rValidateFence\x12\x1f.coordd.v1.ValidateFenceRequest\x1a .coordd.v1.ValidateFenceResponse\x12\x46\n\tFencedPut\x12\x1b.coordd.v1.FencedPutRequest\x1a\x1c.coordd.v1.FencedPutResponse\x12O\n\x0c\x46\x65ncedDelete\x12\x1e.coordd.v1.FencedDeleteRequest\x1a\x1f.coordd.v1.FencedDeleteResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63oordd/v1/lock.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x01\n\tLockGrant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12\x0c\n\x04read\x18\x06 \x01(\x08\x12\x10\n\x08\x66ollowed\x18\x07 \x01(\x08\"\xe7\x01\n\x0e\x41\x63quireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08metadata\x18\x05 \x01(\t\x12\'\n\x04wait\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12-\n\nlock_delay\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04read\x18\x08 \x01(\x08\x12\x18\n\x10keepalive_stream\x18\t \x01(\x04\"6\n\x0f\x41\x63quireResponse\x12#\n\x05grant\x18\x01 \x01(\x0b\x32\x14.coordd.v1.LockGrant\"\x9f\x01\n\x11\x41\x63quireAllRequest\x12\r\n\x05names\x18\x01 \x03(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x10\n\x08metadata\x18\x04 \x01(\t\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x10keepalive_stream\x18\x06 \x01(\x04\":\n\x12\x41\x63quireAllResponse\x12$\n\x06grants\x18\x01 \x03(\x0b\x32\x14.coordd.v1.LockGrant\"\xc1\x01\n\x11TryAcquireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08metadata\x18\x05 \x01(\t\x12-\n\nlock_delay\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04read\x18\x07 \x01(\x08\x12\x18\n\x10keepalive_stream\x18\x08 \x01(\x04\"9\n\x12TryAcquireResponse\x12#\n\x05grant\x18\x01 \x01(\x0b\x32\x14.coordd.v1.LockGrant\"\xbf\x01\n\x0eReleaseRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x18\n\x10keepalive_stream\x18\x05 \x01(\x04\x12\r\n\x05\x66orce\x18\x06 \x01(\x08\x12.\n\x0brevoke_wait\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07revoked\x18\x08 \x01(\x08\"\xcc\x01\n\nRevocation\x12.\n\x07outcome\x18\x01 \x01(\x0e\x32\x1d.coordd.v1.Revocation.Outcome\x12)\n\x06waited\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"c\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n\x14OUTCOME_ACKNOWLEDGED\x10\x01\x12\x11\n\rOUTCOME_BOUND\x10\x02\x12\x12\n\x0eOUTCOME_FORCED\x10\x03\"<\n\x0fReleaseResponse\x12)\n\nrevocation\x18\x01 \x01(\x0b\x32\x15.coordd.v1.Revocation\"\xcd\x02\n\tLockEntry\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x10\n\x08metadata\x18\x03 \x01(\t\x12\r\n\x05token\x18\x04 \x01(\x03\x12\x30\n\x0c\x65nqueue_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05owner\x18\x06 \x01(\t\x12\x10\n\x08hostname\x18\x07 \x01(\t\x12.\n\ngrant_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04read\x18\t \x01(\x08\x12\x32\n\x0erevoking_since\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0erevoking_until\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"J\n\x13\x44\x65scribeLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"3\n\x10WatchLockRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\"B\n\x11WatchLockResponse\x12-\n\x04lock\x18\x01 \x01(\x0b\x32\x1f.coordd.v1.DescribeLockResponse\"\x8b\x02\n\x14\x44\x65scribeLockResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12%\n\x07holders\x18\x03 \x03(\x0b\x32\x14.coordd.v1.LockEntry\x12%\n\x07waiters\x18\x04 \x03(\x0b\x32\x14.coordd.v1.LockEntry\x12\x10\n\x08revision\x18\x05 \x01(\x03\x12\x31\n\rdelayed_until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cholder_count\x18\x07 \x01(\x05\x12\x14\n\x0cwaiter_count\x18\x08 \x01(\x05\x12\x17\n\x0fnext_page_token\x18\t \x01(\t\"I\n\x10ListLocksRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\";\n\x11ListLocksResponse\x12\r\n\x05names\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"E\n\x14ValidateFenceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x10\n\x08\x65lection\x18\x03 \x01(\t\"\x17\n\x15ValidateFenceResponse\"]\n\x10\x46\x65ncedPutRequest\x12\x0c\n\x04lock\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x10\n\x08\x65lection\x18\x05 \x01(\t\"%\n\x11\x46\x65ncedPutResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"Q\n\x13\x46\x65ncedDeleteRequest\x12\x0c\n\x04lock\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x10\n\x08\x65lection\x18\x04 \x01(\t\"(\n\x14\x46\x65ncedDeleteResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\x32\xf7\x05\n\x0bLockService\x12@\n\x07\x41\x63quire\x12\x19.coordd.v1.AcquireRequest\x1a\x1a.coordd.v1.AcquireResponse\x12I\n\nTryAcquire\x12\x1c.coordd.v1.TryAcquireRequest\x1a\x1d.coordd.v1.TryAcquireResponse\x12I\n\nAcquireAll\x12\x1c.coordd.v1.AcquireAllRequest\x1a\x1d.coordd.v1.AcquireAllResponse\x12@\n\x07Release\x12\x19.coordd.v1.ReleaseRequest\x1a\x1a.coordd.v1.ReleaseResponse\x12O\n\x0c\x44\x65scribeLock\x12\x1e.coordd.v1.DescribeLockRequest\x1a\x1f.coordd.v1.DescribeLockResponse\x12H\n\tWatchLock\x12\x1b.coordd.v1.WatchLockRequest\x1a\x1c.coordd.v1.WatchLockResponse0\x01\x12\x46\n\tListLocks\x12\x1b.coordd.v1.ListLocksRequest\x1a\x1c.coordd.v1.ListLocksResponse\x12R\n\rValidateFence\x12\x1f.coordd.v1.ValidateFenceRequest\x1a .coordd.v1.ValidateFenceResponse\x12\x46\n\tFencedPut\x12\x1b.coordd.v1.FencedPutRequest\x1a\x1c.coordd.v1.FencedPutResponse\x12O\n\x0c\x46\x65ncedDelete\x12\x1e.coordd.v1.FencedDeleteRequest\x1a\x1f.coordd.v1.FencedDeleteResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'coordd.v1.lock_pb2', globals())
@@ -38,39 +38,39 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _TRYACQUIRERESPONSE._serialized_start=941
   _TRYACQUIRERESPONSE._serialized_end=998
   _RELEASEREQUEST._serialized_start=1001
-  _RELEASEREQUEST._serialized_end=1175
-  _REVOCATION._serialized_start=1178
-  _REVOCATION._serialized_end=1382
-  _REVOCATION_OUTCOME._serialized_start=1283
-  _REVOCATION_OUTCOME._serialized_end=1382
-  _RELEASERESPONSE._serialized_start=1384
-  _RELEASERESPONSE._serialized_end=1444
-  _LOCKENTRY._serialized_start=1447
-  _LOCKENTRY._serialized_end=1780
-  _DESCRIBELOCKREQUEST._serialized_start=1782
-  _DESCRIBELOCKREQUEST._serialized_end=1856
-  _WATCHLOCKREQUEST._serialized_start=1858
-  _WATCHLOCKREQUEST._serialized_end=1909
-  _WATCHLOCKRESPONSE._serialized_start=1911
-  _WATCHLOCKRESPONSE._serialized_end=1977
-  _DESCRIBELOCKRESPONSE._serialized_start=1980
-  _DESCRIBELOCKRESPONSE._serialized_end=2247
-  _LISTLOCKSREQUEST._serialized_start=2249
-  _LISTLOCKSREQUEST._serialized_end=2322
-  _LISTLOCKSRESPONSE._serialized_start=2324
-  _LISTLOCKSRESPONSE._serialized_end=2383
-  _VALIDATEFENCEREQUEST._serialized_start=2385
-  _VALIDATEFENCEREQUEST._serialized_end=2454
-  _VALIDATEFENCERESPONSE._serialized_start=2456
-  _VALIDATEFENCERESPONSE._serialized_end=2479
-  _FENCEDPUTREQUEST._serialized_start=2481
-  _FENCEDPUTREQUEST._serialized_end=2574
-  _FENCEDPUTRESPONSE._serialized_start=2576
-  _FENCEDPUTRESPONSE._serialized_end=2613
-  _FENCEDDELETEREQUEST._serialized_start=2615
-  _FENCEDDELETEREQUEST._serialized_end=2696
-  _FENCEDDELETERESPONSE._serialized_start=2698
-  _FENCEDDELETERESPONSE._serialized_end=2738
-  _LOCKSERVICE._serialized_start=2741
-  _LOCKSERVICE._serialized_end=3500
+  _RELEASEREQUEST._serialized_end=1192
+  _REVOCATION._serialized_start=1195
+  _REVOCATION._serialized_end=1399
+  _REVOCATION_OUTCOME._serialized_start=1300
+  _REVOCATION_OUTCOME._serialized_end=1399
+  _RELEASERESPONSE._serialized_start=1401
+  _RELEASERESPONSE._serialized_end=1461
+  _LOCKENTRY._serialized_start=1464
+  _LOCKENTRY._serialized_end=1797
+  _DESCRIBELOCKREQUEST._serialized_start=1799
+  _DESCRIBELOCKREQUEST._serialized_end=1873
+  _WATCHLOCKREQUEST._serialized_start=1875
+  _WATCHLOCKREQUEST._serialized_end=1926
+  _WATCHLOCKRESPONSE._serialized_start=1928
+  _WATCHLOCKRESPONSE._serialized_end=1994
+  _DESCRIBELOCKRESPONSE._serialized_start=1997
+  _DESCRIBELOCKRESPONSE._serialized_end=2264
+  _LISTLOCKSREQUEST._serialized_start=2266
+  _LISTLOCKSREQUEST._serialized_end=2339
+  _LISTLOCKSRESPONSE._serialized_start=2341
+  _LISTLOCKSRESPONSE._serialized_end=2400
+  _VALIDATEFENCEREQUEST._serialized_start=2402
+  _VALIDATEFENCEREQUEST._serialized_end=2471
+  _VALIDATEFENCERESPONSE._serialized_start=2473
+  _VALIDATEFENCERESPONSE._serialized_end=2496
+  _FENCEDPUTREQUEST._serialized_start=2498
+  _FENCEDPUTREQUEST._serialized_end=2591
+  _FENCEDPUTRESPONSE._serialized_start=2593
+  _FENCEDPUTRESPONSE._serialized_end=2630
+  _FENCEDDELETEREQUEST._serialized_start=2632
+  _FENCEDDELETEREQUEST._serialized_end=2713
+  _FENCEDDELETERESPONSE._serialized_start=2715
+  _FENCEDDELETERESPONSE._serialized_end=2755
+  _LOCKSERVICE._serialized_start=2758
+  _LOCKSERVICE._serialized_end=3517
 # @@protoc_insertion_point(module_scope)
