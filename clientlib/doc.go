@@ -107,9 +107,14 @@
 // not retried once its request may have reached the server: a failure
 // there is indeterminate. Not guaranteed: while no member answers, a
 // session the SDK gave up on stays on the server (for at most its TTL once
-// etcd has a leader); a release from outside is told after the fact, when
-// the next holder may already hold the lock; and a paused holder can act
-// after its session ended, whatever the SDK does. The local deadline
+// etcd has a leader); and a paused holder can act after its session
+// ended, whatever the SDK does. A release from outside (Admin.Release, an
+// operator's coordctl) is put to the holder first: the server asks on the
+// keep-alive stream, the SDK ends the lock's Context and then releases it
+// itself, and only then is the next waiter granted (a holder that cannot
+// answer, frozen or cut off, loses the grant at the revocation's bound,
+// its session TTL at most). The holder's own Release, Resign and Transfer
+// end the Context before the request leaves. The local deadline
 // holds also when etcd's leadership moves or its leader member is paused:
 // the server keeps the sessions' time itself (docs/sessions.md). The
 // fault matrix (internal/testkit/chaos) checks it, and fencing still refuses an old
@@ -139,7 +144,8 @@
 // leadership ends: at the latest at the session's local deadline, before
 // the server can elect anyone else (under the clock condition above).
 // A term resigned from outside (an admin, coordctl) ends the callback's
-// context as soon as the server reports it (see Sessions). RunElection
+// context before the next leader is elected: the server asks first and
+// the SDK resigns once the context has ended (see Sessions). RunElection
 // never runs two callbacks at once, and campaigns again only after the
 // callback returned, so a callback's context is always cancelled before
 // the same RunElection can be elected again; when a callback returns it resigns, so the next candidate leads at

@@ -17,6 +17,11 @@
 //	preempt                              a waiting candidate's request that
 //	                                     the leader of a term step down
 //	                                     (bound to the asker's session)
+//	revoke/<term>                        a revocation in progress (Revoke):
+//	                                     the seat's key, since and until,
+//	                                     bound to the leader's session
+//	revoked                              how the last revocation ended
+//	                                     (bound to the leader's session)
 //
 // The seat is given (a) by the campaign itself when nobody leads or waits,
 // (b) by Resign and (c) by Transfer in the same commit that ends the old
@@ -44,6 +49,10 @@
 //     seat; a late or retried call never touches a newer leader.
 //   - A priority orders the waiting; it never unseats a leader. A
 //     preemption request only asks: the leader ends its term itself.
+//   - The leader knows first: Revoke (a resignation from outside) elects
+//     the next leader only once the leader's client has stepped down (its
+//     own resignation, sent after it ended the leadership), or once the
+//     bound passed (Observe reports REVOKING meanwhile).
 //   - Observe delivers every leadership change, proclamation and
 //     preemption request, in revision order, each revision's events
 //     together; it reports a vacant seat; a resume from a compacted

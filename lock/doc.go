@@ -19,6 +19,14 @@
 //	lock/<lock>/delay                     a running lock-delay: token and
 //	                                      until, bound to the next grantee's
 //	                                      lease
+//	lock/<lock>/revoke/<token>            a revocation in progress (Revoke):
+//	                                      the holder's entry key, since and
+//	                                      until, bound to the holder's lease
+//	lock/<lock>/revoked                   how the last revocation that the
+//	                                      holder did not simply answer ended
+//	                                      (or, written by the holder's
+//	                                      answering release, that it did),
+//	                                      bound to the holder's lease
 //	kv/<key>                              coordd's KV, written by FencedPut
 //	                                      and FencedDelete
 //
@@ -34,6 +42,11 @@
 //     ErrSessionNotFound, not when its wait runs out.
 //   - Release removes exactly the grant its token names: a late or retried
 //     release never removes a newer holder.
+//   - The holder knows first: Revoke (a release from outside) grants the
+//     next waiter only once the holder's client has let go (its own
+//     Release, sent after it ended the holding), or once the bound passed;
+//     a holder asked through a stream on this member is asked before the
+//     mark commits, any other through the mark (package revoke).
 //   - A wait that ends (deadline, cancel, TryAcquire finding the lock held)
 //     removes its waiter key, so nothing is left behind in etcd (if etcd
 //     does not answer, the removal is retried for 30s; the session's end
@@ -60,6 +73,10 @@
 //   - Lock names are escaped: "a" and "a/b" are independent locks.
 //
 // Non-guarantees:
+//   - A holder that does not answer a revocation (frozen, cut off, a REST
+//     client with no stream) loses its grant at the bound while it may
+//     still believe it holds; only fencing protects then (a lock-delay it
+//     asked for applies, as after a session's end).
 //   - Holding a lock does not by itself give mutual exclusion: a holder's
 //     session can end while the holder still acts. Only actions fenced by
 //     the token (FencedPut, ValidateFence, or a resource that checks the
