@@ -166,8 +166,8 @@ func (m *Manager) Revoking(ctx context.Context, name string, token fencing.Token
 }
 
 // RevokeAll revokes, as Revoke does and all at once, the grants among
-// keys (a session's keys: entries of any lock, other keys are skipped),
-// and returns how each revocation of a held grant ended.
+// keys (a session's keys: entries of any lock; other keys, and entries
+// that wait, are skipped), and returns how each revocation ended.
 func (m *Manager) RevokeAll(ctx context.Context, keys []string, o revoke.Options) ([]revoke.Revocation, error) {
 	var targets []revoke.Target
 	for _, k := range keys {
@@ -176,6 +176,11 @@ func (m *Manager) RevokeAll(ctx context.Context, keys []string, o revoke.Options
 		}
 	}
 	return revoke.All(ctx, m.cli, targets, func(ctx context.Context, t revoke.Target, token int64) (revoke.Revocation, error) {
+		// A waiting entry holds nothing to ask about: the session's end
+		// removes it.
+		if h, err := m.holder(ctx, t.Name, fencing.Token(token)); err != nil || !h.granted {
+			return revoke.Revocation{}, err
+		}
 		r, err := m.Revoke(ctx, t.Name, fencing.Token(token), o)
 		if errors.Is(err, ErrNotHolder) {
 			return revoke.Revocation{}, nil // gone meanwhile

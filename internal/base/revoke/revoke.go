@@ -211,6 +211,30 @@ func EndsWithin(ctx context.Context, w *grantwatch.Watcher, key string, token in
 	}
 }
 
+// tokensOf reads the create revisions of the targets' keys (0: gone), a
+// batch of keys per read.
+func tokensOf(ctx context.Context, cli *clientv3.Client, targets []Target) ([]int64, error) {
+	const batch = 64 // under etcd's default of 128 operations per transaction
+	out := make([]int64, len(targets))
+	for from := 0; from < len(targets); from += batch {
+		part := targets[from:min(from+batch, len(targets))]
+		ops := make([]clientv3.Op, len(part))
+		for i, t := range part {
+			ops[i] = clientv3.OpGet(t.Key, clientv3.WithKeysOnly())
+		}
+		resp, err := cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, err
+		}
+		for i, r := range resp.Responses {
+			if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+				out[from+i] = kvs[0].CreateRevision
+			}
+		}
+	}
+	return out, nil
+}
+
 // Target is a grant to revoke: its lock's or election's name and its
 // entry's key (its token is the key's create revision).
 type Target struct {
@@ -227,15 +251,15 @@ func All(ctx context.Context, cli *clientv3.Client, targets []Target, revoke fun
 		errs []error
 		wg   sync.WaitGroup
 	)
-	for _, t := range targets {
-		resp, err := cli.Get(ctx, t.Key)
-		if err != nil {
-			return nil, err
+	tokens, err := tokensOf(ctx, cli, targets)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range targets {
+		token := tokens[i]
+		if token == 0 {
+			continue // gone meanwhile
 		}
-		if len(resp.Kvs) == 0 {
-			continue
-		}
-		token := resp.Kvs[0].CreateRevision
 		wg.Go(func() {
 			r, err := revoke(ctx, t, token)
 			mu.Lock()

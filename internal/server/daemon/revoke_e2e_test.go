@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/testkit/wait"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // A release from outside asks the holder first. An SDK holder lets go at
@@ -133,5 +134,61 @@ func TestResignationsFromOutsideAskTheLeaderFirst(t *testing.T) {
 	res := <-done
 	if rev, _ := res.body["revocation"].(map[string]any); res.status != 200 || rev["outcome"] != "OUTCOME_BOUND" {
 		t.Fatalf("resign from outside of a REST leader = %d %v, want OUTCOME_BOUND", res.status, res.body)
+	}
+}
+
+// A session closed from outside puts each of its holdings to its holder
+// first (a lock and a leadership here: both acknowledged), removes what it
+// waits for without asking, and then ends.
+func TestSessionsClosedFromOutsideAskEachHolderFirst(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	c := newClient(t, d.GRPCAddr())
+	op := newClient(t, d.GRPCAddr())
+	ctx := t.Context()
+	s, err := c.NewSession(ctx, clientlib.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := c.NewSession(ctx, clientlib.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Lock(ctx, "close/held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, err := s.Campaign(ctx, "close/led", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Lock(ctx, "close/busy"); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() { _, err := s.Lock(ctx, "close/busy"); waiting <- err }()
+	queued(t, op, "close/busy", 1)
+
+	conn := dialRaw(t, d.GRPCAddr())
+	resp, err := coorddv1.NewSessionServiceClient(conn).CloseSession(ctx, &coorddv1.CloseSessionRequest{SessionId: s.ID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(resp.GetRevocations()); n != 2 {
+		t.Fatalf("close from outside revoked %d holdings (%v), want 2: the lock and the leadership, not the wait", n, resp.GetRevocations())
+	}
+	for _, r := range resp.GetRevocations() {
+		if r.GetOutcome() != coorddv1.Revocation_OUTCOME_ACKNOWLEDGED {
+			t.Errorf("revocation %v, want acknowledged", r)
+		}
+	}
+	if l.Context().Err() == nil || lead.Context().Err() == nil {
+		t.Fatal("a holding's context lives on after its session was closed from outside")
+	}
+	if err := <-waiting; err == nil {
+		t.Fatal("the session's waiting acquire was granted after its session was closed")
+	}
+	if st, err := op.Admin().DescribeLock(ctx, "close/busy"); err != nil || len(st.Waiters) != 0 {
+		t.Fatalf("the closed session's wait is still queued: %+v, %v", st, err)
 	}
 }
