@@ -2,6 +2,8 @@ package clientlib
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -18,7 +20,17 @@ type ApprovalPolicy struct {
 	Required bool
 	// ProposalTTL is how long a proposal waits for approval (0: 24h).
 	ProposalTTL time.Duration
+	// OffRequestedBy and OffRequested (read only) say who asked to turn a
+	// required policy off, and when: it goes off when another principal
+	// asks too, within ProposalTTL.
+	OffRequestedBy string
+	OffRequested   time.Time
 }
+
+// ErrApprovalOffPending is what SetApprovalPolicy returns when turning
+// approval off waits for a second principal (four eyes on the policy
+// itself): the namespace still requires approval.
+var ErrApprovalOffPending = errors.New("coordd: turning approval off waits for a second principal to ask too")
 
 // Proposal is a release waiting for approval, or one that was decided.
 type Proposal struct {
@@ -53,14 +65,24 @@ func proposalFrom(p *coorddv1.Proposal) Proposal {
 }
 
 // SetApprovalPolicy sets a namespace's approval policy (needs
-// config.admin). Required false turns approval off.
-func (cc *ConfigCenter) SetApprovalPolicy(ctx context.Context, ns string, p ApprovalPolicy) error {
-	req := &coorddv1.SetApprovalPolicyRequest{Namespace: ns, Policy: &coorddv1.ApprovalPolicy{Required: p.Required}}
+// config.admin), asked by author when coordd does not authenticate (the
+// principal otherwise). Required false turns approval off, which is four
+// eyes itself: the first principal who asks gets ErrApprovalOffPending
+// (the request is recorded); approval goes off when another principal
+// asks too; the same one asking again gets ErrPermissionDenied.
+func (cc *ConfigCenter) SetApprovalPolicy(ctx context.Context, ns string, p ApprovalPolicy, author string) error {
+	req := &coorddv1.SetApprovalPolicyRequest{Namespace: ns, Policy: &coorddv1.ApprovalPolicy{Required: p.Required}, Author: author}
 	if p.ProposalTTL > 0 {
 		req.Policy.ProposalTtl = durationpb.New(p.ProposalTTL)
 	}
-	_, err := cc.c.config.SetApprovalPolicy(ctx, req)
-	return convert(ctx, err)
+	resp, err := cc.c.config.SetApprovalPolicy(ctx, req)
+	if err != nil {
+		return convert(ctx, err)
+	}
+	if resp.GetPending() {
+		return fmt.Errorf("%w (asked by %q)", ErrApprovalOffPending, resp.GetPolicy().GetOffRequestedBy())
+	}
+	return nil
 }
 
 // ApprovalPolicy reads a namespace's approval policy.
@@ -69,7 +91,12 @@ func (cc *ConfigCenter) ApprovalPolicy(ctx context.Context, ns string) (Approval
 	if err != nil {
 		return ApprovalPolicy{}, convert(ctx, err)
 	}
-	return ApprovalPolicy{Required: resp.GetPolicy().GetRequired(), ProposalTTL: resp.GetPolicy().GetProposalTtl().AsDuration()}, nil
+	p := resp.GetPolicy()
+	out := ApprovalPolicy{Required: p.GetRequired(), ProposalTTL: p.GetProposalTtl().AsDuration(), OffRequestedBy: p.GetOffRequestedBy()}
+	if p.GetOffRequestedTime() != nil {
+		out.OffRequested = p.GetOffRequestedTime().AsTime()
+	}
+	return out, nil
 }
 
 // Propose validates a release as Publish would and records it as a

@@ -417,5 +417,5 @@ func (cc *ConfigCenter) importApproval(ctx context.Context, ns ExportedNamespace
 	if o.DryRun {
 		return nil
 	}
-	return cc.SetApprovalPolicy(ctx, ns.Name, want)
+	return cc.SetApprovalPolicy(ctx, ns.Name, want, o.Author)
 }

@@ -23,6 +23,8 @@ import (
 // writes (publish, put, delete, rollback, gray releases) fail with
 // ErrApprovalRequired. The release records who proposed and who approved.
 //
+// Turning approval off needs two principals too (see SetApproval).
+//
 // Non-guarantees: identities are what the caller says they are: the
 // principal when coordd authenticates callers, else the author a caller
 // gives (so without authentication four eyes is a convention, not a
@@ -60,7 +62,17 @@ type ApprovalPolicy struct {
 	Required bool `json:"required"`
 	// TTL is how long a proposal may wait (0: DefaultProposalTTL).
 	TTL time.Duration `json:"ttl,omitempty"`
+	// OffRequestedBy and OffRequested, on a required policy, say who asked
+	// to turn approval off and when: it goes off when another principal
+	// asks too, before the request expires (the policy's TTL). Set by
+	// SetApproval; ignored in what callers pass.
+	OffRequestedBy string    `json:"off_requested_by,omitempty"`
+	OffRequested   time.Time `json:"off_requested,omitzero"`
 }
+
+// ErrSecondAdmin is returned when turning approval off is asked again by the principal
+// who asked first; another one must.
+var ErrSecondAdmin = kind.PermissionDenied.New("config: four eyes: approval goes off when a second principal asks too")
 
 func (p ApprovalPolicy) ttl() time.Duration {
 	if p.TTL <= 0 {
@@ -120,32 +132,78 @@ func (s *Store) propKey(ns string, n int64) string {
 	return s.propPrefix(ns) + fmt.Sprintf("%020d", n)
 }
 
+// ApprovalChange is what SetApproval did.
+type ApprovalChange struct {
+	Revision int64
+	// Pending says that turning approval off waits for a second principal
+	// (Policy.OffRequestedBy asked); the namespace still requires approval.
+	Pending bool
+	Policy  ApprovalPolicy // the policy now in force
+}
+
 // SetApproval sets (Required false: removes) a namespace's approval
-// policy, and returns the write's revision. Proposals pending when it is
-// removed stay, and may still be approved.
-func (s *Store) SetApproval(ctx context.Context, ns string, p ApprovalPolicy) (int64, error) {
+// policy, asked by by (a principal, or the author given when coordd does
+// not authenticate), and returns what it did. Requiring approval, or
+// changing a required policy's TTL, takes effect at once. Turning a
+// required policy off is itself four eyes: the first principal who asks
+// only records the request (Pending); it takes effect when another one
+// asks before the request expires (the policy's TTL); the same principal
+// asking again fails with ErrSecondAdmin. Proposals pending when approval
+// goes off stay, and may still be approved.
+func (s *Store) SetApproval(ctx context.Context, ns string, p ApprovalPolicy, by string) (ApprovalChange, error) {
 	if err := ValidateNamespace(ns); err != nil {
-		return 0, err
+		return ApprovalChange{}, err
 	}
 	if p.TTL < 0 || p.TTL > MaxProposalTTL {
-		return 0, fmt.Errorf("%w: a proposal's time to live is 0 (the default, %s) to %s", ErrInvalid, DefaultProposalTTL, MaxProposalTTL)
+		return ApprovalChange{}, fmt.Errorf("%w: a proposal's time to live is 0 (the default, %s) to %s", ErrInvalid, DefaultProposalTTL, MaxProposalTTL)
 	}
-	op := clientv3.OpDelete(s.approvalKey(ns))
-	if p.Required {
-		b, err := json.Marshal(p)
+	if err := validateLine("the principal asking", by, MaxMessageBytes); err != nil {
+		return ApprovalChange{}, err
+	}
+	p.OffRequestedBy, p.OffRequested = "", time.Time{}
+	for {
+		resp, err := s.cli.Get(ctx, s.approvalKey(ns))
 		if err != nil {
-			return 0, err
+			return ApprovalChange{}, fmt.Errorf("config: read the approval policy of %q: %w", ns, err)
 		}
-		op = clientv3.OpPut(s.approvalKey(ns), string(b))
+		var cur ApprovalPolicy
+		var mod int64
+		if len(resp.Kvs) == 1 {
+			mod = resp.Kvs[0].ModRevision
+			if err := json.Unmarshal(resp.Kvs[0].Value, &cur); err != nil {
+				return ApprovalChange{}, fmt.Errorf("config: decode the approval policy of %q: %w", ns, err)
+			}
+		}
+		next, pending := p, false
+		if cur.Required && !p.Required {
+			asked := cur.OffRequestedBy != "" || !cur.OffRequested.IsZero()
+			live := asked && s.now().Before(cur.OffRequested.Add(cur.ttl()))
+			switch {
+			case live && cur.OffRequestedBy == by:
+				return ApprovalChange{}, fmt.Errorf("%w: %q asked to turn approval off at %s already; another principal must ask too (before %s)",
+					ErrSecondAdmin, by, cur.OffRequested.Format(time.RFC3339), cur.OffRequested.Add(cur.ttl()).Format(time.RFC3339))
+			case !live:
+				next, pending = cur, true
+				next.OffRequestedBy, next.OffRequested = by, s.now().UTC()
+			}
+		}
+		op := clientv3.OpDelete(s.approvalKey(ns))
+		if next.Required {
+			b, err := json.Marshal(next)
+			if err != nil {
+				return ApprovalChange{}, err
+			}
+			op = clientv3.OpPut(s.approvalKey(ns), string(b))
+		}
+		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.approvalKey(ns)), "=", mod)).Then(op).Commit()
+		if err != nil {
+			return ApprovalChange{}, fmt.Errorf("config: set the approval policy of %q: %w", ns, err)
+		}
+		if tr.Succeeded {
+			return ApprovalChange{Revision: tr.Header.Revision, Pending: pending, Policy: next}, nil
+		}
+		// Changed meanwhile: decide again on what is there now.
 	}
-	resp, err := s.cli.Do(ctx, op)
-	if err != nil {
-		return 0, fmt.Errorf("config: set the approval policy of %q: %w", ns, err)
-	}
-	if r := resp.Put(); r != nil {
-		return r.Header.Revision, nil
-	}
-	return resp.Del().Header.Revision, nil
 }
 
 // Approval returns a namespace's approval policy.
@@ -193,7 +251,9 @@ func (s *Store) Propose(ctx context.Context, req ProposeRequest) (Proposal, erro
 	if req.Proposer == "" {
 		return Proposal{}, fmt.Errorf("%w: a proposal needs a proposer: sign in, or give an author", ErrInvalid)
 	}
-	if req.RollbackTo == 0 {
+	// No mutations: an heir's catch-up with its shared namespace (a
+	// proposal that changes nothing is refused below).
+	if req.RollbackTo == 0 && len(req.Mutations) > 0 {
 		if err := s.checkMutations(req.Mutations); err != nil {
 			return Proposal{}, err
 		}
@@ -252,7 +312,7 @@ func (s *Store) planProposal(ctx context.Context, req ProposeRequest, cur nsStat
 	}
 	changes, next := applyMutations(cur.Content, sealed.ms)
 	if cur.inherit != nil { // what the heir's release will do: see planHeir
-		hp, err := s.planHeir(ctx, cur, sealed.ms)
+		hp, err := s.planHeir(ctx, cur, sealed.ms, false)
 		if err != nil {
 			return Proposal{}, nil, nil, err
 		}

@@ -21,7 +21,7 @@ func gated(t *testing.T) (env, *atomic.Int64) {
 	if _, err := e.s.Put(t.Context(), "pay", "limit", "10", 0, "", "before approval"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.s.SetApproval(t.Context(), "pay", configcenter.ApprovalPolicy{Required: true, TTL: time.Hour}); err != nil {
+	if _, err := e.s.SetApproval(t.Context(), "pay", configcenter.ApprovalPolicy{Required: true, TTL: time.Hour}, "admin-1"); err != nil {
 		t.Fatal(err)
 	}
 	return e, &offset
@@ -53,12 +53,47 @@ func TestApprovalGatesEveryDirectWrite(t *testing.T) {
 	if snap, _ := e.s.Snapshot(ctx, "pay", 0); snap.Release != 1 {
 		t.Fatalf("refused writes made release %d", snap.Release)
 	}
-	// Turned off, direct writes work again.
-	if _, err := e.s.SetApproval(ctx, "pay", configcenter.ApprovalPolicy{}); err != nil {
-		t.Fatal(err)
+	// Turning it off is four eyes too: one admin only asks; the same one
+	// again is refused; a second one turns it off.
+	ch, err := e.s.SetApproval(ctx, "pay", configcenter.ApprovalPolicy{}, "admin-1")
+	if err != nil || !ch.Pending || !ch.Policy.Required || ch.Policy.OffRequestedBy != "admin-1" {
+		t.Fatalf("a first admin turning approval off = %+v, %v; want it pending", ch, err)
 	}
+	if _, err := e.s.Put(ctx, "pay", "limit", "20", 0, "", ""); !errors.Is(err, configcenter.ErrApprovalRequired) {
+		t.Fatalf("Put while turning off is pending = %v, want ErrApprovalRequired", err)
+	}
+	if _, err := e.s.SetApproval(ctx, "pay", configcenter.ApprovalPolicy{}, "admin-1"); !errors.Is(err, configcenter.ErrSecondAdmin) {
+		t.Fatalf("the same admin asking again = %v, want ErrSecondAdmin", err)
+	}
+	if ch, err := e.s.SetApproval(ctx, "pay", configcenter.ApprovalPolicy{}, "admin-2"); err != nil || ch.Pending || ch.Policy.Required {
+		t.Fatalf("a second admin turning approval off = %+v, %v; want it off", ch, err)
+	}
+	// Turned off, direct writes work again.
 	if _, err := e.s.Put(ctx, "pay", "limit", "20", 0, "", ""); err != nil {
 		t.Fatal(err)
+	}
+	// Requiring it again is at once, and forgets any old request.
+	if ch, err := e.s.SetApproval(ctx, "pay", configcenter.ApprovalPolicy{Required: true}, "admin-1"); err != nil || ch.Pending || !ch.Policy.Required {
+		t.Fatalf("requiring approval = %+v, %v", ch, err)
+	}
+}
+
+// A request to turn approval off expires with the policy's TTL: the same
+// admin may then ask anew (and still needs a second one).
+func TestTurningApprovalOffExpires(t *testing.T) {
+	t.Parallel()
+	e, offset := gated(t)
+	ctx := t.Context()
+	if ch, err := e.s.SetApproval(ctx, "pay", configcenter.ApprovalPolicy{}, "admin-1"); err != nil || !ch.Pending {
+		t.Fatalf("first ask = %+v, %v", ch, err)
+	}
+	offset.Store(int64(2 * time.Hour)) // past the policy's TTL of an hour
+	ch, err := e.s.SetApproval(ctx, "pay", configcenter.ApprovalPolicy{}, "admin-1")
+	if err != nil || !ch.Pending {
+		t.Fatalf("asking again after the request expired = %+v, %v; want a new pending request", ch, err)
+	}
+	if ch, err := e.s.SetApproval(ctx, "pay", configcenter.ApprovalPolicy{}, "admin-2"); err != nil || ch.Policy.Required {
+		t.Fatalf("a second admin = %+v, %v; want it off", ch, err)
 	}
 }
 

@@ -39,10 +39,13 @@ import (
 // from nobody; an heir is nobody's shared namespace); at most MaxHeirs
 // heirs per shared namespace; a shared namespace holds no secrets (a
 // sealed value is bound to its own namespace); the shared namespace's gray
-// releases do not reach heirs; an heir's approval policy does not gate the
-// releases that carry its shared namespace's (that namespace's own policy
-// does); an heir's schema set while a shared release is on its way may be
-// broken by it until the heir's next release.
+// releases do not reach heirs; an heir's schema set while a shared
+// release is on its way may be broken by it until the heir's next release.
+//
+// An heir that requires approval takes no shared release by itself: it
+// keeps what it carries and says why (Inheritance.Suspended) until a
+// release approved there carries the shared namespace's current content
+// (a proposal's changes show what it would bring).
 
 // MaxHeirs bounds the namespaces that inherit from one shared namespace.
 const MaxHeirs = 32
@@ -287,7 +290,12 @@ type inheritedPlan struct {
 // overrides, and the content is the shared namespace's now under them, or,
 // while the inheritance is suspended (see SetInheritCheck), the shared
 // content the heir already carries.
-func (s *Store) planHeir(ctx context.Context, cur nsState, ms []Mutation) (inheritedPlan, error) {
+//
+// gated, for a release that only carries shared content (no own
+// mutations, no approval) into an heir that requires approval, holds the
+// shared content back the same way: it reaches the heir only by a release
+// there that another principal approved (its proposal's changes show it).
+func (s *Store) planHeir(ctx context.Context, cur nsState, ms []Mutation, gated bool) (inheritedPlan, error) {
 	inh := cur.inherit
 	for _, m := range ms {
 		if m.Delete && slices.Contains(inh.Keys, m.Key) {
@@ -299,12 +307,19 @@ func (s *Store) planHeir(ctx context.Context, cur nsState, ms []Mutation) (inher
 		return inheritedPlan{}, err
 	}
 	shared, carries, suspended := sh.Content, sh.Release, ""
-	if s.mayInherit != nil && !s.mayInherit(Setter{Name: inh.By, Groups: inh.ByGroups}, inh.From) {
+	hold := ""
+	switch {
+	case s.mayInherit != nil && !s.mayInherit(Setter{Name: inh.By, Groups: inh.ByGroups}, inh.From):
+		hold = suspendedWhy(inh)
+	case gated && sh.Release > inh.Release:
+		hold = fmt.Sprintf("%q changes only by approved proposals: release %d of %q reaches it with the next release approved here (propose one, even empty: its changes show what it brings)", cur.Namespace, sh.Release, inh.From)
+	}
+	if hold != "" {
 		shared, carries = map[string]string{}, inh.Release
 		for _, k := range inh.Keys {
 			shared[k] = cur.Content[k]
 		}
-		suspended = suspendedWhy(inh)
+		suspended = hold
 	}
 	own := ownOf(cur)
 	for _, m := range ms {

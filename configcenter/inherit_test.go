@@ -184,7 +184,7 @@ func TestHeirsUnderApprovalAndRollback(t *testing.T) {
 	e := newEnv(t, configcenter.Limits{})
 	ctx := t.Context()
 	sharedAndHeir(t, e)
-	if _, err := e.s.SetApproval(ctx, "gated", configcenter.ApprovalPolicy{Required: true}); err != nil {
+	if _, err := e.s.SetApproval(ctx, "gated", configcenter.ApprovalPolicy{Required: true}, "admin"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.s.Inherit(ctx, "gated", "common/db", configcenter.Setter{}, "", ""); !errors.Is(err, configcenter.ErrApprovalRequired) {
@@ -215,5 +215,39 @@ func TestHeirsUnderApprovalAndRollback(t *testing.T) {
 	}
 	if snap, _ := e.s.Snapshot(ctx, "app/a", 0); snap.Content["host"] != "db1" {
 		t.Fatalf("a shared change reached a pinned key: %q", snap.Content["host"])
+	}
+}
+
+// An heir that requires approval takes no shared release by itself: it
+// keeps what it carries and says why; a proposal there shows the shared
+// changes it would bring, and its approval by another principal brings
+// them.
+func TestAGatedHeirTakesSharedReleasesOnlyByApproval(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	ctx := t.Context()
+	sharedAndHeir(t, e)
+	if _, err := e.s.SetApproval(ctx, "app/a", configcenter.ApprovalPolicy{Required: true}, "admin"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Put(ctx, "common/db", "host", "db2", 0, "ops", "move"); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e.s.Snapshot(ctx, "app/a", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Content["host"] != "db1" || !strings.Contains(snap.InheritanceSuspended, "approved") {
+		t.Fatalf("the gated heir after a shared release: host %q, suspended %q; want db1 kept and why", snap.Content["host"], snap.InheritanceSuspended)
+	}
+	p, err := e.s.Propose(ctx, configcenter.ProposeRequest{Namespace: "app/a", Proposer: "ann"})
+	if err != nil || len(p.Changes) != 1 || p.Changes[0].Key != "host" || *p.Changes[0].New != "db2" {
+		t.Fatalf("an empty proposal in the gated heir = %+v, %v; want the shared host change", p, err)
+	}
+	if _, _, err := e.s.Approve(ctx, "app/a", p.Number, "bo", "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if snap, _ := e.s.Snapshot(ctx, "app/a", 0); snap.Content["host"] != "db2" || snap.InheritanceSuspended != "" {
+		t.Fatalf("after the approval: host %q, suspended %q; want db2, none", snap.Content["host"], snap.InheritanceSuspended)
 	}
 }

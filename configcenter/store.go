@@ -480,7 +480,7 @@ func (s *Store) planRelease(ctx context.Context, req commitRequest, cur nsState)
 	// newer shared release it now carries, or which keys it overrides.
 	recordOnly := false
 	if cur.inherit != nil {
-		hp, err := s.planHeir(ctx, cur, ms)
+		hp, err := s.planHeir(ctx, cur, ms, req.inherited && req.approved == nil && cur.approval.Required)
 		if err != nil {
 			return Release{}, nil, nil, false, err
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -224,6 +225,7 @@ func (a *app) configDecideCommand(verb, short string) *cobra.Command {
 func (a *app) configApprovalCommand() *cobra.Command {
 	var require, off bool
 	var ttl time.Duration
+	var author string
 	cmd := &cobra.Command{
 		Use:   "approval NAMESPACE [--require [--ttl D] | --off]",
 		Short: "Show, require or turn off approval (four eyes) for a namespace",
@@ -231,7 +233,11 @@ func (a *app) configApprovalCommand() *cobra.Command {
 --require, the namespace changes only by proposals (config propose) that a
 principal other than the proposer approves (config approve); publish, put,
 delete, rollback and gray releases are refused with APPROVAL_REQUIRED.
-Proposals wait --ttl (default 24h, at most 720h) and then expire.`,
+Proposals wait --ttl (default 24h, at most 720h) and then expire.
+Turning approval off (--off) takes two principals with config.admin: the
+first one's --off is recorded and shown here; it takes effect when another
+one asks too, within the proposals' time to live. Without authentication
+--author names who asks.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if require && off {
@@ -240,7 +246,11 @@ Proposals wait --ttl (default 24h, at most 720h) and then expire.`,
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
 				cc := c.ConfigCenter()
 				if require || off {
-					if err := cc.SetApprovalPolicy(ctx, args[0], clientlib.ApprovalPolicy{Required: require, ProposalTTL: ttl}); err != nil {
+					err := cc.SetApprovalPolicy(ctx, args[0], clientlib.ApprovalPolicy{Required: require, ProposalTTL: ttl}, author)
+					if errors.Is(err, clientlib.ErrApprovalOffPending) {
+						err = nil // said below: the policy shows who asked
+					}
+					if err != nil {
 						return err
 					}
 				}
@@ -248,12 +258,20 @@ Proposals wait --ttl (default 24h, at most 720h) and then expire.`,
 				if err != nil {
 					return err
 				}
-				return a.print(map[string]any{"namespace": args[0], "required": p.Required, "proposalTtl": p.ProposalTTL.String()}, func(w *bytes.Buffer) {
+				out := map[string]any{"namespace": args[0], "required": p.Required, "proposalTtl": p.ProposalTTL.String()}
+				if p.OffRequestedBy != "" || !p.OffRequested.IsZero() {
+					out["offRequestedBy"], out["offRequestedTime"] = p.OffRequestedBy, p.OffRequested.Format(time.RFC3339)
+				}
+				return a.print(out, func(w *bytes.Buffer) {
 					if !p.Required {
 						fmt.Fprintf(w, "%s: no approval required\n", args[0])
 						return
 					}
 					fmt.Fprintf(w, "%s: every release needs a proposal approved by someone else; proposals expire after %s\n", args[0], p.ProposalTTL)
+					if p.OffRequestedBy != "" || !p.OffRequested.IsZero() {
+						fmt.Fprintf(w, "%s asked to turn approval off at %s: it goes off when another principal asks too (config approval %s --off), before %s\n",
+							cell(p.OffRequestedBy), p.OffRequested.Format(time.RFC3339), args[0], p.OffRequested.Add(p.ProposalTTL).Format(time.RFC3339))
+					}
 				})
 			})
 		},
@@ -261,5 +279,6 @@ Proposals wait --ttl (default 24h, at most 720h) and then expire.`,
 	cmd.Flags().BoolVar(&require, "require", false, "require approval of every release")
 	cmd.Flags().BoolVar(&off, "off", false, "stop requiring approval")
 	cmd.Flags().DurationVar(&ttl, "ttl", 0, "with --require: how long a proposal waits (default 24h)")
+	cmd.Flags().StringVar(&author, "author", "", "who asks, when coordd does not authenticate callers (four eyes: --off needs two)")
 	return cmd
 }

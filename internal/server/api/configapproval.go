@@ -30,11 +30,28 @@ func (s *ConfigServer) SetApprovalPolicy(ctx context.Context, req *coorddv1.SetA
 		}
 		p.TTL = d.AsDuration()
 	}
-	rev, err := s.store.SetApproval(ctx, req.GetNamespace(), p)
+	ch, err := s.store.SetApproval(ctx, req.GetNamespace(), p, who(ctx, req.GetAuthor()))
 	if err != nil {
 		return nil, err
 	}
-	return &coorddv1.SetApprovalPolicyResponse{Revision: rev}, nil
+	return &coorddv1.SetApprovalPolicyResponse{Revision: ch.Revision, Pending: ch.Pending, Policy: approvalPolicyProto(ch.Policy)}, nil
+}
+
+// approvalPolicyProto is a policy as the API says it.
+func approvalPolicyProto(p configcenter.ApprovalPolicy) *coorddv1.ApprovalPolicy {
+	out := &coorddv1.ApprovalPolicy{Required: p.Required}
+	if !p.Required {
+		return out
+	}
+	ttl := p.TTL
+	if ttl == 0 {
+		ttl = configcenter.DefaultProposalTTL
+	}
+	out.ProposalTtl = durationpb.New(ttl)
+	if p.OffRequestedBy != "" || !p.OffRequested.IsZero() {
+		out.OffRequestedBy, out.OffRequestedTime = p.OffRequestedBy, timestamppb.New(p.OffRequested)
+	}
+	return out
 }
 
 // GetApprovalPolicy implements ConfigService.
@@ -43,15 +60,7 @@ func (s *ConfigServer) GetApprovalPolicy(ctx context.Context, req *coorddv1.GetA
 	if err != nil {
 		return nil, err
 	}
-	out := &coorddv1.ApprovalPolicy{Required: p.Required}
-	if p.Required {
-		ttl := p.TTL
-		if ttl == 0 {
-			ttl = configcenter.DefaultProposalTTL
-		}
-		out.ProposalTtl = durationpb.New(ttl)
-	}
-	return &coorddv1.GetApprovalPolicyResponse{Policy: out}, nil
+	return &coorddv1.GetApprovalPolicyResponse{Policy: approvalPolicyProto(p)}, nil
 }
 
 // ProposeRelease implements ConfigService.

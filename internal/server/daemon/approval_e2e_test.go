@@ -26,7 +26,7 @@ rules:
     actions: [config.read, config.write, config.propose, config.approve]
     namespaces: ["a/*"]
   - principals: [carol]
-    actions: [config.read, config.propose]
+    actions: [config.read, config.propose, config.admin]
     namespaces: ["a/*"]
   - principals: [bob]
     actions: [config.read, config.approve]
@@ -51,10 +51,10 @@ func TestApprovalFourEyes(t *testing.T) {
 	if _, err := cl["alice"].Put(ctx, ns, "limit", "10", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl["alice"].SetApprovalPolicy(ctx, ns, clientlib.ApprovalPolicy{Required: true}); !errors.Is(err, clientlib.ErrPermissionDenied) {
+	if err := cl["alice"].SetApprovalPolicy(ctx, ns, clientlib.ApprovalPolicy{Required: true}, ""); !errors.Is(err, clientlib.ErrPermissionDenied) {
 		t.Fatalf("alice setting the policy = %v, want ErrPermissionDenied (config.admin)", err)
 	}
-	if err := cl["root"].SetApprovalPolicy(ctx, ns, clientlib.ApprovalPolicy{Required: true, ProposalTTL: time.Hour}); err != nil {
+	if err := cl["root"].SetApprovalPolicy(ctx, ns, clientlib.ApprovalPolicy{Required: true, ProposalTTL: time.Hour}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if p, err := cl["bob"].ApprovalPolicy(ctx, ns); err != nil || !p.Required || p.ProposalTTL != time.Hour {
@@ -136,6 +136,28 @@ func TestApprovalFourEyes(t *testing.T) {
 			t.Errorf("the audit log lacks %s:\n%s", want, audit)
 		}
 	}
+
+	// Turning approval off is four eyes too: root alone only asks (an
+	// author it names does not count under authentication); carol, the
+	// other admin, confirms.
+	if err := cl["root"].SetApprovalPolicy(ctx, ns, clientlib.ApprovalPolicy{}, ""); !errors.Is(err, clientlib.ErrApprovalOffPending) {
+		t.Fatalf("root turning approval off = %v, want ErrApprovalOffPending", err)
+	}
+	if err := cl["root"].SetApprovalPolicy(ctx, ns, clientlib.ApprovalPolicy{}, "someone-else"); !errors.Is(err, clientlib.ErrPermissionDenied) {
+		t.Fatalf("root asking again = %v, want ErrPermissionDenied", err)
+	}
+	if _, err := cl["alice"].Put(ctx, ns, "limit", "99", clientlib.PublishOptions{}); !errors.Is(err, clientlib.ErrApprovalRequired) {
+		t.Fatalf("a direct put while turning off waits = %v, want ErrApprovalRequired", err)
+	}
+	if p, err := cl["bob"].ApprovalPolicy(ctx, ns); err != nil || !p.Required || p.OffRequestedBy != "root" {
+		t.Fatalf("policy while turning off waits = %+v, %v", p, err)
+	}
+	if err := cl["carol"].SetApprovalPolicy(ctx, ns, clientlib.ApprovalPolicy{}, ""); err != nil {
+		t.Fatalf("carol confirming = %v", err)
+	}
+	if p, err := cl["bob"].ApprovalPolicy(ctx, ns); err != nil || p.Required {
+		t.Fatalf("policy after two admins = %+v, %v; want off", p, err)
+	}
 }
 
 // TestConsoleApprovesProposals: the console lists a gated namespace's
@@ -150,7 +172,7 @@ func TestConsoleApprovesProposals(t *testing.T) {
 	if _, err := cc.Put(ctx, ns, "limit", "10", clientlib.PublishOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cc.SetApprovalPolicy(ctx, ns, clientlib.ApprovalPolicy{Required: true}); err != nil {
+	if err := cc.SetApprovalPolicy(ctx, ns, clientlib.ApprovalPolicy{Required: true}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cc.Propose(ctx, ns, []clientlib.ConfigMutation{{Key: "limit", Value: "25"}}, clientlib.PublishOptions{Author: "ann", Message: "raise the limit"}); err != nil {

@@ -48,7 +48,7 @@ const (
 func runPublisher(ctx context.Context, c *clientlib.Client, rec *recorder, sabotage string) {
 	for ctx.Err() == nil { // the gated namespace and the heir, before anything else
 		pctx, cancel := context.WithTimeout(ctx, putTimeout)
-		err := c.ConfigCenter().SetApprovalPolicy(pctx, ApprovedNamespace, clientlib.ApprovalPolicy{Required: true})
+		err := c.ConfigCenter().SetApprovalPolicy(pctx, ApprovedNamespace, clientlib.ApprovalPolicy{Required: true}, "")
 		if err == nil {
 			_, err = c.ConfigCenter().Inherit(pctx, HeirNamespace, ConfigNamespace, clientlib.PublishOptions{})
 		}

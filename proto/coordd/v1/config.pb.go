@@ -4273,9 +4273,15 @@ type ApprovalPolicy struct {
 	Required bool `protobuf:"varint,1,opt,name=required,proto3" json:"required,omitempty"`
 	// proposal_ttl is how long a proposal waits for approval: up to 720h,
 	// 24h when unset.
-	ProposalTtl   *durationpb.Duration `protobuf:"bytes,2,opt,name=proposal_ttl,json=proposalTtl,proto3" json:"proposal_ttl,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ProposalTtl *durationpb.Duration `protobuf:"bytes,2,opt,name=proposal_ttl,json=proposalTtl,proto3" json:"proposal_ttl,omitempty"`
+	// off_requested_by, on a required policy, is who asked to turn approval
+	// off (output only): it goes off when another principal asks too,
+	// before off_requested_time + proposal_ttl.
+	OffRequestedBy string `protobuf:"bytes,3,opt,name=off_requested_by,json=offRequestedBy,proto3" json:"off_requested_by,omitempty"`
+	// off_requested_time is when (output only).
+	OffRequestedTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=off_requested_time,json=offRequestedTime,proto3" json:"off_requested_time,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ApprovalPolicy) Reset() {
@@ -4322,13 +4328,34 @@ func (x *ApprovalPolicy) GetProposalTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *ApprovalPolicy) GetOffRequestedBy() string {
+	if x != nil {
+		return x.OffRequestedBy
+	}
+	return ""
+}
+
+func (x *ApprovalPolicy) GetOffRequestedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OffRequestedTime
+	}
+	return nil
+}
+
 // SetApprovalPolicyRequest sets a namespace's approval policy.
 type SetApprovalPolicyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// namespace: as in PublishRequest. Required.
 	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// policy: unset or required false turns approval off.
-	Policy        *ApprovalPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	// policy: unset or required false turns approval off. Turning a required
+	// policy off is four eyes too: the first principal who asks only records
+	// the request (pending); approval goes off when another principal asks
+	// before the request expires (the policy's proposal_ttl); the same one
+	// asking again is refused (PermissionDenied).
+	Policy *ApprovalPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	// author names who asks when coordd does not authenticate callers (with
+	// authentication the principal does, and this is ignored).
+	Author        string `protobuf:"bytes,3,opt,name=author,proto3" json:"author,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4377,11 +4404,23 @@ func (x *SetApprovalPolicyRequest) GetPolicy() *ApprovalPolicy {
 	return nil
 }
 
+func (x *SetApprovalPolicyRequest) GetAuthor() string {
+	if x != nil {
+		return x.Author
+	}
+	return ""
+}
+
 // SetApprovalPolicyResponse says when it took effect.
 type SetApprovalPolicyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// revision is the write's etcd revision.
-	Revision      int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	// pending says that turning approval off waits for a second principal:
+	// the namespace still requires approval (policy says who asked).
+	Pending bool `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
+	// policy is the policy in force now.
+	Policy        *ApprovalPolicy `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4421,6 +4460,20 @@ func (x *SetApprovalPolicyResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *SetApprovalPolicyResponse) GetPending() bool {
+	if x != nil {
+		return x.Pending
+	}
+	return false
+}
+
+func (x *SetApprovalPolicyResponse) GetPolicy() *ApprovalPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
 }
 
 // GetApprovalPolicyRequest reads a namespace's approval policy.
@@ -5856,15 +5909,20 @@ const file_coordd_v1_config_proto_rawDesc = "" +
 	"\n" +
 	"ByKeyEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"j\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xde\x01\n" +
 	"\x0eApprovalPolicy\x12\x1a\n" +
 	"\brequired\x18\x01 \x01(\bR\brequired\x12<\n" +
-	"\fproposal_ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vproposalTtl\"k\n" +
+	"\fproposal_ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vproposalTtl\x12(\n" +
+	"\x10off_requested_by\x18\x03 \x01(\tR\x0eoffRequestedBy\x12H\n" +
+	"\x12off_requested_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x10offRequestedTime\"\x83\x01\n" +
 	"\x18SetApprovalPolicyRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x121\n" +
-	"\x06policy\x18\x02 \x01(\v2\x19.coordd.v1.ApprovalPolicyR\x06policy\"7\n" +
+	"\x06policy\x18\x02 \x01(\v2\x19.coordd.v1.ApprovalPolicyR\x06policy\x12\x16\n" +
+	"\x06author\x18\x03 \x01(\tR\x06author\"\x84\x01\n" +
 	"\x19SetApprovalPolicyResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"8\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x18\n" +
+	"\apending\x18\x02 \x01(\bR\apending\x121\n" +
+	"\x06policy\x18\x03 \x01(\v2\x19.coordd.v1.ApprovalPolicyR\x06policy\"8\n" +
 	"\x18GetApprovalPolicyRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\"N\n" +
 	"\x19GetApprovalPolicyResponse\x121\n" +
@@ -6154,91 +6212,93 @@ var file_coordd_v1_config_proto_depIdxs = []int32{
 	46, // 46: coordd.v1.ListGrayReleasesResponse.grays:type_name -> coordd.v1.GrayRelease
 	86, // 47: coordd.v1.RewrapSecretKeysResponse.by_key:type_name -> coordd.v1.RewrapSecretKeysResponse.ByKeyEntry
 	88, // 48: coordd.v1.ApprovalPolicy.proposal_ttl:type_name -> google.protobuf.Duration
-	61, // 49: coordd.v1.SetApprovalPolicyRequest.policy:type_name -> coordd.v1.ApprovalPolicy
-	61, // 50: coordd.v1.GetApprovalPolicyResponse.policy:type_name -> coordd.v1.ApprovalPolicy
-	2,  // 51: coordd.v1.Proposal.state:type_name -> coordd.v1.ProposalState
-	3,  // 52: coordd.v1.Proposal.changes:type_name -> coordd.v1.ConfigChange
-	87, // 53: coordd.v1.Proposal.create_time:type_name -> google.protobuf.Timestamp
-	87, // 54: coordd.v1.Proposal.expire_time:type_name -> google.protobuf.Timestamp
-	87, // 55: coordd.v1.Proposal.decide_time:type_name -> google.protobuf.Timestamp
-	5,  // 56: coordd.v1.ProposeReleaseRequest.mutations:type_name -> coordd.v1.ConfigMutation
-	66, // 57: coordd.v1.ProposeReleaseResponse.proposal:type_name -> coordd.v1.Proposal
-	66, // 58: coordd.v1.ListProposalsResponse.proposals:type_name -> coordd.v1.Proposal
-	66, // 59: coordd.v1.GetProposalResponse.proposal:type_name -> coordd.v1.Proposal
-	4,  // 60: coordd.v1.ApproveProposalResponse.release:type_name -> coordd.v1.ConfigRelease
-	66, // 61: coordd.v1.ApproveProposalResponse.proposal:type_name -> coordd.v1.Proposal
-	66, // 62: coordd.v1.RejectProposalResponse.proposal:type_name -> coordd.v1.Proposal
-	66, // 63: coordd.v1.WithdrawProposalResponse.proposal:type_name -> coordd.v1.Proposal
-	4,  // 64: coordd.v1.SetInheritanceResponse.release:type_name -> coordd.v1.ConfigRelease
-	8,  // 65: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
-	10, // 66: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
-	6,  // 67: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
-	12, // 68: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
-	16, // 69: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
-	18, // 70: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
-	20, // 71: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
-	22, // 72: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
-	24, // 73: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
-	26, // 74: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
-	28, // 75: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
-	30, // 76: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
-	35, // 77: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
-	37, // 78: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
-	41, // 79: coordd.v1.ConfigService.WatchMany:input_type -> coordd.v1.WatchManyRequest
-	32, // 80: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
-	47, // 81: coordd.v1.ConfigService.CreateGray:input_type -> coordd.v1.CreateGrayRequest
-	49, // 82: coordd.v1.ConfigService.UpdateGray:input_type -> coordd.v1.UpdateGrayRequest
-	51, // 83: coordd.v1.ConfigService.PromoteGray:input_type -> coordd.v1.PromoteGrayRequest
-	53, // 84: coordd.v1.ConfigService.AbandonGray:input_type -> coordd.v1.AbandonGrayRequest
-	55, // 85: coordd.v1.ConfigService.GetGray:input_type -> coordd.v1.GetGrayRequest
-	57, // 86: coordd.v1.ConfigService.ListGrayReleases:input_type -> coordd.v1.ListGrayReleasesRequest
-	59, // 87: coordd.v1.ConfigService.RewrapSecretKeys:input_type -> coordd.v1.RewrapSecretKeysRequest
-	62, // 88: coordd.v1.ConfigService.SetApprovalPolicy:input_type -> coordd.v1.SetApprovalPolicyRequest
-	64, // 89: coordd.v1.ConfigService.GetApprovalPolicy:input_type -> coordd.v1.GetApprovalPolicyRequest
-	67, // 90: coordd.v1.ConfigService.ProposeRelease:input_type -> coordd.v1.ProposeReleaseRequest
-	69, // 91: coordd.v1.ConfigService.ListProposals:input_type -> coordd.v1.ListProposalsRequest
-	71, // 92: coordd.v1.ConfigService.GetProposal:input_type -> coordd.v1.GetProposalRequest
-	73, // 93: coordd.v1.ConfigService.ApproveProposal:input_type -> coordd.v1.ApproveProposalRequest
-	75, // 94: coordd.v1.ConfigService.RejectProposal:input_type -> coordd.v1.RejectProposalRequest
-	77, // 95: coordd.v1.ConfigService.WithdrawProposal:input_type -> coordd.v1.WithdrawProposalRequest
-	79, // 96: coordd.v1.ConfigService.SetInheritance:input_type -> coordd.v1.SetInheritanceRequest
-	9,  // 97: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
-	11, // 98: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
-	7,  // 99: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
-	13, // 100: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
-	17, // 101: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
-	19, // 102: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
-	21, // 103: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
-	23, // 104: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
-	25, // 105: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
-	27, // 106: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
-	29, // 107: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
-	31, // 108: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
-	36, // 109: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
-	40, // 110: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
-	44, // 111: coordd.v1.ConfigService.WatchMany:output_type -> coordd.v1.WatchManyResponse
-	33, // 112: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
-	48, // 113: coordd.v1.ConfigService.CreateGray:output_type -> coordd.v1.CreateGrayResponse
-	50, // 114: coordd.v1.ConfigService.UpdateGray:output_type -> coordd.v1.UpdateGrayResponse
-	52, // 115: coordd.v1.ConfigService.PromoteGray:output_type -> coordd.v1.PromoteGrayResponse
-	54, // 116: coordd.v1.ConfigService.AbandonGray:output_type -> coordd.v1.AbandonGrayResponse
-	56, // 117: coordd.v1.ConfigService.GetGray:output_type -> coordd.v1.GetGrayResponse
-	58, // 118: coordd.v1.ConfigService.ListGrayReleases:output_type -> coordd.v1.ListGrayReleasesResponse
-	60, // 119: coordd.v1.ConfigService.RewrapSecretKeys:output_type -> coordd.v1.RewrapSecretKeysResponse
-	63, // 120: coordd.v1.ConfigService.SetApprovalPolicy:output_type -> coordd.v1.SetApprovalPolicyResponse
-	65, // 121: coordd.v1.ConfigService.GetApprovalPolicy:output_type -> coordd.v1.GetApprovalPolicyResponse
-	68, // 122: coordd.v1.ConfigService.ProposeRelease:output_type -> coordd.v1.ProposeReleaseResponse
-	70, // 123: coordd.v1.ConfigService.ListProposals:output_type -> coordd.v1.ListProposalsResponse
-	72, // 124: coordd.v1.ConfigService.GetProposal:output_type -> coordd.v1.GetProposalResponse
-	74, // 125: coordd.v1.ConfigService.ApproveProposal:output_type -> coordd.v1.ApproveProposalResponse
-	76, // 126: coordd.v1.ConfigService.RejectProposal:output_type -> coordd.v1.RejectProposalResponse
-	78, // 127: coordd.v1.ConfigService.WithdrawProposal:output_type -> coordd.v1.WithdrawProposalResponse
-	80, // 128: coordd.v1.ConfigService.SetInheritance:output_type -> coordd.v1.SetInheritanceResponse
-	97, // [97:129] is the sub-list for method output_type
-	65, // [65:97] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	87, // 49: coordd.v1.ApprovalPolicy.off_requested_time:type_name -> google.protobuf.Timestamp
+	61, // 50: coordd.v1.SetApprovalPolicyRequest.policy:type_name -> coordd.v1.ApprovalPolicy
+	61, // 51: coordd.v1.SetApprovalPolicyResponse.policy:type_name -> coordd.v1.ApprovalPolicy
+	61, // 52: coordd.v1.GetApprovalPolicyResponse.policy:type_name -> coordd.v1.ApprovalPolicy
+	2,  // 53: coordd.v1.Proposal.state:type_name -> coordd.v1.ProposalState
+	3,  // 54: coordd.v1.Proposal.changes:type_name -> coordd.v1.ConfigChange
+	87, // 55: coordd.v1.Proposal.create_time:type_name -> google.protobuf.Timestamp
+	87, // 56: coordd.v1.Proposal.expire_time:type_name -> google.protobuf.Timestamp
+	87, // 57: coordd.v1.Proposal.decide_time:type_name -> google.protobuf.Timestamp
+	5,  // 58: coordd.v1.ProposeReleaseRequest.mutations:type_name -> coordd.v1.ConfigMutation
+	66, // 59: coordd.v1.ProposeReleaseResponse.proposal:type_name -> coordd.v1.Proposal
+	66, // 60: coordd.v1.ListProposalsResponse.proposals:type_name -> coordd.v1.Proposal
+	66, // 61: coordd.v1.GetProposalResponse.proposal:type_name -> coordd.v1.Proposal
+	4,  // 62: coordd.v1.ApproveProposalResponse.release:type_name -> coordd.v1.ConfigRelease
+	66, // 63: coordd.v1.ApproveProposalResponse.proposal:type_name -> coordd.v1.Proposal
+	66, // 64: coordd.v1.RejectProposalResponse.proposal:type_name -> coordd.v1.Proposal
+	66, // 65: coordd.v1.WithdrawProposalResponse.proposal:type_name -> coordd.v1.Proposal
+	4,  // 66: coordd.v1.SetInheritanceResponse.release:type_name -> coordd.v1.ConfigRelease
+	8,  // 67: coordd.v1.ConfigService.Put:input_type -> coordd.v1.PutRequest
+	10, // 68: coordd.v1.ConfigService.Delete:input_type -> coordd.v1.DeleteRequest
+	6,  // 69: coordd.v1.ConfigService.Publish:input_type -> coordd.v1.PublishRequest
+	12, // 70: coordd.v1.ConfigService.Get:input_type -> coordd.v1.GetRequest
+	16, // 71: coordd.v1.ConfigService.Snapshot:input_type -> coordd.v1.SnapshotRequest
+	18, // 72: coordd.v1.ConfigService.Poll:input_type -> coordd.v1.PollRequest
+	20, // 73: coordd.v1.ConfigService.ListReleases:input_type -> coordd.v1.ListReleasesRequest
+	22, // 74: coordd.v1.ConfigService.Diff:input_type -> coordd.v1.DiffRequest
+	24, // 75: coordd.v1.ConfigService.Rollback:input_type -> coordd.v1.RollbackRequest
+	26, // 76: coordd.v1.ConfigService.GetSchema:input_type -> coordd.v1.GetSchemaRequest
+	28, // 77: coordd.v1.ConfigService.SetSchema:input_type -> coordd.v1.SetSchemaRequest
+	30, // 78: coordd.v1.ConfigService.ListNamespaces:input_type -> coordd.v1.ListNamespacesRequest
+	35, // 79: coordd.v1.ConfigService.ReportStatus:input_type -> coordd.v1.ReportStatusRequest
+	37, // 80: coordd.v1.ConfigService.GetApplyStatus:input_type -> coordd.v1.GetApplyStatusRequest
+	41, // 81: coordd.v1.ConfigService.WatchMany:input_type -> coordd.v1.WatchManyRequest
+	32, // 82: coordd.v1.ConfigService.Watch:input_type -> coordd.v1.WatchRequest
+	47, // 83: coordd.v1.ConfigService.CreateGray:input_type -> coordd.v1.CreateGrayRequest
+	49, // 84: coordd.v1.ConfigService.UpdateGray:input_type -> coordd.v1.UpdateGrayRequest
+	51, // 85: coordd.v1.ConfigService.PromoteGray:input_type -> coordd.v1.PromoteGrayRequest
+	53, // 86: coordd.v1.ConfigService.AbandonGray:input_type -> coordd.v1.AbandonGrayRequest
+	55, // 87: coordd.v1.ConfigService.GetGray:input_type -> coordd.v1.GetGrayRequest
+	57, // 88: coordd.v1.ConfigService.ListGrayReleases:input_type -> coordd.v1.ListGrayReleasesRequest
+	59, // 89: coordd.v1.ConfigService.RewrapSecretKeys:input_type -> coordd.v1.RewrapSecretKeysRequest
+	62, // 90: coordd.v1.ConfigService.SetApprovalPolicy:input_type -> coordd.v1.SetApprovalPolicyRequest
+	64, // 91: coordd.v1.ConfigService.GetApprovalPolicy:input_type -> coordd.v1.GetApprovalPolicyRequest
+	67, // 92: coordd.v1.ConfigService.ProposeRelease:input_type -> coordd.v1.ProposeReleaseRequest
+	69, // 93: coordd.v1.ConfigService.ListProposals:input_type -> coordd.v1.ListProposalsRequest
+	71, // 94: coordd.v1.ConfigService.GetProposal:input_type -> coordd.v1.GetProposalRequest
+	73, // 95: coordd.v1.ConfigService.ApproveProposal:input_type -> coordd.v1.ApproveProposalRequest
+	75, // 96: coordd.v1.ConfigService.RejectProposal:input_type -> coordd.v1.RejectProposalRequest
+	77, // 97: coordd.v1.ConfigService.WithdrawProposal:input_type -> coordd.v1.WithdrawProposalRequest
+	79, // 98: coordd.v1.ConfigService.SetInheritance:input_type -> coordd.v1.SetInheritanceRequest
+	9,  // 99: coordd.v1.ConfigService.Put:output_type -> coordd.v1.PutResponse
+	11, // 100: coordd.v1.ConfigService.Delete:output_type -> coordd.v1.DeleteResponse
+	7,  // 101: coordd.v1.ConfigService.Publish:output_type -> coordd.v1.PublishResponse
+	13, // 102: coordd.v1.ConfigService.Get:output_type -> coordd.v1.GetResponse
+	17, // 103: coordd.v1.ConfigService.Snapshot:output_type -> coordd.v1.SnapshotResponse
+	19, // 104: coordd.v1.ConfigService.Poll:output_type -> coordd.v1.PollResponse
+	21, // 105: coordd.v1.ConfigService.ListReleases:output_type -> coordd.v1.ListReleasesResponse
+	23, // 106: coordd.v1.ConfigService.Diff:output_type -> coordd.v1.DiffResponse
+	25, // 107: coordd.v1.ConfigService.Rollback:output_type -> coordd.v1.RollbackResponse
+	27, // 108: coordd.v1.ConfigService.GetSchema:output_type -> coordd.v1.GetSchemaResponse
+	29, // 109: coordd.v1.ConfigService.SetSchema:output_type -> coordd.v1.SetSchemaResponse
+	31, // 110: coordd.v1.ConfigService.ListNamespaces:output_type -> coordd.v1.ListNamespacesResponse
+	36, // 111: coordd.v1.ConfigService.ReportStatus:output_type -> coordd.v1.ReportStatusResponse
+	40, // 112: coordd.v1.ConfigService.GetApplyStatus:output_type -> coordd.v1.GetApplyStatusResponse
+	44, // 113: coordd.v1.ConfigService.WatchMany:output_type -> coordd.v1.WatchManyResponse
+	33, // 114: coordd.v1.ConfigService.Watch:output_type -> coordd.v1.WatchResponse
+	48, // 115: coordd.v1.ConfigService.CreateGray:output_type -> coordd.v1.CreateGrayResponse
+	50, // 116: coordd.v1.ConfigService.UpdateGray:output_type -> coordd.v1.UpdateGrayResponse
+	52, // 117: coordd.v1.ConfigService.PromoteGray:output_type -> coordd.v1.PromoteGrayResponse
+	54, // 118: coordd.v1.ConfigService.AbandonGray:output_type -> coordd.v1.AbandonGrayResponse
+	56, // 119: coordd.v1.ConfigService.GetGray:output_type -> coordd.v1.GetGrayResponse
+	58, // 120: coordd.v1.ConfigService.ListGrayReleases:output_type -> coordd.v1.ListGrayReleasesResponse
+	60, // 121: coordd.v1.ConfigService.RewrapSecretKeys:output_type -> coordd.v1.RewrapSecretKeysResponse
+	63, // 122: coordd.v1.ConfigService.SetApprovalPolicy:output_type -> coordd.v1.SetApprovalPolicyResponse
+	65, // 123: coordd.v1.ConfigService.GetApprovalPolicy:output_type -> coordd.v1.GetApprovalPolicyResponse
+	68, // 124: coordd.v1.ConfigService.ProposeRelease:output_type -> coordd.v1.ProposeReleaseResponse
+	70, // 125: coordd.v1.ConfigService.ListProposals:output_type -> coordd.v1.ListProposalsResponse
+	72, // 126: coordd.v1.ConfigService.GetProposal:output_type -> coordd.v1.GetProposalResponse
+	74, // 127: coordd.v1.ConfigService.ApproveProposal:output_type -> coordd.v1.ApproveProposalResponse
+	76, // 128: coordd.v1.ConfigService.RejectProposal:output_type -> coordd.v1.RejectProposalResponse
+	78, // 129: coordd.v1.ConfigService.WithdrawProposal:output_type -> coordd.v1.WithdrawProposalResponse
+	80, // 130: coordd.v1.ConfigService.SetInheritance:output_type -> coordd.v1.SetInheritanceResponse
+	99, // [99:131] is the sub-list for method output_type
+	67, // [67:99] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_config_proto_init() }
