@@ -1018,8 +1018,15 @@ func TestConfigApproval(t *testing.T) {
 	if b, _ := os.ReadFile(exp); !strings.Contains(string(b), `"approval": {`) || !strings.Contains(string(b), `"proposal_ttl": "2h0m0s"`) {
 		t.Fatalf("the export lacks the approval policy:\n%s", b)
 	}
-	if out := must(t, ep, "config", "approval", "shop/prod", "--off"); !strings.Contains(out, "no approval required") {
-		t.Fatalf("approval --off: %q", out)
+	// Turning it off takes two: the first one's --off waits for a second.
+	if out := must(t, ep, "config", "approval", "shop/prod", "--off", "--author", "ana"); !strings.Contains(out, "ana asked to turn approval off") {
+		t.Fatalf("a first approval --off: %q", out)
+	}
+	if code, _, _ := ctl(t, ep, "", "config", "approval", "shop/prod", "--off", "--author", "ana"); code == 0 {
+		t.Fatal("the same admin's second --off succeeded")
+	}
+	if out := must(t, ep, "config", "approval", "shop/prod", "--off", "--author", "bo"); !strings.Contains(out, "no approval required") {
+		t.Fatalf("a second admin's approval --off: %q", out)
 	}
 	if out := must(t, ep, "config", "import", exp); !strings.Contains(out, "approval policy") {
 		t.Fatalf("import of the policy:\n%s", out)
@@ -1027,7 +1034,8 @@ func TestConfigApproval(t *testing.T) {
 	if out := must(t, ep, "config", "approval", "shop/prod"); !strings.Contains(out, "expire after 2h0m0s") {
 		t.Fatalf("after the import: %q", out)
 	}
-	must(t, ep, "config", "approval", "shop/prod", "--off")
+	must(t, ep, "config", "approval", "shop/prod", "--off", "--author", "ana")
+	must(t, ep, "config", "approval", "shop/prod", "--off", "--author", "bo")
 	must(t, ep, "config", "put", "shop/prod", "limit", "30")
 }
 

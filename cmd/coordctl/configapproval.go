@@ -270,7 +270,7 @@ one asks too, within the proposals' time to live. Without authentication
 					fmt.Fprintf(w, "%s: every release needs a proposal approved by someone else; proposals expire after %s\n", args[0], p.ProposalTTL)
 					if p.OffRequestedBy != "" || !p.OffRequested.IsZero() {
 						fmt.Fprintf(w, "%s asked to turn approval off at %s: it goes off when another principal asks too (config approval %s --off), before %s\n",
-							cell(p.OffRequestedBy), p.OffRequested.Format(time.RFC3339), args[0], p.OffRequested.Add(p.ProposalTTL).Format(time.RFC3339))
+							cell(cmp.Or(p.OffRequestedBy, "(someone unnamed)")), p.OffRequested.Format(time.RFC3339), args[0], p.OffRequested.Add(p.ProposalTTL).Format(time.RFC3339))
 					}
 				})
 			})
