@@ -292,9 +292,20 @@ func TestWatchMany(t *testing.T) {
 		}
 	}
 	put("2")
-	msg := next()
-	if msg.GetEvent().GetType() != coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE || len(msg.GetWatchIds()) != 2 || msg.GetEvent().GetRelease().GetNumber() != 2 {
-		t.Fatalf("a release for two watches: %v", msg)
+	// Usually one message names both watches; a release that came while
+	// the mux was taking a round (a bookmark's) reaches the watch that
+	// round had passed in a message of its own (watchmux's non-guarantee).
+	for got := map[int64]bool{}; len(got) < 2; {
+		msg := next()
+		if msg.GetEvent().GetType() != coorddv1.WatchEventType_WATCH_EVENT_TYPE_CHANGE || msg.GetEvent().GetRelease().GetNumber() != 2 {
+			t.Fatalf("a release for two watches: %v", msg)
+		}
+		for _, id := range msg.GetWatchIds() {
+			if got[id] {
+				t.Fatalf("watch %d got release 2 twice: %v", id, msg)
+			}
+			got[id] = true
+		}
 	}
 	startWatch(3, "bad//ns", 0)
 	if msg := next(); msg.GetErrorReason() != "INVALID_ARGUMENT" || msg.GetWatchIds()[0] != 3 {
@@ -312,7 +323,7 @@ func TestWatchMany(t *testing.T) {
 	// it lands while the server is between them in a round), never 2.
 	got := map[int64]bool{}
 	for len(got) < 2 {
-		msg = next()
+		msg := next()
 		if msg.GetEvent().GetRelease().GetNumber() != 3 {
 			t.Fatalf("after watch 2 stopped, want release 3: %v", msg)
 		}
