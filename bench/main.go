@@ -22,7 +22,7 @@ var (
 	rounds              = flag.Int("rounds", 5, "rounds per workload; peers alternate order each round")
 	ops                 = flag.Int("ops", 300, "operations per peer per round")
 	starts              = flag.Int("starts", 5, "cold starts to measure")
-	only                = flag.String("only", "all", "which part to run: all, sessions, locks, rwlocks, elections, config, config-sdk, gray, console, or soak, auth, idle-sessions, sustained, long-queue, crowd, history-cost or revoke (not part of all)")
+	only                = flag.String("only", "all", "which part to run: all, sessions, locks, rwlocks, elections, config, config-sdk, gray, console, or soak, auth, idle-sessions, sustained, long-queue, crowd, history-cost, revoke or schema-bomb (not part of all)")
 	idleProfile         = flag.String("idle-profile", "", "write a CPU profile of coordd while the first -idle-sessions count idles to this file (go tool pprof)")
 	idleSessions        = flag.String("idle-sessions", "10000,50000", "idle session counts of -only idle-sessions (10 clients, TTL 30s)")
 	soakD               = flag.Duration("soak-duration", 10*time.Minute, "how long each soak run lasts")
@@ -137,6 +137,9 @@ func run() error {
 	}
 	if *only == "revoke" {
 		return benchRevoke(bin, tmp)
+	}
+	if *only == "schema-bomb" {
+		return benchSchemaBomb(bin, tmp)
 	}
 	if *only == "all" || *only == "locks" || *only == "elections" {
 		// ZooKeeper and Redis, each its own process, beside coordd in the

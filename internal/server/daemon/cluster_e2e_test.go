@@ -47,8 +47,12 @@ func TestSessionExpiry(t *testing.T) {
 	select {
 	case <-s.Done():
 		deadline := s.Deadline()
-		if late := time.Since(deadline); late > 100*time.Millisecond {
-			t.Fatalf("Done closed %s after the local deadline", late)
+		// The watchdog fires at the deadline; a busy machine may run it a
+		// little late (175 ms once, beside the whole suite), but what is
+		// safe is that it fires before the server can end the session: at
+		// most the margin after the deadline.
+		if late := time.Since(deadline); late > margin(s.TTL()) {
+			t.Fatalf("Done closed %s after the local deadline, past the margin %s", late, margin(s.TTL()))
 		}
 		// The last acknowledged keep-alive was sent before the cut, so the
 		// deadline must fall at least the margin before cut + TTL.
