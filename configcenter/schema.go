@@ -2,10 +2,13 @@ package configcenter
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-multierror"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -57,7 +60,38 @@ func compileSchema(text string) (*jsonschema.Schema, error) {
 // validateContent checks content against sch and returns every problem as
 // a ValidationError of kind ErrValidation. A problem with a key in secret
 // does not say what its value is.
-func validateContent(sch *jsonschema.Schema, content map[string]string, secret map[string]bool) error {
+// heavyValidationSteps is the validation cost (see checkValidationCost)
+// above which a validation waits for one of heavyValidations' places: a
+// tenth of the budget, some 5 ms of CPU or more.
+const heavyValidationSteps = MaxValidationSteps / 10
+
+// heavyValidations bounds the CPU that costly validations take in this
+// process: a quarter of the CPUs (at least one place), each place idle
+// after a validation for as long as the validation ran, so that however
+// many principals send releases that cost their whole budget at once, at
+// most an eighth of the CPUs (half a CPU on two) goes to them and the
+// rest, garbage collection included, stays with everyone else's calls.
+var heavyValidations = newGate(max(1, runtime.GOMAXPROCS(0)/4))
+
+// gate is a counting semaphore whose waits end with a context, and whose
+// places rest after use as long as they were used.
+type gate chan struct{}
+
+func newGate(n int) gate { return make(gate, n) }
+
+// acquire takes a place, or fails with ctx's error; release gives it back
+// once it has rested.
+func (g gate) acquire(ctx context.Context) (release func(), err error) {
+	select {
+	case g <- struct{}{}:
+		start := time.Now()
+		return func() { time.AfterFunc(time.Since(start), func() { <-g }) }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func validateContent(ctx context.Context, sch *jsonschema.Schema, content map[string]string, secret map[string]bool) error {
 	var errs *multierror.Error
 	doc := make(map[string]any, len(content))
 	keys := make([]string, 0, len(content))
@@ -73,8 +107,16 @@ func validateContent(sch *jsonschema.Schema, content map[string]string, secret m
 		}
 		doc[k] = v
 	}
-	if err := checkValidationCost(sch, doc, MaxValidationSteps); err != nil {
+	steps, err := checkValidationCost(sch, doc, MaxValidationSteps)
+	if err != nil {
 		return fmt.Errorf("%w: validating this content against the namespace's schema could take more than %d steps: its branches multiply over the values' depth, or uniqueItems over a long array; simplify the schema or the values", ErrInvalid, MaxValidationSteps)
+	}
+	if steps > heavyValidationSteps {
+		release, err := heavyValidations.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
 	if err := sch.Validate(doc); err != nil {
 		var ve *jsonschema.ValidationError

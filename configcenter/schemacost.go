@@ -74,9 +74,10 @@ func checkSchemaLimits(text string) error {
 // against sch could take: every (schema, value) pair reachable through
 // every applicator, whichever branch would pass, so it is an upper bound
 // on the validator's visits. It fails with errTooComplex past limit.
-func checkValidationCost(sch *jsonschema.Schema, doc any, limit int) error {
+func checkValidationCost(sch *jsonschema.Schema, doc any, limit int) (steps int, err error) {
 	c := costCounter{limit: limit}
-	return c.visit(sch, doc, 0)
+	err = c.visit(sch, doc, 0)
+	return c.steps, err
 }
 
 type costCounter struct {

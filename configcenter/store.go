@@ -592,7 +592,7 @@ func (s *Store) validateContent(ctx context.Context, ns string, sch *jsonschema.
 	if err != nil {
 		return err
 	}
-	return validateContent(sch, plain, secret)
+	return validateContent(ctx, sch, plain, secret)
 }
 
 // releaseOps are the writes of one release: the keys, the meta key, the
