@@ -195,33 +195,42 @@ func TestTransferOverHTTP(t *testing.T) {
 	if first["value"] != "three" || first["priority"] != float64(7) || first["joinedRevision"] == nil {
 		t.Fatalf("candidates = %v, want three first with its priority and joined revision", r.body)
 	}
-	// The preemption request is in force: a new observer sees it.
-	octx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(octx, "GET", base+"/v1/elections:observe?name=jobs", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// The preemption request is in force: a new observer sees it (the
+	// candidate joins before it asks: the request may come a moment later).
+	observed := func() (string, bool) {
+		octx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		req, _ := http.NewRequestWithContext(octx, "GET", base+"/v1/elections:observe?name=jobs", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		lines := bufio.NewScanner(resp.Body)
+		if !lines.Scan() {
+			t.Fatal(lines.Err())
+		}
+		var line struct {
+			Result struct {
+				Events []struct {
+					Type string         `json:"type"`
+					By   map[string]any `json:"by"`
+				} `json:"events"`
+			} `json:"result"`
+		}
+		if err := json.Unmarshal(lines.Bytes(), &line); err != nil {
+			t.Fatal(err)
+		}
+		evs := line.Result.Events
+		return lines.Text(), len(evs) == 2 && evs[1].Type == "ELECTION_EVENT_TYPE_PREEMPT_REQUESTED" && evs[1].By["sessionId"] == s3
 	}
-	defer func() { _ = resp.Body.Close() }()
-	lines := bufio.NewScanner(resp.Body)
-	if !lines.Scan() {
-		t.Fatal(lines.Err())
-	}
-	var line struct {
-		Result struct {
-			Events []struct {
-				Type string         `json:"type"`
-				By   map[string]any `json:"by"`
-			} `json:"events"`
-		} `json:"result"`
-	}
-	if err := json.Unmarshal(lines.Bytes(), &line); err != nil {
-		t.Fatal(err)
-	}
-	if evs := line.Result.Events; len(evs) != 2 || evs[1].Type != "ELECTION_EVENT_TYPE_PREEMPT_REQUESTED" || evs[1].By["sessionId"] != s3 {
-		t.Fatalf("observed %s, want ELECTED and the request by %s", lines.Text(), s3)
-	}
+	wait.For(t, "an observer to see the preemption request in force", func() bool {
+		text, ok := observed()
+		if !ok && !strings.Contains(text, "ELECTION_EVENT_TYPE_ELECTED") {
+			t.Fatalf("observed %s, want ELECTED and the request by %s", text, s3)
+		}
+		return ok
+	})
 
 	for _, tc := range []struct {
 		body   string
