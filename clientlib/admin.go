@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -271,7 +272,7 @@ func (a *Admin) listSessions(ctx context.Context, detailed bool) ([]SessionInfo,
 // by a crashed process), and releases everything attached to it: each lock
 // grant and leadership it holds is revoked first, as Revoke does (its
 // holder asked, the next holder granted once it lets go or the bound
-// passes; Force skips asking).
+// passes; Force skips asking). It is retried while coordd is unavailable.
 func (a *Admin) CloseSession(ctx context.Context, id string, opts ...RevokeOption) error {
 	var o revokeOptions
 	for _, opt := range opts {
@@ -280,8 +281,15 @@ func (a *Admin) CloseSession(ctx context.Context, id string, opts ...RevokeOptio
 	if o.holder != "" && o.holder != id {
 		return fmt.Errorf("%w: AsHolder(%q) names another session than the one closed (%q)", ErrInvalidArgument, o.holder, id)
 	}
-	_, err := a.c.sessions.CloseSession(ctx, &coorddv1.CloseSessionRequest{SessionId: id, ByOwner: o.holder != "", Force: o.force, RevokeWait: o.waitProto()})
-	return convert(ctx, err)
+	req := &coorddv1.CloseSessionRequest{SessionId: id, ByOwner: o.holder != "", Force: o.force, RevokeWait: o.waitProto()}
+	n, err := a.c.retry(ctx, 0, func(ctx context.Context) error {
+		_, err := a.c.sessions.CloseSession(ctx, req)
+		return err
+	})
+	if n > 1 && errors.Is(err, ErrSessionNotFound) {
+		return nil // an earlier attempt closed it; its answer was lost
+	}
+	return err
 }
 
 // LockEntry is a holder or waiter of a lock.

@@ -119,6 +119,18 @@ func (ks *kaStream) endedRecently(id holdingID) bool {
 	return ok
 }
 
+// sessions returns the sessions on the stream now, to hand reports to
+// outside ks.mu.
+func (ks *kaStream) sessions() []*kaMember {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ms := make([]*kaMember, 0, len(ks.members))
+	for _, m := range ks.members {
+		ms = append(ms, m)
+	}
+	return ms
+}
+
 // errStreamIdle ends a shared stream that no session uses any more.
 var errStreamIdle = errors.New("coordd: keep-alive stream has no sessions left")
 
@@ -273,13 +285,7 @@ func (ks *kaStream) receive() {
 			return
 		}
 		if asked := resp.GetRevoking(); len(asked) > 0 {
-			ks.mu.Lock()
-			ms := make([]*kaMember, 0, len(ks.members))
-			for _, m := range ks.members {
-				ms = append(ms, m)
-			}
-			ks.mu.Unlock()
-			for _, m := range ms {
+			for _, m := range ks.sessions() {
 				m.s.holdingsRevoking(asked)
 			}
 		}
@@ -292,13 +298,7 @@ func (ks *kaStream) receive() {
 				ks.recent.add(holdingID{kind: h.GetKind(), name: h.GetName(), token: h.GetToken()})
 			}
 			ks.rmu.Unlock()
-			ks.mu.Lock()
-			ms := make([]*kaMember, 0, len(ks.members))
-			for _, m := range ks.members {
-				ms = append(ms, m)
-			}
-			ks.mu.Unlock()
-			for _, m := range ms {
+			for _, m := range ks.sessions() {
 				m.s.holdingsEnded(ended)
 			}
 		}

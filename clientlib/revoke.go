@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -77,15 +78,27 @@ func (o revokeOptions) waitProto() *durationpb.Duration {
 // its holder first (its SDK ends the lock's Context and lets go) and
 // grants the next waiter only then, or once the bound passes (the
 // holder's session TTL, or RevokeWithin). It returns how the revocation
-// ended, and ErrNotHolder if the token holds nothing.
+// ended, and ErrNotHolder if the token holds nothing. It is retried while
+// coordd is unavailable (a retry joins the revocation under way); when an
+// earlier attempt ended the grant and its answer was lost, the outcome is
+// empty.
 func (a *Admin) Revoke(ctx context.Context, name string, token fencing.Token, opts ...RevokeOption) (Revocation, error) {
 	var o revokeOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	resp, err := a.c.locks.Release(ctx, &coorddv1.ReleaseRequest{Name: name, Token: int64(token), SessionId: o.holder, Force: o.force, RevokeWait: o.waitProto()})
+	req := &coorddv1.ReleaseRequest{Name: name, Token: int64(token), SessionId: o.holder, Force: o.force, RevokeWait: o.waitProto()}
+	var resp *coorddv1.ReleaseResponse
+	n, err := a.c.retry(ctx, 0, func(ctx context.Context) error {
+		var err error
+		resp, err = a.c.locks.Release(ctx, req)
+		return err
+	})
+	if n > 1 && errors.Is(err, ErrNotHolder) {
+		return Revocation{}, nil // an earlier attempt ended it; its answer was lost
+	}
 	if err != nil {
-		return Revocation{}, convert(ctx, err)
+		return Revocation{}, err
 	}
 	return revocationOf(resp.GetRevocation()), nil
 }
@@ -100,9 +113,18 @@ func (a *Admin) RevokeLeadership(ctx context.Context, name string, term fencing.
 	for _, opt := range opts {
 		opt(&o)
 	}
-	resp, err := a.c.elections.Resign(ctx, &coorddv1.ResignRequest{Name: name, Term: int64(term), SessionId: o.holder, Force: o.force, RevokeWait: o.waitProto()})
+	req := &coorddv1.ResignRequest{Name: name, Term: int64(term), SessionId: o.holder, Force: o.force, RevokeWait: o.waitProto()}
+	var resp *coorddv1.ResignResponse
+	n, err := a.c.retry(ctx, 0, func(ctx context.Context) error {
+		var err error
+		resp, err = a.c.elections.Resign(ctx, req)
+		return err
+	})
+	if n > 1 && errors.Is(err, ErrNotLeader) {
+		return Revocation{}, nil // an earlier attempt ended it; its answer was lost
+	}
 	if err != nil {
-		return Revocation{}, convert(ctx, err)
+		return Revocation{}, err
 	}
 	return revocationOf(resp.GetRevocation()), nil
 }

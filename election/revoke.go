@@ -10,7 +10,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/internal/base/groupcommit"
 	"github.com/coordd/coordd/internal/base/names"
 	"github.com/coordd/coordd/internal/base/revoke"
 	"github.com/coordd/coordd/session"
@@ -56,66 +55,24 @@ func (m *Manager) Revoke(ctx context.Context, name string, term fencing.Token, o
 		err := m.resign(ctx, name, term, session.Hint{}, m.revokedOps(name, rec, lease))
 		return revoke.Revocation{Outcome: revoke.Forced}, err
 	}
-	asked := m.dels.Revoking(seat, int64(term)) > 0 // the leader's stream on this member is asked now (see lock.Manager.Revoke)
-	bound, err := o.Bound(ctx, lease)
-	if err != nil {
-		return revoke.Revocation{}, fmt.Errorf("election: revoke %q: %w", name, err)
-	}
-	start := m.now()
-	if asked {
-		// Its answer usually comes at once: then no mark is written.
-		ended, err := revoke.EndsWithin(ctx, m.dels, seat, int64(term), min(bound, revoke.Grace))
-		if err != nil {
-			return revoke.Revocation{}, fmt.Errorf("election: revoke %q: %w", name, err)
-		}
-		if ended {
-			return revoke.Revocation{Outcome: revoke.Acknowledged, Waited: m.now().Sub(start)}, nil
-		}
-	}
-	mark := revoke.Mark{Key: seat, Since: start, Until: start.Add(bound)}
-	mk := m.markKey(name, term)
-	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
-		Name: m.queue(name),
-		If: []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(seat), "=", int64(term)),
-			clientv3.Compare(clientv3.CreateRevision(mk), "=", 0),
+	r, gone, err := revoke.Ask{W: m.dels, BG: &m.bg, Txns: m.txns, TxnName: m.queue(name), Entry: seat, Token: int64(term),
+		Lease: lease, MarkKey: m.markKey(name, term), Now: m.now,
+		End: func(ctx context.Context, mark revoke.Mark) error {
+			rec := revoke.Ended{Token: int64(term), Outcome: revoke.Bound, Since: mark.Since}
+			err := m.resign(ctx, name, term, session.Hint{}, m.revokedOps(name, rec, lease))
+			if errors.Is(err, ErrNotLeader) {
+				return nil // it stepped down at the last moment
+			}
+			return err
 		},
-		Then: []clientv3.Op{clientv3.OpPut(mk, mark.Encode(), clientv3.WithLease(clientv3.LeaseID(lease)))},
-		Else: []clientv3.Op{clientv3.OpGet(seat, clientv3.WithKeysOnly()), clientv3.OpGet(mk)},
-	})
-	if err != nil {
-		return revoke.Revocation{}, fmt.Errorf("election: revoke %q: %w", name, err)
-	}
-	if !resp.Succeeded {
-		seats, marks := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-		if len(seats) == 0 || seats[0].CreateRevision != int64(term) {
-			if asked { // it stepped down before the mark was written
-				return revoke.Revocation{Outcome: revoke.Acknowledged, Waited: m.now().Sub(start)}, nil
-			}
-			return revoke.Revocation{}, fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
-		}
-		if len(marks) > 0 { // another revocation of this term is under way: join it
-			if old, ok := revoke.DecodeMark(marks[0].Value); ok {
-				mark = old
-			}
-		}
-	}
-	ended, err := revoke.Await(ctx, &m.bg, m.dels, seat, int64(term), mark.Until, func(ctx context.Context) error {
-		rec := revoke.Ended{Token: int64(term), Outcome: revoke.Bound, Since: mark.Since}
-		err := m.resign(ctx, name, term, session.Hint{}, m.revokedOps(name, rec, lease))
-		if errors.Is(err, ErrNotLeader) {
-			return nil // it stepped down at the last moment
-		}
-		return err
-	})
-	waited := m.now().Sub(mark.Since)
+	}.Run(ctx, o)
 	switch {
 	case err != nil:
-		return revoke.Revocation{}, err
-	case ended:
-		return revoke.Revocation{Outcome: revoke.Acknowledged, Waited: waited}, nil
+		return revoke.Revocation{}, fmt.Errorf("election: revoke %q: %w", name, err)
+	case gone:
+		return revoke.Revocation{}, fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
 	}
-	return revoke.Revocation{Outcome: revoke.Bound, Waited: waited}, nil
+	return r, nil
 }
 
 // revokedOps record rec in the election's revoked key, bound to lease.

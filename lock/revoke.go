@@ -61,65 +61,19 @@ func (m *Manager) Revoke(ctx context.Context, name string, token fencing.Token, 
 		}
 		return out, m.end(ctx, name, token, h, out.Outcome, revoke.Mark{})
 	}
-	// A holder whose stream is on this member is asked now, while the
-	// bound is read and the mark commits: its answer (its release) may
-	// come in the same batch as the mark, or before it.
-	asked := m.dels.Revoking(h.key, int64(token)) > 0
-	bound, err := o.Bound(ctx, int64(h.session))
-	if err != nil {
-		return revoke.Revocation{}, fmt.Errorf("lock: revoke %q: %w", name, err)
-	}
-	start := m.now()
-	if asked {
-		// Its answer usually comes at once: then no mark is written.
-		ended, err := revoke.EndsWithin(ctx, m.dels, h.key, int64(token), min(bound, revoke.Grace))
-		if err != nil {
-			return revoke.Revocation{}, fmt.Errorf("lock: revoke %q: %w", name, err)
-		}
-		if ended {
-			return revoke.Revocation{Outcome: revoke.Acknowledged, Waited: m.now().Sub(start)}, nil
-		}
-	}
-	mark := revoke.Mark{Key: h.key, Since: start, Until: start.Add(bound)}
-	mk := m.markKey(name, token)
-	resp, err := m.txns.Commit(ctx, groupcommit.Txn{
-		Name: m.queue(name),
-		If: []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(h.key), "=", int64(token)),
-			clientv3.Compare(clientv3.CreateRevision(mk), "=", 0),
+	r, gone, err := revoke.Ask{W: m.dels, BG: &m.bg, Txns: m.txns, TxnName: m.queue(name), Entry: h.key, Token: int64(token),
+		Lease: int64(h.session), MarkKey: m.markKey(name, token), Now: m.now,
+		End: func(ctx context.Context, mark revoke.Mark) error {
+			return m.end(ctx, name, token, h, revoke.Bound, mark)
 		},
-		Then: []clientv3.Op{clientv3.OpPut(mk, mark.Encode(), clientv3.WithLease(clientv3.LeaseID(h.session)))},
-		Else: []clientv3.Op{clientv3.OpGet(h.key, clientv3.WithKeysOnly()), clientv3.OpGet(mk)},
-	})
-	if err != nil {
-		return revoke.Revocation{}, fmt.Errorf("lock: revoke %q: %w", name, err)
-	}
-	if !resp.Succeeded {
-		entry, marks := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-		if len(entry) == 0 || entry[0].CreateRevision != int64(token) {
-			if asked { // it let go before the mark was written
-				return revoke.Revocation{Outcome: revoke.Acknowledged, Waited: m.now().Sub(start)}, nil
-			}
-			return revoke.Revocation{}, fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
-		}
-		// Another revocation of this grant is under way: join it.
-		if len(marks) > 0 {
-			if old, ok := revoke.DecodeMark(marks[0].Value); ok {
-				mark = old
-			}
-		}
-	}
-	ended, err := revoke.Await(ctx, &m.bg, m.dels, h.key, int64(token), mark.Until, func(ctx context.Context) error {
-		return m.end(ctx, name, token, h, revoke.Bound, mark)
-	})
-	waited := m.now().Sub(mark.Since)
+	}.Run(ctx, o)
 	switch {
 	case err != nil:
-		return revoke.Revocation{}, err
-	case ended:
-		return revoke.Revocation{Outcome: revoke.Acknowledged, Waited: waited}, nil
+		return revoke.Revocation{}, fmt.Errorf("lock: revoke %q: %w", name, err)
+	case gone:
+		return revoke.Revocation{}, fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
 	}
-	return revoke.Revocation{Outcome: revoke.Bound, Waited: waited}, nil
+	return r, nil
 }
 
 // end deletes the entry of h (token) and its revocation mark, and records

@@ -39,6 +39,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/internal/base/grantwatch"
+	"github.com/coordd/coordd/internal/base/groupcommit"
 	"github.com/coordd/coordd/internal/base/kind"
 )
 
@@ -273,4 +274,83 @@ func All(ctx context.Context, cli *clientv3.Client, targets []Target, revoke fun
 	}
 	wg.Wait()
 	return out, errors.Join(errs...)
+}
+
+// Ask is one revocation of a holding that exists, once the revoker has
+// found it: what package lock and package election share of the
+// hand-shake (see the package doc).
+type Ask struct {
+	W       *grantwatch.Watcher
+	BG      Background
+	Txns    *groupcommit.Committer
+	TxnName string // the group committer's name for the holding's queue
+	Entry   string // the holding's key; its create revision is Token
+	Token   int64
+	Lease   int64  // the holder's session: the mark is bound to it
+	MarkKey string // grantwatch.MarkKey of the entry
+	Now     func() time.Time
+	// End ends the holding at the bound (mark is the revocation's).
+	End func(ctx context.Context, mark Mark) error
+}
+
+// Run asks the holder (directly, when its stream is on this member, and
+// through the mark otherwise or when it does not answer within Grace),
+// waits for its answer or the bound (o.Bound of the holder's session), and
+// returns how the revocation ended. gone says the holding no longer
+// existed when the mark was to be written, and nobody was asked: the
+// caller's "holds nothing".
+func (a Ask) Run(ctx context.Context, o Options) (r Revocation, gone bool, err error) {
+	// A holder whose stream is on this member is asked now, while the
+	// bound is read and the mark commits: its answer may come in the same
+	// batch as the mark, or before it.
+	asked := a.W.Revoking(a.Entry, a.Token) > 0
+	bound, err := o.Bound(ctx, a.Lease)
+	if err != nil {
+		return Revocation{}, false, err
+	}
+	start := a.Now()
+	acknowledged := func() Revocation { return Revocation{Outcome: Acknowledged, Waited: a.Now().Sub(start)} }
+	if asked {
+		// Its answer usually comes at once: then no mark is written.
+		ended, err := EndsWithin(ctx, a.W, a.Entry, a.Token, min(bound, Grace))
+		if err != nil || ended {
+			return acknowledged(), false, err
+		}
+	}
+	mark := Mark{Key: a.Entry, Since: start, Until: start.Add(bound)}
+	resp, err := a.Txns.Commit(ctx, groupcommit.Txn{
+		Name: a.TxnName,
+		If: []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(a.Entry), "=", a.Token),
+			clientv3.Compare(clientv3.CreateRevision(a.MarkKey), "=", 0),
+		},
+		Then: []clientv3.Op{clientv3.OpPut(a.MarkKey, mark.Encode(), clientv3.WithLease(clientv3.LeaseID(a.Lease)))},
+		Else: []clientv3.Op{clientv3.OpGet(a.Entry, clientv3.WithKeysOnly()), clientv3.OpGet(a.MarkKey)},
+	})
+	if err != nil {
+		return Revocation{}, false, err
+	}
+	if !resp.Succeeded {
+		entry, marks := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+		if len(entry) == 0 || entry[0].CreateRevision != a.Token {
+			if asked { // it let go before the mark was written
+				return acknowledged(), false, nil
+			}
+			return Revocation{}, true, nil
+		}
+		if len(marks) > 0 { // another revocation of it is under way: join it
+			if old, ok := DecodeMark(marks[0].Value); ok {
+				mark = old
+			}
+		}
+	}
+	ended, err := Await(ctx, a.BG, a.W, a.Entry, a.Token, mark.Until, func(ctx context.Context) error { return a.End(ctx, mark) })
+	waited := a.Now().Sub(mark.Since)
+	switch {
+	case err != nil:
+		return Revocation{}, false, err
+	case ended:
+		return Revocation{Outcome: Acknowledged, Waited: waited}, false, nil
+	}
+	return Revocation{Outcome: Bound, Waited: waited}, false, nil
 }
