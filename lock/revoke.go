@@ -105,20 +105,6 @@ func (m *Manager) end(ctx context.Context, name string, token fencing.Token, h h
 	return nil
 }
 
-// Revoking returns the revocation in progress of the grant token names,
-// if any (ok false): when it began and when its bound ends it.
-func (m *Manager) Revoking(ctx context.Context, name string, token fencing.Token) (revoke.Mark, bool, error) {
-	resp, err := m.cli.Get(ctx, m.markKey(name, token))
-	if err != nil {
-		return revoke.Mark{}, false, err
-	}
-	if len(resp.Kvs) == 0 {
-		return revoke.Mark{}, false, nil
-	}
-	mk, ok := revoke.DecodeMark(resp.Kvs[0].Value)
-	return mk, ok, nil
-}
-
 // RevokeAll revokes, as Revoke does and all at once, the grants among
 // keys (a session's keys: entries of any lock; other keys, and entries
 // that wait, are skipped), and returns how each revocation ended.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/internal/base/revoke"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
@@ -176,7 +175,7 @@ func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) 
 	}
 	if hint.Session == 0 && !s.NoRevocation {
 		// From outside: the holder is asked first (see lock.Revoke).
-		o, err := s.revokeOptions(req.GetForce(), req.GetRevokeWait())
+		o, err := revokeOptions(s.sessions, req.GetForce(), req.GetRevokeWait())
 		if err != nil {
 			return nil, err
 		}
@@ -195,11 +194,6 @@ func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) 
 		return nil, err
 	}
 	return &coorddv1.ReleaseResponse{}, nil
-}
-
-// revokeOptions reads a release's or resignation's force and revoke_wait.
-func (s *LockServer) revokeOptions(force bool, wait *durationpb.Duration) (revoke.Options, error) {
-	return revokeOptions(s.sessions, force, wait)
 }
 
 // DescribeLock implements LockService.

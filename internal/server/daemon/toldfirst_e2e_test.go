@@ -147,14 +147,21 @@ func waitFor[T any](old holding, call func() (T, error)) <-chan next[T] {
 // outsideReleases: an operator releases the holder's token; the lock goes
 // to the waiter. The two sessions take turns.
 func outsideReleases(t *testing.T, c handOverCase, n int) (overlaps int) {
+	return releaseRounds(t, c, n, func(s *clientlib.Session, _ int) (*clientlib.Lock, error) { return s.Lock(t.Context(), c.name) })
+}
+
+// releaseRounds runs n outside releases of the grant the sessions of c
+// take in turns with acquire (round -1: the first holder's), and counts
+// the overlaps.
+func releaseRounds(t *testing.T, c handOverCase, n int, acquire func(s *clientlib.Session, round int) (*clientlib.Lock, error)) (overlaps int) {
 	ctx := t.Context()
-	holder, err := c.sa.Lock(ctx, c.name)
+	holder, err := acquire(c.sa, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waiter := c.sb
-	for range n {
-		w := waitFor(holder, func() (*clientlib.Lock, error) { return waiter.Lock(ctx, c.name) })
+	for i := range n {
+		w := waitFor(holder, func() (*clientlib.Lock, error) { return acquire(waiter, i) })
 		queued(t, c.op, c.name, 1)
 		if err := c.op.Admin().Release(ctx, c.name, holder.Token()); err != nil {
 			t.Fatal(err)
@@ -276,58 +283,18 @@ func semaphoreReleases(t *testing.T, c handOverCase, n int) (overlaps int) {
 		t.Fatal(err)
 	}
 	defer func() { _ = keep.Release(context.WithoutCancel(ctx)) }()
-	holder, err := c.sa.Lock(ctx, c.name, limit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter := c.sb
-	for range n {
-		w := waitFor(holder, func() (*clientlib.Lock, error) { return waiter.Lock(ctx, c.name, limit) })
-		queued(t, c.op, c.name, 1)
-		if err := c.op.Admin().Release(ctx, c.name, holder.Token()); err != nil {
-			t.Fatal(err)
-		}
-		r := <-w
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if r.stale {
-			overlaps++
-		}
-		holder, waiter = r.got, other(c, waiter)
-	}
-	return overlaps
+	return releaseRounds(t, c, n, func(s *clientlib.Session, _ int) (*clientlib.Lock, error) { return s.Lock(ctx, c.name, limit) })
 }
 
 // readWriteReleases: a writer released from outside lets a reader in, a
 // reader released from outside lets the writer in, in turns.
 func readWriteReleases(t *testing.T, c handOverCase, n int) (overlaps int) {
-	ctx := t.Context()
-	holder, err := c.sa.Lock(ctx, c.name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waiter := c.sb
-	for i := range n {
-		acquire := waiter.Lock
-		if i%2 == 0 {
-			acquire = waiter.RLock
+	return releaseRounds(t, c, n, func(s *clientlib.Session, round int) (*clientlib.Lock, error) {
+		if round >= 0 && round%2 == 0 {
+			return s.RLock(t.Context(), c.name)
 		}
-		w := waitFor(holder, func() (*clientlib.Lock, error) { return acquire(ctx, c.name) })
-		queued(t, c.op, c.name, 1)
-		if err := c.op.Admin().Release(ctx, c.name, holder.Token()); err != nil {
-			t.Fatal(err)
-		}
-		r := <-w
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if r.stale {
-			overlaps++
-		}
-		holder, waiter = r.got, other(c, waiter)
-	}
-	return overlaps
+		return s.Lock(t.Context(), c.name)
+	})
 }
 
 // sessionCloses: an operator closes the holder's session; the lock goes
