@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,6 +27,7 @@ var (
 	crowdZK      = flag.String("crowd-zk-waiters", "1000,10000", "waiter counts of ZooKeeper's lock recipe beside it in -only crowd (10 sessions)")
 	crowdREST    = flag.Int("crowd-rest-waiters", 2000, "REST clients of -only crowd that wait (unary acquire, each its own session) and release by token alone (0: none)")
 	crowdMaxSess = flag.Int("crowd-max-sessions", 10000, "most sessions of -only crowd: past it, waiters share sessions (each its own request id); one bench process keeps 10,000 alive, not 100,000")
+	crowdProfile = flag.String("crowd-profile", "", "save coordd's heap and goroutine profiles while each crowd waits, to this prefix + .N.heap and .N.goroutines (N the waiters), and with its sessions only, before it joins, to prefix + .N.base.heap and .N.base.goroutines (go tool pprof -base)")
 )
 
 // crowdFigures are one crowd's figures, coordd's or ZooKeeper's.
@@ -33,6 +35,7 @@ type crowdFigures struct {
 	n              int
 	join           time.Duration // from the first join to all n queued
 	memPerWaiter   float64       // KiB of server RSS per waiter (sessions excluded for coordd)
+	goPerWaiter    float64       // KiB of Go heap and stacks in use per waiter, after a collection (coordd)
 	memPerSession  float64       // KiB of server RSS per idle session (coordd)
 	describe       time.Duration // p50 of the crowd's first page (REST) / getChildren
 	handoff        float64       // grants per second through the queue, each waiter releasing once granted
@@ -92,6 +95,9 @@ func counts(list string) []int {
 
 func printCrowd(who string, f crowdFigures) {
 	fmt.Printf("  %-17s %6d waiters: joined in %.2f s (%.0f/s); %.1f KiB per waiter", who, f.n, f.join.Seconds(), float64(f.n)/f.join.Seconds(), f.memPerWaiter)
+	if f.goPerWaiter > 0 {
+		fmt.Printf(" (Go heap and stacks in use: %.1f KiB)", f.goPerWaiter)
+	}
 	if f.memPerSession > 0 {
 		fmt.Printf(" + %.1f KiB per session", f.memPerSession)
 	}
@@ -138,6 +144,15 @@ func crowdCoordd(bin, dir string, n int) (crowdFigures, error) {
 	}()
 	time.Sleep(2 * time.Second) // let the heap settle before reading RSS
 	rss1 := d.rssKiB()
+	go1, err := serverMemory(d)
+	if err != nil {
+		return f, err
+	}
+	if *crowdProfile != "" { // the sessions alone: go tool pprof -base
+		if err := saveProfiles(ctx, d.httpAddr, fmt.Sprintf("%s.%d.base", *crowdProfile, n)); err != nil {
+			return f, err
+		}
+	}
 	f.memPerSession = float64(rss1-rss0) / float64(len(sessions))
 	const name = "bench/crowd"
 	holder, err := sessions[0].Lock(ctx, name)
@@ -175,6 +190,16 @@ func crowdCoordd(bin, dir string, n int) (crowdFigures, error) {
 	f.join = time.Since(start)
 	time.Sleep(2 * time.Second)
 	f.memPerWaiter = float64(d.rssKiB()-rss1) / float64(n)
+	go2, err := serverMemory(d)
+	if err != nil {
+		return f, err
+	}
+	f.goPerWaiter = (go2 - go1) / 1024 / float64(n)
+	if *crowdProfile != "" {
+		if err := saveProfiles(ctx, d.httpAddr, fmt.Sprintf("%s.%d", *crowdProfile, n)); err != nil {
+			return f, err
+		}
+	}
 	cpu0, t0 := d.cpuSeconds(), time.Now()
 	time.Sleep(5 * time.Second)
 	f.idleCPUPercent = (d.cpuSeconds() - cpu0) / time.Since(t0).Seconds() * 100
@@ -188,6 +213,30 @@ func crowdCoordd(bin, dir string, n int) (crowdFigures, error) {
 	wg.Wait()
 	f.handoff = float64(n) / time.Since(drain).Seconds()
 	return f, failed.get()
+}
+
+// saveProfiles saves the daemon's heap profile (after a collection) to
+// prefix.heap and its goroutines, grouped by stack, to prefix.goroutines.
+func saveProfiles(ctx context.Context, httpAddr, prefix string) error {
+	for path, file := range map[string]string{"heap?gc=1": prefix + ".heap", "goroutine?debug=1": prefix + ".goroutines"} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/debug/pprof/"+path, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(file, body, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // crowdSessions opens n sessions spread over cs, 64 at a time.

@@ -46,6 +46,68 @@ type entry struct {
 }
 
 func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, error) {
+	g, _, err := m.acquireOr(ctx, req, wait, nil)
+	return g, err
+}
+
+// Later is how an acquisition that must wait goes on without its caller's
+// goroutine (see AcquireLater).
+type Later struct {
+	// Ctx governs the wait and what follows it (the call's deadline and
+	// cancellation), in place of the context given to AcquireLater, which
+	// governs the acquisition until it waits. It must end after Done.
+	Ctx context.Context
+	// Done is called once with the outcome, on a goroutine of its own.
+	Done func(Grant, error)
+}
+
+// AcquireLater is Acquire for callers that answer without a goroutine of
+// their own per waiting call (coordd's call stream): when the lock is
+// granted at once, or the acquisition fails before it waits, it returns
+// that outcome with later false, as Acquire would; otherwise it parks the
+// wait in the member's queue view (queue.Waiters.Park), returns later
+// true at once, and calls l.Done once with the outcome. A parked wait
+// holds no goroutine: it costs its registration and l's contexts.
+func (m *Manager) AcquireLater(ctx context.Context, req Request, l Later) (g Grant, later bool, err error) {
+	return m.acquireOr(ctx, req, true, &l)
+}
+
+// acquireOr acquires (see Acquire and TryAcquire), parking the wait when
+// l is set (see AcquireLater).
+func (m *Manager) acquireOr(ctx context.Context, req Request, wait bool, l *Later) (Grant, bool, error) {
+	a, holders, delay, err := m.start(ctx, req, wait)
+	if err != nil {
+		return Grant{}, false, err
+	}
+	g, holders, done, err := a.before(ctx, holders, delay, wait)
+	if done || err != nil {
+		return g, false, err
+	}
+	t := m.turn(req, a.e, holders)
+	if l != nil {
+		m.waits.Park(l.Ctx, t, func(rev int64, err error) {
+			l.Done(recovered(req, func() (Grant, error) { return a.turned(l.Ctx, rev, t, err) }))
+		})
+		return Grant{}, true, nil
+	}
+	rev, err := m.waits.Wait(ctx, t)
+	g, err = a.turned(ctx, rev, t, err)
+	return g, false, err
+}
+
+// acquisition is one Acquire call whose entry is written: what its wait
+// and its end need (one allocation per waiting call).
+type acquisition struct {
+	m      *Manager
+	req    Request
+	e      entry
+	g      Grant
+	picked bool // the member picked the request id
+}
+
+// start writes the call's entry (see enqueue) and returns it with the
+// lock's holders and lock-delay state as the write saw them.
+func (m *Manager) start(ctx context.Context, req Request, wait bool) (*acquisition, []*mvccpb.KeyValue, delayState, error) {
 	picked := req.RequestID == "" && req.Session > 0 && validateName(req.Name) == nil
 	var reused bool
 	key := func(id string) string { return m.waiterKey(req.Name, req.Session, id) }
@@ -53,7 +115,7 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		req.RequestID, reused = m.ids.Take(int64(req.Session), req.Name, req.Read, false, key)
 	}
 	if err := validateRequest(&req); err != nil {
-		return Grant{}, err
+		return nil, nil, delayState{}, err
 	}
 	began := m.txns.Began(ctx)
 	e, holders, delay, err := m.enqueue(ctx, req, began, !wait && req.Limit == 1 && !req.Read, reused)
@@ -67,29 +129,28 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		// Nothing was written: an id made up for this call may serve the next.
 		m.ids.Released(m.waiterKey(req.Name, req.Session, req.RequestID))
 		if lim, ok := limitOf(holders); ok && lim != req.Limit {
-			return Grant{}, fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit)
+			return nil, nil, delayState{}, fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit)
 		}
-		return Grant{}, fmt.Errorf("%w: %q", ErrHeld, req.Name)
+		return nil, nil, delayState{}, fmt.Errorf("%w: %q", ErrHeld, req.Name)
 	}
 	if err != nil {
-		return Grant{}, err
+		return nil, nil, delayState{}, err
 	}
 	g := Grant{Name: req.Name, Token: fencing.Token(e.rev), Key: e.key, Session: req.Session, RequestID: req.RequestID, Read: req.Read}
-	fail := func(err error) (Grant, error) {
-		// A wait its member gave up keeps its entry for the client's retry
-		// (queue.Abandoned), if the client named the request: a retry
-		// without a request id would queue anew.
-		if picked || !queue.Abandoned(ctx) {
-			m.dequeue(ctx, e)
-		}
-		return Grant{}, err
-	}
+	return &acquisition{m: m, req: req, e: e, g: g, picked: picked}, holders, delay, nil
+}
 
+// before decides what an acquisition whose entry is written does before
+// any wait: it is granted at once (done), refused (err), or waits behind
+// the holders it returns (read again in checkNotWaitingForItself's case).
+func (a *acquisition) before(ctx context.Context, holders []*mvccpb.KeyValue, delay delayState, wait bool) (Grant, []*mvccpb.KeyValue, bool, error) {
+	m, req, e := a.m, a.req, a.e
 	// The head's limit is the lock's; when the head is this entry, it is
 	// the request's own (nothing to read: the common, uncontended case).
 	if len(holders) > 0 && string(holders[0].Key) != e.key {
 		if lim, ok := limitOf(holders); ok && lim != req.Limit {
-			return fail(fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit))
+			g, err := a.fail(ctx, fmt.Errorf("%w: lock %q allows %d holders, the request says %d", ErrLimitMismatch, req.Name, lim, req.Limit))
+			return g, nil, true, err
 		}
 	}
 	if slices.ContainsFunc(holders, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == e.key }) {
@@ -97,44 +158,80 @@ func (m *Manager) acquire(ctx context.Context, req Request, wait bool) (Grant, e
 		// ended without a release (or a delay is still running).
 		if !wait {
 			if until := delay.until(m.now(), holders); until.After(m.now()) {
-				return fail(fmt.Errorf("%w: %q is in a lock-delay until %s", ErrHeld, req.Name, until.UTC().Format(time.RFC3339Nano)))
+				g, err := a.fail(ctx, fmt.Errorf("%w: %q is in a lock-delay until %s", ErrHeld, req.Name, until.UTC().Format(time.RFC3339Nano)))
+				return g, nil, true, err
 			}
 		}
 		waited, err := m.settleDelay(ctx, req, e, delay, holders)
 		if err != nil {
-			return fail(err)
+			g, err := a.fail(ctx, err)
+			return g, nil, true, err
 		}
+		g := a.g
 		g.Revision, g.DelayWaited = e.rev, waited
-		return g, nil
+		return g, nil, true, nil
 	}
 	if !wait {
-		return fail(fmt.Errorf("%w: %q", ErrHeld, req.Name))
+		g, err := a.fail(ctx, fmt.Errorf("%w: %q", ErrHeld, req.Name))
+		return g, nil, true, err
 	}
 	if e.owned == e.rev {
 		// A retry that took its entry over (e.owned is its take-over's
 		// revision) waits where its first attempt did, which passed this
 		// check when it queued.
+		var err error
 		if holders, err = m.checkNotWaitingForItself(ctx, req, e, holders); err != nil {
-			return fail(err)
+			g, err := a.fail(ctx, err)
+			return g, nil, true, err
 		}
 	}
-	rev, t, err := m.waitTurn(ctx, req, e, holders)
+	return Grant{}, holders, false, nil
+}
+
+// fail ends an acquisition that will not be granted with err.
+func (a *acquisition) fail(ctx context.Context, err error) (Grant, error) {
+	// A wait its member gave up keeps its entry for the client's retry
+	// (queue.Abandoned), if the client named the request: a retry
+	// without a request id would queue anew.
+	if a.picked || !queue.Abandoned(ctx) {
+		a.m.dequeue(ctx, a.e)
+	}
+	return Grant{}, err
+}
+
+// turned ends the wait for a's turn, which came at rev unless err: it
+// settles a lock-delay and notes the grant.
+func (a *acquisition) turned(ctx context.Context, rev int64, t *queue.Turn, err error) (Grant, error) {
+	m, req := a.m, a.req
+	g := a.g
+	err = turnErr(req, err)
 	if err == nil && (req.LockDelay > 0 || slices.ContainsFunc(t.Gone, func(g queue.Gone) bool { return delayOf(g.KV.Value) > 0 })) {
 		// Only locks that use lock-delay pay this read on hand-off.
-		g.DelayWaited, err = m.settleDelayAfterWait(ctx, req, e)
+		g.DelayWaited, err = m.settleDelayAfterWait(ctx, req, a.e)
 	}
 	if err != nil {
-		return fail(err)
+		return a.fail(ctx, err)
 	}
 	g.Revision = rev
-	e.w.Granted = m.now().UTC()
-	m.markGranted(e)
+	a.e.w.Granted = m.now().UTC()
+	m.markGranted(a.e)
 	return g, nil
 }
 
-// waitTurn waits until e's turn comes (the revision it came at), behind
-// holders, the entries that held the lock when it queued.
-func (m *Manager) waitTurn(ctx context.Context, req Request, e entry, holders []*mvccpb.KeyValue) (int64, *queue.Turn, error) {
+// recovered runs f, turning a panic into an error: a parked wait goes on
+// on a goroutine that no interceptor of its call recovers.
+func recovered(req Request, f func() (Grant, error)) (g Grant, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			g, err = Grant{}, fmt.Errorf("lock: acquire %q: internal error after the wait: %v", req.Name, p)
+		}
+	}()
+	return f()
+}
+
+// turn is e's turn in its queue, behind holders, the entries that held the
+// lock when it queued.
+func (m *Manager) turn(req Request, e entry, holders []*mvccpb.KeyValue) *queue.Turn {
 	t := queue.NewTurn(m.queue(req.Name), e.key, e.rev, req.Limit, holders)
 	t.OwnedAt = e.owned
 	if req.Read {
@@ -143,16 +240,20 @@ func (m *Manager) waitTurn(ctx context.Context, req Request, e entry, holders []
 	if m.beforeWait != nil {
 		m.beforeWait()
 	}
-	rev, err := m.waits.Wait(ctx, t)
+	return t
+}
+
+// turnErr says why a wait for req's turn ended without it.
+func turnErr(req Request, err error) error {
 	switch {
 	case errors.Is(err, queue.ErrEntryGone):
-		err = fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
+		return fmt.Errorf("%w: the waiter's session ended while it waited", ErrSessionNotFound)
 	case errors.Is(err, queue.ErrTakenOver):
 		// A retry owns the entry now and waits in this call's place; this
 		// call's caller gave up on it (or sent the same request twice).
-		err = fmt.Errorf("lock: acquisition %s of %q was taken over by a retry with the same request id: %w", req.RequestID, req.Name, context.Canceled)
+		return fmt.Errorf("lock: acquisition %s of %q was taken over by a retry with the same request id: %w", req.RequestID, req.Name, context.Canceled)
 	}
-	return rev, t, err
+	return err
 }
 
 // checkNotWaitingForItself fails with ErrHeld when waiting would wait for

@@ -70,23 +70,10 @@ type mirrorID struct {
 // away (its session ended), with ErrTakenOver when another call owns the
 // entry (see Turn.OwnedAt), and with ctx's error when ctx ends.
 func (ws *Waiters) Wait(ctx context.Context, t *Turn) (int64, error) {
-	id := mirrorID{t.prefix, max(t.limit, 1)}
-	ws.mu.Lock()
-	m := ws.mirrors[id]
-	if m == nil {
-		m = newMirror(ws, id)
-		ws.mirrors[id] = m
-		ws.byPrefix[id.prefix] = append(ws.byPrefix[id.prefix], m)
-	}
-	m.refs++
-	ws.mu.Unlock()
+	m := ws.use(t)
 	defer ws.drop(m)
-
-	owned := t.OwnedAt
-	if owned == 0 {
-		owned = t.rev
-	}
-	wt := &waiting{key: t.key, rev: t.rev, owned: owned, shared: t.Blocks != nil, done: make(chan outcome, 1)}
+	wt := newWaiting(t)
+	wt.done = make(chan outcome, 1)
 	m.register(wt, t.heads)
 	t.heads = nil // registered: the caller's read is not needed any more
 	select {
@@ -97,6 +84,54 @@ func (ws *Waiters) Wait(ctx context.Context, t *Turn) (int64, error) {
 		m.unregister(wt)
 		return 0, ctx.Err()
 	}
+}
+
+// Park is Wait without a goroutine: it registers t's wait and returns at
+// once, and then is called once, on a goroutine of its own, with what Wait
+// would have returned (t.Gone appended to first). While it waits, the wait
+// is a registration on its mirror's node and ctx's AfterFunc: a crowd of
+// parked waits costs no stacks. ctx must end once then was called (the
+// AfterFunc stays registered until then).
+func (ws *Waiters) Park(ctx context.Context, t *Turn, then func(rev int64, err error)) {
+	m := ws.use(t)
+	wt := newWaiting(t)
+	wt.then = func(o outcome) {
+		ws.drop(m)
+		t.Gone = append(t.Gone, o.gone...)
+		then(o.rev, o.err)
+	}
+	m.register(wt, t.heads)
+	t.heads = nil
+	context.AfterFunc(ctx, func() {
+		if m.unregister(wt) {
+			ws.drop(m)
+			then(0, ctx.Err())
+		}
+	})
+}
+
+// use returns t's queue's mirror, made if it is the first wait on it,
+// counting one more user; drop forgets the user.
+func (ws *Waiters) use(t *Turn) *mirror {
+	id := mirrorID{t.prefix, max(t.limit, 1)}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	m := ws.mirrors[id]
+	if m == nil {
+		m = newMirror(ws, id)
+		ws.mirrors[id] = m
+		ws.byPrefix[id.prefix] = append(ws.byPrefix[id.prefix], m)
+	}
+	m.refs++
+	return m
+}
+
+func newWaiting(t *Turn) *waiting {
+	owned := t.OwnedAt
+	if owned == 0 {
+		owned = t.rev
+	}
+	return &waiting{key: t.key, rev: t.rev, owned: owned, shared: t.Blocks != nil}
 }
 
 // drop forgets one user of m, and m itself with the last.
@@ -132,8 +167,12 @@ type waiting struct {
 	rev    int64 // its entry's create revision
 	owned  int64 // the revision at which its caller made the entry its own
 	shared bool  // counts only Exclusive entries ahead (a reader)
-	done   chan outcome
-	gone   []Gone // notable entries ahead that went before the mirror saw them
+	// The outcome goes to done (Wait), or to then on a goroutine of its
+	// own (Park); ended is set once it went (guarded by the mirror's mu).
+	done  chan outcome
+	then  func(outcome)
+	ended bool
+	gone  []Gone // notable entries ahead that went before the mirror saw them
 	// heads are the Notable entries ahead as the caller read them, until
 	// the mirror is loaded to compare them with.
 	heads []*mvccpb.KeyValue
@@ -450,6 +489,11 @@ func (m *mirror) finish(wt *waiting, o outcome) {
 	}
 	wt.node = nil
 	m.waiters--
+	wt.ended = true
+	if wt.then != nil {
+		go wt.then(o)
+		return
+	}
 	wt.done <- o
 }
 
@@ -602,16 +646,15 @@ func (m *mirror) settlePending() {
 	}
 }
 
-// unregister removes wt (its caller gave up); it does nothing if wt's wait
-// already ended.
-func (m *mirror) unregister(wt *waiting) {
+// unregister removes wt (its caller gave up) and reports whether it did:
+// it does nothing if wt's wait already ended.
+func (m *mirror) unregister(wt *waiting) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	select {
-	case <-wt.done: // ended meanwhile: already counted out
-		return
-	default:
+	if wt.ended {
+		return false // already counted out
 	}
+	wt.ended = true
 	if m.pending[wt.key] == wt {
 		delete(m.pending, wt.key)
 	}
@@ -623,6 +666,7 @@ func (m *mirror) unregister(wt *waiting) {
 	if m.waiters == 0 {
 		m.notable, m.trimAt = nil, 0
 	}
+	return true
 }
 
 // failAll ends every registered wait with err (the queue could not be

@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -134,4 +135,53 @@ func TestReadersAndWritersTakeTurns(t *testing.T) {
 	delete(results, "w4")
 	del("w4")
 	expect("w4 went", "r6")
+}
+
+// A parked wait (Park) is told its turn, its entry's end or its context's
+// end exactly as a Wait would be, once, and holds nothing after: the
+// member forgets the queue's mirror with the last wait, parked or not.
+func TestParkedWaitsAreToldOnce(t *testing.T) {
+	cli, revs, w := setup(t, "e1", "e2", "e3", "e4")
+	ws := queue.NewWaiters(cli, w, queue.WaitersOptions{})
+	type told struct {
+		rev int64
+		err error
+	}
+	park := func(ctx context.Context, k string) chan told {
+		ch := make(chan told, 2) // a second telling would be seen
+		ws.Park(ctx, queue.NewTurn("/q/", "/q/"+k, revs[k], 1, heads(t, cli, 1).Kvs), func(rev int64, err error) { ch <- told{rev, err} })
+		return ch
+	}
+	cancelled, cancel := context.WithCancel(t.Context())
+	e2, e3, e4 := park(t.Context(), "e2"), park(cancelled, "e3"), park(t.Context(), "e4")
+	if ws.Waiting() != 3 {
+		t.Fatalf("%d waits registered; want 3", ws.Waiting())
+	}
+	cancel()
+	if got := <-e3; !errors.Is(got.err, context.Canceled) {
+		t.Fatalf("e3, its context cancelled: %+v; want context.Canceled", got)
+	}
+	del, err := cli.Delete(t.Context(), "/q/e1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-e2; got.err != nil || got.rev != del.Header.Revision {
+		t.Fatalf("e2 after e1 went: %+v; want its turn at %d", got, del.Header.Revision)
+	}
+	if _, err := cli.Delete(t.Context(), "/q/e4"); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-e4; !errors.Is(got.err, queue.ErrEntryGone) {
+		t.Fatalf("e4, its entry deleted: %+v; want ErrEntryGone", got)
+	}
+	for k, ch := range map[string]chan told{"e2": e2, "e3": e3, "e4": e4} {
+		select {
+		case got := <-ch:
+			t.Fatalf("%s was told twice (again: %+v)", k, got)
+		default:
+		}
+	}
+	if ws.Waiting() != 0 {
+		t.Fatalf("%d waits registered after every one ended; want 0", ws.Waiting())
+	}
 }

@@ -528,11 +528,15 @@ func UnaryAuth(a Auth) grpc.UnaryServerInterceptor {
 		if err == nil {
 			err = a.authorize(ctx, p, info.FullMethod, req)
 		}
-		if err == nil {
-			resp, err = handler(context.WithValue(ctx, principalKey{}, p), req)
+		if err != nil {
+			a.audit(ctx, p, info.FullMethod, req, err)
+			return nil, err
 		}
-		a.audit(ctx, p, info.FullMethod, req, err)
-		return resp, err
+		resp, err = handler(context.WithValue(ctx, principalKey{}, p), req)
+		return afterward(resp, err, func(resp any, err error) (any, error) {
+			a.audit(ctx, p, info.FullMethod, req, err)
+			return resp, err
+		})
 	}
 }
 

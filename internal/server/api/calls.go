@@ -31,7 +31,8 @@ import (
 // stream ends first; a call's failure answers that call and leaves the
 // stream open; calls in flight when the stream ends are cancelled (their
 // outcome is unknown to the client, as after a lost unary answer). No
-// guarantee of order between calls in flight at once.
+// guarantee of order between calls in flight at once. An acquisition
+// that has to wait holds no goroutine while it waits (see park.go).
 type CallServer struct {
 	routes   map[protoreflect.FullName]callRoute // by request type
 	stopping <-chan struct{}
@@ -45,14 +46,15 @@ type CallServer struct {
 // callRoute is how one kind of call runs: its unary RPC's full method
 // name, and the interceptors wrapped around that RPC's handler.
 type callRoute struct {
-	method string
-	run    grpc.UnaryHandler
+	method   string
+	run      grpc.UnaryHandler
+	parkable bool // its handler may park the call's wait (see park.go)
 }
 
 // routeOf is the route of method, served by h, keyed by h's request type.
 func routeOf[Req proto.Message, Resp any](method string, h func(context.Context, Req) (Resp, error)) (protoreflect.FullName, callRoute) {
 	var req Req // a nil message still has its descriptor
-	return req.ProtoReflect().Descriptor().FullName(), callRoute{method, func(ctx context.Context, m any) (any, error) { return h(ctx, m.(Req)) }}
+	return req.ProtoReflect().Descriptor().FullName(), callRoute{method: method, run: func(ctx context.Context, m any) (any, error) { return h(ctx, m.(Req)) }}
 }
 
 // CallsHeader is the header metadata key with which a server says, as soon
@@ -77,7 +79,9 @@ func NewCallServer(locks *LockServer, elections *ElectionServer, interceptors []
 		r.run = chainUnary(interceptors, r.method, r.run)
 		s.routes[req] = r
 	}
-	add(routeOf(coorddv1.LockService_Acquire_FullMethodName, locks.Acquire))
+	acquire, r := routeOf(coorddv1.LockService_Acquire_FullMethodName, locks.acquireOnStream)
+	r.parkable = true
+	add(acquire, r)
 	add(routeOf(coorddv1.LockService_TryAcquire_FullMethodName, locks.TryAcquire))
 	add(routeOf(coorddv1.LockService_Release_FullMethodName, locks.Release))
 	add(routeOf(coorddv1.LockService_ValidateFence_FullMethodName, locks.ValidateFence))
@@ -216,17 +220,35 @@ func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.Ca
 		return
 	}
 	s.metrics.streamCall()
-	s.run(func() {
+	finish := func(resp any, err error) {
 		defer cs.calls.Done()
-		resp, err := r.run(cctx, msg)
-		if err != nil && errors.Is(context.Cause(cctx), ErrStopping) {
-			resp, err = nil, ErrStopping
+		if err != nil {
+			// A parked call ended by its stream's end says why the stream
+			// ended, as its unary RPC would have.
+			if cause := context.Cause(cctx); errors.Is(cause, ErrStopping) || errors.Is(cause, ErrNoQuorum) {
+				resp, err = nil, cause
+			}
 		}
 		cs.mu.Lock()
 		delete(cs.inflight, id)
 		cs.mu.Unlock()
 		stop()
 		cs.answer(id, resp, err)
+	}
+	s.run(func() {
+		rctx := cctx
+		if r.parkable {
+			rctx = context.WithValue(cctx, parkableKey{}, cctx)
+		}
+		resp, err := r.run(rctx, msg)
+		if l, ok := resp.(*later); ok && err == nil {
+			// Parked: answered when its wait ends (on another goroutine),
+			// which the call's cancellation, the stream's end and the
+			// daemon's stop all bring about through cctx.
+			l.answerWith(finish)
+			return
+		}
+		finish(resp, err)
 	})
 }
 
@@ -250,11 +272,11 @@ func (s *CallServer) run(call func()) {
 	go call()
 }
 
-// A waiting acquisition holds its worker, so the workers grow with the
-// calls in flight, up to maxCallWorkers; one idle for callWorkerIdle
-// exits.
+// A waiting campaign holds its worker (a waiting acquisition parks, see
+// park.go, and lets its worker go), so the workers grow with the calls in
+// flight, up to maxCallWorkers; one idle for callWorkerIdle exits.
 const (
-	maxCallWorkers = 1024
+	maxCallWorkers = 256
 	callWorkerIdle = time.Minute
 )
 

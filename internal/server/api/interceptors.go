@@ -37,10 +37,12 @@ func UnaryErrors(lg *zap.Logger) grpc.UnaryServerInterceptor {
 			}
 		}()
 		resp, err = handler(ctx, req)
-		if err != nil {
-			err = mapAndLog(lg, info.FullMethod, err)
-		}
-		return resp, err
+		return afterward(resp, err, func(resp any, err error) (any, error) {
+			if err != nil {
+				err = mapAndLog(lg, info.FullMethod, err)
+			}
+			return resp, err
+		})
 	}
 }
 
@@ -93,6 +95,12 @@ func UnaryRequireLeader(lost func() context.Context) grpc.UnaryServerInterceptor
 			return nil, err
 		}
 		resp, err := handler(ctx, req)
+		if l, ok := resp.(*later); ok && err == nil {
+			// A parked call's wait ends with its stream, which ends with
+			// ErrNoQuorum too (StreamRequireLeader): nothing to keep.
+			_ = done(nil)
+			return l, nil
+		}
 		return resp, done(err)
 	}
 }

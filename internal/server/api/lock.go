@@ -117,6 +117,58 @@ func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) 
 	return &coorddv1.AcquireResponse{Grant: s.followed(ctx, req.GetKeepaliveStream(), g)}, nil
 }
 
+// acquireOnStream is Acquire for the call stream: an acquisition that has
+// to wait parks (see park.go) instead of holding its goroutine, and is
+// answered when its turn comes or its wait ends. What it answers is what
+// Acquire would.
+func (s *LockServer) acquireOnStream(ctx context.Context, req *coorddv1.AcquireRequest) (any, error) {
+	call, ok := parkableCall(ctx)
+	if !ok {
+		return s.Acquire(ctx, req)
+	}
+	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata(), req.GetLockDelay(), req.GetRead())
+	if err != nil {
+		return nil, err
+	}
+	// The wait is bounded from now, before it parks and after.
+	ctx, cancel, err := withWait(ctx, req.GetWait())
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	wait, cancelWait := call, context.CancelFunc(func() {})
+	if deadline, ok := ctx.Deadline(); ok && req.GetWait() != nil {
+		wait, cancelWait = context.WithDeadline(call, deadline)
+	}
+	done, err := s.Waiters.enter(ctx)
+	if err != nil {
+		cancelWait()
+		return nil, err
+	}
+	ctx, stop := untilStopped(ctx, s.stopped)
+	defer stop()
+	start, p := time.Now(), PrincipalFrom(ctx)
+	answer := func(ctx context.Context, g lock.Grant, err error) (any, error) {
+		cancelWait()
+		done()
+		if err != nil {
+			return nil, stoppingOr(ctx, err)
+		}
+		s.metrics.granted(time.Since(start), g.DelayWaited)
+		return &coorddv1.AcquireResponse{Grant: s.followed(ctx, req.GetKeepaliveStream(), g)}, nil
+	}
+	l := &later{}
+	g, parked, err := s.m.AcquireLater(ctx, lr, lock.Later{Ctx: wait, Done: func(g lock.Grant, err error) {
+		// wait has the call's end and deadline; the grant is followed on
+		// the keep-alive stream as the caller's principal.
+		l.complete(answer(context.WithValue(wait, principalKey{}, p), g, err))
+	}})
+	if parked {
+		return l, nil
+	}
+	return answer(ctx, g, err)
+}
+
 // AcquireAll implements LockService.
 func (s *LockServer) AcquireAll(ctx context.Context, req *coorddv1.AcquireAllRequest) (*coorddv1.AcquireAllResponse, error) {
 	lr, err := lockRequest("", req.GetSessionId(), 1, req.GetRequestId(), req.GetMetadata(), nil, false)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,4 +187,110 @@ func TestACrowdWaitsThroughARestart(t *testing.T) {
 	if !slices.Equal(order, queued) {
 		t.Fatalf("grants after the restart came in another order than the queue before it (%d grants, %d queued)", len(order), len(queued))
 	}
+}
+
+// A crowd waiting on the SDK's call stream holds no goroutine on the
+// member: each waiting acquisition is parked in the member's view of the
+// queue (a registration, not a stack), so that 10,000 waiters (2,000 under
+// the race detector, which allows 8,128 goroutines in all) cost the member
+// what they are, not 10,000 stacks. Once the holder releases, each is
+// granted once, in the order they queued in.
+func TestACrowdWaitsWithoutAGoroutineEach(t *testing.T) {
+	t.Parallel()
+	n := 10000
+	if raceEnabled {
+		n = 2000
+	}
+	d := start(t, testConfig(t))
+	ctx := t.Context()
+	// Each client pipelines up to 4,096 calls on its stream; past them
+	// it would send unary RPCs, which hold their goroutine.
+	clients := make([]*clientlib.Client, 3)
+	sessions := make([]*clientlib.Session, len(clients))
+	for i := range clients {
+		clients[i] = newClient(t, d.GRPCAddr())
+		s, err := clients[i].NewSession(ctx, clientlib.WithTTL(60*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions[i] = s
+	}
+	holderSession, err := clients[0].NewSession(ctx, clientlib.WithTTL(60*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := holderSession.Lock(ctx, "crowd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []int64 // tokens in grant order
+	failed := make(chan error, n)
+	var granted sync.WaitGroup
+	for i := range n {
+		granted.Go(func() {
+			l, err := sessions[i%len(sessions)].Lock(ctx, "crowd", clientlib.WithRequestID(fmt.Sprintf("w%d", i)))
+			if err != nil {
+				failed <- fmt.Errorf("waiter %d: %w", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, int64(l.Token()))
+			mu.Unlock()
+			if err := l.Release(ctx); err != nil {
+				failed <- fmt.Errorf("waiter %d's release: %w", i, err)
+			}
+		})
+	}
+	admin := clients[0].Admin()
+	wait.Within(t, 5*time.Minute, "the crowd to queue", func() bool {
+		st, err := admin.DescribeLockPage(ctx, "crowd", clientlib.LockPage{Size: 1})
+		return err == nil && st.WaiterCount == n
+	})
+	// Every waiter has queued, and each acquisition's answer is the grant:
+	// no goroutine of this process (member and clients) waits in the
+	// queue's Wait, the one a held waiting call blocks in.
+	if held := goroutinesIn(t, "queue.(*Waiters).Wait"); held > 0 {
+		t.Fatalf("%d goroutines of the member wait for a turn while %d acquisitions wait; want none (parked)", held, n)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	granted.Wait()
+	close(failed)
+	for err := range failed {
+		t.Fatal(err)
+	}
+	if len(order) != n || !slices.IsSorted(order) {
+		t.Fatalf("%d of %d granted, in token order: %v; want all, each once, in the order they queued", len(order), n, slices.IsSorted(order))
+	}
+	seen := map[int64]bool{}
+	for _, tok := range order {
+		if seen[tok] {
+			t.Fatalf("token %d granted twice", tok)
+		}
+		seen[tok] = true
+	}
+}
+
+// goroutinesIn counts this process's goroutines whose stack has a frame of
+// a function whose name contains fn.
+func goroutinesIn(t *testing.T, fn string) int {
+	t.Helper()
+	var b strings.Builder
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, records, _ := strings.Cut(b.String(), "\n") // after "goroutine profile: total N"
+	n := 0
+	for _, record := range strings.Split(records, "\n\n") {
+		var count int
+		if _, err := fmt.Sscanf(record, "%d @", &count); err != nil {
+			continue
+		}
+		if strings.Contains(record, fn) {
+			n += count
+		}
+	}
+	return n
 }

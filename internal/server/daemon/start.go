@@ -190,7 +190,7 @@ func (d *Daemon) newServers() *parts {
 	p.subscriptions = &api.PerPrincipal{Max: max(cfg.MaxSubscriptionsPerPrincipal, 0), What: "config subscriptions", Flag: "--max-subscriptions-per-principal",
 		Refused: p.apiMetrics.QuotaRefused("subscriptions")}
 	p.unary = func(an api.Authn) []grpc.UnaryServerInterceptor {
-		return []grpc.UnaryServerInterceptor{api.UnaryArrival(d.txns.Arrived), p.rpcMetrics.UnaryServerInterceptor(), api.UnaryErrors(d.lg), api.UnaryAuth(authOf(an)), api.UnaryRequireLeader(d.leader.Lost)}
+		return []grpc.UnaryServerInterceptor{api.UnaryArrival(d.txns.Arrived), api.Deferring(p.rpcMetrics.UnaryServerInterceptor()), api.UnaryErrors(d.lg), api.UnaryAuth(authOf(an)), api.UnaryRequireLeader(d.leader.Lost)}
 	}
 	serverOpts := func(an api.Authn) []grpc.ServerOption {
 		return append([]grpc.ServerOption{
