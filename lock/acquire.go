@@ -369,6 +369,11 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, began int64, onl
 		return entry{}, nil, delayState{}, err
 	}
 	e.value = string(val)
+	if !onlyIfEmpty && !mustCreate && !req.Read && !viewless(ctx) {
+		if e, holders, delay, err := m.retryBehind(ctx, req, began, e); !errors.Is(err, errHeadsMoved) {
+			return e, holders, delay, err
+		}
+	}
 	heads := queue.HeadsOp(q, headsToRead(req))
 	delayGet := clientv3.OpGet(m.delayKey(req.Name))
 	heldGet := clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix())
@@ -397,9 +402,18 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, began int64, onl
 		},
 	})
 	if err == nil && behind != nil {
-		e, holders, delay, err := m.behindResult(resp, e, behind, onlyIfEmpty)
-		if errors.Is(err, errHeadsMoved) {
+		e, holders, delay, mine, err := m.behindResult(resp, e, behind, onlyIfEmpty)
+		switch {
+		case errors.Is(err, errHeadsMoved):
 			return m.enqueueOnce(withoutView(ctx), req, began, onlyIfEmpty, mustCreate)
+		case err == nil && mine != nil && mustCreate:
+			return entry{}, holders, delay, errIDInUse
+		case err == nil && mine != nil:
+			// A retry behind the heads the view showed: take its entry
+			// over, without reading the head etcd would sort.
+			if e, err = m.takeOver(ctx, req, began, e, mine); err != nil {
+				return entry{}, nil, delayState{}, err
+			}
 		}
 		return e, holders, delay, err
 	}
@@ -434,10 +448,78 @@ func (m *Manager) enqueueOnce(ctx context.Context, req Request, began int64, onl
 	return e, holders, delay, nil
 }
 
+// retryBehind is enqueue for a retry whose entry this member's view of
+// a crowded queue shows: it takes the entry over in one transaction that
+// checks the queue's first entries the view shows are still there (so
+// they hold the lock, as in behindTxn), without joining the lock's lane
+// of creating transactions (a crowd retrying after its member restarted
+// would otherwise take over one entry per commit, behind each other) and
+// without reading the head etcd would sort. It fails with errHeadsMoved,
+// having written nothing, when the view cannot tell or the heads moved.
+func (m *Manager) retryBehind(ctx context.Context, req Request, began int64, e entry) (entry, []*mvccpb.KeyValue, delayState, error) {
+	q := m.queue(req.Name)
+	if m.txns.Crowded(q) {
+		// A crowd joins (or retries, after its member restarted): have
+		// this member's view of it, which a crowd's waits keep anyway,
+		// before taking a place in its line of creations.
+		release, err := m.waits.Hold(ctx, q, req.Limit)
+		if err != nil {
+			return entry{}, nil, delayState{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
+		}
+		defer release()
+	}
+	kv, ok := m.waits.Entry(q, req.Limit, e.key)
+	if !ok {
+		return entry{}, nil, delayState{}, errHeadsMoved
+	}
+	heads, ok := m.waits.Heads(q, req.Limit, req.Limit)
+	if !ok {
+		return entry{}, nil, delayState{}, errHeadsMoved
+	}
+	e, err := m.takeOverValue(req, began, e, kv)
+	if err != nil {
+		return entry{}, nil, delayState{}, err
+	}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", e.rev)}
+	for _, h := range heads {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(string(h.Key)), "=", h.CreateRevision))
+	}
+	resp, err := m.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(e.key, e.value, clientv3.WithIgnoreLease()),
+		clientv3.OpGet(m.delayKey(req.Name)), clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return entry{}, nil, delayState{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
+	}
+	if !resp.Succeeded {
+		return entry{}, nil, delayState{}, errHeadsMoved // or the entry went: the long way tells
+	}
+	delay := delayState{held: resp.Responses[2].GetResponseRange().Kvs}
+	delay.running, _ = decodeDelay(resp.Responses[1].GetResponseRange().Kvs)
+	e.owned = resp.Header.Revision
+	m.joinsBehind.Add(1)
+	return e, heads, delay, nil
+}
+
 // takeOver takes kv, the entry of an earlier call with the same request
 // id, over for e's call, keeping its enqueue time, so that a failing
 // earlier call can no longer remove it.
 func (m *Manager) takeOver(ctx context.Context, req Request, began int64, e entry, kv *mvccpb.KeyValue) (entry, error) {
+	e, err := m.takeOverValue(req, began, e, kv)
+	if err != nil {
+		return entry{}, err
+	}
+	if e.owned, err = queue.TakeOver(ctx, m.cli, e.key, e.rev, e.value); err != nil {
+		return entry{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
+	}
+	if e.owned == 0 {
+		return entry{}, errEntryVanished
+	}
+	return e, nil
+}
+
+// takeOverValue is e, taking kv over: kv's create revision, and the value
+// a take-over writes (kv's enqueue time kept). It refuses kv if it was
+// written after the call began (see enqueue), or in the other mode.
+func (m *Manager) takeOverValue(req Request, began int64, e entry, kv *mvccpb.KeyValue) (entry, error) {
 	if kv.CreateRevision > began {
 		return entry{}, fmt.Errorf("%w (lock %q, request %s: by an earlier attempt still in flight, or a later acquisition under the same id); retry", errEntryNewer, req.Name, req.RequestID)
 	}
@@ -456,12 +538,6 @@ func (m *Manager) takeOver(ctx context.Context, req Request, began int64, e entr
 		return entry{}, err
 	}
 	e.value = string(val)
-	if e.owned, err = queue.TakeOver(ctx, m.cli, e.key, e.rev, e.value); err != nil {
-		return entry{}, fmt.Errorf("lock: acquire %q: %w", req.Name, err)
-	}
-	if e.owned == 0 {
-		return entry{}, errEntryVanished
-	}
 	return e, nil
 }
 
@@ -475,33 +551,46 @@ func (m *Manager) takeOver(ctx context.Context, req Request, began int64, e entr
 // check fails (a head left since, or e's key exists: a retry), nothing is
 // written; see behindResult.
 func (m *Manager) behindTxn(req Request, e entry, heads []*mvccpb.KeyValue, onlyIfEmpty bool) (cmps []clientv3.Cmp, then, els []clientv3.Op) {
-	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)}
+	headsThere := make([]clientv3.Cmp, 0, len(heads))
 	for _, kv := range heads {
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision))
+		headsThere = append(headsThere, clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision))
 	}
-	then = []clientv3.Op{clientv3.OpGet(m.delayKey(req.Name)), clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix())}
+	cmps = append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.key), "=", 0)}, headsThere...)
+	delayGet, heldGet := clientv3.OpGet(m.delayKey(req.Name)), clientv3.OpGet(m.heldPrefix(req.Name), clientv3.WithPrefix())
+	then = []clientv3.Op{delayGet, heldGet}
 	if !onlyIfEmpty {
 		then = append(then, clientv3.OpPut(e.key, e.value, clientv3.WithLease(clientv3.LeaseID(req.Session))))
 	}
-	return cmps, then, nil
+	// Failed: with the heads there, e's key exists (a retry, which takes
+	// it over behind them, see behindResult).
+	els = []clientv3.Op{clientv3.OpTxn(headsThere, []clientv3.Op{clientv3.OpGet(e.key), delayGet, heldGet}, nil)}
+	return cmps, then, els
 }
 
 // behindResult reads the answer of behindTxn. It returns errHeadsMoved
-// when the check failed (nothing was written): the caller enqueues the
-// long way.
-func (m *Manager) behindResult(resp *clientv3.TxnResponse, e entry, heads []*mvccpb.KeyValue, onlyIfEmpty bool) (entry, []*mvccpb.KeyValue, delayState, error) {
+// when the heads changed (nothing was written): the caller enqueues the
+// long way. For a retry (e's key exists, the heads did not change) it
+// returns that entry as mine, for the caller to take over.
+func (m *Manager) behindResult(resp *clientv3.TxnResponse, e entry, heads []*mvccpb.KeyValue, onlyIfEmpty bool) (entry, []*mvccpb.KeyValue, delayState, *mvccpb.KeyValue, error) {
 	if !resp.Succeeded {
-		return entry{}, nil, delayState{}, errHeadsMoved
+		inner := resp.Responses[0].GetResponseTxn()
+		if !inner.GetSucceeded() || len(inner.GetResponses()) < 3 || len(inner.Responses[0].GetResponseRange().GetKvs()) == 0 {
+			return entry{}, nil, delayState{}, nil, errHeadsMoved
+		}
+		delay := delayState{held: inner.Responses[2].GetResponseRange().Kvs}
+		delay.running, _ = decodeDelay(inner.Responses[1].GetResponseRange().Kvs)
+		m.joinsBehind.Add(1)
+		return e, heads, delay, inner.Responses[0].GetResponseRange().Kvs[0], nil
 	}
 	m.joinsBehind.Add(1)
 	delay := delayState{held: resp.Responses[1].GetResponseRange().Kvs}
 	delay.running, _ = decodeDelay(resp.Responses[0].GetResponseRange().Kvs)
 	if onlyIfEmpty {
-		return entry{}, heads, delay, errNotEnqueued
+		return entry{}, heads, delay, nil, errNotEnqueued
 	}
 	e.rev = resp.Header.Revision
 	e.owned = e.rev
-	return e, heads, delay, nil
+	return e, heads, delay, nil, nil
 }
 
 // errHeadsMoved: behindTxn's check found the queue's heads changed (or the

@@ -1262,3 +1262,73 @@ func TestACrowdsPagesReadTheirWrites(t *testing.T) {
 		}
 	}
 }
+
+// A crowd's retries (as after its member restarted, every waiting call
+// sent again with its request id) take their entries over from the
+// member's view of the queue, in one transaction each, outside the lock's
+// line of creating transactions (one per batch): before, n retries took n
+// batches, one after another, each reading the queue's head that etcd
+// sorts whole. Each keeps its place and token, and the crowd is granted in
+// that order.
+func TestACrowdsRetriesAreTakenOverFromTheView(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	e := newEnv(t)
+	ctx := t.Context()
+	holder := e.hold(t, "crowd")
+	sessions := []session.ID{e.session(t, 120), e.session(t, 120), e.session(t, 120)}
+	req := func(i int) lock.Request {
+		return lock.Request{Name: "crowd", Session: sessions[i%len(sessions)], RequestID: fmt.Sprintf("w%d", i)}
+	}
+	firsts := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := e.m.Acquire(ctx, req(i))
+			firsts <- err
+		}()
+	}
+	wait.Within(t, time.Minute, "the crowd to wait", func() bool { return lock.Waiting(e.m) == n })
+	d, err := e.m.DescribePage(ctx, "crowd", lock.Page{Size: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var queued []int64
+	for _, w := range d.Waiters {
+		queued = append(queued, int64(w.Token))
+	}
+
+	_, before := e.txns.Stats()
+	grants := make(chan lock.Grant, n)
+	for i := range n {
+		go func() {
+			g, err := e.m.Acquire(ctx, req(i))
+			if err != nil {
+				t.Errorf("retry %d: %v", i, err)
+			}
+			grants <- g
+		}()
+	}
+	for range n {
+		if err := <-firsts; !errors.Is(err, context.Canceled) {
+			t.Fatalf("a first attempt, its entry taken over by its retry: %v; want it cancelled", err)
+		}
+	}
+	wait.Within(t, time.Minute, "the retries to wait", func() bool { return lock.Waiting(e.m) == n })
+	if _, after := e.txns.Stats(); after-before > n/10 {
+		t.Errorf("%d retries sent %d transactions through the line of joins; want few (taken over from the view)", n, after-before)
+	}
+	if err := e.m.Release(ctx, "crowd", holder.Token, session.Hint{Session: holder.Session, RequestID: holder.RequestID}); err != nil {
+		t.Fatal(err)
+	}
+	var order []int64
+	for range n {
+		g := <-grants
+		order = append(order, int64(g.Token))
+		if err := e.m.Release(ctx, "crowd", g.Token, session.Hint{Session: g.Session, RequestID: g.RequestID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(order, queued) {
+		t.Fatalf("the retries were granted in another order (or under other tokens) than the crowd had queued in")
+	}
+}

@@ -309,6 +309,20 @@ func (c *Committer) poke() {
 	}
 }
 
+// Crowded reports whether creations of name are queued, waiting for
+// batches: each batch takes one, so a caller that may not need to create
+// (a retry that will find its entry) can save its place in that line by
+// learning so first. Always false for a Direct committer.
+func (c *Committer) Crowded(name string) bool {
+	if c == nil || c.direct {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.byName[name]
+	return q != nil && len(q.creates) > 0
+}
+
 // nameQueue is one Name's calls not yet sent, each kind in arrival order:
 // those that Create (one per batch) and the others (releases and updates,
 // which may go before creations that arrived earlier: see Txn).

@@ -112,6 +112,26 @@ func (ws *Waiters) Heads(prefix string, limit, n int) (heads []*mvccpb.KeyValue,
 	return heads, true
 }
 
+// Entry returns the entry key of the queue under prefix with limit as this
+// member's mirror saw it; ok is false when the member keeps no loaded
+// mirror of the queue or the mirror has no such entry. O(1).
+func (ws *Waiters) Entry(prefix string, limit int, key string) (kv *mvccpb.KeyValue, ok bool) {
+	m := ws.mirrorOf(prefix, limit)
+	if m == nil {
+		return nil, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.loaded {
+		return nil, false
+	}
+	n := m.byKey[key]
+	if n == nil {
+		return nil, false
+	}
+	return n.kv, true
+}
+
 // Page is part of a queue in queue order, as a mirror saw it at Pos.
 type Page struct {
 	Entries []Found // each with its Turn

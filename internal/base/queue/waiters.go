@@ -70,7 +70,7 @@ type mirrorID struct {
 // away (its session ended), with ErrTakenOver when another call owns the
 // entry (see Turn.OwnedAt), and with ctx's error when ctx ends.
 func (ws *Waiters) Wait(ctx context.Context, t *Turn) (int64, error) {
-	m := ws.use(t)
+	m := ws.use(t.prefix, t.limit)
 	defer ws.drop(m)
 	wt := newWaiting(t)
 	wt.done = make(chan outcome, 1)
@@ -93,7 +93,7 @@ func (ws *Waiters) Wait(ctx context.Context, t *Turn) (int64, error) {
 // parked waits costs no stacks. ctx must end once then was called (the
 // AfterFunc stays registered until then).
 func (ws *Waiters) Park(ctx context.Context, t *Turn, then func(rev int64, err error)) {
-	m := ws.use(t)
+	m := ws.use(t.prefix, t.limit)
 	wt := newWaiting(t)
 	wt.then = func(o outcome) {
 		ws.drop(m)
@@ -110,10 +110,29 @@ func (ws *Waiters) Park(ctx context.Context, t *Turn, then func(rev int64, err e
 	})
 }
 
-// use returns t's queue's mirror, made if it is the first wait on it,
-// counting one more user; drop forgets the user.
-func (ws *Waiters) use(t *Turn) *mirror {
-	id := mirrorID{t.prefix, max(t.limit, 1)}
+// Hold keeps this member's mirror of the queue under prefix with limit
+// (see Entry, Heads) until release is called, making it if there is none,
+// and returns once it has read the queue, or with ctx's error (released).
+// A caller about to wait on a queue that its member may not mirror yet
+// (after a restart, a crowd's retries) holds it first, so that the view
+// serves what precedes the wait.
+func (ws *Waiters) Hold(ctx context.Context, prefix string, limit int) (release func(), err error) {
+	m := ws.use(prefix, limit)
+	var once sync.Once
+	release = func() { once.Do(func() { ws.drop(m) }) }
+	select {
+	case <-m.firstLoad:
+		return release, nil
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
+}
+
+// use returns the mirror of the queue under prefix with limit, made if it
+// is the first user, counting one more user; drop forgets the user.
+func (ws *Waiters) use(prefix string, limit int) *mirror {
+	id := mirrorID{prefix, max(limit, 1)}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	m := ws.mirrors[id]
@@ -207,6 +226,8 @@ type mirror struct {
 	// reload wakes the goroutine to read the queue again (a read found
 	// that the member's watch restarted).
 	reload chan struct{}
+	// firstLoad is closed once the queue was first read.
+	firstLoad chan struct{}
 
 	mu     sync.Mutex
 	loaded bool
@@ -241,7 +262,7 @@ type noted struct {
 
 func newMirror(ws *Waiters, id mirrorID) *mirror {
 	m := &mirror{ws: ws, id: id, byKey: map[string]*node{}, byRev: newRevIndex(), pending: map[string]*waiting{},
-		ended: make(chan struct{}), reload: make(chan struct{}, 1)}
+		ended: make(chan struct{}), reload: make(chan struct{}, 1), firstLoad: make(chan struct{})}
 	m.feed, m.from = ws.w.Subscribe(id.prefix, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	m.stop = cancel
@@ -320,6 +341,9 @@ func (m *mirror) load(ctx context.Context) error {
 	m.byKey = make(map[string]*node, len(resp.Kvs))
 	m.byRev.Clear(false)
 	rev := resp.Header.Revision
+	if m.pos == 0 {
+		close(m.firstLoad)
+	}
 	m.pos, m.loaded = rev, true
 	for _, kv := range resp.Kvs {
 		n := &node{kv: kv, exclusive: m.exclusive(kv)}
