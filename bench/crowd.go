@@ -25,7 +25,7 @@ import (
 var (
 	crowdWaiters = flag.String("crowd-waiters", "1000,10000", "waiter counts of -only crowd (each waiter its own session; 10 clients)")
 	crowdZK      = flag.String("crowd-zk-waiters", "1000,10000", "waiter counts of ZooKeeper's lock recipe beside it in -only crowd (10 sessions)")
-	crowdREST    = flag.Int("crowd-rest-waiters", 2000, "REST clients of -only crowd that wait (unary acquire, each its own session) and release by token alone (0: none)")
+	crowdREST    = flag.Int("crowd-rest-waiters", 2000, "REST clients of -only crowd that wait (unary acquire, each its own session) and release by their token and session (0: none)")
 	crowdMaxSess = flag.Int("crowd-max-sessions", 10000, "most sessions of -only crowd: past it, waiters share sessions (each its own request id); one bench process keeps 10,000 alive, not 100,000")
 	crowdProfile = flag.String("crowd-profile", "", "save coordd's heap and goroutine profiles while each crowd waits, to this prefix + .N.heap and .N.goroutines (N the waiters), and with its sessions only, before it joins, to prefix + .N.base.heap and .N.base.goroutines (go tool pprof -base)")
 )
@@ -61,7 +61,7 @@ func benchCrowd(bin, tmp string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("  coordd over REST  %6d waiters: joined in %.2f s; hand-off %.0f grants/s (each released by token alone)\n", n, joined.Seconds(), rate)
+		fmt.Printf("  coordd over REST  %6d waiters: joined in %.2f s; hand-off %.0f grants/s (each released by its token and session)\n", n, joined.Seconds(), rate)
 	}
 	for _, n := range counts(*crowdWaiters) {
 		c, err := crowdCoordd(bin, filepath.Join(tmp, fmt.Sprintf("crowd-%d", n)), n)
@@ -365,8 +365,10 @@ func crowdZooKeeper(o *outsider, n int) (crowdFigures, error) {
 
 // crowdOverREST is the hand-off through a crowd of REST clients: each waits
 // with POST /v1/locks:acquire (its own session) and, once granted,
-// releases by token alone (POST /v1/locks:release with the name and the
-// token), which the member resolves through its view of the queue. It
+// releases by its token (POST /v1/locks:release with the name, the token
+// and its own session: a holder's own release, which the member resolves
+// through its view of the queue; without the session it would be a release
+// from outside, which asks the holder first, see docs/guarantees.md). It
 // returns grants per second.
 func crowdOverREST(bin, dir string, n int) (joined time.Duration, rate float64, err error) {
 	d, err := startDaemon(bin, dir, "--max-sessions-per-principal", "-1", "--max-waiters-per-principal", "-1")
@@ -399,6 +401,7 @@ func crowdOverREST(bin, dir string, n int) (joined time.Duration, rate float64, 
 		return out, nil
 	}
 	const name = "bench/crowd-rest"
+	// acquire returns the body of a release of the grant it waited for.
 	acquire := func(i int) (string, error) {
 		s, err := post("/v1/sessions", `{"ttl":"120s"}`)
 		if err != nil {
@@ -409,7 +412,7 @@ func crowdOverREST(bin, dir string, n int) (joined time.Duration, rate float64, 
 		if err != nil {
 			return "", err
 		}
-		return g["grant"].(map[string]any)["token"].(string), nil
+		return fmt.Sprintf(`{"name":%q,"token":%q,"sessionId":%q}`, name, g["grant"].(map[string]any)["token"].(string), id), nil
 	}
 	holder, err := acquire(0)
 	if err != nil {
@@ -420,9 +423,9 @@ func crowdOverREST(bin, dir string, n int) (joined time.Duration, rate float64, 
 	start := time.Now()
 	for i := 1; i <= n; i++ {
 		wg.Go(func() {
-			token, err := acquire(i)
+			release, err := acquire(i)
 			if err == nil {
-				_, err = post("/v1/locks:release", fmt.Sprintf(`{"name":%q,"token":%q}`, name, token))
+				_, err = post("/v1/locks:release", release)
 			}
 			if err != nil && ctx.Err() == nil {
 				failed.set(err)
@@ -449,7 +452,7 @@ func crowdOverREST(bin, dir string, n int) (joined time.Duration, rate float64, 
 	}
 	joined = time.Since(start)
 	drain := time.Now()
-	if _, err := post("/v1/locks:release", fmt.Sprintf(`{"name":%q,"token":%q}`, name, holder)); err != nil {
+	if _, err := post("/v1/locks:release", holder); err != nil {
 		return 0, 0, err
 	}
 	wg.Wait()

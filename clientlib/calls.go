@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,9 @@ type calls struct {
 	receivers sync.WaitGroup // every stream's receiver
 }
 
-// maxPipelined bounds the calls in flight on one stream (the server's
-// bound); more go as unary RPCs.
+// maxPipelined bounds the calls in flight on one stream when the server
+// does not say its bound (coordd before it said so ran 4,096); more go as
+// unary RPCs.
 const maxPipelined = 4096
 
 // unsupportedFor is how long a client sends unary RPCs after a member
@@ -58,6 +60,7 @@ type callStream struct {
 	k      *calls
 	st     grpc.BidiStreamingClient[coorddv1.CallsRequest, coorddv1.CallsResponse]
 	cancel context.CancelFunc
+	max    int // calls in flight at most (the server's bound)
 
 	sendMu sync.Mutex // Send is not safe for concurrent use
 
@@ -99,7 +102,7 @@ func (k *calls) do(ctx context.Context, req *coorddv1.CallsRequest) (resp *coord
 				return nil, err != nil, err
 			}
 			continue
-		case len(cs.pending) >= maxPipelined:
+		case len(cs.pending) >= cs.max:
 			cs.mu.Unlock()
 			return nil, false, nil
 		}
@@ -218,7 +221,7 @@ func (k *calls) open(ctx context.Context) (cs *callStream, unsupported bool, err
 		code := status.Code(err)
 		return nil, code == codes.Unimplemented || code == codes.PermissionDenied, err
 	}
-	cs = &callStream{k: k, st: st, cancel: cancel, pending: map[uint64]chan *coorddv1.CallsResponse{}, done: make(chan struct{})}
+	cs = &callStream{k: k, st: st, cancel: cancel, max: callsMax(st), pending: map[uint64]chan *coorddv1.CallsResponse{}, done: make(chan struct{})}
 	// When the client leaves this member, new calls go on a new stream
 	// (to the member it uses now), and this one closes once its calls are
 	// answered; when it left because the member went silent, the calls in
@@ -245,8 +248,26 @@ func hasCallsHeader(st grpc.ClientStream) bool {
 	return err == nil && len(md.Get(callsHeader)) > 0
 }
 
-// callsHeader is api.CallsHeader.
-const callsHeader = "coordd-calls"
+// callsMax is how many calls the server runs at once on st, as its header
+// says (api.CallsMaxHeader), or maxPipelined.
+func callsMax(st grpc.ClientStream) int {
+	md, err := st.Header()
+	if err != nil {
+		return maxPipelined
+	}
+	if v := md.Get(callsMaxHeader); len(v) > 0 {
+		if n, err := strconv.Atoi(v[0]); err == nil && n > 0 {
+			return n
+		}
+	}
+	return maxPipelined
+}
+
+// callsHeader and callsMaxHeader are api.CallsHeader and api.CallsMaxHeader.
+const (
+	callsHeader    = "coordd-calls"
+	callsMaxHeader = "coordd-calls-max"
+)
 
 // receive owns Recv: it hands each answer to its call, until the stream
 // breaks.

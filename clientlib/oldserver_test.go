@@ -156,3 +156,76 @@ func TestBatchesHoldNoMoreThanTheServerTakes(t *testing.T) {
 		t.Fatalf("the largest batch named %d sessions; the server takes 3 (and batches of 2 or 3 should have gone)", n)
 	}
 }
+
+// callsServer serves the call stream with the bound header says (none:
+// a server from before the bound was said), holding every call it is
+// sent without answering, and unary Acquire calls the same way; it
+// counts both.
+type callsServer struct {
+	olderSessions
+	coorddv1.UnimplementedLockServiceServer
+	header          string
+	onStream, unary atomic.Int64
+}
+
+func (c *callsServer) Calls(st coorddv1.SessionService_CallsServer) error {
+	md := metadata.Pairs("coordd-calls", "1")
+	if c.header != "" {
+		md.Append("coordd-calls-max", c.header)
+	}
+	if err := st.SendHeader(md); err != nil {
+		return err
+	}
+	for {
+		req, err := st.Recv()
+		if err != nil {
+			return nil
+		}
+		if req.GetAcquire() != nil {
+			c.onStream.Add(1)
+		}
+	}
+}
+
+func (c *callsServer) Acquire(ctx context.Context, _ *coorddv1.AcquireRequest) (*coorddv1.AcquireResponse, error) {
+	c.unary.Add(1)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A client pipelines on one call stream as many calls as its server says
+// it runs at once (coordd-calls-max), and the rest as unary RPCs; a server
+// that does not say runs 4,096.
+func TestCallsInFlightFollowTheServersBound(t *testing.T) {
+	for _, tc := range []struct {
+		header   string
+		onStream int64
+	}{{"3", 3}, {"", 4096}} {
+		t.Run("max="+tc.header, func(t *testing.T) {
+			srv := &callsServer{header: tc.header}
+			c := fakeServer(t, func(g *grpc.Server) {
+				coorddv1.RegisterSessionServiceServer(g, srv)
+				coorddv1.RegisterLockServiceServer(g, srv)
+			})
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			s, err := c.NewSession(ctx, clientlib.WithTTL(3*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := tc.onStream + 2
+			var calls sync.WaitGroup
+			defer calls.Wait()
+			defer cancel()
+			for i := range n {
+				calls.Go(func() { _, _ = s.Lock(ctx, "l", clientlib.WithRequestID(fmt.Sprintf("r%d", i))) })
+			}
+			wait.For(t, "every call to reach the server", func() bool {
+				return srv.onStream.Load()+srv.unary.Load() == n
+			})
+			if got := srv.onStream.Load(); got != tc.onStream {
+				t.Fatalf("%d calls on the stream, %d unary; want %d on the stream", got, srv.unary.Load(), tc.onStream)
+			}
+		})
+	}
+}

@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,13 +61,20 @@ func routeOf[Req proto.Message, Resp any](method string, h func(context.Context,
 
 // CallsHeader is the header metadata key with which a server says, as soon
 // as a Calls stream opens, that it serves calls on it (value "1").
-const CallsHeader = "coordd-calls"
+// CallsMaxHeader says how many calls it runs at once on one stream (see
+// maxCallsInFlight); a server without it ran 4,096.
+const (
+	CallsHeader    = "coordd-calls"
+	CallsMaxHeader = "coordd-calls-max"
+)
 
 // maxCallsInFlight bounds the calls one stream runs at once; more are
 // answered RATE_LIMITED at once (the SDK keeps under it, and sends unary
 // RPCs beyond). Waiting acquisitions and campaigns count against it, and
-// per principal against Waiters as their unary RPCs do.
-const maxCallsInFlight = 4096
+// per principal against Waiters as their unary RPCs do. A parked
+// acquisition costs a few KiB, so that a client's crowd of waiters fits
+// on its stream (beyond, each would be a unary call with its goroutine).
+const maxCallsInFlight = 1 << 16
 
 // NewCallServer returns the Calls server for locks and elections: each
 // call runs through interceptors (outermost first), as the unary RPC of
@@ -115,7 +124,7 @@ func (s *CallServer) Serve(stream coorddv1.SessionService_CallsServer) error {
 	defer cs.calls.Wait() // every call returns once ctx ends
 	defer cancel(nil)
 	defer cs.close()
-	if err := stream.SendHeader(metadata.Pairs(CallsHeader, "1")); err != nil {
+	if err := stream.SendHeader(metadata.Pairs(CallsHeader, "1", CallsMaxHeader, strconv.Itoa(maxCallsInFlight))); err != nil {
 		return err
 	}
 	recvErr := make(chan error, 1)
@@ -207,7 +216,7 @@ func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.Ca
 		if _, dup := cs.inflight[id]; dup {
 			refusal = invalid("call_id: a call with this id is in flight on the stream")
 		} else if len(cs.inflight) >= maxCallsInFlight {
-			refusal = kind.RateLimited.New("coordd: 4096 calls are in flight on this stream; wait for some to finish or use another stream")
+			refusal = kind.RateLimited.New(fmt.Sprintf("coordd: %d calls are in flight on this stream; wait for some to finish or use another stream", maxCallsInFlight))
 		} else {
 			cs.inflight[id] = stop
 		}

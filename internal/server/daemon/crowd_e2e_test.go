@@ -214,8 +214,8 @@ func TestACrowdWaitsWithoutAGoroutineEach(t *testing.T) {
 	}
 	d := start(t, testConfig(t))
 	ctx := t.Context()
-	// Each client pipelines up to 4,096 calls on its stream; past them
-	// it would send unary RPCs, which hold their goroutine.
+	// Three clients, as fleets spread over connections; each could
+	// pipeline 65,536 calls on its stream (the member's bound).
 	clients := make([]*clientlib.Client, 3)
 	sessions := make([]*clientlib.Session, len(clients))
 	for i := range clients {
