@@ -157,3 +157,55 @@ func TestBadInvocationIsSaidOnce(t *testing.T) {
 
 // probe polls /readyz with a timeout of its own.
 var probe = &http.Client{Timeout: 2 * time.Second}
+
+// coordd keygen writes a key outside any git work tree: --out makes a new
+// file of mode 600; into a work tree (through --out or a standard output
+// redirected to a file there) it refuses, writing nothing, unless
+// --force; an existing file is never overwritten.
+func TestKeygenKeepsKeysOutOfWorkTrees(t *testing.T) {
+	outside, repo := t.TempDir(), t.TempDir()
+	if err := os.Mkdir(repo+"/.git", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(repo+"/deploy", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	keygen := func(out *os.File, args ...string) error {
+		cmd := keygenCommand()
+		if out != nil {
+			cmd.SetOut(out)
+		}
+		cmd.SetArgs(args)
+		return cmd.Execute()
+	}
+	if err := keygen(nil, "--out", outside+"/secret.keys"); err != nil {
+		t.Fatalf("keygen --out outside a work tree: %v", err)
+	}
+	if st, err := os.Stat(outside + "/secret.keys"); err != nil || st.Mode().Perm() != 0o600 || st.Size() == 0 {
+		t.Fatalf("the key file: %v, %v; want a key of mode 600", st, err)
+	}
+	if err := keygen(nil, "--out", outside+"/secret.keys"); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("keygen --out over an existing file: %v; want a refusal", err)
+	}
+	inTree := repo + "/deploy/secret.keys"
+	if err := keygen(nil, "--out", inTree); err == nil || !strings.Contains(err.Error(), "git work tree "+repo) {
+		t.Fatalf("keygen --out into a work tree: %v; want a refusal naming it", err)
+	}
+	if _, err := os.Stat(inTree); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused key file exists: %v", err)
+	}
+	redirected, err := os.OpenFile(repo+"/coordd-secret.keys", os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = redirected.Close() }()
+	if err := keygen(redirected); err == nil || !strings.Contains(err.Error(), "git work tree") {
+		t.Fatalf("keygen > a file in a work tree: %v; want a refusal", err)
+	}
+	if st, _ := redirected.Stat(); st.Size() != 0 {
+		t.Fatalf("a refused keygen wrote %d bytes", st.Size())
+	}
+	if err := keygen(nil, "--out", inTree, "--force"); err != nil {
+		t.Fatalf("keygen --out into a work tree --force: %v", err)
+	}
+}
