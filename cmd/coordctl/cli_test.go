@@ -291,6 +291,12 @@ func TestJSONOutputIsRESTs(t *testing.T) {
 	if out := must(t, ep, "lock", "list", "nothing/", "-o", "json"); strings.TrimSpace(out) != "[]" {
 		t.Errorf("lock list of nothing = %q, want []", out)
 	}
+	// An empty listing says so in a sentence, as every listing does.
+	for _, tc := range [][2]string{{"lock", `no lock is held or waited for under "nothing/"`}, {"elect", `no election has a leader or candidates under "nothing/"`}} {
+		if out := must(t, ep, tc[0], "list", "nothing/"); strings.TrimSpace(out) != tc[1] {
+			t.Errorf("%s list of nothing = %q, want %q", tc[0], out, tc[1])
+		}
+	}
 
 	has(check(ref("v1Leadership"), "elect", "campaign", "scheduler", "host-1", "--session", id), "elect campaign", "term")
 	leader := &schema{Properties: map[string]*schema{"leader": ref("v1ElectionLeader"), "candidates": arrayOf(ref("v1ElectionCandidate"))}}

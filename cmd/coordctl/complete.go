@@ -37,7 +37,7 @@ func namespaceNames(ctx context.Context, c *clientlib.Client, prefix string) ([]
 
 // listCommand lists the names list returns for an optional prefix, one a
 // line (a JSON array with -o json).
-func (a *app) listCommand(use, short string, list lister) *cobra.Command {
+func (a *app) listCommand(use, short, what string, list lister) *cobra.Command {
 	return &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -56,6 +56,15 @@ func (a *app) listCommand(use, short string, list lister) *cobra.Command {
 					names = []string{}
 				}
 				return a.print(names, func(w *bytes.Buffer) {
+					if len(names) == 0 {
+						// A sentence, as every listing prints on an empty
+						// result (json: []).
+						if prefix != "" {
+							fmt.Fprintf(w, "no %s under %q\n", what, prefix)
+						} else {
+							fmt.Fprintf(w, "no %s\n", what)
+						}
+					}
 					for _, n := range names {
 						fmt.Fprintln(w, n)
 					}

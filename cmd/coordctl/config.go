@@ -156,7 +156,7 @@ func (a *app) configCommand() *cobra.Command {
 	export, imp := a.configExportCommand(), a.configImportCommand()
 	history, diff, rollback := a.configHistoryCommand(), a.configDiffCommand(), a.configRollbackCommand()
 	schema, status, gray := a.configSchemaCommand(), a.configStatusCommand(), a.configGrayCommand()
-	namespaces := a.listCommand("namespaces [PREFIX]", "List namespaces", namespaceNames)
+	namespaces := a.listCommand("namespaces [PREFIX]", "List namespaces", "namespace", namespaceNames)
 	for _, c := range []*cobra.Command{get, put, del, publish, snapshot, poll, history, diff, rollback, schema, status, namespaces} {
 		c.ValidArgsFunction = a.completeFirst(namespaceNames, cobra.ShellCompDirectiveNoFileComp)
 	}

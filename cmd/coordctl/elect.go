@@ -220,7 +220,7 @@ most and by default the leader's session TTL). --force ends it at once.`,
 	observe.Flags().Int64Var(&from, "from", 0, "resume from this revision (the last seen + 1)")
 	observe.Flags().IntVar(&count, "count", 0, "stop after this many events")
 
-	list := a.listCommand("list [PREFIX]", "List elections that have a leader or candidates", electionNames)
+	list := a.listCommand("list [PREFIX]", "List elections that have a leader or candidates", "election has a leader or candidates", electionNames)
 
 	for _, c := range []*cobra.Command{campaign, proclaim, resign, transfer, leader, candidates, observe, list} {
 		c.ValidArgsFunction = a.completeFirst(electionNames, cobra.ShellCompDirectiveNoFileComp)

@@ -218,7 +218,7 @@ answer). --force ends it at once.`,
 	status.Flags().IntVar(&pageSize, "page-size", 1000, "list at most this many holders and waiters (1-1000); the counts count all")
 	status.Flags().StringVar(&pageToken, "page-token", "", "list the page after the one that printed this token")
 
-	list := a.listCommand("list [PREFIX]", "List locks that have holders or waiters", lockNames)
+	list := a.listCommand("list [PREFIX]", "List locks that have holders or waiters", "lock is held or waited for", lockNames)
 
 	var election bool
 	validate := &cobra.Command{

@@ -124,4 +124,18 @@ func TestSnapshotOverREST(t *testing.T) {
 	if err := snapshot.NewV3(lg).Restore(snapshot.RestoreConfig{SnapshotPath: file, Name: "check", OutputDataDir: filepath.Join(t.TempDir(), "restored"), PeerURLs: []string{"http://127.0.0.1:2380"}, InitialCluster: "check=http://127.0.0.1:2380", InitialClusterToken: "check"}); err != nil {
 		t.Fatalf("the REST backup does not restore: %v", err)
 	}
+
+	// /openapi.json lists the route, though the gateway serves it by hand.
+	code, body = httpAs(t, http.MethodGet, "http://"+d.HTTPAddr()+"/openapi.json", "root", "")
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Produces []string `json:"produces"`
+		} `json:"paths"`
+	}
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &doc) != nil {
+		t.Fatalf("GET /openapi.json as root: %d", code)
+	}
+	if get, ok := doc.Paths["/v1/cluster/snapshot"]["get"]; !ok || !slices.Contains(get.Produces, "application/octet-stream") || len(doc.Paths) < 50 {
+		t.Fatalf("/openapi.json: GET /v1/cluster/snapshot %+v (listed: %v), of %d paths; want it with application/octet-stream beside the generated ones", get, ok, len(doc.Paths))
+	}
 }
