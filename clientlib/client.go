@@ -1,6 +1,7 @@
 package clientlib
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -278,7 +279,7 @@ func dialOptions(cfg Config, lastErr *atomic.Pointer[error]) (transport, perCall
 			lastErr.Store(&err)
 			return nil, err
 		}
-		return endpointConn{Conn: conn, ep: endpointAddr(addr)}, nil
+		return &endpointConn{Conn: conn, ep: endpointAddr(addr), tls: cfg.TLS != nil, last: lastErr}, nil
 	}
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
@@ -306,6 +307,11 @@ func waitConnected(ctx context.Context, conn *grpc.ClientConn, cfg Config, lastD
 	defer cancel()
 	conn.Connect()
 	for st := conn.GetState(); st != connectivity.Ready && !cfg.NoWait; st = conn.GetState() {
+		var wrong *wrongProtocolError
+		if e := lastDialErr.Load(); st == connectivity.TransientFailure && e != nil && errors.As(*e, &wrong) && len(cfg.Endpoints) == 1 {
+			// Retrying will not make it speak gRPC.
+			return fmt.Errorf("%w: %w", ErrUnavailable, wrong)
+		}
 		if !conn.WaitForStateChange(dctx, st) {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -674,12 +680,48 @@ func (a endpointAddr) Network() string { return "tcp" }
 func (a endpointAddr) String() string  { return string(a) }
 
 // endpointConn reports its endpoint as its remote address.
+// It also looks at the first bytes the server sends: a server that
+// answers in another protocol than gRPC's HTTP/2 (coordd's HTTP port, or
+// a TLS server to a plaintext client) is named in last as a
+// wrongProtocolError, which ends New's wait at once.
 type endpointConn struct {
 	net.Conn
-	ep endpointAddr
+	ep   endpointAddr
+	tls  bool // the client speaks TLS on it
+	last *atomic.Pointer[error]
+	read bool // the first bytes were looked at (Read has one caller)
 }
 
-func (c endpointConn) RemoteAddr() net.Addr { return c.ep }
+func (c *endpointConn) RemoteAddr() net.Addr { return c.ep }
+
+func (c *endpointConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.read && n > 0 {
+		c.read = true
+		if werr := wrongProtocol(p[:n], string(c.ep), c.tls); werr != nil {
+			c.last.Store(&werr)
+		}
+	}
+	return n, err
+}
+
+// wrongProtocolError: an endpoint answered in a protocol that is not
+// gRPC's; retrying will not help.
+type wrongProtocolError struct{ msg string }
+
+func (e *wrongProtocolError) Error() string { return e.msg }
+
+// wrongProtocol tells from the first bytes an endpoint sent whether it
+// speaks another protocol than the client (nil: it may be gRPC).
+func wrongProtocol(first []byte, ep string, clientTLS bool) error {
+	switch {
+	case bytes.HasPrefix(first, []byte("HTTP/")):
+		return &wrongProtocolError{fmt.Sprintf("%s answered in HTTP/1, not gRPC: it looks like coordd's HTTP port (REST and the console); clients need its gRPC port (coordd --grpc-addr, 7420 by default)", ep)}
+	case !clientTLS && len(first) > 0 && (first[0] == 0x15 || first[0] == 0x16):
+		return &wrongProtocolError{fmt.Sprintf("%s answered in TLS: the server takes TLS connections only; give the client TLS (coordctl --cacert, clientlib Config.TLS)", ep)}
+	}
+	return nil
+}
 
 // bearer sends a bearer token with every call.
 type bearer string

@@ -526,7 +526,7 @@ func (d *Daemon) serve(p *parts) {
 		d.spawn(func() { d.reloadOnSignal(bgCtx, cfg.Reload) })
 	}
 	d.spawn(func() {
-		if err := d.grpcSrv.Serve(d.grpcLis); err != nil {
+		if err := d.grpcSrv.Serve(hintFor(d.grpcLis, d.httpLis.Addr().String())); err != nil {
 			d.serveErr <- fmt.Errorf("gRPC server: %w", err)
 		}
 	})

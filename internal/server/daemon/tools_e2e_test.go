@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
@@ -137,5 +138,21 @@ func TestSnapshotOverREST(t *testing.T) {
 	}
 	if get, ok := doc.Paths["/v1/cluster/snapshot"]["get"]; !ok || !slices.Contains(get.Produces, "application/octet-stream") || len(doc.Paths) < 50 {
 		t.Fatalf("/openapi.json: GET /v1/cluster/snapshot %+v (listed: %v), of %d paths; want it with application/octet-stream beside the generated ones", get, ok, len(doc.Paths))
+	}
+}
+
+// An HTTP/1 request on the gRPC port (curl given the wrong port) gets a
+// 400 that names the HTTP port, not gRPC's silence; gRPC clients on the
+// same port are served as ever (every other test).
+func TestTheGRPCPortNamesTheHTTPPort(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	code, body := httpAs(t, http.MethodGet, "http://"+d.GRPCAddr()+"/v1/locks", "", "")
+	if code != http.StatusBadRequest || !strings.Contains(body, "coordd's gRPC port") || !strings.Contains(body, d.HTTPAddr()) {
+		t.Fatalf("GET on the gRPC port: %d %q; want 400 naming the HTTP port %s", code, body, d.HTTPAddr())
+	}
+	c := newClient(t, d.GRPCAddr())
+	if _, err := c.Admin().ClusterStatus(t.Context()); err != nil {
+		t.Fatalf("a gRPC call after it: %v", err)
 	}
 }
