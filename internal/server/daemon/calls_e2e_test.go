@@ -196,6 +196,29 @@ func TestCallsArePipelined(t *testing.T) {
 	if err != nil || len(resp.GetWaiters()) != 0 {
 		t.Fatalf("waiters after the cancel = %v, %v; want none", resp.GetWaiters(), err)
 	}
+	// A waiting call (parked on the member) whose wait runs out answers
+	// DEADLINE_EXCEEDED, as its unary RPC does, and leaves the queue.
+	send(&coorddv1.CallsRequest{CallId: 5, Call: &coorddv1.CallsRequest_Acquire{Acquire: &coorddv1.AcquireRequest{Name: "pipe/held", SessionId: waiter, RequestId: "w5", Wait: durationpb.New(200 * time.Millisecond)}}})
+	if r := recv(); r.GetCallId() != 5 || codes.Code(r.GetError().GetCode()) != codes.DeadlineExceeded {
+		t.Fatalf("answer to call 5 (its wait ran out) = %v, want DEADLINE_EXCEEDED", r)
+	}
+	wait.For(t, "call 5 to leave the queue", func() bool {
+		resp, err := coorddv1.NewLockServiceClient(conn).DescribeLock(ctx, &coorddv1.DescribeLockRequest{Name: "pipe/held"})
+		return err == nil && len(resp.GetWaiters()) == 0
+	})
+	// One that waits until the holder releases is answered with its grant.
+	send(&coorddv1.CallsRequest{CallId: 6, Call: &coorddv1.CallsRequest_Acquire{Acquire: &coorddv1.AcquireRequest{Name: "pipe/held", SessionId: waiter, RequestId: "w6"}}})
+	wait.For(t, "call 6 to queue behind the holder", func() bool {
+		resp, err := coorddv1.NewLockServiceClient(conn).DescribeLock(ctx, &coorddv1.DescribeLockRequest{Name: "pipe/held"})
+		return err == nil && len(resp.GetWaiters()) == 1
+	})
+	held := resp.GetHolders()[0]
+	if _, err := coorddv1.NewLockServiceClient(conn).Release(ctx, &coorddv1.ReleaseRequest{Name: "pipe/held", Token: held.GetToken(), SessionId: holder, RequestId: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := recv(); r.GetCallId() != 6 || r.GetAcquire().GetGrant().GetToken() <= held.GetToken() {
+		t.Fatalf("answer to call 6 after the release = %v, want its grant", r)
+	}
 	if err := st.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
