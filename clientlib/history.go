@@ -57,6 +57,12 @@ type HistoryQuery struct {
 	// PageSize is how many events each call to the server fetches (1-1000,
 	// 100 when zero).
 	PageSize int
+	// MinRevision, when set, waits (up to 10 s) until the history has
+	// recorded every event up to this etcd revision: a grant's
+	// (Lock.Revision) or a release's. Events are recorded within about
+	// 250 ms of their commit, so a read right after one may not show it.
+	// Past the wait it fails with ErrUnavailable.
+	MinRevision int64
 }
 
 // LockHistory returns the grant history of the lock name (every lock's
@@ -67,7 +73,7 @@ type HistoryQuery struct {
 func (a *Admin) LockHistory(ctx context.Context, name string, q HistoryQuery) iter.Seq2[HistoryEvent, error] {
 	return historyPages(ctx, func(token string) ([]*coorddv1.HistoryEvent, string, error) {
 		resp, err := a.c.history.ListLockHistory(ctx, &coorddv1.ListLockHistoryRequest{Name: name, Owner: q.Owner,
-			Since: stamp(q.Since), Until: stamp(q.Until), PageSize: int32(q.PageSize), PageToken: token, NewestFirst: q.NewestFirst})
+			Since: stamp(q.Since), Until: stamp(q.Until), PageSize: int32(q.PageSize), PageToken: token, NewestFirst: q.NewestFirst, MinRevision: q.MinRevision})
 		return resp.GetEvents(), resp.GetNextPageToken(), err
 	})
 }
@@ -77,7 +83,7 @@ func (a *Admin) LockHistory(ctx context.Context, name string, q HistoryQuery) it
 func (a *Admin) ElectionHistory(ctx context.Context, name string, q HistoryQuery) iter.Seq2[HistoryEvent, error] {
 	return historyPages(ctx, func(token string) ([]*coorddv1.HistoryEvent, string, error) {
 		resp, err := a.c.history.ListElectionHistory(ctx, &coorddv1.ListElectionHistoryRequest{Name: name, Owner: q.Owner,
-			Since: stamp(q.Since), Until: stamp(q.Until), PageSize: int32(q.PageSize), PageToken: token, NewestFirst: q.NewestFirst})
+			Since: stamp(q.Since), Until: stamp(q.Until), PageSize: int32(q.PageSize), PageToken: token, NewestFirst: q.NewestFirst, MinRevision: q.MinRevision})
 		return resp.GetEvents(), resp.GetNextPageToken(), err
 	})
 }

@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/names"
 )
 
@@ -61,7 +63,21 @@ type Query struct {
 	PageToken string
 	// NewestFirst lists the newest events first.
 	NewestFirst bool
+	// MinRevision, when set, makes List wait until the history has
+	// recorded every event up to this etcd revision (events are recorded
+	// within about 250 ms of their commit), for at most MaxRecordedWait
+	// or until ctx ends. Past that it fails with ErrBehind; a revision
+	// the cluster has not reached yet is ErrInvalid.
+	MinRevision int64
 }
+
+// MaxRecordedWait bounds how long List waits for Query.MinRevision.
+const MaxRecordedWait = 10 * time.Second
+
+// ErrBehind says the history has not recorded up to the revision asked for
+// within MaxRecordedWait (the recorder is slow, or none records: see
+// coordd_history_* metrics). Asking again may succeed.
+var ErrBehind = kind.Unavailable.New("history: not recorded that far yet")
 
 // maxScan bounds the events one List reads while it filters by owner or
 // kind: a page may come back short (with a next page token) rather than
@@ -102,6 +118,14 @@ func (s *Store) List(ctx context.Context, q Query) ([]Event, string, error) {
 	}
 	if q.PageToken != "" {
 		if err := sc.resume(q.PageToken); err != nil {
+			return nil, "", err
+		}
+	}
+	if q.MinRevision < 0 {
+		return nil, "", fmt.Errorf("%w: min revision %d is negative", ErrInvalid, q.MinRevision)
+	}
+	if q.MinRevision > 0 {
+		if err := s.awaitRecorded(ctx, q.MinRevision); err != nil {
 			return nil, "", err
 		}
 	}
@@ -219,4 +243,55 @@ func (sc *scan) selects(e *Event) bool {
 		return q.Owner == "" // a gap concerns every lock and election
 	}
 	return e.Kind == q.Kind && (q.Owner == "" || e.Owner == q.Owner)
+}
+
+// awaitRecorded waits until the cursor says every event up to rev is
+// recorded (see Query.MinRevision): it reads the cursor, and then follows
+// it with a watch from that read.
+func (s *Store) awaitRecorded(ctx context.Context, rev int64) error {
+	wctx, cancel := context.WithTimeout(ctx, MaxRecordedWait)
+	defer cancel()
+	resp, err := s.cli.Get(wctx, s.keys.cursor())
+	if err != nil {
+		return fmt.Errorf("history: read the cursor: %w", err)
+	}
+	if rev > resp.Header.Revision {
+		return fmt.Errorf("%w: min revision %d is beyond the cluster's revision %d", ErrInvalid, rev, resp.Header.Revision)
+	}
+	at := int64(0)
+	if len(resp.Kvs) > 0 {
+		at = recordedThrough(resp.Kvs[0].Value)
+	}
+	if at >= rev {
+		return nil
+	}
+	for wr := range s.cli.Watch(wctx, s.keys.cursor(), clientv3.WithRev(resp.Header.Revision+1)) {
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("history: follow the cursor: %w", err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypePut {
+				if at = recordedThrough(ev.Kv.Value); at >= rev {
+					return nil
+				}
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: the history has recorded up to revision %d, not yet %d, after %s; ask again", ErrBehind, at, rev, MaxRecordedWait)
+}
+
+// recordedThrough is the revision up to which a stored cursor says every
+// event is recorded (0 if it does not decode).
+func recordedThrough(value []byte) int64 {
+	var c cursor
+	if json.Unmarshal(value, &c) != nil {
+		return 0
+	}
+	if c.Seq > 0 {
+		return c.Rev - 1 // Rev's events go on in the next batch
+	}
+	return c.Rev
 }

@@ -223,54 +223,63 @@ func (m *Manager) EntryKey(name string, sess session.ID, requestID string) (stri
 // wrong hint only makes the release fail with ErrNotHolder: it never
 // removes another session's grant.
 func (m *Manager) Release(ctx context.Context, name string, token fencing.Token, hint session.Hint) error {
-	return m.release(ctx, name, token, hint, false)
+	_, err := m.release(ctx, name, token, hint, false)
+	return err
+}
+
+// ReleaseAt is Release (ReleaseRevoked when revoked) that also returns the
+// etcd revision of the release's commit, at which the grant history
+// records it (history.Query.MinRevision).
+func (m *Manager) ReleaseAt(ctx context.Context, name string, token fencing.Token, hint session.Hint, revoked bool) (int64, error) {
+	if revoked && hint.Session == 0 {
+		return 0, fmt.Errorf("%w: a release that answers a revocation names the holder's session", ErrInvalid)
+	}
+	return m.release(ctx, name, token, hint, revoked)
 }
 
 // ReleaseRevoked is the holder's Release (hint names its session) in
 // answer to a revocation (see Revoke) that asked it to let go: the
 // revocation is recorded as acknowledged, in the same commit.
 func (m *Manager) ReleaseRevoked(ctx context.Context, name string, token fencing.Token, hint session.Hint) error {
-	if hint.Session == 0 {
-		return fmt.Errorf("%w: a release that answers a revocation names the holder's session", ErrInvalid)
-	}
-	return m.release(ctx, name, token, hint, true)
+	_, err := m.ReleaseAt(ctx, name, token, hint, true)
+	return err
 }
 
-func (m *Manager) release(ctx context.Context, name string, token fencing.Token, hint session.Hint, revoked bool) error {
+func (m *Manager) release(ctx context.Context, name string, token fencing.Token, hint session.Hint, revoked bool) (int64, error) {
 	if err := validateName(name); err != nil {
-		return err
+		return 0, err
 	}
 	if token <= 0 {
-		return fmt.Errorf("%w: token must be positive", ErrInvalid)
+		return 0, fmt.Errorf("%w: token must be positive", ErrInvalid)
 	}
 	key := ""
 	if hint.Session > 0 && hint.RequestID != "" {
 		if err := validateRequestID(hint.RequestID); err != nil {
-			return err
+			return 0, err
 		}
 		key = m.waiterKey(name, hint.Session, hint.RequestID)
 	} else if f, ok := m.waits.Find(m.queue(name), int64(token)); ok {
 		// This member's mirror of a crowded queue names the key in
 		// O(log n); the transaction below checks it still holds.
 		if f.KV == nil {
-			return fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
+			return 0, fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
 		}
 		if hint.Session > 0 && session.ID(f.KV.Lease) != hint.Session {
-			return fmt.Errorf("%w: token %d of lock %q is not a grant of session %s", ErrNotHolder, token, name, hint.Session)
+			return 0, fmt.Errorf("%w: token %d of lock %q is not a grant of session %s", ErrNotHolder, token, name, hint.Session)
 		}
 		key = string(f.KV.Key)
 	} else {
 		h, err := m.holder(ctx, name, token)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if hint.Session > 0 && h.session != hint.Session {
-			return fmt.Errorf("%w: token %d of lock %q is not a grant of session %s", ErrNotHolder, token, name, hint.Session)
+			return 0, fmt.Errorf("%w: token %d of lock %q is not a grant of session %s", ErrNotHolder, token, name, hint.Session)
 		}
 		key = h.key
 	}
 	if key == "" {
-		return fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
+		return 0, fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
 	}
 	// Deleting the holder's lock-delay record (if it has one) in the same
 	// transaction marks this as a clean release: no lock-delay follows.
@@ -283,13 +292,13 @@ func (m *Manager) release(ctx context.Context, name string, token fencing.Token,
 			clientv3.OpDelete(m.markKey(name, token))}, m.acknowledged(name, token, hint, revoked)...),
 	})
 	if err != nil {
-		return fmt.Errorf("lock: release %q: %w", name, err)
+		return 0, fmt.Errorf("lock: release %q: %w", name, err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
+		return 0, fmt.Errorf("%w: token %d of lock %q holds nothing", ErrNotHolder, token, name)
 	}
 	m.ids.Released(key)
-	return nil
+	return resp.Header.Revision, nil
 }
 
 // holderState is what one linearizable read says about a token.

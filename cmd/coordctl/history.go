@@ -52,6 +52,7 @@ func (a *app) historyCommand(what string, lists func(*clientlib.Admin, context.C
 	var owner string
 	var limit int
 	var newest bool
+	var minRev int64
 	cmd := &cobra.Command{
 		Use:   "history [NAME]",
 		Short: fmt.Sprintf("Who held the %s when: every grant and its end, with token, session, owner and reason", what),
@@ -60,7 +61,9 @@ func (a *app) historyCommand(what string, lists func(*clientlib.Admin, context.C
 token or term, session, owner and times, as coordd recorded them (kept
 for the daemon's --history-retention, 7 days by default). Without NAME,
 every %[1]s's. --since 3h starts three hours ago; --newest-first and
---limit show the latest events.`, what),
+--limit show the latest events. Events are recorded within about 250 ms
+of their commit: --min-revision waits (up to 10 s) until everything up
+to a revision is (a grant's, as acquire and campaign print it).`, what),
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 0 {
@@ -70,7 +73,7 @@ every %[1]s's. --since 3h starts three hours ago; --newest-first and
 			if len(args) == 1 {
 				name = args[0]
 			}
-			q := clientlib.HistoryQuery{Owner: owner, NewestFirst: newest, PageSize: min(max(limit, 100), 1000)}
+			q := clientlib.HistoryQuery{Owner: owner, NewestFirst: newest, PageSize: min(max(limit, 100), 1000), MinRevision: minRev}
 			now := time.Now()
 			if since > 0 {
 				q.Since = now.Add(-since)
@@ -110,6 +113,7 @@ every %[1]s's. --since 3h starts three hours ago; --newest-first and
 	cmd.Flags().StringVar(&owner, "owner", "", "only events of sessions with this owner")
 	cmd.Flags().IntVar(&limit, "limit", 0, "print at most this many events (0: all)")
 	cmd.Flags().BoolVar(&newest, "newest-first", false, "list the newest events first")
+	cmd.Flags().Int64Var(&minRev, "min-revision", 0, "wait (up to 10s) until the history has recorded every event up to this etcd revision")
 	return cmd
 }
 

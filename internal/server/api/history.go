@@ -34,11 +34,12 @@ type historyRequest interface {
 	GetPageSize() int32
 	GetPageToken() string
 	GetNewestFirst() bool
+	GetMinRevision() int64
 }
 
 func (s *HistoryServer) list(ctx context.Context, k history.Kind, req historyRequest) ([]*coorddv1.HistoryEvent, string, error) {
 	q := history.Query{Kind: k, Name: req.GetName(), Owner: req.GetOwner(), Limit: int(req.GetPageSize()),
-		PageToken: req.GetPageToken(), NewestFirst: req.GetNewestFirst()}
+		PageToken: req.GetPageToken(), NewestFirst: req.GetNewestFirst(), MinRevision: req.GetMinRevision()}
 	for _, b := range []struct {
 		ts   *timestamppb.Timestamp
 		to   *time.Time

@@ -238,14 +238,12 @@ func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) 
 		s.metrics.revoked("lock", r)
 		return &coorddv1.ReleaseResponse{Revocation: revocationProto(r)}, nil
 	}
-	release := s.m.Release
-	if req.GetRevoked() && hint.Session != 0 {
-		release = s.m.ReleaseRevoked // the holder's answer to a revocation
-	}
-	if err := release(ctx, req.GetName(), fencing.Token(req.GetToken()), hint); err != nil {
+	// revoked: the holder's answer to a revocation.
+	rev, err := s.m.ReleaseAt(ctx, req.GetName(), fencing.Token(req.GetToken()), hint, req.GetRevoked() && hint.Session != 0)
+	if err != nil {
 		return nil, err
 	}
-	return &coorddv1.ReleaseResponse{}, nil
+	return &coorddv1.ReleaseResponse{Revision: rev}, nil
 }
 
 // DescribeLock implements LockService.

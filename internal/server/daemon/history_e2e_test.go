@@ -251,3 +251,35 @@ func isSubsequence(want, got []string) bool {
 	}
 	return i == len(want)
 }
+
+// The history shows an event a moment after its commit; a read that names
+// the release's revision (its answer says it) as minRevision waits until
+// the history has it, and shows the grant and its release at once. A
+// revision the cluster has not reached, or a negative one, is refused
+// with INVALID_ARGUMENT.
+func TestHistoryReadsWaitForARevision(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	base := "http://" + d.HTTPAddr()
+	s := call(t, "POST", base+"/v1/sessions", `{"ttl":"30s"}`).body["session"].(map[string]any)["id"].(string)
+	for i := range 5 { // each read right after its release
+		name := fmt.Sprintf("at-once/%d", i)
+		g := call(t, "POST", base+"/v1/locks:acquire", fmt.Sprintf(`{"name":%q,"sessionId":%q}`, name, s))
+		token := g.body["grant"].(map[string]any)["token"].(string)
+		r := call(t, "POST", base+"/v1/locks:release", fmt.Sprintf(`{"name":%q,"token":%q,"sessionId":%q}`, name, token, s))
+		rev, _ := r.body["revision"].(string)
+		if r.status != 200 || rev == "" || rev == "0" {
+			t.Fatalf("release: %d %v; want its revision", r.status, r.body)
+		}
+		h := call(t, "GET", base+"/v1/locks:history?name="+url.QueryEscape(name)+"&minRevision="+rev, "")
+		evs, _ := h.body["events"].([]any)
+		if h.status != 200 || len(evs) != 2 {
+			t.Fatalf("history at the release's revision %s: %d %v; want the grant and the release", rev, h.status, h.body)
+		}
+	}
+	for _, bad := range []string{"minRevision=999999999", "minRevision=-1"} {
+		if r := call(t, "GET", base+"/v1/locks:history?name=at-once/0&"+bad, ""); r.status != 400 || reason(r) != "INVALID_ARGUMENT" {
+			t.Errorf("history with %s: %d %v; want 400 INVALID_ARGUMENT", bad, r.status, r.body)
+		}
+	}
+}

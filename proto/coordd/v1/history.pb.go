@@ -315,7 +315,14 @@ type ListLockHistoryRequest struct {
 	// page_token is the previous page's next_page_token.
 	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// newest_first lists the newest events first.
-	NewestFirst   bool `protobuf:"varint,7,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
+	NewestFirst bool `protobuf:"varint,7,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
+	// min_revision, when set, makes the call wait until the history has
+	// recorded every event up to this etcd revision (a grant's revision, a
+	// release's): events appear within about 250 ms of their commit, so a
+	// read right after one may not show it yet. The wait is at most 10 s
+	// (or the call's deadline); past it the call fails with UNAVAILABLE,
+	// saying up to which revision the history has recorded.
+	MinRevision   int64 `protobuf:"varint,8,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -399,6 +406,13 @@ func (x *ListLockHistoryRequest) GetNewestFirst() bool {
 	return false
 }
 
+func (x *ListLockHistoryRequest) GetMinRevision() int64 {
+	if x != nil {
+		return x.MinRevision
+	}
+	return 0
+}
+
 // ListLockHistoryResponse is a page of events.
 type ListLockHistoryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -470,7 +484,14 @@ type ListElectionHistoryRequest struct {
 	// page_token is the previous page's next_page_token.
 	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// newest_first lists the newest events first.
-	NewestFirst   bool `protobuf:"varint,7,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
+	NewestFirst bool `protobuf:"varint,7,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
+	// min_revision, when set, makes the call wait until the history has
+	// recorded every event up to this etcd revision (a grant's revision, a
+	// release's): events appear within about 250 ms of their commit, so a
+	// read right after one may not show it yet. The wait is at most 10 s
+	// (or the call's deadline); past it the call fails with UNAVAILABLE,
+	// saying up to which revision the history has recorded.
+	MinRevision   int64 `protobuf:"varint,8,opt,name=min_revision,json=minRevision,proto3" json:"min_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -552,6 +573,13 @@ func (x *ListElectionHistoryRequest) GetNewestFirst() bool {
 		return x.NewestFirst
 	}
 	return false
+}
+
+func (x *ListElectionHistoryRequest) GetMinRevision() int64 {
+	if x != nil {
+		return x.MinRevision
+	}
+	return 0
 }
 
 // ListElectionHistoryResponse is a page of events.
@@ -637,7 +665,7 @@ const file_coordd_v1_history_proto_rawDesc = "" +
 	"\x04held\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\x04held\x125\n" +
 	"\n" +
 	"revocation\x18\x11 \x01(\v2\x15.coordd.v1.RevocationR\n" +
-	"revocation\"\x85\x02\n" +
+	"revocation\"\xa8\x02\n" +
 	"\x16ListLockHistoryRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x120\n" +
@@ -646,10 +674,11 @@ const file_coordd_v1_history_proto_rawDesc = "" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x12!\n" +
-	"\fnewest_first\x18\a \x01(\bR\vnewestFirst\"r\n" +
+	"\fnewest_first\x18\a \x01(\bR\vnewestFirst\x12!\n" +
+	"\fmin_revision\x18\b \x01(\x03R\vminRevision\"r\n" +
 	"\x17ListLockHistoryResponse\x12/\n" +
 	"\x06events\x18\x01 \x03(\v2\x17.coordd.v1.HistoryEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x89\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xac\x02\n" +
 	"\x1aListElectionHistoryRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x120\n" +
@@ -658,7 +687,8 @@ const file_coordd_v1_history_proto_rawDesc = "" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x12!\n" +
-	"\fnewest_first\x18\a \x01(\bR\vnewestFirst\"v\n" +
+	"\fnewest_first\x18\a \x01(\bR\vnewestFirst\x12!\n" +
+	"\fmin_revision\x18\b \x01(\x03R\vminRevision\"v\n" +
 	"\x1bListElectionHistoryResponse\x12/\n" +
 	"\x06events\x18\x01 \x03(\v2\x17.coordd.v1.HistoryEventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\xbb\x02\n" +

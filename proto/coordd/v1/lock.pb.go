@@ -859,7 +859,11 @@ func (x *Revocation) GetWaited() *durationpb.Duration {
 type ReleaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// revocation, on a release from outside, says how the holder was told.
-	Revocation    *Revocation `protobuf:"bytes,1,opt,name=revocation,proto3" json:"revocation,omitempty"`
+	Revocation *Revocation `protobuf:"bytes,1,opt,name=revocation,proto3" json:"revocation,omitempty"`
+	// revision is the etcd revision of the release's commit, for a release
+	// by its holder (the history records it there: ListLockHistory's
+	// min_revision). 0 for a release from outside.
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -899,6 +903,13 @@ func (x *ReleaseResponse) GetRevocation() *Revocation {
 		return x.Revocation
 	}
 	return nil
+}
+
+func (x *ReleaseResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 // LockEntry is one holder or waiter.
@@ -1875,11 +1886,12 @@ const file_coordd_v1_lock_proto_rawDesc = "" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OUTCOME_ACKNOWLEDGED\x10\x01\x12\x11\n" +
 	"\rOUTCOME_BOUND\x10\x02\x12\x12\n" +
-	"\x0eOUTCOME_FORCED\x10\x03\"H\n" +
+	"\x0eOUTCOME_FORCED\x10\x03\"d\n" +
 	"\x0fReleaseResponse\x125\n" +
 	"\n" +
 	"revocation\x18\x01 \x01(\v2\x15.coordd.v1.RevocationR\n" +
-	"revocation\"\xc1\x03\n" +
+	"revocation\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\xc1\x03\n" +
 	"\tLockEntry\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1d\n" +

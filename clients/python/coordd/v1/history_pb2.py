@@ -16,7 +16,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63oordd/v1/history.proto\x12\tcoordd.v1\x1a\x14\x63oordd/v1/lock.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\x03\n\x0cHistoryEvent\x12)\n\x04type\x18\x01 \x01(\x0e\x32\x1b.coordd.v1.HistoryEventType\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x03\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x11\n\tprincipal\x18\x06 \x01(\t\x12\x10\n\x08hostname\x18\x07 \x01(\t\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12\x0c\n\x04read\x18\t \x01(\x08\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x10\n\x08revision\x18\x0b \x01(\x03\x12\x15\n\rfrom_revision\x18\x0c \x01(\x03\x12(\n\x04time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bhanded_from\x18\x0e \x01(\x03\x12)\n\x06waited\x18\x0f \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04held\x18\x10 \x01(\x0b\x32\x19.google.protobuf.Duration\x12)\n\nrevocation\x18\x11 \x01(\x0b\x32\x15.coordd.v1.Revocation\"\xc8\x01\n\x16ListLockHistoryRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x14\n\x0cnewest_first\x18\x07 \x01(\x08\"[\n\x17ListLockHistoryResponse\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.coordd.v1.HistoryEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xcc\x01\n\x1aListElectionHistoryRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x14\n\x0cnewest_first\x18\x07 \x01(\x08\"_\n\x1bListElectionHistoryResponse\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.coordd.v1.HistoryEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xbb\x02\n\x10HistoryEventType\x12\"\n\x1eHISTORY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aHISTORY_EVENT_TYPE_GRANTED\x10\x01\x12\x1f\n\x1bHISTORY_EVENT_TYPE_RELEASED\x10\x02\x12\x1e\n\x1aHISTORY_EVENT_TYPE_EXPIRED\x10\x03\x12%\n!HISTORY_EVENT_TYPE_SESSION_CLOSED\x10\x04\x12\x1e\n\x1aHISTORY_EVENT_TYPE_ELECTED\x10\x05\x12\x1f\n\x1bHISTORY_EVENT_TYPE_RESIGNED\x10\x06\x12\x1e\n\x1aHISTORY_EVENT_TYPE_REMOVED\x10\x07\x12\x1a\n\x16HISTORY_EVENT_TYPE_GAP\x10\x08\x32\xd0\x01\n\x0eHistoryService\x12X\n\x0fListLockHistory\x12!.coordd.v1.ListLockHistoryRequest\x1a\".coordd.v1.ListLockHistoryResponse\x12\x64\n\x13ListElectionHistory\x12%.coordd.v1.ListElectionHistoryRequest\x1a&.coordd.v1.ListElectionHistoryResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63oordd/v1/history.proto\x12\tcoordd.v1\x1a\x14\x63oordd/v1/lock.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\x03\n\x0cHistoryEvent\x12)\n\x04type\x18\x01 \x01(\x0e\x32\x1b.coordd.v1.HistoryEventType\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x03\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x11\n\tprincipal\x18\x06 \x01(\t\x12\x10\n\x08hostname\x18\x07 \x01(\t\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12\x0c\n\x04read\x18\t \x01(\x08\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x10\n\x08revision\x18\x0b \x01(\x03\x12\x15\n\rfrom_revision\x18\x0c \x01(\x03\x12(\n\x04time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bhanded_from\x18\x0e \x01(\x03\x12)\n\x06waited\x18\x0f \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04held\x18\x10 \x01(\x0b\x32\x19.google.protobuf.Duration\x12)\n\nrevocation\x18\x11 \x01(\x0b\x32\x15.coordd.v1.Revocation\"\xde\x01\n\x16ListLockHistoryRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x14\n\x0cnewest_first\x18\x07 \x01(\x08\x12\x14\n\x0cmin_revision\x18\x08 \x01(\x03\"[\n\x17ListLockHistoryResponse\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.coordd.v1.HistoryEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xe2\x01\n\x1aListElectionHistoryRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\x12\x14\n\x0cnewest_first\x18\x07 \x01(\x08\x12\x14\n\x0cmin_revision\x18\x08 \x01(\x03\"_\n\x1bListElectionHistoryResponse\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.coordd.v1.HistoryEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xbb\x02\n\x10HistoryEventType\x12\"\n\x1eHISTORY_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n\x1aHISTORY_EVENT_TYPE_GRANTED\x10\x01\x12\x1f\n\x1bHISTORY_EVENT_TYPE_RELEASED\x10\x02\x12\x1e\n\x1aHISTORY_EVENT_TYPE_EXPIRED\x10\x03\x12%\n!HISTORY_EVENT_TYPE_SESSION_CLOSED\x10\x04\x12\x1e\n\x1aHISTORY_EVENT_TYPE_ELECTED\x10\x05\x12\x1f\n\x1bHISTORY_EVENT_TYPE_RESIGNED\x10\x06\x12\x1e\n\x1aHISTORY_EVENT_TYPE_REMOVED\x10\x07\x12\x1a\n\x16HISTORY_EVENT_TYPE_GAP\x10\x08\x32\xd0\x01\n\x0eHistoryService\x12X\n\x0fListLockHistory\x12!.coordd.v1.ListLockHistoryRequest\x1a\".coordd.v1.ListLockHistoryResponse\x12\x64\n\x13ListElectionHistory\x12%.coordd.v1.ListElectionHistoryRequest\x1a&.coordd.v1.ListElectionHistoryResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'coordd.v1.history_pb2', globals())
@@ -24,18 +24,18 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1'
-  _HISTORYEVENTTYPE._serialized_start=1168
-  _HISTORYEVENTTYPE._serialized_end=1483
+  _HISTORYEVENTTYPE._serialized_start=1212
+  _HISTORYEVENTTYPE._serialized_end=1527
   _HISTORYEVENT._serialized_start=126
   _HISTORYEVENT._serialized_end=565
   _LISTLOCKHISTORYREQUEST._serialized_start=568
-  _LISTLOCKHISTORYREQUEST._serialized_end=768
-  _LISTLOCKHISTORYRESPONSE._serialized_start=770
-  _LISTLOCKHISTORYRESPONSE._serialized_end=861
-  _LISTELECTIONHISTORYREQUEST._serialized_start=864
-  _LISTELECTIONHISTORYREQUEST._serialized_end=1068
-  _LISTELECTIONHISTORYRESPONSE._serialized_start=1070
-  _LISTELECTIONHISTORYRESPONSE._serialized_end=1165
-  _HISTORYSERVICE._serialized_start=1486
-  _HISTORYSERVICE._serialized_end=1694
+  _LISTLOCKHISTORYREQUEST._serialized_end=790
+  _LISTLOCKHISTORYRESPONSE._serialized_start=792
+  _LISTLOCKHISTORYRESPONSE._serialized_end=883
+  _LISTELECTIONHISTORYREQUEST._serialized_start=886
+  _LISTELECTIONHISTORYREQUEST._serialized_end=1112
+  _LISTELECTIONHISTORYRESPONSE._serialized_start=1114
+  _LISTELECTIONHISTORYRESPONSE._serialized_end=1209
+  _HISTORYSERVICE._serialized_start=1530
+  _HISTORYSERVICE._serialized_end=1738
 # @@protoc_insertion_point(module_scope)
