@@ -215,7 +215,7 @@ func TestACrowdWaitsWithoutAGoroutineEach(t *testing.T) {
 	d := start(t, testConfig(t))
 	ctx := t.Context()
 	// Three clients, as fleets spread over connections; each could
-	// pipeline 65,536 calls on its stream (the member's bound).
+	// pipeline 16,384 calls on its stream (the member's bound).
 	clients := make([]*clientlib.Client, 3)
 	sessions := make([]*clientlib.Session, len(clients))
 	for i := range clients {
