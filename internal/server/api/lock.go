@@ -149,8 +149,8 @@ func (s *LockServer) acquireOnStream(ctx context.Context, req *coorddv1.AcquireR
 	defer stop()
 	start, p := time.Now(), PrincipalFrom(ctx)
 	answer := func(ctx context.Context, g lock.Grant, err error) (any, error) {
-		cancelWait()
-		done()
+		defer cancelWait() // after the grant is followed, which reads with ctx
+		defer done()
 		if err != nil {
 			return nil, stoppingOr(ctx, err)
 		}
