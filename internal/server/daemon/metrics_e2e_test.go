@@ -122,6 +122,7 @@ func TestCoorddMetrics(t *testing.T) {
 			"coordd_election_leader_changes_total": 1, "coordd_elections_with_leader": 1, "coordd_election_observers": 1,
 			"coordd_config_namespaces": 1, "coordd_config_watchers": 1,
 			"coordd_etcd_quota_backend_bytes": 2 << 30, "coordd_etcd_is_learner": 0, "coordd_etcd_can_commit": 1,
+			"coordd_session_expiries_total": 0,
 		}
 		for name, v := range want {
 			if got := value(f, name); got != v {
@@ -172,8 +173,12 @@ func TestCoorddMetrics(t *testing.T) {
 	if v := value(f, "coordd_lock_delay_waits_total"); v != 1 {
 		t.Errorf("coordd_lock_delay_waits_total = %v, want 1", v)
 	}
-	if v := value(f, "coordd_session_expiries_total"); v != 1 {
-		t.Errorf("coordd_session_expiries_total = %v, want 1", v)
+	// At least the keep-alive of b after its close; a renewal of b that
+	// the SDK had in flight when b closed may land after the close too
+	// (it counted 2 once on a loaded machine). None counted before b
+	// closed (the first wait above).
+	if v := value(f, "coordd_session_expiries_total"); v < 1 {
+		t.Errorf("coordd_session_expiries_total = %v, want at least 1", v)
 	}
 	if v := value(f, "coordd_sessions_closed_total"); v != 1 {
 		t.Errorf("coordd_sessions_closed_total = %v, want 1", v)
