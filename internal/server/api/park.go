@@ -104,8 +104,8 @@ func parkableCall(ctx context.Context) (context.Context, bool) {
 // around calls that cannot park, and for those that may park, after the
 // handler, with its outcome: at once if it answered, when the outcome
 // comes if it parked. Such a call then takes no time as in sees it: for a
-// metrics interceptor, a parked call's code is counted, not its wait (the
-// wait is in coordd_lock_wait_seconds).
+// metrics interceptor, its code is counted but no duration, whether it
+// parked or not (its time to grant is in coordd_lock_wait_seconds).
 func Deferring(in grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if _, ok := parkableCall(ctx); !ok {
