@@ -92,29 +92,11 @@ func lockRequest(name, sessionID string, limit int32, requestID, metadata string
 
 // Acquire implements LockService.
 func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) (*coorddv1.AcquireResponse, error) {
-	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata(), req.GetLockDelay(), req.GetRead())
+	resp, err := s.acquire(ctx, nil, req)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel, err := withWait(ctx, req.GetWait())
-	if err != nil {
-		return nil, err
-	}
-	defer cancel()
-	done, err := s.Waiters.enter(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	ctx, stop := untilStopped(ctx, s.stopped)
-	defer stop()
-	start := time.Now()
-	g, err := s.m.Acquire(ctx, lr)
-	if err != nil {
-		return nil, stoppingOr(ctx, err)
-	}
-	s.metrics.granted(time.Since(start), g.DelayWaited)
-	return &coorddv1.AcquireResponse{Grant: s.followed(ctx, req.GetKeepaliveStream(), g)}, nil
+	return resp.(*coorddv1.AcquireResponse), nil
 }
 
 // acquireOnStream is Acquire for the call stream: an acquisition that has
@@ -122,10 +104,14 @@ func (s *LockServer) Acquire(ctx context.Context, req *coorddv1.AcquireRequest) 
 // answered when its turn comes or its wait ends. What it answers is what
 // Acquire would.
 func (s *LockServer) acquireOnStream(ctx context.Context, req *coorddv1.AcquireRequest) (any, error) {
-	call, ok := parkableCall(ctx)
-	if !ok {
-		return s.Acquire(ctx, req)
-	}
+	call, _ := parkableCall(ctx)
+	return s.acquire(ctx, call, req)
+}
+
+// acquire serves an Acquire: it waits on its own goroutine when call is
+// nil, and otherwise parks a wait, which call (the call's own context on
+// its stream, see parkableCall) governs, and returns a later.
+func (s *LockServer) acquire(ctx, call context.Context, req *coorddv1.AcquireRequest) (any, error) {
 	lr, err := lockRequest(req.GetName(), req.GetSessionId(), req.GetLimit(), req.GetRequestId(), req.GetMetadata(), req.GetLockDelay(), req.GetRead())
 	if err != nil {
 		return nil, err
@@ -137,7 +123,7 @@ func (s *LockServer) acquireOnStream(ctx context.Context, req *coorddv1.AcquireR
 	}
 	defer cancel()
 	wait, cancelWait := call, context.CancelFunc(func() {})
-	if deadline, ok := ctx.Deadline(); ok && req.GetWait() != nil {
+	if deadline, ok := ctx.Deadline(); ok && call != nil && req.GetWait() != nil {
 		wait, cancelWait = context.WithDeadline(call, deadline)
 	}
 	done, err := s.Waiters.enter(ctx)
@@ -156,6 +142,10 @@ func (s *LockServer) acquireOnStream(ctx context.Context, req *coorddv1.AcquireR
 		}
 		s.metrics.granted(time.Since(start), g.DelayWaited)
 		return &coorddv1.AcquireResponse{Grant: s.followed(ctx, req.GetKeepaliveStream(), g)}, nil
+	}
+	if call == nil {
+		g, err := s.m.Acquire(ctx, lr)
+		return answer(ctx, g, err)
 	}
 	l := &later{}
 	g, parked, err := s.m.AcquireLater(ctx, lr, lock.Later{Ctx: wait, Done: func(g lock.Grant, err error) {
