@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/base/configvalue"
 )
 
 // reader gives a template its functions over one snapshot and records
@@ -66,6 +67,24 @@ func (rd *reader) funcs() map[string]any {
 				return nil, fmt.Errorf("parseJSON: %w", err)
 			}
 			return v, nil
+		},
+		// text is a value read as text: a JSON string without its quotes
+		// ("8080" stored quoted to stay a string prints 8080), anything
+		// else as stored.
+		"text": func(s string) string {
+			var str string
+			if json.Unmarshal(configvalue.JSON(s), &str) == nil {
+				return str
+			}
+			return s
+		},
+		// value is a value read as configvalue's rule reads it (a schema
+		// and Bind read it so): JSON text as that JSON, other text as a
+		// string.
+		"value": func(s string) any {
+			var v any
+			_ = json.Unmarshal(configvalue.JSON(s), &v) // configvalue.JSON is always JSON
+			return v
 		},
 		"toJSON": func(v any) (string, error) {
 			b, err := json.Marshal(v)

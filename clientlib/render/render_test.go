@@ -305,6 +305,26 @@ func TestRenderOnce(t *testing.T) {
 	}
 }
 
+// text prints a value as text (a string stored quoted, to stay a string,
+// without its quotes); value reads it as a schema and Bind do.
+func TestRenderReadsValuesByTheOneRule(t *testing.T) {
+	c := start(t)
+	dir := t.TempDir()
+	tmpl, out := filepath.Join(dir, "t"), filepath.Join(dir, "out")
+	writeFile(t, tmpl, `{{ text (key "v" "port") }} {{ text (key "v" "timeout") }} {{ text (key "v" "limits") }} {{ (value (key "v" "limits")).cpu }} {{ value (key "v" "timeout") }}`)
+	put(t, c, "v", "port", `"8080"`, "timeout", "5s", "limits", `{"cpu":2}`)
+	r, err := render.New(c, render.Options{Template: tmpl, Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Once(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := readFile(t, out), `8080 5s {"cpu":2} 2 5s`; got != want {
+		t.Errorf("render = %q, want %q", got, want)
+	}
+}
+
 // Reload reads the template again and renders with it at once; one that
 // does not parse is refused and the one before stays.
 func TestRenderReload(t *testing.T) {

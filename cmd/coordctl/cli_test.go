@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
@@ -530,13 +531,49 @@ func TestPublishFileThatIsNotAnObject(t *testing.T) {
 		`{"a": 1,}`:    "not valid JSON at byte 9",
 		`{"a": "b"} x`: "", // trailing text after the object is ignored, as before
 	} {
-		ms, err := mutationsFromJSON([]byte(file), false)
+		ms, err := mutationsFromJSON([]byte(file), valueFlags{})
 		switch {
 		case want == "" && err != nil:
 			t.Errorf("%q: %v", file, err)
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "Go value")):
 			t.Errorf("%q: %v (%d mutations); want an error saying %q", file, err, len(ms), want)
 		}
+	}
+}
+
+// A publish file's value is the text the user gave: a string without its
+// quotes (unless bare it would read as another type), a number or a
+// boolean as its text; an object or an array is refused unless
+// --json-values asks for JSON text.
+func TestPublishFileValuesAreTheirText(t *testing.T) {
+	file := `{"timeout": "5s", "retries": 3, "on": true, "port": "8080", "quoted": "\"x\"", "url": "postgres://db:5432/a?b=<c>&d", "ratio": 1.50, "gone": null}`
+	ms, err := mutationsFromJSON([]byte(file), valueFlags{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, m := range ms {
+		if m.Delete {
+			got[m.Key] = "(deleted)"
+			continue
+		}
+		got[m.Key] = m.Value
+	}
+	want := map[string]string{
+		"timeout": "5s", "retries": "3", "on": "true", "port": `"8080"`, "quoted": `"\"x\""`,
+		"url": "postgres://db:5432/a?b=<c>&d", "ratio": "1.50", "gone": "(deleted)",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("values = %q\nwant %q", got, want)
+	}
+	for _, nested := range []string{`{"limits": {"cpu": 1}}`, `{"hosts": ["a", "b"]}`} {
+		if _, err := mutationsFromJSON([]byte(nested), valueFlags{}); err == nil || !strings.Contains(err.Error(), "--json-values") {
+			t.Errorf("%s: %v; want a refusal naming --json-values", nested, err)
+		}
+	}
+	ms, err = mutationsFromJSON([]byte(`{"timeout": "5s", "limits": {"cpu": 1}}`), valueFlags{jsonValues: true})
+	if err != nil || len(ms) != 2 || ms[0].Value != `{"cpu":1}` || ms[1].Value != `"5s"` {
+		t.Errorf("--json-values: %+v, %v; want JSON text, quotes included", ms, err)
 	}
 }
 
@@ -926,7 +963,7 @@ func TestConfigSecrets(t *testing.T) {
 	if code, out, errOut := ctl(t, src, secret, "config", "put", "shop/db", "password", "-", "--secret"); code != 0 || !strings.Contains(out, "+ password = (secret)") || strings.Contains(out+errOut, secret) {
 		t.Fatalf("put --secret: %d %q %q", code, out, errOut)
 	}
-	if code, out, errOut := ctl(t, src, `{"host":"db1","user":"app","token":"tok-`+secret+`"}`, "config", "publish", "shop/db", "-f", "-", "--raw", "--secret", "token"); code != 0 ||
+	if code, out, errOut := ctl(t, src, `{"host":"db1","user":"app","token":"tok-`+secret+`"}`, "config", "publish", "shop/db", "-f", "-", "--secret", "token"); code != 0 ||
 		!strings.Contains(out, "+ token = (secret)") || !strings.Contains(out, "+ user = app") || strings.Contains(out+errOut, secret) {
 		t.Fatalf("publish --secret: %d %q %q", code, out, errOut)
 	}

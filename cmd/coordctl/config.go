@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/user"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/base/configvalue"
 )
 
 // changeLine prints a change as + (added), - (removed) or ~ (changed); a
@@ -103,10 +105,35 @@ func markSecrets(ms []clientlib.ConfigMutation, keys []string) ([]clientlib.Conf
 	return ms, nil
 }
 
+// valueFlags choose how a publish file's members become values: the
+// flags of publish, propose and gray.
+type valueFlags struct {
+	jsonValues bool
+	raw        bool // deprecated: what the default now does
+}
+
+func (f *valueFlags) add(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.jsonValues, "json-values", false, "store every member as its JSON text (\"web\" with its quotes; objects and arrays allowed)")
+	cmd.Flags().BoolVar(&f.raw, "raw", false, "no longer needed: string members are stored without their quotes")
+	_ = cmd.Flags().MarkDeprecated("raw", "string members are now stored without their quotes by default (see --json-values)")
+}
+
+// valuesHelp is the publish file's rule, for the commands' long help.
+const valuesHelp = `The file (or stdin with -f -) is one JSON object of keys and values, such
+as {"timeout": "5s", "retries": 3}: a string member is stored as its text
+(5s, no quotes), a number or a boolean as its JSON text (3, true), and null
+deletes the key. A string that would read back as something else keeps its
+quotes ("8080" and "true" stay strings for a schema and for Bind; render's
+"text" prints them without). Objects and arrays are refused unless
+--json-values stores every member as its JSON text, quotes included.`
+
 // mutationsFromJSON reads a publish file: a JSON object whose members are
-// the keys to set, each value stored as its JSON text (a string with its
-// quotes), or with raw a string stored as it is; null deletes the key.
-func mutationsFromJSON(data []byte, raw bool) ([]clientlib.ConfigMutation, error) {
+// the keys to set; null deletes a key. Each value is stored as the text
+// that configvalue's rule reads back as the member: a string as itself
+// (quoted only when bare it would read as a number, a boolean, null or
+// JSON), a number or a boolean as its JSON text; an object or an array is
+// refused. With f.jsonValues every member is stored as its JSON text.
+func mutationsFromJSON(data []byte, f valueFlags) ([]clientlib.ConfigMutation, error) {
 	var doc map[string]json.RawMessage
 	if t := bytes.TrimSpace(data); len(t) == 0 || t[0] != '{' {
 		return nil, usagef("the publish file must be one JSON object of keys and values, such as {\"timeout\": \"5s\"}; it holds %s", jsonKind(t))
@@ -120,32 +147,41 @@ func mutationsFromJSON(data []byte, raw bool) ([]clientlib.ConfigMutation, error
 		}
 		return nil, usagef("the publish file must be one JSON object of keys and values: %v", err)
 	}
-	keys := make([]string, 0, len(doc))
-	for k := range doc {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var out []clientlib.ConfigMutation
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(doc)) {
 		v := bytes.TrimSpace(doc[k])
-		switch {
-		case string(v) == "null":
+		if string(v) == "null" {
 			out = append(out, clientlib.ConfigMutation{Key: k, Delete: true})
-		case raw && len(v) > 0 && v[0] == '"':
-			var s string
-			if err := json.Unmarshal(v, &s); err != nil {
-				return nil, err
-			}
-			out = append(out, clientlib.ConfigMutation{Key: k, Value: s})
-		default:
-			var compact bytes.Buffer
-			if err := json.Compact(&compact, v); err != nil {
-				return nil, err
-			}
-			out = append(out, clientlib.ConfigMutation{Key: k, Value: compact.String()})
+			continue
 		}
+		text, err := valueText(k, v, f.jsonValues)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, clientlib.ConfigMutation{Key: k, Value: text})
 	}
 	return out, nil
+}
+
+// valueText is the stored text of one member's JSON value v.
+func valueText(key string, v []byte, jsonValues bool) (string, error) {
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, v); err != nil {
+		return "", err
+	}
+	switch {
+	case jsonValues:
+		return compact.String(), nil
+	case v[0] == '{' || v[0] == '[':
+		return "", usagef("the publish file sets %q to a JSON %s: a value is text (a string, a number or a boolean); write it as a string, or store JSON text with --json-values", key, jsonKind(v))
+	case v[0] != '"':
+		return compact.String(), nil // a number or a boolean: its text
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return "", err
+	}
+	return configvalue.Text(s), nil
 }
 
 func (a *app) configCommand() *cobra.Command {
@@ -299,17 +335,14 @@ func (a *app) configDeleteCommand() *cobra.Command {
 func (a *app) configPublishCommand() *cobra.Command {
 	var rf releaseFlags
 	var file string
-	var raw, dryRun bool
+	var vf valueFlags
+	var dryRun bool
 	var secrets []string
 	publish := &cobra.Command{
 		Use:   "publish NAMESPACE -f FILE",
 		Short: "Publish many changes as one atomic release, from a JSON file or stdin (-f -)",
-		Long: `Publish many changes as one atomic release. The file (or stdin with -f -) is
-one JSON object: each member sets a key to the member's value as JSON text
-(so "web" is stored with its quotes, 8080 as 8080); null deletes the key.
-With --raw, string members are stored without their quotes. --secret KEY
-(repeatable) stores that key's value as a secret.`,
-		Args: cobra.ExactArgs(1),
+		Long:  "Publish many changes as one atomic release.\n\n" + valuesHelp + "\n\n--secret KEY (repeatable) stores that key's value as a secret.",
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if file == "" {
 				return usagef("-f FILE (or -f - for stdin) is required")
@@ -318,7 +351,7 @@ With --raw, string members are stored without their quotes. --secret KEY
 			if err != nil {
 				return err
 			}
-			ms, err := mutationsFromJSON(data, raw)
+			ms, err := mutationsFromJSON(data, vf)
 			if err != nil {
 				return err
 			}
@@ -338,7 +371,7 @@ With --raw, string members are stored without their quotes. --secret KEY
 	}
 	rf.add(publish)
 	publish.Flags().StringVarP(&file, "file", "f", "", "JSON object of keys to set (null deletes); - for stdin")
-	publish.Flags().BoolVar(&raw, "raw", false, "store string members without their quotes")
+	vf.add(publish)
 	publish.Flags().BoolVar(&dryRun, "dry-run", false, "validate and show the changes, write nothing")
 	publish.Flags().StringArrayVar(&secrets, "secret", nil, "store this key's value as a secret (repeatable)")
 	return publish

@@ -75,7 +75,7 @@ func proposalArgs(args []string) (string, int64, error) {
 func (a *app) configProposeCommand() *cobra.Command {
 	var rf releaseFlags
 	var file string
-	var raw bool
+	var vf valueFlags
 	var secrets []string
 	var rollbackTo int64
 	cmd := &cobra.Command{
@@ -84,7 +84,7 @@ func (a *app) configProposeCommand() *cobra.Command {
 		Long: `Propose a release: validated as publish would (keys, sizes, schema) and
 kept as a pending proposal; the namespace does not change until another
 principal approves it (config approve). The file is read as config publish
-reads it (--raw, --secret KEY); --rollback-to proposes restoring a release's
+reads it (--json-values, --secret KEY); --rollback-to proposes restoring a release's
 content. A namespace that requires approval (config approval --require)
 changes only this way. Needs config.propose.`,
 		Args: cobra.ExactArgs(1),
@@ -98,7 +98,7 @@ changes only this way. Needs config.propose.`,
 				if err != nil {
 					return err
 				}
-				if ms, err = mutationsFromJSON(data, raw); err != nil {
+				if ms, err = mutationsFromJSON(data, vf); err != nil {
 					return err
 				}
 				if ms, err = markSecrets(ms, secrets); err != nil {
@@ -122,7 +122,7 @@ changes only this way. Needs config.propose.`,
 	}
 	rf.add(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "JSON object of keys to set (null deletes); - for stdin")
-	cmd.Flags().BoolVar(&raw, "raw", false, "store string members without their quotes")
+	vf.add(cmd)
 	cmd.Flags().StringArrayVar(&secrets, "secret", nil, "store this key's value as a secret (repeatable)")
 	cmd.Flags().Int64Var(&rollbackTo, "rollback-to", 0, "propose restoring this release's content")
 	return cmd

@@ -112,7 +112,7 @@ type grayFlags struct {
 	labels    []string
 	percent   int
 	file      string
-	raw       bool
+	values    valueFlags
 	set       []string
 	del       []string
 	expect    int64
@@ -126,7 +126,7 @@ func (f *grayFlags) addDefinition(cmd *cobra.Command) {
 	cmd.Flags().StringArrayVar(&f.labels, "label", nil, "select instances with this label, KEY=VALUE (repeatable: all must match)")
 	cmd.Flags().IntVar(&f.percent, "percent", 0, "select this percentage of instances (a stable hash of their ids)")
 	cmd.Flags().StringVarP(&f.file, "file", "f", "", "overrides as a JSON object, as config publish takes; - for stdin")
-	cmd.Flags().BoolVar(&f.raw, "raw", false, "store string members of -f without their quotes")
+	f.values.add(cmd)
 	cmd.Flags().StringArrayVar(&f.set, "set", nil, "override KEY=VALUE, the value stored as given (repeatable)")
 	cmd.Flags().StringArrayVar(&f.del, "delete", nil, "the gray deletes KEY (repeatable)")
 	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "validate and show what the instances would see, write nothing")
@@ -171,7 +171,7 @@ func (a *app) overrides(f *grayFlags) ([]clientlib.ConfigMutation, error) {
 		if err != nil {
 			return nil, err
 		}
-		if out, err = mutationsFromJSON(data, f.raw); err != nil {
+		if out, err = mutationsFromJSON(data, f.values); err != nil {
 			return nil, err
 		}
 	}

@@ -313,7 +313,7 @@ func TestConfigCommands(t *testing.T) {
 	d := coorddtest.Start(t)
 	ep := d.GRPCAddr
 	code, out, errOut := ctl(t, ep, `{"port": 8080, "name": "web", "gone": null}`, "config", "publish", "svc/prod", "-f", "-", "-m", "first", "--author", "ana")
-	if code != 0 || !strings.Contains(out, "release 1") || !strings.Contains(out, `+ name = "web"`) {
+	if code != 0 || !strings.Contains(out, "release 1") || !strings.Contains(out, "+ name = web\n") {
 		t.Fatalf("publish = %d\n%s%s", code, out, errOut)
 	}
 	if out := must(t, ep, "config", "get", "svc/prod", "port"); strings.TrimSpace(out) != "8080" {
@@ -336,11 +336,11 @@ func TestConfigCommands(t *testing.T) {
 	if out := must(t, ep, "config", "history", "svc/prod"); !strings.Contains(out, "first") || strings.Count(out, "\n") != 4 {
 		t.Fatalf("history:\n%s", out)
 	}
-	if out := must(t, ep, "config", "diff", "svc/prod", "1", "3"); !strings.Contains(out, "~ port = 9090 (was 8080)") || !strings.Contains(out, `- name (was "web")`) {
+	if out := must(t, ep, "config", "diff", "svc/prod", "1", "3"); !strings.Contains(out, "~ port = 9090 (was 8080)") || !strings.Contains(out, "- name (was web)") {
 		t.Fatalf("diff:\n%s", out)
 	}
 	must(t, ep, "config", "rollback", "svc/prod", "1")
-	if out := must(t, ep, "config", "get", "svc/prod", "name"); strings.TrimSpace(out) != `"web"` {
+	if out := must(t, ep, "config", "get", "svc/prod", "name"); strings.TrimSpace(out) != "web" {
 		t.Fatalf("after rollback: %q", out)
 	}
 	exits(t, exitConflict, ep, "config", "put", "svc/prod", "port", "1", "--expect", "1")

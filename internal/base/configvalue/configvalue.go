@@ -22,3 +22,14 @@ func JSON(text string) []byte {
 	b, _ := json.Marshal(text) // a Go string always marshals
 	return b
 }
+
+// Text returns the text that reads back, under the rule above, as the
+// string s: s itself, or s quoted when alone it would read as another JSON
+// value (8080, true, null, "x", {}).
+func Text(s string) string {
+	if strings.TrimSpace(s) != "" && json.Valid([]byte(s)) {
+		b, _ := json.Marshal(s) // a Go string always marshals
+		return string(b)
+	}
+	return s
+}

@@ -32,3 +32,27 @@ func TestJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestTextReadsBackAsTheString(t *testing.T) {
+	for s, want := range map[string]string{
+		"5s":                 "5s",
+		"postgres://db:5432": "postgres://db:5432",
+		"":                   "",
+		"  ":                 "  ",
+		"8080":               `"8080"`,
+		"true":               `"true"`,
+		"null":               `"null"`,
+		`"x"`:                `"\"x\""`,
+		"{}":                 `"{}"`,
+		" 3":                 `" 3"`,
+		"<a & b>":            "<a & b>",
+	} {
+		if got := Text(s); got != want {
+			t.Errorf("Text(%q) = %q, want %q", s, got, want)
+		}
+		var back any
+		if err := json.Unmarshal(JSON(Text(s)), &back); err != nil || back != s {
+			t.Errorf("Text(%q) = %q reads back as %#v (%v)", s, Text(s), back, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,9 +20,11 @@ import (
 // then docs/config-center.md's (it goes on from the README's config
 // walk-through) on one daemon, each other page on a daemon of its own.
 //
-// A block fails when a command fails (bash -e), or when an answer is an
-// internal error, an unimplemented call or an unknown route. Streams that
-// the walk-throughs leave open end after a few seconds.
+// A block fails when a command fails (bash -e), when a command that
+// states its output (a comment "# prints: `line` `line`") prints anything
+// else, or when an answer is an internal error, an unimplemented call or
+// an unknown route. Streams that the walk-throughs leave open end after a
+// few seconds.
 func TestDocsShellBlocksRun(t *testing.T) {
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl"} {
@@ -112,9 +115,9 @@ func runShell(t *testing.T, root, script string) {
 		t.Fatal(err)
 	}
 	d := start(t, cfg)
-	script = strings.NewReplacer(
+	script = checkPrinted(strings.NewReplacer(
 		"localhost:7421", d.HTTPAddr(), "127.0.0.1:7421", d.HTTPAddr(), "127.0.0.1:7420", d.GRPCAddr(),
-	).Replace(script)
+	).Replace(script))
 	prelude := `set -e
 cd "$COORDD_DOCS_ROOT"
 # Streams left open (watch, observe) end after a few seconds; a job that
@@ -132,6 +135,32 @@ kill() { command kill "$@" 2>/dev/null || true; }
 	if bad := badOutput.Find(out); bad != nil {
 		t.Errorf("the shell blocks' output has %q:\n%s", bad, out)
 	}
+}
+
+// printsComment is a command's stated output: "cmd   # prints: `a` `b`"
+// says that cmd prints the lines a and b, and nothing else.
+var (
+	printsComment = regexp.MustCompile("^(.*?)\\s+# prints: ((?:`[^`]*`\\s*)+)$")
+	printedLine   = regexp.MustCompile("`([^`]*)`")
+)
+
+// checkPrinted rewrites each command that states its output into one that
+// fails unless it prints exactly that.
+func checkPrinted(script string) string {
+	lines := strings.Split(script, "\n")
+	for i, l := range lines {
+		m := printsComment.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		var want []string
+		for _, w := range printedLine.FindAllStringSubmatch(m[2], -1) {
+			want = append(want, "'"+strings.ReplaceAll(w[1], "'", `'\''`)+"'")
+		}
+		lines[i] = fmt.Sprintf(`got=$(%s); want=$(printf '%%s\n' %s); [ "$got" = "$want" ] || { printf 'documented output differs:\n%%s\nwant:\n%%s\n' "$got" "$want"; exit 1; }`,
+			m[1], strings.Join(want, " "))
+	}
+	return strings.Join(lines, "\n")
 }
 
 // badOutput is what no walk-through should print: an internal error, an
