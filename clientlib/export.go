@@ -1,6 +1,7 @@
 package clientlib
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coordd/coordd/internal/base/keyring"
 )
@@ -45,7 +47,49 @@ type ExportedNamespace struct {
 	// Inherits is the shared namespace it inherits from; Values then hold
 	// only its own keys.
 	Inherits string `json:"inherits,omitempty"`
+	// History is the namespace's last releases up to Release, oldest
+	// first (ExportOptions.History; none by default). Import replays them.
+	History []ExportedRelease `json:"history,omitempty"`
 }
+
+// ExportedRelease is one release of a namespace's history in an export:
+// who made it, when, why, and what it changed. A secret's change says only
+// that it changed (Secret, no values), as release history does.
+type ExportedRelease struct {
+	Number     int64          `json:"number"`
+	Author     string         `json:"author,omitempty"`
+	Message    string         `json:"message,omitempty"`
+	Time       time.Time      `json:"time"`
+	RollbackOf int64          `json:"rollback_of,omitempty"`
+	Changes    []ExportChange `json:"changes"`
+	// InheritedFrom is set on a release that carried a shared namespace's
+	// change to this heir: import does not replay it (the heir inherits).
+	InheritedFrom string `json:"inherited_from,omitempty"`
+}
+
+// ExportChange is one key's change in an ExportedRelease: Old absent, the
+// key was added; New absent, it was deleted.
+type ExportChange struct {
+	Key    string  `json:"key"`
+	Old    *string `json:"old,omitempty"`
+	New    *string `json:"new,omitempty"`
+	Secret bool    `json:"secret,omitempty"`
+}
+
+// ExportOptions qualify an Export.
+type ExportOptions struct {
+	// SecretsKey, when set, exports secrets sealed with it: the calls must
+	// reveal secrets (RevealSecrets; the caller needs config.read-secret).
+	// Without it secrets are left out (listed in Hidden).
+	SecretsKey TransferKey
+	// History is how many of each namespace's last releases to export
+	// with it (0: none; at most MaxExportHistory), so that an import keeps
+	// their authors, messages, times and changes.
+	History int
+}
+
+// MaxExportHistory bounds ExportOptions.History.
+const MaxExportHistory = 1000
 
 // ExportedApproval is an approval policy in an export.
 type ExportedApproval struct {
@@ -78,17 +122,21 @@ func transferAAD(ns, key string) []byte {
 // as it is now (schemas are not versioned). A namespace with neither a
 // release nor a schema is left out.
 //
-// Secrets are left out (listed in Hidden) unless key is given: then the
-// calls must reveal secrets (RevealSecrets; the caller needs
-// config.read-secret), and each secret is sealed with key before it is
-// kept in the export.
-func (cc *ConfigCenter) Export(ctx context.Context, namespaces []string, key ...TransferKey) (ConfigExport, error) {
+// Secrets are left out (listed in Hidden) unless o.SecretsKey is given:
+// then each secret is sealed with it before it is kept in the export.
+// With o.History, each namespace's last releases up to the exported one
+// come with it (those etcd still keeps: the config center keeps a bounded
+// number per namespace).
+func (cc *ConfigCenter) Export(ctx context.Context, namespaces []string, o ExportOptions) (ConfigExport, error) {
+	if o.History < 0 || o.History > MaxExportHistory {
+		return ConfigExport{}, fmt.Errorf("%w: history %d is not between 0 and %d releases", ErrInvalidArgument, o.History, MaxExportHistory)
+	}
 	var tk []byte
-	if len(key) > 0 && key[0] != nil {
+	if o.SecretsKey != nil {
 		if !cc.reveal {
 			return ConfigExport{}, fmt.Errorf("%w: exporting secrets needs the calls to reveal them (ConfigCenter().RevealSecrets())", ErrInvalidArgument)
 		}
-		k, err := key[0].Key(key[0].Primary())
+		k, err := o.SecretsKey.Key(o.SecretsKey.Primary())
 		if err != nil {
 			return ConfigExport{}, err
 		}
@@ -138,8 +186,11 @@ func (cc *ConfigCenter) Export(ctx context.Context, namespaces []string, key ...
 			}
 			slices.Sort(e.Hidden)
 		}
+		if e.History, err = cc.exportHistory(ctx, ns, snap.Release, o.History); err != nil {
+			return ConfigExport{}, fmt.Errorf("exporting the history of %s: %w", ns, err)
+		}
 		if tk != nil && len(snap.Secret) > 0 {
-			out.SecretsKey, e.Secrets = key[0].Primary(), map[string]string{}
+			out.SecretsKey, e.Secrets = o.SecretsKey.Primary(), map[string]string{}
 			for _, k := range snap.Secret {
 				sealed, err := keyring.Seal(tk, transferAAD(ns, k), snap.Values[k])
 				if err != nil {
@@ -151,6 +202,28 @@ func (cc *ConfigCenter) Export(ctx context.Context, namespaces []string, key ...
 		}
 		out.Namespaces = append(out.Namespaces, e)
 	}
+	return out, nil
+}
+
+// exportHistory reads up to n of ns's releases up to release last, oldest
+// first.
+func (cc *ConfigCenter) exportHistory(ctx context.Context, ns string, last int64, n int) ([]ExportedRelease, error) {
+	var out []ExportedRelease
+	for before := last + 1; len(out) < n && before > 1; {
+		page, err := cc.Releases(ctx, ns, before, min(n-len(out), 100))
+		if err != nil || len(page) == 0 {
+			return out, err
+		}
+		for _, r := range page {
+			e := ExportedRelease{Number: r.Number, Author: r.Author, Message: r.Message, Time: r.Time, RollbackOf: r.RollbackOf, InheritedFrom: r.InheritedFrom, Changes: []ExportChange{}}
+			for _, c := range r.Changes {
+				e.Changes = append(e.Changes, ExportChange(c))
+			}
+			out = append(out, e)
+			before = r.Number
+		}
+	}
+	slices.Reverse(out)
 	return out, nil
 }
 
@@ -194,6 +267,10 @@ type ImportResult struct {
 	// Skipped are secrets the export left out (its Hidden) that the target
 	// lacks: they could not be created.
 	Skipped []string
+	// Replayed is how many releases of the export's history were made
+	// again here (in a dry run: would be), the content before the first
+	// of them included.
+	Replayed int
 }
 
 // Import makes each namespace of the export what the export says: one
@@ -202,6 +279,17 @@ type ImportResult struct {
 // be overwritten), and the export's schema. Namespaces are imported one
 // after another, in the export's order; it is not atomic across them: on
 // an error it returns the results of the namespaces imported before it.
+//
+// A namespace exported with its history whose content here differs is
+// instead brought to the content before the first exported release, and
+// each exported release is made again, with its author and its message
+// (which gains the release's number, time and o.Message), each a
+// compare-and-set on the one before; then one more release sets what the
+// history cannot (secrets). Releases that changed only secrets, or that an
+// heir inherited, are not made again. A replay that fails part way leaves
+// the releases made so far.
+//
+// Importing the same export again changes nothing and makes no release.
 func (cc *ConfigCenter) Import(ctx context.Context, exp ConfigExport, o ImportOptions) ([]ImportResult, error) {
 	if exp.Format != ExportFormat {
 		return nil, fmt.Errorf("%w: not a coordd config export (format %q, want %q)", ErrInvalidArgument, exp.Format, ExportFormat)
@@ -247,13 +335,26 @@ func (cc *ConfigCenter) importInheritance(ctx context.Context, ns ExportedNamesp
 	return err
 }
 
-func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o ImportOptions, keyID string) (ImportResult, error) {
-	cur, err := cc.Snapshot(ctx, ns.Name, 0)
-	if err != nil {
-		return ImportResult{}, err
+// importSnapshot reads the namespace ns is imported into, its own keys
+// only. When ns brings secrets it reads their values too if the caller may
+// (config.read-secret), so that a secret that already has the exported
+// value is not put again: importing the same file twice then makes no
+// release.
+func (cc *ConfigCenter) importSnapshot(ctx context.Context, ns ExportedNamespace) (NamespaceSnapshot, error) {
+	cur, err := cc.RevealSecrets().Snapshot(ctx, ns.Name, 0)
+	if len(ns.Secrets) == 0 || err != nil {
+		cur, err = cc.Snapshot(ctx, ns.Name, 0)
 	}
 	for _, k := range cur.Inherited { // only its own keys are imported
 		delete(cur.Values, k)
+	}
+	return cur, err
+}
+
+func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o ImportOptions, keyID string) (ImportResult, error) {
+	cur, err := cc.importSnapshot(ctx, ns)
+	if err != nil {
+		return ImportResult{}, err
 	}
 	schema, err := cc.Schema(ctx, ns.Name)
 	if err != nil {
@@ -264,6 +365,8 @@ func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o I
 	if err != nil {
 		return res, err
 	}
+	replay := replaySteps(ns, cur, o, len(ms) > len(secrets))
+	res.Replayed = len(replay)
 	po := PublishOptions{ExpectedRevision: cur.Revision, Author: o.Author, Message: o.Message}
 	if o.DryRun {
 		if len(ms) > 0 && !res.SchemaChanged {
@@ -279,6 +382,9 @@ func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o I
 		return res, nil
 	}
 	publish := func() error {
+		if len(replay) > 0 {
+			return cc.replay(ctx, ns, replay, po, o, keyID, &res)
+		}
 		if len(ms) == 0 {
 			return nil
 		}
@@ -311,6 +417,123 @@ func (cc *ConfigCenter) importOne(ctx context.Context, ns ExportedNamespace, o I
 	return res, cc.SetSchema(ctx, ns.Name, ns.Schema)
 }
 
+// replayStep is one release of a replay.
+type replayStep struct {
+	ms              []ConfigMutation
+	author, message string
+}
+
+// replaySteps are the releases that replay ns's history onto cur: to the
+// content before its first release, then each release's changes of
+// values (a secret's value is not in history). None when ns has no
+// history or differs (differs: false) only in secrets.
+func replaySteps(ns ExportedNamespace, cur NamespaceSnapshot, o ImportOptions, differs bool) []replayStep {
+	secret := func(k string) bool {
+		_, sealed := ns.Secrets[k]
+		return sealed || slices.Contains(ns.Hidden, k) || slices.Contains(cur.Secret, k) || slices.Contains(cur.Hidden, k)
+	}
+	var history []ExportedRelease
+	for _, r := range ns.History {
+		if r.InheritedFrom == "" {
+			history = append(history, r)
+		}
+	}
+	if !differs || len(history) == 0 {
+		return nil
+	}
+	// The content before the first release: the exported values with
+	// the history undone, newest first.
+	base := maps.Clone(ns.Values)
+	for i := len(history) - 1; i >= 0; i-- {
+		for _, c := range history[i].Changes {
+			switch {
+			case c.Secret || secret(c.Key):
+			case c.Old == nil:
+				delete(base, c.Key)
+			default:
+				base[c.Key] = *c.Old
+			}
+		}
+	}
+	var first []ConfigMutation
+	for _, k := range slices.Sorted(maps.Keys(base)) {
+		if old, ok := cur.Values[k]; !ok || old != base[k] {
+			first = append(first, ConfigMutation{Key: k, Value: base[k]})
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(cur.Values)) {
+		if _, ok := base[k]; !ok && !o.Merge && !secret(k) {
+			first = append(first, ConfigMutation{Key: k, Delete: true})
+		}
+	}
+	var steps []replayStep
+	if len(first) > 0 {
+		steps = append(steps, replayStep{ms: first, author: o.Author, message: replayMessage(o.Message, fmt.Sprintf("the content before release %d of %s", history[0].Number, ns.Name))})
+	}
+	for _, r := range history {
+		var ms []ConfigMutation
+		for _, c := range r.Changes {
+			switch {
+			case c.Secret || secret(c.Key):
+			case c.New == nil:
+				ms = append(ms, ConfigMutation{Key: c.Key, Delete: true})
+			default:
+				ms = append(ms, ConfigMutation{Key: c.Key, Value: *c.New})
+			}
+		}
+		if len(ms) > 0 {
+			from := fmt.Sprintf("release %d of %s, %s", r.Number, ns.Name, r.Time.UTC().Format(time.RFC3339))
+			steps = append(steps, replayStep{ms: ms, author: cmp.Or(r.Author, o.Author), message: replayMessage(r.Message, from+"; "+o.Message)})
+		}
+	}
+	return steps
+}
+
+// replayMessage is msg followed by where it came from, within a release
+// message's bound (msg is cut if need be).
+func replayMessage(msg, from string) string {
+	const maxBytes = 1024 // configcenter.MaxMessageBytes
+	suffix := " [" + strings.TrimSuffix(from, "; ") + "]"
+	if msg == "" {
+		suffix = suffix[2 : len(suffix)-1]
+	}
+	for len(msg)+len(suffix) > maxBytes {
+		_, size := utf8.DecodeLastRuneInString(msg)
+		msg = msg[:len(msg)-size]
+	}
+	return msg + suffix
+}
+
+// replay makes the steps, each a compare-and-set on the one before, and
+// then the release that makes the namespace what ns says (secrets).
+func (cc *ConfigCenter) replay(ctx context.Context, ns ExportedNamespace, steps []replayStep, po PublishOptions, o ImportOptions, keyID string, res *ImportResult) error {
+	for i, st := range steps {
+		r, err := cc.Publish(ctx, ns.Name, st.ms, PublishOptions{ExpectedRevision: po.ExpectedRevision, Author: st.author, Message: st.message})
+		if err != nil {
+			return fmt.Errorf("replaying release %d of %d: %w", i+1, len(steps), err)
+		}
+		res.Release = r
+		if r.Revision > 0 {
+			po.ExpectedRevision = r.Revision
+		}
+	}
+	cur, err := cc.importSnapshot(ctx, ns)
+	if err != nil {
+		return err
+	}
+	var rest ImportResult
+	ms, _, err := planImport(ns, cur, o, keyID, &rest)
+	if err != nil || len(ms) == 0 {
+		return err
+	}
+	po.ExpectedRevision = cur.Revision
+	r, err := cc.Publish(ctx, ns.Name, ms, po)
+	if err == nil && r.Revision > 0 {
+		res.Release = r
+	}
+	return err
+}
+
 // planImport lists in res the changes that make cur the exported ns, and
 // returns the mutations and the secret puts among them.
 func planImport(ns ExportedNamespace, cur NamespaceSnapshot, o ImportOptions, keyID string, res *ImportResult) ([]ConfigMutation, []ConfigMutation, error) {
@@ -325,6 +548,9 @@ func planImport(ns ExportedNamespace, cur NamespaceSnapshot, o ImportOptions, ke
 		if ok {
 			ch.Old = &old
 		}
+		if slices.Contains(cur.Secret, k) { // revealed: never in a result
+			ch.Old, ch.Secret = new(string), true
+		}
 		res.Changes = append(res.Changes, ch)
 		ms = append(ms, ConfigMutation{Key: k, Value: v})
 	}
@@ -332,9 +558,12 @@ func planImport(ns ExportedNamespace, cur NamespaceSnapshot, o ImportOptions, ke
 	if err != nil {
 		return nil, nil, err
 	}
+	kept := secrets[:0]
 	for _, m := range secrets {
-		// Compared by the member, which drops a put of the clear value a
-		// secret has: the release says what changed.
+		if old, ok := cur.Values[m.Key]; ok && old == m.Value && slices.Contains(cur.Secret, m.Key) {
+			continue // revealed (importSnapshot): it has this value
+		}
+		kept = append(kept, m)
 		ch := KeyChange{Key: m.Key, New: new(string), Secret: true}
 		if slices.Contains(cur.Hidden, m.Key) || slices.Contains(cur.Secret, m.Key) {
 			ch.Old = new(string)
@@ -342,6 +571,7 @@ func planImport(ns ExportedNamespace, cur NamespaceSnapshot, o ImportOptions, ke
 		res.Changes = append(res.Changes, ch)
 		ms = append(ms, m)
 	}
+	secrets = kept
 	for _, k := range ns.Hidden {
 		if !slices.Contains(cur.Hidden, k) && !slices.Contains(cur.Secret, k) {
 			res.Skipped = append(res.Skipped, k)
@@ -356,6 +586,9 @@ func planImport(ns ExportedNamespace, cur NamespaceSnapshot, o ImportOptions, ke
 		for _, k := range slices.Sorted(maps.Keys(cur.Values)) {
 			if !exported(k) {
 				old := cur.Values[k]
+				if slices.Contains(cur.Secret, k) { // revealed: never in a result
+					old = ""
+				}
 				res.Changes = append(res.Changes, KeyChange{Key: k, Old: &old, Secret: slices.Contains(cur.Secret, k)})
 				ms = append(ms, ConfigMutation{Key: k, Delete: true})
 			}

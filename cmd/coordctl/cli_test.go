@@ -823,6 +823,70 @@ func TestConfigExportImport(t *testing.T) {
 	}
 }
 
+// An export with --history keeps who changed what and why: the import
+// makes the releases again, with their authors and messages; importing the
+// same file again makes no release; a refused import says only why.
+func TestConfigExportImportKeepsHistory(t *testing.T) {
+	t.Parallel()
+	src, dst := coorddtest.Start(t).GRPCAddr, coorddtest.Start(t).GRPCAddr
+	file := filepath.Join(t.TempDir(), "export.json")
+	if code, out, errOut := ctl(t, src, `{"timeout": "5s", "retries": 3}`, "config", "publish", "shop/h", "-f", "-", "--author", "ana", "-m", "first cut"); code != 0 {
+		t.Fatalf("publish: %s%s", out, errOut)
+	}
+	must(t, src, "config", "put", "shop/h", "retries", "5", "--author", "bo", "-m", "more retries")
+	must(t, src, "config", "delete", "shop/h", "timeout", "--author", "cy", "-m", "the default is fine")
+	must(t, src, "config", "export", "shop/h", "--out", file, "--history", "2")
+
+	must(t, dst, "config", "put", "shop/h", "legacy", "1", "--author", "old")
+	got := must(t, dst, "config", "import", file)
+	if !strings.Contains(got, "shop/h: release 4 at revision") || !strings.Contains(got, "replayed 3 releases of its history") {
+		t.Fatalf("import printed:\n%s", got)
+	}
+	var hist []struct {
+		Number, Author, Message string
+		Changes                 []struct{ Key, OldValue, NewValue string }
+	}
+	jsonOf(t, must(t, dst, "config", "history", "shop/h", "-o", "json"), &hist)
+	if len(hist) != 4 {
+		t.Fatalf("history after the import: %+v; want 4 releases", hist)
+	}
+	type rel struct{ number, author, message string }
+	want := []rel{
+		{"4", "cy", "the default is fine [release 3 of shop/h, "},
+		{"3", "bo", "more retries [release 2 of shop/h, "},
+		{"2", "", "imported from export.json [the content before release 2 of shop/h]"},
+	}
+	for i, w := range want {
+		h := hist[i]
+		if h.Number != w.number || (w.author != "" && h.Author != w.author) || !strings.HasPrefix(h.Message, w.message) {
+			t.Errorf("release %s: by %q, %q; want release %s by %q, %q...", h.Number, h.Author, h.Message, w.number, w.author, w.message)
+		}
+	}
+	if !strings.HasSuffix(hist[0].Message, "; imported from export.json]") {
+		t.Errorf("a replayed release's message does not say where it came from: %q", hist[0].Message)
+	}
+	if v := must(t, dst, "config", "snapshot", "shop/h", "-o", "json"); !strings.Contains(v, `"retries"`) || strings.Contains(v, `"timeout"`) || strings.Contains(v, `"legacy"`) {
+		t.Errorf("content after the import: %s", v)
+	}
+
+	if again := must(t, dst, "config", "import", file); !strings.Contains(again, "shop/h: unchanged") {
+		t.Errorf("a second import:\n%s", again)
+	}
+	if h := must(t, dst, "config", "history", "shop/h", "-o", "json"); !strings.Contains(h, `"number": "4"`) || strings.Contains(h, `"number": "5"`) {
+		t.Errorf("a second import made a release:\n%s", h)
+	}
+
+	// Refused by the server before any namespace was imported: stderr says
+	// why, and stdout does not claim the file was empty.
+	must(t, dst, "config", "approval", "shop/h", "--require")
+	must(t, src, "config", "put", "shop/h", "retries", "6")
+	must(t, src, "config", "export", "shop/h", "--out", file)
+	code, out, errOut := ctl(t, dst, "", "config", "import", file)
+	if code == 0 || out != "" || !strings.Contains(errOut, "approv") {
+		t.Errorf("an import refused: exit %d, stdout %q, stderr %q; want a failure, nothing on stdout, the refusal on stderr", code, out, errOut)
+	}
+}
+
 // verify: a healthy daemon passes (exit 0) with its figures; sabotaged it
 // fails with exit 7 and names the violations.
 func TestVerify(t *testing.T) {
@@ -987,7 +1051,7 @@ func TestConfigSecrets(t *testing.T) {
 	// it is sealed.
 	plain, sealed := filepath.Join(dir, "plain.json"), filepath.Join(dir, "sealed.json")
 	must(t, src, "config", "export", "shop/db", "--out", plain)
-	must(t, src, "config", "export", "shop/db", "--out", sealed, "--secrets-key", keyFile("transfer"))
+	must(t, src, "config", "export", "shop/db", "--out", sealed, "--secrets-key", keyFile("transfer"), "--history", "5")
 	for file, want := range map[string]string{plain: `"hidden_secrets"`, sealed: `"secrets_key": "transfer"`} {
 		b, _ := os.ReadFile(file)
 		if strings.Contains(string(b), secret) || !strings.Contains(string(b), want) {
@@ -1001,9 +1065,19 @@ func TestConfigSecrets(t *testing.T) {
 	if !strings.Contains(dry, "+ password = (secret)") || strings.Contains(dry, secret) {
 		t.Fatalf("dry run:\n%s", dry)
 	}
-	must(t, dst, "config", "import", sealed, "--secrets-key", filepath.Join(dir, "transfer"))
+	if out := must(t, dst, "config", "import", sealed, "--secrets-key", filepath.Join(dir, "transfer")); !strings.Contains(out, "replayed 1 release of its history") {
+		t.Fatalf("import with history:\n%s", out)
+	}
 	if got := must(t, dst, "config", "get", "shop/db", "password", "--reveal"); strings.TrimSpace(got) != secret {
 		t.Fatalf("the imported secret = %q", got)
+	}
+	// The history's releases (the secrets' values are not in it) came
+	// first, then one release set the secrets; again, nothing changes.
+	if h := must(t, dst, "config", "history", "shop/db", "-o", "json"); !strings.Contains(h, `"number": "2"`) || strings.Contains(h, `"number": "3"`) || strings.Contains(h, secret) {
+		t.Errorf("history after an import with secrets:\n%s", h)
+	}
+	if out := must(t, dst, "config", "import", sealed, "--secrets-key", filepath.Join(dir, "transfer")); !strings.Contains(out, "shop/db: unchanged") {
+		t.Fatalf("a second import of the sealed export:\n%s", out)
 	}
 	// An import without the secrets keeps the target's.
 	if out := must(t, dst, "config", "import", plain); !strings.Contains(out, "shop/db: unchanged") {

@@ -21,8 +21,9 @@ import (
 func (a *app) configExportCommand() *cobra.Command {
 	var out, secretsKey string
 	var prefixes []string
+	var history int
 	cmd := &cobra.Command{
-		Use:   "export [NAMESPACE...] [--prefix P]... --out FILE [--secrets-key KEYFILE]",
+		Use:   "export [NAMESPACE...] [--prefix P]... --out FILE [--secrets-key KEYFILE] [--history N]",
 		Short: "Write namespaces (values and schemas) to one JSON file, all as of one revision",
 		Long: `Write namespaces to one JSON file, for config import into another cluster
 (or back into this one): each namespace's values, its release number and
@@ -35,7 +36,11 @@ Secrets are left out (listed as hidden_secrets; import leaves them as they
 are) unless --secrets-key names a transfer key file (coordd keygen --id
 transfer > KEYFILE): each secret is then read in clear (you need
 config.read-secret) and sealed with that key before it is written. Give the
-same key file to config import, and keep it apart from the export.`,
+same key file to config import, and keep it apart from the export.
+
+--history N adds each namespace's last N releases (author, message, time
+and changes; a secret's change without its value): config import makes
+them again, so the target keeps who changed what and why.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
 				return usagef("--out FILE is needed (- for stdout)")
@@ -52,14 +57,16 @@ same key file to config import, and keep it apart from the export.`,
 				if len(args) == 0 && len(prefixes) == 0 {
 					names = nil // every namespace
 				}
-				exp, err := c.ConfigCenter().Export(ctx, names)
+				eo := clientlib.ExportOptions{History: history}
+				cc := c.ConfigCenter()
 				if secretsKey != "" {
-					var key clientlib.TransferKey
-					if key, err = readTransferKey(secretsKey); err != nil {
+					key, err := readTransferKey(secretsKey)
+					if err != nil {
 						return err
 					}
-					exp, err = c.ConfigCenter().RevealSecrets().Export(ctx, names, key)
+					eo.SecretsKey, cc = key, cc.RevealSecrets()
 				}
+				exp, err := cc.Export(ctx, names, eo)
 				if err != nil {
 					return err
 				}
@@ -83,6 +90,7 @@ same key file to config import, and keep it apart from the export.`,
 	cmd.Flags().StringVar(&out, "out", "", "the file to write (- for stdout)")
 	cmd.Flags().StringSliceVar(&prefixes, "prefix", nil, "export every namespace starting with this")
 	cmd.Flags().StringVar(&secretsKey, "secrets-key", "", "export secrets too, sealed with this transfer key file (needs config.read-secret)")
+	cmd.Flags().IntVar(&history, "history", 0, fmt.Sprintf("export each namespace's last N releases too (at most %d)", clientlib.MaxExportHistory))
 	_ = cmd.MarkFlagFilename("out")
 	return cmd
 }
@@ -96,6 +104,7 @@ type importJSON struct {
 	InheritanceChanged bool         `json:"inheritanceChanged"`
 	Release            string       `json:"release"` // "0": none made
 	Revision           string       `json:"revision"`
+	Replayed           int          `json:"replayed"` // releases of the file's history made again
 }
 
 func (a *app) configImportCommand() *cobra.Command {
@@ -118,7 +127,12 @@ after another: on an error, those printed before it were imported.
 
 A file with secrets needs --secrets-key, the transfer key it was exported
 with: each secret is opened here and stored as a secret (encrypted by the
-target's own keys). Secrets the file left out are kept as they are.`,
+target's own keys). Secrets the file left out are kept as they are.
+
+A file exported with --history makes its releases again, each with its
+author and message (plus its number and time), after one release to the
+content before them; a namespace already as the file says is left alone,
+so importing the same file twice changes nothing the second time.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			data, err := a.readInput(args[0])
@@ -157,6 +171,9 @@ target's own keys). Secrets the file left out are kept as they are.`,
 			}
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
 				results, err := c.ConfigCenter().Import(ctx, exp, io)
+				if err != nil && len(results) == 0 {
+					return err // nothing imported: the error says why
+				}
 				if perr := a.printImport(results, dryRun); perr != nil {
 					return errors.Join(err, perr)
 				}
@@ -176,7 +193,7 @@ target's own keys). Secrets the file left out are kept as they are.`,
 func (a *app) printImport(results []clientlib.ImportResult, dryRun bool) error {
 	out := make([]importJSON, 0, len(results))
 	for _, r := range results {
-		out = append(out, importJSON{Namespace: r.Namespace, Changes: changesOut(r.Changes), SchemaChanged: r.SchemaChanged, ApprovalChanged: r.ApprovalChanged, InheritanceChanged: r.InheritanceChanged, Release: i64(r.Release.Number), Revision: i64(r.Release.Revision)})
+		out = append(out, importJSON{Namespace: r.Namespace, Changes: changesOut(r.Changes), SchemaChanged: r.SchemaChanged, ApprovalChanged: r.ApprovalChanged, InheritanceChanged: r.InheritanceChanged, Release: i64(r.Release.Number), Revision: i64(r.Release.Revision), Replayed: r.Replayed})
 	}
 	return a.print(out, func(w *bytes.Buffer) {
 		for _, r := range results {
@@ -189,6 +206,17 @@ func (a *app) printImport(results []clientlib.ImportResult, dryRun bool) error {
 			}
 			if r.InheritanceChanged {
 				schema += ", and what it inherits"
+			}
+			if r.Replayed > 0 {
+				verb := "replayed"
+				if dryRun {
+					verb = "replaying"
+				}
+				noun := "releases"
+				if r.Replayed == 1 {
+					noun = "release"
+				}
+				schema += fmt.Sprintf(", %s %d %s of its history", verb, r.Replayed, noun)
 			}
 			switch {
 			case len(r.Changes) == 0 && !r.SchemaChanged && !r.ApprovalChanged && !r.InheritanceChanged:

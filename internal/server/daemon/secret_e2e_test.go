@@ -126,7 +126,7 @@ func TestSecretsAreNeverShownInClear(t *testing.T) {
 	}
 	// alice reads it in clear, when she asks; an export without a
 	// transfer key only names it.
-	if exp, err := alice.ConfigCenter().RevealSecrets().Export(ctx, []string{"a/app"}); err != nil || len(exp.Namespaces) != 1 ||
+	if exp, err := alice.ConfigCenter().RevealSecrets().Export(ctx, []string{"a/app"}, clientlib.ExportOptions{}); err != nil || len(exp.Namespaces) != 1 ||
 		len(exp.Namespaces[0].Hidden) != 1 || exp.Namespaces[0].Values["db.password"] != "" || exp.Namespaces[0].Secrets != nil {
 		t.Fatalf("an export without a transfer key = %+v, %v", exp, err)
 	}
