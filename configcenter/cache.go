@@ -610,7 +610,7 @@ type Stats struct {
 	Revision    int64     // every change at or below it is applied
 	AdvancedAt  time.Time // when Revision last grew; zero before the first load
 	Live        bool      // its etcd watch is healthy
-	Namespaces  int       // namespaces with content
+	Namespaces  int       // namespaces with a release, as Store.Namespaces lists them
 	Subscribers int       // subscriptions open on this member
 }
 
@@ -619,7 +619,12 @@ type Stats struct {
 func (c *Cache) Stats() Stats {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	st := Stats{Revision: c.rev, AdvancedAt: c.advancedAt, Live: c.live, Namespaces: len(c.spaces)}
+	st := Stats{Revision: c.rev, AdvancedAt: c.advancedAt, Live: c.live}
+	for _, sp := range c.spaces {
+		if sp.changed > 0 { // a meta: not only a schema, a proposal or a policy
+			st.Namespaces++
+		}
+	}
 	for _, set := range c.subs {
 		st.Subscribers += len(set)
 	}

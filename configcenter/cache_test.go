@@ -676,3 +676,37 @@ func stream(ctx context.Context) string {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	return fmt.Sprintf("%+v", map[string][]string(md))
 }
+
+// The cache counts the namespaces Store.Namespaces lists (those with a
+// release), not every namespace with a key of its own: one with only a
+// schema or an approval policy is not counted.
+func TestCacheStatsCountNamespacesWithARelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, configcenter.Limits{})
+	ctx := t.Context()
+	for _, ns := range []string{"a", "b"} {
+		if _, err := e.s.Put(ctx, ns, "k", "v", 0, "", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.s.SetSchema(ctx, "schema-only", `{"type":"object"}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.SetApproval(ctx, "policy-only", configcenter.ApprovalPolicy{Required: true}, "ana"); err != nil {
+		t.Fatal(err)
+	}
+	last, err := e.s.CurrentRevision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := configcenter.NewCache(e.s, configcenter.CacheOptions{})
+	t.Cleanup(runCache(c))
+	wait.For(t, "the cache to load", func() bool { return c.Stats().Revision >= last })
+	listed, err := e.s.Namespaces(ctx, "", "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Namespaces != 2 || len(listed) != 2 {
+		t.Errorf("the cache counts %d namespaces, the store lists %q; want a and b in both", st.Namespaces, listed)
+	}
+}

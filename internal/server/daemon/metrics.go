@@ -57,7 +57,7 @@ var (
 	descLockWaiters    = prometheus.NewDesc("coordd_lock_waiters", "Acquire calls waiting in lock queues, cluster-wide.", nil, nil)
 	descElections      = prometheus.NewDesc("coordd_elections_with_leader", "Elections that have a leader, cluster-wide.", nil, nil)
 	descCandidates     = prometheus.NewDesc("coordd_election_candidates_waiting", "Campaigns waiting behind a leader, cluster-wide.", nil, nil)
-	descNamespaces     = prometheus.NewDesc("coordd_config_namespaces", "Config namespaces with content, in this member's watch cache.", nil, nil)
+	descNamespaces     = prometheus.NewDesc("coordd_config_namespaces", "Config namespaces with a release (as config:namespaces lists them), in this member's watch cache.", nil, nil)
 	descWatchers       = prometheus.NewDesc("coordd_config_watchers", "Config subscriptions (Watch, WatchMany, Poll waits) served by this member's watch cache.", nil, nil)
 	descCacheLagRevs   = prometheus.NewDesc("coordd_config_watch_cache_lag_revisions", "etcd revisions this member's config watch cache is behind its etcd (it advances on config changes and on watch progress, about every second, so a few hundred under write load is normal).", nil, nil)
 	descCacheLagSecs   = prometheus.NewDesc("coordd_config_watch_cache_lag_seconds", "Seconds since this member's config watch cache last advanced while behind its etcd (0 when current).", nil, nil)
