@@ -133,6 +133,7 @@ func TestRESTErrorBodies(t *testing.T) {
 		{"POST", "/v1/sessions", `{"ttl":"soon"}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", `"soon" is not a duration`},
 		{"POST", "/v1/sessions", `{"ttl":"30s","owner":5}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", `field "owner" takes a string, not 5`},
 		{"POST", "/v1/config:put", `{"namespace":"a/b","key":"k","value":["x"]}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", `field "value" takes a string`},
+		{"POST", "/v1/sessions", `{"ttl":"30s","labels":"team"}`, 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", `field "labels" takes an object of strings, such as {"name": "value"}, not "team"`},
 		{"GET", "/v1/config:poll?namespace=a/b&wait=abc", "", 400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", `query parameter "wait": "abc" is not a duration`},
 		{"POST", "/v1/sessions", `{"owner":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "INVALID_ARGUMENT", "REQUEST_TOO_LARGE", "request body"},
 	} {

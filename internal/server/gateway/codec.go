@@ -73,13 +73,20 @@ func (c *codec) NewDecoder(r io.Reader) runtime.Decoder {
 		if err := checkDuplicateKeys(raw); err != nil {
 			return err
 		}
+		sent := raw
 		if m, ok := v.(proto.Message); ok {
 			var err error
 			if raw, err = normalizeDurations(raw, m.ProtoReflect().Descriptor()); err != nil {
 				return err
 			}
 		}
-		return c.Unmarshal(raw, v) // JSONPb's: codec does not change decoding
+		err := c.Unmarshal(raw, v) // JSONPb's: codec does not change decoding
+		if m, ok := v.(proto.Message); ok && err != nil {
+			if explained := wrongType(sent, raw, m.ProtoReflect().Descriptor(), err); explained != "" {
+				return errors.New(explained)
+			}
+		}
+		return err
 	})
 }
 

@@ -102,3 +102,32 @@ func TestCodecMarshal(t *testing.T) {
 		t.Errorf("Marshal = %s, want \"candidates\": []", b)
 	}
 }
+
+// A value of the wrong type names the field as the caller wrote it, what
+// the field takes and what it got (protojson says only "unexpected
+// token", or names a map's values "value").
+func TestCodecNamesAValueOfTheWrongType(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"ttl":"10s","labels":"team"}`:           `field "labels" takes an object of strings, such as {"name": "value"}, not "team" (line 1, column 23)`,
+		`{"ttl":"10s","labels":["team"]}`:         `field "labels" takes an object of strings, such as {"name": "value"}, not a list (line 1, column 23)`,
+		`{"ttl":"10s","labels":{"team":1}}`:       `field labels["team"] takes a string, not 1 (line 1, column 31)`,
+		"{\n  \"ttl\": true\n}":                   `field "ttl" takes a duration, such as "90s", not true (line 2, column 10)`,
+		`{"ttl":"10s","labels":{"a":"b","c":{}}}`: `field labels["c"] takes a string, not an object (line 1, column 36)`,
+	} {
+		var req coorddv1.CreateSessionRequest
+		err := newCodec().NewDecoder(strings.NewReader(body)).Decode(&req)
+		if err == nil || err.Error() != want {
+			t.Errorf("%s:\n got %v\nwant %s", body, err, want)
+		}
+	}
+	for body, want := range map[string]string{
+		`{"namespace":"a/b","mutations":{"key":"x"}}`:                                       `field "mutations" takes a list of objects, such as [{...}], not an object (line 1, column 32)`,
+		`{"namespace":"a/b","mutations":[{"key":"x","value":"5"},{"key":"y","value":[1]}]}`: `field mutations[1].value takes a string, not a list (line 1, column 76)`,
+	} {
+		var req coorddv1.PublishRequest
+		err := newCodec().NewDecoder(strings.NewReader(body)).Decode(&req)
+		if err == nil || err.Error() != want {
+			t.Errorf("%s:\n got %v\nwant %s", body, err, want)
+		}
+	}
+}
