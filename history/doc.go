@@ -25,6 +25,10 @@
 //	                                 JSON array, compressed: codec.go)
 //	n/<kind>/<name>/<time>-<rev>-<seq>  the batch's events of one lock or
 //	                                 election
+//	f/<kind>/<name>/                 the name's floor: its newest events
+//	                                 kept under n/ past MaxRecords, and the
+//	                                 principal they count against
+//	floors                           how many floors each principal holds
 //
 // The suffix is the batch's first event's: <time> is 16 hex digits of Unix
 // nanoseconds, <rev> 16 of the etcd revision, <seq> 4 of the event's place
@@ -49,6 +53,13 @@
 //     Options.MaxRecords of them; the oldest batches go first, whole (a
 //     batch is at most a quarter of MaxRecords, so at least three
 //     quarters of it are kept).
+//   - Past MaxRecords, each lock and election keeps its newest
+//     Options.Floor events (its floor), listed by name though the
+//     timeline of all names no longer has them, for up to
+//     Options.FloorNames names per principal (the principal of a name's
+//     newest event): one principal's flood of events cannot erase another
+//     principal's last grants, nor grow the floors past its share. A floor
+//     goes once the name's newest event is older than the retention.
 //
 // Non-guarantees:
 //   - Times are the recording member's clock when it saw the revision,

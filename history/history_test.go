@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,7 +355,7 @@ func TestOldEventsAreRemoved(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	s := e.session(t, "w")
-	e.record(t, history.Options{Member: "m1", MaxRecords: 6, PruneEvery: 20 * time.Millisecond})
+	e.record(t, history.Options{Member: "m1", MaxRecords: 6, Floor: -1, PruneEvery: 20 * time.Millisecond})
 	var last lock.Grant
 	for range 10 {
 		g, err := e.locks.Acquire(t.Context(), lock.Request{Name: "bounded", Session: s})
@@ -480,7 +481,7 @@ func TestBatchesWrittenBeforeCompressionAreRead(t *testing.T) {
 	e.churn(t, s, "mixed", 2)
 	wait.For(t, "the plain batches", func() bool { return len(e.list(t, history.Query{Kind: history.Lock, Name: "mixed"})) == 4 })
 	stop()
-	e.record(t, history.Options{Member: "new", MaxRecords: 8, PruneEvery: 20 * time.Millisecond})
+	e.record(t, history.Options{Member: "new", MaxRecords: 8, Floor: -1, PruneEvery: 20 * time.Millisecond})
 	e.churn(t, s, "mixed", 2)
 	var want []string
 	for range 4 {
@@ -521,4 +522,104 @@ func TestBatchesWrittenBeforeCompressionAreRead(t *testing.T) {
 		n := len(e.list(t, history.Query{Kind: history.Lock, Name: "mixed"}))
 		return plain == 0 && packed > 0 && n > 0 && n <= 8
 	})
+}
+
+// principalSession is a session of principal p.
+func (e *env) principalSession(t *testing.T, p string) session.ID {
+	t.Helper()
+	info, err := e.sessions.Create(t.Context(), session.Spec{TTL: 30 * time.Second, Owner: p, Principal: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.ID
+}
+
+// cycles takes and releases lock name n times in session s, and returns
+// the last grant's token.
+func (e *env) cycles(t *testing.T, s session.ID, name string, n int) int64 {
+	t.Helper()
+	var last lock.Grant
+	for range n {
+		g, err := e.locks.Acquire(t.Context(), lock.Request{Name: name, Session: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.locks.Release(t.Context(), name, g.Token, session.Hint{}); err != nil {
+			t.Fatal(err)
+		}
+		last = g
+	}
+	return int64(last.Token)
+}
+
+// One tenant's flood of grants pushes every older event out of the
+// timeline of all names, but another tenant's lock keeps its newest
+// events (its floor) until the retention ends them.
+func TestAFloodLeavesEveryNameItsNewestEvents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var skew atomic.Int64 // how far the recorder's clock runs ahead
+	e.record(t, history.Options{Member: "m1", MaxRecords: 8, Floor: 4, Retention: time.Hour, PruneEvery: 20 * time.Millisecond},
+		func(r *history.Recorder) {
+			history.SetNow(r, func() time.Time { return time.Now().Add(time.Duration(skew.Load())) })
+		})
+	quietLast := e.cycles(t, e.principalSession(t, "quiet"), "quiet/job", 3)
+	wait.For(t, "the quiet lock's six events", func() bool {
+		return len(e.list(t, history.Query{Kind: history.Lock, Name: "quiet/job"})) == 6
+	})
+	floodLast := e.cycles(t, e.principalSession(t, "flood"), "flood/job", 20)
+	var quiet []history.Event
+	wait.For(t, "the flood to push the quiet lock out of the timeline", func() bool {
+		all := e.list(t, history.Query{Kind: history.Lock})
+		quiet = e.list(t, history.Query{Kind: history.Lock, Name: "quiet/job"})
+		n := len(all)
+		return n > 0 && n <= 8 && all[n-1].Token == floodLast && all[n-1].Type == history.Released &&
+			!slices.ContainsFunc(all, func(ev history.Event) bool { return ev.Name == "quiet/job" })
+	})
+	if n := len(quiet); n < 4 || quiet[n-1].Type != history.Released || quiet[n-1].Token != quietLast {
+		t.Fatalf("the quiet lock's history after the flood: %q; want at least its newest 4 events, ending with the release of %d", brief(quiet), quietLast)
+	}
+
+	// Past the retention, the floor goes too.
+	skew.Store(int64(2 * time.Hour))
+	wait.For(t, "the floor to go with the retention", func() bool {
+		quiet = e.list(t, history.Query{Kind: history.Lock, Name: "quiet/job"})
+		resp, err := e.cli.Get(t.Context(), root+"timeline/f/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return len(quiet) == 0 && err == nil && resp.Count == 0
+	})
+}
+
+// A principal holds at most FloorNames floors: one that makes many names
+// keeps floors for that many, and another principal's floor stays.
+func TestEachPrincipalHoldsItsShareOfFloors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.record(t, history.Options{Member: "m1", MaxRecords: 8, Floor: 2, FloorNames: 2, PruneEvery: 20 * time.Millisecond})
+	many := e.principalSession(t, "many")
+	for _, name := range []string{"many/1", "many/2", "many/3"} {
+		e.cycles(t, many, name, 1)
+	}
+	e.cycles(t, e.principalSession(t, "other"), "other/1", 1)
+	wait.For(t, "every lock's grant and release", func() bool {
+		return len(e.list(t, history.Query{Kind: history.Lock})) == 8
+	})
+	floodLast := e.cycles(t, e.principalSession(t, "flood"), "flood/job", 20)
+	wait.For(t, "the flood to push the others out of the timeline", func() bool {
+		all := e.list(t, history.Query{Kind: history.Lock})
+		n := len(all)
+		return n > 0 && n <= 8 && all[n-1].Token == floodLast &&
+			!slices.ContainsFunc(all, func(ev history.Event) bool { return ev.Name != "flood/job" })
+	})
+	kept := 0
+	for _, name := range []string{"many/1", "many/2", "many/3"} {
+		if len(e.list(t, history.Query{Kind: history.Lock, Name: name})) > 0 {
+			kept++
+		}
+	}
+	if kept != 2 {
+		t.Errorf("principal many keeps the history of %d of its 3 locks; want its share, 2", kept)
+	}
+	if got := brief(e.list(t, history.Query{Kind: history.Lock, Name: "other/1"})); len(got) != 2 {
+		t.Errorf("another principal's lock kept %q; want its grant and release", got)
+	}
 }

@@ -18,6 +18,8 @@ import (
 const (
 	DefaultRetention  = 7 * 24 * time.Hour
 	DefaultMaxRecords = 100_000
+	DefaultFloor      = 10
+	DefaultFloorNames = 5_000
 )
 
 // Options tune a Recorder.
@@ -29,6 +31,16 @@ type Options struct {
 	MaxRecords int
 	// Member names this member on its claim to record.
 	Member string
+	// Floor is how many of each lock's or election's newest events are
+	// kept past MaxRecords (DefaultFloor when zero; negative: none), up to
+	// FloorNames names per principal: a flood of one tenant's events
+	// removes the oldest of the timeline of every name, not another
+	// tenant's last grants. Floors go with the retention.
+	Floor int
+	// FloorNames bounds the floors each principal holds
+	// (DefaultFloorNames when zero): the principal of a name's newest
+	// event; past it, further names of that principal keep no floor.
+	FloorNames int
 	// PruneEvery is how often old events are removed (30s when zero).
 	PruneEvery time.Duration
 	// ClaimTTL is the lease of the recording member's claim, in seconds:
@@ -70,6 +82,9 @@ type Recorder struct {
 	// plain writes batches uncompressed (tests: events that do not
 	// compress, against the batch's byte bound).
 	plain bool
+	// sweptTo is where the next sweep of floors goes on ("": from the
+	// first); the recording goroutine's alone.
+	sweptTo string
 }
 
 // NewRecorder returns a Recorder of the history of the locks and elections
@@ -83,6 +98,12 @@ func NewRecorder(cli *clientv3.Client, root string, opts Options, lg *zap.Logger
 	}
 	if opts.PruneEvery <= 0 {
 		opts.PruneEvery = 30 * time.Second
+	}
+	if opts.Floor == 0 {
+		opts.Floor = DefaultFloor
+	}
+	if opts.FloorNames <= 0 {
+		opts.FloorNames = DefaultFloorNames
 	}
 	if opts.ClaimTTL <= 0 {
 		opts.ClaimTTL = 5

@@ -217,6 +217,8 @@ COORDD_GRPC_ADDR, and so on. A flag on the command line wins.`,
 
 	f.DurationVar(&cfg.History.Retention, "history-retention", history.DefaultRetention, "how long the grant history keeps events (coordctl lock history)")
 	f.IntVar(&cfg.History.MaxRecords, "history-max-records", history.DefaultMaxRecords, "the most events the grant history keeps; the oldest go first")
+	f.IntVar(&cfg.History.Floor, "history-floor", history.DefaultFloor, "each lock's and election's newest events kept past --history-max-records, so that one tenant's flood cannot erase another's last grants (-1: none)")
+	f.IntVar(&cfg.History.FloorNames, "history-floor-names", history.DefaultFloorNames, "the most names whose floor (--history-floor) one principal's events keep")
 	f.BoolVar(&cfg.HistoryOff, "no-history", false, "record no grant history")
 	f.Float64Var(&cfg.AutoDefrag.FreeRatio, "auto-defrag-free-ratio", 0, "defragment the embedded member when this fraction of its database file is free (e.g. 0.5) and at least --auto-defrag-min-free bytes; members take turns; 0 is off")
 	f.Int64Var(&cfg.AutoDefrag.MinFree, "auto-defrag-min-free", cluster.DefaultAutoDefragMinFree, "the least free space in the database file worth an automatic defragmentation")

@@ -385,6 +385,12 @@ func (cfg Config) validate(restoring bool) error {
 	if cfg.History.MaxRecords < 0 {
 		add("--history-max-records %d must not be negative", cfg.History.MaxRecords)
 	}
+	if cfg.History.Floor < -1 || cfg.History.Floor > 1000 {
+		add("--history-floor %d must be -1 (none) or at most 1000", cfg.History.Floor)
+	}
+	if cfg.History.FloorNames < 0 {
+		add("--history-floor-names %d must not be negative", cfg.History.FloorNames)
+	}
 	if err := cfg.AutoDefrag.Validate(); err != nil {
 		add("--auto-defrag-free-ratio: %v", err)
 	}
