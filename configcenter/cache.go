@@ -631,6 +631,19 @@ func (c *Cache) Stats() Stats {
 	return st
 }
 
+// EachNamespace calls fn with each namespace that has a release: its
+// release number and the subscriptions this member serves on it. fn runs
+// with the cache locked: it must not call the cache.
+func (c *Cache) EachNamespace(fn func(ns string, release int64, subscribers int)) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for ns, sp := range c.spaces {
+		if sp.changed > 0 {
+			fn(ns, sp.release, len(c.subs[ns]))
+		}
+	}
+}
+
 // waitReady waits for the first load.
 func (c *Cache) waitReady(ctx context.Context) error {
 	select {

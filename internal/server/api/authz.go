@@ -153,6 +153,7 @@ const (
 	lockSvc     = "/coordd.v1.LockService/"
 	barrierSvc  = "/coordd.v1.BarrierService/"
 	historySvc  = "/coordd.v1.HistoryService/"
+	trendSvc    = "/coordd.v1.TrendService/"
 	electionSvc = "/coordd.v1.ElectionService/"
 	configSvc   = "/coordd.v1.ConfigService/"
 	clusterSvc  = "/coordd.v1.ClusterService/"
@@ -334,14 +335,20 @@ var rpcTable = map[string]rpcRule{
 	configSvc + "SetInheritance": rule(auth.ConfigAdmin, named(auth.Namespace, (*coorddv1.SetInheritanceRequest).GetNamespace)),
 
 	clusterSvc + "GetClusterStatus": {action: auth.ClusterRead},
-	clusterSvc + "ListAlarms":       {action: auth.ClusterRead},
-	clusterSvc + "ListMembers":      {action: auth.ClusterRead},
-	clusterSvc + "SaveSnapshot":     {action: auth.ClusterAdmin},
-	clusterSvc + "DisarmAlarms":     {action: auth.ClusterAdmin},
-	clusterSvc + "Defragment":       {action: auth.ClusterAdmin},
-	clusterSvc + "AddMember":        {action: auth.ClusterAdmin},
-	clusterSvc + "PromoteMember":    {action: auth.ClusterAdmin},
-	clusterSvc + "RemoveMember":     {action: auth.ClusterAdmin},
+
+	trendSvc + "GetClusterTrends":   {action: auth.ClusterRead},
+	trendSvc + "GetLockTrends":      rule(auth.LockDescribe, named(auth.Lock, (*coorddv1.GetLockTrendsRequest).GetName)),
+	trendSvc + "GetElectionTrends":  rule(auth.ElectionObserve, named(auth.Election, (*coorddv1.GetElectionTrendsRequest).GetName)),
+	trendSvc + "GetNamespaceTrends": rule(auth.ConfigRead, named(auth.Namespace, (*coorddv1.GetNamespaceTrendsRequest).GetNamespace)),
+
+	clusterSvc + "ListAlarms":    {action: auth.ClusterRead},
+	clusterSvc + "ListMembers":   {action: auth.ClusterRead},
+	clusterSvc + "SaveSnapshot":  {action: auth.ClusterAdmin},
+	clusterSvc + "DisarmAlarms":  {action: auth.ClusterAdmin},
+	clusterSvc + "Defragment":    {action: auth.ClusterAdmin},
+	clusterSvc + "AddMember":     {action: auth.ClusterAdmin},
+	clusterSvc + "PromoteMember": {action: auth.ClusterAdmin},
+	clusterSvc + "RemoveMember":  {action: auth.ClusterAdmin},
 }
 
 // Authn finds the principal of a call (see authn.go).

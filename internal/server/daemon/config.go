@@ -19,6 +19,7 @@ import (
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/history"
 	"github.com/coordd/coordd/internal/server/tlsfiles"
+	"github.com/coordd/coordd/internal/server/trends"
 )
 
 // Config is everything the daemon needs. cmd/coordd fills it from flags and
@@ -184,6 +185,9 @@ type Config struct {
 	// the history calls list what was recorded before.
 	History    history.Options
 	HistoryOff bool
+	// Trends tune the figures the member keeps for the console's charts
+	// (TrendService): a sample every 10 s, half an hour of them.
+	Trends trends.Options
 	// Version is reported by the cluster status call.
 	Version string
 	// EnablePprof serves Go's profiles under /debug/pprof/ on the HTTP

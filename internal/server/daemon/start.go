@@ -34,6 +34,7 @@ import (
 	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/server/api"
 	"github.com/coordd/coordd/internal/server/gateway"
+	"github.com/coordd/coordd/internal/server/trends"
 	"github.com/coordd/coordd/kv"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -111,6 +112,7 @@ type parts struct {
 	sessions *session.Manager
 	holdings *grantwatch.Watcher
 	history  *history.Recorder // nil with --no-history
+	trends   *trends.Tracker
 	cluster  *cluster.Manager
 }
 
@@ -346,6 +348,19 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	return nil
 }
 
+// registerTrends builds the figures the console charts, from the member's
+// watch of locks and elections and its config cache, and serves them.
+func (d *Daemon) registerTrends(p *parts) {
+	p.trends = trends.New(trends.Sources{
+		Watch: p.holdings, Cli: d.cli, Root: d.cfg.KeyRoot, Sessions: p.sessions.Count,
+		Namespaces: d.configCache.EachNamespace, Lg: d.lg.Named("trends"),
+	}, d.cfg.Trends)
+	trendSvc := api.NewTrendServer(p.trends)
+	for _, srv := range p.servers {
+		coorddv1.RegisterTrendServiceServer(srv, trendSvc)
+	}
+}
+
 // registerConfigAndCluster builds the config center, the cluster's
 // management and the fenced KV, registers their services and the health
 // service, and the collector of the cluster-wide state metrics.
@@ -428,6 +443,7 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 		}
 	}
 	p.registry.MustRegister(newStateCollector(state))
+	d.registerTrends(p)
 	d.health = health.NewServer()
 	healthpb.RegisterHealthServer(d.grpcSrv, d.health)
 	// Server reflection, for grpcurl and other generic tools (under a
@@ -519,6 +535,7 @@ func (d *Daemon) serve(p *parts) {
 	d.spawn(func() { catchUpHeirs(bgCtx, d.configCache, d.configStore, d.lg.Named("config")) })
 	d.spawn(func() { d.clock.Run(bgCtx) })
 	d.spawn(func() { p.holdings.Run(bgCtx) })
+	d.spawn(func() { p.trends.Run(bgCtx) })
 	if p.history != nil {
 		d.spawn(func() { p.history.Run(bgCtx) })
 	}

@@ -144,6 +144,7 @@ func restGateway(ctx context.Context, opts Options) (*runtime.ServeMux, error) {
 		coorddv1.RegisterLockServiceHandler,
 		coorddv1.RegisterBarrierServiceHandler,
 		coorddv1.RegisterHistoryServiceHandler,
+		coorddv1.RegisterTrendServiceHandler,
 		coorddv1.RegisterElectionServiceHandler,
 		coorddv1.RegisterConfigServiceHandler,
 		coorddv1.RegisterClusterServiceHandler,
