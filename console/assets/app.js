@@ -291,7 +291,8 @@ function updateSignin() {
 async function overview(_p, signal) {
   const cluster = area();
   const counts = area();
-  main.replaceChildren(h('h1', { tabindex: '-1' }, 'Overview'), counts, cluster);
+  main.replaceChildren(h('h1', { tabindex: '-1' }, 'Overview'), counts,
+    h('h2', {}, 'Last half hour'), trendsArea('v1/trends', signal, 'The first sample is taken 10 s after the member starts.'), cluster);
   poll(async () => {
     try {
       const m = await metrics(signal);
@@ -492,10 +493,74 @@ function historyArea(kind, name, signal) {
   return el;
 }
 
+// ---------- charts ----------
+
+/** svg builds an SVG element, as h builds HTML ones. */
+function svg(tag, attrs, ...children) {
+  const el = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, v);
+  el.append(...children.flat(Infinity).filter((c) => c !== null && c !== undefined).map((c) => (c instanceof Node ? c : String(c))));
+  return el;
+}
+
+const round = (v) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2).replace(/\.?0+$/, '') || '0');
+
+/**
+ * chart draws one series of a TrendService answer: a line over the
+ * samples (the newest at the right edge), its latest value and its peak,
+ * and how far back it goes. Text for screen readers says the same.
+ */
+function chart(series, interval) {
+  const pts = series.points.map((v, i) => (series.valid?.[i] === false ? null : Number(v)));
+  const shown = pts.filter((v) => v !== null);
+  const unit = series.unit === 'per second' ? '/s' : series.unit === 'per sample' ? ` per ${interval}s` : '';
+  const last = shown.length ? shown[shown.length - 1] : null;
+  const peak = shown.length ? Math.max(...shown) : 0;
+  const span = pts.length * interval; // seconds
+  const back = span < 90 ? `${Math.round(span)} s` : `${Math.round(span / 60)} min`;
+  const W = 300, H = 70, top = Math.max(peak, 1);
+  const x = (i) => (pts.length < 2 ? W : (i * W) / (pts.length - 1));
+  const y = (v) => H - (v / top) * (H - 4) - 2;
+  const line = pts.map((v, i) => (v === null ? null : `${x(i).toFixed(1)},${y(v).toFixed(1)}`)).filter(Boolean).join(' ');
+  const label = `${series.name}: ${last === null ? 'no value' : `now ${round(last)}${unit}`}, peak ${round(peak)}${unit} over the last ${back}`;
+  return h('figure', { class: 'chart', 'data-series': series.name },
+    h('figcaption', {}, h('span', {}, series.name), h('strong', {}, last === null ? '–' : `${round(last)}${unit}`)),
+    svg('svg', { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', role: 'img', 'aria-label': label },
+      svg('title', {}, label),
+      svg('line', { x1: 0, y1: H - 0.5, x2: W, y2: H - 0.5, class: 'axis' }),
+      line ? svg('polyline', { points: line, class: 'trend' }) : null),
+    h('div', { class: 'chart-foot muted' }, h('span', {}, `${back} ago`), h('span', {}, `peak ${round(peak)}${unit}`), h('span', {}, 'now')));
+}
+
+/**
+ * trendsArea shows a TrendService answer as charts, read again every
+ * sample (10 s); the figures are the answering member's memory of the
+ * last half hour.
+ */
+function trendsArea(route, signal, idle = 'No activity in the last half hour on this member.') {
+  const el = area({ class: 'trends' });
+  (async () => {
+    while (!signal.aborted) {
+      let interval = 10;
+      try {
+        const r = await api(route, { signal });
+        const t = r.trends || {};
+        interval = parseFloat(t.interval) || 10;
+        el.show(t, () => (!t.tracked || !(t.series || []).length
+          ? h('p', { class: 'muted' }, idle)
+          : h('div', { class: 'charts' }, t.series.map((s) => chart(s, interval)))));
+      } catch (e) { if (!signal.aborted) el.fail(e); }
+      await sleep(Math.max(1000, interval * 1000), signal); // a new sample, not sooner
+    }
+  })();
+  return el;
+}
+
 async function lockView(p, signal) {
   const name = p.rest;
   const state = area();
   main.replaceChildren(h('p', {}, h('a', { href: '#/locks' }, '← Locks')), h('h1', { tabindex: '-1' }, name), state,
+    h('h2', {}, 'Last half hour'), trendsArea(`v1/locks:trends?${q({ name })}`, signal),
     h('h2', {}, 'History, newest first'), historyArea('locks', name, signal));
   const release = async (e) => {
     const ok = await confirmDialog(`Release ${name}?`, h('div', {},
@@ -592,7 +657,8 @@ async function electionView(p, signal) {
   const candidates = area();
   const timeline = h('ol', { class: 'timeline', 'aria-live': 'polite', reversed: true });
   main.replaceChildren(h('p', {}, h('a', { href: '#/elections' }, '← Elections')), h('h1', { tabindex: '-1' }, name),
-    h('h2', {}, 'Leader'), leader, h('h2', {}, 'Candidates, in the order they would lead (priority, then arrival)'), candidates, h('h2', {}, 'Timeline (live)'), timeline,
+    h('h2', {}, 'Leader'), leader, h('h2', {}, 'Candidates, in the order they would lead (priority, then arrival)'), candidates,
+    h('h2', {}, 'Last half hour'), trendsArea(`v1/elections:trends?${q({ name })}`, signal), h('h2', {}, 'Timeline (live)'), timeline,
     h('h2', {}, 'Leaders, newest first'), historyArea('elections', name, signal));
   let current = null; // the leader shown, whose term a hand-over names
   let asked = null; // a preemption request in force: who asked
@@ -693,6 +759,7 @@ async function namespaceView(p, signal) {
   const tab = tabs.includes(p.query.get('tab')) ? p.query.get('tab') : 'snapshot';
   const body = h('div', {});
   main.replaceChildren(h('p', {}, h('a', { href: '#/config' }, '← Config')), h('h1', { tabindex: '-1' }, ns),
+    trendsArea(`v1/config:trends?${q({ namespace: ns })}`, signal, 'No release and no subscriber on this member in the last half hour.'),
     h('nav', { class: 'tabs', 'aria-label': 'Namespace' }, tabs.map((t) => h('a', { href: `#/config/${path(ns)}?tab=${t}`, 'aria-current': t === tab ? 'page' : undefined }, t[0].toUpperCase() + t.slice(1)))),
     body);
   await configTabs[tab](ns, p, body, signal);

@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/server/trends"
 	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
@@ -160,6 +161,7 @@ func (p *page) screenshot(name string) {
 func TestConsole(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
+	cfg.Trends = trends.Options{Every: 200 * time.Millisecond, Points: 600} // charts drawn within the test's waits
 	d := start(t, cfg)
 	c := newClient(t, d.GRPCAddr())
 	ctx := t.Context()
@@ -180,6 +182,7 @@ func TestConsole(t *testing.T) {
 	p.see("#whoami", "open: no policy")
 	p.see("main table", "healthy")
 	p.see(`[data-metric="coordd_sessions"]`, "2")
+	p.see(`figure.chart[data-series="sessions"] figcaption`, "2")
 	p.screenshot("overview")
 
 	// Locks: a holder appears without a reload, a waiter queues behind it,
@@ -203,6 +206,7 @@ func TestConsole(t *testing.T) {
 		}
 	}()
 	p.see("main", "Waiters, in the order they will be granted (1)")
+	p.until("the queue's depth charted", `/now 2\b/.test(document.querySelector('figure.chart[data-series="queue depth"] svg')?.getAttribute('aria-label') || '')`)
 	p.screenshot("lock")
 	if err := la.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -213,6 +217,8 @@ func TestConsole(t *testing.T) {
 	}
 	p.see("main", "Waiters, in the order they will be granted (0)")
 	p.see("main table", b.ID())
+	// Its charts: the grants, and the waiter that queued.
+	p.until("the lock's grants charted", `/peak [1-9]/.test(document.querySelector('figure.chart[data-series="grants"] svg')?.getAttribute('aria-label') || '')`)
 	p.see("main table", strconv.FormatInt(int64(lb.Token()), 10))
 	// The history: the grant handed over from a's, newest first.
 	p.see(".history", "handed over from "+strconv.FormatInt(int64(la.Token()), 10))
