@@ -210,7 +210,10 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	}
 	req := &coorddv1.ResignRequest{Name: l.name, Term: int64(l.term), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream}
 	n, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
-		_, err := l.s.c.elections.Resign(ctx, req)
+		resp, err := l.s.c.elections.Resign(ctx, req)
+		if err == nil {
+			l.endedAt.Store(resp.GetRevision())
+		}
 		return err
 	})
 	if (n > 1 || again) && errors.Is(err, ErrNotLeader) {
@@ -222,6 +225,13 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	}
 	return err
 }
+
+// ResignedAt is the etcd revision of the commit of this leader's Resign:
+// a history read from it (HistoryQuery.MinRevision) shows the term's end
+// and its successor's election. It is 0 until a Resign succeeded, and
+// stays 0 when an earlier attempt's answer was lost or the term ended
+// otherwise.
+func (l *Leadership) ResignedAt() int64 { return l.endedAt.Load() }
 
 // letGo tells the server that this leader stepped down when a
 // resignation from outside asked it to (its context has ended): the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -27,6 +28,10 @@ type held struct {
 	// holder let go of a holding it was asked to give up (see revoked).
 	gone  func() error
 	letGo func()
+
+	// endedAt is the etcd revision of the holder's own release's or
+	// resignation's commit (0 until one succeeded; see Lock.ReleasedAt).
+	endedAt atomic.Int64
 
 	mu      sync.Mutex
 	ended   bool        // given up or lost

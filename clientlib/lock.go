@@ -200,7 +200,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	req := &coorddv1.ReleaseRequest{Name: l.name, Token: int64(l.token), SessionId: l.s.id, RequestId: l.requestID, KeepaliveStream: l.s.followStream().stream}
 	n, err := l.s.c.retry(ctx, releaseAttempt, func(ctx context.Context) error {
-		_, err := l.s.c.locks.Release(ctx, req)
+		resp, err := l.s.c.locks.Release(ctx, req)
+		if err == nil {
+			l.endedAt.Store(resp.GetRevision())
+		}
 		return err
 	})
 	if (n > 1 || again) && errors.Is(err, ErrNotHolder) {
@@ -213,6 +216,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	return err
 }
+
+// ReleasedAt is the etcd revision of the commit of this holder's Release:
+// a history read from it (HistoryQuery.MinRevision) shows the grant's end.
+// It is 0 until a Release succeeded, and stays 0 when an earlier attempt's
+// answer was lost or the lock ended otherwise (released from outside, its
+// session ended).
+func (l *Lock) ReleasedAt() int64 { return l.endedAt.Load() }
 
 // RunLocked runs fn while holding the named lock and releases it after, also
 // when fn fails or panics. fn's context ends when the lock is lost; fn must

@@ -553,17 +553,38 @@ func (m *Manager) Proclaim(ctx context.Context, name string, term fencing.Token,
 // seat and the line (from the member, checked by the commit's compares)
 // and one commit.
 func (m *Manager) Resign(ctx context.Context, name string, term fencing.Token, hint session.Hint) error {
-	return m.resign(ctx, name, term, hint, nil)
+	_, err := m.resignAt(ctx, name, term, hint, nil)
+	return err
+}
+
+// ResignAt is Resign (ResignRevoked when revoked) that also returns the
+// etcd revision of the resignation's commit, from which a history read
+// (MinRevision) shows the end of the term and its successor's election.
+func (m *Manager) ResignAt(ctx context.Context, name string, term fencing.Token, hint session.Hint, revoked bool) (int64, error) {
+	if !revoked {
+		return m.resignAt(ctx, name, term, hint, nil)
+	}
+	if hint.Session == 0 {
+		return 0, fmt.Errorf("%w: a resignation that answers a revocation names the leader's session", ErrInvalid)
+	}
+	rec := revoke.Ended{Token: int64(term), Outcome: revoke.Acknowledged}
+	return m.resignAt(ctx, name, term, hint, m.revokedOps(name, rec, int64(hint.Session)))
 }
 
 // resign is Resign that also commits extra with the resignation.
 func (m *Manager) resign(ctx context.Context, name string, term fencing.Token, hint session.Hint, extra []clientv3.Op) error {
+	_, err := m.resignAt(ctx, name, term, hint, extra)
+	return err
+}
+
+// resignAt is resign that returns the commit's revision.
+func (m *Manager) resignAt(ctx context.Context, name string, term fencing.Token, hint session.Hint, extra []clientv3.Op) (int64, error) {
 	if err := validateTerm(name, term); err != nil {
-		return err
+		return 0, err
 	}
 	if hint.Session > 0 && hint.RequestID != "" {
 		if err := checkRequestID(hint.RequestID); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -572,7 +593,7 @@ func (m *Manager) resign(ctx context.Context, name string, term fencing.Token, h
 		// is read again from the cluster before it is believed.
 		line, err := m.readLine(ctx, name, attempt == 0)
 		if err != nil {
-			return fmt.Errorf("election: resign %q: %w", name, err)
+			return 0, fmt.Errorf("election: resign %q: %w", name, err)
 		}
 		kv := first(line.Responses[0].GetResponseRange().Kvs)
 		sess, rid, _ := seatOf(m.seats(name), keyOf(kv))
@@ -582,9 +603,9 @@ func (m *Manager) resign(ctx context.Context, name string, term fencing.Token, h
 				continue
 			}
 			if kv != nil && kv.CreateRevision == int64(term) {
-				return fmt.Errorf("%w: term %d of %q is not a term of session %s (request %q)", ErrNotLeader, term, name, hint.Session, hint.RequestID)
+				return 0, fmt.Errorf("%w: term %d of %q is not a term of session %s (request %q)", ErrNotLeader, term, name, hint.Session, hint.RequestID)
 			}
-			return fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
+			return 0, fmt.Errorf("%w: term %d does not lead %q", ErrNotLeader, term, name)
 		}
 		own := m.campaignPrefix(name, sess, rid)
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", int64(term))}
@@ -595,7 +616,7 @@ func (m *Manager) resign(ctx context.Context, name string, term fencing.Token, h
 		case ok:
 			c, o, err := m.seatFor(ctx, name, e, line.Header.Revision, line.Responses[2].GetResponseRange().Kvs)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			cmps, ops = append(cmps, c...), append(ops, o...)
 		case attempt < promoteAttempts:
@@ -612,7 +633,11 @@ func (m *Manager) resign(ctx context.Context, name string, term fencing.Token, h
 		}
 		tr, err := m.commitEnd(ctx, name, ok, cmps, append(ops, extra...))
 		if err != nil || tr.Succeeded {
-			return m.resigned(name, session.Hint{Session: sess, RequestID: rid}, err)
+			var rev int64
+			if err == nil {
+				rev = tr.Header.Revision
+			}
+			return rev, m.resigned(name, session.Hint{Session: sess, RequestID: rid}, err)
 		}
 		// The term ended meanwhile (the next read says so), or a candidate
 		// joined or left: read again.

@@ -108,9 +108,6 @@ func (m *Manager) RevokeAll(ctx context.Context, keys []string, o revoke.Options
 // to a revocation (see Revoke) that asked it to step down: the revocation
 // is recorded as acknowledged, in the same commit.
 func (m *Manager) ResignRevoked(ctx context.Context, name string, term fencing.Token, hint session.Hint) error {
-	if hint.Session == 0 {
-		return fmt.Errorf("%w: a resignation that answers a revocation names the leader's session", ErrInvalid)
-	}
-	rec := revoke.Ended{Token: int64(term), Outcome: revoke.Acknowledged}
-	return m.resign(ctx, name, term, hint, m.revokedOps(name, rec, int64(hint.Session)))
+	_, err := m.ResignAt(ctx, name, term, hint, true)
+	return err
 }

@@ -112,14 +112,12 @@ func (s *ElectionServer) Resign(ctx context.Context, req *coorddv1.ResignRequest
 		s.metrics.revoked("election", r)
 		return &coorddv1.ResignResponse{Revocation: revocationProto(r)}, nil
 	}
-	resign := s.m.Resign
-	if req.GetRevoked() && hint.Session != 0 {
-		resign = s.m.ResignRevoked // the leader's answer to a revocation
-	}
-	if err := resign(ctx, req.GetName(), fencing.Token(req.GetTerm()), hint); err != nil {
+	// With revoked, the leader's answer to a revocation.
+	rev, err := s.m.ResignAt(ctx, req.GetName(), fencing.Token(req.GetTerm()), hint, req.GetRevoked() && hint.Session != 0)
+	if err != nil {
 		return nil, err
 	}
-	return &coorddv1.ResignResponse{}, nil
+	return &coorddv1.ResignResponse{Revision: rev}, nil
 }
 
 // Transfer implements ElectionService.

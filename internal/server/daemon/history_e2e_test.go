@@ -277,6 +277,43 @@ func TestHistoryReadsWaitForARevision(t *testing.T) {
 			t.Fatalf("history at the release's revision %s: %d %v; want the grant and the release", rev, h.status, h.body)
 		}
 	}
+	// From Go: a holder's Release and a leader's Resign say their
+	// revision, and a history read from it shows the end at once.
+	c := newClient(t, d.GRPCAddr())
+	sess, err := c.NewSession(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := sess.Lock(t.Context(), "at-once/go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(t.Context()); err != nil || l.ReleasedAt() == 0 {
+		t.Fatalf("Release: %v, ReleasedAt %d; want its revision", err, l.ReleasedAt())
+	}
+	ld, err := sess.Campaign(t.Context(), "at-once/go", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ld.Resign(t.Context()); err != nil || ld.ResignedAt() == 0 {
+		t.Fatalf("Resign: %v, ResignedAt %d; want its revision", err, ld.ResignedAt())
+	}
+	for kind, rev := range map[string]int64{"lock": l.ReleasedAt(), "election": ld.ResignedAt()} {
+		events := c.Admin().LockHistory
+		if kind == "election" {
+			events = c.Admin().ElectionHistory
+		}
+		var types []string
+		for ev, err := range events(t.Context(), "at-once/go", clientlib.HistoryQuery{MinRevision: rev}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			types = append(types, ev.Type)
+		}
+		if len(types) != 2 {
+			t.Errorf("%s history from revision %d: %v; want the grant and its end", kind, rev, types)
+		}
+	}
 	for _, bad := range []string{"minRevision=999999999", "minRevision=-1"} {
 		if r := call(t, "GET", base+"/v1/locks:history?name=at-once/0&"+bad, ""); r.status != 400 || reason(r) != "INVALID_ARGUMENT" {
 			t.Errorf("history with %s: %d %v; want 400 INVALID_ARGUMENT", bad, r.status, r.body)

@@ -645,7 +645,12 @@ type ResignResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// revocation, on a resignation from outside, says how the leader was
 	// told.
-	Revocation    *Revocation `protobuf:"bytes,1,opt,name=revocation,proto3" json:"revocation,omitempty"`
+	Revocation *Revocation `protobuf:"bytes,1,opt,name=revocation,proto3" json:"revocation,omitempty"`
+	// revision is the etcd revision of the resignation's commit, for the
+	// leader's own resignation: a history read with it as min_revision
+	// shows the term's end (and its successor's election). 0 for a
+	// resignation from outside.
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -685,6 +690,13 @@ func (x *ResignResponse) GetRevocation() *Revocation {
 		return x.Revocation
 	}
 	return nil
+}
+
+func (x *ResignResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 // TransferRequest hands a leadership to a waiting candidate.
@@ -1686,11 +1698,12 @@ const file_coordd_v1_election_proto_rawDesc = "" +
 	"\x05force\x18\x06 \x01(\bR\x05force\x12:\n" +
 	"\vrevoke_wait\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"revokeWait\x12\x18\n" +
-	"\arevoked\x18\b \x01(\bR\arevoked\"G\n" +
+	"\arevoked\x18\b \x01(\bR\arevoked\"c\n" +
 	"\x0eResignResponse\x125\n" +
 	"\n" +
 	"revocation\x18\x01 \x01(\v2\x15.coordd.v1.RevocationR\n" +
-	"revocation\"\x86\x02\n" +
+	"revocation\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x86\x02\n" +
 	"\x0fTransferRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x03R\x04term\x120\n" +

@@ -16,7 +16,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63oordd/v1/election.proto\x12\tcoordd.v1\x1a\x14\x63oordd/v1/lock.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x01\n\nLeadership\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\r\n\x05value\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x10\n\x08revision\x18\x06 \x01(\x03\x12\x10\n\x08\x66ollowed\x18\x07 \x01(\x08\x12\x10\n\x08priority\x18\x08 \x01(\x05\"\xbc\x01\n\x0f\x43\x61mpaignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x10keepalive_stream\x18\x06 \x01(\x04\x12\x10\n\x08priority\x18\x07 \x01(\x05\x12\x0f\n\x07preempt\x18\x08 \x01(\x08\"=\n\x10\x43\x61mpaignResponse\x12)\n\nleadership\x18\x01 \x01(\x0b\x32\x15.coordd.v1.Leadership\"Q\n\x0fProclaimRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\r\n\x05value\x18\x03 \x01(\t\x12\x13\n\x0bproclaim_id\x18\x04 \x01(\t\"$\n\x10ProclaimResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"\xbd\x01\n\rResignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x18\n\x10keepalive_stream\x18\x05 \x01(\x04\x12\r\n\x05\x66orce\x18\x06 \x01(\x08\x12.\n\x0brevoke_wait\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07revoked\x18\x08 \x01(\x08\";\n\x0eResignResponse\x12)\n\nrevocation\x18\x01 \x01(\x0b\x32\x15.coordd.v1.Revocation\"\xab\x01\n\x0fTransferRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x1c\n\x14successor_session_id\x18\x03 \x01(\t\x12\x1c\n\x14successor_request_id\x18\x04 \x01(\t\x12\x18\n\x10keepalive_stream\x18\x05 \x01(\x04\x12\x12\n\nsession_id\x18\x06 \x01(\t\x12\x12\n\nrequest_id\x18\x07 \x01(\t\"2\n\x10TransferResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x10\n\x08revision\x18\x02 \x01(\x03\"\xae\x02\n\x0e\x45lectionLeader\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x10\n\x08hostname\x18\x06 \x01(\t\x12)\n\x05since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tproclaims\x18\x08 \x01(\x03\x12\x10\n\x08priority\x18\t \x01(\x05\x12\x32\n\x0erevoking_since\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0erevoking_until\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1d\n\rLeaderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"M\n\x0eLeaderResponse\x12)\n\x06leader\x18\x01 \x01(\x0b\x32\x19.coordd.v1.ElectionLeader\x12\x10\n\x08revision\x18\x02 \x01(\x03\"\xda\x01\n\x11\x45lectionCandidate\x12\x10\n\x04term\x18\x01 \x01(\x03\x42\x02\x18\x01\x12\r\n\x05value\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x10\n\x08hostname\x18\x06 \x01(\t\x12\x30\n\x0c\x65nqueue_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fjoined_revision\x18\x08 \x01(\x03\x12\x10\n\x08priority\x18\t \x01(\x05\"M\n\x14ListElectionsRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"?\n\x15ListElectionsResponse\x12\r\n\x05names\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"!\n\x11\x43\x61ndidatesRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"X\n\x12\x43\x61ndidatesResponse\x12\x30\n\ncandidates\x18\x01 \x03(\x0b\x32\x1c.coordd.v1.ElectionCandidate\x12\x10\n\x08revision\x18\x02 \x01(\x03\"5\n\x0eObserveRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rfrom_revision\x18\x02 \x01(\x03\"\xb3\x01\n\rElectionEvent\x12*\n\x04type\x18\x01 \x01(\x0e\x32\x1c.coordd.v1.ElectionEventType\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12)\n\x06leader\x18\x03 \x01(\x0b\x32\x19.coordd.v1.ElectionLeader\x12\x0f\n\x07\x63urrent\x18\x04 \x01(\x08\x12(\n\x02\x62y\x18\x05 \x01(\x0b\x32\x1c.coordd.v1.ElectionCandidate\"M\n\x0fObserveResponse\x12(\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x18.coordd.v1.ElectionEvent\x12\x10\n\x08revision\x18\x02 \x01(\x03*\xad\x02\n\x11\x45lectionEventType\x12#\n\x1f\x45LECTION_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x45LECTION_EVENT_TYPE_ELECTED\x10\x01\x12\"\n\x1e\x45LECTION_EVENT_TYPE_PROCLAIMED\x10\x02\x12 \n\x1c\x45LECTION_EVENT_TYPE_RESIGNED\x10\x03\x12\x1f\n\x1b\x45LECTION_EVENT_TYPE_EXPIRED\x10\x04\x12\x1e\n\x1a\x45LECTION_EVENT_TYPE_VACANT\x10\x05\x12)\n%ELECTION_EVENT_TYPE_PREEMPT_REQUESTED\x10\x06\x12 \n\x1c\x45LECTION_EVENT_TYPE_REVOKING\x10\x07\x32\xc1\x04\n\x0f\x45lectionService\x12\x43\n\x08\x43\x61mpaign\x12\x1a.coordd.v1.CampaignRequest\x1a\x1b.coordd.v1.CampaignResponse\x12\x43\n\x08Proclaim\x12\x1a.coordd.v1.ProclaimRequest\x1a\x1b.coordd.v1.ProclaimResponse\x12=\n\x06Resign\x12\x18.coordd.v1.ResignRequest\x1a\x19.coordd.v1.ResignResponse\x12\x43\n\x08Transfer\x12\x1a.coordd.v1.TransferRequest\x1a\x1b.coordd.v1.TransferResponse\x12=\n\x06Leader\x12\x18.coordd.v1.LeaderRequest\x1a\x19.coordd.v1.LeaderResponse\x12I\n\nCandidates\x12\x1c.coordd.v1.CandidatesRequest\x1a\x1d.coordd.v1.CandidatesResponse\x12R\n\rListElections\x12\x1f.coordd.v1.ListElectionsRequest\x1a .coordd.v1.ListElectionsResponse\x12\x42\n\x07Observe\x12\x19.coordd.v1.ObserveRequest\x1a\x1a.coordd.v1.ObserveResponse0\x01\x42\x33Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63oordd/v1/election.proto\x12\tcoordd.v1\x1a\x14\x63oordd/v1/lock.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x01\n\nLeadership\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\r\n\x05value\x18\x03 \x01(\t\x12\x12\n\nsession_id\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12\x10\n\x08revision\x18\x06 \x01(\x03\x12\x10\n\x08\x66ollowed\x18\x07 \x01(\x08\x12\x10\n\x08priority\x18\x08 \x01(\x05\"\xbc\x01\n\x0f\x43\x61mpaignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x18\n\x10keepalive_stream\x18\x06 \x01(\x04\x12\x10\n\x08priority\x18\x07 \x01(\x05\x12\x0f\n\x07preempt\x18\x08 \x01(\x08\"=\n\x10\x43\x61mpaignResponse\x12)\n\nleadership\x18\x01 \x01(\x0b\x32\x15.coordd.v1.Leadership\"Q\n\x0fProclaimRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\r\n\x05value\x18\x03 \x01(\t\x12\x13\n\x0bproclaim_id\x18\x04 \x01(\t\"$\n\x10ProclaimResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"\xbd\x01\n\rResignRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x18\n\x10keepalive_stream\x18\x05 \x01(\x04\x12\r\n\x05\x66orce\x18\x06 \x01(\x08\x12.\n\x0brevoke_wait\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07revoked\x18\x08 \x01(\x08\"M\n\x0eResignResponse\x12)\n\nrevocation\x18\x01 \x01(\x0b\x32\x15.coordd.v1.Revocation\x12\x10\n\x08revision\x18\x02 \x01(\x03\"\xab\x01\n\x0fTransferRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x03\x12\x1c\n\x14successor_session_id\x18\x03 \x01(\t\x12\x1c\n\x14successor_request_id\x18\x04 \x01(\t\x12\x18\n\x10keepalive_stream\x18\x05 \x01(\x04\x12\x12\n\nsession_id\x18\x06 \x01(\t\x12\x12\n\nrequest_id\x18\x07 \x01(\t\"2\n\x10TransferResponse\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\x10\n\x08revision\x18\x02 \x01(\x03\"\xae\x02\n\x0e\x45lectionLeader\x12\x0c\n\x04term\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x10\n\x08hostname\x18\x06 \x01(\t\x12)\n\x05since\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tproclaims\x18\x08 \x01(\x03\x12\x10\n\x08priority\x18\t \x01(\x05\x12\x32\n\x0erevoking_since\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0erevoking_until\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x1d\n\rLeaderRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"M\n\x0eLeaderResponse\x12)\n\x06leader\x18\x01 \x01(\x0b\x32\x19.coordd.v1.ElectionLeader\x12\x10\n\x08revision\x18\x02 \x01(\x03\"\xda\x01\n\x11\x45lectionCandidate\x12\x10\n\x04term\x18\x01 \x01(\x03\x42\x02\x18\x01\x12\r\n\x05value\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x10\n\x08hostname\x18\x06 \x01(\t\x12\x30\n\x0c\x65nqueue_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fjoined_revision\x18\x08 \x01(\x03\x12\x10\n\x08priority\x18\t \x01(\x05\"M\n\x14ListElectionsRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"?\n\x15ListElectionsResponse\x12\r\n\x05names\x18\x01 \x03(\t\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"!\n\x11\x43\x61ndidatesRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"X\n\x12\x43\x61ndidatesResponse\x12\x30\n\ncandidates\x18\x01 \x03(\x0b\x32\x1c.coordd.v1.ElectionCandidate\x12\x10\n\x08revision\x18\x02 \x01(\x03\"5\n\x0eObserveRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rfrom_revision\x18\x02 \x01(\x03\"\xb3\x01\n\rElectionEvent\x12*\n\x04type\x18\x01 \x01(\x0e\x32\x1c.coordd.v1.ElectionEventType\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12)\n\x06leader\x18\x03 \x01(\x0b\x32\x19.coordd.v1.ElectionLeader\x12\x0f\n\x07\x63urrent\x18\x04 \x01(\x08\x12(\n\x02\x62y\x18\x05 \x01(\x0b\x32\x1c.coordd.v1.ElectionCandidate\"M\n\x0fObserveResponse\x12(\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x18.coordd.v1.ElectionEvent\x12\x10\n\x08revision\x18\x02 \x01(\x03*\xad\x02\n\x11\x45lectionEventType\x12#\n\x1f\x45LECTION_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n\x1b\x45LECTION_EVENT_TYPE_ELECTED\x10\x01\x12\"\n\x1e\x45LECTION_EVENT_TYPE_PROCLAIMED\x10\x02\x12 \n\x1c\x45LECTION_EVENT_TYPE_RESIGNED\x10\x03\x12\x1f\n\x1b\x45LECTION_EVENT_TYPE_EXPIRED\x10\x04\x12\x1e\n\x1a\x45LECTION_EVENT_TYPE_VACANT\x10\x05\x12)\n%ELECTION_EVENT_TYPE_PREEMPT_REQUESTED\x10\x06\x12 \n\x1c\x45LECTION_EVENT_TYPE_REVOKING\x10\x07\x32\xc1\x04\n\x0f\x45lectionService\x12\x43\n\x08\x43\x61mpaign\x12\x1a.coordd.v1.CampaignRequest\x1a\x1b.coordd.v1.CampaignResponse\x12\x43\n\x08Proclaim\x12\x1a.coordd.v1.ProclaimRequest\x1a\x1b.coordd.v1.ProclaimResponse\x12=\n\x06Resign\x12\x18.coordd.v1.ResignRequest\x1a\x19.coordd.v1.ResignResponse\x12\x43\n\x08Transfer\x12\x1a.coordd.v1.TransferRequest\x1a\x1b.coordd.v1.TransferResponse\x12=\n\x06Leader\x12\x18.coordd.v1.LeaderRequest\x1a\x19.coordd.v1.LeaderResponse\x12I\n\nCandidates\x12\x1c.coordd.v1.CandidatesRequest\x1a\x1d.coordd.v1.CandidatesResponse\x12R\n\rListElections\x12\x1f.coordd.v1.ListElectionsRequest\x1a .coordd.v1.ListElectionsResponse\x12\x42\n\x07Observe\x12\x19.coordd.v1.ObserveRequest\x1a\x1a.coordd.v1.ObserveResponse0\x01\x42\x33Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'coordd.v1.election_pb2', globals())
@@ -26,8 +26,8 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._serialized_options = b'Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1'
   _ELECTIONCANDIDATE.fields_by_name['term']._options = None
   _ELECTIONCANDIDATE.fields_by_name['term']._serialized_options = b'\030\001'
-  _ELECTIONEVENTTYPE._serialized_start=2354
-  _ELECTIONEVENTTYPE._serialized_end=2655
+  _ELECTIONEVENTTYPE._serialized_start=2372
+  _ELECTIONEVENTTYPE._serialized_end=2673
   _LEADERSHIP._serialized_start=127
   _LEADERSHIP._serialized_end=276
   _CAMPAIGNREQUEST._serialized_start=279
@@ -41,33 +41,33 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _RESIGNREQUEST._serialized_start=654
   _RESIGNREQUEST._serialized_end=843
   _RESIGNRESPONSE._serialized_start=845
-  _RESIGNRESPONSE._serialized_end=904
-  _TRANSFERREQUEST._serialized_start=907
-  _TRANSFERREQUEST._serialized_end=1078
-  _TRANSFERRESPONSE._serialized_start=1080
-  _TRANSFERRESPONSE._serialized_end=1130
-  _ELECTIONLEADER._serialized_start=1133
-  _ELECTIONLEADER._serialized_end=1435
-  _LEADERREQUEST._serialized_start=1437
-  _LEADERREQUEST._serialized_end=1466
-  _LEADERRESPONSE._serialized_start=1468
-  _LEADERRESPONSE._serialized_end=1545
-  _ELECTIONCANDIDATE._serialized_start=1548
-  _ELECTIONCANDIDATE._serialized_end=1766
-  _LISTELECTIONSREQUEST._serialized_start=1768
-  _LISTELECTIONSREQUEST._serialized_end=1845
-  _LISTELECTIONSRESPONSE._serialized_start=1847
-  _LISTELECTIONSRESPONSE._serialized_end=1910
-  _CANDIDATESREQUEST._serialized_start=1912
-  _CANDIDATESREQUEST._serialized_end=1945
-  _CANDIDATESRESPONSE._serialized_start=1947
-  _CANDIDATESRESPONSE._serialized_end=2035
-  _OBSERVEREQUEST._serialized_start=2037
-  _OBSERVEREQUEST._serialized_end=2090
-  _ELECTIONEVENT._serialized_start=2093
-  _ELECTIONEVENT._serialized_end=2272
-  _OBSERVERESPONSE._serialized_start=2274
-  _OBSERVERESPONSE._serialized_end=2351
-  _ELECTIONSERVICE._serialized_start=2658
-  _ELECTIONSERVICE._serialized_end=3235
+  _RESIGNRESPONSE._serialized_end=922
+  _TRANSFERREQUEST._serialized_start=925
+  _TRANSFERREQUEST._serialized_end=1096
+  _TRANSFERRESPONSE._serialized_start=1098
+  _TRANSFERRESPONSE._serialized_end=1148
+  _ELECTIONLEADER._serialized_start=1151
+  _ELECTIONLEADER._serialized_end=1453
+  _LEADERREQUEST._serialized_start=1455
+  _LEADERREQUEST._serialized_end=1484
+  _LEADERRESPONSE._serialized_start=1486
+  _LEADERRESPONSE._serialized_end=1563
+  _ELECTIONCANDIDATE._serialized_start=1566
+  _ELECTIONCANDIDATE._serialized_end=1784
+  _LISTELECTIONSREQUEST._serialized_start=1786
+  _LISTELECTIONSREQUEST._serialized_end=1863
+  _LISTELECTIONSRESPONSE._serialized_start=1865
+  _LISTELECTIONSRESPONSE._serialized_end=1928
+  _CANDIDATESREQUEST._serialized_start=1930
+  _CANDIDATESREQUEST._serialized_end=1963
+  _CANDIDATESRESPONSE._serialized_start=1965
+  _CANDIDATESRESPONSE._serialized_end=2053
+  _OBSERVEREQUEST._serialized_start=2055
+  _OBSERVEREQUEST._serialized_end=2108
+  _ELECTIONEVENT._serialized_start=2111
+  _ELECTIONEVENT._serialized_end=2290
+  _OBSERVERESPONSE._serialized_start=2292
+  _OBSERVERESPONSE._serialized_end=2369
+  _ELECTIONSERVICE._serialized_start=2676
+  _ELECTIONSERVICE._serialized_end=3253
 # @@protoc_insertion_point(module_scope)
