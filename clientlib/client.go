@@ -700,6 +700,7 @@ func (c *endpointConn) Read(p []byte) (int, error) {
 		c.read = true
 		if werr := wrongProtocol(p[:n], string(c.ep), c.tls); werr != nil {
 			c.last.Store(&werr)
+			return 0, werr // nothing gRPC can use: the dial fails now
 		}
 	}
 	return n, err
@@ -714,6 +715,9 @@ func (e *wrongProtocolError) Error() string { return e.msg }
 // wrongProtocol tells from the first bytes an endpoint sent whether it
 // speaks another protocol than the client (nil: it may be gRPC).
 func wrongProtocol(first []byte, ep string, clientTLS bool) error {
+	if port, ok := httpPortSettings(first); ok {
+		return &wrongProtocolError{fmt.Sprintf("%s is coordd's HTTP port (REST and the console), it says; clients need its gRPC port, %d (coordd --grpc-addr)", ep, port)}
+	}
 	switch {
 	case bytes.HasPrefix(first, []byte("HTTP/")):
 		return &wrongProtocolError{fmt.Sprintf("%s answered in HTTP/1, not gRPC: it looks like coordd's HTTP port (REST and the console); clients need its gRPC port (coordd --grpc-addr, 7420 by default)", ep)}
@@ -721,6 +725,28 @@ func wrongProtocol(first []byte, ep string, clientTLS bool) error {
 		return &wrongProtocolError{fmt.Sprintf("%s answered in TLS: the server takes TLS connections only; give the client TLS (coordctl --cacert, clientlib Config.TLS)", ep)}
 	}
 	return nil
+}
+
+// settingGRPCPort is the HTTP/2 setting by which coordd's HTTP port names
+// its gRPC port to a plaintext HTTP/2 client (the daemon's
+// SettingGRPCPort; HTTP/2 peers ignore settings they do not know).
+const settingGRPCPort = 0xc0dd
+
+// httpPortSettings reports whether first begins with an HTTP/2 SETTINGS
+// frame that carries settingGRPCPort, and its value.
+func httpPortSettings(first []byte) (uint32, bool) {
+	const header = 9 // length (3), type (1), flags (1), stream (4)
+	if len(first) < header || first[3] != 0x4 || first[4]&0x1 != 0 {
+		return 0, false
+	}
+	n := int(first[0])<<16 | int(first[1])<<8 | int(first[2])
+	payload := first[header:min(len(first), header+n)]
+	for i := 0; i+6 <= len(payload); i += 6 {
+		if id := int(payload[i])<<8 | int(payload[i+1]); id == settingGRPCPort {
+			return uint32(payload[i+2])<<24 | uint32(payload[i+3])<<16 | uint32(payload[i+4])<<8 | uint32(payload[i+5]), true
+		}
+	}
+	return 0, false
 }
 
 // bearer sends a bearer token with every call.

@@ -487,7 +487,7 @@ func (d *Daemon) newHTTP(ctx context.Context, p *parts) (err error) {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	d.httpSrv = &http.Server{
-		Handler:           handler,
+		Handler:           grpcOnHTTP(handler, d.grpcLis.Addr().String()),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
@@ -557,7 +557,7 @@ func (d *Daemon) serve(p *parts) {
 		if cfg.TLS != nil {
 			err = d.httpSrv.ServeTLS(d.httpLis, "", "")
 		} else {
-			err = d.httpSrv.Serve(d.httpLis)
+			err = d.httpSrv.Serve(httpPortListener{Listener: d.httpLis, grpcAddr: d.grpcLis.Addr().String()})
 		}
 		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			d.serveErr <- fmt.Errorf("HTTP server: %w", err)

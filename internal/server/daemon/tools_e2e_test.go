@@ -1,21 +1,34 @@
 package daemon_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/server/tlsfiles"
+	"github.com/coordd/coordd/internal/testkit/testcerts"
+	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // toolsPolicy: root may read the cluster's state and back it up, carol
@@ -155,4 +168,65 @@ func TestTheGRPCPortNamesTheHTTPPort(t *testing.T) {
 	if _, err := c.Admin().ClusterStatus(t.Context()); err != nil {
 		t.Fatalf("a gRPC call after it: %v", err)
 	}
+}
+
+// A gRPC client given the HTTP port is told which port is gRPC's: the Go
+// SDK before its first call (the HTTP port's HTTP/2 SETTINGS name the
+// gRPC port), any other gRPC client in its call's status, in plaintext and
+// over TLS; REST on the same port is served as ever.
+func TestTheHTTPPortNamesTheGRPCPort(t *testing.T) {
+	t.Parallel()
+	d := start(t, testConfig(t))
+	_, grpcPort, _ := net.SplitHostPort(d.GRPCAddr())
+	t0 := time.Now()
+	_, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{d.HTTPAddr()}, DialTimeout: time.Minute})
+	if !errors.Is(err, clientlib.ErrUnavailable) || !strings.Contains(err.Error(), "coordd's HTTP port") || !strings.Contains(err.Error(), grpcPort) {
+		t.Fatalf("clientlib.New on the HTTP port: %v; want ErrUnavailable naming gRPC port %s", err, grpcPort)
+	}
+	if took := time.Since(t0); took > 30*time.Second {
+		t.Errorf("clientlib.New on the HTTP port took %s: it should not wait for its dial timeout", took)
+	}
+	call := func(conn *grpc.ClientConn) error {
+		_, err := coorddv1.NewClusterServiceClient(conn).WhoAmI(t.Context(), &coorddv1.WhoAmIRequest{})
+		return err
+	}
+	conn, err := grpc.NewClient(d.HTTPAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	if err := call(conn); status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), d.GRPCAddr()) {
+		t.Errorf("a plaintext gRPC call on the HTTP port: %v; want FAILED_PRECONDITION naming %s", err, d.GRPCAddr())
+	}
+	if r := callHTTP(t, "GET", "http://"+d.HTTPAddr()+"/v1/cluster:whoami"); r != http.StatusOK {
+		t.Errorf("REST on the HTTP port after it: %d", r)
+	}
+
+	ca := newCA(t, "coordd test CA")
+	dir := t.TempDir()
+	srvCert, srvKey := issue(t, ca, testcerts.Options{CommonName: "coordd", Server: true})
+	cfg := testConfig(t)
+	files, err := tlsfiles.Load(writeFile(t, dir, "server.pem", srvCert), writeFile(t, dir, "server-key.pem", srvKey), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TLSFiles = files
+	td := start(t, cfg)
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	tconn, err := grpc.NewClient(td.HTTPAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tconn.Close() }()
+	if err := call(tconn); status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), td.GRPCAddr()) {
+		t.Errorf("a gRPC call over TLS on the HTTP port: %v; want FAILED_PRECONDITION naming %s", err, td.GRPCAddr())
+	}
+}
+
+// callHTTP makes a request with no body and returns its status.
+func callHTTP(t *testing.T, method, url string) int {
+	t.Helper()
+	code, _ := httpAs(t, method, url, "", "")
+	return code
 }
