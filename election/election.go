@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -66,9 +67,10 @@ type Manager struct {
 	dels *grantwatch.Watcher // tells waiting candidates of their election
 	txns *groupcommit.Committer
 
-	bg        queue.Background // background writes (promotions, clean-ups)
-	ids       queue.IDs        // request ids made up for callers that named none
-	promoting promoter         // promotions in flight, per election
+	bg          queue.Background // background writes (promotions, clean-ups)
+	ids         queue.IDs        // request ids made up for callers that named none
+	promoting   promoter         // promotions in flight, per election
+	seatWatches seatWatches      // elections with parked campaigns (CampaignLater)
 
 	beforeCampaign func()      // tests: runs before each campaign transaction
 	beforeWait     func()      // tests: runs before a campaign waits for the seat
@@ -260,6 +262,33 @@ func validateRequest(req *Request) error {
 // under another request id is refused with ErrAlreadyLeader instead of
 // waiting for itself.
 func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error) {
+	l, _, err := m.campaignOr(ctx, req, nil)
+	return l, err
+}
+
+// Later is where CampaignLater gives a parked campaign's outcome.
+type Later struct {
+	// Ctx governs the parked wait: the campaign fails with its error when
+	// it ends first. It must end once Done was called.
+	Ctx context.Context
+	// Done is called once, with the leadership or the campaign's error,
+	// on a goroutine of the manager's (it must not block).
+	Done func(Leadership, error)
+}
+
+// CampaignLater is Campaign without holding the caller's goroutine while
+// the candidacy waits: it writes the candidacy (on the caller's
+// goroutine, bound by ctx), and when the seat is not given at once, parks
+// the wait with the election's watch (one per election for all its parked
+// candidates), returns parked true, and calls l.Done once with the
+// outcome. A parked wait costs its record and l's context.
+func (m *Manager) CampaignLater(ctx context.Context, req Request, l Later) (ld Leadership, parked bool, err error) {
+	return m.campaignOr(ctx, req, &l)
+}
+
+// campaignOr campaigns (see Campaign), parking the wait when later is set
+// (see CampaignLater).
+func (m *Manager) campaignOr(ctx context.Context, req Request, later *Later) (Leadership, bool, error) {
 	picked := req.RequestID == "" && req.Session > 0 && validateName(req.Name) == nil
 	var reused bool
 	keyOf := func(id string) string { return m.campaignPrefix(req.Name, req.Session, id) }
@@ -267,7 +296,7 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		req.RequestID, reused = m.ids.Take(int64(req.Session), req.Name, false, false, keyOf)
 	}
 	if err := validateRequest(&req); err != nil {
-		return Leadership{}, err
+		return Leadership{}, false, err
 	}
 	// A candidacy is taken over only if it was written before the call
 	// began (see lock.Manager's enqueue): one written later may be an
@@ -287,14 +316,14 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		mine = entry{key: keyOf(req.RequestID) + strconv.Itoa(int(req.Priority)), session: req.Session, requestID: req.RequestID, priority: req.Priority, lease: int64(req.Session)}
 		resp, c, err := m.join(ctx, req, mine.key, l.Key)
 		if err != nil {
-			return Leadership{}, err
+			return Leadership{}, false, err
 		}
 		value, readAt = c, resp.Header.Revision
 		if resp.Succeeded {
 			inner := resp.Responses[1].GetResponseTxn()
 			if inner.Succeeded {
 				l.Term, l.Revision = fencing.Token(readAt), readAt
-				return l, nil
+				return l, false, nil
 			}
 			seatKV = first(inner.Responses[0].GetResponseRange().Kvs)
 			break
@@ -312,7 +341,7 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		var ok bool
 		if kv != nil {
 			if value, ok, err = m.takeOverCandidacy(ctx, req, began, kv, &l); err != nil {
-				return Leadership{}, err
+				return Leadership{}, false, err
 			}
 		}
 		if ok {
@@ -322,19 +351,19 @@ func (m *Manager) Campaign(ctx context.Context, req Request) (Leadership, error)
 		// The candidacy vanished before the take-over (a clean-up of a
 		// failed earlier attempt removed it): create it anew.
 		if attempt >= 3 {
-			return Leadership{}, fmt.Errorf("%w: the candidacy %s ended while it was retried", ErrSessionNotFound, req.RequestID)
+			return Leadership{}, false, fmt.Errorf("%w: the candidacy %s ended while it was retried", ErrSessionNotFound, req.RequestID)
 		}
 	}
 	if seatKV != nil && string(seatKV.Key) == l.Key {
 		// A retry of a campaign that leads already.
 		ld, err := leaderFromSeat(m.seats(req.Name), seatKV)
 		if err != nil {
-			return Leadership{}, err
+			return Leadership{}, false, err
 		}
 		l.Term, l.Value, l.Priority, l.Revision = ld.Term, ld.Value, ld.Priority, readAt
-		return l, nil
+		return l, false, nil
 	}
-	return m.awaitSeat(ctx, req, l, mine, value, seatKV, !picked)
+	return m.awaitSeat(ctx, req, l, mine, value, seatKV, !picked, later)
 }
 
 // join writes the candidacy key (with value c, returned) unless the
@@ -396,14 +425,22 @@ func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
 // the seat (named: the client chose the campaign's request id); seatKV is the seat as the campaign read it. A candidacy behind
 // its own session's leadership would wait forever: it is refused with
 // ErrAlreadyLeader. One that fails is removed, with a seat given to it
-// meanwhile.
-func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine entry, value string, seatKV *mvccpb.KeyValue, named bool) (Leadership, error) {
-	var asked string // the preemption request in force, if this campaign made it
+// meanwhile. With later, the wait parks (see CampaignLater): parked is
+// true and later.Done gets the outcome; later.Ctx governs the wait.
+func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine entry, value string, seatKV *mvccpb.KeyValue, named bool, later *Later) (ld Leadership, parked bool, err error) {
+	if later != nil {
+		ctx = later.Ctx
+	}
+	var mu sync.Mutex // guards asked: a parked wait asks on its election's watch
+	var asked string  // the preemption request in force, if this campaign made it
 	fail := func(err error) (Leadership, error) {
 		// Kept for the client's retry if it named the campaign
 		// (queue.Abandoned); one without an id would campaign anew.
 		if !named || !queue.Abandoned(ctx) {
-			queue.Remove(ctx, m.cli, &m.bg, mine.key, value, append([]clientv3.Op{clientv3.OpDelete(l.Key)}, m.withdraw(req.Name, asked)...)...)
+			mu.Lock()
+			withdraw := m.withdraw(req.Name, asked)
+			mu.Unlock()
+			queue.Remove(ctx, m.cli, &m.bg, mine.key, value, append([]clientv3.Op{clientv3.OpDelete(l.Key)}, withdraw...)...)
 		}
 		return Leadership{}, err
 	}
@@ -412,7 +449,9 @@ func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine
 	// effort: the campaign waits its turn either way.
 	ask := func(kv *mvccpb.KeyValue) {
 		if v, err := m.askToStepDown(ctx, req.Name, mine, kv); err == nil && v != "" {
+			mu.Lock()
 			asked = v
+			mu.Unlock()
 		}
 	}
 	if !req.Preempt {
@@ -420,21 +459,31 @@ func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine
 	}
 	if seatKV != nil {
 		if sess, id, ok := seatOf(m.seats(req.Name), seatKV.Key); ok && sess == req.Session {
-			return fail(fmt.Errorf("%w: %q (request %s); waiting would never end, resign first", ErrAlreadyLeader, req.Name, id))
+			ld, err := fail(fmt.Errorf("%w: %q (request %s); waiting would never end, resign first", ErrAlreadyLeader, req.Name, id))
+			return ld, false, err
 		}
 	}
 	if m.beforeWait != nil {
 		m.beforeWait()
 	}
-	term, rev, err := m.waitSeat(ctx, req.Name, mine.key, l.Key, ask)
-	if errors.Is(err, queue.ErrEntryGone) {
-		err = fmt.Errorf("%w: the candidate's session ended while it waited", ErrSessionNotFound)
+	seated := func(term, rev int64, err error) (Leadership, error) {
+		if errors.Is(err, queue.ErrEntryGone) {
+			err = fmt.Errorf("%w: the candidate's session ended while it waited", ErrSessionNotFound)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		l.Term, l.Revision, l.Priority = fencing.Token(term), rev, mine.priority
+		return l, nil
 	}
-	if err != nil {
-		return fail(err)
+	if later != nil {
+		m.parkSeat(ctx, req.Name, mine.key, l.Key, ask, func(term, rev int64, err error) {
+			later.Done(seated(term, rev, err))
+		})
+		return Leadership{}, true, nil
 	}
-	l.Term, l.Revision, l.Priority = fencing.Token(term), rev, mine.priority
-	return l, nil
+	ld, err = seated(m.waitSeat(ctx, req.Name, mine.key, l.Key, ask))
+	return ld, false, err
 }
 
 // takeOverCandidacy takes over kv, the candidacy an earlier attempt of

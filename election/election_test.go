@@ -752,3 +752,55 @@ func TestCampaignTakeOverByARetry(t *testing.T) {
 		})
 	}
 }
+
+// Parked campaigns (CampaignLater) wait without a goroutine each and end
+// as waiting ones do: with the seat, with their session's end, or with
+// their context, which also withdraws the candidacy.
+func TestParkedCampaignsEndAsWaitingOnesDo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	leader, err := e.m.Campaign(ctx, election.Request{Name: "p", Session: e.session(t, 30)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	park := func(ctx context.Context, s session.ID) <-chan result {
+		ch := make(chan result, 1)
+		_, parked, err := e.m.CampaignLater(ctx, election.Request{Name: "p", Session: s}, election.Later{Ctx: ctx, Done: func(l election.Leadership, err error) {
+			ch <- result{l, err}
+		}})
+		if err != nil || !parked {
+			t.Fatalf("CampaignLater behind a leader: parked %v, %v; want parked", parked, err)
+		}
+		return ch
+	}
+	winner := park(ctx, e.session(t, 30))
+	dying := e.session(t, 30)
+	ended := park(ctx, dying)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	canceled := park(cctx, e.session(t, 30))
+	e.waitCandidates(t, "p", 3)
+
+	cancel()
+	if r := <-canceled; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("a parked campaign whose context ended: %+v, %v; want context.Canceled", r.l, r.err)
+	}
+	e.waitCandidates(t, "p", 2) // its candidacy withdrawn
+	if _, err := e.cli.Revoke(ctx, clientv3.LeaseID(dying)); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-ended; !errors.Is(r.err, election.ErrSessionNotFound) {
+		t.Fatalf("a parked campaign whose session ended: %+v, %v; want ErrSessionNotFound", r.l, r.err)
+	}
+	if err := e.m.Resign(ctx, "p", leader.Term, session.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-winner
+	if r.err != nil || r.l.Term <= leader.Term {
+		t.Fatalf("the parked campaign left: %+v, %v; want it to lead with a later term than %d", r.l, r.err, leader.Term)
+	}
+	if ld, _, err := e.m.Leader(ctx, "p"); err != nil || ld.Term != r.l.Term {
+		t.Fatalf("the election's leader: %+v, %v; want term %d", ld, err, r.l.Term)
+	}
+}

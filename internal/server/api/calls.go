@@ -98,7 +98,9 @@ func NewCallServer(locks *LockServer, elections *ElectionServer, interceptors []
 	add(routeOf(coorddv1.LockService_ValidateFence_FullMethodName, locks.ValidateFence))
 	add(routeOf(coorddv1.LockService_FencedPut_FullMethodName, locks.FencedPut))
 	add(routeOf(coorddv1.LockService_FencedDelete_FullMethodName, locks.FencedDelete))
-	add(routeOf(coorddv1.ElectionService_Campaign_FullMethodName, elections.Campaign))
+	campaign, r := routeOf(coorddv1.ElectionService_Campaign_FullMethodName, elections.campaignOnStream)
+	r.parkable = true
+	add(campaign, r)
 	add(routeOf(coorddv1.ElectionService_Proclaim_FullMethodName, elections.Proclaim))
 	add(routeOf(coorddv1.ElectionService_Resign_FullMethodName, elections.Resign))
 	return s

@@ -38,43 +38,87 @@ func NewElectionServer(stopped context.Context, m *election.Manager, sessions *s
 
 // Campaign implements ElectionService.
 func (s *ElectionServer) Campaign(ctx context.Context, req *coorddv1.CampaignRequest) (*coorddv1.CampaignResponse, error) {
+	resp, err := s.campaign(ctx, nil, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*coorddv1.CampaignResponse), nil
+}
+
+// campaignOnStream is Campaign for the call stream: a campaign that has
+// to wait parks (see park.go) instead of holding its goroutine, and is
+// answered when it leads or its wait ends. What it answers is what
+// Campaign would.
+func (s *ElectionServer) campaignOnStream(ctx context.Context, req *coorddv1.CampaignRequest) (any, error) {
+	call, _ := parkableCall(ctx)
+	return s.campaign(ctx, call, req)
+}
+
+// campaign serves a Campaign: it waits on its own goroutine when call is
+// nil, and otherwise parks a wait, which call (the call's own context on
+// its stream, see parkableCall) governs, and returns a later.
+func (s *ElectionServer) campaign(ctx, call context.Context, req *coorddv1.CampaignRequest) (any, error) {
 	id, err := session.ParseID(req.GetSessionId())
 	if err != nil {
 		return nil, err
 	}
+	// The wait is bounded from now, before it parks and after.
 	ctx, cancel, err := withWait(ctx, req.GetWait())
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
+	wait, cancelWait := call, context.CancelFunc(func() {})
+	if deadline, ok := ctx.Deadline(); ok && call != nil && req.GetWait() != nil {
+		wait, cancelWait = context.WithDeadline(call, deadline)
+	}
 	done, err := s.Waiters.enter(ctx)
 	if err != nil {
+		cancelWait()
 		return nil, err
 	}
-	defer done()
 	ctx, stop := untilStopped(ctx, s.stopped)
 	defer stop()
-	l, err := s.m.Campaign(ctx, election.Request{Name: req.GetName(), Session: id, Value: req.GetValue(), RequestID: req.GetRequestId(),
-		Priority: req.GetPriority(), Preempt: req.GetPreempt()})
-	if err != nil {
-		return nil, stoppingOr(ctx, err)
+	p := PrincipalFrom(ctx)
+	answer := func(ctx context.Context, l election.Leadership, err error) (any, error) {
+		defer cancelWait() // after the leadership is followed, which reads with ctx
+		defer done()
+		if err != nil {
+			return nil, stoppingOr(ctx, err)
+		}
+		s.metrics.leaderChanged()
+		out := &coorddv1.Leadership{
+			Name:      l.Name,
+			Term:      int64(l.Term),
+			Value:     l.Value,
+			SessionId: l.Session.String(),
+			RequestId: l.RequestID,
+			Revision:  l.Revision,
+			Priority:  l.Priority,
+		}
+		if stream := req.GetKeepaliveStream(); stream != 0 {
+			out.Followed = s.Streams.follow(ctx, stream, l.Session, &coorddv1.Holding{
+				Kind: coorddv1.Holding_KIND_ELECTION, Name: l.Name, Token: int64(l.Term), RequestId: l.RequestID, Revision: l.Revision,
+			})
+		}
+		return &coorddv1.CampaignResponse{Leadership: out}, nil
 	}
-	s.metrics.leaderChanged()
-	out := &coorddv1.Leadership{
-		Name:      l.Name,
-		Term:      int64(l.Term),
-		Value:     l.Value,
-		SessionId: l.Session.String(),
-		RequestId: l.RequestID,
-		Revision:  l.Revision,
-		Priority:  l.Priority,
+	er := election.Request{Name: req.GetName(), Session: id, Value: req.GetValue(), RequestID: req.GetRequestId(),
+		Priority: req.GetPriority(), Preempt: req.GetPreempt()}
+	if call == nil {
+		l, err := s.m.Campaign(ctx, er)
+		return answer(ctx, l, err)
 	}
-	if stream := req.GetKeepaliveStream(); stream != 0 {
-		out.Followed = s.Streams.follow(ctx, stream, l.Session, &coorddv1.Holding{
-			Kind: coorddv1.Holding_KIND_ELECTION, Name: l.Name, Token: int64(l.Term), RequestId: l.RequestID, Revision: l.Revision,
-		})
+	lt := &later{}
+	l, parked, err := s.m.CampaignLater(ctx, er, election.Later{Ctx: wait, Done: func(l election.Leadership, err error) {
+		// wait has the call's end and deadline; the leadership is
+		// followed on the keep-alive stream as the caller's principal.
+		lt.complete(answer(context.WithValue(wait, principalKey{}, p), l, err))
+	}})
+	if parked {
+		return lt, nil
 	}
-	return &coorddv1.CampaignResponse{Leadership: out}, nil
+	return answer(ctx, l, err)
 }
 
 // Proclaim implements ElectionService.

@@ -305,3 +305,79 @@ func goroutinesIn(t *testing.T, fn string) int {
 	}
 	return n
 }
+
+// A crowd of campaigns on the call stream waits without a goroutine each
+// on the member (CampaignLater: one watch per election for all its
+// parked candidates), and each candidate leads once, in the order it
+// arrived.
+func TestACrowdOfCandidatesWaitsWithoutAGoroutineEach(t *testing.T) {
+	t.Parallel()
+	n := 2000
+	if raceEnabled {
+		n = 500
+	}
+	d := start(t, testConfig(t))
+	ctx := t.Context()
+	clients := make([]*clientlib.Client, 3)
+	sessions := make([]*clientlib.Session, len(clients))
+	for i := range clients {
+		clients[i] = newClient(t, d.GRPCAddr())
+		s, err := clients[i].NewSession(ctx, clientlib.WithTTL(60*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions[i] = s
+	}
+	leaderSession, err := clients[0].NewSession(ctx, clientlib.WithTTL(60*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, err := leaderSession.Campaign(ctx, "crowd-election", "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var terms []int64 // in the order they led
+	failed := make(chan error, n)
+	var led sync.WaitGroup
+	for i := range n {
+		led.Go(func() {
+			l, err := sessions[i%len(sessions)].Campaign(ctx, "crowd-election", fmt.Sprint(i), clientlib.WithCampaignID(fmt.Sprintf("c%d", i)))
+			if err != nil {
+				failed <- fmt.Errorf("candidate %d: %w", i, err)
+				return
+			}
+			mu.Lock()
+			terms = append(terms, int64(l.Term()))
+			mu.Unlock()
+			if err := l.Resign(ctx); err != nil {
+				failed <- fmt.Errorf("candidate %d's resignation: %w", i, err)
+			}
+		})
+	}
+	wait.Within(t, 5*time.Minute, "the candidates to queue", func() bool {
+		cs, err := clients[0].Candidates(ctx, "crowd-election")
+		return err == nil && len(cs) == n
+	})
+	if held := goroutinesIn(t, "election.(*Manager).waitSeat"); held > 0 {
+		t.Fatalf("%d goroutines of the member wait for the seat while %d candidates wait; want none (parked)", held, n)
+	}
+	if err := leader.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	led.Wait()
+	close(failed)
+	for err := range failed {
+		t.Fatal(err)
+	}
+	seen := map[int64]bool{}
+	for _, term := range terms {
+		if seen[term] {
+			t.Fatalf("term %d led twice", term)
+		}
+		seen[term] = true
+	}
+	if len(terms) != n || !slices.IsSorted(terms) {
+		t.Fatalf("%d of %d led, terms rising: %v; want all, each once, one after another", len(terms), n, slices.IsSorted(terms))
+	}
+}
