@@ -33,6 +33,7 @@ import (
 
 	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/names"
+	"github.com/coordd/coordd/internal/base/queue"
 	"github.com/coordd/coordd/session"
 )
 
@@ -55,12 +56,19 @@ const DefaultParticipant = "default"
 type Manager struct {
 	cli  *clientv3.Client
 	root string // "<root>barrier/"
+
+	bg     queue.Background // the barriers' watches (see watch.go)
+	rounds roundWatches
 }
 
 // NewManager keeps barriers under root+"barrier/".
 func NewManager(cli *clientv3.Client, root string) *Manager {
 	return &Manager{cli: cli, root: root + "barrier/"}
 }
+
+// Close ends every wait with an unavailable error and stops the barriers'
+// watches. Call it before closing the etcd client.
+func (m *Manager) Close() { m.bg.Close() }
 
 func (m *Manager) prefix(name string) string { return m.root + names.Escape(name) + "/" }
 func (m *Manager) parts(name string) string  { return m.prefix(name) + "p/" }
@@ -98,12 +106,44 @@ type Entered struct {
 // is open: count participants in it at one revision, or opened. When ctx
 // ends first, the participant is taken out again, unless another Enter of
 // the same session and id (a retry) entered it since: that call owns it.
+// The member's waits on one barrier share one etcd watch (see watch.go).
 func (m *Manager) Enter(ctx context.Context, name string, s session.ID, id string, count int) (Entered, error) {
+	done := make(chan struct{})
+	var e Entered
+	var err error
+	early, parked, err0 := m.EnterLater(ctx, name, s, id, count, Later{Ctx: ctx, Done: func(got Entered, gerr error) {
+		e, err = got, gerr
+		close(done)
+	}})
+	if !parked {
+		return early, err0
+	}
+	<-done
+	return e, err
+}
+
+// Later is where EnterLater gives a parked Enter's outcome.
+type Later struct {
+	// Ctx governs the parked wait: Enter fails with its error when it
+	// ends first (taking the participant out, as Enter does). It must end
+	// once Done was called.
+	Ctx context.Context
+	// Done is called once with the outcome, on a goroutine of the
+	// manager's (it must not block).
+	Done func(Entered, error)
+}
+
+// EnterLater is Enter without holding the caller's goroutine while it
+// waits: it adds the participant (on the caller's goroutine, bound by
+// ctx), and when the barrier is not open at once, parks the wait with the
+// barrier's watch, returns parked true, and calls l.Done once with the
+// outcome.
+func (m *Manager) EnterLater(ctx context.Context, name string, s session.ID, id string, count int, l Later) (e Entered, parked bool, err error) {
 	if err := check(name, s, &id); err != nil {
-		return Entered{}, err
+		return Entered{}, false, err
 	}
 	if count < 1 || count > MaxCount {
-		return Entered{}, fmt.Errorf("%w: count must be 1 to %d", ErrInvalid, MaxCount)
+		return Entered{}, false, fmt.Errorf("%w: count must be 1 to %d", ErrInvalid, MaxCount)
 	}
 	key, parts, open := m.partKey(name, s, id), m.parts(name), m.openKey(name)
 	// The value: the count it entered with, when (Unix ns), and this
@@ -121,31 +161,41 @@ func (m *Manager) Enter(ctx context.Context, name string, s session.ID, id strin
 		Else(put, clientv3.OpGet(open), clientv3.OpGet(parts, clientv3.WithPrefix(), clientv3.WithCountOnly())).
 		Commit()
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return Entered{}, fmt.Errorf("%w: %s", ErrSessionNotFound, s)
+		return Entered{}, false, fmt.Errorf("%w: %s", ErrSessionNotFound, s)
 	}
 	if err != nil {
-		return Entered{}, fmt.Errorf("barrier: entering %q: %w", name, err)
+		return Entered{}, false, fmt.Errorf("barrier: entering %q: %w", name, err)
 	}
 	rev := resp.Header.Revision
 	ops := resp.Responses
 	gotOpen, gotCount := ops[len(ops)-2].GetResponseRange(), ops[len(ops)-1].GetResponseRange()
 	if len(gotOpen.Kvs) > 0 {
-		return Entered{Participants: int(gotCount.Count), Revision: rev}, nil
+		return Entered{Participants: int(gotCount.Count), Revision: rev}, false, nil
 	}
 	if int(gotCount.Count) >= count {
-		return m.markOpen(ctx, name, int(gotCount.Count))
+		e, err := m.markOpen(ctx, name, int(gotCount.Count))
+		return e, false, err
 	}
-	e, err := m.waitOpen(ctx, name, key, count, rev)
-	if err != nil && !errors.Is(err, ErrSessionNotFound) {
-		// Leave nothing behind (unless it opened meanwhile).
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if r, gerr := m.cli.Get(dctx, open, clientv3.WithCountOnly()); gerr == nil && r.Count > 0 {
-			return Entered{Participants: count, Revision: r.Header.Revision}, nil
+	wctx := l.Ctx
+	m.wait(wctx, name, &roundWait{key: key, count: count, rev: rev, then: func(e Entered, err error) {
+		if err != nil && !errors.Is(err, ErrSessionNotFound) {
+			e, err = m.giveUp(wctx, name, key, value, count, e, err)
 		}
-		// Best effort: it goes with the session anyway.
-		_, _ = m.cli.Txn(dctx).If(clientv3.Compare(clientv3.Value(key), "=", value)).Then(clientv3.OpDelete(key)).Commit()
+		l.Done(e, err)
+	}})
+	return Entered{}, true, nil
+}
+
+// giveUp takes out a participant whose wait failed with err, unless the
+// barrier opened meanwhile (then it entered after all).
+func (m *Manager) giveUp(ctx context.Context, name, key, value string, count int, e Entered, err error) (Entered, error) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if r, gerr := m.cli.Get(dctx, m.openKey(name), clientv3.WithCountOnly()); gerr == nil && r.Count > 0 {
+		return Entered{Participants: count, Revision: r.Header.Revision}, nil
 	}
+	// Best effort: it goes with the session anyway.
+	_, _ = m.cli.Txn(dctx).If(clientv3.Compare(clientv3.Value(key), "=", value)).Then(clientv3.OpDelete(key)).Commit()
 	return e, err
 }
 
@@ -167,50 +217,6 @@ func (m *Manager) writeOpen(ctx context.Context, name string, participants int, 
 	return Entered{Participants: participants, Revision: resp.Header.Revision}, nil
 }
 
-// waitOpen watches the barrier from rev on until it opens (its open key is
-// written, or count participants are in), the participant's key goes (its
-// session ended) or ctx ends.
-func (m *Manager) waitOpen(ctx context.Context, name, key string, count int, rev int64) (Entered, error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	open, parts := m.openKey(name), m.parts(name)
-	for ev := range m.cli.Watch(wctx, m.prefix(name), clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-		if err := ev.Err(); err != nil {
-			return Entered{}, fmt.Errorf("barrier: watching %q: %w", name, err)
-		}
-		counted := false
-		for _, e := range ev.Events {
-			k := string(e.Kv.Key)
-			switch {
-			case k == open && e.Type == clientv3.EventTypePut:
-				n, err := strconv.Atoi(string(e.Kv.Value))
-				if err != nil { // opened by hand: count who is in
-					r, gerr := m.cli.Get(ctx, parts, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(e.Kv.ModRevision))
-					if gerr == nil {
-						n = int(r.Count)
-					}
-				}
-				return Entered{Participants: n, Revision: e.Kv.ModRevision}, nil
-			case k == key && e.Type == clientv3.EventTypeDelete:
-				return Entered{}, fmt.Errorf("%w: the participant's session ended while it waited", ErrSessionNotFound)
-			case strings.HasPrefix(k, parts) && e.Type == clientv3.EventTypePut && !counted:
-				counted = true
-				r, err := m.cli.Get(ctx, parts, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(e.Kv.ModRevision))
-				if err != nil {
-					return Entered{}, fmt.Errorf("barrier: counting %q: %w", name, err)
-				}
-				if int(r.Count) >= count {
-					return m.markOpen(ctx, name, int(r.Count))
-				}
-			}
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return Entered{}, err
-	}
-	return Entered{}, fmt.Errorf("barrier: the watch of %q ended", name)
-}
-
 // Leave takes session s's participant id out of the barrier and waits
 // until no participant is left; the last one out closes the barrier for
 // the next round. The participant is out even when ctx ends first.
@@ -224,33 +230,19 @@ func (m *Manager) Leave(ctx context.Context, name string, s session.ID, id strin
 		return 0, fmt.Errorf("barrier: leaving %q: %w", name, err)
 	}
 	rev := resp.Header.Revision
-	left := resp.Responses[1].GetResponseRange().Count
-	if left > 0 {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		defer cancel()
-		for ev := range m.cli.Watch(wctx, parts, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-			if err := ev.Err(); err != nil {
-				return 0, fmt.Errorf("barrier: watching %q: %w", name, err)
-			}
-			if len(ev.Events) == 0 {
-				continue
-			}
-			last := ev.Events[len(ev.Events)-1].Kv.ModRevision
-			r, err := m.cli.Get(ctx, parts, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithRev(last))
-			if err != nil {
-				return 0, fmt.Errorf("barrier: counting %q: %w", name, err)
-			}
-			if r.Count == 0 {
-				rev, left = last, 0
-				break
-			}
+	if left := resp.Responses[1].GetResponseRange().Count; left > 0 {
+		done := make(chan struct{})
+		var e Entered
+		var werr error
+		m.wait(ctx, name, &roundWait{leave: true, rev: rev, then: func(got Entered, err error) {
+			e, werr = got, err
+			close(done)
+		}})
+		<-done
+		if werr != nil {
+			return 0, werr
 		}
-		if left > 0 {
-			if err := ctx.Err(); err != nil {
-				return 0, err
-			}
-			return 0, fmt.Errorf("barrier: the watch of %q ended", name)
-		}
+		rev = e.Revision
 	}
 	// Everyone is out: close the barrier, unless a new round began.
 	if _, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(parts).WithPrefix(), "=", 0)).Then(clientv3.OpDelete(m.openKey(name))).Commit(); err != nil {

@@ -3,6 +3,7 @@ package barrier_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -87,5 +88,74 @@ func TestEnterTakeOverByARetry(t *testing.T) {
 	st, err := m.Describe(ctx, "b")
 	if err != nil || !st.Open || len(st.Participants) != 2 || st.Participants[0].ID != "worker" || st.Participants[0].Count != 2 || st.Participants[0].Entered.IsZero() {
 		t.Fatalf("Describe = %+v, %v; want open, with the worker (count 2, a time) and the other", st, err)
+	}
+}
+
+// Parked Enters (EnterLater) share their barrier's one watch, which counts
+// the participants from its events: a wait whose context ends takes its
+// participant out (the count goes down), one whose session ends is told,
+// and the rest pass together once the count is reached; Leave waits on
+// the same watch until nobody is in.
+func TestParkedEntersShareOneWatch(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cli := etcdtest.Start(t).Client(t)
+	m := barrier.NewManager(cli, "/coordd/")
+	t.Cleanup(m.Close)
+	ctx := t.Context()
+	grant := func() session.ID {
+		l, err := cli.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return session.ID(l.ID)
+	}
+	const n = 20
+	park := func(ctx context.Context, s session.ID, id string) <-chan entered {
+		ch := make(chan entered, 1)
+		_, parked, err := m.EnterLater(ctx, "crowd", s, id, n, barrier.Later{Ctx: ctx, Done: func(e barrier.Entered, err error) { ch <- entered{e, err} }})
+		if err != nil || !parked {
+			t.Fatalf("EnterLater below the count: parked %v, %v", parked, err)
+		}
+		return ch
+	}
+	s := grant()
+	var waits []<-chan entered
+	for i := range n - 3 {
+		waits = append(waits, park(ctx, s, fmt.Sprintf("w%d", i)))
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	canceled := park(cctx, s, "canceled")
+	dying := grant()
+	ended := park(ctx, dying, "dying")
+	in := func() int {
+		st, err := m.Describe(ctx, "crowd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Participants)
+	}
+	wait.For(t, "every participant in", func() bool { return in() == n-1 })
+	cancel()
+	if r := <-canceled; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("an Enter whose context ended: %+v, %v", r.e, r.err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(dying)); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-ended; !errors.Is(r.err, barrier.ErrSessionNotFound) {
+		t.Fatalf("an Enter whose session ended: %+v, %v; want ErrSessionNotFound", r.e, r.err)
+	}
+	wait.For(t, "the two to leave the count", func() bool { return in() == n-3 })
+	waits = append(waits, park(ctx, s, "late0"), park(ctx, s, "late1"))
+	if e, err := m.Enter(ctx, "crowd", s, "last", n); err != nil || e.Participants != n { // the n-th
+		t.Fatalf("the last arrival: %+v, %v; want the barrier open with %d in", e, err, n)
+	}
+	for _, w := range waits {
+		if r := <-w; r.err != nil || r.e.Participants != n {
+			t.Fatalf("a parked participant: %+v, %v; want the barrier open with %d in", r.e, r.err, n)
+		}
 	}
 }

@@ -440,3 +440,18 @@ func (e electionCalls) Proclaim(ctx context.Context, req *coorddv1.ProclaimReque
 func (e electionCalls) Resign(ctx context.Context, req *coorddv1.ResignRequest, opts ...grpc.CallOption) (*coorddv1.ResignResponse, error) {
 	return pipelined(ctx, e.k, req, e.ElectionServiceClient.Resign, opts)
 }
+
+// barrierCalls is the client's BarrierService: entering and leaving go on
+// the Calls stream when it can (an Enter that waits parks on the member).
+type barrierCalls struct {
+	coorddv1.BarrierServiceClient
+	k *calls
+}
+
+func (b barrierCalls) EnterBarrier(ctx context.Context, req *coorddv1.EnterBarrierRequest, opts ...grpc.CallOption) (*coorddv1.EnterBarrierResponse, error) {
+	return pipelined(ctx, b.k, req, b.BarrierServiceClient.EnterBarrier, opts)
+}
+
+func (b barrierCalls) LeaveBarrier(ctx context.Context, req *coorddv1.LeaveBarrierRequest, opts ...grpc.CallOption) (*coorddv1.LeaveBarrierResponse, error) {
+	return pipelined(ctx, b.k, req, b.BarrierServiceClient.LeaveBarrier, opts)
+}

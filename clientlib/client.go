@@ -337,7 +337,7 @@ func (c *Client) start(ctx context.Context, conn *grpc.ClientConn, cfg Config) {
 	c.config = coorddv1.NewConfigServiceClient(conn)
 	c.cluster = coorddv1.NewClusterServiceClient(conn)
 	c.kv = coorddv1.NewKVServiceClient(conn)
-	c.barriers = coorddv1.NewBarrierServiceClient(conn)
+	c.barriers = barrierCalls{coorddv1.NewBarrierServiceClient(conn), c.calls}
 	c.history = coorddv1.NewHistoryServiceClient(conn)
 	// The client outlives New's ctx; Close ends what runs under c.ctx.
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))

@@ -45,6 +45,24 @@ func (s *BarrierServer) enter(ctx context.Context) (func(), error) {
 
 // EnterBarrier implements BarrierService.
 func (s *BarrierServer) EnterBarrier(ctx context.Context, req *coorddv1.EnterBarrierRequest) (*coorddv1.EnterBarrierResponse, error) {
+	resp, err := s.enterBarrier(ctx, nil, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*coorddv1.EnterBarrierResponse), nil
+}
+
+// enterOnStream is EnterBarrier for the call stream: an Enter that has to
+// wait parks (see park.go) instead of holding its goroutine.
+func (s *BarrierServer) enterOnStream(ctx context.Context, req *coorddv1.EnterBarrierRequest) (any, error) {
+	call, _ := parkableCall(ctx)
+	return s.enterBarrier(ctx, call, req)
+}
+
+// enterBarrier serves an EnterBarrier: it waits on its own goroutine when
+// call is nil, and otherwise parks a wait, which call governs, and returns
+// a later.
+func (s *BarrierServer) enterBarrier(ctx, call context.Context, req *coorddv1.EnterBarrierRequest) (any, error) {
 	id, err := session.ParseID(req.GetSessionId())
 	if err != nil {
 		return nil, err
@@ -54,16 +72,34 @@ func (s *BarrierServer) EnterBarrier(ctx context.Context, req *coorddv1.EnterBar
 		return nil, err
 	}
 	defer cancel()
+	wait, cancelWait := call, context.CancelFunc(func() {})
+	if deadline, ok := ctx.Deadline(); ok && call != nil && req.GetWait() != nil {
+		wait, cancelWait = context.WithDeadline(call, deadline)
+	}
 	done, err := s.enter(ctx)
 	if err != nil {
+		cancelWait()
 		return nil, err
 	}
-	defer done()
-	e, err := s.m.Enter(ctx, req.GetName(), id, req.GetParticipant(), int(req.GetCount()))
-	if err != nil {
-		return nil, err
+	answer := func(e barrier.Entered, err error) (any, error) {
+		defer cancelWait()
+		defer done()
+		if err != nil {
+			return nil, err
+		}
+		return &coorddv1.EnterBarrierResponse{Participants: int32(e.Participants), Revision: e.Revision}, nil
 	}
-	return &coorddv1.EnterBarrierResponse{Participants: int32(e.Participants), Revision: e.Revision}, nil
+	if call == nil {
+		return answer(s.m.Enter(ctx, req.GetName(), id, req.GetParticipant(), int(req.GetCount())))
+	}
+	l := &later{}
+	e, parked, err := s.m.EnterLater(ctx, req.GetName(), id, req.GetParticipant(), int(req.GetCount()), barrier.Later{Ctx: wait, Done: func(e barrier.Entered, err error) {
+		l.complete(answer(e, err))
+	}})
+	if parked {
+		return l, nil
+	}
+	return answer(e, err)
 }
 
 // LeaveBarrier implements BarrierService.

@@ -84,7 +84,7 @@ const maxCallsInFlight = 1 << 14
 // server ends every Calls stream with UNIMPLEMENTED, so clients fall back
 // to unary RPCs (coordd --no-call-stream). Streams end with ErrStopping
 // once stopping is closed.
-func NewCallServer(locks *LockServer, elections *ElectionServer, interceptors []grpc.UnaryServerInterceptor, metrics *Metrics, stopping <-chan struct{}, disabled bool) *CallServer {
+func NewCallServer(locks *LockServer, elections *ElectionServer, barriers *BarrierServer, interceptors []grpc.UnaryServerInterceptor, metrics *Metrics, stopping <-chan struct{}, disabled bool) *CallServer {
 	s := &CallServer{routes: map[protoreflect.FullName]callRoute{}, stopping: stopping, disabled: disabled, metrics: metrics, work: make(chan func())}
 	add := func(req protoreflect.FullName, r callRoute) {
 		r.run = chainUnary(interceptors, r.method, r.run)
@@ -101,6 +101,10 @@ func NewCallServer(locks *LockServer, elections *ElectionServer, interceptors []
 	campaign, r := routeOf(coorddv1.ElectionService_Campaign_FullMethodName, elections.campaignOnStream)
 	r.parkable = true
 	add(campaign, r)
+	enter, r := routeOf(coorddv1.BarrierService_EnterBarrier_FullMethodName, barriers.enterOnStream)
+	r.parkable = true
+	add(enter, r)
+	add(routeOf(coorddv1.BarrierService_LeaveBarrier_FullMethodName, barriers.LeaveBarrier))
 	add(routeOf(coorddv1.ElectionService_Proclaim_FullMethodName, elections.Proclaim))
 	add(routeOf(coorddv1.ElectionService_Resign_FullMethodName, elections.Resign))
 	return s
@@ -206,7 +210,7 @@ func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.Ca
 	case id == 0:
 		refusal = invalid("call_id is required (non-zero)")
 	case !known:
-		refusal = invalid("call: name one of acquire, try_acquire, release, campaign, proclaim, resign, validate_fence, fenced_put, fenced_delete, cancel")
+		refusal = invalid("call: name one of acquire, try_acquire, release, campaign, proclaim, resign, validate_fence, fenced_put, fenced_delete, enter_barrier, leave_barrier, cancel")
 	}
 	cctx, stop := context.WithCancel(ctx)
 	cs.mu.Lock()

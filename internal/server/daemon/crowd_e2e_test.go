@@ -381,3 +381,77 @@ func TestACrowdOfCandidatesWaitsWithoutAGoroutineEach(t *testing.T) {
 		t.Fatalf("%d of %d led, terms rising: %v; want all, each once, one after another", len(terms), n, slices.IsSorted(terms))
 	}
 }
+
+// A crowd entering a barrier on the call stream waits without a goroutine
+// each on the member (EnterLater: one watch per barrier, which counts the
+// participants from its events), and every participant passes once the
+// last arrives, then leaves together.
+func TestACrowdAtABarrierWaitsWithoutAGoroutineEach(t *testing.T) {
+	t.Parallel()
+	n := 2000
+	if raceEnabled {
+		n = 500
+	}
+	d := start(t, testConfig(t))
+	ctx := t.Context()
+	sessions := make([]*clientlib.Session, 3)
+	var admin *clientlib.Admin
+	for i := range sessions {
+		c := newClient(t, d.GRPCAddr())
+		admin = c.Admin()
+		s, err := c.NewSession(ctx, clientlib.WithTTL(60*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions[i] = s
+	}
+	failed := make(chan error, n+1)
+	passed := make(chan *clientlib.Barrier, n+1)
+	var entered sync.WaitGroup
+	for i := range n {
+		entered.Go(func() {
+			b, err := sessions[i%len(sessions)].EnterBarrier(ctx, "crowd-barrier", n+1, clientlib.WithParticipant(fmt.Sprintf("p%d", i)))
+			if err != nil {
+				failed <- fmt.Errorf("participant %d: %w", i, err)
+				return
+			}
+			passed <- b
+		})
+	}
+	wait.Within(t, 5*time.Minute, "the crowd to enter", func() bool {
+		st, err := admin.DescribeBarrier(ctx, "crowd-barrier")
+		return err == nil && len(st.Participants) == n
+	})
+	if held := goroutinesIn(t, "barrier.(*Manager).Enter"); held > 0 {
+		t.Fatalf("%d goroutines of the member wait at the barrier while %d participants wait; want none (parked)", held, n)
+	}
+	if len(passed) > 0 {
+		t.Fatalf("%d participants passed a barrier of %d with %d in", len(passed), n+1, n)
+	}
+	last, err := sessions[0].EnterBarrier(ctx, "crowd-barrier", n+1, clientlib.WithParticipant("last"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered.Wait()
+	close(failed)
+	for err := range failed {
+		t.Fatal(err)
+	}
+	close(passed)
+	all := []*clientlib.Barrier{last}
+	for b := range passed {
+		all = append(all, b)
+	}
+	if len(all) != n+1 {
+		t.Fatalf("%d of %d passed", len(all), n+1)
+	}
+	var left sync.WaitGroup
+	for _, b := range all {
+		left.Go(func() {
+			if err := b.Leave(ctx); err != nil {
+				t.Errorf("leave: %v", err)
+			}
+		})
+	}
+	left.Wait()
+}

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/coordd/coordd/auth"
+	"github.com/coordd/coordd/barrier"
 	"github.com/coordd/coordd/cluster"
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/election"
@@ -53,6 +54,7 @@ type Daemon struct {
 	cli       *clientv3.Client
 	locks     *lock.Manager
 	elections *election.Manager
+	barriers  *barrier.Manager
 	txns      *groupcommit.Committer // batches locks' and elections' writes
 	// The config watch cache and the holdings watch (grantwatch) run
 	// from Start until Stop, which cancels them with stopBackground.
@@ -358,6 +360,9 @@ func (d *Daemon) stop(ctx context.Context) error {
 	d.wg.Wait()
 	d.locks.Close()
 	d.elections.Close()
+	if d.barriers != nil {
+		d.barriers.Close()
+	}
 	d.txns.Close()
 	if err := d.closeBackend(); err != nil {
 		errs = multierror.Append(errs, err)

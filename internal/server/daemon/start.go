@@ -330,14 +330,15 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	electionSvc.Waiters = waiters
 	// The SDK's calls with its sessions, pipelined on one stream per
 	// client; each runs as the public server's unary RPC of its name.
-	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, p.unary(d.authn), p.apiMetrics, d.stopped.Done(), cfg.NoCallStream)
+	d.barriers = barrier.NewManager(d.cli, cfg.KeyRoot)
+	barrierSvc := api.NewBarrierServer(d.barriers)
+	barrierSvc.Waiters = waiters
+	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, barrierSvc, p.unary(d.authn), p.apiMetrics, d.stopped.Done(), cfg.NoCallStream)
 	if !cfg.HistoryOff {
 		d.newRecorder(cfg, p)
 	}
 	historySvc := api.NewHistoryServer(history.NewStore(d.cli, cfg.KeyRoot))
 	historySvc.TokensVisible = lockSvc.TokensVisible
-	barrierSvc := api.NewBarrierServer(barrier.NewManager(d.cli, cfg.KeyRoot))
-	barrierSvc.Waiters = waiters
 	for _, srv := range p.servers {
 		coorddv1.RegisterSessionServiceServer(srv, sessionSvc)
 		coorddv1.RegisterLockServiceServer(srv, lockSvc)

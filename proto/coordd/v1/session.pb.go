@@ -99,6 +99,8 @@ type CallsRequest struct {
 	//	*CallsRequest_FencedPut
 	//	*CallsRequest_FencedDelete
 	//	*CallsRequest_Cancel
+	//	*CallsRequest_EnterBarrier
+	//	*CallsRequest_LeaveBarrier
 	Call          isCallsRequest_Call `protobuf_oneof:"call"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -238,6 +240,24 @@ func (x *CallsRequest) GetCancel() *CancelCall {
 	return nil
 }
 
+func (x *CallsRequest) GetEnterBarrier() *EnterBarrierRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_EnterBarrier); ok {
+			return x.EnterBarrier
+		}
+	}
+	return nil
+}
+
+func (x *CallsRequest) GetLeaveBarrier() *LeaveBarrierRequest {
+	if x != nil {
+		if x, ok := x.Call.(*CallsRequest_LeaveBarrier); ok {
+			return x.LeaveBarrier
+		}
+	}
+	return nil
+}
+
 type isCallsRequest_Call interface {
 	isCallsRequest_Call()
 }
@@ -285,6 +305,14 @@ type CallsRequest_Cancel struct {
 	Cancel *CancelCall `protobuf:"bytes,11,opt,name=cancel,proto3,oneof"`
 }
 
+type CallsRequest_EnterBarrier struct {
+	EnterBarrier *EnterBarrierRequest `protobuf:"bytes,12,opt,name=enter_barrier,json=enterBarrier,proto3,oneof"`
+}
+
+type CallsRequest_LeaveBarrier struct {
+	LeaveBarrier *LeaveBarrierRequest `protobuf:"bytes,13,opt,name=leave_barrier,json=leaveBarrier,proto3,oneof"`
+}
+
 func (*CallsRequest_Acquire) isCallsRequest_Call() {}
 
 func (*CallsRequest_TryAcquire) isCallsRequest_Call() {}
@@ -304,6 +332,10 @@ func (*CallsRequest_FencedPut) isCallsRequest_Call() {}
 func (*CallsRequest_FencedDelete) isCallsRequest_Call() {}
 
 func (*CallsRequest_Cancel) isCallsRequest_Call() {}
+
+func (*CallsRequest_EnterBarrier) isCallsRequest_Call() {}
+
+func (*CallsRequest_LeaveBarrier) isCallsRequest_Call() {}
 
 // CancelCall cancels a call in flight on a Calls stream.
 type CancelCall struct {
@@ -427,6 +459,8 @@ type CallsResponse struct {
 	//	*CallsResponse_ValidateFence
 	//	*CallsResponse_FencedPut
 	//	*CallsResponse_FencedDelete
+	//	*CallsResponse_EnterBarrier
+	//	*CallsResponse_LeaveBarrier
 	Result        isCallsResponse_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -566,6 +600,24 @@ func (x *CallsResponse) GetFencedDelete() *FencedDeleteResponse {
 	return nil
 }
 
+func (x *CallsResponse) GetEnterBarrier() *EnterBarrierResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_EnterBarrier); ok {
+			return x.EnterBarrier
+		}
+	}
+	return nil
+}
+
+func (x *CallsResponse) GetLeaveBarrier() *LeaveBarrierResponse {
+	if x != nil {
+		if x, ok := x.Result.(*CallsResponse_LeaveBarrier); ok {
+			return x.LeaveBarrier
+		}
+	}
+	return nil
+}
+
 type isCallsResponse_Result interface {
 	isCallsResponse_Result()
 }
@@ -610,6 +662,14 @@ type CallsResponse_FencedDelete struct {
 	FencedDelete *FencedDeleteResponse `protobuf:"bytes,11,opt,name=fenced_delete,json=fencedDelete,proto3,oneof"`
 }
 
+type CallsResponse_EnterBarrier struct {
+	EnterBarrier *EnterBarrierResponse `protobuf:"bytes,12,opt,name=enter_barrier,json=enterBarrier,proto3,oneof"`
+}
+
+type CallsResponse_LeaveBarrier struct {
+	LeaveBarrier *LeaveBarrierResponse `protobuf:"bytes,13,opt,name=leave_barrier,json=leaveBarrier,proto3,oneof"`
+}
+
 func (*CallsResponse_Error) isCallsResponse_Result() {}
 
 func (*CallsResponse_Acquire) isCallsResponse_Result() {}
@@ -629,6 +689,10 @@ func (*CallsResponse_ValidateFence) isCallsResponse_Result() {}
 func (*CallsResponse_FencedPut) isCallsResponse_Result() {}
 
 func (*CallsResponse_FencedDelete) isCallsResponse_Result() {}
+
+func (*CallsResponse_EnterBarrier) isCallsResponse_Result() {}
+
+func (*CallsResponse_LeaveBarrier) isCallsResponse_Result() {}
 
 // Session describes a live session.
 type Session struct {
@@ -1685,7 +1749,7 @@ var File_coordd_v1_session_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_session_proto_rawDesc = "" +
 	"\n" +
-	"\x17coordd/v1/session.proto\x12\tcoordd.v1\x1a\x18coordd/v1/election.proto\x1a\x14coordd/v1/lock.proto\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x05\n" +
+	"\x17coordd/v1/session.proto\x12\tcoordd.v1\x1a\x17coordd/v1/barrier.proto\x1a\x18coordd/v1/election.proto\x1a\x14coordd/v1/lock.proto\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x94\x06\n" +
 	"\fCallsRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x125\n" +
 	"\aacquire\x18\x02 \x01(\v2\x19.coordd.v1.AcquireRequestH\x00R\aacquire\x12?\n" +
@@ -1700,7 +1764,9 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"fenced_put\x18\t \x01(\v2\x1b.coordd.v1.FencedPutRequestH\x00R\tfencedPut\x12E\n" +
 	"\rfenced_delete\x18\n" +
 	" \x01(\v2\x1e.coordd.v1.FencedDeleteRequestH\x00R\ffencedDelete\x12/\n" +
-	"\x06cancel\x18\v \x01(\v2\x15.coordd.v1.CancelCallH\x00R\x06cancelB\x06\n" +
+	"\x06cancel\x18\v \x01(\v2\x15.coordd.v1.CancelCallH\x00R\x06cancel\x12E\n" +
+	"\renter_barrier\x18\f \x01(\v2\x1e.coordd.v1.EnterBarrierRequestH\x00R\fenterBarrier\x12E\n" +
+	"\rleave_barrier\x18\r \x01(\v2\x1e.coordd.v1.LeaveBarrierRequestH\x00R\fleaveBarrierB\x06\n" +
 	"\x04call\"\f\n" +
 	"\n" +
 	"CancelCall\"j\n" +
@@ -1708,7 +1774,7 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"CallStatus\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
-	"\adetails\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\adetails\"\x90\x05\n" +
+	"\adetails\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\adetails\"\xa0\x06\n" +
 	"\rCallsResponse\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12-\n" +
 	"\x05error\x18\x02 \x01(\v2\x15.coordd.v1.CallStatusH\x00R\x05error\x126\n" +
@@ -1723,7 +1789,9 @@ const file_coordd_v1_session_proto_rawDesc = "" +
 	"\n" +
 	"fenced_put\x18\n" +
 	" \x01(\v2\x1c.coordd.v1.FencedPutResponseH\x00R\tfencedPut\x12F\n" +
-	"\rfenced_delete\x18\v \x01(\v2\x1f.coordd.v1.FencedDeleteResponseH\x00R\ffencedDeleteB\b\n" +
+	"\rfenced_delete\x18\v \x01(\v2\x1f.coordd.v1.FencedDeleteResponseH\x00R\ffencedDelete\x12F\n" +
+	"\renter_barrier\x18\f \x01(\v2\x1f.coordd.v1.EnterBarrierResponseH\x00R\fenterBarrier\x12F\n" +
+	"\rleave_barrier\x18\r \x01(\v2\x1f.coordd.v1.LeaveBarrierResponseH\x00R\fleaveBarrierB\b\n" +
 	"\x06result\"\xba\x03\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
@@ -1869,19 +1937,23 @@ var file_coordd_v1_session_proto_goTypes = []any{
 	(*ValidateFenceRequest)(nil),    // 28: coordd.v1.ValidateFenceRequest
 	(*FencedPutRequest)(nil),        // 29: coordd.v1.FencedPutRequest
 	(*FencedDeleteRequest)(nil),     // 30: coordd.v1.FencedDeleteRequest
-	(*anypb.Any)(nil),               // 31: google.protobuf.Any
-	(*AcquireResponse)(nil),         // 32: coordd.v1.AcquireResponse
-	(*TryAcquireResponse)(nil),      // 33: coordd.v1.TryAcquireResponse
-	(*ReleaseResponse)(nil),         // 34: coordd.v1.ReleaseResponse
-	(*CampaignResponse)(nil),        // 35: coordd.v1.CampaignResponse
-	(*ProclaimResponse)(nil),        // 36: coordd.v1.ProclaimResponse
-	(*ResignResponse)(nil),          // 37: coordd.v1.ResignResponse
-	(*ValidateFenceResponse)(nil),   // 38: coordd.v1.ValidateFenceResponse
-	(*FencedPutResponse)(nil),       // 39: coordd.v1.FencedPutResponse
-	(*FencedDeleteResponse)(nil),    // 40: coordd.v1.FencedDeleteResponse
-	(*durationpb.Duration)(nil),     // 41: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 42: google.protobuf.Timestamp
-	(*Revocation)(nil),              // 43: coordd.v1.Revocation
+	(*EnterBarrierRequest)(nil),     // 31: coordd.v1.EnterBarrierRequest
+	(*LeaveBarrierRequest)(nil),     // 32: coordd.v1.LeaveBarrierRequest
+	(*anypb.Any)(nil),               // 33: google.protobuf.Any
+	(*AcquireResponse)(nil),         // 34: coordd.v1.AcquireResponse
+	(*TryAcquireResponse)(nil),      // 35: coordd.v1.TryAcquireResponse
+	(*ReleaseResponse)(nil),         // 36: coordd.v1.ReleaseResponse
+	(*CampaignResponse)(nil),        // 37: coordd.v1.CampaignResponse
+	(*ProclaimResponse)(nil),        // 38: coordd.v1.ProclaimResponse
+	(*ResignResponse)(nil),          // 39: coordd.v1.ResignResponse
+	(*ValidateFenceResponse)(nil),   // 40: coordd.v1.ValidateFenceResponse
+	(*FencedPutResponse)(nil),       // 41: coordd.v1.FencedPutResponse
+	(*FencedDeleteResponse)(nil),    // 42: coordd.v1.FencedDeleteResponse
+	(*EnterBarrierResponse)(nil),    // 43: coordd.v1.EnterBarrierResponse
+	(*LeaveBarrierResponse)(nil),    // 44: coordd.v1.LeaveBarrierResponse
+	(*durationpb.Duration)(nil),     // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 46: google.protobuf.Timestamp
+	(*Revocation)(nil),              // 47: coordd.v1.Revocation
 }
 var file_coordd_v1_session_proto_depIdxs = []int32{
 	22, // 0: coordd.v1.CallsRequest.acquire:type_name -> coordd.v1.AcquireRequest
@@ -1894,55 +1966,59 @@ var file_coordd_v1_session_proto_depIdxs = []int32{
 	29, // 7: coordd.v1.CallsRequest.fenced_put:type_name -> coordd.v1.FencedPutRequest
 	30, // 8: coordd.v1.CallsRequest.fenced_delete:type_name -> coordd.v1.FencedDeleteRequest
 	2,  // 9: coordd.v1.CallsRequest.cancel:type_name -> coordd.v1.CancelCall
-	31, // 10: coordd.v1.CallStatus.details:type_name -> google.protobuf.Any
-	3,  // 11: coordd.v1.CallsResponse.error:type_name -> coordd.v1.CallStatus
-	32, // 12: coordd.v1.CallsResponse.acquire:type_name -> coordd.v1.AcquireResponse
-	33, // 13: coordd.v1.CallsResponse.try_acquire:type_name -> coordd.v1.TryAcquireResponse
-	34, // 14: coordd.v1.CallsResponse.release:type_name -> coordd.v1.ReleaseResponse
-	35, // 15: coordd.v1.CallsResponse.campaign:type_name -> coordd.v1.CampaignResponse
-	36, // 16: coordd.v1.CallsResponse.proclaim:type_name -> coordd.v1.ProclaimResponse
-	37, // 17: coordd.v1.CallsResponse.resign:type_name -> coordd.v1.ResignResponse
-	38, // 18: coordd.v1.CallsResponse.validate_fence:type_name -> coordd.v1.ValidateFenceResponse
-	39, // 19: coordd.v1.CallsResponse.fenced_put:type_name -> coordd.v1.FencedPutResponse
-	40, // 20: coordd.v1.CallsResponse.fenced_delete:type_name -> coordd.v1.FencedDeleteResponse
-	41, // 21: coordd.v1.Session.ttl:type_name -> google.protobuf.Duration
-	20, // 22: coordd.v1.Session.labels:type_name -> coordd.v1.Session.LabelsEntry
-	42, // 23: coordd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
-	41, // 24: coordd.v1.Session.remaining_ttl:type_name -> google.protobuf.Duration
-	41, // 25: coordd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	21, // 26: coordd.v1.CreateSessionRequest.labels:type_name -> coordd.v1.CreateSessionRequest.LabelsEntry
-	5,  // 27: coordd.v1.CreateSessionResponse.session:type_name -> coordd.v1.Session
-	5,  // 28: coordd.v1.GetSessionResponse.session:type_name -> coordd.v1.Session
-	5,  // 29: coordd.v1.ListSessionsResponse.sessions:type_name -> coordd.v1.Session
-	41, // 30: coordd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	16, // 31: coordd.v1.KeepAliveStreamRequest.watch:type_name -> coordd.v1.Holding
-	41, // 32: coordd.v1.Renewal.ttl:type_name -> google.protobuf.Duration
-	0,  // 33: coordd.v1.Holding.kind:type_name -> coordd.v1.Holding.Kind
-	41, // 34: coordd.v1.KeepAliveStreamResponse.ttl:type_name -> google.protobuf.Duration
-	16, // 35: coordd.v1.KeepAliveStreamResponse.ended:type_name -> coordd.v1.Holding
-	15, // 36: coordd.v1.KeepAliveStreamResponse.renewals:type_name -> coordd.v1.Renewal
-	16, // 37: coordd.v1.KeepAliveStreamResponse.revoking:type_name -> coordd.v1.Holding
-	41, // 38: coordd.v1.CloseSessionRequest.revoke_wait:type_name -> google.protobuf.Duration
-	43, // 39: coordd.v1.CloseSessionResponse.revocations:type_name -> coordd.v1.Revocation
-	6,  // 40: coordd.v1.SessionService.CreateSession:input_type -> coordd.v1.CreateSessionRequest
-	8,  // 41: coordd.v1.SessionService.GetSession:input_type -> coordd.v1.GetSessionRequest
-	10, // 42: coordd.v1.SessionService.ListSessions:input_type -> coordd.v1.ListSessionsRequest
-	12, // 43: coordd.v1.SessionService.KeepAlive:input_type -> coordd.v1.KeepAliveRequest
-	14, // 44: coordd.v1.SessionService.KeepAliveStream:input_type -> coordd.v1.KeepAliveStreamRequest
-	18, // 45: coordd.v1.SessionService.CloseSession:input_type -> coordd.v1.CloseSessionRequest
-	1,  // 46: coordd.v1.SessionService.Calls:input_type -> coordd.v1.CallsRequest
-	7,  // 47: coordd.v1.SessionService.CreateSession:output_type -> coordd.v1.CreateSessionResponse
-	9,  // 48: coordd.v1.SessionService.GetSession:output_type -> coordd.v1.GetSessionResponse
-	11, // 49: coordd.v1.SessionService.ListSessions:output_type -> coordd.v1.ListSessionsResponse
-	13, // 50: coordd.v1.SessionService.KeepAlive:output_type -> coordd.v1.KeepAliveResponse
-	17, // 51: coordd.v1.SessionService.KeepAliveStream:output_type -> coordd.v1.KeepAliveStreamResponse
-	19, // 52: coordd.v1.SessionService.CloseSession:output_type -> coordd.v1.CloseSessionResponse
-	4,  // 53: coordd.v1.SessionService.Calls:output_type -> coordd.v1.CallsResponse
-	47, // [47:54] is the sub-list for method output_type
-	40, // [40:47] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	31, // 10: coordd.v1.CallsRequest.enter_barrier:type_name -> coordd.v1.EnterBarrierRequest
+	32, // 11: coordd.v1.CallsRequest.leave_barrier:type_name -> coordd.v1.LeaveBarrierRequest
+	33, // 12: coordd.v1.CallStatus.details:type_name -> google.protobuf.Any
+	3,  // 13: coordd.v1.CallsResponse.error:type_name -> coordd.v1.CallStatus
+	34, // 14: coordd.v1.CallsResponse.acquire:type_name -> coordd.v1.AcquireResponse
+	35, // 15: coordd.v1.CallsResponse.try_acquire:type_name -> coordd.v1.TryAcquireResponse
+	36, // 16: coordd.v1.CallsResponse.release:type_name -> coordd.v1.ReleaseResponse
+	37, // 17: coordd.v1.CallsResponse.campaign:type_name -> coordd.v1.CampaignResponse
+	38, // 18: coordd.v1.CallsResponse.proclaim:type_name -> coordd.v1.ProclaimResponse
+	39, // 19: coordd.v1.CallsResponse.resign:type_name -> coordd.v1.ResignResponse
+	40, // 20: coordd.v1.CallsResponse.validate_fence:type_name -> coordd.v1.ValidateFenceResponse
+	41, // 21: coordd.v1.CallsResponse.fenced_put:type_name -> coordd.v1.FencedPutResponse
+	42, // 22: coordd.v1.CallsResponse.fenced_delete:type_name -> coordd.v1.FencedDeleteResponse
+	43, // 23: coordd.v1.CallsResponse.enter_barrier:type_name -> coordd.v1.EnterBarrierResponse
+	44, // 24: coordd.v1.CallsResponse.leave_barrier:type_name -> coordd.v1.LeaveBarrierResponse
+	45, // 25: coordd.v1.Session.ttl:type_name -> google.protobuf.Duration
+	20, // 26: coordd.v1.Session.labels:type_name -> coordd.v1.Session.LabelsEntry
+	46, // 27: coordd.v1.Session.create_time:type_name -> google.protobuf.Timestamp
+	45, // 28: coordd.v1.Session.remaining_ttl:type_name -> google.protobuf.Duration
+	45, // 29: coordd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	21, // 30: coordd.v1.CreateSessionRequest.labels:type_name -> coordd.v1.CreateSessionRequest.LabelsEntry
+	5,  // 31: coordd.v1.CreateSessionResponse.session:type_name -> coordd.v1.Session
+	5,  // 32: coordd.v1.GetSessionResponse.session:type_name -> coordd.v1.Session
+	5,  // 33: coordd.v1.ListSessionsResponse.sessions:type_name -> coordd.v1.Session
+	45, // 34: coordd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	16, // 35: coordd.v1.KeepAliveStreamRequest.watch:type_name -> coordd.v1.Holding
+	45, // 36: coordd.v1.Renewal.ttl:type_name -> google.protobuf.Duration
+	0,  // 37: coordd.v1.Holding.kind:type_name -> coordd.v1.Holding.Kind
+	45, // 38: coordd.v1.KeepAliveStreamResponse.ttl:type_name -> google.protobuf.Duration
+	16, // 39: coordd.v1.KeepAliveStreamResponse.ended:type_name -> coordd.v1.Holding
+	15, // 40: coordd.v1.KeepAliveStreamResponse.renewals:type_name -> coordd.v1.Renewal
+	16, // 41: coordd.v1.KeepAliveStreamResponse.revoking:type_name -> coordd.v1.Holding
+	45, // 42: coordd.v1.CloseSessionRequest.revoke_wait:type_name -> google.protobuf.Duration
+	47, // 43: coordd.v1.CloseSessionResponse.revocations:type_name -> coordd.v1.Revocation
+	6,  // 44: coordd.v1.SessionService.CreateSession:input_type -> coordd.v1.CreateSessionRequest
+	8,  // 45: coordd.v1.SessionService.GetSession:input_type -> coordd.v1.GetSessionRequest
+	10, // 46: coordd.v1.SessionService.ListSessions:input_type -> coordd.v1.ListSessionsRequest
+	12, // 47: coordd.v1.SessionService.KeepAlive:input_type -> coordd.v1.KeepAliveRequest
+	14, // 48: coordd.v1.SessionService.KeepAliveStream:input_type -> coordd.v1.KeepAliveStreamRequest
+	18, // 49: coordd.v1.SessionService.CloseSession:input_type -> coordd.v1.CloseSessionRequest
+	1,  // 50: coordd.v1.SessionService.Calls:input_type -> coordd.v1.CallsRequest
+	7,  // 51: coordd.v1.SessionService.CreateSession:output_type -> coordd.v1.CreateSessionResponse
+	9,  // 52: coordd.v1.SessionService.GetSession:output_type -> coordd.v1.GetSessionResponse
+	11, // 53: coordd.v1.SessionService.ListSessions:output_type -> coordd.v1.ListSessionsResponse
+	13, // 54: coordd.v1.SessionService.KeepAlive:output_type -> coordd.v1.KeepAliveResponse
+	17, // 55: coordd.v1.SessionService.KeepAliveStream:output_type -> coordd.v1.KeepAliveStreamResponse
+	19, // 56: coordd.v1.SessionService.CloseSession:output_type -> coordd.v1.CloseSessionResponse
+	4,  // 57: coordd.v1.SessionService.Calls:output_type -> coordd.v1.CallsResponse
+	51, // [51:58] is the sub-list for method output_type
+	44, // [44:51] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_coordd_v1_session_proto_init() }
@@ -1950,6 +2026,7 @@ func file_coordd_v1_session_proto_init() {
 	if File_coordd_v1_session_proto != nil {
 		return
 	}
+	file_coordd_v1_barrier_proto_init()
 	file_coordd_v1_election_proto_init()
 	file_coordd_v1_lock_proto_init()
 	file_coordd_v1_session_proto_msgTypes[0].OneofWrappers = []any{
@@ -1963,6 +2040,8 @@ func file_coordd_v1_session_proto_init() {
 		(*CallsRequest_FencedPut)(nil),
 		(*CallsRequest_FencedDelete)(nil),
 		(*CallsRequest_Cancel)(nil),
+		(*CallsRequest_EnterBarrier)(nil),
+		(*CallsRequest_LeaveBarrier)(nil),
 	}
 	file_coordd_v1_session_proto_msgTypes[3].OneofWrappers = []any{
 		(*CallsResponse_Error)(nil),
@@ -1975,6 +2054,8 @@ func file_coordd_v1_session_proto_init() {
 		(*CallsResponse_ValidateFence)(nil),
 		(*CallsResponse_FencedPut)(nil),
 		(*CallsResponse_FencedDelete)(nil),
+		(*CallsResponse_EnterBarrier)(nil),
+		(*CallsResponse_LeaveBarrier)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

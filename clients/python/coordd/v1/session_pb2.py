@@ -11,6 +11,7 @@ from google.protobuf import symbol_database as _symbol_database
 _sym_db = _symbol_database.Default()
 
 
+from coordd.v1 import barrier_pb2 as coordd_dot_v1_dot_barrier__pb2
 from coordd.v1 import election_pb2 as coordd_dot_v1_dot_election__pb2
 from coordd.v1 import lock_pb2 as coordd_dot_v1_dot_lock__pb2
 from google.protobuf import any_pb2 as google_dot_protobuf_dot_any__pb2
@@ -18,7 +19,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63oordd/v1/session.proto\x12\tcoordd.v1\x1a\x18\x63oordd/v1/election.proto\x1a\x14\x63oordd/v1/lock.proto\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x94\x04\n\x0c\x43\x61llsRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12,\n\x07\x61\x63quire\x18\x02 \x01(\x0b\x32\x19.coordd.v1.AcquireRequestH\x00\x12\x33\n\x0btry_acquire\x18\x03 \x01(\x0b\x32\x1c.coordd.v1.TryAcquireRequestH\x00\x12,\n\x07release\x18\x04 \x01(\x0b\x32\x19.coordd.v1.ReleaseRequestH\x00\x12.\n\x08\x63\x61mpaign\x18\x05 \x01(\x0b\x32\x1a.coordd.v1.CampaignRequestH\x00\x12.\n\x08proclaim\x18\x06 \x01(\x0b\x32\x1a.coordd.v1.ProclaimRequestH\x00\x12*\n\x06resign\x18\x07 \x01(\x0b\x32\x18.coordd.v1.ResignRequestH\x00\x12\x39\n\x0evalidate_fence\x18\x08 \x01(\x0b\x32\x1f.coordd.v1.ValidateFenceRequestH\x00\x12\x31\n\nfenced_put\x18\t \x01(\x0b\x32\x1b.coordd.v1.FencedPutRequestH\x00\x12\x37\n\rfenced_delete\x18\n \x01(\x0b\x32\x1e.coordd.v1.FencedDeleteRequestH\x00\x12\'\n\x06\x63\x61ncel\x18\x0b \x01(\x0b\x32\x15.coordd.v1.CancelCallH\x00\x42\x06\n\x04\x63\x61ll\"\x0c\n\nCancelCall\"R\n\nCallStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x07\x64\x65tails\x18\x03 \x03(\x0b\x32\x14.google.protobuf.Any\"\x9f\x04\n\rCallsResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12&\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x15.coordd.v1.CallStatusH\x00\x12-\n\x07\x61\x63quire\x18\x03 \x01(\x0b\x32\x1a.coordd.v1.AcquireResponseH\x00\x12\x34\n\x0btry_acquire\x18\x04 \x01(\x0b\x32\x1d.coordd.v1.TryAcquireResponseH\x00\x12-\n\x07release\x18\x05 \x01(\x0b\x32\x1a.coordd.v1.ReleaseResponseH\x00\x12/\n\x08\x63\x61mpaign\x18\x06 \x01(\x0b\x32\x1b.coordd.v1.CampaignResponseH\x00\x12/\n\x08proclaim\x18\x07 \x01(\x0b\x32\x1b.coordd.v1.ProclaimResponseH\x00\x12+\n\x06resign\x18\x08 \x01(\x0b\x32\x19.coordd.v1.ResignResponseH\x00\x12:\n\x0evalidate_fence\x18\t \x01(\x0b\x32 .coordd.v1.ValidateFenceResponseH\x00\x12\x32\n\nfenced_put\x18\n \x01(\x0b\x32\x1c.coordd.v1.FencedPutResponseH\x00\x12\x38\n\rfenced_delete\x18\x0b \x01(\x0b\x32\x1f.coordd.v1.FencedDeleteResponseH\x00\x42\x08\n\x06result\"\xd5\x02\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12&\n\x03ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x10\n\x08hostname\x18\x04 \x01(\t\x12.\n\x06labels\x18\x05 \x03(\x0b\x32\x1e.coordd.v1.Session.LabelsEntry\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\rremaining_ttl\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tprincipal\x18\x08 \x01(\t\x12\r\n\x05locks\x18\t \x03(\t\x12\x11\n\telections\x18\n \x03(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcb\x01\n\x14\x43reateSessionRequest\x12&\n\x03ttl\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12;\n\x06labels\x18\x04 \x03(\x0b\x32+.coordd.v1.CreateSessionRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x15\x43reateSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.coordd.v1.Session\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x12GetSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.coordd.v1.Session\"N\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x10\n\x08\x64\x65tailed\x18\x03 \x01(\x08\"U\n\x14ListSessionsResponse\x12$\n\x08sessions\x18\x01 \x03(\x0b\x32\x12.coordd.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x10KeepAliveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"O\n\x11KeepAliveResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x03ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x88\x01\n\x16KeepAliveStreamRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\x05watch\x18\x02 \x03(\x0b\x32\x12.coordd.v1.Holding\x12\x12\n\nwatch_only\x18\x03 \x01(\x08\x12\x0e\n\x06shared\x18\x04 \x01(\x08\x12\x13\n\x0bsession_ids\x18\x05 \x03(\t\"S\n\x07Renewal\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x03ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04gone\x18\x03 \x01(\x08\"\xb3\x01\n\x07Holding\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.coordd.v1.Holding.Kind\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x03\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08revision\x18\x05 \x01(\x03\">\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\r\n\tKIND_LOCK\x10\x01\x12\x11\n\rKIND_ELECTION\x10\x02\"\xd2\x01\n\x17KeepAliveStreamResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x03ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12!\n\x05\x65nded\x18\x03 \x03(\x0b\x32\x12.coordd.v1.Holding\x12\x0c\n\x04gone\x18\x04 \x01(\x08\x12$\n\x08renewals\x18\x05 \x03(\x0b\x32\x12.coordd.v1.Renewal\x12$\n\x08revoking\x18\x06 \x03(\x0b\x32\x12.coordd.v1.Holding\"z\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x62y_owner\x18\x02 \x01(\x08\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12.\n\x0brevoke_wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"B\n\x14\x43loseSessionResponse\x12*\n\x0brevocations\x18\x01 \x03(\x0b\x32\x15.coordd.v1.Revocation2\xb7\x04\n\x0eSessionService\x12R\n\rCreateSession\x12\x1f.coordd.v1.CreateSessionRequest\x1a .coordd.v1.CreateSessionResponse\x12I\n\nGetSession\x12\x1c.coordd.v1.GetSessionRequest\x1a\x1d.coordd.v1.GetSessionResponse\x12O\n\x0cListSessions\x12\x1e.coordd.v1.ListSessionsRequest\x1a\x1f.coordd.v1.ListSessionsResponse\x12\x46\n\tKeepAlive\x12\x1b.coordd.v1.KeepAliveRequest\x1a\x1c.coordd.v1.KeepAliveResponse\x12\\\n\x0fKeepAliveStream\x12!.coordd.v1.KeepAliveStreamRequest\x1a\".coordd.v1.KeepAliveStreamResponse(\x01\x30\x01\x12O\n\x0c\x43loseSession\x12\x1e.coordd.v1.CloseSessionRequest\x1a\x1f.coordd.v1.CloseSessionResponse\x12>\n\x05\x43\x61lls\x12\x17.coordd.v1.CallsRequest\x1a\x18.coordd.v1.CallsResponse(\x01\x30\x01\x42\x33Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63oordd/v1/session.proto\x12\tcoordd.v1\x1a\x17\x63oordd/v1/barrier.proto\x1a\x18\x63oordd/v1/election.proto\x1a\x14\x63oordd/v1/lock.proto\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x05\n\x0c\x43\x61llsRequest\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12,\n\x07\x61\x63quire\x18\x02 \x01(\x0b\x32\x19.coordd.v1.AcquireRequestH\x00\x12\x33\n\x0btry_acquire\x18\x03 \x01(\x0b\x32\x1c.coordd.v1.TryAcquireRequestH\x00\x12,\n\x07release\x18\x04 \x01(\x0b\x32\x19.coordd.v1.ReleaseRequestH\x00\x12.\n\x08\x63\x61mpaign\x18\x05 \x01(\x0b\x32\x1a.coordd.v1.CampaignRequestH\x00\x12.\n\x08proclaim\x18\x06 \x01(\x0b\x32\x1a.coordd.v1.ProclaimRequestH\x00\x12*\n\x06resign\x18\x07 \x01(\x0b\x32\x18.coordd.v1.ResignRequestH\x00\x12\x39\n\x0evalidate_fence\x18\x08 \x01(\x0b\x32\x1f.coordd.v1.ValidateFenceRequestH\x00\x12\x31\n\nfenced_put\x18\t \x01(\x0b\x32\x1b.coordd.v1.FencedPutRequestH\x00\x12\x37\n\rfenced_delete\x18\n \x01(\x0b\x32\x1e.coordd.v1.FencedDeleteRequestH\x00\x12\'\n\x06\x63\x61ncel\x18\x0b \x01(\x0b\x32\x15.coordd.v1.CancelCallH\x00\x12\x37\n\renter_barrier\x18\x0c \x01(\x0b\x32\x1e.coordd.v1.EnterBarrierRequestH\x00\x12\x37\n\rleave_barrier\x18\r \x01(\x0b\x32\x1e.coordd.v1.LeaveBarrierRequestH\x00\x42\x06\n\x04\x63\x61ll\"\x0c\n\nCancelCall\"R\n\nCallStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x07\x64\x65tails\x18\x03 \x03(\x0b\x32\x14.google.protobuf.Any\"\x93\x05\n\rCallsResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12&\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x15.coordd.v1.CallStatusH\x00\x12-\n\x07\x61\x63quire\x18\x03 \x01(\x0b\x32\x1a.coordd.v1.AcquireResponseH\x00\x12\x34\n\x0btry_acquire\x18\x04 \x01(\x0b\x32\x1d.coordd.v1.TryAcquireResponseH\x00\x12-\n\x07release\x18\x05 \x01(\x0b\x32\x1a.coordd.v1.ReleaseResponseH\x00\x12/\n\x08\x63\x61mpaign\x18\x06 \x01(\x0b\x32\x1b.coordd.v1.CampaignResponseH\x00\x12/\n\x08proclaim\x18\x07 \x01(\x0b\x32\x1b.coordd.v1.ProclaimResponseH\x00\x12+\n\x06resign\x18\x08 \x01(\x0b\x32\x19.coordd.v1.ResignResponseH\x00\x12:\n\x0evalidate_fence\x18\t \x01(\x0b\x32 .coordd.v1.ValidateFenceResponseH\x00\x12\x32\n\nfenced_put\x18\n \x01(\x0b\x32\x1c.coordd.v1.FencedPutResponseH\x00\x12\x38\n\rfenced_delete\x18\x0b \x01(\x0b\x32\x1f.coordd.v1.FencedDeleteResponseH\x00\x12\x38\n\renter_barrier\x18\x0c \x01(\x0b\x32\x1f.coordd.v1.EnterBarrierResponseH\x00\x12\x38\n\rleave_barrier\x18\r \x01(\x0b\x32\x1f.coordd.v1.LeaveBarrierResponseH\x00\x42\x08\n\x06result\"\xd5\x02\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12&\n\x03ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x10\n\x08hostname\x18\x04 \x01(\t\x12.\n\x06labels\x18\x05 \x03(\x0b\x32\x1e.coordd.v1.Session.LabelsEntry\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\rremaining_ttl\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tprincipal\x18\x08 \x01(\t\x12\r\n\x05locks\x18\t \x03(\t\x12\x11\n\telections\x18\n \x03(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcb\x01\n\x14\x43reateSessionRequest\x12&\n\x03ttl\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12;\n\x06labels\x18\x04 \x03(\x0b\x32+.coordd.v1.CreateSessionRequest.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x15\x43reateSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.coordd.v1.Session\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"9\n\x12GetSessionResponse\x12#\n\x07session\x18\x01 \x01(\x0b\x32\x12.coordd.v1.Session\"N\n\x13ListSessionsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x10\n\x08\x64\x65tailed\x18\x03 \x01(\x08\"U\n\x14ListSessionsResponse\x12$\n\x08sessions\x18\x01 \x03(\x0b\x32\x12.coordd.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x10KeepAliveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"O\n\x11KeepAliveResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x03ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x88\x01\n\x16KeepAliveStreamRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12!\n\x05watch\x18\x02 \x03(\x0b\x32\x12.coordd.v1.Holding\x12\x12\n\nwatch_only\x18\x03 \x01(\x08\x12\x0e\n\x06shared\x18\x04 \x01(\x08\x12\x13\n\x0bsession_ids\x18\x05 \x03(\t\"S\n\x07Renewal\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x03ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04gone\x18\x03 \x01(\x08\"\xb3\x01\n\x07Holding\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.coordd.v1.Holding.Kind\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x03\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08revision\x18\x05 \x01(\x03\">\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\r\n\tKIND_LOCK\x10\x01\x12\x11\n\rKIND_ELECTION\x10\x02\"\xd2\x01\n\x17KeepAliveStreamResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12&\n\x03ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12!\n\x05\x65nded\x18\x03 \x03(\x0b\x32\x12.coordd.v1.Holding\x12\x0c\n\x04gone\x18\x04 \x01(\x08\x12$\n\x08renewals\x18\x05 \x03(\x0b\x32\x12.coordd.v1.Renewal\x12$\n\x08revoking\x18\x06 \x03(\x0b\x32\x12.coordd.v1.Holding\"z\n\x13\x43loseSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x62y_owner\x18\x02 \x01(\x08\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\x12.\n\x0brevoke_wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"B\n\x14\x43loseSessionResponse\x12*\n\x0brevocations\x18\x01 \x03(\x0b\x32\x15.coordd.v1.Revocation2\xb7\x04\n\x0eSessionService\x12R\n\rCreateSession\x12\x1f.coordd.v1.CreateSessionRequest\x1a .coordd.v1.CreateSessionResponse\x12I\n\nGetSession\x12\x1c.coordd.v1.GetSessionRequest\x1a\x1d.coordd.v1.GetSessionResponse\x12O\n\x0cListSessions\x12\x1e.coordd.v1.ListSessionsRequest\x1a\x1f.coordd.v1.ListSessionsResponse\x12\x46\n\tKeepAlive\x12\x1b.coordd.v1.KeepAliveRequest\x1a\x1c.coordd.v1.KeepAliveResponse\x12\\\n\x0fKeepAliveStream\x12!.coordd.v1.KeepAliveStreamRequest\x1a\".coordd.v1.KeepAliveStreamResponse(\x01\x30\x01\x12O\n\x0c\x43loseSession\x12\x1e.coordd.v1.CloseSessionRequest\x1a\x1f.coordd.v1.CloseSessionResponse\x12>\n\x05\x43\x61lls\x12\x17.coordd.v1.CallsRequest\x1a\x18.coordd.v1.CallsResponse(\x01\x30\x01\x42\x33Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'coordd.v1.session_pb2', globals())
@@ -30,50 +31,50 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _SESSION_LABELSENTRY._serialized_options = b'8\001'
   _CREATESESSIONREQUEST_LABELSENTRY._options = None
   _CREATESESSIONREQUEST_LABELSENTRY._serialized_options = b'8\001'
-  _CALLSREQUEST._serialized_start=179
-  _CALLSREQUEST._serialized_end=711
-  _CANCELCALL._serialized_start=713
-  _CANCELCALL._serialized_end=725
-  _CALLSTATUS._serialized_start=727
-  _CALLSTATUS._serialized_end=809
-  _CALLSRESPONSE._serialized_start=812
-  _CALLSRESPONSE._serialized_end=1355
-  _SESSION._serialized_start=1358
-  _SESSION._serialized_end=1699
-  _SESSION_LABELSENTRY._serialized_start=1654
-  _SESSION_LABELSENTRY._serialized_end=1699
-  _CREATESESSIONREQUEST._serialized_start=1702
-  _CREATESESSIONREQUEST._serialized_end=1905
-  _CREATESESSIONREQUEST_LABELSENTRY._serialized_start=1654
-  _CREATESESSIONREQUEST_LABELSENTRY._serialized_end=1699
-  _CREATESESSIONRESPONSE._serialized_start=1907
-  _CREATESESSIONRESPONSE._serialized_end=1967
-  _GETSESSIONREQUEST._serialized_start=1969
-  _GETSESSIONREQUEST._serialized_end=2008
-  _GETSESSIONRESPONSE._serialized_start=2010
-  _GETSESSIONRESPONSE._serialized_end=2067
-  _LISTSESSIONSREQUEST._serialized_start=2069
-  _LISTSESSIONSREQUEST._serialized_end=2147
-  _LISTSESSIONSRESPONSE._serialized_start=2149
-  _LISTSESSIONSRESPONSE._serialized_end=2234
-  _KEEPALIVEREQUEST._serialized_start=2236
-  _KEEPALIVEREQUEST._serialized_end=2274
-  _KEEPALIVERESPONSE._serialized_start=2276
-  _KEEPALIVERESPONSE._serialized_end=2355
-  _KEEPALIVESTREAMREQUEST._serialized_start=2358
-  _KEEPALIVESTREAMREQUEST._serialized_end=2494
-  _RENEWAL._serialized_start=2496
-  _RENEWAL._serialized_end=2579
-  _HOLDING._serialized_start=2582
-  _HOLDING._serialized_end=2761
-  _HOLDING_KIND._serialized_start=2699
-  _HOLDING_KIND._serialized_end=2761
-  _KEEPALIVESTREAMRESPONSE._serialized_start=2764
-  _KEEPALIVESTREAMRESPONSE._serialized_end=2974
-  _CLOSESESSIONREQUEST._serialized_start=2976
-  _CLOSESESSIONREQUEST._serialized_end=3098
-  _CLOSESESSIONRESPONSE._serialized_start=3100
-  _CLOSESESSIONRESPONSE._serialized_end=3166
-  _SESSIONSERVICE._serialized_start=3169
-  _SESSIONSERVICE._serialized_end=3736
+  _CALLSREQUEST._serialized_start=204
+  _CALLSREQUEST._serialized_end=850
+  _CANCELCALL._serialized_start=852
+  _CANCELCALL._serialized_end=864
+  _CALLSTATUS._serialized_start=866
+  _CALLSTATUS._serialized_end=948
+  _CALLSRESPONSE._serialized_start=951
+  _CALLSRESPONSE._serialized_end=1610
+  _SESSION._serialized_start=1613
+  _SESSION._serialized_end=1954
+  _SESSION_LABELSENTRY._serialized_start=1909
+  _SESSION_LABELSENTRY._serialized_end=1954
+  _CREATESESSIONREQUEST._serialized_start=1957
+  _CREATESESSIONREQUEST._serialized_end=2160
+  _CREATESESSIONREQUEST_LABELSENTRY._serialized_start=1909
+  _CREATESESSIONREQUEST_LABELSENTRY._serialized_end=1954
+  _CREATESESSIONRESPONSE._serialized_start=2162
+  _CREATESESSIONRESPONSE._serialized_end=2222
+  _GETSESSIONREQUEST._serialized_start=2224
+  _GETSESSIONREQUEST._serialized_end=2263
+  _GETSESSIONRESPONSE._serialized_start=2265
+  _GETSESSIONRESPONSE._serialized_end=2322
+  _LISTSESSIONSREQUEST._serialized_start=2324
+  _LISTSESSIONSREQUEST._serialized_end=2402
+  _LISTSESSIONSRESPONSE._serialized_start=2404
+  _LISTSESSIONSRESPONSE._serialized_end=2489
+  _KEEPALIVEREQUEST._serialized_start=2491
+  _KEEPALIVEREQUEST._serialized_end=2529
+  _KEEPALIVERESPONSE._serialized_start=2531
+  _KEEPALIVERESPONSE._serialized_end=2610
+  _KEEPALIVESTREAMREQUEST._serialized_start=2613
+  _KEEPALIVESTREAMREQUEST._serialized_end=2749
+  _RENEWAL._serialized_start=2751
+  _RENEWAL._serialized_end=2834
+  _HOLDING._serialized_start=2837
+  _HOLDING._serialized_end=3016
+  _HOLDING_KIND._serialized_start=2954
+  _HOLDING_KIND._serialized_end=3016
+  _KEEPALIVESTREAMRESPONSE._serialized_start=3019
+  _KEEPALIVESTREAMRESPONSE._serialized_end=3229
+  _CLOSESESSIONREQUEST._serialized_start=3231
+  _CLOSESESSIONREQUEST._serialized_end=3353
+  _CLOSESESSIONRESPONSE._serialized_start=3355
+  _CLOSESESSIONRESPONSE._serialized_end=3421
+  _SESSIONSERVICE._serialized_start=3424
+  _SESSIONSERVICE._serialized_end=3991
 # @@protoc_insertion_point(module_scope)
