@@ -221,34 +221,56 @@ func (m *Manager) writeOpen(ctx context.Context, name string, participants int, 
 // until no participant is left; the last one out closes the barrier for
 // the next round. The participant is out even when ctx ends first.
 func (m *Manager) Leave(ctx context.Context, name string, s session.ID, id string) (int64, error) {
+	done := make(chan struct{})
+	var rev int64
+	var err error
+	early, parked, err0 := m.LeaveLater(ctx, name, s, id, Leaving{Ctx: ctx, Done: func(r int64, e error) {
+		rev, err = r, e
+		close(done)
+	}})
+	if !parked {
+		return early, err0
+	}
+	<-done
+	return rev, err
+}
+
+// Leaving is where a parked Leave gives its outcome: the revision at
+// which nobody was in, or the error.
+type Leaving struct {
+	Ctx  context.Context // governs the parked wait; must end once Done was called
+	Done func(int64, error)
+}
+
+// LeaveLater is Leave without holding the caller's goroutine while it
+// waits: it takes the participant out (on the caller's goroutine), and
+// unless it was the last, parks the wait with the barrier's watch, which
+// closes the barrier once nobody is in (one write for all the leavers),
+// returns parked true and calls l.Done once.
+func (m *Manager) LeaveLater(ctx context.Context, name string, s session.ID, id string, l Leaving) (rev int64, parked bool, err error) {
 	if err := check(name, s, &id); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	parts := m.parts(name)
 	resp, err := m.cli.Txn(ctx).Then(clientv3.OpDelete(m.partKey(name, s, id)), clientv3.OpGet(parts, clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("barrier: leaving %q: %w", name, err)
+		return 0, false, fmt.Errorf("barrier: leaving %q: %w", name, err)
 	}
-	rev := resp.Header.Revision
-	if left := resp.Responses[1].GetResponseRange().Count; left > 0 {
-		done := make(chan struct{})
-		var e Entered
-		var werr error
-		m.wait(ctx, name, &roundWait{leave: true, rev: rev, then: func(got Entered, err error) {
-			e, werr = got, err
-			close(done)
-		}})
-		<-done
-		if werr != nil {
-			return 0, werr
-		}
-		rev = e.Revision
+	rev = resp.Header.Revision
+	if left := resp.Responses[1].GetResponseRange().Count; left == 0 {
+		return rev, false, m.closeRound(ctx, name)
 	}
-	// Everyone is out: close the barrier, unless a new round began.
-	if _, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(parts).WithPrefix(), "=", 0)).Then(clientv3.OpDelete(m.openKey(name))).Commit(); err != nil {
-		return 0, fmt.Errorf("barrier: closing %q: %w", name, err)
+	m.wait(l.Ctx, name, &roundWait{leave: true, rev: rev, then: func(e Entered, err error) { l.Done(e.Revision, err) }})
+	return 0, true, nil
+}
+
+// closeRound closes the barrier once everyone is out, unless a new round
+// began.
+func (m *Manager) closeRound(ctx context.Context, name string) error {
+	if _, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(m.parts(name)).WithPrefix(), "=", 0)).Then(clientv3.OpDelete(m.openKey(name))).Commit(); err != nil {
+		return fmt.Errorf("barrier: closing %q: %w", name, err)
 	}
-	return rev, nil
+	return nil
 }
 
 // Open opens the barrier now, however many participants are in it. It

@@ -289,14 +289,26 @@ func (rw *roundWatch) settle(present map[string]bool, c *change) {
 			markOpen = true
 		}
 	}
+	leaving := false
 	for _, w := range ready {
 		delete(rw.waits, w)
+		leaving = leaving || w.leave
 	}
+	parent := rw.ctx
 	rw.mu.Unlock()
+	if parent == nil {
+		parent = context.Background()
+	}
+	var closed error
+	if leaving { // everyone is out: one close for all the leavers
+		ctx, cancel := context.WithTimeout(parent, 5*time.Second)
+		closed = rw.m.closeRound(ctx, rw.name)
+		cancel()
+	}
 	for _, w := range ready {
 		switch {
 		case w.leave:
-			w.end(Entered{Revision: at}, nil)
+			w.end(Entered{Revision: at}, closed)
 		case open:
 			n, err := strconv.Atoi(opened)
 			if err != nil { // opened by hand: who is in
@@ -314,12 +326,6 @@ func (rw *roundWatch) settle(present map[string]bool, c *change) {
 	if markOpen {
 		// Its put comes back through the watch and lets every wait in; if
 		// it fails, the next change tries again.
-		rw.mu.Lock()
-		parent := rw.ctx
-		rw.mu.Unlock()
-		if parent == nil {
-			parent = context.Background()
-		}
 		ctx, cancel := context.WithTimeout(parent, 5*time.Second)
 		_, _ = rw.m.markOpen(ctx, rw.name, in)
 		cancel()

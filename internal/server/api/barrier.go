@@ -104,6 +104,24 @@ func (s *BarrierServer) enterBarrier(ctx, call context.Context, req *coorddv1.En
 
 // LeaveBarrier implements BarrierService.
 func (s *BarrierServer) LeaveBarrier(ctx context.Context, req *coorddv1.LeaveBarrierRequest) (*coorddv1.LeaveBarrierResponse, error) {
+	resp, err := s.leaveBarrier(ctx, nil, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.(*coorddv1.LeaveBarrierResponse), nil
+}
+
+// leaveOnStream is LeaveBarrier for the call stream: a Leave that has to
+// wait for the others parks (see park.go).
+func (s *BarrierServer) leaveOnStream(ctx context.Context, req *coorddv1.LeaveBarrierRequest) (any, error) {
+	call, _ := parkableCall(ctx)
+	return s.leaveBarrier(ctx, call, req)
+}
+
+// leaveBarrier serves a LeaveBarrier: it waits on its own goroutine when
+// call is nil, and otherwise parks a wait, which call governs, and returns
+// a later.
+func (s *BarrierServer) leaveBarrier(ctx, call context.Context, req *coorddv1.LeaveBarrierRequest) (any, error) {
 	id, err := session.ParseID(req.GetSessionId())
 	if err != nil {
 		return nil, err
@@ -113,16 +131,34 @@ func (s *BarrierServer) LeaveBarrier(ctx context.Context, req *coorddv1.LeaveBar
 		return nil, err
 	}
 	defer cancel()
+	wait, cancelWait := call, context.CancelFunc(func() {})
+	if deadline, ok := ctx.Deadline(); ok && call != nil && req.GetWait() != nil {
+		wait, cancelWait = context.WithDeadline(call, deadline)
+	}
 	done, err := s.enter(ctx)
 	if err != nil {
+		cancelWait()
 		return nil, err
 	}
-	defer done()
-	rev, err := s.m.Leave(ctx, req.GetName(), id, req.GetParticipant())
-	if err != nil {
-		return nil, err
+	answer := func(rev int64, err error) (any, error) {
+		defer cancelWait()
+		defer done()
+		if err != nil {
+			return nil, err
+		}
+		return &coorddv1.LeaveBarrierResponse{Revision: rev}, nil
 	}
-	return &coorddv1.LeaveBarrierResponse{Revision: rev}, nil
+	if call == nil {
+		return answer(s.m.Leave(ctx, req.GetName(), id, req.GetParticipant()))
+	}
+	l := &later{}
+	rev, parked, err := s.m.LeaveLater(ctx, req.GetName(), id, req.GetParticipant(), barrier.Leaving{Ctx: wait, Done: func(rev int64, err error) {
+		l.complete(answer(rev, err))
+	}})
+	if parked {
+		return l, nil
+	}
+	return answer(rev, err)
 }
 
 // OpenBarrier implements BarrierService.

@@ -104,7 +104,9 @@ func NewCallServer(locks *LockServer, elections *ElectionServer, barriers *Barri
 	enter, r := routeOf(coorddv1.BarrierService_EnterBarrier_FullMethodName, barriers.enterOnStream)
 	r.parkable = true
 	add(enter, r)
-	add(routeOf(coorddv1.BarrierService_LeaveBarrier_FullMethodName, barriers.LeaveBarrier))
+	leave, r := routeOf(coorddv1.BarrierService_LeaveBarrier_FullMethodName, barriers.leaveOnStream)
+	r.parkable = true
+	add(leave, r)
 	add(routeOf(coorddv1.ElectionService_Proclaim_FullMethodName, elections.Proclaim))
 	add(routeOf(coorddv1.ElectionService_Resign_FullMethodName, elections.Resign))
 	return s

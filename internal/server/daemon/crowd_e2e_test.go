@@ -446,13 +446,27 @@ func TestACrowdAtABarrierWaitsWithoutAGoroutineEach(t *testing.T) {
 	if len(all) != n+1 {
 		t.Fatalf("%d of %d passed", len(all), n+1)
 	}
+	// All but the last leave and wait for it, parked too.
 	var left sync.WaitGroup
-	for _, b := range all {
+	for _, b := range all[1:] {
 		left.Go(func() {
 			if err := b.Leave(ctx); err != nil {
 				t.Errorf("leave: %v", err)
 			}
 		})
 	}
+	wait.Within(t, 5*time.Minute, "the crowd to leave but one", func() bool {
+		st, err := admin.DescribeBarrier(ctx, "crowd-barrier")
+		return err == nil && len(st.Participants) == 1
+	})
+	if held := goroutinesIn(t, "barrier.(*Manager).Leave+"); held > 0 {
+		t.Fatalf("%d goroutines of the member wait for the others to leave; want none (parked)", held)
+	}
+	if err := last.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
 	left.Wait()
+	if st, err := admin.DescribeBarrier(ctx, "crowd-barrier"); err != nil || st.Open || len(st.Participants) != 0 {
+		t.Fatalf("the barrier after everyone left: %+v, %v; want closed and empty", st, err)
+	}
 }
