@@ -23,6 +23,7 @@ package trends
 
 import (
 	"context"
+	"hash/fnv"
 	"math"
 	"slices"
 	"strings"
@@ -311,7 +312,7 @@ type queues struct {
 }
 
 type queueState struct {
-	created map[string]int64 // entry key -> create revision
+	created map[uint64]int64 // entry key's hash (keyID) -> create revision
 	order   []int64          // create revisions, ascending (a queue's order)
 	grants  int
 }
@@ -331,7 +332,7 @@ func (qs *queues) reset(kvs []*mvccpb.KeyValue, rev int64) {
 	for _, kv := range kvs {
 		if name, ok := qs.nameOf(string(kv.Key)); ok {
 			q := qs.state(name)
-			q.created[string(kv.Key)] = kv.CreateRevision
+			q.created[keyID(kv.Key)] = kv.CreateRevision
 			q.order = append(q.order, kv.CreateRevision)
 		}
 	}
@@ -343,10 +344,19 @@ func (qs *queues) reset(kvs []*mvccpb.KeyValue, rev int64) {
 func (qs *queues) state(name string) *queueState {
 	q := qs.byName[name]
 	if q == nil {
-		q = &queueState{created: map[string]int64{}}
+		q = &queueState{created: map[uint64]int64{}}
 		qs.byName[name] = q
 	}
 	return q
+}
+
+// keyID names an entry by a 64-bit hash of its key: a crowd's entries cost
+// 16 bytes each here, not their keys (a collision, about one in 10^10
+// within a queue of 100,000, would miscount one grant).
+func keyID(key []byte) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write(key) // a hash.Hash never fails
+	return h.Sum64()
 }
 
 // apply counts one change: a new entry at the head of its queue, or the
@@ -363,21 +373,21 @@ func (qs *queues) apply(ev *clientv3.Event) {
 	q := qs.state(name)
 	switch {
 	case ev.Type == mvccpb.PUT && ev.IsCreate():
-		if _, had := q.created[key]; had {
+		if _, had := q.created[keyID(ev.Kv.Key)]; had {
 			return
 		}
-		q.created[key] = ev.Kv.CreateRevision
+		q.created[keyID(ev.Kv.Key)] = ev.Kv.CreateRevision
 		i, _ := slices.BinarySearch(q.order, ev.Kv.CreateRevision)
 		q.order = slices.Insert(q.order, i, ev.Kv.CreateRevision)
 		if i == 0 {
 			q.grants++
 		}
 	case ev.Type == mvccpb.DELETE:
-		rev, had := q.created[key]
+		rev, had := q.created[keyID(ev.Kv.Key)]
 		if !had {
 			return
 		}
-		delete(q.created, key)
+		delete(q.created, keyID(ev.Kv.Key))
 		if i, found := slices.BinarySearch(q.order, rev); found {
 			q.order = slices.Delete(q.order, i, i+1)
 			if i == 0 && len(q.order) > 0 {
