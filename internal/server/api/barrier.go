@@ -36,13 +36,6 @@ func withWait(ctx context.Context, w *durationpb.Duration) (context.Context, con
 	return ctx, cancel, nil
 }
 
-func (s *BarrierServer) enter(ctx context.Context) (func(), error) {
-	if s.Waiters == nil {
-		return func() {}, nil
-	}
-	return s.Waiters.enter(ctx)
-}
-
 // EnterBarrier implements BarrierService.
 func (s *BarrierServer) EnterBarrier(ctx context.Context, req *coorddv1.EnterBarrierRequest) (*coorddv1.EnterBarrierResponse, error) {
 	resp, err := s.enterBarrier(ctx, nil, req)
@@ -67,23 +60,13 @@ func (s *BarrierServer) enterBarrier(ctx, call context.Context, req *coorddv1.En
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel, err := withWait(ctx, req.GetWait())
+	ctx, wait, cancel, finish, err := s.Waiters.begin(ctx, call, req.GetWait())
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
-	wait, cancelWait := call, context.CancelFunc(func() {})
-	if deadline, ok := ctx.Deadline(); ok && call != nil && req.GetWait() != nil {
-		wait, cancelWait = context.WithDeadline(call, deadline)
-	}
-	done, err := s.enter(ctx)
-	if err != nil {
-		cancelWait()
-		return nil, err
-	}
 	answer := func(e barrier.Entered, err error) (any, error) {
-		defer cancelWait()
-		defer done()
+		defer finish()
 		if err != nil {
 			return nil, err
 		}
@@ -126,23 +109,13 @@ func (s *BarrierServer) leaveBarrier(ctx, call context.Context, req *coorddv1.Le
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel, err := withWait(ctx, req.GetWait())
+	ctx, wait, cancel, finish, err := s.Waiters.begin(ctx, call, req.GetWait())
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
-	wait, cancelWait := call, context.CancelFunc(func() {})
-	if deadline, ok := ctx.Deadline(); ok && call != nil && req.GetWait() != nil {
-		wait, cancelWait = context.WithDeadline(call, deadline)
-	}
-	done, err := s.enter(ctx)
-	if err != nil {
-		cancelWait()
-		return nil, err
-	}
 	answer := func(rev int64, err error) (any, error) {
-		defer cancelWait()
-		defer done()
+		defer finish()
 		if err != nil {
 			return nil, err
 		}

@@ -63,26 +63,16 @@ func (s *ElectionServer) campaign(ctx, call context.Context, req *coorddv1.Campa
 		return nil, err
 	}
 	// The wait is bounded from now, before it parks and after.
-	ctx, cancel, err := withWait(ctx, req.GetWait())
+	ctx, wait, cancel, finish, err := s.Waiters.begin(ctx, call, req.GetWait())
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
-	wait, cancelWait := call, context.CancelFunc(func() {})
-	if deadline, ok := ctx.Deadline(); ok && call != nil && req.GetWait() != nil {
-		wait, cancelWait = context.WithDeadline(call, deadline)
-	}
-	done, err := s.Waiters.enter(ctx)
-	if err != nil {
-		cancelWait()
-		return nil, err
-	}
 	ctx, stop := untilStopped(ctx, s.stopped)
 	defer stop()
 	p := PrincipalFrom(ctx)
 	answer := func(ctx context.Context, l election.Leadership, err error) (any, error) {
-		defer cancelWait() // after the leadership is followed, which reads with ctx
-		defer done()
+		defer finish() // after the leadership is followed, which reads with ctx
 		if err != nil {
 			return nil, stoppingOr(ctx, err)
 		}

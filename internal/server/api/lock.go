@@ -117,26 +117,16 @@ func (s *LockServer) acquire(ctx, call context.Context, req *coorddv1.AcquireReq
 		return nil, err
 	}
 	// The wait is bounded from now, before it parks and after.
-	ctx, cancel, err := withWait(ctx, req.GetWait())
+	ctx, wait, cancel, finish, err := s.Waiters.begin(ctx, call, req.GetWait())
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
-	wait, cancelWait := call, context.CancelFunc(func() {})
-	if deadline, ok := ctx.Deadline(); ok && call != nil && req.GetWait() != nil {
-		wait, cancelWait = context.WithDeadline(call, deadline)
-	}
-	done, err := s.Waiters.enter(ctx)
-	if err != nil {
-		cancelWait()
-		return nil, err
-	}
 	ctx, stop := untilStopped(ctx, s.stopped)
 	defer stop()
 	start, p := time.Now(), PrincipalFrom(ctx)
 	answer := func(ctx context.Context, g lock.Grant, err error) (any, error) {
-		defer cancelWait() // after the grant is followed, which reads with ctx
-		defer done()
+		defer finish() // after the grant is followed, which reads with ctx
 		if err != nil {
 			return nil, stoppingOr(ctx, err)
 		}
@@ -165,16 +155,12 @@ func (s *LockServer) AcquireAll(ctx context.Context, req *coorddv1.AcquireAllReq
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel, err := withWait(ctx, req.GetWait())
+	ctx, _, cancel, finish, err := s.Waiters.begin(ctx, nil, req.GetWait())
 	if err != nil {
 		return nil, err
 	}
 	defer cancel()
-	done, err := s.Waiters.enter(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
+	defer finish()
 	start := time.Now()
 	gs, err := s.m.AcquireAll(ctx, req.GetNames(), lr)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Parked calls.
@@ -116,4 +117,29 @@ func Deferring(in grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
 			return in(ctx, req, info, func(context.Context, any) (any, error) { return resp, err })
 		})
 	}
+}
+
+// begin starts a call that may wait for its turn (an acquisition, a
+// campaign, a barrier's enter or leave): the request's wait (bound) bounds
+// it from now, both bounded, the context of the work done now, and wait,
+// that of a parked wait (call, for a call on the stream, with the same
+// deadline); the caller's principal takes one of its waiting places (see
+// Waiters). The caller defers cancel, and calls finish once the call is
+// answered (it ends wait's bound and frees the place).
+func (w *Waiters) begin(ctx, call context.Context, bound *durationpb.Duration) (bounded, wait context.Context, cancel, finish func(), err error) {
+	bounded, cancelBound, err := withWait(ctx, bound)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	wait, cancelWait := call, context.CancelFunc(func() {})
+	if deadline, ok := bounded.Deadline(); ok && call != nil && bound != nil {
+		wait, cancelWait = context.WithDeadline(call, deadline)
+	}
+	done, err := w.enter(bounded)
+	if err != nil {
+		cancelWait()
+		cancelBound()
+		return nil, nil, nil, nil, err
+	}
+	return bounded, wait, cancelBound, func() { done(); cancelWait() }, nil
 }
