@@ -580,6 +580,19 @@ func (c *Client) leaveSilent(ctx context.Context, method string, req, reply any,
 	return err
 }
 
+// elsewhere reports whether the client has a member other than addr to
+// move to: another endpoint that it does not avoid.
+func (c *Client) elsewhere(addr string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ep := range c.endpoints {
+		if _, avoided := c.avoided[ep]; ep != addr && !avoided {
+			return true
+		}
+	}
+	return false
+}
+
 // silentMember reports whether the member at addr left a health check on
 // the connection unanswered for livenessTimeout. It is false whenever that
 // is not certain: the check went to another member (the connection moved),

@@ -13,7 +13,11 @@
 // or a config watch through it goes unanswered (at least 1s), or at once
 // when a keep-alive unanswered for 200ms is followed by a health check
 // left unanswered for 300ms (the member is paused, cut off or gone; a live
-// member answers that check from memory, even during an etcd election). An
+// member answers that check from memory, even during an etcd election),
+// if it has another endpoint to move to: a client whose other endpoints
+// are all left out, or that has one, waits for the answer until the next
+// keep-alive is due (at least 1s) or the local deadline, since a member
+// that is merely slow (a starved CPU, a long link) answers late. An
 // endpoint left out is probed (gRPC health, from 100ms to every second)
 // and used again as soon as it serves, which a member does only while its
 // etcd has a leader. With every endpoint left out, all are tried. When the

@@ -134,3 +134,45 @@ func TestCallsLeftBehindEndWhenTheirMemberGoesSilent(t *testing.T) {
 	}
 	t.Logf("the acquire left behind was granted on the other member %s after the release", took.Round(time.Millisecond))
 }
+
+// A member that answers slowly, but answers, keeps the sessions of a
+// client that has no other member to go to: the client waits for each
+// renewal's answer (until the next one is due) instead of taking the slow
+// answer for silence. It used to give the stream up whenever a renewal
+// went unanswered for half a second and a health check took as long, and
+// open another to the same member, where the next renewal fared no
+// better: its sessions expired though every renewal would have been
+// answered in time (seen under a crowd on a starved machine).
+func TestASlowMemberKeepsTheSessionsOfItsOnlyClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("uses the in-process daemon")
+	}
+	proxy := tcpproxy.Start(t, endpoints[0])
+	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{proxy.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	const ttl = 6 * time.Second
+	s, err := c.NewSession(t.Context(), clientlib.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every round trip now takes at least 0.8 s: longer than a keep-alive
+	// waits before asking for a health check and that check's own wait
+	// together, far shorter than the renewal interval (ttl / 3).
+	proxy.SetLatency(400 * time.Millisecond)
+	slowFrom := time.Now()
+	givenUp := c.Stats().StreamsGivenUp
+	// Three renewals sent over the slow link answered: the local deadline
+	// has moved past what the last renewal before it gave.
+	wait.Within(t, 5*ttl, "renewals over the slow link answered", func() bool {
+		if err := s.Err(); err != nil {
+			t.Fatalf("the session ended over a slow link to its only member: %v", err)
+		}
+		return s.Deadline().After(slowFrom.Add(ttl + 2*ttl/3))
+	})
+	if n := c.Stats().StreamsGivenUp - givenUp; n > 0 {
+		t.Fatalf("the keep-alive stream was given up %d times over a slow link to the only member", n)
+	}
+}

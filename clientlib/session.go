@@ -496,6 +496,14 @@ var (
 // cut off or gone, and the stream is given up at once (with the calls in
 // flight on it, see Client.avoid), well before the keep-alive's own wait
 // (minReplyWait) runs out.
+//
+// That is only worth it with another member to move to: a member that is
+// merely slow (a starved CPU, a long link) answers health checks late too,
+// and a client that gave up its only member's stream each time a renewal
+// took longer than suspectAfter + livenessTimeout lost its session to a
+// member that answered every renewal. A client with nowhere else to go
+// (Client.elsewhere) waits for the answer as long as the keep-alive's own
+// wait allows.
 const (
 	suspectAfter    = 200 * time.Millisecond
 	livenessTimeout = 300 * time.Millisecond
@@ -548,8 +556,8 @@ func (s *Session) stream(ctx context.Context) (err error) {
 		case <-ks.done:
 			return streamErr(ks.cause())
 		case <-suspect.C:
-			if !waiting || addr == "" {
-				continue
+			if !waiting || addr == "" || !s.c.elsewhere(addr) {
+				continue // alone, a slow answer is still the one to wait for
 			}
 			checked := sent
 			checks.Go(func() { s.c.reportSilent(sctx, addr, checked, silent) })

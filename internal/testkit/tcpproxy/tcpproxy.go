@@ -3,8 +3,8 @@
 // (connections stay open and nothing gets through, as in a partition; what
 // was sent arrives once it heals, as TCP delivers it, never a stream with a
 // hole in it), make the target look dead (connections reset and refused,
-// as after kill -9) and report how many connections it carries. It is for
-// tests only.
+// as after kill -9), delay every byte (a slow or distant link) and report
+// how many connections it carries. It is for tests only.
 package tcpproxy
 
 import (
@@ -13,15 +13,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Proxy forwards connections from its own loopback address to a target.
 type Proxy struct {
-	ln     net.Listener
-	target string
-	down   atomic.Bool
-	active atomic.Int64
-	quit   chan struct{} // closed by Close
+	ln      net.Listener
+	target  string
+	down    atomic.Bool
+	active  atomic.Int64
+	latency atomic.Int64  // a time.Duration: see SetLatency
+	quit    chan struct{} // closed by Close
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -92,6 +94,12 @@ func (p *Proxy) Down() {
 	}
 	p.mu.Unlock()
 }
+
+// SetLatency delays every byte by d, in both directions and in order,
+// from when the proxy reads it to when it passes it on, as a slow or
+// distant link does; 0 turns the delay off. Bytes read before the call keep
+// the delay they had.
+func (p *Proxy) SetLatency(d time.Duration) { p.latency.Store(int64(d)) }
 
 // Up forwards new connections again after Down.
 func (p *Proxy) Up() { p.down.Store(false) }
@@ -167,8 +175,13 @@ func (p *Proxy) accept() {
 }
 
 // pump copies src to dst, holding what it read while frozen (the reads
-// then stop, and TCP's flow control holds back the rest).
+// then stop, and TCP's flow control holds back the rest) and passing each
+// chunk on once its latency (SetLatency) has passed, by deliver.
 func (p *Proxy) pump(dst io.Writer, src io.Reader) {
+	chunks := make(chan chunk, 16)
+	delivered := make(chan struct{})
+	go func() { defer close(delivered); p.deliver(dst, chunks) }()
+	defer func() { close(chunks); <-delivered }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
@@ -178,11 +191,41 @@ func (p *Proxy) pump(dst io.Writer, src io.Reader) {
 			case <-p.quit:
 				return
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			c := chunk{b: append([]byte(nil), buf[:n]...), due: time.Now().Add(time.Duration(p.latency.Load()))}
+			select {
+			case chunks <- c:
+			case <-delivered: // dst failed
+				return
+			case <-p.quit:
 				return
 			}
 		}
 		if err != nil {
+			return
+		}
+	}
+}
+
+// chunk is what one read of a pump got, and when it may be passed on.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// deliver writes chunks to dst in order, each no earlier than its due
+// time, until chunks closes, a write fails or the proxy closes.
+func (p *Proxy) deliver(dst io.Writer, chunks <-chan chunk) {
+	for c := range chunks {
+		if wait := time.Until(c.due); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-p.quit:
+				t.Stop()
+				return
+			}
+		}
+		if _, err := dst.Write(c.b); err != nil {
 			return
 		}
 	}
