@@ -108,8 +108,9 @@
 // Lock acquisition is retried while coordd is unavailable with the same
 // request id, so a retry never takes the lock twice; Release is retried
 // with the grant's token, so it never removes a newer holder. NewSession is
-// not retried once its request may have reached the server: a failure
-// there is indeterminate. Not guaranteed: while no member answers, a
+// retried while coordd is unavailable, for up to 5s or until ctx ends: a
+// create whose answer was lost leaves at worst an orphan session, which
+// holds nothing and ends with its TTL. Not guaranteed: while no member answers, a
 // session the SDK gave up on stays on the server (for at most its TTL once
 // etcd has a leader); and a paused holder can act after its session
 // ended, whatever the SDK does. A release from outside (Admin.Release, an

@@ -164,7 +164,12 @@ type Problem struct {
 	Description string
 }
 
-func (e *Error) Error() string { return "coordd: " + e.Message }
+func (e *Error) Error() string {
+	if strings.HasPrefix(e.Message, "coordd: ") {
+		return e.Message // the server named itself already
+	}
+	return "coordd: " + e.Message
+}
 
 // Is reports whether target is the sentinel of e's reason (or of its code,
 // for errors without a reason); a DeadlineExceeded error also matches

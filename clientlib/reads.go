@@ -44,6 +44,18 @@ var readMethods = map[string]bool{
 	coorddv1.SessionService_ListSessions_FullMethodName:        true,
 }
 
+// orphanMethods are the unary calls that are not reads but whose repeat
+// after an answer that was lost can only leave an orphan behind that ends
+// by itself: a CreateSession that took effect though its caller heard
+// UNAVAILABLE (etcd's leader changed while it was in flight) leaves a
+// session that nobody renews, holds nothing and ends with its TTL. So a
+// session is created again, as a read is read again (see retryReads),
+// rather than making every caller retry a refusal that usually had no
+// effect at all (no quorum yet, the member stopping).
+var orphanMethods = map[string]bool{
+	coorddv1.SessionService_CreateSession_FullMethodName: true,
+}
+
 // readRetryFor bounds how long a read is repeated: long enough to ride
 // out etcd electing a leader (about a second at etcd's default timings)
 // or the client moving to another member; short enough that a cluster
@@ -51,7 +63,7 @@ var readMethods = map[string]bool{
 const readRetryFor = 5 * time.Second
 
 // retryReads is the connection's outer unary interceptor: a read (see
-// readMethods) that fails with UNAVAILABLE (a member stopping, etcd's
+// readMethods) or a CreateSession (see orphanMethods) that fails with UNAVAILABLE (a member stopping, etcd's
 // leader changing during the call, no quorum yet, the client leaving a
 // silent member) is made again after a short backoff, for up to
 // readRetryFor or until ctx ends, whichever is first; then its last
@@ -59,7 +71,7 @@ const readRetryFor = 5 * time.Second
 // where they are idempotent (see retry).
 func retryReads(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, cc, opts...)
-	if !readMethods[method] {
+	if !readMethods[method] && !orphanMethods[method] {
 		return err
 	}
 	deadline := time.Now().Add(readRetryFor)

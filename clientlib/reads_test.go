@@ -3,6 +3,7 @@ package clientlib_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,5 +68,48 @@ func TestReadsRetryWhileUnavailable(t *testing.T) {
 	}
 	if n := cfg.publishes.Load(); n != 1 {
 		t.Fatalf("the server saw %d publishes, want 1: a publish is not repeated", n)
+	}
+}
+
+// flakySessions answers UNAVAILABLE to the first failFirst CreateSession
+// calls, as a member whose etcd is electing a leader would, then creates.
+type flakySessions struct {
+	coorddv1.UnimplementedSessionServiceServer
+	failFirst atomic.Int64
+	creates   atomic.Int64
+}
+
+func (f *flakySessions) CreateSession(_ context.Context, req *coorddv1.CreateSessionRequest) (*coorddv1.CreateSessionResponse, error) {
+	if n := f.creates.Add(1); n <= f.failFirst.Load() {
+		return nil, status.Error(codes.Unavailable, "coordd: etcd's leader changed while the request was in flight; retry")
+	}
+	return &coorddv1.CreateSessionResponse{Session: &coorddv1.Session{Id: "7", Ttl: req.GetTtl()}}, nil
+}
+
+// NewSession is made again after UNAVAILABLE, as a read is: at worst the
+// lost answer leaves an orphan session that holds nothing and ends with
+// its TTL. (A caller had to retry it, and tests did, around every etcd
+// leader change.)
+func TestNewSessionRetriesWhileUnavailable(t *testing.T) {
+	srv := &flakySessions{}
+	srv.failFirst.Store(2)
+	c := fakeServer(t, func(g *grpc.Server) { coorddv1.RegisterSessionServiceServer(g, srv) })
+	s, err := c.NewSession(t.Context(), clientlib.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatalf("NewSession after two UNAVAILABLE answers: %v", err)
+	}
+	if s.ID() != "7" {
+		t.Fatalf("session %q, want 7", s.ID())
+	}
+	if n := srv.creates.Load(); n != 3 {
+		t.Fatalf("the server saw %d creates, want 3", n)
+	}
+	// A server that names itself in its message is not named twice.
+	srv.failFirst.Store(1 << 30)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err = c.NewSession(ctx)
+	if err == nil || strings.Count(err.Error(), "coordd:") != 1 {
+		t.Fatalf("NewSession of a member that stays unavailable = %v; want its message with one \"coordd:\"", err)
 	}
 }
