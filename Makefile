@@ -18,9 +18,14 @@ build:
 # Tests that own their etcd or daemon run in parallel, PARALLEL at a time
 # per package: they wait on disks and timers more than they compute, so 4
 # on 2 cores keeps both busy.
+# COORDD_TEST_TIMESCALE=N stretches every time bound of every test N times
+# (internal/testkit/wait; the race detector doubles it again): on a busy
+# or slow machine, a test waits longer instead of failing.
 COUNT ?= 1
 PARALLEL ?= 4
 SCREENSHOTS ?= $(BIN)/screenshots
+COORDD_TEST_TIMESCALE ?= 1
+export COORDD_TEST_TIMESCALE
 test:
 	COORDD_SCREENSHOTS=$(SCREENSHOTS) go test -race -count=$(COUNT) -parallel $(PARALLEL) -timeout 15m ./...
 

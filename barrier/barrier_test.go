@@ -82,7 +82,7 @@ func TestEnterTakeOverByARetry(t *testing.T) {
 		if r.err != nil || r.e.Participants != 2 {
 			t.Fatalf("retry = %+v, %v; want the barrier open with 2 in", r.e, r.err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(wait.Bound(30 * time.Second)):
 		t.Fatal("the barrier's count was reached and the retry was not let through")
 	}
 	st, err := m.Describe(ctx, "b")

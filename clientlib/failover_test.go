@@ -33,7 +33,7 @@ func TestAvoidedEndpointComesBackWhenItServes(t *testing.T) {
 	// gave up on both survivors of a crash during the etcd election).
 	c.Avoid(live)
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(3*time.Second))
 	defer cancel()
 	s, err := c.NewSession(ctx)
 	if err != nil {
@@ -41,7 +41,7 @@ func TestAvoidedEndpointComesBackWhenItServes(t *testing.T) {
 	}
 	took := time.Since(start)
 	_ = s.Close(ctx)
-	if took > 2*time.Second {
+	if took > wait.Bound(2*time.Second) {
 		t.Fatalf("NewSession took %s, want the live endpoint back within a probe or two", took)
 	}
 	if c.Avoided(live) {
@@ -104,7 +104,7 @@ func TestCallsLeftBehindEndWhenTheirMemberGoesSilent(t *testing.T) {
 		err error
 	}
 	got := make(chan result, 1)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(10*time.Second))
 	defer cancel()
 	go func() {
 		l, err := s.Lock(ctx, "left-behind")

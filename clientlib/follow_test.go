@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/testkit/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -58,7 +59,7 @@ func TestAHoldingEndedWhileItStartsEndsOnce(t *testing.T) {
 		h := newHeld(s, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: "x", Token: int64(i + 1), RequestId: "r"}, func() error { return errors.New("gone") }, following{}, nil)
 		select {
 		case <-h.lost:
-		case <-time.After(10 * time.Second):
+		case <-time.After(wait.Bound(10 * time.Second)):
 			t.Fatal("a holding of an ended session is not lost")
 		}
 	}

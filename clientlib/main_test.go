@@ -14,6 +14,7 @@ import (
 	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/testkit/daemontest"
 	"github.com/coordd/coordd/internal/testkit/freeport"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // endpoints are the gRPC addresses of the in-process daemon that the
@@ -43,7 +44,7 @@ func (w withDaemon) Run() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Bound(30*time.Second))
 	defer cancel()
 	d, err := daemon.Start(ctx, daemontest.Config(filepath.Join(dir, "data"), "unix://"+filepath.Join(dir, "etcd-client.sock"),
 		fmt.Sprintf("http://127.0.0.1:%d", peer), zap.NewNop()))

@@ -42,7 +42,7 @@ func need(t *testing.T, why string, ok bool) {
 // 5 minutes, and fails the test with its output if it fails.
 func run(t *testing.T, d *coorddtest.Daemon, dir string, name string, args ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(5*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
@@ -76,7 +76,7 @@ func TestTypeScriptClient(t *testing.T) {
 		tlsDir := t.TempDir()
 		caFile, certFile, keyFile := serverCerts(t, tlsDir)
 		td := coorddtest.Start(t, "--tls-cert-file", certFile, "--tls-key-file", keyFile)
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(time.Minute))
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "node", "--input-type=module", "-e", `
 import { readFileSync } from "node:fs";
@@ -136,7 +136,7 @@ with coordd.Client(os.environ["COORDD_ENDPOINTS"].split(",")) as client:
 // it elsewhere, while the cut lasts.
 func waitThroughCut(t *testing.T, dir, name string, args ...string) {
 	c := chaos.StartCluster(t, coorddtest.Build(t), t.TempDir(), 3, chaos.Timing{Heartbeat: 10 * time.Millisecond, Election: 100 * time.Millisecond})
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(2*time.Minute))
 	defer cancel()
 	cut, err := c.Leader(ctx)
 	if err != nil {

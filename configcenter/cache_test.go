@@ -252,7 +252,7 @@ func checkSubscribers(t *testing.T, local bool) {
 				}
 				finished := false
 				for n := 1 + rng.IntN(30); n > 0; n-- {
-					nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					nctx, cancel := context.WithTimeout(ctx, wait.Bound(2*time.Second))
 					ev, err := sub.Next(nctx)
 					cancel()
 					if errors.Is(err, context.DeadlineExceeded) {
@@ -306,7 +306,7 @@ func checkSubscribers(t *testing.T, local bool) {
 			t.Fatal(err)
 		}
 		// Bookmarks keep coming, so the wait is bounded as a whole.
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		lctx, cancel := context.WithTimeout(ctx, wait.Bound(10*time.Second))
 		for m.rev < storeRev-1 || !level(m, final) {
 			ev, err := sub.Next(lctx)
 			if err != nil {

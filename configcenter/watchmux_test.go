@@ -44,7 +44,7 @@ func summarize(b configcenter.WatchBatch) batch {
 func nextOf(t *testing.T, m *configcenter.WatchMux, keep bool) configcenter.WatchBatch {
 	t.Helper()
 	for {
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(10*time.Second))
 		b, err := m.Next(ctx)
 		cancel()
 		if err != nil {

@@ -207,7 +207,7 @@ func TestWaitingCandidateWhoseSessionDiesFailsAtOnce(t *testing.T) {
 		if !errors.Is(r.err, election.ErrSessionNotFound) {
 			t.Fatalf("Campaign = %+v, %v; want ErrSessionNotFound", r.l, r.err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(wait.Bound(5 * time.Second)):
 		t.Fatal("Campaign still waits after its session ended")
 	}
 	if _, err := e.m.Campaign(ctx, election.Request{Name: "x", Session: s}); !errors.Is(err, election.ErrSessionNotFound) {
@@ -290,7 +290,7 @@ func TestAStaleCampaignNeverTakesOverALaterCandidacy(t *testing.T) {
 		if !errors.Is(r.err, kind.Unavailable) {
 			t.Fatalf("the stale attempt = %+v, %v; want Unavailable (retry)", r.l, r.err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("the stale attempt still runs: it took the later campaign's candidacy over")
 	}
 	if err := e.m.Resign(ctx, "x", leader.Term, session.Hint{}); err != nil {
@@ -301,7 +301,7 @@ func TestAStaleCampaignNeverTakesOverALaterCandidacy(t *testing.T) {
 		if r.err != nil || int64(r.l.Term) <= joined || r.l.Value != "later" {
 			t.Fatalf("the later campaign = %+v, %v; want to lead after joining at %d, with its own value", r.l, r.err, joined)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("the later campaign was not elected")
 	}
 }
@@ -746,7 +746,7 @@ func TestCampaignTakeOverByARetry(t *testing.T) {
 				if r.err != nil || r.l.Term <= leader.Term || r.l.Value != "worker" {
 					t.Fatalf("retry = %+v, %v; want it elected after term %d", r.l, r.err, leader.Term)
 				}
-			case <-time.After(30 * time.Second):
+			case <-time.After(wait.Bound(30 * time.Second)):
 				t.Fatal("the leader resigned and the retry was not elected")
 			}
 		})

@@ -265,7 +265,7 @@ func seatsAtEveryRevision(t *testing.T, cli *clientv3.Client, name string, from,
 // it saw). It returns the revisions before and after.
 func churn(t *testing.T, cli *clientv3.Client, ms [2]*election.Manager, name string, n int64) (int64, int64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(time.Minute))
 	defer cancel()
 	var won atomic.Int64
 	start, err := cli.Get(t.Context(), "x")

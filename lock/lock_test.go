@@ -234,7 +234,7 @@ func TestWaiterWhoseSessionDiesFailsAtOnce(t *testing.T) {
 	}
 	s := e.session(t, 60)
 	done := make(chan error, 1)
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	wctx, cancel := context.WithTimeout(ctx, wait.Bound(time.Minute))
 	defer cancel()
 	go func() {
 		_, err := e.m.Acquire(wctx, lock.Request{Name: "l", Session: s})
@@ -254,7 +254,7 @@ func TestWaiterWhoseSessionDiesFailsAtOnce(t *testing.T) {
 			t.Fatalf("Acquire = %v, want ErrSessionNotFound", err)
 		}
 		t.Logf("waiter failed %s after its session ended", time.Since(revoked).Round(time.Millisecond))
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("waiter still waiting 10s after its session ended")
 	}
 }
@@ -387,7 +387,7 @@ func TestIdempotentAcquire(t *testing.T) {
 		t.Fatalf("second acquisition by the same session = %v, want ErrHeld", err)
 	}
 	// Waiting for it would wait for itself: refused at once, nothing queued.
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, wait.Bound(5*time.Second))
 	defer cancel()
 	_, err = e.m.Acquire(wctx, lock.Request{Name: "l", Session: s, RequestID: "req-3"})
 	if !errors.Is(err, lock.ErrHeld) {
@@ -668,7 +668,7 @@ func TestLockDelaySkippedOnRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("a clean release did not hand over within 10s (lock-delay applied?)")
 	}
 }
@@ -861,7 +861,7 @@ func TestRetryTakesOverTheEntry(t *testing.T) {
 				if !errors.Is(r.err, context.Canceled) {
 					t.Fatalf("first call = %+v, %v; want it cancelled (taken over by the retry)", r.g, r.err)
 				}
-			case <-time.After(30 * time.Second):
+			case <-time.After(wait.Bound(30 * time.Second)):
 				t.Fatal("the first call still waits although the retry took its entry over")
 			}
 			if n := e.keys(t); n != 2 {
@@ -875,7 +875,7 @@ func TestRetryTakesOverTheEntry(t *testing.T) {
 				if r.err != nil || r.g.Token <= holder.Token {
 					t.Fatalf("retry = %+v, %v; want a grant after the holder's token %d", r.g, r.err, holder.Token)
 				}
-			case <-time.After(30 * time.Second):
+			case <-time.After(wait.Bound(30 * time.Second)):
 				t.Fatal("the holder released and the retry was not granted: its wait was lost")
 			}
 		})
@@ -956,7 +956,7 @@ func (e env) releaseAndExpect(t *testing.T, holder lock.Grant, ch <-chan lock.Gr
 		if int64(g.Token) != token {
 			t.Fatalf("%s was granted token %d, want its entry's %d", what, g.Token, token)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatalf("%s was not granted", what)
 	}
 }
@@ -998,7 +998,7 @@ func TestAStaleAttemptNeverTakesOverALaterEntry(t *testing.T) {
 		if !errors.Is(err, kind.Unavailable) {
 			t.Fatalf("the stale attempt = %v, want Unavailable (retry)", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("the stale attempt still runs: it took the later acquisition's entry over")
 	}
 	e.releaseAndExpect(t, holder, later, entry, "the later acquisition")
@@ -1017,7 +1017,7 @@ func TestACallCountsFromItsArrival(t *testing.T) {
 	arrived := e.txns.Arrived(ctx)
 	later := acquireLater(t, e.m, req, "the later acquisition")
 	entry := e.waiterToken(t, "l", "the later acquisition to queue")
-	staleCtx, cancel := context.WithTimeout(arrived, 10*time.Second)
+	staleCtx, cancel := context.WithTimeout(arrived, wait.Bound(10*time.Second))
 	defer cancel()
 	if _, err := e.m.Acquire(staleCtx, req); !errors.Is(err, kind.Unavailable) {
 		t.Fatalf("a call that arrived before the later acquisition = %v, want Unavailable (retry)", err)
@@ -1044,7 +1044,7 @@ func TestARetryOnAnotherMemberTakesOverAfterOneRefusal(t *testing.T) {
 		first <- err
 	}()
 	entry := e.waiterToken(t, "l", "the first attempt to queue")
-	refusedCtx, cancelRefused := context.WithTimeout(ctx, 10*time.Second)
+	refusedCtx, cancelRefused := context.WithTimeout(ctx, wait.Bound(10*time.Second))
 	_, err := other.Acquire(refusedCtx, req)
 	cancelRefused()
 	if !errors.Is(err, kind.Unavailable) {
@@ -1208,7 +1208,7 @@ func TestACrowdIsServedFromTheMembersView(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("a waiter: %v", r.err)
 			}
-		case <-time.After(time.Minute):
+		case <-time.After(wait.Bound(time.Minute)):
 			t.Fatal("the crowd stopped draining")
 		}
 	}
@@ -1242,7 +1242,7 @@ func TestACrowdsPagesReadTheirWrites(t *testing.T) {
 	if _, err := e.cli.Put(ctx, "/elsewhere", "x"); err != nil {
 		t.Fatal(err)
 	}
-	pageCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	pageCtx, cancel := context.WithTimeout(ctx, wait.Bound(time.Minute))
 	defer cancel()
 	if d, err := e.m.DescribePage(pageCtx, "crowd", lock.Page{Size: 1}); err != nil || d.Waiting != n {
 		t.Fatalf("after a write elsewhere: %+v, %v", d, err)

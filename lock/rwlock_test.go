@@ -234,7 +234,7 @@ func TestRetriesKeepTheirModeAndNobodyWaitsForItself(t *testing.T) {
 	if d, err := e.m.Describe(ctx, "rw"); err != nil || len(d.Holders) != 2 || !d.Holders[1].Read || d.Holders[1].Token != r.Token {
 		t.Fatalf("after the refused retry: %+v, %v; want both readers holding as before", d, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, wait.Bound(10*time.Second))
 	defer cancel()
 	if _, err := e.m.Acquire(wctx, lock.Request{Name: "rw", Session: mine}); !errors.Is(err, lock.ErrHeld) {
 		t.Fatalf("a write behind this session's own read grant (second of two): %v, want ErrHeld at once", err)

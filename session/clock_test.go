@@ -76,8 +76,10 @@ func TestClockEndsUnrenewedSessions(t *testing.T) {
 		return err == nil && len(resp.Kvs) == 0
 	})
 	took := time.Since(sent)
-	if took < 2*time.Second || took > 3*time.Second {
-		t.Fatalf("the session ended %s after its last renewal was sent; want within [TTL, TTL+1s] = [2s, 3s]", took)
+	// Never before the TTL; the slack after it stretches with the machine
+	// (its production bound, TTL + 1s, is the chaos run's).
+	if slack := wait.Bound(time.Second); took < 2*time.Second || took > 2*time.Second+slack {
+		t.Fatalf("the session ended %s after its last renewal was sent; want within [TTL, TTL+%s] = [2s, %s]", took, slack, 2*time.Second+slack)
 	}
 	if _, err := a.m.KeepAlive(ctx, info.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("KeepAlive after the end = %v, want ErrNotFound", err)

@@ -292,7 +292,7 @@ func TestRenderOnce(t *testing.T) {
 	if err != nil || !res.Ran || res.CommandErr == nil || !strings.Contains(res.CommandErr.Error(), "past its timeout") {
 		t.Fatalf("a command past its timeout: %+v, %v", res, err)
 	}
-	if took := time.Since(begin); took > 10*time.Second {
+	if took := time.Since(begin); took > wait.Bound(10*time.Second) {
 		t.Errorf("the killed command held Once for %s", took)
 	}
 

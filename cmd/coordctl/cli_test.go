@@ -516,7 +516,7 @@ func TestNamesCompleteFromTheServer(t *testing.T) {
 	if len(got) != 0 || directive != noFiles {
 		t.Errorf("completion without coordd = %q %s", got, directive)
 	}
-	if took := time.Since(start); took > 5*time.Second {
+	if took := time.Since(start); took > wait.Bound(5*time.Second) {
 		t.Errorf("completion without coordd took %s", took)
 	}
 }
@@ -585,7 +585,7 @@ func TestStoppedDaemonFailsAtOnce(t *testing.T) {
 	stopped := freeport.Addr(t) // reserved, then released: nothing listens
 	t0 := time.Now()
 	errOut := exits(t, exitUnavailable, stopped, "--timeout", "20s", "session", "list")
-	if took := time.Since(t0); took > 5*time.Second || !strings.Contains(errOut, "connection refused") || !strings.Contains(errOut, "is coordd running") {
+	if took := time.Since(t0); took > wait.Bound(5*time.Second) || !strings.Contains(errOut, "connection refused") || !strings.Contains(errOut, "is coordd running") {
 		t.Errorf("after %s: %q; want at once, saying the connection was refused and asking whether coordd runs", took, errOut)
 	}
 }
@@ -669,7 +669,7 @@ func TestConfigPoll(t *testing.T) {
 		if !strings.Contains(got, "release 2") || !slices.Contains(strings.Fields(got), "v2") {
 			t.Fatalf("config poll across a release printed %q, want release 2 with k=v2", got)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(wait.Bound(30 * time.Second)):
 		t.Fatal("config poll did not answer within 30 s of a release")
 	}
 }

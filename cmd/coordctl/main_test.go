@@ -182,7 +182,7 @@ func TestLockRunStopsTheCommandWhenTheLockIsLost(t *testing.T) {
 	var code int
 	select {
 	case code = <-done:
-	case <-time.After(15 * time.Second):
+	case <-time.After(wait.Bound(15 * time.Second)):
 		t.Fatal("lock run did not return")
 	}
 	proxy.Thaw()
@@ -444,7 +444,7 @@ func TestElectRunAgainAfterALoss(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("elect run --again = %d, want the command's 0", code)
 		}
-	case <-time.After(15 * time.Second):
+	case <-time.After(wait.Bound(15 * time.Second)):
 		t.Fatal("elect run --again did not return after its command exited")
 	}
 }
@@ -502,7 +502,7 @@ func TestElectRunYieldsWhenAsked(t *testing.T) {
 					if r[0] != "0" {
 						t.Fatalf("elect run = exit %s (%q) after its command finished, want 0", r[0], r[1])
 					}
-				case <-time.After(15 * time.Second):
+				case <-time.After(wait.Bound(15 * time.Second)):
 					t.Fatal("elect run did not return after its command exited")
 				}
 				return
@@ -518,7 +518,7 @@ func TestElectRunYieldsWhenAsked(t *testing.T) {
 				if r[0] != "125" || !strings.Contains(r[1], "asked it to step down") || !strings.Contains(r[1], "priority 5") {
 					t.Fatalf("elect run --yield = exit %s, %q; want 125 saying who asked", r[0], r[1])
 				}
-			case <-time.After(15 * time.Second):
+			case <-time.After(wait.Bound(15 * time.Second)):
 				t.Fatal("elect run --yield did not return after stepping down")
 			}
 			if _, err := os.Stat(stopped); err != nil {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/coordd/coordd/internal/testkit/freeport"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // TestMain doubles as the coordd binary when COORDD_TEST_RUN_MAIN is set, so
@@ -88,7 +89,7 @@ func TestCommandEnvAndSignal(t *testing.T) {
 		if err != nil {
 			t.Fatalf("coordd exited with %v after SIGTERM:\n%s", err, logs.String())
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(wait.Bound(20 * time.Second)):
 		err := kill(cmd, exited)
 		t.Fatalf("coordd did not stop within 20s of SIGTERM (killed: %v):\n%s", err, logs.String())
 	}
@@ -138,7 +139,7 @@ func TestBadInvocationIsSaidOnce(t *testing.T) {
 	} {
 		// Own ports and a deadline: a case that wrongly starts the daemon
 		// fails here instead of hanging or taking the default ports.
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(30*time.Second))
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "COORDD_TEST_RUN_MAIN=1", "COORDD_TEST_ARGS="+tt.args+" --data-dir "+t.TempDir(),
 			"COORDD_GRPC_ADDR="+freeport.Addr(t), "COORDD_HTTP_ADDR="+freeport.Addr(t),

@@ -210,7 +210,7 @@ func TestFeedsUnderAPrefix(t *testing.T) {
 		t.Helper()
 		select {
 		case <-f.Ready():
-		case <-time.After(10 * time.Second):
+		case <-time.After(wait.Bound(10 * time.Second)):
 			t.Fatalf("nothing delivered within 10s: want %s", what)
 		}
 		return f.Take()

@@ -197,7 +197,7 @@ func TestALoneTransactionGoesAtOnceAndWhatQueuesBehindItIsOneBatch(t *testing.T)
 	}()
 	select {
 	case <-inFlight:
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("an idle committer's lone transaction was not sent from its caller's goroutine")
 	}
 	c.beforeAlone = nil // only the committer's own batch follows

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordd/coordd/internal/base/queue"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // Many waiters on one queue cost the member one read in all, not one
@@ -84,7 +85,7 @@ func TestReadersAndWritersTakeTurns(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %s: %v", step, k, err)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(wait.Bound(10 * time.Second)):
 				t.Fatalf("%s: %s has no turn", step, k)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/auth"
+	"github.com/coordd/coordd/internal/testkit/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
 )
@@ -51,7 +52,7 @@ func TestAStreamFollowsOnlyItsPrincipalsGrants(t *testing.T) {
 	release(mine)
 	select {
 	case <-hw.Ready():
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("the release of a followed grant was not reported within 10s")
 	}
 	// Its end is queued; the holder's remove (as a Release naming the

@@ -361,7 +361,7 @@ func TestPolicyReload(t *testing.T) {
 		if !ok {
 			t.Fatalf("the observe stream ended across the reloads: %v", obs.Err())
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("no event on the observe stream after the reloads")
 	}
 	// Open mode says so.

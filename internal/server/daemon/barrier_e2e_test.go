@@ -63,7 +63,7 @@ func TestBarrierOpensAtTheCountAndLetsAllOutTogether(t *testing.T) {
 		select {
 		case b := <-entered:
 			bs = append(bs, b)
-		case <-time.After(10 * time.Second):
+		case <-time.After(wait.Bound(10 * time.Second)):
 			t.Fatal("the barrier did not let all three through once the third arrived")
 		}
 	}
@@ -156,7 +156,7 @@ func TestBarrierParticipantsAreSessionBound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("OpenBarrier did not let the waiting participant through")
 	}
 	if _, err := s3.EnterBarrier(ctx, "b/z", 10); err != nil {
@@ -219,7 +219,7 @@ func TestConsoleShowsABarrier(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the waiting participant: %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("the console's opening did not let the participant in")
 	}
 }

@@ -335,7 +335,7 @@ rules:
 	}
 	select {
 	case <-l.Lost():
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("alice was not told her lock was released")
 	}
 }

@@ -89,7 +89,7 @@ func TestChaosLeaderCrashes(t *testing.T) {
 		crashMember(ds[leader], peers[leader], proxies[leader])
 		crash := time.Now()
 
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(20*time.Second))
 		s, err := newSessionRetrying(ctx, probe)
 		if err == nil {
 			_, err = s.Lock(ctx, fmt.Sprintf("chaos/%d", n))
@@ -119,7 +119,7 @@ func TestChaosLeaderCrashes(t *testing.T) {
 			t.Logf("crash %d: stopping the crashed member: %v", n, err)
 		}
 		peers[leader].Up()
-		sctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		sctx, cancel := context.WithTimeout(t.Context(), wait.Bound(30*time.Second))
 		d, err := daemon.Start(sctx, cfgs[leader])
 		cancel()
 		if err != nil {

@@ -60,7 +60,7 @@ func TestSessionExpiry(t *testing.T) {
 			t.Fatalf("local deadline %s after cut+TTL-margin: the safety margin is missing", deadline.Sub(latest))
 		}
 		lastAckSent = deadline.Add(-s.TTL() + margin(s.TTL()))
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("Done not closed 10s after the network was cut")
 	}
 	if !errors.Is(s.Err(), clientlib.ErrSessionExpired) {
@@ -146,7 +146,7 @@ func startConfigs(t *testing.T, cfgs []daemon.Config) []*daemon.Daemon {
 	starts := make(chan started, len(cfgs))
 	// Bounds start-up only: members that cannot reach each other fail
 	// the test instead of waiting for a quorum until the test times out.
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(time.Minute))
 	defer cancel()
 	for i := range cfgs {
 		go func() {
@@ -463,7 +463,7 @@ func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
 			t.Fatalf("waiter on a member without quorum = %d, want 503", status)
 		}
 		t.Logf("waiter failed %s after the member lost quorum", time.Since(lost).Round(time.Millisecond))
-	case <-time.After(15 * time.Second):
+	case <-time.After(wait.Bound(15 * time.Second)):
 		t.Fatal("waiter still hanging 15s after its member lost quorum")
 	}
 	// Its gRPC health says so (clients probe it before using the member
@@ -477,7 +477,7 @@ func TestWaitersFailWhenTheMemberLosesQuorum(t *testing.T) {
 	if err := survivor.Stop(context.Background()); err != nil {
 		t.Errorf("Stop: %v", err)
 	}
-	if took := time.Since(stopStart); took > 10*time.Second {
+	if took := time.Since(stopStart); took > wait.Bound(10*time.Second) {
 		t.Errorf("stopping the member without quorum took %s", took)
 	}
 }

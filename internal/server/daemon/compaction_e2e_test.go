@@ -115,7 +115,7 @@ func TestCompactionKeepsWhatCoorddNeeds(t *testing.T) {
 	})
 
 	// The observer starts from the current leader.
-	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	octx, cancel := context.WithTimeout(ctx, wait.Bound(10*time.Second))
 	defer cancel()
 	obs := c.Observe(octx, "compaction/election", clientlib.ObserveFrom(observedAt))
 	ev, ok := <-obs.Events()

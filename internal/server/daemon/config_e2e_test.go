@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/testkit/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -236,7 +237,7 @@ func TestConfigWatchSurvivesAnotherMemberStopping(t *testing.T) {
 			if !ok || n != want {
 				t.Fatalf("watcher got release %d (open %v), want %d", n, ok, want)
 			}
-		case <-time.After(20 * time.Second):
+		case <-time.After(wait.Bound(20 * time.Second)):
 			t.Fatalf("watcher stopped before release %d", want)
 		}
 	}

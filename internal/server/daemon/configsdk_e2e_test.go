@@ -58,7 +58,7 @@ func TestConfigThroughSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	if _, err := c.ConfigCenter().Subscribe(ctx, []string{"bad//ns"}, fast...); !errors.Is(err, clientlib.ErrInvalidArgument) || time.Since(t0) > 5*time.Second {
+	if _, err := c.ConfigCenter().Subscribe(ctx, []string{"bad//ns"}, fast...); !errors.Is(err, clientlib.ErrInvalidArgument) || time.Since(t0) > wait.Bound(5*time.Second) {
 		t.Fatalf("Subscribe to a bad namespace = %v after %s; want ErrInvalidArgument at once", err, time.Since(t0))
 	}
 	sub, err := c.ConfigCenter().Subscribe(ctx, []string{"svc/prod", "svc/yaml"}, append(fast, clientlib.WithInstance("test-1", map[string]string{"zone": "a"}))...)
@@ -464,7 +464,7 @@ func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
 		t.Fatalf("Subscribe from the cache file: %v", err)
 	}
 	defer sub.Close()
-	if v, _ := sub.Snapshot().Get("app", "a"); v != "2" || sub.Status().State != clientlib.StateStale || time.Since(t0) > 2*time.Second {
+	if v, _ := sub.Snapshot().Get("app", "a"); v != "2" || sub.Status().State != clientlib.StateStale || time.Since(t0) > wait.Bound(2*time.Second) {
 		t.Fatalf("from the cache file: a=%q, status %+v", v, sub.Status())
 	}
 	var mu sync.Mutex
@@ -757,7 +757,7 @@ func TestCallbacksGetTheChangedKeys(t *testing.T) {
 		select {
 		case ch := <-seen:
 			return ch
-		case <-time.After(5 * time.Second):
+		case <-time.After(wait.Bound(5 * time.Second)):
 			t.Fatalf("no callback for %s within 5s", what)
 			return clientlib.ConfigChange{}
 		}
@@ -777,7 +777,7 @@ func TestCallbacksGetTheChangedKeys(t *testing.T) {
 	set("e", "1")
 	select {
 	case <-blocked:
-	case <-time.After(5 * time.Second):
+	case <-time.After(wait.Bound(5 * time.Second)):
 		t.Fatal("no callback for e within 5s")
 	}
 	set("a", "3", "e", "-")

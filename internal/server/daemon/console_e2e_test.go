@@ -92,7 +92,7 @@ func openConsole(t *testing.T, base string) *page {
 
 func (p *page) run(what string, actions ...chromedp.Action[chromedp.Void]) {
 	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 20*time.Second)
+	ctx, cancel := context.WithTimeout(p.ctx, wait.Bound(20*time.Second))
 	defer cancel()
 	if err := chromedp.Do(ctx, actions...); err != nil {
 		body, _ := chromedp.Run(p.ctx, chromedp.Evaluate[string](`document.querySelector('main')?.innerText ?? ''`))
@@ -244,7 +244,7 @@ func TestConsole(t *testing.T) {
 	p.see("main", "Nobody holds it.")
 	select {
 	case <-lb.Lost():
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("the holder was not told that the console released its lock")
 	}
 
@@ -273,7 +273,7 @@ func TestConsole(t *testing.T) {
 	wg.Wait()
 	select {
 	case <-la1.Lost():
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("the leader was not told that the console handed its seat over")
 	}
 	if lb1 == nil {

@@ -170,7 +170,7 @@ func TestACrowdWaitsThroughARestart(t *testing.T) {
 			t.Fatalf("waiter %s, before the holder released: %v", g.id, g.err)
 		default:
 		}
-		short, cancel := context.WithTimeout(ctx, 5*time.Second)
+		short, cancel := context.WithTimeout(ctx, wait.Bound(5*time.Second))
 		defer cancel()
 		st, err := admin.DescribeLock(short, "crowd")
 		return err == nil && st.WaiterCount == n
@@ -189,7 +189,7 @@ func TestACrowdWaitsThroughARestart(t *testing.T) {
 				t.Fatalf("waiter %s was granted twice", g.id)
 			}
 			tokens[g.id] = g.token
-		case <-time.After(2 * time.Minute):
+		case <-time.After(wait.Bound(2 * time.Minute)):
 			t.Fatalf("%d of %d waiters granted; the others were lost in the restart", len(tokens), n)
 		}
 	}

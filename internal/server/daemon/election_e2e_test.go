@@ -45,7 +45,7 @@ func TestElectionsThroughSDK(t *testing.T) {
 				t.Fatalf("observer ended: %v", obs.Err())
 			}
 			return ev
-		case <-time.After(10 * time.Second):
+		case <-time.After(wait.Bound(10 * time.Second)):
 			t.Fatal("no election event within 10s")
 		}
 		panic("unreachable")
@@ -120,7 +120,7 @@ func TestElectionsThroughSDK(t *testing.T) {
 	}
 	select {
 	case <-lb.Lost():
-	case <-time.After(5 * time.Second):
+	case <-time.After(wait.Bound(5 * time.Second)):
 		t.Fatal("Lost not closed after the session closed")
 	}
 	// Its session is gone, but the stream still names the owner.
@@ -580,7 +580,7 @@ func TestObserveResumesAcrossRestart(t *testing.T) {
 		case ev := <-obs.Events():
 			seen = append(seen, fmt.Sprintf("%s:%s", ev.Type, ev.Leader.Value))
 			return ev
-		case <-time.After(20 * time.Second):
+		case <-time.After(wait.Bound(20 * time.Second)):
 			t.Fatalf("no event; seen %v", seen)
 		}
 		panic("unreachable")

@@ -73,7 +73,7 @@ func TestSDKFailsOverWhenTheLeaderMemberCrashes(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(20*time.Second))
 			defer cancel()
 			s, err := newSessionRetrying(ctx, c)
 			if err != nil {
@@ -113,7 +113,7 @@ func TestSDKFailsOverWhenTheLeaderMemberCrashes(t *testing.T) {
 	// With the crashed member still down, new work keeps flowing at once.
 	for i, c := range cs {
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(10*time.Second))
 		s, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
 		if err == nil {
 			_, err = s.Lock(ctx, "failover/later")
@@ -187,7 +187,7 @@ func healthOf(t *testing.T, d *daemon.Daemon) healthpb.HealthCheckResponse_Servi
 // by then members may have stopped (Close retries while coordd is
 // unavailable), and the session's TTL ends it anyway.
 func closeBounded(s *clientlib.Session) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), wait.Bound(5*time.Second))
 	defer cancel()
 	_ = s.Close(ctx)
 }
@@ -276,7 +276,7 @@ func TestGivenUpSessionIsClosedWhenQuorumReturns(t *testing.T) {
 		if took >= ttl-time.Second {
 			t.Fatalf("waiter granted %s after quorum returned: the given-up session was left to expire (TTL %s)", took.Round(time.Millisecond), ttl)
 		}
-	case <-time.After(3 * ttl):
+	case <-time.After(wait.Bound(3 * ttl)):
 		t.Fatal("waiter never granted")
 	}
 }
@@ -309,7 +309,7 @@ func TestCallsOnASilentMemberEndWhenTheClientLeaves(t *testing.T) {
 	}
 	using.Freeze()
 	frozenAt := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(10*time.Second))
 	defer cancel()
 	_, err = l.Put(ctx, "silent/key", []byte("v"))
 	took := time.Since(frozenAt)
@@ -320,8 +320,8 @@ func TestCallsOnASilentMemberEndWhenTheClientLeaves(t *testing.T) {
 	// (0.2s) and the health check (0.3s), with room for a busy machine;
 	// the keep-alive's own wait would end it no sooner than 1s after it
 	// was sent, and would leave the write waiting.
-	if took > 2*time.Second {
-		t.Fatalf("the fenced write ended %s after the member went silent, want < 2s", took)
+	if took > wait.Bound(2*time.Second) {
+		t.Fatalf("the fenced write ended %s after the member went silent, want < %s", took, wait.Bound(2*time.Second))
 	}
 	// The only way left is the other endpoint.
 	if _, err := l.Put(t.Context(), "silent/key", []byte("v2")); err != nil || other.Active() == 0 {

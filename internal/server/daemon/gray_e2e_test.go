@@ -182,7 +182,7 @@ func TestGrayReleaseEndToEnd(t *testing.T) {
 	}
 	restFlag := func(query string) (string, string) {
 		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, wait.Bound(10*time.Second))
 		defer cancel()
 		req, _ := http.NewRequestWithContext(wctx, "GET", base+"/v1/config:watch?namespaces="+url.QueryEscape(ns)+query, nil)
 		resp, err := http.DefaultClient.Do(req)

@@ -16,6 +16,7 @@ import (
 	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/testkit/daemontest"
 	"github.com/coordd/coordd/internal/testkit/freeport"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) {
@@ -44,7 +45,7 @@ func start(t *testing.T, cfg daemon.Config) *daemon.Daemon {
 	if testing.Short() {
 		t.Skip("starts etcd and the daemon")
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(30*time.Second))
 	defer cancel()
 	d, err := daemon.Start(ctx, cfg)
 	if err != nil {

@@ -21,8 +21,9 @@ import (
 
 // toldWithin bounds how long a holder may take to learn that its lock or
 // leadership was ended from outside. The sessions live far longer (30s),
-// so only the server's report can end the holder's context in time.
-const toldWithin = 5 * time.Second
+// so only the server's report can end the holder's context in time: the
+// bound stretches with the machine (wait.Scale) but stays under 20s.
+var toldWithin = min(wait.Bound(5*time.Second), 20*time.Second)
 
 // A lock released or a leadership resigned by someone else (an admin,
 // coordctl, curl) ends the holder's context: the server reports it on the

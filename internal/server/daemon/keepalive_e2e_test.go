@@ -83,7 +83,7 @@ func TestSessionsShareOneKeepAliveStream(t *testing.T) {
 	}
 	select {
 	case <-ss[0].Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("a session closed by another client is still alive in its own after 10s")
 	}
 	if !errors.Is(ss[0].Err(), clientlib.ErrSessionNotFound) {

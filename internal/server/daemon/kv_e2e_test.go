@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // What fenced writes wrote reads back through the SDK and REST: Get at
@@ -119,7 +120,7 @@ func TestFencedKVReads(t *testing.T) {
 			} else {
 				got = append(got, "PUT "+ev.KV.Key+"="+string(ev.KV.Value))
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(wait.Bound(10 * time.Second)):
 			t.Fatalf("watch: %v after 10s, want %v (%v)", got, want, w.Err())
 		}
 	}

@@ -316,7 +316,7 @@ func TestWaitersAndObserversOpenNoWatchOfTheirOwn(t *testing.T) {
 			if ev.Leader.Value != "first" {
 				t.Fatalf("observer %d's first event %+v, want the first leader", i, ev)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(wait.Bound(10 * time.Second)):
 			t.Fatalf("observer %d: no first event within 10s", i)
 		}
 	}
@@ -340,7 +340,7 @@ func TestWaitersAndObserversOpenNoWatchOfTheirOwn(t *testing.T) {
 		if l.Token() <= held.Token() {
 			t.Fatalf("next grant's token %d, want > %d", l.Token(), held.Token())
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("no waiter was granted the lock within 10s of its release")
 	}
 	if err := lead.Resign(ctx); err != nil {
@@ -356,7 +356,7 @@ func TestWaitersAndObserversOpenNoWatchOfTheirOwn(t *testing.T) {
 			select {
 			case ev := <-o.Events():
 				seen = append(seen, ev.Type)
-			case <-time.After(10 * time.Second):
+			case <-time.After(wait.Bound(10 * time.Second)):
 				t.Fatalf("observer %d saw %v after the resignation, want RESIGNED then ELECTED", i, seen)
 			}
 		}
@@ -414,7 +414,7 @@ func TestWatchLock(t *testing.T) {
 	// next waits for a state that says, in owners, who holds and who waits.
 	next := func(want string) clientlib.LockState {
 		t.Helper()
-		timeout := time.After(10 * time.Second)
+		timeout := time.After(wait.Bound(10 * time.Second))
 		for {
 			select {
 			case st := <-states:
@@ -458,7 +458,7 @@ func TestWatchLock(t *testing.T) {
 	lb := <-got
 
 	// REST: the same stream as JSON lines.
-	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, rcancel := context.WithTimeout(ctx, wait.Bound(10*time.Second))
 	defer rcancel()
 	req, _ := http.NewRequestWithContext(rctx, "GET", "http://"+d.HTTPAddr()+"/v1/locks:watch?name=watched/l", nil)
 	resp, err := http.DefaultClient.Do(req)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // Sets of locks named in opposite orders, taken again and again by
@@ -34,7 +35,7 @@ func TestLockAllNeverDeadlocks(t *testing.T) {
 		}
 		wg.Go(func() {
 			for range 25 {
-				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+				ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(5*time.Second))
 				set, err := s.LockAll(ctx, names)
 				cancel()
 				if err != nil {

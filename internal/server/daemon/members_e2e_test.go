@@ -57,7 +57,7 @@ func startLockLoad(t *testing.T, workers int, endpoints ...string) *lockLoad {
 				l.last = lk.Token()
 				l.grants++
 				l.mu.Unlock()
-				uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				uctx, cancel := context.WithTimeout(context.Background(), wait.Bound(5*time.Second))
 				if err := lk.Release(uctx); err != nil {
 					l.fail(fmt.Sprintf("worker %d: release: %v", i, err))
 				}
@@ -105,7 +105,7 @@ func TestGrowAndShrinkUnderLoad(t *testing.T) {
 	admin := newClient(t, d1.GRPCAddr()).Admin()
 	// Each change may wait for etcd's 5 s check that the leader has been
 	// connected to every voting member (see cluster.PromoteMember).
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(time.Minute))
 	defer cancel()
 	load := startLockLoad(t, 2, d1.GRPCAddr())
 	wait.Within(t, 5*time.Second, "the load to run", func() bool { return load.count() > 20 })
@@ -232,7 +232,7 @@ func TestGrowAndShrinkUnderLoad(t *testing.T) {
 	if _, err := admin.RemoveMember(ctx, victim); err != nil {
 		t.Fatalf("remove %s: %v", victim, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, wait.Bound(10*time.Second))
 	defer cancel()
 	if err := victimD.Wait(wctx); !errors.Is(err, daemon.ErrMemberRemoved) {
 		t.Fatalf("the removed member's daemon: Wait = %v; want ErrMemberRemoved", err)

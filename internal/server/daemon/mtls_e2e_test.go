@@ -17,6 +17,7 @@ import (
 	"github.com/coordd/coordd/internal/server/tlsfiles"
 	"github.com/coordd/coordd/internal/testkit/tcpproxy"
 	"github.com/coordd/coordd/internal/testkit/testcerts"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // issue returns a certificate and key from ca, failing the test on error.
@@ -208,7 +209,7 @@ func TestTLSFailoverVerifiesTheNextEndpoint(t *testing.T) {
 	}
 	proxies[inUse].Freeze()
 	t.Cleanup(proxies[inUse].Thaw)
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, wait.Bound(5*time.Second))
 	defer cancel()
 	l, err := s.Lock(lctx, "after-failover")
 	if err != nil {

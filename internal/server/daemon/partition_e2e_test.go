@@ -184,7 +184,7 @@ func testCutFromPeers(t *testing.T, leader, frozen bool) {
 				t.Fatal(a)
 			}
 			t.Logf("%s %s after the cut", a, time.Since(cutAt).Round(time.Millisecond))
-		case <-time.After(time.Minute):
+		case <-time.After(wait.Bound(time.Minute)):
 			t.Fatalf("a wait not answered a minute after the holder, the leader and the last participant acted (the cut lasts)")
 		}
 	}
@@ -234,7 +234,7 @@ func clientOn(t *testing.T, proxies []*tcpproxy.Proxy, endpoints []string, i int
 func retrying(t *testing.T, what string, f func(ctx context.Context) error) {
 	t.Helper()
 	wait.Within(t, time.Minute, what, func() bool {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(time.Second))
 		defer cancel()
 		return f(ctx) == nil
 	})

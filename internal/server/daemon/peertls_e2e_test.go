@@ -14,6 +14,7 @@ import (
 	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/testkit/tcpproxy"
 	"github.com/coordd/coordd/internal/testkit/testcerts"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // Peer TLS: three embedded members whose peer traffic is TLS with
@@ -99,7 +100,7 @@ func TestPeerTLS(t *testing.T) {
 	leader := etcdLeader(t, ds)
 	proxies, endpoints := grpcProxies(t, ds)
 	c := newClient(t, endpoints...)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(30*time.Second))
 	defer cancel()
 	s, err := c.NewSession(ctx, clientlib.WithTTL(10*time.Second))
 	if err != nil {

@@ -153,7 +153,7 @@ func compactAll(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cli.Close() }()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(10*time.Second))
 	defer cancel()
 	resp, err := cli.Get(ctx, "any")
 	if err != nil {

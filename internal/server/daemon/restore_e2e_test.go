@@ -120,7 +120,7 @@ func TestRestoreDrill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	tctx, cancel := context.WithTimeout(ctx, wait.Bound(5*time.Second))
 	defer cancel()
 	l, err := ns.Lock(tctx, "drill/held")
 	if err != nil {
@@ -151,7 +151,7 @@ func TestRestoreDrill(t *testing.T) {
 		}
 		return true
 	})
-	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	wctx, wcancel := context.WithTimeout(ctx, wait.Bound(10*time.Second))
 	defer wcancel()
 	var first clientlib.ConfigWatchEvent
 	errStop := errors.New("stop")

@@ -121,7 +121,7 @@ func leadingMember(t *testing.T, ds []*daemon.Daemon, health []healthpb.HealthCl
 	t.Helper()
 	l := -1
 	for i, h := range health {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(time.Second))
 		resp, err := h.Check(ctx, &healthpb.HealthCheckRequest{Service: coorddv1.LeaderHealthService})
 		cancel()
 		if err != nil {

@@ -172,7 +172,7 @@ func TestSessionLostWhenClosedElsewhere(t *testing.T) {
 	}
 	select {
 	case <-s.Done():
-	case <-time.After(15 * time.Second):
+	case <-time.After(wait.Bound(15 * time.Second)):
 		t.Fatal("session not reported lost within one keep-alive interval")
 	}
 	if !errors.Is(s.Err(), clientlib.ErrSessionNotFound) {

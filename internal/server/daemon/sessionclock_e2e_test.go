@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/testkit/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -67,7 +68,7 @@ func moveEtcdLeader(t *testing.T, ds []*daemon.Daemon) {
 			continue
 		}
 		next := ds[(i+1)%len(ds)].Etcd().Server.MemberID()
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(5*time.Second))
 		defer cancel()
 		if err := s.MoveLeader(ctx, uint64(s.MemberID()), uint64(next)); err != nil {
 			t.Fatalf("move etcd's leadership: %v", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/testkit/daemontest"
 	"github.com/coordd/coordd/internal/testkit/freeport"
+	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // A second daemon on a data dir in use fails at once and says so, instead
@@ -32,7 +33,7 @@ func TestDataDirInUse(t *testing.T) {
 	second := testConfig(t)
 	second.DataDir = first.DataDir
 	second.GRPCAddr = freeport.Addr(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(10*time.Second))
 	defer cancel()
 	d, err := daemon.Start(ctx, second)
 	if err == nil {
@@ -129,7 +130,7 @@ func TestClusterStopsTogetherQuickly(t *testing.T) {
 		// these 100 ms election timeouts; coordd's is bounded at 200 ms,
 		// plus up to 1 s closing etcd's peer connections (up to 4 s seen
 		// once in many runs under -race on 2 cores).
-		if d >= 5*time.Second {
+		if d >= wait.Bound(5*time.Second) {
 			t.Errorf("member %d took %s to stop", i, d)
 		}
 	}
@@ -231,7 +232,7 @@ func TestStartingMemberRefusesAndCancels(t *testing.T) {
 			_ = resp.Body.Close()
 			t.Fatalf("a starting member answered /readyz: %s", resp.Status)
 		}
-		if took := time.Since(begin); took > 2*time.Second {
+		if took := time.Since(begin); took > wait.Bound(2*time.Second) {
 			t.Fatalf("a connection to a starting member hung for %s: %v", took, err)
 		}
 		if c, err := net.DialTimeout("tcp", cfg.HTTPAddr, time.Second); err == nil {
@@ -256,7 +257,7 @@ func TestStartingMemberRefusesAndCancels(t *testing.T) {
 			t.Fatal("Start succeeded without a quorum")
 		}
 		t.Logf("start cancelled after %s: %v", time.Since(begin).Round(time.Millisecond), err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(wait.Bound(10 * time.Second)):
 		t.Fatal("a cancelled start did not return within 10s")
 	}
 }

@@ -34,10 +34,14 @@ func TestWithinFailsNamingWhatWasAwaited(t *testing.T) {
 	r := &recorder{TB: t}
 	start := time.Now()
 	wait.Within(r, 50*time.Millisecond, "the impossible", func() bool { return false })
-	if elapsed := time.Since(start); elapsed < 50*time.Millisecond {
-		t.Fatalf("gave up after %s, before the 50ms timeout", elapsed)
+	if elapsed := time.Since(start); elapsed < wait.Bound(50*time.Millisecond) {
+		t.Fatalf("gave up after %s, before the 50ms timeout (× %g)", elapsed, wait.Scale)
 	}
-	if want := "timed out after 50ms waiting for the impossible"; r.failed != want {
+	want := "timed out after 50ms waiting for the impossible"
+	if wait.Scale != 1 {
+		want = fmt.Sprintf("timed out after %s (50ms × %g) waiting for the impossible", wait.Bound(50*time.Millisecond), wait.Scale)
+	}
+	if r.failed != want {
 		t.Fatalf("failure message %q, want %q", r.failed, want)
 	}
 }
