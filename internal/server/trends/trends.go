@@ -389,9 +389,15 @@ func (qs *queues) apply(ev *clientv3.Event) {
 		}
 		delete(q.created, keyID(ev.Kv.Key))
 		if i, found := slices.BinarySearch(q.order, rev); found {
-			q.order = slices.Delete(q.order, i, i+1)
-			if i == 0 && len(q.order) > 0 {
-				q.grants++
+			if i == 0 {
+				// The head goes (a grant ends): O(1), where deleting it
+				// would move the whole crowd behind it up one place.
+				q.order = q.order[1:]
+				if len(q.order) > 0 {
+					q.grants++
+				}
+			} else {
+				q.order = slices.Delete(q.order, i, i+1)
 			}
 		}
 	}
