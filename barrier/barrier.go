@@ -152,14 +152,17 @@ func (m *Manager) EnterLater(ctx context.Context, name string, s session.ID, id 
 	// that entered again since owns it.
 	value := fmt.Sprintf("%d %d %s", count, time.Now().UnixNano(), names.NewRequestID())
 	put := clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(s)))
-	// Nobody in: an open key the count wrote is a past round's (its
-	// participants' sessions ended without leaving); this arrival starts a
-	// new one. One that Open wrote stays: it lets the next arrivals in.
-	resp, err := m.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Version(parts).WithPrefix(), "=", 0), clientv3.Compare(clientv3.Value(open), "!=", openedByHand)).
-		Then(clientv3.OpDelete(open), put, clientv3.OpGet(open), clientv3.OpGet(parts, clientv3.WithPrefix(), clientv3.WithCountOnly())).
-		Else(put, clientv3.OpGet(open), clientv3.OpGet(parts, clientv3.WithPrefix(), clientv3.WithCountOnly())).
-		Commit()
+	// While the barrier is not open, an arrival is one put that reads
+	// nothing: the barrier's watch counts who is in (see watch.go) and
+	// opens it once enough are. (Each arrival used to count everyone in,
+	// and compare the whole participant range, in its own transaction:
+	// O(n) in etcd's apply loop per arrival, O(n²) per round, which at a
+	// few hundred arrivals on a loaded member backed its applies up for
+	// seconds and starved every linearizable read behind them.)
+	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(open), "=", 0)).Then(put).Commit()
+	if err == nil && !resp.Succeeded {
+		resp, err = m.enterOpen(ctx, parts, open, put)
+	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return Entered{}, false, fmt.Errorf("%w: %s", ErrSessionNotFound, s)
 	}
@@ -167,13 +170,14 @@ func (m *Manager) EnterLater(ctx context.Context, name string, s session.ID, id 
 		return Entered{}, false, fmt.Errorf("barrier: entering %q: %w", name, err)
 	}
 	rev := resp.Header.Revision
-	ops := resp.Responses
-	gotOpen, gotCount := ops[len(ops)-2].GetResponseRange(), ops[len(ops)-1].GetResponseRange()
-	if len(gotOpen.Kvs) > 0 {
-		return Entered{Participants: int(gotCount.Count), Revision: rev}, false, nil
+	if ops := resp.Responses; len(ops) >= 3 { // enterOpen's
+		gotOpen, gotCount := ops[len(ops)-2].GetResponseRange(), ops[len(ops)-1].GetResponseRange()
+		if len(gotOpen.Kvs) > 0 {
+			return Entered{Participants: int(gotCount.Count), Revision: rev}, false, nil
+		}
 	}
-	if int(gotCount.Count) >= count {
-		e, err := m.markOpen(ctx, name, int(gotCount.Count))
+	if count == 1 {
+		e, err := m.markOpen(ctx, name, 1)
 		return e, false, err
 	}
 	wctx := l.Ctx
@@ -184,6 +188,22 @@ func (m *Manager) EnterLater(ctx context.Context, name string, s session.ID, id 
 		l.Done(e, err)
 	}})
 	return Entered{}, true, nil
+}
+
+// enterOpen is an arrival at a barrier that was open when it came. An
+// open key that the count wrote with nobody in is a past round's (its
+// participants' sessions ended without leaving): this arrival removes it
+// and starts a new round. One that Open wrote stays: it lets arrivals in.
+// Deciding that compares every participant, so it is only done here, for
+// the few arrivals that find the barrier open. The answer holds the put,
+// the open key and the number of participants (its last two responses)
+// whichever branch ran.
+func (m *Manager) enterOpen(ctx context.Context, parts, open string, put clientv3.Op) (*clientv3.TxnResponse, error) {
+	return m.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Version(parts).WithPrefix(), "=", 0), clientv3.Compare(clientv3.Value(open), "!=", openedByHand)).
+		Then(clientv3.OpDelete(open), put, clientv3.OpGet(open), clientv3.OpGet(parts, clientv3.WithPrefix(), clientv3.WithCountOnly())).
+		Else(put, clientv3.OpGet(open), clientv3.OpGet(parts, clientv3.WithPrefix(), clientv3.WithCountOnly())).
+		Commit()
 }
 
 // giveUp takes out a participant whose wait failed with err, unless the

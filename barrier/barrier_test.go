@@ -159,3 +159,70 @@ func TestParkedEntersShareOneWatch(t *testing.T) {
 		}
 	}
 }
+
+// A round whose participants all ended without leaving (their sessions
+// died after the barrier opened) leaves its open key behind; the next
+// arrival starts a new round: it waits for its own count instead of
+// passing through the dead round's open barrier. One opened by hand stays
+// open for arrivals. It fails when an arrival at an open barrier passes
+// without checking whether anyone of that round is still in.
+func TestAnArrivalAfterADeadRoundStartsANewOne(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cli := etcdtest.Start(t).Client(t)
+	m := barrier.NewManager(cli, "/coordd/")
+	t.Cleanup(m.Close)
+	ctx := t.Context()
+	grant := func() session.ID {
+		l, err := cli.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return session.ID(l.ID)
+	}
+	a, b := grant(), grant()
+	first := enter(ctx, m, "r", a, "a", 2)
+	if _, err := m.Enter(ctx, "r", b, "b", 2); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-first; r.err != nil {
+		t.Fatal(r.err)
+	}
+	for _, s := range []session.ID{a, b} { // both die inside, without leaving
+		if _, err := cli.Revoke(ctx, clientv3.LeaseID(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := m.Describe(ctx, "r"); err != nil || !st.Open || len(st.Participants) != 0 {
+		t.Fatalf("after the round died: %+v, %v; want its open key left, nobody in", st, err)
+	}
+	c := grant()
+	next := enter(ctx, m, "r", c, "c", 2)
+	wait.For(t, "the new round's first arrival in", func() bool {
+		st, err := m.Describe(ctx, "r")
+		return err == nil && len(st.Participants) == 1
+	})
+	select {
+	case r := <-next:
+		t.Fatalf("an arrival after a dead round passed alone: %+v, %v", r.e, r.err)
+	default:
+	}
+	if st, _ := m.Describe(ctx, "r"); st.Open {
+		t.Fatal("the dead round's open key is still there after the new round began")
+	}
+	if _, err := m.Enter(ctx, "r", grant(), "d", 2); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-next; r.err != nil || r.e.Participants != 2 {
+		t.Fatalf("the new round's first arrival = %+v, %v; want it through with 2 in", r.e, r.err)
+	}
+	// Opened by hand with nobody in: arrivals pass.
+	if _, err := m.Open(ctx, "h"); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := m.Enter(ctx, "h", grant(), "x", 5); err != nil || e.Participants != 1 {
+		t.Fatalf("an arrival at a barrier opened by hand = %+v, %v; want through at once", e, err)
+	}
+}
