@@ -319,32 +319,73 @@ type Participant struct {
 // State is a barrier's state at one revision.
 type State struct {
 	Open         bool
-	Participants []Participant // in the order they entered
+	Participants []Participant // one page of them, in the order they entered
+	Count        int           // participants in, on every page
 	Revision     int64
+	// Next, when not 0, is where the next page starts (Page.After).
+	Next int64
 }
 
-// Describe reads a barrier's state (linearizable).
+// Page selects a page of a barrier's participants.
+type Page struct {
+	// After is the previous page's State.Next (0: the first page).
+	After int64
+	// Size is the most participants to return: 1 to MaxPage,
+	// DefaultPage when 0.
+	Size int
+}
+
+// Page sizes.
+const (
+	DefaultPage = 100
+	MaxPage     = 1000
+)
+
+// Describe reads a barrier's state with its first MaxPage participants
+// (linearizable).
 func (m *Manager) Describe(ctx context.Context, name string) (State, error) {
+	return m.DescribePage(ctx, name, Page{Size: MaxPage})
+}
+
+// DescribePage reads whether a barrier is open, how many participants are
+// in, and one page of them in the order they entered, in one linearizable
+// read. It costs etcd a walk of the participants' index (to count and to
+// order them), but returns and decodes one page, however many are in.
+func (m *Manager) DescribePage(ctx context.Context, name string, p Page) (State, error) {
 	if err := names.Check("barrier name", name); err != nil {
 		return State{}, fmt.Errorf("%w: %s", ErrInvalid, err.Error())
 	}
-	resp, err := m.cli.Get(ctx, m.prefix(name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if p.Size == 0 {
+		p.Size = DefaultPage
+	}
+	if p.Size < 1 || p.Size > MaxPage || p.After < 0 {
+		return State{}, fmt.Errorf("%w: a page holds 1 to %d participants", ErrInvalid, MaxPage)
+	}
+	parts := m.parts(name)
+	page := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(p.Size) + 1)}
+	if p.After > 0 {
+		page = append(page, clientv3.WithMinCreateRev(p.After+1))
+	}
+	resp, err := m.cli.Txn(ctx).Then(
+		clientv3.OpGet(m.openKey(name), clientv3.WithCountOnly()),
+		clientv3.OpGet(parts, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(parts, page...),
+	).Commit()
 	if err != nil {
 		return State{}, fmt.Errorf("barrier: reading %q: %w", name, err)
 	}
-	st := State{Revision: resp.Header.Revision}
-	parts := m.parts(name)
-	for _, kv := range resp.Kvs {
-		k := string(kv.Key)
-		if k == m.openKey(name) {
-			st.Open = true
-			continue
-		}
-		rest, ok := strings.CutPrefix(k, parts)
-		if !ok {
-			continue
-		}
-		sid, id, _ := strings.Cut(rest, "/")
+	st := State{
+		Revision: resp.Header.Revision,
+		Open:     resp.Responses[0].GetResponseRange().Count > 0,
+		Count:    int(resp.Responses[1].GetResponseRange().Count),
+	}
+	kvs := resp.Responses[2].GetResponseRange().Kvs
+	if len(kvs) > p.Size {
+		kvs = kvs[:p.Size]
+		st.Next = kvs[len(kvs)-1].CreateRevision
+	}
+	for _, kv := range kvs {
+		sid, id, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), parts), "/")
 		n, _ := strconv.ParseUint(sid, 16, 64)
 		// "<count> <unix ns> <attempt>" (older coordd: no attempt).
 		fields := append(strings.Fields(string(kv.Value)), "", "")

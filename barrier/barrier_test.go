@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -224,5 +226,64 @@ func TestAnArrivalAfterADeadRoundStartsANewOne(t *testing.T) {
 	}
 	if e, err := m.Enter(ctx, "h", grant(), "x", 5); err != nil || e.Participants != 1 {
 		t.Fatalf("an arrival at a barrier opened by hand = %+v, %v; want through at once", e, err)
+	}
+}
+
+// DescribePage lists the participants in the order they entered, a page
+// at a time, each page with the count of all; the last page has no next.
+func TestDescribePagesThroughTheParticipants(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cli := etcdtest.Start(t).Client(t)
+	m := barrier.NewManager(cli, "/coordd/")
+	t.Cleanup(m.Close)
+	ctx := t.Context()
+	l, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 7
+	waits, stop := context.WithCancel(ctx)
+	var parked sync.WaitGroup
+	defer parked.Wait() // each takes its participant out once stopped
+	defer stop()
+	for i := range n { // a count never reached: each waits, parked
+		parked.Add(1)
+		_, ok, err := m.EnterLater(waits, "pages", session.ID(l.ID), fmt.Sprintf("p%d", i), n+1, barrier.Later{Ctx: waits, Done: func(barrier.Entered, error) { parked.Done() }})
+		if err != nil || !ok {
+			parked.Done() // not parked: Done is not called
+			t.Fatalf("enter p%d: parked %v, %v", i, ok, err)
+		}
+	}
+	var got []string
+	p := barrier.Page{Size: 3}
+	for pages := 1; ; pages++ {
+		st, err := m.DescribePage(ctx, "pages", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Count != n || st.Open || len(st.Participants) > 3 {
+			t.Fatalf("page %d: %+v; want %d in all, closed, at most 3 listed", pages, st, n)
+		}
+		for _, pt := range st.Participants {
+			got = append(got, pt.ID)
+		}
+		if st.Next == 0 {
+			if pages != 3 {
+				t.Fatalf("%d pages of 3 for %d participants, want 3", pages, n)
+			}
+			break
+		}
+		p.After = st.Next
+	}
+	if want := "p0 p1 p2 p3 p4 p5 p6"; strings.Join(got, " ") != want {
+		t.Fatalf("participants over the pages: %v, want %s in the order they entered", got, want)
+	}
+	for _, size := range []int{-1, barrier.MaxPage + 1} {
+		if _, err := m.DescribePage(ctx, "pages", barrier.Page{Size: size}); !errors.Is(err, barrier.ErrInvalid) {
+			t.Errorf("page size %d: %v, want ErrInvalid", size, err)
+		}
 	}
 }

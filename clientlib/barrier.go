@@ -101,19 +101,47 @@ type BarrierParticipant struct {
 type BarrierState struct {
 	Name         string
 	Open         bool
-	Participants []BarrierParticipant // in the order they entered
-	Revision     int64
+	Participants []BarrierParticipant // one page of them, in the order they entered
+	// ParticipantCount counts every participant in, on every page.
+	ParticipantCount int
+	Revision         int64
+	// NextPageToken, when not empty, fetches the participants after this
+	// page (BarrierPage.Token of DescribeBarrierPage).
+	NextPageToken string
 }
 
-// DescribeBarrier reads a barrier's state.
+// BarrierPage selects a page of a barrier's participants.
+type BarrierPage struct {
+	// Size is the most participants to return, in the order they entered:
+	// 1-1000, 100 when zero.
+	Size int
+	// Token is the previous page's NextPageToken ("": the first page).
+	Token string
+}
+
+// DescribeBarrier reads a barrier's state with its first 1000
+// participants (ParticipantCount counts them all; NextPageToken then
+// continues, with DescribeBarrierPage).
 func (a *Admin) DescribeBarrier(ctx context.Context, name string) (BarrierState, error) {
-	resp, err := a.c.barriers.DescribeBarrier(ctx, &coorddv1.DescribeBarrierRequest{Name: name})
+	return a.DescribeBarrierPage(ctx, name, BarrierPage{Size: maxBarrierPage})
+}
+
+// maxBarrierPage is the most participants one page holds.
+const maxBarrierPage = 1000
+
+// DescribeBarrierPage reads whether the named barrier is open, how many
+// participants are in, and one page of them, in one linearizable read.
+func (a *Admin) DescribeBarrierPage(ctx context.Context, name string, p BarrierPage) (BarrierState, error) {
+	resp, err := a.c.barriers.DescribeBarrier(ctx, &coorddv1.DescribeBarrierRequest{Name: name, PageSize: int32(p.Size), PageToken: p.Token})
 	if err != nil {
 		return BarrierState{}, convert(ctx, err)
 	}
-	st := BarrierState{Name: resp.GetName(), Open: resp.GetOpen(), Revision: resp.GetRevision()}
+	st := BarrierState{Name: resp.GetName(), Open: resp.GetOpen(), Revision: resp.GetRevision(), ParticipantCount: int(resp.GetParticipantCount()), NextPageToken: resp.GetNextPageToken()}
 	for _, p := range resp.GetParticipants() {
 		st.Participants = append(st.Participants, BarrierParticipant{SessionID: p.GetSessionId(), Participant: p.GetParticipant(), Count: int(p.GetCount()), Entered: p.GetEntered().AsTime()})
+	}
+	if st.ParticipantCount == 0 {
+		st.ParticipantCount = len(st.Participants) // a server before pages sends them all
 	}
 	return st, nil
 }

@@ -19,10 +19,12 @@ type barrierParticipantJSON struct {
 }
 
 type barrierJSON struct {
-	Name         string                   `json:"name"`
-	Open         bool                     `json:"open"`
-	Participants []barrierParticipantJSON `json:"participants"`
-	Revision     string                   `json:"revision"`
+	Name             string                   `json:"name"`
+	Open             bool                     `json:"open"`
+	ParticipantCount int                      `json:"participantCount"`
+	Participants     []barrierParticipantJSON `json:"participants"`
+	Revision         string                   `json:"revision"`
+	NextPageToken    string                   `json:"nextPageToken,omitempty"`
 }
 
 func (a *app) barrierCommand() *cobra.Command {
@@ -94,17 +96,19 @@ If --wait runs out first, the participant is taken out again (exit 124).`,
 			})
 		},
 	}
+	var pageSize int
+	var pageToken string
 	status := &cobra.Command{
 		Use:   "status NAME",
-		Short: "Show a barrier's participants and whether it is open",
+		Short: "Show whether a barrier is open, how many are in, and its participants",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				st, err := c.Admin().DescribeBarrier(ctx, args[0])
+				st, err := c.Admin().DescribeBarrierPage(ctx, args[0], clientlib.BarrierPage{Size: pageSize, Token: pageToken})
 				if err != nil {
 					return err
 				}
-				out := barrierJSON{Name: st.Name, Open: st.Open, Revision: i64(st.Revision), Participants: []barrierParticipantJSON{}}
+				out := barrierJSON{Name: st.Name, Open: st.Open, ParticipantCount: st.ParticipantCount, Revision: i64(st.Revision), Participants: []barrierParticipantJSON{}, NextPageToken: st.NextPageToken}
 				for _, p := range st.Participants {
 					out.Participants = append(out.Participants, barrierParticipantJSON{SessionID: p.SessionID, Participant: p.Participant, Count: p.Count, Entered: p.Entered.Format(time.RFC3339Nano)})
 				}
@@ -113,17 +117,22 @@ If --wait runs out first, the participant is taken out again (exit 124).`,
 					if st.Open {
 						state = "open"
 					}
-					fmt.Fprintf(w, "%s is %s, %d participants in\n", st.Name, state, len(st.Participants))
+					fmt.Fprintf(w, "%s is %s, %d participants in\n", st.Name, state, st.ParticipantCount)
 					if len(st.Participants) > 0 {
 						fmt.Fprintln(w, "SESSION\tPARTICIPANT\tCOUNT\tENTERED")
 					}
 					for _, p := range st.Participants {
 						fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", p.SessionID, p.Participant, p.Count, ts(p.Entered))
 					}
+					if st.NextPageToken != "" {
+						fmt.Fprintf(w, "# %d listed of %d; the next page: --page-token %s\n", len(st.Participants), st.ParticipantCount, st.NextPageToken)
+					}
 				})
 			})
 		},
 	}
+	status.Flags().IntVar(&pageSize, "page-size", 1000, "list at most this many participants (1-1000); the count counts all")
+	status.Flags().StringVar(&pageToken, "page-token", "", "list the page after the one that printed this token")
 	cmd.AddCommand(enter, leave, open, status)
 	return cmd
 }

@@ -640,7 +640,8 @@ async function barrierView(p, signal) {
     open.disabled = b.open;
     view.show(b, () => [
       h('p', {}, b.open ? h('span', { class: 'badge ok' }, 'open') : h('span', { class: 'badge warn' }, 'closed'),
-        ` · ${b.participants.length} participant${b.participants.length === 1 ? '' : 's'} in · revision ${b.revision}`),
+        ` · ${b.participantCount || b.participants.length} participant${(b.participantCount || b.participants.length) === 1 ? '' : 's'} in · revision ${b.revision}`,
+        b.nextPageToken ? ` · the first ${b.participants.length} listed` : ''),
       table([
         { title: 'Participant', cell: (x) => h('code', {}, x.participant) },
         { title: 'Session', cell: (x) => h('a', { href: `#/sessions/${x.sessionId}` }, h('code', {}, x.sessionId)) },

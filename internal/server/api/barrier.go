@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"strconv"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -143,13 +144,26 @@ func (s *BarrierServer) OpenBarrier(ctx context.Context, req *coorddv1.OpenBarri
 	return &coorddv1.OpenBarrierResponse{Revision: rev}, nil
 }
 
-// DescribeBarrier implements BarrierService.
+// DescribeBarrier implements BarrierService. A page token is the create
+// revision of the page's last participant, in the clear: it names no
+// capability (a lock's does, see LockServer.pages).
 func (s *BarrierServer) DescribeBarrier(ctx context.Context, req *coorddv1.DescribeBarrierRequest) (*coorddv1.DescribeBarrierResponse, error) {
-	st, err := s.m.Describe(ctx, req.GetName())
+	var after int64
+	if t := req.GetPageToken(); t != "" {
+		v, err := strconv.ParseInt(t, 10, 64)
+		if err != nil || v <= 0 {
+			return nil, invalid("page_token: not a page token of DescribeBarrier")
+		}
+		after = v
+	}
+	st, err := s.m.DescribePage(ctx, req.GetName(), barrier.Page{After: after, Size: int(req.GetPageSize())})
 	if err != nil {
 		return nil, err
 	}
-	out := &coorddv1.DescribeBarrierResponse{Name: req.GetName(), Open: st.Open, Revision: st.Revision, Participants: []*coorddv1.BarrierParticipant{}}
+	out := &coorddv1.DescribeBarrierResponse{Name: req.GetName(), Open: st.Open, Revision: st.Revision, ParticipantCount: int32(st.Count), Participants: []*coorddv1.BarrierParticipant{}}
+	if st.Next > 0 {
+		out.NextPageToken = strconv.FormatInt(st.Next, 10)
+	}
 	for _, p := range st.Participants {
 		out.Participants = append(out.Participants, &coorddv1.BarrierParticipant{SessionId: p.Session.String(), Participant: p.ID, Count: int32(p.Count), Entered: timestamppb.New(p.Entered)})
 	}

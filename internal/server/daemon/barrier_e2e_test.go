@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,11 +179,42 @@ func TestBarrierOverREST(t *testing.T) {
 		t.Fatalf("enter = %d %v", r.status, r.body)
 	}
 	desc := call(t, "GET", base+"/v1/barriers/rest/b", "")
-	if desc.status != 200 || desc.body["open"] != true || len(desc.body["participants"].([]any)) != 1 {
+	if desc.status != 200 || desc.body["open"] != true || len(desc.body["participants"].([]any)) != 1 || fmt.Sprint(desc.body["participantCount"]) != "1" {
 		t.Fatalf("describe = %d %v", desc.status, desc.body)
 	}
+	// Paged: a second participant, one per page.
+	other := restSession(t, base)
+	if r := call(t, "POST", base+"/v1/barriers:enter", `{"name":"rest/b","sessionId":"`+other+`","count":1,"wait":"5s"}`); r.status != 200 {
+		t.Fatalf("second enter = %d %v", r.status, r.body)
+	}
+	first := call(t, "GET", base+"/v1/barriers/rest/b?pageSize=1", "")
+	token, _ := first.body["nextPageToken"].(string)
+	if first.status != 200 || len(first.body["participants"].([]any)) != 1 || fmt.Sprint(first.body["participantCount"]) != "2" || token == "" {
+		t.Fatalf("first page = %d %v", first.status, first.body)
+	}
+	second := call(t, "GET", base+"/v1/barriers/rest/b?pageSize=1&pageToken="+token, "")
+	if p, _ := second.body["participants"].([]any); second.status != 200 || len(p) != 1 || second.body["nextPageToken"] != nil && second.body["nextPageToken"] != "" ||
+		p[0].(map[string]any)["sessionId"] != other {
+		t.Fatalf("second page = %d %v; want the second participant, %s, and no next page", second.status, second.body, other)
+	}
+	if r := call(t, "GET", base+"/v1/barriers/rest/b?pageToken=x", ""); r.status != 400 {
+		t.Fatalf("a bad page token = %d %v, want 400", r.status, r.body)
+	}
+	otherLeft := make(chan int, 1)
+	go func() { // not call: it may end the test, which only the test's goroutine may
+		resp, err := httpClient.Post(base+"/v1/barriers:leave", "application/json", strings.NewReader(`{"name":"rest/b","sessionId":"`+other+`"}`))
+		if err != nil {
+			otherLeft <- -1
+			return
+		}
+		_ = resp.Body.Close()
+		otherLeft <- resp.StatusCode
+	}()
 	if r := call(t, "POST", base+"/v1/barriers:leave", `{"name":"rest/b","sessionId":"`+sess+`"}`); r.status != 200 {
 		t.Fatalf("leave = %d %v", r.status, r.body)
+	}
+	if status := <-otherLeft; status != 200 {
+		t.Fatalf("the second participant's leave = %d", status)
 	}
 	if r := call(t, "POST", base+"/v1/barriers:enter", `{"name":"rest/b","sessionId":"`+sess+`","count":0}`); r.status != 400 {
 		t.Fatalf("count 0 = %d %v, want 400", r.status, r.body)

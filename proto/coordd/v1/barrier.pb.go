@@ -377,7 +377,12 @@ func (x *OpenBarrierResponse) GetRevision() int64 {
 type DescribeBarrierRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name: as in EnterBarrierRequest. Required.
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// page_size is the most participants to return, in the order they
+	// entered: 1-1000, 100 when zero. participant_count counts them all.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is the previous page's next_page_token.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -415,6 +420,20 @@ func (*DescribeBarrierRequest) Descriptor() ([]byte, []int) {
 func (x *DescribeBarrierRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *DescribeBarrierRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *DescribeBarrierRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
 	}
 	return ""
 }
@@ -495,9 +514,14 @@ type DescribeBarrierResponse struct {
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// open: the barrier is open (this round).
 	Open bool `protobuf:"varint,2,opt,name=open,proto3" json:"open,omitempty"`
-	// participants are in the order they entered.
-	Participants  []*BarrierParticipant `protobuf:"bytes,3,rep,name=participants,proto3" json:"participants,omitempty"`
-	Revision      int64                 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	// participants are one page of them, in the order they entered.
+	Participants []*BarrierParticipant `protobuf:"bytes,3,rep,name=participants,proto3" json:"participants,omitempty"`
+	Revision     int64                 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	// participant_count is how many participants are in (on every page).
+	ParticipantCount int32 `protobuf:"varint,5,opt,name=participant_count,json=participantCount,proto3" json:"participant_count,omitempty"`
+	// next_page_token, when set, asks for the participants after this page
+	// (page_token of the next DescribeBarrier).
+	NextPageToken string `protobuf:"bytes,6,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -560,6 +584,20 @@ func (x *DescribeBarrierResponse) GetRevision() int64 {
 	return 0
 }
 
+func (x *DescribeBarrierResponse) GetParticipantCount() int32 {
+	if x != nil {
+		return x.ParticipantCount
+	}
+	return 0
+}
+
+func (x *DescribeBarrierResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_coordd_v1_barrier_proto protoreflect.FileDescriptor
 
 const file_coordd_v1_barrier_proto_rawDesc = "" +
@@ -586,20 +624,25 @@ const file_coordd_v1_barrier_proto_rawDesc = "" +
 	"\x12OpenBarrierRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"1\n" +
 	"\x13OpenBarrierResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\",\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"h\n" +
 	"\x16DescribeBarrierRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xa1\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xa1\x01\n" +
 	"\x12BarrierParticipant\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12 \n" +
 	"\vparticipant\x18\x02 \x01(\tR\vparticipant\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\x124\n" +
-	"\aentered\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aentered\"\xa0\x01\n" +
+	"\aentered\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aentered\"\xf5\x01\n" +
 	"\x17DescribeBarrierResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04open\x18\x02 \x01(\bR\x04open\x12A\n" +
 	"\fparticipants\x18\x03 \x03(\v2\x1d.coordd.v1.BarrierParticipantR\fparticipants\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x03R\brevision2\xda\x02\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\x12+\n" +
+	"\x11participant_count\x18\x05 \x01(\x05R\x10participantCount\x12&\n" +
+	"\x0fnext_page_token\x18\x06 \x01(\tR\rnextPageToken2\xda\x02\n" +
 	"\x0eBarrierService\x12O\n" +
 	"\fEnterBarrier\x12\x1e.coordd.v1.EnterBarrierRequest\x1a\x1f.coordd.v1.EnterBarrierResponse\x12O\n" +
 	"\fLeaveBarrier\x12\x1e.coordd.v1.LeaveBarrierRequest\x1a\x1f.coordd.v1.LeaveBarrierResponse\x12L\n" +

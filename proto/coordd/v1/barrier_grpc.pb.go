@@ -59,8 +59,9 @@ type BarrierServiceClient interface {
 	// OpenBarrier opens the barrier now, however many participants are in
 	// it (a leader starting the round).
 	OpenBarrier(ctx context.Context, in *OpenBarrierRequest, opts ...grpc.CallOption) (*OpenBarrierResponse, error)
-	// DescribeBarrier returns a barrier's participants and whether it is
-	// open.
+	// DescribeBarrier returns whether a barrier is open, how many
+	// participants are in it, and one page of them in the order they
+	// entered.
 	DescribeBarrier(ctx context.Context, in *DescribeBarrierRequest, opts ...grpc.CallOption) (*DescribeBarrierResponse, error)
 }
 
@@ -146,8 +147,9 @@ type BarrierServiceServer interface {
 	// OpenBarrier opens the barrier now, however many participants are in
 	// it (a leader starting the round).
 	OpenBarrier(context.Context, *OpenBarrierRequest) (*OpenBarrierResponse, error)
-	// DescribeBarrier returns a barrier's participants and whether it is
-	// open.
+	// DescribeBarrier returns whether a barrier is open, how many
+	// participants are in it, and one page of them in the order they
+	// entered.
 	DescribeBarrier(context.Context, *DescribeBarrierRequest) (*DescribeBarrierResponse, error)
 	mustEmbedUnimplementedBarrierServiceServer()
 }

@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63oordd/v1/barrier.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x01\n\x13\x45nterBarrierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\x12\x13\n\x0bparticipant\x18\x04 \x01(\t\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\">\n\x14\x45nterBarrierResponse\x12\x14\n\x0cparticipants\x18\x01 \x01(\x05\x12\x10\n\x08revision\x18\x02 \x01(\x03\"u\n\x13LeaveBarrierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x13\n\x0bparticipant\x18\x03 \x01(\t\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"(\n\x14LeaveBarrierResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"\"\n\x12OpenBarrierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\'\n\x13OpenBarrierResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"&\n\x16\x44\x65scribeBarrierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"y\n\x12\x42\x61rrierParticipant\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0bparticipant\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\x12+\n\x07\x65ntered\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"|\n\x17\x44\x65scribeBarrierResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04open\x18\x02 \x01(\x08\x12\x33\n\x0cparticipants\x18\x03 \x03(\x0b\x32\x1d.coordd.v1.BarrierParticipant\x12\x10\n\x08revision\x18\x04 \x01(\x03\x32\xda\x02\n\x0e\x42\x61rrierService\x12O\n\x0c\x45nterBarrier\x12\x1e.coordd.v1.EnterBarrierRequest\x1a\x1f.coordd.v1.EnterBarrierResponse\x12O\n\x0cLeaveBarrier\x12\x1e.coordd.v1.LeaveBarrierRequest\x1a\x1f.coordd.v1.LeaveBarrierResponse\x12L\n\x0bOpenBarrier\x12\x1d.coordd.v1.OpenBarrierRequest\x1a\x1e.coordd.v1.OpenBarrierResponse\x12X\n\x0f\x44\x65scribeBarrier\x12!.coordd.v1.DescribeBarrierRequest\x1a\".coordd.v1.DescribeBarrierResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x63oordd/v1/barrier.proto\x12\tcoordd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x01\n\x13\x45nterBarrierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\x12\x13\n\x0bparticipant\x18\x04 \x01(\t\x12\'\n\x04wait\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\">\n\x14\x45nterBarrierResponse\x12\x14\n\x0cparticipants\x18\x01 \x01(\x05\x12\x10\n\x08revision\x18\x02 \x01(\x03\"u\n\x13LeaveBarrierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x13\n\x0bparticipant\x18\x03 \x01(\t\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"(\n\x14LeaveBarrierResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"\"\n\x12OpenBarrierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\'\n\x13OpenBarrierResponse\x12\x10\n\x08revision\x18\x01 \x01(\x03\"M\n\x16\x44\x65scribeBarrierRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"y\n\x12\x42\x61rrierParticipant\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x13\n\x0bparticipant\x18\x02 \x01(\t\x12\r\n\x05\x63ount\x18\x03 \x01(\x05\x12+\n\x07\x65ntered\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xb0\x01\n\x17\x44\x65scribeBarrierResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04open\x18\x02 \x01(\x08\x12\x33\n\x0cparticipants\x18\x03 \x03(\x0b\x32\x1d.coordd.v1.BarrierParticipant\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\x19\n\x11participant_count\x18\x05 \x01(\x05\x12\x17\n\x0fnext_page_token\x18\x06 \x01(\t2\xda\x02\n\x0e\x42\x61rrierService\x12O\n\x0c\x45nterBarrier\x12\x1e.coordd.v1.EnterBarrierRequest\x1a\x1f.coordd.v1.EnterBarrierResponse\x12O\n\x0cLeaveBarrier\x12\x1e.coordd.v1.LeaveBarrierRequest\x1a\x1f.coordd.v1.LeaveBarrierResponse\x12L\n\x0bOpenBarrier\x12\x1d.coordd.v1.OpenBarrierRequest\x1a\x1e.coordd.v1.OpenBarrierResponse\x12X\n\x0f\x44\x65scribeBarrier\x12!.coordd.v1.DescribeBarrierRequest\x1a\".coordd.v1.DescribeBarrierResponseB3Z1github.com/coordd/coordd/proto/coordd/v1;coorddv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'coordd.v1.barrier_pb2', globals())
@@ -36,11 +36,11 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _OPENBARRIERRESPONSE._serialized_start=499
   _OPENBARRIERRESPONSE._serialized_end=538
   _DESCRIBEBARRIERREQUEST._serialized_start=540
-  _DESCRIBEBARRIERREQUEST._serialized_end=578
-  _BARRIERPARTICIPANT._serialized_start=580
-  _BARRIERPARTICIPANT._serialized_end=701
-  _DESCRIBEBARRIERRESPONSE._serialized_start=703
-  _DESCRIBEBARRIERRESPONSE._serialized_end=827
-  _BARRIERSERVICE._serialized_start=830
-  _BARRIERSERVICE._serialized_end=1176
+  _DESCRIBEBARRIERREQUEST._serialized_end=617
+  _BARRIERPARTICIPANT._serialized_start=619
+  _BARRIERPARTICIPANT._serialized_end=740
+  _DESCRIBEBARRIERRESPONSE._serialized_start=743
+  _DESCRIBEBARRIERRESPONSE._serialized_end=919
+  _BARRIERSERVICE._serialized_start=922
+  _BARRIERSERVICE._serialized_end=1268
 # @@protoc_insertion_point(module_scope)

@@ -99,8 +99,9 @@ class BarrierServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def DescribeBarrier(self, request, context):
-        """DescribeBarrier returns a barrier's participants and whether it is
-        open.
+        """DescribeBarrier returns whether a barrier is open, how many
+        participants are in it, and one page of them in the order they
+        entered.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

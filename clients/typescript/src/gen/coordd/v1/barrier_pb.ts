@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordd/v1/barrier.proto.
  */
 export const file_coordd_v1_barrier: GenFile = /*@__PURE__*/
-  fileDesc("Chdjb29yZGQvdjEvYmFycmllci5wcm90bxIJY29vcmRkLnYxIoQBChNFbnRlckJhcnJpZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRINCgVjb3VudBgDIAEoBRITCgtwYXJ0aWNpcGFudBgEIAEoCRInCgR3YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIj4KFEVudGVyQmFycmllclJlc3BvbnNlEhQKDHBhcnRpY2lwYW50cxgBIAEoBRIQCghyZXZpc2lvbhgCIAEoAyJ1ChNMZWF2ZUJhcnJpZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRITCgtwYXJ0aWNpcGFudBgDIAEoCRInCgR3YWl0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIigKFExlYXZlQmFycmllclJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDIiIKEk9wZW5CYXJyaWVyUmVxdWVzdBIMCgRuYW1lGAEgASgJIicKE09wZW5CYXJyaWVyUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMiJgoWRGVzY3JpYmVCYXJyaWVyUmVxdWVzdBIMCgRuYW1lGAEgASgJInkKEkJhcnJpZXJQYXJ0aWNpcGFudBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC3BhcnRpY2lwYW50GAIgASgJEg0KBWNvdW50GAMgASgFEisKB2VudGVyZWQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInwKF0Rlc2NyaWJlQmFycmllclJlc3BvbnNlEgwKBG5hbWUYASABKAkSDAoEb3BlbhgCIAEoCBIzCgxwYXJ0aWNpcGFudHMYAyADKAsyHS5jb29yZGQudjEuQmFycmllclBhcnRpY2lwYW50EhAKCHJldmlzaW9uGAQgASgDMtoCCg5CYXJyaWVyU2VydmljZRJPCgxFbnRlckJhcnJpZXISHi5jb29yZGQudjEuRW50ZXJCYXJyaWVyUmVxdWVzdBofLmNvb3JkZC52MS5FbnRlckJhcnJpZXJSZXNwb25zZRJPCgxMZWF2ZUJhcnJpZXISHi5jb29yZGQudjEuTGVhdmVCYXJyaWVyUmVxdWVzdBofLmNvb3JkZC52MS5MZWF2ZUJhcnJpZXJSZXNwb25zZRJMCgtPcGVuQmFycmllchIdLmNvb3JkZC52MS5PcGVuQmFycmllclJlcXVlc3QaHi5jb29yZGQudjEuT3BlbkJhcnJpZXJSZXNwb25zZRJYCg9EZXNjcmliZUJhcnJpZXISIS5jb29yZGQudjEuRGVzY3JpYmVCYXJyaWVyUmVxdWVzdBoiLmNvb3JkZC52MS5EZXNjcmliZUJhcnJpZXJSZXNwb25zZUIzWjFnaXRodWIuY29tL2Nvb3JkZC9jb29yZGQvcHJvdG8vY29vcmRkL3YxO2Nvb3JkZHYxYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("Chdjb29yZGQvdjEvYmFycmllci5wcm90bxIJY29vcmRkLnYxIoQBChNFbnRlckJhcnJpZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRINCgVjb3VudBgDIAEoBRITCgtwYXJ0aWNpcGFudBgEIAEoCRInCgR3YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIj4KFEVudGVyQmFycmllclJlc3BvbnNlEhQKDHBhcnRpY2lwYW50cxgBIAEoBRIQCghyZXZpc2lvbhgCIAEoAyJ1ChNMZWF2ZUJhcnJpZXJSZXF1ZXN0EgwKBG5hbWUYASABKAkSEgoKc2Vzc2lvbl9pZBgCIAEoCRITCgtwYXJ0aWNpcGFudBgDIAEoCRInCgR3YWl0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIigKFExlYXZlQmFycmllclJlc3BvbnNlEhAKCHJldmlzaW9uGAEgASgDIiIKEk9wZW5CYXJyaWVyUmVxdWVzdBIMCgRuYW1lGAEgASgJIicKE09wZW5CYXJyaWVyUmVzcG9uc2USEAoIcmV2aXNpb24YASABKAMiTQoWRGVzY3JpYmVCYXJyaWVyUmVxdWVzdBIMCgRuYW1lGAEgASgJEhEKCXBhZ2Vfc2l6ZRgCIAEoBRISCgpwYWdlX3Rva2VuGAMgASgJInkKEkJhcnJpZXJQYXJ0aWNpcGFudBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC3BhcnRpY2lwYW50GAIgASgJEg0KBWNvdW50GAMgASgFEisKB2VudGVyZWQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIrABChdEZXNjcmliZUJhcnJpZXJSZXNwb25zZRIMCgRuYW1lGAEgASgJEgwKBG9wZW4YAiABKAgSMwoMcGFydGljaXBhbnRzGAMgAygLMh0uY29vcmRkLnYxLkJhcnJpZXJQYXJ0aWNpcGFudBIQCghyZXZpc2lvbhgEIAEoAxIZChFwYXJ0aWNpcGFudF9jb3VudBgFIAEoBRIXCg9uZXh0X3BhZ2VfdG9rZW4YBiABKAky2gIKDkJhcnJpZXJTZXJ2aWNlEk8KDEVudGVyQmFycmllchIeLmNvb3JkZC52MS5FbnRlckJhcnJpZXJSZXF1ZXN0Gh8uY29vcmRkLnYxLkVudGVyQmFycmllclJlc3BvbnNlEk8KDExlYXZlQmFycmllchIeLmNvb3JkZC52MS5MZWF2ZUJhcnJpZXJSZXF1ZXN0Gh8uY29vcmRkLnYxLkxlYXZlQmFycmllclJlc3BvbnNlEkwKC09wZW5CYXJyaWVyEh0uY29vcmRkLnYxLk9wZW5CYXJyaWVyUmVxdWVzdBoeLmNvb3JkZC52MS5PcGVuQmFycmllclJlc3BvbnNlElgKD0Rlc2NyaWJlQmFycmllchIhLmNvb3JkZC52MS5EZXNjcmliZUJhcnJpZXJSZXF1ZXN0GiIuY29vcmRkLnYxLkRlc2NyaWJlQmFycmllclJlc3BvbnNlQjNaMWdpdGh1Yi5jb20vY29vcmRkL2Nvb3JkZC9wcm90by9jb29yZGQvdjE7Y29vcmRkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * EnterBarrierRequest enters a barrier.
@@ -208,6 +208,21 @@ export type DescribeBarrierRequest = Message<"coordd.v1.DescribeBarrierRequest">
    * @generated from field: string name = 1;
    */
   name: string;
+
+  /**
+   * page_size is the most participants to return, in the order they
+   * entered: 1-1000, 100 when zero. participant_count counts them all.
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * page_token is the previous page's next_page_token.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
 };
 
 /**
@@ -272,7 +287,7 @@ export type DescribeBarrierResponse = Message<"coordd.v1.DescribeBarrierResponse
   open: boolean;
 
   /**
-   * participants are in the order they entered.
+   * participants are one page of them, in the order they entered.
    *
    * @generated from field: repeated coordd.v1.BarrierParticipant participants = 3;
    */
@@ -282,6 +297,21 @@ export type DescribeBarrierResponse = Message<"coordd.v1.DescribeBarrierResponse
    * @generated from field: int64 revision = 4;
    */
   revision: bigint;
+
+  /**
+   * participant_count is how many participants are in (on every page).
+   *
+   * @generated from field: int32 participant_count = 5;
+   */
+  participantCount: number;
+
+  /**
+   * next_page_token, when set, asks for the participants after this page
+   * (page_token of the next DescribeBarrier).
+   *
+   * @generated from field: string next_page_token = 6;
+   */
+  nextPageToken: string;
 };
 
 /**
@@ -350,8 +380,9 @@ export const BarrierService: GenService<{
     output: typeof OpenBarrierResponseSchema;
   },
   /**
-   * DescribeBarrier returns a barrier's participants and whether it is
-   * open.
+   * DescribeBarrier returns whether a barrier is open, how many
+   * participants are in it, and one page of them in the order they
+   * entered.
    *
    * @generated from rpc coordd.v1.BarrierService.DescribeBarrier
    */
