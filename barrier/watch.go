@@ -1,8 +1,10 @@
 package barrier
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,7 +48,7 @@ type roundWatch struct {
 	ctx  context.Context // run's: ends when the manager closes
 
 	mu     sync.Mutex
-	waits  map[*roundWait]bool
+	waits  waitSet
 	at     int64 // the revision the counts below reflect (0: not read yet)
 	in     int   // participants in
 	open   bool  // the open key exists
@@ -105,7 +107,7 @@ func (m *Manager) watchRound(name string, w *roundWait) (*roundWatch, error) {
 	defer rs.mu.Unlock()
 	rw := rs.byName[name]
 	if rw == nil {
-		rw = &roundWatch{m: m, name: name, wake: make(chan struct{}, 1), waits: map[*roundWait]bool{}}
+		rw = &roundWatch{m: m, name: name, wake: make(chan struct{}, 1), waits: newWaitSet()}
 		if !m.bg.TryGo(rw.run) {
 			return nil, errClosing
 		}
@@ -115,7 +117,7 @@ func (m *Manager) watchRound(name string, w *roundWait) (*roundWatch, error) {
 		rs.byName[name] = rw
 	}
 	rw.mu.Lock()
-	rw.waits[w] = true
+	rw.waits.add(w)
 	rw.mu.Unlock()
 	rw.poke()
 	return rw, nil
@@ -132,11 +134,10 @@ func (rw *roundWatch) poke() {
 func (rw *roundWatch) forget(w *roundWait) bool {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	if !rw.waits[w] {
+	if !rw.waits.remove(w) {
 		return false
 	}
-	delete(rw.waits, w)
-	if len(rw.waits) == 0 {
+	if rw.waits.len() == 0 {
 		rw.poke()
 	}
 	return true
@@ -173,7 +174,7 @@ func (rw *roundWatch) retire(force bool) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	rw.mu.Lock()
-	empty := len(rw.waits) == 0
+	empty := rw.waits.len() == 0
 	rw.mu.Unlock()
 	if (empty || force) && rs.byName[rw.name] == rw {
 		delete(rs.byName, rw.name)
@@ -228,7 +229,7 @@ func (rw *roundWatch) follow(stop context.Context) error {
 func (rw *roundWatch) empty() bool {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	return len(rw.waits) == 0
+	return rw.waits.len() == 0
 }
 
 // apply counts a watch response's changes and settles the waits.
@@ -271,27 +272,10 @@ type change struct {
 func (rw *roundWatch) settle(present map[string]bool, c *change) {
 	rw.mu.Lock()
 	at, in, open, opened := rw.at, rw.in, rw.open, rw.opened
-	var ready []*roundWait
-	markOpen := false
-	for w := range rw.waits {
-		if w.rev > at {
-			continue // the watch has not reached its write yet
-		}
-		switch {
-		case w.leave && in == 0:
-			ready = append(ready, w)
-		case w.leave:
-		case open:
-			ready = append(ready, w)
-		case present != nil && !present[w.key], c != nil && c.gone[w.key] > w.rev:
-			ready = append(ready, w)
-		case in >= w.count:
-			markOpen = true
-		}
-	}
+	ready, markOpen := rw.waits.decide(at, in, open, present, c)
 	leaving := false
 	for _, w := range ready {
-		delete(rw.waits, w)
+		rw.waits.remove(w)
 		leaving = leaving || w.leave
 	}
 	parent := rw.ctx
@@ -335,11 +319,7 @@ func (rw *roundWatch) settle(present map[string]bool, c *change) {
 // endAll ends every wait with err.
 func (rw *roundWatch) endAll(err error) {
 	rw.mu.Lock()
-	var waits []*roundWait
-	for w := range rw.waits {
-		waits = append(waits, w)
-	}
-	clear(rw.waits)
+	waits := rw.waits.drain()
 	rw.mu.Unlock()
 	for _, w := range waits {
 		w.end(Entered{}, err)
@@ -351,4 +331,128 @@ func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
 		return nil
 	}
 	return kvs[0]
+}
+
+// waitSet is a barrier's waits on this member, indexed so that a change
+// of the barrier costs O(log n) plus the waits it ends, not a look at
+// every wait (which made a round of n arrivals O(n²)).
+type waitSet struct {
+	all    map[*roundWait]bool
+	early  []*roundWait            // their own write not seen yet (rev > the watch's)
+	enters map[*roundWait]bool     // Enters whose write the watch has seen
+	byKey  map[string][]*roundWait // the same, by participant key
+	counts countHeap               // the same, least count first (lazily: ended ones stay until they surface)
+	leaves map[*roundWait]bool     // Leaves whose write the watch has seen
+}
+
+func newWaitSet() waitSet {
+	return waitSet{all: map[*roundWait]bool{}, enters: map[*roundWait]bool{}, byKey: map[string][]*roundWait{}, leaves: map[*roundWait]bool{}}
+}
+
+func (s *waitSet) len() int { return len(s.all) }
+
+func (s *waitSet) add(w *roundWait) {
+	s.all[w] = true
+	s.early = append(s.early, w)
+}
+
+// remove takes w out, and reports whether it was in.
+func (s *waitSet) remove(w *roundWait) bool {
+	if !s.all[w] {
+		return false
+	}
+	delete(s.all, w)
+	delete(s.leaves, w)
+	if s.enters[w] {
+		delete(s.enters, w)
+		ws := slices.DeleteFunc(s.byKey[w.key], func(x *roundWait) bool { return x == w })
+		if len(ws) == 0 {
+			delete(s.byKey, w.key)
+		} else {
+			s.byKey[w.key] = ws
+		}
+		if len(s.enters) == 0 {
+			s.counts = nil // only ended ones were left in it
+		}
+	}
+	s.early = slices.DeleteFunc(s.early, func(x *roundWait) bool { return x == w })
+	return true
+}
+
+// drain takes every wait out and returns them.
+func (s *waitSet) drain() []*roundWait {
+	out := make([]*roundWait, 0, len(s.all))
+	for w := range s.all {
+		out = append(out, w)
+	}
+	*s = newWaitSet()
+	return out
+}
+
+// decide returns the waits that the barrier's state at revision at ends
+// (in participants, open or not; present, when set, every participant's
+// key after a read; c, the last change), and whether the barrier is to be
+// opened: an Enter's count is reached. A wait whose own write the watch
+// has not reached yet is not decided.
+func (s *waitSet) decide(at int64, in int, open bool, present map[string]bool, c *change) (ready []*roundWait, markOpen bool) {
+	s.early = slices.DeleteFunc(s.early, func(w *roundWait) bool {
+		if w.rev > at {
+			return false
+		}
+		if w.leave {
+			s.leaves[w] = true
+		} else {
+			s.enters[w] = true
+			s.byKey[w.key] = append(s.byKey[w.key], w)
+			heap.Push(&s.counts, w)
+		}
+		return true
+	})
+	if in == 0 {
+		for w := range s.leaves {
+			ready = append(ready, w)
+		}
+	}
+	if open {
+		for w := range s.enters {
+			ready = append(ready, w)
+		}
+		return ready, false
+	}
+	if present != nil { // after a read: rare
+		for w := range s.enters {
+			if !present[w.key] {
+				ready = append(ready, w)
+			}
+		}
+	}
+	if c != nil {
+		for key, rev := range c.gone {
+			for _, w := range s.byKey[key] {
+				if rev > w.rev {
+					ready = append(ready, w)
+				}
+			}
+		}
+	}
+	for len(s.counts) > 0 && !s.enters[s.counts[0]] {
+		heap.Pop(&s.counts) // ended meanwhile
+	}
+	markOpen = len(s.counts) > 0 && in >= s.counts[0].count
+	return ready, markOpen
+}
+
+// countHeap orders Enter waits by count, least first (container/heap).
+type countHeap []*roundWait
+
+func (h countHeap) Len() int           { return len(h) }
+func (h countHeap) Less(i, j int) bool { return h[i].count < h[j].count }
+func (h countHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *countHeap) Push(x any)        { *h = append(*h, x.(*roundWait)) }
+func (h *countHeap) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return w
 }
