@@ -263,24 +263,23 @@ type Leaving struct {
 }
 
 // LeaveLater is Leave without holding the caller's goroutine while it
-// waits: it takes the participant out (on the caller's goroutine), and
-// unless it was the last, parks the wait with the barrier's watch, which
-// closes the barrier once nobody is in (one write for all the leavers),
-// returns parked true and calls l.Done once.
+// waits: it takes the participant out (on the caller's goroutine) and
+// parks the wait with the barrier's watch, which closes the barrier once
+// nobody is in (one write for all the leavers), returns parked true and
+// calls l.Done once. It returns parked false only with an error.
 func (m *Manager) LeaveLater(ctx context.Context, name string, s session.ID, id string, l Leaving) (rev int64, parked bool, err error) {
 	if err := check(name, s, &id); err != nil {
 		return 0, false, err
 	}
-	parts := m.parts(name)
-	resp, err := m.cli.Txn(ctx).Then(clientv3.OpDelete(m.partKey(name, s, id)), clientv3.OpGet(parts, clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
+	// A delete that counts nothing: the barrier's watch sees when nobody
+	// is left (for the last leaver too) and closes the round. (Counting
+	// the rest in the same transaction walked etcd's index of every
+	// participant per leave: O(n²) per round.)
+	resp, err := m.cli.Delete(ctx, m.partKey(name, s, id))
 	if err != nil {
 		return 0, false, fmt.Errorf("barrier: leaving %q: %w", name, err)
 	}
-	rev = resp.Header.Revision
-	if left := resp.Responses[1].GetResponseRange().Count; left == 0 {
-		return rev, false, m.closeRound(ctx, name)
-	}
-	m.wait(l.Ctx, name, &roundWait{leave: true, rev: rev, then: func(e Entered, err error) { l.Done(e.Revision, err) }})
+	m.wait(l.Ctx, name, &roundWait{leave: true, rev: resp.Header.Revision, then: func(e Entered, err error) { l.Done(e.Revision, err) }})
 	return 0, true, nil
 }
 
