@@ -89,8 +89,11 @@ func testCutFromPeers(t *testing.T, leader, frozen bool) {
 	}
 	ctx := t.Context()
 	on := func() *clientlib.Client { return clientOn(t, proxies, endpoints, cut) }
+	// The sessions must outlive the client's move off the cut member:
+	// their TTL stretches with the machine (on a loaded one, 3 s was
+	// sometimes shorter than noticing the cut and renewing elsewhere).
 	session := func(c *clientlib.Client) *clientlib.Session {
-		s, err := c.NewSession(ctx, clientlib.WithTTL(3*time.Second))
+		s, err := c.NewSession(ctx, clientlib.WithTTL(wait.Bound(3*time.Second)))
 		if err != nil {
 			t.Fatal(err)
 		}
