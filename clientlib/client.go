@@ -109,7 +109,9 @@ type Client struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	probes sync.WaitGroup
-	stats  stats // see Stats
+	// clusters is the cluster the endpoints answered for (clusterid.go).
+	clusters clusters
+	stats    stats // see Stats
 	// revokes are closings of sessions given up on (see revoke); added
 	// under mu while !closed, so Close can wait for them.
 	revokes sync.WaitGroup
@@ -232,7 +234,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		grpc.WithStaticStreamWindowSize(staticStreamWindow), grpc.WithStaticConnWindowSize(staticConnWindow),
 		// Large namespaces make large snapshots.
 		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(64<<20)),
-		grpc.WithChainUnaryInterceptor(retryReads, c.leaveSilent),
+		grpc.WithChainUnaryInterceptor(retryReads, c.leaveSilent, c.checkCluster),
+		grpc.WithChainStreamInterceptor(c.checkClusterStream),
 	})...)
 	if err != nil {
 		return nil, fmt.Errorf("coordd: %w", err)
@@ -242,8 +245,18 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.start(ctx, conn, cfg)
+	if len(c.endpoints) > 1 {
+		if err := c.checkEndpoints(min(cfg.DialTimeout, endpointCheckWait)); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+	}
 	return c, nil
 }
+
+// endpointCheckWait bounds how long New waits for the other endpoints to
+// say which cluster they belong to.
+const endpointCheckWait = 300 * time.Millisecond
 
 // endpointAddresses returns the endpoints in this client's own random
 // order (so that clients spread over the members) and the address the

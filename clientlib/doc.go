@@ -20,7 +20,13 @@
 // that is merely slow (a starved CPU, a long link) answers late. An
 // endpoint left out is probed (gRPC health, from 100ms to every second)
 // and used again as soon as it serves, which a member does only while its
-// etcd has a leader. With every endpoint left out, all are tried. When the
+// etcd has a leader. With every endpoint left out, all are tried. The
+// endpoints must be members of one cluster: every answer names its
+// cluster (a random id the cluster keeps), New asks every endpoint (for up
+// to 300ms) and fails with ErrInvalidArgument when two clusters answer,
+// and a client that meets a second cluster later refuses every call from
+// then on (a lock taken on one cluster would not exclude a holder on the
+// other). When the
 // client leaves an endpoint, the idempotent calls it has in flight (Lock,
 // TryLock, Campaign, Release, Resign, Proclaim) are cancelled and retried
 // at once on the next one; when it leaves a silent member, every other

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
@@ -161,7 +162,11 @@ func (c *Client) askHealth(endpoint, service string) (healthpb.HealthCheckRespon
 	defer func() { _ = conn.Close() }() // a probe connection; nothing to report
 	ctx, cancel := context.WithTimeout(c.ctx, probeTimeout)
 	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	var md metadata.MD
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service}, grpc.Header(&md))
+	if err == nil {
+		_ = c.clusters.note(endpoint, md) // a second cluster refuses every call from now on
+	}
 	return resp.GetStatus(), err == nil
 }
 

@@ -521,3 +521,28 @@ func TestVerifyPassesAcrossTheLeadersStop(t *testing.T) {
 		t.Errorf("too few grants to say anything: %+v", r.rep)
 	}
 }
+
+// A client given the endpoints of two clusters refuses them: a lock it
+// took on one would not exclude a holder on the other. Each cluster names
+// itself in every answer (a random id it keeps in etcd, the same on all
+// its members, and across restarts); New asks every endpoint and fails
+// clearly. It fails when the members do not name their cluster.
+func TestAClientRefusesEndpointsOfTwoClusters(t *testing.T) {
+	t.Parallel()
+	a, b := start(t, testConfig(t)), start(t, testConfig(t))
+	_, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{a.GRPCAddr(), b.GRPCAddr()}})
+	if !errors.Is(err, clientlib.ErrInvalidArgument) || !strings.Contains(err.Error(), "two clusters") {
+		t.Fatalf("New with the endpoints of two clusters = %v; want ErrInvalidArgument naming two clusters", err)
+	}
+	t.Logf("refused: %v", err)
+	// One cluster's members name the same one.
+	ds := startCluster(t, 3)
+	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: grpcAddrs(ds)})
+	if err != nil {
+		t.Fatalf("New with the endpoints of one cluster: %v", err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Admin().ListSessions(t.Context()); err != nil {
+		t.Fatalf("a call through one cluster's members: %v", err)
+	}
+}

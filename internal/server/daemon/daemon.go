@@ -56,6 +56,7 @@ type Daemon struct {
 	elections *election.Manager
 	barriers  *barrier.Manager
 	txns      *groupcommit.Committer // batches locks' and elections' writes
+	identity  api.ClusterIdentity    // names the cluster in every answer
 	// The config watch cache and the holdings watch (grantwatch) run
 	// from Start until Stop, which cancels them with stopBackground.
 	configCache    *configcenter.Cache

@@ -77,6 +77,12 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	p := d.newServers()
+	// Every answer names the cluster (api.ClusterIdentity).
+	uid, err := clusterUID(ctx, d.cli, d.cfg.KeyRoot)
+	if err != nil {
+		return nil, err
+	}
+	d.identity.Set(uid)
 	if err := d.registerCoordination(ctx, p); err != nil {
 		return nil, err
 	}
@@ -192,12 +198,12 @@ func (d *Daemon) newServers() *parts {
 	p.subscriptions = &api.PerPrincipal{Max: max(cfg.MaxSubscriptionsPerPrincipal, 0), What: "config subscriptions", Flag: "--max-subscriptions-per-principal",
 		Refused: p.apiMetrics.QuotaRefused("subscriptions")}
 	p.unary = func(an api.Authn) []grpc.UnaryServerInterceptor {
-		return []grpc.UnaryServerInterceptor{api.UnaryArrival(d.txns.Arrived), api.Deferring(p.rpcMetrics.UnaryServerInterceptor()), api.UnaryErrors(d.lg), api.UnaryAuth(authOf(an)), api.UnaryRequireLeader(d.leader.Lost)}
+		return []grpc.UnaryServerInterceptor{d.identity.Unary(), api.UnaryArrival(d.txns.Arrived), api.Deferring(p.rpcMetrics.UnaryServerInterceptor()), api.UnaryErrors(d.lg), api.UnaryAuth(authOf(an)), api.UnaryRequireLeader(d.leader.Lost)}
 	}
 	serverOpts := func(an api.Authn) []grpc.ServerOption {
 		return append([]grpc.ServerOption{
 			grpc.ChainUnaryInterceptor(p.unary(an)...),
-			grpc.ChainStreamInterceptor(p.rpcMetrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(authOf(an)), api.StreamQuota(p.streams), api.StreamRequireLeader(d.leader.Lost)),
+			grpc.ChainStreamInterceptor(d.identity.Stream(), p.rpcMetrics.StreamServerInterceptor(), api.StreamErrors(d.lg), api.StreamAuth(authOf(an)), api.StreamQuota(p.streams), api.StreamRequireLeader(d.leader.Lost)),
 			grpc.MaxRecvMsgSize(cfg.MaxRequestBytes),
 		}, serverTuning()...)
 	}
