@@ -38,15 +38,19 @@ func need(t *testing.T, why string, ok bool) {
 	t.Skip(why)
 }
 
-// run runs a command in dir with the daemon's addresses, for at most
-// 5 minutes, and fails the test with its output if it fails.
-func run(t *testing.T, d *coorddtest.Daemon, dir string, name string, args ...string) {
+// run runs a command in dir with the daemon's addresses (and in
+// COORDD_OTHER_ENDPOINT other's, a daemon of another cluster, when set),
+// for at most 5 minutes, and fails the test with its output if it fails.
+func run(t *testing.T, d, other *coorddtest.Daemon, dir string, name string, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(5*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "COORDD_ENDPOINT="+d.GRPCAddr, "COORDD_HTTP="+d.HTTPAddr)
+	if other != nil {
+		cmd.Env = append(cmd.Env, "COORDD_OTHER_ENDPOINT="+other.GRPCAddr)
+	}
 	if os.Getenv("COORDD_HANDOVERS") == "" {
 		// The told-first tests' hand-overs per path: 300 in the suite (the
 		// Go test runs 1,000); COORDD_HANDOVERS=1000 for the full count.
@@ -69,9 +73,9 @@ func TestTypeScriptClient(t *testing.T) {
 	d := coorddtest.Start(t)
 	dir := "typescript"
 	if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil {
-		run(t, d, dir, "npm", "ci", "--no-audit", "--no-fund")
+		run(t, d, nil, dir, "npm", "ci", "--no-audit", "--no-fund")
 	}
-	run(t, d, dir, "npm", "test") // it builds first
+	run(t, d, coorddtest.Start(t), dir, "npm", "test") // it builds first
 	t.Run("TLS with a CA bundle", func(t *testing.T) {
 		tlsDir := t.TempDir()
 		caFile, certFile, keyFile := serverCerts(t, tlsDir)
@@ -113,7 +117,7 @@ func TestPythonClient(t *testing.T) {
 	err := exec.Command(python, "-c", "import grpc, google.protobuf").Run()
 	need(t, "Debian's python3 with python3-grpcio and python3-protobuf is not installed (apt-get install python3-grpcio python3-protobuf)", err == nil)
 	d := coorddtest.Start(t)
-	run(t, d, "python", python, "-m", "unittest", "discover", "-s", "tests", "-v")
+	run(t, d, coorddtest.Start(t), "python", python, "-m", "unittest", "discover", "-s", "tests", "-v")
 	t.Run("waiting calls leave a member cut from its peers", func(t *testing.T) {
 		waitThroughCut(t, "python", python, "-c", `
 import os, coordd

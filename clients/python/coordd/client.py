@@ -38,6 +38,8 @@ log = logging.getLogger("coordd")
 DEFAULT_ENDPOINT = "127.0.0.1:7420"
 DEFAULT_TIMEOUT = 10.0
 
+_CLUSTER_HEADER = "coordd-cluster"  # every answer names the member's cluster
+
 _CLOSE_TIMEOUT = 2.0  # how long close() tries to close each session on the server
 
 _DEFAULT: Any = object()  # "use the client's timeout"
@@ -178,6 +180,11 @@ class Client:
         self.timeout = timeout
 
         self._mu = threading.Lock()
+        # The cluster the endpoints answered for (the coordd-cluster header
+        # of every answer), the endpoint that named it first, and the
+        # refusal once another named another cluster.
+        self._cluster: tuple[str, str] | None = None
+        self._mixed: errors.InvalidArgument | None = None
         self._stubs: list[_Stubs | None] = [None] * len(self._endpoints)
         self._current = 0
         self._closed = threading.Event()
@@ -251,11 +258,34 @@ class Client:
     # ------------------------------------------------------------------
     # Calls
 
+    def _note_cluster(self, idx: int, metadata: Any) -> None:
+        """Notes the cluster an answer of endpoint idx named; raises (and
+        refuses every call from then on) once the endpoints answered for two
+        clusters: a lock taken on one would not exclude a holder on the
+        other. An answer without the header (an older server) says
+        nothing."""
+        named = next((v for k, v in (metadata or ()) if k == _CLUSTER_HEADER), "")
+        with self._mu:
+            if self._mixed is None and named:
+                ep = self._endpoints[idx]
+                if self._cluster is None:
+                    self._cluster = (named, ep)
+                elif self._cluster[0] != named:
+                    first, by = self._cluster
+                    self._mixed = errors.InvalidArgument(
+                        f"the endpoints name members of two clusters: {by} answers for cluster {first}, "
+                        f"{ep} for cluster {named}; give a client the endpoints of one cluster"
+                    )
+            if self._mixed is not None:
+                raise self._mixed
+
     def _pick(self) -> tuple[int, _Stubs]:
         """The current endpoint's index and stubs (connecting lazily)."""
         with self._mu:
             if self._closed.is_set():
                 raise errors.ClientClosed("the client is closed")
+            if self._mixed is not None:
+                raise self._mixed
             i = self._current
             s = self._stubs[i]
             if s is None:
@@ -301,7 +331,9 @@ class Client:
                 idx, stubs = self._pick()
                 left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
                 try:
-                    return self._call_once(getattr(getattr(stubs, service), method), request, left, cancel)
+                    resp, call = self._call_once(getattr(getattr(stubs, service), method), request, left, cancel)
+                    self._note_cluster(idx, call.initial_metadata())
+                    return resp
                 except errors.Unavailable:
                     self._advance(idx)
                     if not retry or any(c.cancelled for c in cancel):
@@ -319,15 +351,17 @@ class Client:
             if attempts is not None:
                 attempts.append(n)
 
-    def _call_once(self, fn: Any, request: Any, timeout: float | None, cancel: Iterable[Canceller]) -> Any:
+    def _call_once(self, fn: Any, request: Any, timeout: float | None, cancel: Iterable[Canceller]) -> tuple[Any, Any]:
+        """Makes one call; returns its response and the call (for its
+        initial metadata)."""
         cancel = list(cancel)
         try:
             if not cancel:
-                return fn(request, timeout=timeout, metadata=self._metadata)
+                return fn.with_call(request, timeout=timeout, metadata=self._metadata)
             fut = fn.future(request, timeout=timeout, metadata=self._metadata)
             unregister = [c.register(fut.cancel) for c in cancel]
             try:
-                return fut.result()
+                return fut.result(), fut
             finally:
                 for u in unregister:
                     u()

@@ -31,6 +31,24 @@ def endpoint() -> str:
         return _daemon.endpoint
 
 
+_other: daemon.Daemon | None = None
+
+
+def other_endpoint() -> str | None:
+    """The gRPC endpoint of a second daemon, of a cluster of its own:
+    COORDD_OTHER_ENDPOINT's, one started on first use when the tests own
+    their daemons, else None."""
+    global _other
+    ep = os.environ.get("COORDD_OTHER_ENDPOINT")
+    if ep or not owns_daemon():
+        return ep or None
+    with _mu:
+        if _other is None:
+            _other = daemon.start()
+            atexit.register(_other.stop)
+        return _other.endpoint
+
+
 def owns_daemon() -> bool:
     """Whether the tests started the daemon (so may start others too)."""
     return not os.environ.get("COORDD_ENDPOINT")

@@ -25,6 +25,21 @@ def dead_endpoint() -> str:
 
 
 class ClientTest(unittest.TestCase):
+    def test_refuses_endpoints_of_two_clusters(self) -> None:
+        """A client that meets a member of a second cluster (after a
+        fail-over) refuses that answer and every call after: a lock taken on
+        one cluster would not exclude a holder on the other."""
+        other = support.other_endpoint()
+        if other is None:
+            self.skipTest("needs a second daemon (COORDD_OTHER_ENDPOINT)")
+        with coordd.Client([support.endpoint(), other], timeout=5) as c:
+            c.describe_lock(unique("two-clusters"))  # the first cluster, noted
+            c._advance(0)  # as after a fail-over
+            for _ in range(2):
+                with self.assertRaises(coordd.InvalidArgument) as cm:
+                    c.describe_lock(unique("two-clusters"))
+                self.assertIn("two clusters", str(cm.exception))
+
     def test_fails_over_to_the_next_endpoint(self) -> None:
         with coordd.Client([dead_endpoint(), support.endpoint()], timeout=5) as c:
             with self.assertRaises(coordd.NoLeader):  # answered by the live endpoint

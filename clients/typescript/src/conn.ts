@@ -1,5 +1,5 @@
 import type * as http2 from "node:http2";
-import { createClient, type Client as RpcClient, type Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client as RpcClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { ConfigService } from "./gen/coordd/v1/config_pb.js";
 import { ElectionService } from "./gen/coordd/v1/election_pb.js";
@@ -79,11 +79,22 @@ export function isLoopback(host: string): boolean {
   return h === "localhost" || h === "::1" || /^127\./.test(h);
 }
 
+/** The header with which every answer of a member names its cluster. */
+const clusterHeader = "coordd-cluster";
+
 export class Conn {
   readonly endpoints: Endpoint[];
   readonly callTimeoutMs: number;
   readonly watchHoldings: boolean;
   private current = 0;
+  /** The cluster the endpoints answered for, and the endpoint that named it first. */
+  private cluster?: { id: string; from: string };
+  /**
+   * Set once an endpoint answered for another cluster: every call is
+   * refused from then on (a ConnectError, which the call's error
+   * conversion turns into INVALID_ARGUMENT).
+   */
+  private mixed?: ConnectError;
   private readonly closing = new AbortController();
   /** Live sessions and subscriptions, closed by close(). */
   readonly open = new Set<Closable>();
@@ -128,7 +139,13 @@ export class Conn {
     this.endpoints = opts.endpoints.map((address, i) => {
       const baseUrl = baseUrls[i]!;
       const manager = new Http2SessionManager(baseUrl, undefined, baseUrl.startsWith("https://") ? secure : undefined);
-      const transport = createGrpcTransport({ baseUrl, sessionManager: manager, interceptors });
+      const checkCluster: Interceptor = (next) => async (req) => {
+        if (this.mixed) throw this.mixed;
+        const res = await next(req);
+        this.noteCluster(address, res.header.get(clusterHeader));
+        return res;
+      };
+      const transport = createGrpcTransport({ baseUrl, sessionManager: manager, interceptors: [...interceptors, checkCluster] });
       return {
         address,
         manager,
@@ -146,6 +163,26 @@ export class Conn {
   /** Aborted when the client closes. */
   get closed(): AbortSignal {
     return this.closing.signal;
+  }
+
+  /**
+   * Notes the cluster an answer of address named; throws (and refuses
+   * every call from then on) once the endpoints answered for two clusters:
+   * a lock taken on one would not exclude a holder on the other. An answer
+   * without the header (an older server) says nothing.
+   */
+  private noteCluster(address: string, id: string | null): void {
+    if (!this.mixed && id) {
+      if (!this.cluster) {
+        this.cluster = { id, from: address };
+      } else if (this.cluster.id !== id) {
+        this.mixed = new ConnectError(
+          `coordd: the endpoints name members of two clusters: ${this.cluster.from} answers for cluster ${this.cluster.id}, ${address} for cluster ${id}; give a client the endpoints of one cluster`,
+          Code.InvalidArgument,
+        );
+      }
+    }
+    if (this.mixed) throw this.mixed;
   }
 
   /** The endpoint in use. */

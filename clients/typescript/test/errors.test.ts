@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { createServer } from "node:net";
 import { Client, Code, CoorddError, Reason } from "../src/index.js";
 import { ErrorReason } from "../src/gen/coordd/v1/errors_pb.js";
+import { Conn } from "../src/conn.js";
 import { rawClients, unique, useDaemon, within } from "./helpers.js";
 
 const d = useDaemon();
@@ -112,5 +113,24 @@ test("a bearer token is refused in plaintext to a non-loopback host, allowed ove
   ]) {
     const c = new Client(opts);
     await c.close();
+  }
+});
+
+test("a client that meets a member of a second cluster refuses it, and every call after", async (t) => {
+  const other = process.env.COORDD_OTHER_ENDPOINT;
+  if (!other) {
+    t.skip("needs a second daemon (COORDD_OTHER_ENDPOINT)");
+    return;
+  }
+  const conn = new Conn({ endpoints: [d.endpoint(), other] });
+  try {
+    const describe = () => conn.call((s, o) => s.locks.describeLock({ name: unique("two-clusters") }, o));
+    await describe(); // the first cluster, noted
+    conn.failover(conn.pick()); // as after a fail-over
+    for (let i = 0; i < 2; i++) {
+      await assert.rejects(describe(), (e: unknown) => e instanceof CoorddError && e.reason === "INVALID_ARGUMENT" && /two clusters/.test(e.message));
+    }
+  } finally {
+    await conn.close();
   }
 });
