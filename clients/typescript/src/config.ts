@@ -132,18 +132,17 @@ export class ConfigCenter {
     return snapshotFrom(resp.snapshot!);
   }
 
-  /** Reads one key: its value and the revision of the release that last set it; undefined if it does not exist. */
-  async get(namespace: string, key: string): Promise<{ value: string; modRevision: bigint } | undefined> {
-    try {
-      const resp = await this.conn.call((s, o) => s.config.get({ namespace, key }, o), { idempotent: true });
-      if (resp.secret) {
-        throw new CoorddError("INVALID_ARGUMENT", `coordd: ${key} in ${namespace} is a secret, which this client does not read (use the Go SDK's RevealSecrets or REST revealSecrets)`);
-      }
-      return { value: resp.value, modRevision: resp.modRevision };
-    } catch (e) {
-      if (CoorddError.is(e, "KEY_NOT_FOUND")) return undefined;
-      throw e;
+  /**
+   * Reads one key: its value and the revision of the release that last set
+   * it. A key that does not exist fails with KEY_NOT_FOUND, as in the Go
+   * and Python clients and REST's 404.
+   */
+  async get(namespace: string, key: string): Promise<{ value: string; modRevision: bigint }> {
+    const resp = await this.conn.call((s, o) => s.config.get({ namespace, key }, o), { idempotent: true });
+    if (resp.secret) {
+      throw new CoorddError("INVALID_ARGUMENT", `coordd: ${key} in ${namespace} is a secret, which this client does not read (use the Go SDK's RevealSecrets or REST revealSecrets)`);
     }
+    return { value: resp.value, modRevision: resp.modRevision };
   }
 
   /** Sets one key: a release of one change. */

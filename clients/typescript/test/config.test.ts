@@ -52,7 +52,7 @@ test("publish, then the subscription delivers every release in order, complete",
   assert.equal(snap.changedRevision, r4.revision);
   assert.deepEqual(obj(snap.values), { retries: "4" });
   assert.deepEqual(await cfg.get(ns, "retries"), { value: "4", modRevision: r2.revision });
-  assert.equal(await cfg.get(ns, "timeout"), undefined);
+  await assert.rejects(cfg.get(ns, "timeout"), (e: unknown) => CoorddError.is(e, Reason.KEY_NOT_FOUND));
   await sub.close();
 
   // A later subscriber starts from the snapshot: the newest complete release.
