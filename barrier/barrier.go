@@ -31,7 +31,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/names"
 	"github.com/coordd/coordd/internal/base/queue"
 	"github.com/coordd/coordd/session"
@@ -40,10 +40,10 @@ import (
 // Errors.
 var (
 	// ErrInvalid: a malformed or out-of-bounds argument; nothing changed.
-	ErrInvalid = kind.Invalid.New("barrier: invalid argument")
+	ErrInvalid = errkind.Invalid.New("barrier: invalid argument")
 	// ErrSessionNotFound: the participant's session does not exist (or
 	// ended while it waited).
-	ErrSessionNotFound = kind.SessionNotFound.New("barrier: session not found")
+	ErrSessionNotFound = errkind.SessionNotFound.New("barrier: session not found")
 )
 
 // MaxCount bounds a barrier's count.

@@ -13,7 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 )
 
 // Shared waits.
@@ -26,7 +26,7 @@ import (
 // on it; EnterLater parks its wait there without a goroutine.
 
 // errClosing ends the waits of a manager that closes.
-var errClosing = kind.Unavailable.New("barrier: the member is stopping")
+var errClosing = errkind.Unavailable.New("barrier: the member is stopping")
 
 // roundWait is one Enter's or Leave's wait.
 type roundWait struct {

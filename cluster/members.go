@@ -18,15 +18,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 )
 
 // Membership errors. Each leaves the cluster as it was.
 var (
-	ErrMemberNotFound = kind.MemberNotFound.New("cluster: no member has that name or id")
+	ErrMemberNotFound = errkind.MemberNotFound.New("cluster: no member has that name or id")
 	// ErrChangeRefused wraps every refused membership change; the message
 	// says which rule refused it and what to do.
-	ErrChangeRefused = kind.MemberChangeRefused.New("cluster: member change refused")
+	ErrChangeRefused = errkind.MemberChangeRefused.New("cluster: member change refused")
 )
 
 // DefaultHealthInterval is how often an embedded member reports its health.
@@ -333,7 +333,7 @@ func (m *Manager) AddMember(ctx context.Context, name string, peerURLs []string)
 		return Added{}, invalidf("cluster: member name %q: want 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
 	}
 	if len(peerURLs) == 0 {
-		return Added{}, kind.Invalid.New("cluster: at least one peer URL is needed (where the other members reach the new one, e.g. http://10.0.0.4:7423)")
+		return Added{}, errkind.Invalid.New("cluster: at least one peer URL is needed (where the other members reach the new one, e.g. http://10.0.0.4:7423)")
 	}
 	for _, u := range peerURLs {
 		pu, err := url.Parse(u)
@@ -499,7 +499,7 @@ func memberErr(op string, err error) error {
 }
 
 func invalidf(format string, args ...any) error {
-	return kind.Invalid.New(fmt.Sprintf(format, args...))
+	return errkind.Invalid.New(fmt.Sprintf(format, args...))
 }
 
 // Local measures the member this Manager reports on (the embedded member,

@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/names"
 )
 
@@ -35,14 +35,14 @@ import (
 var (
 	// ErrApprovalRequired: the namespace changes only by approved
 	// proposals; nothing changed.
-	ErrApprovalRequired = kind.ApprovalRequired.New("config: approval required")
+	ErrApprovalRequired = errkind.ApprovalRequired.New("config: approval required")
 	// ErrProposalNotFound: no such proposal.
-	ErrProposalNotFound = kind.ProposalNotFound.New("config: proposal not found")
+	ErrProposalNotFound = errkind.ProposalNotFound.New("config: proposal not found")
 	// ErrProposalClosed: the proposal is no longer pending (approved,
 	// rejected, withdrawn or expired); nothing changed.
-	ErrProposalClosed = kind.ProposalClosed.New("config: proposal closed")
+	ErrProposalClosed = errkind.ProposalClosed.New("config: proposal closed")
 	// ErrSelfApproval: the proposer tried to approve their own proposal.
-	ErrSelfApproval = kind.PermissionDenied.New("config: four eyes: a proposal is approved by someone other than its proposer")
+	ErrSelfApproval = errkind.PermissionDenied.New("config: four eyes: a proposal is approved by someone other than its proposer")
 )
 
 // Bounds.
@@ -72,7 +72,7 @@ type ApprovalPolicy struct {
 
 // ErrSecondAdmin is returned when turning approval off is asked again by the principal
 // who asked first; another one must.
-var ErrSecondAdmin = kind.PermissionDenied.New("config: four eyes: approval goes off when a second principal asks too")
+var ErrSecondAdmin = errkind.PermissionDenied.New("config: four eyes: approval goes off when a second principal asks too")
 
 func (p ApprovalPolicy) ttl() time.Duration {
 	if p.TTL <= 0 {

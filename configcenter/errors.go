@@ -7,35 +7,35 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 )
 
 // Sentinel errors. Callers test them with errors.Is.
 var (
 	// ErrInvalid: a malformed argument (namespace, key, revision, schema);
 	// nothing changed.
-	ErrInvalid = kind.Invalid.New("config: invalid argument")
+	ErrInvalid = errkind.Invalid.New("config: invalid argument")
 	// ErrTooLarge: a value or release over its limit; nothing changed.
-	ErrTooLarge = kind.TooLarge.New("config: too large")
+	ErrTooLarge = errkind.TooLarge.New("config: too large")
 	// ErrValidation: the namespace's content would not match its JSON
 	// Schema; nothing changed.
-	ErrValidation = kind.ValidationFailed.New("config: validation failed")
+	ErrValidation = errkind.ValidationFailed.New("config: validation failed")
 	// ErrRevisionMismatch: a compare-and-set found the namespace changed
 	// after the expected revision; nothing changed.
-	ErrRevisionMismatch = kind.RevisionMismatch.New("config: revision mismatch")
+	ErrRevisionMismatch = errkind.RevisionMismatch.New("config: revision mismatch")
 	// ErrKeyNotFound: the key does not exist.
-	ErrKeyNotFound = kind.KeyNotFound.New("config: key not found")
+	ErrKeyNotFound = errkind.KeyNotFound.New("config: key not found")
 	// ErrReleaseNotFound: the release does not exist, or is older than the
 	// history kept.
-	ErrReleaseNotFound = kind.ReleaseNotFound.New("config: release not found")
+	ErrReleaseNotFound = errkind.ReleaseNotFound.New("config: release not found")
 	// ErrCompacted: a read at a revision etcd has compacted away.
-	ErrCompacted = kind.Compacted.New("config: revision compacted")
+	ErrCompacted = errkind.Compacted.New("config: revision compacted")
 	// ErrBehind: the watch cache could not reach a revision a caller has
 	// already seen (this member lags); retry, possibly on another member.
-	ErrBehind = kind.Unavailable.New("config: this member is behind the requested revision")
+	ErrBehind = errkind.Unavailable.New("config: this member is behind the requested revision")
 	// ErrStopped: the watch cache stopped (the daemon is shutting down);
 	// subscribers and readers get it once Cache.Run has returned.
-	ErrStopped = kind.Unavailable.New("config: the watch cache stopped")
+	ErrStopped = errkind.Unavailable.New("config: the watch cache stopped")
 )
 
 // Problem is one thing wrong with a write.

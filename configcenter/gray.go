@@ -13,8 +13,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/keyring"
-	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/names"
 )
 
@@ -57,10 +57,10 @@ import (
 var (
 	// ErrGrayNotFound: the namespace runs no gray release (or not the one
 	// named).
-	ErrGrayNotFound = kind.ReleaseNotFound.New("config: no such gray release")
+	ErrGrayNotFound = errkind.ReleaseNotFound.New("config: no such gray release")
 	// ErrGrayRunning: a gray release already runs in the namespace;
 	// update, promote or abandon it first.
-	ErrGrayRunning = kind.RevisionMismatch.New("config: a gray release is already running")
+	ErrGrayRunning = errkind.RevisionMismatch.New("config: a gray release is already running")
 )
 
 // Selector limits.

@@ -10,15 +10,15 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/keyring"
-	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/names"
 )
 
 // ErrSecretsUnavailable says a secret value cannot be sealed or opened on
 // this member: it has no key file, or not the key that wrapped the
 // namespace's data key. Nothing changed.
-var ErrSecretsUnavailable = kind.SecretsUnavailable.New("config: secret values are unavailable on this member")
+var ErrSecretsUnavailable = errkind.SecretsUnavailable.New("config: secret values are unavailable on this member")
 
 // secrets seals and opens a Store's secret values: envelope encryption with
 // one data key per namespace, kept wrapped by a key-encryption key at

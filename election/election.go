@@ -18,9 +18,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/base/groupcommit"
-	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/names"
 	"github.com/coordd/coordd/internal/base/queue"
 	"github.com/coordd/coordd/internal/base/revoke"
@@ -30,31 +30,31 @@ import (
 // Sentinel errors. Callers test them with errors.Is.
 var (
 	// ErrInvalid: a malformed or out-of-bounds argument; nothing changed.
-	ErrInvalid = kind.Invalid.New("election: invalid argument")
+	ErrInvalid = errkind.Invalid.New("election: invalid argument")
 	// ErrTooLarge: a value over MaxValueBytes; nothing changed.
-	ErrTooLarge = kind.TooLarge.New("election: value too large")
+	ErrTooLarge = errkind.TooLarge.New("election: value too large")
 	// ErrSessionNotFound: the session does not exist, or ended while its
 	// campaign waited.
-	ErrSessionNotFound = kind.SessionNotFound.New("election: session not found")
+	ErrSessionNotFound = errkind.SessionNotFound.New("election: session not found")
 	// ErrNotLeader: Proclaim, Resign or Transfer by a term that does not
 	// lead.
-	ErrNotLeader = kind.NotLeader.New("election: not the leader")
+	ErrNotLeader = errkind.NotLeader.New("election: not the leader")
 	// ErrNoLeader: nobody leads the election.
-	ErrNoLeader = kind.NoLeader.New("election: no leader")
+	ErrNoLeader = errkind.NoLeader.New("election: no leader")
 	// ErrStaleTerm: a fenced check's term no longer leads.
-	ErrStaleTerm = kind.StaleToken.New("election: stale term")
+	ErrStaleTerm = errkind.StaleToken.New("election: stale term")
 	// ErrAlreadyLeader: Campaign by a session that already leads the
 	// election under another request id; waiting would never end.
-	ErrAlreadyLeader = kind.AlreadyLeader.New("election: this session already leads")
+	ErrAlreadyLeader = errkind.AlreadyLeader.New("election: this session already leads")
 	// ErrNotCandidate: Transfer to a session with no campaign waiting in
 	// the election.
-	ErrNotCandidate = kind.CandidateNotFound.New("election: not a candidate")
+	ErrNotCandidate = errkind.CandidateNotFound.New("election: not a candidate")
 )
 
 // errCandidacyNewer: the candidacy of the call's session and request id was
 // written after the call began, so it may not be the call's to take over;
 // nothing was written, and a retry takes it over if it is (Unavailable).
-var errCandidacyNewer = kind.Unavailable.New("election: the campaign's candidacy was written after this call began")
+var errCandidacyNewer = errkind.Unavailable.New("election: the campaign's candidacy was written after this call began")
 
 // MaxValueBytes bounds a candidate's value.
 const MaxValueBytes = 64 << 10

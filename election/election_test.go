@@ -17,8 +17,8 @@ import (
 
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/groupcommit"
-	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
 	"github.com/coordd/coordd/internal/testkit/wait"
 	"github.com/coordd/coordd/session"
@@ -287,7 +287,7 @@ func TestAStaleCampaignNeverTakesOverALaterCandidacy(t *testing.T) {
 	close(resume)
 	select {
 	case r := <-stale:
-		if !errors.Is(r.err, kind.Unavailable) {
+		if !errors.Is(r.err, errkind.Unavailable) {
 			t.Fatalf("the stale attempt = %+v, %v; want Unavailable (retry)", r.l, r.err)
 		}
 	case <-time.After(wait.Bound(10 * time.Second)):

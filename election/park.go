@@ -9,13 +9,13 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/grantwatch"
-	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/queue"
 )
 
 // errClosing ends the parked campaigns of a manager that closes.
-var errClosing = kind.Unavailable.New("election: the member is stopping")
+var errClosing = errkind.Unavailable.New("election: the member is stopping")
 
 // Parked campaigns.
 //

@@ -6,14 +6,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/names"
 	"github.com/coordd/coordd/internal/base/revoke"
 )
 
 // ErrInvalid is returned by Store.List for a malformed query (a bad name,
 // kind, page token or range); nothing was read.
-var ErrInvalid = kind.Invalid.New("history: invalid argument")
+var ErrInvalid = errkind.Invalid.New("history: invalid argument")
 
 // Kind is what an event is about.
 type Kind string

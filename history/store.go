@@ -11,7 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/names"
 )
 
@@ -77,7 +77,7 @@ const MaxRecordedWait = 10 * time.Second
 // ErrBehind says the history has not recorded up to the revision asked for
 // within MaxRecordedWait (the recorder is slow, or none records: see
 // coordd_history_* metrics). Asking again may succeed.
-var ErrBehind = kind.Unavailable.New("history: not recorded that far yet")
+var ErrBehind = errkind.Unavailable.New("history: not recorded that far yet")
 
 // maxScan bounds the events one List reads while it filters by owner or
 // kind: a page may come back short (with a next page token) rather than

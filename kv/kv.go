@@ -24,20 +24,20 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 )
 
 // Sentinel errors. Callers test them with errors.Is.
 var (
 	// ErrInvalid: a malformed key, prefix, page token or bound.
-	ErrInvalid = kind.Invalid.New("kv: invalid argument")
+	ErrInvalid = errkind.Invalid.New("kv: invalid argument")
 	// ErrKeyNotFound: Get found no such key.
-	ErrKeyNotFound = kind.KeyNotFound.New("kv: key not found")
+	ErrKeyNotFound = errkind.KeyNotFound.New("kv: key not found")
 	// ErrCompacted: the revision asked for is older than etcd's history.
-	ErrCompacted = kind.Compacted.New("kv: revision compacted")
+	ErrCompacted = errkind.Compacted.New("kv: revision compacted")
 	// ErrUnavailable: the watch ended because this member lost etcd (no
 	// leader, a stop); resume from the last revision received + 1.
-	ErrUnavailable = kind.Unavailable.New("kv: watch interrupted")
+	ErrUnavailable = errkind.Unavailable.New("kv: watch interrupted")
 )
 
 // Limits.

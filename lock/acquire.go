@@ -15,8 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/groupcommit"
-	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/names"
 	"github.com/coordd/coordd/internal/base/queue"
 )
@@ -316,7 +316,7 @@ var errIDInUse = errors.New("lock: request id in use")
 // errEntryNewer: the entry of the call's session and request id was
 // written after the call began, so it may not be the call's to take over;
 // nothing was written, and a retry takes it over if it is (see enqueue).
-var errEntryNewer = kind.Unavailable.New("lock: the acquisition's entry was written after this call began")
+var errEntryNewer = errkind.Unavailable.New("lock: the acquisition's entry was written after this call began")
 
 // enqueue puts this call's waiter entry into the queue (or takes over the
 // entry of an earlier call with the same request id) and returns it with

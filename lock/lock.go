@@ -15,9 +15,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/base/groupcommit"
-	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/names"
 	"github.com/coordd/coordd/internal/base/queue"
 	"github.com/coordd/coordd/internal/base/revoke"
@@ -28,21 +28,21 @@ import (
 // Sentinel errors. Callers test them with errors.Is.
 var (
 	// ErrInvalid: a malformed or out-of-bounds argument; nothing changed.
-	ErrInvalid = kind.Invalid.New("lock: invalid argument")
+	ErrInvalid = errkind.Invalid.New("lock: invalid argument")
 	// ErrTooLarge: metadata or a fenced value over its size limit; nothing changed.
-	ErrTooLarge = kind.TooLarge.New("lock: value too large")
+	ErrTooLarge = errkind.TooLarge.New("lock: value too large")
 	// ErrHeld: TryAcquire found the lock held (all permits taken) or in a
 	// lock-delay; or Acquire would wait behind its own session's grant.
-	ErrHeld = kind.Held.New("lock: held")
+	ErrHeld = errkind.Held.New("lock: held")
 	// ErrNotHolder: Release was given a token that holds nothing now.
-	ErrNotHolder = kind.NotHolder.New("lock: not the holder")
+	ErrNotHolder = errkind.NotHolder.New("lock: not the holder")
 	// ErrStaleToken: a fenced call's token no longer holds the lock.
-	ErrStaleToken = kind.StaleToken.New("lock: stale fencing token")
+	ErrStaleToken = errkind.StaleToken.New("lock: stale fencing token")
 	// ErrLimitMismatch: Acquire asked for another limit than the lock has.
-	ErrLimitMismatch = kind.LimitMismatch.New("lock: limit differs from the lock's")
+	ErrLimitMismatch = errkind.LimitMismatch.New("lock: limit differs from the lock's")
 	// ErrSessionNotFound: the session does not exist, or ended while its
 	// acquire waited.
-	ErrSessionNotFound = kind.SessionNotFound.New("lock: session not found")
+	ErrSessionNotFound = errkind.SessionNotFound.New("lock: session not found")
 )
 
 // Limits.

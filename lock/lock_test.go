@@ -16,8 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/groupcommit"
-	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
 	"github.com/coordd/coordd/internal/testkit/wait"
 	"github.com/coordd/coordd/lock"
@@ -897,7 +897,7 @@ func acquireResult(ctx context.Context, m *lock.Manager, req lock.Request) <-cha
 		// while this member has not yet seen the first call's entry
 		// (docs/guarantees.md): retried as the SDK does.
 		g, err := m.Acquire(ctx, req)
-		for try := 0; errors.Is(err, kind.Unavailable) && try < 10; try++ {
+		for try := 0; errors.Is(err, errkind.Unavailable) && try < 10; try++ {
 			g, err = m.Acquire(ctx, req)
 		}
 		ch <- acquired{g, err}
@@ -995,7 +995,7 @@ func TestAStaleAttemptNeverTakesOverALaterEntry(t *testing.T) {
 	close(resume)
 	select {
 	case err := <-stale:
-		if !errors.Is(err, kind.Unavailable) {
+		if !errors.Is(err, errkind.Unavailable) {
 			t.Fatalf("the stale attempt = %v, want Unavailable (retry)", err)
 		}
 	case <-time.After(wait.Bound(10 * time.Second)):
@@ -1019,7 +1019,7 @@ func TestACallCountsFromItsArrival(t *testing.T) {
 	entry := e.waiterToken(t, "l", "the later acquisition to queue")
 	staleCtx, cancel := context.WithTimeout(arrived, wait.Bound(10*time.Second))
 	defer cancel()
-	if _, err := e.m.Acquire(staleCtx, req); !errors.Is(err, kind.Unavailable) {
+	if _, err := e.m.Acquire(staleCtx, req); !errors.Is(err, errkind.Unavailable) {
 		t.Fatalf("a call that arrived before the later acquisition = %v, want Unavailable (retry)", err)
 	}
 	e.releaseAndExpect(t, holder, later, entry, "the later acquisition")
@@ -1047,7 +1047,7 @@ func TestARetryOnAnotherMemberTakesOverAfterOneRefusal(t *testing.T) {
 	refusedCtx, cancelRefused := context.WithTimeout(ctx, wait.Bound(10*time.Second))
 	_, err := other.Acquire(refusedCtx, req)
 	cancelRefused()
-	if !errors.Is(err, kind.Unavailable) {
+	if !errors.Is(err, errkind.Unavailable) {
 		t.Fatalf("the retry on a member that saw nothing yet = %v, want Unavailable (retry)", err)
 	}
 	retry := acquireLater(t, other, req, "the retry")

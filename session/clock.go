@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 )
 
 // Clock keeps coordd's session time, so that a session ends one TTL after
@@ -167,7 +167,7 @@ func (c *Clock) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-var errStopped = kind.Unavailable.New("session clock: this member is stopping")
+var errStopped = errkind.Unavailable.New("session clock: this member is stopping")
 
 // Renew renews the sessions ids and returns, for each, its TTL or an error
 // (one wrapping ErrNotFound for a session that has ended). err is set

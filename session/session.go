@@ -15,7 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 )
 
 // TTL bounds. MinTTL keeps keep-alive traffic sane and stays above etcd's own
@@ -30,16 +30,16 @@ const (
 var (
 	// ErrNotFound is returned by Get, KeepAlive and Close when the session
 	// does not exist: never created, closed, or expired.
-	ErrNotFound = kind.SessionNotFound.New("session: not found")
+	ErrNotFound = errkind.SessionNotFound.New("session: not found")
 	// ErrInvalid is returned by every call given a malformed or out-of-bounds
 	// argument (TTL, id, owner, labels). Nothing is changed.
-	ErrInvalid = kind.Invalid.New("session: invalid argument")
+	ErrInvalid = errkind.Invalid.New("session: invalid argument")
 	// ErrTooLarge is returned by Create when the owner, hostname or labels
 	// exceed their size limits. Nothing is changed.
-	ErrTooLarge = kind.TooLarge.New("session: value too large")
+	ErrTooLarge = errkind.TooLarge.New("session: value too large")
 	// ErrQuota is returned by Create when the session's principal already
 	// holds as many live sessions as LimitPerPrincipal allows.
-	ErrQuota = kind.QuotaExceeded.New("session: quota exceeded")
+	ErrQuota = errkind.QuotaExceeded.New("session: quota exceeded")
 )
 
 // ID identifies a session. It is the id of the session's etcd lease, written

@@ -5,7 +5,7 @@
 // hold it, and once more after they let go (a late write, as a paused
 // holder would make, which the fence must refuse). The recorded history
 // and the fenced keys' applied writes are then checked with
-// fencing/history's checkers: linearizability (porcupine), the order of
+// fencing/histcheck's checkers: linearizability (porcupine), the order of
 // the applied writes' tokens, and overlaps of the holders' own views.
 //
 // It uses names of its own under Prefix (default "coordd-verify/", then a
@@ -39,7 +39,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/fencing/history"
+	"github.com/coordd/coordd/fencing/histcheck"
 )
 
 // SabotageUnfenced has the clients write to an unfenced store (a config
@@ -87,7 +87,7 @@ type Report struct {
 	Duration   time.Duration
 	Lock       KindReport
 	Election   KindReport
-	Violations []history.Violation
+	Violations []histcheck.Violation
 	Sabotage   string
 	// Leftovers is what cleaning up could not remove ("" when it all was).
 	Leftovers string
@@ -138,18 +138,18 @@ type run struct {
 	latest map[string]*atomic.Int64
 
 	mu   sync.Mutex
-	recs []history.Record
+	recs []histcheck.Record
 	errs map[string]map[string]int // kind -> message -> count
 	sess map[string]int            // kind -> sessions started
 }
 
-func (r *run) lockName() string        { return r.name + "lock" }
-func (r *run) electionName() string    { return r.name + "election" }
-func (r *run) key(kind string) string  { return r.name + kind + "-value" }
-func (r *run) namespace() string       { return r.name + "unfenced" }
-func (r *run) add(rec history.Record)  { r.mu.Lock(); r.recs = append(r.recs, rec); r.mu.Unlock() }
-func now() int64                       { return time.Now().UnixNano() }
-func (r *run) sessionStarted(k string) { r.mu.Lock(); r.sess[k]++; r.mu.Unlock() }
+func (r *run) lockName() string         { return r.name + "lock" }
+func (r *run) electionName() string     { return r.name + "election" }
+func (r *run) key(kind string) string   { return r.name + kind + "-value" }
+func (r *run) namespace() string        { return r.name + "unfenced" }
+func (r *run) add(rec histcheck.Record) { r.mu.Lock(); r.recs = append(r.recs, rec); r.mu.Unlock() }
+func now() int64                        { return time.Now().UnixNano() }
+func (r *run) sessionStarted(k string)  { r.mu.Lock(); r.sess[k]++; r.mu.Unlock() }
 
 func (r *run) fail(kind string, err error) {
 	r.mu.Lock()
@@ -162,7 +162,7 @@ func (r *run) fail(kind string, err error) {
 
 func (r *run) run(ctx context.Context) (Report, error) {
 	r.errs, r.sess = map[string]map[string]int{}, map[string]int{}
-	r.latest = map[string]*atomic.Int64{history.KindLock: {}, history.KindElection: {}}
+	r.latest = map[string]*atomic.Int64{histcheck.KindLock: {}, histcheck.KindElection: {}}
 	rep := Report{Name: r.name, Started: time.Now(), Sabotage: r.o.Sabotage}
 	// Fail early, with the reason, if the names cannot be used at all.
 	probe, err := r.c.NewSession(ctx, clientlib.WithTTL(r.o.TTL), clientlib.WithOwner("coordd-verify"))
@@ -185,16 +185,16 @@ func (r *run) run(ctx context.Context) (Report, error) {
 	wctx, cancel := context.WithTimeout(ctx, r.o.Duration)
 	defer cancel()
 	limits := map[string]*rate.Limiter{
-		history.KindLock:     rate.NewLimiter(rate.Limit(r.o.Rate), 1),
-		history.KindElection: rate.NewLimiter(rate.Limit(r.o.Rate), 1),
+		histcheck.KindLock:     rate.NewLimiter(rate.Limit(r.o.Rate), 1),
+		histcheck.KindElection: rate.NewLimiter(rate.Limit(r.o.Rate), 1),
 	}
 	var wg sync.WaitGroup
 	for i := range r.o.Lockers {
-		wg.Go(func() { r.client(wctx, history.KindLock, fmt.Sprintf("lock-%d", i), limits[history.KindLock]) })
+		wg.Go(func() { r.client(wctx, histcheck.KindLock, fmt.Sprintf("lock-%d", i), limits[histcheck.KindLock]) })
 	}
 	for i := range r.o.Candidates {
 		wg.Go(func() {
-			r.client(wctx, history.KindElection, fmt.Sprintf("candidate-%d", i), limits[history.KindElection])
+			r.client(wctx, histcheck.KindElection, fmt.Sprintf("candidate-%d", i), limits[histcheck.KindElection])
 		})
 	}
 	wg.Wait()
@@ -235,7 +235,7 @@ func (r *run) client(ctx context.Context, kind, id string, limit *rate.Limiter) 
 			r.sessionStarted(kind)
 			context.AfterFunc(s.Context(), func() {
 				t := now()
-				r.add(history.Record{Worker: id, Kind: kind, Op: history.OpSessionEnd, Session: s.ID(), Call: t, Return: t, Err: fmt.Sprint(context.Cause(s.Context()))})
+				r.add(histcheck.Record{Worker: id, Kind: kind, Op: histcheck.OpSessionEnd, Session: s.ID(), Call: t, Return: t, Err: fmt.Sprint(context.Cause(s.Context()))})
 			})
 		}
 		r.cycle(ctx, kind, id, sess)
@@ -253,7 +253,7 @@ func (r *run) cycle(ctx context.Context, kind, id string, sess *clientlib.Sessio
 	var giveUp func(context.Context) error
 	var put func(context.Context, []byte) error
 	var err error
-	if kind == history.KindLock {
+	if kind == histcheck.KindLock {
 		var l *clientlib.Lock
 		if l, err = sess.Lock(ctx, r.lockName()); err == nil {
 			h, token, giveUp = l, int64(l.Token()), l.Release
@@ -266,7 +266,7 @@ func (r *run) cycle(ctx context.Context, kind, id string, sess *clientlib.Sessio
 			put = func(ctx context.Context, v []byte) error { _, err := l.Put(ctx, r.key(kind), v); return err }
 		}
 	}
-	rec := history.Record{Worker: id, Kind: kind, Session: sess.ID(), Op: history.OpAcquire, Call: call, Return: now()}
+	rec := histcheck.Record{Worker: id, Kind: kind, Session: sess.ID(), Op: histcheck.OpAcquire, Call: call, Return: now()}
 	if err != nil {
 		if ctx.Err() == nil {
 			rec.Err = err.Error()
@@ -303,7 +303,7 @@ func (r *run) cycle(ctx context.Context, kind, id string, sess *clientlib.Sessio
 	if at := lostAt.Load(); at != 0 && at < end {
 		end, why = at, fmt.Sprint(context.Cause(h.Context()))
 	}
-	r.add(history.Record{Worker: id, Kind: kind, Session: sess.ID(), Op: history.OpView, Token: token, Call: start, Return: end, Err: why})
+	r.add(histcheck.Record{Worker: id, Kind: kind, Session: sess.ID(), Op: histcheck.OpView, Token: token, Call: start, Return: end, Err: why})
 	// Let go while the session lives (a failed release is repeated).
 	rctx, cancel := context.WithCancel(sess.Context())
 	defer cancel()
@@ -331,7 +331,7 @@ const putTimeout = 2 * time.Second
 func (r *run) write(ctx context.Context, kind, id string, token int64, put func(context.Context, []byte) error, late bool) {
 	pctx, cancel := context.WithTimeout(ctx, putTimeout)
 	defer cancel()
-	rec := history.Record{Worker: id, Kind: kind, Op: history.OpPut, Token: token, Call: now()}
+	rec := histcheck.Record{Worker: id, Kind: kind, Op: histcheck.OpPut, Token: token, Call: now()}
 	if late {
 		rec.Err = "late"
 	}
@@ -339,11 +339,11 @@ func (r *run) write(ctx context.Context, kind, id string, token int64, put func(
 	rec.Return = now()
 	switch {
 	case err == nil:
-		rec.Result = history.ResultOK
+		rec.Result = histcheck.ResultOK
 	case errors.Is(err, clientlib.ErrStaleToken):
-		rec.Result = history.ResultStale
+		rec.Result = histcheck.ResultStale
 	default:
-		rec.Result = history.ResultUnknown
+		rec.Result = histcheck.ResultUnknown
 		if ctx.Err() == nil { // not the run's end
 			r.fail(kind, err)
 		}
@@ -373,9 +373,9 @@ func sleep(ctx context.Context, d time.Duration) {
 // follow reads every write applied to the fenced keys (or, sabotaged, to
 // the unfenced namespace) from now on, until the function it returns is
 // called; that returns the writes per kind, in the store's order.
-func (r *run) follow(ctx context.Context) (stop func() (map[string][]history.Write, error), err error) {
+func (r *run) follow(ctx context.Context) (stop func() (map[string][]histcheck.Write, error), err error) {
 	if r.o.Sabotage == SabotageUnfenced {
-		return func() (map[string][]history.Write, error) { return r.unfencedWrites(ctx) }, nil
+		return func() (map[string][]histcheck.Write, error) { return r.unfencedWrites(ctx) }, nil
 	}
 	page, err := r.c.KV().List(ctx, r.name, clientlib.ListOptions{PageSize: 1, KeysOnly: true})
 	if err != nil {
@@ -383,7 +383,7 @@ func (r *run) follow(ctx context.Context) (stop func() (map[string][]history.Wri
 	}
 	rev := page.Revision
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	out := map[string][]history.Write{}
+	out := map[string][]histcheck.Write{}
 	var mu sync.Mutex
 	var werr error
 	last := rev
@@ -396,9 +396,9 @@ func (r *run) follow(ctx context.Context) (stop func() (map[string][]history.Wri
 				mu.Lock()
 				last = max(last, ev.KV.ModRevision)
 				if !ev.Deleted {
-					for _, kind := range []string{history.KindLock, history.KindElection} {
+					for _, kind := range []string{histcheck.KindLock, histcheck.KindElection} {
 						if ev.KV.Key == r.key(kind) {
-							out[kind] = append(out[kind], history.Write{Revision: ev.KV.ModRevision, Value: string(ev.KV.Value)})
+							out[kind] = append(out[kind], histcheck.Write{Revision: ev.KV.ModRevision, Value: string(ev.KV.Value)})
 						}
 					}
 				}
@@ -415,7 +415,7 @@ func (r *run) follow(ctx context.Context) (stop func() (map[string][]history.Wri
 			}
 		}
 	}()
-	stop = func() (map[string][]history.Write, error) {
+	stop = func() (map[string][]histcheck.Write, error) {
 		// Every write made is in the watch once it has passed the keys'
 		// latest revisions.
 		page, err := r.c.KV().List(ctx, r.name, clientlib.ListOptions{KeysOnly: true})
@@ -454,7 +454,7 @@ func (r *run) follow(ctx context.Context) (stop func() (map[string][]history.Wri
 }
 
 // unfencedWrites reads the sabotaged namespace's releases, oldest first.
-func (r *run) unfencedWrites(ctx context.Context) (map[string][]history.Write, error) {
+func (r *run) unfencedWrites(ctx context.Context) (map[string][]histcheck.Write, error) {
 	var all []clientlib.ConfigRelease
 	before := int64(0)
 	for {
@@ -469,23 +469,23 @@ func (r *run) unfencedWrites(ctx context.Context) (map[string][]history.Write, e
 		before = page[len(page)-1].Number
 	}
 	slices.Reverse(all)
-	out := map[string][]history.Write{}
+	out := map[string][]histcheck.Write{}
 	for _, rel := range all {
 		for _, ch := range rel.Changes {
 			if ch.New != nil {
-				out[ch.Key] = append(out[ch.Key], history.Write{Revision: rel.Revision, Value: *ch.New})
+				out[ch.Key] = append(out[ch.Key], histcheck.Write{Revision: rel.Revision, Value: *ch.New})
 			}
 		}
 	}
 	return out, nil
 }
 
-func (r *run) check(rep *Report, writes map[string][]history.Write) {
+func (r *run) check(rep *Report, writes map[string][]histcheck.Write) {
 	r.mu.Lock()
 	recs := slices.Clone(r.recs)
 	r.mu.Unlock()
-	slices.SortStableFunc(recs, func(a, b history.Record) int { return cmp.Compare(a.Call, b.Call) })
-	for _, kind := range []string{history.KindLock, history.KindElection} {
+	slices.SortStableFunc(recs, func(a, b histcheck.Record) int { return cmp.Compare(a.Call, b.Call) })
+	for _, kind := range []string{histcheck.KindLock, histcheck.KindElection} {
 		kr := KindReport{Applied: len(writes[kind]), Errors: r.errs[kind], SessionsStarted: r.sess[kind]}
 		var waits []time.Duration
 		var grantTimes []int64
@@ -494,21 +494,21 @@ func (r *run) check(rep *Report, writes map[string][]history.Write) {
 				continue
 			}
 			switch {
-			case rec.Op == history.OpAcquire && rec.Token > 0:
+			case rec.Op == histcheck.OpAcquire && rec.Token > 0:
 				kr.Grants++
 				waits = append(waits, time.Duration(rec.Return-rec.Call))
 				grantTimes = append(grantTimes, rec.Return)
-			case rec.Op == history.OpPut && rec.Err == "late":
+			case rec.Op == histcheck.OpPut && rec.Err == "late":
 				kr.LateWrites++
-				if rec.Result == history.ResultStale {
+				if rec.Result == histcheck.ResultStale {
 					kr.LateRefused++
 				}
-			case rec.Op == history.OpPut:
+			case rec.Op == histcheck.OpPut:
 				kr.Writes++
 				switch rec.Result {
-				case history.ResultStale:
+				case histcheck.ResultStale:
 					kr.Refused++
-				case history.ResultUnknown:
+				case histcheck.ResultUnknown:
 					kr.Unknown++
 				}
 			}
@@ -518,15 +518,15 @@ func (r *run) check(rep *Report, writes map[string][]history.Write) {
 		for i := 1; i < len(grantTimes); i++ {
 			kr.LongestGap = max(kr.LongestGap, time.Duration(grantTimes[i]-grantTimes[i-1]))
 		}
-		if kind == history.KindLock {
+		if kind == histcheck.KindLock {
 			rep.Lock = kr
 		} else {
 			rep.Election = kr
 		}
-		if (kind == history.KindLock && r.o.Lockers > 0 || kind == history.KindElection && r.o.Candidates > 0) && kr.Grants == 0 {
-			rep.Violations = append(rep.Violations, history.Violation{Checker: "progress-" + kind, What: "no grant in the whole run"})
+		if (kind == histcheck.KindLock && r.o.Lockers > 0 || kind == histcheck.KindElection && r.o.Candidates > 0) && kr.Grants == 0 {
+			rep.Violations = append(rep.Violations, histcheck.Violation{Checker: "progress-" + kind, What: "no grant in the whole run"})
 		}
-		rep.Violations = append(rep.Violations, history.Check(kind, recs, writes[kind], r.o.Timeout)...)
+		rep.Violations = append(rep.Violations, histcheck.Check(kind, recs, writes[kind], r.o.Timeout)...)
 	}
 	rep.Passed = len(rep.Violations) == 0
 }
@@ -538,13 +538,13 @@ func (r *run) cleanUp(rep *Report, probe *clientlib.Session) {
 	defer cancel()
 	var left []string
 	if l, err := probe.Lock(ctx, r.lockName()); err == nil {
-		for _, kind := range []string{history.KindLock, history.KindElection} {
+		for _, kind := range []string{histcheck.KindLock, histcheck.KindElection} {
 			if _, err := l.Delete(ctx, r.key(kind)); err != nil && !errors.Is(err, clientlib.ErrKeyNotFound) {
 				left = append(left, r.key(kind))
 			}
 		}
 	} else {
-		left = append(left, r.key(history.KindLock), r.key(history.KindElection))
+		left = append(left, r.key(histcheck.KindLock), r.key(histcheck.KindElection))
 	}
 	if err := probe.Close(ctx); err != nil {
 		left = append(left, "session "+probe.ID())

@@ -32,8 +32,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/grantwatch"
-	"github.com/coordd/coordd/internal/base/kind"
 )
 
 // ErrEntryGone is returned by Wait when the waiting entry was deleted:
@@ -164,7 +164,7 @@ func waitForValue(ctx context.Context, f *grantwatch.Feed, key, value string, af
 // removes it. Callers keep it only for calls whose client named the
 // request id: a retry without one could not find it.
 func Abandoned(ctx context.Context) bool {
-	return ctx.Err() != nil && errors.Is(context.Cause(ctx), kind.Unavailable)
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), errkind.Unavailable)
 }
 
 // Remove deletes the entry key if its value is still value, also when ctx

@@ -38,9 +38,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/base/groupcommit"
-	"github.com/coordd/coordd/internal/base/kind"
 )
 
 // Outcome is how a revocation ended.
@@ -142,7 +142,7 @@ type Background interface {
 }
 
 // errStopping fails a revocation that cannot start: its owner is closing.
-var errStopping = kind.Unavailable.New("revoke: the member is stopping")
+var errStopping = errkind.Unavailable.New("revoke: the member is stopping")
 
 // Await waits, on bg, until the entry at key created at token is deleted
 // (ended true) or until passes (ended false); then, unless it ended,

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/coordd/coordd/auth"
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 )
 
 // Where a certificate's principal is read from.
@@ -56,7 +56,7 @@ func (a *Authenticator) Principal(ctx context.Context) (auth.Principal, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	if a.Forwarded {
 		if msg := md.Get(forwardedError); len(msg) > 0 {
-			return auth.Anonymous, kind.Unauthenticated.New(msg[0])
+			return auth.Anonymous, errkind.Unauthenticated.New(msg[0])
 		}
 		names := md.Get(forwardedPrincipal)
 		if len(names) != 1 {
@@ -110,15 +110,15 @@ func (a *Authenticator) HTTPPrincipal(r *http.Request) (auth.Principal, error) {
 func (a *Authenticator) principal(authorization []string, cert *x509.Certificate) (auth.Principal, error) {
 	if len(authorization) > 0 {
 		if len(authorization) > 1 {
-			return auth.Anonymous, kind.Unauthenticated.New("auth: more than one authorization header")
+			return auth.Anonymous, errkind.Unauthenticated.New("auth: more than one authorization header")
 		}
 		token, ok := strings.CutPrefix(authorization[0], "Bearer ")
 		if !ok {
-			return auth.Anonymous, kind.Unauthenticated.New("auth: the authorization header must be \"Bearer <token>\"")
+			return auth.Anonymous, errkind.Unauthenticated.New("auth: the authorization header must be \"Bearer <token>\"")
 		}
 		p, ok := a.tokens.Load().Lookup(strings.TrimSpace(token))
 		if !ok {
-			return auth.Anonymous, kind.Unauthenticated.New("auth: unknown bearer token")
+			return auth.Anonymous, errkind.Unauthenticated.New("auth: unknown bearer token")
 		}
 		return p, nil
 	}
@@ -127,12 +127,12 @@ func (a *Authenticator) principal(authorization []string, cert *x509.Certificate
 	}
 	if a.IdentityFrom == IdentityFromURI {
 		if len(cert.URIs) == 0 {
-			return auth.Anonymous, kind.Unauthenticated.New("auth: the client certificate has no URI SAN to name its principal (--identity-from uri)")
+			return auth.Anonymous, errkind.Unauthenticated.New("auth: the client certificate has no URI SAN to name its principal (--identity-from uri)")
 		}
 		return auth.Principal{Name: cert.URIs[0].String()}, nil
 	}
 	if cert.Subject.CommonName == "" {
-		return auth.Anonymous, kind.Unauthenticated.New("auth: the client certificate has no common name to name its principal (--identity-from cn)")
+		return auth.Anonymous, errkind.Unauthenticated.New("auth: the client certificate has no common name to name its principal (--identity-from cn)")
 	}
 	return auth.Principal{Name: cert.Subject.CommonName}, nil
 }

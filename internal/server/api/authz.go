@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/coordd/coordd/auth"
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -53,7 +53,7 @@ type ownedRef struct {
 	// through would let a caller name a token before it is granted: tokens
 	// are predictable revisions, and one granted to another principal
 	// between the check and the call would be acted on unchecked.
-	gone *kind.Kind
+	gone *errkind.Kind
 }
 
 func bySession[T any](id func(T) string) func(any) ownedRef {
@@ -81,9 +81,9 @@ func byFence[T interface {
 		return ownedRef{}
 	}
 	if m.GetElection() != "" {
-		return ownedRef{election: m.GetElection(), token: m.GetToken(), gone: kind.StaleToken}
+		return ownedRef{election: m.GetElection(), token: m.GetToken(), gone: errkind.StaleToken}
 	}
-	return ownedRef{lock: m.GetLock(), token: m.GetToken(), gone: kind.StaleToken}
+	return ownedRef{lock: m.GetLock(), token: m.GetToken(), gone: errkind.StaleToken}
 }
 
 // named builds a names func for requests of type T naming one resource.
@@ -236,7 +236,7 @@ var rpcTable = map[string]rpcRule{
 		if m.GetSessionId() != "" && m.GetRequestId() != "" {
 			return ownedRef{session: m.GetSessionId()}
 		}
-		return ownedRef{lock: m.GetName(), token: m.GetToken(), gone: kind.NotHolder}
+		return ownedRef{lock: m.GetName(), token: m.GetToken(), gone: errkind.NotHolder}
 	}),
 	lockSvc + "DescribeLock": rule(auth.LockDescribe, named(auth.Lock, (*coorddv1.DescribeLockRequest).GetName)),
 	lockSvc + "WatchLock":    rule(auth.LockDescribe, named(auth.Lock, (*coorddv1.WatchLockRequest).GetName)),
@@ -263,7 +263,7 @@ var rpcTable = map[string]rpcRule{
 	electionSvc + "Campaign": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.CampaignRequest).GetName), bySession((*coorddv1.CampaignRequest).GetSessionId)),
 	electionSvc + "Proclaim": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.ProclaimRequest).GetName), func(msg any) ownedRef {
 		m, _ := msg.(*coorddv1.ProclaimRequest)
-		return ownedRef{election: m.GetName(), token: m.GetTerm(), gone: kind.NotLeader}
+		return ownedRef{election: m.GetName(), token: m.GetTerm(), gone: errkind.NotLeader}
 	}),
 	// As Release: the hinted session and request id, whose key the
 	// resignation compares, or else the term's session.
@@ -272,12 +272,12 @@ var rpcTable = map[string]rpcRule{
 		if m.GetSessionId() != "" && m.GetRequestId() != "" {
 			return ownedRef{session: m.GetSessionId()}
 		}
-		return ownedRef{election: m.GetName(), token: m.GetTerm(), gone: kind.NotLeader}
+		return ownedRef{election: m.GetName(), token: m.GetTerm(), gone: errkind.NotLeader}
 	}),
 	// By the term alone: the hint only tells the stream to stop following.
 	electionSvc + "Transfer": rule(auth.ElectionCampaign, named(auth.Election, (*coorddv1.TransferRequest).GetName), func(msg any) ownedRef {
 		m, _ := msg.(*coorddv1.TransferRequest)
-		return ownedRef{election: m.GetName(), token: m.GetTerm(), gone: kind.NotLeader}
+		return ownedRef{election: m.GetName(), token: m.GetTerm(), gone: errkind.NotLeader}
 	}),
 	electionSvc + "Leader":        rule(auth.ElectionObserve, named(auth.Election, (*coorddv1.LeaderRequest).GetName)),
 	electionSvc + "Candidates":    rule(auth.ElectionObserve, named(auth.Election, (*coorddv1.CandidatesRequest).GetName)),
@@ -386,7 +386,7 @@ func (a Auth) authorize(ctx context.Context, p auth.Principal, method string, ms
 	}
 	if lim := a.Limits.Allow(p, rule.action, writes(method, rule), spaces); lim != nil {
 		a.Metrics.rateLimited(lim.What)
-		return rateLimited{error: kind.RateLimited.New(lim.Error()), after: lim.RetryAfter}
+		return rateLimited{error: errkind.RateLimited.New(lim.Error()), after: lim.RetryAfter}
 	}
 	return nil
 }
@@ -419,19 +419,19 @@ func (a Auth) policy(ctx context.Context, p auth.Principal, method string, msg a
 			// the cluster's state.
 			if ok, why := az.Allows(p, auth.ClusterRead, auth.Resource{}); !ok {
 				if p.IsAnonymous() {
-					return kind.Unauthenticated.New("auth: " + why)
+					return errkind.Unauthenticated.New("auth: " + why)
 				}
-				return kind.PermissionDenied.New("auth: " + why + " (server reflection needs cluster.read)")
+				return errkind.PermissionDenied.New("auth: " + why + " (server reflection needs cluster.read)")
 			}
 			return nil
 		}
 		if method == whoAmI {
 			if p.IsAnonymous() {
-				return kind.Unauthenticated.New("auth: sign in (a bearer token or a client certificate) to be named")
+				return errkind.Unauthenticated.New("auth: sign in (a bearer token or a client certificate) to be named")
 			}
 			return nil // anyone known may learn its own name
 		}
-		return kind.PermissionDenied.New(method + " is not in coordd's table of RPCs and actions: denied")
+		return errkind.PermissionDenied.New(method + " is not in coordd's table of RPCs and actions: denied")
 	}
 	var names []auth.Resource
 	if rule.names != nil {
@@ -448,9 +448,9 @@ func (a Auth) policy(ctx context.Context, p auth.Principal, method string, msg a
 		for _, res := range names {
 			if ok, why := az.Allows(p, act, res); !ok {
 				if p.IsAnonymous() {
-					return kind.Unauthenticated.New("auth: " + why)
+					return errkind.Unauthenticated.New("auth: " + why)
 				}
-				return kind.PermissionDenied.New("auth: " + why)
+				return errkind.PermissionDenied.New("auth: " + why)
 			}
 		}
 	}
@@ -492,7 +492,7 @@ func (a Auth) audit(ctx context.Context, p auth.Principal, method string, msg an
 	}
 	rule, known := rpcTable[method]
 	st, _ := ToStatus(err)
-	refused := err != nil && (errors.Is(err, kind.PermissionDenied) || errors.Is(err, kind.Unauthenticated))
+	refused := err != nil && (errors.Is(err, errkind.PermissionDenied) || errors.Is(err, errkind.Unauthenticated))
 	revealed := known && rule.reveals != nil && msg != nil && rule.reveals(msg)
 	if !refused && !revealed && (!known || !writes(method, rule)) {
 		return
@@ -599,10 +599,10 @@ func (s *authStream) RecvMsg(m any) error {
 }
 
 // Unauthenticated returns an error with the UNAUTHENTICATED reason.
-func Unauthenticated(msg string) error { return kind.Unauthenticated.New(msg) }
+func Unauthenticated(msg string) error { return errkind.Unauthenticated.New(msg) }
 
 // PermissionDenied returns an error with the PERMISSION_DENIED reason.
-func PermissionDenied(msg string) error { return kind.PermissionDenied.New(msg) }
+func PermissionDenied(msg string) error { return errkind.PermissionDenied.New(msg) }
 
 // SetNames sets every field of msg that names a lock, election, namespace,
 // key or prefix to name (for tests that call every RPC with one name).

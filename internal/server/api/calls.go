@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -226,7 +226,7 @@ func (s *CallServer) start(ctx context.Context, cs *callStream, req *coorddv1.Ca
 		if _, dup := cs.inflight[id]; dup {
 			refusal = invalid("call_id: a call with this id is in flight on the stream")
 		} else if len(cs.inflight) >= maxCallsInFlight {
-			refusal = kind.RateLimited.New(fmt.Sprintf("coordd: %d calls are in flight on this stream; wait for some to finish or use another stream", maxCallsInFlight))
+			refusal = errkind.RateLimited.New(fmt.Sprintf("coordd: %d calls are in flight on this stream; wait for some to finish or use another stream", maxCallsInFlight))
 		} else {
 			cs.inflight[id] = stop
 		}

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/keyring"
-	"github.com/coordd/coordd/internal/base/kind"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -247,7 +247,7 @@ func (s *ConfigServer) SetSchema(ctx context.Context, req *coorddv1.SetSchemaReq
 			return nil, err
 		}
 		if holds {
-			return nil, kind.PermissionDenied.New("auth: " + strconv.Quote(req.GetNamespace()) + " holds secrets, and whether they match a schema tells of them: setting its schema needs config.read-secret too")
+			return nil, errkind.PermissionDenied.New("auth: " + strconv.Quote(req.GetNamespace()) + " holds secrets, and whether they match a schema tells of them: setting its schema needs config.read-secret too")
 		}
 	}
 	rev, err := s.store.SetSchema(ctx, req.GetNamespace(), req.GetSchema())

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -141,7 +141,7 @@ func (s *ConfigServer) WithdrawProposal(ctx context.Context, req *coorddv1.Withd
 		return nil, err
 	}
 	if p.Proposer != me {
-		return nil, kind.PermissionDenied.New("config: only its proposer (" + p.Proposer + ") withdraws a proposal; others reject it (config.approve)")
+		return nil, errkind.PermissionDenied.New("config: only its proposer (" + p.Proposer + ") withdraws a proposal; others reject it (config.approve)")
 	}
 	if p, err = s.store.Reject(ctx, req.GetNamespace(), req.GetNumber(), me, req.GetMessage()); err != nil {
 		return nil, err
@@ -174,7 +174,7 @@ func proposalProto(p configcenter.Proposal) *coorddv1.Proposal {
 // SetInheritance implements ConfigService.
 func (s *ConfigServer) SetInheritance(ctx context.Context, req *coorddv1.SetInheritanceRequest) (*coorddv1.SetInheritanceResponse, error) {
 	if sh := req.GetShared(); sh != "" && s.MayRead != nil && !s.MayRead(ctx, sh) {
-		return nil, kind.PermissionDenied.New("auth: inheriting from " + strconv.Quote(sh) + " shows its content: that needs config.read on it")
+		return nil, errkind.PermissionDenied.New("auth: inheriting from " + strconv.Quote(sh) + " shows its content: that needs config.read on it")
 	}
 	p := PrincipalFrom(ctx)
 	r, err := s.store.Inherit(ctx, req.GetNamespace(), req.GetShared(), configcenter.Setter{Name: p.Name, Groups: p.Groups}, author(ctx, req.GetAuthor()), req.GetMessage())

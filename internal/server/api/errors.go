@@ -12,64 +12,64 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
 // ErrStopping is returned to callers whose call or stream is ended because
 // the daemon is shutting down. Clients retry on another member.
-var ErrStopping = kind.Unavailable.New("coordd: daemon is stopping; retry on another member")
+var ErrStopping = errkind.Unavailable.New("coordd: daemon is stopping; retry on another member")
 
 // ErrNoQuorum is returned to callers whose call is ended because this
 // member cannot commit: its etcd has had no leader, or could not confirm a
 // read through its leader, for too long (it is cut off from its peers).
 // Clients retry on another member.
-var ErrNoQuorum = kind.Unavailable.New("coordd: this member cannot commit (no etcd leader, or cut off from a quorum of its peers); retry on another member")
+var ErrNoQuorum = errkind.Unavailable.New("coordd: this member cannot commit (no etcd leader, or cut off from a quorum of its peers); retry on another member")
 
 // ErrLeaderChanged is returned to callers whose request to etcd was in
 // flight when this member's etcd leader changed: a request forwarded to a
 // leader that died would otherwise wait for etcd's request timeout. The
 // request may or may not have taken effect; clients retry.
-var ErrLeaderChanged = kind.Unavailable.New("coordd: etcd's leader changed while the request was in flight; retry")
+var ErrLeaderChanged = errkind.Unavailable.New("coordd: etcd's leader changed while the request was in flight; retry")
 
 // Domain is the ErrorInfo domain of every coordd error.
 const Domain = "coordd"
 
 // errorTable is the only place where classes of failure become gRPC codes
-// and ErrorInfo reasons. Domain sentinels carry their kind (package kind);
+// and ErrorInfo reasons. Domain sentinels carry their kind (package errkind);
 // the first row whose kind the error matches (errors.Is) wins.
 var errorTable = []struct {
-	kind   *kind.Kind
+	kind   *errkind.Kind
 	code   codes.Code
 	reason coorddv1.ErrorReason
 }{
-	{kind.Invalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
-	{kind.TooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
-	{kind.ValidationFailed, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALIDATION_FAILED},
-	{kind.SessionNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
-	{kind.KeyNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_KEY_NOT_FOUND},
-	{kind.ReleaseNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_RELEASE_NOT_FOUND},
-	{kind.NoLeader, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_NO_LEADER},
-	{kind.Held, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_LOCK_HELD},
-	{kind.StaleToken, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_STALE_TOKEN},
-	{kind.NotHolder, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_HOLDER},
-	{kind.NotLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_LEADER},
-	{kind.LimitMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH},
-	{kind.SecretsUnavailable, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_SECRETS_UNAVAILABLE},
-	{kind.ApprovalRequired, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_APPROVAL_REQUIRED},
-	{kind.ProposalNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_PROPOSAL_NOT_FOUND},
-	{kind.ProposalClosed, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_PROPOSAL_CLOSED},
-	{kind.CandidateNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_CANDIDATE_NOT_FOUND},
-	{kind.AlreadyLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_ALREADY_LEADER},
-	{kind.RevisionMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_REVISION_MISMATCH},
-	{kind.Compacted, codes.OutOfRange, coorddv1.ErrorReason_ERROR_REASON_COMPACTED},
-	{kind.Unavailable, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
-	{kind.MemberNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_MEMBER_NOT_FOUND},
-	{kind.MemberChangeRefused, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_MEMBER_CHANGE_REFUSED},
-	{kind.Unauthenticated, codes.Unauthenticated, coorddv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED},
-	{kind.PermissionDenied, codes.PermissionDenied, coorddv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED},
-	{kind.RateLimited, codes.ResourceExhausted, coorddv1.ErrorReason_ERROR_REASON_RATE_LIMITED},
-	{kind.QuotaExceeded, codes.ResourceExhausted, coorddv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED},
+	{errkind.Invalid, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
+	{errkind.TooLarge, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALUE_TOO_LARGE},
+	{errkind.ValidationFailed, codes.InvalidArgument, coorddv1.ErrorReason_ERROR_REASON_VALIDATION_FAILED},
+	{errkind.SessionNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
+	{errkind.KeyNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_KEY_NOT_FOUND},
+	{errkind.ReleaseNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_RELEASE_NOT_FOUND},
+	{errkind.NoLeader, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_NO_LEADER},
+	{errkind.Held, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_LOCK_HELD},
+	{errkind.StaleToken, codes.Aborted, coorddv1.ErrorReason_ERROR_REASON_STALE_TOKEN},
+	{errkind.NotHolder, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_HOLDER},
+	{errkind.NotLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_NOT_LEADER},
+	{errkind.LimitMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH},
+	{errkind.SecretsUnavailable, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_SECRETS_UNAVAILABLE},
+	{errkind.ApprovalRequired, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_APPROVAL_REQUIRED},
+	{errkind.ProposalNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_PROPOSAL_NOT_FOUND},
+	{errkind.ProposalClosed, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_PROPOSAL_CLOSED},
+	{errkind.CandidateNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_CANDIDATE_NOT_FOUND},
+	{errkind.AlreadyLeader, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_ALREADY_LEADER},
+	{errkind.RevisionMismatch, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_REVISION_MISMATCH},
+	{errkind.Compacted, codes.OutOfRange, coorddv1.ErrorReason_ERROR_REASON_COMPACTED},
+	{errkind.Unavailable, codes.Unavailable, coorddv1.ErrorReason_ERROR_REASON_UNAVAILABLE},
+	{errkind.MemberNotFound, codes.NotFound, coorddv1.ErrorReason_ERROR_REASON_MEMBER_NOT_FOUND},
+	{errkind.MemberChangeRefused, codes.FailedPrecondition, coorddv1.ErrorReason_ERROR_REASON_MEMBER_CHANGE_REFUSED},
+	{errkind.Unauthenticated, codes.Unauthenticated, coorddv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED},
+	{errkind.PermissionDenied, codes.PermissionDenied, coorddv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED},
+	{errkind.RateLimited, codes.ResourceExhausted, coorddv1.ErrorReason_ERROR_REASON_RATE_LIMITED},
+	{errkind.QuotaExceeded, codes.ResourceExhausted, coorddv1.ErrorReason_ERROR_REASON_QUOTA_EXCEEDED},
 }
 
 // codeReasons are the reasons REST bodies give statuses that carry no coordd

@@ -17,7 +17,7 @@ import (
 
 	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/election"
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/coordd/coordd/session"
@@ -110,7 +110,7 @@ func TestUnaryErrorsRecoversPanics(t *testing.T) {
 // the interceptors, REQUEST_TOO_LARGE by the gateway, DEADLINE_EXCEEDED by
 // ToStatus for context deadlines, NO_SPACE by ToStatus for etcd's).
 func TestErrorTableCoversEveryKindAndReason(t *testing.T) {
-	rows := map[*kind.Kind]int{}
+	rows := map[*errkind.Kind]int{}
 	sent := map[coorddv1.ErrorReason]bool{
 		coorddv1.ErrorReason_ERROR_REASON_INTERNAL:          true,
 		coorddv1.ErrorReason_ERROR_REASON_REQUEST_TOO_LARGE: true,
@@ -125,7 +125,7 @@ func TestErrorTableCoversEveryKindAndReason(t *testing.T) {
 		rows[row.kind]++
 		sent[row.reason] = true
 	}
-	for _, k := range kind.All {
+	for _, k := range errkind.All {
 		if rows[k] != 1 {
 			t.Errorf("kind %q has %d rows in errorTable, want 1", k, rows[k])
 		}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/revoke"
 )
 
@@ -144,7 +144,7 @@ func (m *Metrics) sessionClosed() {
 // keepAlive records a keep-alive's outcome: one that finds its session
 // gone is an expiry its client did not expect.
 func (m *Metrics) keepAlive(err error) {
-	if m != nil && errors.Is(err, kind.SessionNotFound) {
+	if m != nil && errors.Is(err, errkind.SessionNotFound) {
 		m.sessionExpiries.Inc()
 	}
 }
@@ -173,11 +173,11 @@ func (m *Metrics) fencedWrite(err error) {
 	switch {
 	case err == nil:
 		r = fencedAccepted
-	case errors.Is(err, kind.StaleToken):
+	case errors.Is(err, errkind.StaleToken):
 		r = fencedStaleToken
-	case errors.Is(err, kind.NotHolder), errors.Is(err, kind.NotLeader):
+	case errors.Is(err, errkind.NotHolder), errors.Is(err, errkind.NotLeader):
 		r = fencedNotHolder
-	case errors.Is(err, kind.SessionNotFound):
+	case errors.Is(err, errkind.SessionNotFound):
 		r = fencedNoSession
 	}
 	m.fencedWrites.WithLabelValues(r).Inc()

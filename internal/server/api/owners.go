@@ -9,7 +9,7 @@ import (
 	"github.com/coordd/coordd/auth"
 	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/lock"
 	"github.com/coordd/coordd/session"
 )
@@ -109,13 +109,13 @@ func (o *Owners) check(ctx context.Context, az *auth.Authorizer, p auth.Principa
 	default:
 		what = fmt.Sprintf("term %d of election %q", ref.token, ref.election)
 	}
-	return kind.PermissionDenied.New(fmt.Sprintf("auth: %s is not %s's: only the principal whose session it is, or one allowed cluster.admin, may use it", what, p.Name))
+	return errkind.PermissionDenied.New(fmt.Sprintf("auth: %s is not %s's: only the principal whose session it is, or one allowed cluster.admin, may use it", what, p.Name))
 }
 
 // notFoundIsTheCalls lets a call go on when what it names does not exist:
 // the call itself answers not found (or not holder), as without a policy.
 func notFoundIsTheCalls(err error) error {
-	for _, k := range []*kind.Kind{kind.SessionNotFound, kind.NotHolder, kind.NotLeader} {
+	for _, k := range []*errkind.Kind{errkind.SessionNotFound, errkind.NotHolder, errkind.NotLeader} {
 		if errors.Is(err, k) {
 			return nil
 		}

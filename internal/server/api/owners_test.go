@@ -6,7 +6,7 @@ import (
 
 	"github.com/coordd/coordd/auth"
 	"github.com/coordd/coordd/election"
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
 	"github.com/coordd/coordd/lock"
 	"github.com/coordd/coordd/session"
@@ -33,11 +33,11 @@ func TestATokenNamedBeforeItIsGrantedIsRefused(t *testing.T) {
 	future := resp.Header.Revision + 10 // a token nobody holds yet
 	for _, tc := range []struct {
 		ref  ownedRef
-		want *kind.Kind
+		want *errkind.Kind
 	}{
-		{ownedRef{lock: "l", token: future, gone: kind.NotHolder}, kind.NotHolder},
-		{ownedRef{lock: "l", token: future, gone: kind.StaleToken}, kind.StaleToken},
-		{ownedRef{election: "e", token: future, gone: kind.NotLeader}, kind.NotLeader},
+		{ownedRef{lock: "l", token: future, gone: errkind.NotHolder}, errkind.NotHolder},
+		{ownedRef{lock: "l", token: future, gone: errkind.StaleToken}, errkind.StaleToken},
+		{ownedRef{election: "e", token: future, gone: errkind.NotLeader}, errkind.NotLeader},
 	} {
 		if err := o.check(t.Context(), az, p, tc.ref); !errors.Is(err, tc.want) {
 			t.Errorf("check %+v = %v, want %v", tc.ref, err, tc.want)

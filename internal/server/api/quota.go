@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 )
 
 // PerPrincipal bounds how many of one resource each authenticated
@@ -30,7 +30,7 @@ type PerPrincipal struct {
 }
 
 // take counts k more of the resource for ctx's principal and returns the
-// function that gives them back, or fails with kind.QuotaExceeded (and
+// function that gives them back, or fails with errkind.QuotaExceeded (and
 // counts nothing) when they would pass Max.
 func (q *PerPrincipal) take(ctx context.Context, k int) (release func(), err error) {
 	p := PrincipalFrom(ctx)
@@ -43,7 +43,7 @@ func (q *PerPrincipal) take(ctx context.Context, k int) (release func(), err err
 		if q.Refused != nil {
 			q.Refused()
 		}
-		return nil, kind.QuotaExceeded.New(fmt.Sprintf("principal %s has %d %s open on this member, the most it may (%s %d); close some first", p.Name, have, q.What, q.Flag, q.Max))
+		return nil, errkind.QuotaExceeded.New(fmt.Sprintf("principal %s has %d %s open on this member, the most it may (%s %d); close some first", p.Name, have, q.What, q.Flag, q.Max))
 	}
 	if q.n == nil {
 		q.n = map[string]int{}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/coordd/coordd/auth"
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 )
 
 // A principal's streams and subscriptions are counted against its own
@@ -28,7 +28,7 @@ func TestPerPrincipalBounds(t *testing.T) {
 	if _, err := q.take(as("alice"), 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.take(as("alice"), 1); !errors.Is(err, kind.QuotaExceeded) || refused != 1 || q.Held("alice") != 2 {
+	if _, err := q.take(as("alice"), 1); !errors.Is(err, errkind.QuotaExceeded) || refused != 1 || q.Held("alice") != 2 {
 		t.Fatalf("alice's third: %v (refusals %d, held %d); want QUOTA_EXCEEDED, 1 refusal, 2 held", err, refused, q.Held("alice"))
 	}
 	if _, err := q.take(as("bob"), 2); err != nil {
@@ -54,7 +54,7 @@ func TestPerPrincipalBounds(t *testing.T) {
 			t.Fatalf("watch %d: %v", id, err)
 		}
 	}
-	if err := subs.start(3); !errors.Is(err, kind.QuotaExceeded) {
+	if err := subs.start(3); !errors.Is(err, errkind.QuotaExceeded) {
 		t.Fatalf("a third watch: %v; want QUOTA_EXCEEDED", err)
 	}
 	subs.stop(1)

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/grantwatch"
-	"github.com/coordd/coordd/internal/base/kind"
 	"github.com/coordd/coordd/internal/base/revoke"
 	"github.com/coordd/coordd/lock"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
@@ -152,7 +152,7 @@ func (s *SessionServer) GetSession(ctx context.Context, req *coorddv1.GetSession
 		return nil, err
 	}
 	if !s.mayRead(ctx, info) {
-		return nil, kind.PermissionDenied.New(fmt.Sprintf("auth: session %s is not %s's: only its owner, or a principal allowed cluster.read, may read it", id, PrincipalFrom(ctx).Name))
+		return nil, errkind.PermissionDenied.New(fmt.Sprintf("auth: session %s is not %s's: only its owner, or a principal allowed cluster.read, may read it", id, PrincipalFrom(ctx).Name))
 	}
 	out := sessionProto(info, true)
 	out.Locks = nonNil(s.holdings.Locks.NamesIn(info.Keys))
@@ -569,4 +569,4 @@ func nonNil(s []string) []string {
 
 // invalid reports a malformed request detected by an adapter; the status
 // table maps it like any other invalid argument.
-func invalid(msg string) error { return kind.Invalid.New(msg) }
+func invalid(msg string) error { return errkind.Invalid.New(msg) }

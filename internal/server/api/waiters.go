@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/coordd/coordd/internal/base/kind"
+	"github.com/coordd/coordd/internal/base/errkind"
 )
 
 // Waiters bounds how many lock acquisitions and campaigns each principal
@@ -22,7 +22,7 @@ type Waiters struct {
 }
 
 // enter counts a waiting call of ctx's principal and returns the function
-// that ends it, or fails with kind.QuotaExceeded when the principal is at
+// that ends it, or fails with errkind.QuotaExceeded when the principal is at
 // Max.
 func (w *Waiters) enter(ctx context.Context) (done func(), err error) {
 	p := PrincipalFrom(ctx)
@@ -32,7 +32,7 @@ func (w *Waiters) enter(ctx context.Context) (done func(), err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.n[p.Name] >= w.Max {
-		return nil, kind.QuotaExceeded.New(fmt.Sprintf("principal %s has %d acquisitions and campaigns waiting on this member, the most it may (--max-waiters-per-principal); let some end first", p.Name, w.n[p.Name]))
+		return nil, errkind.QuotaExceeded.New(fmt.Sprintf("principal %s has %d acquisitions and campaigns waiting on this member, the most it may (--max-waiters-per-principal); let some end first", p.Name, w.n[p.Name]))
 	}
 	if w.n == nil {
 		w.n = map[string]int{}

@@ -21,7 +21,7 @@
 //     and record each lock's grants as a lock of its own. A barrier worker
 //     takes two participants through barriers of two, one after another,
 //     and records each opening.
-//   - Check (fencing/history's checkers, which coordctl verify runs against
+//   - Check (fencing/histcheck's checkers, which coordctl verify runs against
 //     live clusters too): porcupine (github.com/anishathalye/porcupine) checks that the
 //     grants and fenced writes are linearizable under a model in which
 //     tokens strictly increase and a write is accepted only with the token

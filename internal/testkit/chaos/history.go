@@ -11,36 +11,36 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/fencing/history"
+	"github.com/coordd/coordd/fencing/histcheck"
 )
 
-// The history's types are fencing/history's.
+// The history's types are fencing/histcheck's.
 type (
-	// Record is history.Record: one operation of one worker.
-	Record = history.Record
-	// Violation is history.Violation.
-	Violation = history.Violation
-	// Write is history.Write: one write of a fenced key as etcd applied it.
-	Write = history.Write
+	// Record is histcheck.Record: one operation of one worker.
+	Record = histcheck.Record
+	// Violation is histcheck.Violation.
+	Violation = histcheck.Violation
+	// Write is histcheck.Write: one write of a fenced key as etcd applied it.
+	Write = histcheck.Write
 )
 
-// Kinds, ops and results, as fencing/history names them.
+// Kinds, ops and results, as fencing/histcheck names them.
 const (
-	KindLock      = history.KindLock
-	KindElection  = history.KindElection
-	OpAcquire     = history.OpAcquire
-	OpPut         = history.OpPut
-	OpView        = history.OpView
-	OpSessionEnd  = history.OpSessionEnd
-	ResultOK      = history.ResultOK
-	ResultStale   = history.ResultStale
-	ResultUnknown = history.ResultUnknown
+	KindLock      = histcheck.KindLock
+	KindElection  = histcheck.KindElection
+	OpAcquire     = histcheck.OpAcquire
+	OpPut         = histcheck.OpPut
+	OpView        = histcheck.OpView
+	OpSessionEnd  = histcheck.OpSessionEnd
+	ResultOK      = histcheck.ResultOK
+	ResultStale   = histcheck.ResultStale
+	ResultUnknown = histcheck.ResultUnknown
 )
 
-// Check runs fencing/history's checkers over the records of kind and the
+// Check runs fencing/histcheck's checkers over the records of kind and the
 // applied writes of its fenced key.
 func Check(kind string, recs []Record, writes []Write, timeout time.Duration) []Violation {
-	return history.Check(kind, recs, writes, timeout)
+	return histcheck.Check(kind, recs, writes, timeout)
 }
 
 // recorder appends records to a worker's history file, one line each,

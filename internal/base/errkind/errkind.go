@@ -1,4 +1,4 @@
-// Package kind names the classes of failure that every layer of coordd
+// Package errkind names the classes of failure that every layer of coordd
 // agrees on: invalid input, a missing session, a held lock, a stale token,
 // and so on.
 //
@@ -7,13 +7,13 @@
 // code and one ErrorInfo reason in a single table (internal/server/api),
 // however many packages return it:
 //
-//	var ErrHeld = kind.Held.New("lock: held")
+//	var ErrHeld = errkind.Held.New("lock: held")
 //
 //	errors.Is(err, lock.ErrHeld)   // the package's own sentinel
-//	errors.Is(err, kind.Held)      // its class, for the status table
+//	errors.Is(err, errkind.Held)      // its class, for the status table
 //
 // The package has no dependencies: no gRPC, no proto, no etcd.
-package kind
+package errkind
 
 // Kind is a class of failure. Kinds are compared by identity; use the
 // variables of this package, never construct one.

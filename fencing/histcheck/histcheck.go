@@ -1,4 +1,4 @@
-// Package history records what clients of a lock or an election saw
+// Package histcheck records what clients of a lock or an election saw
 // (grants with their tokens, fenced writes and how they ended, each
 // holder's own view of its grant) and checks such a history for the
 // violations fencing exists to prevent: porcupine for linearizability of
@@ -11,7 +11,7 @@
 // A history that passes is evidence, not proof: the checks see only the
 // operations recorded, and an overlap of views is measured on the shared
 // clock, so clocks that disagree by more than the overlap hide it.
-package history
+package histcheck
 
 import (
 	"cmp"
