@@ -23,7 +23,10 @@ import (
 )
 
 // Config is everything the daemon needs. cmd/coordd fills it from flags and
-// COORDD_* environment variables; tests fill it directly.
+// COORDD_* environment variables; tests fill it directly. Its zero value
+// is the default: a switch is named for what setting it does (NoHistory,
+// NoGroupCommit, NoConsole turn on-by-default parts off; Pprof and
+// PublicMetrics turn off-by-default ones on; Unsafe* are for tests).
 type Config struct {
 	// DataDir holds the embedded etcd's data (in DataDir/etcd). Unused with
 	// EtcdEndpoints.
@@ -181,18 +184,18 @@ type Config struct {
 	ConfigLimits configcenter.Limits
 	ConfigCache  configcenter.CacheOptions
 	// History tunes the grant history (retention and size; Member is
-	// set from Name). HistoryOff turns it off: nothing is recorded, and
+	// set from Name). NoHistory turns it off: nothing is recorded, and
 	// the history calls list what was recorded before.
-	History    history.Options
-	HistoryOff bool
+	History   history.Options
+	NoHistory bool
 	// Trends tune the figures the member keeps for the console's charts
 	// (TrendService): a sample every 10 s, half an hour of them.
 	Trends trends.Options
 	// Version is reported by the cluster status call.
 	Version string
-	// EnablePprof serves Go's profiles under /debug/pprof/ on the HTTP
+	// Pprof serves Go's profiles under /debug/pprof/ on the HTTP
 	// listener.
-	EnablePprof bool
+	Pprof bool
 	// NoConsole turns the web console (/ui/) off.
 	NoConsole bool
 	// ShutdownTimeout bounds the graceful part of a stop.

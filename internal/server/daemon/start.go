@@ -340,7 +340,7 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	barrierSvc := api.NewBarrierServer(d.barriers)
 	barrierSvc.Waiters = waiters
 	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, barrierSvc, p.unary(d.authn), p.apiMetrics, d.stopped.Done(), cfg.NoCallStream)
-	if !cfg.HistoryOff {
+	if !cfg.NoHistory {
 		d.newRecorder(cfg, p)
 	}
 	historySvc := api.NewHistoryServer(history.NewStore(d.cli, cfg.KeyRoot))
@@ -482,7 +482,7 @@ func (d *Daemon) newHTTP(ctx context.Context, p *parts) (err error) {
 		BodyTimeout:     cfg.HTTPBodyTimeout,
 		Ready:           d.Ready,
 		Gatherer:        prometheus.Gatherers{prometheus.DefaultGatherer, p.registry},
-		Pprof:           cfg.EnablePprof,
+		Pprof:           cfg.Pprof,
 		Forward:         d.authn.ForwardedMetadata,
 		Forged:          api.IsForwardedHeader,
 		Guard:           d.guardHTTP,
