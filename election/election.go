@@ -854,7 +854,7 @@ func (m *Manager) ValidateFence(ctx context.Context, name string, term fencing.T
 	return err
 }
 
-// Holding implements lock.Fence for elections: it checks that term leads
+// Holding implements lock.Grantor for elections: it checks that term leads
 // now and returns a comparison that stays true while it keeps leading
 // (its seat, created at term, exists).
 func (m *Manager) Holding(ctx context.Context, name string, term fencing.Token) (clientv3.Cmp, error) {

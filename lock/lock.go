@@ -407,13 +407,13 @@ func (m *Manager) GrantSession(ctx context.Context, name string, token fencing.T
 	return session.ID(kv.Lease), nil
 }
 
-// A Fence is what a fencing token can hold: a lock (Manager) or an
-// election's leadership (election.Manager). Holding checks, linearizably,
+// A Grantor is what grants the fencing tokens a fenced write names: a
+// lock (Manager) or an election's leadership (election.Manager). Holding checks, linearizably,
 // that token holds name now and returns an etcd comparison that stays true
 // exactly as long as it keeps holding it, for a write's own transaction.
 // A token that does not hold name fails with an error wrapping the
 // implementation's stale-token sentinel.
-type Fence interface {
+type Grantor interface {
 	Holding(ctx context.Context, name string, token fencing.Token) (clientv3.Cmp, error)
 }
 
@@ -457,7 +457,7 @@ func (m *Manager) holding(ctx context.Context, name string, token fencing.Token,
 // name under f (a lock: pass the Manager itself; or an election), in the
 // same etcd transaction as the check. It returns the write's revision, or
 // f's stale-token error (ErrStaleToken for locks) and writes nothing.
-func (m *Manager) FencedPut(ctx context.Context, f Fence, name string, token fencing.Token, key, value string) (int64, error) {
+func (m *Manager) FencedPut(ctx context.Context, f Grantor, name string, token fencing.Token, key, value string) (int64, error) {
 	if err := validateKey(key); err != nil {
 		return 0, err
 	}
@@ -469,16 +469,16 @@ func (m *Manager) FencedPut(ctx context.Context, f Fence, name string, token fen
 
 // FencedDelete deletes key from coordd's KV only if token still holds name
 // under f, in the same etcd transaction as the check.
-func (m *Manager) FencedDelete(ctx context.Context, f Fence, name string, token fencing.Token, key string) (int64, error) {
+func (m *Manager) FencedDelete(ctx context.Context, f Grantor, name string, token fencing.Token, key string) (int64, error) {
 	if err := validateKey(key); err != nil {
 		return 0, err
 	}
 	return m.fenced(ctx, f, name, token, clientv3.OpDelete(m.kv+key))
 }
 
-func (m *Manager) fenced(ctx context.Context, f Fence, name string, token fencing.Token, op clientv3.Op) (int64, error) {
+func (m *Manager) fenced(ctx context.Context, f Grantor, name string, token fencing.Token, op clientv3.Op) (int64, error) {
 	holding := f.Holding
-	if f == Fence(m) {
+	if f == Grantor(m) {
 		holding = func(ctx context.Context, name string, token fencing.Token) (clientv3.Cmp, error) {
 			return m.holding(ctx, name, token, true)
 		}

@@ -63,7 +63,7 @@ func NewLockServer(stopped context.Context, m *lock.Manager, elections *election
 
 // fence picks what a fenced call's token must hold: the lock named lockName,
 // or, when election is set instead, that election's leadership.
-func (s *LockServer) fence(lockName, election string) (lock.Fence, string, error) {
+func (s *LockServer) fence(lockName, election string) (lock.Grantor, string, error) {
 	switch {
 	case election == "":
 		return s.m, lockName, nil
