@@ -189,12 +189,9 @@ func (s *ConfigServer) Poll(ctx context.Context, req *coorddv1.PollRequest) (*co
 
 // ListReleases implements ConfigService.
 func (s *ConfigServer) ListReleases(ctx context.Context, req *coorddv1.ListReleasesRequest) (*coorddv1.ListReleasesResponse, error) {
-	size := int(req.GetPageSize())
-	switch {
-	case size == 0:
-		size = 20
-	case size < 0 || size > 100:
-		return nil, invalid("page_size must be 1 to 100")
+	size, err := pageSizeOf(req.GetPageSize(), defaultReleasePageSize, maxReleasePageSize)
+	if err != nil {
+		return nil, err
 	}
 	rels, err := s.store.Releases(ctx, req.GetNamespace(), req.GetBefore(), size)
 	if err != nil {

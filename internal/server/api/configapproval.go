@@ -84,12 +84,9 @@ func (s *ConfigServer) ProposeRelease(ctx context.Context, req *coorddv1.Propose
 
 // ListProposals implements ConfigService.
 func (s *ConfigServer) ListProposals(ctx context.Context, req *coorddv1.ListProposalsRequest) (*coorddv1.ListProposalsResponse, error) {
-	size := int(req.GetPageSize())
-	switch {
-	case size == 0:
-		size = 20
-	case size < 0 || size > 100:
-		return nil, invalid("page_size must be 1 to 100")
+	size, err := pageSizeOf(req.GetPageSize(), defaultReleasePageSize, maxReleasePageSize)
+	if err != nil {
+		return nil, err
 	}
 	ps, err := s.store.Proposals(ctx, req.GetNamespace(), req.GetBefore(), size)
 	if err != nil {

@@ -70,12 +70,9 @@ func (s *ConfigServer) GetGray(ctx context.Context, req *coorddv1.GetGrayRequest
 
 // ListGrayReleases implements ConfigService.
 func (s *ConfigServer) ListGrayReleases(ctx context.Context, req *coorddv1.ListGrayReleasesRequest) (*coorddv1.ListGrayReleasesResponse, error) {
-	size := int(req.GetPageSize())
-	switch {
-	case size == 0:
-		size = 20
-	case size < 0 || size > 100:
-		return nil, invalid("page_size must be 1 to 100")
+	size, err := pageSizeOf(req.GetPageSize(), defaultReleasePageSize, maxReleasePageSize)
+	if err != nil {
+		return nil, err
 	}
 	grays, err := s.store.GrayReleases(ctx, req.GetNamespace(), req.GetBefore(), size)
 	if err != nil {

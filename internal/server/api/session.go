@@ -21,39 +21,6 @@ import (
 	"github.com/coordd/coordd/session"
 )
 
-// List page sizes.
-const (
-	defaultPageSize = 100
-	maxPageSize     = 1000
-)
-
-// pageSize turns a request's page_size into a limit: the default for zero,
-// InvalidArgument outside 1..maxPageSize.
-func pageSize(n int32) (int, error) {
-	switch {
-	case n == 0:
-		return defaultPageSize, nil
-	case n < 0 || n > maxPageSize:
-		return 0, invalid("page_size must be between 1 and 1000")
-	}
-	return int(n), nil
-}
-
-// namesPage asks list for one page of names after pageToken (one more
-// than the page holds, to know whether another follows) and returns the
-// page and the next page's token.
-func namesPage(n int32, pageToken string, list func(after string, limit int) ([]string, error)) ([]string, string, error) {
-	size, err := pageSize(n)
-	if err != nil {
-		return nil, "", err
-	}
-	names, err := list(pageToken, size+1)
-	if err != nil || len(names) <= size {
-		return names, "", err
-	}
-	return names[:size], names[size-1], nil
-}
-
 // SessionServer adapts session.Manager to coordd.v1.SessionService.
 type SessionServer struct {
 	// NoRevocation, for tests only: see LockServer.NoRevocation.
