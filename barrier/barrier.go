@@ -182,8 +182,13 @@ func (m *Manager) EnterLater(ctx context.Context, name string, s session.ID, id 
 	}
 	wctx := l.Ctx
 	m.wait(wctx, name, &roundWait{key: key, count: count, rev: rev, then: func(e Entered, err error) {
-		if err != nil && !errors.Is(err, ErrSessionNotFound) {
-			e, err = m.giveUp(wctx, name, key, value, count, e, err)
+		// A wait that failed takes its participant out, on a goroutine of
+		// the manager's (Close waits for it); once the manager closes,
+		// the participant goes with its session.
+		if err != nil && !errors.Is(err, ErrSessionNotFound) && m.bg.TryGo(func(stop context.Context) {
+			l.Done(m.giveUp(stop, name, key, value, count, e, err))
+		}) {
+			return
 		}
 		l.Done(e, err)
 	}})
@@ -207,9 +212,10 @@ func (m *Manager) enterOpen(ctx context.Context, parts, open string, put clientv
 }
 
 // giveUp takes out a participant whose wait failed with err, unless the
-// barrier opened meanwhile (then it entered after all).
-func (m *Manager) giveUp(ctx context.Context, name, key, value string, count int, e Entered, err error) (Entered, error) {
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+// barrier opened meanwhile (then it entered after all); it gives up
+// itself after 5 s or when stop ends.
+func (m *Manager) giveUp(stop context.Context, name, key, value string, count int, e Entered, err error) (Entered, error) {
+	dctx, cancel := context.WithTimeout(stop, 5*time.Second)
 	defer cancel()
 	if r, gerr := m.cli.Get(dctx, m.openKey(name), clientv3.WithCountOnly()); gerr == nil && r.Count > 0 {
 		return Entered{Participants: count, Revision: r.Header.Revision}, nil
