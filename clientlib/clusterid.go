@@ -120,7 +120,12 @@ func (c *Client) checkEndpoints(wait time.Duration) error {
 			c.askHealth(ep, "")
 		})
 	}
-	go func() { asked.Wait(); close(done) }()
+	c.probes.Add(1)
+	go func() { // ends with the last answer (each within probeTimeout)
+		defer c.probes.Done()
+		asked.Wait()
+		close(done)
+	}()
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
