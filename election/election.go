@@ -305,11 +305,12 @@ func (m *Manager) campaignOr(ctx context.Context, req Request, later *Later) (Le
 	// then remove.
 	began := m.txns.Began(ctx)
 	var (
-		mine   entry            // the candidacy
-		value  string           // its value as this call wrote it
-		l      Leadership       // the leadership it will be
-		seatKV *mvccpb.KeyValue // the seat as the campaign read it (nil: free)
-		readAt int64            // the revision of that read
+		mine    entry            // the candidacy
+		value   string           // its value as this call wrote it
+		l       Leadership       // the leadership it will be
+		seatKV  *mvccpb.KeyValue // the seat as the campaign read it (nil: free)
+		readAt  int64            // the revision of that read
+		retried bool             // an earlier attempt's candidacy, taken over
 	)
 	for attempt := 1; ; attempt++ {
 		l = Leadership{Name: req.Name, Key: m.seatKey(req.Name, req.Session, req.RequestID), Value: req.Value, Priority: req.Priority, Session: req.Session, RequestID: req.RequestID}
@@ -346,6 +347,7 @@ func (m *Manager) campaignOr(ctx context.Context, req Request, later *Later) (Le
 		}
 		if ok {
 			mine, _ = parseEntry(m.queue(req.Name), kv)
+			retried = true
 			break
 		}
 		// The candidacy vanished before the take-over (a clean-up of a
@@ -362,6 +364,12 @@ func (m *Manager) campaignOr(ctx context.Context, req Request, later *Later) (Le
 		}
 		l.Term, l.Value, l.Priority, l.Revision = ld.Term, ld.Value, ld.Priority, readAt
 		return l, false, nil
+	}
+	if retried {
+		// The candidacy was admitted by an earlier attempt: it waits as
+		// that attempt did, also behind a leadership its own session
+		// gained meanwhile (which awaitSeat refuses for a new campaign).
+		seatKV = nil
 	}
 	return m.awaitSeat(ctx, req, l, mine, value, seatKV, !picked, later)
 }

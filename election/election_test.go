@@ -804,3 +804,50 @@ func TestParkedCampaignsEndAsWaitingOnesDo(t *testing.T) {
 		t.Fatalf("the election's leader: %+v, %v; want term %d", ld, err, r.l.Term)
 	}
 }
+
+// A retry of a campaign that was admitted behind another leader waits as
+// the first call did, even when another campaign of its own session has
+// come to lead meanwhile: the retry is the same candidacy, not a new one
+// waiting for itself. It was refused with "this session already leads"
+// (seen in the candidates' crowd test beside stress-ng, after the SDK
+// retried a campaign the member had answered UNAVAILABLE).
+func TestARetryIsNotRefusedForItsSessionsOwnLeadership(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := t.Context()
+	x, s := e.session(t, 30), e.session(t, 30)
+	leader, err := e.m.Campaign(ctx, election.Request{Name: "r", Session: x, Value: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := e.campaign(ctx, election.Request{Name: "r", Session: s, RequestID: "a", Value: "a"})
+	e.waitCandidates(t, "r", 1)
+	reqB := election.Request{Name: "r", Session: s, RequestID: "b", Value: "b"}
+	firstCtx, lose := context.WithCancelCause(ctx)
+	first := e.campaign(firstCtx, reqB)
+	e.waitCandidates(t, "r", 2)
+	lose(errkind.Unavailable.New("the client's connection broke")) // the candidacy stays for the retry
+	if r := <-first; r.err == nil {
+		t.Fatalf("the abandoned call = %+v; want its context's end", r.l)
+	}
+	if err := e.m.Resign(ctx, "r", leader.Term, session.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	ra := <-a
+	if ra.err != nil {
+		t.Fatal(ra.err)
+	}
+	retry := e.campaign(ctx, reqB) // while a, of the same session, leads
+	e.waitCandidates(t, "r", 1)
+	select {
+	case r := <-retry:
+		t.Fatalf("the retry = %+v, %v; want it waiting behind its session's leader", r.l, r.err)
+	default:
+	}
+	if err := e.m.Resign(ctx, "r", ra.l.Term, session.Hint{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-retry; r.err != nil || r.l.Value != "b" || r.l.Term <= ra.l.Term {
+		t.Fatalf("the retry = %+v, %v; want it elected after term %d", r.l, r.err, ra.l.Term)
+	}
+}
