@@ -11,7 +11,9 @@ build:
 
 # The full suite: real embedded etcd, the real daemon, race detector, goleak.
 # COUNT=N runs every test N times in a row (beside stress-ng --cpu 2, so
-# that a test which passes by luck fails before it lands; CI runs it once).
+# that a test which passes by luck fails before it lands; CI runs it once);
+# each package may take 15 minutes per round (the daemon's takes about 10
+# beside stress-ng --cpu 8 on 2 cores).
 # The web console's browser tests (headless Chromium: apt-get install
 # chromium; without it they skip, unless COORDD_REQUIRE_TOOLS=1 as in CI)
 # write a PNG of every console page into SCREENSHOTS.
@@ -27,7 +29,7 @@ SCREENSHOTS ?= $(BIN)/screenshots
 COORDD_TEST_TIMESCALE ?= 1
 export COORDD_TEST_TIMESCALE
 test:
-	COORDD_SCREENSHOTS=$(SCREENSHOTS) go test -race -count=$(COUNT) -parallel $(PARALLEL) -timeout 15m ./...
+	COORDD_SCREENSHOTS=$(SCREENSHOTS) go test -race -count=$(COUNT) -parallel $(PARALLEL) -timeout $$((15 * $(COUNT)))m ./...
 
 # Only the console's browser tests, and their screenshots in SCREENSHOTS
 # (docs/console.png, the README's picture, is a copy of lock.png).
