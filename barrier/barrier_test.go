@@ -20,6 +20,27 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// setup starts etcd and a Manager over it (closed when the test ends),
+// and returns with them a function that grants a session of 60 s that
+// nobody renews.
+func setup(t *testing.T) (*barrier.Manager, *clientv3.Client, func() session.ID) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	cli := etcdtest.Start(t).Client(t)
+	m := barrier.NewManager(cli, "/coordd/")
+	t.Cleanup(m.Close)
+	grant := func() session.ID {
+		l, err := cli.Grant(t.Context(), 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return session.ID(l.ID)
+	}
+	return m, cli, grant
+}
+
 type entered struct {
 	e   barrier.Entered
 	err error
@@ -42,19 +63,8 @@ func enter(ctx context.Context, m *barrier.Manager, name string, s session.ID, i
 // with "session ended" and the barrier never opened.
 func TestEnterTakeOverByARetry(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
-	cli := etcdtest.Start(t).Client(t)
-	m := barrier.NewManager(cli, "/coordd/")
+	m, cli, grant := setup(t)
 	ctx := t.Context()
-	grant := func() session.ID {
-		l, err := cli.Grant(ctx, 60)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return session.ID(l.ID)
-	}
 	s := grant()
 	key := func() *clientv3.GetResponse {
 		resp, err := cli.Get(ctx, "/coordd/barrier/b/p/", clientv3.WithPrefix())
@@ -100,20 +110,8 @@ func TestEnterTakeOverByARetry(t *testing.T) {
 // the same watch until nobody is in.
 func TestParkedEntersShareOneWatch(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
-	cli := etcdtest.Start(t).Client(t)
-	m := barrier.NewManager(cli, "/coordd/")
-	t.Cleanup(m.Close)
+	m, cli, grant := setup(t)
 	ctx := t.Context()
-	grant := func() session.ID {
-		l, err := cli.Grant(ctx, 60)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return session.ID(l.ID)
-	}
 	const n = 20
 	park := func(ctx context.Context, s session.ID, id string) <-chan entered {
 		ch := make(chan entered, 1)
@@ -170,20 +168,8 @@ func TestParkedEntersShareOneWatch(t *testing.T) {
 // without checking whether anyone of that round is still in.
 func TestAnArrivalAfterADeadRoundStartsANewOne(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
-	cli := etcdtest.Start(t).Client(t)
-	m := barrier.NewManager(cli, "/coordd/")
-	t.Cleanup(m.Close)
+	m, cli, grant := setup(t)
 	ctx := t.Context()
-	grant := func() session.ID {
-		l, err := cli.Grant(ctx, 60)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return session.ID(l.ID)
-	}
 	a, b := grant(), grant()
 	first := enter(ctx, m, "r", a, "a", 2)
 	if _, err := m.Enter(ctx, "r", b, "b", 2); err != nil {
@@ -233,17 +219,9 @@ func TestAnArrivalAfterADeadRoundStartsANewOne(t *testing.T) {
 // at a time, each page with the count of all; the last page has no next.
 func TestDescribePagesThroughTheParticipants(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("starts etcd")
-	}
-	cli := etcdtest.Start(t).Client(t)
-	m := barrier.NewManager(cli, "/coordd/")
-	t.Cleanup(m.Close)
+	m, _, grant := setup(t)
 	ctx := t.Context()
-	l, err := cli.Grant(ctx, 60)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := grant()
 	const n = 7
 	waits, stop := context.WithCancel(ctx)
 	var parked sync.WaitGroup
@@ -251,7 +229,7 @@ func TestDescribePagesThroughTheParticipants(t *testing.T) {
 	defer stop()
 	for i := range n { // a count never reached: each waits, parked
 		parked.Add(1)
-		_, ok, err := m.EnterLater(waits, "pages", session.ID(l.ID), fmt.Sprintf("p%d", i), n+1, barrier.Later{Ctx: waits, Done: func(barrier.Entered, error) { parked.Done() }})
+		_, ok, err := m.EnterLater(waits, "pages", s, fmt.Sprintf("p%d", i), n+1, barrier.Later{Ctx: waits, Done: func(barrier.Entered, error) { parked.Done() }})
 		if err != nil || !ok {
 			parked.Done() // not parked: Done is not called
 			t.Fatalf("enter p%d: parked %v, %v", i, ok, err)
