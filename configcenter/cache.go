@@ -592,8 +592,12 @@ func (c *Cache) apply(rev int64, evs []*clientv3.Event) {
 		}
 	}
 	if over := len(c.history) - c.opts.History; over > 0 {
+		// Dropped from the head in place: append moves the rest to a
+		// new array once the old one's tail is used up, so a release
+		// costs O(1) amortized, not a copy of the whole history.
 		c.oldest = c.history[over-1].Revision
-		c.history = append(c.history[:0:0], c.history[over:]...)
+		clear(c.history[:over])
+		c.history = c.history[over:]
 	}
 	c.broadcast()
 }
