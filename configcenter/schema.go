@@ -67,14 +67,17 @@ const heavyValidationSteps = MaxValidationSteps / 10
 
 // heavyValidations bounds the CPU that costly validations take in this
 // process: a quarter of the CPUs (at least one place), each place idle
-// after a validation for as long as the validation ran, so that however
-// many principals send releases that cost their whole budget at once, at
-// most an eighth of the CPUs (half a CPU on two) goes to them and the
-// rest, garbage collection included, stays with everyone else's calls.
+// after a validation three times as long as the validation ran, so that
+// however many principals send releases that cost their whole budget at
+// once, at most a sixteenth of the CPUs (a quarter of one CPU on two, one
+// place) goes to them and the rest, garbage collection included, stays
+// with everyone else's calls. (With a rest as long as the run, half a CPU
+// of two, the other tenant's p99 in the schema-bomb bench was 2.3-2.8x
+// idle; with three times, 1.7-2.2x.)
 var heavyValidations = newGate(max(1, runtime.GOMAXPROCS(0)/4))
 
 // gate is a counting semaphore whose waits end with a context, and whose
-// places rest after use as long as they were used.
+// places rest after use three times as long as they were used.
 type gate chan struct{}
 
 func newGate(n int) gate { return make(gate, n) }
@@ -85,7 +88,7 @@ func (g gate) acquire(ctx context.Context) (release func(), err error) {
 	select {
 	case g <- struct{}{}:
 		start := time.Now()
-		return func() { time.AfterFunc(time.Since(start), func() { <-g }) }, nil
+		return func() { time.AfterFunc(3*time.Since(start), func() { <-g }) }, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -111,14 +114,7 @@ func validateContent(ctx context.Context, sch *jsonschema.Schema, content map[st
 	if err != nil {
 		return fmt.Errorf("%w: validating this content against the namespace's schema could take more than %d steps: its branches multiply over the values' depth, or uniqueItems over a long array; simplify the schema or the values", ErrInvalid, MaxValidationSteps)
 	}
-	if steps > heavyValidationSteps {
-		release, err := heavyValidations.acquire(ctx)
-		if err != nil {
-			return err
-		}
-		defer release()
-	}
-	if err := sch.Validate(doc); err != nil {
+	if err := runValidation(ctx, sch, doc, steps); err != nil {
 		var ve *jsonschema.ValidationError
 		if !errors.As(err, &ve) {
 			return fmt.Errorf("config: validate: %w", err)
@@ -138,6 +134,23 @@ func validateContent(ctx context.Context, sch *jsonschema.Schema, content map[st
 		}
 	}
 	return problemsOf(errs, ErrValidation)
+}
+
+// runValidation validates doc against sch. A validation whose cost is
+// above heavyValidationSteps waits for a place of heavyValidations and
+// runs at the lowest CPU priority: one tenant's costly schema takes what
+// the member's CPUs have left, not other tenants' share.
+func runValidation(ctx context.Context, sch *jsonschema.Schema, doc any, steps int) (err error) {
+	if steps <= heavyValidationSteps {
+		return sch.Validate(doc)
+	}
+	release, err := heavyValidations.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	atLowPriority(func() { err = sch.Validate(doc) })
+	return err
 }
 
 var printer = message.NewPrinter(language.English)

@@ -23,7 +23,7 @@ const (
 	MaxPatternInstructions = 2_000
 	// patternCostUnit is how many (instruction, byte) pairs of matching
 	// count as one validation step. MaxValidationSteps allows 1.6 million
-	// pairs (some 10-25 ms of one CPU at worst), a 16 KiB value against a
+	// pairs (some 10-30 ms of one CPU at worst), a 16 KiB value against a
 	// 100-instruction pattern; a costlier release is refused before it
 	// runs. (64 pairs a step let four parallel releases of the costliest
 	// pattern take both CPUs of a 2-core member; see also
