@@ -29,10 +29,26 @@ type barrierJSON struct {
 
 func (a *app) barrierCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "barrier", Short: "Barriers and double barriers: wait until N participants are in, leave together"}
-	var sessionID, participant string
+	cmd.AddCommand(a.barrierEnterCommand(), a.barrierLeaveCommand(), a.barrierOpenCommand(), a.barrierStatusCommand())
+	return cmd
+}
+
+// barrierFlags are the flags barrier enter and leave share.
+type barrierFlags struct {
+	sessionID, participant string
+	wait                   time.Duration
+}
+
+func (f *barrierFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.sessionID, "session", "", "the participant's session (required)")
+	cmd.Flags().StringVar(&f.participant, "participant", "", "which of the session's participants (default \"default\")")
+	cmd.Flags().DurationVar(&f.wait, "wait", 0, "give up after this long (exit 124); 0 waits as long as it takes")
+}
+
+func (a *app) barrierEnterCommand() *cobra.Command {
+	var f barrierFlags
 	var count int
-	var wait time.Duration
-	enter := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "enter NAME --count N --session ID",
 		Short: "Enter a barrier and wait until it is open: N participants in, or opened (exit 124 if --wait runs out)",
 		Long: `Enter the barrier as the session's participant and wait until it opens:
@@ -41,98 +57,125 @@ A participant is bound to its session: when the session ends, it leaves.
 If --wait runs out first, the participant is taken out again (exit 124).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if sessionID == "" || count < 1 {
-				return usagef("--session and --count (at least 1) are required")
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			ctx, cancel := waitCtx(cmd.Context(), wait)
-			defer cancel()
-			n, err := c.Admin().EnterBarrier(ctx, sessionID, args[0], count, participant)
-			if err != nil {
-				return err
-			}
-			return a.printLine(map[string]any{"name": args[0], "participants": n}, fmt.Sprintf("%s is open (%d participants in)", args[0], n))
+			return a.barrierEnter(cmd, args[0], f, count)
 		},
 	}
-	leave := &cobra.Command{
+	f.add(cmd)
+	cmd.Flags().IntVarP(&count, "count", "n", 0, "how many participants open the barrier (required)")
+	return cmd
+}
+
+// barrierEnter enters barrier name and waits until it is open.
+func (a *app) barrierEnter(cmd *cobra.Command, name string, f barrierFlags, count int) error {
+	if f.sessionID == "" || count < 1 {
+		return usagef("--session and --count (at least 1) are required")
+	}
+	c, err := a.connect(cmd.Context())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := waitCtx(cmd.Context(), f.wait)
+	defer cancel()
+	n, err := c.Admin().EnterBarrier(ctx, f.sessionID, name, count, f.participant)
+	if err != nil {
+		return err
+	}
+	return a.printLine(map[string]any{"name": name, "participants": n}, fmt.Sprintf("%s is open (%d participants in)", name, n))
+}
+
+func (a *app) barrierLeaveCommand() *cobra.Command {
+	var f barrierFlags
+	cmd := &cobra.Command{
 		Use:   "leave NAME --session ID",
 		Short: "Leave a barrier and wait until every participant has left (a double barrier's exit)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if sessionID == "" {
-				return usagef("--session is required")
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			ctx, cancel := waitCtx(cmd.Context(), wait)
-			defer cancel()
-			if err := c.Admin().LeaveBarrier(ctx, sessionID, args[0], participant); err != nil {
-				return err
-			}
-			return a.printLine(map[string]any{"name": args[0], "left": true}, fmt.Sprintf("everyone has left %s", args[0]))
+			return a.barrierLeave(cmd, args[0], f)
 		},
 	}
-	for _, c := range []*cobra.Command{enter, leave} {
-		c.Flags().StringVar(&sessionID, "session", "", "the participant's session (required)")
-		c.Flags().StringVar(&participant, "participant", "", "which of the session's participants (default \"default\")")
-		c.Flags().DurationVar(&wait, "wait", 0, "give up after this long (exit 124); 0 waits as long as it takes")
+	f.add(cmd)
+	return cmd
+}
+
+// barrierLeave leaves barrier name and waits until everyone has left.
+func (a *app) barrierLeave(cmd *cobra.Command, name string, f barrierFlags) error {
+	if f.sessionID == "" {
+		return usagef("--session is required")
 	}
-	enter.Flags().IntVarP(&count, "count", "n", 0, "how many participants open the barrier (required)")
-	open := &cobra.Command{
+	c, err := a.connect(cmd.Context())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := waitCtx(cmd.Context(), f.wait)
+	defer cancel()
+	if err := c.Admin().LeaveBarrier(ctx, f.sessionID, name, f.participant); err != nil {
+		return err
+	}
+	return a.printLine(map[string]any{"name": name, "left": true}, fmt.Sprintf("everyone has left %s", name))
+}
+
+func (a *app) barrierOpenCommand() *cobra.Command {
+	return &cobra.Command{
 		Use:   "open NAME",
 		Short: "Open a barrier now, however many participants are in",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				if err := c.Admin().OpenBarrier(ctx, args[0]); err != nil {
-					return err
-				}
-				return a.printLine(map[string]any{"name": args[0], "open": true}, args[0]+" is open")
-			})
+			return a.barrierOpen(cmd, args[0])
 		},
 	}
-	var pageSize int
-	var pageToken string
-	status := &cobra.Command{
+}
+
+// barrierOpen opens barrier name.
+func (a *app) barrierOpen(cmd *cobra.Command, name string) error {
+	return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+		if err := c.Admin().OpenBarrier(ctx, name); err != nil {
+			return err
+		}
+		return a.printLine(map[string]any{"name": name, "open": true}, name+" is open")
+	})
+}
+
+func (a *app) barrierStatusCommand() *cobra.Command {
+	var page clientlib.BarrierPage
+	cmd := &cobra.Command{
 		Use:   "status NAME",
 		Short: "Show whether a barrier is open, how many are in, and its participants",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				st, err := c.Admin().DescribeBarrierPage(ctx, args[0], clientlib.BarrierPage{Size: pageSize, Token: pageToken})
-				if err != nil {
-					return err
-				}
-				out := barrierJSON{Name: st.Name, Open: st.Open, ParticipantCount: st.ParticipantCount, Revision: i64(st.Revision), Participants: []barrierParticipantJSON{}, NextPageToken: st.NextPageToken}
-				for _, p := range st.Participants {
-					out.Participants = append(out.Participants, barrierParticipantJSON{SessionID: p.SessionID, Participant: p.Participant, Count: p.Count, Entered: p.Entered.Format(time.RFC3339Nano)})
-				}
-				return a.print(out, func(w *bytes.Buffer) {
-					state := "closed"
-					if st.Open {
-						state = "open"
-					}
-					fmt.Fprintf(w, "%s is %s, %d participants in\n", st.Name, state, st.ParticipantCount)
-					if len(st.Participants) > 0 {
-						fmt.Fprintln(w, "SESSION\tPARTICIPANT\tCOUNT\tENTERED")
-					}
-					for _, p := range st.Participants {
-						fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", p.SessionID, p.Participant, p.Count, ts(p.Entered))
-					}
-					if st.NextPageToken != "" {
-						fmt.Fprintf(w, "# %d listed of %d; the next page: --page-token %s\n", len(st.Participants), st.ParticipantCount, st.NextPageToken)
-					}
-				})
-			})
+			return a.barrierStatus(cmd, args[0], page)
 		},
 	}
-	status.Flags().IntVar(&pageSize, "page-size", 1000, "list at most this many participants (1-1000); the count counts all")
-	status.Flags().StringVar(&pageToken, "page-token", "", "list the page after the one that printed this token")
-	cmd.AddCommand(enter, leave, open, status)
+	cmd.Flags().IntVar(&page.Size, "page-size", 1000, "list at most this many participants (1-1000); the count counts all")
+	cmd.Flags().StringVar(&page.Token, "page-token", "", "list the page after the one that printed this token")
 	return cmd
+}
+
+// barrierStatus prints one page of barrier name's state and participants.
+func (a *app) barrierStatus(cmd *cobra.Command, name string, page clientlib.BarrierPage) error {
+	return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+		st, err := c.Admin().DescribeBarrierPage(ctx, name, page)
+		if err != nil {
+			return err
+		}
+		out := barrierJSON{Name: st.Name, Open: st.Open, ParticipantCount: st.ParticipantCount, Revision: i64(st.Revision), Participants: []barrierParticipantJSON{}, NextPageToken: st.NextPageToken}
+		for _, p := range st.Participants {
+			out.Participants = append(out.Participants, barrierParticipantJSON{SessionID: p.SessionID, Participant: p.Participant, Count: p.Count, Entered: p.Entered.Format(time.RFC3339Nano)})
+		}
+		return a.print(out, func(w *bytes.Buffer) {
+			state := "closed"
+			if st.Open {
+				state = "open"
+			}
+			fmt.Fprintf(w, "%s is %s, %d participants in\n", st.Name, state, st.ParticipantCount)
+			if len(st.Participants) > 0 {
+				fmt.Fprintln(w, "SESSION\tPARTICIPANT\tCOUNT\tENTERED")
+			}
+			for _, p := range st.Participants {
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", p.SessionID, p.Participant, p.Count, ts(p.Entered))
+			}
+			if st.NextPageToken != "" {
+				fmt.Fprintf(w, "# %d listed of %d; the next page: --page-token %s\n", len(st.Participants), st.ParticipantCount, st.NextPageToken)
+			}
+		})
+	})
 }

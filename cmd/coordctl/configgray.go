@@ -199,144 +199,200 @@ content; subscribers see it through the same snapshots and callbacks. Watch
 becomes the next normal release, for everyone, in one step) or abandon it.
 One runs per namespace at a time.`,
 	}
-	var create, update, promote, abandon grayFlags
-	createCmd := &cobra.Command{
-		Use:   "create NAMESPACE (--instance ID | --label K=V | --percent N)... (--set K=V | --delete K | -f FILE)...",
-		Short: "Start a gray release",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			sel, err := create.selector()
-			if err != nil {
-				return err
-			}
-			if sel == nil {
-				return usagef("say whom it is for: --instance, --label or --percent")
-			}
-			ms, err := a.overrides(&create)
-			if err != nil {
-				return err
-			}
-			if len(ms) == 0 {
-				return usagef("say what it changes: --set, --delete or -f")
-			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				g, err := c.ConfigCenter().CreateGray(ctx, args[0], *sel, ms, create.options())
-				if err != nil {
-					return err
-				}
-				return a.printGray(g)
-			})
-		},
-	}
-	create.addDefinition(createCmd)
-	create.addRecord(createCmd, false)
-
-	updateCmd := &cobra.Command{
-		Use:   "update NAMESPACE [selector flags] [override flags]",
-		Short: "Replace the running gray's selector (if any selector flag is given), overrides (if any are given), or both",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			sel, err := update.selector()
-			if err != nil {
-				return err
-			}
-			ms, err := a.overrides(&update)
-			if err != nil {
-				return err
-			}
-			if sel == nil && len(ms) == 0 {
-				return usagef("give a new selector (--instance, --label, --percent) or new overrides (--set, --delete, -f)")
-			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				g, err := c.ConfigCenter().UpdateGray(ctx, args[0], sel, ms, update.options())
-				if err != nil {
-					return err
-				}
-				return a.printGray(g)
-			})
-		},
-	}
-	update.addDefinition(updateCmd)
-	update.addRecord(updateCmd, true)
-
-	promoteCmd := &cobra.Command{
-		Use:   "promote NAMESPACE",
-		Short: "Make the running gray's overrides the next normal release, for everyone, and end the gray",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				g, _, err := c.ConfigCenter().PromoteGray(ctx, args[0], promote.options())
-				if err != nil {
-					return err
-				}
-				return a.printGray(g)
-			})
-		},
-	}
-	promote.addRecord(promoteCmd, true)
-
-	abandonCmd := &cobra.Command{
-		Use:   "abandon NAMESPACE",
-		Short: "End the running gray: its instances return to the normal content",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				g, err := c.ConfigCenter().AbandonGray(ctx, args[0], abandon.options())
-				if err != nil {
-					return err
-				}
-				return a.printGray(g)
-			})
-		},
-	}
-	abandon.addRecord(abandonCmd, true)
-
-	getCmd := &cobra.Command{
-		Use:   "get NAMESPACE",
-		Short: "Show the running gray release (exit 3 if none runs)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				g, err := c.ConfigCenter().Gray(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				return a.printGray(g)
-			})
-		},
-	}
-
-	var limit int
-	historyCmd := &cobra.Command{
-		Use:   "history NAMESPACE",
-		Short: "List the gray releases of a namespace, newest first",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				gs, err := c.ConfigCenter().GrayReleases(ctx, args[0], 0, limit)
-				if err != nil {
-					return err
-				}
-				return a.print(graysOut(gs), func(w *bytes.Buffer) {
-					if len(gs) == 0 {
-						fmt.Fprintf(w, "%s has had no gray release\n", args[0])
-						return
-					}
-					fmt.Fprintln(w, "GRAY\tACTION\tREVISION\tTIME\tAUTHOR\tOVER\tFOR\tOVERRIDES\tMESSAGE")
-					for _, g := range gs {
-						fmt.Fprintf(w, "g%d\t%s\t%d\t%s\t%s\t%d\t%s\t%d\t%s\n", g.Number, g.Action, g.Revision, ts(g.Time), cell(g.Author), g.BaseRelease, selectorText(g.Selector), len(g.Overrides), cell(g.Message))
-					}
-				})
-			})
-		},
-	}
-	historyCmd.Flags().IntVar(&limit, "limit", 20, "records to show (1-100)")
-
-	for _, c := range []*cobra.Command{createCmd, updateCmd, promoteCmd, abandonCmd, getCmd, historyCmd} {
+	for _, c := range []*cobra.Command{
+		a.configGrayCreateCommand(), a.configGrayUpdateCommand(), a.configGrayPromoteCommand(),
+		a.configGrayAbandonCommand(), a.configGrayGetCommand(), a.configGrayHistoryCommand(),
+	} {
 		c.ValidArgsFunction = a.completeFirst(namespaceNames, cobra.ShellCompDirectiveNoFileComp)
 		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+func (a *app) configGrayCreateCommand() *cobra.Command {
+	var f grayFlags
+	cmd := &cobra.Command{
+		Use:   "create NAMESPACE (--instance ID | --label K=V | --percent N)... (--set K=V | --delete K | -f FILE)...",
+		Short: "Start a gray release",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.configGrayCreate(cmd, args[0], f)
+		},
+	}
+	f.addDefinition(cmd)
+	f.addRecord(cmd, false)
+	return cmd
+}
+
+// configGrayCreate starts a gray release of namespace ns.
+func (a *app) configGrayCreate(cmd *cobra.Command, ns string, f grayFlags) error {
+	sel, err := f.selector()
+	if err != nil {
+		return err
+	}
+	if sel == nil {
+		return usagef("say whom it is for: --instance, --label or --percent")
+	}
+	ms, err := a.overrides(&f)
+	if err != nil {
+		return err
+	}
+	if len(ms) == 0 {
+		return usagef("say what it changes: --set, --delete or -f")
+	}
+	return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+		g, err := c.ConfigCenter().CreateGray(ctx, ns, *sel, ms, f.options())
+		if err != nil {
+			return err
+		}
+		return a.printGray(g)
+	})
+}
+
+func (a *app) configGrayUpdateCommand() *cobra.Command {
+	var f grayFlags
+	cmd := &cobra.Command{
+		Use:   "update NAMESPACE [selector flags] [override flags]",
+		Short: "Replace the running gray's selector (if any selector flag is given), overrides (if any are given), or both",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.configGrayUpdate(cmd, args[0], f)
+		},
+	}
+	f.addDefinition(cmd)
+	f.addRecord(cmd, true)
+	return cmd
+}
+
+// configGrayUpdate replaces the selector, the overrides or both of the gray
+// release running in namespace ns.
+func (a *app) configGrayUpdate(cmd *cobra.Command, ns string, f grayFlags) error {
+	sel, err := f.selector()
+	if err != nil {
+		return err
+	}
+	ms, err := a.overrides(&f)
+	if err != nil {
+		return err
+	}
+	if sel == nil && len(ms) == 0 {
+		return usagef("give a new selector (--instance, --label, --percent) or new overrides (--set, --delete, -f)")
+	}
+	return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+		g, err := c.ConfigCenter().UpdateGray(ctx, ns, sel, ms, f.options())
+		if err != nil {
+			return err
+		}
+		return a.printGray(g)
+	})
+}
+
+func (a *app) configGrayPromoteCommand() *cobra.Command {
+	var f grayFlags
+	cmd := &cobra.Command{
+		Use:   "promote NAMESPACE",
+		Short: "Make the running gray's overrides the next normal release, for everyone, and end the gray",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.configGrayPromote(cmd, args[0], f)
+		},
+	}
+	f.addRecord(cmd, true)
+	return cmd
+}
+
+// configGrayPromote makes the gray release running in namespace ns the
+// next normal release.
+func (a *app) configGrayPromote(cmd *cobra.Command, ns string, f grayFlags) error {
+	return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+		g, _, err := c.ConfigCenter().PromoteGray(ctx, ns, f.options())
+		if err != nil {
+			return err
+		}
+		return a.printGray(g)
+	})
+}
+
+func (a *app) configGrayAbandonCommand() *cobra.Command {
+	var f grayFlags
+	cmd := &cobra.Command{
+		Use:   "abandon NAMESPACE",
+		Short: "End the running gray: its instances return to the normal content",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.configGrayAbandon(cmd, args[0], f)
+		},
+	}
+	f.addRecord(cmd, true)
+	return cmd
+}
+
+// configGrayAbandon ends the gray release running in namespace ns.
+func (a *app) configGrayAbandon(cmd *cobra.Command, ns string, f grayFlags) error {
+	return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+		g, err := c.ConfigCenter().AbandonGray(ctx, ns, f.options())
+		if err != nil {
+			return err
+		}
+		return a.printGray(g)
+	})
+}
+
+func (a *app) configGrayGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get NAMESPACE",
+		Short: "Show the running gray release (exit 3 if none runs)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.configGrayGet(cmd, args[0])
+		},
+	}
+}
+
+// configGrayGet prints the gray release running in namespace ns.
+func (a *app) configGrayGet(cmd *cobra.Command, ns string) error {
+	return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+		g, err := c.ConfigCenter().Gray(ctx, ns)
+		if err != nil {
+			return err
+		}
+		return a.printGray(g)
+	})
+}
+
+func (a *app) configGrayHistoryCommand() *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "history NAMESPACE",
+		Short: "List the gray releases of a namespace, newest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.configGrayHistory(cmd, args[0], limit)
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 20, "records to show (1-100)")
+	return cmd
+}
+
+// configGrayHistory lists up to limit gray releases of namespace ns,
+// newest first.
+func (a *app) configGrayHistory(cmd *cobra.Command, ns string, limit int) error {
+	return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+		gs, err := c.ConfigCenter().GrayReleases(ctx, ns, 0, limit)
+		if err != nil {
+			return err
+		}
+		return a.print(graysOut(gs), func(w *bytes.Buffer) {
+			if len(gs) == 0 {
+				fmt.Fprintf(w, "%s has had no gray release\n", ns)
+				return
+			}
+			fmt.Fprintln(w, "GRAY\tACTION\tREVISION\tTIME\tAUTHOR\tOVER\tFOR\tOVERRIDES\tMESSAGE")
+			for _, g := range gs {
+				fmt.Fprintf(w, "g%d\t%s\t%d\t%s\t%s\t%d\t%s\t%d\t%s\n", g.Number, g.Action, g.Revision, ts(g.Time), cell(g.Author), g.BaseRelease, selectorText(g.Selector), len(g.Overrides), cell(g.Message))
+			}
+		})
+	})
 }
 
 // parseRef reads a release number, or gN for gray release N.

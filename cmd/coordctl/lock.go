@@ -41,60 +41,90 @@ func waitCtx(ctx context.Context, wait time.Duration) (context.Context, context.
 
 func (a *app) lockCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "lock", Short: "Acquire, release, inspect and validate locks; run a command under one"}
+	acquire, acquireAll, release := a.lockAcquireCommand(), a.lockAcquireAllCommand(), a.lockReleaseCommand()
+	status, validate := a.lockStatusCommand(), a.lockValidateCommand()
+	list := a.listCommand("list [PREFIX]", "List locks that have holders or waiters", "lock is held or waited for", lockNames)
 
-	var (
-		sessionID, metadata string
-		requestID           string
-		wait, lockDelay     time.Duration
-		limit               int
-		try, read           bool
-	)
-	acquire := &cobra.Command{
+	for _, c := range []*cobra.Command{acquire, release, status, list, validate} {
+		c.ValidArgsFunction = a.completeFirst(lockNames, cobra.ShellCompDirectiveNoFileComp)
+	}
+	acquireAll.ValidArgsFunction = a.completeEach(lockNames)
+	history := a.historyCommand("lock", (*clientlib.Admin).LockHistory)
+	history.ValidArgsFunction = a.completeFirst(lockNames, cobra.ShellCompDirectiveNoFileComp)
+	cmd.AddCommand(acquire, acquireAll, release, status, list, validate, history, a.lockRunCommand())
+	return cmd
+}
+
+// lockAcquireOptions are the flags of lock acquire.
+type lockAcquireOptions struct {
+	sessionID, metadata string
+	requestID           string
+	wait, lockDelay     time.Duration
+	limit               int
+	try, read           bool
+}
+
+func (a *app) lockAcquireCommand() *cobra.Command {
+	var o lockAcquireOptions
+	cmd := &cobra.Command{
 		Use:   "acquire NAME --session ID",
 		Short: "Take a lock for a session you keep alive; prints the fencing token",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if sessionID == "" {
-				return usagef("--session is required (see coordctl session create)")
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			ctx, cancel := waitCtx(cmd.Context(), wait)
-			defer cancel()
-			acquire := c.Admin().Acquire
-			if try {
-				acquire = c.Admin().TryAcquire
-			}
-			opts := []clientlib.LockOption{clientlib.WithLimit(limit), clientlib.WithMetadata(metadata), clientlib.WithLockDelay(lockDelay)}
-			if read {
-				opts = append(opts, clientlib.Shared())
-			}
-			if requestID != "" {
-				opts = append(opts, clientlib.WithRequestID(requestID))
-			}
-			g, err := acquire(ctx, sessionID, args[0], opts...)
-			if err != nil {
-				return err
-			}
-			return a.print(grantOut(g), func(w *bytes.Buffer) {
-				fmt.Fprintf(w, "NAME\tTOKEN\tSESSION\n%s\t%s\t%s\n", g.Name, g.Token, g.SessionID)
-			})
+			return a.lockAcquire(cmd, args[0], o)
 		},
 	}
-	acquire.Flags().StringVar(&sessionID, "session", "", "the holding session (required)")
-	acquire.Flags().DurationVar(&wait, "wait", 0, "give up after this long (exit 124); 0 waits as long as it takes")
-	acquire.Flags().BoolVar(&try, "try", false, "do not wait: fail at once (exit 4) if the lock is held")
-	acquire.Flags().IntVarP(&limit, "limit", "n", 1, "holders allowed at once (a semaphore when > 1)")
-	acquire.Flags().StringVar(&metadata, "metadata", "", "note shown by lock status")
-	acquire.Flags().DurationVar(&lockDelay, "lock-delay", 0, "keep the lock from others this long after the session expires")
-	acquire.Flags().StringVar(&requestID, "request-id", "", "the acquisition's idempotency key: run again with the same session and id after a --wait ran out or an answer was lost, and it resumes that wait (or prints the grant it already has) instead of queueing again")
-	acquire.Flags().BoolVar(&read, "read", false, "take a read grant of a read/write lock: shared with other readers, never with a writer")
+	cmd.Flags().StringVar(&o.sessionID, "session", "", "the holding session (required)")
+	cmd.Flags().DurationVar(&o.wait, "wait", 0, "give up after this long (exit 124); 0 waits as long as it takes")
+	cmd.Flags().BoolVar(&o.try, "try", false, "do not wait: fail at once (exit 4) if the lock is held")
+	cmd.Flags().IntVarP(&o.limit, "limit", "n", 1, "holders allowed at once (a semaphore when > 1)")
+	cmd.Flags().StringVar(&o.metadata, "metadata", "", "note shown by lock status")
+	cmd.Flags().DurationVar(&o.lockDelay, "lock-delay", 0, "keep the lock from others this long after the session expires")
+	cmd.Flags().StringVar(&o.requestID, "request-id", "", "the acquisition's idempotency key: run again with the same session and id after a --wait ran out or an answer was lost, and it resumes that wait (or prints the grant it already has) instead of queueing again")
+	cmd.Flags().BoolVar(&o.read, "read", false, "take a read grant of a read/write lock: shared with other readers, never with a writer")
+	return cmd
+}
 
-	var allSession, allRequestID, allMetadata string
-	var allWait time.Duration
-	acquireAll := &cobra.Command{
+// lockAcquire takes lock name for the session and prints the grant.
+func (a *app) lockAcquire(cmd *cobra.Command, name string, o lockAcquireOptions) error {
+	if o.sessionID == "" {
+		return usagef("--session is required (see coordctl session create)")
+	}
+	c, err := a.connect(cmd.Context())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := waitCtx(cmd.Context(), o.wait)
+	defer cancel()
+	acquire := c.Admin().Acquire
+	if o.try {
+		acquire = c.Admin().TryAcquire
+	}
+	opts := []clientlib.LockOption{clientlib.WithLimit(o.limit), clientlib.WithMetadata(o.metadata), clientlib.WithLockDelay(o.lockDelay)}
+	if o.read {
+		opts = append(opts, clientlib.Shared())
+	}
+	if o.requestID != "" {
+		opts = append(opts, clientlib.WithRequestID(o.requestID))
+	}
+	g, err := acquire(ctx, o.sessionID, name, opts...)
+	if err != nil {
+		return err
+	}
+	return a.print(grantOut(g), func(w *bytes.Buffer) {
+		fmt.Fprintf(w, "NAME\tTOKEN\tSESSION\n%s\t%s\t%s\n", g.Name, g.Token, g.SessionID)
+	})
+}
+
+// lockAcquireAllOptions are the flags of lock acquire-all.
+type lockAcquireAllOptions struct {
+	sessionID, requestID, metadata string
+	wait                           time.Duration
+}
+
+func (a *app) lockAcquireAllCommand() *cobra.Command {
+	var o lockAcquireAllOptions
+	cmd := &cobra.Command{
 		Use:   "acquire-all NAME... --session ID",
 		Short: "Take several locks for a session, all or none, without deadlock; prints a token per lock",
 		Long: `Take every named lock for the session, all or none, in one request: the
@@ -106,42 +136,51 @@ be had, none of them stays held or queued. Release each with lock release,
 or all with the session (session close).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if allSession == "" {
-				return usagef("--session is required (see coordctl session create)")
-			}
-			c, err := a.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			ctx, cancel := waitCtx(cmd.Context(), allWait)
-			defer cancel()
-			opts := []clientlib.LockOption{clientlib.WithMetadata(allMetadata)}
-			if allRequestID != "" {
-				opts = append(opts, clientlib.WithRequestID(allRequestID))
-			}
-			gs, err := c.Admin().AcquireAll(ctx, allSession, args, opts...)
-			if err != nil {
-				return err
-			}
-			out := make([]grantJSON, 0, len(gs))
-			for _, g := range gs {
-				out = append(out, grantOut(g))
-			}
-			return a.print(out, func(w *bytes.Buffer) {
-				fmt.Fprintln(w, "NAME\tTOKEN\tSESSION")
-				for _, g := range gs {
-					fmt.Fprintf(w, "%s\t%s\t%s\n", g.Name, g.Token, g.SessionID)
-				}
-			})
+			return a.lockAcquireAll(cmd, args, o)
 		},
 	}
-	acquireAll.Flags().StringVar(&allSession, "session", "", "the holding session (required)")
-	acquireAll.Flags().DurationVar(&allWait, "wait", 0, "give up after this long (exit 124), leaving none held; 0 waits as long as it takes")
-	acquireAll.Flags().StringVar(&allMetadata, "metadata", "", "note shown by lock status on each lock")
-	acquireAll.Flags().StringVar(&allRequestID, "request-id", "", "the set's idempotency key: run again with the same session and id and it resumes the same grants")
+	cmd.Flags().StringVar(&o.sessionID, "session", "", "the holding session (required)")
+	cmd.Flags().DurationVar(&o.wait, "wait", 0, "give up after this long (exit 124), leaving none held; 0 waits as long as it takes")
+	cmd.Flags().StringVar(&o.metadata, "metadata", "", "note shown by lock status on each lock")
+	cmd.Flags().StringVar(&o.requestID, "request-id", "", "the set's idempotency key: run again with the same session and id and it resumes the same grants")
+	return cmd
+}
 
+// lockAcquireAll takes every lock of names for the session, all or none,
+// and prints the grants.
+func (a *app) lockAcquireAll(cmd *cobra.Command, names []string, o lockAcquireAllOptions) error {
+	if o.sessionID == "" {
+		return usagef("--session is required (see coordctl session create)")
+	}
+	c, err := a.connect(cmd.Context())
+	if err != nil {
+		return err
+	}
+	ctx, cancel := waitCtx(cmd.Context(), o.wait)
+	defer cancel()
+	opts := []clientlib.LockOption{clientlib.WithMetadata(o.metadata)}
+	if o.requestID != "" {
+		opts = append(opts, clientlib.WithRequestID(o.requestID))
+	}
+	gs, err := c.Admin().AcquireAll(ctx, o.sessionID, names, opts...)
+	if err != nil {
+		return err
+	}
+	out := make([]grantJSON, 0, len(gs))
+	for _, g := range gs {
+		out = append(out, grantOut(g))
+	}
+	return a.print(out, func(w *bytes.Buffer) {
+		fmt.Fprintln(w, "NAME\tTOKEN\tSESSION")
+		for _, g := range gs {
+			fmt.Fprintf(w, "%s\t%s\t%s\n", g.Name, g.Token, g.SessionID)
+		}
+	})
+}
+
+func (a *app) lockReleaseCommand() *cobra.Command {
 	var rf revokeFlags
-	release := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "release NAME TOKEN",
 		Short: "End the grant a token names; from outside, its holder is asked to let go first",
 		Long: `End the grant a token names. Unless --session names the holder's own
@@ -153,106 +192,124 @@ session TTL: a holder without a stream, such as a REST client, cannot
 answer). --force ends it at once.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			token, err := parseToken(args[1])
-			if err != nil {
-				return err
-			}
-			return rf.call(a, cmd, func(ctx context.Context, c *clientlib.Client) error {
-				r, err := c.Admin().Revoke(ctx, args[0], token, rf.options()...)
-				if err != nil {
-					return err
-				}
-				return printRevocation(a, "released", args[0], token, r)
-			})
+			return a.lockRelease(cmd, args[0], args[1], rf)
 		},
 	}
-	rf.add(release, "the holder's own session: the holder releases, at once")
+	rf.add(cmd, "the holder's own session: the holder releases, at once")
+	return cmd
+}
 
-	var follow bool
-	var count, pageSize int
-	var pageToken string
-	status := &cobra.Command{
+// lockRelease ends the grant of lock name that tokenArg names.
+func (a *app) lockRelease(cmd *cobra.Command, name, tokenArg string, rf revokeFlags) error {
+	token, err := parseToken(tokenArg)
+	if err != nil {
+		return err
+	}
+	return rf.call(a, cmd, func(ctx context.Context, c *clientlib.Client) error {
+		r, err := c.Admin().Revoke(ctx, name, token, rf.options()...)
+		if err != nil {
+			return err
+		}
+		return printRevocation(a, "released", name, token, r)
+	})
+}
+
+// lockStatusOptions are the flags of lock status.
+type lockStatusOptions struct {
+	follow bool
+	count  int
+	page   clientlib.LockPage
+}
+
+func (a *app) lockStatusCommand() *cobra.Command {
+	var o lockStatusOptions
+	cmd := &cobra.Command{
 		Use:   "status NAME",
 		Short: "Show a lock's holders and waiters (with --watch, again after every change)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !follow {
-				return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-					st, err := c.Admin().DescribeLockPage(ctx, args[0], clientlib.LockPage{Size: pageSize, Token: pageToken})
-					if err != nil {
-						return err
-					}
-					return a.print(lockStateOut(st), lockTable(st, false))
-				})
-			}
-			ctx, cancel := context.WithCancel(cmd.Context())
-			defer cancel()
-			c, err := a.connect(ctx)
+			return a.lockStatus(cmd, args[0], o)
+		},
+	}
+	cmd.Flags().BoolVarP(&o.follow, "watch", "w", false, "print the lock again after every change, until interrupted (or --count)")
+	cmd.Flags().IntVar(&o.count, "count", 0, "with --watch, stop after this many")
+	cmd.Flags().IntVar(&o.page.Size, "page-size", 1000, "list at most this many holders and waiters (1-1000); the counts count all")
+	cmd.Flags().StringVar(&o.page.Token, "page-token", "", "list the page after the one that printed this token")
+	return cmd
+}
+
+// lockStatus prints lock name's holders and waiters; with --watch, again
+// after every change until interrupted or --count.
+func (a *app) lockStatus(cmd *cobra.Command, name string, o lockStatusOptions) error {
+	if !o.follow {
+		return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+			st, err := c.Admin().DescribeLockPage(ctx, name, o.page)
 			if err != nil {
 				return err
 			}
-			n := 0
-			stop := errors.New("enough")
-			err = c.Admin().WatchLock(ctx, args[0], func(st clientlib.LockState) error {
-				if a.output == "json" {
-					err = a.printLine(lockStateOut(st), "")
-				} else {
-					err = a.print(nil, lockTable(st, true))
-				}
-				if err != nil {
-					return err
-				}
-				if n++; count > 0 && n >= count {
-					return stop
-				}
-				return nil
-			})
-			if errors.Is(err, stop) || errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
-		},
+			return a.print(lockStateOut(st), lockTable(st, false))
+		})
 	}
-	status.Flags().BoolVarP(&follow, "watch", "w", false, "print the lock again after every change, until interrupted (or --count)")
-	status.Flags().IntVar(&count, "count", 0, "with --watch, stop after this many")
-	status.Flags().IntVar(&pageSize, "page-size", 1000, "list at most this many holders and waiters (1-1000); the counts count all")
-	status.Flags().StringVar(&pageToken, "page-token", "", "list the page after the one that printed this token")
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	c, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	n := 0
+	stop := errors.New("enough")
+	err = c.Admin().WatchLock(ctx, name, func(st clientlib.LockState) error {
+		if a.output == "json" {
+			err = a.printLine(lockStateOut(st), "")
+		} else {
+			err = a.print(nil, lockTable(st, true))
+		}
+		if err != nil {
+			return err
+		}
+		if n++; o.count > 0 && n >= o.count {
+			return stop
+		}
+		return nil
+	})
+	if errors.Is(err, stop) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
 
-	list := a.listCommand("list [PREFIX]", "List locks that have holders or waiters", "lock is held or waited for", lockNames)
-
+func (a *app) lockValidateCommand() *cobra.Command {
 	var election bool
-	validate := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "validate NAME TOKEN",
 		Short: "Exit 0 if the token holds the lock now (or, with --election, leads the election), 4 if not",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			token, err := parseToken(args[1])
-			if err != nil {
-				return err
-			}
-			return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
-				if election {
-					err = c.Admin().ValidateFence(ctx, clientlib.Fence{Election: args[0], Token: token})
-				} else {
-					err = c.Admin().ValidateFence(ctx, clientlib.Fence{Lock: args[0], Token: token})
-				}
-				if err != nil {
-					return err
-				}
-				return a.printLine(validJSON{Name: args[0], Token: token.String(), Valid: true}, "valid")
-			})
+			return a.lockValidate(cmd, args[0], args[1], election)
 		},
 	}
-	validate.Flags().BoolVar(&election, "election", false, "NAME is an election and TOKEN a leadership term")
-
-	for _, c := range []*cobra.Command{acquire, release, status, list, validate} {
-		c.ValidArgsFunction = a.completeFirst(lockNames, cobra.ShellCompDirectiveNoFileComp)
-	}
-	acquireAll.ValidArgsFunction = a.completeEach(lockNames)
-	history := a.historyCommand("lock", (*clientlib.Admin).LockHistory)
-	history.ValidArgsFunction = a.completeFirst(lockNames, cobra.ShellCompDirectiveNoFileComp)
-	cmd.AddCommand(acquire, acquireAll, release, status, list, validate, history, a.lockRunCommand())
+	cmd.Flags().BoolVar(&election, "election", false, "NAME is an election and TOKEN a leadership term")
 	return cmd
+}
+
+// lockValidate checks that tokenArg holds lock name now (with election,
+// leads election name).
+func (a *app) lockValidate(cmd *cobra.Command, name, tokenArg string, election bool) error {
+	token, err := parseToken(tokenArg)
+	if err != nil {
+		return err
+	}
+	return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
+		if election {
+			err = c.Admin().ValidateFence(ctx, clientlib.Fence{Election: name, Token: token})
+		} else {
+			err = c.Admin().ValidateFence(ctx, clientlib.Fence{Lock: name, Token: token})
+		}
+		if err != nil {
+			return err
+		}
+		return a.printLine(validJSON{Name: name, Token: token.String(), Valid: true}, "valid")
+	})
 }
 
 // lockTable prints a lock's holders and waiters; with header, a line

@@ -87,7 +87,7 @@ func main() {
 	os.Exit(code)
 }
 
-// exitError carries an exit code through cobra.
+// codeError carries an exit code through cobra.
 type codeError struct {
 	code int
 	err  error
@@ -257,7 +257,8 @@ lists as []), one JSON object per line for streams. With -o json an error is
 one JSON object on stderr: {"error":{"code","reason","message","exitCode"}}.
 Exit codes: 0 ok, 1 error, 2 usage (also an unknown command), 3 not found,
 4 conflict (held, stale, not holder or leader, revision mismatch),
-5 unavailable, 124 a wait timed out, 125 run lost its lock or leadership; run
+5 unavailable (or rate limited: retry later), 6 not allowed, 7 verify found
+a violation, 124 a wait timed out, 125 run lost its lock or leadership; run
 otherwise exits with the command's own code.
 
 Shell completion (see coordctl completion --help) asks coordd for lock names,
