@@ -27,6 +27,7 @@ var (
 	crowdZK      = flag.String("crowd-zk-waiters", "1000,10000", "waiter counts of ZooKeeper's lock recipe beside it in -only crowd (10 sessions)")
 	crowdREST    = flag.Int("crowd-rest-waiters", 2000, "REST clients of -only crowd that wait (unary acquire, each its own session) and release by their token and session (0: none)")
 	crowdMaxSess = flag.Int("crowd-max-sessions", 10000, "most sessions of -only crowd: past it, waiters share sessions (each its own request id); one bench process keeps 10,000 alive, not 100,000")
+	crowdCPU     = flag.String("crowd-cpu-profile", "", "write a CPU profile of coordd while the largest crowd of -only crowd joins (its first 3 s) to this file")
 	crowdProfile = flag.String("crowd-profile", "", "save coordd's heap and goroutine profiles while each crowd waits, to this prefix + .N.heap and .N.goroutines (N the waiters), and with its sessions only, before it joins, to prefix + .N.base.heap and .N.base.goroutines (go tool pprof -base)")
 )
 
@@ -34,6 +35,7 @@ var (
 type crowdFigures struct {
 	n              int
 	join           time.Duration // from the first join to all n queued
+	joinCPU        float64       // server CPU while the crowd joins, % of one core (coordd)
 	memPerWaiter   float64       // KiB of server RSS per waiter (sessions excluded for coordd)
 	goPerWaiter    float64       // KiB of Go heap and stacks in use per waiter, after a collection (coordd)
 	memPerSession  float64       // KiB of server RSS per idle session (coordd)
@@ -94,7 +96,11 @@ func counts(list string) []int {
 }
 
 func printCrowd(who string, f crowdFigures) {
-	fmt.Printf("  %-17s %6d waiters: joined in %.2f s (%.0f/s); %.1f KiB per waiter", who, f.n, f.join.Seconds(), float64(f.n)/f.join.Seconds(), f.memPerWaiter)
+	fmt.Printf("  %-17s %6d waiters: joined in %.2f s (%.0f/s", who, f.n, f.join.Seconds(), float64(f.n)/f.join.Seconds())
+	if f.joinCPU > 0 {
+		fmt.Printf(", the server at %.0f%% of a core", f.joinCPU)
+	}
+	fmt.Printf("); %.1f KiB per waiter", f.memPerWaiter)
 	if f.goPerWaiter > 0 {
 		fmt.Printf(" (Go heap and stacks in use: %.1f KiB)", f.goPerWaiter)
 	}
@@ -114,6 +120,15 @@ func (f *firstError) get() error {
 		return *e
 	}
 	return nil
+}
+
+// crowdLargest is the largest of -crowd-waiters.
+func crowdLargest() int {
+	ns := counts(*crowdWaiters)
+	if len(ns) == 0 {
+		return 0
+	}
+	return slices.Max(ns)
 }
 
 func crowdCoordd(bin, dir string, n int) (crowdFigures, error) {
@@ -161,6 +176,13 @@ func crowdCoordd(bin, dir string, n int) (crowdFigures, error) {
 	}
 	var failed firstError
 	var wg sync.WaitGroup
+	profiled := make(chan error, 1)
+	if *crowdCPU != "" && n == crowdLargest() {
+		go func() { profiled <- cpuProfile(d.httpAddr, 3*time.Second, *crowdCPU) }()
+	} else {
+		profiled <- nil
+	}
+	cpuJoin := d.cpuSeconds()
 	start := time.Now()
 	for i := 1; i <= n; i++ {
 		wg.Go(func() {
@@ -188,6 +210,10 @@ func crowdCoordd(bin, dir string, n int) (crowdFigures, error) {
 		time.Sleep(20 * time.Millisecond) // polling a bench's progress, not a test
 	}
 	f.join = time.Since(start)
+	f.joinCPU = (d.cpuSeconds() - cpuJoin) / f.join.Seconds() * 100
+	if err := <-profiled; err != nil {
+		fmt.Printf("(profile: %v)\n", err)
+	}
 	time.Sleep(2 * time.Second)
 	f.memPerWaiter = float64(d.rssKiB()-rss1) / float64(n)
 	go2, err := serverMemory(d)
