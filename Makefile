@@ -178,7 +178,9 @@ fuzz:
 # dist/coordd_<version>_<os>_<arch>/ with README.md and LICENSE, one .tar.gz of each,
 # and dist/SHA256SUMS of the tarballs (check: cd dist && sha256sum -c
 # SHA256SUMS). VERSION is stamped into both (`coordd --version`,
-# `coordctl --version`).
+# `coordctl --version`). Beside them, the clients as a user installs them:
+# dist/python/ the Python client's sdist and wheel (built offline with
+# Debian's setuptools), dist/typescript/ its npm tarball (npm pack).
 VERSION ?= $(shell git describe --tags --always --dirty)
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 release:
@@ -192,4 +194,8 @@ release:
 	  cp README.md LICENSE dist/$$d/; \
 	  tar -C dist -czf dist/$$d.tar.gz $$d; \
 	done
-	cd dist && sha256sum *.tar.gz > SHA256SUMS
+	cd clients/python && /usr/bin/python3 -c 'from setuptools import build_meta as b; b.build_sdist("../../dist/python")'
+	/usr/bin/python3 -m pip wheel --no-deps --no-build-isolation --no-index --no-cache-dir --wheel-dir dist/python dist/python/coordd-*.tar.gz
+	test -d clients/typescript/node_modules || (cd clients/typescript && npm ci --no-audit --no-fund)
+	mkdir -p dist/typescript && cd clients/typescript && npm run build && npm pack --pack-destination ../../dist/typescript
+	cd dist && sha256sum *.tar.gz python/* typescript/* > SHA256SUMS

@@ -10,9 +10,16 @@ import time
 import uuid
 from typing import Callable
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if not os.environ.get("COORDD_TEST_INSTALLED"):
+    # The package in this source tree; with COORDD_TEST_INSTALLED set, the
+    # one installed (a wheel in a virtual environment, as make test does).
+    sys.path.insert(0, _SOURCE)
 
 import coordd  # noqa: E402
+
+if os.environ.get("COORDD_TEST_INSTALLED") and os.path.abspath(coordd.__file__).startswith(_SOURCE + os.sep):
+    raise ImportError(f"COORDD_TEST_INSTALLED is set but coordd was imported from the source tree ({coordd.__file__}): run the tests from outside it")
 
 import daemon  # noqa: E402
 
