@@ -28,7 +28,9 @@ func (d *Daemon) loadAuth() error {
 		if err != nil {
 			return fmt.Errorf("--audit-log: %w", err)
 		}
-		d.audit, d.closeAudit = auth.NewAudit(f), f.Close
+		d.audit = auth.NewAudit(f)
+		// Written line by line: nothing is lost, whatever Close says.
+		d.stops.onStop("the audit log", done(func() { _ = f.Close() }))
 	}
 	if cfg.TokenFile != "" {
 		t, err := readTokens(cfg.TokenFile)

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
-	"github.com/hashicorp/go-multierror"
 	"github.com/prometheus/client_golang/prometheus"
 	etcdversion "go.etcd.io/etcd/api/v3/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -57,27 +56,26 @@ type Daemon struct {
 	barriers  *barrier.Manager
 	txns      *groupcommit.Committer // batches locks' and elections' writes
 	identity  api.ClusterIdentity    // names the cluster in every answer
-	// The config watch cache and the holdings watch (grantwatch) run
-	// from Start until Stop, which cancels them with stopBackground.
-	configCache    *configcenter.Cache
-	configStore    *configcenter.Store // its secret keys are reloaded
-	clock          *session.Clock
-	stopBackground context.CancelFunc
-	leader         *leaderWatch
+	// stops undoes what Start built, in reverse order: in Stop, and when
+	// Start fails half-way.
+	stops       stopper
+	configCache *configcenter.Cache
+	configStore *configcenter.Store // its secret keys are reloaded
+	clock       *session.Clock
+	leader      *leaderWatch
 
-	grpcLis    net.Listener
-	httpLis    net.Listener
-	grpcSrv    *grpc.Server
-	httpSrv    *http.Server
-	gwConn     *grpc.ClientConn
-	gwSrv      *grpc.Server // the gateway's: in memory, trusts the identity it forwards
-	gwLis      *bufconn.Listener
-	authn      *api.Authenticator // the public server's
-	authz      *auth.Authorizer
-	owners     *api.Owners
-	audit      *auth.Audit // nil without --audit-log
-	closeAudit func() error
-	health     *health.Server
+	grpcLis net.Listener
+	httpLis net.Listener
+	grpcSrv *grpc.Server
+	httpSrv *http.Server
+	gwConn  *grpc.ClientConn
+	gwSrv   *grpc.Server // the gateway's: in memory, trusts the identity it forwards
+	gwLis   *bufconn.Listener
+	authn   *api.Authenticator // the public server's
+	authz   *auth.Authorizer
+	owners  *api.Owners
+	audit   *auth.Audit // nil without --audit-log
+	health  *health.Server
 	// healthMu orders updateHealth's read of the two flags with its write
 	// of the status, so a late update never overwrites a newer one.
 	healthMu sync.Mutex
@@ -331,15 +329,35 @@ func (d *Daemon) stop(ctx context.Context) error {
 	d.quietEtcd.Store(true)
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
 	defer cancel()
-	d.markStopped()
-	d.health.Shutdown()
+	err := d.stops.stopAll(ctx)
+	d.lg.Info("coordd stopped")
+	return err
+}
 
-	var errs *multierror.Error
-	if err := d.httpSrv.Shutdown(ctx); err != nil {
-		// Timed out, as the gRPC side below may: close what is left. Its
-		// error (of listeners Shutdown already closed) adds nothing.
-		_ = d.httpSrv.Close()
+// stopRefusing ends the refusal of connections that Start begins when it
+// binds the listeners.
+func (d *Daemon) stopRefusing() {
+	for _, r := range d.refusers {
+		r.Stop()
 	}
+	d.refusers = nil
+}
+
+// closeStartup undoes a Start that failed half-way, by the same steps as
+// Stop, and removes a data dir this start made. Start returns the error
+// that stopped it; errors of this cleanup are not reported.
+func (d *Daemon) closeStartup() {
+	if d.dirLock != nil {
+		d.dirLock.discard = true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
+	defer cancel()
+	_ = d.stops.stopAll(ctx)
+}
+
+// stopServers stops both gRPC servers gracefully, and forcefully once ctx
+// ends; forced or not, it returns once their handlers have.
+func (d *Daemon) stopServers(ctx context.Context) {
 	graceful := make(chan struct{})
 	go func() {
 		defer close(graceful)
@@ -354,68 +372,6 @@ func (d *Daemon) stop(ctx context.Context) error {
 		d.gwSrv.Stop()
 		<-graceful
 	}
-	if err := d.gwConn.Close(); err != nil {
-		errs = multierror.Append(errs, err)
-	}
-	d.stopBackground()
-	d.wg.Wait()
-	d.locks.Close()
-	d.elections.Close()
-	if d.barriers != nil {
-		d.barriers.Close()
-	}
-	d.txns.Close()
-	if err := d.closeBackend(); err != nil {
-		errs = multierror.Append(errs, err)
-	}
-	d.lg.Info("coordd stopped")
-	return errs.ErrorOrNil()
-}
-
-// stopRefusing ends the refusal of connections that Start begins when it
-// binds the listeners.
-func (d *Daemon) stopRefusing() {
-	for _, r := range d.refusers {
-		r.Stop()
-	}
-	d.refusers = nil
-}
-
-// closeStartup undoes a Start that failed half-way. Start returns the error
-// that stopped it; errors of this cleanup are not reported.
-func (d *Daemon) closeStartup() {
-	d.stopRefusing()
-	if d.gwConn != nil {
-		_ = d.gwConn.Close()
-	}
-	for _, l := range []net.Listener{d.grpcLis, d.httpLis} {
-		if l != nil {
-			_ = l.Close()
-		}
-	}
-	d.txns.Close() // its committer's goroutine, if it was started
-	if d.dirLock != nil {
-		d.dirLock.discard = true
-	}
-	_ = d.closeBackend()
-}
-
-func (d *Daemon) closeBackend() error {
-	var err error
-	if d.cli != nil {
-		// The in-process client reports its own cancellation on Close.
-		if cerr := d.cli.Close(); cerr != nil && !errors.Is(cerr, context.Canceled) {
-			err = cerr
-		}
-	}
-	if d.etcd != nil {
-		closeEtcd(d.etcd, d.lg, 2*time.Duration(d.cfg.ElectionMs)*time.Millisecond)
-	}
-	d.dirLock.unlock()
-	if d.closeAudit != nil {
-		_ = d.closeAudit() // written line by line: nothing is lost
-	}
-	return err
 }
 
 // Run starts the daemon, serves until ctx is done or something fails, then

@@ -56,6 +56,7 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	d := &Daemon{cfg: cfg, lg: cfg.Logger, serveErr: make(chan error, 2)}
 	d.stopped, d.markStopped = context.WithCancel(context.Background())
+	d.stops.onStop("the daemon's stop mark", done(d.markStopped))
 	defer func() {
 		if err != nil {
 			d.closeStartup()
@@ -72,6 +73,16 @@ func Start(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.etcd != nil {
+		d.stops.onStop("the embedded etcd", done(func() { closeEtcd(d.etcd, d.lg, 2*time.Duration(d.cfg.ElectionMs)*time.Millisecond) }))
+	}
+	d.stops.onStop("the etcd client", func(context.Context) error {
+		// The in-process client reports its own cancellation on Close.
+		if err := d.cli.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	})
 	d.followLeader()
 	if err := d.loadAuth(); err != nil {
 		return nil, err
@@ -131,14 +142,20 @@ func (d *Daemon) claim() (err error) {
 		if d.dirLock, err = lockDataDir(d.cfg.DataDir); err != nil {
 			return err
 		}
+		d.stops.onStop("the data dir's lock", done(d.dirLock.unlock))
 	}
 	if d.grpcLis, err = net.Listen("tcp", d.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("gRPC listener (--grpc-addr): %w", err)
 	}
+	// Served, a listener is closed by its server; these closes then only
+	// repeat that (the error says so, and is dropped).
+	d.stops.onStop("the gRPC listener", done(func() { _ = d.grpcLis.Close() }))
 	if d.httpLis, err = net.Listen("tcp", d.cfg.HTTPAddr); err != nil {
 		return fmt.Errorf("HTTP listener (--http-addr): %w", err)
 	}
+	d.stops.onStop("the HTTP listener", done(func() { _ = d.httpLis.Close() }))
 	d.refusers = []*refuser{refuse(d.grpcLis), refuse(d.httpLis)}
+	d.stops.onStop("refusing connections", done(d.stopRefusing))
 	return nil
 }
 
@@ -182,6 +199,7 @@ func (d *Daemon) newServers() *parts {
 	if !cfg.NoGroupCommit {
 		d.txns = groupcommit.New(d.cli)
 	}
+	d.stops.onStop("group commit", done(d.txns.Close))
 	var limits *auth.Limits
 	if cfg.RateLimit > 0 || cfg.PublishRate > 0 {
 		limits = &auth.Limits{
@@ -214,6 +232,13 @@ func (d *Daemon) newServers() *parts {
 	d.grpcSrv = grpc.NewServer(publicOpts...)
 	d.gwSrv = grpc.NewServer(serverOpts(&api.Authenticator{Forwarded: true})...)
 	p.servers = []*grpc.Server{d.grpcSrv, d.gwSrv}
+	// A new server already runs its stream workers: a start that fails
+	// before serving stops them here (after serving, the graceful stop
+	// registered by serve has, and these are no-ops).
+	d.stops.onStop("the gRPC servers' workers", done(func() {
+		d.grpcSrv.Stop()
+		d.gwSrv.Stop()
+	}))
 	return p
 }
 
@@ -266,13 +291,12 @@ func (d *Daemon) newRecorder(cfg Config, p *parts) {
 	}, func() float64 { n, _ := p.history.Recorded(); return float64(n) }))
 }
 
-// registerCoordination builds sessions (kept on coordd's session clock),
-// locks and elections, and registers their services on both servers.
-func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
+// newSessions builds the session manager, on coordd's session clock
+// (d.clock), not etcd's lessor.
+func (d *Daemon) newSessions(p *parts) *session.Manager {
 	cfg := d.cfg
 	sessions := session.NewManager(d.cli, cfg.KeyRoot)
 	sessions.LimitPerPrincipal(max(cfg.MaxSessionsPerPrincipal, 0))
-	waiters := &api.Waiters{Max: max(cfg.MaxWaitersPerPrincipal, 0)}
 	var renew session.Renewer
 	member := randomMemberName()
 	if d.etcd != nil {
@@ -280,7 +304,6 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 		sessions.RenewWith(renew)
 		member = fmt.Sprintf("%x", uint64(d.etcd.Server.MemberID()))
 	}
-	// coordd keeps the sessions' time, not etcd's lessor (session.Clock).
 	d.clock = session.NewClock(d.cli, cfg.KeyRoot, member, renew, d.lg.Named("sessions"))
 	ended := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "coordd_sessions_ended_total",
@@ -289,12 +312,25 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	p.registry.MustRegister(ended)
 	d.clock.Ended = func(n int) { ended.Add(float64(n)) }
 	sessions.UseClock(d.clock)
+	return sessions
+}
+
+// registerCoordination builds sessions (kept on coordd's session clock),
+// locks and elections, and registers their services on both servers.
+func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
+	cfg := d.cfg
+	sessions := d.newSessions(p)
+	waiters := &api.Waiters{Max: max(cfg.MaxWaitersPerPrincipal, 0)}
 	// One etcd watch per prefix tells every keep-alive stream of this
 	// member when a lock grant or leadership it watches ends, and every
 	// waiter when an entry ahead of it goes.
 	p.holdings = grantwatch.New(d.cli, cfg.KeyRoot+"lock/", cfg.KeyRoot+"election/")
 	d.locks = lock.NewManager(d.cli, cfg.KeyRoot, p.holdings, d.txns)
 	d.elections = election.NewManager(d.cli, cfg.KeyRoot, p.holdings, d.txns)
+	d.stops.onStop("locks and elections", done(func() {
+		d.locks.Close()
+		d.elections.Close()
+	}))
 	d.owners.Sessions, d.owners.Locks, d.owners.Elections = sessions, d.locks, d.elections
 	p.sessions = sessions
 	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: p.holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), p.apiMetrics)
@@ -337,6 +373,7 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	// The SDK's calls with its sessions, pipelined on one stream per
 	// client; each runs as the public server's unary RPC of its name.
 	d.barriers = barrier.NewManager(d.cli, cfg.KeyRoot)
+	d.stops.onStop("barriers", done(d.barriers.Close))
 	barrierSvc := api.NewBarrierServer(d.barriers)
 	barrierSvc.Waiters = waiters
 	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, barrierSvc, p.unary(d.authn), p.apiMetrics, d.stopped.Done(), cfg.NoCallStream)
@@ -472,6 +509,7 @@ func (d *Daemon) newHTTP(ctx context.Context, p *parts) (err error) {
 	if err != nil {
 		return fmt.Errorf("gateway connection: %w", err)
 	}
+	d.stops.onStop("the gateway's connection", func(context.Context) error { return d.gwConn.Close() })
 	var ui http.Handler
 	if !cfg.NoConsole {
 		ui = console.Handler()
@@ -518,8 +556,30 @@ func (d *Daemon) spawn(f func()) {
 func (d *Daemon) serve(p *parts) {
 	cfg := d.cfg
 	d.stopRefusing()
+	// Stopped in this order (the reverse of the registrations): stop
+	// accepting, the HTTP server, the gRPC servers, then the background
+	// work and every goroutine spawned here.
 	bgCtx, stopBackground := context.WithCancel(context.Background())
-	d.stopBackground = stopBackground
+	d.stops.onStop("background work", done(func() {
+		stopBackground()
+		d.wg.Wait()
+	}))
+	d.stops.onStop("the gRPC servers", func(ctx context.Context) error {
+		d.stopServers(ctx)
+		return nil
+	})
+	d.stops.onStop("the HTTP server", func(ctx context.Context) error {
+		if err := d.httpSrv.Shutdown(ctx); err != nil {
+			// Timed out, as the gRPC side may: close what is left. Its
+			// error (of listeners Shutdown already closed) adds nothing.
+			_ = d.httpSrv.Close()
+		}
+		return nil
+	})
+	d.stops.onStop("accepting calls", done(func() {
+		d.markStopped() // streams end, waits give up
+		d.health.Shutdown()
+	}))
 	d.spawn(func() { d.leader.run(d.stopped.Done()) })
 	d.spawn(func() { d.watchAlarms(bgCtx) })
 	if d.disk != nil {

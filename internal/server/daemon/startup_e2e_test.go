@@ -306,3 +306,28 @@ func TestTakenEtcdPortNamesItsFlag(t *testing.T) {
 		t.Errorf("a data dir that existed before the failed start: %v", err)
 	}
 }
+
+// A start that fails late (here on a secret key file it cannot read, after
+// etcd, the group committer and the lock and election managers are up)
+// stops what it built, by the steps Stop takes: the data dir and the etcd
+// member it started are free for the next start. (Goroutines it left
+// behind would fail the package's goleak check.)
+func TestALateFailedStartStopsWhatItBuilt(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.SecretKeyFile = filepath.Join(t.TempDir(), "coordd-secret.keys")
+	if err := os.WriteFile(cfg.SecretKeyFile, []byte("not a key line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.Start(t.Context(), cfg)
+	if err == nil {
+		_ = d.Stop(context.Background())
+		t.Fatal("started with an unreadable secret key file")
+	}
+	if !strings.Contains(err.Error(), "--secret-key-file") {
+		t.Fatalf("Start = %v, want the secret key file's error", err)
+	}
+	t.Logf("Start: %v", err)
+	cfg.SecretKeyFile = ""
+	start(t, cfg)
+}
