@@ -16,13 +16,22 @@ import (
 type BarrierServer struct {
 	coorddv1.UnsafeBarrierServiceServer // compile errors when the service grows
 
-	m *barrier.Manager
-	// Waiters, when set, bounds the calls waiting on this member.
+	m       *barrier.Manager
+	waiters *Waiters // BarrierOptions.Waiters
+}
+
+// BarrierOptions is what a BarrierServer is built from (NewBarrierServer).
+type BarrierOptions struct {
+	// Barriers is the barrier manager served; required.
+	Barriers *barrier.Manager
+	// Waiters bounds the calls waiting on this member; nil: no bound.
 	Waiters *Waiters
 }
 
-// NewBarrierServer serves m.
-func NewBarrierServer(m *barrier.Manager) *BarrierServer { return &BarrierServer{m: m} }
+// NewBarrierServer returns the BarrierService adapter.
+func NewBarrierServer(o BarrierOptions) *BarrierServer {
+	return &BarrierServer{m: o.Barriers, waiters: o.Waiters}
+}
 
 // withWait bounds ctx by a request's wait (locks, sets, campaigns,
 // barriers), which must be positive when set.
@@ -61,7 +70,7 @@ func (s *BarrierServer) enterBarrier(ctx, call context.Context, req *coorddv1.En
 	if err != nil {
 		return nil, err
 	}
-	ctx, wait, cancel, finish, err := s.Waiters.begin(ctx, call, req.GetWait())
+	ctx, wait, cancel, finish, err := s.waiters.begin(ctx, call, req.GetWait())
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +119,7 @@ func (s *BarrierServer) leaveBarrier(ctx, call context.Context, req *coorddv1.Le
 	if err != nil {
 		return nil, err
 	}
-	ctx, wait, cancel, finish, err := s.Waiters.begin(ctx, call, req.GetWait())
+	ctx, wait, cancel, finish, err := s.waiters.begin(ctx, call, req.GetWait())
 	if err != nil {
 		return nil, err
 	}

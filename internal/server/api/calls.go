@@ -78,37 +78,56 @@ const (
 // waits with a goroutine each did (160 MB against 120).
 const maxCallsInFlight = 1 << 14
 
-// NewCallServer returns the Calls server for locks and elections: each
-// call runs through interceptors (outermost first), as the unary RPC of
-// its name would on the server whose interceptors they are. A disabled
-// server ends every Calls stream with UNIMPLEMENTED, so clients fall back
-// to unary RPCs (coordd --no-call-stream). Streams end with ErrStopping
-// once stopping is closed.
-func NewCallServer(locks *LockServer, elections *ElectionServer, barriers *BarrierServer, interceptors []grpc.UnaryServerInterceptor, metrics *Metrics, stopping <-chan struct{}, disabled bool) *CallServer {
-	s := &CallServer{routes: map[protoreflect.FullName]callRoute{}, stopping: stopping, disabled: disabled, metrics: metrics, work: make(chan func())}
+// CallOptions is what a CallServer is built from (NewCallServer).
+type CallOptions struct {
+	// Locks, Elections and Barriers serve the calls of their services;
+	// all three are required.
+	Locks     *LockServer
+	Elections *ElectionServer
+	Barriers  *BarrierServer
+	// Interceptors (outermost first) wrap each call, as they wrap the
+	// unary RPC of its name on the server whose interceptors they are;
+	// nil: none.
+	Interceptors []grpc.UnaryServerInterceptor
+	// Metrics counts the calls served; nil: nothing is counted.
+	Metrics *Metrics
+	// Stopping, once closed, ends streams with ErrStopping; nil: they end
+	// only with their callers.
+	Stopping <-chan struct{}
+	// Disabled ends every Calls stream with UNIMPLEMENTED, so clients
+	// fall back to unary RPCs (coordd --no-call-stream); false: calls
+	// are served.
+	Disabled bool
+}
+
+// NewCallServer returns the Calls server for locks, elections and
+// barriers: each call runs through o.Interceptors, as the unary RPC of
+// its name would.
+func NewCallServer(o CallOptions) *CallServer {
+	s := &CallServer{routes: map[protoreflect.FullName]callRoute{}, stopping: o.Stopping, disabled: o.Disabled, metrics: o.Metrics, work: make(chan func())}
 	add := func(req protoreflect.FullName, r callRoute) {
-		r.run = chainUnary(interceptors, r.method, r.run)
+		r.run = chainUnary(o.Interceptors, r.method, r.run)
 		s.routes[req] = r
 	}
-	acquire, r := routeOf(coorddv1.LockService_Acquire_FullMethodName, locks.acquireOnStream)
+	acquire, r := routeOf(coorddv1.LockService_Acquire_FullMethodName, o.Locks.acquireOnStream)
 	r.parkable = true
 	add(acquire, r)
-	add(routeOf(coorddv1.LockService_TryAcquire_FullMethodName, locks.TryAcquire))
-	add(routeOf(coorddv1.LockService_Release_FullMethodName, locks.Release))
-	add(routeOf(coorddv1.LockService_ValidateFence_FullMethodName, locks.ValidateFence))
-	add(routeOf(coorddv1.LockService_FencedPut_FullMethodName, locks.FencedPut))
-	add(routeOf(coorddv1.LockService_FencedDelete_FullMethodName, locks.FencedDelete))
-	campaign, r := routeOf(coorddv1.ElectionService_Campaign_FullMethodName, elections.campaignOnStream)
+	add(routeOf(coorddv1.LockService_TryAcquire_FullMethodName, o.Locks.TryAcquire))
+	add(routeOf(coorddv1.LockService_Release_FullMethodName, o.Locks.Release))
+	add(routeOf(coorddv1.LockService_ValidateFence_FullMethodName, o.Locks.ValidateFence))
+	add(routeOf(coorddv1.LockService_FencedPut_FullMethodName, o.Locks.FencedPut))
+	add(routeOf(coorddv1.LockService_FencedDelete_FullMethodName, o.Locks.FencedDelete))
+	campaign, r := routeOf(coorddv1.ElectionService_Campaign_FullMethodName, o.Elections.campaignOnStream)
 	r.parkable = true
 	add(campaign, r)
-	enter, r := routeOf(coorddv1.BarrierService_EnterBarrier_FullMethodName, barriers.enterOnStream)
+	enter, r := routeOf(coorddv1.BarrierService_EnterBarrier_FullMethodName, o.Barriers.enterOnStream)
 	r.parkable = true
 	add(enter, r)
-	leave, r := routeOf(coorddv1.BarrierService_LeaveBarrier_FullMethodName, barriers.leaveOnStream)
+	leave, r := routeOf(coorddv1.BarrierService_LeaveBarrier_FullMethodName, o.Barriers.leaveOnStream)
 	r.parkable = true
 	add(leave, r)
-	add(routeOf(coorddv1.ElectionService_Proclaim_FullMethodName, elections.Proclaim))
-	add(routeOf(coorddv1.ElectionService_Resign_FullMethodName, elections.Resign))
+	add(routeOf(coorddv1.ElectionService_Proclaim_FullMethodName, o.Elections.Proclaim))
+	add(routeOf(coorddv1.ElectionService_Resign_FullMethodName, o.Elections.Resign))
 	return s
 }
 

@@ -15,7 +15,7 @@ import (
 // call added to the proto and not to the server fails here, not in a
 // client.
 func TestEveryCallHasARoute(t *testing.T) {
-	s := NewCallServer(&LockServer{}, &ElectionServer{}, &BarrierServer{}, nil, nil, nil, false)
+	s := NewCallServer(CallOptions{Locks: &LockServer{}, Elections: &ElectionServer{}, Barriers: &BarrierServer{}})
 	fields := (&coorddv1.CallsRequest{}).ProtoReflect().Descriptor().Oneofs().ByName("call").Fields()
 	calls := 0
 	for i := range fields.Len() {

@@ -20,14 +20,24 @@ type ClusterServer struct {
 
 	m       *cluster.Manager
 	version string
-	// Groups, when set, gives a principal's groups and whether a policy
-	// is in force (for WhoAmI); auth.Authorizer.Groups.
+	groups  func(auth.Principal) ([]string, bool) // ClusterOptions.Groups
+}
+
+// ClusterOptions is what a ClusterServer is built from (NewClusterServer).
+type ClusterOptions struct {
+	// Cluster is the cluster manager served; required.
+	Cluster *cluster.Manager
+	// Version is coordd's, reported in the cluster's status; "": none.
+	Version string
+	// Groups gives a principal's groups and whether a policy is in force
+	// (for WhoAmI): auth.Authorizer.Groups. nil: WhoAmI reports the
+	// groups the caller authenticated with, and no policy.
 	Groups func(auth.Principal) ([]string, bool)
 }
 
-// NewClusterServer returns the ClusterService adapter; version is coordd's.
-func NewClusterServer(m *cluster.Manager, version string) *ClusterServer {
-	return &ClusterServer{m: m, version: version}
+// NewClusterServer returns the ClusterService adapter.
+func NewClusterServer(o ClusterOptions) *ClusterServer {
+	return &ClusterServer{m: o.Cluster, version: o.Version, groups: o.Groups}
 }
 
 func hex(id uint64) string { return strconv.FormatUint(id, 16) }
@@ -194,8 +204,8 @@ func (s *ClusterServer) Defragment(ctx context.Context, _ *coorddv1.DefragmentRe
 func (s *ClusterServer) WhoAmI(ctx context.Context, _ *coorddv1.WhoAmIRequest) (*coorddv1.WhoAmIResponse, error) {
 	p := PrincipalFrom(ctx)
 	resp := &coorddv1.WhoAmIResponse{Principal: p.Name, Groups: p.Groups}
-	if s.Groups != nil {
-		resp.Groups, resp.Policy = s.Groups(p)
+	if s.groups != nil {
+		resp.Groups, resp.Policy = s.groups(p)
 	}
 	return resp, nil
 }

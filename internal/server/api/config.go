@@ -29,19 +29,10 @@ type ConfigServer struct {
 	stopped context.Context // done once the daemon stops
 	metrics *Metrics
 
-	// MayReadSecrets, when set, says whether the caller may read a
-	// namespace's secrets (config.read-secret): setting the schema of a
-	// namespace that holds secrets needs it, since a schema's verdict on
-	// the content tells of the secrets in it.
-	MayReadSecrets func(ctx context.Context, ns string) bool
-	// MayRead, when set, says whether the caller may read a namespace
-	// (config.read): making a namespace inherit from a shared one needs
-	// it on the shared one, whose content the heir then shows.
-	MayRead func(ctx context.Context, ns string) bool
-	// Subscriptions, when set, bounds each principal's config watches on
-	// this member: a Watch stream is one, each live watch of a WatchMany
-	// stream one.
-	Subscriptions *PerPrincipal
+	// The rest: see ConfigOptions' fields of the same names.
+	mayReadSecrets func(ctx context.Context, ns string) bool
+	mayRead        func(ctx context.Context, ns string) bool
+	subscriptions  *PerPrincipal
 
 	// recent holds the messages of the latest releases, so a release sent
 	// to K watchers is converted once, not K times.
@@ -53,10 +44,39 @@ type ConfigServer struct {
 	next int
 }
 
-// NewConfigServer returns the ConfigService adapter. Watch streams end with
-// ErrStopping once stopped is done.
-func NewConfigServer(stopped context.Context, store *configcenter.Store, cache *configcenter.Cache, metrics *Metrics) *ConfigServer {
-	return &ConfigServer{store: store, cache: cache, stopped: stopped, metrics: metrics}
+// ConfigOptions is what a ConfigServer is built from (NewConfigServer).
+type ConfigOptions struct {
+	// Stopped is done once the daemon stops, which ends Watch streams
+	// with ErrStopping; required.
+	Stopped context.Context
+	// Store is the config store served; required.
+	Store *configcenter.Store
+	// Cache is the member's cache of the store, which snapshots, polls
+	// and watches read; required.
+	Cache *configcenter.Cache
+	// Metrics counts what the adapter serves; nil: nothing is counted.
+	Metrics *Metrics
+	// MayReadSecrets says whether the caller may read a namespace's
+	// secrets (config.read-secret): setting the schema of a namespace
+	// that holds secrets needs it, since a schema's verdict on the
+	// content tells of the secrets in it. nil: every caller may.
+	MayReadSecrets func(ctx context.Context, ns string) bool
+	// MayRead says whether the caller may read a namespace (config.read):
+	// making a namespace inherit from a shared one needs it on the shared
+	// one, whose content the heir then shows. nil: every caller may.
+	MayRead func(ctx context.Context, ns string) bool
+	// Subscriptions bounds each principal's config watches on this
+	// member: a Watch stream is one, each live watch of a WatchMany
+	// stream one. nil: no bound.
+	Subscriptions *PerPrincipal
+}
+
+// NewConfigServer returns the ConfigService adapter.
+func NewConfigServer(o ConfigOptions) *ConfigServer {
+	return &ConfigServer{
+		store: o.Store, cache: o.Cache, stopped: o.Stopped, metrics: o.Metrics,
+		mayReadSecrets: o.MayReadSecrets, mayRead: o.MayRead, subscriptions: o.Subscriptions,
+	}
 }
 
 // changeMessage returns the (shared, read-only) message of a release,
@@ -238,7 +258,7 @@ func (s *ConfigServer) GetSchema(ctx context.Context, req *coorddv1.GetSchemaReq
 
 // SetSchema implements ConfigService.
 func (s *ConfigServer) SetSchema(ctx context.Context, req *coorddv1.SetSchemaRequest) (*coorddv1.SetSchemaResponse, error) {
-	if s.MayReadSecrets != nil && req.GetSchema() != "" && !s.MayReadSecrets(ctx, req.GetNamespace()) {
+	if s.mayReadSecrets != nil && req.GetSchema() != "" && !s.mayReadSecrets(ctx, req.GetNamespace()) {
 		holds, err := s.store.HoldsSecrets(ctx, req.GetNamespace())
 		if err != nil {
 			return nil, err
@@ -272,7 +292,7 @@ func (s *ConfigServer) Watch(req *coorddv1.WatchRequest, stream coorddv1.ConfigS
 	defer cancel(nil)
 	stop := context.AfterFunc(s.stopped, func() { cancel(ErrStopping) })
 	defer stop()
-	release, err := s.Subscriptions.take(ctx, 1)
+	release, err := s.subscriptions.take(ctx, 1)
 	if err != nil {
 		return err
 	}
@@ -455,7 +475,7 @@ func (s *ConfigServer) WatchMany(stream coorddv1.ConfigService_WatchManyServer) 
 	// Send on a slow client): the mux queues requests, so the two sides can
 	// never wait on each other's flow-control windows.
 	recvErr := make(chan error, 1)
-	subs := &subscriptions{ctx: ctx, q: s.Subscriptions}
+	subs := &subscriptions{ctx: ctx, q: s.subscriptions}
 	go func() { // exits when the stream ends: Recv fails then
 		recvErr <- readWatchMany(stream, mux, subs)
 		subs.close()

@@ -170,7 +170,7 @@ func proposalProto(p configcenter.Proposal) *coorddv1.Proposal {
 
 // SetInheritance implements ConfigService.
 func (s *ConfigServer) SetInheritance(ctx context.Context, req *coorddv1.SetInheritanceRequest) (*coorddv1.SetInheritanceResponse, error) {
-	if sh := req.GetShared(); sh != "" && s.MayRead != nil && !s.MayRead(ctx, sh) {
+	if sh := req.GetShared(); sh != "" && s.mayRead != nil && !s.mayRead(ctx, sh) {
 		return nil, errkind.PermissionDenied.New("auth: inheriting from " + strconv.Quote(sh) + " shows its content: that needs config.read on it")
 	}
 	p := PrincipalFrom(ctx)

@@ -20,20 +20,42 @@ type ElectionServer struct {
 	stopped  context.Context  // done once the daemon stops
 	metrics  *Metrics
 
-	// Waiters, when set, bounds each principal's campaigns in progress on
-	// this member (shared with LockServer's acquisitions).
+	// The rest: see ElectionOptions' fields of the same names.
+	waiters      *Waiters
+	streams      *KeepAliveStreams
+	noRevocation bool
+}
+
+// ElectionOptions is what an ElectionServer is built from
+// (NewElectionServer).
+type ElectionOptions struct {
+	// Stopped is done once the daemon stops, which ends Observe streams
+	// (and campaigns) with ErrStopping; required.
+	Stopped context.Context
+	// Elections is the election manager served; required.
+	Elections *election.Manager
+	// Sessions names leaders' and candidates' owners; required.
+	Sessions *session.Manager
+	// Metrics counts what the adapter serves; nil: nothing is counted.
+	Metrics *Metrics
+	// Waiters bounds each principal's campaigns in progress on this
+	// member (shared with the LockServer's acquisitions); nil: no bound.
 	Waiters *Waiters
-	// Streams, when set, lets a leadership be followed on its leader's
-	// shared keep-alive stream from the moment it is won (keepalive_stream).
+	// Streams lets a leadership be followed on its leader's shared
+	// keep-alive stream from the moment it is won (keepalive_stream); nil:
+	// none is.
 	Streams *KeepAliveStreams
-	// NoRevocation, for tests only: see LockServer.NoRevocation.
+	// NoRevocation, for tests only: see LockOptions.NoRevocation; false:
+	// the leader is asked first.
 	NoRevocation bool
 }
 
-// NewElectionServer returns the ElectionService adapter. Observe streams
-// end with ErrStopping once stopped is done.
-func NewElectionServer(stopped context.Context, m *election.Manager, sessions *session.Manager, metrics *Metrics) *ElectionServer {
-	return &ElectionServer{m: m, sessions: sessions, stopped: stopped, metrics: metrics}
+// NewElectionServer returns the ElectionService adapter.
+func NewElectionServer(o ElectionOptions) *ElectionServer {
+	return &ElectionServer{
+		m: o.Elections, sessions: o.Sessions, stopped: o.Stopped, metrics: o.Metrics,
+		waiters: o.Waiters, streams: o.Streams, noRevocation: o.NoRevocation,
+	}
 }
 
 // Campaign implements ElectionService.
@@ -63,7 +85,7 @@ func (s *ElectionServer) campaign(ctx, call context.Context, req *coorddv1.Campa
 		return nil, err
 	}
 	// The wait is bounded from now, before it parks and after.
-	ctx, wait, cancel, finish, err := s.Waiters.begin(ctx, call, req.GetWait())
+	ctx, wait, cancel, finish, err := s.waiters.begin(ctx, call, req.GetWait())
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +109,7 @@ func (s *ElectionServer) campaign(ctx, call context.Context, req *coorddv1.Campa
 			Priority:  l.Priority,
 		}
 		if stream := req.GetKeepaliveStream(); stream != 0 {
-			out.Followed = s.Streams.follow(ctx, stream, l.Session, &coorddv1.Holding{
+			out.Followed = s.streams.follow(ctx, stream, l.Session, &coorddv1.Holding{
 				Kind: coorddv1.Holding_KIND_ELECTION, Name: l.Name, Token: int64(l.Term), RequestId: l.RequestID, Revision: l.Revision,
 			})
 		}
@@ -130,10 +152,10 @@ func (s *ElectionServer) Resign(ctx context.Context, req *coorddv1.ResignRequest
 		}
 		hint = session.Hint{Session: id, RequestID: req.GetRequestId()}
 		if stream := req.GetKeepaliveStream(); stream != 0 && hint.RequestID != "" {
-			s.Streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: req.GetName(), Token: req.GetTerm(), RequestId: hint.RequestID})
+			s.streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: req.GetName(), Token: req.GetTerm(), RequestId: hint.RequestID})
 		}
 	}
-	if hint.Session == 0 && !s.NoRevocation {
+	if hint.Session == 0 && !s.noRevocation {
 		// From outside: the leader is asked first (see election.Revoke).
 		o, err := revokeOptions(s.sessions, req.GetForce(), req.GetRevokeWait())
 		if err != nil {
@@ -165,7 +187,7 @@ func (s *ElectionServer) Transfer(ctx context.Context, req *coorddv1.TransferReq
 		if err != nil {
 			return nil, err
 		}
-		s.Streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: req.GetName(), Token: req.GetTerm(), RequestId: req.GetRequestId()})
+		s.streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_ELECTION, Name: req.GetName(), Token: req.GetTerm(), RequestId: req.GetRequestId()})
 	}
 	term, rev, err := s.m.Transfer(ctx, req.GetName(), fencing.Token(req.GetTerm()), to, req.GetSuccessorRequestId())
 	if err != nil {

@@ -16,14 +16,24 @@ import (
 type HistoryServer struct {
 	coorddv1.UnsafeHistoryServiceServer // compile errors when the service grows
 
-	s *history.Store
-	// TokensVisible, when set, says whether the caller may see a lock's
-	// tokens (as in DescribeLock); they are zero otherwise.
+	s             *history.Store
+	tokensVisible func(ctx context.Context, lock string) bool // HistoryOptions.TokensVisible
+}
+
+// HistoryOptions is what a HistoryServer is built from (NewHistoryServer).
+type HistoryOptions struct {
+	// Store is the grant history served; required.
+	Store *history.Store
+	// TokensVisible says whether the caller may see a lock's tokens (as
+	// in DescribeLock: see LockOptions.TokensVisible); they are zero
+	// otherwise. nil: every caller sees them.
 	TokensVisible func(ctx context.Context, lock string) bool
 }
 
-// NewHistoryServer serves s.
-func NewHistoryServer(s *history.Store) *HistoryServer { return &HistoryServer{s: s} }
+// NewHistoryServer returns the HistoryService adapter.
+func NewHistoryServer(o HistoryOptions) *HistoryServer {
+	return &HistoryServer{s: o.Store, tokensVisible: o.TokensVisible}
+}
 
 // historyRequest is what both listings ask.
 type historyRequest interface {
@@ -61,10 +71,10 @@ func (s *HistoryServer) list(ctx context.Context, k history.Kind, req historyReq
 	out := make([]*coorddv1.HistoryEvent, 0, len(evs))
 	for i := range evs {
 		e := historyEvent(&evs[i])
-		if k == history.Lock && s.TokensVisible != nil && e.Name != "" {
+		if k == history.Lock && s.tokensVisible != nil && e.Name != "" {
 			v, ok := visible[e.Name]
 			if !ok {
-				v = s.TokensVisible(ctx, e.Name)
+				v = s.tokensVisible(ctx, e.Name)
 				visible[e.Name] = v
 			}
 			if !v {

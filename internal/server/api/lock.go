@@ -24,41 +24,68 @@ type LockServer struct {
 	elections *election.Manager // fences by leadership term
 	sessions  *session.Manager  // to name holders' owners in DescribeLock
 	metrics   *Metrics
-	// Streams, when set, lets a grant be followed on its holder's shared
-	// keep-alive stream from the moment it is made (keepalive_stream).
-	Streams *KeepAliveStreams
-	// TokensVisible, when set, says whether the caller may see a lock's
-	// tokens in DescribeLock (under a policy: those allowed to release
-	// it); they are zero otherwise.
-	TokensVisible func(ctx context.Context, lock string) bool
-	// Waiters, when set, bounds each principal's acquisitions in
-	// progress on this member (shared with ElectionServer's campaigns).
-	Waiters *Waiters
-	// NoRevocation, for tests only, ends a grant released from outside at
-	// once, as before the revocation hand-shake: its holder hears after the
-	// next holder is granted. A test shows the overlaps it lets through.
-	NoRevocation bool
-	// pages seals DescribeLock's page tokens (see SetPageTokenKey): a
-	// token names the last entry of a page, whose fencing token the caller
-	// may not see. nil: in the clear.
+
+	// The rest: see LockOptions' fields of the same names.
+	streams       *KeepAliveStreams
+	tokensVisible func(ctx context.Context, lock string) bool
+	waiters       *Waiters
+	noRevocation  bool
+	// pages seals DescribeLock's page tokens (LockOptions.PageTokenKey):
+	// a token names the last entry of a page, whose fencing token the
+	// caller may not see. nil: in the clear.
 	pages *pageSealer
 }
 
-// SetPageTokenKey makes DescribeLock seal its page tokens with key
-// (PageTokenKeyBytes long; every member of a cluster uses the same).
-func (s *LockServer) SetPageTokenKey(key []byte) error {
-	p, err := newPageSealer(key)
-	if err != nil {
-		return err
-	}
-	s.pages = p
-	return nil
+// LockOptions is what a LockServer is built from (NewLockServer).
+type LockOptions struct {
+	// Stopped is done once the daemon stops, which ends WatchLock streams
+	// (and waits) with ErrStopping; required.
+	Stopped context.Context
+	// Locks is the lock manager served; required.
+	Locks *lock.Manager
+	// Elections fences by leadership term (a fenced call may name an
+	// election instead of a lock); required.
+	Elections *election.Manager
+	// Sessions names holders' owners in DescribeLock; required.
+	Sessions *session.Manager
+	// Metrics counts what the adapter serves; nil: nothing is counted.
+	Metrics *Metrics
+	// Streams lets a grant be followed on its holder's shared keep-alive
+	// stream from the moment it is made (keepalive_stream); nil: none is.
+	Streams *KeepAliveStreams
+	// TokensVisible says whether the caller may see a lock's tokens in
+	// DescribeLock (under a policy: those allowed to release it); they are
+	// zero otherwise. nil: every caller sees them.
+	TokensVisible func(ctx context.Context, lock string) bool
+	// Waiters bounds each principal's acquisitions in progress on this
+	// member (shared with the ElectionServer's campaigns); nil: no bound.
+	Waiters *Waiters
+	// PageTokenKey (PageTokenKeyBytes long; every member of a cluster uses
+	// the same) seals DescribeLock's page tokens; nil: tokens are in the
+	// clear.
+	PageTokenKey []byte
+	// NoRevocation, for tests only, ends a grant released from outside at
+	// once, as before the revocation hand-shake: its holder hears after
+	// the next holder is granted. A test shows the overlaps it lets
+	// through. false: the holder is asked first.
+	NoRevocation bool
 }
 
-// NewLockServer returns the LockService adapter. WatchLock streams end
-// with ErrStopping once stopped is done.
-func NewLockServer(stopped context.Context, m *lock.Manager, elections *election.Manager, sessions *session.Manager, metrics *Metrics) *LockServer {
-	return &LockServer{stopped: stopped, m: m, elections: elections, sessions: sessions, metrics: metrics}
+// NewLockServer returns the LockService adapter. It fails only on a
+// PageTokenKey of the wrong size.
+func NewLockServer(o LockOptions) (*LockServer, error) {
+	s := &LockServer{
+		stopped: o.Stopped, m: o.Locks, elections: o.Elections, sessions: o.Sessions, metrics: o.Metrics,
+		streams: o.Streams, tokensVisible: o.TokensVisible, waiters: o.Waiters, noRevocation: o.NoRevocation,
+	}
+	if o.PageTokenKey != nil {
+		p, err := newPageSealer(o.PageTokenKey)
+		if err != nil {
+			return nil, err
+		}
+		s.pages = p
+	}
+	return s, nil
 }
 
 // fence picks what a fenced call's token must hold: the lock named lockName,
@@ -117,7 +144,7 @@ func (s *LockServer) acquire(ctx, call context.Context, req *coorddv1.AcquireReq
 		return nil, err
 	}
 	// The wait is bounded from now, before it parks and after.
-	ctx, wait, cancel, finish, err := s.Waiters.begin(ctx, call, req.GetWait())
+	ctx, wait, cancel, finish, err := s.waiters.begin(ctx, call, req.GetWait())
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +182,7 @@ func (s *LockServer) AcquireAll(ctx context.Context, req *coorddv1.AcquireAllReq
 	if err != nil {
 		return nil, err
 	}
-	ctx, _, cancel, finish, err := s.Waiters.begin(ctx, nil, req.GetWait())
+	ctx, _, cancel, finish, err := s.waiters.begin(ctx, nil, req.GetWait())
 	if err != nil {
 		return nil, err
 	}
@@ -198,10 +225,10 @@ func (s *LockServer) Release(ctx context.Context, req *coorddv1.ReleaseRequest) 
 		}
 		hint = session.Hint{Session: id, RequestID: req.GetRequestId()}
 		if stream := req.GetKeepaliveStream(); stream != 0 && hint.RequestID != "" {
-			s.Streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: req.GetName(), Token: req.GetToken(), RequestId: hint.RequestID})
+			s.streams.unfollow(ctx, stream, id, &coorddv1.Holding{Kind: coorddv1.Holding_KIND_LOCK, Name: req.GetName(), Token: req.GetToken(), RequestId: hint.RequestID})
 		}
 	}
-	if hint.Session == 0 && !s.NoRevocation {
+	if hint.Session == 0 && !s.noRevocation {
 		// From outside: the holder is asked first (see lock.Revoke).
 		o, err := revokeOptions(s.sessions, req.GetForce(), req.GetRevokeWait())
 		if err != nil {
@@ -300,7 +327,7 @@ func (s *LockServer) describeProto(ctx context.Context, d lock.Description) *coo
 	for _, e := range d.Waiters {
 		resp.Waiters = append(resp.Waiters, entryProto(e, owners[e.Session]))
 	}
-	if s.TokensVisible != nil && !s.TokensVisible(ctx, d.Name) {
+	if s.tokensVisible != nil && !s.tokensVisible(ctx, d.Name) {
 		for _, e := range append(resp.Holders, resp.Waiters...) {
 			e.Token = 0
 		}
@@ -364,7 +391,7 @@ func (s *LockServer) FencedDelete(ctx context.Context, req *coorddv1.FencedDelet
 func (s *LockServer) followed(ctx context.Context, stream uint64, g lock.Grant) *coorddv1.LockGrant {
 	out := grantProto(g)
 	if stream != 0 {
-		out.Followed = s.Streams.follow(ctx, stream, g.Session, &coorddv1.Holding{
+		out.Followed = s.streams.follow(ctx, stream, g.Session, &coorddv1.Holding{
 			Kind: coorddv1.Holding_KIND_LOCK, Name: g.Name, Token: int64(g.Token), RequestId: g.RequestID, Revision: g.Revision,
 		})
 	}

@@ -23,9 +23,6 @@ import (
 
 // SessionServer adapts session.Manager to coordd.v1.SessionService.
 type SessionServer struct {
-	// NoRevocation, for tests only: see LockServer.NoRevocation.
-	NoRevocation bool
-
 	coorddv1.UnsafeSessionServiceServer // compile errors when the service grows
 
 	m        *session.Manager
@@ -33,41 +30,74 @@ type SessionServer struct {
 	stopping <-chan struct{}
 	metrics  *Metrics
 
-	// SeesAll, when set, says whether the caller may read every session
-	// (an operator); others read only the sessions they created:
-	// GetSession of another's is PermissionDenied, ListSessions leaves
-	// them out (so a page may hold fewer than page_size sessions while a
-	// next_page_token follows).
-	SeesAll func(ctx context.Context) bool
-	// pages seals ListSessions' page tokens (see SetPageTokenKey); nil:
-	// a token is the last session id read, in the clear.
+	// The rest: see SessionOptions' fields of the same names.
+	noRevocation    bool
+	seesAll         func(ctx context.Context) bool
+	streams         *KeepAliveStreams
+	maxRequestBytes int
+	callStream      *CallServer
+	// pages seals ListSessions' page tokens (SessionOptions.PageTokenKey);
+	// nil: a token is the last session id read, in the clear.
 	pages *pageSealer
-	// Streams, when set, registers the shared streams so that grants on
-	// this member are followed on them from the moment they are made (the
-	// Lock and Election servers share it).
-	Streams *KeepAliveStreams
-	// MaxRequestBytes is the server's limit on one message (0: gRPC's
-	// default), which bounds a batch of renewals.
-	MaxRequestBytes int
-	// CallStream serves the Calls stream; nil ends it with UNIMPLEMENTED.
-	CallStream *CallServer
 }
 
-// SetPageTokenKey makes ListSessions seal its page tokens with key
-// (PageTokenKeyBytes long, the same on every member), so that a token does
-// not name a session the caller may not see.
-func (s *SessionServer) SetPageTokenKey(key []byte) error {
-	p, err := newPageSealer(key)
-	if err != nil {
-		return err
+// SessionOptions is what a SessionServer is built from (NewSessionServer).
+type SessionOptions struct {
+	// Sessions is the session manager served; required.
+	Sessions *session.Manager
+	// Holdings is where KeepAliveStream watches a session's holdings;
+	// required (see Holdings).
+	Holdings Holdings
+	// Stopping, once closed, ends streams with ErrStopping; nil: they
+	// end only with their callers.
+	Stopping <-chan struct{}
+	// Metrics counts what the adapter serves; nil: nothing is counted.
+	Metrics *Metrics
+	// Streams registers the shared keep-alive streams so that grants on
+	// this member are followed on them from the moment they are made (the
+	// Lock and Election servers share it); nil: none is followed.
+	Streams *KeepAliveStreams
+	// MaxRequestBytes is the server's limit on one message, which bounds a
+	// batch of renewals; 0: gRPC's default.
+	MaxRequestBytes int
+	// PageTokenKey (PageTokenKeyBytes long, the same on every member)
+	// seals ListSessions' page tokens, so that a token does not name a
+	// session the caller may not see; nil: tokens are in the clear.
+	PageTokenKey []byte
+	// SeesAll says whether the caller may read every session (an
+	// operator); others read only the sessions they created: GetSession
+	// of another's is PermissionDenied, ListSessions leaves them out (so
+	// a page may hold fewer than page_size sessions while a
+	// next_page_token follows). nil: every caller sees all.
+	SeesAll func(ctx context.Context) bool
+	// CallStream serves the Calls stream; nil ends it with UNIMPLEMENTED.
+	CallStream *CallServer
+	// NoRevocation, for tests only: see LockOptions.NoRevocation; false:
+	// sessions closed from outside revoke their holdings first.
+	NoRevocation bool
+}
+
+// NewSessionServer returns the SessionService adapter. It fails only on a
+// PageTokenKey of the wrong size.
+func NewSessionServer(o SessionOptions) (*SessionServer, error) {
+	s := &SessionServer{
+		m: o.Sessions, holdings: o.Holdings, stopping: o.Stopping, metrics: o.Metrics,
+		noRevocation: o.NoRevocation, seesAll: o.SeesAll, streams: o.Streams,
+		maxRequestBytes: o.MaxRequestBytes, callStream: o.CallStream,
 	}
-	s.pages = p
-	return nil
+	if o.PageTokenKey != nil {
+		p, err := newPageSealer(o.PageTokenKey)
+		if err != nil {
+			return nil, err
+		}
+		s.pages = p
+	}
+	return s, nil
 }
 
 // mayRead reports whether the caller may read info.
 func (s *SessionServer) mayRead(ctx context.Context, info session.Info) bool {
-	return s.SeesAll == nil || s.SeesAll(ctx) || (info.Principal != "" && info.Principal == PrincipalFrom(ctx).Name)
+	return s.seesAll == nil || s.seesAll(ctx) || (info.Principal != "" && info.Principal == PrincipalFrom(ctx).Name)
 }
 
 // Holdings is what KeepAliveStream needs to watch a session's holdings:
@@ -77,12 +107,6 @@ type Holdings struct {
 	Watcher   *grantwatch.Watcher
 	Locks     *lock.Manager
 	Elections *election.Manager
-}
-
-// NewSessionServer returns the SessionService adapter. Streams end with
-// ErrStopping once stopping is closed.
-func NewSessionServer(m *session.Manager, h Holdings, stopping <-chan struct{}, metrics *Metrics) *SessionServer {
-	return &SessionServer{m: m, holdings: h, stopping: stopping, metrics: metrics}
 }
 
 // CreateSession implements SessionService.
@@ -217,7 +241,7 @@ func (s *SessionServer) KeepAliveStream(stream coorddv1.SessionService_KeepAlive
 	recvErr := make(chan error, 1)
 	w := newHoldingWatches(s.holdings)
 	defer w.Close()
-	sid, unregister := s.Streams.register(ctx, w)
+	sid, unregister := s.streams.register(ctx, w)
 	defer unregister()
 	// Tell the client it may batch its renewals (session_ids), and how
 	// many fit in one message; and the stream's id, for grants to follow.
@@ -350,9 +374,9 @@ func sendLot(stream coorddv1.SessionService_KeepAliveStreamServer, r session.Lot
 const KeepAliveBatchesHeader = "coordd-keepalive-batches"
 
 // maxBatch is how many session ids fit in one keep-alive stream message
-// within MaxRequestBytes (an id takes 18 bytes on the wire), at most 4096.
+// within maxRequestBytes (an id takes 18 bytes on the wire), at most 4096.
 func (s *SessionServer) maxBatch() int {
-	limit := s.MaxRequestBytes
+	limit := s.maxRequestBytes
 	if limit <= 0 {
 		limit = 4 << 20 // gRPC's default
 	}
@@ -456,7 +480,7 @@ func (w *holdingWatches) remove(id session.ID, h *coorddv1.Holding) {
 
 // Calls implements SessionService: see CallServer.
 func (s *SessionServer) Calls(stream coorddv1.SessionService_CallsServer) error {
-	return s.CallStream.Serve(stream)
+	return s.callStream.Serve(stream)
 }
 
 // CloseSession implements SessionService.
@@ -466,7 +490,7 @@ func (s *SessionServer) CloseSession(ctx context.Context, req *coorddv1.CloseSes
 		return nil, err
 	}
 	out := &coorddv1.CloseSessionResponse{}
-	if !req.GetByOwner() && !s.NoRevocation {
+	if !req.GetByOwner() && !s.noRevocation {
 		// From outside: every holder is asked first (see revokeHoldings).
 		rs, err := s.revokeHoldings(ctx, id, req)
 		if err != nil {

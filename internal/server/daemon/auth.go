@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -51,6 +52,38 @@ func (d *Daemon) loadAuth() error {
 		d.lg.Warn("no --policy-file: coordd runs open; anyone who reaches its ports may do anything (close any session, release any lock, save a snapshot)")
 	}
 	return nil
+}
+
+// seesAllSessions says whether the caller may read every session, not
+// only those it created (api.SessionOptions.SeesAll): cluster.read or
+// cluster.admin.
+func (d *Daemon) seesAllSessions(ctx context.Context) bool {
+	p := api.PrincipalFrom(ctx)
+	read, _ := d.authz.Allows(p, auth.ClusterRead, auth.Resource{})
+	admin, _ := d.authz.Allows(p, auth.ClusterAdmin, auth.Resource{})
+	return read || admin
+}
+
+// lockTokensVisible says whether the caller may see the fencing tokens of
+// lock name, in DescribeLock and the grant history
+// (api.LockOptions.TokensVisible): whether it may release the lock.
+func (d *Daemon) lockTokensVisible(ctx context.Context, name string) bool {
+	ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.LockRelease, auth.Resource{Kind: auth.Lock, Name: name})
+	return ok
+}
+
+// mayReadSecrets says whether the caller may read config namespace ns's
+// secrets (api.ConfigOptions.MayReadSecrets).
+func (d *Daemon) mayReadSecrets(ctx context.Context, ns string) bool {
+	ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.ConfigReadSecret, auth.Resource{Kind: auth.Namespace, Name: ns})
+	return d.authz.Open() || ok
+}
+
+// mayReadConfig says whether the caller may read config namespace ns
+// (api.ConfigOptions.MayRead).
+func (d *Daemon) mayReadConfig(ctx context.Context, ns string) bool {
+	ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.ConfigRead, auth.Resource{Kind: auth.Namespace, Name: ns})
+	return d.authz.Open() || ok
 }
 
 func readTokens(file string) (*auth.Tokens, error) {

@@ -320,7 +320,6 @@ func (d *Daemon) newSessions(p *parts) *session.Manager {
 func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	cfg := d.cfg
 	sessions := d.newSessions(p)
-	waiters := &api.Waiters{Max: max(cfg.MaxWaitersPerPrincipal, 0)}
 	// One etcd watch per prefix tells every keep-alive stream of this
 	// member when a lock grant or leadership it watches ends, and every
 	// waiter when an entry ahead of it goes.
@@ -333,55 +332,58 @@ func (d *Daemon) registerCoordination(ctx context.Context, p *parts) error {
 	}))
 	d.owners.Sessions, d.owners.Locks, d.owners.Elections = sessions, d.locks, d.elections
 	p.sessions = sessions
-	sessionSvc := api.NewSessionServer(sessions, api.Holdings{Watcher: p.holdings, Locks: d.locks, Elections: d.elections}, d.stopped.Done(), p.apiMetrics)
 	streams := api.NewKeepAliveStreams() // grants followed on their holders' keep-alive streams
-	sessionSvc.Streams = streams
-	sessionSvc.NoRevocation = cfg.UnsafeNoRevocation
 	p.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "coordd_keepalive_streams",
 		Help: "Shared keep-alive streams open on this member: one per SDK client with sessions here (clients prefer the member that leads etcd).",
 	}, func() float64 { return float64(streams.Len()) }))
-	sessionSvc.MaxRequestBytes = cfg.MaxRequestBytes
 	pageKey, err := pageTokenKey(ctx, d.cli, cfg.KeyRoot)
 	if err != nil {
 		return err
 	}
-	if err := sessionSvc.SetPageTokenKey(pageKey); err != nil {
+	return d.registerCoordinationServices(p, streams, pageKey)
+}
+
+// registerCoordinationServices builds the barrier manager, then the
+// session, lock, election, barrier and history services on what
+// registerCoordination built, and registers them on both servers. streams
+// are the shared keep-alive streams; pageKey seals page tokens.
+func (d *Daemon) registerCoordinationServices(p *parts, streams *api.KeepAliveStreams, pageKey []byte) error {
+	cfg := d.cfg
+	waiters := &api.Waiters{Max: max(cfg.MaxWaitersPerPrincipal, 0)}
+	lockSvc, err := api.NewLockServer(api.LockOptions{
+		Stopped: d.stopped, Locks: d.locks, Elections: d.elections, Sessions: p.sessions, Metrics: p.apiMetrics,
+		Streams: streams, TokensVisible: d.lockTokensVisible, Waiters: waiters, PageTokenKey: pageKey,
+		NoRevocation: cfg.UnsafeNoRevocation,
+	})
+	if err != nil {
 		return err
 	}
-	sessionSvc.SeesAll = func(ctx context.Context) bool {
-		p := api.PrincipalFrom(ctx)
-		read, _ := d.authz.Allows(p, auth.ClusterRead, auth.Resource{})
-		admin, _ := d.authz.Allows(p, auth.ClusterAdmin, auth.Resource{})
-		return read || admin
-	}
-	lockSvc := api.NewLockServer(d.stopped, d.locks, d.elections, sessions, p.apiMetrics)
-	lockSvc.Streams = streams
-	lockSvc.NoRevocation = cfg.UnsafeNoRevocation
-	lockSvc.Waiters = waiters
-	if err := lockSvc.SetPageTokenKey(pageKey); err != nil {
-		return err
-	}
-	lockSvc.TokensVisible = func(ctx context.Context, name string) bool {
-		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.LockRelease, auth.Resource{Kind: auth.Lock, Name: name})
-		return ok
-	}
-	electionSvc := api.NewElectionServer(d.stopped, d.elections, sessions, p.apiMetrics)
-	electionSvc.Streams = streams
-	electionSvc.NoRevocation = cfg.UnsafeNoRevocation
-	electionSvc.Waiters = waiters
-	// The SDK's calls with its sessions, pipelined on one stream per
-	// client; each runs as the public server's unary RPC of its name.
+	electionSvc := api.NewElectionServer(api.ElectionOptions{
+		Stopped: d.stopped, Elections: d.elections, Sessions: p.sessions, Metrics: p.apiMetrics,
+		Waiters: waiters, Streams: streams, NoRevocation: cfg.UnsafeNoRevocation,
+	})
 	d.barriers = barrier.NewManager(d.cli, cfg.KeyRoot)
 	d.stops.onStop("barriers", done(d.barriers.Close))
-	barrierSvc := api.NewBarrierServer(d.barriers)
-	barrierSvc.Waiters = waiters
-	sessionSvc.CallStream = api.NewCallServer(lockSvc, electionSvc, barrierSvc, p.unary(d.authn), p.apiMetrics, d.stopped.Done(), cfg.NoCallStream)
+	barrierSvc := api.NewBarrierServer(api.BarrierOptions{Barriers: d.barriers, Waiters: waiters})
+	sessionSvc, err := api.NewSessionServer(api.SessionOptions{
+		Sessions: p.sessions, Holdings: api.Holdings{Watcher: p.holdings, Locks: d.locks, Elections: d.elections},
+		Stopping: d.stopped.Done(), Metrics: p.apiMetrics, Streams: streams, MaxRequestBytes: cfg.MaxRequestBytes,
+		PageTokenKey: pageKey, SeesAll: d.seesAllSessions, NoRevocation: cfg.UnsafeNoRevocation,
+		// The SDK's calls with its sessions, pipelined on one stream per
+		// client; each runs as the public server's unary RPC of its name.
+		CallStream: api.NewCallServer(api.CallOptions{
+			Locks: lockSvc, Elections: electionSvc, Barriers: barrierSvc, Interceptors: p.unary(d.authn),
+			Metrics: p.apiMetrics, Stopping: d.stopped.Done(), Disabled: cfg.NoCallStream,
+		}),
+	})
+	if err != nil {
+		return err
+	}
 	if !cfg.NoHistory {
 		d.newRecorder(cfg, p)
 	}
-	historySvc := api.NewHistoryServer(history.NewStore(d.cli, cfg.KeyRoot))
-	historySvc.TokensVisible = lockSvc.TokensVisible
+	historySvc := api.NewHistoryServer(api.HistoryOptions{Store: history.NewStore(d.cli, cfg.KeyRoot), TokensVisible: d.lockTokensVisible})
 	for _, srv := range p.servers {
 		coorddv1.RegisterSessionServiceServer(srv, sessionSvc)
 		coorddv1.RegisterLockServiceServer(srv, lockSvc)
@@ -432,22 +434,16 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 		cacheOpts.Local = d.etcd.Server.KV()
 	}
 	d.configCache = configcenter.NewCache(configStore, cacheOpts)
-	configSvc := api.NewConfigServer(d.stopped, configStore, d.configCache, p.apiMetrics)
-	configSvc.Subscriptions = p.subscriptions
-	configSvc.MayReadSecrets = func(ctx context.Context, ns string) bool {
-		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.ConfigReadSecret, auth.Resource{Kind: auth.Namespace, Name: ns})
-		return d.authz.Open() || ok
-	}
+	configSvc := api.NewConfigServer(api.ConfigOptions{
+		Stopped: d.stopped, Store: configStore, Cache: d.configCache, Metrics: p.apiMetrics,
+		MayReadSecrets: d.mayReadSecrets, MayRead: d.mayReadConfig, Subscriptions: p.subscriptions,
+	})
 	// A shared namespace's later releases reach an heir only while the
 	// principal who made it inherit may still read the shared namespace.
 	configStore.SetInheritCheck(func(setter configcenter.Setter, shared string) bool {
 		ok, _ := d.authz.Allows(auth.Principal{Name: setter.Name, Groups: setter.Groups}, auth.ConfigRead, auth.Resource{Kind: auth.Namespace, Name: shared})
 		return d.authz.Open() || ok
 	})
-	configSvc.MayRead = func(ctx context.Context, ns string) bool {
-		ok, _ := d.authz.Allows(api.PrincipalFrom(ctx), auth.ConfigRead, auth.Resource{Kind: auth.Namespace, Name: ns})
-		return d.authz.Open() || ok
-	}
 	statusEndpoint, local := cfg.EtcdClientURL, cluster.Local{}
 	if d.etcd != nil {
 		local = cluster.Local{MemberID: uint64(d.etcd.Server.MemberID()), Quota: cfg.QuotaBackendBytes, Defragment: d.etcd.Server.Defragment, Measure: d.measure}
@@ -457,8 +453,7 @@ func (d *Daemon) registerConfigAndCluster(ctx context.Context, p *parts) error {
 	p.cluster = cluster.NewManager(d.cli, cluster.Options{
 		Endpoint: statusEndpoint, Local: local, KeyRoot: cfg.KeyRoot, Version: cfg.Version, HealthInterval: cfg.HealthInterval,
 	})
-	clusterSvc := api.NewClusterServer(p.cluster, cfg.Version)
-	clusterSvc.Groups = d.authz.Groups
+	clusterSvc := api.NewClusterServer(api.ClusterOptions{Cluster: p.cluster, Version: cfg.Version, Groups: d.authz.Groups})
 	kvSvc := api.NewKVServer(d.stopped, kv.NewStore(d.cli, cfg.KeyRoot))
 	for _, srv := range p.servers {
 		coorddv1.RegisterKVServiceServer(srv, kvSvc)
