@@ -67,7 +67,7 @@ const readRetryFor = 5 * time.Second
 // leader changing during the call, no quorum yet, the client leaving a
 // silent member) is made again after a short backoff, for up to
 // readRetryFor or until ctx ends, whichever is first; then its last
-// error is returned. Every other call goes through once: writes retry
+// UNAVAILABLE answer is returned (also when ctx ends during a retry). Every other call goes through once: writes retry
 // where they are idempotent (see retry).
 func retryReads(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, cc, opts...)
@@ -82,7 +82,12 @@ func retryReads(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 			return err
 		}
 		backoff = min(2*backoff, time.Second)
-		err = invoker(ctx, method, req, reply, cc, opts...)
+		unavailable := err
+		if err = invoker(ctx, method, req, reply, cc, opts...); err != nil && ctx.Err() != nil {
+			// The caller's deadline cut the retry short: say why it was
+			// retried (the member was unavailable), not that time ran out.
+			return unavailable
+		}
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/testkit/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -26,8 +27,13 @@ type flakyConfig struct {
 	gets, publishes atomic.Int64
 }
 
-func (f *flakyConfig) Get(_ context.Context, req *coorddv1.GetRequest) (*coorddv1.GetResponse, error) {
-	if n := f.gets.Add(1); n <= f.failFirst || req.GetKey() == "down" {
+func (f *flakyConfig) Get(ctx context.Context, req *coorddv1.GetRequest) (*coorddv1.GetResponse, error) {
+	n := f.gets.Add(1)
+	if req.GetKey() == "slow" && n > 1 {
+		<-ctx.Done() // the retry outlives the caller's deadline
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if n <= f.failFirst || req.GetKey() == "down" || req.GetKey() == "slow" {
 		return nil, status.Error(codes.Unavailable, "etcd's leader changed while the request was in flight; retry")
 	}
 	return &coorddv1.GetResponse{Value: "v", ModRevision: 7}, nil
@@ -53,7 +59,9 @@ func TestReadsRetryWhileUnavailable(t *testing.T) {
 		t.Fatalf("the server saw %d reads, want 4", n)
 	}
 
-	ctx, cancel := context.WithTimeout(t.Context(), 400*time.Millisecond)
+	// Long enough for a first answer on a loaded machine: a deadline that
+	// ends the first attempt leaves no UNAVAILABLE answer to report.
+	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(time.Second))
 	defer cancel()
 	before := cfg.gets.Load()
 	if _, _, err := c.ConfigCenter().Get(ctx, "app", "down", 0); !errors.Is(err, clientlib.ErrUnavailable) {
@@ -61,6 +69,16 @@ func TestReadsRetryWhileUnavailable(t *testing.T) {
 	}
 	if n := cfg.gets.Load() - before; n < 2 {
 		t.Fatalf("the server saw %d reads of the unavailable key, want the read repeated", n)
+	}
+
+	// A retry that the caller's deadline cuts short reports why it was
+	// retried, not the deadline: the member was unavailable.
+	slow := &flakyConfig{}
+	sc := fakeServer(t, func(srv *grpc.Server) { coorddv1.RegisterConfigServiceServer(srv, slow) })
+	sctx, scancel := context.WithTimeout(t.Context(), wait.Bound(time.Second))
+	defer scancel()
+	if _, _, err := sc.ConfigCenter().Get(sctx, "app", "slow", 0); !errors.Is(err, clientlib.ErrUnavailable) {
+		t.Fatalf("Get whose retry outlives ctx = %v, want ErrUnavailable (the answer that made it retry)", err)
 	}
 
 	if _, err := c.ConfigCenter().Put(t.Context(), "app", "k", "v2", clientlib.PublishOptions{}); !errors.Is(err, clientlib.ErrUnavailable) {
