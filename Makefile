@@ -166,12 +166,12 @@ bench-peers:
 # 30s per target (FUZZTIME=5m for longer).
 FUZZTIME ?= 30s
 fuzz:
-	go test -run=^$$ -fuzz=FuzzValidateCreate -fuzztime=$(FUZZTIME) ./session
-	go test -run=^$$ -fuzz=FuzzParseID -fuzztime=$(FUZZTIME) ./session
-	go test -run=^$$ -fuzz=FuzzValidateRequest -fuzztime=$(FUZZTIME) ./lock
-	go test -run=^$$ -fuzz=FuzzValidateRequest -fuzztime=$(FUZZTIME) ./election
-	go test -run=^$$ -fuzz=FuzzValidateWrite -fuzztime=$(FUZZTIME) ./configcenter
-	go test -run=^$$ -fuzz=FuzzDecodeEntry -fuzztime=$(FUZZTIME) ./history
+	go test -run=^$$ -fuzz=FuzzValidateCreate -fuzztime=$(FUZZTIME) ./internal/session
+	go test -run=^$$ -fuzz=FuzzParseID -fuzztime=$(FUZZTIME) ./internal/session
+	go test -run=^$$ -fuzz=FuzzValidateRequest -fuzztime=$(FUZZTIME) ./internal/lock
+	go test -run=^$$ -fuzz=FuzzValidateRequest -fuzztime=$(FUZZTIME) ./internal/election
+	go test -run=^$$ -fuzz=FuzzValidateWrite -fuzztime=$(FUZZTIME) ./internal/configcenter
+	go test -run=^$$ -fuzz=FuzzDecodeEntry -fuzztime=$(FUZZTIME) ./internal/history
 
 # Release archives in dist/ (emptied first): coordd and coordctl for each of
 # PLATFORMS, static (CGO_ENABLED=0) and -trimpath, in

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/coordd/coordd/clientlib/verify"
+	"github.com/coordd/coordd/internal/verify"
 )
 
 // kindJSON is one kind's figures under -o json.

@@ -23,9 +23,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/coordd/coordd/cluster"
-	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/history"
+	"github.com/coordd/coordd/internal/cluster"
+	"github.com/coordd/coordd/internal/configcenter"
+	"github.com/coordd/coordd/internal/history"
 	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/server/tlsfiles"
 )

@@ -32,8 +32,8 @@ var layers = []struct {
 }{
 	{"the API (generated)", []string{"proto/"}},
 	{"building blocks", []string{"internal/base/"}},
-	{"domain", []string{"fencing", "auth", "session", "lock", "election", "barrier", "history", "configcenter", "cluster", "kv", "console"}},
-	{"the Go SDK", []string{"clientlib"}},
+	{"domain", []string{"fencing", "internal/histcheck", "internal/auth", "internal/session", "internal/lock", "internal/election", "internal/barrier", "internal/history", "internal/configcenter", "internal/cluster", "internal/kv", "internal/console"}},
+	{"the Go SDK", []string{"clientlib", "internal/verify"}},
 	{"the server", []string{"internal/server/"}},
 	{"test support", []string{"internal/testkit/", "internal/layout"}},
 	{"commands, bench, examples, other clients", []string{"cmd/", "bench", "examples/", "clients"}},

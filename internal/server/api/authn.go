@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
-	"github.com/coordd/coordd/auth"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/base/errkind"
 )
 

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/coordd/coordd/auth"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/base/errkind"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/coordd/coordd/auth"
+	"github.com/coordd/coordd/internal/auth"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

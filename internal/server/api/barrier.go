@@ -7,9 +7,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/coordd/coordd/barrier"
+	"github.com/coordd/coordd/internal/barrier"
+	"github.com/coordd/coordd/internal/session"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 )
 
 // BarrierServer adapts barrier.Manager to coordd.v1.BarrierService.

@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/coordd/coordd/auth"
-	"github.com/coordd/coordd/cluster"
+	"github.com/coordd/coordd/internal/auth"
+	"github.com/coordd/coordd/internal/cluster"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

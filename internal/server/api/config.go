@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/keyring"
+	"github.com/coordd/coordd/internal/configcenter"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

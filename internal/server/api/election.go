@@ -5,10 +5,10 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/election"
+	"github.com/coordd/coordd/internal/session"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 )
 
 // ElectionServer adapts election.Manager to coordd.v1.ElectionService.

@@ -15,12 +15,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/internal/base/errkind"
-	"github.com/coordd/coordd/lock"
+	"github.com/coordd/coordd/internal/configcenter"
+	"github.com/coordd/coordd/internal/election"
+	"github.com/coordd/coordd/internal/lock"
+	"github.com/coordd/coordd/internal/session"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 )
 
 func TestToStatus(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"sync"
 
+	"github.com/coordd/coordd/internal/session"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 )
 
 // KeepAliveStreamHeader is the header metadata key with which a shared

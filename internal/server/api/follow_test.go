@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/auth"
+	"github.com/coordd/coordd/internal/auth"
+	"github.com/coordd/coordd/internal/session"
 	"github.com/coordd/coordd/internal/testkit/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 )
 
 // A stream follows grants only for the principal that opened it, only

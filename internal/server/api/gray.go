@@ -5,7 +5,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/coordd/coordd/configcenter"
+	"github.com/coordd/coordd/internal/configcenter"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

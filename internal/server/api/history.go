@@ -7,8 +7,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/coordd/coordd/history"
 	"github.com/coordd/coordd/internal/base/revoke"
+	"github.com/coordd/coordd/internal/history"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

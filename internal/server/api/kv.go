@@ -3,7 +3,7 @@ package api
 import (
 	"context"
 
-	"github.com/coordd/coordd/kv"
+	"github.com/coordd/coordd/internal/kv"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

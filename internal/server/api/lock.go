@@ -8,11 +8,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/lock"
+	"github.com/coordd/coordd/internal/election"
+	"github.com/coordd/coordd/internal/lock"
+	"github.com/coordd/coordd/internal/session"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 )
 
 // LockServer adapts lock.Manager to coordd.v1.LockService.

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/coordd/coordd/auth"
-	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/base/errkind"
-	"github.com/coordd/coordd/lock"
-	"github.com/coordd/coordd/session"
+	"github.com/coordd/coordd/internal/election"
+	"github.com/coordd/coordd/internal/lock"
+	"github.com/coordd/coordd/internal/session"
 )
 
 // Owners knows which principal owns each session: the one that created

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/coordd/coordd/auth"
-	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/base/errkind"
+	"github.com/coordd/coordd/internal/election"
+	"github.com/coordd/coordd/internal/lock"
+	"github.com/coordd/coordd/internal/session"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
-	"github.com/coordd/coordd/lock"
-	"github.com/coordd/coordd/session"
 )
 
 // A call that names a token or term which does not hold at the check is

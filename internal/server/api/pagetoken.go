@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/coordd/coordd/session"
+	"github.com/coordd/coordd/internal/session"
 )
 
 // PageTokenKeyBytes is the size of the key that seals ListSessions' page

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/coordd/coordd/auth"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/base/errkind"
 )
 

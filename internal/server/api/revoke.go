@@ -8,8 +8,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordd/coordd/internal/base/revoke"
+	"github.com/coordd/coordd/internal/session"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 )
 
 // revokeOptions reads a release's or resignation's force and revoke_wait:

@@ -12,13 +12,13 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/internal/base/errkind"
 	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/base/revoke"
-	"github.com/coordd/coordd/lock"
+	"github.com/coordd/coordd/internal/election"
+	"github.com/coordd/coordd/internal/lock"
+	"github.com/coordd/coordd/internal/session"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 )
 
 // SessionServer adapts session.Manager to coordd.v1.SessionService.

@@ -7,8 +7,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/coordd/coordd/configcenter"
 	"github.com/coordd/coordd/internal/base/names"
+	"github.com/coordd/coordd/internal/configcenter"
 	"github.com/coordd/coordd/internal/server/trends"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )

@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/coordd/coordd/cluster"
+	"github.com/coordd/coordd/internal/cluster"
 )
 
 // How often the daemon reads etcd's alarms: its embedded member's own copy

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
-	"github.com/coordd/coordd/auth"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/server/api"
 	"github.com/coordd/coordd/internal/server/rotate"

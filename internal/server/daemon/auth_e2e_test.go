@@ -23,8 +23,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/coordd/coordd/auth"
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/server/api"
 	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/testkit/wait"

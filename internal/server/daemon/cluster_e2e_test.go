@@ -16,12 +16,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/clientlib/verify"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
 	"github.com/coordd/coordd/internal/testkit/tcpproxy"
 	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/verify"
 )
 
 // Session expiry: with keep-alives black-holed, Done closes no later than

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/cluster"
+	"github.com/coordd/coordd/internal/cluster"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
 	"github.com/coordd/coordd/internal/testkit/tcpproxy"
 	"github.com/coordd/coordd/internal/testkit/wait"

@@ -15,9 +15,9 @@ import (
 	"github.com/hashicorp/go-multierror"
 	"go.uber.org/zap"
 
-	"github.com/coordd/coordd/cluster"
-	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/history"
+	"github.com/coordd/coordd/internal/cluster"
+	"github.com/coordd/coordd/internal/configcenter"
+	"github.com/coordd/coordd/internal/history"
 	"github.com/coordd/coordd/internal/server/tlsfiles"
 	"github.com/coordd/coordd/internal/server/trends"
 )

@@ -33,16 +33,16 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/coordd/coordd/auth"
-	"github.com/coordd/coordd/barrier"
-	"github.com/coordd/coordd/cluster"
-	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/election"
+	"github.com/coordd/coordd/internal/auth"
+	"github.com/coordd/coordd/internal/barrier"
 	"github.com/coordd/coordd/internal/base/groupcommit"
+	"github.com/coordd/coordd/internal/cluster"
+	"github.com/coordd/coordd/internal/configcenter"
+	"github.com/coordd/coordd/internal/election"
+	"github.com/coordd/coordd/internal/lock"
 	"github.com/coordd/coordd/internal/server/api"
-	"github.com/coordd/coordd/lock"
+	"github.com/coordd/coordd/internal/session"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
-	"github.com/coordd/coordd/session"
 )
 
 // Daemon is a running coordd. Stop it with Stop.

@@ -26,7 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/coordd/coordd/session"
+	"github.com/coordd/coordd/internal/session"
 )
 
 // nameListener names the flag of the etcd listener that err (from

@@ -9,12 +9,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/coordd/coordd/cluster"
-	"github.com/coordd/coordd/configcenter"
-	"github.com/coordd/coordd/election"
 	"github.com/coordd/coordd/internal/base/groupcommit"
-	"github.com/coordd/coordd/lock"
-	"github.com/coordd/coordd/session"
+	"github.com/coordd/coordd/internal/cluster"
+	"github.com/coordd/coordd/internal/configcenter"
+	"github.com/coordd/coordd/internal/election"
+	"github.com/coordd/coordd/internal/lock"
+	"github.com/coordd/coordd/internal/session"
 )
 
 // stateReadTimeout bounds the etcd reads of one scrape.

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordd/coordd/fencing/histcheck"
+	"github.com/coordd/coordd/internal/histcheck"
 )
 
 // The history's types are fencing/histcheck's.
