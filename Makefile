@@ -66,7 +66,7 @@ generate-clients:
 	clients/typescript/generate.sh
 
 # CI: fail when the committed generated code differs from a fresh generation.
-GENERATED := proto clients/python/coordd/v1 clients/python/coordd/rpc clients/typescript/src/gen
+GENERATED := proto internal/server/restapi clients/python/coordd/v1 clients/python/coordd/rpc clients/typescript/src/gen
 check-generated: generate generate-clients
 	@git diff --exit-code -- $(GENERATED) || { echo "generated code is stale: run 'make generate generate-clients' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || { git status --porcelain -- $(GENERATED); echo "generated code is stale: run 'make generate generate-clients' and commit"; exit 1; }

@@ -141,7 +141,7 @@ func arrayOf(s *schema) *schema { return &schema{Type: "array", Items: s} }
 // restDefinitions reads REST's definitions from its OpenAPI document.
 func restDefinitions(t *testing.T) map[string]*schema {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "proto", "coordd", "v1", "coordd.swagger.json"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "internal", "server", "restapi", "coordd.swagger.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

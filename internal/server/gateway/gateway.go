@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/internal/server/api"
+	restapi "github.com/coordd/coordd/internal/server/restapi"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
@@ -112,7 +113,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	}
 	mux.Handle("GET /openapi.json", guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(coorddv1.OpenAPI)
+		_, _ = w.Write(restapi.OpenAPI)
 	})))
 	return guardBrowsers(opts.Browsers, mux), nil
 }
@@ -140,15 +141,15 @@ func restGateway(ctx context.Context, opts Options) (*runtime.ServeMux, error) {
 	}
 	gw := runtime.NewServeMux(muxOpts...)
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
-		coorddv1.RegisterSessionServiceHandler,
-		coorddv1.RegisterLockServiceHandler,
-		coorddv1.RegisterBarrierServiceHandler,
-		coorddv1.RegisterHistoryServiceHandler,
-		coorddv1.RegisterTrendServiceHandler,
-		coorddv1.RegisterElectionServiceHandler,
-		coorddv1.RegisterConfigServiceHandler,
-		coorddv1.RegisterClusterServiceHandler,
-		coorddv1.RegisterKVServiceHandler,
+		restapi.RegisterSessionServiceHandler,
+		restapi.RegisterLockServiceHandler,
+		restapi.RegisterBarrierServiceHandler,
+		restapi.RegisterHistoryServiceHandler,
+		restapi.RegisterTrendServiceHandler,
+		restapi.RegisterElectionServiceHandler,
+		restapi.RegisterConfigServiceHandler,
+		restapi.RegisterClusterServiceHandler,
+		restapi.RegisterKVServiceHandler,
 	} {
 		if err := register(ctx, gw, opts.Conn); err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	extCoorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
@@ -32,9 +33,9 @@ var (
 
 var filter_KVService_GetKV_0 = &utilities.DoubleArray{Encoding: map[string]int{"key": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
-func request_KVService_GetKV_0(ctx context.Context, marshaler runtime.Marshaler, client KVServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_KVService_GetKV_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.KVServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetKVRequest
+		protoReq extCoorddv1.GetKVRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -59,9 +60,9 @@ func request_KVService_GetKV_0(ctx context.Context, marshaler runtime.Marshaler,
 	return msg, metadata, err
 }
 
-func local_request_KVService_GetKV_0(ctx context.Context, marshaler runtime.Marshaler, server KVServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_KVService_GetKV_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.KVServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetKVRequest
+		protoReq extCoorddv1.GetKVRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -85,9 +86,9 @@ func local_request_KVService_GetKV_0(ctx context.Context, marshaler runtime.Mars
 
 var filter_KVService_ListKV_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_KVService_ListKV_0(ctx context.Context, marshaler runtime.Marshaler, client KVServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_KVService_ListKV_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.KVServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListKVRequest
+		protoReq extCoorddv1.ListKVRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -103,9 +104,9 @@ func request_KVService_ListKV_0(ctx context.Context, marshaler runtime.Marshaler
 	return msg, metadata, err
 }
 
-func local_request_KVService_ListKV_0(ctx context.Context, marshaler runtime.Marshaler, server KVServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_KVService_ListKV_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.KVServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListKVRequest
+		protoReq extCoorddv1.ListKVRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -120,9 +121,9 @@ func local_request_KVService_ListKV_0(ctx context.Context, marshaler runtime.Mar
 
 var filter_KVService_WatchKV_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_KVService_WatchKV_0(ctx context.Context, marshaler runtime.Marshaler, client KVServiceClient, req *http.Request, pathParams map[string]string) (KVService_WatchKVClient, runtime.ServerMetadata, error) {
+func request_KVService_WatchKV_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.KVServiceClient, req *http.Request, pathParams map[string]string) (extCoorddv1.KVService_WatchKVClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq WatchKVRequest
+		protoReq extCoorddv1.WatchKVRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -151,7 +152,7 @@ func request_KVService_WatchKV_0(ctx context.Context, marshaler runtime.Marshale
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterKVServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterKVServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server KVServiceServer) error {
+func RegisterKVServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extCoorddv1.KVServiceServer) error {
 	mux.Handle(http.MethodGet, pattern_KVService_GetKV_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -230,15 +231,15 @@ func RegisterKVServiceHandlerFromEndpoint(ctx context.Context, mux *runtime.Serv
 // RegisterKVServiceHandler registers the http handlers for service KVService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterKVServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterKVServiceHandlerClient(ctx, mux, NewKVServiceClient(conn))
+	return RegisterKVServiceHandlerClient(ctx, mux, extCoorddv1.NewKVServiceClient(conn))
 }
 
 // RegisterKVServiceHandlerClient registers the http handlers for service KVService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "KVServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "KVServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extCoorddv1.KVServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extCoorddv1.KVServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "KVServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterKVServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client KVServiceClient) error {
+// "extCoorddv1.KVServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterKVServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extCoorddv1.KVServiceClient) error {
 	mux.Handle(http.MethodGet, pattern_KVService_GetKV_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

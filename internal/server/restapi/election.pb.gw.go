@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	extCoorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
@@ -30,9 +31,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_ElectionService_Campaign_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Campaign_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CampaignRequest
+		protoReq extCoorddv1.CampaignRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -45,9 +46,9 @@ func request_ElectionService_Campaign_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Campaign_0(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Campaign_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CampaignRequest
+		protoReq extCoorddv1.CampaignRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -57,9 +58,9 @@ func local_request_ElectionService_Campaign_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func request_ElectionService_Proclaim_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Proclaim_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ProclaimRequest
+		protoReq extCoorddv1.ProclaimRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -72,9 +73,9 @@ func request_ElectionService_Proclaim_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Proclaim_0(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Proclaim_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ProclaimRequest
+		protoReq extCoorddv1.ProclaimRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -84,9 +85,9 @@ func local_request_ElectionService_Proclaim_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func request_ElectionService_Resign_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Resign_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ResignRequest
+		protoReq extCoorddv1.ResignRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -99,9 +100,9 @@ func request_ElectionService_Resign_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Resign_0(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Resign_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ResignRequest
+		protoReq extCoorddv1.ResignRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -111,9 +112,9 @@ func local_request_ElectionService_Resign_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func request_ElectionService_Transfer_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Transfer_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq TransferRequest
+		protoReq extCoorddv1.TransferRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -126,9 +127,9 @@ func request_ElectionService_Transfer_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Transfer_0(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Transfer_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq TransferRequest
+		protoReq extCoorddv1.TransferRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -140,9 +141,9 @@ func local_request_ElectionService_Transfer_0(ctx context.Context, marshaler run
 
 var filter_ElectionService_Leader_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ElectionService_Leader_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Leader_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq LeaderRequest
+		protoReq extCoorddv1.LeaderRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -158,9 +159,9 @@ func request_ElectionService_Leader_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Leader_0(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Leader_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq LeaderRequest
+		protoReq extCoorddv1.LeaderRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -175,9 +176,9 @@ func local_request_ElectionService_Leader_0(ctx context.Context, marshaler runti
 
 var filter_ElectionService_Candidates_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ElectionService_Candidates_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_Candidates_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CandidatesRequest
+		protoReq extCoorddv1.CandidatesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -193,9 +194,9 @@ func request_ElectionService_Candidates_0(ctx context.Context, marshaler runtime
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_Candidates_0(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_Candidates_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CandidatesRequest
+		protoReq extCoorddv1.CandidatesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -210,9 +211,9 @@ func local_request_ElectionService_Candidates_0(ctx context.Context, marshaler r
 
 var filter_ElectionService_ListElections_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ElectionService_ListElections_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ElectionService_ListElections_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListElectionsRequest
+		protoReq extCoorddv1.ListElectionsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -228,9 +229,9 @@ func request_ElectionService_ListElections_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
-func local_request_ElectionService_ListElections_0(ctx context.Context, marshaler runtime.Marshaler, server ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ElectionService_ListElections_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ElectionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListElectionsRequest
+		protoReq extCoorddv1.ListElectionsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -245,9 +246,9 @@ func local_request_ElectionService_ListElections_0(ctx context.Context, marshale
 
 var filter_ElectionService_Observe_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ElectionService_Observe_0(ctx context.Context, marshaler runtime.Marshaler, client ElectionServiceClient, req *http.Request, pathParams map[string]string) (ElectionService_ObserveClient, runtime.ServerMetadata, error) {
+func request_ElectionService_Observe_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ElectionServiceClient, req *http.Request, pathParams map[string]string) (extCoorddv1.ElectionService_ObserveClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq ObserveRequest
+		protoReq extCoorddv1.ObserveRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -276,7 +277,7 @@ func request_ElectionService_Observe_0(ctx context.Context, marshaler runtime.Ma
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterElectionServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterElectionServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server ElectionServiceServer) error {
+func RegisterElectionServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extCoorddv1.ElectionServiceServer) error {
 	mux.Handle(http.MethodPost, pattern_ElectionService_Campaign_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -455,15 +456,15 @@ func RegisterElectionServiceHandlerFromEndpoint(ctx context.Context, mux *runtim
 // RegisterElectionServiceHandler registers the http handlers for service ElectionService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterElectionServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterElectionServiceHandlerClient(ctx, mux, NewElectionServiceClient(conn))
+	return RegisterElectionServiceHandlerClient(ctx, mux, extCoorddv1.NewElectionServiceClient(conn))
 }
 
 // RegisterElectionServiceHandlerClient registers the http handlers for service ElectionService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "ElectionServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "ElectionServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extCoorddv1.ElectionServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extCoorddv1.ElectionServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "ElectionServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterElectionServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client ElectionServiceClient) error {
+// "extCoorddv1.ElectionServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterElectionServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extCoorddv1.ElectionServiceClient) error {
 	mux.Handle(http.MethodPost, pattern_ElectionService_Campaign_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	extCoorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
@@ -30,9 +31,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_BarrierService_EnterBarrier_0(ctx context.Context, marshaler runtime.Marshaler, client BarrierServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_BarrierService_EnterBarrier_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.BarrierServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq EnterBarrierRequest
+		protoReq extCoorddv1.EnterBarrierRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -45,9 +46,9 @@ func request_BarrierService_EnterBarrier_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func local_request_BarrierService_EnterBarrier_0(ctx context.Context, marshaler runtime.Marshaler, server BarrierServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_BarrierService_EnterBarrier_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.BarrierServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq EnterBarrierRequest
+		protoReq extCoorddv1.EnterBarrierRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -57,9 +58,9 @@ func local_request_BarrierService_EnterBarrier_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func request_BarrierService_LeaveBarrier_0(ctx context.Context, marshaler runtime.Marshaler, client BarrierServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_BarrierService_LeaveBarrier_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.BarrierServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq LeaveBarrierRequest
+		protoReq extCoorddv1.LeaveBarrierRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -72,9 +73,9 @@ func request_BarrierService_LeaveBarrier_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func local_request_BarrierService_LeaveBarrier_0(ctx context.Context, marshaler runtime.Marshaler, server BarrierServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_BarrierService_LeaveBarrier_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.BarrierServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq LeaveBarrierRequest
+		protoReq extCoorddv1.LeaveBarrierRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -84,9 +85,9 @@ func local_request_BarrierService_LeaveBarrier_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func request_BarrierService_OpenBarrier_0(ctx context.Context, marshaler runtime.Marshaler, client BarrierServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_BarrierService_OpenBarrier_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.BarrierServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq OpenBarrierRequest
+		protoReq extCoorddv1.OpenBarrierRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -99,9 +100,9 @@ func request_BarrierService_OpenBarrier_0(ctx context.Context, marshaler runtime
 	return msg, metadata, err
 }
 
-func local_request_BarrierService_OpenBarrier_0(ctx context.Context, marshaler runtime.Marshaler, server BarrierServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_BarrierService_OpenBarrier_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.BarrierServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq OpenBarrierRequest
+		protoReq extCoorddv1.OpenBarrierRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -113,9 +114,9 @@ func local_request_BarrierService_OpenBarrier_0(ctx context.Context, marshaler r
 
 var filter_BarrierService_DescribeBarrier_0 = &utilities.DoubleArray{Encoding: map[string]int{"name": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
-func request_BarrierService_DescribeBarrier_0(ctx context.Context, marshaler runtime.Marshaler, client BarrierServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_BarrierService_DescribeBarrier_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.BarrierServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DescribeBarrierRequest
+		protoReq extCoorddv1.DescribeBarrierRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -140,9 +141,9 @@ func request_BarrierService_DescribeBarrier_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func local_request_BarrierService_DescribeBarrier_0(ctx context.Context, marshaler runtime.Marshaler, server BarrierServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_BarrierService_DescribeBarrier_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.BarrierServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DescribeBarrierRequest
+		protoReq extCoorddv1.DescribeBarrierRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -169,7 +170,7 @@ func local_request_BarrierService_DescribeBarrier_0(ctx context.Context, marshal
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterBarrierServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterBarrierServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server BarrierServiceServer) error {
+func RegisterBarrierServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extCoorddv1.BarrierServiceServer) error {
 	mux.Handle(http.MethodPost, pattern_BarrierService_EnterBarrier_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -281,15 +282,15 @@ func RegisterBarrierServiceHandlerFromEndpoint(ctx context.Context, mux *runtime
 // RegisterBarrierServiceHandler registers the http handlers for service BarrierService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterBarrierServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterBarrierServiceHandlerClient(ctx, mux, NewBarrierServiceClient(conn))
+	return RegisterBarrierServiceHandlerClient(ctx, mux, extCoorddv1.NewBarrierServiceClient(conn))
 }
 
 // RegisterBarrierServiceHandlerClient registers the http handlers for service BarrierService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "BarrierServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "BarrierServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extCoorddv1.BarrierServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extCoorddv1.BarrierServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "BarrierServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterBarrierServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client BarrierServiceClient) error {
+// "extCoorddv1.BarrierServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterBarrierServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extCoorddv1.BarrierServiceClient) error {
 	mux.Handle(http.MethodPost, pattern_BarrierService_EnterBarrier_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

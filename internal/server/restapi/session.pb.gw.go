@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	extCoorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
@@ -30,9 +31,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_SessionService_CreateSession_0(ctx context.Context, marshaler runtime.Marshaler, client SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionService_CreateSession_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CreateSessionRequest
+		protoReq extCoorddv1.CreateSessionRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -45,9 +46,9 @@ func request_SessionService_CreateSession_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func local_request_SessionService_CreateSession_0(ctx context.Context, marshaler runtime.Marshaler, server SessionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionService_CreateSession_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.SessionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CreateSessionRequest
+		protoReq extCoorddv1.CreateSessionRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -57,9 +58,9 @@ func local_request_SessionService_CreateSession_0(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func request_SessionService_GetSession_0(ctx context.Context, marshaler runtime.Marshaler, client SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionService_GetSession_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSessionRequest
+		protoReq extCoorddv1.GetSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -78,9 +79,9 @@ func request_SessionService_GetSession_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_SessionService_GetSession_0(ctx context.Context, marshaler runtime.Marshaler, server SessionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionService_GetSession_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.SessionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSessionRequest
+		protoReq extCoorddv1.GetSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -98,9 +99,9 @@ func local_request_SessionService_GetSession_0(ctx context.Context, marshaler ru
 
 var filter_SessionService_ListSessions_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_SessionService_ListSessions_0(ctx context.Context, marshaler runtime.Marshaler, client SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionService_ListSessions_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListSessionsRequest
+		protoReq extCoorddv1.ListSessionsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -116,9 +117,9 @@ func request_SessionService_ListSessions_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func local_request_SessionService_ListSessions_0(ctx context.Context, marshaler runtime.Marshaler, server SessionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionService_ListSessions_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.SessionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListSessionsRequest
+		protoReq extCoorddv1.ListSessionsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -131,9 +132,9 @@ func local_request_SessionService_ListSessions_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func request_SessionService_KeepAlive_0(ctx context.Context, marshaler runtime.Marshaler, client SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionService_KeepAlive_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq KeepAliveRequest
+		protoReq extCoorddv1.KeepAliveRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -155,9 +156,9 @@ func request_SessionService_KeepAlive_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_SessionService_KeepAlive_0(ctx context.Context, marshaler runtime.Marshaler, server SessionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionService_KeepAlive_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.SessionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq KeepAliveRequest
+		protoReq extCoorddv1.KeepAliveRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -178,9 +179,9 @@ func local_request_SessionService_KeepAlive_0(ctx context.Context, marshaler run
 
 var filter_SessionService_CloseSession_0 = &utilities.DoubleArray{Encoding: map[string]int{"session_id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
-func request_SessionService_CloseSession_0(ctx context.Context, marshaler runtime.Marshaler, client SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_SessionService_CloseSession_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.SessionServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CloseSessionRequest
+		protoReq extCoorddv1.CloseSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -205,9 +206,9 @@ func request_SessionService_CloseSession_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func local_request_SessionService_CloseSession_0(ctx context.Context, marshaler runtime.Marshaler, server SessionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_SessionService_CloseSession_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.SessionServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CloseSessionRequest
+		protoReq extCoorddv1.CloseSessionRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -234,7 +235,7 @@ func local_request_SessionService_CloseSession_0(ctx context.Context, marshaler 
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterSessionServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterSessionServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server SessionServiceServer) error {
+func RegisterSessionServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extCoorddv1.SessionServiceServer) error {
 	mux.Handle(http.MethodPost, pattern_SessionService_CreateSession_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -366,15 +367,15 @@ func RegisterSessionServiceHandlerFromEndpoint(ctx context.Context, mux *runtime
 // RegisterSessionServiceHandler registers the http handlers for service SessionService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterSessionServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterSessionServiceHandlerClient(ctx, mux, NewSessionServiceClient(conn))
+	return RegisterSessionServiceHandlerClient(ctx, mux, extCoorddv1.NewSessionServiceClient(conn))
 }
 
 // RegisterSessionServiceHandlerClient registers the http handlers for service SessionService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "SessionServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "SessionServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extCoorddv1.SessionServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extCoorddv1.SessionServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "SessionServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterSessionServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client SessionServiceClient) error {
+// "extCoorddv1.SessionServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterSessionServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extCoorddv1.SessionServiceClient) error {
 	mux.Handle(http.MethodPost, pattern_SessionService_CreateSession_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

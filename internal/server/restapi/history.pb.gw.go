@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	extCoorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
@@ -32,9 +33,9 @@ var (
 
 var filter_HistoryService_ListLockHistory_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_HistoryService_ListLockHistory_0(ctx context.Context, marshaler runtime.Marshaler, client HistoryServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_HistoryService_ListLockHistory_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.HistoryServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListLockHistoryRequest
+		protoReq extCoorddv1.ListLockHistoryRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -50,9 +51,9 @@ func request_HistoryService_ListLockHistory_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func local_request_HistoryService_ListLockHistory_0(ctx context.Context, marshaler runtime.Marshaler, server HistoryServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_HistoryService_ListLockHistory_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.HistoryServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListLockHistoryRequest
+		protoReq extCoorddv1.ListLockHistoryRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -67,9 +68,9 @@ func local_request_HistoryService_ListLockHistory_0(ctx context.Context, marshal
 
 var filter_HistoryService_ListElectionHistory_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_HistoryService_ListElectionHistory_0(ctx context.Context, marshaler runtime.Marshaler, client HistoryServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_HistoryService_ListElectionHistory_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.HistoryServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListElectionHistoryRequest
+		protoReq extCoorddv1.ListElectionHistoryRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -85,9 +86,9 @@ func request_HistoryService_ListElectionHistory_0(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func local_request_HistoryService_ListElectionHistory_0(ctx context.Context, marshaler runtime.Marshaler, server HistoryServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_HistoryService_ListElectionHistory_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.HistoryServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListElectionHistoryRequest
+		protoReq extCoorddv1.ListElectionHistoryRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -105,7 +106,7 @@ func local_request_HistoryService_ListElectionHistory_0(ctx context.Context, mar
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterHistoryServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterHistoryServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server HistoryServiceServer) error {
+func RegisterHistoryServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extCoorddv1.HistoryServiceServer) error {
 	mux.Handle(http.MethodGet, pattern_HistoryService_ListLockHistory_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -177,15 +178,15 @@ func RegisterHistoryServiceHandlerFromEndpoint(ctx context.Context, mux *runtime
 // RegisterHistoryServiceHandler registers the http handlers for service HistoryService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterHistoryServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterHistoryServiceHandlerClient(ctx, mux, NewHistoryServiceClient(conn))
+	return RegisterHistoryServiceHandlerClient(ctx, mux, extCoorddv1.NewHistoryServiceClient(conn))
 }
 
 // RegisterHistoryServiceHandlerClient registers the http handlers for service HistoryService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "HistoryServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "HistoryServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extCoorddv1.HistoryServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extCoorddv1.HistoryServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "HistoryServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterHistoryServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client HistoryServiceClient) error {
+// "extCoorddv1.HistoryServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterHistoryServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extCoorddv1.HistoryServiceClient) error {
 	mux.Handle(http.MethodGet, pattern_HistoryService_ListLockHistory_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	extCoorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
@@ -30,9 +31,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_LockService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AcquireRequest
+		protoReq extCoorddv1.AcquireRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -45,9 +46,9 @@ func request_LockService_Acquire_0(ctx context.Context, marshaler runtime.Marsha
 	return msg, metadata, err
 }
 
-func local_request_LockService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_Acquire_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AcquireRequest
+		protoReq extCoorddv1.AcquireRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -57,9 +58,9 @@ func local_request_LockService_Acquire_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func request_LockService_TryAcquire_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_TryAcquire_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq TryAcquireRequest
+		protoReq extCoorddv1.TryAcquireRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -72,9 +73,9 @@ func request_LockService_TryAcquire_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_LockService_TryAcquire_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_TryAcquire_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq TryAcquireRequest
+		protoReq extCoorddv1.TryAcquireRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -84,9 +85,9 @@ func local_request_LockService_TryAcquire_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func request_LockService_AcquireAll_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_AcquireAll_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AcquireAllRequest
+		protoReq extCoorddv1.AcquireAllRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -99,9 +100,9 @@ func request_LockService_AcquireAll_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_LockService_AcquireAll_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_AcquireAll_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AcquireAllRequest
+		protoReq extCoorddv1.AcquireAllRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -111,9 +112,9 @@ func local_request_LockService_AcquireAll_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func request_LockService_Release_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_Release_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ReleaseRequest
+		protoReq extCoorddv1.ReleaseRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -126,9 +127,9 @@ func request_LockService_Release_0(ctx context.Context, marshaler runtime.Marsha
 	return msg, metadata, err
 }
 
-func local_request_LockService_Release_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_Release_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ReleaseRequest
+		protoReq extCoorddv1.ReleaseRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -140,9 +141,9 @@ func local_request_LockService_Release_0(ctx context.Context, marshaler runtime.
 
 var filter_LockService_DescribeLock_0 = &utilities.DoubleArray{Encoding: map[string]int{"name": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
 
-func request_LockService_DescribeLock_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_DescribeLock_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DescribeLockRequest
+		protoReq extCoorddv1.DescribeLockRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -167,9 +168,9 @@ func request_LockService_DescribeLock_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_LockService_DescribeLock_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_DescribeLock_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DescribeLockRequest
+		protoReq extCoorddv1.DescribeLockRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -193,9 +194,9 @@ func local_request_LockService_DescribeLock_0(ctx context.Context, marshaler run
 
 var filter_LockService_WatchLock_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_LockService_WatchLock_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (LockService_WatchLockClient, runtime.ServerMetadata, error) {
+func request_LockService_WatchLock_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.LockServiceClient, req *http.Request, pathParams map[string]string) (extCoorddv1.LockService_WatchLockClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq WatchLockRequest
+		protoReq extCoorddv1.WatchLockRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -221,9 +222,9 @@ func request_LockService_WatchLock_0(ctx context.Context, marshaler runtime.Mars
 
 var filter_LockService_ListLocks_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_LockService_ListLocks_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_ListLocks_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListLocksRequest
+		protoReq extCoorddv1.ListLocksRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -239,9 +240,9 @@ func request_LockService_ListLocks_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_LockService_ListLocks_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_ListLocks_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListLocksRequest
+		protoReq extCoorddv1.ListLocksRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -254,9 +255,9 @@ func local_request_LockService_ListLocks_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func request_LockService_ValidateFence_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_ValidateFence_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ValidateFenceRequest
+		protoReq extCoorddv1.ValidateFenceRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -269,9 +270,9 @@ func request_LockService_ValidateFence_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_LockService_ValidateFence_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_ValidateFence_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ValidateFenceRequest
+		protoReq extCoorddv1.ValidateFenceRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -281,9 +282,9 @@ func local_request_LockService_ValidateFence_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func request_LockService_FencedPut_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_FencedPut_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq FencedPutRequest
+		protoReq extCoorddv1.FencedPutRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -296,9 +297,9 @@ func request_LockService_FencedPut_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_LockService_FencedPut_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_FencedPut_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq FencedPutRequest
+		protoReq extCoorddv1.FencedPutRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -308,9 +309,9 @@ func local_request_LockService_FencedPut_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func request_LockService_FencedDelete_0(ctx context.Context, marshaler runtime.Marshaler, client LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_LockService_FencedDelete_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.LockServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq FencedDeleteRequest
+		protoReq extCoorddv1.FencedDeleteRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -323,9 +324,9 @@ func request_LockService_FencedDelete_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_LockService_FencedDelete_0(ctx context.Context, marshaler runtime.Marshaler, server LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_LockService_FencedDelete_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.LockServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq FencedDeleteRequest
+		protoReq extCoorddv1.FencedDeleteRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -340,7 +341,7 @@ func local_request_LockService_FencedDelete_0(ctx context.Context, marshaler run
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterLockServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterLockServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server LockServiceServer) error {
+func RegisterLockServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extCoorddv1.LockServiceServer) error {
 	mux.Handle(http.MethodPost, pattern_LockService_Acquire_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -559,15 +560,15 @@ func RegisterLockServiceHandlerFromEndpoint(ctx context.Context, mux *runtime.Se
 // RegisterLockServiceHandler registers the http handlers for service LockService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterLockServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterLockServiceHandlerClient(ctx, mux, NewLockServiceClient(conn))
+	return RegisterLockServiceHandlerClient(ctx, mux, extCoorddv1.NewLockServiceClient(conn))
 }
 
 // RegisterLockServiceHandlerClient registers the http handlers for service LockService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "LockServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "LockServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extCoorddv1.LockServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extCoorddv1.LockServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "LockServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterLockServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client LockServiceClient) error {
+// "extCoorddv1.LockServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterLockServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extCoorddv1.LockServiceClient) error {
 	mux.Handle(http.MethodPost, pattern_LockService_Acquire_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

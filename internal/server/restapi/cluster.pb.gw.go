@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	extCoorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
@@ -30,9 +31,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_ClusterService_GetClusterStatus_0(ctx context.Context, marshaler runtime.Marshaler, client ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ClusterService_GetClusterStatus_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetClusterStatusRequest
+		protoReq extCoorddv1.GetClusterStatusRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -42,18 +43,18 @@ func request_ClusterService_GetClusterStatus_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func local_request_ClusterService_GetClusterStatus_0(ctx context.Context, marshaler runtime.Marshaler, server ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ClusterService_GetClusterStatus_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetClusterStatusRequest
+		protoReq extCoorddv1.GetClusterStatusRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.GetClusterStatus(ctx, &protoReq)
 	return msg, metadata, err
 }
 
-func request_ClusterService_ListAlarms_0(ctx context.Context, marshaler runtime.Marshaler, client ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ClusterService_ListAlarms_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListAlarmsRequest
+		protoReq extCoorddv1.ListAlarmsRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -63,18 +64,18 @@ func request_ClusterService_ListAlarms_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_ClusterService_ListAlarms_0(ctx context.Context, marshaler runtime.Marshaler, server ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ClusterService_ListAlarms_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListAlarmsRequest
+		protoReq extCoorddv1.ListAlarmsRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.ListAlarms(ctx, &protoReq)
 	return msg, metadata, err
 }
 
-func request_ClusterService_DisarmAlarms_0(ctx context.Context, marshaler runtime.Marshaler, client ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ClusterService_DisarmAlarms_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DisarmAlarmsRequest
+		protoReq extCoorddv1.DisarmAlarmsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -87,9 +88,9 @@ func request_ClusterService_DisarmAlarms_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func local_request_ClusterService_DisarmAlarms_0(ctx context.Context, marshaler runtime.Marshaler, server ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ClusterService_DisarmAlarms_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DisarmAlarmsRequest
+		protoReq extCoorddv1.DisarmAlarmsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -99,9 +100,9 @@ func local_request_ClusterService_DisarmAlarms_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func request_ClusterService_Defragment_0(ctx context.Context, marshaler runtime.Marshaler, client ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ClusterService_Defragment_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DefragmentRequest
+		protoReq extCoorddv1.DefragmentRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -114,9 +115,9 @@ func request_ClusterService_Defragment_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_ClusterService_Defragment_0(ctx context.Context, marshaler runtime.Marshaler, server ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ClusterService_Defragment_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DefragmentRequest
+		protoReq extCoorddv1.DefragmentRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -126,9 +127,9 @@ func local_request_ClusterService_Defragment_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func request_ClusterService_ListMembers_0(ctx context.Context, marshaler runtime.Marshaler, client ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ClusterService_ListMembers_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListMembersRequest
+		protoReq extCoorddv1.ListMembersRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -138,18 +139,18 @@ func request_ClusterService_ListMembers_0(ctx context.Context, marshaler runtime
 	return msg, metadata, err
 }
 
-func local_request_ClusterService_ListMembers_0(ctx context.Context, marshaler runtime.Marshaler, server ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ClusterService_ListMembers_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListMembersRequest
+		protoReq extCoorddv1.ListMembersRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.ListMembers(ctx, &protoReq)
 	return msg, metadata, err
 }
 
-func request_ClusterService_AddMember_0(ctx context.Context, marshaler runtime.Marshaler, client ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ClusterService_AddMember_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AddMemberRequest
+		protoReq extCoorddv1.AddMemberRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -162,9 +163,9 @@ func request_ClusterService_AddMember_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_ClusterService_AddMember_0(ctx context.Context, marshaler runtime.Marshaler, server ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ClusterService_AddMember_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AddMemberRequest
+		protoReq extCoorddv1.AddMemberRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -174,9 +175,9 @@ func local_request_ClusterService_AddMember_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func request_ClusterService_PromoteMember_0(ctx context.Context, marshaler runtime.Marshaler, client ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ClusterService_PromoteMember_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PromoteMemberRequest
+		protoReq extCoorddv1.PromoteMemberRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -198,9 +199,9 @@ func request_ClusterService_PromoteMember_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func local_request_ClusterService_PromoteMember_0(ctx context.Context, marshaler runtime.Marshaler, server ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ClusterService_PromoteMember_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PromoteMemberRequest
+		protoReq extCoorddv1.PromoteMemberRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -219,9 +220,9 @@ func local_request_ClusterService_PromoteMember_0(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func request_ClusterService_RemoveMember_0(ctx context.Context, marshaler runtime.Marshaler, client ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ClusterService_RemoveMember_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RemoveMemberRequest
+		protoReq extCoorddv1.RemoveMemberRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -240,9 +241,9 @@ func request_ClusterService_RemoveMember_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func local_request_ClusterService_RemoveMember_0(ctx context.Context, marshaler runtime.Marshaler, server ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ClusterService_RemoveMember_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RemoveMemberRequest
+		protoReq extCoorddv1.RemoveMemberRequest
 		metadata runtime.ServerMetadata
 		err      error
 	)
@@ -258,9 +259,9 @@ func local_request_ClusterService_RemoveMember_0(ctx context.Context, marshaler 
 	return msg, metadata, err
 }
 
-func request_ClusterService_WhoAmI_0(ctx context.Context, marshaler runtime.Marshaler, client ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ClusterService_WhoAmI_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ClusterServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq WhoAmIRequest
+		protoReq extCoorddv1.WhoAmIRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -270,9 +271,9 @@ func request_ClusterService_WhoAmI_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_ClusterService_WhoAmI_0(ctx context.Context, marshaler runtime.Marshaler, server ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ClusterService_WhoAmI_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ClusterServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq WhoAmIRequest
+		protoReq extCoorddv1.WhoAmIRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.WhoAmI(ctx, &protoReq)
@@ -284,7 +285,7 @@ func local_request_ClusterService_WhoAmI_0(ctx context.Context, marshaler runtim
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterClusterServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterClusterServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server ClusterServiceServer) error {
+func RegisterClusterServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extCoorddv1.ClusterServiceServer) error {
 	mux.Handle(http.MethodGet, pattern_ClusterService_GetClusterStatus_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -496,15 +497,15 @@ func RegisterClusterServiceHandlerFromEndpoint(ctx context.Context, mux *runtime
 // RegisterClusterServiceHandler registers the http handlers for service ClusterService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterClusterServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterClusterServiceHandlerClient(ctx, mux, NewClusterServiceClient(conn))
+	return RegisterClusterServiceHandlerClient(ctx, mux, extCoorddv1.NewClusterServiceClient(conn))
 }
 
 // RegisterClusterServiceHandlerClient registers the http handlers for service ClusterService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "ClusterServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "ClusterServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extCoorddv1.ClusterServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extCoorddv1.ClusterServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "ClusterServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterClusterServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client ClusterServiceClient) error {
+// "extCoorddv1.ClusterServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterClusterServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extCoorddv1.ClusterServiceClient) error {
 	mux.Handle(http.MethodGet, pattern_ClusterService_GetClusterStatus_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

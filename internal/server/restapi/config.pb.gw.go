@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	extCoorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
@@ -30,9 +31,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_ConfigService_Put_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_Put_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PutRequest
+		protoReq extCoorddv1.PutRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -45,9 +46,9 @@ func request_ConfigService_Put_0(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_Put_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_Put_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PutRequest
+		protoReq extCoorddv1.PutRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -57,9 +58,9 @@ func local_request_ConfigService_Put_0(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func request_ConfigService_Delete_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_Delete_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeleteRequest
+		protoReq extCoorddv1.DeleteRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -72,9 +73,9 @@ func request_ConfigService_Delete_0(ctx context.Context, marshaler runtime.Marsh
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_Delete_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_Delete_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DeleteRequest
+		protoReq extCoorddv1.DeleteRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -84,9 +85,9 @@ func local_request_ConfigService_Delete_0(ctx context.Context, marshaler runtime
 	return msg, metadata, err
 }
 
-func request_ConfigService_Publish_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_Publish_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PublishRequest
+		protoReq extCoorddv1.PublishRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -99,9 +100,9 @@ func request_ConfigService_Publish_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_Publish_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_Publish_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PublishRequest
+		protoReq extCoorddv1.PublishRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -113,9 +114,9 @@ func local_request_ConfigService_Publish_0(ctx context.Context, marshaler runtim
 
 var filter_ConfigService_Get_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_Get_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_Get_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetRequest
+		protoReq extCoorddv1.GetRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -131,9 +132,9 @@ func request_ConfigService_Get_0(ctx context.Context, marshaler runtime.Marshale
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_Get_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_Get_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetRequest
+		protoReq extCoorddv1.GetRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -148,9 +149,9 @@ func local_request_ConfigService_Get_0(ctx context.Context, marshaler runtime.Ma
 
 var filter_ConfigService_Snapshot_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_Snapshot_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_Snapshot_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SnapshotRequest
+		protoReq extCoorddv1.SnapshotRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -166,9 +167,9 @@ func request_ConfigService_Snapshot_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_Snapshot_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_Snapshot_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SnapshotRequest
+		protoReq extCoorddv1.SnapshotRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -183,9 +184,9 @@ func local_request_ConfigService_Snapshot_0(ctx context.Context, marshaler runti
 
 var filter_ConfigService_Poll_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_Poll_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_Poll_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PollRequest
+		protoReq extCoorddv1.PollRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -201,9 +202,9 @@ func request_ConfigService_Poll_0(ctx context.Context, marshaler runtime.Marshal
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_Poll_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_Poll_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PollRequest
+		protoReq extCoorddv1.PollRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -218,9 +219,9 @@ func local_request_ConfigService_Poll_0(ctx context.Context, marshaler runtime.M
 
 var filter_ConfigService_ListReleases_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_ListReleases_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_ListReleases_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListReleasesRequest
+		protoReq extCoorddv1.ListReleasesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -236,9 +237,9 @@ func request_ConfigService_ListReleases_0(ctx context.Context, marshaler runtime
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_ListReleases_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_ListReleases_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListReleasesRequest
+		protoReq extCoorddv1.ListReleasesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -253,9 +254,9 @@ func local_request_ConfigService_ListReleases_0(ctx context.Context, marshaler r
 
 var filter_ConfigService_Diff_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_Diff_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_Diff_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DiffRequest
+		protoReq extCoorddv1.DiffRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -271,9 +272,9 @@ func request_ConfigService_Diff_0(ctx context.Context, marshaler runtime.Marshal
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_Diff_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_Diff_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq DiffRequest
+		protoReq extCoorddv1.DiffRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -286,9 +287,9 @@ func local_request_ConfigService_Diff_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func request_ConfigService_Rollback_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_Rollback_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RollbackRequest
+		protoReq extCoorddv1.RollbackRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -301,9 +302,9 @@ func request_ConfigService_Rollback_0(ctx context.Context, marshaler runtime.Mar
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_Rollback_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_Rollback_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RollbackRequest
+		protoReq extCoorddv1.RollbackRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -315,9 +316,9 @@ func local_request_ConfigService_Rollback_0(ctx context.Context, marshaler runti
 
 var filter_ConfigService_GetSchema_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_GetSchema_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_GetSchema_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSchemaRequest
+		protoReq extCoorddv1.GetSchemaRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -333,9 +334,9 @@ func request_ConfigService_GetSchema_0(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_GetSchema_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_GetSchema_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetSchemaRequest
+		protoReq extCoorddv1.GetSchemaRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -348,9 +349,9 @@ func local_request_ConfigService_GetSchema_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
-func request_ConfigService_SetSchema_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_SetSchema_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SetSchemaRequest
+		protoReq extCoorddv1.SetSchemaRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -363,9 +364,9 @@ func request_ConfigService_SetSchema_0(ctx context.Context, marshaler runtime.Ma
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_SetSchema_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_SetSchema_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SetSchemaRequest
+		protoReq extCoorddv1.SetSchemaRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -377,9 +378,9 @@ func local_request_ConfigService_SetSchema_0(ctx context.Context, marshaler runt
 
 var filter_ConfigService_ListNamespaces_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_ListNamespaces_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_ListNamespaces_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListNamespacesRequest
+		protoReq extCoorddv1.ListNamespacesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -395,9 +396,9 @@ func request_ConfigService_ListNamespaces_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_ListNamespaces_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_ListNamespaces_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListNamespacesRequest
+		protoReq extCoorddv1.ListNamespacesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -410,9 +411,9 @@ func local_request_ConfigService_ListNamespaces_0(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func request_ConfigService_ReportStatus_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_ReportStatus_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ReportStatusRequest
+		protoReq extCoorddv1.ReportStatusRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -425,9 +426,9 @@ func request_ConfigService_ReportStatus_0(ctx context.Context, marshaler runtime
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_ReportStatus_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_ReportStatus_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ReportStatusRequest
+		protoReq extCoorddv1.ReportStatusRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -439,9 +440,9 @@ func local_request_ConfigService_ReportStatus_0(ctx context.Context, marshaler r
 
 var filter_ConfigService_GetApplyStatus_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_GetApplyStatus_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_GetApplyStatus_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetApplyStatusRequest
+		protoReq extCoorddv1.GetApplyStatusRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -457,9 +458,9 @@ func request_ConfigService_GetApplyStatus_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_GetApplyStatus_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_GetApplyStatus_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetApplyStatusRequest
+		protoReq extCoorddv1.GetApplyStatusRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -474,9 +475,9 @@ func local_request_ConfigService_GetApplyStatus_0(ctx context.Context, marshaler
 
 var filter_ConfigService_Watch_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_Watch_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (ConfigService_WatchClient, runtime.ServerMetadata, error) {
+func request_ConfigService_Watch_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (extCoorddv1.ConfigService_WatchClient, runtime.ServerMetadata, error) {
 	var (
-		protoReq WatchRequest
+		protoReq extCoorddv1.WatchRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -500,9 +501,9 @@ func request_ConfigService_Watch_0(ctx context.Context, marshaler runtime.Marsha
 	return stream, metadata, nil
 }
 
-func request_ConfigService_CreateGray_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_CreateGray_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CreateGrayRequest
+		protoReq extCoorddv1.CreateGrayRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -515,9 +516,9 @@ func request_ConfigService_CreateGray_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_CreateGray_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_CreateGray_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq CreateGrayRequest
+		protoReq extCoorddv1.CreateGrayRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -527,9 +528,9 @@ func local_request_ConfigService_CreateGray_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func request_ConfigService_UpdateGray_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_UpdateGray_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UpdateGrayRequest
+		protoReq extCoorddv1.UpdateGrayRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -542,9 +543,9 @@ func request_ConfigService_UpdateGray_0(ctx context.Context, marshaler runtime.M
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_UpdateGray_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_UpdateGray_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq UpdateGrayRequest
+		protoReq extCoorddv1.UpdateGrayRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -554,9 +555,9 @@ func local_request_ConfigService_UpdateGray_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func request_ConfigService_PromoteGray_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_PromoteGray_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PromoteGrayRequest
+		protoReq extCoorddv1.PromoteGrayRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -569,9 +570,9 @@ func request_ConfigService_PromoteGray_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_PromoteGray_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_PromoteGray_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq PromoteGrayRequest
+		protoReq extCoorddv1.PromoteGrayRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -581,9 +582,9 @@ func local_request_ConfigService_PromoteGray_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func request_ConfigService_AbandonGray_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_AbandonGray_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AbandonGrayRequest
+		protoReq extCoorddv1.AbandonGrayRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -596,9 +597,9 @@ func request_ConfigService_AbandonGray_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_AbandonGray_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_AbandonGray_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq AbandonGrayRequest
+		protoReq extCoorddv1.AbandonGrayRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -610,9 +611,9 @@ func local_request_ConfigService_AbandonGray_0(ctx context.Context, marshaler ru
 
 var filter_ConfigService_GetGray_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_GetGray_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_GetGray_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetGrayRequest
+		protoReq extCoorddv1.GetGrayRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -628,9 +629,9 @@ func request_ConfigService_GetGray_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_GetGray_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_GetGray_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetGrayRequest
+		protoReq extCoorddv1.GetGrayRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -645,9 +646,9 @@ func local_request_ConfigService_GetGray_0(ctx context.Context, marshaler runtim
 
 var filter_ConfigService_ListGrayReleases_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_ListGrayReleases_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_ListGrayReleases_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListGrayReleasesRequest
+		protoReq extCoorddv1.ListGrayReleasesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -663,9 +664,9 @@ func request_ConfigService_ListGrayReleases_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_ListGrayReleases_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_ListGrayReleases_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListGrayReleasesRequest
+		protoReq extCoorddv1.ListGrayReleasesRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -678,9 +679,9 @@ func local_request_ConfigService_ListGrayReleases_0(ctx context.Context, marshal
 	return msg, metadata, err
 }
 
-func request_ConfigService_RewrapSecretKeys_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_RewrapSecretKeys_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RewrapSecretKeysRequest
+		protoReq extCoorddv1.RewrapSecretKeysRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -693,9 +694,9 @@ func request_ConfigService_RewrapSecretKeys_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_RewrapSecretKeys_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_RewrapSecretKeys_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RewrapSecretKeysRequest
+		protoReq extCoorddv1.RewrapSecretKeysRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -705,9 +706,9 @@ func local_request_ConfigService_RewrapSecretKeys_0(ctx context.Context, marshal
 	return msg, metadata, err
 }
 
-func request_ConfigService_SetApprovalPolicy_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_SetApprovalPolicy_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SetApprovalPolicyRequest
+		protoReq extCoorddv1.SetApprovalPolicyRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -720,9 +721,9 @@ func request_ConfigService_SetApprovalPolicy_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_SetApprovalPolicy_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_SetApprovalPolicy_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SetApprovalPolicyRequest
+		protoReq extCoorddv1.SetApprovalPolicyRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -734,9 +735,9 @@ func local_request_ConfigService_SetApprovalPolicy_0(ctx context.Context, marsha
 
 var filter_ConfigService_GetApprovalPolicy_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_GetApprovalPolicy_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_GetApprovalPolicy_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetApprovalPolicyRequest
+		protoReq extCoorddv1.GetApprovalPolicyRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -752,9 +753,9 @@ func request_ConfigService_GetApprovalPolicy_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_GetApprovalPolicy_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_GetApprovalPolicy_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetApprovalPolicyRequest
+		protoReq extCoorddv1.GetApprovalPolicyRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -767,9 +768,9 @@ func local_request_ConfigService_GetApprovalPolicy_0(ctx context.Context, marsha
 	return msg, metadata, err
 }
 
-func request_ConfigService_ProposeRelease_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_ProposeRelease_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ProposeReleaseRequest
+		protoReq extCoorddv1.ProposeReleaseRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -782,9 +783,9 @@ func request_ConfigService_ProposeRelease_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_ProposeRelease_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_ProposeRelease_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ProposeReleaseRequest
+		protoReq extCoorddv1.ProposeReleaseRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -796,9 +797,9 @@ func local_request_ConfigService_ProposeRelease_0(ctx context.Context, marshaler
 
 var filter_ConfigService_ListProposals_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_ListProposals_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_ListProposals_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListProposalsRequest
+		protoReq extCoorddv1.ListProposalsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -814,9 +815,9 @@ func request_ConfigService_ListProposals_0(ctx context.Context, marshaler runtim
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_ListProposals_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_ListProposals_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ListProposalsRequest
+		protoReq extCoorddv1.ListProposalsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -831,9 +832,9 @@ func local_request_ConfigService_ListProposals_0(ctx context.Context, marshaler 
 
 var filter_ConfigService_GetProposal_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_ConfigService_GetProposal_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_GetProposal_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetProposalRequest
+		protoReq extCoorddv1.GetProposalRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -849,9 +850,9 @@ func request_ConfigService_GetProposal_0(ctx context.Context, marshaler runtime.
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_GetProposal_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_GetProposal_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetProposalRequest
+		protoReq extCoorddv1.GetProposalRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -864,9 +865,9 @@ func local_request_ConfigService_GetProposal_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func request_ConfigService_ApproveProposal_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_ApproveProposal_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ApproveProposalRequest
+		protoReq extCoorddv1.ApproveProposalRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -879,9 +880,9 @@ func request_ConfigService_ApproveProposal_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_ApproveProposal_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_ApproveProposal_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq ApproveProposalRequest
+		protoReq extCoorddv1.ApproveProposalRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -891,9 +892,9 @@ func local_request_ConfigService_ApproveProposal_0(ctx context.Context, marshale
 	return msg, metadata, err
 }
 
-func request_ConfigService_RejectProposal_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_RejectProposal_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RejectProposalRequest
+		protoReq extCoorddv1.RejectProposalRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -906,9 +907,9 @@ func request_ConfigService_RejectProposal_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_RejectProposal_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_RejectProposal_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq RejectProposalRequest
+		protoReq extCoorddv1.RejectProposalRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -918,9 +919,9 @@ func local_request_ConfigService_RejectProposal_0(ctx context.Context, marshaler
 	return msg, metadata, err
 }
 
-func request_ConfigService_WithdrawProposal_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_WithdrawProposal_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq WithdrawProposalRequest
+		protoReq extCoorddv1.WithdrawProposalRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -933,9 +934,9 @@ func request_ConfigService_WithdrawProposal_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_WithdrawProposal_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_WithdrawProposal_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq WithdrawProposalRequest
+		protoReq extCoorddv1.WithdrawProposalRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -945,9 +946,9 @@ func local_request_ConfigService_WithdrawProposal_0(ctx context.Context, marshal
 	return msg, metadata, err
 }
 
-func request_ConfigService_SetInheritance_0(ctx context.Context, marshaler runtime.Marshaler, client ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_ConfigService_SetInheritance_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.ConfigServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SetInheritanceRequest
+		protoReq extCoorddv1.SetInheritanceRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -960,9 +961,9 @@ func request_ConfigService_SetInheritance_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
-func local_request_ConfigService_SetInheritance_0(ctx context.Context, marshaler runtime.Marshaler, server ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_ConfigService_SetInheritance_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.ConfigServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq SetInheritanceRequest
+		protoReq extCoorddv1.SetInheritanceRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
@@ -977,7 +978,7 @@ func local_request_ConfigService_SetInheritance_0(ctx context.Context, marshaler
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterConfigServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterConfigServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server ConfigServiceServer) error {
+func RegisterConfigServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extCoorddv1.ConfigServiceServer) error {
 	mux.Handle(http.MethodPost, pattern_ConfigService_Put_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1616,15 +1617,15 @@ func RegisterConfigServiceHandlerFromEndpoint(ctx context.Context, mux *runtime.
 // RegisterConfigServiceHandler registers the http handlers for service ConfigService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterConfigServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterConfigServiceHandlerClient(ctx, mux, NewConfigServiceClient(conn))
+	return RegisterConfigServiceHandlerClient(ctx, mux, extCoorddv1.NewConfigServiceClient(conn))
 }
 
 // RegisterConfigServiceHandlerClient registers the http handlers for service ConfigService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "ConfigServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "ConfigServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extCoorddv1.ConfigServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extCoorddv1.ConfigServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "ConfigServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterConfigServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client ConfigServiceClient) error {
+// "extCoorddv1.ConfigServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterConfigServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extCoorddv1.ConfigServiceClient) error {
 	mux.Handle(http.MethodPost, pattern_ConfigService_Put_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()

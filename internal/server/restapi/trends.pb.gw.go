@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 
+	extCoorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
 	"google.golang.org/grpc"
@@ -30,9 +31,9 @@ var (
 	_ = metadata.Join
 )
 
-func request_TrendService_GetClusterTrends_0(ctx context.Context, marshaler runtime.Marshaler, client TrendServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_TrendService_GetClusterTrends_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.TrendServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetClusterTrendsRequest
+		protoReq extCoorddv1.GetClusterTrendsRequest
 		metadata runtime.ServerMetadata
 	)
 	if req.Body != nil {
@@ -42,9 +43,9 @@ func request_TrendService_GetClusterTrends_0(ctx context.Context, marshaler runt
 	return msg, metadata, err
 }
 
-func local_request_TrendService_GetClusterTrends_0(ctx context.Context, marshaler runtime.Marshaler, server TrendServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_TrendService_GetClusterTrends_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.TrendServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetClusterTrendsRequest
+		protoReq extCoorddv1.GetClusterTrendsRequest
 		metadata runtime.ServerMetadata
 	)
 	msg, err := server.GetClusterTrends(ctx, &protoReq)
@@ -53,9 +54,9 @@ func local_request_TrendService_GetClusterTrends_0(ctx context.Context, marshale
 
 var filter_TrendService_GetLockTrends_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_TrendService_GetLockTrends_0(ctx context.Context, marshaler runtime.Marshaler, client TrendServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_TrendService_GetLockTrends_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.TrendServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetLockTrendsRequest
+		protoReq extCoorddv1.GetLockTrendsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -71,9 +72,9 @@ func request_TrendService_GetLockTrends_0(ctx context.Context, marshaler runtime
 	return msg, metadata, err
 }
 
-func local_request_TrendService_GetLockTrends_0(ctx context.Context, marshaler runtime.Marshaler, server TrendServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_TrendService_GetLockTrends_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.TrendServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetLockTrendsRequest
+		protoReq extCoorddv1.GetLockTrendsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -88,9 +89,9 @@ func local_request_TrendService_GetLockTrends_0(ctx context.Context, marshaler r
 
 var filter_TrendService_GetElectionTrends_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_TrendService_GetElectionTrends_0(ctx context.Context, marshaler runtime.Marshaler, client TrendServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_TrendService_GetElectionTrends_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.TrendServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetElectionTrendsRequest
+		protoReq extCoorddv1.GetElectionTrendsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -106,9 +107,9 @@ func request_TrendService_GetElectionTrends_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
-func local_request_TrendService_GetElectionTrends_0(ctx context.Context, marshaler runtime.Marshaler, server TrendServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_TrendService_GetElectionTrends_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.TrendServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetElectionTrendsRequest
+		protoReq extCoorddv1.GetElectionTrendsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -123,9 +124,9 @@ func local_request_TrendService_GetElectionTrends_0(ctx context.Context, marshal
 
 var filter_TrendService_GetNamespaceTrends_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
-func request_TrendService_GetNamespaceTrends_0(ctx context.Context, marshaler runtime.Marshaler, client TrendServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func request_TrendService_GetNamespaceTrends_0(ctx context.Context, marshaler runtime.Marshaler, client extCoorddv1.TrendServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetNamespaceTrendsRequest
+		protoReq extCoorddv1.GetNamespaceTrendsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -141,9 +142,9 @@ func request_TrendService_GetNamespaceTrends_0(ctx context.Context, marshaler ru
 	return msg, metadata, err
 }
 
-func local_request_TrendService_GetNamespaceTrends_0(ctx context.Context, marshaler runtime.Marshaler, server TrendServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+func local_request_TrendService_GetNamespaceTrends_0(ctx context.Context, marshaler runtime.Marshaler, server extCoorddv1.TrendServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
-		protoReq GetNamespaceTrendsRequest
+		protoReq extCoorddv1.GetNamespaceTrendsRequest
 		metadata runtime.ServerMetadata
 	)
 	if err := req.ParseForm(); err != nil {
@@ -161,7 +162,7 @@ func local_request_TrendService_GetNamespaceTrends_0(ctx context.Context, marsha
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
 // Note that using this registration option will cause many gRPC library features to stop working. Consider using RegisterTrendServiceHandlerFromEndpoint instead.
 // GRPC interceptors will not work for this type of registration. To use interceptors, you must use the "runtime.WithMiddlewares" option in the "runtime.NewServeMux" call.
-func RegisterTrendServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server TrendServiceServer) error {
+func RegisterTrendServiceHandlerServer(ctx context.Context, mux *runtime.ServeMux, server extCoorddv1.TrendServiceServer) error {
 	mux.Handle(http.MethodGet, pattern_TrendService_GetClusterTrends_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -273,15 +274,15 @@ func RegisterTrendServiceHandlerFromEndpoint(ctx context.Context, mux *runtime.S
 // RegisterTrendServiceHandler registers the http handlers for service TrendService to "mux".
 // The handlers forward requests to the grpc endpoint over "conn".
 func RegisterTrendServiceHandler(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return RegisterTrendServiceHandlerClient(ctx, mux, NewTrendServiceClient(conn))
+	return RegisterTrendServiceHandlerClient(ctx, mux, extCoorddv1.NewTrendServiceClient(conn))
 }
 
 // RegisterTrendServiceHandlerClient registers the http handlers for service TrendService
-// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "TrendServiceClient".
-// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "TrendServiceClient"
+// to "mux". The handlers forward requests to the grpc endpoint over the given implementation of "extCoorddv1.TrendServiceClient".
+// Note: the gRPC framework executes interceptors within the gRPC handler. If the passed in "extCoorddv1.TrendServiceClient"
 // doesn't go through the normal gRPC flow (creating a gRPC client etc.) then it will be up to the passed in
-// "TrendServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
-func RegisterTrendServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client TrendServiceClient) error {
+// "extCoorddv1.TrendServiceClient" to call the correct interceptors. This client ignores the HTTP middlewares.
+func RegisterTrendServiceHandlerClient(ctx context.Context, mux *runtime.ServeMux, client extCoorddv1.TrendServiceClient) error {
 	mux.Handle(http.MethodGet, pattern_TrendService_GetClusterTrends_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
