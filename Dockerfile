@@ -19,8 +19,15 @@ ARG GO_VERSION=1.26.0
 
 FROM golang:${GO_VERSION} AS build
 WORKDIR /src
+# The modules' go.mod and go.sum first (the root's replaces the SDK's
+# modules with these directories), so the download is cached apart. The
+# root module's build list holds every other module's requirements.
 COPY go.mod go.sum ./
-RUN go mod download
+COPY clientlib/go.mod clientlib/go.sum ./clientlib/
+COPY proto/go.mod proto/go.sum ./proto/
+COPY fencing/go.mod fencing/go.sum ./fencing/
+COPY internal/shared/go.mod ./internal/shared/
+RUN GOWORK=off go mod download
 COPY . .
 # Both binaries stamp VERSION (coordd --version, coordctl --version).
 ARG VERSION=dev

@@ -6,8 +6,13 @@ export PATH := $(BIN):$(PATH)
 
 all: build
 
+# Every package of the repository: the server's module (./...) and, through
+# go.work, the Go SDK's, the API's and what they share, each a module of
+# its own so that the SDK requires none of the server's dependencies.
+PKGS := ./... ./clientlib/... ./fencing/... ./proto/... ./internal/shared/...
+
 build:
-	go build ./...
+	go build $(PKGS)
 
 # The full suite: real embedded etcd, the real daemon, race detector, goleak.
 # COUNT=N runs every test N times in a row (beside stress-ng --cpu 2, so
@@ -21,7 +26,7 @@ build:
 # per package: they wait on disks and timers more than they compute, so 4
 # on 2 cores keeps both busy.
 # COORDD_TEST_TIMESCALE=N stretches every time bound of every test N times
-# (internal/testkit/wait; the race detector doubles it again): on a busy
+# (internal/shared/testkit/wait; the race detector doubles it again): on a busy
 # or slow machine, a test waits longer instead of failing.
 COUNT ?= 1
 PARALLEL ?= 4
@@ -29,7 +34,7 @@ SCREENSHOTS ?= $(BIN)/screenshots
 COORDD_TEST_TIMESCALE ?= 1
 export COORDD_TEST_TIMESCALE
 test:
-	COORDD_SCREENSHOTS=$(SCREENSHOTS) go test -race -count=$(COUNT) -parallel $(PARALLEL) -timeout $$((15 * $(COUNT)))m ./...
+	COORDD_SCREENSHOTS=$(SCREENSHOTS) go test -race -count=$(COUNT) -parallel $(PARALLEL) -timeout $$((15 * $(COUNT)))m $(PKGS)
 
 # Only the console's browser tests, and their screenshots in SCREENSHOTS
 # (docs/console.png, the README's picture, is a copy of lock.png).
@@ -39,15 +44,15 @@ screenshots:
 # Unit tests only: skips everything that starts etcd, except the one
 # in-process daemon that clientlib's Examples run against.
 test-short:
-	go test -short -count=1 ./...
+	go test -short -count=1 $(PKGS)
 
 # Every tool is pinned in a go.mod (root for the protoc plugins, tools/* for
 # the big ones, each in its own module so their dependencies stay out of
 # ours) and built from source: nothing is downloaded as a binary.
 tools:
-	cd tools/buf && go build -o $(BIN)/ tool
-	cd tools/golangci-lint && go build -o $(BIN)/ tool
-	cd tools/helm && go build -o $(BIN)/ tool ./kubecheck
+	cd tools/buf && GOWORK=off go build -o $(BIN)/ tool
+	cd tools/golangci-lint && GOWORK=off go build -o $(BIN)/ tool
+	cd tools/helm && GOWORK=off go build -o $(BIN)/ tool ./kubecheck
 	go build -o $(BIN)/ tool
 
 # Regenerate the Go code and the OpenAPI document from proto/.
@@ -75,16 +80,17 @@ check-generated: generate generate-clients
 # linters and formatters are configured in .golangci.yml).
 lint: tools
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
-	go vet ./...
-	golangci-lint run ./...
+	go vet $(PKGS)
+	golangci-lint run $(PKGS)
 
-# CI: fail when go.mod or go.sum of any module (the root one and each
-# tools/*) is not what `go mod tidy` would make it.
-GO_MODULES := . $(patsubst %/go.mod,%,$(wildcard tools/*/go.mod))
+# CI: fail when go.mod or go.sum of any module (the root one, the SDK's,
+# the API's, fencing, internal/shared and each tools/*) is not what `go mod
+# tidy` would make it, each on its own (GOWORK=off), as a user's build sees it.
+GO_MODULES := . clientlib fencing proto internal/shared $(patsubst %/go.mod,%,$(wildcard tools/*/go.mod))
 check-tidy:
 	@ok=true; for m in $(GO_MODULES); do \
 	  echo "go mod tidy -diff ($$m)"; \
-	  (cd $$m && go mod tidy -diff) || { echo "$$m: go.mod/go.sum not tidy: run 'go mod tidy' there and commit"; ok=false; }; \
+	  (cd $$m && GOWORK=off go mod tidy -diff) || { echo "$$m: go.mod/go.sum not tidy: run 'go mod tidy' there and commit"; ok=false; }; \
 	done; $$ok
 
 # CI: fail when proto/ breaks its API (the `breaking` rules in buf.yaml)
@@ -110,7 +116,7 @@ check-breaking: tools
 # own tests show it finds the mistakes it looks for).
 HELM_CHART := deploy/helm/coordd
 check-helm: tools
-	cd tools/helm && go test -count=1 ./kubecheck
+	cd tools/helm && GOWORK=off go test -count=1 ./kubecheck
 	@echo "helm template coordd $(HELM_CHART) (default values: must refuse an open cluster)"; \
 	if out=$$(helm template coordd $(HELM_CHART) 2>&1); then \
 	  echo "the chart's default values rendered an open, plaintext cluster"; exit 1; \

@@ -6,6 +6,10 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
+	github.com/coordd/coordd/clientlib v0.0.0-00010101000000-000000000000
+	github.com/coordd/coordd/fencing v0.0.0-00010101000000-000000000000
+	github.com/coordd/coordd/internal/shared v0.0.0-00010101000000-000000000000
+	github.com/coordd/coordd/proto v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0
@@ -91,4 +95,14 @@ tool (
 	github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	google.golang.org/protobuf/cmd/protoc-gen-go
+)
+
+// The SDK, the API and what they share are modules of their own, so that a
+// program using the SDK requires none of the server's dependencies; here
+// (and in go.work) they are this repository's copies.
+replace (
+	github.com/coordd/coordd/clientlib => ./clientlib
+	github.com/coordd/coordd/fencing => ./fencing
+	github.com/coordd/coordd/internal/shared => ./internal/shared
+	github.com/coordd/coordd/proto => ./proto
 )

@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/coordd/coordd/internal/base/configvalue"
+	"github.com/coordd/coordd/internal/shared/configvalue"
 )
 
 // Format is how a bound namespace's values are written.

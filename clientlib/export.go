@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/coordd/coordd/internal/base/keyring"
+	"github.com/coordd/coordd/internal/shared/keyring"
 )
 
 // ExportFormat names the layout of a ConfigExport; Import refuses others.

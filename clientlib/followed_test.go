@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // Once a session's holdings are named on its keep-alive stream, the locks

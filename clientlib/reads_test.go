@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

@@ -24,10 +24,10 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/chaos"
 	"github.com/coordd/coordd/internal/testkit/coorddtest"
 	"github.com/coordd/coordd/internal/testkit/testcerts"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // need skips (or, in CI, fails) the test when a tool is missing.

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/base/configvalue"
+	"github.com/coordd/coordd/internal/shared/configvalue"
 )
 
 // reader gives a template its functions over one snapshot and records

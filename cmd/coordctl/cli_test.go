@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/coorddtest"
-	"github.com/coordd/coordd/internal/testkit/freeport"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // unreachable is an endpoint nobody answers on.

@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/base/configvalue"
+	"github.com/coordd/coordd/internal/shared/configvalue"
 )
 
 // changeLine prints a change as + (added), - (removed) or ~ (changed); a

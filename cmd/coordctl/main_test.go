@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/shared/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/coorddtest"
-	"github.com/coordd/coordd/internal/testkit/tcpproxy"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // ctl runs coordctl in-process against endpoint and returns its exit code

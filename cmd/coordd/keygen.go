@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/coordd/coordd/internal/base/keyring"
+	"github.com/coordd/coordd/internal/shared/keyring"
 )
 
 // keygenCommand is coordd keygen: a key line for --secret-key-file.

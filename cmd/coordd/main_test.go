@@ -16,8 +16,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/coordd/coordd/internal/testkit/freeport"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // TestMain doubles as the coordd binary when COORDD_TEST_RUN_MAIN is set, so

@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/coordd/coordd/clientlib"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/coorddtest"
 	"github.com/coordd/coordd/internal/testkit/syncbuf"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // The example starts with the defaults, prints each accepted change, and

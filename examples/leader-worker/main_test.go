@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/coorddtest"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 type proc struct {

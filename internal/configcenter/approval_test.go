@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/configcenter"
+	"github.com/coordd/coordd/internal/shared/keyring"
 )
 
 // gated is a store whose namespace "pay" requires approval, with a clock

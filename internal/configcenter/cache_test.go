@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/coordd/coordd/internal/configcenter"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // startCache runs a cache over e's store until the test ends.

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // Costly validations share the gate's places: a second one waits while

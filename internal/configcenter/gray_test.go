@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/coordd/coordd/internal/configcenter"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // follower applies a subscription's events to the content it believes in,

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
-	"github.com/coordd/coordd/internal/base/configvalue"
+	"github.com/coordd/coordd/internal/shared/configvalue"
 )
 
 // A namespace's JSON Schema validates the namespace as one JSON object:

@@ -11,8 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/coordd/coordd/internal/base/errkind"
-	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/base/names"
+	"github.com/coordd/coordd/internal/shared/keyring"
 )
 
 // ErrSecretsUnavailable says a secret value cannot be sealed or opened on

@@ -7,8 +7,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/configcenter"
+	"github.com/coordd/coordd/internal/shared/keyring"
 )
 
 // keys returns a ring of fresh keys, the first primary.

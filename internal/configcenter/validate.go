@@ -8,8 +8,8 @@ import (
 
 	"github.com/hashicorp/go-multierror"
 
-	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/base/names"
+	"github.com/coordd/coordd/internal/shared/keyring"
 )
 
 // Limits bound what one namespace and one release may hold. The zero value

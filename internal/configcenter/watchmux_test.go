@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/internal/configcenter"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // batch is what the tests compare of a WatchBatch.

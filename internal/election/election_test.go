@@ -20,8 +20,8 @@ import (
 	"github.com/coordd/coordd/internal/base/groupcommit"
 	"github.com/coordd/coordd/internal/election"
 	"github.com/coordd/coordd/internal/session"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -17,8 +17,8 @@ import (
 	"github.com/coordd/coordd/internal/base/groupcommit"
 	"github.com/coordd/coordd/internal/election"
 	"github.com/coordd/coordd/internal/session"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // observeAll follows name from now and returns what it saw so far.

@@ -11,7 +11,7 @@ import (
 	"github.com/coordd/coordd/internal/history"
 	"github.com/coordd/coordd/internal/lock"
 	"github.com/coordd/coordd/internal/session"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // What the lock and election packages write (every field they set: a

@@ -18,8 +18,8 @@ import (
 	"github.com/coordd/coordd/internal/history"
 	"github.com/coordd/coordd/internal/lock"
 	"github.com/coordd/coordd/internal/session"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

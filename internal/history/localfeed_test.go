@@ -7,8 +7,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // A local feed started behind etcd's compaction fails with ErrCompacted

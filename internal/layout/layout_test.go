@@ -31,12 +31,12 @@ var layers = []struct {
 	prefixes []string
 }{
 	{"the API (generated)", []string{"proto/"}},
-	{"building blocks", []string{"internal/base/"}},
+	{"building blocks", []string{"internal/base/", "internal/shared/configvalue", "internal/shared/keyring"}},
 	{"domain", []string{"fencing", "internal/histcheck", "internal/auth", "internal/session", "internal/lock", "internal/election", "internal/barrier", "internal/history", "internal/configcenter", "internal/cluster", "internal/kv", "internal/console"}},
 	{"the Go SDK", []string{"clientlib", "internal/verify"}},
 	{"the server", []string{"internal/server/"}},
-	{"test support", []string{"internal/testkit/", "internal/layout"}},
-	{"commands, bench, examples, other clients", []string{"cmd/", "bench", "examples/", "clients"}},
+	{"test support", []string{"internal/testkit/", "internal/shared/testkit/", "internal/layout"}},
+	{"commands, bench, examples, other clients, end-to-end tests", []string{"cmd/", "bench", "examples/", "clients", "tests/"}},
 }
 
 func layerOf(t *testing.T, pkg string) int {
@@ -52,9 +52,11 @@ func layerOf(t *testing.T, pkg string) int {
 	return -1
 }
 
-// goList is `go list -json ./...` of the module, run once for both tests.
+// goList is `go list -json` of every package of the repository's modules
+// (the server's and, through go.work, the SDK's, the API's and what they
+// share), run once for both tests.
 var goList = sync.OnceValues(func() ([]byte, error) {
-	cmd := exec.Command("go", "list", "-json", "./...")
+	cmd := exec.Command("go", "list", "-json", "github.com/coordd/coordd/...")
 	cmd.Dir = "../.."
 	return cmd.Output()
 })

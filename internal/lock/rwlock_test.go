@@ -11,7 +11,7 @@ import (
 
 	"github.com/coordd/coordd/internal/lock"
 	"github.com/coordd/coordd/internal/session"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // Readers share a lock, a writer holds it alone, and the queue is FIFO

@@ -11,8 +11,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // member is one coordd member's sessions: a Manager on its own Clock.

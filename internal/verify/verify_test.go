@@ -13,8 +13,8 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
 	"github.com/coordd/coordd/internal/testkit/daemontest"
-	"github.com/coordd/coordd/internal/testkit/freeport"
 	"github.com/coordd/coordd/internal/verify"
 )
 

@@ -13,8 +13,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/coordd/coordd/internal/base/grantwatch"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -13,8 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 func client(t *testing.T) *clientv3.Client {

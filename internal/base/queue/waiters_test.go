@@ -10,8 +10,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/coordd/coordd/internal/base/queue"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // Many waiters on one queue cost the member one read in all, not one

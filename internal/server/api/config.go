@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/coordd/coordd/internal/base/errkind"
-	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/configcenter"
+	"github.com/coordd/coordd/internal/shared/keyring"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

@@ -3,8 +3,8 @@ package api
 import (
 	"context"
 
-	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/configcenter"
+	"github.com/coordd/coordd/internal/shared/keyring"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

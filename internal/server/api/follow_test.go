@@ -7,7 +7,7 @@ import (
 
 	"github.com/coordd/coordd/internal/auth"
 	"github.com/coordd/coordd/internal/session"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/coordd/coordd/internal/lock"
 	"github.com/coordd/coordd/internal/session"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
-	"github.com/coordd/coordd/internal/testkit/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

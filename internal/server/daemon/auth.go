@@ -9,9 +9,9 @@ import (
 	"github.com/hashicorp/go-multierror"
 
 	"github.com/coordd/coordd/internal/auth"
-	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/server/api"
 	"github.com/coordd/coordd/internal/server/rotate"
+	"github.com/coordd/coordd/internal/shared/keyring"
 )
 
 // loadAuth reads the TLS files, token file and policy at start: any error

@@ -11,7 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // A barrier of three opens only when the third arrives, lets all three

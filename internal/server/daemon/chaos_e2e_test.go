@@ -11,9 +11,9 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/daemon"
-	"github.com/coordd/coordd/internal/testkit/freeport"
-	"github.com/coordd/coordd/internal/testkit/tcpproxy"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // chaosCrashes is how many etcd-leader crashes TestChaosLeaderCrashes

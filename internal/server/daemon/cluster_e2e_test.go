@@ -18,9 +18,9 @@ import (
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/shared/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
-	"github.com/coordd/coordd/internal/testkit/tcpproxy"
-	"github.com/coordd/coordd/internal/testkit/wait"
 	"github.com/coordd/coordd/internal/verify"
 )
 

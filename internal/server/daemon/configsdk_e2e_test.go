@@ -17,7 +17,7 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/daemon"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // configTestConfig is testConfig with quick bookmarks, so stalls are told

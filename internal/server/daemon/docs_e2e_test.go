@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/coordd/coordd/internal/base/keyring"
+	"github.com/coordd/coordd/internal/shared/keyring"
 )
 
 // The shell blocks of the README and of docs/*.md are run as written,

@@ -15,9 +15,9 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/internal/testkit/freeport"
-	"github.com/coordd/coordd/internal/testkit/tcpproxy"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 func TestElectionsThroughSDK(t *testing.T) {

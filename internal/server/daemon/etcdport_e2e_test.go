@@ -16,7 +16,7 @@ import (
 
 	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/server/tlsfiles"
-	"github.com/coordd/coordd/internal/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
 	"github.com/coordd/coordd/internal/testkit/testcerts"
 )
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/syncbuf"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // Leader priority, preemption and hand-over through the Go SDK: the

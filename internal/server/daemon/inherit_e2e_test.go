@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // TestSharedNamespaceReachesEveryHeir: two heirs of one shared namespace,

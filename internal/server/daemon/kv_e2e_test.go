@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // What fenced writes wrote reads back through the SDK and REST: Get at

@@ -17,8 +17,8 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
-	"github.com/coordd/coordd/internal/testkit/tcpproxy"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 func TestLocksThroughSDK(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/server/daemon"
-	"github.com/coordd/coordd/internal/testkit/freeport"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // lockLoad cycles one lock from several SDK clients until stopped and

@@ -16,7 +16,7 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/daemon"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // scrape reads a daemon's /metrics.

@@ -15,9 +15,9 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/tlsfiles"
-	"github.com/coordd/coordd/internal/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/shared/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/testcerts"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // issue returns a certificate and key from ca, failing the test on error.

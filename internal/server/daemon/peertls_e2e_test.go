@@ -12,9 +12,9 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/daemon"
-	"github.com/coordd/coordd/internal/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/shared/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/testcerts"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // Peer TLS: three embedded members whose peer traffic is TLS with

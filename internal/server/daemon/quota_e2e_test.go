@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // A database that reaches its quota: etcd raises NOSPACE, and coordd says

@@ -12,7 +12,7 @@ import (
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
 	"github.com/coordd/coordd/internal/server/daemon"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // The restore drill: save a snapshot, keep going (tokens, terms and

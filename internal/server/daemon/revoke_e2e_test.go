@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

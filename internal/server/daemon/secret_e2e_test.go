@@ -18,8 +18,8 @@ import (
 	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/coordd/coordd/clientlib"
-	"github.com/coordd/coordd/internal/base/keyring"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/keyring"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // alice reads secrets under a/ and manages keys; bob writes under a/ and

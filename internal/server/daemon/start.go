@@ -26,7 +26,6 @@ import (
 	"github.com/coordd/coordd/internal/barrier"
 	"github.com/coordd/coordd/internal/base/grantwatch"
 	"github.com/coordd/coordd/internal/base/groupcommit"
-	"github.com/coordd/coordd/internal/base/keyring"
 	"github.com/coordd/coordd/internal/cluster"
 	"github.com/coordd/coordd/internal/configcenter"
 	"github.com/coordd/coordd/internal/console"
@@ -38,6 +37,7 @@ import (
 	"github.com/coordd/coordd/internal/server/gateway"
 	"github.com/coordd/coordd/internal/server/trends"
 	"github.com/coordd/coordd/internal/session"
+	"github.com/coordd/coordd/internal/shared/keyring"
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 

@@ -18,9 +18,9 @@ import (
 	zapobserver "go.uber.org/zap/zaptest/observer"
 
 	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/daemontest"
-	"github.com/coordd/coordd/internal/testkit/freeport"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // A second daemon on a data dir in use fails at once and says so, instead

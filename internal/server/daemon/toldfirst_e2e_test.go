@@ -10,7 +10,7 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/daemon"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // handOvers is how many hand-overs each path of the told-first test runs:

@@ -18,8 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/coordd/coordd/internal/testkit/freeport"
-	"github.com/coordd/coordd/internal/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/tcpproxy"
 )
 
 // Member is one coordd process of a Cluster. Its peers reach it through

@@ -25,10 +25,10 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/fencing"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/chaos"
 	"github.com/coordd/coordd/internal/testkit/coorddtest"
 	"github.com/coordd/coordd/internal/testkit/slowdisk"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // TestMain runs a worker when the test binary is started as one (the

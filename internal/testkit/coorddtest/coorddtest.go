@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
 )
 
 // Daemon is a running coordd process.

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/coordd/coordd/internal/base/grantwatch"
-	"github.com/coordd/coordd/internal/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
 )
 
 // Member is one running embedded etcd member.

@@ -1,4 +1,4 @@
-package clientlib_test
+package sdk_test
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/daemon"
-	"github.com/coordd/coordd/internal/testkit/freeport"
-	"github.com/coordd/coordd/internal/testkit/tcpproxy"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/tcpproxy"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // configTestConfig is testConfig with quick bookmarks, so stalls are told

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
 // recorder is a testing.TB whose Fatalf records the message instead of

@@ -1,4 +1,4 @@
-package clientlib_test
+package sdk_test
 
 // Per-test daemons for the SDK's end-to-end tests (configcenter_e2e_test.go),
 // for a test that needs a daemon of its own (its own configuration, a
@@ -17,9 +17,9 @@ import (
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/daemon"
+	"github.com/coordd/coordd/internal/shared/testkit/freeport"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/daemontest"
-	"github.com/coordd/coordd/internal/testkit/freeport"
-	"github.com/coordd/coordd/internal/testkit/wait"
 )
 
 // testConfig is a single-member daemon on free loopback ports with fast

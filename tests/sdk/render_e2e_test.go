@@ -1,4 +1,4 @@
-package render_test
+package sdk_test
 
 import (
 	"context"
@@ -11,38 +11,19 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
-	"go.uber.org/zap"
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/clientlib/render"
-	"github.com/coordd/coordd/internal/server/daemon"
-	"github.com/coordd/coordd/internal/testkit/daemontest"
-	"github.com/coordd/coordd/internal/testkit/freeport"
-	"github.com/coordd/coordd/internal/testkit/wait"
+	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
 
+// TestMain checks that no test leaves a goroutine behind.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// start runs a real single-member daemon for the test.
-func start(t *testing.T) *clientlib.Client {
+// renderClient is a client of a real single-member daemon of the test's own.
+func renderClient(t *testing.T) *clientlib.Client {
 	t.Helper()
-	dir := t.TempDir()
-	peer, err := freeport.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.Start(t.Context(), daemontest.Config(filepath.Join(dir, "data"), "unix://"+filepath.Join(dir, "etcd.sock"),
-		fmt.Sprintf("http://127.0.0.1:%d", peer), zap.NewNop()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Stop(context.Background()) })
-	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: []string{d.GRPCAddr()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return newClient(t, start(t, testConfig(t)).GRPCAddr())
 }
 
 func writeFile(t *testing.T, path, content string) {
@@ -109,7 +90,7 @@ func (r *results) last() render.Result {
 // not run the command; the next good release renders again. A namespace
 // the template reads only in some branch is found and followed.
 func TestRenderFollowsReleasesAndKeepsTheLastGoodFile(t *testing.T) {
-	c := start(t)
+	c := renderClient(t)
 	dir := t.TempDir()
 	tmpl, out, ran := filepath.Join(dir, "app.tmpl"), filepath.Join(dir, "app.conf"), filepath.Join(dir, "ran")
 	writeFile(t, tmpl, `color={{ key "shop/web" "color" }}
@@ -198,7 +179,7 @@ release={{ release "shop/web" }}
 // A burst of releases is rendered once the burst is quiet, with the last
 // release; the command runs once for it.
 func TestRenderDebouncesABurst(t *testing.T) {
-	c := start(t)
+	c := renderClient(t)
 	dir := t.TempDir()
 	tmpl, out, ran := filepath.Join(dir, "t"), filepath.Join(dir, "out"), filepath.Join(dir, "ran")
 	writeFile(t, tmpl, `n={{ key "burst" "n" }}`)
@@ -240,7 +221,7 @@ func TestRenderDebouncesABurst(t *testing.T) {
 // Once renders and returns; a failing render is an error and writes
 // nothing; a command that runs past its timeout is killed and reported.
 func TestRenderOnce(t *testing.T) {
-	c := start(t)
+	c := renderClient(t)
 	dir := t.TempDir()
 	tmpl, out := filepath.Join(dir, "t"), filepath.Join(dir, "out")
 	writeFile(t, tmpl, `{{ range $k, $v := ns "once" }}{{ $k }}={{ $v }};{{ end }}{{ toJSON (keys "once") }}`)
@@ -308,7 +289,7 @@ func TestRenderOnce(t *testing.T) {
 // text prints a value as text (a string stored quoted, to stay a string,
 // without its quotes); value reads it as a schema and Bind do.
 func TestRenderReadsValuesByTheOneRule(t *testing.T) {
-	c := start(t)
+	c := renderClient(t)
 	dir := t.TempDir()
 	tmpl, out := filepath.Join(dir, "t"), filepath.Join(dir, "out")
 	writeFile(t, tmpl, `{{ text (key "v" "port") }} {{ text (key "v" "timeout") }} {{ text (key "v" "limits") }} {{ (value (key "v" "limits")).cpu }} {{ value (key "v" "timeout") }}`)
@@ -328,7 +309,7 @@ func TestRenderReadsValuesByTheOneRule(t *testing.T) {
 // Reload reads the template again and renders with it at once; one that
 // does not parse is refused and the one before stays.
 func TestRenderReload(t *testing.T) {
-	c := start(t)
+	c := renderClient(t)
 	dir := t.TempDir()
 	tmpl, out := filepath.Join(dir, "t"), filepath.Join(dir, "out")
 	writeFile(t, tmpl, `a={{ key "reload" "k" }}`)
@@ -372,7 +353,7 @@ func TestRenderReload(t *testing.T) {
 // made by hand) is replaced by one of mode 0600; without secrets its mode
 // is kept.
 func TestRenderWithSecretsNarrowsAnExistingFilesMode(t *testing.T) {
-	c := start(t)
+	c := renderClient(t)
 	dir := t.TempDir()
 	tmpl, out := filepath.Join(dir, "t"), filepath.Join(dir, "out")
 	writeFile(t, tmpl, `{{ range $k, $v := ns "modes" }}{{ $k }}={{ $v }};{{ end }}`)
