@@ -23,6 +23,7 @@ import (
 type flakyConfig struct {
 	coorddv1.UnimplementedConfigServiceServer
 	failFirst int64
+	retried   chan struct{} // if set, closed as the key "slow" is asked again
 
 	gets, publishes atomic.Int64
 }
@@ -30,7 +31,10 @@ type flakyConfig struct {
 func (f *flakyConfig) Get(ctx context.Context, req *coorddv1.GetRequest) (*coorddv1.GetResponse, error) {
 	n := f.gets.Add(1)
 	if req.GetKey() == "slow" && n > 1 {
-		<-ctx.Done() // the retry outlives the caller's deadline
+		if n == 2 && f.retried != nil {
+			close(f.retried)
+		}
+		<-ctx.Done() // the retry outlives the caller's context
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	if n <= f.failFirst || req.GetKey() == "down" || req.GetKey() == "slow" {
@@ -71,12 +75,21 @@ func TestReadsRetryWhileUnavailable(t *testing.T) {
 		t.Fatalf("the server saw %d reads of the unavailable key, want the read repeated", n)
 	}
 
-	// A retry that the caller's deadline cuts short reports why it was
-	// retried, not the deadline: the member was unavailable.
-	slow := &flakyConfig{}
+	// A retry that the caller's context cuts short reports why it was
+	// retried, not that the context ended: the member was unavailable.
+	// The context ends once the retry is in flight (the first attempt may
+	// take as long as a loaded machine makes it).
+	slow := &flakyConfig{retried: make(chan struct{})}
 	sc := fakeServer(t, func(srv *grpc.Server) { coorddv1.RegisterConfigServiceServer(srv, slow) })
-	sctx, scancel := context.WithTimeout(t.Context(), wait.Bound(time.Second))
+	sctx, scancel := context.WithCancel(t.Context())
 	defer scancel()
+	go func() {
+		select {
+		case <-slow.retried:
+			scancel()
+		case <-sctx.Done():
+		}
+	}()
 	if _, _, err := sc.ConfigCenter().Get(sctx, "app", "slow", 0); !errors.Is(err, clientlib.ErrUnavailable) {
 		t.Fatalf("Get whose retry outlives ctx = %v, want ErrUnavailable (the answer that made it retry)", err)
 	}
