@@ -4,7 +4,15 @@
 //
 // A batch is whatever queued while the previous batch was in flight: there
 // is no timer, so an idle member commits a lone transaction at once, from
-// the caller's own goroutine (no hand-off to the committer and back). Each
+// the caller's own goroutine (no hand-off to the committer and back). One
+// batch is in flight at a time, except while CrowdDepth creations or more
+// of one Name are queued (a crowd joining one lock, which a batch serves
+// one creation at a time): then up to MaxInFlight batches go without
+// waiting for each other, so that the crowd's joins share etcd's fsyncs
+// instead of taking a round trip each (10,000 joins of one lock: 3.3 s
+// before, 1.5-2.0 s). Not sooner: sending a batch whenever a creation
+// waited behind its Name's in flight shrank the batches of 64 clients on
+// 64 locks and cost 12 % more CPU per acquisition. Each
 // caller's transaction becomes one nested transaction (etcd's OpTxn) of the
 // batch, with its own compares and branches, and gets back exactly the
 // response it would have had alone, except that every transaction of a
@@ -14,7 +22,11 @@
 //   - At most one transaction that Creates an entry per Name in a batch,
 //     taken in arrival order: two entries of one lock or election never
 //     share a create revision, so the tokens of one lock stay strictly
-//     increasing and its FIFO order exact. Transactions of different names,
+//     increasing and its FIFO order (by token) exact. Batches in flight
+//     together are sent in arrival order but ordered by etcd: of two
+//     creations of a Name that were in flight at once, either may get the
+//     lower revision (neither caller had its answer, so neither came first
+//     in any order a client can observe). Transactions of different names,
 //     and a name's releases, may share a revision (a token is unique per
 //     lock or election, not across them).
 //   - Every transaction's compares are evaluated on the state before the
@@ -44,6 +56,14 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
+
+// MaxInFlight is the most batches in flight at once: more than one only
+// while a Name has CrowdDepth creations queued.
+const MaxInFlight = 8
+
+// CrowdDepth is how many creations of one Name must be queued for batches
+// to go without waiting for the one in flight.
+const CrowdDepth = 8
 
 // MaxBatch is the most transactions one batch carries. etcd allows 128
 // operations per transaction level by default (--max-txn-ops) and gives a
@@ -100,9 +120,10 @@ type Committer struct {
 	byName   map[string]*nameQueue
 	npending int
 	seq      uint64 // the last call's arrival number
-	busy     bool   // a batch is in flight (the committer's, or a caller's lone one)
+	inflight int    // batches in flight (the committer's, or a caller's lone one)
 	closed   bool
-	wake     chan struct{} // one token: pending may be non-empty
+	wake     chan struct{}  // one token: pending may be non-empty
+	sending  sync.WaitGroup // the committer's batches in flight
 
 	stop    context.Context // cancelled by Close: in-flight batches end
 	cancel  context.CancelFunc
@@ -215,10 +236,10 @@ func (c *Committer) Commit(ctx context.Context, t Txn) (*clientv3.TxnResponse, e
 		c.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if !c.busy && c.npending == 0 {
+	if c.inflight == 0 && c.npending == 0 {
 		// Idle: this transaction is the batch. What arrives meanwhile
 		// queues for the next one.
-		c.busy = true
+		c.inflight++
 		c.mu.Unlock()
 		return c.commitAlone(ctx, t)
 	}
@@ -248,6 +269,7 @@ func (c *Committer) run() {
 					cl.finish(nil, ErrClosed)
 				}
 			}
+			c.sending.Wait() // cancelled by c.stop
 			return
 		case <-c.wake:
 		}
@@ -256,31 +278,60 @@ func (c *Committer) run() {
 			if !ok {
 				break
 			}
-			c.commit(batch)
-			c.mu.Lock()
-			c.busy = false
-			c.mu.Unlock()
+			c.sending.Add(1)
+			go func() {
+				defer c.sending.Done()
+				c.commit(batch)
+				c.sent()
+			}()
 		}
 	}
 }
 
-// next takes the next batch and marks it in flight, unless one is in
-// flight already (a caller's lone transaction, whose end pokes the loop)
-// or nothing is queued.
+// next takes the next batch and marks it in flight, unless nothing is
+// queued or batches are in flight already: any one (a caller's lone
+// transaction, whose end pokes the loop), or MaxInFlight while a Name has
+// CrowdDepth creations queued.
 func (c *Committer) next() ([]*call, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.busy {
+	if c.inflight >= MaxInFlight || c.inflight > 0 && !c.crowdedLocked() {
 		return nil, false
 	}
 	batch := c.takeLocked()
-	c.busy = len(batch) > 0
-	return batch, c.busy
+	if len(batch) == 0 {
+		return nil, false
+	}
+	c.inflight++
+	return batch, true
 }
 
-// commitAlone commits t, a batch of one, in the caller's goroutine (busy
-// is set), then lets the committer send what queued meanwhile. Close
-// cancels it as it cancels a batch.
+// crowdedLocked reports whether a Name has CrowdDepth creations or more
+// queued. c.mu must be held.
+func (c *Committer) crowdedLocked() bool {
+	for _, q := range c.pending {
+		if len(q.creates) >= CrowdDepth {
+			return true
+		}
+	}
+	return false
+}
+
+// sent marks a batch answered, and lets the committer send what queued
+// meanwhile.
+func (c *Committer) sent() {
+	c.mu.Lock()
+	c.inflight--
+	queued := c.npending > 0
+	c.mu.Unlock()
+	if queued {
+		c.poke()
+	}
+}
+
+// commitAlone commits t, a batch of one (marked in flight), in the
+// caller's goroutine, then lets the committer send what queued meanwhile.
+// Close cancels it as it cancels a batch.
 func (c *Committer) commitAlone(ctx context.Context, t Txn) (*clientv3.TxnResponse, error) {
 	c.batches.Add(1)
 	c.txns.Add(1)
@@ -292,13 +343,7 @@ func (c *Committer) commitAlone(ctx context.Context, t Txn) (*clientv3.TxnRespon
 	resp, err := c.alone(ctx, t.prepared())
 	stop()
 	cancel()
-	c.mu.Lock()
-	c.busy = false
-	queued := c.npending > 0
-	c.mu.Unlock()
-	if queued {
-		c.poke()
-	}
+	c.sent()
 	return resp, err
 }
 

@@ -446,3 +446,97 @@ func TestABatchHoldsAtMostMaxBatchCalls(t *testing.T) {
 		t.Fatalf("the next batch: %d calls; want x's other call", len(next))
 	}
 }
+
+// While CrowdDepth creations of one Name or more are queued behind a batch
+// in flight, batches go without waiting for it (a crowd joining one lock
+// shares etcd's fsyncs), each creation still at a revision of its own;
+// once fewer are queued, the rest wait for the batch in flight.
+func TestACrowdedNamesCreationsGoWithoutWaitingForTheBatchInFlight(t *testing.T) {
+	cli := client(t)
+	c := New(cli)
+	defer c.Close()
+	inFlight, proceed := make(chan struct{}), make(chan struct{})
+	c.beforeAlone = func() {
+		close(inFlight)
+		<-proceed
+	}
+	first := make(chan *clientv3.TxnResponse, 1)
+	go func() {
+		resp, err := c.Commit(t.Context(), put("crowd", "crowd/0"))
+		if err != nil {
+			t.Error(err)
+		}
+		first <- resp
+	}()
+	select {
+	case <-inFlight:
+	case <-time.After(wait.Bound(10 * time.Second)):
+		t.Fatal("an idle committer's lone transaction was not sent from its caller's goroutine")
+	}
+	c.beforeAlone = nil
+	// The first stays in flight until proceed: the creations queued
+	// behind it go while CrowdDepth are queued, so all but CrowdDepth-1.
+	const behind = 2 * CrowdDepth
+	resps := make(chan *clientv3.TxnResponse, behind)
+	for i := range behind {
+		go func() {
+			resp, err := c.Commit(t.Context(), put("crowd", fmt.Sprint("crowd/", i+1)))
+			if err != nil {
+				t.Error(err)
+			}
+			resps <- resp
+		}()
+	}
+	revs := map[int64]bool{}
+	collect := func(n int, what string) {
+		for range n {
+			select {
+			case resp := <-resps:
+				if resp == nil || !resp.Succeeded || revs[resp.Header.Revision] {
+					t.Fatalf("a creation of the crowded name: %v (revisions so far %v)", resp, revs)
+				}
+				revs[resp.Header.Revision] = true
+			case <-time.After(wait.Bound(10 * time.Second)):
+				t.Fatalf("%d of %d creations of the crowded name committed %s", len(revs), behind, what)
+			}
+		}
+	}
+	collect(behind-(CrowdDepth-1), "while its first was in flight; the rest waited for it")
+	wait.For(t, "the creations left to queue behind the first", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.npending == CrowdDepth-1 && c.inflight == 1
+	})
+	close(proceed)
+	if lone := <-first; lone == nil || !lone.Succeeded || revs[lone.Header.Revision] {
+		t.Fatalf("the first creation: %v", lone)
+	}
+	collect(CrowdDepth-1, "in all")
+}
+
+// The committer never has more than MaxInFlight batches in flight, and
+// only one while no Name has CrowdDepth creations queued.
+func TestBatchesInFlightAreBounded(t *testing.T) {
+	var txns []Txn
+	for i := range CrowdDepth - 1 {
+		txns = append(txns, put("crowd", fmt.Sprint("crowd/", i)))
+	}
+	c, _ := queued(nil, append(txns, put("other", "other/1"))...)
+	c.inflight = 1
+	if b, ok := c.next(); ok {
+		t.Fatalf("a second batch (%d calls) went with %d creations of one name queued", len(b), CrowdDepth-1)
+	}
+	for i := range MaxInFlight {
+		c.mu.Lock()
+		c.queueLocked(&call{ctx: context.Background(), txn: put("crowd", fmt.Sprint("crowd/x", i)), done: make(chan struct{})})
+		c.mu.Unlock()
+	}
+	for c.inflight < MaxInFlight {
+		if _, ok := c.next(); !ok {
+			t.Fatalf("no batch went with %d in flight and a crowd queued", c.inflight)
+		}
+	}
+	if b, ok := c.next(); ok {
+		t.Fatalf("a batch of %d calls went with %d batches in flight already", len(b), MaxInFlight)
+	}
+}
