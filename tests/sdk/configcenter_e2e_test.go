@@ -20,23 +20,13 @@ import (
 	"github.com/coordd/coordd/internal/shared/testkit/freeport"
 	"github.com/coordd/coordd/internal/shared/testkit/tcpproxy"
 	"github.com/coordd/coordd/internal/shared/testkit/wait"
+	"github.com/coordd/coordd/internal/testkit/daemontest"
 )
 
-// configTestConfig is testConfig with quick bookmarks, so stalls are told
-// apart from quiet namespaces fast.
-func configTestConfig(t *testing.T) daemon.Config {
-	cfg := testConfig(t)
-	cfg.ConfigCache.Bookmark = 100 * time.Millisecond
-	cfg.ConfigCache.Progress = 50 * time.Millisecond
-	return cfg
-}
+// configTestConfig and fast are daemontest's.
+func configTestConfig(t *testing.T) daemon.Config { return daemontest.ConfigTestConfig(t) }
 
-// fast are subscription options for tests: short stall timeout and
-// reconnect backoff.
-var fast = []clientlib.SubscribeOption{
-	clientlib.WithStallTimeout(time.Second),
-	clientlib.WithReconnectBackoff(50*time.Millisecond, 500*time.Millisecond),
-}
+var fast = daemontest.FastSubscribe
 
 type svcConfig struct {
 	Port   int    `json:"port"`
@@ -251,22 +241,10 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 	writer := newClient(t, cfg.GRPCAddr)
 	stop := make(chan struct{})
 	s := runStorm(ctx, writer, "storm", stop)
-	var polls []*observer // Snapshot() polled by the test
-	var subs []*clientlib.Subscription
 	// Two clients with two subscriptions each: subscriptions of one client
 	// share a stream and, in the same state, their snapshots.
 	clients := []*clientlib.Client{newClient(t, cfg.GRPCAddr), newClient(t, cfg.GRPCAddr)}
-	for i := range 4 {
-		sub, err := clients[i/2].ConfigCenter().Subscribe(ctx, []string{"storm"}, fast...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sub.Close()
-		cb := &observer{t: t, name: fmt.Sprintf("subscriber %d callbacks", i), s: s, ns: "storm"}
-		sub.OnNamespace("storm", func(ch clientlib.ConfigChange) { cb.check(ch.Snapshot) })
-		poll := &observer{t: t, name: fmt.Sprintf("subscriber %d snapshots", i), s: s, ns: "storm"}
-		polls, subs = append(polls, poll), append(subs, sub)
-	}
+	subs, polls := subscribeToStorm(t, s, clients[0], clients[0], clients[1], clients[1])
 	sample := func() {
 		for i, sub := range subs {
 			polls[i].check(sub.Snapshot())
@@ -279,9 +257,37 @@ func TestSubscribersSurviveRestartDuringStorm(t *testing.T) {
 	start(t, cfg)
 	before := s.lastRelease()
 	wait.Within(t, 20*time.Second, "releases after the restart", func() bool { sample(); return s.lastRelease() > before+20 })
+	stopAndConverge(t, writer, s, stop, subs, polls)
+}
+
+// subscribeToStorm subscribes through each client to the storm's
+// namespace, each subscription's callbacks checked by an observer of its
+// own; it returns the subscriptions (closed when the test ends) and, for
+// each, an observer for the snapshots the test polls.
+func subscribeToStorm(t *testing.T, s *storm, clients ...*clientlib.Client) (subs []*clientlib.Subscription, polls []*observer) {
+	t.Helper()
+	for i, c := range clients {
+		sub, err := c.ConfigCenter().Subscribe(t.Context(), []string{"storm"}, fast...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(sub.Close)
+		cb := &observer{t: t, name: fmt.Sprintf("subscriber %d callbacks", i), s: s, ns: "storm"}
+		sub.OnNamespace("storm", func(ch clientlib.ConfigChange) { cb.check(ch.Snapshot) })
+		poll := &observer{t: t, name: fmt.Sprintf("subscriber %d snapshots", i), s: s, ns: "storm"}
+		subs, polls = append(subs, sub), append(polls, poll)
+	}
+	return subs, polls
+}
+
+// stopAndConverge stops the storm and waits until every subscription
+// holds the namespace as the store has it, checking each snapshot on the
+// way.
+func stopAndConverge(t *testing.T, writer *clientlib.Client, s *storm, stop chan struct{}, subs []*clientlib.Subscription, polls []*observer) {
+	t.Helper()
 	close(stop)
 	<-s.done
-	final, err := writer.ConfigCenter().Snapshot(ctx, "storm", 0)
+	final, err := writer.ConfigCenter().Snapshot(t.Context(), "storm", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -743,4 +749,29 @@ func TestCallbacksGetTheChangedKeys(t *testing.T) {
 	if got, want := describe(ch), "c:1>2 e:1>nil"; got != want || ch.Release != r.Number {
 		t.Fatalf("after the releases made while it was busy: keys %q at release %d, want %q at %d", got, ch.Release, want, r.Number)
 	}
+}
+
+// TestSubscribersSurviveAMemberStopping: the same as
+// TestSubscribersSurviveRestartDuringStorm, across a stopped member of a
+// three-member cluster (the one the subscribers use first).
+func TestSubscribersSurviveAMemberStopping(t *testing.T) {
+	t.Parallel()
+	ds := daemontest.Cluster(t, 3)
+	endpoints := daemontest.GRPCAddrs(ds)
+	ctx := t.Context()
+	writer := newClient(t, endpoints...)
+	stop := make(chan struct{})
+	s := runStorm(ctx, writer, "storm", stop)
+	// Each subscriber knows every member and connects to one of them at
+	// random (the SDK shuffles its endpoints), so the stopped member
+	// serves at least one subscriber in about 70% of runs; the others
+	// check that a member's stop is invisible to those it did not serve.
+	subs, polls := subscribeToStorm(t, s, newClient(t, endpoints...), newClient(t, endpoints...), newClient(t, endpoints...))
+	wait.Within(t, 10*time.Second, "releases", func() bool { return s.lastRelease() > 20 })
+	if err := ds[0].Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := s.lastRelease()
+	wait.Within(t, 20*time.Second, "releases after the stop", func() bool { return s.lastRelease() > before+20 })
+	stopAndConverge(t, writer, s, stop, subs, polls)
 }

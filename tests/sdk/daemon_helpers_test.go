@@ -1,63 +1,30 @@
 package sdk_test
 
-// Per-test daemons for the SDK's end-to-end tests (configcenter_e2e_test.go),
-// for a test that needs a daemon of its own (its own configuration, a
-// restart, etcd compacted under it); the Examples share TestMain's.
-// Copied from internal/server/daemon's tests, which keep theirs.
+// Per-test daemons for the SDK's end-to-end tests: each test that needs a
+// daemon has its own (its own configuration, a restart, etcd compacted
+// under it, a cluster with a member stopped).
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/daemon"
-	"github.com/coordd/coordd/internal/shared/testkit/freeport"
-	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/daemontest"
 )
 
-// testConfig is a single-member daemon on free loopback ports with fast
-// raft ticks and fsync off.
-func testConfig(t *testing.T) daemon.Config {
-	t.Helper()
-	return daemontest.Config(t.TempDir(), freeport.Socket(t), freeport.URL(t), zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-}
+// testConfig, start and newClient are daemontest's, which the daemon's
+// own tests share.
+func testConfig(t *testing.T) daemon.Config { return daemontest.TestConfig(t) }
 
-// start starts a daemon and stops it when the test ends.
-func start(t *testing.T, cfg daemon.Config) *daemon.Daemon {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd and the daemon")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(30*time.Second))
-	defer cancel()
-	d, err := daemon.Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("daemon.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	return d
-}
+func start(t *testing.T, cfg daemon.Config) *daemon.Daemon { return daemontest.Start(t, cfg) }
 
-// newClient is a client of endpoints, closed when the test ends.
 func newClient(t *testing.T, endpoints ...string) *clientlib.Client {
-	t.Helper()
-	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: endpoints})
-	if err != nil {
-		t.Fatalf("clientlib.New: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return daemontest.Client(t, endpoints...)
 }
 
 // compact compacts the etcd at url up to revision rev.

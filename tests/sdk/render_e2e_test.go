@@ -10,15 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/clientlib/render"
 	"github.com/coordd/coordd/internal/shared/testkit/wait"
 )
-
-// TestMain checks that no test leaves a goroutine behind.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // renderClient is a client of a real single-member daemon of the test's own.
 func renderClient(t *testing.T) *clientlib.Client {

@@ -20,6 +20,7 @@ import (
 	"github.com/coordd/coordd/internal/server/daemon"
 	"github.com/coordd/coordd/internal/shared/testkit/tcpproxy"
 	"github.com/coordd/coordd/internal/shared/testkit/wait"
+	"github.com/coordd/coordd/internal/testkit/daemontest"
 	"github.com/coordd/coordd/internal/testkit/etcdtest"
 	"github.com/coordd/coordd/internal/verify"
 )
@@ -86,117 +87,23 @@ func TestSessionExpiry(t *testing.T) {
 // the local deadline falls this long before send time + TTL.
 func margin(ttl time.Duration) time.Duration { return max(250*time.Millisecond, ttl/10) }
 
-// startCluster starts n members that form one cluster. They start
-// concurrently because a member's Start returns only once the cluster has a
-// leader, which needs a quorum.
+// startCluster starts an n-member cluster and stops it when the test ends.
 func startCluster(t *testing.T, n int, opts ...func(*daemon.Config)) []*daemon.Daemon {
-	t.Helper()
-	return startConfigs(t, clusterConfigs(t, n, opts...))
+	return daemontest.Cluster(t, n, opts...)
 }
 
-// grpcAddrs are the members' gRPC addresses, in order: a client's
-// endpoints for the whole cluster.
-func grpcAddrs(ds []*daemon.Daemon) []string {
-	addrs := make([]string, len(ds))
-	for i, d := range ds {
-		addrs[i] = d.GRPCAddr()
-	}
-	return addrs
-}
+// grpcAddrs are the members' gRPC addresses, in order.
+func grpcAddrs(ds []*daemon.Daemon) []string { return daemontest.GRPCAddrs(ds) }
 
 // clusterConfigs returns the configurations of an n-member cluster.
 func clusterConfigs(t *testing.T, n int, opts ...func(*daemon.Config)) []daemon.Config {
-	t.Helper()
-	cfgs := make([]daemon.Config, n)
-	var members []string
-	for i := range cfgs {
-		cfgs[i] = testConfig(t)
-		for _, o := range opts {
-			o(&cfgs[i])
-		}
-		cfgs[i].Name = fmt.Sprintf("m%d", i)
-		peerURL := cfgs[i].ListenPeerURLs[0]
-		if len(cfgs[i].AdvertisePeerURLs) > 0 {
-			peerURL = cfgs[i].AdvertisePeerURLs[0]
-		}
-		members = append(members, cfgs[i].Name+"="+peerURL)
-	}
-	for i := range cfgs {
-		cfgs[i].InitialCluster = strings.Join(members, ",")
-	}
-	return cfgs
+	return daemontest.ClusterConfigs(t, n, opts...)
 }
 
-// startConfigs starts the members of a cluster at once (each waits for a
-// quorum) and stops them, at once too, when the test ends: a member of a
-// cluster takes a second to stop (etcd gives its peer listener that long
-// to go idle, which raft's streams never do), so one after another they
-// cost the suite two seconds more per cluster.
+// startConfigs starts the members of a cluster at once and stops them
+// when the test ends.
 func startConfigs(t *testing.T, cfgs []daemon.Config) []*daemon.Daemon {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts a cluster (not in -short mode)")
-	}
-	type started struct {
-		i   int
-		d   *daemon.Daemon
-		err error
-	}
-	ds := make([]*daemon.Daemon, len(cfgs))
-	starts := make(chan started, len(cfgs))
-	// Bounds start-up only: members that cannot reach each other fail
-	// the test instead of waiting for a quorum until the test times out.
-	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(time.Minute))
-	defer cancel()
-	for i := range cfgs {
-		go func() {
-			d, err := daemon.Start(ctx, cfgs[i])
-			starts <- started{i, d, err}
-		}()
-	}
-	// Every member that started is stopped when the test ends, also when
-	// another failed: a member left running would outlive its data dir.
-	var errs []error
-	for range cfgs {
-		s := <-starts
-		if s.err != nil {
-			errs = append(errs, s.err)
-			cancel() // the others would wait for a quorum forever
-			continue
-		}
-		ds[s.i] = s.d
-	}
-	t.Cleanup(func() {
-		var wg sync.WaitGroup
-		for i, d := range ds {
-			if d == nil {
-				continue
-			}
-			wg.Go(func() {
-				if err := d.Stop(context.Background()); err != nil {
-					t.Errorf("Stop %s: %v", cfgs[i].Name, err)
-				}
-			})
-		}
-		wg.Wait()
-	})
-	if len(errs) > 0 {
-		t.Fatalf("cluster start: %v", errors.Join(errs...))
-	}
-	// A member serves once its etcd has joined, which may be before it
-	// has heard of a leader (a slow election on a busy machine): wait for
-	// each to say it has one, so the test's first call is not refused.
-	for i, d := range ds {
-		if cfgs[i].TLS != nil {
-			continue
-		}
-		health := healthpb.NewHealthClient(dialRaw(t, d.GRPCAddr()))
-		wait.Within(t, 30*time.Second, cfgs[i].Name+" to have an etcd leader", func() bool {
-			resp, err := health.Check(t.Context(), &healthpb.HealthCheckRequest{})
-			return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
-		})
-	}
-	return ds
+	return daemontest.StartAll(t, cfgs)
 }
 
 // Three members: a session kept alive through one member survives that

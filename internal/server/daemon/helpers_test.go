@@ -1,21 +1,16 @@
 package daemon_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/coordd/coordd/clientlib"
 	"github.com/coordd/coordd/internal/server/daemon"
-	"github.com/coordd/coordd/internal/shared/testkit/freeport"
-	"github.com/coordd/coordd/internal/shared/testkit/wait"
 	"github.com/coordd/coordd/internal/testkit/daemontest"
 )
 
@@ -32,41 +27,19 @@ func TestMain(m *testing.M) {
 	)
 }
 
+// The daemons and clients of these tests come from daemontest, which
+// tests/sdk shares; the short names read as the tests always have.
+
 // testConfig is a single-member daemon on free loopback ports with fast
 // raft ticks and fsync off.
-func testConfig(t *testing.T) daemon.Config {
-	t.Helper()
-	return daemontest.Config(t.TempDir(), freeport.Socket(t), freeport.URL(t), zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))
-}
+func testConfig(t *testing.T) daemon.Config { return daemontest.TestConfig(t) }
 
 // start starts a daemon and stops it when the test ends.
-func start(t *testing.T, cfg daemon.Config) *daemon.Daemon {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts etcd and the daemon")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), wait.Bound(30*time.Second))
-	defer cancel()
-	d, err := daemon.Start(ctx, cfg)
-	if err != nil {
-		t.Fatalf("daemon.Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := d.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	return d
-}
+func start(t *testing.T, cfg daemon.Config) *daemon.Daemon { return daemontest.Start(t, cfg) }
 
+// newClient is a client of endpoints, closed when the test ends.
 func newClient(t *testing.T, endpoints ...string) *clientlib.Client {
-	t.Helper()
-	c, err := clientlib.New(t.Context(), clientlib.Config{Endpoints: endpoints})
-	if err != nil {
-		t.Fatalf("clientlib.New: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return daemontest.Client(t, endpoints...)
 }
 
 var httpClient = &http.Client{Timeout: 10 * time.Second}
