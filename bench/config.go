@@ -121,7 +121,7 @@ func (f *sdkFanout) subscribe(ctx context.Context, k int, seen func(string)) err
 		if err != nil {
 			return err
 		}
-		sub.OnKey(f.ns, "k", func(ch clientlib.ConfigChange) {
+		sub.OnKey(f.ns, "k", func(ch clientlib.ConfigUpdate) {
 			v, _ := ch.Snapshot.Get(f.ns, "k")
 			seen(v)
 		})
@@ -142,7 +142,7 @@ func (f *sdkFanout) subscribeAll(ctx context.Context, k int, seen func(i int, va
 		}
 		subs[i] = sub
 		if seen != nil {
-			sub.OnKey(f.ns, "k", func(ch clientlib.ConfigChange) {
+			sub.OnKey(f.ns, "k", func(ch clientlib.ConfigUpdate) {
 				v, _ := ch.Snapshot.Get(f.ns, "k")
 				seen(i, v)
 			})

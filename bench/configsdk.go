@@ -56,7 +56,7 @@ func benchConfigSDK(bin, tmp string) error {
 		if err != nil {
 			return err
 		}
-		sub.OnKey("bench/sdk", "k", func(ch clientlib.ConfigChange) {
+		sub.OnKey("bench/sdk", "k", func(ch clientlib.ConfigUpdate) {
 			v, _ := ch.Snapshot.Get("bench/sdk", "k")
 			at := time.Now()
 			mu.Lock()

@@ -73,7 +73,7 @@ func benchGray(bin, tmp string) error {
 			if err != nil {
 				return err
 			}
-			s.OnKey(ns, "k", func(ch clientlib.ConfigChange) {
+			s.OnKey(ns, "k", func(ch clientlib.ConfigUpdate) {
 				v, _ := ch.Snapshot.Get(ns, "k")
 				at := time.Now()
 				mu.Lock()

@@ -71,7 +71,7 @@ func (a *Admin) TryAcquire(ctx context.Context, sessionID, name string, opts ...
 func (a *Admin) acquire(ctx context.Context, sessionID, name string, wait bool, opts []LockOption) (LockGrant, error) {
 	o := lockOptions{limit: 1}
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyLock(&o)
 	}
 	g, err := a.c.acquire(ctx, sessionID, name, wait, 0, o) // no stream follows an admin grant
 	if err != nil {
@@ -87,7 +87,7 @@ func (a *Admin) acquire(ctx context.Context, sessionID, name string, wait bool, 
 func (a *Admin) AcquireAll(ctx context.Context, sessionID string, names []string, opts ...LockOption) ([]LockGrant, error) {
 	o := lockOptions{limit: 1}
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyLock(&o)
 	}
 	resp, err := a.c.locks.AcquireAll(ctx, &coorddv1.AcquireAllRequest{Names: names, SessionId: sessionID, RequestId: o.requestID, Metadata: o.metadata, Wait: serverWait(ctx)})
 	if err != nil {
@@ -128,13 +128,13 @@ func (a *Admin) ListElections(ctx context.Context, prefix string) ([]string, err
 
 // Campaign campaigns for the session sessionID (which the caller keeps
 // alive) and returns the term once it leads. Each call is a new campaign
-// (a random id) unless WithCampaignID names one: a retry with the same
+// (a random id) unless WithRequestID names one: a retry with the same
 // session and id, after a timeout or a lost answer, resumes that campaign
 // (or returns its term) instead of queueing a second candidacy.
 func (a *Admin) Campaign(ctx context.Context, sessionID, name, value string, opts ...CampaignOption) (fencing.Token, error) {
 	var o campaignOptions
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyCampaign(&o)
 	}
 	if o.requestID == "" {
 		o.requestID = randomID()
@@ -163,12 +163,12 @@ func (a *Admin) Resign(ctx context.Context, name string, term fencing.Token, opt
 
 // Transfer hands the leadership whose term is term to a waiting campaign
 // of the session successor (its first in line, or the one
-// WithSuccessorCampaign names) in one commit, and returns the successor's
+// WithRequestID names) in one commit, and returns the successor's
 // term.
 func (a *Admin) Transfer(ctx context.Context, name string, term fencing.Token, successor string, opts ...TransferOption) (fencing.Token, error) {
 	var o transferOptions
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyTransfer(&o)
 	}
 	resp, err := a.c.elections.Transfer(ctx, &coorddv1.TransferRequest{Name: name, Term: int64(term), SuccessorSessionId: successor, SuccessorRequestId: o.requestID})
 	if err != nil {

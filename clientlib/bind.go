@@ -101,7 +101,7 @@ func Bind[T any](sub *Subscription, ns string, format Format, opts ...BindOption
 	}
 	// Register before decoding, so no release slips between the two; the
 	// callback skips a state already decoded.
-	unregister := sub.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(ch ConfigChange) error {
+	unregister := sub.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(ch ConfigUpdate) error {
 		return b.update(ch.Snapshot)
 	}})
 	snap := sub.Snapshot()

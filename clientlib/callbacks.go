@@ -21,10 +21,10 @@ type KeyChange struct {
 	Secret bool
 }
 
-// ConfigChange is what a callback receives: the changed keys it asked for,
+// ConfigUpdate is what a callback receives: the changed keys it asked for,
 // from the state the callbacks last saw to Snapshot (several releases
 // coalesce into one change while a callback is slow).
-type ConfigChange struct {
+type ConfigUpdate struct {
 	Namespace string
 	Release   int64 // the namespace's release in Snapshot
 	Keys      []KeyChange
@@ -36,7 +36,7 @@ type callback struct {
 	filter func(key string) bool
 	// fn takes the change by value: a pointer to a change made per call
 	// escaped to the heap, an allocation per subscription per release.
-	fn func(ConfigChange) error // an error rejects the release (bindings)
+	fn func(ConfigUpdate) error // an error rejects the release (bindings)
 }
 
 // register adds cb. s.cbs is never modified in place, only replaced, so
@@ -58,19 +58,19 @@ func (s *Subscription) register(cb *callback) (unregister func()) {
 // same one); a callback that does not return delays no other
 // subscription's. A panic is recovered and reported to OnError. It returns
 // a function that unregisters fn.
-func (s *Subscription) OnNamespace(ns string, fn func(ConfigChange)) (unregister func()) {
-	return s.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(c ConfigChange) error { fn(c); return nil }})
+func (s *Subscription) OnNamespace(ns string, fn func(ConfigUpdate)) (unregister func()) {
+	return s.register(&callback{ns: ns, filter: func(string) bool { return true }, fn: func(c ConfigUpdate) error { fn(c); return nil }})
 }
 
 // OnKey calls fn after every change of one key; see OnNamespace.
-func (s *Subscription) OnKey(ns, key string, fn func(ConfigChange)) (unregister func()) {
-	return s.register(&callback{ns: ns, filter: func(k string) bool { return k == key }, fn: func(c ConfigChange) error { fn(c); return nil }})
+func (s *Subscription) OnKey(ns, key string, fn func(ConfigUpdate)) (unregister func()) {
+	return s.register(&callback{ns: ns, filter: func(k string) bool { return k == key }, fn: func(c ConfigUpdate) error { fn(c); return nil }})
 }
 
 // OnPrefix calls fn after every change of the keys starting with prefix;
 // see OnNamespace.
-func (s *Subscription) OnPrefix(ns, prefix string, fn func(ConfigChange)) (unregister func()) {
-	return s.register(&callback{ns: ns, filter: func(k string) bool { return strings.HasPrefix(k, prefix) }, fn: func(c ConfigChange) error { fn(c); return nil }})
+func (s *Subscription) OnPrefix(ns, prefix string, fn func(ConfigUpdate)) (unregister func()) {
+	return s.register(&callback{ns: ns, filter: func(k string) bool { return strings.HasPrefix(k, prefix) }, fn: func(c ConfigUpdate) error { fn(c); return nil }})
 }
 
 // dispatcher runs a subscription's callbacks, one step at a time on a
@@ -182,7 +182,7 @@ func (d *dispatcher) dispatch(old, cur *ConfigSnapshot) map[string]error {
 		if len(keys) == 0 {
 			continue
 		}
-		if err := d.call(cb, ConfigChange{Namespace: cb.ns, Release: release, Keys: keys, Snapshot: cur}); err != nil {
+		if err := d.call(cb, ConfigUpdate{Namespace: cb.ns, Release: release, Keys: keys, Snapshot: cur}); err != nil {
 			rejected = d.rejected(rejected, cb.ns, err)
 		}
 	}
@@ -219,7 +219,7 @@ func (d *dispatcher) rejected(m map[string]error, ns string, err error) map[stri
 	return m
 }
 
-func (d *dispatcher) call(cb *callback, ch ConfigChange) error {
+func (d *dispatcher) call(cb *callback, ch ConfigUpdate) error {
 	p, err := d.callUser(cb, ch)
 	if p != nil {
 		d.report(fmt.Errorf("coordd: config callback for %q panicked: %v", cb.ns, p))
@@ -238,7 +238,7 @@ func (d *dispatcher) report(err error) {
 
 // callUser runs cb, as user code for the pool, and returns the value it
 // panicked with, or what it returned.
-func (d *dispatcher) callUser(cb *callback, ch ConfigChange) (panicked any, err error) {
+func (d *dispatcher) callUser(cb *callback, ch ConfigUpdate) (panicked any, err error) {
 	d.s.c.dispatch.enterUser()
 	defer d.s.c.dispatch.exitUser()
 	defer func() { panicked = recover() }()

@@ -135,14 +135,14 @@
 //
 // # Leader elections
 //
-// [Client.RunElection] campaigns for an election, runs a callback while
+// [Client.RunAsLeader] campaigns for an election, runs a callback while
 // this process leads, and heals itself: it replaces a session that ended
 // and campaigns again, with backoff, after failures. For custom loops,
 // [Session.Campaign] returns a [Leadership] with a Term, a Context, Proclaim
 // and Resign; [Client.Leader], [Client.Candidates] and [Client.Observe]
 // show who leads and who waits.
 //
-//	err := c.RunElection(ctx, "reports/nightly", "host-1:8080",
+//	err := c.RunAsLeader(ctx, "reports/nightly", "host-1:8080",
 //		func(ctx context.Context, lead *clientlib.Leadership) error {
 //			return runBatch(ctx, lead.Term()) // stop when ctx ends; pass the term to every write
 //		},
@@ -156,14 +156,14 @@
 // the server can elect anyone else (under the clock condition above).
 // A term resigned from outside (an admin, coordctl) ends the callback's
 // context before the next leader is elected: the server asks first and
-// the SDK resigns once the context has ended (see Sessions). RunElection
+// the SDK resigns once the context has ended (see Sessions). RunAsLeader
 // never runs two callbacks at once, and campaigns again only after the
 // callback returned, so a callback's context is always cancelled before
-// the same RunElection can be elected again; when a callback returns it resigns, so the next candidate leads at
-// once; a callback that returns nil while still leading ends RunElection
-// with nil; when ctx ends, RunElection cancels the callback, waits for it,
+// the same RunAsLeader can be elected again; when a callback returns it resigns, so the next candidate leads at
+// once; a callback that returns nil while still leading ends RunAsLeader
+// with nil; when ctx ends, RunAsLeader cancels the callback, waits for it,
 // resigns on a fresh bounded context, closes its session and returns ctx's
-// error. OnElected and OnDemoted run on RunElection's goroutine. Not
+// error. OnElected and OnDemoted run on RunAsLeader's goroutine. Not
 // guaranteed: a callback that ignores its context keeps running after its
 // term ended, and a deposed leader can still act while paused, so fence
 // what the leader writes by its term ([Leadership.Put],

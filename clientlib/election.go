@@ -11,7 +11,12 @@ import (
 )
 
 // CampaignOption configures Campaign.
-type CampaignOption func(*campaignOptions)
+type CampaignOption interface{ applyCampaign(*campaignOptions) }
+
+// campaignOption is a CampaignOption that sets one field.
+type campaignOption func(*campaignOptions)
+
+func (f campaignOption) applyCampaign(o *campaignOptions) { f(o) }
 
 type campaignOptions struct {
 	requestID string
@@ -25,14 +30,14 @@ type campaignOptions struct {
 // unseats a leader by itself (see WithPreempt). Default 0; negative
 // values wait behind it. A retry keeps the campaign's first priority.
 func WithPriority(p int32) CampaignOption {
-	return func(o *campaignOptions) { o.priority = p }
+	return campaignOption(func(o *campaignOptions) { o.priority = p })
 }
 
 // WithPreempt asks the leader to step down if this campaign's priority is
 // above the leader's: the leader's OnPreempt callback runs, and it
 // chooses when to resign or hand over. Nothing forces it.
 func WithPreempt() CampaignOption {
-	return func(o *campaignOptions) { o.preempt = true }
+	return campaignOption(func(o *campaignOptions) { o.preempt = true })
 }
 
 // OnPreempt calls f, once, on a goroutine of its own, when a candidate
@@ -41,15 +46,7 @@ func WithPreempt() CampaignOption {
 // next, being first in line) or Transfer. The SDK follows the election
 // for this from the moment the leadership is won until it ends.
 func OnPreempt(f func(by Candidate)) CampaignOption {
-	return func(o *campaignOptions) { o.onPreempt = f }
-}
-
-// WithCampaignID sets the campaign's idempotency key. By default the SDK
-// picks one (random, or the id of this session's last resigned campaign in
-// the same election; see requestIDs) and reuses it when it retries; set it
-// to resume a candidacy across process restarts of the same session.
-func WithCampaignID(id string) CampaignOption {
-	return func(o *campaignOptions) { o.requestID = id }
+	return campaignOption(func(o *campaignOptions) { o.onPreempt = f })
 }
 
 // ErrResigned is the cause of a leadership's Context after Resign.
@@ -80,7 +77,7 @@ type Leadership struct {
 func (s *Session) Campaign(ctx context.Context, name, value string, opts ...CampaignOption) (*Leadership, error) {
 	o := campaignOptions{}
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyCampaign(&o)
 	}
 	own := o.requestID == "" // the SDK's, not the caller's
 	if own {
@@ -255,7 +252,7 @@ func (l *Leadership) letGo() {
 
 // Transfer hands the leadership to a waiting campaign of the session
 // successor (its first in line by priority, then arrival, or the campaign
-// WithSuccessorCampaign names) in one commit, and returns the successor's term: a new fencing
+// WithRequestID names) in one commit, and returns the successor's term: a new fencing
 // token. Observers see the hand-over as one change, never a vacant seat.
 // Context ends with ErrTransferred before the request is sent, so this
 // leader has stopped before the successor leads; if the server refuses
@@ -268,7 +265,7 @@ func (l *Leadership) letGo() {
 func (l *Leadership) Transfer(ctx context.Context, successor string, opts ...TransferOption) (fencing.Token, error) {
 	var o transferOptions
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyTransfer(&o)
 	}
 	if err := context.Cause(l.context()); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrNotLeader, err)
@@ -298,16 +295,11 @@ func (l *Leadership) Transfer(ctx context.Context, successor string, opts ...Tra
 	return 0, err
 }
 
-// TransferOption configures Transfer.
-type TransferOption func(*transferOptions)
+// TransferOption configures Transfer: WithRequestID names the
+// successor's campaign when its session campaigns more than once.
+type TransferOption interface{ applyTransfer(*transferOptions) }
 
 type transferOptions struct{ requestID string }
-
-// WithSuccessorCampaign names the successor's campaign (its request id)
-// when its session campaigns more than once.
-func WithSuccessorCampaign(requestID string) TransferOption {
-	return func(o *transferOptions) { o.requestID = requestID }
-}
 
 // Leader is who leads an election.
 type Leader struct {

@@ -106,9 +106,9 @@ func ExampleRunLocked() {
 	// done: <nil>
 }
 
-// A batch job that runs only on the leader. RunElection campaigns, runs
+// A batch job that runs only on the leader. RunAsLeader campaigns, runs
 // the callback while leading and resigns when it returns.
-func ExampleClient_RunElection() {
+func ExampleClient_RunAsLeader() {
 	ctx := context.Background()
 	c, err := clientlib.New(ctx, clientlib.Config{Endpoints: endpoints})
 	if err != nil {
@@ -116,18 +116,18 @@ func ExampleClient_RunElection() {
 	}
 	defer func() { _ = c.Close() }()
 
-	err = c.RunElection(ctx, "reports/nightly", "host-1:8080",
+	err = c.RunAsLeader(ctx, "reports/nightly", "host-1:8080",
 		func(ctx context.Context, lead *clientlib.Leadership) error {
 			// Fence every write by the term; stop when ctx ends.
 			_, err := lead.Put(ctx, "reports/nightly/last", []byte("2026-11-30"))
 			fmt.Println("led term > 0:", lead.Term() > 0, "wrote:", err == nil)
-			return err // nil: the work is done, RunElection returns
+			return err // nil: the work is done, RunAsLeader returns
 		},
 		clientlib.WithElectionSession(clientlib.WithTTL(10*time.Second)))
-	fmt.Println("RunElection:", err)
+	fmt.Println("RunAsLeader:", err)
 	// Output:
 	// led term > 0: true wrote: true
-	// RunElection: <nil>
+	// RunAsLeader: <nil>
 }
 
 // Server errors match sentinels chosen by the error's reason.

@@ -15,8 +15,13 @@ import (
 	coorddv1 "github.com/coordd/coordd/proto/coordd/v1"
 )
 
-// LockOption configures Lock and TryLock.
-type LockOption func(*lockOptions)
+// LockOption configures Lock, TryLock and the other acquisitions.
+type LockOption interface{ applyLock(*lockOptions) }
+
+// lockOption is a LockOption that sets one field.
+type lockOption func(*lockOptions)
+
+func (f lockOption) applyLock(o *lockOptions) { f(o) }
 
 type lockOptions struct {
 	limit     int
@@ -31,26 +36,43 @@ type lockOptions struct {
 // is FIFO across modes: a reader waits for the writers queued before it,
 // and a queued writer keeps later readers out. Only for mutexes (no
 // WithLimit). RLock and RunReadLocked use it.
-func Shared() LockOption { return func(o *lockOptions) { o.read = true } }
+func Shared() LockOption { return lockOption(func(o *lockOptions) { o.read = true }) }
 
 // WithLimit makes the lock a semaphore that n sessions may hold at once.
 // Every user of one lock must give the same n. Defaults to 1 (a mutex).
-func WithLimit(n int) LockOption { return func(o *lockOptions) { o.limit = n } }
+func WithLimit(n int) LockOption { return lockOption(func(o *lockOptions) { o.limit = n }) }
 
-// WithRequestID sets the acquisition's idempotency key. By default the SDK
-// picks one (random, or the id of this session's last released
-// acquisition of the same lock) and reuses it when it retries; set it to
-// resume an acquisition across process restarts of the same session.
-func WithRequestID(id string) LockOption { return func(o *lockOptions) { o.requestID = id } }
+// WithRequestID sets a call's request id, its idempotency key within its
+// session: an acquisition's (Lock, TryLock, RLock, LockAll, RunLocked,
+// Admin.Acquire) or a campaign's (Campaign, WithElectionCampaign,
+// Admin.Campaign); for Transfer, it names the successor's campaign (when
+// its session campaigns more than once). By default the SDK picks one
+// (random, or the id of this session's last released acquisition of the
+// same lock, or resigned campaign of the same election) and reuses it when
+// it retries; set it to resume an acquisition or a candidacy across
+// process restarts of the same session.
+func WithRequestID(id string) RequestIDOption { return RequestIDOption(id) }
+
+// RequestIDOption is WithRequestID's option: a LockOption, a
+// CampaignOption and a TransferOption.
+type RequestIDOption string
+
+func (r RequestIDOption) applyLock(o *lockOptions)         { o.requestID = string(r) }
+func (r RequestIDOption) applyCampaign(o *campaignOptions) { o.requestID = string(r) }
+func (r RequestIDOption) applyTransfer(o *transferOptions) { o.requestID = string(r) }
 
 // WithLockDelay keeps the lock from the next waiter for d after this
 // holder's session expires (not after Release), so a holder that lost its
 // session has time to stop before anyone else acts. At most one minute.
-func WithLockDelay(d time.Duration) LockOption { return func(o *lockOptions) { o.lockDelay = d } }
+func WithLockDelay(d time.Duration) LockOption {
+	return lockOption(func(o *lockOptions) { o.lockDelay = d })
+}
 
 // WithMetadata attaches a note to the acquisition (who and why), shown by
 // DescribeLock. At most 1024 bytes.
-func WithMetadata(m string) LockOption { return func(o *lockOptions) { o.metadata = m } }
+func WithMetadata(m string) LockOption {
+	return lockOption(func(o *lockOptions) { o.metadata = m })
+}
 
 // Lock is a held lock. Act on the protected resource only while Context is
 // not done, and pass Token with every access so the resource can reject a
@@ -94,7 +116,7 @@ func (s *Session) TryLock(ctx context.Context, name string, opts ...LockOption) 
 func (s *Session) lock(ctx context.Context, name string, wait bool, opts []LockOption) (*Lock, error) {
 	o := lockOptions{limit: 1}
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyLock(&o)
 	}
 	own := o.requestID == "" // the SDK's, not the caller's
 	if own {

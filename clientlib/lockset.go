@@ -35,7 +35,7 @@ type LockSet struct {
 func (s *Session) LockAll(ctx context.Context, names []string, opts ...LockOption) (*LockSet, error) {
 	o := lockOptions{limit: 1}
 	for _, opt := range opts {
-		opt(&o)
+		opt.applyLock(&o)
 	}
 	if o.limit != 1 || o.read || o.lockDelay != 0 {
 		return nil, fmt.Errorf("%w: the locks of a set are mutexes taken for writing (no WithLimit, Shared or WithLockDelay)", ErrInvalidArgument)

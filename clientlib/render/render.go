@@ -348,7 +348,7 @@ func (r *Renderer) follow(ctx context.Context, want []string) error {
 		return fmt.Errorf("render: subscribing to %s: %w", strings.Join(all, ", "), err)
 	}
 	for _, ns := range all {
-		sub.OnNamespace(ns, func(clientlib.ConfigChange) {
+		sub.OnNamespace(ns, func(clientlib.ConfigUpdate) {
 			select {
 			case r.wake <- struct{}{}:
 			default:

@@ -68,7 +68,7 @@ func (a *app) electCampaign(cmd *cobra.Command, name, value string, o electCampa
 	defer cancel()
 	var opts []clientlib.CampaignOption
 	if o.requestID != "" {
-		opts = append(opts, clientlib.WithCampaignID(o.requestID))
+		opts = append(opts, clientlib.WithRequestID(o.requestID))
 	}
 	opts = append(opts, rankOptions(o.priority, o.preempt)...)
 	term, err := c.Admin().Campaign(ctx, o.sessionID, name, value, opts...)
@@ -159,7 +159,7 @@ func (a *app) electTransfer(cmd *cobra.Command, name, termArg, session, toCampai
 	return a.call(cmd, func(ctx context.Context, c *clientlib.Client) error {
 		var opts []clientlib.TransferOption
 		if toCampaign != "" {
-			opts = append(opts, clientlib.WithSuccessorCampaign(toCampaign))
+			opts = append(opts, clientlib.WithRequestID(toCampaign))
 		}
 		next, err := c.Admin().Transfer(ctx, name, term, session, opts...)
 		if err != nil {

@@ -1,5 +1,5 @@
 // Command leader-worker runs a batch job on exactly one of several
-// processes at a time: each campaigns with clientlib.RunElection, the
+// processes at a time: each campaigns with clientlib.RunAsLeader, the
 // leader works, the others stand by, and when the leader dies (or loses
 // its session) another takes over within its session TTL.
 //
@@ -19,7 +19,7 @@
 //	kill -9 $A      # if a leads; otherwise kill -9 $B
 //
 // Stop the one left with kill (SIGTERM: a leader resigns at once, and
-// RunElection returns).
+// RunAsLeader returns).
 package main
 
 import (
@@ -68,7 +68,7 @@ func run(ctx context.Context, out io.Writer, endpoints []string, id string, ttl,
 	}
 	defer func() { _ = c.Close() }() // done with it; nothing to report
 	logf(out, "worker %s: standing by\n", id)
-	return c.RunElection(ctx, "examples/batch", id, func(leaderCtx context.Context, lead *clientlib.Leadership) error {
+	return c.RunAsLeader(ctx, "examples/batch", id, func(leaderCtx context.Context, lead *clientlib.Leadership) error {
 		term := lead.Term()
 		// The job: one step at a time, only while leading. Pass term to
 		// anything the job writes, so a deposed leader's late writes are

@@ -64,11 +64,11 @@ func TestConfigThroughSDK(t *testing.T) {
 		t.Fatalf("Status = %+v", st)
 	}
 	var mu sync.Mutex
-	var nsChanges, portChanges, limitChanges []clientlib.ConfigChange
+	var nsChanges, portChanges, limitChanges []clientlib.ConfigUpdate
 	var errs []error
-	sub.OnNamespace("svc/prod", func(ch clientlib.ConfigChange) { mu.Lock(); nsChanges = append(nsChanges, ch); mu.Unlock() })
-	sub.OnKey("svc/prod", "port", func(ch clientlib.ConfigChange) { mu.Lock(); portChanges = append(portChanges, ch); mu.Unlock() })
-	sub.OnPrefix("svc/prod", "lim", func(ch clientlib.ConfigChange) { mu.Lock(); limitChanges = append(limitChanges, ch); mu.Unlock() })
+	sub.OnNamespace("svc/prod", func(ch clientlib.ConfigUpdate) { mu.Lock(); nsChanges = append(nsChanges, ch); mu.Unlock() })
+	sub.OnKey("svc/prod", "port", func(ch clientlib.ConfigUpdate) { mu.Lock(); portChanges = append(portChanges, ch); mu.Unlock() })
+	sub.OnPrefix("svc/prod", "lim", func(ch clientlib.ConfigUpdate) { mu.Lock(); limitChanges = append(limitChanges, ch); mu.Unlock() })
 	sub.OnError(func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() })
 
 	b, err := clientlib.Bind(sub, "svc/prod", clientlib.JSON,
@@ -273,7 +273,7 @@ func subscribeToStorm(t *testing.T, s *storm, clients ...*clientlib.Client) (sub
 		}
 		t.Cleanup(sub.Close)
 		cb := &observer{t: t, name: fmt.Sprintf("subscriber %d callbacks", i), s: s, ns: "storm"}
-		sub.OnNamespace("storm", func(ch clientlib.ConfigChange) { cb.check(ch.Snapshot) })
+		sub.OnNamespace("storm", func(ch clientlib.ConfigUpdate) { cb.check(ch.Snapshot) })
 		poll := &observer{t: t, name: fmt.Sprintf("subscriber %d snapshots", i), s: s, ns: "storm"}
 		subs, polls = append(subs, sub), append(polls, poll)
 	}
@@ -335,7 +335,7 @@ func TestCompactionWhileDisconnected(t *testing.T) {
 	var mu sync.Mutex
 	calls := map[string]int{}
 	for _, k := range []string{"a", "b", "c", "marker"} {
-		sub.OnKey("app", k, func(clientlib.ConfigChange) { mu.Lock(); calls[k]++; mu.Unlock() })
+		sub.OnKey("app", k, func(clientlib.ConfigUpdate) { mu.Lock(); calls[k]++; mu.Unlock() })
 	}
 	proxy.Freeze()
 	wait.Within(t, 5*time.Second, "the subscription to notice", func() bool { return sub.Status().State == clientlib.StateStale })
@@ -426,8 +426,8 @@ func TestStartFromCacheFileWhileCoorddIsDown(t *testing.T) {
 		t.Fatalf("from the cache file: a=%q, status %+v", v, sub.Status())
 	}
 	var mu sync.Mutex
-	var changes []clientlib.ConfigChange
-	sub.OnNamespace("app", func(ch clientlib.ConfigChange) { mu.Lock(); changes = append(changes, ch); mu.Unlock() })
+	var changes []clientlib.ConfigUpdate
+	sub.OnNamespace("app", func(ch clientlib.ConfigUpdate) { mu.Lock(); changes = append(changes, ch); mu.Unlock() })
 
 	// coordd comes back, with one change made meanwhile.
 	if d, err = daemon.Start(ctx, cfg); err != nil {
@@ -482,15 +482,15 @@ func TestPanickingAndSlowCallbacks(t *testing.T) {
 	defer sub.Close()
 	var panics, slowCalls, fastCalls atomic.Int32
 	sub.OnError(func(error) { panics.Add(1) })
-	sub.OnNamespace("app", func(clientlib.ConfigChange) { panic("boom") })
+	sub.OnNamespace("app", func(clientlib.ConfigUpdate) { panic("boom") })
 	release := make(chan struct{})
-	sub.OnNamespace("app", func(clientlib.ConfigChange) {
+	sub.OnNamespace("app", func(clientlib.ConfigUpdate) {
 		if slowCalls.Add(1) == 1 {
 			<-release // stuck until the test lets go
 		}
 	})
 	var lastSeen atomic.Value
-	sub.OnKey("app", "k", func(ch clientlib.ConfigChange) {
+	sub.OnKey("app", "k", func(ch clientlib.ConfigUpdate) {
 		fastCalls.Add(1)
 		v, _ := ch.Snapshot.Get("app", "k")
 		lastSeen.Store(v)
@@ -537,7 +537,7 @@ func TestStuckCallbacksDelayNoOtherSubscription(t *testing.T) {
 	defer close(release)
 	var stuck atomic.Int32
 	for range 4 {
-		subscribe().OnKey("app", "k", func(clientlib.ConfigChange) {
+		subscribe().OnKey("app", "k", func(clientlib.ConfigUpdate) {
 			stuck.Add(1)
 			<-release
 		})
@@ -548,7 +548,7 @@ func TestStuckCallbacksDelayNoOtherSubscription(t *testing.T) {
 	letGo := sync.OnceFunc(func() { close(goOn) })
 	defer letGo() // if the test fails first: Close waits for the callback
 	exiting := subscribe()
-	exiting.OnKey("app", "k", func(ch clientlib.ConfigChange) {
+	exiting.OnKey("app", "k", func(ch clientlib.ConfigUpdate) {
 		v, _ := ch.Snapshot.Get("app", "k")
 		exited.Store(v)
 		if exits.Add(1) == 1 {
@@ -557,7 +557,7 @@ func TestStuckCallbacksDelayNoOtherSubscription(t *testing.T) {
 		}
 	})
 	var seen atomic.Value
-	subscribe().OnKey("app", "k", func(ch clientlib.ConfigChange) {
+	subscribe().OnKey("app", "k", func(ch clientlib.ConfigUpdate) {
 		v, _ := ch.Snapshot.Get("app", "k")
 		seen.Store(v)
 	})
@@ -686,11 +686,11 @@ func TestCallbacksGetTheChangedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	seen := make(chan clientlib.ConfigChange, 16)
+	seen := make(chan clientlib.ConfigUpdate, 16)
 	hold := make(chan struct{})    // closed: callbacks run freely
 	blocked := make(chan struct{}) // closed once a callback waits on hold
 	var holding atomic.Bool
-	sub.OnNamespace("app", func(ch clientlib.ConfigChange) {
+	sub.OnNamespace("app", func(ch clientlib.ConfigUpdate) {
 		if holding.CompareAndSwap(true, false) {
 			close(blocked)
 			<-hold
@@ -703,21 +703,21 @@ func TestCallbacksGetTheChangedKeys(t *testing.T) {
 		}
 		return *p
 	}
-	describe := func(ch clientlib.ConfigChange) string {
+	describe := func(ch clientlib.ConfigUpdate) string {
 		var parts []string
 		for _, k := range ch.Keys {
 			parts = append(parts, fmt.Sprintf("%s:%s>%s", k.Key, str(k.Old), str(k.New)))
 		}
 		return strings.Join(parts, " ")
 	}
-	next := func(what string) clientlib.ConfigChange {
+	next := func(what string) clientlib.ConfigUpdate {
 		t.Helper()
 		select {
 		case ch := <-seen:
 			return ch
 		case <-time.After(wait.Bound(5 * time.Second)):
 			t.Fatalf("no callback for %s within 5s", what)
-			return clientlib.ConfigChange{}
+			return clientlib.ConfigUpdate{}
 		}
 	}
 

@@ -135,7 +135,7 @@ export class Client {
 
   /**
    * Campaigns for the named election and runs fn while this process
-   * leads, healing itself as the Go SDK's RunElection does: a lost
+   * leads, healing itself as the Go SDK's RunAsLeader does: a lost
    * leadership aborts fn's signal and, once fn returns, campaigns again; a
    * session that ended is replaced; failures are retried with backoff.
    *

@@ -343,7 +343,7 @@ func TestACrowdOfCandidatesWaitsWithoutAGoroutineEach(t *testing.T) {
 	var led sync.WaitGroup
 	for i := range n {
 		led.Go(func() {
-			l, err := sessions[i%len(sessions)].Campaign(ctx, "crowd-election", fmt.Sprint(i), clientlib.WithCampaignID(fmt.Sprintf("c%d", i)))
+			l, err := sessions[i%len(sessions)].Campaign(ctx, "crowd-election", fmt.Sprint(i), clientlib.WithRequestID(fmt.Sprintf("c%d", i)))
 			if err != nil {
 				failed <- fmt.Errorf("candidate %d: %w", i, err)
 				return

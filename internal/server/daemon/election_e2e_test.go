@@ -283,7 +283,7 @@ func (l *appendLog) outOfOrder() int {
 	return n
 }
 
-// TestNeverTwoLeaders runs three candidates through RunElection, each
+// TestNeverTwoLeaders runs three candidates through RunAsLeader, each
 // behind its own TCP proxy, and repeatedly cuts the leader off (its
 // keep-alives stop, as if its process were killed or paused). A "paused"
 // leader ignores its context and tries one more append after the next
@@ -311,7 +311,7 @@ func TestNeverTwoLeaders(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := c.RunElection(ctx, "singleton", fmt.Sprint(i), func(lctx context.Context, lead *clientlib.Leadership) error {
+			err := c.RunAsLeader(ctx, "singleton", fmt.Sprint(i), func(lctx context.Context, lead *clientlib.Leadership) error {
 				term := lead.Term()
 				stopAt := context.AfterFunc(lctx, func() {
 					mu.Lock()
@@ -343,7 +343,7 @@ func TestNeverTwoLeaders(t *testing.T) {
 					mu.Unlock()
 				}))
 			if !errors.Is(err, context.Canceled) {
-				t.Errorf("RunElection %d = %v", i, err)
+				t.Errorf("RunAsLeader %d = %v", i, err)
 			}
 		}()
 	}
@@ -406,7 +406,7 @@ func sortTokens(ts []fencing.Token) {
 	}
 }
 
-// leaderLoop runs RunElection for one candidate that appends to log while it
+// leaderLoop runs RunAsLeader for one candidate that appends to log while it
 // leads, and counts appends per term.
 type leaderLoop struct {
 	log     *appendLog
@@ -419,7 +419,7 @@ func (l *leaderLoop) run(ctx context.Context, t *testing.T, c *clientlib.Client,
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := c.RunElection(ctx, name, "", func(lctx context.Context, lead *clientlib.Leadership) error {
+		err := c.RunAsLeader(ctx, name, "", func(lctx context.Context, lead *clientlib.Leadership) error {
 			term := lead.Term()
 			for lctx.Err() == nil {
 				if err := l.log.append(term); err != nil {
@@ -434,7 +434,7 @@ func (l *leaderLoop) run(ctx context.Context, t *testing.T, c *clientlib.Client,
 		}, clientlib.WithElectionSession(clientlib.WithTTL(ttl)), clientlib.WithElectionBackoff(50*time.Millisecond, 500*time.Millisecond),
 			clientlib.OnDemoted(func(fencing.Token, error) { l.mu.Lock(); l.demoted++; l.mu.Unlock() }))
 		if !errors.Is(err, context.Canceled) {
-			t.Errorf("RunElection = %v", err)
+			t.Errorf("RunAsLeader = %v", err)
 		}
 	}()
 }
@@ -455,12 +455,12 @@ func leading(loops ...*leaderLoop) (fencing.Token, int) {
 	return top, n
 }
 
-// TestRunElectionSurvivesRestart restarts the daemon under two RunElection
+// TestRunAsLeaderSurvivesRestart restarts the daemon under two RunAsLeader
 // loops: quickly (the sessions outlive the outage, so leadership may
 // continue), and for longer than the session TTL (the leader's context
 // ends during the outage; a new session is elected after). Either way a
 // leader works again afterwards, and no append is accepted out of order.
-func TestRunElectionSurvivesRestart(t *testing.T) {
+func TestRunAsLeaderSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
 	cfg.GRPCAddr = freeport.Addr(t)
@@ -513,10 +513,10 @@ func TestRunElectionSurvivesRestart(t *testing.T) {
 	}
 }
 
-// TestRunElectionSurvivesEtcdLeaderLoss stops the member that is etcd's
-// leader under two RunElection loops connected to all three members: a
+// TestRunAsLeaderSurvivesEtcdLeaderLoss stops the member that is etcd's
+// leader under two RunAsLeader loops connected to all three members: a
 // leader works again afterwards, and no append is accepted out of order.
-func TestRunElectionSurvivesEtcdLeaderLoss(t *testing.T) {
+func TestRunAsLeaderSurvivesEtcdLeaderLoss(t *testing.T) {
 	t.Parallel()
 	ds := startCluster(t, 3)
 	var endpoints []string
@@ -613,14 +613,14 @@ func TestObserveResumesAcrossRestart(t *testing.T) {
 // OnDemoted tells a finished term from a failed one: nil when the callback
 // returned nil (its work done, leadership resigned), the callback's error
 // when it failed.
-func TestRunElectionDemotedCause(t *testing.T) {
+func TestRunAsLeaderDemotedCause(t *testing.T) {
 	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
 	boom := errors.New("boom")
 	var causes []error
 	calls := 0
-	err := c.RunElection(t.Context(), "demoted-cause", "v", func(context.Context, *clientlib.Leadership) error {
+	err := c.RunAsLeader(t.Context(), "demoted-cause", "v", func(context.Context, *clientlib.Leadership) error {
 		calls++
 		if calls == 1 {
 			return boom // campaign again after a backoff
@@ -629,7 +629,7 @@ func TestRunElectionDemotedCause(t *testing.T) {
 	}, clientlib.WithElectionBackoff(10*time.Millisecond, 10*time.Millisecond),
 		clientlib.OnDemoted(func(_ fencing.Token, cause error) { causes = append(causes, cause) }))
 	if err != nil {
-		t.Fatalf("RunElection = %v, want nil after a callback that returned nil", err)
+		t.Fatalf("RunAsLeader = %v, want nil after a callback that returned nil", err)
 	}
 	if len(causes) != 2 || !errors.Is(causes[0], boom) || causes[1] != nil {
 		t.Fatalf("OnDemoted causes = %v, want [boom <nil>]", causes)

@@ -38,7 +38,7 @@ func newGrayApp(t *testing.T, c *clientlib.Client, ns, instance string, labels m
 	t.Cleanup(sub.Close)
 	a := &grayApp{name: instance, sub: sub, ns: ns, seen: map[string]bool{}}
 	a.record(sub.Snapshot())
-	sub.OnNamespace(ns, func(ch clientlib.ConfigChange) { a.record(ch.Snapshot) })
+	sub.OnNamespace(ns, func(ch clientlib.ConfigUpdate) { a.record(ch.Snapshot) })
 	return a
 }
 

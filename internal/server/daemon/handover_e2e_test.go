@@ -117,9 +117,9 @@ func TestPriorityPreemptionAndTransferThroughSDK(t *testing.T) {
 	}
 }
 
-// RunElection with StepDownWhenPreempted yields to a candidate that
+// RunAsLeader with StepDownWhenPreempted yields to a candidate that
 // outranks it and asks, and campaigns again behind it.
-func TestRunElectionStepsDownWhenPreempted(t *testing.T) {
+func TestRunAsLeaderStepsDownWhenPreempted(t *testing.T) {
 	t.Parallel()
 	d := start(t, testConfig(t))
 	c := newClient(t, d.GRPCAddr())
@@ -129,7 +129,7 @@ func TestRunElectionStepsDownWhenPreempted(t *testing.T) {
 	causes := make(chan error, 4)
 	done := make(chan error, 1)
 	go func() {
-		done <- c.RunElection(ctx, "yield", "old", func(ctx context.Context, _ *clientlib.Leadership) error {
+		done <- c.RunAsLeader(ctx, "yield", "old", func(ctx context.Context, _ *clientlib.Leadership) error {
 			terms.Add(1)
 			<-ctx.Done()
 			causes <- context.Cause(ctx)
@@ -158,7 +158,7 @@ func TestRunElectionStepsDownWhenPreempted(t *testing.T) {
 	wait.For(t, "the old leader's second term", func() bool { return terms.Load() == 2 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("RunElection = %v, want context.Canceled", err)
+		t.Fatalf("RunAsLeader = %v, want context.Canceled", err)
 	}
 }
 

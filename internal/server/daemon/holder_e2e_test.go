@@ -101,9 +101,9 @@ func TestHoldersAreToldOfOutsideEnds(t *testing.T) {
 		endedWith(t, "the leadership's context", lead.Context(), lead.Lost(), clientlib.ErrNotLeader)
 	})
 
-	// RunElection's callback is cancelled and has returned before the
+	// RunAsLeader's callback is cancelled and has returned before the
 	// process campaigns again; it then leads again with a greater term.
-	t.Run("RunElection resigned from outside", func(t *testing.T) {
+	t.Run("RunAsLeader resigned from outside", func(t *testing.T) {
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		var running, overlaps atomic.Int32
@@ -111,7 +111,7 @@ func TestHoldersAreToldOfOutsideEnds(t *testing.T) {
 		demoted := make(chan error, 10)
 		done := make(chan error, 1)
 		go func() {
-			done <- holder.RunElection(rctx, "told/run", "me", func(fctx context.Context, lead *clientlib.Leadership) error {
+			done <- holder.RunAsLeader(rctx, "told/run", "me", func(fctx context.Context, lead *clientlib.Leadership) error {
 				if running.Add(1) > 1 {
 					overlaps.Add(1)
 				}
@@ -141,11 +141,11 @@ func TestHoldersAreToldOfOutsideEnds(t *testing.T) {
 				t.Fatalf("re-elected with term %d, not after %d", second, first)
 			}
 		case <-time.After(toldWithin):
-			t.Fatal("RunElection did not campaign again")
+			t.Fatal("RunAsLeader did not campaign again")
 		}
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Fatalf("RunElection = %v", err)
+			t.Fatalf("RunAsLeader = %v", err)
 		}
 		if overlaps.Load() != 0 {
 			t.Fatal("two callbacks ran at once")

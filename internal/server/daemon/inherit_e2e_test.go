@@ -50,7 +50,7 @@ func TestSharedNamespaceReachesEveryHeir(t *testing.T) {
 		}
 		defer sub.Close()
 		subs[heir] = sub
-		sub.OnNamespace(heir, func(ch clientlib.ConfigChange) {
+		sub.OnNamespace(heir, func(ch clientlib.ConfigUpdate) {
 			mu.Lock()
 			defer mu.Unlock()
 			var keys []string

@@ -138,9 +138,9 @@ func runSubscriber(ctx context.Context, c *clientlib.Client, rec *recorder) erro
 	seenIn(ConfigNamespace, OpSeen, sub.Snapshot())
 	seenIn(ApprovedNamespace, OpSeenApproved, sub.Snapshot())
 	seenIn(HeirNamespace, OpSeenHeir, sub.Snapshot())
-	sub.OnNamespace(HeirNamespace, func(ch clientlib.ConfigChange) { seenIn(HeirNamespace, OpSeenHeir, ch.Snapshot) })
-	sub.OnNamespace(ConfigNamespace, func(ch clientlib.ConfigChange) { seenIn(ConfigNamespace, OpSeen, ch.Snapshot) })
-	sub.OnNamespace(ApprovedNamespace, func(ch clientlib.ConfigChange) { seenIn(ApprovedNamespace, OpSeenApproved, ch.Snapshot) })
+	sub.OnNamespace(HeirNamespace, func(ch clientlib.ConfigUpdate) { seenIn(HeirNamespace, OpSeenHeir, ch.Snapshot) })
+	sub.OnNamespace(ConfigNamespace, func(ch clientlib.ConfigUpdate) { seenIn(ConfigNamespace, OpSeen, ch.Snapshot) })
+	sub.OnNamespace(ApprovedNamespace, func(ch clientlib.ConfigUpdate) { seenIn(ApprovedNamespace, OpSeenApproved, ch.Snapshot) })
 	<-ctx.Done()
 	return nil
 }

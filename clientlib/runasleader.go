@@ -11,7 +11,7 @@ import (
 	"github.com/coordd/coordd/fencing"
 )
 
-// ElectionOption configures RunElection.
+// ElectionOption configures RunAsLeader.
 type ElectionOption func(*electionOptions)
 
 type electionOptions struct {
@@ -25,7 +25,7 @@ type electionOptions struct {
 	stepDown   bool
 }
 
-// ErrPreempted is the cause of the callback's context when RunElection
+// ErrPreempted is the cause of the callback's context when RunAsLeader
 // steps down for a candidate that outranks it (StepDownWhenPreempted).
 var ErrPreempted = errors.New("coordd: a candidate of higher priority asked the leader to step down")
 
@@ -38,24 +38,24 @@ func WithElectionCampaign(opts ...CampaignOption) ElectionOption {
 // StepDownWhenPreempted makes the leader yield to a candidate that
 // outranks it and asks (WithPreempt): the callback's context ends with
 // ErrPreempted; once it returns, the term is resigned (the asker leads
-// next) and RunElection campaigns again.
+// next) and RunAsLeader campaigns again.
 func StepDownWhenPreempted() ElectionOption {
 	return func(o *electionOptions) { o.stepDown = true }
 }
 
-// WithElectionSession configures the sessions RunElection creates (TTL,
+// WithElectionSession configures the sessions RunAsLeader creates (TTL,
 // owner, labels).
 func WithElectionSession(opts ...SessionOption) ElectionOption {
 	return func(o *electionOptions) { o.session = opts }
 }
 
-// OnElected is called, on RunElection's goroutine, when a term begins,
+// OnElected is called, on RunAsLeader's goroutine, when a term begins,
 // before the callback runs.
 func OnElected(f func(term fencing.Token)) ElectionOption {
 	return func(o *electionOptions) { o.onElected = f }
 }
 
-// OnDemoted is called, on RunElection's goroutine, when a term ends, after
+// OnDemoted is called, on RunAsLeader's goroutine, when a term ends, after
 // the callback has returned and the leadership was resigned (or lost).
 // cause says why: the leadership's end (a session error such as
 // ErrSessionExpired, ErrNotLeader), ctx's error, or the callback's error;
@@ -65,7 +65,7 @@ func OnDemoted(f func(term fencing.Token, cause error)) ElectionOption {
 	return func(o *electionOptions) { o.onDemoted = f }
 }
 
-// OnExit is called once when RunElection returns, with its result.
+// OnExit is called once when RunAsLeader returns, with its result.
 func OnExit(f func(err error)) ElectionOption {
 	return func(o *electionOptions) { o.onExit = f }
 }
@@ -81,7 +81,7 @@ func WithElectionBackoff(first, limit time.Duration) ElectionOption {
 // context (the caller's may already be cancelled).
 const resignTimeout = 5 * time.Second
 
-// RunElection campaigns for the named election and runs fn while this
+// RunAsLeader campaigns for the named election and runs fn while this
 // process leads, for as long as ctx lasts. It heals itself: a lost
 // leadership cancels fn's context and, once fn returns, campaigns again; a
 // session that ended is replaced; failures are retried with backoff.
@@ -92,13 +92,13 @@ const resignTimeout = 5 * time.Second
 // the session's local deadline, before the server can elect anyone else.
 // fn must return promptly then. When fn returns, the leadership is
 // resigned, so the next candidate leads at once. If fn returns nil while
-// still leading, the work is done and RunElection returns nil; if it
-// returns an error, RunElection campaigns again after a backoff.
+// still leading, the work is done and RunAsLeader returns nil; if it
+// returns an error, RunAsLeader campaigns again after a backoff.
 //
-// RunElection never runs two fn calls at once. When ctx ends it cancels
+// RunAsLeader never runs two fn calls at once. When ctx ends it cancels
 // fn, waits for it, resigns (on a fresh bounded context), closes its
 // session and returns ctx's error.
-func (c *Client) RunElection(ctx context.Context, name, value string, fn func(ctx context.Context, lead *Leadership) error, opts ...ElectionOption) (err error) {
+func (c *Client) RunAsLeader(ctx context.Context, name, value string, fn func(ctx context.Context, lead *Leadership) error, opts ...ElectionOption) (err error) {
 	o := electionOptions{minBackoff: 100 * time.Millisecond, maxBackoff: 10 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
