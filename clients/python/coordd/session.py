@@ -8,7 +8,7 @@ import random
 import secrets
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 import grpc
 
@@ -16,6 +16,8 @@ from coordd import errors
 from coordd._cancel import Canceller
 from coordd._util import duration, seconds
 from coordd.v1 import election_pb2, lock_pb2, session_pb2
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from coordd.client import Client
@@ -356,6 +358,20 @@ class Session:
         return self._acquire(name, True, timeout, limit, read, metadata, lock_delay, request_id)
 
     acquire = lock
+
+    def run_locked(self, name: str, fn: "Callable[[Lock], T]", timeout: float | None = None, **options: Any) -> T:
+        """Runs fn(held) while holding the named lock and releases it after,
+        also when fn raises (``RunLocked`` in Go, ``runLocked`` in
+        TypeScript); returns what fn returns. Takes lock()'s options. fn
+        must stop once ``held.check()`` raises, and pass ``held.token`` to
+        every access of the protected resource. Raises LockLost when the
+        lock was lost while fn ran and fn did not raise."""
+        with self.lock(name, timeout, **options) as held:
+            return fn(held)
+
+    def run_read_locked(self, name: str, fn: "Callable[[Lock], T]", timeout: float | None = None, **options: Any) -> T:
+        """run_locked with a shared (read) grant of a read/write lock."""
+        return self.run_locked(name, fn, timeout, read=True, **options)
 
     def try_lock(
         self,

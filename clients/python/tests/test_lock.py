@@ -43,6 +43,28 @@ class LockTest(unittest.TestCase):
         third.release()
         third.release()  # a second release does nothing
 
+    def test_run_locked_releases_after_fn_also_when_it_raises(self) -> None:
+        name = unique("lock")
+
+        def holding(held: coordd.Lock) -> int:
+            with self.assertRaises(coordd.LockHeld):
+                self.s2.try_lock(name)
+            return held.token
+
+        token = self.s1.run_locked(name, holding, timeout=5)
+        self.assertIsInstance(token, int)
+        again = self.s2.try_lock(name)  # released after fn returned
+        again.release()
+
+        def failing(held: coordd.Lock) -> None:
+            raise ValueError("fn failed")
+
+        with self.assertRaises(ValueError):
+            self.s1.run_locked(name, failing, timeout=5)
+        self.s2.try_lock(name).release()  # released after fn raised
+        readers = self.s1.run_read_locked(name, lambda held: self.s2.rlock(name, timeout=5), timeout=5)
+        readers.release()  # two read grants were held together
+
     def test_waiter_is_granted_after_release_in_order(self) -> None:
         name = unique("handoff")
         first = self.s1.lock(name, timeout=5)

@@ -4,7 +4,7 @@
  *
  *   const client = new Client({ endpoints: ["127.0.0.1:7420"] });
  *   const session = await client.session({ ttl: 10 });
- *   await session.withLock("reports/daily", async (lock) => {
+ *   await session.runLocked("reports/daily", async (lock) => {
  *     await lock.put("reports/daily/last-run", "2026-12-04"); // fenced by lock.token
  *   });
  *   await client.close();

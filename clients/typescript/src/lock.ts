@@ -4,7 +4,7 @@ import type { LockGrant } from "./gen/coordd/v1/lock_pb.js";
 import { Held } from "./held.js";
 import type { Session } from "./session.js";
 
-/** Options of Session.lock, tryLock, rlock and withLock. */
+/** Options of Session.lock, tryLock, rlock and runLocked. */
 export interface LockOptions {
   /**
    * How long lock() waits for the grant (the server's `wait`); it then

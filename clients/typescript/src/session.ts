@@ -299,7 +299,7 @@ export class Session {
    * to fn's result; rejects with fn's error, or with the release's error
    * when fn succeeded and the session still lives.
    */
-  async withLock<T>(name: string, fn: (lock: Lock) => Promise<T> | T, opts: LockOptions = {}): Promise<T> {
+  async runLocked<T>(name: string, fn: (lock: Lock) => Promise<T> | T, opts: LockOptions = {}): Promise<T> {
     const lock = await this.lock(name, opts);
     let result: T;
     try {
@@ -316,9 +316,9 @@ export class Session {
     return result;
   }
 
-  /** withLock with a shared (read) grant. */
-  withReadLock<T>(name: string, fn: (lock: Lock) => Promise<T> | T, opts: LockOptions = {}): Promise<T> {
-    return this.withLock(name, fn, { ...opts, read: true });
+  /** runLocked with a shared (read) grant. */
+  runReadLocked<T>(name: string, fn: (lock: Lock) => Promise<T> | T, opts: LockOptions = {}): Promise<T> {
+    return this.runLocked(name, fn, { ...opts, read: true });
   }
 
   private async acquire(name: string, wait: boolean, opts: LockOptions): Promise<Lock> {

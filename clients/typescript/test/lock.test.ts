@@ -105,12 +105,12 @@ test("a lost session aborts the lock's signal before another session is granted 
   await b.close();
 });
 
-test("withLock releases after the callback and hands it a live lock", async () => {
+test("runLocked releases after the callback and hands it a live lock", async () => {
   const name = unique("with");
   const a = await d.client().session();
   const b = await d.client().session();
   let seen: AbortSignal | undefined;
-  const out = await a.withLock(name, async (lock) => {
+  const out = await a.runLocked(name, async (lock) => {
     seen = lock.signal;
     assert.equal(lock.signal.aborted, false);
     await assert.rejects(b.tryLock(name), reasonOf(Reason.LOCK_HELD));
@@ -121,7 +121,7 @@ test("withLock releases after the callback and hands it a live lock", async () =
   const lb = await b.tryLock(name); // released
   await lb.release();
   // Released also when the callback throws.
-  await assert.rejects(a.withLock(name, () => Promise.reject(new Error("boom"))), /boom/);
+  await assert.rejects(a.runLocked(name, () => Promise.reject(new Error("boom"))), /boom/);
   await (await b.tryLock(name)).release();
   await a.close();
   await b.close();
