@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from coordd import errors
 from coordd._held import Held, Verdict
@@ -177,3 +177,59 @@ class Lock(Held):
         """Deletes key from coordd's KV only if this grant still holds the
         lock, as put writes. Returns the revision."""
         return self.session._client.fenced_delete(key, self.token, lock=self.name)
+
+
+class LockSet:
+    """Several locks held together by one session (Session.lock_all), sorted
+    by name; iterable, and indexable by name. Each is a :class:`Lock` with
+    its own token and its own loss: pass each lock's token to what it
+    protects. Usable as ``with session.lock_all(names) as locks:``, which
+    releases them all at the end of the block."""
+
+    def __init__(self, locks: "list[Lock]") -> None:
+        self._locks = tuple(sorted(locks, key=lambda held: held.name))
+
+    def __iter__(self) -> "Iterator[Lock]":
+        return iter(self._locks)
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    def __getitem__(self, name: str) -> Lock:
+        for held in self._locks:
+            if held.name == name:
+                return held
+        raise KeyError(name)
+
+    def __repr__(self) -> str:
+        return f"<coordd.LockSet {[held.name for held in self._locks]!r}>"
+
+    def check(self) -> None:
+        """Raises LockLost if any lock of the set was lost."""
+        for held in self._locks:
+            held.check()
+
+    def release(self, timeout: float | None = RELEASE_TIMEOUT) -> None:
+        """Releases every lock of the set (each as Lock.release), all of them
+        also when one fails; then raises the first failure, if any."""
+        first: BaseException | None = None
+        for held in self._locks:
+            try:
+                held.release(timeout)
+            except errors.CoorddError as e:
+                first = first or e
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> "LockSet":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        first: BaseException | None = None
+        for held in self._locks:
+            try:
+                held.__exit__(exc_type, exc, tb)
+            except errors.CoorddError as e:
+                first = first or e
+        if first is not None:
+            raise first

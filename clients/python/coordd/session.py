@@ -22,7 +22,7 @@ T = TypeVar("T")
 if TYPE_CHECKING:
     from coordd.client import Client
     from coordd.election import Leadership
-    from coordd.lock import Lock
+    from coordd.lock import Lock, LockSet
 
 log = logging.getLogger("coordd")
 
@@ -397,6 +397,42 @@ class Session:
                   lock_delay: float | None = None, request_id: str | None = None) -> "Lock":
         """Acquires one of limit grants of a semaphore. As lock(limit=limit)."""
         return self._acquire(name, True, timeout, limit, False, metadata, lock_delay, request_id)
+
+    def lock_all(self, names: Sequence[str], timeout: float | None = None, *, metadata: str = "",
+                 request_id: str | None = None) -> "LockSet":
+        """Acquires every named lock for this session, all or none, with one
+        request (``LockAll`` in Go, ``lockAll`` in TypeScript), and returns
+        the :class:`~coordd.lock.LockSet` (usable as ``with
+        session.lock_all(...) as locks``) once it holds them all, one grant
+        and one fencing token per lock. The server queues for them one at a
+        time in the order of their names, so lock_all calls for overlapping
+        sets never deadlock each other, and each lock's queue stays first
+        come, first served. Each lock is a mutex taken for writing.
+
+        Raises as lock() does, leaving none of the locks held or queued.
+        UNAVAILABLE is retried with the same request id, so a retry resumes
+        the same grants. Not guaranteed: that the locks are taken at one
+        instant (others may see some held while the call waits for the
+        rest)."""
+        from coordd.lock import Lock, LockSet
+
+        self.check()
+        req = lock_pb2.AcquireAllRequest(names=list(names), session_id=self.id,
+                                         request_id=request_id or secrets.token_hex(8), metadata=metadata)
+        if timeout is not None:
+            req.wait.CopyFrom(duration(timeout))
+        rpc_timeout = None if timeout is None else timeout + 2.0
+        try:
+            resp = self._client._unary("locks", "AcquireAll", req, timeout=rpc_timeout, retry=True, cancel=[self._ender])
+        except errors.CoorddError:
+            self.check()
+            raise
+        locks = LockSet([Lock(self, g.name, g.token, g.request_id, False, False, revision=g.revision) for g in resp.grants])
+        if self.done.is_set():
+            for held in locks:
+                held._release_best_effort()
+            self.check()
+        return locks
 
     def _acquire(self, name: str, wait: bool, timeout: float | None, limit: int, read: bool, metadata: str,
                  lock_delay: float | None, request_id: str | None) -> "Lock":

@@ -65,6 +65,25 @@ class LockTest(unittest.TestCase):
         readers = self.s1.run_read_locked(name, lambda held: self.s2.rlock(name, timeout=5), timeout=5)
         readers.release()  # two read grants were held together
 
+    def test_lock_all_holds_every_lock_or_none(self) -> None:
+        a, b = unique("set-a"), unique("set-b")
+        with self.s1.lock_all([b, a], timeout=5) as locks:
+            self.assertEqual([held.name for held in locks], [a, b])  # sorted by name
+            self.assertIsInstance(locks[a].token, int)
+            locks.check()
+            for name in (a, b):
+                with self.assertRaises(coordd.LockHeld):
+                    self.s2.try_lock(name)
+            # A set that overlaps a held one waits, holding nothing meanwhile.
+            c = unique("set-c")
+            with self.assertRaises(coordd.DeadlineExceeded):
+                self.s2.lock_all([a, c], timeout=0.2)
+            self.s1.try_lock(c).release()  # nothing of the failed set stayed held
+        self.assertTrue(all(held.released for held in locks))
+        again = self.s2.lock_all([a, b], timeout=5)
+        self.assertGreater(again[a].token, locks[a].token)
+        again.release()
+
     def test_waiter_is_granted_after_release_in_order(self) -> None:
         name = unique("handoff")
         first = self.s1.lock(name, timeout=5)

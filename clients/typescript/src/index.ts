@@ -12,7 +12,7 @@
 export { Client, type ClientOptions } from "./client.js";
 export { type TLSOptions } from "./conn.js";
 export { Session, type SessionOptions } from "./session.js";
-export { Lock, type LockOptions, type Fence } from "./lock.js";
+export { Lock, LockSet, type LockOptions, type Fence } from "./lock.js";
 export {
   Leadership,
   type CampaignOptions,

@@ -204,3 +204,33 @@ export async function validateFence(conn: Conn, f: Fence): Promise<void> {
   const req = "lock" in f ? { name: f.lock, token: f.token } : { election: f.election, token: f.token };
   await conn.call((s, o) => s.locks.validateFence(req, o), { idempotent: true });
 }
+
+/**
+ * Several locks held together by one session (Session.lockAll), sorted by
+ * name. Each is a Lock with its own token and its own loss: pass each
+ * lock's token to what it protects.
+ */
+export class LockSet {
+  /** The locks, sorted by name. */
+  readonly locks: readonly Lock[];
+
+  /** @internal Made by Session.lockAll. */
+  constructor(locks: Lock[]) {
+    this.locks = [...locks].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  /** The lock of the set with this name; undefined if the set has none. */
+  get(name: string): Lock | undefined {
+    return this.locks.find((l) => l.name === name);
+  }
+
+  /**
+   * Releases every lock of the set (each as Lock.release), all of them also
+   * when one fails; then rejects with the first failure, if any.
+   */
+  async release(): Promise<void> {
+    const results = await Promise.allSettled(this.locks.map((l) => l.release()));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+    if (failed) throw failed.reason;
+  }
+}

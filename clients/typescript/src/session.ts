@@ -4,7 +4,7 @@ import type { Conn } from "./conn.js";
 import { Leadership, type CampaignOptions } from "./election.js";
 import { CoorddError } from "./errors.js";
 import type { LockGrant } from "./gen/coordd/v1/lock_pb.js";
-import { Lock, type LockOptions } from "./lock.js";
+import { Lock, LockSet, type LockOptions } from "./lock.js";
 import { durationOf, jitter, linkSignals, msOf, now, randomId } from "./util.js";
 
 /** Options of Client.session. */
@@ -319,6 +319,46 @@ export class Session {
   /** runLocked with a shared (read) grant. */
   runReadLocked<T>(name: string, fn: (lock: Lock) => Promise<T> | T, opts: LockOptions = {}): Promise<T> {
     return this.runLocked(name, fn, { ...opts, read: true });
+  }
+
+  /**
+   * Acquires every named lock for this session, all or none, with one
+   * request (Go's LockAll, Python's lock_all), and resolves to the set once
+   * it holds them all: one grant, one fencing token, per lock. The server
+   * queues for them one at a time in the order of their names, so lockAll
+   * calls for overlapping sets never deadlock each other, and each lock's
+   * queue stays first come, first served. Each lock is a mutex taken for
+   * writing (`limit`, `read` and `lockDelayMs` are refused). Rejects as lock
+   * does, leaving none of them held or queued; retried on UNAVAILABLE with
+   * the same request id. Not guaranteed: that the locks are taken at one
+   * instant.
+   */
+  async lockAll(names: string[], opts: LockOptions = {}): Promise<LockSet> {
+    if ((opts.limit ?? 1) !== 1 || opts.read || opts.lockDelayMs) {
+      throw new CoorddError("INVALID_ARGUMENT", "coordd: the locks of a set are mutexes taken for writing (no limit, read or lockDelayMs)");
+    }
+    const link = linkSignals(this.ac.signal, opts.signal);
+    const start = now();
+    const req = { names, sessionId: this.id, requestId: opts.requestId ?? randomId(), metadata: opts.metadata ?? "" };
+    try {
+      const resp = await this.conn.call<{ grants: LockGrant[] }>(
+        (s, o) => {
+          if (opts.timeoutMs === undefined) return s.locks.acquireAll(req, { signal: o.signal });
+          const left = opts.timeoutMs - (now() - start);
+          if (left <= 0) throw new CoorddError("DEADLINE_EXCEEDED", `coordd: locks ${JSON.stringify(names)} not granted within ${opts.timeoutMs} ms`);
+          return s.locks.acquireAll({ ...req, wait: durationOf(left) }, { signal: o.signal, timeoutMs: Math.ceil(left) + 5000 });
+        },
+        { idempotent: true, signal: link.signal, timeoutMs: null, retryForMs: Infinity },
+      );
+      const set = new LockSet(resp.grants.map((g) => new Lock(this.conn, this, g, () => {})));
+      if (this.err) {
+        await set.release().catch(() => {});
+        throw this.err;
+      }
+      return set;
+    } finally {
+      link.dispose();
+    }
   }
 
   private async acquire(name: string, wait: boolean, opts: LockOptions): Promise<Lock> {

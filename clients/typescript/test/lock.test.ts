@@ -127,6 +127,26 @@ test("runLocked releases after the callback and hands it a live lock", async () 
   await b.close();
 });
 
+test("lockAll holds every lock of the set or none", async () => {
+  const [x, y, z] = [unique("set-a"), unique("set-b"), unique("set-c")];
+  const a = await d.client().session();
+  const b = await d.client().session();
+  const set = await a.lockAll([y, x]);
+  assert.deepEqual(set.locks.map((l) => l.name), [x, y]); // sorted by name
+  assert.equal(typeof set.get(x)?.token, "bigint");
+  for (const name of [x, y]) await assert.rejects(b.tryLock(name), reasonOf(Reason.LOCK_HELD));
+  // A set that overlaps a held one waits, holding nothing meanwhile.
+  await assert.rejects(b.lockAll([x, z], { timeoutMs: 200 }), reasonOf(Reason.DEADLINE_EXCEEDED));
+  await (await a.tryLock(z)).release();
+  await set.release();
+  const again = await b.lockAll([x, y]);
+  assert.ok(again.get(x)!.token > set.get(x)!.token);
+  await again.release();
+  await assert.rejects(a.lockAll([x], { limit: 2 }), reasonOf(Reason.INVALID_ARGUMENT));
+  await a.close();
+  await b.close();
+});
+
 test("a release from outside aborts the holder's signal with NOT_HOLDER", async () => {
   const name = unique("outside");
   const a = await d.client().session();
