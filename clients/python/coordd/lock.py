@@ -61,6 +61,12 @@ class Lock(Held):
         self._revision = revision
         self._start_watch("locks", "WatchLock", lock_pb2.WatchLockRequest(name=name), self._check)
 
+    @property
+    def revision(self) -> int:
+        """The etcd revision at which the grant was observed: pass it as
+        ``min_revision`` to read the grant in the history."""
+        return self._revision
+
     def _check(self, msg: lock_pb2.WatchLockResponse) -> "Verdict":
         d = msg.lock
         if d.revision < self._revision:

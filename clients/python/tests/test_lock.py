@@ -84,6 +84,22 @@ class LockTest(unittest.TestCase):
         self.assertGreater(again[a].token, locks[a].token)
         again.release()
 
+    def test_lock_history_records_the_grant_and_its_release(self) -> None:
+        name = unique("history")
+        held = self.s1.lock(name, timeout=5)
+        held.release()
+        granted = list(self.client.lock_history(name, min_revision=held.revision))
+        self.assertEqual([(e.type, e.token, e.session_id) for e in granted][:1], [("GRANTED", held.token, self.s1.id)])
+
+        def both() -> list[coordd.HistoryEvent]:
+            evs = list(self.client.lock_history(name, page_size=1))  # a page per event: paging is followed
+            return evs if len(evs) == 2 else []
+
+        evs = wait_for(both, what="the release in the history")
+        self.assertEqual([(e.type, e.token) for e in evs], [("GRANTED", held.token), ("RELEASED", held.token)])
+        self.assertEqual([e.type for e in self.client.lock_history(name, newest_first=True)], ["RELEASED", "GRANTED"])
+        self.assertEqual(list(self.client.election_history(name)), [])
+
     def test_waiter_is_granted_after_release_in_order(self) -> None:
         name = unique("handoff")
         first = self.s1.lock(name, timeout=5)

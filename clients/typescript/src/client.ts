@@ -13,6 +13,7 @@ import {
 } from "./election.js";
 import { CoorddError } from "./errors.js";
 import type { DescribeLockResponse } from "./gen/coordd/v1/lock_pb.js";
+import { historyEvents, type HistoryEvent, type HistoryQuery } from "./history.js";
 import { KV } from "./kv.js";
 import { fencedDelete, fencedPut, validateFence, type Fence } from "./lock.js";
 import { Session, type SessionOptions } from "./session.js";
@@ -116,6 +117,20 @@ export class Client {
     const pageSize = page.pageSize ?? 1000;
     const pageToken = page.pageToken ?? "";
     return this.conn.call((s, o) => s.locks.describeLock({ name, pageSize, pageToken }, o), { idempotent: true });
+  }
+
+  /**
+   * The grant history of the lock name (every lock's when empty), as the Go
+   * SDK's Admin.LockHistory: each grant and each end of one, oldest first,
+   * fetched a page at a time as the iteration goes. Not retried.
+   */
+  lockHistory(name = "", q: HistoryQuery = {}): AsyncGenerator<HistoryEvent, void, undefined> {
+    return historyEvents(this.conn, "lock", name, q);
+  }
+
+  /** The history of the election name (every election's when empty), as lockHistory. */
+  electionHistory(name = "", q: HistoryQuery = {}): AsyncGenerator<HistoryEvent, void, undefined> {
+    return historyEvents(this.conn, "election", name, q);
   }
 
   /** FencedPut by a raw fence (for tools and tests): writes only if the token holds the lock (or leads the election), else STALE_TOKEN. */

@@ -3,6 +3,7 @@ import { Code, ConnectError, createClient, type Client as RpcClient, type Interc
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { ConfigService } from "./gen/coordd/v1/config_pb.js";
 import { ElectionService } from "./gen/coordd/v1/election_pb.js";
+import { HistoryService } from "./gen/coordd/v1/history_pb.js";
 import { KVService } from "./gen/coordd/v1/kv_pb.js";
 import { LockService } from "./gen/coordd/v1/lock_pb.js";
 import { SessionService } from "./gen/coordd/v1/session_pb.js";
@@ -16,6 +17,7 @@ export interface Services {
   elections: RpcClient<typeof ElectionService>;
   config: RpcClient<typeof ConfigService>;
   kv: RpcClient<typeof KVService>;
+  history: RpcClient<typeof HistoryService>;
 }
 
 /** Per-attempt call options, as Connect takes them. */
@@ -155,6 +157,7 @@ export class Conn {
           elections: createClient(ElectionService, transport),
           config: createClient(ConfigService, transport),
           kv: createClient(KVService, transport),
+          history: createClient(HistoryService, transport),
         },
       };
     });

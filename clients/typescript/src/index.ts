@@ -35,5 +35,6 @@ export {
   type SubscribeOptions,
 } from "./config.js";
 export { KV, type KeyValue } from "./kv.js";
+export { type HistoryEvent, type HistoryQuery } from "./history.js";
 export { CoorddError, Reason, type ReasonName, type ServerReason, type LocalReason, type Problem } from "./errors.js";
 export { Code } from "@connectrpc/connect";

@@ -147,6 +147,35 @@ test("lockAll holds every lock of the set or none", async () => {
   await b.close();
 });
 
+test("lockHistory records the grant and its release, a page at a time", async () => {
+  const name = unique("history");
+  const c = d.client();
+  const a = await c.session();
+  const lock = await a.lock(name);
+  await lock.release();
+  const collect = async (q = {}) => {
+    const out = [];
+    for await (const e of c.lockHistory(name, q)) out.push(e);
+    return out;
+  };
+  const granted = await collect({ minRevision: lock.revision });
+  assert.deepEqual([granted[0]?.type, granted[0]?.token, granted[0]?.sessionId], ["GRANTED", lock.token, a.id]);
+  // The release is recorded shortly after its commit: wait for it.
+  const both = await within(10_000, "the release in the history", (async () => {
+    for (;;) {
+      const evs = await collect({ pageSize: 1 }); // a page per event: paging is followed
+      if (evs.length === 2) return evs;
+      await new Promise((r) => setTimeout(r, 20)); // polling interval, not synchronisation
+    }
+  })());
+  assert.deepEqual(both.map((e) => [e.type, e.token]), [["GRANTED", lock.token], ["RELEASED", lock.token]]);
+  assert.deepEqual((await collect({ newestFirst: true })).map((e) => e.type), ["RELEASED", "GRANTED"]);
+  const elections = [];
+  for await (const e of c.electionHistory(name)) elections.push(e);
+  assert.equal(elections.length, 0);
+  await a.close();
+});
+
 test("a release from outside aborts the holder's signal with NOT_HOLDER", async () => {
   const name = unique("outside");
   const a = await d.client().session();
