@@ -21,6 +21,7 @@ from coordd.election import ElectionEvent, Leader, LeaderLoop, Leadership, Obser
 from coordd import errors
 from coordd.errors import *  # noqa: F401,F403 - the exception hierarchy
 from coordd.kv import KV, KeyValue
+from coordd.barrier import Barrier
 from coordd.history import HistoryEvent
 from coordd.lock import Lock, LockSet
 from coordd.session import Session
@@ -28,5 +29,5 @@ from coordd.session import Session
 __all__ = [
     "Client", "Session", "Lock", "LockSet", "LockEntry", "LockState", "Leadership", "Leader", "ElectionEvent",
     "Observer", "LeaderLoop", "ConfigCenter", "ConfigUpdate", "KeyChange", "NamespaceSnapshot",
-    "Release", "Subscription", "KV", "KeyValue", "HistoryEvent", "errors", *errors.__all__,
+    "Release", "Subscription", "KV", "KeyValue", "HistoryEvent", "Barrier", "errors", *errors.__all__,
 ]

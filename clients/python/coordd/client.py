@@ -20,6 +20,7 @@ from coordd import errors
 from coordd._cancel import Canceller
 from coordd._util import timestamp
 from coordd.v1 import (
+    barrier_pb2_grpc,
     config_pb2_grpc,
     history_pb2,
     history_pb2_grpc,
@@ -73,6 +74,7 @@ class _Stubs:
         self.config = config_pb2_grpc.ConfigServiceStub(channel)
         self.kv = kv_pb2_grpc.KVServiceStub(channel)
         self.history = history_pb2_grpc.HistoryServiceStub(channel)
+        self.barriers = barrier_pb2_grpc.BarrierServiceStub(channel)
 
 
 def _is_loopback(endpoint: str) -> bool:

@@ -15,11 +15,12 @@ import grpc
 from coordd import errors
 from coordd._cancel import Canceller
 from coordd._util import duration, seconds
-from coordd.v1 import election_pb2, lock_pb2, session_pb2
+from coordd.v1 import barrier_pb2, election_pb2, lock_pb2, session_pb2
 
 T = TypeVar("T")
 
 if TYPE_CHECKING:
+    from coordd.barrier import Barrier
     from coordd.client import Client
     from coordd.election import Leadership
     from coordd.lock import Lock, LockSet
@@ -433,6 +434,30 @@ class Session:
                 held._release_best_effort()
             self.check()
         return locks
+
+    def enter_barrier(self, name: str, count: int, timeout: float | None = None, *, participant: str = "") -> "Barrier":
+        """Enters the named barrier as one of this session's participants
+        (``participant``, "default" when empty) and waits until it is open:
+        count participants in it at one etcd revision, or opened by an
+        operator (``EnterBarrier`` in Go, ``enterBarrier`` in TypeScript).
+        Returns the :class:`~coordd.barrier.Barrier`; its ``leave()`` is a
+        double barrier's exit. Raises DeadlineExceeded when timeout runs out
+        (the participant is taken out again), the session's error when the
+        session ends while waiting. Retried while coordd is unavailable (the
+        same participant)."""
+        from coordd.barrier import Barrier
+
+        self.check()
+        req = barrier_pb2.EnterBarrierRequest(name=name, session_id=self.id, count=count, participant=participant)
+        if timeout is not None:
+            req.wait.CopyFrom(duration(timeout))
+        rpc_timeout = None if timeout is None else timeout + 2.0
+        try:
+            resp = self._client._unary("barriers", "EnterBarrier", req, timeout=rpc_timeout, retry=True, cancel=[self._ender])
+        except errors.CoorddError:
+            self.check()
+            raise
+        return Barrier(self, name, participant, resp.participants, resp.revision)
 
     def _acquire(self, name: str, wait: bool, timeout: float | None, limit: int, read: bool, metadata: str,
                  lock_delay: float | None, request_id: str | None) -> "Lock":

@@ -1,6 +1,7 @@
 import type * as http2 from "node:http2";
 import { Code, ConnectError, createClient, type Client as RpcClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { BarrierService } from "./gen/coordd/v1/barrier_pb.js";
 import { ConfigService } from "./gen/coordd/v1/config_pb.js";
 import { ElectionService } from "./gen/coordd/v1/election_pb.js";
 import { HistoryService } from "./gen/coordd/v1/history_pb.js";
@@ -18,6 +19,7 @@ export interface Services {
   config: RpcClient<typeof ConfigService>;
   kv: RpcClient<typeof KVService>;
   history: RpcClient<typeof HistoryService>;
+  barriers: RpcClient<typeof BarrierService>;
 }
 
 /** Per-attempt call options, as Connect takes them. */
@@ -158,6 +160,7 @@ export class Conn {
           config: createClient(ConfigService, transport),
           kv: createClient(KVService, transport),
           history: createClient(HistoryService, transport),
+          barriers: createClient(BarrierService, transport),
         },
       };
     });

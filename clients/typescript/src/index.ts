@@ -36,5 +36,6 @@ export {
 } from "./config.js";
 export { KV, type KeyValue } from "./kv.js";
 export { type HistoryEvent, type HistoryQuery } from "./history.js";
+export { Barrier, type BarrierOptions } from "./barrier.js";
 export { CoorddError, Reason, type ReasonName, type ServerReason, type LocalReason, type Problem } from "./errors.js";
 export { Code } from "@connectrpc/connect";

@@ -1,5 +1,6 @@
 import { hostname as osHostname } from "node:os";
 import { basename } from "node:path";
+import { enterBarrier, type Barrier, type BarrierOptions } from "./barrier.js";
 import type { Conn } from "./conn.js";
 import { Leadership, type CampaignOptions } from "./election.js";
 import { CoorddError } from "./errors.js";
@@ -358,6 +359,24 @@ export class Session {
       return set;
     } finally {
       link.dispose();
+    }
+  }
+
+  /**
+   * Enters the named barrier as one of this session's participants and
+   * resolves once it is open: `count` participants in it at one etcd
+   * revision, or opened by an operator (Go's EnterBarrier, Python's
+   * enter_barrier). Barrier.leave is a double barrier's exit. Rejects with
+   * DEADLINE_EXCEEDED after `timeoutMs` (the participant is taken out
+   * again), with the session's error when it ends first. Retried on
+   * UNAVAILABLE (the same participant).
+   */
+  async enterBarrier(name: string, count: number, opts: BarrierOptions = {}): Promise<Barrier> {
+    if (this.err) throw this.err;
+    try {
+      return await enterBarrier(this.conn, this, this.ac.signal, name, count, opts);
+    } catch (e) {
+      throw this.err ?? e;
     }
   }
 
