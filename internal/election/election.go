@@ -371,7 +371,7 @@ func (m *Manager) campaignOr(ctx context.Context, req Request, later *Later) (Le
 		// gained meanwhile (which awaitSeat refuses for a new campaign).
 		seatKV = nil
 	}
-	return m.awaitSeat(ctx, req, l, mine, value, seatKV, !picked, later)
+	return m.awaitSeat(ctx, req, l, mine, value, seatKV, readAt, !picked, later)
 }
 
 // join writes the candidacy key (with value c, returned) unless the
@@ -430,12 +430,12 @@ func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
 }
 
 // awaitSeat waits until the candidacy mine (written as value) is given
-// the seat (named: the client chose the campaign's request id); seatKV is the seat as the campaign read it. A candidacy behind
+// the seat (named: the client chose the campaign's request id); seatKV is the seat as the campaign read it, at revision readAt. A candidacy behind
 // its own session's leadership would wait forever: it is refused with
 // ErrAlreadyLeader. One that fails is removed, with a seat given to it
 // meanwhile. With later, the wait parks (see CampaignLater): parked is
 // true and later.Done gets the outcome; later.Ctx governs the wait.
-func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine entry, value string, seatKV *mvccpb.KeyValue, named bool, later *Later) (ld Leadership, parked bool, err error) {
+func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine entry, value string, seatKV *mvccpb.KeyValue, readAt int64, named bool, later *Later) (ld Leadership, parked bool, err error) {
 	if later != nil {
 		ctx = later.Ctx
 	}
@@ -485,7 +485,7 @@ func (m *Manager) awaitSeat(ctx context.Context, req Request, l Leadership, mine
 		return l, nil
 	}
 	if later != nil {
-		m.parkSeat(ctx, req.Name, mine.key, l.Key, ask, func(term, rev int64, err error) {
+		m.parkSeat(ctx, req.Name, mine.key, l.Key, readAt, ask, func(term, rev int64, err error) {
 			later.Done(seated(term, rev, err))
 		})
 		return Leadership{}, true, nil

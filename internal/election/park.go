@@ -47,8 +47,20 @@ type parkedSeat struct {
 	key, seatKey string
 	onSeat       func(*mvccpb.KeyValue)
 	then         func(term, rev int64, err error)
-	seen         int64 // its first read's revision: older changes are in it
-	once         sync.Once
+	// seen is its first read's revision (older changes are in it); until
+	// that read it is the revision at which the campaign last read its
+	// candidacy, so that the watch, which may still deliver older changes,
+	// never takes the end of an earlier candidacy or seat of the same key
+	// (a session campaigns again under the request id of the leadership it
+	// just resigned or handed over) for this one's.
+	seen int64
+	once sync.Once
+}
+
+// newParkedSeat is the wait of the candidacy key for the seat seatKey,
+// its campaign having read the candidacy at revision since.
+func newParkedSeat(key, seatKey string, since int64, onSeat func(*mvccpb.KeyValue), then func(term, rev int64, err error)) *parkedSeat {
+	return &parkedSeat{key: key, seatKey: seatKey, onSeat: onSeat, then: then, seen: since}
 }
 
 // end gives the wait its outcome, once.
@@ -61,8 +73,8 @@ func (p *parkedSeat) end(term, rev int64, err error) {
 // candidacy goes, or ctx's error. It reads the election once to begin,
 // on the caller's goroutine. ctx must end once then was called (its
 // AfterFunc stays registered until then).
-func (m *Manager) parkSeat(ctx context.Context, name, key, seatKey string, onSeat func(*mvccpb.KeyValue), then func(term, rev int64, err error)) {
-	p := &parkedSeat{key: key, seatKey: seatKey, onSeat: onSeat, then: then}
+func (m *Manager) parkSeat(ctx context.Context, name, key, seatKey string, since int64, onSeat func(*mvccpb.KeyValue), then func(term, rev int64, err error)) {
+	p := newParkedSeat(key, seatKey, since, onSeat, then)
 	w, err := m.watchSeats(name, p)
 	if err != nil {
 		p.end(0, 0, err)
