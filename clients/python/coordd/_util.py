@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -34,3 +35,15 @@ def remaining(deadline: float | None, now: float) -> float | None:
     return max(deadline - now, 0.0)
 
 
+
+
+def server_wait(req: Any, timeout: float | None) -> float | None:
+    """Sets req's ``wait`` to timeout seconds (the server's own bound on a
+    waiting call, which ends it cleanly with nothing left queued) and
+    returns the call's deadline, which only backs the server's wait up:
+    timeout + 2 s, or None when timeout is None (as long as the session
+    lives)."""
+    if timeout is None:
+        return None
+    req.wait.CopyFrom(duration(timeout))
+    return timeout + 2.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from coordd._util import duration
+from coordd._util import server_wait
 from coordd.v1 import barrier_pb2
 
 if TYPE_CHECKING:
@@ -36,9 +36,7 @@ class Barrier:
         first (then DeadlineExceeded). The last one out closes the barrier
         for the next round. Retried while coordd is unavailable."""
         req = barrier_pb2.LeaveBarrierRequest(name=self.name, session_id=self.session.id, participant=self.participant)
-        if timeout is not None:
-            req.wait.CopyFrom(duration(timeout))
-        rpc_timeout = None if timeout is None else timeout + 2.0
+        rpc_timeout = server_wait(req, timeout)
         self.session._client._unary("barriers", "LeaveBarrier", req, timeout=rpc_timeout, retry=True)
 
     def __enter__(self) -> "Barrier":

@@ -14,7 +14,7 @@ import grpc
 
 from coordd import errors
 from coordd._cancel import Canceller
-from coordd._util import duration, seconds
+from coordd._util import duration, seconds, server_wait
 from coordd.v1 import barrier_pb2, election_pb2, lock_pb2, session_pb2
 
 T = TypeVar("T")
@@ -420,9 +420,7 @@ class Session:
         self.check()
         req = lock_pb2.AcquireAllRequest(names=list(names), session_id=self.id,
                                          request_id=request_id or secrets.token_hex(8), metadata=metadata)
-        if timeout is not None:
-            req.wait.CopyFrom(duration(timeout))
-        rpc_timeout = None if timeout is None else timeout + 2.0
+        rpc_timeout = server_wait(req, timeout)
         try:
             resp = self._client._unary("locks", "AcquireAll", req, timeout=rpc_timeout, retry=True, cancel=[self._ender])
         except errors.CoorddError:
@@ -449,9 +447,7 @@ class Session:
 
         self.check()
         req = barrier_pb2.EnterBarrierRequest(name=name, session_id=self.id, count=count, participant=participant)
-        if timeout is not None:
-            req.wait.CopyFrom(duration(timeout))
-        rpc_timeout = None if timeout is None else timeout + 2.0
+        rpc_timeout = server_wait(req, timeout)
         try:
             resp = self._client._unary("barriers", "EnterBarrier", req, timeout=rpc_timeout, retry=True, cancel=[self._ender])
         except errors.CoorddError:
@@ -472,11 +468,7 @@ class Session:
         try:
             if wait:
                 req = lock_pb2.AcquireRequest(**common)
-                if timeout is not None:
-                    req.wait.CopyFrom(duration(timeout))
-                # The server's wait ends the call cleanly; the deadline only
-                # backs it up.
-                rpc_timeout = None if timeout is None else timeout + 2.0
+                rpc_timeout = server_wait(req, timeout)
                 resp = self._client._unary("locks", "Acquire", req, timeout=rpc_timeout, retry=True, cancel=[self._ender])
             else:
                 resp = self._client._unary("locks", "TryAcquire", lock_pb2.TryAcquireRequest(**common), retry=True, cancel=[self._ender])
@@ -516,9 +508,7 @@ class Session:
         own = request_id is None
         rid = request_id or self._lock_ids.take("election", name)
         req = election_pb2.CampaignRequest(name=name, session_id=self.id, value=value, request_id=rid, priority=priority, preempt=preempt)
-        if timeout is not None:
-            req.wait.CopyFrom(duration(timeout))
-        rpc_timeout = None if timeout is None else timeout + 2.0
+        rpc_timeout = server_wait(req, timeout)
         try:
             resp = self._client._unary("elections", "Campaign", req, timeout=rpc_timeout, retry=True, cancel=[self._ender, *cancel])
         except errors.CoorddError:

@@ -1,7 +1,6 @@
 import type { Conn } from "./conn.js";
-import { CoorddError } from "./errors.js";
 import type { Session } from "./session.js";
-import { durationOf, linkSignals, now } from "./util.js";
+import { durationOf, linkSignals, now, serverWait } from "./util.js";
 
 /** Options of Session.enterBarrier. */
 export interface BarrierOptions {
@@ -56,11 +55,9 @@ export async function enterBarrier(conn: Conn, session: Session, sessionSignal: 
   try {
     const resp = await conn.call(
       (s, o) => {
-        if (opts.timeoutMs === undefined) return s.barriers.enterBarrier(req, { signal: o.signal });
-        const left = opts.timeoutMs - (now() - start);
-        if (left <= 0) throw new CoorddError("DEADLINE_EXCEEDED", `coordd: barrier "${name}" not open within ${opts.timeoutMs} ms`);
         // The server's wait ends first, so it answers DEADLINE_EXCEEDED with the participant out.
-        return s.barriers.enterBarrier({ ...req, wait: durationOf(left) }, { signal: o.signal, timeoutMs: Math.ceil(left) + 5000 });
+        const { wait, opts: co } = serverWait(opts.timeoutMs, start, o.signal, `barrier "${name}" not open`);
+        return s.barriers.enterBarrier({ ...req, wait }, co);
       },
       { idempotent: true, signal: link.signal, timeoutMs: null, retryForMs: Infinity },
     );

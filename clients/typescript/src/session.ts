@@ -6,7 +6,7 @@ import { Leadership, type CampaignOptions } from "./election.js";
 import { CoorddError } from "./errors.js";
 import type { LockGrant } from "./gen/coordd/v1/lock_pb.js";
 import { Lock, LockSet, type LockOptions } from "./lock.js";
-import { durationOf, jitter, linkSignals, msOf, now, randomId } from "./util.js";
+import { durationOf, jitter, linkSignals, msOf, now, randomId, serverWait } from "./util.js";
 
 /** Options of Client.session. */
 export interface SessionOptions {
@@ -344,10 +344,8 @@ export class Session {
     try {
       const resp = await this.conn.call<{ grants: LockGrant[] }>(
         (s, o) => {
-          if (opts.timeoutMs === undefined) return s.locks.acquireAll(req, { signal: o.signal });
-          const left = opts.timeoutMs - (now() - start);
-          if (left <= 0) throw new CoorddError("DEADLINE_EXCEEDED", `coordd: locks ${JSON.stringify(names)} not granted within ${opts.timeoutMs} ms`);
-          return s.locks.acquireAll({ ...req, wait: durationOf(left) }, { signal: o.signal, timeoutMs: Math.ceil(left) + 5000 });
+          const { wait, opts: co } = serverWait(opts.timeoutMs, start, o.signal, `locks ${JSON.stringify(names)} not granted`);
+          return s.locks.acquireAll({ ...req, wait }, co);
         },
         { idempotent: true, signal: link.signal, timeoutMs: null, retryForMs: Infinity },
       );
@@ -399,11 +397,8 @@ export class Session {
       const resp = await this.conn.call<{ grant?: LockGrant }>(
         (s, o) => {
           if (!wait) return s.locks.tryAcquire(common, o);
-          if (opts.timeoutMs === undefined) return s.locks.acquire(common, { signal: o.signal });
-          const left = opts.timeoutMs - (now() - start);
-          if (left <= 0) throw new CoorddError("DEADLINE_EXCEEDED", `coordd: lock "${name}" not granted within ${opts.timeoutMs} ms`);
-          // The server's wait ends first, so it answers DEADLINE_EXCEEDED with nothing queued.
-          return s.locks.acquire({ ...common, wait: durationOf(left) }, { signal: o.signal, timeoutMs: Math.ceil(left) + 5000 });
+          const bound = serverWait(opts.timeoutMs, start, o.signal, `lock "${name}" not granted`);
+          return s.locks.acquire({ ...common, wait: bound.wait }, bound.opts);
         },
         { idempotent: true, signal: link.signal, timeoutMs: wait ? null : undefined, retryForMs: wait ? Infinity : undefined },
       );
@@ -438,10 +433,8 @@ export class Session {
     try {
       const resp = await this.conn.call(
         (s, o) => {
-          if (opts.timeoutMs === undefined) return s.elections.campaign(req, { signal: o.signal });
-          const left = opts.timeoutMs - (now() - start);
-          if (left <= 0) throw new CoorddError("DEADLINE_EXCEEDED", `coordd: not elected in "${name}" within ${opts.timeoutMs} ms`);
-          return s.elections.campaign({ ...req, wait: durationOf(left) }, { signal: o.signal, timeoutMs: Math.ceil(left) + 5000 });
+          const { wait, opts: co } = serverWait(opts.timeoutMs, start, o.signal, `not elected in "${name}"`);
+          return s.elections.campaign({ ...req, wait }, co);
         },
         { idempotent: true, signal: link.signal, timeoutMs: null, retryForMs: Infinity },
       );

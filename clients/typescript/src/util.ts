@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { create } from "@bufbuild/protobuf";
 import { DurationSchema, type Duration } from "@bufbuild/protobuf/wkt";
+import { CoorddError } from "./errors.js";
 
 /** Monotonic milliseconds (never jumps with the wall clock). */
 export const now = (): number => performance.now();
@@ -72,3 +73,23 @@ export function linkSignals(...signals: (AbortSignal | undefined)[]): {
 
 /** ms with ±10% jitter. */
 export const jitter = (ms: number): number => ms * (0.9 + Math.random() * 0.2);
+
+/**
+ * The server-side wait of a call that may wait at most `timeoutMs` since
+ * `start` (unbounded when undefined), and the attempt's options: the
+ * server's wait ends first, so it answers DEADLINE_EXCEEDED with nothing
+ * left waiting, and the attempt's own deadline (5 s later) only backs it
+ * up. Throws DEADLINE_EXCEEDED ("coordd: <what> within <timeoutMs> ms")
+ * when no time is left for another attempt.
+ */
+export function serverWait(
+  timeoutMs: number | undefined,
+  start: number,
+  signal: AbortSignal,
+  what: string,
+): { wait?: Duration; opts: { signal: AbortSignal; timeoutMs?: number } } {
+  if (timeoutMs === undefined) return { opts: { signal } };
+  const left = timeoutMs - (now() - start);
+  if (left <= 0) throw new CoorddError("DEADLINE_EXCEEDED", `coordd: ${what} within ${timeoutMs} ms`);
+  return { wait: durationOf(left), opts: { signal, timeoutMs: Math.ceil(left) + 5000 } };
+}
