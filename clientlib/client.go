@@ -741,7 +741,11 @@ func (e *wrongProtocolError) Error() string { return e.msg }
 // wrongProtocol tells from the first bytes an endpoint sent whether it
 // speaks another protocol than the client (nil: it may be gRPC).
 func wrongProtocol(first []byte, ep string, clientTLS bool) error {
-	if port, ok := httpPortSettings(first); ok {
+	// Under TLS the first bytes are the server's handshake, which can
+	// look like an HTTP/2 SETTINGS frame by chance (a record of 1,024 to
+	// 1,279 bytes, a certificate holding 0xc0dd): only a plaintext
+	// client reads coordd's HTTP port's settings.
+	if port, ok := httpPortSettings(first); ok && !clientTLS {
 		return &wrongProtocolError{fmt.Sprintf("%s is coordd's HTTP port (REST and the console), it says; clients need its gRPC port, %d (coordd --grpc-addr)", ep, port)}
 	}
 	switch {
